@@ -1,0 +1,18 @@
+// The `allreduce` mode: DistributedDataParallel semantics (PyTorch torch/nn/parallel/
+// distributed.py and torch/csrc/distributed/c10d/reducer.cpp). Every rank holds a full replica
+// and its own optimizer state, reads its own shard through DistributedSampler, and all-reduces
+// gradient buckets on its communication stream as soon as each bucket's gradients are ready,
+// overlapping the rest of backward. Gradients are scaled by local_batch / global_batch before
+// the sum (DDP's division by world size when batches are equal), so every rank applies the
+// gradient of the mean loss over the global batch, then the same SGD step.
+#pragma once
+
+#include "core/training.hpp"
+
+namespace dpbench {
+
+// Throws InputError on a config this mode cannot run (e.g. a global batch not divisible by the
+// world size) and Error if a rank fails.
+RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
+
+}  // namespace dpbench

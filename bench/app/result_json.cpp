@@ -1,0 +1,171 @@
+#include "bench/app/result_json.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/stats.hpp"
+
+namespace dpbench {
+
+namespace {
+std::vector<double> rank0_step_times(const RunResult& run) {
+  std::vector<double> t;
+  for (const auto& s : run.ranks.front().steps) t.push_back(s.step_time);
+  return t;
+}
+
+nlohmann::json phase_medians(const std::vector<StepRecord>& steps) {
+  auto med = [&](double PhaseTimes::*field) {
+    std::vector<double> v;
+    for (const auto& s : steps) v.push_back(s.phases.*field);
+    return median(v);
+  };
+  return {{"data_wait", med(&PhaseTimes::data_wait)}, {"h2d", med(&PhaseTimes::h2d)},
+          {"forward", med(&PhaseTimes::forward)},     {"backward", med(&PhaseTimes::backward)},
+          {"comm", med(&PhaseTimes::comm)},           {"comm_exposed", med(&PhaseTimes::comm_exposed)},
+          {"optimizer", med(&PhaseTimes::optimizer)}};
+}
+}  // namespace
+
+double median_throughput(const RunResult& run) {
+  std::vector<double> tput;
+  for (double t : rank0_step_times(run)) {
+    if (t > 0) tput.push_back(static_cast<double>(run.config.global_batch) / t);
+  }
+  return median(tput);
+}
+
+nlohmann::json config_to_json(const TrainConfig& c) {
+  return {{"workload", c.workload},
+          {"mode", c.mode},
+          {"transport", c.transport},
+          {"comm", c.comm},
+          {"device", c.device},
+          {"world_size", c.world_size},
+          {"global_batch", c.global_batch},
+          {"epochs", c.epochs},
+          {"max_steps", c.max_steps},
+          {"warmup_steps", c.warmup_steps},
+          {"lr", c.lr},
+          {"momentum", c.momentum},
+          {"weight_decay", c.weight_decay},
+          {"seed", c.seed},
+          {"hidden", c.hidden},
+          {"bucket_cap_mb", c.bucket_cap_mb},
+          {"first_bucket_mb", c.first_bucket_mb},
+          {"coalesce_mb", c.coalesce_mb},
+          {"num_workers", c.loader.num_workers},
+          {"prefetch_factor", c.loader.prefetch_factor}};
+}
+
+nlohmann::json run_to_json(const RunResult& run) {
+  const TrainConfig& c = run.config;
+  const auto p = static_cast<double>(c.world_size);
+  nlohmann::json j;
+  j["mode"] = c.mode;
+  j["transport"] = c.mode == "ps" ? nlohmann::json(c.transport) : nlohmann::json("ring");
+  j["comm"] = c.comm;
+  j["device"] = c.device;
+  j["workload"] = c.workload;
+  j["dataset"] = run.dataset;
+  j["world_size"] = c.world_size;
+  j["global_batch"] = c.global_batch;
+  j["num_params"] = run.num_params;
+  j["virtual_ranks"] = false;  // CPU ranks are threads; GPU ranks sharing a device set this
+  j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", c.warmup_steps}};
+
+  const std::vector<double> times = rank0_step_times(run);
+  j["throughput_samples_per_s"] = median_throughput(run);
+  j["step_time_s"] = {{"p10", quantile(times, 0.10)}, {"p50", quantile(times, 0.50)},
+                      {"p90", quantile(times, 0.90)}, {"p99", quantile(times, 0.99)},
+                      {"samples", times}};
+  j["phases_s"] = phase_medians(run.ranks.front().steps);
+
+  // Traffic, counted by each rank's communicator over the timed steps.
+  nlohmann::json per_rank_comm = nlohmann::json::array();
+  for (const auto& r : run.ranks) {
+    per_rank_comm.push_back({{"rank", r.rank}, {"sent", r.comm_per_step.bytes_sent},
+                             {"received", r.comm_per_step.bytes_received}});
+  }
+  j["comm_bytes_per_step"] = {{"per_rank", per_rank_comm}};
+  // Bus bandwidth of the gradient all-reduce, nccl-tests definitions: algbw = bytes / time,
+  // busbw = algbw * 2(p-1)/p. Only meaningful for the allreduce mode's gradient traffic.
+  const double comm_s = j["phases_s"]["comm"].get<double>();
+  if (c.mode == "allreduce" && comm_s > 0 && c.world_size > 1) {
+    const double algbw = static_cast<double>(run.num_params * sizeof(float)) / comm_s / 1e9;
+    j["allreduce_bandwidth_GBps"] = {{"algbw", algbw}, {"busbw", algbw * 2.0 * (p - 1.0) / p}};
+  }
+
+  nlohmann::json per_rank_mem = nlohmann::json::array();
+  double sum = 0, max = 0;
+  for (const auto& r : run.ranks) {
+    nlohmann::json m = {{"rank", r.rank}, {"peak_bytes", r.memory.peak_bytes}};
+    for (const auto& [cat, bytes] : r.memory.peak_by_category) m[cat] = bytes;
+    per_rank_mem.push_back(m);
+    sum += static_cast<double>(r.memory.peak_bytes);
+    max = std::max(max, static_cast<double>(r.memory.peak_bytes));
+  }
+  const double mean = sum / p;
+  j["memory"] = {{"per_rank", per_rank_mem},
+                 {"imbalance_max_over_mean", mean > 0 ? max / mean : 1.0},
+                 {"reducer_minus_mean_bytes",
+                  static_cast<double>(run.ranks.front().memory.peak_bytes) - mean}};
+
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : run.ranks) {
+    std::vector<double> t;
+    for (const auto& s : r.steps) t.push_back(s.step_time);
+    ranks.push_back({{"rank", r.rank}, {"local_batch", r.local_batch}, {"step_time_p50_s", median(t)}});
+  }
+  j["per_rank"] = ranks;
+
+  nlohmann::json quality = {{"final_train_loss", run.final_train_loss},
+                            {"epoch_train_loss", run.epoch_train_loss}};
+  quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
+  j["quality"] = quality;
+  j["warnings"] = run.warnings;
+  return j;
+}
+
+void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  const fs::path tmp = target.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw InputError(fmt::format("--out {}: cannot write (directory missing or not writable)", path));
+    out << doc.dump(2) << '\n';
+    out.flush();
+    if (!out) {
+      out.close();
+      fs::remove(tmp, ec);
+      throw InputError(fmt::format("--out {}: write failed", path));
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw InputError(fmt::format("--out {}: cannot rename into place: {}", path, ec.message()));
+  }
+}
+
+std::string utc_timestamp() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace dpbench

@@ -1,0 +1,33 @@
+// Result files: one JSON document per invocation, schema results/schema/dpbench-result.schema.json
+// (name "dpbench-result", version 1), written atomically (temporary file, then rename) so that a
+// failed run never leaves a file that looks complete.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/training.hpp"
+
+namespace dpbench {
+
+inline constexpr const char* kSchemaName = "dpbench-result";
+inline constexpr int kSchemaVersion = 1;
+
+// One entry of the "runs" array. Times in seconds, memory and traffic in bytes.
+nlohmann::json run_to_json(const RunResult& run);
+
+// The config block of a TrainConfig (every option that shaped the run).
+nlohmann::json config_to_json(const TrainConfig& config);
+
+// Median of per-step throughput (global_batch / step_time) in samples/s; 0 without steps.
+double median_throughput(const RunResult& run);
+
+// Writes doc to path via path.tmp + rename; creates the parent directory. Throws InputError
+// naming the path when it cannot be written.
+void write_json_atomic(const std::string& path, const nlohmann::json& doc);
+
+// Current UTC time as ISO 8601, e.g. "2026-11-21T05:30:00Z".
+std::string utc_timestamp();
+
+}  // namespace dpbench

@@ -1,0 +1,22 @@
+// The registry of synchronisation strategies (training modes) by name. A new strategy is one new
+// file under ps/ or allreduce/ (or a new folder) plus one line in strategies.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/training.hpp"
+
+namespace dpbench {
+
+struct Strategy {
+  std::string name;         // the --mode value
+  std::string description;  // one line for --help
+  StrategyFn train;
+};
+
+const std::vector<Strategy>& strategies();
+// Throws InputError naming the mode and the available ones.
+const Strategy& find_strategy(const std::string& name);
+
+}  // namespace dpbench

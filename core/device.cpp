@@ -1,0 +1,35 @@
+#include "core/device.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace dpbench {
+
+#ifndef DPBENCH_HAVE_CUDA
+CudaProbe probe_cuda() {
+  CudaProbe probe;
+  probe.reason = "dpbench was built without CUDA";
+  return probe;
+}
+#endif
+
+DeviceChoice choose_device(const std::string& requested) {
+  if (requested == "cpu") return {"cpu", ""};
+  if (requested != "auto" && requested != "cuda") {
+    throw InputError(fmt::format("--device {}: unknown device (choose auto, cpu or cuda)", requested));
+  }
+  const CudaProbe probe = probe_cuda();
+  if (requested == "cuda") {
+    if (!probe.usable) throw InputError(fmt::format("--device cuda: no CUDA device: {}", probe.reason));
+    throw InputError(fmt::format(
+        "--device cuda: found {} but this build trains on CPU only (the CUDA trainer is not "
+        "part of it yet); use --device cpu",
+        probe.gpus.empty() ? std::string("a GPU") : probe.gpus.front().name));
+  }
+  if (!probe.usable) return {"cpu", fmt::format("device auto: using cpu (no CUDA device: {})", probe.reason)};
+  return {"cpu", fmt::format("device auto: using cpu ({} found, but this build trains on CPU only)",
+                             probe.gpus.front().name)};
+}
+
+}  // namespace dpbench

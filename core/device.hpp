@@ -1,0 +1,40 @@
+// Which device a run uses, and what CUDA this machine offers. `--device auto` picks CUDA when a
+// device is usable and the build can train on it, otherwise CPU, and says which and why.
+// A machine without a driver gets a one-line reason, never a raw CUDA error code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dpbench {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  std::int64_t total_memory_bytes = 0;
+  std::string pci_bus_id;
+};
+
+struct CudaProbe {
+  bool built_with_cuda = false;
+  bool usable = false;          // at least one device answered
+  std::string reason;           // why not usable, in words
+  int runtime_version = 0;      // e.g. 13000
+  int driver_version = 0;       // 0 when no driver
+  std::vector<GpuInfo> gpus;
+};
+
+// Asks the CUDA runtime (when built with CUDA) what is there. Never throws.
+CudaProbe probe_cuda();
+
+struct DeviceChoice {
+  std::string device;  // "cpu" (training on CUDA arrives with the CUDA backend)
+  std::string note;    // what was chosen and why, for the log and the result's warnings
+};
+
+// requested: "auto", "cpu" or "cuda". Throws InputError for an unknown name or for "cuda" when
+// no CUDA device can be used ("--device cuda: no CUDA device: <reason>").
+DeviceChoice choose_device(const std::string& requested);
+
+}  // namespace dpbench

@@ -1,0 +1,29 @@
+// Error types shared by every dpbench library. Library code throws; only main() turns an error
+// into a one-line message and an exit code (InputError -> 2, everything else -> 1).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace dpbench {
+
+// A runtime failure inside dpbench (a rank failed, a buffer was too small, ...). Exit code 1.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Bad user input: an option value, a data file, a shape. The message names the input and the
+// problem in one line. Exit code 2.
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Thrown inside a rank when another rank aborted the group; carries the original reason.
+class Aborted : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace dpbench

@@ -1,0 +1,321 @@
+#include "core/local_comm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace dpbench {
+
+namespace {
+int mod(int a, int p) { return ((a % p) + p) % p; }
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// LocalGroup
+
+LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout)
+    : world_size_(world_size),
+      timeout_(timeout),
+      slots_(static_cast<std::size_t>(std::max(world_size, 1))),
+      mailboxes_(static_cast<std::size_t>(std::max(world_size, 1) * std::max(world_size, 1))) {
+  if (world_size < 1) throw InputError(fmt::format("world_size {}: must be at least 1", world_size));
+}
+
+void LocalGroup::throw_aborted() { throw Aborted(abort_reason_); }
+
+void LocalGroup::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!aborted_.load()) {
+      abort_reason_ = reason;
+      aborted_.store(true);
+    }
+  }
+  cv_.notify_all();
+}
+
+template <typename Pred>
+void LocalGroup::wait_locked(std::unique_lock<std::mutex>& lock, int rank, const char* what,
+                             Pred pred) {
+  if (!cv_.wait_for(lock, timeout_, [&] { return aborted_.load() || pred(); })) {
+    abort_reason_ = fmt::format("rank {} timed out after {} s waiting in {}", rank,
+                                std::chrono::duration_cast<std::chrono::seconds>(timeout_).count(),
+                                what);
+    aborted_.store(true);
+    cv_.notify_all();
+  }
+  if (aborted_.load()) throw_aborted();
+}
+
+void LocalGroup::barrier(int rank) {
+  if (world_size_ == 1) {
+    if (aborted_.load()) throw Aborted(abort_reason_);
+    return;
+  }
+  const std::uint64_t gen = generation_.load();
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (aborted_.load()) throw_aborted();
+    if (++arrived_ == world_size_) {
+      arrived_ = 0;
+      generation_.fetch_add(1);
+      lock.unlock();
+      cv_.notify_all();
+      return;
+    }
+  }
+  // Short spin before blocking: collective steps are often microseconds apart.
+  for (int i = 0; i < 64; ++i) {
+    if (generation_.load() != gen) return;
+    std::this_thread::yield();
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  wait_locked(lock, rank, "a collective (barrier)", [&] { return generation_.load() != gen; });
+}
+
+// ---------------------------------------------------------------------------------------------
+// LocalCommunicator
+
+LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank,
+                                     MemoryTracker* tracker)
+    : group_(std::move(group)), rank_(rank), tracker_(tracker) {
+  if (rank < 0 || rank >= group_->world_size()) {
+    throw InputError(fmt::format("rank {}: out of range for world_size {}", rank,
+                                 group_->world_size()));
+  }
+}
+
+void LocalCommunicator::publish(const void* a, const void* b) {
+  group_->slots_[static_cast<std::size_t>(rank_)] = {const_cast<void*>(a), const_cast<void*>(b)};
+  group_->barrier(rank_);
+}
+
+void LocalCommunicator::check_root(int root, const char* op) const {
+  if (root < 0 || root >= world_size()) {
+    throw Error(fmt::format("{}: root {} out of range for world_size {}", op, root, world_size()));
+  }
+}
+
+float* LocalCommunicator::scratch(std::size_t elems) {
+  if (scratch_.size() < elems) {
+    scratch_ = TrackedBuffer<float>(tracker_ != nullptr ? *tracker_ : untracked_,
+                                    MemoryCategory::comm_buffers, elems);
+  }
+  return scratch_.data();
+}
+
+// Reduce-scatter: at step s rank r adds chunk (r-s-1) of rank r-1 into its own. Rank r-1 wrote
+// that chunk in step s-1 and writes a different chunk in step s, so one barrier per step is all
+// the synchronisation needed. Afterwards rank r holds the full sum of chunk r+1.
+void LocalCommunicator::ring_reduce_scatter(float* buf, std::size_t n) {
+  const int p = world_size();
+  const int prev = mod(rank_ - 1, p);
+  for (int s = 0; s < p - 1; ++s) {
+    const Chunk c = ring_chunk(n, p, mod(rank_ - s - 1, p));
+    const float* src = peer<float>(prev) + c.offset;
+    float* dst = buf + c.offset;
+    for (std::size_t i = 0; i < c.length; ++i) dst[i] += src[i];
+    count(ring_chunk(n, p, mod(rank_ - s, p)).length, c.length);
+    group_->barrier(rank_);
+  }
+}
+
+// All-gather after the reduce-scatter above: at step s rank r copies chunk (r-s) from rank r-1.
+void LocalCommunicator::ring_all_gather(float* buf, std::size_t n) {
+  const int p = world_size();
+  const int prev = mod(rank_ - 1, p);
+  for (int s = 0; s < p - 1; ++s) {
+    const Chunk c = ring_chunk(n, p, mod(rank_ - s, p));
+    std::memcpy(buf + c.offset, peer<float>(prev) + c.offset, c.length * sizeof(float));
+    count(ring_chunk(n, p, mod(rank_ + 1 - s, p)).length, c.length);
+    group_->barrier(rank_);
+  }
+}
+
+void LocalCommunicator::allreduce_sum(float* buf, std::size_t n) {
+  if (world_size() == 1 || n == 0) return;
+  publish(buf);
+  ring_reduce_scatter(buf, n);
+  ring_all_gather(buf, n);
+}
+
+void LocalCommunicator::allgather(const float* send, float* recv, std::size_t n) {
+  const int p = world_size();
+  if (n == 0) return;
+  std::memcpy(recv + static_cast<std::size_t>(rank_) * n, send, n * sizeof(float));
+  if (p == 1) return;
+  // Same ring as ring_all_gather, but rank r starts out owning chunk r rather than r+1.
+  publish(recv);
+  const int prev = mod(rank_ - 1, p);
+  const std::size_t total = n * static_cast<std::size_t>(p);
+  for (int s = 0; s < p - 1; ++s) {
+    const Chunk c = ring_chunk(total, p, mod(rank_ - s - 1, p));
+    std::memcpy(recv + c.offset, peer<float>(prev) + c.offset, c.length * sizeof(float));
+    count(n, c.length);
+    group_->barrier(rank_);
+  }
+}
+
+// Pipelined chain reduce. Position j of the chain is rank (root+1+j) mod p, so the chain ends at
+// the root (position p-1). At step t, position j >= 1 handles slice k = t-(j-1): it reads the
+// partial sum of slice k from position j-1 (position 0 exposes its own buf) and writes
+// partial + own slice into its scratch (double-buffered by slice parity) or, at the root, into
+// buf. Position j-1 produced slice k in step t-1, so one barrier per step suffices.
+void LocalCommunicator::reduce_sum(float* buf, std::size_t n, int root) {
+  check_root(root, "reduce");
+  const int p = world_size();
+  if (p == 1 || n == 0) return;
+  const std::size_t slice = std::min(n, kSliceElems);
+  const std::size_t num_slices = (n + slice - 1) / slice;
+  const int pos = mod(rank_ - root - 1, p);
+  const bool relay = pos > 0 && pos < p - 1;
+  float* my_scratch = relay ? scratch(2 * slice) : nullptr;
+  publish(buf, my_scratch);
+  const int prev = mod(rank_ - 1, p);
+  const auto steps = static_cast<long>(num_slices) + p - 2;
+  for (long t = 0; t < steps; ++t) {
+    const long k = t - (pos - 1);
+    if (pos >= 1 && k >= 0 && k < static_cast<long>(num_slices)) {
+      const std::size_t off = static_cast<std::size_t>(k) * slice;
+      const std::size_t len = std::min(slice, n - off);
+      const std::size_t parity = static_cast<std::size_t>(k % 2) * slice;
+      const float* in = pos == 1 ? peer<float>(prev, 0) + off : peer<float>(prev, 1) + parity;
+      const float* own = buf + off;
+      float* out = pos == p - 1 ? buf + off : my_scratch + parity;
+      for (std::size_t i = 0; i < len; ++i) out[i] = in[i] + own[i];
+    }
+    group_->barrier(rank_);
+  }
+  count(pos < p - 1 ? n : 0, pos > 0 ? n : 0);
+}
+
+// Pipelined chain broadcast: position j is rank (root+j) mod p; at step t position j >= 1
+// copies slice t-(j-1) from position j-1.
+void LocalCommunicator::broadcast(float* buf, std::size_t n, int root) {
+  check_root(root, "broadcast");
+  const int p = world_size();
+  if (p == 1 || n == 0) return;
+  const std::size_t slice = std::min(n, kSliceElems);
+  const std::size_t num_slices = (n + slice - 1) / slice;
+  const int pos = mod(rank_ - root, p);
+  publish(buf);
+  const int prev = mod(rank_ - 1, p);
+  const auto steps = static_cast<long>(num_slices) + p - 2;
+  for (long t = 0; t < steps; ++t) {
+    const long k = t - (pos - 1);
+    if (pos >= 1 && k >= 0 && k < static_cast<long>(num_slices)) {
+      const std::size_t off = static_cast<std::size_t>(k) * slice;
+      const std::size_t len = std::min(slice, n - off);
+      std::memcpy(buf + off, peer<float>(prev) + off, len * sizeof(float));
+    }
+    group_->barrier(rank_);
+  }
+  count(pos < p - 1 ? n : 0, pos > 0 ? n : 0);
+}
+
+void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_t>& counts,
+                                 float* recv, int root) {
+  check_root(root, "scatter");
+  const int p = world_size();
+  if (counts.size() != static_cast<std::size_t>(p)) {
+    throw Error(fmt::format("scatter: {} counts for world_size {}", counts.size(), p));
+  }
+  const std::size_t offset =
+      std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
+  const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
+  if (p == 1) {
+    std::memcpy(recv, send + offset, mine * sizeof(float));
+    return;
+  }
+  publish(send);
+  std::memcpy(recv, peer<float>(root) + offset, mine * sizeof(float));
+  if (rank_ == root) {
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    count(total - mine, 0);
+  } else {
+    count(0, mine);
+  }
+  group_->barrier(rank_);
+}
+
+void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t>& counts,
+                                float* recv, int root) {
+  check_root(root, "gather");
+  const int p = world_size();
+  if (counts.size() != static_cast<std::size_t>(p)) {
+    throw Error(fmt::format("gather: {} counts for world_size {}", counts.size(), p));
+  }
+  if (p == 1) {
+    std::memcpy(recv, send, counts[0] * sizeof(float));
+    return;
+  }
+  publish(send);
+  if (rank_ == root) {
+    std::size_t offset = 0;
+    std::size_t received = 0;
+    for (int r = 0; r < p; ++r) {
+      const std::size_t c = counts[static_cast<std::size_t>(r)];
+      std::memcpy(recv + offset, peer<float>(r), c * sizeof(float));
+      offset += c;
+      if (r != root) received += c;
+    }
+    count(0, received);
+  } else {
+    count(counts[static_cast<std::size_t>(rank_)], 0);
+  }
+  group_->barrier(rank_);
+}
+
+void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
+  const int p = world_size();
+  if (dst < 0 || dst >= p || dst == rank_) {
+    throw Error(fmt::format("send: destination {} invalid for rank {} of {}", dst, rank_, p));
+  }
+  auto& box = group_->mailboxes_[static_cast<std::size_t>(rank_ * p + dst)];
+  std::unique_lock<std::mutex> lock(group_->mutex_);
+  group_->wait_locked(lock, rank_, "send", [&] { return !box.full; });
+  box.data = buf;
+  box.n = n;
+  box.full = true;
+  box.taken = false;
+  group_->cv_.notify_all();
+  group_->wait_locked(lock, rank_, "send", [&] { return box.taken; });
+  box.full = false;
+  box.data = nullptr;
+  group_->cv_.notify_all();
+  count(n, 0);
+}
+
+void LocalCommunicator::recv(float* buf, std::size_t n, int src) {
+  const int p = world_size();
+  if (src < 0 || src >= p || src == rank_) {
+    throw Error(fmt::format("recv: source {} invalid for rank {} of {}", src, rank_, p));
+  }
+  auto& box = group_->mailboxes_[static_cast<std::size_t>(src * p + rank_)];
+  std::unique_lock<std::mutex> lock(group_->mutex_);
+  group_->wait_locked(lock, rank_, "recv", [&] { return box.full && !box.taken; });
+  if (box.n != n) {
+    const std::string reason = fmt::format("recv: rank {} expected {} floats from rank {}, got {}",
+                                           rank_, n, src, box.n);
+    lock.unlock();
+    group_->abort(reason);
+    throw Error(reason);
+  }
+  // Copy outside the lock: the sender keeps its buffer alive until it sees `taken`.
+  const float* data = box.data;
+  lock.unlock();
+  std::memcpy(buf, data, n * sizeof(float));
+  lock.lock();
+  box.taken = true;
+  lock.unlock();
+  group_->cv_.notify_all();
+  count(0, n);
+}
+
+}  // namespace dpbench

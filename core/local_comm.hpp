@@ -1,0 +1,114 @@
+// The `local` backend: dpbench's own in-process collectives for ranks that are threads of one
+// process, over shared memory. Ranks publish buffer pointers and read their neighbour's data
+// directly, step by step, separated by an abortable barrier; a step of a real network
+// algorithm (one message to a neighbour) becomes one read of the neighbour's memory here, and
+// is counted as such. Algorithms:
+//   allreduce_sum: ring reduce-scatter + all-gather, 2(p-1) steps, each rank sends and receives
+//                  2(p-1)/p * n elements (Patarasuk & Yuan 2009).
+//   reduce_sum, broadcast: pipelined chain along the ring towards/from the root, in slices of at
+//                  most kSliceElems (as NCCL's ring reduce/broadcast): each rank moves n elements
+//                  at most once; relay ranks hold a two-slice scratch buffer.
+//   scatterv/gatherv: every rank copies its part from/to the root.
+//   send/recv: rendezvous mailboxes (the sender returns once the receiver has copied).
+// Not for: multiple processes (see the mpi and nccl backends).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/comm.hpp"
+#include "core/memory.hpp"
+
+namespace dpbench {
+
+// State shared by the ranks of one in-process group. Create one per group, then one
+// LocalCommunicator per rank (each used from that rank's thread).
+class LocalGroup {
+ public:
+  // world_size >= 1; timeout: how long a rank waits for its peers before the group aborts.
+  explicit LocalGroup(int world_size,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  int world_size() const { return world_size_; }
+
+  // Blocks until all ranks arrive. Throws Aborted if the group was aborted (or times out, which
+  // aborts it).
+  void barrier(int rank);
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(); }
+
+ private:
+  friend class LocalCommunicator;
+  struct Mailbox {
+    const float* data = nullptr;
+    std::size_t n = 0;
+    bool full = false;
+    bool taken = false;
+  };
+  [[noreturn]] void throw_aborted();
+  template <typename Pred>
+  void wait_locked(std::unique_lock<std::mutex>& lock, int rank, const char* what, Pred pred);
+
+  const int world_size_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+  // Pointers published by each rank for the current collective: slot[rank][k].
+  std::vector<std::array<void*, 2>> slots_;
+  // mailboxes_[src * world_size + dst]
+  std::vector<Mailbox> mailboxes_;
+};
+
+class LocalCommunicator final : public Communicator {
+ public:
+  // Slice size of the pipelined chain algorithms, in floats (128 KiB).
+  static constexpr std::size_t kSliceElems = 32 * 1024;
+
+  // tracker: where this rank's scratch buffers are charged (comm_buffers); may be null.
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, MemoryTracker* tracker);
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return group_->world_size(); }
+  std::string backend() const override { return "local"; }
+
+  void allreduce_sum(float* buf, std::size_t n) override;
+  void reduce_sum(float* buf, std::size_t n, int root) override;
+  void broadcast(float* buf, std::size_t n, int root) override;
+  void allgather(const float* send, float* recv, std::size_t n) override;
+  void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv,
+                int root) override;
+  void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
+               int root) override;
+  void send(const float* buf, std::size_t n, int dst) override;
+  void recv(float* buf, std::size_t n, int src) override;
+  void barrier() override { group_->barrier(rank_); }
+  void abort(const std::string& reason) override { group_->abort(reason); }
+
+ private:
+  void publish(const void* a, const void* b = nullptr);
+  template <typename T>
+  T* peer(int r, int k = 0) const {
+    return static_cast<T*>(group_->slots_[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)]);
+  }
+  void check_root(int root, const char* op) const;
+  void ring_reduce_scatter(float* buf, std::size_t n);
+  void ring_all_gather(float* buf, std::size_t n);
+  float* scratch(std::size_t elems);
+
+  std::shared_ptr<LocalGroup> group_;
+  int rank_;
+  MemoryTracker* tracker_;
+  MemoryTracker untracked_;
+  TrackedBuffer<float> scratch_;
+};
+
+}  // namespace dpbench

@@ -1,0 +1,137 @@
+// What both training modes share: the configuration of one run, the record of what it measured,
+// the per-step phase timer and the launcher that runs one thread per rank. A synchronisation
+// strategy (ps/, allreduce/) is a function TrainConfig + data -> RunResult, registered by name
+// in bench/app/strategies.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm.hpp"
+#include "core/memory.hpp"
+#include "workloads/dataloader.hpp"
+#include "workloads/dataset.hpp"
+
+namespace dpbench {
+
+struct TrainConfig {
+  std::string workload = "mlp";
+  std::string mode = "allreduce";     // a registered strategy: "ps" or "allreduce"
+  std::string transport = "collective";  // ps only: "collective" (reduce + broadcast) or "p2p"
+  std::string comm = "local";
+  std::string device = "cpu";
+  int world_size = 4;
+  std::size_t global_batch = 256;  // samples per step over all ranks
+  int epochs = 2;
+  long max_steps = -1;    // stop after this many steps in total (-1: run all epochs)
+  int warmup_steps = 5;   // first steps excluded from timing statistics
+  float lr = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  std::uint64_t seed = 0;
+  std::vector<int> hidden = {512, 256};
+  double bucket_cap_mb = 25.0;     // allreduce: DDP bucket_cap_mb
+  double first_bucket_mb = 1.0;    // allreduce: DDP's first bucket (1 MiB)
+  double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
+  DataLoaderOptions loader;
+  bool evaluate = true;            // measure test accuracy after training
+  bool keep_final_params = false;  // copy rank 0's parameters into RunResult (tests)
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+};
+
+// Seconds spent in each phase of one step on one rank.
+struct PhaseTimes {
+  double data_wait = 0, h2d = 0, forward = 0, backward = 0, comm = 0, comm_exposed = 0,
+         optimizer = 0;
+};
+
+struct StepRecord {
+  double step_time = 0;  // seconds, wall clock on this rank
+  PhaseTimes phases;
+};
+
+struct MemoryReport {
+  std::int64_t peak_bytes = 0;
+  std::map<std::string, std::int64_t> peak_by_category;  // category_name() -> peak bytes
+};
+
+struct RankResult {
+  int rank = 0;
+  std::size_t local_batch = 0;      // samples this rank computes per step
+  std::vector<StepRecord> steps;    // timed steps only (after warm-up)
+  CommStats comm_per_step;          // bytes per timed step
+  MemoryReport memory;
+};
+
+struct RunResult {
+  TrainConfig config;
+  std::string dataset;
+  std::size_t num_params = 0;
+  long steps_total = 0;
+  long steps_timed = 0;
+  std::vector<RankResult> ranks;
+  std::vector<double> epoch_train_loss;  // mean training loss of each epoch
+  double final_train_loss = 0;           // of the last epoch
+  double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated
+  std::vector<std::string> warnings;
+  std::vector<float> final_params;       // rank 0's, if config.keep_final_params
+};
+
+// The data of one run.
+struct TrainData {
+  const Dataset* train = nullptr;
+  const Dataset* test = nullptr;  // may be null: no evaluation
+};
+
+using StrategyFn = RunResult (*)(const TrainConfig&, const TrainData&);
+
+// Runs body(rank, comm, tracker) on world_size threads of one `local` communicator group.
+// If a rank throws, the group is aborted (peers blocked in collectives throw Aborted) and,
+// after every thread has joined, the first rank's original exception is rethrown with
+// "rank R: " prepended (InputError stays InputError).
+void run_ranks(const TrainConfig& config,
+               const std::function<void(int rank, Communicator& comm, MemoryTracker& tracker)>& body);
+
+// Measures consecutive phases of one step: lap() returns the seconds since the last lap().
+class PhaseClock {
+ public:
+  PhaseClock() : last_(std::chrono::steady_clock::now()) {}
+  double lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+};
+
+// Snapshot of a tracker's peaks.
+MemoryReport memory_report(const MemoryTracker& tracker);
+
+// Test accuracy of `params` on `test` (evaluated in batches on the calling thread, untracked).
+double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params);
+
+// Steps per epoch: floor(N / global_batch), identical for every mode so that all modes see the
+// same global batches. Throws InputError when the dataset has fewer samples than one step needs.
+long steps_per_epoch(const TrainConfig& config, const Dataset& train);
+
+// Common checks of a config against the data, one-line InputErrors: world_size, batch size,
+// epochs, learning rate, transport.
+void validate_config(const TrainConfig& config, const Dataset& train);
+
+// Total steps of the run (epochs x steps_per_epoch, capped by max_steps).
+long total_steps(const TrainConfig& config, const Dataset& train);
+
+// Fills steps_timed/warnings common to every mode and the comm bytes per step of each rank.
+void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,
+                 const MemoryTracker& tracker);
+
+}  // namespace dpbench

@@ -1,0 +1,215 @@
+#include "ps/parameter_server.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "workloads/cpu_kernels.hpp"
+#include "workloads/distributed_sampler.hpp"
+#include "workloads/mlp.hpp"
+
+namespace dpbench {
+
+namespace {
+constexpr int kReducer = 0;
+
+std::vector<std::size_t> scaled(const std::vector<std::size_t>& rows, std::size_t width) {
+  std::vector<std::size_t> out(rows.size());
+  std::transform(rows.begin(), rows.end(), out.begin(), [&](std::size_t r) { return r * width; });
+  return out;
+}
+
+// Applies fn(offset, length) over [0, n) in groups of at most `group` elements: DataParallel's
+// broadcast_coalesced / reduce_add_coalesced buffer size.
+template <typename Fn>
+void for_each_group(std::size_t n, std::size_t group, Fn fn) {
+  for (std::size_t off = 0; off < n; off += group) fn(off, std::min(group, n - off));
+}
+}  // namespace
+
+std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size) {
+  const auto p = static_cast<std::size_t>(world_size);
+  const std::size_t chunk = (batch + p - 1) / p;
+  std::vector<std::size_t> sizes(p, 0);
+  for (std::size_t r = 0; r < p; ++r) {
+    const std::size_t start = r * chunk;
+    sizes[r] = start >= batch ? 0 : std::min(chunk, batch - start);
+  }
+  return sizes;
+}
+
+RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) {
+  const Dataset& train = *data.train;
+  validate_config(cfg, train);
+  if (cfg.transport != "collective" && cfg.transport != "p2p") {
+    throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)",
+                                 cfg.transport));
+  }
+  const bool p2p = cfg.transport == "p2p";
+  const std::size_t B = cfg.global_batch;
+  const long spe = steps_per_epoch(cfg, train);
+  const long total = total_steps(cfg, train);
+  const std::size_t features = train.shape().features();
+  const auto classes = static_cast<std::size_t>(train.num_classes());
+  const std::vector<std::size_t> rows = chunk_sizes(B, cfg.world_size);
+  const std::vector<std::size_t> input_counts = scaled(rows, features);
+  const std::vector<std::size_t> logit_counts = scaled(rows, classes);
+  const auto group = std::max<std::size_t>(
+      1, static_cast<std::size_t>(cfg.coalesce_mb * 1024.0 * 1024.0) / sizeof(float));
+
+  RunResult result;
+  result.config = cfg;
+  result.dataset = train.name();
+  result.steps_total = total;
+  result.ranks.resize(static_cast<std::size_t>(cfg.world_size));
+
+  run_ranks(cfg, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
+    const bool reducer = rank == kReducer;
+    const std::size_t my_rows = rows[static_cast<std::size_t>(rank)];
+    RankResult& me = result.ranks[static_cast<std::size_t>(rank)];
+    me.rank = rank;
+    me.local_batch = my_rows;
+
+    // What every replica holds.
+    auto model = make_model(cfg.workload, features, cfg.hidden, classes);
+    model->reserve(std::max<std::size_t>(my_rows, 1), tracker);
+    const std::size_t n = model->num_params();
+    TrackedBuffer<float> replica_params(tracker, MemoryCategory::parameters, n);
+    TrackedBuffer<float> replica_grads(tracker, MemoryCategory::gradients, n);
+    TrackedBuffer<float> chunk_input(tracker, MemoryCategory::data_staging, my_rows * features);
+    TrackedBuffer<float> chunk_logits(tracker, MemoryCategory::activations, my_rows * classes);
+    TrackedBuffer<float> chunk_dlogits(tracker, MemoryCategory::activations, my_rows * classes);
+
+    // What only the reducer holds: the imbalance this mode is known for.
+    TrackedBuffer<float> master_params, master_grads, velocity, logits_all, dlogits_all, incoming;
+    std::unique_ptr<DataLoader> loader;
+    if (reducer) {
+      master_params = TrackedBuffer<float>(tracker, MemoryCategory::parameters, n);
+      master_grads = TrackedBuffer<float>(tracker, MemoryCategory::gradients, n);
+      velocity = TrackedBuffer<float>(tracker, MemoryCategory::optimizer_state, n);
+      logits_all = TrackedBuffer<float>(tracker, MemoryCategory::activations, B * classes);
+      dlogits_all = TrackedBuffer<float>(tracker, MemoryCategory::activations, B * classes);
+      if (p2p) incoming = TrackedBuffer<float>(tracker, MemoryCategory::comm_buffers, n);
+      model->init_params(master_params.data(), cfg.seed);
+    }
+
+    double loss_sum = 0;
+    CommStats timed_start = comm.stats();
+    long step = 0;
+    for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
+      if (reducer) {
+        std::vector<std::int64_t> order = shuffled_indices(train.size(), cfg.seed + epoch);
+        order.resize(static_cast<std::size_t>(spe) * B);
+        loader.reset();
+        loader = std::make_unique<DataLoader>(train, std::move(order), B, cfg.loader, tracker);
+      }
+      for (long s = 0; s < spe && step < total; ++s, ++step) {
+        if (step == cfg.warmup_steps) timed_start = comm.stats();
+        PhaseClock clock;
+        StepRecord rec;
+        const Batch* batch = nullptr;
+        if (reducer) batch = &loader->next();
+        rec.phases.data_wait = clock.lap();
+
+        // 1-2. scatter the inputs, broadcast the parameters.
+        comm.scatterv(reducer ? batch->inputs.data() : nullptr, input_counts, chunk_input.data(),
+                      kReducer);
+        if (p2p) {
+          if (reducer) {
+            for (int r = 1; r < cfg.world_size; ++r) comm.send(master_params.data(), n, r);
+          } else {
+            comm.recv(replica_params.data(), n, kReducer);
+          }
+        } else {
+          float* buf = reducer ? master_params.data() : replica_params.data();
+          for_each_group(n, group, [&](std::size_t off, std::size_t len) {
+            comm.broadcast(buf + off, len, kReducer);
+          });
+        }
+        if (reducer) std::memcpy(replica_params.data(), master_params.data(), n * sizeof(float));
+        rec.phases.comm += clock.lap();
+
+        // 3. replica forward.
+        if (my_rows > 0) {
+          model->forward(replica_params.data(), chunk_input.data(), my_rows, chunk_logits.data());
+        }
+        rec.phases.forward += clock.lap();
+
+        // 4. gather logits; loss on the reducer over the full batch; scatter d(loss)/d(logits).
+        comm.gatherv(chunk_logits.data(), logit_counts, logits_all.data(), kReducer);
+        rec.phases.comm += clock.lap();
+        if (reducer) {
+          loss_sum += cpu::softmax_cross_entropy(logits_all.data(), batch->labels.data(), B, classes,
+                                                 dlogits_all.data(), 1.0f / static_cast<float>(B));
+        }
+        rec.phases.forward += clock.lap();
+        comm.scatterv(dlogits_all.data(), logit_counts, chunk_dlogits.data(), kReducer);
+        rec.phases.comm += clock.lap();
+
+        // 5. replica backward, then sum the gradients onto the reducer.
+        if (my_rows > 0) {
+          model->backward(replica_params.data(), chunk_input.data(), chunk_dlogits.data(), my_rows,
+                          replica_grads.data(), nullptr);
+        } else {
+          std::fill(replica_grads.begin(), replica_grads.end(), 0.0f);
+        }
+        rec.phases.backward = clock.lap();
+        if (reducer) std::memcpy(master_grads.data(), replica_grads.data(), n * sizeof(float));
+        if (p2p) {
+          if (reducer) {
+            for (int r = 1; r < cfg.world_size; ++r) {
+              comm.recv(incoming.data(), n, r);
+              cpu::add_inplace(master_grads.data(), incoming.data(), n);
+            }
+          } else {
+            comm.send(replica_grads.data(), n, kReducer);
+          }
+        } else {
+          float* buf = reducer ? master_grads.data() : replica_grads.data();
+          for_each_group(n, group, [&](std::size_t off, std::size_t len) {
+            comm.reduce_sum(buf + off, len, kReducer);
+          });
+        }
+        rec.phases.comm += clock.lap();
+        rec.phases.comm_exposed = rec.phases.comm;  // every transfer blocks this step
+
+        // 6. the optimizer step, on the reducer only.
+        if (reducer) {
+          cpu::sgd_momentum(master_params.data(), master_grads.data(), velocity.data(), n, cfg.lr,
+                            cfg.momentum, cfg.weight_decay);
+        }
+        rec.phases.optimizer = clock.lap();
+        const PhaseTimes& ph = rec.phases;
+        rec.step_time = ph.data_wait + ph.comm + ph.forward + ph.backward + ph.optimizer;
+        if (step >= cfg.warmup_steps) me.steps.push_back(rec);
+        if (reducer && s + 1 == spe) {
+          result.epoch_train_loss.push_back(loss_sum / static_cast<double>(spe * static_cast<long>(B)));
+          loss_sum = 0;
+        }
+      }
+    }
+    const CommStats end = comm.stats();
+    finish_rank(me, {end.bytes_sent - timed_start.bytes_sent,
+                     end.bytes_received - timed_start.bytes_received},
+                static_cast<long>(me.steps.size()), tracker);
+    if (reducer) {
+      // A run cut short by max_steps ends mid-epoch: report that partial epoch's mean loss.
+      const long partial = total % spe;
+      if (partial != 0) {
+        result.epoch_train_loss.push_back(loss_sum / static_cast<double>(partial * static_cast<long>(B)));
+      }
+      result.final_train_loss = result.epoch_train_loss.empty() ? 0 : result.epoch_train_loss.back();
+      result.steps_timed = static_cast<long>(me.steps.size());
+      result.num_params = n;
+      if (cfg.keep_final_params) result.final_params.assign(master_params.begin(), master_params.end());
+      if (cfg.evaluate && data.test != nullptr) {
+        result.test_accuracy = evaluate_accuracy(cfg, *data.test, master_params.data());
+      }
+    }
+  });
+  return result;
+}
+
+}  // namespace dpbench

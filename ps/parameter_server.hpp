@@ -1,0 +1,33 @@
+// The `ps` mode: DataParallel semantics (PyTorch torch/nn/parallel/data_parallel.py) with rank 0
+// as the reducer. The reducer owns the master parameters, their gradients and the momentum
+// buffer; every rank (the reducer included) runs a replica. Each step:
+//   1. the reducer loads the whole global batch and scatters it along dim 0 with chunk semantics
+//      (chunk size ceil(B/p): B=10, p=4 -> 3,3,3,1; B=6, p=4 -> 2,2,2,0: rank 3 idles);
+//   2. the reducer broadcasts the master parameters to every replica (coalesced groups);
+//   3. each replica runs forward on its chunk;
+//   4. logits are gathered to the reducer, which computes the loss on the full batch and
+//      scatters the gradient of the logits back;
+//   5. each replica runs backward; only then are the replica gradients summed onto the reducer
+//      (reduce-add in coalesced groups; no overlap with backward);
+//   6. the reducer alone applies SGD with momentum to the master parameters.
+// Transports for steps 2 and 5: "collective" (the communicator's reduce and broadcast, what
+// DataParallel does through NCCL) or "p2p" (each worker sends its gradients to, and receives the
+// parameters from, the reducer: the classic parameter-server incast).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/training.hpp"
+
+namespace dpbench {
+
+// Rows of each rank's chunk when `batch` rows are split over world_size ranks with
+// torch.chunk semantics: ceil(batch / world_size) each, the last non-empty chunk takes the rest,
+// trailing ranks may get 0.
+std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size);
+
+// Throws InputError on a bad config (unknown transport, ...) and Error if a rank fails.
+RunResult train_parameter_server(const TrainConfig& config, const TrainData& data);
+
+}  // namespace dpbench

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs dpbench's build and run dependencies from Debian packages. Idempotent: packages that
+# are already installed are skipped, and apt is not touched at all when nothing is missing.
+# Used by the README quick start and by .ci/run. CUDA, NCCL and MPI stay optional.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  nlohmann-json3-dev libfmt-dev libcli11-dev libopenblas-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libbenchmark-tools
+  dataset-fashion-mnist
+  python3-matplotlib python3-scipy python3-jsonschema
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

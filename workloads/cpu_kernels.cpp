@@ -1,0 +1,143 @@
+#include "workloads/cpu_kernels.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace dpbench::cpu {
+
+namespace {
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k,
+          const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+          std::size_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+              1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+              static_cast<int>(ldc));
+}
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k,
+          const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta,
+          double* c, std::size_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+              1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+              static_cast<int>(ldc));
+}
+}  // namespace
+
+template <typename T>
+void linear_forward(const T* x, const T* W, const T* b, T* y, std::size_t batch, std::size_t in,
+                    std::size_t out, bool relu) {
+  if (batch == 0) return;
+  gemm(CblasNoTrans, CblasTrans, batch, out, in, x, in, W, in, T(0), y, out);
+  for (std::size_t r = 0; r < batch; ++r) {
+    T* row = y + r * out;
+    if (relu) {
+      for (std::size_t o = 0; o < out; ++o) row[o] = std::max(row[o] + b[o], T(0));
+    } else {
+      for (std::size_t o = 0; o < out; ++o) row[o] += b[o];
+    }
+  }
+}
+
+template <typename T>
+void linear_backward(const T* x, const T* W, const T* dy, T* dx, T* dW, T* db, std::size_t batch,
+                     std::size_t in, std::size_t out) {
+  if (batch == 0) {
+    std::fill(dW, dW + out * in, T(0));
+    std::fill(db, db + out, T(0));
+    return;
+  }
+  gemm(CblasTrans, CblasNoTrans, out, in, batch, dy, out, x, in, T(0), dW, in);
+  std::fill(db, db + out, T(0));
+  for (std::size_t r = 0; r < batch; ++r) {
+    const T* row = dy + r * out;
+    for (std::size_t o = 0; o < out; ++o) db[o] += row[o];
+  }
+  if (dx != nullptr) gemm(CblasNoTrans, CblasNoTrans, batch, in, out, dy, out, W, in, T(0), dx, in);
+}
+
+template <typename T>
+void relu_backward_inplace(const T* y, T* dy, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (y[i] <= T(0)) dy[i] = T(0);
+  }
+}
+
+template <typename T>
+double softmax_cross_entropy(const T* logits, const std::int32_t* labels, std::size_t batch,
+                             std::size_t classes, T* dlogits, T grad_scale) {
+  double total = 0.0;
+  for (std::size_t r = 0; r < batch; ++r) {
+    const T* z = logits + r * classes;
+    const std::int32_t label = labels[r];
+    if (label < 0 || static_cast<std::size_t>(label) >= classes) {
+      throw Error(fmt::format("label {} out of range [0, {})", label, classes));
+    }
+    const T zmax = *std::max_element(z, z + classes);
+    double sum = 0.0;
+    for (std::size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c] - zmax));
+    const double log_sum = std::log(sum);
+    total += log_sum - static_cast<double>(z[label] - zmax);
+    if (dlogits != nullptr) {
+      T* d = dlogits + r * classes;
+      for (std::size_t c = 0; c < classes; ++c) {
+        const double p = std::exp(static_cast<double>(z[c] - zmax) - log_sum);
+        d[c] = static_cast<T>((p - (static_cast<std::int32_t>(c) == label ? 1.0 : 0.0)) *
+                              static_cast<double>(grad_scale));
+      }
+    }
+  }
+  return total;
+}
+
+template <typename T>
+std::size_t count_correct(const T* logits, const std::int32_t* labels, std::size_t batch,
+                          std::size_t classes) {
+  std::size_t correct = 0;
+  for (std::size_t r = 0; r < batch; ++r) {
+    const T* z = logits + r * classes;
+    const auto pred = std::max_element(z, z + classes) - z;
+    if (pred == labels[r]) ++correct;
+  }
+  return correct;
+}
+
+template <typename T>
+void sgd_momentum(T* params, const T* grads, T* velocity, std::size_t n, T lr, T momentum,
+                  T weight_decay) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const T d = grads[i] + weight_decay * params[i];
+    velocity[i] = momentum * velocity[i] + d;
+    params[i] -= lr * velocity[i];
+  }
+}
+
+template <typename T>
+void add_inplace(T* y, const T* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void set_blas_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
+int blas_threads() { return openblas_get_num_threads(); }
+const char* blas_config() { return openblas_get_config(); }
+
+#define DPBENCH_INSTANTIATE(T)                                                                   \
+  template void linear_forward<T>(const T*, const T*, const T*, T*, std::size_t, std::size_t,    \
+                                  std::size_t, bool);                                            \
+  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, std::size_t,        \
+                                   std::size_t, std::size_t);                                    \
+  template void relu_backward_inplace<T>(const T*, T*, std::size_t);                             \
+  template double softmax_cross_entropy<T>(const T*, const std::int32_t*, std::size_t,           \
+                                           std::size_t, T*, T);                                  \
+  template std::size_t count_correct<T>(const T*, const std::int32_t*, std::size_t, std::size_t); \
+  template void sgd_momentum<T>(T*, const T*, T*, std::size_t, T, T, T);                         \
+  template void add_inplace<T>(T*, const T*, std::size_t);
+DPBENCH_INSTANTIATE(float)
+DPBENCH_INSTANTIATE(double)
+#undef DPBENCH_INSTANTIATE
+
+}  // namespace dpbench::cpu

@@ -1,0 +1,59 @@
+// CPU training kernels: Linear (OpenBLAS GEMM), bias + ReLU, softmax cross-entropy and the
+// SGD-momentum update. All tensors are row-major; T is float (training) or double (the
+// finite-difference checks). CUDA versions of the same kernels keep these signatures.
+// Not for: layers beyond what the workloads use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dpbench::cpu {
+
+// y[batch, out] = x[batch, in] . W^T + b, with W: [out, in] (PyTorch nn.Linear layout), b: [out].
+// If relu, y = max(y, 0) (fused).
+template <typename T>
+void linear_forward(const T* x, const T* W, const T* b, T* y, std::size_t batch, std::size_t in,
+                    std::size_t out, bool relu);
+
+// Backward of linear_forward without ReLU: given dy[batch, out], writes (overwrites)
+// dW[out, in] = dy^T . x, db[out] = sum over batch of dy, and, if dx != nullptr,
+// dx[batch, in] = dy . W.
+template <typename T>
+void linear_backward(const T* x, const T* W, const T* dy, T* dx, T* dW, T* db, std::size_t batch,
+                     std::size_t in, std::size_t out);
+
+// In place: dy[i] = 0 where the ReLU output y[i] <= 0 (ReLU backward given its output).
+template <typename T>
+void relu_backward_inplace(const T* y, T* dy, std::size_t n);
+
+// Softmax cross-entropy over logits[batch, classes] with integer labels[batch].
+// Returns the SUM of per-sample losses. If dlogits != nullptr, writes
+// dlogits = (softmax(logits) - onehot(labels)) * grad_scale  (grad_scale = 1/N for a mean loss
+// over N samples). Throws Error on a label outside [0, classes).
+template <typename T>
+double softmax_cross_entropy(const T* logits, const std::int32_t* labels, std::size_t batch,
+                             std::size_t classes, T* dlogits, T grad_scale);
+
+// Number of rows of logits[batch, classes] whose arg-max equals the label.
+template <typename T>
+std::size_t count_correct(const T* logits, const std::int32_t* labels, std::size_t batch,
+                          std::size_t classes);
+
+// SGD with momentum, PyTorch torch/optim/sgd.py semantics (dampening 0, no Nesterov):
+//   d = g + weight_decay * p;  v = momentum * v + d;  p -= lr * v      over n elements.
+// (PyTorch sets v = d on the first step; v starts at zero here, which is the same.)
+template <typename T>
+void sgd_momentum(T* params, const T* grads, T* velocity, std::size_t n, T lr, T momentum,
+                  T weight_decay);
+
+// y[i] += x[i] over n elements.
+template <typename T>
+void add_inplace(T* y, const T* x, std::size_t n);
+
+// Sets the number of threads OpenBLAS may use for one GEMM (process-wide).
+void set_blas_threads(int threads);
+int blas_threads();
+// OpenBLAS's description of itself (version, core, threading), for results.
+const char* blas_config();
+
+}  // namespace dpbench::cpu

@@ -1,0 +1,40 @@
+// Fashion-MNIST (Xiao et al. 2017) read from the gzip-compressed IDX files that Debian's
+// dataset-fashion-mnist package installs, with every field validated. Not for: downloading.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "workloads/dataset.hpp"
+
+namespace dpbench {
+
+// Default directory of Debian's dataset-fashion-mnist package.
+inline constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mnist";
+
+// A decoded IDX file: its dimensions and its raw unsigned bytes (row-major).
+struct IdxArray {
+  std::vector<std::uint32_t> dims;
+  std::vector<std::uint8_t> data;
+};
+
+// Reads a gzip-compressed IDX file of unsigned bytes (type code 0x08) with zlib.
+// expected_ndims: 3 for images, 1 for labels. Throws InputError naming `path` when the file is
+// missing, truncated or not gzip, the magic or type code is wrong, the number of dimensions
+// differs, or the payload length does not match the dimensions.
+IdxArray read_idx_gz(const std::string& path, int expected_ndims);
+
+// The directory to read from: `cli_value` if not empty, else $DPBENCH_DATA_DIR if set, else
+// kFashionMnistDefaultDir.
+std::string resolve_data_dir(const std::string& cli_value);
+
+// Loads the train (60k) or test (10k) split from dir: {train,t10k}-images-idx3-ubyte.gz and
+// {train,t10k}-labels-idx1-ubyte.gz. Images are 28x28; samples are normalised as
+// (x/255 - 0.2860) / 0.3530 (the dataset's mean and std). Throws InputError naming the file
+// or directory: missing directory or file, bad IDX (see read_idx_gz), images not 28x28, image
+// and label counts differing, a label outside [0, 10).
+std::unique_ptr<Dataset> load_fashion_mnist(const std::string& dir, bool train);
+
+}  // namespace dpbench

@@ -1,0 +1,52 @@
+// The MLP workload: Linear -> ReLU -> ... -> Linear, the classifier every data-parallel tutorial
+// starts from. Layer l has weight [out, in] and bias [out] (nn.Linear layout); the flat
+// parameter buffer holds fc1.weight, fc1.bias, fc2.weight, ... in that order.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "workloads/model.hpp"
+
+namespace dpbench {
+
+template <typename T>
+class Mlp final : public ModelT<T> {
+ public:
+  // dims: {input_features, hidden..., num_classes}, at least 2 entries, all positive.
+  // Throws InputError otherwise.
+  explicit Mlp(std::vector<std::size_t> dims);
+
+  std::string name() const override { return "mlp"; }
+  const std::vector<ParamView>& params() const override { return views_; }
+  std::size_t num_params() const override { return num_params_; }
+  std::size_t input_features() const override { return dims_.front(); }
+  std::size_t num_classes() const override { return dims_.back(); }
+  const std::vector<std::size_t>& dims() const { return dims_; }
+
+  void reserve(std::size_t max_batch, MemoryTracker& tracker) override;
+  // U(-1/sqrt(in), 1/sqrt(in)) for weights and biases: nn.Linear.reset_parameters().
+  void init_params(T* params, std::uint64_t seed) const override;
+  void forward(const T* params, const T* x, std::size_t batch, T* logits) override;
+  void backward(const T* params, const T* x, const T* dlogits, std::size_t batch, T* grads,
+                const std::function<void(std::size_t)>& on_grad_ready) override;
+
+ private:
+  std::size_t layers() const { return dims_.size() - 1; }
+  std::vector<std::size_t> dims_;
+  std::vector<ParamView> views_;
+  std::size_t num_params_ = 0;
+  std::size_t max_batch_ = 0;
+  // acts_[l]: output of hidden layer l after ReLU, [max_batch, dims_[l+1]] (l < layers()-1).
+  std::vector<TrackedBuffer<T>> acts_;
+  // Two gradient scratch buffers [max_batch, max hidden width], ping-ponged during backward.
+  TrackedBuffer<T> dact_[2];
+};
+
+// Builds the workload named `workload` ("mlp") for inputs of `input_features` floats and
+// `num_classes` classes; hidden: the hidden layer widths. Throws InputError naming an unknown
+// workload or a bad width.
+std::unique_ptr<Model> make_model(const std::string& workload, std::size_t input_features,
+                                  const std::vector<int>& hidden, std::size_t num_classes);
+
+}  // namespace dpbench
