@@ -14,6 +14,12 @@ namespace dpbench {
 
 namespace {
 int mod(int a, int p) { return ((a % p) + p) % p; }
+
+// Slice length of the chain pipeline: at most kSliceElems, and at least 8 slices per message
+// so that the pipeline fills and a relay's two-slice scratch stays at most n/4.
+std::size_t chain_slice(std::size_t n) {
+  return std::min(LocalCommunicator::kSliceElems, std::max<std::size_t>(1, (n + 7) / 8));
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -171,7 +177,7 @@ void LocalCommunicator::reduce_sum(float* buf, std::size_t n, int root) {
   check_root(root, "reduce");
   const int p = world_size();
   if (p == 1 || n == 0) return;
-  const std::size_t slice = std::min(n, kSliceElems);
+  const std::size_t slice = chain_slice(n);
   const std::size_t num_slices = (n + slice - 1) / slice;
   const int pos = mod(rank_ - root - 1, p);
   const bool relay = pos > 0 && pos < p - 1;
@@ -201,7 +207,7 @@ void LocalCommunicator::broadcast(float* buf, std::size_t n, int root) {
   check_root(root, "broadcast");
   const int p = world_size();
   if (p == 1 || n == 0) return;
-  const std::size_t slice = std::min(n, kSliceElems);
+  const std::size_t slice = chain_slice(n);
   const std::size_t num_slices = (n + slice - 1) / slice;
   const int pos = mod(rank_ - root, p);
   publish(buf);

@@ -6,8 +6,8 @@
 //   allreduce_sum: ring reduce-scatter + all-gather, 2(p-1) steps, each rank sends and receives
 //                  2(p-1)/p * n elements (Patarasuk & Yuan 2009).
 //   reduce_sum, broadcast: pipelined chain along the ring towards/from the root, in slices of at
-//                  most kSliceElems (as NCCL's ring reduce/broadcast): each rank moves n elements
-//                  at most once; relay ranks hold a two-slice scratch buffer.
+//                  most kSliceElems and at most n/8 (as NCCL's ring reduce/broadcast): each rank
+//                  moves n elements at most once; relay ranks hold a two-slice scratch buffer.
 //   scatterv/gatherv: every rank copies its part from/to the root.
 //   send/recv: rendezvous mailboxes (the sender returns once the receiver has copied).
 // Not for: multiple processes (see the mpi and nccl backends).

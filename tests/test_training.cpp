@@ -1,0 +1,239 @@
+// Tests of the two training modes against each other and against their definitions: the same
+// parameters after 20 steps (ps vs allreduce, 1 rank vs 4, p2p vs collective), torch.chunk
+// scatter sizes, the reducer's memory imbalance, byte counts equal to the transports' formulas,
+// and a failing rank that ends the run with its rank named instead of hanging.
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "allreduce/ddp_trainer.hpp"
+#include "core/error.hpp"
+#include "ps/parameter_server.hpp"
+#include "workloads/synthetic.hpp"
+
+namespace dpbench {
+namespace {
+
+constexpr std::size_t kFeatures = 48;
+constexpr std::size_t kClasses = 10;
+
+std::unique_ptr<Dataset> small_dataset(std::int64_t n = 2048) {
+  return make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, n, 5);
+}
+
+TrainConfig small_config(const std::string& mode, int world_size, std::size_t batch) {
+  TrainConfig c;
+  c.mode = mode;
+  c.world_size = world_size;
+  c.global_batch = batch;
+  c.hidden = {32, 24};
+  c.max_steps = 20;
+  c.warmup_steps = 2;
+  c.epochs = 1;
+  c.lr = 0.05f;
+  c.momentum = 0.9f;
+  c.seed = 11;
+  c.evaluate = false;
+  c.keep_final_params = true;
+  c.timeout = std::chrono::seconds(60);
+  return c;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// The run took its 20 steps and kept its parameters (AllreduceOneRankMatchesFourRanks also checks
+// that 20 steps move the parameters far more than the agreement tolerance).
+void expect_trained(const RunResult& r) {
+  ASSERT_EQ(r.steps_total, 20);
+  ASSERT_EQ(r.final_params.size(), r.num_params);
+  ASSERT_GT(r.epoch_train_loss.size(), 0u);
+}
+
+TEST(Agreement, PsAndAllreduceMatchAfter20Steps) {
+  const auto data = small_dataset();
+  const TrainData td{data.get(), nullptr};
+  const RunResult ps = train_parameter_server(small_config("ps", 4, 64), td);
+  const RunResult ar = train_allreduce(small_config("allreduce", 4, 64), td);
+  expect_trained(ps);
+  expect_trained(ar);
+  EXPECT_LT(relative_l2(ps.final_params, ar.final_params), 1e-5);
+  EXPECT_NEAR(ps.final_train_loss, ar.final_train_loss, 1e-4);
+}
+
+TEST(Agreement, PsP2pMatchesPsCollective) {
+  const auto data = small_dataset();
+  const TrainData td{data.get(), nullptr};
+  TrainConfig p2p = small_config("ps", 3, 60);
+  p2p.transport = "p2p";
+  const RunResult a = train_parameter_server(p2p, td);
+  const RunResult b = train_parameter_server(small_config("ps", 3, 60), td);
+  EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
+}
+
+TEST(Agreement, AllreduceOneRankMatchesFourRanks) {
+  const auto data = small_dataset();
+  const TrainData td{data.get(), nullptr};
+  const RunResult one = train_allreduce(small_config("allreduce", 1, 64), td);
+  const RunResult four = train_allreduce(small_config("allreduce", 4, 64), td);
+  EXPECT_LT(relative_l2(four.final_params, one.final_params), 1e-5);
+  // ...and training moved the parameters far more than that.
+  const RunResult zero_steps = [&] {
+    TrainConfig c = small_config("allreduce", 1, 64);
+    c.max_steps = 0;
+    return train_allreduce(c, td);
+  }();
+  EXPECT_GT(relative_l2(one.final_params, zero_steps.final_params), 1e-2);
+}
+
+TEST(Agreement, PsWithAnIdleRankMatchesSingleRank) {
+  // B=6 over 4 ranks: chunks 2,2,2,0, rank 3 idles (as DataParallel would not use its GPU).
+  const auto data = small_dataset();
+  const TrainData td{data.get(), nullptr};
+  const RunResult ps = train_parameter_server(small_config("ps", 4, 6), td);
+  const RunResult single = train_allreduce(small_config("allreduce", 1, 6), td);
+  EXPECT_EQ(ps.ranks[3].local_batch, 0u);
+  EXPECT_LT(relative_l2(ps.final_params, single.final_params), 1e-5);
+}
+
+TEST(ParameterServer, ChunkSizesFollowTorchChunk) {
+  EXPECT_EQ(chunk_sizes(10, 4), (std::vector<std::size_t>{3, 3, 3, 1}));
+  EXPECT_EQ(chunk_sizes(6, 4), (std::vector<std::size_t>{2, 2, 2, 0}));
+  EXPECT_EQ(chunk_sizes(256, 4), (std::vector<std::size_t>{64, 64, 64, 64}));
+  EXPECT_EQ(chunk_sizes(1, 3), (std::vector<std::size_t>{1, 0, 0}));
+}
+
+TEST(Memory, ReducerHoldsMasterStateBeyondEveryWorker) {
+  const auto data = small_dataset();
+  for (const std::string transport : {"collective", "p2p"}) {
+    TrainConfig c = small_config("ps", 4, 64);
+    c.transport = transport;
+    const RunResult r = train_parameter_server(c, TrainData{data.get(), nullptr});
+    const auto master_bytes = static_cast<std::int64_t>(3 * r.num_params * sizeof(float));
+    for (std::size_t w = 1; w < r.ranks.size(); ++w) {
+      EXPECT_GE(r.ranks[0].memory.peak_bytes - r.ranks[w].memory.peak_bytes, master_bytes)
+          << transport << " worker " << w;
+      EXPECT_EQ(r.ranks[w].memory.peak_by_category.at("optimizer_state"), 0);
+    }
+    EXPECT_EQ(r.ranks[0].memory.peak_by_category.at("optimizer_state"),
+              static_cast<std::int64_t>(r.num_params * sizeof(float)));
+  }
+}
+
+TEST(Memory, AllreduceRanksWithinFivePercent) {
+  const auto data = small_dataset();
+  const RunResult r = train_allreduce(small_config("allreduce", 4, 64), TrainData{data.get(), nullptr});
+  std::int64_t lo = r.ranks[0].memory.peak_bytes, hi = lo;
+  for (const auto& rank : r.ranks) {
+    lo = std::min(lo, rank.memory.peak_bytes);
+    hi = std::max(hi, rank.memory.peak_bytes);
+    EXPECT_EQ(rank.memory.peak_by_category.at("optimizer_state"),
+              static_cast<std::int64_t>(r.num_params * sizeof(float)));
+  }
+  EXPECT_LE(static_cast<double>(hi), 1.05 * static_cast<double>(lo));
+}
+
+TEST(ByteCounts, PsP2pReducerMovesPMinusOneTimesNEachWay) {
+  const auto data = small_dataset();
+  const int p = 4;
+  const std::size_t B = 10;  // chunks 3,3,3,1
+  TrainConfig c = small_config("ps", p, B);
+  c.transport = "p2p";
+  const RunResult r = train_parameter_server(c, TrainData{data.get(), nullptr});
+  const auto f = static_cast<std::int64_t>(sizeof(float));
+  const auto n = static_cast<std::int64_t>(r.num_params);
+  const std::int64_t others = static_cast<std::int64_t>(B) - 3;  // rows not kept by the reducer
+  const std::int64_t F = kFeatures, C = kClasses;
+  // Reducer: parameters out to p-1 workers, their gradients in; plus inputs and d(logits) out
+  // and logits in for the rows it scatters.
+  EXPECT_EQ(r.ranks[0].comm_per_step.bytes_sent, f * ((p - 1) * n + others * F + others * C));
+  EXPECT_EQ(r.ranks[0].comm_per_step.bytes_received, f * ((p - 1) * n + others * C));
+  const std::vector<std::int64_t> rows = {3, 3, 3, 1};
+  for (int w = 1; w < p; ++w) {
+    EXPECT_EQ(r.ranks[static_cast<std::size_t>(w)].comm_per_step.bytes_sent, f * (n + rows[w] * C));
+    EXPECT_EQ(r.ranks[static_cast<std::size_t>(w)].comm_per_step.bytes_received,
+              f * (n + rows[w] * F + rows[w] * C));
+  }
+}
+
+TEST(ByteCounts, AllreduceRanksMoveTwoTimesPMinusOneOverPTimesN) {
+  const auto data = small_dataset();
+  for (int p : {2, 3, 4}) {
+    TrainConfig c = small_config("allreduce", p, 60);
+    const RunResult r = train_allreduce(c, TrainData{data.get(), nullptr});
+    const double n = static_cast<double>(r.num_params);
+    std::int64_t total = 0;
+    for (const auto& rank : r.ranks) {
+      EXPECT_NEAR(static_cast<double>(rank.comm_per_step.bytes_sent), 2.0 * (p - 1) / p * n * 4,
+                  2.0 * (p - 1) * 4)
+          << "p=" << p;
+      total += rank.comm_per_step.bytes_sent;
+    }
+    EXPECT_EQ(total, static_cast<std::int64_t>(2 * (p - 1) * r.num_params * sizeof(float)));
+  }
+}
+
+// A dataset whose samples from index `bad` on cannot be decoded.
+class FailingDataset final : public Dataset {
+ public:
+  explicit FailingDataset(std::int64_t bad) : inner_(small_dataset()), bad_(bad) {}
+  std::int64_t size() const override { return inner_->size(); }
+  SampleShape shape() const override { return inner_->shape(); }
+  int num_classes() const override { return inner_->num_classes(); }
+  int load(std::int64_t index, float* out) const override {
+    if (index >= bad_) throw Error("sample " + std::to_string(index) + " is corrupt");
+    return inner_->load(index, out);
+  }
+  std::string name() const override { return "failing"; }
+
+ private:
+  std::unique_ptr<Dataset> inner_;
+  std::int64_t bad_;
+};
+
+TEST(Failures, FailingRankEndsRunWithRankNamedNoHang) {
+  FailingDataset data(1500);
+  for (const std::string mode : {"ps", "allreduce"}) {
+    TrainConfig c = small_config(mode, 4, 64);
+    c.max_steps = -1;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      if (mode == "ps") {
+        train_parameter_server(c, TrainData{&data, nullptr});
+      } else {
+        train_allreduce(c, TrainData{&data, nullptr});
+      }
+      ADD_FAILURE() << mode << ": expected the run to fail";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank "), std::string::npos) << what;
+      EXPECT_NE(what.find("is corrupt"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  }
+}
+
+TEST(Config, BadValuesAreInputErrors) {
+  const auto data = small_dataset(100);
+  const TrainData td{data.get(), nullptr};
+  EXPECT_THROW(train_allreduce(small_config("allreduce", 0, 8), td), InputError);
+  EXPECT_THROW(train_allreduce(small_config("allreduce", 4, 0), td), InputError);
+  EXPECT_THROW(train_parameter_server(small_config("ps", 101, 8), td), InputError);   // ranks > samples
+  EXPECT_THROW(train_allreduce(small_config("allreduce", 3, 8), td), InputError);     // 8 % 3 != 0
+  TrainConfig bad_transport = small_config("ps", 2, 8);
+  bad_transport.transport = "carrier-pigeon";
+  EXPECT_THROW(train_parameter_server(bad_transport, td), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench
