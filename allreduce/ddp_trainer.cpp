@@ -13,16 +13,23 @@
 
 namespace dpbench {
 
-RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
-  const Dataset& train = *data.train;
+void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
   validate_config(cfg, train);
-  const auto p = static_cast<std::size_t>(cfg.world_size);
-  if (cfg.global_batch % p != 0) {
+  if (cfg.global_batch % static_cast<std::size_t>(cfg.world_size) != 0) {
     throw InputError(fmt::format(
         "--batch-size {}: not divisible by --ranks {} (allreduce mode gives every rank "
         "global_batch / world_size samples)",
         cfg.global_batch, cfg.world_size));
   }
+  if (!(cfg.bucket_cap_mb > 0)) {
+    throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", cfg.bucket_cap_mb));
+  }
+}
+
+RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
+  const Dataset& train = *data.train;
+  validate_allreduce(cfg, train);
+  const auto p = static_cast<std::size_t>(cfg.world_size);
   const std::size_t local_batch = cfg.global_batch / p;
   const long spe = steps_per_epoch(cfg, train);
   const long total = total_steps(cfg, train);

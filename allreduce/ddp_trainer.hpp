@@ -11,8 +11,11 @@
 
 namespace dpbench {
 
-// Throws InputError on a config this mode cannot run (e.g. a global batch not divisible by the
-// world size) and Error if a rank fails.
+// Throws InputError on a config this mode cannot run with this data (e.g. a global batch not
+// divisible by the world size).
+void validate_allreduce(const TrainConfig& config, const Dataset& train);
+
+// Throws as validate_allreduce does, and Error if a rank fails.
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
 
 }  // namespace dpbench

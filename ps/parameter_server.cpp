@@ -40,13 +40,17 @@ std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size) {
   return sizes;
 }
 
-RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) {
-  const Dataset& train = *data.train;
+void validate_parameter_server(const TrainConfig& cfg, const Dataset& train) {
   validate_config(cfg, train);
   if (cfg.transport != "collective" && cfg.transport != "p2p") {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)",
                                  cfg.transport));
   }
+}
+
+RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) {
+  const Dataset& train = *data.train;
+  validate_parameter_server(cfg, train);
   const bool p2p = cfg.transport == "p2p";
   const std::size_t B = cfg.global_batch;
   const long spe = steps_per_epoch(cfg, train);

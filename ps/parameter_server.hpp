@@ -27,7 +27,10 @@ namespace dpbench {
 // trailing ranks may get 0.
 std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size);
 
-// Throws InputError on a bad config (unknown transport, ...) and Error if a rank fails.
+// Throws InputError on a config this mode cannot run with this data (unknown transport, ...).
+void validate_parameter_server(const TrainConfig& config, const Dataset& train);
+
+// Throws as validate_parameter_server does, and Error if a rank fails.
 RunResult train_parameter_server(const TrainConfig& config, const TrainData& data);
 
 }  // namespace dpbench

@@ -29,11 +29,13 @@
 #include "workloads/distributed_sampler.hpp"
 #include "workloads/fashion_mnist.hpp"
 #include "workloads/synthetic.hpp"
+#include "tests/fixtures.hpp"
 
 namespace dpbench {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace dpbench::testing;  // NOLINT: test fixtures
 
 // ---- DistributedSampler -----------------------------------------------------------------------
 
@@ -323,49 +325,6 @@ TEST(DataLoader, RethrowsDatasetException) {
 }
 
 // ---- Fashion-MNIST ----------------------------------------------------------------------------
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dpbench-test-data-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-void append_be32(std::vector<std::uint8_t>& v, std::uint32_t x) {
-  for (int shift = 24; shift >= 0; shift -= 8) v.push_back(static_cast<std::uint8_t>(x >> shift));
-}
-
-std::vector<std::uint8_t> idx_file(std::uint32_t magic, const std::vector<std::uint32_t>& dims,
-                                   const std::vector<std::uint8_t>& payload) {
-  std::vector<std::uint8_t> v;
-  append_be32(v, magic);
-  for (std::uint32_t d : dims) append_be32(v, d);
-  v.insert(v.end(), payload.begin(), payload.end());
-  return v;
-}
-
-void write_gz(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-            static_cast<int>(bytes.size()));
-  ASSERT_EQ(gzclose(f), Z_OK);
-}
-
-// Pixel k of image i in the fake files.
-std::uint8_t fake_pixel(std::size_t i, std::size_t k) {
-  return static_cast<std::uint8_t>((i * 37 + k * 7) % 256);
-}
 
 class FashionMnistFiles : public ::testing::Test {
  protected:

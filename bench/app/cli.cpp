@@ -1,6 +1,9 @@
 #include "bench/app/cli.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <exception>
 
 #include <CLI/CLI.hpp>
@@ -97,8 +100,15 @@ int dpbench_main(int argc, char** argv) {
              "batch; print a comparison table and write one result JSON");
   add_run_options(*run, options);
 
+  // `dpbench --ranks 8 ...` means `dpbench run --ranks 8 ...`: the main job is the default.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0].rfind("-", 0) == 0 && args[0] != "-h" && args[0] != "--help") {
+    args.insert(args.begin(), "run");
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments back to front
+
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

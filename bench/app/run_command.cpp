@@ -165,7 +165,6 @@ int run_command(const RunOptions& o) {
   for (const auto& m : o.modes) find_strategy(m);
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
   const DeviceChoice device = choose_device(o.base.device);
-  if (!device.note.empty() && !o.quiet) fmt::print(stderr, "{}\n", device.note);
   if (o.base.world_size < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", o.base.world_size));
   if (o.base.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
   if (o.base.loader.num_workers < 0) {
@@ -179,7 +178,15 @@ int run_command(const RunOptions& o) {
 
   const LoadedData data = load_data(o);
   const TrainData train_data{data.train.get(), data.test.get()};
+  for (const auto& mode : o.modes) {
+    TrainConfig cfg = o.base;
+    cfg.mode = mode;
+    cfg.device = device.device;
+    find_strategy(mode).validate(cfg, *data.train);
+  }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  // Bad input has been ruled out by now (errors stay one line); say what device was picked.
+  if (!device.note.empty() && !o.quiet) fmt::print(stderr, "{}\n", device.note);
 
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;

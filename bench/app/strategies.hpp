@@ -12,6 +12,7 @@ namespace dpbench {
 struct Strategy {
   std::string name;         // the --mode value
   std::string description;  // one line for --help
+  void (*validate)(const TrainConfig&, const Dataset&);  // throws InputError; runs before any training
   StrategyFn train;
 };
 

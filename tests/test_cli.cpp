@@ -1,0 +1,197 @@
+// Tests of the dpbench command as a user meets it: bad input is one line on stderr naming the
+// input, exit code 2 and no result file; a good run prints the table and writes a file that
+// validates against the JSON Schema; and the default main job meets its acceptance figures.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/fixtures.hpp"
+#include "workloads/fashion_mnist.hpp"
+
+namespace dpbench {
+namespace {
+
+using namespace dpbench::testing;  // NOLINT: test fixtures
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a shell command line, capturing stdout and stderr separately.
+Outcome shell(const std::string& command, const fs::path& scratch) {
+  const fs::path out = scratch / "stdout.txt", err = scratch / "stderr.txt";
+  const std::string line = command + " >" + out.string() + " 2>" + err.string();
+  const int status = std::system(line.c_str());
+  Outcome o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(out);
+  o.err = slurp(err);
+  return o;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  Outcome dpbench(const std::string& args) {
+    return shell(std::string(DPBENCH_BINARY) + " run " + args + " --out " + result().string(), tmp_.path());
+  }
+  fs::path result() const { return tmp_.path() / "result.json"; }
+  // Asserts the contract for bad input: exit 2, one line naming `needle`, no result file.
+  void expect_input_error(const std::string& args, const std::string& needle) {
+    const Outcome o = dpbench(args);
+    EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << args << "\n" << o.err;
+    EXPECT_NE(o.err.find(needle), std::string::npos) << args << "\n" << o.err;
+    EXPECT_FALSE(fs::exists(result())) << args;
+    EXPECT_FALSE(fs::exists(result().string() + ".tmp")) << args;
+  }
+  fs::path fake_data(std::uint32_t n_train = 300, std::uint32_t n_test = 50) {
+    const fs::path dir = tmp_.path() / "data";
+    fs::create_directories(dir);
+    write_fake_fashion_mnist(dir, n_train, n_test);
+    return dir;
+  }
+  std::string synthetic(const std::string& extra) {
+    return "--data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 -q " + extra;
+  }
+  TempDir tmp_;
+};
+
+TEST_F(Cli, MissingDataDirectory) {
+  expect_input_error("--data-dir /nonexistent/dpbench-data", "/nonexistent/dpbench-data");
+}
+
+TEST_F(Cli, TruncatedGz) {
+  const fs::path dir = fake_data();
+  const fs::path images = dir / "train-images-idx3-ubyte.gz";
+  fs::resize_file(images, fs::file_size(images) / 2);
+  expect_input_error("--data-dir " + dir.string(), "train-images-idx3-ubyte.gz");
+  EXPECT_NE(dpbench("--data-dir " + dir.string()).err.find("truncated"), std::string::npos);
+}
+
+TEST_F(Cli, WrongIdxMagic) {
+  const fs::path dir = fake_data();
+  write_gz(dir / "train-labels-idx1-ubyte.gz", idx_file(0x803, {300}, std::vector<std::uint8_t>(300, 1)));
+  expect_input_error("--data-dir " + dir.string(), "magic");
+}
+
+TEST_F(Cli, LabelOutOfRange) {
+  const fs::path dir = fake_data();
+  std::vector<std::uint8_t> labels(300, 2);
+  labels[17] = 10;
+  write_gz(dir / "train-labels-idx1-ubyte.gz", idx_file(0x801, {300}, labels));
+  expect_input_error("--data-dir " + dir.string(), "train-labels-idx1-ubyte.gz");
+}
+
+TEST_F(Cli, ImageLabelCountMismatch) {
+  const fs::path dir = fake_data();
+  write_gz(dir / "t10k-labels-idx1-ubyte.gz", idx_file(0x801, {49}, std::vector<std::uint8_t>(49, 1)));
+  expect_input_error("--data-dir " + dir.string(), "t10k");
+}
+
+TEST_F(Cli, BatchSizeZero) { expect_input_error(synthetic("--batch-size 0"), "--batch-size"); }
+TEST_F(Cli, RanksZero) { expect_input_error(synthetic("--ranks 0"), "--ranks"); }
+TEST_F(Cli, MoreRanksThanSamples) {
+  expect_input_error("--data synthetic --input 16 --synthetic-samples 3 --ranks 4 --batch-size 4",
+                     "more ranks than");
+}
+TEST_F(Cli, UnknownWorkload) { expect_input_error(synthetic("--workload resnet9000"), "resnet9000"); }
+TEST_F(Cli, UnknownMode) { expect_input_error(synthetic("--mode ps,zero3"), "zero3"); }
+TEST_F(Cli, UnknownTransport) { expect_input_error(synthetic("--transport smoke"), "smoke"); }
+TEST_F(Cli, UnparsableNumber) { expect_input_error(synthetic("--ranks four"), "--ranks"); }
+TEST_F(Cli, UnknownDevice) { expect_input_error(synthetic("--device tpu"), "tpu"); }
+
+TEST_F(Cli, CudaWithoutUsableGpuIsOneLine) {
+  const Outcome o = dpbench(synthetic("--device cuda"));
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  EXPECT_NE(o.err.find("--device cuda"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(result()));
+}
+
+TEST_F(Cli, HelpExplainsOptionsInTheFieldsTerms) {
+  const Outcome o = shell(std::string(DPBENCH_BINARY) + " run --help", tmp_.path());
+  EXPECT_EQ(o.exit_code, 0);
+  for (const char* word : {"--bucket-cap-mb", "--num-workers", "world_size", "DataParallel",
+                           "DistributedDataParallel", "prefetch_factor", "--data-dir"}) {
+    EXPECT_NE(o.out.find(word), std::string::npos) << word;
+  }
+}
+
+TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
+  const Outcome o = dpbench(synthetic("--ranks 2 --batch-size 20 --max-steps 25"));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("throughput (samples/s, median)"), std::string::npos) << o.out;
+  ASSERT_TRUE(fs::exists(result()));
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_EQ(doc["runs"][0]["mode"], "ps");
+  EXPECT_EQ(doc["runs"][1]["mode"], "allreduce");
+  EXPECT_EQ(doc["runs"][0]["steps"]["timed"], 20);  // 25 steps minus 5 warm-up
+  EXPECT_EQ(doc["runs"][0]["step_time_s"]["samples"].size(), 20u);
+
+  const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py ";
+  const Outcome good = shell(validate + result().string(), tmp_.path());
+  EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
+
+  // The validator must reject a file that breaks the schema.
+  auto broken = doc;
+  broken["runs"][1]["memory"].erase("per_rank");
+  const fs::path bad = tmp_.path() / "broken.json";
+  std::ofstream(bad) << broken.dump();
+  const Outcome rejected = shell(validate + bad.string(), tmp_.path());
+  EXPECT_EQ(rejected.exit_code, 1) << rejected.out << rejected.err;
+  EXPECT_NE(rejected.out.find("per_rank"), std::string::npos) << rejected.out;
+}
+
+// The README's main job, with its defaults: both modes reach 84% test accuracy, the reducer
+// holds at least its master parameters, gradients and momentum beyond every other rank, and
+// allreduce ranks are within 5% of each other.
+TEST_F(Cli, DefaultMainJobMeetsAcceptanceFigures) {
+  if (!fs::exists(fs::path(kFashionMnistDefaultDir) / "train-images-idx3-ubyte.gz") &&
+      std::getenv("DPBENCH_DATA_DIR") == nullptr) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  }
+  const Outcome o = dpbench("-q");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  for (const auto& run : doc["runs"]) {
+    EXPECT_GE(run["quality"]["test_accuracy"].get<double>(), 0.84) << run["mode"];
+    EXPECT_EQ(run["world_size"], 4);
+  }
+  const auto& ps = doc["runs"][0];
+  ASSERT_EQ(ps["mode"], "ps");
+  const auto master = static_cast<std::int64_t>(3 * ps["num_params"].get<std::int64_t>() * 4);
+  const auto& mem = ps["memory"]["per_rank"];
+  for (std::size_t r = 1; r < mem.size(); ++r) {
+    EXPECT_GE(mem[0]["peak_bytes"].get<std::int64_t>() - mem[r]["peak_bytes"].get<std::int64_t>(), master);
+  }
+  EXPECT_GT(ps["memory"]["imbalance_max_over_mean"].get<double>(), 1.0);
+  const auto& ar = doc["runs"][1]["memory"]["per_rank"];
+  std::int64_t lo = ar[0]["peak_bytes"], hi = lo;
+  for (const auto& r : ar) {
+    lo = std::min<std::int64_t>(lo, r["peak_bytes"]);
+    hi = std::max<std::int64_t>(hi, r["peak_bytes"]);
+  }
+  EXPECT_LE(static_cast<double>(hi), 1.05 * static_cast<double>(lo));
+}
+
+}  // namespace
+}  // namespace dpbench
