@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Quick start 2: install, build, then run every test with ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+ctest --preset release -j"$(nproc)"
