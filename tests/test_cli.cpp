@@ -115,6 +115,11 @@ TEST_F(Cli, UnknownWorkload) { expect_input_error(synthetic("--workload resnet90
 TEST_F(Cli, UnknownMode) { expect_input_error(synthetic("--mode ps,zero3"), "zero3"); }
 TEST_F(Cli, UnknownTransport) { expect_input_error(synthetic("--transport smoke"), "smoke"); }
 TEST_F(Cli, UnparsableNumber) { expect_input_error(synthetic("--ranks four"), "--ranks"); }
+TEST_F(Cli, MaxStepsZero) { expect_input_error(synthetic("--max-steps 0"), "--max-steps"); }
+TEST_F(Cli, WarmupCoversWholeRun) {
+  expect_input_error(synthetic("--max-steps 3 --warmup-steps 5"), "--warmup-steps");
+}
+TEST_F(Cli, TimeoutNotANumber) { expect_input_error(synthetic("--timeout soon"), "--timeout"); }
 TEST_F(Cli, UnknownDevice) { expect_input_error(synthetic("--device tpu"), "tpu"); }
 
 TEST_F(Cli, CudaWithoutUsableGpuIsOneLine) {

@@ -76,10 +76,9 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--classes", o.classes, "synthetic: number of classes")->capture_default_str();
   run.add_option("--synthetic-samples", o.synthetic_samples, "synthetic: training samples")
       ->capture_default_str();
-  run.add_option("--timeout", [&c](const std::vector<std::string>& v) {
-        c.timeout = std::chrono::milliseconds(static_cast<long>(std::stod(v.at(0)) * 1000.0));
-        return true;
-      }, "Seconds a rank waits for its peers before the whole run is aborted (default 300)");
+  run.add_option("--timeout", o.timeout_s,
+                 "Seconds a rank waits for its peers before the whole run is aborted")
+      ->capture_default_str();
   run.add_option("--out,-o", o.out, "Result JSON path (default results/dpbench-run-<time>.json)");
   run.add_flag("--no-eval", [&c](std::int64_t) { c.evaluate = false; }, "Skip the test-set evaluation");
   run.add_flag("--quiet,-q", o.quiet, "Only print the table");

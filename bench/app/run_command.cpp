@@ -173,16 +173,27 @@ int run_command(const RunOptions& o) {
   if (o.base.loader.prefetch_factor < 1) {
     throw InputError(fmt::format("--prefetch-factor {}: must be >= 1", o.base.loader.prefetch_factor));
   }
+  if (o.base.max_steps == 0 || o.base.max_steps < -1) {
+    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", o.base.max_steps));
+  }
+  if (!(o.timeout_s > 0)) throw InputError(fmt::format("--timeout {}: must be positive", o.timeout_s));
   make_model(o.base.workload, 1, o.base.hidden, 2);  // unknown workload / bad widths
   const std::string out = o.out.empty() ? default_out_path() : o.out;
 
   const LoadedData data = load_data(o);
   const TrainData train_data{data.train.get(), data.test.get()};
+  TrainConfig base = o.base;
+  base.device = device.device;
+  base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
   for (const auto& mode : o.modes) {
-    TrainConfig cfg = o.base;
+    TrainConfig cfg = base;
     cfg.mode = mode;
-    cfg.device = device.device;
     find_strategy(mode).validate(cfg, *data.train);
+  }
+  const long steps = total_steps(base, *data.train);
+  if (base.warmup_steps >= steps) {
+    throw InputError(fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps",
+                                 base.warmup_steps, steps));
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   // Bad input has been ruled out by now (errors stay one line); say what device was picked.
@@ -191,9 +202,8 @@ int run_command(const RunOptions& o) {
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
   for (const auto& mode : o.modes) {
-    TrainConfig cfg = o.base;
+    TrainConfig cfg = base;
     cfg.mode = mode;
-    cfg.device = device.device;
     // Give each rank an equal share of the cores for its GEMMs.
     cpu::set_blas_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(cfg.world_size))));
     if (!o.quiet) {
@@ -221,7 +231,7 @@ int run_command(const RunOptions& o) {
   doc["schema"] = {{"name", kSchemaName}, {"version", kSchemaVersion}};
   doc["created"] = utc_timestamp();
   doc["env"] = collect_env();
-  nlohmann::json config = config_to_json(o.base);
+  nlohmann::json config = config_to_json(base);
   config.erase("mode");
   config["modes"] = o.modes;
   config["data"] = o.data;

@@ -17,6 +17,7 @@ struct RunOptions {
   std::string input_shape = "1x28x28";            // synthetic only
   int classes = 10;                               // synthetic only
   long synthetic_samples = 60000;                 // synthetic only (train; test is 1/6 of it)
+  double timeout_s = 300;                         // sets base.timeout
   std::string out;                                // "" -> results/dpbench-run-<time>.json
   bool quiet = false;
 };
