@@ -121,17 +121,8 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
     comm.allreduce_sum(losses.data(), losses.size());
     if (rank == 0) {
       result.steps_timed = static_cast<long>(me.steps.size());
-      for (std::size_t e = 0; e < losses.size(); ++e) {
-        if (steps_in_epoch[e] == 0) continue;
-        result.epoch_train_loss.push_back(
-            losses[e] / static_cast<double>(steps_in_epoch[e] * static_cast<long>(cfg.global_batch)));
-      }
-      result.final_train_loss = result.epoch_train_loss.empty() ? 0 : result.epoch_train_loss.back();
-      result.num_params = n;
-      if (cfg.keep_final_params) result.final_params.assign(params.begin(), params.end());
-      if (cfg.evaluate && data.test != nullptr) {
-        result.test_accuracy = evaluate_accuracy(cfg, *data.test, params.data());
-      }
+      finish_result(result, data, std::vector<double>(losses.begin(), losses.end()), steps_in_epoch,
+                    params.data(), n);
     }
   });
   return result;

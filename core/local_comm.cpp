@@ -168,61 +168,60 @@ void LocalCommunicator::allgather(const float* send, float* recv, std::size_t n)
   }
 }
 
+// A pipelined chain over the ring: position `pos` of p, the message cut into slices of
+// chain_slice(n). At step t, position j >= 1 handles slice k = t-(j-1), which position j-1
+// handled in step t-1, so one barrier per step is all the synchronisation needed. Calls
+// fn(k, offset, length) for this rank's slices and returns after the last step's barrier.
+template <typename SliceFn>
+void LocalCommunicator::chain_pipeline(std::size_t n, int pos, SliceFn fn) {
+  const std::size_t slice = chain_slice(n);
+  const auto num_slices = static_cast<long>((n + slice - 1) / slice);
+  const long steps = num_slices + world_size() - 2;
+  for (long t = 0; t < steps; ++t) {
+    const long k = t - (pos - 1);
+    if (pos >= 1 && k >= 0 && k < num_slices) {
+      const std::size_t off = static_cast<std::size_t>(k) * slice;
+      fn(k, off, std::min(slice, n - off));
+    }
+    group_->barrier(rank_);
+  }
+  count(pos < world_size() - 1 ? n : 0, pos > 0 ? n : 0);
+}
+
 // Pipelined chain reduce. Position j of the chain is rank (root+1+j) mod p, so the chain ends at
-// the root (position p-1). At step t, position j >= 1 handles slice k = t-(j-1): it reads the
-// partial sum of slice k from position j-1 (position 0 exposes its own buf) and writes
-// partial + own slice into its scratch (double-buffered by slice parity) or, at the root, into
-// buf. Position j-1 produced slice k in step t-1, so one barrier per step suffices.
+// the root (position p-1). Position j >= 1 reads the partial sum of a slice from position j-1
+// (position 0 exposes its own buf) and writes partial + own slice into its scratch
+// (double-buffered by slice parity) or, at the root, into buf.
 void LocalCommunicator::reduce_sum(float* buf, std::size_t n, int root) {
   check_root(root, "reduce");
   const int p = world_size();
   if (p == 1 || n == 0) return;
   const std::size_t slice = chain_slice(n);
-  const std::size_t num_slices = (n + slice - 1) / slice;
   const int pos = mod(rank_ - root - 1, p);
   const bool relay = pos > 0 && pos < p - 1;
   float* my_scratch = relay ? scratch(2 * slice) : nullptr;
   publish(buf, my_scratch);
   const int prev = mod(rank_ - 1, p);
-  const auto steps = static_cast<long>(num_slices) + p - 2;
-  for (long t = 0; t < steps; ++t) {
-    const long k = t - (pos - 1);
-    if (pos >= 1 && k >= 0 && k < static_cast<long>(num_slices)) {
-      const std::size_t off = static_cast<std::size_t>(k) * slice;
-      const std::size_t len = std::min(slice, n - off);
-      const std::size_t parity = static_cast<std::size_t>(k % 2) * slice;
-      const float* in = pos == 1 ? peer<float>(prev, 0) + off : peer<float>(prev, 1) + parity;
-      const float* own = buf + off;
-      float* out = pos == p - 1 ? buf + off : my_scratch + parity;
-      for (std::size_t i = 0; i < len; ++i) out[i] = in[i] + own[i];
-    }
-    group_->barrier(rank_);
-  }
-  count(pos < p - 1 ? n : 0, pos > 0 ? n : 0);
+  chain_pipeline(n, pos, [&](long k, std::size_t off, std::size_t len) {
+    const std::size_t parity = static_cast<std::size_t>(k % 2) * slice;
+    const float* in = pos == 1 ? peer<float>(prev, 0) + off : peer<float>(prev, 1) + parity;
+    const float* own = buf + off;
+    float* out = pos == p - 1 ? buf + off : my_scratch + parity;
+    for (std::size_t i = 0; i < len; ++i) out[i] = in[i] + own[i];
+  });
 }
 
-// Pipelined chain broadcast: position j is rank (root+j) mod p; at step t position j >= 1
-// copies slice t-(j-1) from position j-1.
+// Pipelined chain broadcast: position j is rank (root+j) mod p and copies each slice from
+// position j-1.
 void LocalCommunicator::broadcast(float* buf, std::size_t n, int root) {
   check_root(root, "broadcast");
   const int p = world_size();
   if (p == 1 || n == 0) return;
-  const std::size_t slice = chain_slice(n);
-  const std::size_t num_slices = (n + slice - 1) / slice;
-  const int pos = mod(rank_ - root, p);
   publish(buf);
   const int prev = mod(rank_ - 1, p);
-  const auto steps = static_cast<long>(num_slices) + p - 2;
-  for (long t = 0; t < steps; ++t) {
-    const long k = t - (pos - 1);
-    if (pos >= 1 && k >= 0 && k < static_cast<long>(num_slices)) {
-      const std::size_t off = static_cast<std::size_t>(k) * slice;
-      const std::size_t len = std::min(slice, n - off);
-      std::memcpy(buf + off, peer<float>(prev) + off, len * sizeof(float));
-    }
-    group_->barrier(rank_);
-  }
-  count(pos < p - 1 ? n : 0, pos > 0 ? n : 0);
+  chain_pipeline(n, mod(rank_ - root, p), [&](long, std::size_t off, std::size_t len) {
+    std::memcpy(buf + off, peer<float>(prev) + off, len * sizeof(float));
+  });
 }
 
 void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_t>& counts,

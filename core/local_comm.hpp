@@ -102,6 +102,8 @@ class LocalCommunicator final : public Communicator {
   void check_root(int root, const char* op) const;
   void ring_reduce_scatter(float* buf, std::size_t n);
   void ring_all_gather(float* buf, std::size_t n);
+  template <typename SliceFn>
+  void chain_pipeline(std::size_t n, int pos, SliceFn fn);
   float* scratch(std::size_t elems);
 
   std::shared_ptr<LocalGroup> group_;

@@ -132,6 +132,20 @@ long total_steps(const TrainConfig& config, const Dataset& train) {
   return config.max_steps >= 0 ? std::min(all, config.max_steps) : all;
 }
 
+void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
+                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n) {
+  const TrainConfig& cfg = result.config;
+  for (std::size_t e = 0; e < loss_sums.size() && e < steps_in_epoch.size(); ++e) {
+    if (steps_in_epoch[e] == 0) continue;
+    result.epoch_train_loss.push_back(
+        loss_sums[e] / static_cast<double>(steps_in_epoch[e] * static_cast<long>(cfg.global_batch)));
+  }
+  result.final_train_loss = result.epoch_train_loss.empty() ? 0 : result.epoch_train_loss.back();
+  result.num_params = n;
+  if (cfg.keep_final_params) result.final_params.assign(params, params + n);
+  if (cfg.evaluate && data.test != nullptr) result.test_accuracy = evaluate_accuracy(cfg, *data.test, params);
+}
+
 void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,
                  const MemoryTracker& tracker) {
   if (timed_steps > 0) {

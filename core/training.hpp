@@ -130,6 +130,12 @@ void validate_config(const TrainConfig& config, const Dataset& train);
 // Total steps of the run (epochs x steps_per_epoch, capped by max_steps).
 long total_steps(const TrainConfig& config, const Dataset& train);
 
+// Rank 0's last act in every mode: per-epoch mean losses from per-epoch loss sums (over all
+// ranks) and step counts, the final loss, parameter count, a copy of the parameters if asked,
+// and the test accuracy of params[n].
+void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
+                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n);
+
 // Fills steps_timed/warnings common to every mode and the comm bytes per step of each rank.
 void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,
                  const MemoryTracker& tracker);

@@ -99,7 +99,8 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       model->init_params(master_params.data(), cfg.seed);
     }
 
-    double loss_sum = 0;
+    std::vector<double> loss_sum(static_cast<std::size_t>(cfg.epochs), 0.0);
+    std::vector<long> steps_in_epoch(static_cast<std::size_t>(cfg.epochs), 0);
     CommStats timed_start = comm.stats();
     long step = 0;
     for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
@@ -145,7 +146,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         comm.gatherv(chunk_logits.data(), logit_counts, logits_all.data(), kReducer);
         rec.phases.comm += clock.lap();
         if (reducer) {
-          loss_sum += cpu::softmax_cross_entropy(logits_all.data(), batch->labels.data(), B, classes,
+          loss_sum[static_cast<std::size_t>(epoch)] += cpu::softmax_cross_entropy(logits_all.data(), batch->labels.data(), B, classes,
                                                  dlogits_all.data(), 1.0f / static_cast<float>(B));
         }
         rec.phases.forward += clock.lap();
@@ -188,10 +189,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         const PhaseTimes& ph = rec.phases;
         rec.step_time = ph.data_wait + ph.comm + ph.forward + ph.backward + ph.optimizer;
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
-        if (reducer && s + 1 == spe) {
-          result.epoch_train_loss.push_back(loss_sum / static_cast<double>(spe * static_cast<long>(B)));
-          loss_sum = 0;
-        }
+        ++steps_in_epoch[static_cast<std::size_t>(epoch)];
       }
     }
     const CommStats end = comm.stats();
@@ -199,18 +197,8 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
                      end.bytes_received - timed_start.bytes_received},
                 static_cast<long>(me.steps.size()), tracker);
     if (reducer) {
-      // A run cut short by max_steps ends mid-epoch: report that partial epoch's mean loss.
-      const long partial = total % spe;
-      if (partial != 0) {
-        result.epoch_train_loss.push_back(loss_sum / static_cast<double>(partial * static_cast<long>(B)));
-      }
-      result.final_train_loss = result.epoch_train_loss.empty() ? 0 : result.epoch_train_loss.back();
       result.steps_timed = static_cast<long>(me.steps.size());
-      result.num_params = n;
-      if (cfg.keep_final_params) result.final_params.assign(master_params.begin(), master_params.end());
-      if (cfg.evaluate && data.test != nullptr) {
-        result.test_accuracy = evaluate_accuracy(cfg, *data.test, master_params.data());
-      }
+      finish_result(result, data, loss_sum, steps_in_epoch, master_params.data(), n);
     }
   });
   return result;

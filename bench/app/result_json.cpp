@@ -80,6 +80,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["global_batch"] = c.global_batch;
   j["num_params"] = run.num_params;
   j["virtual_ranks"] = false;  // CPU ranks are threads; GPU ranks sharing a device set this
+  j["config"] = config_to_json(c);
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", c.warmup_steps}};
 
   const std::vector<double> times = rank0_step_times(run);
