@@ -73,6 +73,8 @@ struct RunResult {
   TrainConfig config;
   std::string dataset;
   std::size_t num_params = 0;
+  std::size_t input_features = 0;  // floats per sample
+  std::size_t num_classes = 0;
   long steps_total = 0;
   long steps_timed = 0;
   std::vector<RankResult> ranks;

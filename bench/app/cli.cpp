@@ -1,39 +1,92 @@
 #include "bench/app/cli.hpp"
 
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
-#include <exception>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/app/project_command.hpp"
 #include "bench/app/run_command.hpp"
+#include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "core/training.hpp"
+
+extern char** environ;
 
 namespace dpbench {
 
 namespace {
 
+// Options every training command shares (not the ones a sweep varies).
+void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
+                        std::string& out, bool& quiet) {
+  app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
+      ->capture_default_str();
+  app.add_option("--epochs", c.epochs, "Passes over the training set")->capture_default_str();
+  app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
+      ->capture_default_str();
+  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--momentum", c.momentum, "SGD momentum (PyTorch semantics, dampening 0)")
+      ->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2)")->capture_default_str();
+  app.add_option("--seed", c.seed,
+                 "Seed of the initial parameters (broadcast from rank 0) and of the "
+                 "DistributedSampler shuffle (seed + epoch)")
+      ->capture_default_str();
+  app.add_option("--hidden", c.hidden, "Hidden layer widths of the MLP, comma list")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", c.bucket_cap_mb,
+                 "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
+      ->capture_default_str();
+  app.add_option("--prefetch-factor", c.loader.prefetch_factor,
+                 "DataLoader prefetch_factor: batches loaded in advance per worker")
+      ->capture_default_str();
+  app.add_option("--data", d.data, "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic")
+      ->capture_default_str();
+  app.add_option("--data-dir", d.data_dir,
+                 "Directory of the Fashion-MNIST .gz files (default: $DPBENCH_DATA_DIR, else "
+                 "/usr/share/datasets/fashion-mnist)");
+  app.add_option("--input", d.input_shape, "synthetic: sample shape CxHxW, e.g. 3x224x224")
+      ->capture_default_str();
+  app.add_option("--classes", d.classes, "synthetic: number of classes")->capture_default_str();
+  app.add_option("--synthetic-samples", d.synthetic_samples, "synthetic: training samples")
+      ->capture_default_str();
+  app.add_option("--timeout", timeout_s,
+                 "Seconds a rank waits for its peers before the whole run is aborted")
+      ->capture_default_str();
+  app.add_option("--out,-o", out, "Result JSON path (default results/dpbench-<command>-<time>.json)");
+  app.add_flag("--no-eval", [&c](std::int64_t) { c.evaluate = false; }, "Skip the test-set evaluation");
+  app.add_flag("--quiet,-q", quiet, "Only print the table / summary");
+}
+
+const char* kModeHelp =
+    "ps (DataParallel: reducer rank 0 sums gradients, steps the optimizer, broadcasts parameters) "
+    "and allreduce (DistributedDataParallel: bucketed ring all-reduce overlapping backward)";
+const char* kTransportHelp =
+    "ps only: collective (reduce + broadcast, as DataParallel over NCCL) or p2p (every worker "
+    "sends to / receives from the reducer: incast)";
+
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& c = o.base;
   run.add_option("--workload", c.workload, "Model to train: mlp (Linear/ReLU stack)")->capture_default_str();
-  run.add_option("--mode", o.modes,
-                 "Synchronisation modes to compare, comma list: ps (DataParallel: reducer rank 0 "
-                 "sums gradients, steps the optimizer, broadcasts parameters) and allreduce "
-                 "(DistributedDataParallel: bucketed ring all-reduce overlapping backward)")
+  run.add_option("--mode", o.modes, std::string("Synchronisation modes to compare, comma list: ") + kModeHelp)
       ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--transport", c.transport,
-                 "ps only: collective (reduce + broadcast, as DataParallel over NCCL) or p2p "
-                 "(every worker sends to / receives from the reducer: incast)")
-      ->capture_default_str();
+  run.add_option("--transport", c.transport, kTransportHelp)->capture_default_str();
   run.add_option("--ranks,--world-size", c.world_size,
                  "world_size: number of ranks (in-process threads, one replica each)")
-      ->capture_default_str();
-  run.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
       ->capture_default_str();
   run.add_option("--comm", c.comm, "Communicator backend: local (dpbench's own ring and chain collectives)")
       ->capture_default_str();
@@ -41,47 +94,61 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "Global batch: samples per optimizer step summed over all ranks (allreduce gives "
                  "each rank batch-size / ranks; ps scatters it in chunks of ceil(batch/ranks))")
       ->capture_default_str();
-  run.add_option("--epochs", c.epochs, "Passes over the training set")->capture_default_str();
-  run.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
-      ->capture_default_str();
-  run.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
-      ->capture_default_str();
-  run.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
-  run.add_option("--momentum", c.momentum, "SGD momentum (PyTorch semantics, dampening 0)")
-      ->capture_default_str();
-  run.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2)")->capture_default_str();
-  run.add_option("--seed", c.seed,
-                 "Seed of the initial parameters (broadcast from rank 0) and of the "
-                 "DistributedSampler shuffle (seed + epoch)")
-      ->capture_default_str();
-  run.add_option("--hidden", c.hidden, "Hidden layer widths of the MLP, comma list")
-      ->delimiter(',')
-      ->capture_default_str();
-  run.add_option("--bucket-cap-mb", c.bucket_cap_mb,
-                 "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
-      ->capture_default_str();
   run.add_option("--num-workers", c.loader.num_workers,
                  "DataLoader num_workers per loading rank: worker threads (0 = load on the training thread)")
       ->capture_default_str();
-  run.add_option("--prefetch-factor", c.loader.prefetch_factor,
-                 "DataLoader prefetch_factor: batches loaded in advance per worker")
+  add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);
+}
+
+void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
+  sweep.add_option("--workloads", o.workloads, "Workloads, comma list")->delimiter(',')->capture_default_str();
+  sweep.add_option("--comms", o.comms, "Communicator backends, comma list")->delimiter(',')->capture_default_str();
+  sweep.add_option("--modes,--mode", o.modes, std::string("Modes, comma list: ") + kModeHelp)
+      ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--data", o.data, "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic")
+  sweep.add_option("--transports,--transport", o.transports, std::string("Transports, comma list; ") + kTransportHelp)
+      ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--data-dir", o.data_dir,
-                 "Directory of the Fashion-MNIST .gz files (default: $DPBENCH_DATA_DIR, else "
-                 "/usr/share/datasets/fashion-mnist)");
-  run.add_option("--input", o.input_shape, "synthetic: sample shape CxHxW, e.g. 3x224x224")
+  sweep.add_option("--ranks,--world-sizes", o.ranks, "world_size values, comma list")
+      ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--classes", o.classes, "synthetic: number of classes")->capture_default_str();
-  run.add_option("--synthetic-samples", o.synthetic_samples, "synthetic: training samples")
+  sweep.add_option("--batch-sizes,--batch-size", o.batch_sizes, "Global batch sizes, comma list")
+      ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--timeout", o.timeout_s,
-                 "Seconds a rank waits for its peers before the whole run is aborted")
+  sweep.add_option("--num-workers", o.num_workers, "DataLoader num_workers values, comma list")
+      ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--out,-o", o.out, "Result JSON path (default results/dpbench-run-<time>.json)");
-  run.add_flag("--no-eval", [&c](std::int64_t) { c.evaluate = false; }, "Skip the test-set evaluation");
-  run.add_flag("--quiet,-q", o.quiet, "Only print the table");
+  sweep.add_option("--repetitions", o.repetitions, "Runs of every point (for noise estimates)")
+      ->capture_default_str();
+  add_shared_options(sweep, o.base, o.data, o.timeout_s, o.out, o.quiet);
+}
+
+// Where the Python tools live: $DPBENCH_HOME, else the source tree this binary was built from.
+std::filesystem::path tool_path(const std::string& relative) {
+  const char* home = std::getenv("DPBENCH_HOME");
+  const std::filesystem::path root = home != nullptr ? home : DPBENCH_SOURCE_DIR;
+  const auto path = root / relative;
+  if (!std::filesystem::exists(path)) {
+    throw InputError(fmt::format("{}: not found (set DPBENCH_HOME to the dpbench source tree)",
+                                 path.string()));
+  }
+  return path;
+}
+
+// Runs Debian's python3 on one of the project's scripts and returns its exit code.
+int run_python(const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s = {"/usr/bin/python3", tool_path(script).string()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+    throw Error("cannot start /usr/bin/python3 (install python3-matplotlib, python3-scipy)");
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 }  // namespace
@@ -93,11 +160,38 @@ int dpbench_main(int argc, char** argv) {
       "CPU ranks, ps and allreduce side by side)."};
   app.name("dpbench");
   app.require_subcommand(0, 1);
-  RunOptions options;
+
+  RunOptions run_options;
   CLI::App* run = app.add_subcommand(
       "run", "The main job: train one workload under each mode with the same seed, data and global "
              "batch; print a comparison table and write one result JSON");
-  add_run_options(*run, options);
+  add_run_options(*run, run_options);
+
+  SweepOptions sweep_options;
+  sweep_options.base.epochs = 1;
+  sweep_options.base.max_steps = 60;
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "A grid over modes, transports, world sizes, batch sizes and num_workers "
+               "(defaults: 60 steps per point); one result JSON with every point");
+  add_sweep_options(*sweep, sweep_options);
+
+  std::vector<std::string> report_args;
+  CLI::App* report = app.add_subcommand(
+      "report", "Result JSON to report.md and a self-contained report.html with plots "
+                "(plots/report.py; arguments are passed on, see --help there)");
+  report->allow_extras()->prefix_command();
+
+  std::vector<std::string> compare_args;
+  CLI::App* compare = app.add_subcommand(
+      "compare", "BASE.json NEW.json: the CI regression gate (results/compare.py): deterministic "
+                 "figures exactly, timings as in-run ratios above a noise floor; exit 1 on a regression");
+  compare->allow_extras()->prefix_command();
+
+  ProjectOptions project_options;
+  CLI::App* project = app.add_subcommand(
+      "project", "The alpha-beta (Hockney) model: project step time, speedup and scaling "
+                 "efficiency of each mode to 1024 ranks from a measured result file");
+  add_project_options(*project, project_options);
 
   // `dpbench --ranks 8 ...` means `dpbench run --ranks 8 ...`: the main job is the default.
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -118,7 +212,11 @@ int dpbench_main(int argc, char** argv) {
   }
 
   try {
-    return run_command(options);
+    if (*sweep) return sweep_command(sweep_options);
+    if (*report) return run_python("plots/report.py", report->remaining());
+    if (*compare) return run_python("results/compare.py", compare->remaining());
+    if (*project) return project_command(project_options);
+    return run_command(run_options);
   } catch (const InputError& e) {
     fmt::print(stderr, "dpbench: error: {}\n", e.what());
     return 2;

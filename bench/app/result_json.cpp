@@ -79,6 +79,8 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["world_size"] = c.world_size;
   j["global_batch"] = c.global_batch;
   j["num_params"] = run.num_params;
+  j["input_features"] = run.input_features;
+  j["num_classes"] = run.num_classes;
   j["virtual_ranks"] = false;  // CPU ranks are threads; GPU ranks sharing a device set this
   j["config"] = config_to_json(c);
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", c.warmup_steps}};

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/app/harness.hpp"
 #include "core/training.hpp"
 
 namespace dpbench {
@@ -12,11 +13,7 @@ namespace dpbench {
 struct RunOptions {
   TrainConfig base;                               // mode is filled in per run
   std::vector<std::string> modes = {"ps", "allreduce"};
-  std::string data = "fashion-mnist";             // or "synthetic"
-  std::string data_dir;                           // "" -> $DPBENCH_DATA_DIR -> Debian's path
-  std::string input_shape = "1x28x28";            // synthetic only
-  int classes = 10;                               // synthetic only
-  long synthetic_samples = 60000;                 // synthetic only (train; test is 1/6 of it)
+  DataOptions data;
   double timeout_s = 300;                         // sets base.timeout
   std::string out;                                // "" -> results/dpbench-run-<time>.json
   bool quiet = false;

@@ -1,0 +1,135 @@
+#include "bench/app/harness.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "bench/app/env_info.hpp"
+#include "bench/app/result_json.hpp"
+#include "bench/app/strategies.hpp"
+#include "core/error.hpp"
+#include "workloads/cpu_kernels.hpp"
+#include "workloads/fashion_mnist.hpp"
+#include "workloads/mlp.hpp"
+#include "workloads/synthetic.hpp"
+
+namespace dpbench {
+
+namespace {
+
+// A contiguous range [offset, offset + count) of another dataset: lets one synthetic generator
+// provide disjoint train and test splits drawn from the same classes.
+class DatasetRange final : public Dataset {
+ public:
+  DatasetRange(std::shared_ptr<const Dataset> base, std::int64_t offset, std::int64_t count,
+               std::string name)
+      : base_(std::move(base)), offset_(offset), count_(count), name_(std::move(name)) {}
+  std::int64_t size() const override { return count_; }
+  SampleShape shape() const override { return base_->shape(); }
+  int num_classes() const override { return base_->num_classes(); }
+  int load(std::int64_t index, float* out) const override { return base_->load(offset_ + index, out); }
+  std::string name() const override { return name_; }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  std::int64_t offset_, count_;
+  std::string name_;
+};
+
+unsigned cpu_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+}  // namespace
+
+LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
+  if (o.data == "fashion-mnist") {
+    const std::string dir = resolve_data_dir(o.data_dir);
+    return {load_fashion_mnist(dir, true), load_fashion_mnist(dir, false)};
+  }
+  if (o.data == "synthetic") {
+    const SampleShape shape = parse_sample_shape(o.input_shape);
+    if (o.synthetic_samples < 1) {
+      throw InputError(fmt::format("--synthetic-samples {}: must be at least 1", o.synthetic_samples));
+    }
+    const std::int64_t test_n = std::max<std::int64_t>(1, o.synthetic_samples / 6);
+    std::shared_ptr<const Dataset> all =
+        make_synthetic_dataset(shape, o.classes, o.synthetic_samples + test_n, seed + 1000003);
+    const std::string name = fmt::format("synthetic {}x{}x{}, {} classes", shape.channels,
+                                         shape.height, shape.width, o.classes);
+    return {std::make_shared<DatasetRange>(all, 0, o.synthetic_samples, name + "/train"),
+            std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test")};
+  }
+  throw InputError(fmt::format("--data {}: unknown data source (choose fashion-mnist or synthetic)", o.data));
+}
+
+void check_common_options(const TrainConfig& c, double timeout_s) {
+  if (c.world_size < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", c.world_size));
+  if (c.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
+  if (c.loader.num_workers < 0) {
+    throw InputError(fmt::format("--num-workers {}: must be >= 0", c.loader.num_workers));
+  }
+  if (c.loader.prefetch_factor < 1) {
+    throw InputError(fmt::format("--prefetch-factor {}: must be >= 1", c.loader.prefetch_factor));
+  }
+  if (c.max_steps == 0 || c.max_steps < -1) {
+    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", c.max_steps));
+  }
+  if (!(timeout_s > 0)) throw InputError(fmt::format("--timeout {}: must be positive", timeout_s));
+  make_model(c.workload, 1, c.hidden, 2);  // unknown workload / bad widths
+}
+
+void check_point(const TrainConfig& c, const Dataset& train) {
+  find_strategy(c.mode).validate(c, train);
+  const long steps = total_steps(c, train);
+  if (c.warmup_steps >= steps) {
+    throw InputError(fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps",
+                                 c.warmup_steps, steps));
+  }
+}
+
+RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const DeviceChoice& device) {
+  const unsigned cores = cpu_cores();
+  // Give each rank an equal share of the cores for its GEMMs.
+  cpu::set_blas_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(cfg.world_size))));
+  RunResult r = find_strategy(cfg.mode).train(cfg, data.view());
+  if (!device.note.empty()) r.warnings.push_back(device.note);
+  if (static_cast<unsigned>(cfg.world_size) > cores) {
+    r.warnings.push_back(fmt::format(
+        "{} ranks share {} CPU cores: ranks are time-sliced, so step times include waiting for a core",
+        cfg.world_size, cores));
+  }
+  return r;
+}
+
+nlohmann::json make_document(nlohmann::json config, nlohmann::json runs) {
+  nlohmann::json doc;
+  doc["schema"] = {{"name", kSchemaName}, {"version", kSchemaVersion}};
+  doc["created"] = utc_timestamp();
+  doc["env"] = collect_env();
+  doc["config"] = std::move(config);
+  doc["runs"] = std::move(runs);
+  return doc;
+}
+
+std::string default_out_path(const std::string& kind) {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return fmt::format("results/dpbench-{}-{}.json", kind, buf);
+}
+
+void add_data_config(nlohmann::json& config, const DataOptions& data, const LoadedData& loaded) {
+  config["data"] = data.data;
+  config["dataset"] = loaded.train->name();
+  if (data.data == "synthetic") {
+    config["input"] = data.input_shape;
+    config["classes"] = data.classes;
+    config["synthetic_samples"] = data.synthetic_samples;
+  }
+}
+
+}  // namespace dpbench

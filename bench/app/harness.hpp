@@ -1,0 +1,55 @@
+// What `dpbench run` and `dpbench sweep` share: loading the data a run names, checking options
+// before any training starts, executing one (mode, config) point, and assembling the result
+// document. Not for: printing tables or progress (the commands do that).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.hpp"
+#include "core/training.hpp"
+
+namespace dpbench {
+
+struct DataOptions {
+  std::string data = "fashion-mnist";   // or "synthetic"
+  std::string data_dir;                 // "" -> $DPBENCH_DATA_DIR -> Debian's path
+  std::string input_shape = "1x28x28";  // synthetic only
+  int classes = 10;                     // synthetic only
+  long synthetic_samples = 60000;       // synthetic only (train; test is 1/6 of it)
+};
+
+struct LoadedData {
+  std::shared_ptr<const Dataset> train, test;
+  TrainData view() const { return {train.get(), test.get()}; }
+};
+
+// Throws InputError naming the file, directory or option when the data cannot be had.
+LoadedData load_data(const DataOptions& options, std::uint64_t seed);
+
+// Checks the options every point shares (before data is loaded): positive sizes, a known
+// workload, sane step counts and timeout. Throws InputError naming the option.
+void check_common_options(const TrainConfig& base, double timeout_s);
+
+// Checks one point against the data with its strategy's validator, and that warm-up leaves
+// timed steps. Throws InputError.
+void check_point(const TrainConfig& config, const Dataset& train);
+
+// Trains one point: sets the BLAS threads per rank, runs the strategy, adds the warnings every
+// result carries (device fallback, ranks time-sliced on fewer cores).
+RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device);
+
+// The full result document: schema, created, env, the given config block and runs.
+nlohmann::json make_document(nlohmann::json config, nlohmann::json runs);
+
+// "results/dpbench-<kind>-<local time>.json"
+std::string default_out_path(const std::string& kind);
+
+// Data options as they appear in a result's config block.
+void add_data_config(nlohmann::json& config, const DataOptions& data, const LoadedData& loaded);
+
+}  // namespace dpbench

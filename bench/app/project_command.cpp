@@ -1,0 +1,286 @@
+#include "bench/app/project_command.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "bench/app/harness.hpp"
+#include "bench/app/result_json.hpp"
+#include "core/error.hpp"
+#include "core/stats.hpp"
+
+namespace dpbench {
+
+namespace {
+
+nlohmann::json read_json(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open {}", path, what));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON ({})", path, e.what()));
+  }
+}
+
+bool ok_run(const nlohmann::json& run) { return run.value("status", std::string("ok")) == "ok"; }
+
+std::string projected_mode(const nlohmann::json& run) {
+  if (run.at("mode") == "allreduce") return "allreduce";
+  return run.at("transport") == "p2p" ? "ps_p2p" : "ps_collective";
+}
+
+// Link from dpbench_collectives' Google Benchmark JSON: busbw of the ring all-reduce at the
+// message size closest to the gradient size (2 ranks preferred), latency from its smallest size.
+std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double param_bytes) {
+  struct Point { int ranks; double bytes, busbw, seconds; };
+  std::vector<Point> points;
+  for (const auto& b : gb.value("benchmarks", nlohmann::json::array())) {
+    const std::string name = b.value("name", "");
+    if (name.rfind("BM_AllReduce/", 0) != 0 || b.value("run_type", "iteration") != "iteration") continue;
+    Point p{0, 0, b.value("busbw", 0.0), b.value("real_time", 0.0)};
+    for (std::size_t pos = 0; pos != std::string::npos;) {
+      const std::size_t next = name.find('/', pos + 1);
+      const std::string part = name.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+      if (part.rfind("ranks:", 0) == 0) p.ranks = std::stoi(part.substr(6));
+      if (part.rfind("bytes:", 0) == 0) p.bytes = std::stod(part.substr(6));
+      pos = next;
+    }
+    const std::string unit = b.value("time_unit", "ns");
+    p.seconds *= unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : 1.0;
+    if (p.ranks >= 2 && p.bytes > 0 && p.busbw > 0) points.push_back(p);
+  }
+  if (points.empty()) return std::nullopt;
+  const int ranks = std::min_element(points.begin(), points.end(),
+                                     [](const Point& a, const Point& b) { return a.ranks < b.ranks; })->ranks;
+  const Point* nearest = nullptr;
+  const Point* smallest = nullptr;
+  for (const auto& p : points) {
+    if (p.ranks != ranks) continue;
+    if (nearest == nullptr || std::abs(std::log(p.bytes / param_bytes)) < std::abs(std::log(nearest->bytes / param_bytes))) nearest = &p;
+    if (smallest == nullptr || p.bytes < smallest->bytes) smallest = &p;
+  }
+  LinkModel link;
+  link.name = "measured";
+  link.beta_s_per_byte = 1.0 / (nearest->busbw * 1e9);
+  link.alpha_s = smallest->seconds / (2.0 * (ranks - 1));
+  link.source = fmt::format("dpbench_collectives: ring all-reduce busbw {:.2f} GB/s at {} ranks and {} "
+                            "bytes; latency from {} bytes", nearest->busbw, ranks,
+                            static_cast<long long>(nearest->bytes), static_cast<long long>(smallest->bytes));
+  return link;
+}
+
+}  // namespace
+
+void add_project_options(CLI::App& app, ProjectOptions& o) {
+  app.add_option("results", o.results, "dpbench result or sweep files (one needs a 1-rank run)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--link", o.link,
+                 "measured (from --collectives or the files' all-reduce busbw) or a preset: "
+                 "pcie4, pcie5, nvlink4, ib-ndr")
+      ->capture_default_str();
+  app.add_option("--collectives", o.collectives,
+                 "Google Benchmark JSON of dpbench_collectives: measured alpha and busbw")
+      ->check(CLI::ExistingFile);
+  app.add_option("--max-ranks", o.max_ranks, "Largest world size projected")->capture_default_str();
+  app.add_option("--per-rank-batch", o.per_rank_batch,
+                 "Samples per rank per step in the projection (default: the 1-rank run's batch; "
+                 "weak scaling)");
+  app.add_option("--out,-o", o.out, "Projection JSON path (default results/dpbench-projection-<time>.json)");
+  app.add_flag("--quiet,-q", o.quiet, "Only print the summary");
+}
+
+nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
+                       const nlohmann::json* collectives) {
+  if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
+  // Calibration: single-rank runs (at 1 rank both modes are plain SGD; allreduce preferred).
+  int cores = 0;
+  std::vector<const nlohmann::json*> runs, singles;
+  for (const auto& doc : results) {
+    cores = std::max(cores, doc.at("env").value("cpu_cores", 0));
+    for (const auto& run : doc.at("runs")) {
+      if (!ok_run(run)) continue;
+      runs.push_back(&run);
+      if (run.at("world_size") == 1) singles.push_back(&run);
+    }
+  }
+  if (singles.empty()) {
+    throw InputError(fmt::format("{}: no 1-rank run to calibrate compute from (add 1 to --ranks)",
+                                 o.results.empty() ? std::string("results") : o.results.front()));
+  }
+  // The 1-rank run closest to `batch`, preferring num_workers 0 (its decoding cost is on the
+  // critical path, as it is when ranks share one CPU) and allreduce.
+  auto calibration_run = [&](double batch) {
+    const nlohmann::json* best = nullptr;
+    auto score = [&](const nlohmann::json* r) {
+      return std::abs(std::log(r->at("global_batch").get<double>() / batch)) * 100.0 +
+             (r->at("config").value("num_workers", 0) == 0 ? 0.0 : 1.0) +
+             (r->at("mode") == "allreduce" ? 0.0 : 0.5);
+    };
+    for (const auto* r : singles) {
+      if (best == nullptr || score(r) < score(best)) best = r;
+    }
+    return best;
+  };
+  auto compute_model = [](const nlohmann::json& run) {
+    const auto& ph = run.at("phases_s");
+    StepModel m;
+    m.per_sample_compute_s = (ph.at("data_wait").get<double>() + ph.at("h2d").get<double>() +
+                              ph.at("forward").get<double>() + ph.at("backward").get<double>()) /
+                             run.at("global_batch").get<double>();
+    m.optimizer_s = ph.at("optimizer").get<double>();
+    m.param_bytes = run.at("num_params").get<double>() * 4.0;
+    m.sample_bytes = run.value("input_features", 0.0) * 4.0;
+    m.logit_bytes = run.value("num_classes", 0.0) * 4.0;
+    return m;
+  };
+  const double largest_batch = (*std::max_element(singles.begin(), singles.end(), [](auto* a, auto* b) {
+                                 return a->at("global_batch").template get<double>() <
+                                        b->at("global_batch").template get<double>();
+                               }))->at("global_batch").get<double>();
+  const double b = o.per_rank_batch > 0 ? o.per_rank_batch : largest_batch;
+  const nlohmann::json* base = calibration_run(b);
+  StepModel model = compute_model(*base);
+
+  std::vector<double> exposed;
+  std::optional<double> run_busbw;
+  int busbw_ranks = std::numeric_limits<int>::max();
+  for (const auto* run : runs) {
+    if (run->at("mode") != "allreduce" || run->at("world_size").get<int>() < 2) continue;
+    const double comm = run->at("phases_s").at("comm").get<double>();
+    if (comm > 0) exposed.push_back(std::min(1.0, run->at("phases_s").at("comm_exposed").get<double>() / comm));
+    if (run->contains("allreduce_bandwidth_GBps") && run->at("world_size").get<int>() < busbw_ranks) {
+      busbw_ranks = run->at("world_size").get<int>();
+      run_busbw = run->at("allreduce_bandwidth_GBps").at("busbw").get<double>();
+    }
+  }
+  if (!exposed.empty()) model.exposed_fraction = median(exposed);
+
+  LinkModel link;
+  if (o.link != "measured") {
+    link = link_preset(o.link);
+  } else if (collectives != nullptr) {
+    auto measured = link_from_collectives(*collectives, model.param_bytes);
+    if (!measured) throw InputError(fmt::format("{}: no BM_AllReduce results with busbw", o.collectives));
+    link = *measured;
+  } else if (run_busbw) {
+    link = {"measured", 0.0, 1.0 / (*run_busbw * 1e9),
+            fmt::format("the result's own all-reduce busbw {:.2f} GB/s at {} ranks (alpha not measured: 0)",
+                        *run_busbw, busbw_ranks)};
+  } else {
+    throw InputError("--link measured: no bandwidth measured (pass --collectives from dpbench_collectives, "
+                     "a result with allreduce at 2+ ranks, or --link pcie4|pcie5|nvlink4|ib-ndr)");
+  }
+
+  nlohmann::json points = nlohmann::json::array();
+  std::optional<int> crossover;
+  for (int p = 1; p <= o.max_ranks; p *= 2) {
+    double t_ar = 0, t_ps = 0;
+    for (const auto& mode : projected_modes()) {
+      const StepPrediction pred = predict_step(model, link, mode, p, b);
+      const StepPrediction one = predict_step(model, link, mode, 1, b);
+      const double speedup = (p * b / pred.step_s) / (b / one.step_s);
+      points.push_back({{"world_size", p}, {"mode", mode}, {"step_time_s", pred.step_s},
+                        {"compute_s", pred.compute_s}, {"comm_s", pred.comm_s},
+                        {"throughput_samples_per_s", p * b / pred.step_s}, {"speedup", speedup},
+                        {"efficiency", speedup / p}});
+      if (mode == "allreduce") t_ar = pred.step_s;
+      if (mode == "ps_collective") t_ps = pred.step_s;
+    }
+    if (!crossover && p >= 2 && t_ps > 1.05 * t_ar) crossover = p;
+    if (p > o.max_ranks / 2) break;
+  }
+
+  // The model against every measured multi-rank run. Ranks of one CPU share it: each gets 1/p.
+  nlohmann::json measured = nlohmann::json::array();
+  for (const auto* run : runs) {
+    const int p = run->at("world_size").get<int>();
+    if (p < 2) continue;
+    const bool cpu = run->at("device") == "cpu";
+    const double B = run->at("global_batch").get<double>();
+    const int workers = run->at("config").value("num_workers", 0);
+    StepModel local = compute_model(*calibration_run(B));
+    local.exposed_fraction = model.exposed_fraction;
+    const StepPrediction pred =
+        predict_step(local, link, projected_mode(*run), p, B / p, cpu ? 1.0 / p : 1.0);
+    const double actual = run->at("step_time_s").at("p50").get<double>();
+    const bool applies = cpu ? (cores == 0 || p <= cores) : true;
+    measured.push_back({{"world_size", p}, {"mode", projected_mode(*run)}, {"global_batch", B},
+                        {"num_workers", workers},
+                        {"step_time_s", actual}, {"predicted_step_time_s", pred.step_s},
+                        {"relative_error", pred.step_s / actual - 1.0}, {"model_applies", applies},
+                        {"note", applies ? "" : fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores)}});
+  }
+
+  nlohmann::json doc;
+  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
+  doc["created"] = utc_timestamp();
+  doc["link"] = {{"name", link.name}, {"alpha_s", link.alpha_s}, {"beta_s_per_byte", link.beta_s_per_byte},
+                 {"bandwidth_GBps", 1e-9 / link.beta_s_per_byte}, {"source", link.source}};
+  doc["calibration"] = {{"result_files", o.results},
+                        {"calibration_run", {{"mode", base->at("mode")}, {"global_batch", base->at("global_batch")},
+                                             {"num_workers", base->at("config").value("num_workers", 0)}}},
+                        {"per_sample_compute_s", model.per_sample_compute_s},
+                        {"optimizer_s", model.optimizer_s}, {"param_bytes", model.param_bytes},
+                        {"sample_bytes", model.sample_bytes}, {"logit_bytes", model.logit_bytes},
+                        {"exposed_fraction", model.exposed_fraction}, {"per_rank_batch", b},
+                        {"scaling", "weak: every rank keeps per_rank_batch samples"}};
+  doc["points"] = points;
+  doc["crossover_world_size"] = crossover ? nlohmann::json(*crossover) : nlohmann::json();
+  doc["measured"] = measured;
+  return doc;
+}
+
+int project_command(const ProjectOptions& o) {
+  std::vector<nlohmann::json> docs;
+  for (const auto& path : o.results) {
+    docs.push_back(read_json(path, "result file"));
+    if (docs.back().value("schema", nlohmann::json::object()).value("name", "") != kSchemaName) {
+      throw InputError(fmt::format("{}: not a dpbench result file", path));
+    }
+  }
+  std::optional<nlohmann::json> gb;
+  if (!o.collectives.empty()) gb = read_json(o.collectives, "Google Benchmark JSON");
+  const nlohmann::json doc = project(o, docs, gb ? &*gb : nullptr);
+
+  fmt::print("link: {} ({:.2f} GB/s, alpha {:.2f} us): {}\n", doc["link"]["name"].get<std::string>(),
+             doc["link"]["bandwidth_GBps"].get<double>(), 1e6 * doc["link"]["alpha_s"].get<double>(),
+             doc["link"]["source"].get<std::string>());
+  if (!o.quiet) {
+    fmt::print("\n{:>6}  {:>14} {:>14} {:>14}   (step ms / scaling efficiency)\n", "ranks", "allreduce",
+               "ps_collective", "ps_p2p");
+    for (std::size_t i = 0; i < doc["points"].size(); i += 3) {
+      fmt::print("{:>6}", doc["points"][i]["world_size"].get<int>());
+      for (std::size_t k = 0; k < 3; ++k) {
+        const auto& pt = doc["points"][i + k];
+        fmt::print("  {:>8.3f} {:>4.0f}%", 1e3 * pt["step_time_s"].get<double>(),
+                   100.0 * pt["efficiency"].get<double>());
+      }
+      fmt::print("\n");
+    }
+  }
+  if (doc["crossover_world_size"].is_null()) {
+    fmt::print("\nallreduce does not overtake ps_collective by 5% up to {} ranks\n", o.max_ranks);
+  } else {
+    fmt::print("\nallreduce overtakes ps_collective (by more than 5%) from {} ranks\n",
+               doc["crossover_world_size"].get<int>());
+  }
+  for (const auto& m : doc["measured"]) {
+    fmt::print("measured {:>13} at {} ranks, batch {:>4}, workers {}: {:.3f} ms, model {:.3f} ms ({:+.0f}%){}\n",
+               m["mode"].get<std::string>(), m["world_size"].get<int>(), m["global_batch"].get<int>(),
+               m["num_workers"].get<int>(), 1e3 * m["step_time_s"].get<double>(),
+               1e3 * m["predicted_step_time_s"].get<double>(), 100.0 * m["relative_error"].get<double>(),
+               m["model_applies"].get<bool>() ? "" : "  (" + m["note"].get<std::string>() + ")");
+  }
+  const std::string out = o.out.empty() ? default_out_path("projection") : o.out;
+  write_json_atomic(out, doc);
+  fmt::print("projection written to {}\n", out);
+  return 0;
+}
+
+}  // namespace dpbench

@@ -1,0 +1,37 @@
+// `dpbench project`: calibrates the alpha-beta model (alpha_beta_model.hpp) on measured result
+// files, prints projected step time, throughput, speedup and scaling efficiency of each mode for
+// world sizes 1, 2, 4, ... up to --max-ranks, the world size where all-reduce overtakes the
+// parameter server, and the model against every measured multi-rank run. Writes a
+// "dpbench-projection" JSON for the report.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/app/alpha_beta_model.hpp"
+
+namespace dpbench {
+
+struct ProjectOptions {
+  std::vector<std::string> results;  // dpbench result / sweep files
+  std::string link = "measured";     // or a preset: pcie4, pcie5, nvlink4, ib-ndr
+  std::string collectives;           // Google Benchmark JSON of dpbench_collectives (measured link)
+  int max_ranks = 1024;
+  double per_rank_batch = 0;         // 0: the 1-rank run's batch (weak scaling)
+  std::string out;                   // "" -> results/dpbench-projection-<time>.json
+  bool quiet = false;
+};
+
+void add_project_options(CLI::App& app, ProjectOptions& options);
+
+// The projection document for already-loaded result documents. Throws InputError naming the
+// file or option when the model cannot be calibrated (no 1-rank run, no bandwidth).
+nlohmann::json project(const ProjectOptions& options, const std::vector<nlohmann::json>& results,
+                       const nlohmann::json* collectives);
+
+int project_command(const ProjectOptions& options);
+
+}  // namespace dpbench

@@ -1,0 +1,134 @@
+#include "bench/app/sweep_command.hpp"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "bench/app/result_json.hpp"
+#include "bench/app/strategies.hpp"
+#include "core/error.hpp"
+
+namespace dpbench {
+
+namespace {
+std::string clock_text(double seconds) {
+  const auto s = static_cast<long>(seconds + 0.5);
+  return fmt::format("{}:{:02d}", s / 60, s % 60);
+}
+
+std::string point_label(const TrainConfig& c, int rep) {
+  return fmt::format("{}{} {} ranks={} batch={} workers={} rep={}", c.mode,
+                     c.mode == "ps" ? "/" + c.transport : "", c.workload, c.world_size,
+                     c.global_batch, c.loader.num_workers, rep);
+}
+}  // namespace
+
+std::vector<TrainConfig> sweep_points(const SweepOptions& o) {
+  std::vector<TrainConfig> points;
+  for (const auto& workload : o.workloads) {
+    for (const auto& comm : o.comms) {
+      for (int ranks : o.ranks) {
+        for (std::size_t batch : o.batch_sizes) {
+          for (int workers : o.num_workers) {
+            for (const auto& mode : o.modes) {
+              // The transport only means something to ps.
+              const std::vector<std::string> transports =
+                  mode == "ps" ? o.transports : std::vector<std::string>{o.base.transport};
+              for (const auto& transport : transports) {
+                TrainConfig c = o.base;
+                c.workload = workload;
+                c.comm = comm;
+                c.world_size = ranks;
+                c.global_batch = batch;
+                c.loader.num_workers = workers;
+                c.mode = mode;
+                c.transport = transport;
+                points.push_back(c);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return points;
+}
+
+int sweep_command(const SweepOptions& o) {
+  // Whole-sweep input errors stop before anything runs; a point that cannot run is recorded.
+  if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
+  for (const auto* list : {&o.workloads, &o.comms, &o.modes, &o.transports}) {
+    if (list->empty()) throw InputError("sweep: every grid list needs at least one value");
+  }
+  if (o.ranks.empty() || o.batch_sizes.empty() || o.num_workers.empty()) {
+    throw InputError("sweep: --ranks, --batch-sizes and --num-workers need at least one value");
+  }
+  for (const auto& m : o.modes) find_strategy(m);
+  const DeviceChoice device = choose_device(o.base.device);
+  for (const auto& w : o.workloads) {
+    TrainConfig c = o.base;
+    c.workload = w;
+    check_common_options(c, o.timeout_s);
+  }
+  const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
+  const LoadedData data = load_data(o.data, o.base.seed);
+
+  TrainConfig base = o.base;
+  base.device = device.device;
+  base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
+  SweepOptions resolved = o;
+  resolved.base = base;
+  const std::vector<TrainConfig> points = sweep_points(resolved);
+  const std::size_t total = points.size() * static_cast<std::size_t>(o.repetitions);
+  if (!device.note.empty() && !o.quiet) fmt::print(stderr, "{}\n", device.note);
+
+  nlohmann::json runs = nlohmann::json::array();
+  std::size_t index = 0, failed = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (const TrainConfig& point : points) {
+    for (int rep = 0; rep < o.repetitions; ++rep, ++index) {
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!o.quiet) {
+        const std::string remaining =
+            index == 0 ? std::string("?")
+                       : clock_text(elapsed / static_cast<double>(index) * static_cast<double>(total - index));
+        fmt::print(stderr, "sweep [{}/{}] {} | elapsed {}, ~{} left\n", index + 1, total,
+                   point_label(point, rep), clock_text(elapsed), remaining);
+      }
+      TrainConfig c = point;
+      nlohmann::json entry;
+      try {
+        check_point(c, *data.train);
+        entry = run_to_json(execute_point(c, data, device));
+        entry["status"] = "ok";
+      } catch (const std::exception& e) {
+        // InputError (this point's combination cannot run) and runtime failures alike.
+        ++failed;
+        entry = {{"status", "failed"}, {"mode", c.mode}, {"world_size", c.world_size},
+                 {"global_batch", c.global_batch}, {"config", config_to_json(c)}, {"error", e.what()}};
+        if (!o.quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
+      }
+      entry["repetition"] = rep;
+      runs.push_back(std::move(entry));
+    }
+  }
+
+  nlohmann::json config = config_to_json(base);
+  for (const char* varied : {"mode", "transport", "world_size", "global_batch", "num_workers",
+                             "workload", "comm"}) {
+    config.erase(varied);
+  }
+  config["sweep"] = {{"workloads", o.workloads}, {"comms", o.comms}, {"modes", o.modes},
+                     {"transports", o.transports}, {"ranks", o.ranks},
+                     {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
+                     {"repetitions", o.repetitions}};
+  add_data_config(config, o.data, data);
+  write_json_atomic(out, make_document(std::move(config), std::move(runs)));
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("sweep: {} points ({} failed) in {}; results written to {}\n", total, failed,
+             clock_text(elapsed), out);
+  return 0;
+}
+
+}  // namespace dpbench

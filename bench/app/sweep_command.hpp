@@ -1,0 +1,37 @@
+// `dpbench sweep`: a grid over workloads, comms, modes, transports, world sizes, global batch
+// sizes and num_workers, with repetitions, into one result file. A progress line per point goes
+// to stderr; a point that fails is recorded as failed with its error and the sweep goes on.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "bench/app/harness.hpp"
+#include "core/training.hpp"
+
+namespace dpbench {
+
+struct SweepOptions {
+  TrainConfig base;  // options every point shares
+  DataOptions data;
+  std::vector<std::string> workloads = {"mlp"};
+  std::vector<std::string> comms = {"local"};
+  std::vector<std::string> modes = {"ps", "allreduce"};
+  std::vector<std::string> transports = {"collective"};  // ps only
+  std::vector<int> ranks = {1, 2, 4};
+  std::vector<std::size_t> batch_sizes = {64, 256};
+  std::vector<int> num_workers = {0, 2};
+  int repetitions = 1;
+  double timeout_s = 300;
+  std::string out;  // "" -> results/dpbench-sweep-<time>.json
+  bool quiet = false;
+};
+
+// The grid's points in execution order (repetition innermost, so repetitions sit side by side).
+std::vector<TrainConfig> sweep_points(const SweepOptions& options);
+
+// Returns the process exit code: 0 when the file was written (even with failed points).
+int sweep_command(const SweepOptions& options);
+
+}  // namespace dpbench
