@@ -1,0 +1,181 @@
+// Tests of `dpbench sweep` (grid expansion, failed points recorded, progress on stderr) and of
+// the alpha-beta projection (the formulas, calibration from 1-rank runs, the crossover).
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/app/alpha_beta_model.hpp"
+#include "bench/app/project_command.hpp"
+#include "bench/app/sweep_command.hpp"
+#include "core/error.hpp"
+#include "tests/fixtures.hpp"
+
+namespace dpbench {
+namespace {
+
+using namespace dpbench::testing;  // NOLINT: test fixtures
+
+TEST(Sweep, GridExpandsTransportsForPsOnly) {
+  SweepOptions o;
+  o.modes = {"ps", "allreduce"};
+  o.transports = {"collective", "p2p"};
+  o.ranks = {1, 2, 4};
+  o.batch_sizes = {64, 256};
+  o.num_workers = {0, 2};
+  const auto points = sweep_points(o);
+  // 3 ranks x 2 batches x 2 workers x (2 ps transports + 1 allreduce)
+  ASSERT_EQ(points.size(), 3u * 2 * 2 * 3);
+  int p2p = 0, allreduce = 0;
+  for (const auto& p : points) {
+    if (p.mode == "ps" && p.transport == "p2p") ++p2p;
+    if (p.mode == "allreduce") ++allreduce;
+  }
+  EXPECT_EQ(p2p, 12);
+  EXPECT_EQ(allreduce, 12);
+  EXPECT_EQ(points.front().world_size, 1);
+  EXPECT_EQ(points.back().world_size, 4);
+}
+
+TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
+  TempDir tmp;
+  const std::string out = (tmp.path() / "sweep.json").string();
+  // Batch 6 over 4 ranks: ps runs (chunks 2,2,2,0); allreduce cannot split 6 evenly -> failed.
+  const std::string cmd = std::string(DPBENCH_BINARY) +
+                          " sweep --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
+                          "--ranks 1,4 --batch-sizes 6 --num-workers 0 --max-steps 12 --repetitions 2 "
+                          "--no-eval -o " + out + " 2>" + (tmp.path() / "err.txt").string() + " >/dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(out);
+  const auto doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc["runs"].size(), 8u);  // 2 ranks x 2 modes x 2 repetitions
+  int failed = 0, ok = 0;
+  for (const auto& r : doc["runs"]) {
+    if (r["status"] == "failed") {
+      ++failed;
+      EXPECT_EQ(r["mode"], "allreduce");
+      EXPECT_EQ(r["world_size"], 4);
+      EXPECT_NE(r["error"].get<std::string>().find("not divisible"), std::string::npos);
+    } else {
+      ++ok;
+      EXPECT_EQ(r["steps"]["timed"], 7);
+    }
+  }
+  EXPECT_EQ(failed, 2);
+  EXPECT_EQ(ok, 6);
+  EXPECT_EQ(doc["runs"][1]["repetition"], 1);
+  std::ifstream err(tmp.path() / "err.txt");
+  std::stringstream ss;
+  ss << err.rdbuf();
+  EXPECT_NE(ss.str().find("sweep [8/8]"), std::string::npos) << ss.str();
+  const std::string validate =
+      std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + out + " >/dev/null";
+  EXPECT_EQ(std::system(validate.c_str()), 0);
+}
+
+LinkModel link(double alpha, double gbps) { return {"test", alpha, 1.0 / (gbps * 1e9), "test"}; }
+
+TEST(AlphaBeta, RingAllReduceFollowsPatarasukYuan) {
+  StepModel m;
+  m.param_bytes = 1e8;
+  const LinkModel l = link(1e-5, 10.0);
+  for (int p : {2, 4, 8, 1024}) {
+    const auto pred = predict_step(m, l, "allreduce", p, 0);
+    const double expect = 2.0 * (p - 1) * 1e-5 + 2.0 * (p - 1) / p * 1e8 / 10e9;
+    EXPECT_NEAR(pred.comm_s, expect, 1e-12) << p;
+  }
+  // Bandwidth term approaches 2 N beta: the ring's cost per rank does not grow with p.
+  EXPECT_LT(predict_step(m, link(0, 10), "allreduce", 1024, 0).comm_s, 2.0 * 1e8 / 10e9);
+}
+
+TEST(AlphaBeta, ParameterServerIncastGrowsLinearly) {
+  StepModel m;
+  m.param_bytes = 1e8;
+  const LinkModel l = link(0.0, 10.0);
+  const double t8 = predict_step(m, l, "ps_p2p", 8, 0).comm_s;
+  const double t16 = predict_step(m, l, "ps_p2p", 16, 0).comm_s;
+  EXPECT_NEAR(t8, 2.0 * 7 * 1e8 / 10e9, 1e-12);
+  EXPECT_NEAR(t16 / t8, 15.0 / 7.0, 1e-9);
+  // The pipelined collective transport moves N through the reducer once each way.
+  EXPECT_NEAR(predict_step(m, l, "ps_collective", 16, 0).comm_s, 2.0 * 1e8 / 10e9, 1e-12);
+}
+
+TEST(AlphaBeta, ComputeShareAndExposedFraction) {
+  StepModel m;
+  m.per_sample_compute_s = 1e-3;
+  m.optimizer_s = 2e-3;
+  m.param_bytes = 1e9;
+  m.exposed_fraction = 0.25;
+  const LinkModel l = link(0.0, 1.0);
+  const auto shared = predict_step(m, l, "allreduce", 2, 100, 0.5);
+  EXPECT_NEAR(shared.compute_s, 100 * 1e-3 / 0.5 + 2e-3, 1e-12);
+  EXPECT_NEAR(shared.step_s, shared.compute_s + 0.25 * shared.comm_s, 1e-12);
+}
+
+TEST(AlphaBeta, PresetsAndUnknownLink) {
+  EXPECT_NEAR(1.0 / link_preset("nvlink4").beta_s_per_byte, 370e9, 1.0);
+  EXPECT_NEAR(1.0 / link_preset("pcie4").beta_s_per_byte, 25e9, 1.0);
+  EXPECT_THROW(link_preset("carrier-pigeon"), InputError);
+}
+
+nlohmann::json fake_run(const std::string& mode, int p, double step_s, double comm_s) {
+  return {{"status", "ok"}, {"mode", mode}, {"transport", mode == "ps" ? "collective" : "ring"},
+          {"world_size", p}, {"global_batch", 100}, {"device", "cpu"}, {"num_params", 1000000},
+          {"input_features", 784}, {"num_classes", 10}, {"config", {{"num_workers", 0}}},
+          {"step_time_s", {{"p50", step_s}}},
+          {"phases_s", {{"data_wait", 0.0}, {"h2d", 0.0}, {"forward", 0.03}, {"backward", 0.06},
+                        {"comm", comm_s}, {"comm_exposed", comm_s}, {"optimizer", 0.01}}},
+          {"allreduce_bandwidth_GBps", {{"algbw", 1.0}, {"busbw", 1.0}}}};
+}
+
+TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
+  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}},
+                        {"runs", {fake_run("allreduce", 1, 0.1, 0.0), fake_run("allreduce", 2, 0.2, 0.004)}}};
+  ProjectOptions o;
+  o.link = "pcie4";
+  o.max_ranks = 1024;
+  const auto proj = project(o, {doc}, nullptr);
+  EXPECT_NEAR(proj["calibration"]["per_sample_compute_s"].get<double>(), 0.09 / 100, 1e-12);
+  EXPECT_NEAR(proj["calibration"]["optimizer_s"].get<double>(), 0.01, 1e-12);
+  ASSERT_EQ(proj["points"].size(), 11u * 3);  // 1..1024, three modes
+  // At 1 rank there is no communication: speedup 1 for every mode.
+  EXPECT_NEAR(proj["points"][0]["speedup"].get<double>(), 1.0, 1e-12);
+  // 4 MB of gradients at 25 GB/s: p2p incast and allreduce part ways early; collective later.
+  ASSERT_FALSE(proj["crossover_world_size"].is_null());
+  const int crossover = proj["crossover_world_size"];
+  EXPECT_GE(crossover, 2);
+  EXPECT_LE(crossover, 1024);
+  // The 2-rank run is compared with the model: ranks share the CPU, so each gets half of it.
+  ASSERT_EQ(proj["measured"].size(), 1u);
+  const double predicted = proj["measured"][0]["predicted_step_time_s"];
+  const double compute = 50 * 0.09 / 100 / 0.5 + 0.01;
+  const double comm = 2 * 5e-6 + 1.0 * 4e6 / 25e9;
+  EXPECT_NEAR(predicted, compute + comm, 1e-9);
+  EXPECT_TRUE(proj["measured"][0]["model_applies"].get<bool>());
+}
+
+TEST(Project, MarksRanksBeyondCoresAndNeedsOneRankRun) {
+  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}},
+                        {"runs", {fake_run("allreduce", 1, 0.1, 0.0), fake_run("ps", 4, 0.3, 0.1)}}};
+  ProjectOptions o;
+  o.link = "measured";  // no allreduce run at 2+ ranks: nothing measured the link
+  EXPECT_THROW(project(o, {doc}, nullptr), InputError);
+  o.link = "pcie5";
+  const auto proj = project(o, {doc}, nullptr);
+  ASSERT_EQ(proj["measured"].size(), 1u);
+  EXPECT_FALSE(proj["measured"][0]["model_applies"].get<bool>());
+  EXPECT_NE(proj["measured"][0]["note"].get<std::string>().find("4 ranks on 2 cores"), std::string::npos);
+
+  nlohmann::json no_single = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("ps", 2, 0.3, 0.1)}}};
+  EXPECT_THROW(project(o, {no_single}, nullptr), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench
