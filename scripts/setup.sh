@@ -2,6 +2,7 @@
 # Installs dpbench's build and run dependencies from Debian packages. Idempotent: packages that
 # are already installed are skipped, and apt is not touched at all when nothing is missing.
 # Used by the README quick start and by .ci/run. CUDA, NCCL and MPI stay optional.
+#   --test   also what only the tests need (Chromium, to render the HTML report headless)
 set -euo pipefail
 
 packages=(
@@ -9,8 +10,11 @@ packages=(
   nlohmann-json3-dev libfmt-dev libcli11-dev libopenblas-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark-tools
   dataset-fashion-mnist
-  python3-matplotlib python3-scipy python3-jsonschema
+  python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )
+if [ "${1:-}" = "--test" ]; then
+  packages+=(chromium)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

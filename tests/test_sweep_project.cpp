@@ -28,18 +28,26 @@ TEST(Sweep, GridExpandsTransportsForPsOnly) {
   o.ranks = {1, 2, 4};
   o.batch_sizes = {64, 256};
   o.num_workers = {0, 2};
+  o.repetitions = 2;
+  // 3 ranks x 2 batches x 2 workers x (2 ps transports + 1 allreduce) x 2 repetitions
   const auto points = sweep_points(o);
-  // 3 ranks x 2 batches x 2 workers x (2 ps transports + 1 allreduce)
-  ASSERT_EQ(points.size(), 3u * 2 * 2 * 3);
+  ASSERT_EQ(points.size(), 3u * 2 * 2 * 3 * 2);
   int p2p = 0, allreduce = 0;
   for (const auto& p : points) {
-    if (p.mode == "ps" && p.transport == "p2p") ++p2p;
-    if (p.mode == "allreduce") ++allreduce;
+    if (p.config.mode == "ps" && p.config.transport == "p2p") ++p2p;
+    if (p.config.mode == "allreduce") ++allreduce;
   }
-  EXPECT_EQ(p2p, 12);
-  EXPECT_EQ(allreduce, 12);
-  EXPECT_EQ(points.front().world_size, 1);
-  EXPECT_EQ(points.back().world_size, 4);
+  EXPECT_EQ(p2p, 24);
+  EXPECT_EQ(allreduce, 24);
+  EXPECT_EQ(points.front().config.world_size, 1);
+  EXPECT_EQ(points.back().config.world_size, 4);
+  // Modes alternate inside each repetition: ps/collective, ps/p2p, allreduce, then again.
+  EXPECT_EQ(points[0].config.transport, "collective");
+  EXPECT_EQ(points[1].config.transport, "p2p");
+  EXPECT_EQ(points[2].config.mode, "allreduce");
+  EXPECT_EQ(points[2].repetition, 0);
+  EXPECT_EQ(points[3].config.mode, "ps");
+  EXPECT_EQ(points[3].repetition, 1);
 }
 
 TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
@@ -70,7 +78,7 @@ TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   }
   EXPECT_EQ(failed, 2);
   EXPECT_EQ(ok, 6);
-  EXPECT_EQ(doc["runs"][1]["repetition"], 1);
+  EXPECT_EQ(doc["runs"][2]["repetition"], 1);  // ps, allreduce, then repetition 1
   std::ifstream err(tmp.path() / "err.txt");
   std::stringstream ss;
   ss << err.rdbuf();

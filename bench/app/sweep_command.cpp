@@ -23,31 +23,44 @@ std::string point_label(const TrainConfig& c, int rep) {
 }
 }  // namespace
 
-std::vector<TrainConfig> sweep_points(const SweepOptions& o) {
-  std::vector<TrainConfig> points;
-  for (const auto& workload : o.workloads) {
-    for (const auto& comm : o.comms) {
-      for (int ranks : o.ranks) {
-        for (std::size_t batch : o.batch_sizes) {
-          for (int workers : o.num_workers) {
-            for (const auto& mode : o.modes) {
-              // The transport only means something to ps.
-              const std::vector<std::string> transports =
-                  mode == "ps" ? o.transports : std::vector<std::string>{o.base.transport};
-              for (const auto& transport : transports) {
-                TrainConfig c = o.base;
-                c.workload = workload;
-                c.comm = comm;
-                c.world_size = ranks;
-                c.global_batch = batch;
-                c.loader.num_workers = workers;
-                c.mode = mode;
-                c.transport = transport;
-                points.push_back(c);
-              }
-            }
-          }
-        }
+std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
+  // The grid's groups: every combination of the non-mode axes, first axis outermost.
+  std::vector<TrainConfig> groups = {o.base};
+  auto expand = [&groups](const auto& values, auto set) {
+    std::vector<TrainConfig> next;
+    for (const auto& g : groups) {
+      for (const auto& v : values) {
+        TrainConfig c = g;
+        set(c, v);
+        next.push_back(std::move(c));
+      }
+    }
+    groups = std::move(next);
+  };
+  expand(o.workloads, [](TrainConfig& c, const std::string& v) { c.workload = v; });
+  expand(o.comms, [](TrainConfig& c, const std::string& v) { c.comm = v; });
+  expand(o.ranks, [](TrainConfig& c, int v) { c.world_size = v; });
+  expand(o.batch_sizes, [](TrainConfig& c, std::size_t v) { c.global_batch = v; });
+  expand(o.num_workers, [](TrainConfig& c, int v) { c.loader.num_workers = v; });
+
+  // What every group runs per repetition; the transport only means something to ps.
+  std::vector<std::pair<std::string, std::string>> variants;
+  for (const auto& mode : o.modes) {
+    if (mode != "ps") {
+      variants.emplace_back(mode, o.base.transport);
+      continue;
+    }
+    for (const auto& t : o.transports) variants.emplace_back(mode, t);
+  }
+
+  std::vector<SweepPoint> points;
+  for (const auto& g : groups) {
+    for (int rep = 0; rep < o.repetitions; ++rep) {
+      for (const auto& [mode, transport] : variants) {
+        TrainConfig c = g;
+        c.mode = mode;
+        c.transport = transport;
+        points.push_back({std::move(c), rep});
       }
     }
   }
@@ -78,40 +91,40 @@ int sweep_command(const SweepOptions& o) {
   base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
   SweepOptions resolved = o;
   resolved.base = base;
-  const std::vector<TrainConfig> points = sweep_points(resolved);
-  const std::size_t total = points.size() * static_cast<std::size_t>(o.repetitions);
+  const std::vector<SweepPoint> points = sweep_points(resolved);
+  const std::size_t total = points.size();
   if (!device.note.empty() && !o.quiet) fmt::print(stderr, "{}\n", device.note);
 
   nlohmann::json runs = nlohmann::json::array();
   std::size_t index = 0, failed = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (const TrainConfig& point : points) {
-    for (int rep = 0; rep < o.repetitions; ++rep, ++index) {
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!o.quiet) {
-        const std::string remaining =
-            index == 0 ? std::string("?")
-                       : clock_text(elapsed / static_cast<double>(index) * static_cast<double>(total - index));
-        fmt::print(stderr, "sweep [{}/{}] {} | elapsed {}, ~{} left\n", index + 1, total,
-                   point_label(point, rep), clock_text(elapsed), remaining);
-      }
-      TrainConfig c = point;
-      nlohmann::json entry;
-      try {
-        check_point(c, *data.train);
-        entry = run_to_json(execute_point(c, data, device));
-        entry["status"] = "ok";
-      } catch (const std::exception& e) {
-        // InputError (this point's combination cannot run) and runtime failures alike.
-        ++failed;
-        entry = {{"status", "failed"}, {"mode", c.mode}, {"world_size", c.world_size},
-                 {"global_batch", c.global_batch}, {"config", config_to_json(c)}, {"error", e.what()}};
-        if (!o.quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
-      }
-      entry["repetition"] = rep;
-      runs.push_back(std::move(entry));
+  for (const SweepPoint& point : points) {
+    const int rep = point.repetition;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!o.quiet) {
+      const std::string remaining =
+          index == 0 ? std::string("?")
+                     : clock_text(elapsed / static_cast<double>(index) * static_cast<double>(total - index));
+      fmt::print(stderr, "sweep [{}/{}] {} | elapsed {}, ~{} left\n", index + 1, total,
+                 point_label(point.config, rep), clock_text(elapsed), remaining);
     }
+    TrainConfig c = point.config;
+    nlohmann::json entry;
+    try {
+      check_point(c, *data.train);
+      entry = run_to_json(execute_point(c, data, device));
+      entry["status"] = "ok";
+    } catch (const std::exception& e) {
+      // InputError (this point's combination cannot run) and runtime failures alike.
+      ++failed;
+      entry = {{"status", "failed"}, {"mode", c.mode}, {"world_size", c.world_size},
+               {"global_batch", c.global_batch}, {"config", config_to_json(c)}, {"error", e.what()}};
+      if (!o.quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
+    }
+    entry["repetition"] = rep;
+    runs.push_back(std::move(entry));
+    ++index;
   }
 
   nlohmann::json config = config_to_json(base);

@@ -28,8 +28,15 @@ struct SweepOptions {
   bool quiet = false;
 };
 
-// The grid's points in execution order (repetition innermost, so repetitions sit side by side).
-std::vector<TrainConfig> sweep_points(const SweepOptions& options);
+struct SweepPoint {
+  TrainConfig config;
+  int repetition = 0;
+};
+
+// The grid's points in execution order: for each (workload, comm, ranks, batch, workers), the
+// repetitions in turn, each running every mode (and ps transport) once. Modes alternate, so
+// load that comes and goes hits them alike and the in-file allreduce/ps ratios stay comparable.
+std::vector<SweepPoint> sweep_points(const SweepOptions& options);
 
 // Returns the process exit code: 0 when the file was written (even with failed points).
 int sweep_command(const SweepOptions& options);

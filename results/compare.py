@@ -1,0 +1,661 @@
+#!/usr/bin/python3
+"""Regression gate for dpbench result files: compares a BASE result (or sweep) file with a NEW one.
+
+usage: /usr/bin/python3 results/compare.py BASE.json NEW.json [--noise-floor 0.25]
+           [--accuracy-tol 0.005] [--timing ratio|mwu|none] [--markdown OUT.md]
+
+What it is for: the CI gate of DESIGN.md ("Measurement rules"). Runs are matched by
+(mode, transport, comm, device, workload, world_size, global_batch, num_workers, repetition).
+Deterministic figures (parameter count, bytes sent and received per rank per step, per-rank
+memory peaks and every memory category, step counts) must be equal: any difference is a
+regression. Test accuracy may not drop by more than --accuracy-tol (absolute). Timings are
+compared with a stated noise floor, raised to three times the A/A noise the files themselves
+show (the medians of the even- and odd-indexed step samples of one run):
+  ratio (default) only the allreduce/ps throughput ratio measured inside ONE file is compared,
+        so BASE and NEW may come from different machines (shared 2-core CI runners included);
+  mwu   a one-sided Mann-Whitney U test of each run's step times, for files from the same machine;
+  none  timings are skipped.
+A run missing from NEW, or failed in NEW while ok in BASE, is a regression; a run only in NEW is
+reported as new. Prints a Markdown table of the figures that changed (unchanged deterministic
+figures are counted, not listed) and a summary line. Exit status: 0 no regression, 1 at least
+one regression, 2 unreadable or non-dpbench input (one line on stderr naming the file).
+
+What it is not for: validating a file against the JSON Schema (results/validate.py does that),
+judging absolute speed across different machines, or plotting and reporting (plots/, dpbench
+report). The statistics come from scipy and the standard library: run it with Debian's
+/usr/bin/python3 (python3-scipy); without scipy only --timing mwu is refused.
+"""
+import argparse
+import dataclasses
+import json
+import math
+import pathlib
+import statistics
+import sys
+
+try:
+    from scipy.stats import mannwhitneyu
+except ImportError:          # only --timing mwu needs it; main() says so in one line
+    mannwhitneyu = None
+
+SCHEMA_NAME = "dpbench-result"
+SCHEMA_VERSION = 1
+MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "comm_buffers",
+                     "data_staging")
+KEY_FIELDS = ("mode", "transport", "comm", "device", "workload", "world_size", "global_batch",
+              "num_workers", "repetition")
+MWU_ALPHA = 0.01
+REP_MULTIPLIER = 2.0  # floor >= 2 x the ratio's spread across repetitions
+AA_MULTIPLIER = 3.0
+
+REGRESSION = "REGRESSION"
+
+
+class InputError(Exception):
+    """A file that cannot be compared: unreadable, not JSON, not a dpbench result, malformed."""
+
+
+@dataclasses.dataclass
+class Options:
+    """Comparison settings; the defaults are the command line's."""
+    noise_floor: float = 0.25
+    accuracy_tol: float = 0.005
+    timing: str = "ratio"
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the table: a figure of one run (or run pair) that changed or was checked."""
+    run: str
+    figure: str
+    base: str
+    new: str
+    change: str
+    status: str
+
+    @property
+    def is_regression(self):
+        """True when this row fails the gate."""
+        return self.status == REGRESSION
+
+
+@dataclasses.dataclass
+class NoiseFloor:
+    """The timing noise floor used and where it came from."""
+    value: float
+    stated: float
+    largest_aa: float | None
+    aa_source: str | None
+
+    def describe(self):
+        """One sentence: the floor and how it was obtained."""
+        if self.largest_aa is None:
+            return (f"noise floor {pct(self.value)}: the stated --noise-floor (no run has two or "
+                    f"more step samples, so no A/A estimate)")
+        derived = AA_MULTIPLIER * self.largest_aa
+        aa = (f"{AA_MULTIPLIER:g} x largest A/A difference {pct(self.largest_aa)} "
+              f"= {pct(derived)}, {self.aa_source}")
+        if derived > self.stated:
+            return f"noise floor {pct(self.value)}: {aa} (above the stated {pct(self.stated)})"
+        return f"noise floor {pct(self.value)}: the stated --noise-floor ({aa})"
+
+
+@dataclasses.dataclass
+class Report:
+    """Result of compare(): the table rows, counts and notes."""
+    base_label: str
+    new_label: str
+    timing: str
+    rows: list = dataclasses.field(default_factory=list)
+    compared: int = 0
+    matched_runs: int = 0
+    noise: NoiseFloor | None = None
+    notes: list = dataclasses.field(default_factory=list)
+
+    @property
+    def regressions(self):
+        """Rows that fail the gate."""
+        return [r for r in self.rows if r.is_regression]
+
+    @property
+    def exit_code(self):
+        """1 if any regression, else 0."""
+        return 1 if self.regressions else 0
+
+    def summary(self):
+        """The summary line: figures compared, regressions, the noise floor and its origin."""
+        n_reg = len(self.regressions)
+        head = (f"{self.compared} figures compared over {self.matched_runs} matched runs, "
+                f"{n_reg} regression{'s' if n_reg != 1 else ''}")
+        if self.timing == "none":
+            return head + "; timings not compared (--timing none)."
+        how = "allreduce/ps throughput ratio within each file" if self.timing == "ratio" else \
+            "one-sided Mann-Whitney U on step times, p < 0.01"
+        return f"{head}; timing: {how}; {self.noise.describe()}."
+
+    def markdown(self):
+        """The whole report as Markdown: title, summary, notes and the table."""
+        out = [f"## dpbench compare: `{self.base_label}` -> `{self.new_label}`", "",
+               f"**{self.summary()}**", ""]
+        for note in self.notes:
+            out.append(f"- {note}")
+        if self.notes:
+            out.append("")
+        if not self.rows:
+            out.append("No figure changed.")
+        else:
+            out.append("| run | figure | base | new | change | status |")
+            out.append("|---|---|---|---|---|---|")
+            for r in self.rows:
+                cells = (r.run, r.figure, r.base, r.new, r.change, r.status)
+                out.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+        return "\n".join(out) + "\n"
+
+
+def _md_cell(text):
+    """Escapes a table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def pct(x):
+    """A fraction as a percentage string."""
+    if x is None:
+        return "n/a"
+    if math.isinf(x):
+        return "inf %"
+    return f"{100.0 * x:.1f} %"
+
+
+def fmt_num(x):
+    """A figure for the table: integers exactly, floats with 4 significant digits."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool) or isinstance(x, int):
+        return str(x)
+    return f"{x:.4g}"
+
+
+def fmt_delta(base, new):
+    """Absolute and relative change of two numbers."""
+    if base is None or new is None:
+        return "-"
+    d = new - base
+    sign = "+" if d >= 0 else ""
+    rel = f" ({sign}{100.0 * d / base:.2f} %)" if base else ""
+    return f"{sign}{fmt_num(d)}{rel}"
+
+
+# ---- loading ----------------------------------------------------------------------------
+
+def load(path):
+    """Reads and checks one result file; raises InputError naming the file."""
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a dpbench result file (not UTF-8 text)") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not a dpbench result file (invalid JSON: {e})") from None
+    check_doc(doc, str(path))
+    return doc
+
+
+def check_doc(doc, label):
+    """Checks the schema name and version and the fields the comparison reads."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
+        raise InputError(f"{label}: not a dpbench result file (no schema object)")
+    name, version = doc["schema"].get("name"), doc["schema"].get("version")
+    if name != SCHEMA_NAME:
+        raise InputError(f"{label}: not a dpbench result file (schema.name is {name!r}, "
+                         f"expected {SCHEMA_NAME!r})")
+    if version != SCHEMA_VERSION:
+        raise InputError(f"{label}: schema version {version!r} is not supported "
+                         f"(expected {SCHEMA_VERSION})")
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise InputError(f"{label}: runs is missing or empty")
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            raise InputError(f"{label}: runs[{i}] is not an object")
+        status = run.get("status", "ok")
+        if status not in ("ok", "failed"):
+            raise InputError(f"{label}: runs[{i}].status is {status!r} (expected ok or failed)")
+        if status == "failed":
+            continue
+        for path in ("mode", "world_size", "global_batch", "num_params", "steps.total",
+                     "steps.timed", "step_time_s.samples", "comm_bytes_per_step.per_rank",
+                     "memory.per_rank", "quality"):
+            _get(run, path, f"{label}: runs[{i}]")
+        for entry in run["memory"]["per_rank"]:
+            for cat in ("rank", "peak_bytes") + MEMORY_CATEGORIES:
+                _get(entry, cat, f"{label}: runs[{i}].memory.per_rank[]")
+        for entry in run["comm_bytes_per_step"]["per_rank"]:
+            for f in ("rank", "sent", "received"):
+                _get(entry, f, f"{label}: runs[{i}].comm_bytes_per_step.per_rank[]")
+
+
+def _get(obj, dotted, where):
+    """obj[a][b]... for 'a.b'; raises InputError naming where it is missing."""
+    cur = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise InputError(f"{where}: missing field {dotted}")
+        cur = cur[part]
+    return cur
+
+
+# ---- run keys -----------------------------------------------------------------------------
+
+def run_status(run):
+    """'ok' or 'failed'; a run without status is ok."""
+    return run.get("status", "ok")
+
+
+def run_key(run, doc=None):
+    """The matching key of a run, as a tuple in KEY_FIELDS order.
+
+    Each field is read from the run, else from the run's config (failed runs carry only their
+    config), else from the file's config. A failed allreduce run whose transport is only known
+    from its config is keyed as 'ring', which is what ok allreduce runs report.
+    """
+    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
+    top = doc.get("config", {}) if isinstance(doc, dict) and isinstance(doc.get("config"), dict) \
+        else {}
+
+    def field(name, default=None):
+        for src in (run, cfg, top):
+            if name in src:
+                return src[name]
+        return default
+
+    mode = field("mode")
+    transport = run.get("transport")
+    if transport is None:
+        transport = "ring" if mode == "allreduce" else field("transport")
+    num_workers = cfg.get("num_workers", run.get("num_workers", top.get("num_workers")))
+    repetition = run.get("repetition", cfg.get("repetition", 0))
+    return (mode, transport, field("comm"), field("device"), field("workload"),
+            field("world_size"), field("global_batch"), num_workers, repetition)
+
+
+def key_label(key, occurrence=0):
+    """Short human name of a run key."""
+    mode, transport, comm, device, workload, ws, gb, nw, rep = key
+    label = f"{mode}/{transport} {comm}/{device} {workload} p={ws} B={gb} w={nw} rep={rep}"
+    return label + (f" #{occurrence + 1}" if occurrence else "")
+
+
+def index_runs(doc, label, notes):
+    """Maps (key, occurrence) -> run; runs sharing a key are matched in file order."""
+    out, seen = {}, {}
+    for run in doc["runs"]:
+        key = run_key(run, doc)
+        occ = seen.get(key, 0)
+        seen[key] = occ + 1
+        out[(key, occ)] = run
+    dups = [k for k, n in seen.items() if n > 1]
+    if dups:
+        notes.append(f"{label} has {len(dups)} run key(s) shared by several runs "
+                     f"(e.g. {key_label(dups[0])}); they are matched in file order.")
+    return out
+
+
+# ---- deterministic figures ----------------------------------------------------------------
+
+def deterministic_figures(run):
+    """Ordered {figure name: value} of everything that must not change at a fixed seed."""
+    figs = {"num_params": run["num_params"],
+            "steps.total": run["steps"]["total"],
+            "steps.timed": run["steps"]["timed"]}
+    for e in sorted(run["comm_bytes_per_step"]["per_rank"], key=lambda e: e["rank"]):
+        r = e["rank"]
+        figs[f"comm_bytes_per_step.per_rank[{r}].sent"] = e["sent"]
+        figs[f"comm_bytes_per_step.per_rank[{r}].received"] = e["received"]
+    for e in sorted(run["memory"]["per_rank"], key=lambda e: e["rank"]):
+        r = e["rank"]
+        figs[f"memory.per_rank[{r}].peak_bytes"] = e["peak_bytes"]
+        for cat in MEMORY_CATEGORIES:
+            figs[f"memory.per_rank[{r}].{cat}"] = e[cat]
+    return figs
+
+
+def compare_deterministic(label, base_run, new_run, report):
+    """Exact comparison; a figure present on one side only also counts as a change."""
+    b, n = deterministic_figures(base_run), deterministic_figures(new_run)
+    for name in list(b) + [k for k in n if k not in b]:
+        report.compared += 1
+        bv, nv = b.get(name), n.get(name)
+        if bv == nv:
+            continue
+        change = fmt_delta(bv, nv) if bv is not None and nv is not None else \
+            ("only in BASE" if nv is None else "only in NEW")
+        report.rows.append(Row(label, name, fmt_num(bv), fmt_num(nv), change, REGRESSION))
+
+
+def compare_accuracy(label, base_run, new_run, tol, report):
+    """Test accuracy: a drop beyond tol is a regression, a rise is reported as improved."""
+    bv = base_run["quality"].get("test_accuracy")
+    nv = new_run["quality"].get("test_accuracy")
+    report.compared += 1
+    if bv == nv:
+        return
+    figure = "quality.test_accuracy"
+    if bv is None or nv is None:
+        status = REGRESSION if nv is None else "new figure"
+        report.rows.append(Row(label, figure, fmt_num(bv), fmt_num(nv), "-", status))
+        return
+    delta = nv - bv
+    if delta < -tol - 1e-12:
+        status = REGRESSION
+    elif delta > 0:
+        status = "improved"
+    else:
+        status = f"within tolerance ({tol:g})"
+    report.rows.append(Row(label, figure, f"{bv:.4f}", f"{nv:.4f}", f"{delta:+.4f}", status))
+
+
+# ---- timing -------------------------------------------------------------------------------
+
+def step_samples(run):
+    """The timed step samples of an ok run (seconds), possibly empty."""
+    if run_status(run) != "ok":
+        return []
+    return list(run.get("step_time_s", {}).get("samples", []))
+
+
+def aa_difference(samples):
+    """A/A noise of one run: relative difference of the medians of its interleaved halves.
+
+    The samples at even and odd indices are two measurements of the same thing; the result is
+    |median(even) - median(odd)| / min of the two. None with fewer than two samples.
+    """
+    if len(samples) < 2:
+        return None
+    a, b = statistics.median(samples[0::2]), statistics.median(samples[1::2])
+    if a == b:
+        return 0.0
+    lo = min(a, b)
+    return abs(a - b) / lo if lo > 0 else math.inf
+
+
+def noise_floor(docs, stated):
+    """max(stated, 3 x the largest A/A difference over every ok run of the given files).
+
+    docs: sequence of (label, doc).
+    """
+    largest, source = None, None
+    for label, doc in docs:
+        for run in doc["runs"]:
+            aa = aa_difference(step_samples(run))
+            if aa is not None and (largest is None or aa > largest):
+                largest, source = aa, f"{key_label(run_key(run, doc))} in {label}"
+    value = stated if largest is None else max(stated, AA_MULTIPLIER * largest)
+    return NoiseFloor(value=value, stated=stated, largest_aa=largest, aa_source=source)
+
+
+def throughput(run):
+    """Samples/s recomputed as global_batch / median(step samples); None without samples.
+
+    This is how dpbench computes throughput_samples_per_s, so the two agree.
+    """
+    samples = step_samples(run)
+    if not samples:
+        return None
+    med = statistics.median(samples)
+    return run["global_batch"] / med if med > 0 else None
+
+
+def mode_ratios(doc):
+    """{(group, pair): [allreduce/ps throughput ratio of each repetition]} for groups with both modes.
+
+    A group is (comm, device, workload, world_size, global_batch, num_workers and occurrence);
+    repetitions of a group are collected together, so their spread can be measured; a pair names
+    the two transports, so p2p and collective ps get a ratio each.
+    """
+    groups = {}
+    seen = {}
+    for run in doc["runs"]:
+        if run_status(run) != "ok":
+            continue
+        key = run_key(run, doc)
+        occ = seen.get(key, 0)
+        seen[key] = occ + 1
+        mode, transport, comm, device, workload, ws, gb, nw, rep = key
+        if mode not in ("ps", "allreduce"):
+            continue
+        g = groups.setdefault((comm, device, workload, ws, gb, nw, occ), {})
+        g.setdefault(rep, {}).setdefault(mode, []).append((transport, run))
+    out = {}
+    for g, reps in groups.items():
+        for rep in sorted(reps):
+            modes = reps[rep]
+            for ar_t, ar in modes.get("allreduce", []):
+                for ps_t, ps in modes.get("ps", []):
+                    tp_ar, tp_ps = throughput(ar), throughput(ps)
+                    if tp_ar is None or tp_ps is None:
+                        continue
+                    out.setdefault((g, f"allreduce/{ar_t} / ps/{ps_t}"), []).append(tp_ar / tp_ps)
+    return out
+
+
+def repetition_spread(ratios):
+    """(max - min) / median of a group's per-repetition ratios: 0 for a single repetition.
+
+    The second A/A term: load that changes between runs moves the ratio between repetitions,
+    which the interleaved halves of a single run cannot see.
+    """
+    if len(ratios) < 2:
+        return 0.0
+    med = statistics.median(ratios)
+    return (max(ratios) - min(ratios)) / med if med > 0 else math.inf
+
+
+def group_label(group):
+    """Short human name of a ratio group."""
+    comm, device, workload, ws, gb, nw, occ = group
+    label = f"{comm}/{device} {workload} p={ws} B={gb} w={nw}"
+    return label + (f" #{occ + 1}" if occ else "")
+
+
+def compare_ratios(base_doc, new_doc, floor, report):
+    """Timing gate of --timing ratio: the in-file allreduce/ps ratio (median over repetitions) may
+    not fall beyond the floor, which is raised to REP_MULTIPLIER x the ratio's spread across
+    repetitions in either file where that is larger."""
+    base, new = mode_ratios(base_doc), mode_ratios(new_doc)
+    if not base and not new:
+        report.notes.append("No file has a ps and an allreduce run with step samples in the same "
+                            "group: no timing ratio to compare.")
+    for k in list(base) + [k for k in new if k not in base]:
+        group, pair = k
+        label, figure = group_label(group), f"throughput ratio {pair}"
+        bl, nl = base.get(k), new.get(k)
+        bv = statistics.median(bl) if bl else None
+        nv = statistics.median(nl) if nl else None
+        if nv is None:
+            report.rows.append(Row(label, figure, f"{bv:.3f}", "-", "-", "not in NEW"))
+            continue
+        if bv is None:
+            report.rows.append(Row(label, figure, "-", f"{nv:.3f}", "-", "new"))
+            continue
+        report.compared += 1
+        if nv == bv:
+            continue
+        spread = max(repetition_spread(bl), repetition_spread(nl))
+        group_floor = max(floor, REP_MULTIPLIER * spread)
+        if group_floor > floor:
+            report.notes.append(f"{label}: ratio floor raised to {pct(group_floor)} by the spread "
+                                f"of {pct(spread)} across repetitions.")
+        rel = nv / bv - 1.0
+        if nv < bv * (1.0 - group_floor):
+            status = REGRESSION
+        elif rel > group_floor:
+            status = "improved"
+        else:
+            status = "within noise"
+        report.rows.append(Row(label, figure, f"{bv:.3f}", f"{nv:.3f}", f"{100 * rel:+.1f} %",
+                               status))
+
+
+def mwu_check(base_samples, new_samples, floor):
+    """One-sided Mann-Whitney U (NEW slower than BASE) and the median change.
+
+    Returns (p_value, relative median change, is_regression); regression when p < 0.01 and the
+    median grew by more than floor.
+    """
+    p = float(mannwhitneyu(new_samples, base_samples, alternative="greater").pvalue)
+    mb, mn = statistics.median(base_samples), statistics.median(new_samples)
+    rel = mn / mb - 1.0 if mb > 0 else (0.0 if mn == mb else math.inf)
+    return p, rel, (p < MWU_ALPHA and rel > floor)
+
+
+def compare_mwu(label, base_run, new_run, floor, report):
+    """Timing gate of --timing mwu for one matched run."""
+    bs, ns = step_samples(base_run), step_samples(new_run)
+    figure = "step_time_s median (ms)"
+    if not bs or not ns:
+        report.rows.append(Row(label, figure, "-", "-", "-", "no step samples: not compared"))
+        return
+    report.compared += 1
+    p, rel, bad = mwu_check(bs, ns, floor)
+    if bad:
+        status = REGRESSION
+    elif p < MWU_ALPHA:
+        status = "slower, within noise floor" if rel > 0 else "within noise"
+    elif rel < -floor:
+        status = "faster"
+    else:
+        status = "within noise"
+    report.rows.append(Row(label, figure, f"{1e3 * statistics.median(bs):.4g}",
+                           f"{1e3 * statistics.median(ns):.4g}",
+                           f"{100 * rel:+.1f} % (p={p:.2g})", status))
+
+
+# ---- the comparison -----------------------------------------------------------------------
+
+def compare(base_doc, new_doc, options=None, base_label="BASE", new_label="NEW"):
+    """Compares two checked result documents and returns a Report."""
+    options = options or Options()
+    if options.timing not in ("ratio", "mwu", "none"):
+        raise ValueError(f"timing must be ratio, mwu or none, not {options.timing!r}")
+    report = Report(base_label=base_label, new_label=new_label, timing=options.timing)
+    base = index_runs(base_doc, "BASE", report.notes)
+    new = index_runs(new_doc, "NEW", report.notes)
+    if options.timing != "none":
+        report.noise = noise_floor([("BASE", base_doc), ("NEW", new_doc)], options.noise_floor)
+    if report.noise is not None and report.noise.value >= 1.0:
+        what = "no fall of the allreduce/ps ratio" if options.timing == "ratio" else \
+            "only a slowdown beyond " + pct(1.0 + report.noise.value) + " of BASE"
+        report.notes.append(f"The timing noise floor is {pct(report.noise.value)}: {what} can "
+                            f"count as a regression. These step times are too noisy to gate on; "
+                            f"rerun on a quieter machine or with more steps.")
+    if options.timing == "mwu":
+        hb = (base_doc.get("env") or {}).get("host"), (base_doc.get("env") or {}).get("cpu_model")
+        hn = (new_doc.get("env") or {}).get("host"), (new_doc.get("env") or {}).get("cpu_model")
+        if hb != hn:
+            report.notes.append(f"--timing mwu compares step times across files, but BASE and NEW "
+                                f"come from different machines ({hb[0]}, {hn[0]}); "
+                                f"--timing ratio is meant for that.")
+
+    for (key, occ), brun in base.items():
+        label = key_label(key, occ)
+        nrun = new.get((key, occ))
+        bstat = run_status(brun)
+        if nrun is None:
+            report.compared += 1
+            report.rows.append(Row(label, "run", bstat, "-", "missing in NEW", REGRESSION))
+            continue
+        nstat = run_status(nrun)
+        if nstat == "failed" or bstat == "failed":
+            report.compared += 1
+            err = str(nrun.get("error", "")) if nstat == "failed" else ""
+            if bstat == "ok":
+                report.rows.append(Row(label, "run", "ok", "failed", err or "-", REGRESSION))
+            elif nstat == "ok":
+                report.rows.append(Row(label, "run", "failed", "ok", "-", "fixed"))
+            else:
+                report.rows.append(Row(label, "run", "failed", "failed", err or "-",
+                                       "failed in both"))
+            continue
+        report.matched_runs += 1
+        compare_deterministic(label, brun, nrun, report)
+        compare_accuracy(label, brun, nrun, options.accuracy_tol, report)
+        if options.timing == "mwu":
+            compare_mwu(label, brun, nrun, report.noise.value, report)
+        diff = config_differences(brun, nrun)
+        if diff:
+            report.notes.append(f"{label}: config differs ({diff}).")
+    for (key, occ), nrun in new.items():
+        if (key, occ) not in base:
+            report.rows.append(Row(key_label(key, occ), "run", "-", run_status(nrun), "new run",
+                                   "new"))
+    if options.timing == "ratio":
+        compare_ratios(base_doc, new_doc, report.noise.value, report)
+    return report
+
+
+def config_differences(base_run, new_run, limit=4):
+    """Per-run config options that differ between two matched runs, as a short string."""
+    bc, nc = base_run.get("config") or {}, new_run.get("config") or {}
+    names = [k for k in sorted(set(bc) | set(nc)) if bc.get(k) != nc.get(k)]
+    parts = [f"{k}: {bc.get(k, '-')} -> {nc.get(k, '-')}" for k in names[:limit]]
+    if len(names) > limit:
+        parts.append(f"{len(names) - limit} more")
+    return "; ".join(parts)
+
+
+# ---- command line -------------------------------------------------------------------------
+
+def parse_args(argv):
+    """The command line (argparse exits 2 on bad usage)."""
+    p = argparse.ArgumentParser(
+        prog="compare.py",
+        description="Compare two dpbench result files; exit 1 on a regression, 2 on bad input.")
+    p.add_argument("base", metavar="BASE.json", help="baseline result or sweep file")
+    p.add_argument("new", metavar="NEW.json", help="result or sweep file to check")
+    p.add_argument("--noise-floor", type=float, default=0.25, metavar="FRACTION",
+                   help="smallest timing change treated as real (default 0.25 = 25%%); raised "
+                        "to 3 x the A/A noise measured in the files")
+    p.add_argument("--accuracy-tol", type=float, default=0.005, metavar="ABS",
+                   help="allowed absolute drop of test accuracy (default 0.005)")
+    p.add_argument("--timing", choices=("ratio", "mwu", "none"), default="ratio",
+                   help="ratio: allreduce/ps throughput ratio inside each file (default); mwu: "
+                        "Mann-Whitney U on step times (same machine only); none: skip timings")
+    p.add_argument("--markdown", metavar="OUT.md", help="also write the report to this file")
+    args = p.parse_args(argv)
+    if args.noise_floor < 0 or args.accuracy_tol < 0:
+        p.error("--noise-floor and --accuracy-tol must be >= 0")
+    return args
+
+
+def main(argv=None):
+    """Runs the comparison; returns the exit status."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        base_doc, new_doc = load(args.base), load(args.new)
+    except InputError as e:
+        print(f"compare.py: {e}", file=sys.stderr)
+        return 2
+    if args.timing == "mwu" and mannwhitneyu is None:
+        print("compare.py: --timing mwu needs scipy (Debian python3-scipy): run it with "
+              "/usr/bin/python3", file=sys.stderr)
+        return 2
+    opts = Options(noise_floor=args.noise_floor, accuracy_tol=args.accuracy_tol,
+                   timing=args.timing)
+    report = compare(base_doc, new_doc, opts, base_label=args.base, new_label=args.new)
+    text = report.markdown()
+    sys.stdout.write(text)
+    if args.markdown:
+        try:
+            pathlib.Path(args.markdown).write_text(text)
+        except OSError as e:
+            print(f"compare.py: {args.markdown}: cannot write: {e.strerror or e}",
+                  file=sys.stderr)
+            return 2
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
