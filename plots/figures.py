@@ -1,0 +1,532 @@
+"""The report's figures: one function per figure, each writing one PNG with matplotlib (Agg).
+
+For: drawing the records report_data.py builds. Every function returns a Figure; when its data
+is missing (a sweep with one num_workers value, no --collectives file...) it writes nothing and
+the Figure carries one sentence saying what to run to get it, so the report never shows an empty
+axis.
+
+Not for: reading JSON or choosing verdicts (report_data.py), or HTML/Markdown (report.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator  # noqa: E402
+
+import report_data as rd  # noqa: E402
+
+FIGURE_KEYS = ("throughput_vs_world_size", "memory_per_rank", "step_breakdown", "workers",
+               "batch_size", "collectives_busbw", "projection")  # PNG file stems, report order
+MIB = 1024.0 ** 2
+DPI = 110
+PHASE_STYLE = (  # phase, legend label, colour; the order they stack in
+    ("data_wait", "data wait", "#9e9e9e"),
+    ("h2d", "host-to-device", "#bcbd22"),
+    ("forward", "forward", "#1f77b4"),
+    ("backward", "backward", "#2ca02c"),
+    ("comm_exposed", "comm (exposed)", "#d62728"),
+    ("optimizer", "optimizer", "#9467bd"),
+    ("other", "other (unattributed)", "#e0e0e0"),
+)
+MEMORY_STYLE = (
+    ("parameters", "parameters", "#1f77b4"),
+    ("gradients", "gradients", "#2ca02c"),
+    ("optimizer_state", "optimizer state", "#9467bd"),
+    ("activations", "activations", "#ff7f0e"),
+    ("comm_buffers", "comm buffers", "#d62728"),
+    ("data_staging", "data staging", "#8c564b"),
+)
+BASE_COLORS = {"allreduce (ring)": "#1f77b4", "ps (collective)": "#ff7f0e", "ps (p2p)": "#d62728"}
+EXTRA_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+plt.rcParams.update({
+    "font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3,
+    "legend.fontsize": 8, "figure.dpi": DPI, "savefig.dpi": DPI,
+    "svg.hashsalt": "dpbench",
+})
+
+
+@dataclass
+class Figure:
+    """One figure of the report: a PNG that was written, or the sentence that replaces it."""
+
+    key: str
+    title: str
+    caption: str = ""
+    path: Optional[Path] = None
+    missing: str = ""
+
+    @property
+    def produced(self) -> bool:
+        """True when the PNG exists."""
+        return self.path is not None
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def save(fig, out_dir: Path, key: str) -> Path:
+    """Writes fig as out_dir/<key>.png without the software/time metadata, and closes it."""
+    path = Path(out_dir) / f"{key}.png"
+    fig.savefig(path, format="png", metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
+    plt.close(fig)
+    return path
+
+
+def color_for(label: str, all_labels: list) -> str:
+    """A stable colour per series: fixed for the three standard series, else by sorted position
+    among the others (series of config variants, e.g. "ps (collective) [hidden=[1024]]")."""
+    if label in BASE_COLORS:
+        return BASE_COLORS[label]
+    extras = sorted(lab for lab in set(all_labels) | {label} if lab not in BASE_COLORS)
+    return EXTRA_COLORS[extras.index(label) % len(EXTRA_COLORS)]
+
+
+def bytes_text(n: float) -> str:
+    """1024 -> "1 KiB", 67108864 -> "64 MiB"."""
+    for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def log2_axis(ax, values) -> None:
+    """Log-2 x axis with a tick at each value, written as plain integers."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(values)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def thousands(ax) -> None:
+    """y tick labels with thousands separators."""
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+
+
+def place_legend(ax, **kwargs) -> None:
+    """A legend inside the axes when it is short, to the right of them when it would hide data."""
+    handles, _ = ax.get_legend_handles_labels()
+    if len(handles) > 6:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kwargs)
+    else:
+        ax.legend(loc="best", **kwargs)
+
+
+def series_lines(ax, points, x_attr: str, y_of, labels: list, **style) -> None:
+    """One line per series: y_of(point) against the point's x_attr."""
+    for i, label in enumerate(rd.series_order(points)):
+        pts = sorted((p for p in points if p.series == label), key=lambda p: getattr(p, x_attr))
+        ax.plot([getattr(p, x_attr) for p in pts], [y_of(p) for p in pts], marker=MARKERS[i % len(MARKERS)],
+                color=color_for(label, labels), label=label, **style)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. throughput against world size
+
+
+def workers_slice(points: list) -> tuple:
+    """(num_workers, points) with the most world sizes measured, then the most series."""
+    best, best_score = None, None
+    for w in rd.distinct(points, "num_workers"):
+        pts = [p for p in points if p.num_workers == w]
+        score = (len(rd.distinct(pts, "world_size")), len(rd.distinct(pts, "series")), -w)
+        if best_score is None or score > best_score:
+            best, best_score = w, score
+    return best, [p for p in points if p.num_workers == best]
+
+
+def plot_throughput_vs_world_size(points: list, out_dir: Path) -> Figure:
+    """Throughput (samples/s) against world size: a line per series and global batch."""
+    key, title = "throughput_vs_world_size", "Throughput against world size"
+    workers, pts = workers_slice(points)
+    if len(rd.distinct(pts, "world_size")) < 2:
+        return Figure(key, title, missing=(
+            "Throughput against world size needs runs at two or more world sizes: run "
+            "`dpbench sweep --modes ps,allreduce --ranks 1,2,4`."))
+    labels = rd.distinct(points, "series")
+    batches = rd.distinct(pts, "global_batch")
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for label in rd.series_order(pts):
+        for j, batch in enumerate(batches):
+            line = sorted((p for p in pts if p.series == label and p.global_batch == batch),
+                          key=lambda p: p.world_size)
+            if not line:
+                continue
+            ax.plot([p.world_size for p in line], [p.throughput for p in line],
+                    color=color_for(label, labels), linestyle=LINESTYLES[j % len(LINESTYLES)],
+                    marker=MARKERS[j % len(MARKERS)],
+                    label=f"{label}, batch {batch}" if len(batches) > 1 else label)
+    log2_axis(ax, [p.world_size for p in pts])
+    thousands(ax)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("world size (ranks)")
+    ax.set_ylabel("throughput (samples/s, median)")
+    ax.set_title(f"Throughput against world size ({workers} DataLoader workers)")
+    place_legend(ax)
+    fig.tight_layout()
+    top = max(rd.distinct(pts, "world_size"))
+    leader = max((p for p in pts if p.world_size == top), key=lambda p: p.throughput)
+    caption = (f"Look at which line climbs as ranks are added: at {top} ranks {leader.series} leads "
+               f"with {leader.throughput:,.0f} samples/s (batch {leader.global_batch}).")
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+# --------------------------------------------------------------------------------------------
+# 2. per-rank memory at the largest world size
+
+
+def plot_memory_per_rank(points: list, out_dir: Path) -> Figure:
+    """Per-rank peak memory, stacked by category, one panel per series at the largest world
+    size, with the max/mean imbalance written on each panel."""
+    key, title = "memory_per_rank", "Per-rank peak memory"
+    fixed, pts = rd.pick_slice(points, None, rd.largest_world_score)
+    if not pts:
+        return Figure(key, title, missing="No successful run recorded memory: run `dpbench run`.")
+    order = rd.series_order(pts)
+    ncols = min(len(order), 4)
+    nrows = (len(order) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.0, 3.4 * ncols), 3.9 * nrows + 0.7),
+                             sharey=True, squeeze=False)
+    for i in range(len(order), nrows * ncols):
+        axes[i // ncols][i % ncols].set_visible(False)
+    for i, label in enumerate(order):
+        ax = axes[i // ncols][i % ncols]
+        p = next(q for q in pts if q.series == label)
+        ranks = [m["rank"] for m in p.memory_per_rank]
+        bottom = [0.0] * len(ranks)
+        for cat, cat_label, color in MEMORY_STYLE:
+            heights = [(m.get(cat) or 0) / MIB for m in p.memory_per_rank]
+            ax.bar(ranks, heights, bottom=bottom, color=color, width=0.7, label=cat_label)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        peaks = [m["peak_bytes"] / MIB for m in p.memory_per_rank]
+        ax.scatter(ranks, peaks, marker="_", s=600, color="black", zorder=3, label="peak (allocator)")
+        mean = sum(peaks) / len(peaks)
+        ax.axhline(mean, color="black", linestyle="--", linewidth=0.8, label="mean peak")
+        note = f"max/mean = {p.imbalance:.2f}"
+        if p.mode == "ps":
+            note += f"\nreducer +{p.reducer_minus_mean_bytes / MIB:.1f} MiB over mean"
+        ax.text(0.98, 0.97, note, transform=ax.transAxes, ha="right", va="top",
+                bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#999999"})
+        ax.set_xticks(ranks)
+        ax.set_title(label)
+        ax.set_xlabel("rank")
+    for row in axes:
+        row[0].set_ylabel("peak memory (MiB)")
+    ymax = max(max(sum((m.get(c) or 0) for c, _, _ in MEMORY_STYLE), m["peak_bytes"])
+               for p in pts for m in p.memory_per_rank) / MIB
+    axes[0][0].set_ylim(0, ymax * 1.3)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=4, frameon=False)
+    fig.suptitle(f"Per-rank peak memory by category ({rd.describe_fixed(fixed)})")
+    fig.tight_layout(rect=(0, 0.12 / nrows, 1, 1))
+    ps_points = [p for p in pts if p.mode == "ps"]
+    if ps_points:
+        worst = max(ps_points, key=lambda p: p.imbalance)
+        caption = (f"Compare rank 0 with the others: the ps reducer peaks at {worst.imbalance:.2f}x the "
+                   "mean rank (master parameters, gradients, momentum, full-batch staging); "
+                   "allreduce ranks should be level.")
+    else:
+        caption = "Allreduce ranks should be level: every rank holds the same replica and optimizer state."
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+# --------------------------------------------------------------------------------------------
+# 3. step-time breakdown
+
+
+def phase_segments(p) -> dict:
+    """Stacked segments of one point's median step in seconds: the phases, the unattributed
+    rest of the p50 step, and the communication hidden by overlap (not part of the step)."""
+    seg = {name: max(p.phases.get(name, 0.0) or 0.0, 0.0) for name, _, _ in PHASE_STYLE if name != "other"}
+    seg["other"] = max(p.step_time["p50"] - sum(seg.values()), 0.0)
+    seg["hidden"] = max((p.phases.get("comm") or 0.0) - (p.phases.get("comm_exposed") or 0.0), 0.0)
+    return seg
+
+
+def plot_step_breakdown(points: list, out_dir: Path) -> Figure:
+    """Median step time split into phases, a bar per series x world size; communication that
+    overlapped backward is drawn hatched above the bar."""
+    key, title = "step_breakdown", "Step-time breakdown"
+    fixed, pts = rd.pick_slice(points, "world_size", rd.coverage_score("world_size"))
+    if not pts:
+        return Figure(key, title, missing="No successful run recorded a step breakdown: run `dpbench run`.")
+    order = rd.series_order(pts)
+    bars, x, positions, group_centres = [], 0.0, [], []
+    for label in order:
+        group = sorted((p for p in pts if p.series == label), key=lambda p: p.world_size)
+        start = x
+        for p in group:
+            bars.append(p)
+            positions.append(x)
+            x += 1.0
+        group_centres.append(((start + x - 1.0) / 2.0, label))
+        x += 0.8
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.75 * len(bars) + 2.5), 4.8))
+    segments = [phase_segments(p) for p in bars]
+    bottom = [0.0] * len(bars)
+    for name, label, color in PHASE_STYLE:
+        heights = [s[name] * 1e3 for s in segments]
+        if not any(heights):
+            continue  # e.g. host-to-device on a CPU run: no empty legend entry
+        ax.bar(positions, heights, bottom=bottom, color=color, width=0.75, label=label)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    hidden = [s["hidden"] * 1e3 for s in segments]
+    if any(h > 0 for h in hidden):
+        ax.bar(positions, hidden, bottom=bottom, width=0.75, facecolor="none", edgecolor="#d62728",
+               hatch="///", linewidth=0.8, label="comm hidden by overlap (not in the step)")
+    ax.scatter(positions, [p.step_time["p50"] * 1e3 for p in bars], marker="_", s=500, color="black",
+               zorder=3, label="step time p50")
+    ax.set_xticks(positions)
+    ax.set_xticklabels([f"{p.world_size}" for p in bars])
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([c for c, _ in group_centres])
+    top.set_xticklabels([label for _, label in group_centres])
+    top.tick_params(length=0)
+    ax.set_xlabel("world size (ranks)")
+    ax.set_ylabel("time per step (ms, medians)")
+    ax.set_title(f"Step-time breakdown ({rd.describe_fixed(fixed)})", pad=22)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    worst = max(bars, key=lambda p: p.phases["comm_exposed"] / p.step_time["p50"] if p.step_time["p50"] else 0)
+    share = worst.phases["comm_exposed"] / worst.step_time["p50"] if worst.step_time["p50"] else 0
+    caption = (f"Watch the red exposed-comm segment: it is {100 * share:.0f}% of the step for {worst.series} "
+               f"at {worst.world_size} ranks; hatched comm overlapped backward and cost no time.")
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+# --------------------------------------------------------------------------------------------
+# 4. DataLoader workers
+
+
+def plot_workers(points: list, out_dir: Path) -> Figure:
+    """Throughput and data-wait time against num_workers, one line per series (two panels)."""
+    key, title = "workers", "Throughput and data wait against DataLoader workers"
+    fixed, pts = rd.pick_slice(points, "num_workers", rd.coverage_score("num_workers"))
+    if len(rd.distinct(pts, "num_workers")) < 2:
+        return Figure(key, title, missing=(
+            "The DataLoader-workers figure needs two or more num_workers values at the same ranks "
+            "and batch: run `dpbench sweep --modes ps,allreduce --num-workers 0,2,4`."))
+    labels = rd.distinct(points, "series")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 5.6), sharex=True)
+    series_lines(top, pts, "num_workers", lambda p: p.throughput, labels)
+    series_lines(bottom, pts, "num_workers", lambda p: p.phases["data_wait"] * 1e3, labels)
+    top.set_ylabel("throughput (samples/s)")
+    thousands(top)
+    top.set_ylim(bottom=0)
+    bottom.set_ylabel("data wait per step (ms, median)")
+    bottom.set_ylim(bottom=0)
+    bottom.set_xlabel("DataLoader num_workers (worker threads per loading rank)")
+    bottom.set_xticks(rd.distinct(pts, "num_workers"))
+    top.set_title(f"Throughput and data wait against DataLoader workers ({rd.describe_fixed(fixed)})")
+    place_legend(top)
+    fig.tight_layout()
+    caption = ("Look for the worker count where data wait drops to near zero: beyond it more workers "
+               "cannot raise throughput, because loading is no longer on the critical path.")
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+# --------------------------------------------------------------------------------------------
+# 5. global batch size
+
+
+def plot_batch_size(points: list, out_dir: Path) -> Figure:
+    """Throughput and peak memory (largest and mean rank) against global batch size."""
+    key, title = "batch_size", "Throughput and peak memory against global batch size"
+    fixed, pts = rd.pick_slice(points, "global_batch", rd.coverage_score("global_batch"))
+    if len(rd.distinct(pts, "global_batch")) < 2:
+        return Figure(key, title, missing=(
+            "The batch-size figure needs two or more global batch sizes at the same ranks and "
+            "workers: run `dpbench sweep --modes ps,allreduce --batch-sizes 64,256,1024`."))
+    labels = rd.distinct(points, "series")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 5.6), sharex=True)
+    series_lines(top, pts, "global_batch", lambda p: p.throughput, labels)
+    series_lines(bottom, pts, "global_batch",
+                 lambda p: max(m["peak_bytes"] for m in p.memory_per_rank) / MIB, labels)
+    series_lines(bottom, pts, "global_batch",
+                 lambda p: sum(m["peak_bytes"] for m in p.memory_per_rank) / len(p.memory_per_rank) / MIB,
+                 labels, linestyle="--", alpha=0.6)
+    top.set_ylabel("throughput (samples/s)")
+    thousands(top)
+    top.set_ylim(bottom=0)
+    bottom.set_ylabel("peak memory (MiB)")
+    bottom.set_ylim(bottom=0)
+    bottom.legend(handles=[Line2D([], [], color="black", label="largest rank"),
+                           Line2D([], [], color="black", linestyle="--", alpha=0.6, label="mean rank")],
+                  loc="upper left")
+    log2_axis(bottom, [p.global_batch for p in pts])
+    bottom.set_xlabel("global batch size (samples per step, all ranks)")
+    top.set_title(f"Throughput and peak memory against global batch ({rd.describe_fixed(fixed)})")
+    place_legend(top)
+    fig.tight_layout()
+    caption = ("Look at how throughput grows as larger batches amortise the per-step communication, and "
+               "at the gap between each mode's solid (largest rank) and dashed (mean rank) memory line: "
+               "the ps reducer stages the full batch.")
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+# --------------------------------------------------------------------------------------------
+# 6. collective bus bandwidth
+
+
+def plot_collectives(coll: Optional[rd.Collectives], out_dir: Path) -> Figure:
+    """busbw against message size, a panel per collective and a line per rank count, with the
+    memcpy bandwidth as the reference line."""
+    key, title = "collectives_busbw", "Collective bus bandwidth against message size"
+    if coll is None:
+        return Figure(key, title, missing=(
+            "The bus-bandwidth figure needs the collective micro-benchmarks: run "
+            "`dpbench_collectives --benchmark_format=json --benchmark_out=collectives.json` "
+            "(built under bench/micro/) and pass `--collectives collectives.json`."))
+    pts = [b for b in coll.points if b.busbw is not None and b.busbw > 0]
+    if not pts:
+        return Figure(key, title, missing=(
+            "The --collectives file has no benchmark with a busbw counter: run "
+            "`dpbench_collectives --benchmark_format=json` and pass its output."))
+    names = sorted({b.collective for b in pts})
+    ncols = min(len(names), 3)
+    nrows = (len(names) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols + 0.5, 3.6 * nrows + 0.4),
+                             sharey=True, squeeze=False)
+    ranks_all = sorted({b.ranks or 0 for b in pts})
+    cmap = plt.get_cmap("viridis")
+    for i, name in enumerate(names):
+        ax = axes[i // ncols][i % ncols]
+        for j, ranks in enumerate(ranks_all):
+            line = [b for b in pts if b.collective == name and (b.ranks or 0) == ranks]
+            if line:
+                ax.plot([b.bytes for b in line], [b.busbw for b in line], marker="o", markersize=3,
+                        color=cmap(j / max(len(ranks_all) - 1, 1) * 0.85),
+                        label=f"{ranks} ranks" if ranks else "busbw")
+        for k, (ref, line) in enumerate(sorted(coll.memcpy.items())):
+            ax.plot([m[0] for m in line], [m[1] for m in line], color="#555555",
+                    linestyle=LINESTYLES[1 + k % 3], linewidth=1.0, label=f"{ref} (GB/s)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=2, numticks=8))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: bytes_text(v)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_title(name)
+        ax.set_xlabel("message size (bytes)")
+        ax.legend(loc="lower right", fontsize=7)
+    for i in range(len(names), nrows * ncols):
+        axes[i // ncols][i % ncols].set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("busbw (GB/s)")
+    fig.suptitle("Collective bus bandwidth against message size (nccl-tests busbw)")
+    fig.tight_layout()
+    best = max(pts, key=lambda b: b.busbw)
+    ref_best = max((m[1] for line in coll.memcpy.values() for m in line), default=None)
+    ref = f", against {ref_best:.1f} GB/s for memcpy" if ref_best is not None else ""
+    caption = (f"Bandwidth should rise with message size and flatten near the link or memory limit: "
+               f"the best is {best.busbw:.1f} GB/s ({best.collective}, {bytes_text(best.bytes)}){ref}.")
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+# --------------------------------------------------------------------------------------------
+# 7. projection
+
+
+def measured_overlay(proj: dict) -> tuple:
+    """The measured points to overlay on the projection, and the setting they share: those run
+    with the calibration run's global batch and workers when there are any, else all of them."""
+    measured = proj.get("measured", [])
+    cal = proj.get("calibration", {}).get("calibration_run", {})
+    if "global_batch" in cal:
+        same = [m for m in measured if m.get("global_batch") == cal["global_batch"]
+                and m.get("num_workers", cal.get("num_workers")) == cal.get("num_workers")]
+        if same:
+            return same, f"batch {cal['global_batch']:g}, {cal.get('num_workers', 0)} workers"
+    return measured, ""
+
+
+def model_error_text(proj: dict) -> str:
+    """"the model is within 12% (median) of the 20 measured points where it applies"."""
+    errors = [abs(m["relative_error"]) for m in proj.get("measured", [])
+              if m.get("model_applies", True) and rd.number(m.get("relative_error")) is not None]
+    if not errors:
+        return "no measured point is one the model applies to"
+    return (f"the model is within {100 * rd.median(errors):.0f}% (median) of the {len(errors)} "
+            "measured points where it applies")
+
+
+def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
+    """Projected step time and speedup against world size (log2, up to 1024) per mode, with the
+    measured points (and the model's value at their setting) overlaid and the crossover marked."""
+    key, title = "projection", "Projected scaling"
+    if proj is None:
+        return Figure(key, title, missing=(
+            "The scaling projection needs `dpbench project RESULT.json --out projection.json` (the "
+            "alpha-beta model calibrated on measured runs); pass `--projection projection.json`."))
+    pts = proj.get("points", [])
+    if not pts:
+        return Figure(key, title, missing="The --projection file has no points: rerun `dpbench project`.")
+    modes = sorted({p["mode"] for p in pts})
+    labels = [rd.projection_label(m) for m in modes]
+    overlay, setting = measured_overlay(proj)
+    sizes = sorted({p["world_size"] for p in pts} | {m["world_size"] for m in overlay})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.8))
+    for mode, label in zip(modes, labels):
+        line = sorted((p for p in pts if p["mode"] == mode), key=lambda p: p["world_size"])
+        color = color_for(label, labels)
+        left.plot([p["world_size"] for p in line], [p["step_time_s"] * 1e3 for p in line], color=color, label=label)
+        if all("speedup" in p for p in line):
+            right.plot([p["world_size"] for p in line], [p["speedup"] for p in line], color=color, label=label)
+        for m in (m for m in overlay if m.get("mode") == mode):
+            applies = m.get("model_applies", True)
+            left.scatter([m["world_size"]], [m["step_time_s"] * 1e3], s=34, zorder=3, edgecolors=color,
+                         facecolors=color if applies else "none")
+            if rd.number(m.get("predicted_step_time_s")) is not None:
+                left.scatter([m["world_size"]], [m["predicted_step_time_s"] * 1e3], marker="x", s=30,
+                             color=color, zorder=3)
+    where = f" ({setting})" if setting else ""
+    left.scatter([], [], color="black", s=34, label=f"measured{where}")
+    left.scatter([], [], facecolors="none", edgecolors="black", s=34, label="measured, model does not apply")
+    if any(rd.number(m.get("predicted_step_time_s")) is not None for m in overlay):
+        left.scatter([], [], marker="x", color="black", s=30, label="model at the measured setting")
+    right.plot(sizes, sizes, color="#999999", linestyle=":", label="ideal (speedup = p)")
+    crossover = proj.get("crossover_world_size")
+    for ax in (left, right):
+        log2_axis(ax, [s for s in sizes if s & (s - 1) == 0] or sizes)
+        ax.set_xlim(min(sizes) / 1.2, max(max(sizes), 1024) * 1.2)
+        ax.set_yscale("log")
+        ax.set_xlabel("world size (ranks)")
+        if crossover:
+            ax.axvline(crossover, color="black", linestyle="--", linewidth=0.9)
+            ax.text(crossover, 0.5, f"crossover p={crossover} ", transform=ax.get_xaxis_transform(),
+                    rotation=90, va="center", ha="right")
+    left.set_ylabel("step time (ms)")
+    left.set_title("Projected step time")
+    right.set_ylabel("speedup over 1 rank")
+    right.set_title("Projected speedup")
+    left.legend(loc="upper left", fontsize=7)
+    right.legend(loc="upper left", fontsize=7)
+    fig.suptitle(f"Alpha-beta projection ({link_text(proj.get('link', {}))})")
+    fig.tight_layout()
+    cross = (f"allreduce pulls ahead of ps from p={crossover}" if crossover
+             else "the modes do not cross in this range")
+    caption = f"Read where the curves part: {cross}; check the dots against the crosses: {model_error_text(proj)}."
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+def link_text(link: dict) -> str:
+    """"link pcie4, 25 GB/s, alpha 5.0 us" from the projection's link object."""
+    gbps = rd.number(link.get("bandwidth_GBps"))
+    if gbps is None and rd.number(link.get("beta_s_per_byte")):
+        gbps = 1e-9 / link["beta_s_per_byte"]
+    text = f"link {link.get('name', '?')}"
+    if gbps is not None:
+        text += f", {gbps:.3g} GB/s"
+    if rd.number(link.get("alpha_s")) is not None:
+        text += f", alpha {link['alpha_s'] * 1e6:.3g} us"
+    return text

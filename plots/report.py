@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""dpbench report: result JSON to DIR/report.md, a self-contained DIR/report.html and the PNGs.
+
+usage: /usr/bin/python3 plots/report.py RESULT.json [RESULT.json ...] -o DIR
+                                        [--collectives GBENCH.json] [--projection PROJ.json]
+
+RESULT.json are `dpbench run` or `dpbench sweep` files (several are merged; repetitions of a
+point are aggregated by median; failed sweep points are listed, not plotted). --collectives is
+Google Benchmark JSON from bench/micro/dpbench_collectives; --projection is a `dpbench project`
+file. `dpbench report ...` runs this script with the same arguments.
+
+For: putting the verdict, the run table, the figures (figures.py), the warnings, the failed
+points and the environment into the Jinja2 templates under plots/templates/. The HTML embeds
+every figure as a base64 data: URI, so it needs no other file.
+Not for: measuring anything, or reading anything but the JSON files named on the command line.
+
+Exit status: 0 on success, 2 on bad input (one line on stderr naming the file).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from pathlib import Path
+
+import jinja2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import figures  # noqa: E402
+import report_data as rd  # noqa: E402
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+MAX_WHERE = 6  # points named per warning before "and N more"
+
+
+def parse_args(argv) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="report.py", description="dpbench result JSON to report.md and a self-contained report.html.")
+    parser.add_argument("results", nargs="+", help="dpbench run or sweep result files")
+    parser.add_argument("-o", "--out", required=True, help="output directory (created if missing)")
+    parser.add_argument("--collectives", help="Google Benchmark JSON of dpbench_collectives")
+    parser.add_argument("--projection", help="`dpbench project` JSON")
+    return parser.parse_args(argv)
+
+
+# --------------------------------------------------------------------------------------------
+# formatting
+
+
+def fmt_number(value, spec: str, missing: str = "-") -> str:
+    """format(value, spec), or `missing` for None."""
+    return missing if value is None else format(value, spec)
+
+
+def nccl_version_text(code) -> str:
+    """NCCL_VERSION_CODE as "2.28.9" (2.9 and later: major*10000 + minor*100 + patch)."""
+    if not isinstance(code, int):
+        return "not built"
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def cuda_version_text(code) -> str:
+    """cudaRuntimeGetVersion's 13000 as "13.0"."""
+    return f"{code // 1000}.{code % 1000 // 10}" if isinstance(code, int) and code > 0 else "none"
+
+
+def point_name(p) -> str:
+    """"ps (collective), 4 ranks, batch 256, 2 workers"."""
+    return f"{p.series}, {rd.describe_fixed(p.axes)}"
+
+
+# --------------------------------------------------------------------------------------------
+# the sections
+
+
+def run_rows(points: list) -> list:
+    """One table row per aggregated point, as display strings."""
+    rows = []
+    for p in points:
+        rows.append({
+            "mode": p.mode, "transport": p.transport, "variant": p.series.partition(" [")[2].rstrip("]"),
+            "ranks": p.world_size, "batch": p.global_batch, "workers": p.num_workers,
+            "reps": p.repetitions, "throughput": f"{p.throughput:,.0f}",
+            "p50": fmt_number(p.step_time["p50"] * 1e3, ".2f"), "p90": fmt_number(p.step_time["p90"] * 1e3, ".2f"),
+            "imbalance": f"{p.imbalance:.2f}",
+            "accuracy": "-" if p.test_accuracy is None else f"{100 * p.test_accuracy:.2f} %",
+        })
+    return rows
+
+
+def warning_rows(points: list) -> list:
+    """Distinct warnings with the points they came from; virtual ranks are always named."""
+    by_text: dict = {}
+    for p in points:
+        texts = list(p.warnings)
+        if p.virtual_ranks and not any("virtual" in t for t in texts):
+            texts.append("virtual ranks: several ranks shared one device, so their communication ran "
+                         "at device-memory speed, not link speed")
+        for t in texts:
+            by_text.setdefault(t, []).append(point_name(p))
+    rows = []
+    for text, where in by_text.items():
+        shown = "; ".join(where[:MAX_WHERE])
+        if len(where) > MAX_WHERE:
+            shown += f"; and {len(where) - MAX_WHERE} more"
+        rows.append({"text": text, "count": len(where), "where": shown})
+    return rows
+
+
+def failed_rows(failed: list) -> list:
+    """One row per failed sweep point; repetitions that failed the same way share a row."""
+    rows: dict = {}
+    for f in failed:
+        key = (f.mode, f.transport, f.world_size, f.global_batch, f.num_workers, f.error)
+        row = rows.setdefault(key, {
+            "mode": f.mode, "transport": f.transport or "-", "ranks": fmt_number(f.world_size, "d"),
+            "batch": fmt_number(f.global_batch, "d"), "workers": fmt_number(f.num_workers, "d"),
+            "reps": [], "error": f.error})
+        if f.repetition is not None:
+            row["reps"].append(str(f.repetition))
+    for row in rows.values():
+        row["repetition"] = ", ".join(row.pop("reps")) or "-"
+    return list(rows.values())
+
+
+def env_sections(envs: list) -> list:
+    """Each distinct environment as (label, value) rows, with the files that ran there."""
+    sections = []
+    for entry in envs:
+        env = entry["env"]
+        cuda = env.get("cuda") or {}
+        if cuda.get("usable"):
+            cuda_text = f"runtime {cuda_version_text(cuda.get('runtime_version'))}, driver {cuda_version_text(cuda.get('driver_version'))}"
+        elif cuda.get("built_with_cuda"):
+            cuda_text = f"built with {cuda_version_text(cuda.get('runtime_version'))}, not usable: {cuda.get('reason', '')}"
+        else:
+            cuda_text = "not built"
+        gpus = "; ".join(f"{g.get('index')}: {g.get('name')} ({g.get('memory_bytes', 0) / 1024 ** 3:.0f} GiB, "
+                         f"{g.get('pci_bus_id')})" for g in env.get("gpus") or []) or "none"
+        rows = [("host", env.get("host")), ("OS", env.get("os")), ("CPU", env.get("cpu_model")),
+                ("cores", env.get("cpu_cores")), ("git commit", env.get("git_commit")),
+                ("build", f"{env.get('build_type', '?')}, {env.get('compiler', '?')}, flags `{(env.get('cxx_flags') or '').strip()}`"),
+                ("BLAS", env.get("blas")), ("CUDA", cuda_text), ("GPUs", gpus),
+                ("NCCL", nccl_version_text(env.get("nccl_version"))), ("MPI", env.get("mpi") or "not built"),
+                ("dpbench", env.get("dpbench_version"))]
+        sections.append({"files": entry["files"],
+                         "rows": [(k, "-" if v is None else str(v)) for k, v in rows]})
+    return sections
+
+
+def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path) -> list:
+    """Every figure of the report, in order; missing ones carry their sentence instead."""
+    pts = results.points
+    return [
+        figures.plot_throughput_vs_world_size(pts, out_dir),
+        figures.plot_memory_per_rank(pts, out_dir),
+        figures.plot_step_breakdown(pts, out_dir),
+        figures.plot_workers(pts, out_dir),
+        figures.plot_batch_size(pts, out_dir),
+        figures.plot_collectives(coll, out_dir),
+        figures.plot_projection(proj, out_dir),
+    ]
+
+
+def figure_entries(figs: list) -> list:
+    """Template records: title, caption, file name, data URI or the missing sentence."""
+    entries = []
+    for f in figs:
+        entry = {"key": f.key, "title": f.title, "caption": f.caption, "missing": f.missing,
+                 "file": None, "data_uri": None}
+        if f.produced:
+            entry["file"] = f.path.name
+            entry["data_uri"] = "data:image/png;base64," + base64.b64encode(f.path.read_bytes()).decode("ascii")
+        entries.append(entry)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+# rendering
+
+
+def md_cell(value) -> str:
+    """Text safe inside a Markdown table cell: pipes escaped, newlines flattened."""
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def environment() -> jinja2.Environment:
+    """Jinja2 over plots/templates; HTML templates autoescape, Markdown ones do not."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
+                                                                 default_for_string=False),
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["md"] = md_cell
+    return env
+
+
+def build_context(results: rd.ResultSet, figs: list, coll, proj, args) -> dict:
+    """Everything the templates show."""
+    verdict = rd.compute_verdict(results.points)
+    show_variant = any(results.variant_tags.values())
+    return {
+        "verdict": verdict.headline, "notes": verdict.notes,
+        "runs": run_rows(results.points), "show_reps": any(p.repetitions > 1 for p in results.points),
+        "show_variant": show_variant,
+        "figures": figure_entries(figs), "warnings": warning_rows(results.points),
+        "failed": failed_rows(results.failed), "environments": env_sections(results.envs),
+        "inputs": results.files,
+        "collectives_file": args.collectives, "projection_file": args.projection,
+    }
+
+
+def render(context: dict, out_dir: Path) -> tuple:
+    """Writes report.md and report.html; returns their paths."""
+    env = environment()
+    md = out_dir / "report.md"
+    html = out_dir / "report.html"
+    md.write_text(env.get_template("report.md.j2").render(**context))
+    html.write_text(env.get_template("report.html.j2").render(**context))
+    return md, html
+
+
+def main(argv=None) -> int:
+    """Reads the inputs, draws the figures, writes the report. Returns the exit status."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    out_dir = Path(args.out)
+    try:
+        results = rd.load_results(args.results)
+        coll = rd.load_collectives(args.collectives) if args.collectives else None
+        proj = rd.load_projection(args.projection) if args.projection else None
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except rd.InputError as e:
+        print(f"report.py: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"report.py: error: {args.out}: cannot create the output directory: {e.strerror}", file=sys.stderr)
+        return 2
+    for key in figures.FIGURE_KEYS:  # a figure not drawn this time must not linger from the last
+        (out_dir / f"{key}.png").unlink(missing_ok=True)
+    figs = build_figures(results, coll, proj, out_dir)
+    md, html = render(build_context(results, figs, coll, proj, args), out_dir)
+    produced = sum(1 for f in figs if f.produced)
+    print(f"report: {md} and {html} ({produced} figures, {len(figs) - produced} replaced by a note)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,549 @@
+"""Reads the JSON the report is built from and turns it into plain records.
+
+For: dpbench result and sweep files (schema "dpbench-result"), Google Benchmark JSON from
+bench/micro/dpbench_collectives, and `dpbench project` files (schema "dpbench-projection");
+aggregating repetitions by median; choosing which slice of a sweep a figure shows; the
+ten-second verdict that opens the report.
+
+Not for: drawing (figures.py), HTML/Markdown rendering (report.py and templates/), or running
+dpbench. Nothing here reads anything but the JSON files it is given.
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+RESULT_SCHEMA = "dpbench-result"
+PROJECTION_SCHEMA = "dpbench-projection"
+
+PHASES = ("data_wait", "h2d", "forward", "backward", "comm", "comm_exposed", "optimizer")
+MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations",
+                     "comm_buffers", "data_staging")
+
+# Run-config keys that are the axes of a sweep; every other config key (with the dataset)
+# makes a "variant" (a different experiment that is never aggregated with this one).
+AXIS_KEYS = ("mode", "modes", "transport", "world_size", "global_batch", "num_workers")
+
+
+class InputError(Exception):
+    """A file that cannot be read or is not the kind of JSON the report expects."""
+
+
+# --------------------------------------------------------------------------------------------
+# records
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured grid point (mode x transport x variant x ranks x batch x workers), with
+    its repetitions aggregated by median."""
+
+    mode: str
+    transport: str
+    variant: tuple
+    world_size: int
+    global_batch: int
+    num_workers: int
+    repetitions: int
+    throughput: float
+    step_time: dict  # p10, p50, p90, p99 in seconds
+    phases: dict  # PHASES -> seconds
+    memory_per_rank: tuple  # dicts: rank, peak_bytes and MEMORY_CATEGORIES
+    imbalance: float
+    reducer_minus_mean_bytes: float
+    test_accuracy: Optional[float]
+    final_train_loss: Optional[float]
+    warnings: tuple
+    virtual_ranks: bool
+    series: str = ""  # label shared by every point of one line in a figure
+
+    @property
+    def axes(self) -> dict:
+        """The sweep axes of this point, by name."""
+        return {"world_size": self.world_size, "global_batch": self.global_batch,
+                "num_workers": self.num_workers}
+
+
+@dataclass(frozen=True)
+class FailedPoint:
+    """A sweep point that did not run; it has no measurements."""
+
+    mode: str
+    transport: str
+    world_size: Optional[int]
+    global_batch: Optional[int]
+    num_workers: Optional[int]
+    repetition: Optional[int]
+    error: str
+    source: str
+
+
+@dataclass
+class ResultSet:
+    """Everything read from the result files: aggregated points, failed points, environments."""
+
+    points: list
+    failed: list
+    files: list  # dicts: path, created, runs
+    envs: list  # distinct env objects, each with the files that share it
+    variant_tags: dict = field(default_factory=dict)  # variant -> short text ("" if only one)
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """One collective micro-benchmark measurement."""
+
+    collective: str
+    ranks: Optional[int]
+    bytes: int
+    busbw: Optional[float]
+    algbw: Optional[float]
+
+
+@dataclass
+class Collectives:
+    """Parsed Google Benchmark output: collectives and the memcpy reference."""
+
+    points: list  # BenchPoint
+    memcpy: dict  # reference label ("memcpy", "memcpy, 2 threads") -> [(bytes, GB/s)]
+    context: dict
+
+
+# --------------------------------------------------------------------------------------------
+# reading files
+
+
+def read_json(path) -> dict:
+    """Parses one JSON file, turning every failure into InputError naming the file."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: expected a JSON object at the top level")
+    return doc
+
+
+def check_schema(path, doc: dict, name: str) -> None:
+    """Raises InputError unless doc declares schema `name`, version 1."""
+    schema = doc.get("schema") if isinstance(doc.get("schema"), dict) else {}
+    if schema.get("name") != name:
+        raise InputError(f"{path}: not a {name} file (schema.name is {schema.get('name')!r})")
+    if schema.get("version") != 1:
+        raise InputError(f"{path}: {name} version {schema.get('version')!r} is not supported "
+                         "(this report reads version 1)")
+
+
+def run_transport(run: dict) -> str:
+    """The run's transport. Failed sweep points only have their config, whose transport means
+    something to ps alone (allreduce always runs its ring), so other modes get ""."""
+    if run.get("transport"):
+        return str(run["transport"])
+    mode = run.get("mode", run.get("config", {}).get("mode"))
+    return str(run.get("config", {}).get("transport") or "") if mode == "ps" else ""
+
+
+def run_variant(run: dict) -> tuple:
+    """Hashable description of everything but the sweep axes: the experiment the run belongs to.
+    Only these keys count, so that a failed point (which has fewer fields) finds its siblings."""
+    config = run.get("config", {})
+    items = [(k, json.dumps(v, sort_keys=True)) for k, v in sorted(config.items())
+             if k not in AXIS_KEYS and k not in ("seed",)]
+    return tuple(items)
+
+
+def load_results(paths: Iterable) -> ResultSet:
+    """Reads result/sweep files, aggregates repetitions and labels the series."""
+    groups: dict = {}
+    failed = []
+    files = []
+    envs: list = []
+    for path in paths:
+        doc = read_json(path)
+        check_schema(path, doc, RESULT_SCHEMA)
+        runs = doc.get("runs")
+        if not isinstance(runs, list):
+            raise InputError(f"{path}: has no runs[] array")
+        files.append({"path": str(path), "created": doc.get("created", ""), "runs": len(runs)})
+        add_env(envs, doc.get("env", {}), str(path))
+        for index, run in enumerate(runs):
+            if run.get("status", "ok") != "ok":
+                failed.append(failed_point(run, str(path)))
+                continue
+            try:
+                key = (run["mode"], run_transport(run), run_variant(run), int(run["world_size"]),
+                       int(run["global_batch"]), int(run["config"]["num_workers"]))
+            except (KeyError, TypeError, ValueError) as e:
+                raise InputError(f"{path}: runs[{index}] lacks {e} (not a dpbench run entry)") from e
+            groups.setdefault(key, []).append(run)
+    points = []
+    for key, runs in groups.items():
+        try:
+            points.append(aggregate(key, runs))
+        except (KeyError, TypeError) as e:
+            raise InputError(f"a {key[0]} run at {key[3]} ranks lacks the field {e}") from e
+    tags = variant_tags({p.variant for p in points})
+    points = [with_series(p, tags) for p in points]
+    points.sort(key=point_order)
+    failed.sort(key=lambda f: (f.mode, f.transport, f.world_size or 0, f.global_batch or 0,
+                               f.num_workers or 0, f.repetition or 0))
+    return ResultSet(points=points, failed=failed, files=files, envs=envs, variant_tags=tags)
+
+
+def add_env(envs: list, env: dict, path: str) -> None:
+    """Adds env to the list of distinct environments, remembering which files share it."""
+    for known in envs:
+        if known["env"] == env:
+            known["files"].append(path)
+            return
+    envs.append({"env": env, "files": [path]})
+
+
+def failed_point(run: dict, source: str) -> FailedPoint:
+    """The record of one failed sweep point."""
+    config = run.get("config", {})
+
+    def axis(name):
+        value = run.get(name, config.get(name))
+        return int(value) if isinstance(value, (int, float)) else None
+
+    return FailedPoint(mode=str(run.get("mode", config.get("mode", "?"))),
+                       transport=run_transport(run), world_size=axis("world_size"),
+                       global_batch=axis("global_batch"), num_workers=axis("num_workers"),
+                       repetition=run.get("repetition"), error=str(run.get("error", "(no error text)")),
+                       source=source)
+
+
+def median(values) -> Optional[float]:
+    """Median of the values that are not None; None when there are none."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def aggregate(key: tuple, runs: list) -> Point:
+    """Aggregates the repetitions of one grid point by median (memory per rank and category)."""
+    mode, transport, variant, world_size, batch, workers = key
+    ranks = sorted({m["rank"] for r in runs for m in r["memory"]["per_rank"]})
+    memory = []
+    for rank in ranks:
+        rows = [m for r in runs for m in r["memory"]["per_rank"] if m["rank"] == rank]
+        entry = {"rank": rank, "peak_bytes": median(m["peak_bytes"] for m in rows)}
+        for category in MEMORY_CATEGORIES:
+            entry[category] = median(m.get(category, 0) for m in rows)
+        memory.append(entry)
+    warnings = []
+    for r in runs:
+        for w in r.get("warnings", []):
+            if w not in warnings:
+                warnings.append(w)
+    return Point(
+        mode=mode, transport=transport, variant=variant, world_size=world_size,
+        global_batch=batch, num_workers=workers, repetitions=len(runs),
+        throughput=median(r["throughput_samples_per_s"] for r in runs),
+        step_time={q: median(r["step_time_s"][q] for r in runs) for q in ("p10", "p50", "p90", "p99")},
+        phases={ph: median(r["phases_s"].get(ph, 0.0) for r in runs) for ph in PHASES},
+        memory_per_rank=tuple(memory),
+        imbalance=median(r["memory"]["imbalance_max_over_mean"] for r in runs),
+        reducer_minus_mean_bytes=median(r["memory"]["reducer_minus_mean_bytes"] for r in runs),
+        test_accuracy=median(r.get("quality", {}).get("test_accuracy") for r in runs),
+        final_train_loss=median(r.get("quality", {}).get("final_train_loss") for r in runs),
+        warnings=tuple(warnings),
+        virtual_ranks=any(r.get("virtual_ranks", False) for r in runs),
+    )
+
+
+def variant_tags(variants: set) -> dict:
+    """Short text per variant naming only the config keys whose values differ between them."""
+    variants = {v for v in variants if v}
+    if len(variants) <= 1:
+        return {v: "" for v in variants}
+    dicts = {v: dict(v) for v in variants}
+    keys = sorted({k for d in dicts.values() for k in d})
+    differing = [k for k in keys if len({d.get(k) for d in dicts.values()}) > 1]
+    return {v: ", ".join(f"{k}={json.loads(d[k]) if k in d else '-'}" for k in differing)
+            for v, d in dicts.items()}
+
+
+def series_label(mode: str, transport: str, tag: str = "") -> str:
+    """How a mode/transport is named in legends: "ps (collective)", "allreduce (ring)"."""
+    label = f"{mode} ({transport})" if transport else mode
+    return f"{label} [{tag}]" if tag else label
+
+
+def with_series(point: Point, tags: dict) -> Point:
+    """The point with its series label filled in."""
+    from dataclasses import replace
+    return replace(point, series=series_label(point.mode, point.transport, tags.get(point.variant, "")))
+
+
+def point_order(p: Point) -> tuple:
+    """Table order: mode, transport, variant, ranks, batch, workers."""
+    return (p.mode, p.transport, p.series, p.world_size, p.global_batch, p.num_workers)
+
+
+def series_order(points: Iterable) -> list:
+    """Distinct series labels in a stable order (allreduce before ps, then transport)."""
+    return sorted({p.series for p in points})
+
+
+# --------------------------------------------------------------------------------------------
+# slices: which part of a sweep a figure shows
+
+
+AXES = ("world_size", "global_batch", "num_workers")
+
+
+def pick_slice(points: list, vary: Optional[str], score: Callable) -> tuple:
+    """Groups points by every axis but `vary` and returns (fixed axis values, points) of the
+    group with the highest score(fixed, points)."""
+    groups: dict = {}
+    for p in points:
+        fixed = tuple((a, p.axes[a]) for a in AXES if a != vary)
+        groups.setdefault(fixed, []).append(p)
+    if not groups:
+        return {}, []
+    best = max(groups, key=lambda f: score(dict(f), groups[f]))
+    return dict(best), groups[best]
+
+
+def distinct(points: Iterable, attr: str) -> list:
+    """Sorted distinct values of one attribute."""
+    return sorted({getattr(p, attr) for p in points})
+
+
+def coverage_score(vary: str) -> Callable:
+    """Prefers the slice with the most values of `vary`, then the most series, then the
+    largest world size and batch and the fewest workers."""
+    def score(fixed: dict, pts: list):
+        return (len(distinct(pts, vary)), len(distinct(pts, "series")), fixed.get("world_size", 0),
+                fixed.get("global_batch", 0), -fixed.get("num_workers", 0))
+    return score
+
+
+def largest_world_score(fixed: dict, pts: list):
+    """Prefers the largest world size, then the most series, largest batch, fewest workers."""
+    return (fixed["world_size"], len(distinct(pts, "series")), fixed["global_batch"],
+            -fixed["num_workers"])
+
+
+def describe_fixed(fixed: dict) -> str:
+    """"4 ranks, batch 256, 0 workers" for the fixed axes of a slice."""
+    parts = []
+    if "world_size" in fixed:
+        parts.append(f"{fixed['world_size']} rank{'s' if fixed['world_size'] != 1 else ''}")
+    if "global_batch" in fixed:
+        parts.append(f"batch {fixed['global_batch']}")
+    if "num_workers" in fixed:
+        parts.append(f"{fixed['num_workers']} worker{'s' if fixed['num_workers'] != 1 else ''}")
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# the verdict
+
+
+@dataclass
+class Verdict:
+    """The opening sentence and the notes that qualify it."""
+
+    headline: str
+    notes: list
+
+
+def ratio_phrase(ratio: float) -> str:
+    """"2.00x faster", "1.25x slower" or "as fast as" for allreduce/ps throughput."""
+    if abs(ratio - 1.0) < 0.005:
+        return "as fast as"
+    return f"{ratio:.2f}x faster than" if ratio > 1 else f"{1.0 / ratio:.2f}x slower than"
+
+
+def matched_pairs(points: list, world_size: int, transport: str) -> list:
+    """(allreduce, ps) pairs at one world size with the same variant, batch and workers."""
+    ps = {(p.variant, p.global_batch, p.num_workers): p for p in points
+          if p.mode == "ps" and p.transport == transport and p.world_size == world_size}
+    pairs = []
+    for a in points:
+        if a.mode == "allreduce" and a.world_size == world_size:
+            other = ps.get((a.variant, a.global_batch, a.num_workers))
+            if other is not None:
+                pairs.append((a, other))
+    return pairs
+
+
+def compute_verdict(points: list) -> Verdict:
+    """Compares allreduce with ps at the largest world size where both ran with the same
+    batch, workers and config: throughput ratio (median over matched settings) and the ps
+    reducer's memory imbalance."""
+    modes = {p.mode for p in points}
+    if not points:
+        return Verdict("No run succeeded, so there is nothing to compare: see the failed points below.", [])
+    if not {"ps", "allreduce"} <= modes:
+        only = ", ".join(sorted(modes))
+        best = max(points, key=lambda p: p.throughput)
+        return Verdict(f"Only {only} was measured (best {best.throughput:,.0f} samples/s at "
+                       f"{best.world_size} ranks): run both modes (`--mode ps,allreduce`) to compare them.", [])
+    transports = sorted({p.transport for p in points if p.mode == "ps"},
+                        key=lambda t: (t != "collective", t))
+    common = sorted({p.world_size for p in points if p.mode == "allreduce"}
+                    & {p.world_size for p in points if p.mode == "ps"})
+    world = next((w for w in reversed(common) if any(matched_pairs(points, w, t) for t in transports)), None)
+    if world is None:
+        return Verdict("ps and allreduce never ran with the same ranks, batch and workers, so they "
+                       "cannot be compared: run both modes in one `dpbench run` or sweep.", [])
+    clauses, all_pairs = [], []
+    for t in transports:
+        pairs = matched_pairs(points, world, t)
+        if not pairs:
+            continue
+        all_pairs += pairs
+        ratio = statistics.median(a.throughput / p.throughput for a, p in pairs)
+        ps_name = "ps" if len(transports) == 1 else f"ps ({t})"
+        clauses.append(f"{ratio_phrase(ratio)} {ps_name}")
+    settings = sorted({(a.global_batch, a.num_workers, a.variant) for a, _ in all_pairs})
+    if len(settings) == 1:
+        where = f"at {world} ranks (batch {settings[0][0]}, {settings[0][1]} workers)"
+    else:
+        where = f"at {world} ranks (throughput, median over {len(settings)} matched batch/worker settings)"
+    imbalance = statistics.median(p.imbalance for _, p in all_pairs)
+    headline = (f"allreduce is {' and '.join(clauses)} {where}; "
+                f"the ps reducer holds {imbalance:.2f}x the mean per-rank memory.")
+    return Verdict(headline, verdict_notes(points, world, all_pairs))
+
+
+def verdict_notes(points: list, world: int, pairs: list) -> list:
+    """Caveats for the verdict: time-sliced or virtual ranks, single measurements, comm share."""
+    notes = []
+    involved = [p for pair in pairs for p in pair]
+    if any("time-sliced" in w for p in involved for w in p.warnings):
+        notes.append(f"The {world} ranks shared fewer CPU cores than ranks (time-sliced), so step "
+                     "times include waiting for a core; bytes and memory are exact.")
+    if any(p.virtual_ranks for p in involved):
+        notes.append("Some ranks were virtual (several ranks on one device): their communication "
+                     "ran at device-memory speed, not link speed.")
+    a_comm = median(a.phases["comm_exposed"] / a.step_time["p50"] for a, _ in pairs if a.step_time["p50"])
+    p_comm = median(p.phases["comm_exposed"] / p.step_time["p50"] for _, p in pairs if p.step_time["p50"])
+    if a_comm is not None and p_comm is not None:
+        notes.append(f"Exposed communication is {100 * p_comm:.0f}% of the ps step and "
+                     f"{100 * a_comm:.0f}% of the allreduce step at {world} ranks.")
+    if all(p.repetitions == 1 for p in involved):
+        notes.append("Each point was measured once; repeat the sweep (`--repetitions 3`) to see the spread.")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# Google Benchmark collectives
+
+
+SIZE_SUFFIX = {"": 1, "k": 1024, "K": 1024, "m": 1024 ** 2, "M": 1024 ** 2, "g": 1024 ** 3, "G": 1024 ** 3}
+
+
+def parse_size(text: str) -> Optional[int]:
+    """"67108864", "64M" or "8k" as an integer; None if it is not a size."""
+    match = re.fullmatch(r"(\d+)([kKmMgG]?)", text.strip())
+    return int(match.group(1)) * SIZE_SUFFIX[match.group(2)] if match else None
+
+
+def parse_benchmark_name(name: str) -> tuple:
+    """"BM_AllReduce/ranks:2/bytes:1024/manual_time" -> ("AllReduce", {"ranks": "2", ...}).
+    Parts without a colon (manual_time, real_time) are flags and are dropped."""
+    parts = name.split("/")
+    base = parts[0][3:] if parts[0].startswith("BM_") else parts[0]
+    params = {}
+    for part in parts[1:]:
+        if ":" in part:
+            k, _, v = part.partition(":")
+            params[k.strip()] = v.strip()
+    return base, params
+
+
+def benchmark_run_name(entry: dict) -> str:
+    """The name without an aggregate suffix (_median, _mean...)."""
+    if entry.get("run_name"):
+        return entry["run_name"]
+    name = entry.get("name", "")
+    agg = entry.get("aggregate_name")
+    if agg and name.endswith("_" + agg):
+        return name[: -len(agg) - 1]
+    return name
+
+
+def number(value) -> Optional[float]:
+    """A float from a JSON number, else None."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def load_collectives(path) -> Collectives:
+    """Reads Google Benchmark JSON: the median aggregate of each benchmark when repetitions
+    were run, else the median of its iteration entries."""
+    doc = read_json(path)
+    entries = doc.get("benchmarks")
+    if not isinstance(entries, list):
+        raise InputError(f"{path}: not Google Benchmark JSON (no benchmarks[] array; "
+                         "run with --benchmark_format=json)")
+    by_name: dict = {}
+    for e in entries:
+        if not isinstance(e, dict) or e.get("error_occurred"):
+            continue
+        name = benchmark_run_name(e)
+        slot = by_name.setdefault(name, {"median": [], "iteration": []})
+        if e.get("run_type") == "aggregate":
+            if e.get("aggregate_name") == "median":
+                slot["median"].append(e)
+        else:
+            slot["iteration"].append(e)
+    points, memcpy = [], {}
+    for name, slot in by_name.items():
+        chosen = slot["median"] or slot["iteration"]
+        if not chosen:
+            continue
+        base, params = parse_benchmark_name(name)
+        size = parse_size(params.get("bytes", params.get("size", "")))
+        if size is None:
+            continue
+        if base.lower().startswith("memcpy"):
+            gbps = median(number(e.get("GBps")) for e in chosen)
+            if gbps is not None:
+                threads = params.get("threads")
+                label = f"memcpy, {threads} threads" if threads else "memcpy"
+                memcpy.setdefault(label, []).append((size, gbps))
+            continue
+        ranks = params.get("ranks")
+        points.append(BenchPoint(collective=base, ranks=int(ranks) if ranks and ranks.isdigit() else None,
+                                 bytes=size, busbw=median(number(e.get("busbw")) for e in chosen),
+                                 algbw=median(number(e.get("algbw")) for e in chosen)))
+    points.sort(key=lambda b: (b.collective, b.ranks or 0, b.bytes))
+    for line in memcpy.values():
+        line.sort()
+    return Collectives(points=points, memcpy=memcpy, context=doc.get("context", {}))
+
+
+# --------------------------------------------------------------------------------------------
+# projection
+
+
+PROJECTION_MODE_LABELS = {"allreduce": "allreduce (ring)", "ps_collective": "ps (collective)",
+                          "ps_p2p": "ps (p2p)"}
+
+
+def projection_label(mode: str) -> str:
+    """Legend name of a projected mode, matching the measured series labels."""
+    return PROJECTION_MODE_LABELS.get(mode, mode)
+
+
+def load_projection(path) -> dict:
+    """Reads a `dpbench project` file; checks its schema and that it has points."""
+    doc = read_json(path)
+    check_schema(path, doc, PROJECTION_SCHEMA)
+    if not isinstance(doc.get("points"), list):
+        raise InputError(f"{path}: has no points[] array")
+    for i, p in enumerate(doc["points"]):
+        if not all(k in p for k in ("world_size", "mode", "step_time_s")):
+            raise InputError(f"{path}: points[{i}] needs world_size, mode and step_time_s")
+    doc.setdefault("measured", [])
+    return doc

@@ -1,0 +1,472 @@
+"""Tests of the report builder plots/report.py (with plots/figures.py, plots/report_data.py).
+
+Run from the repository root:  /usr/bin/python3 -m unittest -v tests/python/test_report.py
+
+For: the verdict computed from hand-made results with known numbers, every figure drawn from a
+rich fixture, the sentences that replace figures whose data is missing, a self-contained HTML
+(data: images only), failed sweep points, repetitions aggregated by median, Google Benchmark
+name parsing, and a headless Chromium render that must load every image. Chromium is required:
+without it the render test fails and says how to install it.
+Not for: dpbench's own measurements (the GoogleTest suites under tests/ do that). The fixtures
+are built here and validated against results/schema/dpbench-result.schema.json, so they keep the
+shape real dpbench output has.
+"""
+from __future__ import annotations
+
+import base64
+import html.parser
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "plots" / "report.py"
+SCHEMA = ROOT / "results" / "schema" / "dpbench-result.schema.json"
+CHROMIUM = Path("/usr/bin/chromium")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ALL_FIGURES = ("throughput_vs_world_size", "memory_per_rank", "step_breakdown", "workers",
+               "batch_size", "collectives_busbw", "projection")
+MIB = 1024 ** 2
+
+sys.path.insert(0, str(ROOT / "plots"))
+import report_data  # noqa: E402
+
+
+# --------------------------------------------------------------------------------------------
+# fixtures
+
+
+def memory(ranks: int, imbalance: float, batch: int) -> list:
+    """Per-rank memory whose max/mean is `imbalance`: rank 0 carries the extra."""
+    worker = {"parameters": 2 * MIB, "gradients": 2 * MIB, "optimizer_state": 0,
+              "activations": batch * 1024, "comm_buffers": 256 * 1024, "data_staging": batch * 800}
+    base = sum(worker.values())
+    # rank0 / mean = imbalance  =>  rank0 = imbalance (n-1) base / (n - imbalance)
+    rank0 = base if ranks == 1 else int(round(imbalance * (ranks - 1) * base / (ranks - imbalance)))
+    rows = []
+    for r in range(ranks):
+        row = dict(worker, rank=r)
+        if r == 0:
+            row["optimizer_state"] = rank0 - base
+        row["peak_bytes"] = sum(v for k, v in row.items() if k != "rank")
+        rows.append(row)
+    return rows
+
+
+def make_run(mode: str, ranks: int, batch: int, workers: int, throughput: float, *,
+             transport: str | None = None, imbalance: float | None = None, accuracy: float = 0.85,
+             warnings=(), repetition: int | None = None) -> dict:
+    """One schema-valid run entry whose throughput and memory imbalance are the given numbers."""
+    transport = transport or ("ring" if mode == "allreduce" else "collective")
+    imbalance = 1.0 if ranks == 1 else (imbalance or (1.0 if mode == "allreduce" else 1.8))
+    step = batch / throughput
+    exposed = 0.10 if mode == "allreduce" else 0.35
+    mem = memory(ranks, imbalance, batch)
+    peaks = [m["peak_bytes"] for m in mem]
+    run = {
+        "mode": mode, "transport": transport, "comm": "local", "device": "cpu", "workload": "mlp",
+        "world_size": ranks, "global_batch": batch, "num_params": 535818, "virtual_ranks": False,
+        "config": {"world_size": ranks, "global_batch": batch, "num_workers": workers, "seed": 0,
+                   "mode": mode, "transport": "collective" if mode == "allreduce" else transport,
+                   "workload": "mlp", "comm": "local", "hidden": [512, 256], "epochs": 1},
+        "steps": {"total": 25, "timed": 20, "warmup": 5},
+        "throughput_samples_per_s": throughput,
+        "step_time_s": {"p10": 0.9 * step, "p50": step, "p90": 1.2 * step, "p99": 1.5 * step,
+                        "samples": [step] * 20},
+        "phases_s": {"data_wait": (0.10 if workers == 0 else 0.01) * step, "h2d": 0.0,
+                     "forward": 0.2 * step, "backward": 0.3 * step, "comm": 0.35 * step,
+                     "comm_exposed": exposed * step, "optimizer": 0.05 * step},
+        "comm_bytes_per_step": {"per_rank": [{"rank": r, "sent": 1000, "received": 1000} for r in range(ranks)]},
+        "memory": {"per_rank": mem, "imbalance_max_over_mean": imbalance,
+                   "reducer_minus_mean_bytes": float(peaks[0] - sum(peaks) / len(peaks))},
+        "per_rank": [{"rank": r, "local_batch": batch // ranks, "step_time_p50_s": step} for r in range(ranks)],
+        "quality": {"final_train_loss": 0.4, "epoch_train_loss": [0.4], "test_accuracy": accuracy},
+        "warnings": list(warnings),
+    }
+    if repetition is not None:
+        run["status"] = "ok"
+        run["repetition"] = repetition
+    return run
+
+
+def failed_run(mode: str, ranks: int, batch: int, workers: int, error: str, repetition: int = 0) -> dict:
+    """A failed sweep point, as `dpbench sweep` writes it."""
+    return {"status": "failed", "mode": mode, "world_size": ranks, "global_batch": batch,
+            "config": {"world_size": ranks, "global_batch": batch, "num_workers": workers, "seed": 0,
+                       "mode": mode, "transport": "collective", "workload": "mlp", "comm": "local",
+                       "hidden": [512, 256], "epochs": 1},
+            "error": error, "repetition": repetition}
+
+
+def document(runs: list) -> dict:
+    """A result file around `runs`."""
+    return {
+        "schema": {"name": "dpbench-result", "version": 1}, "created": "2026-01-01T00:00:00Z",
+        "env": {"git_commit": "abc123def456", "host": "fixture-host", "os": "Linux 6.1 x86_64",
+                "cpu_model": "Fixture CPU @ 3.0GHz", "cpu_cores": 8, "compiler": "GNU 12.2.0",
+                "cxx_flags": "-O3 -DNDEBUG", "build_type": "Release", "blas": "OpenBLAS 0.3.21",
+                "cuda": {"built_with_cuda": False, "usable": False, "runtime_version": 0, "driver_version": 0},
+                "gpus": [], "nccl_version": None, "mpi": None},
+        "config": {"workload": "mlp", "modes": ["ps", "allreduce"], "comm": "local", "device": "cpu",
+                   "world_size": 4, "global_batch": 256, "epochs": 1, "lr": 0.1, "momentum": 0.9,
+                   "seed": 0, "hidden": [512, 256], "bucket_cap_mb": 25.0, "num_workers": 0, "data": "synthetic"},
+        "runs": runs,
+    }
+
+
+def rich_runs() -> list:
+    """A full sweep: ps (collective, p2p) and allreduce at 1, 2, 4 ranks, batch 64 and 256,
+    0 and 2 workers, two repetitions each, plus one failed point."""
+    runs = []
+    for ranks in (1, 2, 4):
+        for batch in (64, 256):
+            for workers in (0, 2):
+                for rep in (0, 1):
+                    scale = (1.0 + 0.3 * (ranks - 1)) * (1.0 if batch == 64 else 1.6) * (1.0 if workers == 0 else 1.1)
+                    noise = 1.0 + 0.02 * rep
+                    warn = ["4 ranks share 2 CPU cores: ranks are time-sliced"] if ranks == 4 else []
+                    runs.append(make_run("allreduce", ranks, batch, workers, 5000 * scale * noise,
+                                         warnings=warn, repetition=rep))
+                    runs.append(make_run("ps", ranks, batch, workers, 4000 * scale / (1 + 0.2 * (ranks - 1)) * noise,
+                                         imbalance=1.5 + 0.1 * ranks, warnings=warn, repetition=rep))
+                    runs.append(make_run("ps", ranks, batch, workers, 3500 * scale / (1 + 0.3 * (ranks - 1)) * noise,
+                                         transport="p2p", imbalance=1.6 + 0.1 * ranks, warnings=warn, repetition=rep))
+    runs.append(failed_run("allreduce", 4, 6, 0, "--batch-size 6: not divisible by --ranks 4 | fixture"))
+    return runs
+
+
+def collectives_fixture() -> dict:
+    """Google Benchmark JSON shaped like dpbench_collectives' output."""
+    benchmarks = []
+    for name in ("AllReduce", "Broadcast"):
+        for ranks in (2, 4):
+            for exp in range(10, 27, 4):
+                size = 2 ** exp
+                busbw = 20.0 * size / (size + 2 ** 18) * (1.0 if ranks == 2 else 0.8)
+                base = f"BM_{name}/ranks:{ranks}/bytes:{size}/manual_time"
+                if name == "Broadcast":  # with repetitions: aggregates must win over iterations
+                    for rep, value in enumerate((busbw * 0.5, busbw * 2.0)):
+                        benchmarks.append({"name": base, "run_name": base, "run_type": "iteration",
+                                           "repetition_index": rep, "algbw": value, "busbw": value})
+                    benchmarks.append({"name": base + "_median", "run_name": base, "run_type": "aggregate",
+                                       "aggregate_name": "median", "algbw": busbw, "busbw": busbw})
+                    benchmarks.append({"name": base + "_mean", "run_name": base, "run_type": "aggregate",
+                                       "aggregate_name": "mean", "algbw": 99.0, "busbw": 99.0})
+                else:
+                    benchmarks.append({"name": base, "run_type": "iteration",
+                                       "algbw": busbw * ranks / (2 * (ranks - 1)), "busbw": busbw})
+    for exp in range(10, 27, 4):
+        benchmarks.append({"name": f"BM_Memcpy/bytes:{2 ** exp}/manual_time", "run_type": "iteration",
+                           "GBps": 40.0 * 2 ** exp / (2 ** exp + 2 ** 14)})
+    return {"context": {"host_name": "fixture-host", "num_cpus": 8}, "benchmarks": benchmarks}
+
+
+def projection_fixture() -> dict:
+    """A `dpbench project` file: three modes to 1024 ranks, crossover at 4."""
+    points = []
+    compute, n, beta = 0.02, 2.0e6, 1 / 25e9
+    for k in range(11):
+        p = 2 ** k
+        comm = {"allreduce": 2 * (p - 1) / p * n * beta, "ps_collective": 2 * n * beta * (1 if p > 1 else 0),
+                "ps_p2p": 2 * (p - 1) * n * beta}
+        for mode, c in comm.items():
+            step = compute + c
+            points.append({"world_size": p, "mode": mode, "step_time_s": step,
+                           "throughput_samples_per_s": 256 * p / step, "speedup": p * compute / step,
+                           "efficiency": compute / step})
+    measured = [{"world_size": p, "mode": m, "step_time_s": compute * 1.1, "predicted_step_time_s": compute,
+                 "relative_error": -0.09, "model_applies": p < 4, "global_batch": 256, "num_workers": 0}
+                for p in (2, 4) for m in ("allreduce", "ps_collective", "ps_p2p")]
+    return {"schema": {"name": "dpbench-projection", "version": 1},
+            "link": {"name": "pcie4", "alpha_s": 5e-6, "beta_s_per_byte": beta},
+            "calibration": {"calibration_run": {"global_batch": 256, "mode": "allreduce", "num_workers": 0}},
+            "points": points, "crossover_world_size": 4, "measured": measured}
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def write_json(path: Path, doc: dict) -> Path:
+    """Writes doc to path and returns the path."""
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def schema_check(test: unittest.TestCase, doc: dict) -> None:
+    """Asserts that the ok runs of a fixture satisfy the result schema (failed sweep points
+    are left out: they have no measurements by design)."""
+    import jsonschema
+    ok = dict(doc, runs=[r for r in doc["runs"] if r.get("status", "ok") == "ok"])
+    errors = list(jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).iter_errors(ok))
+    test.assertEqual([], [f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:3]])
+
+
+def run_report(out: Path, results: list, collectives: Path | None = None,
+               projection: Path | None = None) -> subprocess.CompletedProcess:
+    """Runs plots/report.py as a user would."""
+    cmd = [sys.executable, str(REPORT), *map(str, results), "-o", str(out)]
+    if collectives:
+        cmd += ["--collectives", str(collectives)]
+    if projection:
+        cmd += ["--projection", str(projection)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+class Tags(html.parser.HTMLParser):
+    """Collects every tag with its attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def parse_tags(text: str) -> list:
+    """(tag, attrs) of every start tag in an HTML document."""
+    parser = Tags()
+    parser.feed(text)
+    return parser.tags
+
+
+def chromium_images_loaded(html_path: Path) -> str:
+    """Renders a copy of html_path, alone in an empty directory (so that a reference to a file
+    next to it cannot load), in headless Chromium and returns the body's data-images-loaded
+    value ("" when absent). Fails the calling test with an install hint when Chromium is missing."""
+    if not CHROMIUM.exists():
+        raise AssertionError(f"{CHROMIUM} not found: the render test needs Debian's chromium. "
+                             "Install it with `apt-get install -y chromium` (scripts/setup.sh does).")
+    with tempfile.TemporaryDirectory() as profile, tempfile.TemporaryDirectory() as alone:
+        page = Path(alone) / html_path.name
+        shutil.copyfile(html_path, page)
+        proc = subprocess.run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+             "--dump-dom", page.as_uri()],
+            capture_output=True, text=True, timeout=180)
+    if proc.returncode != 0:
+        raise AssertionError(f"chromium exited {proc.returncode}: {proc.stderr[-2000:]}")
+    body = next((attrs for tag, attrs in parse_tags(proc.stdout) if tag == "body"), None)
+    if body is None:
+        raise AssertionError(f"chromium dumped no <body>: {proc.stdout[:500]!r}")
+    return body.get("data-images-loaded", "")
+
+
+# --------------------------------------------------------------------------------------------
+# tests
+
+
+class RichReportTest(unittest.TestCase):
+    """One report from a full sweep with collectives and a projection, shared by the tests."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="dpbench-report-test-"))
+        cls.doc = document(rich_runs())
+        results = write_json(cls.tmp / "sweep.json", cls.doc)
+        collectives = write_json(cls.tmp / "collectives.json", collectives_fixture())
+        projection = write_json(cls.tmp / "projection.json", projection_fixture())
+        cls.out = cls.tmp / "report"
+        cls.proc = run_report(cls.out, [results], collectives, projection)
+        cls.md = (cls.out / "report.md").read_text() if cls.proc.returncode == 0 else ""
+        cls.html = (cls.out / "report.html").read_text() if cls.proc.returncode == 0 else ""
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.assertEqual(0, self.proc.returncode, self.proc.stderr)
+
+    def test_fixture_matches_the_result_schema(self):
+        schema_check(self, self.doc)
+
+    def test_every_figure_is_produced_and_non_empty(self):
+        for key in ALL_FIGURES:
+            path = self.out / f"{key}.png"
+            self.assertTrue(path.is_file(), f"{path} missing")
+            data = path.read_bytes()
+            self.assertTrue(data.startswith(PNG_MAGIC), f"{path} is not a PNG")
+            self.assertGreater(len(data), 5000, f"{path} is suspiciously small")
+            self.assertIn(f"]({key}.png)", self.md)
+        self.assertNotIn("Not drawn", self.md)
+        self.assertNotIn("Not drawn", self.html)
+
+    def test_html_contains_only_data_images(self):
+        tags = parse_tags(self.html)
+        images = [attrs for tag, attrs in tags if tag == "img"]
+        self.assertEqual(len(ALL_FIGURES), len(images))
+        for attrs in images:
+            src = attrs.get("src", "")
+            self.assertTrue(src.startswith("data:image/png;base64,"), src[:80])
+            self.assertTrue(base64.b64decode(src.split(",", 1)[1], validate=True).startswith(PNG_MAGIC))
+        for tag, attrs in tags:
+            self.assertNotEqual("link", tag, "no external stylesheets or icons")
+            for name in ("src", "href", "srcset", "poster", "data"):
+                value = attrs.get(name)
+                if value is not None and not (tag == "img" and name == "src"):
+                    self.fail(f"<{tag} {name}={value[:80]!r}>: the HTML must not reference other files")
+        self.assertIsNone(re.search(r"https?:|url\(|@import", self.html), "external reference in the HTML")
+
+    def test_failed_sweep_point_is_listed_not_plotted(self):
+        for text in (self.md, self.html):
+            self.assertIn("Failed points", text)
+            self.assertIn("not divisible by --ranks 4", text)
+        self.assertIn("\\| fixture", self.md, "a | inside a Markdown cell must be escaped")
+        rows = [line for line in self.md.splitlines() if re.match(r"\| (ps|allreduce) \| (ring|collective|p2p) \|", line)]
+        self.assertEqual(36, len(rows), "one table row per ok grid point")
+        self.assertFalse(any("| 6 |" in r for r in rows), "the failed batch-6 point must not be a run row")
+
+    def test_verdict_compares_at_the_largest_world_size(self):
+        self.assertRegex(self.md, r"\*\*allreduce is \d\.\d\dx faster than ps \(collective\) and "
+                                  r"\d\.\d\dx faster than ps \(p2p\) at 4 ranks")
+        self.assertIn("time-sliced", self.md)
+
+    def test_warnings_and_environment(self):
+        for text in (self.md, self.html):
+            self.assertIn("ranks are time-sliced", text)
+            self.assertIn("fixture-host", text)
+            self.assertIn("Fixture CPU @ 3.0GHz", text)
+            self.assertIn("abc123def456", text)
+
+    def test_figures_are_byte_identical_when_rebuilt(self):
+        again = self.tmp / "again"
+        proc = run_report(again, [self.tmp / "sweep.json"], self.tmp / "collectives.json", self.tmp / "projection.json")
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        for key in ALL_FIGURES:
+            self.assertEqual((self.out / f"{key}.png").read_bytes(), (again / f"{key}.png").read_bytes(), key)
+        self.assertEqual(self.html, (again / "report.html").read_text().replace(str(again), str(self.out)))
+
+    def test_chromium_loads_every_image(self):
+        self.assertEqual(f"{len(ALL_FIGURES)}/{len(ALL_FIGURES)}", chromium_images_loaded(self.out / "report.html"))
+
+
+class VerdictTest(unittest.TestCase):
+    """The opening sentence, from results with known numbers."""
+
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="dpbench-verdict-test-"))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def report(self, runs: list) -> str:
+        """report.md for these runs (schema-checked first)."""
+        doc = document(runs)
+        schema_check(self, doc)
+        proc = run_report(self.tmp / "out", [write_json(self.tmp / "r.json", doc)])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        return (self.tmp / "out" / "report.md").read_text()
+
+    def test_faster_with_known_ratio_and_imbalance(self):
+        md = self.report([
+            make_run("ps", 2, 256, 0, 1000.0, imbalance=1.40),
+            make_run("allreduce", 2, 256, 0, 1500.0),
+            make_run("ps", 4, 256, 0, 1000.0, imbalance=1.90),
+            make_run("allreduce", 4, 256, 0, 2000.0),
+            make_run("allreduce", 8, 256, 0, 9000.0),  # no ps at 8 ranks: not the comparison
+        ])
+        self.assertIn("**allreduce is 2.00x faster than ps at 4 ranks (batch 256, 0 workers); "
+                      "the ps reducer holds 1.90x the mean per-rank memory.**", md)
+
+    def test_slower_when_ps_wins(self):
+        md = self.report([make_run("ps", 4, 256, 0, 1000.0, imbalance=1.90),
+                          make_run("allreduce", 4, 256, 0, 500.0)])
+        self.assertIn("allreduce is 2.00x slower than ps at 4 ranks", md)
+
+    def test_only_one_mode(self):
+        md = self.report([make_run("allreduce", 4, 256, 0, 500.0)])
+        self.assertIn("Only allreduce was measured", md)
+        self.assertIn("--mode ps,allreduce", md)
+
+    def test_repetitions_aggregated_by_median(self):
+        runs = [make_run("ps", 1, 256, 0, t, repetition=i) for i, t in enumerate((1000.0, 3000.0, 2000.0))]
+        md = self.report(runs + [make_run("allreduce", 1, 256, 0, 4000.0, repetition=0)])
+        row = next(line for line in md.splitlines() if line.startswith("| ps | collective | 1 |"))
+        self.assertIn("| 3 | 2,000 |", row, "3 repetitions, median throughput 2,000")
+        self.assertIn("allreduce is 2.00x faster than ps at 1 ranks", md)
+
+
+class MissingDataTest(unittest.TestCase):
+    """A single point per mode: the figures that need more are replaced by a sentence."""
+
+    def test_missing_figures_become_sentences(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            out = tmp / "out"
+            out.mkdir()
+            (out / "workers.png").write_bytes(b"stale")  # from an earlier, richer report
+            results = write_json(tmp / "r.json", document([
+                make_run("ps", 4, 256, 0, 1000.0, imbalance=1.9), make_run("allreduce", 4, 256, 0, 1200.0)]))
+            proc = run_report(out, [results])
+            self.assertEqual(0, proc.returncode, proc.stderr)
+            md = (out / "report.md").read_text()
+            page = (out / "report.html").read_text()
+            for key in ("memory_per_rank", "step_breakdown"):
+                self.assertTrue((out / f"{key}.png").is_file(), key)
+            for key in ("throughput_vs_world_size", "workers", "batch_size", "collectives_busbw", "projection"):
+                self.assertFalse((out / f"{key}.png").exists(), f"{key}.png must not be drawn without data")
+            self.assertEqual(5, md.count("> Not drawn:"))
+            self.assertEqual(5, page.count('class="missing"'))
+            for hint in ("--ranks 1,2,4", "--num-workers 0,2,4", "--batch-sizes 64,256,1024",
+                         "--collectives collectives.json", "--projection projection.json"):
+                self.assertIn(hint, md)
+                self.assertIn(hint, page)
+            self.assertEqual(2, sum(1 for tag, _ in parse_tags(page) if tag == "img"))
+            self.assertEqual("2/2", chromium_images_loaded(out / "report.html"))
+
+
+class InputTest(unittest.TestCase):
+    """Reading inputs: bad files, Google Benchmark names and aggregates."""
+
+    def test_not_a_result_file_exits_2_naming_it(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = write_json(Path(tmp) / "bad.json", {"schema": {"name": "something-else", "version": 1}})
+            proc = run_report(Path(tmp) / "out", [bad])
+            self.assertEqual(2, proc.returncode)
+            self.assertEqual(1, len(proc.stderr.strip().splitlines()), proc.stderr)
+            self.assertIn("bad.json", proc.stderr)
+            self.assertIn("not a dpbench-result file", proc.stderr)
+
+    def test_benchmark_names_split_into_key_value_parts(self):
+        self.assertEqual(("AllReduce", {"ranks": "2", "bytes": "67108864", "min_time": "0.100"}),
+                         report_data.parse_benchmark_name("BM_AllReduce/ranks:2/bytes:67108864/min_time:0.100/manual_time"))
+        self.assertEqual(64 * MIB, report_data.parse_size("64M"))
+
+    def test_collectives_prefer_median_aggregates(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            coll = report_data.load_collectives(write_json(Path(tmp) / "c.json", collectives_fixture()))
+        bcast = [b for b in coll.points if b.collective == "Broadcast" and b.ranks == 2 and b.bytes == 2 ** 26]
+        self.assertEqual(1, len(bcast))
+        expected = 20.0 * 2 ** 26 / (2 ** 26 + 2 ** 18)
+        self.assertTrue(math.isclose(expected, bcast[0].busbw), bcast[0])  # the median, not 99 or 2x
+        self.assertEqual({"AllReduce", "Broadcast"}, {b.collective for b in coll.points})
+        self.assertEqual(["memcpy"], list(coll.memcpy))
+        self.assertEqual(5, len(coll.memcpy["memcpy"]))
+
+
+class ChromiumCheckTest(unittest.TestCase):
+    """The render check itself can fail: a broken image is not counted as loaded."""
+
+    def test_broken_image_is_not_counted(self):
+        good = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+        template = (ROOT / "plots" / "templates" / "report.html.j2").read_text()
+        script = template[template.index("<script>"):template.index("</script>") + len("</script>")]
+        with tempfile.TemporaryDirectory() as tmp:
+            page = Path(tmp) / "broken.html"
+            page.write_text(f'<!DOCTYPE html><html><body><img src="data:image/png;base64,{good}">'
+                            f'<img src="data:image/png;base64,{good[:40]}">{script}</body></html>')
+            self.assertEqual("1/2", chromium_images_loaded(page))
+
+
+if __name__ == "__main__":
+    unittest.main()
