@@ -165,6 +165,21 @@ TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   EXPECT_NE(rejected.out.find("per_rank"), std::string::npos) << rejected.out;
 }
 
+TEST_F(Cli, DivergedRunIsFlaggedAndStillSchemaValid) {
+  const Outcome o = dpbench("--data synthetic --input 16 --synthetic-samples 600 --batch-size 3 "
+                            "--ranks 1 --max-steps 40 --lr 5 -q");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  for (const auto& run : doc["runs"]) {
+    EXPECT_TRUE(run["quality"]["final_train_loss"].is_null());
+    ASSERT_FALSE(run["warnings"].empty());
+    EXPECT_NE(run["warnings"].back().get<std::string>().find("diverged"), std::string::npos);
+  }
+  const std::string validate =
+      std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + result().string();
+  EXPECT_EQ(shell(validate, tmp_.path()).exit_code, 0);
+}
+
 // The README's main job, with its defaults: both modes reach 84% test accuracy, the reducer
 // holds at least its master parameters, gradients and momentum beyond every other rank, and
 // allreduce ranks are within 5% of each other.

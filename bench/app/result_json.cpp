@@ -1,6 +1,7 @@
 #include "bench/app/result_json.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -133,8 +134,11 @@ nlohmann::json run_to_json(const RunResult& run) {
   nlohmann::json quality = {{"final_train_loss", run.final_train_loss},
                             {"epoch_train_loss", run.epoch_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
-  j["quality"] = quality;
+  j["quality"] = quality;  // a non-finite loss is written as null
   j["warnings"] = run.warnings;
+  if (!std::isfinite(run.final_train_loss)) {
+    j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");
+  }
   return j;
 }
 
