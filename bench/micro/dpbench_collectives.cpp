@@ -19,8 +19,9 @@
 // world_size 2 only (8 ranks x 256 MiB would be 2-4 GiB of buffers and seconds per iteration when
 // time-sliced on 2 cores), with a minimum of 0.1 s of measured time per benchmark (MinTime, so
 // --benchmark_min_time does not override it); the two-thread memcpy starts at 128 KiB, below
-// which the hand-off costs more than the copy. The default run takes about 1.5 minutes on a
-// 2-core machine; filter and use --benchmark_repetitions for steadier figures.
+// which the hand-off costs more than the copy. The default run takes under a minute on an idle
+// 2-core machine (about 80 s on a busy one); filter and use --benchmark_repetitions for steadier
+// figures.
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -231,7 +232,8 @@ class Collective {
 
 void Collective::run(benchmark::State& state) {
   const double bytes = static_cast<double>(n_ * sizeof(float));
-  if (static_cast<unsigned>(p_) > std::thread::hardware_concurrency()) state.SetLabel("ranks>cores");
+  if (static_cast<unsigned>(p_) > std::thread::hardware_concurrency())
+    state.SetLabel("ranks>cores");
   try {
     RankTeam team(p_);
     const RankTeam::RankFn nothing = [](int, LocalCommunicator&) {};
@@ -249,7 +251,9 @@ void Collective::run(benchmark::State& state) {
     }
 
     // Correctness, untimed, as nccl-tests -c: one operation on exact inputs.
-    const RankTeam::RankFn check_inputs = [this](int r, LocalCommunicator&) { set_check_inputs(r); };
+    const RankTeam::RankFn check_inputs = [this](int r, LocalCommunicator&) {
+      set_check_inputs(r);
+    };
     const RankTeam::RankFn op_and_count = [this](int r, LocalCommunicator& c) {
       op(r, c);
       wrong_[at(r)] = count_wrong(r);
@@ -274,7 +278,6 @@ void Collective::run(benchmark::State& state) {
   }
 }
 
-
 // Ring all-reduce in place (reduce-scatter + all-gather). a_: the buffer reduced; b_: an
 // untouched copy of the input. In-place sums grow p-fold per iteration, so before_op restores
 // the input from b_ (untimed) and every iteration sums the same integer values.
@@ -292,9 +295,7 @@ class AllReduce final : public Collective {
   }
   void op(int r, LocalCommunicator& comm) override { comm.allreduce_sum(a_[at(r)].data(), n_); }
   void set_check_inputs(int r) override { before_op(r); }
-  std::size_t count_wrong(int r) const override {
-    return mismatches(a_[at(r)], sum_pattern(p_));
-  }
+  std::size_t count_wrong(int r) const override { return mismatches(a_[at(r)], sum_pattern(p_)); }
   double bus_factor() const override { return 2.0 * (p_ - 1) / p_; }
 };
 
@@ -309,9 +310,7 @@ class Reduce final : public Collective {
     set_check_inputs(r);
   }
   void op(int r, LocalCommunicator& comm) override { comm.reduce_sum(a_[at(r)].data(), n_, 0); }
-  void set_check_inputs(int r) override {
-    fill(a_[at(r)], input_pattern(r));
-  }
+  void set_check_inputs(int r) override { fill(a_[at(r)], input_pattern(r)); }
   std::size_t count_wrong(int r) const override {
     if (r == 0) return mismatches(a_[0], sum_pattern(p_));
     return mismatches(a_[at(r)], input_pattern(r));
@@ -330,9 +329,7 @@ class Broadcast final : public Collective {
   void set_check_inputs(int r) override {
     fill(a_[at(r)], r == 0 ? input_pattern(0) : constant_pattern(-1000.0f));
   }
-  std::size_t count_wrong(int r) const override {
-    return mismatches(a_[at(r)], input_pattern(0));
-  }
+  std::size_t count_wrong(int r) const override { return mismatches(a_[at(r)], input_pattern(0)); }
 };
 
 // Parameter-server gradient push over point-to-point: every worker send()s its n gradients to the
@@ -357,9 +354,7 @@ class ReducerPush final : public Collective {
       cpu::add_inplace(a_[0].data(), b_[0].data(), n_);
     }
   }
-  void set_check_inputs(int r) override {
-    fill(a_[at(r)], input_pattern(r));
-  }
+  void set_check_inputs(int r) override { fill(a_[at(r)], input_pattern(r)); }
   std::size_t count_wrong(int r) const override {
     if (r != 0) return 0;
     return mismatches(a_[0], sum_pattern(p_));
@@ -386,9 +381,7 @@ class ReducerPull final : public Collective {
   void set_check_inputs(int r) override {
     fill(a_[at(r)], r == 0 ? input_pattern(0) : constant_pattern(-1000.0f));
   }
-  std::size_t count_wrong(int r) const override {
-    return mismatches(a_[at(r)], input_pattern(0));
-  }
+  std::size_t count_wrong(int r) const override { return mismatches(a_[at(r)], input_pattern(0)); }
   double moved_bytes(double bytes) const override { return (p_ - 1) * bytes; }
 };
 
@@ -464,10 +457,11 @@ void memcpy_single(benchmark::State& state) {
     state.SetIterationTime(s);
     total_s += s;
   }
-  const std::size_t wrong = static_cast<std::size_t>(
-      std::memcmp(dst.data(), src.data(), bytes) != 0);
+  const std::size_t wrong =
+      static_cast<std::size_t>(std::memcmp(dst.data(), src.data(), bytes) != 0);
   const auto iterations = static_cast<double>(state.iterations());
-  state.counters["GBps"] = total_s > 0 ? static_cast<double>(bytes) * iterations / total_s / kGB : 0;
+  state.counters["GBps"] =
+      total_s > 0 ? static_cast<double>(bytes) * iterations / total_s / kGB : 0;
   state.counters["wrong"] = static_cast<double>(wrong);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes));
   if (wrong != 0) state.SkipWithError("memcpy produced a different buffer");
@@ -525,11 +519,19 @@ void memcpy_parallel(benchmark::State& state) {
 }  // namespace
 }  // namespace dpbench
 
-static void BM_AllReduce(benchmark::State& state) { dpbench::run_collective<dpbench::AllReduce>(state); }
+static void BM_AllReduce(benchmark::State& state) {
+  dpbench::run_collective<dpbench::AllReduce>(state);
+}
 static void BM_Reduce(benchmark::State& state) { dpbench::run_collective<dpbench::Reduce>(state); }
-static void BM_Broadcast(benchmark::State& state) { dpbench::run_collective<dpbench::Broadcast>(state); }
-static void BM_ReducerPush(benchmark::State& state) { dpbench::run_collective<dpbench::ReducerPush>(state); }
-static void BM_ReducerPull(benchmark::State& state) { dpbench::run_collective<dpbench::ReducerPull>(state); }
+static void BM_Broadcast(benchmark::State& state) {
+  dpbench::run_collective<dpbench::Broadcast>(state);
+}
+static void BM_ReducerPush(benchmark::State& state) {
+  dpbench::run_collective<dpbench::ReducerPush>(state);
+}
+static void BM_ReducerPull(benchmark::State& state) {
+  dpbench::run_collective<dpbench::ReducerPull>(state);
+}
 static void BM_Memcpy(benchmark::State& state) { dpbench::memcpy_single(state); }
 static void BM_MemcpyParallel(benchmark::State& state) { dpbench::memcpy_parallel(state); }
 

@@ -1,16 +1,19 @@
 // Micro-benchmark of the DataLoader's throughput: samples/s delivered by iterating a DataLoader
 // (batch 256, prefetch_factor 2) over a synthetic 1x28x28, 10-class dataset, for num_workers
 // 0, 1, 2, 4 and an emulated decode cost of 0, 50 and 200 microseconds per sample (the dataset
-// is wrapped so that each load() busy-waits that long after generating the sample, as
-// --decode-cost-us does). It shows when worker threads pay off: with no decode cost the loader
-// is limited by generating and copying samples; with a decode cost, num_workers > 0 overlaps
+// is wrapped so that each load() busy-waits that much CPU time after generating the sample, the
+// knob --decode-cost-us describes). It shows when worker threads pay off: with no decode cost the
+// loader is limited by generating and copying samples; with a decode cost, num_workers > 0 overlaps
 // decoding and scales until the workers run out of cores.
-// How: wall time of next() per batch on the consuming thread, which does nothing else (so this
-// is the loader's ceiling, not its effect on a training step); items/s = samples/s. After the
-// timed loop a few samples of the last batch are compared with loading them directly (counter
-// "wrong").
+// How: wall time of next() on the consuming thread, which does nothing else (so this is the
+// loader's ceiling, not its effect on a training step), one iteration per round of
+// max(1, num_workers) batches; items/s = samples/s. After the timed loop a few samples of the
+// last batch are compared with loading them directly (counter "wrong").
 // Not for: the effect of data loading on training throughput (`dpbench run --num-workers`
 // records data wait per step).
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -33,8 +36,17 @@ namespace {
 constexpr std::size_t kBatchSize = 256;
 constexpr std::int64_t kDatasetSize = 60000;  // Fashion-MNIST's training set
 
-// A dataset whose load() also busy-waits decode_us microseconds: the cost of decoding a
-// compressed image, without needing one. Thread-safe as the wrapped dataset is.
+// CPU time consumed so far by the calling thread.
+std::chrono::nanoseconds thread_cpu_time() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// A dataset whose load() also busy-waits decode_us microseconds of the loading thread's CPU
+// time: the cost of decoding a compressed image, without needing one. CPU time rather than wall
+// time, so that a worker time-sliced with others (more workers than cores) still pays the full
+// cost, as a real decoder would. Thread-safe as the wrapped dataset is.
 class DecodeCostDataset final : public Dataset {
  public:
   DecodeCostDataset(std::unique_ptr<Dataset> inner, int decode_us)
@@ -45,8 +57,8 @@ class DecodeCostDataset final : public Dataset {
   int load(std::int64_t index, float* out) const override {
     const int label = inner_->load(index, out);
     if (decode_.count() > 0) {
-      const auto until = std::chrono::steady_clock::now() + decode_;
-      while (std::chrono::steady_clock::now() < until) {
+      const std::chrono::nanoseconds until = thread_cpu_time() + decode_;
+      while (thread_cpu_time() < until) {
       }
     }
     return label;
@@ -67,11 +79,14 @@ static void BM_DataLoader(benchmark::State& state) {
   const int num_workers = static_cast<int>(state.range(0));
   const int decode_us = static_cast<int>(state.range(1));
   try {
-    const DecodeCostDataset dataset(make_synthetic_dataset(SampleShape{1, 28, 28}, 10, kDatasetSize, 7),
-                                    decode_us);
-    // One epoch long enough for every timed iteration plus one warm-up batch, cycling over the
-    // dataset in order.
-    const auto batches = static_cast<std::size_t>(state.max_iterations) + 1;
+    const DecodeCostDataset dataset(
+        make_synthetic_dataset(SampleShape{1, 28, 28}, 10, kDatasetSize, 7), decode_us);
+    // An iteration takes one round of batches, one per worker (1 when loading in place): the
+    // workers start together and deliver in rounds, so timing whole rounds neither credits nor
+    // charges a partial one. One epoch covers every timed round plus a warm-up round, cycling
+    // over the dataset in order.
+    const auto per_iteration = static_cast<std::size_t>(std::max(1, num_workers));
+    const auto batches = (static_cast<std::size_t>(state.max_iterations) + 1) * per_iteration;
     std::vector<std::int64_t> indices(batches * kBatchSize);
     for (std::size_t i = 0; i < indices.size(); ++i) {
       indices[i] = static_cast<std::int64_t>(i % static_cast<std::size_t>(kDatasetSize));
@@ -81,10 +96,13 @@ static void BM_DataLoader(benchmark::State& state) {
     options.num_workers = num_workers;
     options.prefetch_factor = 2;
     DataLoader loader(dataset, indices, kBatchSize, options, tracker);
-    const Batch* batch = &loader.next();  // warm-up: starts the pipeline
+    const Batch* batch = nullptr;
+    for (std::size_t b = 0; b < per_iteration; ++b) batch = &loader.next();  // warm-up round
     for (auto _ : state) {
-      batch = &loader.next();
-      benchmark::DoNotOptimize(batch->inputs.data());
+      for (std::size_t b = 0; b < per_iteration; ++b) {
+        batch = &loader.next();
+        benchmark::DoNotOptimize(batch->inputs.data());
+      }
     }
 
     // Check a few samples of the last batch against loading them directly.
@@ -101,9 +119,9 @@ static void BM_DataLoader(benchmark::State& state) {
       }
     }
     state.counters["wrong"] = static_cast<double>(wrong);
-    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kBatchSize));
-    state.SetBytesProcessed(state.iterations() *
-                            static_cast<std::int64_t>(kBatchSize * features * sizeof(float)));
+    const auto samples = state.iterations() * static_cast<std::int64_t>(per_iteration * kBatchSize);
+    state.SetItemsProcessed(samples);
+    state.SetBytesProcessed(samples * static_cast<std::int64_t>(features * sizeof(float)));
     if (wrong != 0) state.SkipWithError("a batch differs from loading its samples directly");
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());

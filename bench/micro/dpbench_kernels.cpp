@@ -121,8 +121,8 @@ static void BM_LinearBackward(benchmark::State& state) {
   const std::vector<float> dy = random_floats(batch * out, 3);
   std::vector<float> dx(batch * in), dW(out * in), db(out);
   for (auto _ : state) {
-    cpu::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), db.data(), batch,
-                         in, out);
+    cpu::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), db.data(), batch, in,
+                         out);
     benchmark::DoNotOptimize(dx.data());
     benchmark::DoNotOptimize(dW.data());
     benchmark::ClobberMemory();
@@ -143,8 +143,8 @@ static void BM_SoftmaxCrossEntropy(benchmark::State& state) {
   std::vector<float> dlogits(batch * classes);
   double loss = 0;
   for (auto _ : state) {
-    loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), batch, classes,
-                                      dlogits.data(), 1.0f / static_cast<float>(batch));
+    loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), batch, classes, dlogits.data(),
+                                      1.0f / static_cast<float>(batch));
     benchmark::DoNotOptimize(loss);
     benchmark::ClobberMemory();
   }
@@ -202,8 +202,8 @@ static void BM_MlpTrainStep(benchmark::State& state) {
   double loss = 0;
   for (auto _ : state) {
     model.forward(params.data(), x.data(), batch, logits.data());
-    loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), batch, classes,
-                                      dlogits.data(), 1.0f / static_cast<float>(batch));
+    loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), batch, classes, dlogits.data(),
+                                      1.0f / static_cast<float>(batch));
     model.backward(params.data(), x.data(), dlogits.data(), batch, grads.data(), no_hook);
     cpu::sgd_momentum(params.data(), grads.data(), velocity.data(), n, 0.01f, 0.9f, 0.0f);
     benchmark::ClobberMemory();
