@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/app/alpha_beta_model.hpp"
+#include "bench/app/blas_core.hpp"
 #include "bench/app/project_command.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
@@ -183,6 +184,16 @@ TEST(Project, MarksRanksBeyondCoresAndNeedsOneRankRun) {
 
   nlohmann::json no_single = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("ps", 2, 0.3, 0.1)}}};
   EXPECT_THROW(project(o, {no_single}, nullptr), InputError);
+}
+
+TEST(BlasCore, AsksForTheKernelsTheCpuSupportsOnlyAfterAPrescottFallback) {
+  const std::string avx512 = "fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512vl";
+  EXPECT_EQ(preferred_blas_core("Prescott", avx512), "SkylakeX");
+  EXPECT_EQ(preferred_blas_core("prescott", "sse2 avx avx2 fma"), "Haswell");
+  EXPECT_EQ(preferred_blas_core("Prescott", "sse2 sse3 avx"), "");      // nothing better to ask for
+  EXPECT_EQ(preferred_blas_core("Prescott", "avx512f_x avx2x fma"), "");  // whole words only
+  EXPECT_EQ(preferred_blas_core("SkylakeX", avx512), "");               // OpenBLAS knew the CPU
+  EXPECT_EQ(preferred_blas_core("Zen", avx512), "");
 }
 
 }  // namespace

@@ -124,6 +124,7 @@ void add_inplace(T* y, const T* x, std::size_t n) {
 void set_blas_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
 int blas_threads() { return openblas_get_num_threads(); }
 const char* blas_config() { return openblas_get_config(); }
+const char* blas_core_name() { return openblas_get_corename(); }
 
 #define DPBENCH_INSTANTIATE(T)                                                                   \
   template void linear_forward<T>(const T*, const T*, const T*, T*, std::size_t, std::size_t,    \

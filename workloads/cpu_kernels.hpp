@@ -55,5 +55,7 @@ void set_blas_threads(int threads);
 int blas_threads();
 // OpenBLAS's description of itself (version, core, threading), for results.
 const char* blas_config();
+// The kernel family OpenBLAS chose at load time, e.g. "SkylakeX" or "Prescott".
+const char* blas_core_name();
 
 }  // namespace dpbench::cpu

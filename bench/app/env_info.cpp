@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "bench/app/blas_core.hpp"
 #include "core/build_info.hpp"
 #include "core/device.hpp"
 #include "workloads/cpu_kernels.hpp"
@@ -46,6 +47,8 @@ nlohmann::json collect_env() {
   env["cxx_flags"] = build_info::kCxxFlags;
   env["build_type"] = build_info::kBuildType;
   env["blas"] = cpu::blas_config();
+  env["blas_core"] = cpu::blas_core_name();
+  if (!blas_core_note().empty()) env["blas_core_note"] = blas_core_note();
 
   const CudaProbe cuda = probe_cuda();
   nlohmann::json cj;

@@ -36,6 +36,8 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+
+#include "bench/micro/micro_main.hpp"
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -543,4 +545,4 @@ BENCHMARK(BM_ReducerPull)->Apply(dpbench::collective_args);
 BENCHMARK(BM_Memcpy)->Apply(dpbench::memcpy_args);
 BENCHMARK(BM_MemcpyParallel)->Apply(dpbench::memcpy_parallel_args);
 
-BENCHMARK_MAIN();
+DPBENCH_BENCHMARK_MAIN()

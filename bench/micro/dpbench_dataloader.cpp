@@ -25,6 +25,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench/micro/micro_main.hpp"
+
 #include "core/memory.hpp"
 #include "workloads/dataloader.hpp"
 #include "workloads/dataset.hpp"
@@ -134,4 +136,4 @@ BENCHMARK(BM_DataLoader)
     ->MinTime(0.5)
     ->Unit(benchmark::kMillisecond);
 
-BENCHMARK_MAIN();
+DPBENCH_BENCHMARK_MAIN()

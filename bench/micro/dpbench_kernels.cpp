@@ -21,6 +21,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench/micro/micro_main.hpp"
+
 #include "core/memory.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/mlp.hpp"
@@ -220,4 +222,4 @@ static void BM_MlpTrainStep(benchmark::State& state) {
 }
 BENCHMARK(BM_MlpTrainStep)->Apply(train_step_args);
 
-BENCHMARK_MAIN();
+DPBENCH_BENCHMARK_MAIN()

@@ -1,0 +1,18 @@
+// main() of the micro-benchmark binaries: Google Benchmark's BENCHMARK_MAIN with dpbench's
+// OpenBLAS kernel selection first (bench/app/blas_core.hpp), so kernels run as in `dpbench run`.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include "bench/app/blas_core.hpp"
+
+#define DPBENCH_BENCHMARK_MAIN()                                  \
+  int main(int argc, char** argv) {                               \
+    dpbench::select_blas_core(argv);                              \
+    benchmark::Initialize(&argc, argv);                           \
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1; \
+    benchmark::AddCustomContext("blas_core_note", dpbench::blas_core_note()); \
+    benchmark::RunSpecifiedBenchmarks();                          \
+    benchmark::Shutdown();                                        \
+    return 0;                                                     \
+  }
