@@ -18,6 +18,35 @@ struct CommStats {
   std::int64_t bytes_received = 0;
 };
 
+// Elements one rank sends and receives in a collective, by the algorithm dpbench's `local`
+// backend runs. Backends whose library picks its own algorithm (MPI, NCCL) count these too, so
+// byte counts compare across backends (as nccl-tests' busbw assumes a ring).
+struct ElementCounts {
+  std::size_t sent = 0;
+  std::size_t received = 0;
+};
+// Ring all-reduce (reduce-scatter + all-gather, chunks as ring_chunk): 2(p-1)/p * n each way,
+// up to chunk rounding.
+ElementCounts ring_allreduce_counts(std::size_t n, int p, int rank);
+// Chain reduce (towards root) or broadcast (from root) of n elements: every rank but the chain's
+// end sends n, every rank but its start receives n.
+ElementCounts chain_reduce_counts(std::size_t n, int p, int rank, int root);
+ElementCounts chain_broadcast_counts(std::size_t n, int p, int rank, int root);
+
+// Offset and length of chunk i when n elements are split into p nearly equal chunks (the first
+// n % p chunks get one more). Used by the ring algorithms.
+struct Chunk {
+  std::size_t offset;
+  std::size_t length;
+};
+inline Chunk ring_chunk(std::size_t n, int p, int i) {
+  const std::size_t base = n / static_cast<std::size_t>(p);
+  const std::size_t extra = n % static_cast<std::size_t>(p);
+  const auto ui = static_cast<std::size_t>(i);
+  return {ui * base + (ui < extra ? ui : extra), base + (ui < extra ? 1 : 0)};
+}
+
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -49,28 +78,25 @@ class Communicator {
   // Ends the group: every rank blocked now or later in this communicator throws Aborted(reason).
   virtual void abort(const std::string& reason) = 0;
 
+  // Nonblocking in-place sum all-reduce (MPI_Iallreduce; ncclAllReduce on the comm stream).
+  // Backends with supports_async() start it and return; the others run it at once. buf may only
+  // be read after wait_all(). progress() lets started operations advance (MPI needs calls into
+  // the library to progress); wait_all() completes every started operation.
+  virtual bool supports_async() const { return false; }
+  virtual void allreduce_sum_start(float* buf, std::size_t n) { allreduce_sum(buf, n); }
+  virtual void progress() {}
+  virtual void wait_all() {}
+
   CommStats stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
  protected:
+  void count(const ElementCounts& c) { count(c.sent, c.received); }
   void count(std::size_t sent_elems, std::size_t received_elems) {
     stats_.bytes_sent += static_cast<std::int64_t>(sent_elems * sizeof(float));
     stats_.bytes_received += static_cast<std::int64_t>(received_elems * sizeof(float));
   }
   CommStats stats_;
 };
-
-// Offset and length of chunk i when n elements are split into p nearly equal chunks (the first
-// n % p chunks get one more). Used by the ring algorithms.
-struct Chunk {
-  std::size_t offset;
-  std::size_t length;
-};
-inline Chunk ring_chunk(std::size_t n, int p, int i) {
-  const std::size_t base = n / static_cast<std::size_t>(p);
-  const std::size_t extra = n % static_cast<std::size_t>(p);
-  const auto ui = static_cast<std::size_t>(i);
-  return {ui * base + (ui < extra ? ui : extra), base + (ui < extra ? 1 : 0)};
-}
 
 }  // namespace dpbench

@@ -89,6 +89,31 @@ TEST(RingAllReduce, ByteCountsMatchTwoTimesPMinusOneOverP) {
   }
 }
 
+TEST(ByteCounts, LocalBackendCountsEqualTheSharedFormulas) {
+  // MPI and NCCL cannot count what their libraries move; they report these formulas. The local
+  // backend counts what it really moves, step by step: the two must agree exactly.
+  for (int p = 1; p <= 6; ++p) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(p + 1), std::size_t{100003}}) {
+      std::vector<std::vector<float>> bufs(static_cast<std::size_t>(p), std::vector<float>(n, 1.0f));
+      const int root = p / 2;
+      std::vector<CommStats> ar, red, bc;
+      const auto a = on_ranks(p, [&](LocalCommunicator& c) { c.allreduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n); });
+      const auto r = on_ranks(p, [&](LocalCommunicator& c) { c.reduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n, root); });
+      const auto b = on_ranks(p, [&](LocalCommunicator& c) { c.broadcast(bufs[static_cast<std::size_t>(c.rank())].data(), n, root); });
+      for (int rank = 0; rank < p; ++rank) {
+        const auto i = static_cast<std::size_t>(rank);
+        const auto bytes = [](std::size_t elems) { return static_cast<std::int64_t>(elems * sizeof(float)); };
+        EXPECT_EQ(a[i].bytes_sent, bytes(ring_allreduce_counts(n, p, rank).sent)) << p << " " << n;
+        EXPECT_EQ(a[i].bytes_received, bytes(ring_allreduce_counts(n, p, rank).received));
+        EXPECT_EQ(r[i].bytes_sent, bytes(chain_reduce_counts(n, p, rank, root).sent));
+        EXPECT_EQ(r[i].bytes_received, bytes(chain_reduce_counts(n, p, rank, root).received));
+        EXPECT_EQ(b[i].bytes_sent, bytes(chain_broadcast_counts(n, p, rank, root).sent));
+        EXPECT_EQ(b[i].bytes_received, bytes(chain_broadcast_counts(n, p, rank, root).received));
+      }
+    }
+  }
+}
+
 TEST(ChainReduce, SumsOntoRootAndLeavesOthersUnchanged) {
   for (int p = 1; p <= 6; ++p) {
     for (int root = 0; root < p; ++root) {
