@@ -1,6 +1,8 @@
 #include "allreduce/ddp_trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -43,7 +45,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
   result.ranks.resize(p);
   std::vector<long> steps_in_epoch(static_cast<std::size_t>(cfg.epochs), 0);
 
-  run_ranks(cfg, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
+  run_ranks(cfg, result.ranks, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
     RankResult& me = result.ranks[static_cast<std::size_t>(rank)];
     me.rank = rank;
     me.local_batch = local_batch;
@@ -63,13 +65,26 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
 
     const std::vector<Bucket> buckets =
         assign_buckets(model->params(), sizeof(float), cfg.first_bucket_mb, cfg.bucket_cap_mb);
-    CommStream stream;
+    // Buckets overlap the rest of backward: through the backend's own nonblocking all-reduce
+    // (MPI_Iallreduce), or else on this rank's communication thread.
+    const bool native_async = comm.supports_async();
+    std::optional<CommStream> stream;
+    if (!native_async) stream.emplace();
+    std::chrono::steady_clock::time_point first_launch;
     BucketLauncher launcher(buckets, model->params().size(), [&](std::size_t b) {
       float* range = grads.data() + buckets[b].offset;
       const std::size_t len = buckets[b].size;
-      stream.enqueue([&comm, range, len] { comm.allreduce_sum(range, len); });
+      if (native_async) {
+        if (b == 0) first_launch = std::chrono::steady_clock::now();
+        comm.allreduce_sum_start(range, len);
+      } else {
+        stream->enqueue([&comm, range, len] { comm.allreduce_sum(range, len); });
+      }
     });
-    auto on_grad_ready = [&](std::size_t param) { launcher.mark_ready(param); };
+    auto on_grad_ready = [&](std::size_t param) {
+      launcher.mark_ready(param);
+      if (native_async) comm.progress();
+    };
 
     DistributedSampler sampler(train.size(), cfg.world_size, rank, /*shuffle=*/true, cfg.seed);
     std::vector<double> loss_sum(static_cast<std::size_t>(cfg.epochs), 0.0);
@@ -83,6 +98,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
       DataLoader loader(train, std::move(indices), local_batch, cfg.loader, tracker);
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
+        maybe_inject_fault(rank, step);
         PhaseClock clock;
         StepRecord rec;
         const Batch& batch = loader.next();
@@ -98,9 +114,17 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
                         grads.data(), on_grad_ready);
         rec.phases.backward = clock.lap();
 
-        stream.synchronize();  // wait for the buckets still in flight: the exposed part
-        rec.phases.comm_exposed = clock.lap();
-        rec.phases.comm = stream.take_busy_seconds();
+        // Wait for the buckets still in flight: the exposed part of the communication.
+        if (native_async) {
+          comm.wait_all();
+          rec.phases.comm_exposed = clock.lap();
+          // From the first bucket's launch to the last one's completion.
+          rec.phases.comm = std::chrono::duration<double>(std::chrono::steady_clock::now() - first_launch).count();
+        } else {
+          stream->synchronize();
+          rec.phases.comm_exposed = clock.lap();
+          rec.phases.comm = stream->take_busy_seconds();
+        }
 
         cpu::sgd_momentum(params.data(), grads.data(), velocity.data(), n, cfg.lr, cfg.momentum,
                           cfg.weight_decay);

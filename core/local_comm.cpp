@@ -28,12 +28,18 @@ std::size_t chain_slice(std::size_t n) {
 LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout)
     : world_size_(world_size),
       timeout_(timeout),
+      arrived_rank_(static_cast<std::size_t>(std::max(world_size, 1)), 0),
       slots_(static_cast<std::size_t>(std::max(world_size, 1))),
       mailboxes_(static_cast<std::size_t>(std::max(world_size, 1) * std::max(world_size, 1))) {
   if (world_size < 1) throw InputError(fmt::format("world_size {}: must be at least 1", world_size));
 }
 
 void LocalGroup::throw_aborted() { throw Aborted(abort_reason_); }
+
+std::string LocalGroup::abort_reason() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return abort_reason_;
+}
 
 void LocalGroup::abort(const std::string& reason) {
   {
@@ -46,13 +52,12 @@ void LocalGroup::abort(const std::string& reason) {
   cv_.notify_all();
 }
 
-template <typename Pred>
-void LocalGroup::wait_locked(std::unique_lock<std::mutex>& lock, int rank, const char* what,
-                             Pred pred) {
+template <typename What, typename Pred>
+void LocalGroup::wait_locked(std::unique_lock<std::mutex>& lock, int rank, What what, Pred pred) {
   if (!cv_.wait_for(lock, timeout_, [&] { return aborted_.load() || pred(); })) {
     abort_reason_ = fmt::format("rank {} timed out after {} s waiting in {}", rank,
                                 std::chrono::duration_cast<std::chrono::seconds>(timeout_).count(),
-                                what);
+                                what());
     aborted_.store(true);
     cv_.notify_all();
   }
@@ -68,8 +73,10 @@ void LocalGroup::barrier(int rank) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (aborted_.load()) throw_aborted();
+    arrived_rank_[static_cast<std::size_t>(rank)] = 1;
     if (++arrived_ == world_size_) {
       arrived_ = 0;
+      std::fill(arrived_rank_.begin(), arrived_rank_.end(), 0);
       generation_.fetch_add(1);
       lock.unlock();
       cv_.notify_all();
@@ -82,7 +89,15 @@ void LocalGroup::barrier(int rank) {
     std::this_thread::yield();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  wait_locked(lock, rank, "a collective (barrier)", [&] { return generation_.load() != gen; });
+  // On a timeout, name the ranks that never arrived.
+  auto what = [&] {
+    std::string missing;
+    for (int r = 0; r < world_size_; ++r) {
+      if (!arrived_rank_[static_cast<std::size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return fmt::format("a collective; rank(s) {} stopped answering", missing);
+  };
+  wait_locked(lock, rank, what, [&] { return generation_.load() != gen; });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -284,13 +299,13 @@ void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
   }
   auto& box = group_->mailboxes_[static_cast<std::size_t>(rank_ * p + dst)];
   std::unique_lock<std::mutex> lock(group_->mutex_);
-  group_->wait_locked(lock, rank_, "send", [&] { return !box.full; });
+  group_->wait_locked(lock, rank_, [] { return std::string("send"); }, [&] { return !box.full; });
   box.data = buf;
   box.n = n;
   box.full = true;
   box.taken = false;
   group_->cv_.notify_all();
-  group_->wait_locked(lock, rank_, "send", [&] { return box.taken; });
+  group_->wait_locked(lock, rank_, [] { return std::string("send"); }, [&] { return box.taken; });
   box.full = false;
   box.data = nullptr;
   group_->cv_.notify_all();
@@ -304,7 +319,7 @@ void LocalCommunicator::recv(float* buf, std::size_t n, int src) {
   }
   auto& box = group_->mailboxes_[static_cast<std::size_t>(src * p + rank_)];
   std::unique_lock<std::mutex> lock(group_->mutex_);
-  group_->wait_locked(lock, rank_, "recv", [&] { return box.full && !box.taken; });
+  group_->wait_locked(lock, rank_, [] { return std::string("recv"); }, [&] { return box.full && !box.taken; });
   if (box.n != n) {
     const std::string reason = fmt::format("recv: rank {} expected {} floats from rank {}, got {}",
                                            rank_, n, src, box.n);

@@ -41,6 +41,8 @@ class LocalGroup {
   void barrier(int rank);
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(); }
+  // Why the group was aborted ("" if it was not).
+  std::string abort_reason();
 
  private:
   friend class LocalCommunicator;
@@ -51,14 +53,17 @@ class LocalGroup {
     bool taken = false;
   };
   [[noreturn]] void throw_aborted();
-  template <typename Pred>
-  void wait_locked(std::unique_lock<std::mutex>& lock, int rank, const char* what, Pred pred);
+  // Waits for pred under the group lock; on timeout aborts the group with a reason built by
+  // what() (evaluated then, under the lock). Throws Aborted.
+  template <typename What, typename Pred>
+  void wait_locked(std::unique_lock<std::mutex>& lock, int rank, What what, Pred pred);
 
   const int world_size_;
   const std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable cv_;
   int arrived_ = 0;
+  std::vector<char> arrived_rank_;  // which ranks reached the current barrier
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;

@@ -1,6 +1,11 @@
 #include "core/training.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -9,30 +14,64 @@
 
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
+#include "core/mpi_comm.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/mlp.hpp"
 
 namespace dpbench {
 
-void run_ranks(const TrainConfig& config,
-               const std::function<void(int, Communicator&, MemoryTracker&)>& body) {
+namespace {
+
+// One rank per process (mpirun): run this process's rank, end the whole job on a failure, then
+// gather every rank's record to rank 0.
+void run_mpi_rank(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body) {
+  MpiRuntime::init();
+  if (config.world_size != MpiRuntime::size()) {
+    throw InputError(fmt::format("world size mismatch: world_size {} but the launcher started {} processes",
+                                 config.world_size, MpiRuntime::size()));
+  }
+  const int rank = MpiRuntime::rank();
+  MemoryTracker tracker;
+  auto comm = make_mpi_communicator(config.timeout);
+  auto with_rank = [rank](const std::string& what) {
+    const std::string prefix = fmt::format("rank {}:", rank);
+    return what.rfind(prefix, 0) == 0 ? what : fmt::format("rank {}: {}", rank, what);
+  };
+  try {
+    body(rank, *comm, tracker);
+  } catch (const InputError& e) {
+    MpiRuntime::abort(2, "dpbench: error: " + with_rank(e.what()));
+  } catch (const std::exception& e) {
+    MpiRuntime::abort(1, "dpbench: failed: " + with_rank(e.what()));
+  }
+  const auto all = mpi_gather_strings(rank_to_json(ranks[static_cast<std::size_t>(rank)]).dump(), 0);
+  for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
+}
+
+}  // namespace
+
+void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body) {
+  if (config.comm == "mpi") return run_mpi_rank(config, ranks, body);
   if (config.comm != "local") {
-    throw InputError(fmt::format("--comm {}: backend not available in this build (available: local)",
-                                 config.comm));
+    throw InputError(fmt::format("--comm {}: not available for CPU training (choose local or mpi)", config.comm));
   }
   auto group = std::make_shared<LocalGroup>(config.world_size, config.timeout);
+  const auto p = static_cast<std::size_t>(config.world_size);
   std::mutex mutex;
+  std::condition_variable done_cv;
+  std::vector<char> done(p, 0);
+  std::size_t finished = 0;
   std::exception_ptr first_error;
   int first_rank = -1;
   std::string first_message;
 
-  auto rank_main = [&](int rank) {
+  auto rank_main = [&, group](int rank) {
     try {
       MemoryTracker tracker;
       LocalCommunicator comm(group, rank, &tracker);
       body(rank, comm, tracker);
     } catch (const Aborted&) {
-      // A peer failed first; its error is the one reported.
+      // A peer failed first (or a wait timed out); that is the error reported.
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lock(mutex);
@@ -44,14 +83,40 @@ void run_ranks(const TrainConfig& config,
       }
       group->abort(fmt::format("rank {}: {}", rank, e.what()));
     }
+    std::lock_guard<std::mutex> lock(mutex);
+    done[static_cast<std::size_t>(rank)] = 1;
+    ++finished;
+    done_cv.notify_all();
   };
 
   std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(config.world_size));
-  for (int r = 1; r < config.world_size; ++r) threads.emplace_back(rank_main, r);
-  rank_main(0);
-  for (auto& t : threads) t.join();
-
+  threads.reserve(p);
+  for (int r = 0; r < config.world_size; ++r) threads.emplace_back(rank_main, r);
+  {
+    // Every rank finishes, or the group aborts: then give the others a moment to notice and
+    // leave behind any rank that is stuck outside the communicator (it cannot be interrupted).
+    std::unique_lock<std::mutex> lock(mutex);
+    while (finished < p && !group->aborted()) done_cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (finished < p) done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished == p; });
+  }
+  bool abandoned = false;
+  for (std::size_t r = 0; r < p; ++r) {
+    std::unique_lock<std::mutex> lock(mutex);
+    const bool finished_rank = done[r] != 0;
+    lock.unlock();
+    if (finished_rank) {
+      threads[r].join();
+    } else {
+      threads[r].detach();  // never returns; the process exits with the error below
+      abandoned = true;
+    }
+  }
+  if (abandoned) {
+    // The stuck thread still references this frame's state: leave now, without unwinding.
+    std::fprintf(stderr, "dpbench: failed: %s\n", group->abort_reason().c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   if (first_error) {
     try {
       std::rethrow_exception(first_error);
@@ -61,7 +126,74 @@ void run_ranks(const TrainConfig& config,
       throw Error(fmt::format("rank {}: {}", first_rank, first_message));
     }
   }
-  if (group->aborted()) throw Error("run aborted (a rank timed out)");
+  if (group->aborted()) throw Error(group->abort_reason());
+}
+
+nlohmann::json rank_to_json(const RankResult& r) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : r.steps) {
+    const PhaseTimes& ph = s.phases;
+    steps.push_back({s.step_time, ph.data_wait, ph.h2d, ph.forward, ph.backward, ph.comm, ph.comm_exposed,
+                     ph.optimizer});
+  }
+  return {{"rank", r.rank}, {"local_batch", r.local_batch}, {"steps", steps},
+          {"sent", r.comm_per_step.bytes_sent}, {"received", r.comm_per_step.bytes_received},
+          {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category}};
+}
+
+RankResult rank_from_json(const nlohmann::json& j) {
+  RankResult r;
+  r.rank = j.at("rank");
+  r.local_batch = j.at("local_batch");
+  for (const auto& s : j.at("steps")) {
+    StepRecord rec;
+    rec.step_time = s[0];
+    rec.phases = {s[1], s[2], s[3], s[4], s[5], s[6], s[7]};
+    r.steps.push_back(rec);
+  }
+  r.comm_per_step = {j.at("sent"), j.at("received")};
+  r.memory.peak_bytes = j.at("peak_bytes");
+  r.memory.peak_by_category = j.at("peak_by_category").get<std::map<std::string, std::int64_t>>();
+  return r;
+}
+
+void maybe_inject_fault(int rank, long step) {
+  static const std::optional<Fault> fault = fault_from_env();
+  if (!fault || fault->rank != rank || fault->step != step) return;
+  if (fault->kind == "throw") throw Error(fmt::format("injected fault at step {} (DPBENCH_FAULT)", step));
+  if (fault->kind == "kill") std::raise(SIGKILL);
+  if (fault->kind == "hang") {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
+std::optional<Fault> fault_from_env() {
+  const char* spec = std::getenv("DPBENCH_FAULT");
+  if (spec == nullptr || *spec == '\0') return std::nullopt;
+  Fault f;
+  std::string text(spec);
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, end - pos);
+    const std::size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    try {
+      if (key == "rank") {
+        f.rank = std::stoi(value);
+      } else if (key == "step") {
+        f.step = std::stol(value);
+      } else if (key == "kind" && (value == "throw" || value == "hang" || value == "kill")) {
+        f.kind = value;
+      } else {
+        throw std::invalid_argument(item);
+      }
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("DPBENCH_FAULT={}: expected rank=R,step=S,kind=throw|hang|kill", spec));
+    }
+    pos = end + 1;
+  }
+  return f;
 }
 
 MemoryReport memory_report(const MemoryTracker& tracker) {

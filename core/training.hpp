@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/comm.hpp"
 #include "core/memory.hpp"
@@ -93,12 +96,32 @@ struct TrainData {
 
 using StrategyFn = RunResult (*)(const TrainConfig&, const TrainData&);
 
-// Runs body(rank, comm, tracker) on world_size threads of one `local` communicator group.
-// If a rank throws, the group is aborted (peers blocked in collectives throw Aborted) and,
-// after every thread has joined, the first rank's original exception is rethrown with
-// "rank R: " prepended (InputError stays InputError).
-void run_ranks(const TrainConfig& config,
-               const std::function<void(int rank, Communicator& comm, MemoryTracker& tracker)>& body);
+using RankBody = std::function<void(int rank, Communicator& comm, MemoryTracker& tracker)>;
+
+// Runs body(rank, comm, tracker) for every rank of the run and leaves each rank's record in
+// ranks[rank] on the output process.
+//   comm "local": world_size threads of one in-process group. If a rank throws, the group is
+//     aborted (peers blocked in collectives throw Aborted) and the first rank's exception is
+//     rethrown with "rank R: " prepended (InputError stays InputError). A rank stuck outside the
+//     communicator (it stopped answering) makes its peers time out; the process then prints the
+//     reason, naming the ranks that never arrived, and exits 1.
+//   comm "mpi": this process's rank only; a failure prints one line and ends the whole job with
+//     MPI_Abort (exit 1, or 2 for bad input); afterwards every rank's record is gathered to rank 0.
+void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body);
+
+// A rank's record as JSON and back (for gathering records across processes).
+nlohmann::json rank_to_json(const RankResult& rank);
+RankResult rank_from_json(const nlohmann::json& json);
+
+// Fault injection for testing failure handling: DPBENCH_FAULT="rank=R,step=S,kind=K" makes rank R
+// at the start of step S throw (kind=throw), stop answering (hang) or die (kill: SIGKILL).
+struct Fault {
+  int rank = -1;
+  long step = -1;
+  std::string kind = "throw";
+};
+std::optional<Fault> fault_from_env();  // throws InputError on a malformed DPBENCH_FAULT
+void maybe_inject_fault(int rank, long step);
 
 // Measures consecutive phases of one step: lap() returns the seconds since the last lap().
 class PhaseClock {

@@ -69,7 +69,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
   result.steps_total = total;
   result.ranks.resize(static_cast<std::size_t>(cfg.world_size));
 
-  run_ranks(cfg, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
+  run_ranks(cfg, result.ranks, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
     const bool reducer = rank == kReducer;
     const std::size_t my_rows = rows[static_cast<std::size_t>(rank)];
     RankResult& me = result.ranks[static_cast<std::size_t>(rank)];
@@ -112,6 +112,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       }
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
+        maybe_inject_fault(rank, step);
         PhaseClock clock;
         StepRecord rec;
         const Batch* batch = nullptr;

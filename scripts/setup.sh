@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dpbench's build and run dependencies from Debian packages. Idempotent: packages that
 # are already installed are skipped, and apt is not touched at all when nothing is missing.
-# Used by the README quick start and by .ci/run. CUDA, NCCL and MPI stay optional.
+# Used by the README quick start and by .ci/run. OpenMPI is installed for the `mpi` backend (the
+# build still works without it); CUDA and NCCL stay optional.
 #   --test   also what only the tests need (Chromium, to render the HTML report headless)
 set -euo pipefail
 
@@ -9,6 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libfmt-dev libcli11-dev libopenblas-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark-tools
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )

@@ -18,6 +18,8 @@
 #include "bench/app/run_command.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
+#include "core/launch.hpp"
+#include "core/mpi_comm.hpp"
 #include "core/training.hpp"
 
 extern char** environ;
@@ -88,7 +90,9 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--ranks,--world-size", c.world_size,
                  "world_size: number of ranks (in-process threads, one replica each)")
       ->capture_default_str();
-  run.add_option("--comm", c.comm, "Communicator backend: local (dpbench's own ring and chain collectives)")
+  run.add_option("--comm", c.comm,
+                 "Communicator backend: local (in-process ranks over dpbench's own ring and chain "
+                 "collectives) or mpi (one rank per process: mpirun -np N dpbench run --comm mpi)")
       ->capture_default_str();
   run.add_option("--batch-size", c.global_batch,
                  "Global batch: samples per optimizer step summed over all ranks (allreduce gives "
@@ -97,6 +101,9 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--num-workers", c.loader.num_workers,
                  "DataLoader num_workers per loading rank: worker threads (0 = load on the training thread)")
       ->capture_default_str();
+  run.add_option("--save-params", o.save_params,
+                 "Write rank 0's final parameters of each mode to PREFIX-<mode>.f32 (raw float32, "
+                 "parameter order), to compare runs, backends or launches");
   add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);
 }
 
@@ -149,6 +156,12 @@ int run_python(const std::string& script, const std::vector<std::string>& args) 
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// Ends MPI (when a command started it) and passes the exit code on.
+int finish(int code) {
+  MpiRuntime::finalize();
+  return code;
 }
 
 }  // namespace
@@ -212,17 +225,20 @@ int dpbench_main(int argc, char** argv) {
   }
 
   try {
-    if (*sweep) return sweep_command(sweep_options);
+    // Under mpirun the world size is the launcher's unless --ranks says otherwise.
+    run_options.ranks_given = run->count("--ranks") > 0;
+    if (*sweep) return finish(sweep_command(sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
     if (*project) return project_command(project_options);
-    return run_command(run_options);
+    return finish(run_command(run_options));
   } catch (const InputError& e) {
-    fmt::print(stderr, "dpbench: error: {}\n", e.what());
-    return 2;
+    // Every process of a multi-process job meets the same bad input; rank 0 says so.
+    if (is_output_process()) fmt::print(stderr, "dpbench: error: {}\n", e.what());
+    return finish(2);
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpbench: failed: {}\n", e.what());
-    return 1;
+    return finish(1);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "bench/app/blas_core.hpp"
 #include "core/build_info.hpp"
 #include "core/device.hpp"
+#include "core/mpi_comm.hpp"
 #include "workloads/cpu_kernels.hpp"
 
 #ifdef DPBENCH_HAVE_NCCL
@@ -68,7 +69,7 @@ nlohmann::json collect_env() {
 #else
   env["nccl_version"] = nullptr;
 #endif
-  env["mpi"] = nullptr;
+  env["mpi"] = MpiRuntime::active() ? nlohmann::json(MpiRuntime::version()) : nlohmann::json();
   return env;
 }
 

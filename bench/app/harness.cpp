@@ -11,6 +11,7 @@
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
+#include "core/mpi_comm.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/fashion_mnist.hpp"
 #include "workloads/mlp.hpp"
@@ -89,16 +90,21 @@ void check_point(const TrainConfig& c, const Dataset& train) {
   }
 }
 
+int ranks_on_this_node(const TrainConfig& cfg) {
+  return cfg.comm == "mpi" && MpiRuntime::active() ? MpiRuntime::local_size() : cfg.world_size;
+}
+
 RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const DeviceChoice& device) {
   const unsigned cores = cpu_cores();
-  // Give each rank an equal share of the cores for its GEMMs.
-  cpu::set_blas_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(cfg.world_size))));
+  const auto local = static_cast<unsigned>(std::max(1, ranks_on_this_node(cfg)));
+  // Give each rank on this machine an equal share of the cores for its GEMMs.
+  cpu::set_blas_threads(static_cast<int>(std::max(1u, cores / local)));
   RunResult r = find_strategy(cfg.mode).train(cfg, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);
-  if (static_cast<unsigned>(cfg.world_size) > cores) {
+  if (local > cores) {
     r.warnings.push_back(fmt::format(
         "{} ranks share {} CPU cores: ranks are time-sliced, so step times include waiting for a core",
-        cfg.world_size, cores));
+        local, cores));
   }
   return r;
 }

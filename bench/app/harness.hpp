@@ -39,6 +39,10 @@ void check_common_options(const TrainConfig& base, double timeout_s);
 // timed steps. Throws InputError.
 void check_point(const TrainConfig& config, const Dataset& train);
 
+// How many ranks share this machine's cores: world_size for in-process ranks, the node-local
+// process count under mpirun.
+int ranks_on_this_node(const TrainConfig& config);
+
 // Trains one point: sets the BLAS threads per rank, runs the strategy, adds the warnings every
 // result carries (device fallback, ranks time-sliced on fewer cores).
 RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device);

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "bench/app/harness.hpp"
+#include "core/launch.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/device.hpp"
@@ -107,10 +109,15 @@ int run_command(const RunOptions& o) {
   for (const auto& m : o.modes) find_strategy(m);
   const DeviceChoice device = choose_device(o.base.device);
   check_common_options(o.base, o.timeout_s);
+  const LaunchInfo launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0);
+  const bool output = is_output_process();
+  const bool quiet = o.quiet || !output;
   const std::string out = o.out.empty() ? default_out_path("run") : o.out;
 
   const LoadedData data = load_data(o.data, o.base.seed);
   TrainConfig base = o.base;
+  base.world_size = launch.world_size;
+  base.keep_final_params = !o.save_params.empty();
   base.device = device.device;
   base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
   for (const auto& mode : o.modes) {
@@ -119,23 +126,30 @@ int run_command(const RunOptions& o) {
     check_point(cfg, *data.train);
   }
   // Bad input has been ruled out by now (errors stay one line); say what device was picked.
-  if (!device.note.empty() && !o.quiet) fmt::print(stderr, "{}\n", device.note);
+  if (!device.note.empty() && !quiet) fmt::print(stderr, "{}\n", device.note);
 
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
   for (const auto& mode : o.modes) {
     TrainConfig cfg = base;
     cfg.mode = mode;
-    if (!o.quiet) {
-      fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks, mode {} ...\n", cfg.workload,
-                 data.train->name(), cfg.world_size, cfg.device, mode);
+    if (!quiet) {
+      fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {} ...\n", cfg.workload,
+                 data.train->name(), cfg.world_size, cfg.device, launch.launcher, mode);
     }
     const auto t0 = std::chrono::steady_clock::now();
     RunResult r = execute_point(cfg, data, device);
-    if (!o.quiet) {
+    if (!quiet) {
       fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps, test accuracy {:.2f} %)\n", mode,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                  r.steps_total, 100.0 * r.test_accuracy);
+    }
+    if (output && !o.save_params.empty()) {
+      const std::string path = fmt::format("{}-{}.f32", o.save_params, mode);
+      std::ofstream f(path, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(r.final_params.data()),
+              static_cast<std::streamsize>(r.final_params.size() * sizeof(float)));
+      if (!f) throw InputError(fmt::format("--save-params {}: cannot write {}", o.save_params, path));
     }
     docs.push_back(run_to_json(r));
     runs.push_back(std::move(r));
@@ -145,6 +159,8 @@ int run_command(const RunOptions& o) {
   config.erase("mode");
   config["modes"] = o.modes;
   add_data_config(config, o.data, data);
+  config["launcher"] = launch.launcher;
+  if (!output) return 0;  // rank 0 of a multi-process job reports for every rank
   print_table(runs, docs);
   write_json_atomic(out, make_document(std::move(config), docs));
   fmt::print("\nresults written to {}\n", out);

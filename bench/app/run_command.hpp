@@ -14,8 +14,10 @@ struct RunOptions {
   TrainConfig base;                               // mode is filled in per run
   std::vector<std::string> modes = {"ps", "allreduce"};
   DataOptions data;
+  bool ranks_given = false;                       // --ranks on the command line (else the launcher's)
   double timeout_s = 300;                         // sets base.timeout
   std::string out;                                // "" -> results/dpbench-run-<time>.json
+  std::string save_params;                        // "" or PREFIX: PREFIX-<mode>.f32
   bool quiet = false;
 };
 

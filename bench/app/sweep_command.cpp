@@ -7,6 +7,7 @@
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
+#include "core/launch.hpp"
 
 namespace dpbench {
 
@@ -83,6 +84,17 @@ int sweep_command(const SweepOptions& o) {
     c.workload = w;
     check_common_options(c, o.timeout_s);
   }
+  for (const auto& comm : o.comms) {
+    if (comm == "mpi") {
+      if (o.ranks.size() != 1) {
+        throw InputError("--comms mpi: the launcher fixes the world size; give one --ranks value (mpirun -np)");
+      }
+      resolve_launch(comm, o.ranks.front());
+    } else {
+      resolve_launch(comm, 1);
+    }
+  }
+  const bool output = is_output_process();
   const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
   const LoadedData data = load_data(o.data, o.base.seed);
 
@@ -93,7 +105,8 @@ int sweep_command(const SweepOptions& o) {
   resolved.base = base;
   const std::vector<SweepPoint> points = sweep_points(resolved);
   const std::size_t total = points.size();
-  if (!device.note.empty() && !o.quiet) fmt::print(stderr, "{}\n", device.note);
+  const bool quiet = o.quiet || !output;
+  if (!device.note.empty() && !quiet) fmt::print(stderr, "{}\n", device.note);
 
   nlohmann::json runs = nlohmann::json::array();
   std::size_t index = 0, failed = 0;
@@ -102,7 +115,7 @@ int sweep_command(const SweepOptions& o) {
     const int rep = point.repetition;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!o.quiet) {
+    if (!quiet) {
       const std::string remaining =
           index == 0 ? std::string("?")
                      : clock_text(elapsed / static_cast<double>(index) * static_cast<double>(total - index));
@@ -120,7 +133,7 @@ int sweep_command(const SweepOptions& o) {
       ++failed;
       entry = {{"status", "failed"}, {"mode", c.mode}, {"world_size", c.world_size},
                {"global_batch", c.global_batch}, {"config", config_to_json(c)}, {"error", e.what()}};
-      if (!o.quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
+      if (!quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
     }
     entry["repetition"] = rep;
     runs.push_back(std::move(entry));
@@ -137,6 +150,7 @@ int sweep_command(const SweepOptions& o) {
                      {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
                      {"repetitions", o.repetitions}};
   add_data_config(config, o.data, data);
+  if (!output) return 0;
   write_json_atomic(out, make_document(std::move(config), std::move(runs)));
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print("sweep: {} points ({} failed) in {}; results written to {}\n", total, failed,

@@ -1,0 +1,94 @@
+#include "core/launch.hpp"
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/mpi_comm.hpp"
+
+namespace dpbench {
+
+namespace {
+// An integer environment variable; InputError when set but not an integer.
+std::optional<int> env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0') throw InputError(fmt::format("{}={}: not an integer", name, v));
+  return static_cast<int>(x);
+}
+}  // namespace
+
+LaunchInfo resolve_launch(const std::string& comm, int requested) {
+  if (comm != "local" && comm != "mpi" && comm != "nccl") {
+    throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi or nccl)", comm));
+  }
+  const auto env_world = env_int("WORLD_SIZE");
+  const auto env_rank = env_int("RANK");
+  const auto env_local = env_int("LOCAL_RANK");
+  if (env_world && *env_world < 1) throw InputError(fmt::format("WORLD_SIZE={}: must be at least 1", *env_world));
+  if (env_rank && (*env_rank < 0 || *env_rank >= env_world.value_or(requested > 0 ? requested : 1))) {
+    throw InputError(fmt::format("RANK={}: out of range for a world size of {}", *env_rank,
+                                 env_world.value_or(requested > 0 ? requested : 1)));
+  }
+  if (env_local && *env_local < 0) throw InputError(fmt::format("LOCAL_RANK={}: must be >= 0", *env_local));
+
+  LaunchInfo info;
+  if (comm == "local") {
+    if (env_world && *env_world > 1) {
+      throw InputError(fmt::format("WORLD_SIZE={}: --comm local runs every rank as a thread of one "
+                                   "process; start several processes with mpirun and --comm mpi",
+                                   *env_world));
+    }
+    info.launcher = "threads";
+    info.world_size = requested > 0 ? requested : 4;
+    info.ranks_on_this_node = info.world_size;
+    return info;
+  }
+
+  if (comm == "nccl") {
+    const bool torchrun_style = env_world && *env_world > 1 && !mpi_launched();
+    if (torchrun_style && (std::getenv("MASTER_ADDR") == nullptr || std::getenv("MASTER_PORT") == nullptr)) {
+      throw InputError(fmt::format("MASTER_ADDR/MASTER_PORT: unset, but WORLD_SIZE={} without mpirun "
+                                   "needs them to exchange the ncclUniqueId (or launch with mpirun)",
+                                   *env_world));
+    }
+    throw InputError("--comm nccl: NCCL moves GPU buffers and this build trains on CPU only "
+                     "(use --comm local or --comm mpi)");
+  }
+
+  // comm == "mpi": one rank per process.
+  if (!mpi_launched() && env_world && *env_world > 1) {
+    throw InputError(fmt::format("WORLD_SIZE={}: --comm mpi starts its ranks with mpirun -np {} "
+                                 "(or srun); this process was not started by either",
+                                 *env_world, *env_world));
+  }
+  MpiRuntime::init();  // InputError when the build has no MPI
+  info.multi_process = true;
+  info.launcher = "mpirun";
+  info.world_size = MpiRuntime::size();
+  info.rank = MpiRuntime::rank();
+  info.local_rank = MpiRuntime::local_rank();
+  info.ranks_on_this_node = MpiRuntime::local_size();
+  if (requested > 0 && requested != info.world_size) {
+    throw InputError(fmt::format("world size mismatch: --ranks {} but the launcher started {} process{}",
+                                 requested, info.world_size, info.world_size == 1 ? "" : "es"));
+  }
+  if (env_world && *env_world != info.world_size) {
+    throw InputError(fmt::format("world size mismatch: WORLD_SIZE={} but the launcher started {} processes",
+                                 *env_world, info.world_size));
+  }
+  if (env_rank && *env_rank != info.rank) {
+    throw InputError(fmt::format("RANK={}: differs from this process's MPI rank {}", *env_rank, info.rank));
+  }
+  return info;
+}
+
+bool is_output_process() { return !MpiRuntime::active() || MpiRuntime::rank() == 0; }
+
+}  // namespace dpbench

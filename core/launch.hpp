@@ -1,0 +1,31 @@
+// How this process's ranks come to be: threads of one process (`local`), or one process per rank
+// started by mpirun/srun (`mpi`, and `nccl` across processes). Resolves world size and rank
+// from the launcher and torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT) and turns inconsistent launches into one-line InputErrors, before any training.
+#pragma once
+
+#include <string>
+
+namespace dpbench {
+
+struct LaunchInfo {
+  bool multi_process = false;  // one rank per process
+  int world_size = 1;
+  int rank = 0;                // this process's rank (0 for in-process ranks)
+  int local_rank = 0;          // among the ranks of this node
+  int ranks_on_this_node = 1;  // ranks sharing this machine's cores
+  std::string launcher;        // "threads", "mpirun"
+};
+
+// comm: the --comm value; requested_world_size: --ranks, or 0 when not given (take the
+// launcher's). Initialises MPI when the backend needs it. Throws InputError for: an unknown
+// backend, --comm mpi in a build without MPI, a world size that differs from the launcher's or
+// from WORLD_SIZE, a RANK/LOCAL_RANK out of range or differing from the launcher's, --comm nccl
+// without a usable CUDA build, and a torchrun-style multi-process launch without MASTER_ADDR /
+// MASTER_PORT.
+LaunchInfo resolve_launch(const std::string& comm, int requested_world_size);
+
+// Whether this process prints tables and writes result files (rank 0 of a multi-process job).
+bool is_output_process();
+
+}  // namespace dpbench

@@ -1,0 +1,229 @@
+// Tests of multi-process launch and failure handling: `mpirun -np N dpbench run --comm mpi`
+// against in-process `--comm local` ranks (same parameters, every rank in the JSON, same byte
+// counts), a rank that throws, dies or stops answering (in-process and under mpirun: exit
+// non-zero within the timeout, failing rank named, no result file), and launch errors (exit 2).
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/launch.hpp"
+#include "core/mpi_comm.hpp"
+#include "tests/fixtures.hpp"
+
+namespace dpbench {
+namespace {
+
+using namespace dpbench::testing;  // NOLINT: test fixtures
+
+struct Outcome {
+  int exit_code = -1;
+  std::string err;
+  double seconds = 0;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const std::string kArgs =
+    " run --data synthetic --input 64 --synthetic-samples 6000 --hidden 32,16 --batch-size 60 "
+    "--max-steps 20 --no-eval -q";
+
+// OpenMPI refuses to start as root (CI runs as root) unless told it is fine.
+const std::string kMpirun =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np ";
+
+class Launch : public ::testing::Test {
+ public:
+  std::string path(const std::string& name) const { return (tmp_.path() / name).string(); }
+
+ protected:
+  Outcome sh(const std::string& command) {
+    const fs::path err = tmp_.path() / "stderr.txt";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = std::system((command + " >/dev/null 2>" + err.string()).c_str());
+    Outcome o;
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    o.err = slurp(err);
+    return o;
+  }
+  void require_mpi() {
+    if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
+    ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "built with MPI but mpirun is not on PATH";
+  }
+  TempDir tmp_;
+};
+
+std::vector<float> read_f32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v;
+  float x;
+  while (in.read(reinterpret_cast<char*>(&x), sizeof(x))) v.push_back(x);
+  return v;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
+  require_mpi();
+  for (int np : {2, 3}) {
+    const std::string n = std::to_string(np);
+    ASSERT_EQ(sh(kMpirun + n + " " + DPBENCH_BINARY + kArgs + " --comm mpi -o " + path("mpi.json") +
+                 " --save-params " + path("mpi")).exit_code, 0) << np;
+    ASSERT_EQ(sh(std::string(DPBENCH_BINARY) + kArgs + " --ranks " + n + " -o " + path("local.json") +
+                 " --save-params " + path("local")).exit_code, 0) << np;
+    const auto mpi = nlohmann::json::parse(slurp(path("mpi.json")));
+    const auto local = nlohmann::json::parse(slurp(path("local.json")));
+    for (const std::string mode : {"ps", "allreduce"}) {
+      const auto a = read_f32(path("mpi-" + mode + ".f32"));
+      const auto b = read_f32(path("local-" + mode + ".f32"));
+      ASSERT_EQ(a.size(), b.size());
+      ASSERT_GT(a.size(), 1000u);
+      EXPECT_LT(relative_l2(a, b), 1e-5) << mode << " at " << np << " processes";
+    }
+    for (std::size_t i = 0; i < 2; ++i) {
+      const auto& run = mpi["runs"][i];
+      EXPECT_EQ(run["world_size"], np);
+      // Rank 0's file holds every rank's memory and timings, gathered over MPI.
+      ASSERT_EQ(run["memory"]["per_rank"].size(), static_cast<std::size_t>(np));
+      ASSERT_EQ(run["per_rank"].size(), static_cast<std::size_t>(np));
+      for (int r = 0; r < np; ++r) {
+        EXPECT_EQ(run["memory"]["per_rank"][r]["rank"], r);
+        EXPECT_GT(run["memory"]["per_rank"][r]["peak_bytes"].get<double>(), 0);
+        EXPECT_GT(run["per_rank"][r]["step_time_p50_s"].get<double>(), 0);
+      }
+      // The same byte counters for every backend.
+      EXPECT_EQ(run["comm_bytes_per_step"], local["runs"][i]["comm_bytes_per_step"]) << run["mode"];
+    }
+    EXPECT_NE(mpi["env"]["mpi"].get<std::string>().find("Open MPI"), std::string::npos);
+  }
+}
+
+// The contract for a failed run: non-zero exit within the timeout, the failing rank named, no
+// result file (and no temporary one).
+void expect_failed_run(const Outcome& o, const std::string& needle, const std::string& result, double limit_s) {
+  EXPECT_NE(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.err.find(needle), std::string::npos) << o.err;
+  EXPECT_LT(o.seconds, limit_s) << o.err;
+  EXPECT_FALSE(fs::exists(result));
+  EXPECT_FALSE(fs::exists(result + ".tmp"));
+}
+
+TEST_F(Launch, InProcessRankThatThrowsEndsTheRun) {
+  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + std::string(DPBENCH_BINARY) + kArgs +
+                       " --ranks 2 --timeout 10 -o " + path("r.json"));
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  expect_failed_run(o, "rank 1: injected fault at step 5", path("r.json"), 10);
+}
+
+TEST_F(Launch, InProcessRankThatStopsAnsweringTimesOut) {
+  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + std::string(DPBENCH_BINARY) + kArgs +
+                       " --ranks 2 --timeout 2 -o " + path("r.json"));
+  EXPECT_EQ(o.exit_code, 1);
+  expect_failed_run(o, "rank(s) 1 stopped answering", path("r.json"), 2 + 2 + 5);
+}
+
+TEST_F(Launch, MpiRankThatThrowsAbortsTheJob) {
+  require_mpi();
+  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
+                       " --comm mpi --timeout 10 -o " + path("r.json"));
+  EXPECT_EQ(o.exit_code, 1);
+  expect_failed_run(o, "dpbench: failed: rank 1: injected fault at step 5", path("r.json"), 10);
+}
+
+TEST_F(Launch, MpiRankThatDiesEndsTheJob) {
+  require_mpi();
+  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=kill " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
+                       " --comm mpi --timeout 10 -o " + path("r.json"));
+  expect_failed_run(o, "rank 1", path("r.json"), 10);  // mpirun names the rank it lost
+}
+
+TEST_F(Launch, MpiRankThatStopsAnsweringIsAbortedByTheWatchdog) {
+  require_mpi();
+  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
+                       " --comm mpi --timeout 3 -o " + path("r.json"));
+  EXPECT_EQ(o.exit_code, 1);
+  expect_failed_run(o, "rank 1 stopped answering", path("r.json"), 3 + 10);
+}
+
+TEST_F(Launch, WorldSizeMismatchUnderMpirun) {
+  require_mpi();
+  const Outcome o = sh(kMpirun + "2 " + DPBENCH_BINARY + kArgs + " --comm mpi --ranks 3 -o " + path("r.json"));
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("dpbench: error: world size mismatch: --ranks 3 but the launcher started 2 processes"),
+            std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(path("r.json")));
+}
+
+// Launch errors that need no launcher: one line, exit 2, no result file.
+void expect_launch_error(Launch& t, const Outcome& o, const std::string& needle) {
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  EXPECT_NE(o.err.find(needle), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(t.path("r.json")));
+}
+
+TEST_F(Launch, RankIdOutOfRange) {
+  expect_launch_error(*this, sh("RANK=5 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) + kArgs +
+                                " --comm mpi -o " + path("r.json")),
+                      "RANK=5: out of range for a world size of 2");
+}
+
+TEST_F(Launch, NcclWithoutCudaTraining) {
+  expect_launch_error(*this, sh(std::string(DPBENCH_BINARY) + kArgs + " --comm nccl -o " + path("r.json")),
+                      "--comm nccl");
+}
+
+TEST_F(Launch, TorchrunStyleLaunchWithoutMasterAddr) {
+  expect_launch_error(*this, sh("env -u MASTER_ADDR RANK=0 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) +
+                                kArgs + " --comm nccl -o " + path("r.json")),
+                      "MASTER_ADDR");
+}
+
+TEST_F(Launch, MpiWorldSizeWithoutALauncher) {
+  expect_launch_error(*this, sh("RANK=0 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) + kArgs +
+                                " --comm mpi -o " + path("r.json")),
+                      "mpirun -np 2");
+}
+
+TEST(LaunchResolve, MpiInABuildWithoutMpiIsAnInputError) {
+  if (mpi_built()) GTEST_SKIP() << "this build has MPI; the CPU-only presets (cpu, debug) check this";
+  try {
+    resolve_launch("mpi", 2);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("this build has no MPI"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LaunchResolve, LocalTakesRequestedOrDefaultWorldSize) {
+  EXPECT_EQ(resolve_launch("local", 3).world_size, 3);
+  EXPECT_EQ(resolve_launch("local", 0).world_size, 4);
+  EXPECT_FALSE(resolve_launch("local", 3).multi_process);
+  EXPECT_THROW(resolve_launch("gloo", 2), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench
