@@ -46,6 +46,12 @@ const std::string kArgs =
 const std::string kMpirun =
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np ";
 
+#define REQUIRE_MPI()                              \
+  do {                                             \
+    require_mpi();                                 \
+    if (IsSkipped() || HasFatalFailure()) return;  \
+  } while (0)
+
 class Launch : public ::testing::Test {
  public:
   std::string path(const std::string& name) const { return (tmp_.path() / name).string(); }
@@ -61,6 +67,8 @@ class Launch : public ::testing::Test {
     o.err = slurp(err);
     return o;
   }
+  // Skips (in a build without MPI) or fails (mpirun missing) the calling test: use through
+  // REQUIRE_MPI(), which returns from the test body.
   void require_mpi() {
     if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
     ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "built with MPI but mpirun is not on PATH";
@@ -86,7 +94,7 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
-  require_mpi();
+  REQUIRE_MPI();
   for (int np : {2, 3}) {
     const std::string n = std::to_string(np);
     ASSERT_EQ(sh(kMpirun + n + " " + DPBENCH_BINARY + kArgs + " --comm mpi -o " + path("mpi.json") +
@@ -146,7 +154,7 @@ TEST_F(Launch, InProcessRankThatStopsAnsweringTimesOut) {
 }
 
 TEST_F(Launch, MpiRankThatThrowsAbortsTheJob) {
-  require_mpi();
+  REQUIRE_MPI();
   const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
                        " --comm mpi --timeout 10 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
@@ -154,14 +162,14 @@ TEST_F(Launch, MpiRankThatThrowsAbortsTheJob) {
 }
 
 TEST_F(Launch, MpiRankThatDiesEndsTheJob) {
-  require_mpi();
+  REQUIRE_MPI();
   const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=kill " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
                        " --comm mpi --timeout 10 -o " + path("r.json"));
   expect_failed_run(o, "rank 1", path("r.json"), 10);  // mpirun names the rank it lost
 }
 
 TEST_F(Launch, MpiRankThatStopsAnsweringIsAbortedByTheWatchdog) {
-  require_mpi();
+  REQUIRE_MPI();
   const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
                        " --comm mpi --timeout 3 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
@@ -169,7 +177,7 @@ TEST_F(Launch, MpiRankThatStopsAnsweringIsAbortedByTheWatchdog) {
 }
 
 TEST_F(Launch, WorldSizeMismatchUnderMpirun) {
-  require_mpi();
+  REQUIRE_MPI();
   const Outcome o = sh(kMpirun + "2 " + DPBENCH_BINARY + kArgs + " --comm mpi --ranks 3 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 2) << o.err;
   EXPECT_NE(o.err.find("dpbench: error: world size mismatch: --ranks 3 but the launcher started 2 processes"),
