@@ -57,9 +57,14 @@ NcclUniqueIdBytes nccl_create_unique_id();
 // communicator at once; otherwise the call in progress notices within a poll interval, aborts it
 // and throws Aborted(reason). Aborting is local: NCCL does not tell the peers, which fail through
 // their own timeouts (or their own abort()). ncclCommAbort makes this rank's kernels exit.
-// A host thread blocked inside an NCCL call itself (the first collective of a kind connects to
-// its peers there, NCCL_RUNTIME_CONNECT=1, the default) cannot be interrupted; set
-// NCCL_RUNTIME_CONNECT=0 to connect everything during creation instead.
+// A host thread blocked inside an NCCL call itself cannot be interrupted: with NCCL's default
+// blocking communicators, the first collective of a kind connects to its peers inside the call
+// (NCCL_RUNTIME_CONNECT=1). NCCL_RUNTIME_CONNECT=0 connects everything during creation instead;
+// NCCL_COMM_BLOCKING=0 makes every NCCL call return ncclInProgress at once, and this backend
+// then polls those under the timeout too (creation included).
+// Destruction never throws: it waits (at most the timeout) for work still on the stream, then
+// calls ncclCommDestroy, which every rank on a node should call too (NCCL); after a failure or
+// abort() it only releases this rank's resources.
 class NcclCommunicator : public Communicator {
  public:
   // The communication stream, a cudaStream_t passed as void* so that this header needs no CUDA
@@ -78,7 +83,8 @@ class NcclCommunicator : public Communicator {
 // (one thread per rank) to call it concurrently from their own threads, each with the same id,
 // and the calling thread is then the rank's thread (its current device stays `device`). NCCL
 // before 2.30 refuses two ranks of one communicator on one GPU ("Duplicate GPU detected").
-// The creation itself is not covered by the timeout (ncclCommInitRank waits for every rank).
+// The creation itself is not covered by the timeout (ncclCommInitRank waits for every rank)
+// unless NCCL_COMM_BLOCKING=0.
 // Throws InputError for bad arguments, or "--comm nccl: this build has no NCCL" when built
 // without NCCL; Error with a one-line message naming the rank and the cause on any CUDA or NCCL
 // failure, e.g. "rank 1: ncclCommInitRank: unhandled system error (NCCL_DEBUG=INFO for details)".

@@ -1,0 +1,564 @@
+// The `nccl` backend (core/nccl_comm.hpp): each Communicator call is one NCCL call (or one group
+// of ncclSend/ncclRecv) on the communicator's own stream, followed by a polled wait. The waits
+// follow NCCL's fault-tolerance example and nccl-tests' testStreamSynchronize: cudaStreamQuery
+// in a loop that also checks ncclCommGetAsyncError, a pending abort() and the timeout, and
+// aborts the communicator instead of hanging. No kernels of our own: NCCL's do the work.
+// Calls that return ncclInProgress (non-blocking communicators, NCCL_COMM_BLOCKING=0) are
+// polled the same way until NCCL has finished enqueueing them.
+// Compiled only in builds with CUDA; without NCCL this file is empty and
+// core/nccl_comm_stub.cpp says that NCCL is missing.
+#include "core/nccl_comm.hpp"
+
+#ifdef DPBENCH_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace dpbench {
+
+static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueIdBytes),
+              "NcclUniqueIdBytes must hold exactly one ncclUniqueId");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// "ncclAllReduce(buf, buf, n, ...)" -> "ncclAllReduce": the function a check macro names.
+std::string call_name(const char* call) {
+  const std::string text(call);
+  return text.substr(0, text.find('('));
+}
+
+// "/work/main/core/nccl_comm.cu", 42 -> "nccl_comm.cu:42"
+std::string location(const char* file, int line) {
+  const char* slash = std::strrchr(file, '/');
+  return fmt::format("{}:{}", slash != nullptr ? slash + 1 : file, line);
+}
+
+// NCCL's name for a result, plus its last warning (often the useful part: "Duplicate GPU
+// detected ...") on one line.
+std::string nccl_cause(ncclResult_t result) {
+  std::string cause = ncclGetErrorString(result);
+  const char* last = ncclGetLastError(nullptr);
+  std::string detail = last != nullptr ? last : "";
+  for (char& c : detail) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!detail.empty() && detail.back() == ' ') detail.pop_back();
+  if (!detail.empty()) cause += ": " + detail;
+  return cause + " (NCCL_DEBUG=INFO for details)";
+}
+
+// 1500 ms -> "1.5"
+std::string seconds(std::chrono::milliseconds ms) {
+  return fmt::format("{:g}", static_cast<double>(ms.count()) / 1000.0);
+}
+
+// Exclusive prefix sums of counts: where each rank's part starts.
+std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> offsets(counts.size(), 0);
+  if (!counts.empty()) std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), std::size_t{0});
+  return offsets;
+}
+
+}  // namespace
+
+// Check macros (llm.c / nccl-tests style): a failed call aborts the communicator and throws
+// Error("rank R: <call>: <cause> at <file>:<line>"). Member functions of NcclCommunicatorImpl only.
+#define CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
+#define NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
+
+namespace {
+
+class NcclCommunicatorImpl final : public NcclCommunicator {
+ public:
+  NcclCommunicatorImpl(int world_size, int rank, int device, std::chrono::milliseconds timeout)
+      : world_size_(world_size), rank_(rank), device_(device), timeout_(timeout) {}
+  ~NcclCommunicatorImpl() override;
+  NcclCommunicatorImpl(const NcclCommunicatorImpl&) = delete;
+  NcclCommunicatorImpl& operator=(const NcclCommunicatorImpl&) = delete;
+
+  // cudaSetDevice, the stream, the barrier scratch, then ncclCommInitRank (a rendezvous with
+  // every rank). Allocations come first so that no rank allocates while a peer's NCCL kernels
+  // may already run on the same device.
+  void init(const NcclUniqueIdBytes& id);
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string backend() const override { return "nccl"; }
+  void* comm_stream_handle() const override { return stream_; }
+  int device() const override { return device_; }
+
+  void allreduce_sum(float* buf, std::size_t n) override;
+  void reduce_sum(float* buf, std::size_t n, int root) override;
+  void broadcast(float* buf, std::size_t n, int root) override;
+  void allgather(const float* send, float* recv, std::size_t n) override;
+  void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv,
+                int root) override;
+  void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
+               int root) override;
+  void send(const float* buf, std::size_t n, int dst) override;
+  void recv(float* buf, std::size_t n, int src) override;
+  void barrier() override;
+  void abort(const std::string& reason) override;
+
+  bool supports_async() const override { return true; }
+  void allreduce_sum_start(float* buf, std::size_t n) override;
+  void progress() override {}
+  void wait_all() override;
+
+ private:
+  // Starts a call: holds op_mutex_ for its duration; throws Aborted if abort() came first.
+  std::unique_lock<std::mutex> enter();
+  void check_root(int root, const char* op) const;
+  void check_counts(const std::vector<std::size_t>& counts, const char* op) const;
+
+  void check_cuda(cudaError_t err, const char* call, const char* file, int line);
+  void check_nccl(ncclResult_t result, const char* call, const char* file, int line);
+  // Enqueues the ncclSend/ncclRecv calls of enqueue() (which returns the first failure) as one
+  // group. The group is closed even when a call fails, so NCCL's per-thread group state stays
+  // clean.
+  template <typename Enqueue>
+  void p2p_group(Enqueue enqueue, const char* file, int line);
+
+  // Waits until the stream has finished everything enqueued on it.
+  void wait_stream(const std::string& op);
+  // Waits until an NCCL call that returned ncclInProgress has been enqueued.
+  void settle(const std::string& op);
+  // One poll of a wait: fails on an NCCL error, throws Aborted after abort(); returns the
+  // communicator's state (ncclSuccess or ncclInProgress).
+  ncclResult_t comm_state(const std::string& op);
+  // Fails after the timeout; otherwise yields for the first 10 ms of a wait (a collective that
+  // short is seen finishing within microseconds, as nccl-tests' spinning wait sees it), then
+  // sleeps 100 us between polls (at most 1% late on anything longer).
+  void back_off(const std::string& op, Clock::time_point start);
+
+  void request_abort(const std::string& reason);
+  std::string abort_reason();
+  // ncclCommAbort, once. Caller holds op_mutex_.
+  void abort_comm();
+  // Aborts the communicator and throws Error(message). Caller holds op_mutex_.
+  [[noreturn]] void fail(const std::string& message);
+
+  const int world_size_;
+  const int rank_;
+  const int device_;
+  const std::chrono::milliseconds timeout_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;   // the communication stream (cudaStreamNonBlocking)
+  float* barrier_scratch_ = nullptr;  // [1] float on device_, all-reduced by barrier()
+
+  std::mutex op_mutex_;  // held for the whole of every call, and by abort() when idle
+  bool comm_aborted_ = false;  // ncclCommAbort was called; guarded by op_mutex_
+  std::atomic<bool> abort_requested_{false};
+  std::mutex reason_mutex_;
+  std::string abort_reason_;  // guarded by reason_mutex_
+};
+
+// ---------------------------------------------------------------------------------------------
+// Setup and teardown
+
+void NcclCommunicatorImpl::init(const NcclUniqueIdBytes& id) {
+  std::lock_guard<std::mutex> lock(op_mutex_);
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
+  CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ncclUniqueId uid;
+  std::memcpy(uid.internal, id.data(), sizeof(uid.internal));
+  // On failure NCCL leaves comm_ null (blocking) or a communicator to abort (non-blocking).
+  NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, uid, rank_));
+}
+
+NcclCommunicatorImpl::~NcclCommunicatorImpl() {
+  std::lock_guard<std::mutex> lock(op_mutex_);
+  int previous_device = -1;
+  if (cudaGetDevice(&previous_device) != cudaSuccess) previous_device = -1;
+  cudaSetDevice(device_);
+  // Let started work finish first (or fail, which aborts): ncclCommDestroy would wait for it
+  // without a timeout.
+  if (comm_ != nullptr && !comm_aborted_ && !abort_requested_.load()) {
+    try {
+      wait_stream("destroy");
+    } catch (...) {
+    }
+  }
+  if (comm_ != nullptr && !comm_aborted_) {
+    if (abort_requested_.load()) {
+      ncclCommAbort(comm_);
+    } else {
+      ncclCommDestroy(comm_);
+    }
+  }
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (barrier_scratch_ != nullptr) cudaFree(barrier_scratch_);
+  cudaGetLastError();
+  if (previous_device >= 0) cudaSetDevice(previous_device);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failure handling
+
+void NcclCommunicatorImpl::request_abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(reason_mutex_);
+  if (!abort_requested_.load()) {
+    abort_reason_ = reason;
+    abort_requested_.store(true);
+  }
+}
+
+std::string NcclCommunicatorImpl::abort_reason() {
+  std::lock_guard<std::mutex> lock(reason_mutex_);
+  return abort_reason_;
+}
+
+void NcclCommunicatorImpl::abort_comm() {
+  if (comm_ != nullptr && !comm_aborted_) {
+    ncclCommAbort(comm_);  // makes this rank's kernels exit, frees the communicator
+    comm_aborted_ = true;
+  }
+}
+
+void NcclCommunicatorImpl::fail(const std::string& message) {
+  request_abort(message);
+  abort_comm();
+  throw Error(message);
+}
+
+void NcclCommunicatorImpl::abort(const std::string& reason) {
+  request_abort(reason);
+  // Idle: abort now. Busy: the call in progress polls abort_requested_ and aborts itself.
+  std::unique_lock<std::mutex> lock(op_mutex_, std::try_to_lock);
+  if (lock.owns_lock()) abort_comm();
+}
+
+std::unique_lock<std::mutex> NcclCommunicatorImpl::enter() {
+  std::unique_lock<std::mutex> lock(op_mutex_);
+  if (abort_requested_.load()) {
+    abort_comm();
+    throw Aborted(abort_reason());
+  }
+  return lock;
+}
+
+void NcclCommunicatorImpl::check_cuda(cudaError_t err, const char* call, const char* file,
+                                      int line) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clear it, so that it does not resurface in an unrelated call
+  fail(fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), cudaGetErrorString(err),
+                   location(file, line)));
+}
+
+void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, const char* file,
+                                      int line) {
+  if (result == ncclSuccess) return;
+  if (result == ncclInProgress && comm_ != nullptr) {
+    settle(call_name(call));
+    return;
+  }
+  fail(fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), nccl_cause(result),
+                   location(file, line)));
+}
+
+ncclResult_t NcclCommunicatorImpl::comm_state(const std::string& op) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t result = ncclCommGetAsyncError(comm_, &state);
+  if (result != ncclSuccess) {
+    fail(fmt::format("rank {}: {}: ncclCommGetAsyncError: {}; communicator aborted", rank_, op,
+                     nccl_cause(result)));
+  }
+  if (state != ncclSuccess && state != ncclInProgress) {
+    fail(fmt::format("rank {}: {}: NCCL async error {}; communicator aborted", rank_, op,
+                     nccl_cause(state)));
+  }
+  if (abort_requested_.load()) {
+    abort_comm();
+    throw Aborted(abort_reason());
+  }
+  return state;
+}
+
+void NcclCommunicatorImpl::back_off(const std::string& op, Clock::time_point start) {
+  const auto waited = Clock::now() - start;
+  if (waited >= timeout_) {
+    fail(fmt::format("rank {}: {}: no progress for {} s (a peer stopped answering); "
+                     "communicator aborted",
+                     rank_, op, seconds(timeout_)));
+  }
+  if (waited < std::chrono::milliseconds(10)) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void NcclCommunicatorImpl::wait_stream(const std::string& op) {
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    const cudaError_t err = cudaStreamQuery(stream_);
+    if (err == cudaSuccess) return;
+    if (err != cudaErrorNotReady) {
+      cudaGetLastError();
+      fail(fmt::format("rank {}: {}: {}; communicator aborted", rank_, op,
+                       cudaGetErrorString(err)));
+    }
+    comm_state(op);
+    back_off(op, start);
+  }
+}
+
+void NcclCommunicatorImpl::settle(const std::string& op) {
+  const Clock::time_point start = Clock::now();
+  while (comm_state(op) == ncclInProgress) back_off(op, start);
+}
+
+template <typename Enqueue>
+void NcclCommunicatorImpl::p2p_group(Enqueue enqueue, const char* file, int line) {
+  check_nccl(ncclGroupStart(), "ncclGroupStart", file, line);
+  const ncclResult_t first = enqueue();
+  const ncclResult_t end = ncclGroupEnd();
+  check_nccl(first, "ncclSend/ncclRecv", file, line);
+  check_nccl(end, "ncclGroupEnd", file, line);
+}
+
+void NcclCommunicatorImpl::check_root(int root, const char* op) const {
+  if (root < 0 || root >= world_size_) {
+    throw Error(fmt::format("{}: root {} out of range for world_size {}", op, root, world_size_));
+  }
+}
+
+void NcclCommunicatorImpl::check_counts(const std::vector<std::size_t>& counts,
+                                        const char* op) const {
+  if (counts.size() != static_cast<std::size_t>(world_size_)) {
+    throw Error(fmt::format("{}: {} counts for world_size {}", op, counts.size(), world_size_));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives. Byte counts: the formulas of core/comm.hpp, as the `local` backend moves them.
+
+void NcclCommunicatorImpl::allreduce_sum(float* buf, std::size_t n) {
+  const auto lock = enter();
+  if (n == 0) return;
+  NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  wait_stream("allreduce");
+  count(ring_allreduce_counts(n, world_size_, rank_));
+}
+
+void NcclCommunicatorImpl::allreduce_sum_start(float* buf, std::size_t n) {
+  const auto lock = enter();
+  if (n == 0) return;
+  NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  count(ring_allreduce_counts(n, world_size_, rank_));
+}
+
+void NcclCommunicatorImpl::wait_all() {
+  const auto lock = enter();
+  wait_stream("allreduce (wait_all)");
+}
+
+// In place: on the root sendbuff == recvbuff; elsewhere NCCL only reads buf (recvbuff is used
+// on the root only), so the other ranks' buf stays unchanged.
+void NcclCommunicatorImpl::reduce_sum(float* buf, std::size_t n, int root) {
+  check_root(root, "reduce");
+  const auto lock = enter();
+  if (n == 0) return;
+  NCCL_CHECK(ncclReduce(buf, buf, n, ncclFloat, ncclSum, root, comm_, stream_));
+  wait_stream("reduce");
+  count(chain_reduce_counts(n, world_size_, rank_, root));
+}
+
+// In place: sendbuff is read on the root only, recvbuff written everywhere.
+void NcclCommunicatorImpl::broadcast(float* buf, std::size_t n, int root) {
+  check_root(root, "broadcast");
+  const auto lock = enter();
+  if (n == 0) return;
+  NCCL_CHECK(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_));
+  wait_stream("broadcast");
+  count(chain_broadcast_counts(n, world_size_, rank_, root));
+}
+
+void NcclCommunicatorImpl::allgather(const float* send, float* recv, std::size_t n) {
+  const auto lock = enter();
+  if (n == 0) return;
+  NCCL_CHECK(ncclAllGather(send, recv, n, ncclFloat, comm_, stream_));
+  wait_stream("allgather");
+  const std::size_t others = static_cast<std::size_t>(world_size_ - 1) * n;
+  count(others, others);
+}
+
+// The root sends each rank its part (one group of ncclSend) and copies its own; every other
+// rank receives one message. Ranks with a count of 0 exchange nothing.
+void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::size_t>& counts,
+                                    float* recv, int root) {
+  check_root(root, "scatter");
+  check_counts(counts, "scatter");
+  const auto lock = enter();
+  const std::vector<std::size_t> offsets = offsets_of(counts);
+  const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
+  if (rank_ == root) {
+    if (mine > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(recv, send + offsets[static_cast<std::size_t>(rank_)],
+                                 mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    }
+    p2p_group(
+        [&] {
+          for (int r = 0; r < world_size_; ++r) {
+            const std::size_t c = counts[static_cast<std::size_t>(r)];
+            if (r == root || c == 0) continue;
+            const ncclResult_t result = ncclSend(send + offsets[static_cast<std::size_t>(r)], c,
+                                                 ncclFloat, r, comm_, stream_);
+            if (result != ncclSuccess) return result;
+          }
+          return ncclSuccess;
+        },
+        __FILE__, __LINE__);
+  } else if (mine > 0) {
+    NCCL_CHECK(ncclRecv(recv, mine, ncclFloat, root, comm_, stream_));
+  }
+  wait_stream("scatter");
+  if (world_size_ == 1) return;
+  if (rank_ == root) {
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    count(total - mine, 0);
+  } else {
+    count(0, mine);
+  }
+}
+
+// Inverse of scatterv: the root receives every part (one group of ncclRecv) and copies its own.
+void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::size_t>& counts,
+                                   float* recv, int root) {
+  check_root(root, "gather");
+  check_counts(counts, "gather");
+  const auto lock = enter();
+  const std::vector<std::size_t> offsets = offsets_of(counts);
+  const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
+  if (rank_ == root) {
+    if (mine > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(recv + offsets[static_cast<std::size_t>(rank_)], send,
+                                 mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    }
+    p2p_group(
+        [&] {
+          for (int r = 0; r < world_size_; ++r) {
+            const std::size_t c = counts[static_cast<std::size_t>(r)];
+            if (r == root || c == 0) continue;
+            const ncclResult_t result = ncclRecv(recv + offsets[static_cast<std::size_t>(r)], c,
+                                                 ncclFloat, r, comm_, stream_);
+            if (result != ncclSuccess) return result;
+          }
+          return ncclSuccess;
+        },
+        __FILE__, __LINE__);
+  } else if (mine > 0) {
+    NCCL_CHECK(ncclSend(send, mine, ncclFloat, root, comm_, stream_));
+  }
+  wait_stream("gather");
+  if (world_size_ == 1) return;
+  if (rank_ == root) {
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    count(0, total - mine);
+  } else {
+    count(mine, 0);
+  }
+}
+
+void NcclCommunicatorImpl::send(const float* buf, std::size_t n, int dst) {
+  if (dst < 0 || dst >= world_size_ || dst == rank_) {
+    throw Error(fmt::format("send: destination {} invalid for rank {} of {}", dst, rank_,
+                            world_size_));
+  }
+  const auto lock = enter();
+  if (n > 0) {
+    NCCL_CHECK(ncclSend(buf, n, ncclFloat, dst, comm_, stream_));
+    wait_stream("send");
+  }
+  count(n, 0);
+}
+
+void NcclCommunicatorImpl::recv(float* buf, std::size_t n, int src) {
+  if (src < 0 || src >= world_size_ || src == rank_) {
+    throw Error(fmt::format("recv: source {} invalid for rank {} of {}", src, rank_,
+                            world_size_));
+  }
+  const auto lock = enter();
+  if (n > 0) {
+    NCCL_CHECK(ncclRecv(buf, n, ncclFloat, src, comm_, stream_));
+    wait_stream("recv");
+  }
+  count(0, n);
+}
+
+// An all-reduce of one float: returns once every rank has entered it. Not counted as traffic,
+// as the `local` barrier is not.
+void NcclCommunicatorImpl::barrier() {
+  const auto lock = enter();
+  NCCL_CHECK(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat, ncclSum, comm_,
+                           stream_));
+  wait_stream("barrier");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public functions
+
+bool nccl_available() { return true; }
+
+std::string nccl_version() {
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess || code <= 0) return "";
+  // NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before.
+  if (code >= 10000) return fmt::format("{}.{}.{}", code / 10000, code % 10000 / 100, code % 100);
+  return fmt::format("{}.{}.{}", code / 1000, code % 1000 / 100, code % 100);
+}
+
+NcclUniqueIdBytes nccl_create_unique_id() {
+  ncclUniqueId uid;
+  const ncclResult_t result = ncclGetUniqueId(&uid);
+  if (result != ncclSuccess) {
+    throw Error(fmt::format("ncclGetUniqueId: {}", nccl_cause(result)));
+  }
+  NcclUniqueIdBytes bytes{};
+  std::memcpy(bytes.data(), uid.internal, bytes.size());
+  return bytes;
+}
+
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes& id,
+                                                         int world_size, int rank, int device,
+                                                         std::chrono::milliseconds timeout) {
+  if (world_size < 1) {
+    throw InputError(fmt::format("world_size {}: must be at least 1", world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    throw InputError(fmt::format("rank {}: out of range for world_size {}", rank, world_size));
+  }
+  if (device < 0) throw InputError(fmt::format("rank {}: device {} is not a CUDA device", rank, device));
+  if (timeout.count() <= 0) {
+    throw InputError(fmt::format("rank {}: NCCL timeout must be positive, got {} ms", rank,
+                                 timeout.count()));
+  }
+  auto comm = std::make_unique<NcclCommunicatorImpl>(world_size, rank, device, timeout);
+  comm->init(id);  // on failure the destructor releases what init created
+  return comm;
+}
+
+}  // namespace dpbench
+
+#undef CUDA_CHECK
+#undef NCCL_CHECK
+
+#endif  // DPBENCH_HAVE_NCCL
