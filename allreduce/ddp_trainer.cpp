@@ -17,7 +17,7 @@ namespace dpbench {
 
 void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
   validate_config(cfg, train);
-  if (cfg.global_batch % static_cast<std::size_t>(cfg.world_size) != 0) {
+  if (cfg.rank_batches.empty() && cfg.global_batch % static_cast<std::size_t>(cfg.world_size) != 0) {
     throw InputError(fmt::format(
         "--batch-size {}: not divisible by --ranks {} (allreduce mode gives every rank "
         "global_batch / world_size samples)",
@@ -32,10 +32,11 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
   const Dataset& train = *data.train;
   validate_allreduce(cfg, train);
   const auto p = static_cast<std::size_t>(cfg.world_size);
-  const std::size_t local_batch = cfg.global_batch / p;
+  // Every rank's batch: even, or the uneven split of --rank-batch.
+  const std::vector<std::size_t> batches =
+      cfg.rank_batches.empty() ? std::vector<std::size_t>(p, cfg.global_batch / p) : cfg.rank_batches;
   const long spe = steps_per_epoch(cfg, train);
   const long total = total_steps(cfg, train);
-  const std::size_t features = train.shape().features();
   const auto classes = static_cast<std::size_t>(train.num_classes());
 
   RunResult result;
@@ -47,10 +48,11 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
 
   run_ranks(cfg, result.ranks, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
     RankResult& me = result.ranks[static_cast<std::size_t>(rank)];
+    const std::size_t local_batch = batches[static_cast<std::size_t>(rank)];
     me.rank = rank;
     me.local_batch = local_batch;
 
-    auto model = make_model(cfg.workload, features, cfg.hidden, classes);
+    auto model = make_model(cfg, train.shape(), classes);
     model->reserve(local_batch, tracker);
     const std::size_t n = model->num_params();
     TrackedBuffer<float> params(tracker, MemoryCategory::parameters, n);
@@ -62,6 +64,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
     // Same initial parameters everywhere: initialised on rank 0, broadcast (as DDP's constructor).
     if (rank == 0) model->init_params(params.data(), cfg.seed);
     comm.broadcast(params.data(), n, 0);
+    const std::size_t num_buffers = model->num_buffers();
 
     const std::vector<Bucket> buckets =
         assign_buckets(model->params(), sizeof(float), cfg.first_bucket_mb, cfg.bucket_cap_mb);
@@ -85,16 +88,43 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
       launcher.mark_ready(param);
       if (native_async) comm.progress();
     };
+    // SyncBatchNorm's collectives run in order with the buckets: on the same stream.
+    struct StreamSync final : BatchNormSync {
+      Communicator& comm;
+      CommStream* stream;
+      StreamSync(Communicator& c, CommStream* s) : comm(c), stream(s) {}
+      int world_size() const override { return comm.world_size(); }
+      void allgather(const float* send, float* recv, std::size_t len) override {
+        run([&] { comm.allgather(send, recv, len); });
+      }
+      void allreduce_sum(float* buf, std::size_t len) override { run([&] { comm.allreduce_sum(buf, len); }); }
+      void run(const std::function<void()>& op) {
+        if (stream == nullptr) return op();
+        stream->enqueue(op);
+        stream->synchronize();
+      }
+    } bn_sync(comm, stream ? &*stream : nullptr);
+    if (cfg.sync_bn) model->set_batchnorm_sync(&bn_sync);
 
     DistributedSampler sampler(train.size(), cfg.world_size, rank, /*shuffle=*/true, cfg.seed);
+    std::size_t offset_in_batch = 0;  // uneven split: this rank's slice of every global batch
+    for (int r = 0; r < rank; ++r) offset_in_batch += batches[static_cast<std::size_t>(r)];
     std::vector<double> loss_sum(static_cast<std::size_t>(cfg.epochs), 0.0);
     const float grad_scale = 1.0f / static_cast<float>(cfg.global_batch);
     CommStats timed_start = comm.stats();
     long step = 0;
     for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
       sampler.set_epoch(epoch);
-      std::vector<std::int64_t> indices = sampler.indices();
-      indices.resize(static_cast<std::size_t>(spe) * local_batch);
+      std::vector<std::int64_t> indices;
+      if (cfg.rank_batches.empty()) {
+        indices = sampler.indices();
+        indices.resize(static_cast<std::size_t>(spe) * local_batch);
+      } else {
+        // Uneven split: the data is partitioned in proportion to the rank batches, rank r taking
+        // its slice of every global batch, so the ranks together see the 1-rank run's batches.
+        indices = proportional_shard(shuffled_indices(train.size(), cfg.seed + static_cast<std::uint64_t>(epoch)),
+                                     cfg.global_batch, offset_in_batch, local_batch, spe);
+      }
       DataLoader loader(train, std::move(indices), local_batch, cfg.loader, tracker);
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
@@ -103,6 +133,12 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
         StepRecord rec;
         const Batch& batch = loader.next();
         rec.phases.data_wait = clock.lap();
+        // DDP's broadcast_buffers: rank 0's BatchNorm running statistics, every step (blocking).
+        double buffer_sync = 0;
+        if (num_buffers > 0) {
+          comm.broadcast(model->buffers(), num_buffers, 0);
+          buffer_sync = clock.lap();
+        }
 
         model->forward(params.data(), batch.inputs.data(), local_batch, logits.data());
         loss_sum[static_cast<std::size_t>(epoch)] += cpu::softmax_cross_entropy(
@@ -117,13 +153,14 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
         // Wait for the buckets still in flight: the exposed part of the communication.
         if (native_async) {
           comm.wait_all();
-          rec.phases.comm_exposed = clock.lap();
+          rec.phases.comm_exposed = clock.lap() + buffer_sync;
           // From the first bucket's launch to the last one's completion.
-          rec.phases.comm = std::chrono::duration<double>(std::chrono::steady_clock::now() - first_launch).count();
+          rec.phases.comm = buffer_sync +
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - first_launch).count();
         } else {
           stream->synchronize();
-          rec.phases.comm_exposed = clock.lap();
-          rec.phases.comm = stream->take_busy_seconds();
+          rec.phases.comm_exposed = clock.lap() + buffer_sync;
+          rec.phases.comm = buffer_sync + stream->take_busy_seconds();
         }
 
         cpu::sgd_momentum(params.data(), grads.data(), velocity.data(), n, cfg.lr, cfg.momentum,
@@ -146,7 +183,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
     if (rank == 0) {
       result.steps_timed = static_cast<long>(me.steps.size());
       finish_result(result, data, std::vector<double>(losses.begin(), losses.end()), steps_in_epoch,
-                    params.data(), n);
+                    params.data(), n, model->buffers());
     }
   });
   return result;

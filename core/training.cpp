@@ -206,13 +206,15 @@ MemoryReport memory_report(const MemoryTracker& tracker) {
   return report;
 }
 
-double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params) {
+double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params,
+                         const float* buffers) {
   const std::size_t features = test.shape().features();
-  auto model = make_model(config.workload, features, config.hidden,
-                          static_cast<std::size_t>(test.num_classes()));
+  auto model = make_model(config, test.shape(), static_cast<std::size_t>(test.num_classes()));
   MemoryTracker untracked;
-  constexpr std::size_t kEvalBatch = 1000;
+  constexpr std::size_t kEvalBatch = 500;
   model->reserve(kEvalBatch, untracked);
+  if (buffers != nullptr) std::copy(buffers, buffers + model->num_buffers(), model->buffers());
+  model->set_training(false);
   std::vector<float> x(kEvalBatch * features);
   std::vector<std::int32_t> y(kEvalBatch);
   std::vector<float> logits(kEvalBatch * model->num_classes());
@@ -254,6 +256,25 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.warmup_steps < 0) {
     throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.warmup_steps));
   }
+  if (!config.rank_batches.empty()) {
+    std::string list;
+    std::size_t sum = 0;
+    for (std::size_t b : config.rank_batches) {
+      list += (list.empty() ? "" : ",") + std::to_string(b);
+      sum += b;
+    }
+    if (config.rank_batches.size() != static_cast<std::size_t>(config.world_size)) {
+      throw InputError(fmt::format("--rank-batch {}: {} entries for --ranks {}", list,
+                                   config.rank_batches.size(), config.world_size));
+    }
+    if (std::find(config.rank_batches.begin(), config.rank_batches.end(), 0u) != config.rank_batches.end()) {
+      throw InputError(fmt::format("--rank-batch {}: every rank needs at least one sample", list));
+    }
+    if (sum != config.global_batch) {
+      throw InputError(fmt::format("--rank-batch {}: sums to {}, but the global batch is {}", list, sum,
+                                   config.global_batch));
+    }
+  }
   if (config.device != "cpu") {
     throw InputError(fmt::format("--device {}: training runs on cpu in this build", config.device));
   }
@@ -265,7 +286,8 @@ long total_steps(const TrainConfig& config, const Dataset& train) {
 }
 
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
-                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n) {
+                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n,
+                   const float* buffers) {
   const TrainConfig& cfg = result.config;
   for (std::size_t e = 0; e < loss_sums.size() && e < steps_in_epoch.size(); ++e) {
     if (steps_in_epoch[e] == 0) continue;
@@ -277,7 +299,9 @@ void finish_result(RunResult& result, const TrainData& data, const std::vector<d
   result.input_features = data.train->shape().features();
   result.num_classes = static_cast<std::size_t>(data.train->num_classes());
   if (cfg.keep_final_params) result.final_params.assign(params, params + n);
-  if (cfg.evaluate && data.test != nullptr) result.test_accuracy = evaluate_accuracy(cfg, *data.test, params);
+  if (cfg.evaluate && data.test != nullptr) {
+    result.test_accuracy = evaluate_accuracy(cfg, *data.test, params, buffers);
+  }
 }
 
 void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,

@@ -39,6 +39,11 @@ struct TrainConfig {
   float weight_decay = 0.0f;
   std::uint64_t seed = 0;
   std::vector<int> hidden = {512, 256};
+  std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
+  bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
+  // Samples per rank per step when they differ (uneven split); empty: global_batch split evenly
+  // (allreduce) or in torch.chunk chunks (ps). Their sum is the global batch.
+  std::vector<std::size_t> rank_batches;
   double bucket_cap_mb = 25.0;     // allreduce: DDP bucket_cap_mb
   double first_bucket_mb = 1.0;    // allreduce: DDP's first bucket (1 MiB)
   double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
@@ -141,8 +146,10 @@ class PhaseClock {
 // Snapshot of a tracker's peaks.
 MemoryReport memory_report(const MemoryTracker& tracker);
 
-// Test accuracy of `params` on `test` (evaluated in batches on the calling thread, untracked).
-double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params);
+// Test accuracy of `params` (and BatchNorm running statistics `buffers`, may be null for models
+// without any) on `test`, in evaluation mode, in batches on the calling thread, untracked.
+double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params,
+                         const float* buffers);
 
 // Steps per epoch: floor(N / global_batch), identical for every mode so that all modes see the
 // same global batches. Throws InputError when the dataset has fewer samples than one step needs.
@@ -159,7 +166,8 @@ long total_steps(const TrainConfig& config, const Dataset& train);
 // ranks) and step counts, the final loss, parameter count, a copy of the parameters if asked,
 // and the test accuracy of params[n].
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
-                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n);
+                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n,
+                   const float* buffers);
 
 // Fills steps_timed/warnings common to every mode and the comm bytes per step of each rank.
 void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,

@@ -42,6 +42,10 @@ std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size) {
 
 void validate_parameter_server(const TrainConfig& cfg, const Dataset& train) {
   validate_config(cfg, train);
+  if (cfg.sync_bn) {
+    throw InputError("--sync-bn: not available in ps mode (DataParallel normalises each replica's chunk "
+                     "with its own statistics); use --mode allreduce");
+  }
   if (cfg.transport != "collective" && cfg.transport != "p2p") {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)",
                                  cfg.transport));
@@ -57,7 +61,8 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
   const long total = total_steps(cfg, train);
   const std::size_t features = train.shape().features();
   const auto classes = static_cast<std::size_t>(train.num_classes());
-  const std::vector<std::size_t> rows = chunk_sizes(B, cfg.world_size);
+  // Rows per replica: torch.chunk's, or the uneven split of --rank-batch.
+  const std::vector<std::size_t> rows = cfg.rank_batches.empty() ? chunk_sizes(B, cfg.world_size) : cfg.rank_batches;
   const std::vector<std::size_t> input_counts = scaled(rows, features);
   const std::vector<std::size_t> logit_counts = scaled(rows, classes);
   const auto group = std::max<std::size_t>(
@@ -77,7 +82,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
     me.local_batch = my_rows;
 
     // What every replica holds.
-    auto model = make_model(cfg.workload, features, cfg.hidden, classes);
+    auto model = make_model(cfg, train.shape(), classes);
     model->reserve(std::max<std::size_t>(my_rows, 1), tracker);
     const std::size_t n = model->num_params();
     TrackedBuffer<float> replica_params(tracker, MemoryCategory::parameters, n);
@@ -135,6 +140,9 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
           });
         }
         if (reducer) std::memcpy(replica_params.data(), master_params.data(), n * sizeof(float));
+        // Buffers (BatchNorm running statistics) come from the reducer's replica, whose updates
+        // alone persist, as DataParallel's replicate() copies them from device 0 every step.
+        if (model->num_buffers() > 0) comm.broadcast(model->buffers(), model->num_buffers(), kReducer);
         rec.phases.comm += clock.lap();
 
         // 3. replica forward.
@@ -199,7 +207,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
                 static_cast<long>(me.steps.size()), tracker);
     if (reducer) {
       result.steps_timed = static_cast<long>(me.steps.size());
-      finish_result(result, data, loss_sum, steps_in_epoch, master_params.data(), n);
+      finish_result(result, data, loss_sum, steps_in_epoch, master_params.data(), n, model->buffers());
     }
   });
   return result;

@@ -83,4 +83,23 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
+std::vector<std::int64_t> proportional_shard(const std::vector<std::int64_t>& order, std::size_t global_batch,
+                                             std::size_t offset, std::size_t local_batch, long steps) {
+  if (offset + local_batch > global_batch) {
+    throw InputError(fmt::format("rank slice [{}, {}) outside the global batch of {}", offset,
+                                 offset + local_batch, global_batch));
+  }
+  if (steps < 0 || static_cast<std::size_t>(steps) * global_batch > order.size()) {
+    throw InputError(fmt::format("{} steps of {} samples exceed the {} samples of the epoch", steps,
+                                 global_batch, order.size()));
+  }
+  std::vector<std::int64_t> shard;
+  shard.reserve(static_cast<std::size_t>(steps) * local_batch);
+  for (long t = 0; t < steps; ++t) {
+    const auto begin = order.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(t) * global_batch + offset);
+    shard.insert(shard.end(), begin, begin + static_cast<std::ptrdiff_t>(local_batch));
+  }
+  return shard;
+}
+
 }  // namespace dpbench

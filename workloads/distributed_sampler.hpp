@@ -4,6 +4,7 @@
 // takes indices[r::num_replicas]. Call set_epoch() at the start of every epoch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -32,6 +33,14 @@ class DistributedSampler {
   bool drop_last_;
   std::int64_t epoch_ = 0;
 };
+
+// Uneven split (per-rank batch sizes): rank r's indices when every global batch of `global_batch`
+// consecutive entries of `order` is cut into per-rank slices, r's slice starting at `offset` with
+// `local_batch` entries, for `steps` steps. Over an epoch this partitions the data in proportion
+// to the rank batches, and the ranks together see exactly the 1-rank run's batches. Throws
+// InputError if order is shorter than steps * global_batch or the slice leaves the batch.
+std::vector<std::int64_t> proportional_shard(const std::vector<std::int64_t>& order, std::size_t global_batch,
+                                             std::size_t offset, std::size_t local_batch, long steps);
 
 // The permutation of [0, n) used by DistributedSampler for (seed + epoch): a Fisher-Yates
 // shuffle driven by std::mt19937_64, so it is the same on every platform.

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/training.hpp"
+#include "workloads/cnn.hpp"
 #include "workloads/cpu_kernels.hpp"
 
 namespace dpbench {
@@ -96,13 +98,14 @@ void Mlp<T>::backward(const T* params, const T* x, const T* dlogits, std::size_t
 template class Mlp<float>;
 template class Mlp<double>;
 
-std::unique_ptr<Model> make_model(const std::string& workload, std::size_t input_features,
-                                  const std::vector<int>& hidden, std::size_t num_classes) {
-  if (workload != "mlp") {
-    throw InputError(fmt::format("--workload {}: unknown workload (available: mlp)", workload));
+std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape,
+                                  std::size_t num_classes) {
+  if (config.workload == "cnn") return make_cnn(config.channels, config.hidden, shape, num_classes);
+  if (config.workload != "mlp") {
+    throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn)", config.workload));
   }
-  std::vector<std::size_t> dims{input_features};
-  for (int h : hidden) {
+  std::vector<std::size_t> dims{shape.features()};
+  for (int h : config.hidden) {
     if (h <= 0) throw InputError(fmt::format("--hidden {}: layer widths must be positive", h));
     dims.push_back(static_cast<std::size_t>(h));
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "workloads/dataset.hpp"
 #include "workloads/model.hpp"
 
 namespace dpbench {
@@ -43,10 +44,12 @@ class Mlp final : public ModelT<T> {
   TrackedBuffer<T> dact_[2];
 };
 
-// Builds the workload named `workload` ("mlp") for inputs of `input_features` floats and
-// `num_classes` classes; hidden: the hidden layer widths. Throws InputError naming an unknown
-// workload or a bad width.
-std::unique_ptr<Model> make_model(const std::string& workload, std::size_t input_features,
-                                  const std::vector<int>& hidden, std::size_t num_classes);
+struct TrainConfig;
+
+// Builds config.workload ("mlp": hidden widths config.hidden; "cnn": channels config.channels and
+// one hidden layer of config.hidden[0]) for samples of `shape` and `num_classes` classes. Throws
+// InputError naming an unknown workload, a bad width or a shape the model cannot take.
+std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape,
+                                  std::size_t num_classes);
 
 }  // namespace dpbench

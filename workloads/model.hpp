@@ -23,6 +23,18 @@ struct ParamView {
   std::size_t size = 0;            // in elements
 };
 
+// How BatchNorm layers combine statistics across ranks (SyncBatchNorm, PyTorch
+// torch/nn/modules/_functions.py): forward all-gathers each rank's (mean, invstd, count), backward
+// all-reduces (sum_dy, sum_dy_xmu). A model without one uses each rank's local statistics.
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  virtual int world_size() const = 0;
+  // send: [n] floats of this rank; recv: [world_size * n], rank r's at r * n.
+  virtual void allgather(const float* send, float* recv, std::size_t n) = 0;
+  virtual void allreduce_sum(float* buf, std::size_t n) = 0;
+};
+
 template <typename T>
 class ModelT {
  public:
@@ -45,6 +57,16 @@ class ModelT {
   // gradients become ready (reverse parameter order), so that buckets can launch early.
   virtual void backward(const T* params, const T* x, const T* dlogits, std::size_t batch,
                         T* grads, const std::function<void(std::size_t)>& on_grad_ready) = 0;
+
+  // Buffers: state that is not trained by gradients (BatchNorm running statistics), [num_buffers()]
+  // floats owned by the model, reserved by reserve(). Replicas copy them from the master/rank 0.
+  virtual std::size_t num_buffers() const { return 0; }
+  virtual T* buffers() { return nullptr; }
+  // Training mode normalises with batch statistics and updates the running ones; evaluation mode
+  // uses the running statistics (nn.Module.train() / eval()).
+  virtual void set_training(bool) {}
+  // SyncBatchNorm: combine BatchNorm statistics through `sync` (null: local statistics).
+  virtual void set_batchnorm_sync(BatchNormSync*) {}
 };
 
 using Model = ModelT<float>;

@@ -46,9 +46,17 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                  "Seed of the initial parameters (broadcast from rank 0) and of the "
                  "DistributedSampler shuffle (seed + epoch)")
       ->capture_default_str();
-  app.add_option("--hidden", c.hidden, "Hidden layer widths of the MLP, comma list")
+  app.add_option("--hidden", c.hidden,
+                 "Hidden layer widths of the MLP, comma list (cnn: the width of its one hidden "
+                 "linear layer, default 128)")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_option("--channels", c.channels, "cnn: output channels of its two 3x3 conv layers")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_flag("--sync-bn", c.sync_bn,
+               "cnn, allreduce mode: SyncBatchNorm (statistics all-gathered across ranks, gradient "
+               "sums all-reduced) instead of per-rank BatchNorm statistics");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb,
                  "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
       ->capture_default_str();
@@ -82,7 +90,15 @@ const char* kTransportHelp =
 
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& c = o.base;
-  run.add_option("--workload", c.workload, "Model to train: mlp (Linear/ReLU stack)")->capture_default_str();
+  run.add_option("--workload", c.workload,
+                 "Model to train: mlp (Linear/ReLU stack) or cnn ([conv3x3-BatchNorm-ReLU-maxpool] x2, "
+                 "linear, linear)")
+      ->capture_default_str();
+  run.add_option("--rank-batch", c.rank_batches,
+                 "Uneven split: samples per rank per step, comma list (e.g. 96,96,32,32 for GPUs of "
+                 "different speed); the global batch is their sum; gradients are weighted by each "
+                 "rank's sample count")
+      ->delimiter(',');
   run.add_option("--mode", o.modes, std::string("Synchronisation modes to compare, comma list: ") + kModeHelp)
       ->delimiter(',')
       ->capture_default_str();
@@ -108,7 +124,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
 }
 
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
-  sweep.add_option("--workloads", o.workloads, "Workloads, comma list")->delimiter(',')->capture_default_str();
+  sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")->delimiter(',')->capture_default_str();
   sweep.add_option("--comms", o.comms, "Communicator backends, comma list")->delimiter(',')->capture_default_str();
   sweep.add_option("--modes,--mode", o.modes, std::string("Modes, comma list: ") + kModeHelp)
       ->delimiter(',')
@@ -227,6 +243,19 @@ int dpbench_main(int argc, char** argv) {
   try {
     // Under mpirun the world size is the launcher's unless --ranks says otherwise.
     run_options.ranks_given = run->count("--ranks") > 0;
+    // The cnn's one hidden layer defaults to 128 wide (the MLP default is 512,256).
+    if (run->count("--hidden") == 0 && run_options.base.workload == "cnn") run_options.base.hidden = {128};
+    if (sweep->count("--hidden") == 0) sweep_options.cnn_default_hidden = true;
+    // --rank-batch fixes the global batch (and the world size) unless they were given too.
+    if (!run_options.base.rank_batches.empty()) {
+      std::size_t sum = 0;
+      for (std::size_t b : run_options.base.rank_batches) sum += b;
+      if (run->count("--batch-size") == 0) run_options.base.global_batch = sum;
+      if (!run_options.ranks_given) {
+        run_options.base.world_size = static_cast<int>(run_options.base.rank_batches.size());
+        run_options.ranks_given = true;
+      }
+    }
     if (*sweep) return finish(sweep_command(sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());

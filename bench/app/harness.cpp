@@ -78,11 +78,12 @@ void check_common_options(const TrainConfig& c, double timeout_s) {
     throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", c.max_steps));
   }
   if (!(timeout_s > 0)) throw InputError(fmt::format("--timeout {}: must be positive", timeout_s));
-  make_model(c.workload, 1, c.hidden, 2);  // unknown workload / bad widths
+  make_model(c, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
 }
 
 void check_point(const TrainConfig& c, const Dataset& train) {
   find_strategy(c.mode).validate(c, train);
+  make_model(c, train.shape(), static_cast<std::size_t>(train.num_classes()));  // a shape it cannot take
   const long steps = total_steps(c, train);
   if (c.warmup_steps >= steps) {
     throw InputError(fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps",

@@ -38,7 +38,10 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
     }
     groups = std::move(next);
   };
-  expand(o.workloads, [](TrainConfig& c, const std::string& v) { c.workload = v; });
+  expand(o.workloads, [&o](TrainConfig& c, const std::string& v) {
+    c.workload = v;
+    if (v == "cnn" && o.cnn_default_hidden) c.hidden = {128};
+  });
   expand(o.comms, [](TrainConfig& c, const std::string& v) { c.comm = v; });
   expand(o.ranks, [](TrainConfig& c, int v) { c.world_size = v; });
   expand(o.batch_sizes, [](TrainConfig& c, std::size_t v) { c.global_batch = v; });

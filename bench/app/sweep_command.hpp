@@ -23,7 +23,7 @@ struct SweepOptions {
   std::vector<std::size_t> batch_sizes = {64, 256};
   std::vector<int> num_workers = {0, 2};
   int repetitions = 1;
-  bool ranks_given = false;  // unused: a sweep always names its world sizes
+  bool cnn_default_hidden = false;  // --hidden not given: cnn points use 128
   double timeout_s = 300;
   std::string out;  // "" -> results/dpbench-sweep-<time>.json
   bool quiet = false;

@@ -1,0 +1,229 @@
+#include "workloads/cnn.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "workloads/cpu_kernels.hpp"
+
+namespace dpbench {
+
+namespace {
+constexpr float kBnEps = 1e-5f;
+constexpr float kBnMomentum = 0.1f;
+}  // namespace
+
+Cnn::Cnn(SampleShape shape, std::size_t c1, std::size_t c2, std::size_t hidden, std::size_t classes)
+    : shape_(shape), c1_(c1), c2_(c2), hidden_(hidden), classes_(classes) {
+  if (shape.height < 4 || shape.width < 4 || shape.height % 4 != 0 || shape.width % 4 != 0) {
+    throw InputError(fmt::format("--input {}x{}x{}: the cnn workload needs height and width divisible "
+                                 "by 4 (two 2x2 poolings)", shape.channels, shape.height, shape.width));
+  }
+  if (c1 == 0 || c2 == 0 || hidden == 0 || classes < 2) {
+    throw InputError("cnn: channels and hidden width must be positive");
+  }
+  const auto C = static_cast<std::size_t>(shape.channels);
+  const auto H = static_cast<std::size_t>(shape.height), W = static_cast<std::size_t>(shape.width);
+  flat_ = c2 * (H / 4) * (W / 4);
+  std::size_t offset = 0;
+  auto add = [&](const std::string& name, std::vector<std::size_t> dims) {
+    std::size_t size = 1;
+    for (auto d : dims) size *= d;
+    views_.push_back({name, std::move(dims), offset, size});
+    offset += size;
+    return views_.size() - 1;
+  };
+  b1_.conv = {0, C, H, W, c1, 3, 3, 1};
+  b1_.w = add("conv1.weight", {c1, C, 3, 3});
+  b1_.gamma = add("bn1.weight", {c1});
+  b1_.beta = add("bn1.bias", {c1});
+  b1_.running = 0;
+  b2_.conv = {0, c1, H / 2, W / 2, c2, 3, 3, 1};
+  b2_.w = add("conv2.weight", {c2, c1, 3, 3});
+  b2_.gamma = add("bn2.weight", {c2});
+  b2_.beta = add("bn2.bias", {c2});
+  b2_.running = 2 * c1;
+  add("fc1.weight", {hidden, flat_});
+  add("fc1.bias", {hidden});
+  add("fc2.weight", {classes, hidden});
+  add("fc2.bias", {classes});
+  num_params_ = offset;
+}
+
+void Cnn::reserve(std::size_t n, MemoryTracker& t) {
+  max_batch_ = n;
+  const auto act = MemoryCategory::activations;
+  for (Block* b : {&b1_, &b2_}) {
+    const std::size_t out = n * b->conv.K * b->conv.P() * b->conv.Q();
+    b->z = TrackedBuffer<float>(t, act, out);
+    b->y = TrackedBuffer<float>(t, act, out);
+    b->pooled = TrackedBuffer<float>(t, act, out / 4);
+    b->argmax = TrackedBuffer<std::int32_t>(t, act, out / 4);
+    b->mean = TrackedBuffer<float>(t, act, b->conv.K);
+    b->invstd = TrackedBuffer<float>(t, act, b->conv.K);
+  }
+  if (buffers_.size() != num_buffers()) {
+    buffers_ = TrackedBuffer<float>(t, MemoryCategory::parameters, num_buffers());
+    std::fill(buffers_.begin(), buffers_.begin() + c1_, 0.0f);            // bn1.running_mean
+    std::fill(buffers_.begin() + c1_, buffers_.begin() + 2 * c1_, 1.0f);  // bn1.running_var
+    std::fill(buffers_.begin() + 2 * c1_, buffers_.begin() + 2 * c1_ + c2_, 0.0f);
+    std::fill(buffers_.begin() + 2 * c1_ + c2_, buffers_.end(), 1.0f);
+  }
+  col_ = TrackedBuffer<float>(t, act, std::max(b1_.conv.col_size(), b2_.conv.col_size()));
+  h_ = TrackedBuffer<float>(t, act, n * hidden_);
+  dh_ = TrackedBuffer<float>(t, act, n * hidden_);
+  dflat_ = TrackedBuffer<float>(t, act, n * flat_);
+  const std::size_t block_out = std::max(b1_.y.size(), b2_.y.size());
+  dy_ = TrackedBuffer<float>(t, act, block_out);
+  dz_ = TrackedBuffer<float>(t, act, block_out);
+  dpool1_ = TrackedBuffer<float>(t, act, b1_.pooled.size());
+}
+
+void Cnn::init_params(float* params, std::uint64_t seed) const {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](const ParamView& v, double bound) {
+    for (std::size_t i = 0; i < v.size; ++i) {
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      params[v.offset + i] = static_cast<float>((2.0 * u - 1.0) * bound);
+    }
+  };
+  for (const Block* b : {&b1_, &b2_}) {
+    uniform(views_[b->w], 1.0 / std::sqrt(static_cast<double>(b->conv.C * 9)));
+    std::fill_n(params + views_[b->gamma].offset, views_[b->gamma].size, 1.0f);
+    std::fill_n(params + views_[b->beta].offset, views_[b->beta].size, 0.0f);
+  }
+  for (std::size_t v = 6; v < 10; ++v) {
+    const std::size_t fan_in = v < 8 ? flat_ : hidden_;
+    uniform(views_[v], 1.0 / std::sqrt(static_cast<double>(fan_in)));
+  }
+}
+
+void Cnn::block_forward(Block& b, const float* params, const float* x, std::size_t n) {
+  cpu::ConvShape s = b.conv;
+  s.N = n;
+  const std::size_t K = s.K, HW = s.P() * s.Q();
+  cpu::conv2d_forward(x, params + views_[b.w].offset, static_cast<const float*>(nullptr), b.z.data(), s,
+                      col_.data());
+  float* running_mean = buffers_.data() + b.running;
+  float* running_var = running_mean + K;
+  if (training_) {
+    std::vector<double> sum(K), sumsq(K);
+    cpu::batchnorm_local_sums(b.z.data(), n, K, HW, sum.data(), sumsq.data());
+    double count = static_cast<double>(n * HW);
+    if (sync_ != nullptr && sync_->world_size() > 1) {
+      // SyncBatchNorm forward: all-gather each rank's (mean, invstd, count), then combine.
+      const auto p = static_cast<std::size_t>(sync_->world_size());
+      std::vector<float> mine(2 * K + 1), all(p * (2 * K + 1));
+      for (std::size_t c = 0; c < K; ++c) {
+        const double mean = count > 0 ? sum[c] / count : 0.0;
+        const double var = count > 0 ? std::max(sumsq[c] / count - mean * mean, 0.0) : 0.0;
+        mine[c] = static_cast<float>(mean);
+        mine[K + c] = static_cast<float>(1.0 / std::sqrt(var + kBnEps));
+      }
+      mine[2 * K] = static_cast<float>(count);
+      sync_->allgather(mine.data(), all.data(), mine.size());
+      std::fill(sum.begin(), sum.end(), 0.0);
+      std::fill(sumsq.begin(), sumsq.end(), 0.0);
+      count = 0;
+      for (std::size_t r = 0; r < p; ++r) {
+        const float* rank = all.data() + r * (2 * K + 1);
+        const double nr = rank[2 * K];
+        for (std::size_t c = 0; c < K; ++c) {
+          const double mean = rank[c], invstd = rank[K + c];
+          const double var = nr > 0 ? 1.0 / (invstd * invstd) - kBnEps : 0.0;
+          sum[c] += nr * mean;
+          sumsq[c] += nr * (var + mean * mean);
+        }
+        count += nr;
+      }
+    }
+    b.count = count;
+    cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), count, K, kBnEps, kBnMomentum, b.mean.data(),
+                                  b.invstd.data(), running_mean, running_var);
+  } else {
+    for (std::size_t c = 0; c < K; ++c) {
+      b.mean[c] = running_mean[c];
+      b.invstd[c] = 1.0f / std::sqrt(running_var[c] + kBnEps);
+    }
+  }
+  cpu::batchnorm_normalize(b.z.data(), b.mean.data(), b.invstd.data(), params + views_[b.gamma].offset,
+                           params + views_[b.beta].offset, b.y.data(), n, K, HW);
+  cpu::relu_inplace(b.y.data(), n * K * HW);
+  cpu::maxpool2x2_forward(b.y.data(), b.pooled.data(), b.argmax.data(), n, K, s.P(), s.Q());
+}
+
+void Cnn::forward(const float* params, const float* x, std::size_t n, float* logits) {
+  if (n > max_batch_) throw Error(fmt::format("cnn: batch {} exceeds reserved {}", n, max_batch_));
+  block_forward(b1_, params, x, n);
+  block_forward(b2_, params, b1_.pooled.data(), n);
+  cpu::linear_forward(b2_.pooled.data(), params + views_[6].offset, params + views_[7].offset, h_.data(), n,
+                      flat_, hidden_, true);
+  cpu::linear_forward(h_.data(), params + views_[8].offset, params + views_[9].offset, logits, n, hidden_,
+                      classes_, false);
+}
+
+void Cnn::block_backward(Block& b, const float* params, const float* x, const float* dpooled, float* dx,
+                         float* grads, std::size_t n) {
+  cpu::ConvShape s = b.conv;
+  s.N = n;
+  const std::size_t K = s.K, HW = s.P() * s.Q(), size = n * K * HW;
+  cpu::maxpool2x2_backward(dpooled, b.argmax.data(), dy_.data(), n, K, s.P(), s.Q());
+  cpu::relu_backward_inplace(b.y.data(), dy_.data(), size);
+  // BatchNorm backward: local sums, combined over ranks with SyncBatchNorm, then dx.
+  std::vector<double> sum_dy(K), sum_dy_xmu(K);
+  cpu::batchnorm_backward_reduce(dy_.data(), b.z.data(), b.mean.data(), b.invstd.data(), n, K, HW,
+                                 sum_dy.data(), sum_dy_xmu.data(), grads + views_[b.gamma].offset,
+                                 grads + views_[b.beta].offset);
+  if (sync_ != nullptr && sync_->world_size() > 1) {
+    std::vector<float> sums(2 * K);
+    for (std::size_t c = 0; c < K; ++c) {
+      sums[c] = static_cast<float>(sum_dy[c]);
+      sums[K + c] = static_cast<float>(sum_dy_xmu[c]);
+    }
+    sync_->allreduce_sum(sums.data(), sums.size());
+    for (std::size_t c = 0; c < K; ++c) {
+      sum_dy[c] = sums[c];
+      sum_dy_xmu[c] = sums[K + c];
+    }
+  }
+  cpu::batchnorm_backward_elemt(dy_.data(), b.z.data(), b.mean.data(), b.invstd.data(),
+                                params + views_[b.gamma].offset, sum_dy.data(), sum_dy_xmu.data(), b.count,
+                                dz_.data(), n, K, HW);
+  cpu::conv2d_backward(x, params + views_[b.w].offset, dz_.data(), dx, grads + views_[b.w].offset,
+                       static_cast<float*>(nullptr), s, col_.data());
+}
+
+void Cnn::backward(const float* params, const float* x, const float* dlogits, std::size_t n, float* grads,
+                   const std::function<void(std::size_t)>& on_grad_ready) {
+  auto ready = [&](std::initializer_list<std::size_t> ids) {
+    if (on_grad_ready) {
+      for (std::size_t id : ids) on_grad_ready(id);
+    }
+  };
+  cpu::linear_backward(h_.data(), params + views_[8].offset, dlogits, dh_.data(), grads + views_[8].offset,
+                       grads + views_[9].offset, n, hidden_, classes_);
+  ready({9, 8});
+  cpu::relu_backward_inplace(h_.data(), dh_.data(), n * hidden_);
+  cpu::linear_backward(b2_.pooled.data(), params + views_[6].offset, dh_.data(), dflat_.data(),
+                       grads + views_[6].offset, grads + views_[7].offset, n, flat_, hidden_);
+  ready({7, 6});
+  block_backward(b2_, params, b1_.pooled.data(), dflat_.data(), dpool1_.data(), grads, n);
+  ready({b2_.beta, b2_.gamma, b2_.w});
+  block_backward(b1_, params, x, dpool1_.data(), nullptr, grads, n);
+  ready({b1_.beta, b1_.gamma, b1_.w});
+}
+
+std::unique_ptr<Model> make_cnn(const std::vector<int>& channels, const std::vector<int>& hidden,
+                                const SampleShape& shape, std::size_t classes) {
+  if (channels.size() != 2 || channels[0] <= 0 || channels[1] <= 0) {
+    throw InputError("--channels: the cnn workload takes two positive conv widths, e.g. 16,32");
+  }
+  if (hidden.empty() || hidden.front() <= 0) throw InputError("--hidden: the cnn workload needs a positive width");
+  return std::make_unique<Cnn>(shape, static_cast<std::size_t>(channels[0]), static_cast<std::size_t>(channels[1]),
+                               static_cast<std::size_t>(hidden.front()), classes);
+}
+
+}  // namespace dpbench

@@ -1,0 +1,324 @@
+// CPU kernels of the CNN workload (see cnn_kernels.hpp): convolution as im2col + OpenBLAS GEMM
+// per sample, 2x2 max-pooling, ReLU and the stages of PyTorch's SyncBatchNorm. Plain loops and
+// cblas only; not threaded beyond what OpenBLAS does inside a GEMM, and not meant to be fast for
+// shapes where a direct or Winograd convolution would win.
+#include "workloads/cnn_kernels.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace dpbench::cpu {
+
+namespace {
+
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k,
+          const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+          std::size_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+              1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+              static_cast<int>(ldc));
+}
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k,
+          const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta,
+          double* c, std::size_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+              1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+              static_cast<int>(ldc));
+}
+
+// Throws InputError when the kernel does not fit the padded input or a GEMM dimension exceeds
+// what cblas's int arguments can hold.
+void check_shape(const ConvShape& s) {
+  if (s.R == 0 || s.S == 0 || s.H + 2 * s.pad < s.R || s.W + 2 * s.pad < s.S) {
+    throw InputError(fmt::format("conv2d: kernel {}x{} does not fit input {}x{} with padding {}",
+                                 s.R, s.S, s.H, s.W, s.pad));
+  }
+  const std::size_t crs = s.C * s.R * s.S, pq = s.P() * s.Q();
+  if (crs > INT_MAX || pq > INT_MAX || s.K > INT_MAX) {
+    throw InputError(fmt::format("conv2d: GEMM dimensions K={} CRS={} PQ={} exceed int range", s.K,
+                                 crs, pq));
+  }
+}
+
+// col [C*R*S, P*Q]: row (c, r, s), column (p, q) holds x[c, p + r - pad, q + s - pad], or 0 where
+// that falls in the padding. x: one sample [C, H, W].
+template <typename T>
+void im2col(const T* x, T* col, const ConvShape& s) {
+  const std::size_t P = s.P(), Q = s.Q();
+  for (std::size_t c = 0; c < s.C; ++c) {
+    const T* xc = x + c * s.H * s.W;
+    for (std::size_t r = 0; r < s.R; ++r) {
+      for (std::size_t t = 0; t < s.S; ++t) {
+        T* row = col + ((c * s.R + r) * s.S + t) * P * Q;
+        // Output columns q whose input column w = q + t - pad lies in [0, W).
+        const std::size_t q_lo = s.pad > t ? s.pad - t : 0;
+        const std::size_t q_hi = t > s.W + s.pad ? 0 : std::min(Q, s.W + s.pad - t);  // exclusive
+        for (std::size_t p = 0; p < P; ++p) {
+          T* out = row + p * Q;
+          const std::size_t h_plus_pad = p + r;  // h = p + r - pad
+          if (h_plus_pad < s.pad || h_plus_pad - s.pad >= s.H || q_lo >= q_hi) {
+            std::fill(out, out + Q, T(0));
+            continue;
+          }
+          const T* in = xc + (h_plus_pad - s.pad) * s.W;
+          std::fill(out, out + q_lo, T(0));
+          std::copy(in + (q_lo + t - s.pad), in + (q_hi + t - s.pad), out + q_lo);
+          std::fill(out + q_hi, out + Q, T(0));
+        }
+      }
+    }
+  }
+}
+
+// Adjoint of im2col: dx[c, h, w] += col[(c, r, s), (p, q)] for every (r, s, p, q) that reads
+// (h, w). dx: one sample [C, H, W], accumulated into.
+template <typename T>
+void col2im(const T* col, T* dx, const ConvShape& s) {
+  const std::size_t P = s.P(), Q = s.Q();
+  for (std::size_t c = 0; c < s.C; ++c) {
+    T* dxc = dx + c * s.H * s.W;
+    for (std::size_t r = 0; r < s.R; ++r) {
+      for (std::size_t t = 0; t < s.S; ++t) {
+        const T* row = col + ((c * s.R + r) * s.S + t) * P * Q;
+        const std::size_t q_lo = s.pad > t ? s.pad - t : 0;
+        const std::size_t q_hi = t > s.W + s.pad ? 0 : std::min(Q, s.W + s.pad - t);
+        if (q_lo >= q_hi) continue;
+        for (std::size_t p = 0; p < P; ++p) {
+          const std::size_t h_plus_pad = p + r;
+          if (h_plus_pad < s.pad || h_plus_pad - s.pad >= s.H) continue;
+          const T* in = row + p * Q;
+          T* out = dxc + (h_plus_pad - s.pad) * s.W;
+          for (std::size_t q = q_lo; q < q_hi; ++q) out[q + t - s.pad] += in[q];  // q + t >= pad
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvShape& s, T* col) {
+  check_shape(s);
+  const std::size_t crs = s.C * s.R * s.S, pq = s.P() * s.Q();
+  for (std::size_t n = 0; n < s.N; ++n) {
+    T* yn = y + n * s.K * pq;
+    im2col(x + n * s.C * s.H * s.W, col, s);
+    gemm(CblasNoTrans, CblasNoTrans, s.K, pq, crs, w, crs, col, pq, T(0), yn, pq);
+    if (b != nullptr) {
+      for (std::size_t k = 0; k < s.K; ++k) {
+        T* yk = yn + k * pq;
+        for (std::size_t i = 0; i < pq; ++i) yk[i] += b[k];
+      }
+    }
+  }
+}
+
+template <typename T>
+void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvShape& s,
+                     T* col) {
+  check_shape(s);
+  const std::size_t crs = s.C * s.R * s.S, pq = s.P() * s.Q(), chw = s.C * s.H * s.W;
+  std::fill(dw, dw + s.K * crs, T(0));
+  if (db != nullptr) std::fill(db, db + s.K, T(0));
+  if (dx != nullptr) std::fill(dx, dx + s.N * chw, T(0));
+  for (std::size_t n = 0; n < s.N; ++n) {
+    const T* dyn = dy + n * s.K * pq;
+    // dw[K, CRS] += dy_n[K, PQ] . col_n[CRS, PQ]^T
+    im2col(x + n * chw, col, s);
+    gemm(CblasNoTrans, CblasTrans, s.K, crs, pq, dyn, pq, col, pq, T(1), dw, crs);
+    if (db != nullptr) {
+      for (std::size_t k = 0; k < s.K; ++k) {
+        const T* dyk = dyn + k * pq;
+        double acc = 0.0;
+        for (std::size_t i = 0; i < pq; ++i) acc += static_cast<double>(dyk[i]);
+        db[k] += static_cast<T>(acc);
+      }
+    }
+    if (dx != nullptr) {
+      // dcol[CRS, PQ] = W^T[CRS, K] . dy_n[K, PQ], then scattered back onto dx_n.
+      gemm(CblasTrans, CblasNoTrans, crs, pq, s.K, w, crs, dyn, pq, T(0), col, pq);
+      col2im(col, dx + n * chw, s);
+    }
+  }
+}
+
+template <typename T>
+void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C,
+                        std::size_t H, std::size_t W) {
+  if (H % 2 != 0 || W % 2 != 0) {
+    throw InputError(fmt::format("maxpool2x2: input {}x{} is not even in both dimensions", H, W));
+  }
+  if (N * C * H * W > static_cast<std::size_t>(INT32_MAX)) {
+    throw InputError(fmt::format("maxpool2x2: {} elements exceed int32 argmax indices", N * C * H * W));
+  }
+  const std::size_t Ho = H / 2, Wo = W / 2;
+  for (std::size_t nc = 0; nc < N * C; ++nc) {
+    const std::size_t base = nc * H * W;
+    for (std::size_t i = 0; i < Ho; ++i) {
+      for (std::size_t j = 0; j < Wo; ++j) {
+        // Row-major scan of the window; strict > keeps the first maximum.
+        std::size_t best = base + 2 * i * W + 2 * j;
+        const std::size_t cand[3] = {best + 1, best + W, best + W + 1};
+        for (std::size_t idx : cand) {
+          if (x[idx] > x[best]) best = idx;
+        }
+        const std::size_t o = (nc * Ho + i) * Wo + j;
+        y[o] = x[best];
+        argmax[o] = static_cast<std::int32_t>(best);
+      }
+    }
+  }
+}
+
+template <typename T>
+void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N,
+                         std::size_t C, std::size_t H, std::size_t W) {
+  std::fill(dx, dx + N * C * H * W, T(0));
+  const std::size_t out = N * C * (H / 2) * (W / 2);
+  for (std::size_t i = 0; i < out; ++i) dx[argmax[i]] += dy[i];
+}
+
+template <typename T>
+void relu_inplace(T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = std::max(y[i], T(0));
+}
+
+template <typename T>
+void batchnorm_local_sums(const T* x, std::size_t N, std::size_t C, std::size_t HW, double* sum,
+                          double* sumsq) {
+  std::fill(sum, sum + C, 0.0);
+  std::fill(sumsq, sumsq + C, 0.0);
+  for (std::size_t n = 0; n < N; ++n) {
+    for (std::size_t c = 0; c < C; ++c) {
+      const T* xc = x + (n * C + c) * HW;
+      double s = 0.0, sq = 0.0;
+      for (std::size_t i = 0; i < HW; ++i) {
+        const double v = static_cast<double>(xc[i]);
+        s += v;
+        sq += v * v;
+      }
+      sum[c] += s;
+      sumsq[c] += sq;
+    }
+  }
+}
+
+template <typename T>
+void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C,
+                              T eps, T momentum, T* mean, T* invstd, T* running_mean,
+                              T* running_var) {
+  if (!(count > 0)) throw InputError(fmt::format("batchnorm: count {} must be positive", count));
+  const double m = static_cast<double>(momentum);
+  for (std::size_t c = 0; c < C; ++c) {
+    const double mu = sum[c] / count;
+    // Biased variance; clamped because E[x^2] - E[x]^2 can round below zero.
+    const double var = std::max(sumsq[c] / count - mu * mu, 0.0);
+    mean[c] = static_cast<T>(mu);
+    invstd[c] = static_cast<T>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+    if (running_mean != nullptr) {
+      running_mean[c] = static_cast<T>((1.0 - m) * static_cast<double>(running_mean[c]) + m * mu);
+    }
+    if (running_var != nullptr) {
+      const double unbiased = count > 1 ? var * count / (count - 1) : var;
+      running_var[c] =
+          static_cast<T>((1.0 - m) * static_cast<double>(running_var[c]) + m * unbiased);
+    }
+  }
+}
+
+template <typename T>
+void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* gamma, const T* beta,
+                         T* y, std::size_t N, std::size_t C, std::size_t HW) {
+  for (std::size_t n = 0; n < N; ++n) {
+    for (std::size_t c = 0; c < C; ++c) {
+      const std::size_t off = (n * C + c) * HW;
+      // y = (x - mean) * (gamma * invstd) + beta
+      const T scale = gamma[c] * invstd[c];
+      const T mu = mean[c], shift = beta[c];
+      for (std::size_t i = 0; i < HW; ++i) y[off + i] = (x[off + i] - mu) * scale + shift;
+    }
+  }
+}
+
+template <typename T>
+void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd,
+                               std::size_t N, std::size_t C, std::size_t HW, double* sum_dy,
+                               double* sum_dy_xmu, T* dgamma, T* dbeta) {
+  std::fill(sum_dy, sum_dy + C, 0.0);
+  std::fill(sum_dy_xmu, sum_dy_xmu + C, 0.0);
+  for (std::size_t n = 0; n < N; ++n) {
+    for (std::size_t c = 0; c < C; ++c) {
+      const std::size_t off = (n * C + c) * HW;
+      const double mu = static_cast<double>(mean[c]);
+      double s = 0.0, sx = 0.0;
+      for (std::size_t i = 0; i < HW; ++i) {
+        const double g = static_cast<double>(dy[off + i]);
+        s += g;
+        sx += g * (static_cast<double>(x[off + i]) - mu);
+      }
+      sum_dy[c] += s;
+      sum_dy_xmu[c] += sx;
+    }
+  }
+  for (std::size_t c = 0; c < C; ++c) {
+    dgamma[c] = static_cast<T>(sum_dy_xmu[c] * static_cast<double>(invstd[c]));
+    dbeta[c] = static_cast<T>(sum_dy[c]);
+  }
+}
+
+template <typename T>
+void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* invstd,
+                              const T* gamma, const double* sum_dy, const double* sum_dy_xmu,
+                              double count, T* dx, std::size_t N, std::size_t C, std::size_t HW) {
+  if (!(count > 0)) throw InputError(fmt::format("batchnorm: count {} must be positive", count));
+  for (std::size_t n = 0; n < N; ++n) {
+    for (std::size_t c = 0; c < C; ++c) {
+      const std::size_t off = (n * C + c) * HW;
+      // As ATen's batch_norm_backward_elemt: dx = (dy - mean_dy - (x - mean) * k) * scale with
+      // k = invstd^2 * mean_dy_xmu and scale = gamma * invstd.
+      const T mu = mean[c];
+      const T mean_dy = static_cast<T>(sum_dy[c] / count);
+      const T k = static_cast<T>(static_cast<double>(invstd[c]) * static_cast<double>(invstd[c]) *
+                                 sum_dy_xmu[c] / count);
+      const T scale = gamma[c] * invstd[c];
+      for (std::size_t i = 0; i < HW; ++i) {
+        dx[off + i] = (dy[off + i] - mean_dy - (x[off + i] - mu) * k) * scale;
+      }
+    }
+  }
+}
+
+#define DPBENCH_INSTANTIATE(T)                                                                   \
+  template void conv2d_forward<T>(const T*, const T*, const T*, T*, const ConvShape&, T*);       \
+  template void conv2d_backward<T>(const T*, const T*, const T*, T*, T*, T*, const ConvShape&,   \
+                                   T*);                                                          \
+  template void maxpool2x2_forward<T>(const T*, T*, std::int32_t*, std::size_t, std::size_t,     \
+                                      std::size_t, std::size_t);                                 \
+  template void maxpool2x2_backward<T>(const T*, const std::int32_t*, T*, std::size_t,           \
+                                       std::size_t, std::size_t, std::size_t);                   \
+  template void relu_inplace<T>(T*, std::size_t);                                                \
+  template void batchnorm_local_sums<T>(const T*, std::size_t, std::size_t, std::size_t,         \
+                                        double*, double*);                                       \
+  template void batchnorm_finalize_stats<T>(const double*, const double*, double, std::size_t,   \
+                                            T, T, T*, T*, T*, T*);                               \
+  template void batchnorm_normalize<T>(const T*, const T*, const T*, const T*, const T*, T*,     \
+                                       std::size_t, std::size_t, std::size_t);                   \
+  template void batchnorm_backward_reduce<T>(const T*, const T*, const T*, const T*,             \
+                                             std::size_t, std::size_t, std::size_t, double*,     \
+                                             double*, T*, T*);                                   \
+  template void batchnorm_backward_elemt<T>(const T*, const T*, const T*, const T*, const T*,    \
+                                            const double*, const double*, double, T*,            \
+                                            std::size_t, std::size_t, std::size_t);
+DPBENCH_INSTANTIATE(float)
+DPBENCH_INSTANTIATE(double)
+#undef DPBENCH_INSTANTIATE
+
+}  // namespace dpbench::cpu
