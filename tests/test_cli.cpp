@@ -120,6 +120,19 @@ TEST_F(Cli, WarmupCoversWholeRun) {
   expect_input_error(synthetic("--max-steps 3 --warmup-steps 5"), "--warmup-steps");
 }
 TEST_F(Cli, TimeoutNotANumber) { expect_input_error(synthetic("--timeout soon"), "--timeout"); }
+TEST_F(Cli, RankBatchLengthDiffersFromRanks) {
+  expect_input_error(synthetic("--rank-batch 96,96,32,32 --ranks 3"), "--rank-batch 96,96,32,32: 4 entries for --ranks 3");
+}
+TEST_F(Cli, RankBatchWithAZeroEntry) {
+  expect_input_error(synthetic("--rank-batch 96,0,32,32"), "at least one sample");
+}
+TEST_F(Cli, InputShapeTheCnnCannotTake) {
+  expect_input_error("--workload cnn --data synthetic --input 3x30x30 --synthetic-samples 600 -q", "3x30x30");
+}
+TEST_F(Cli, SyncBnInPsMode) {
+  expect_input_error("--workload cnn --mode ps --sync-bn --data synthetic --input 1x8x8 --synthetic-samples 600 -q",
+                     "--sync-bn");
+}
 TEST_F(Cli, UnknownDevice) { expect_input_error(synthetic("--device tpu"), "tpu"); }
 
 TEST_F(Cli, CudaWithoutUsableGpuIsOneLine) {

@@ -106,6 +106,37 @@ TEST(Agreement, PsWithAnIdleRankMatchesSingleRank) {
   EXPECT_LT(relative_l2(ps.final_params, single.final_params), 1e-5);
 }
 
+TEST(Agreement, UnevenRankBatchesMatchOneRankWithTheSameGlobalBatch) {
+  const auto data = small_dataset(4096);
+  const TrainData td{data.get(), nullptr};
+  const RunResult single = train_allreduce(small_config("allreduce", 1, 256), td);
+  for (const std::string mode : {"allreduce", "ps"}) {
+    TrainConfig c = small_config(mode, 4, 256);
+    c.rank_batches = {96, 96, 32, 32};
+    const RunResult uneven = mode == "ps" ? train_parameter_server(c, td) : train_allreduce(c, td);
+    EXPECT_LT(relative_l2(uneven.final_params, single.final_params), 1e-5) << mode;
+    ASSERT_EQ(uneven.ranks.size(), 4u);
+    EXPECT_EQ(uneven.ranks[0].local_batch, 96u) << mode;
+    EXPECT_EQ(uneven.ranks[3].local_batch, 32u) << mode;
+  }
+  // The split matters: an even 4-rank allreduce sees other samples per rank but the same global
+  // batches, so it agrees too; a different global batch does not.
+  const RunResult other = train_allreduce(small_config("allreduce", 4, 128), td);
+  EXPECT_GT(relative_l2(other.final_params, single.final_params), 1e-3);
+}
+
+TEST(Config, BadRankBatchesAreInputErrors) {
+  const auto data = small_dataset(1000);
+  const TrainData td{data.get(), nullptr};
+  TrainConfig c = small_config("allreduce", 4, 256);
+  c.rank_batches = {96, 96, 64};  // 3 entries for 4 ranks
+  EXPECT_THROW(train_allreduce(c, td), InputError);
+  c.rank_batches = {96, 96, 64, 0};
+  EXPECT_THROW(train_allreduce(c, td), InputError);
+  c.rank_batches = {96, 96, 32, 31};  // sums to 255, not 256
+  EXPECT_THROW(train_parameter_server(c, td), InputError);
+}
+
 TEST(ParameterServer, ChunkSizesFollowTorchChunk) {
   EXPECT_EQ(chunk_sizes(10, 4), (std::vector<std::size_t>{3, 3, 3, 1}));
   EXPECT_EQ(chunk_sizes(6, 4), (std::vector<std::size_t>{2, 2, 2, 0}));
