@@ -226,5 +226,21 @@ TEST_F(Cli, DefaultMainJobMeetsAcceptanceFigures) {
   EXPECT_LE(static_cast<double>(hi), 1.05 * static_cast<double>(lo));
 }
 
+// The cnn workload with its defaults (2 epochs, 4 ranks) reaches 88% in both modes.
+TEST_F(Cli, CnnWorkloadReaches88PercentInBothModes) {
+  if (!fs::exists(fs::path(kFashionMnistDefaultDir) / "train-images-idx3-ubyte.gz") &&
+      std::getenv("DPBENCH_DATA_DIR") == nullptr) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  }
+  const Outcome o = dpbench("--workload cnn -q");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  for (const auto& run : doc["runs"]) {
+    EXPECT_GE(run["quality"]["test_accuracy"].get<double>(), 0.88) << run["mode"];
+    EXPECT_EQ(run["workload"], "cnn");
+  }
+}
+
 }  // namespace
 }  // namespace dpbench
