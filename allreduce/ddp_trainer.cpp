@@ -107,6 +107,9 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
     if (cfg.sync_bn) model->set_batchnorm_sync(&bn_sync);
 
     DistributedSampler sampler(train.size(), cfg.world_size, rank, /*shuffle=*/true, cfg.seed);
+    DataLoaderOptions loader_options = cfg.loader;
+    loader_options.seed = cfg.seed;  // augmentation: from (seed, epoch, sample) only
+    DataLoader loader(train, local_batch, loader_options, tracker);
     std::size_t offset_in_batch = 0;  // uneven split: this rank's slice of every global batch
     for (int r = 0; r < rank; ++r) offset_in_batch += batches[static_cast<std::size_t>(r)];
     std::vector<double> loss_sum(static_cast<std::size_t>(cfg.epochs), 0.0);
@@ -125,7 +128,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
         indices = proportional_shard(shuffled_indices(train.size(), cfg.seed + static_cast<std::uint64_t>(epoch)),
                                      cfg.global_batch, offset_in_batch, local_batch, spe);
       }
-      DataLoader loader(train, std::move(indices), local_batch, cfg.loader, tracker);
+      loader.start_epoch(std::move(indices), epoch);
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
         maybe_inject_fault(rank, step);

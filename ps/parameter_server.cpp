@@ -93,7 +93,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
 
     // What only the reducer holds: the imbalance this mode is known for.
     TrackedBuffer<float> master_params, master_grads, velocity, logits_all, dlogits_all, incoming;
-    std::unique_ptr<DataLoader> loader;
+    std::unique_ptr<DataLoader> loader;  // the reducer loads the whole global batch
     if (reducer) {
       master_params = TrackedBuffer<float>(tracker, MemoryCategory::parameters, n);
       master_grads = TrackedBuffer<float>(tracker, MemoryCategory::gradients, n);
@@ -102,6 +102,9 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       dlogits_all = TrackedBuffer<float>(tracker, MemoryCategory::activations, B * classes);
       if (p2p) incoming = TrackedBuffer<float>(tracker, MemoryCategory::comm_buffers, n);
       model->init_params(master_params.data(), cfg.seed);
+      DataLoaderOptions loader_options = cfg.loader;
+      loader_options.seed = cfg.seed;  // augmentation: from (seed, epoch, sample) only
+      loader = std::make_unique<DataLoader>(train, B, loader_options, tracker);
     }
 
     std::vector<double> loss_sum(static_cast<std::size_t>(cfg.epochs), 0.0);
@@ -112,8 +115,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       if (reducer) {
         std::vector<std::int64_t> order = shuffled_indices(train.size(), cfg.seed + epoch);
         order.resize(static_cast<std::size_t>(spe) * B);
-        loader.reset();
-        loader = std::make_unique<DataLoader>(train, std::move(order), B, cfg.loader, tracker);
+        loader->start_epoch(std::move(order), epoch);
       }
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();

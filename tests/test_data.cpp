@@ -1,7 +1,9 @@
 // Tests of the data module: DistributedSampler's partitioning against PyTorch's rules, the
-// DataLoader's ordering, determinism across worker counts, shutdown and error propagation, the
-// Fashion-MNIST reader's validation on small fake IDX files (and the real files when the Debian
-// package is installed), and the synthetic dataset's determinism and shape parsing.
+// DataLoader's ordering, determinism across worker counts, shutdown and error propagation,
+// epochs with and without persistent workers, augmentation (random crop and flip against a
+// reference) and the decode-cost knob, the Fashion-MNIST reader's validation on small fake IDX
+// files (and the real files when the Debian package is installed), and the synthetic dataset's
+// determinism and shape parsing.
 #include <zlib.h>
 
 #include <algorithm>
@@ -19,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -321,6 +325,369 @@ TEST(DataLoader, RethrowsDatasetException) {
     if (workers > 0) {
       EXPECT_THROW(loader.next(), std::runtime_error);  // and again
     }
+  }
+}
+
+// ---- DataLoader: epochs, persistent workers, augmentation, decode cost ------------------------
+
+// Every batch of `epochs` epochs over the same indices through one two-phase loader.
+std::vector<Epoch> run_epochs(const Dataset& ds, const std::vector<std::int64_t>& indices,
+                              std::size_t bs, DataLoaderOptions options, int epochs,
+                              std::size_t* threads = nullptr) {
+  MemoryTracker tracker;
+  DataLoader loader(ds, bs, options, tracker);
+  std::vector<Epoch> out;
+  for (int ep = 0; ep < epochs; ++ep) {
+    loader.start_epoch(indices, ep);
+    EXPECT_EQ(loader.num_batches(), indices.size() / bs);
+    Epoch e;
+    for (std::size_t b = 0; b < loader.num_batches(); ++b) {
+      const Batch& batch = loader.next();
+      EXPECT_EQ(batch.index, static_cast<std::int64_t>(b));
+      e.inputs.emplace_back(batch.inputs.begin(), batch.inputs.end());
+      e.labels.emplace_back(batch.labels.begin(), batch.labels.end());
+    }
+    EXPECT_THROW(loader.next(), Error);
+    out.push_back(std::move(e));
+  }
+  if (threads != nullptr) *threads = loader.threads_started();
+  return out;
+}
+
+bool same_bits(const Epoch& a, const Epoch& b) {
+  if (a.inputs.size() != b.inputs.size() || a.labels != b.labels) return false;
+  for (std::size_t i = 0; i < a.inputs.size(); ++i) {
+    if (a.inputs[i].size() != b.inputs[i].size() ||
+        std::memcmp(a.inputs[i].data(), b.inputs[i].data(), a.inputs[i].size() * sizeof(float)) !=
+            0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+DataLoaderOptions loader_options(int workers, bool persistent, int padding, bool hflip,
+                                 std::uint64_t seed) {
+  DataLoaderOptions o;
+  o.num_workers = workers;
+  o.prefetch_factor = 2;
+  o.persistent_workers = persistent;
+  o.crop_padding = padding;
+  o.hflip = hflip;
+  o.seed = seed;
+  return o;
+}
+
+TEST(DataLoader, AugmentationIdenticalForAnyWorkersAndEpochwise) {
+  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{3, 6, 7}, 5, 120, 4);
+  const std::vector<std::int64_t> indices = shuffled_indices(120, 9);
+  const std::size_t bs = 8;  // 15 batches
+  const std::vector<Epoch> ref =
+      run_epochs(*ds, indices, bs, loader_options(0, false, 2, true, 5), 3);
+  ASSERT_EQ(ref.size(), 3u);
+  for (int workers : {1, 4}) {
+    for (bool persistent : {false, true}) {
+      const std::vector<Epoch> e =
+          run_epochs(*ds, indices, bs, loader_options(workers, persistent, 2, true, 5), 3);
+      for (int ep = 0; ep < 3; ++ep) {
+        EXPECT_TRUE(same_bits(e[ep], ref[ep]))
+            << "num_workers " << workers << ", persistent " << persistent << ", epoch " << ep;
+      }
+    }
+  }
+  // The 5-argument constructor is epoch 0.
+  MemoryTracker tracker;
+  DataLoader loader(*ds, indices, bs, loader_options(3, false, 2, true, 5), tracker);
+  const Batch& first = loader.next();
+  EXPECT_EQ(std::vector<float>(first.inputs.begin(), first.inputs.end()), ref[0].inputs[0]);
+
+  // Augmentation does something, differs across epochs and seeds, and leaves labels alone.
+  const std::vector<Epoch> plain =
+      run_epochs(*ds, indices, bs, loader_options(0, false, 0, false, 5), 1);
+  EXPECT_FALSE(same_bits(ref[0], plain[0]));
+  EXPECT_FALSE(same_bits(ref[0], ref[1]));
+  EXPECT_FALSE(same_bits(ref[1], ref[2]));
+  EXPECT_EQ(ref[0].labels, plain[0].labels);
+  EXPECT_EQ(ref[1].labels, plain[0].labels);
+  const std::vector<Epoch> other_seed =
+      run_epochs(*ds, indices, bs, loader_options(2, true, 2, true, 6), 1);
+  EXPECT_FALSE(same_bits(ref[0], other_seed[0]));
+}
+
+// A 4x4 (or C x H x W) image per index whose pixels are all distinct and non-zero.
+class ImageDataset final : public Dataset {
+ public:
+  explicit ImageDataset(SampleShape shape) : shape_(shape) {}
+  std::int64_t size() const override { return 1000; }
+  SampleShape shape() const override { return shape_; }
+  int num_classes() const override { return 3; }
+  int load(std::int64_t index, float* out) const override {
+    for (std::size_t k = 0; k < shape_.features(); ++k) {
+      out[k] = static_cast<float>(1 + k) + 1000.0f * static_cast<float>(index);
+    }
+    return static_cast<int>(index % 3);
+  }
+  std::string name() const override { return "image"; }
+
+ private:
+  SampleShape shape_;
+};
+
+// Reference RandomCrop(size, padding) with window corner (p + oy, p + ox) in the padded image,
+// then an optional horizontal flip: out[c][y][x] = in[c][y + oy][x' + ox], x' = flip ? W-1-x : x.
+std::vector<float> reference_augment(const std::vector<float>& in, SampleShape s, int oy, int ox,
+                                     bool flip) {
+  std::vector<float> out(in.size(), 0.0f);
+  for (int c = 0; c < s.channels; ++c) {
+    for (int y = 0; y < s.height; ++y) {
+      for (int x = 0; x < s.width; ++x) {
+        const int sx = (flip ? s.width - 1 - x : x) + ox;
+        const int sy = y + oy;
+        if (sy < 0 || sy >= s.height || sx < 0 || sx >= s.width) continue;
+        out[static_cast<std::size_t>((c * s.height + y) * s.width + x)] =
+            in[static_cast<std::size_t>((c * s.height + sy) * s.width + sx)];
+      }
+    }
+  }
+  return out;
+}
+
+// The (oy, ox, flip) combinations, among those allowed, that turn sample `index` into `got`.
+std::vector<std::tuple<int, int, bool>> matching_transforms(const Dataset& ds, std::int64_t index,
+                                                            const float* got, int padding,
+                                                            bool hflip) {
+  const SampleShape s = ds.shape();
+  std::vector<float> in(s.features());
+  ds.load(index, in.data());
+  std::vector<std::tuple<int, int, bool>> found;
+  for (int oy = -padding; oy <= padding; ++oy) {
+    for (int ox = -padding; ox <= padding; ++ox) {
+      for (bool flip : {false, true}) {
+        if (flip && !hflip) continue;
+        const std::vector<float> want = reference_augment(in, s, oy, ox, flip);
+        if (std::memcmp(want.data(), got, want.size() * sizeof(float)) == 0) {
+          found.emplace_back(oy, ox, flip);
+        }
+      }
+    }
+  }
+  return found;
+}
+
+TEST(DataLoader, RandomCropIsAShiftedCopyWithZeroPadding) {
+  const ImageDataset ds(SampleShape{1, 4, 4});
+  std::vector<std::int64_t> indices(400);
+  for (std::int64_t i = 0; i < 400; ++i) indices[static_cast<std::size_t>(i)] = i;
+  for (int padding : {1, 2}) {
+    for (int workers : {0, 3}) {
+      MemoryTracker tracker;
+      DataLoader loader(ds, 16, loader_options(workers, false, padding, false, 11), tracker);
+      loader.start_epoch(indices, 0);
+      std::set<std::pair<int, int>> offsets;
+      for (std::size_t b = 0; b < loader.num_batches(); ++b) {
+        const Batch& batch = loader.next();
+        for (std::size_t i = 0; i < batch.size; ++i) {
+          const std::int64_t index = indices[b * 16 + i];
+          const auto found =
+              matching_transforms(ds, index, batch.inputs.data() + i * 16, padding, false);
+          // Distinct non-zero pixels: exactly one of the (2p+1)^2 shifted copies.
+          ASSERT_EQ(found.size(), 1u) << "sample " << index << ", padding " << padding;
+          offsets.emplace(std::get<0>(found[0]), std::get<1>(found[0]));
+          EXPECT_EQ(batch.labels[i], index % 3);
+        }
+      }
+      EXPECT_GT(offsets.size(), 1u);
+      // 400 draws: every one of the (2p+1)^2 offsets occurs.
+      EXPECT_EQ(offsets.size(), static_cast<std::size_t>((2 * padding + 1) * (2 * padding + 1)))
+          << "padding " << padding;
+    }
+  }
+}
+
+TEST(DataLoader, HorizontalFlipIsIdentityOrMirror) {
+  const ImageDataset ds(SampleShape{1, 4, 4});
+  std::vector<std::int64_t> indices(200);
+  for (std::int64_t i = 0; i < 200; ++i) indices[static_cast<std::size_t>(i)] = 199 - i;
+  MemoryTracker tracker;
+  DataLoader loader(ds, indices, 10, loader_options(2, true, 0, true, 3), tracker);
+  int identity = 0, mirror = 0;
+  for (std::size_t b = 0; b < loader.num_batches(); ++b) {
+    const Batch& batch = loader.next();
+    for (std::size_t i = 0; i < batch.size; ++i) {
+      const auto found = matching_transforms(ds, indices[b * 10 + i],
+                                             batch.inputs.data() + i * 16, 0, true);
+      ASSERT_EQ(found.size(), 1u);
+      (std::get<2>(found[0]) ? mirror : identity)++;
+    }
+  }
+  EXPECT_GT(identity, 0);
+  EXPECT_GT(mirror, 0);
+  EXPECT_EQ(identity + mirror, 200);
+}
+
+TEST(DataLoader, CropAndFlipTransformEveryChannelAlike) {
+  const SampleShape shape{2, 3, 5};
+  const ImageDataset ds(shape);
+  std::vector<std::int64_t> indices(120);
+  for (std::int64_t i = 0; i < 120; ++i) indices[static_cast<std::size_t>(i)] = 3 * i;
+  MemoryTracker tracker;
+  DataLoader loader(ds, indices, 12, loader_options(1, false, 1, true, 8), tracker);
+  std::set<std::tuple<int, int, bool>> seen;
+  for (std::size_t b = 0; b < loader.num_batches(); ++b) {
+    const Batch& batch = loader.next();
+    for (std::size_t i = 0; i < batch.size; ++i) {
+      const auto found = matching_transforms(ds, indices[b * 12 + i],
+                                             batch.inputs.data() + i * shape.features(), 1, true);
+      ASSERT_EQ(found.size(), 1u) << "sample " << indices[b * 12 + i];
+      seen.insert(found[0]);
+    }
+  }
+  EXPECT_GT(seen.size(), 9u);  // of 18
+}
+
+TEST(DataLoader, PersistentWorkersStartOncePerLoader) {
+  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 2, 3}, 4, 90, 2);
+  const std::vector<std::int64_t> indices = shuffled_indices(90, 1);
+  const std::vector<Epoch> ref =
+      run_epochs(*ds, indices, 6, loader_options(0, false, 0, false, 0), 1);
+  for (bool persistent : {true, false}) {
+    std::size_t threads = 0;
+    const std::vector<Epoch> e =
+        run_epochs(*ds, indices, 6, loader_options(3, persistent, 0, false, 0), 3, &threads);
+    EXPECT_EQ(threads, persistent ? 3u : 9u);
+    for (const Epoch& ep : e) EXPECT_TRUE(same_bits(ep, ref[0])) << "persistent " << persistent;
+  }
+  std::size_t threads = 0;
+  run_epochs(*ds, indices, 6, loader_options(0, true, 0, false, 0), 3, &threads);
+  EXPECT_EQ(threads, 0u);
+}
+
+TEST(DataLoader, StagingAllocatedOnceAcrossEpochs) {
+  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{2, 3, 4}, 3, 64, 1);
+  const std::vector<std::int64_t> indices = shuffled_indices(64, 2);
+  const std::int64_t slot = 4 * 24 * 4 + 4 * 4;
+  for (bool persistent : {true, false}) {
+    MemoryTracker tracker;
+    DataLoader loader(*ds, 4, loader_options(3, persistent, 1, true, 0), tracker);
+    EXPECT_EQ(tracker.current_bytes(MemoryCategory::data_staging), 6 * slot);
+    for (int ep = 0; ep < 3; ++ep) {
+      loader.start_epoch(indices, ep);
+      loader.next();
+      loader.next();
+    }
+    EXPECT_EQ(tracker.current_bytes(MemoryCategory::data_staging), 6 * slot);
+    EXPECT_EQ(tracker.peak_bytes(MemoryCategory::data_staging), 6 * slot);
+  }
+}
+
+TEST(DataLoader, NextBeforeStartEpochThrows) {
+  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 1, 3}, 5, 20, 1);
+  for (int workers : {0, 2}) {
+    for (bool persistent : {false, true}) {
+      MemoryTracker tracker;
+      DataLoader loader(*ds, 2, loader_options(workers, persistent, 0, false, 0), tracker);
+      EXPECT_EQ(loader.num_batches(), 0u);
+      EXPECT_EQ(loader.threads_started(), 0u);
+      EXPECT_THROW(loader.next(), Error);
+      // A bad index list is rejected without starting an epoch.
+      EXPECT_THROW(loader.start_epoch({0, 20}, 0), InputError);
+      EXPECT_THROW(loader.next(), Error);
+      loader.start_epoch({4, 3, 2, 1}, 0);
+      float x[3];
+      EXPECT_EQ(loader.next().labels[1], ds->load(3, x));
+      EXPECT_EQ(loader.next().labels[0], ds->load(2, x));
+    }
+  }
+}
+
+TEST(DataLoader, RejectsBadAugmentationOptions) {
+  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 1, 3}, 5, 20, 1);
+  MemoryTracker tracker;
+  DataLoaderOptions o;
+  o.crop_padding = -1;
+  EXPECT_THROW(DataLoader(*ds, 1, o, tracker), InputError);
+  o.crop_padding = 0;
+  o.decode_cost_us = -5;
+  EXPECT_THROW(DataLoader(*ds, 1, o, tracker), InputError);
+}
+
+TEST(DataLoader, StartEpochDropsUnconsumedBatches) {
+  // 4000 samples at 2 ms each: the first epoch could not finish before the next one starts
+  // (it cannot anyway: its workers stop at their prefetch limit until batches are consumed).
+  TestDataset ds(4000, std::chrono::microseconds(2000), -1);
+  std::vector<std::int64_t> first(4000);
+  for (std::int64_t i = 0; i < 4000; ++i) first[static_cast<std::size_t>(i)] = i;
+  std::vector<std::int64_t> second(96);
+  for (std::int64_t i = 0; i < 96; ++i) second[static_cast<std::size_t>(i)] = 3999 - 7 * i;
+  for (int workers : {0, 1, 4}) {
+    for (bool persistent : {false, true}) {
+      const std::int64_t loads_before = ds.loads();
+      MemoryTracker tracker;
+      DataLoaderOptions o = loader_options(workers, persistent, 0, false, 0);
+      DataLoader loader(ds, 16, o, tracker);
+      for (int consumed : {0, 1, 3}) {
+        loader.start_epoch(first, consumed);
+        for (int b = 0; b < consumed; ++b) EXPECT_EQ(loader.next().index, b);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // let the workers get busy
+      }
+      // Twice without consuming anything.
+      loader.start_epoch(first, 7);
+      loader.start_epoch(second, 8);
+      ASSERT_EQ(loader.num_batches(), 6u);
+      for (std::size_t b = 0; b < 6; ++b) {
+        const Batch& batch = loader.next();
+        EXPECT_EQ(batch.index, static_cast<std::int64_t>(b));
+        for (std::size_t i = 0; i < 16; ++i) {
+          const std::int64_t index = second[b * 16 + i];
+          EXPECT_EQ(batch.inputs[2 * i], static_cast<float>(index));
+          EXPECT_EQ(batch.labels[i], index % 2);
+        }
+      }
+      EXPECT_THROW(loader.next(), Error);
+      // The dropped epochs were not loaded beyond the prefetch limit: per epoch at most the
+      // consumed batches, the slots, and one partial batch per worker.
+      const std::int64_t slots = workers == 0 ? 1 : 2 * workers;
+      const std::int64_t bound = 16 * ((0 + 1 + 3) + 5 * (slots + workers)) + 96;
+      EXPECT_LE(ds.loads() - loads_before, bound)
+          << "num_workers " << workers << ", persistent " << persistent;
+      EXPECT_EQ(loader.threads_started(),
+                static_cast<std::size_t>(persistent ? workers : 5 * workers));
+    }
+  }
+}
+
+TEST(DataLoader, WorkerErrorLosesOnlyThatEpoch) {
+  TestDataset ds(100, std::chrono::microseconds(0), 37);
+  std::vector<std::int64_t> bad(100), good(60);
+  for (std::int64_t i = 0; i < 100; ++i) bad[static_cast<std::size_t>(i)] = i;
+  for (std::int64_t i = 0; i < 60; ++i) good[static_cast<std::size_t>(i)] = 99 - i;
+  for (int workers : {0, 1, 4}) {
+    for (bool persistent : {false, true}) {
+      MemoryTracker tracker;
+      DataLoader loader(ds, 10, loader_options(workers, persistent, 0, false, 0), tracker);
+      loader.start_epoch(bad, 0);
+      EXPECT_THROW(
+          for (std::size_t b = 0; b < loader.num_batches(); ++b) loader.next(),
+          std::runtime_error);
+      loader.start_epoch(good, 1);
+      for (std::size_t b = 0; b < loader.num_batches(); ++b) {
+        EXPECT_EQ(loader.next().inputs[0], static_cast<float>(99 - 10 * static_cast<int>(b)));
+      }
+    }
+  }
+}
+
+TEST(DataLoader, DecodeCostLeavesBatchesUnchanged) {
+  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 4, 4}, 5, 64, 3);
+  const std::vector<std::int64_t> indices = shuffled_indices(64, 5);
+  const std::vector<Epoch> ref =
+      run_epochs(*ds, indices, 8, loader_options(0, false, 1, true, 2), 2);
+  for (int workers : {0, 2}) {
+    DataLoaderOptions o = loader_options(workers, workers > 0, 1, true, 2);
+    o.decode_cost_us = 30;
+    const std::vector<Epoch> e = run_epochs(*ds, indices, 8, o, 2);
+    EXPECT_TRUE(same_bits(e[0], ref[0])) << "num_workers " << workers;
+    EXPECT_TRUE(same_bits(e[1], ref[1])) << "num_workers " << workers;
   }
 }
 

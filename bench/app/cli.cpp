@@ -63,6 +63,20 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
   app.add_option("--prefetch-factor", c.loader.prefetch_factor,
                  "DataLoader prefetch_factor: batches loaded in advance per worker")
       ->capture_default_str();
+  app.add_flag("--persistent-workers", c.loader.persistent_workers,
+               "DataLoader persistent_workers: keep the worker threads alive between epochs");
+  app.add_flag("--pin-memory", c.loader.pin_memory,
+               "DataLoader pin_memory: page-locked staging for asynchronous host-to-device copies "
+               "(no effect when training on CPU)");
+  app.add_option("--decode-cost-us", c.loader.decode_cost_us,
+                 "Emulated decoding: every loaded sample costs this many microseconds of the loading "
+                 "thread's CPU time, so the effect of --num-workers is measurable")
+      ->capture_default_str();
+  app.add_option("--crop-padding", c.loader.crop_padding,
+                 "Augmentation: random crop with this zero padding (torchvision RandomCrop; 0 = off), "
+                 "seeded per sample so results do not depend on --num-workers")
+      ->capture_default_str();
+  app.add_flag("--hflip", c.loader.hflip, "Augmentation: random horizontal flip (p = 0.5), seeded per sample");
   app.add_option("--data", d.data, "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic")
       ->capture_default_str();
   app.add_option("--data-dir", d.data_dir,

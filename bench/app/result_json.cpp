@@ -64,7 +64,15 @@ nlohmann::json config_to_json(const TrainConfig& c) {
           {"first_bucket_mb", c.first_bucket_mb},
           {"coalesce_mb", c.coalesce_mb},
           {"num_workers", c.loader.num_workers},
-          {"prefetch_factor", c.loader.prefetch_factor}};
+          {"prefetch_factor", c.loader.prefetch_factor},
+          {"persistent_workers", c.loader.persistent_workers},
+          {"pin_memory", c.loader.pin_memory},
+          {"decode_cost_us", c.loader.decode_cost_us},
+          {"crop_padding", c.loader.crop_padding},
+          {"hflip", c.loader.hflip},
+          {"channels", c.channels},
+          {"sync_bn", c.sync_bn},
+          {"rank_batches", c.rank_batches}};
 }
 
 nlohmann::json run_to_json(const RunResult& run) {

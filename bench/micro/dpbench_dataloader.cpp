@@ -1,26 +1,23 @@
 // Micro-benchmark of the DataLoader's throughput: samples/s delivered by iterating a DataLoader
 // (batch 256, prefetch_factor 2) over a synthetic 1x28x28, 10-class dataset, for num_workers
-// 0, 1, 2, 4 and an emulated decode cost of 0, 50 and 200 microseconds per sample (the dataset
-// is wrapped so that each load() busy-waits that much CPU time after generating the sample, the
-// knob --decode-cost-us describes). It shows when worker threads pay off: with no decode cost the
-// loader is limited by generating and copying samples; with a decode cost, num_workers > 0 overlaps
-// decoding and scales until the workers run out of cores.
+// 0, 1, 2, 4 and an emulated decode cost of 0, 50 and 200 microseconds per sample
+// (DataLoaderOptions::decode_cost_us: the loading thread busy-waits that much of its own CPU time
+// after generating each sample, the knob --decode-cost-us describes). It shows when worker
+// threads pay off: with no decode cost the loader is limited by generating and copying samples;
+// with a decode cost, num_workers > 0 overlaps decoding and scales until the workers run out of
+// cores.
 // How: wall time of next() on the consuming thread, which does nothing else (so this is the
 // loader's ceiling, not its effect on a training step), one iteration per round of
 // max(1, num_workers) batches; items/s = samples/s. After the timed loop a few samples of the
 // last batch are compared with loading them directly (counter "wrong").
 // Not for: the effect of data loading on training throughput (`dpbench run --num-workers`
 // records data wait per step).
-#include <time.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -38,40 +35,6 @@ namespace {
 constexpr std::size_t kBatchSize = 256;
 constexpr std::int64_t kDatasetSize = 60000;  // Fashion-MNIST's training set
 
-// CPU time consumed so far by the calling thread.
-std::chrono::nanoseconds thread_cpu_time() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
-
-// A dataset whose load() also busy-waits decode_us microseconds of the loading thread's CPU
-// time: the cost of decoding a compressed image, without needing one. CPU time rather than wall
-// time, so that a worker time-sliced with others (more workers than cores) still pays the full
-// cost, as a real decoder would. Thread-safe as the wrapped dataset is.
-class DecodeCostDataset final : public Dataset {
- public:
-  DecodeCostDataset(std::unique_ptr<Dataset> inner, int decode_us)
-      : inner_(std::move(inner)), decode_(std::chrono::microseconds(decode_us)) {}
-  std::int64_t size() const override { return inner_->size(); }
-  SampleShape shape() const override { return inner_->shape(); }
-  int num_classes() const override { return inner_->num_classes(); }
-  int load(std::int64_t index, float* out) const override {
-    const int label = inner_->load(index, out);
-    if (decode_.count() > 0) {
-      const std::chrono::nanoseconds until = thread_cpu_time() + decode_;
-      while (thread_cpu_time() < until) {
-      }
-    }
-    return label;
-  }
-  std::string name() const override { return inner_->name() + " + decode cost"; }
-
- private:
-  std::unique_ptr<Dataset> inner_;
-  std::chrono::microseconds decode_;
-};
-
 }  // namespace
 }  // namespace dpbench
 
@@ -81,8 +44,9 @@ static void BM_DataLoader(benchmark::State& state) {
   const int num_workers = static_cast<int>(state.range(0));
   const int decode_us = static_cast<int>(state.range(1));
   try {
-    const DecodeCostDataset dataset(
-        make_synthetic_dataset(SampleShape{1, 28, 28}, 10, kDatasetSize, 7), decode_us);
+    const std::unique_ptr<Dataset> owned =
+        make_synthetic_dataset(SampleShape{1, 28, 28}, 10, kDatasetSize, 7);
+    const Dataset& dataset = *owned;
     // An iteration takes one round of batches, one per worker (1 when loading in place): the
     // workers start together and deliver in rounds, so timing whole rounds neither credits nor
     // charges a partial one. One epoch covers every timed round plus a warm-up round, cycling
@@ -97,6 +61,7 @@ static void BM_DataLoader(benchmark::State& state) {
     DataLoaderOptions options;
     options.num_workers = num_workers;
     options.prefetch_factor = 2;
+    options.decode_cost_us = decode_us;
     DataLoader loader(dataset, indices, kBatchSize, options, tracker);
     const Batch* batch = nullptr;
     for (std::size_t b = 0; b < per_iteration; ++b) batch = &loader.next();  // warm-up round
