@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 
@@ -91,11 +92,11 @@ void LocalGroup::barrier(int rank) {
   std::unique_lock<std::mutex> lock(mutex_);
   // On a timeout, name the ranks that never arrived.
   auto what = [&] {
-    std::string missing;
+    std::vector<int> missing;
     for (int r = 0; r < world_size_; ++r) {
-      if (!arrived_rank_[static_cast<std::size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (!arrived_rank_[static_cast<std::size_t>(r)]) missing.push_back(r);
     }
-    return fmt::format("a collective; rank(s) {} stopped answering", missing);
+    return fmt::format("a collective; rank(s) {} stopped answering", fmt::join(missing, ", "));
   };
   wait_locked(lock, rank, what, [&] { return generation_.load() != gen; });
 }

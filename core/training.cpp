@@ -5,12 +5,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <optional>
 #include <exception>
 #include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
@@ -257,12 +259,8 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
     throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.warmup_steps));
   }
   if (!config.rank_batches.empty()) {
-    std::string list;
-    std::size_t sum = 0;
-    for (std::size_t b : config.rank_batches) {
-      list += (list.empty() ? "" : ",") + std::to_string(b);
-      sum += b;
-    }
+    const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
+    const std::size_t sum = std::accumulate(config.rank_batches.begin(), config.rank_batches.end(), std::size_t{0});
     if (config.rank_batches.size() != static_cast<std::size_t>(config.world_size)) {
       throw InputError(fmt::format("--rank-batch {}: {} entries for --ranks {}", list,
                                    config.rank_batches.size(), config.world_size));
