@@ -14,22 +14,12 @@
 #include "core/device.hpp"
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
+#include "core/error_location.hpp"
 
 namespace dpbench {
 
 namespace {
 
-// "/work/main/core/device_memory.cu", 42 -> "device_memory.cu:42"
-std::string location(const char* file, int line) {
-  const char* slash = std::strrchr(file, '/');
-  return fmt::format("{}:{}", slash != nullptr ? slash + 1 : file, line);
-}
-
-// "cudaMalloc(&ptr, bytes)" -> "cudaMalloc"
-std::string call_name(const char* call) {
-  const std::string text(call);
-  return text.substr(0, text.find('('));
-}
 
 // Throws Error("device D: <call>: <cause> at <file>:<line>") for a failed call, after clearing
 // CUDA's last error so that it does not resurface in an unrelated call.
@@ -37,7 +27,7 @@ void check_cuda(cudaError_t err, int device, const char* call, const char* file,
   if (err == cudaSuccess) return;
   cudaGetLastError();
   throw Error(fmt::format("device {}: {}: {} at {}", device, call_name(call),
-                          cudaGetErrorString(err), location(file, line)));
+                          cudaGetErrorString(err), source_location(file, line)));
 }
 
 #define DEVMEM_CUDA_CHECK(device, call) check_cuda((call), (device), #call, __FILE__, __LINE__)

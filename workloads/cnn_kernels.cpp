@@ -4,7 +4,6 @@
 // shapes where a direct or Winograd convolution would win.
 #include "workloads/cnn_kernels.hpp"
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
@@ -13,25 +12,13 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "workloads/blas_gemm.hpp"
 
 namespace dpbench::cpu {
 
 namespace {
 
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k,
-          const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-          std::size_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-              1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-              static_cast<int>(ldc));
-}
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k,
-          const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta,
-          double* c, std::size_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-              1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-              static_cast<int>(ldc));
-}
+using detail::gemm;
 
 // Throws InputError when the kernel does not fit the padded input or a GEMM dimension exceeds
 // what cblas's int arguments can hold.

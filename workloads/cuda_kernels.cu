@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/error_location.hpp"
 
 namespace dpbench::cuda {
 
@@ -35,21 +36,10 @@ constexpr unsigned long long kNoIndex = ULLONG_MAX;  // arg-max: lane has seen n
 // ---------------------------------------------------------------------------------------------
 // Error checks. A failure throws Error("cuda: <launcher>: <cause> at <file>:<line>").
 
-// "/work/main/workloads/cuda_kernels.cu", 42 -> "cuda_kernels.cu:42"
-std::string location(const char* file, int line) {
-  const char* slash = std::strrchr(file, '/');
-  return fmt::format("{}:{}", slash != nullptr ? slash + 1 : file, line);
-}
-
-// "cublasGemmEx(blas.handle(), ...)" -> "cublasGemmEx"
-std::string call_name(const char* call) {
-  const std::string text(call);
-  return text.substr(0, text.find('('));
-}
 
 [[noreturn]] void fail(const char* launcher, const std::string& cause, const char* file,
                        int line) {
-  throw Error(fmt::format("cuda: {}: {} at {}", launcher, cause, location(file, line)));
+  throw Error(fmt::format("cuda: {}: {} at {}", launcher, cause, source_location(file, line)));
 }
 
 void check_cuda(cudaError_t err, const char* launcher, const char* call, const char* file,
