@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "core/error_location.hpp"
+#include "workloads/cuda_check.cuh"
 
 namespace dpbench::cuda {
 
@@ -37,48 +38,7 @@ constexpr unsigned long long kNoIndex = ULLONG_MAX;  // arg-max: lane has seen n
 // Error checks. A failure throws Error("cuda: <launcher>: <cause> at <file>:<line>").
 
 
-[[noreturn]] void fail(const char* launcher, const std::string& cause, const char* file,
-                       int line) {
-  throw Error(fmt::format("cuda: {}: {} at {}", launcher, cause, source_location(file, line)));
-}
-
-void check_cuda(cudaError_t err, const char* launcher, const char* call, const char* file,
-                int line) {
-  if (err == cudaSuccess) return;
-  cudaGetLastError();  // clear it, so that it does not resurface in an unrelated launcher
-  fail(launcher, fmt::format("{}: {}", call_name(call), cudaGetErrorString(err)), file, line);
-}
-
-void check_cublas(cublasStatus_t status, const char* launcher, const char* call,
-                  const char* file, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  fail(launcher,
-       fmt::format("{}: {} ({})", call_name(call), cublasGetStatusName(status),
-                   cublasGetStatusString(status)),
-       file, line);
-}
-
-// After a kernel launch: a refused launch (bad configuration, no device, no kernel image for
-// this GPU) is reported here; a fault while the kernel runs surfaces at the next sync.
-void check_launch(const char* launcher, const char* file, int line) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail(launcher, cudaGetErrorString(err), file, line);
-}
-
-#define DPBENCH_CUDA_CHECK(launcher, call) check_cuda((call), (launcher), #call, __FILE__, __LINE__)
-#define DPBENCH_CUBLAS_CHECK(launcher, call) \
-  check_cublas((call), (launcher), #call, __FILE__, __LINE__)
-#define DPBENCH_LAUNCH_CHECK(launcher) check_launch((launcher), __FILE__, __LINE__)
-
-cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// cuBLAS takes int dimensions.
-int to_int(std::size_t value, const char* launcher, const char* what) {
-  if (value > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(fmt::format("cuda: {}: {} = {} exceeds cuBLAS's int range", launcher, what, value));
-  }
-  return static_cast<int>(value);
-}
+using namespace detail;  // fail, check_cuda, check_cublas, check_launch, as_stream, to_int
 
 // Blocks for a grid-stride loop over n elements (n > 0).
 unsigned grid_for(std::size_t n) {

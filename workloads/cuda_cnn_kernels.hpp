@@ -1,0 +1,108 @@
+// CUDA kernels of the CNN workload: the GPU side of workloads/cnn_kernels.hpp (NCHW 3x3-style
+// convolution as per-sample im2col + cuBLAS GEMM + col2im, 2x2 max-pooling with arg-max, in-place
+// ReLU, and BatchNorm split into the stages of PyTorch's SyncBatchNorm). Each launcher keeps its
+// cpu:: counterpart's argument order and semantics, plus a cuBLAS handle (convolution only, first)
+// and a trailing stream, so one test compares the two. float only.
+// Not for: memory management, multi-GPU code (a caller combines the BatchNorm sums across ranks
+// between the stages), or fast convolutions (no implicit GEMM, Winograd or cuDNN).
+//
+// Every pointer here is a DEVICE pointer, the double sums of the BatchNorm stages included (a
+// SyncBatchNorm caller copies them to the host, or all-reduces them on the device, between
+// stages). Every `void* stream` is a cudaStream_t passed as void* (nullptr: the default stream).
+// Launchers only enqueue work: nothing is synchronised, so a fault inside a kernel surfaces at
+// the caller's next synchronising call. Launchers throw dpbench::Error("cuda: <launcher>: <cause>
+// at <file>:<line>") when a launch or a cuBLAS call is refused, and InputError where the cpu::
+// version throws it (a kernel that does not fit, odd pooling input, count <= 0).
+//
+// Every kernel here is deterministic: reductions add in a fixed order and col2im / maxpool
+// backward gather instead of scattering with atomics, so two runs give the same bits.
+//
+// This header includes no CUDA header, so every build can include it. In a build without CUDA,
+// every function throws Error (workloads/cuda_cnn_kernels_stub.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "workloads/cnn_kernels.hpp"
+#include "workloads/cuda_kernels.hpp"
+
+namespace dpbench::cuda {
+
+// ---- convolution (stride 1, zero padding), as cpu::conv2d_forward / conv2d_backward ---------
+
+// y[N, K, P, Q] = conv(x[N, C, H, W], w[K, C, R, S]) + b[K] (b may be null). col: workspace of
+// s.col_size() floats (one sample's im2col matrix [C*R*S, P*Q]), reused sample after sample.
+// Per sample: one im2col kernel and one GEMM on blas (rebound to stream); then one bias kernel.
+// Throws InputError as cpu::conv2d_forward for a kernel that does not fit the padded input or
+// GEMM dimensions beyond int.
+void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, float* y,
+                    const cpu::ConvShape& s, float* col, void* stream);
+
+// Backward of conv2d_forward, as cpu::conv2d_backward: given dy[N, K, P, Q], overwrites
+// dw[K, C, R, S], db[K] (if not null) and, if dx is not null, dx[N, C, H, W]. col: workspace of
+// s.col_size() floats. dw accumulates over samples inside cuBLAS (beta = 1 after the first);
+// db is a per-channel sum in double per sample, rounded to float and added over samples as on
+// the CPU; dx is gathered per input element from the column gradient (col2im without atomics).
+void conv2d_backward(Blas& blas, const float* x, const float* w, const float* dy, float* dx,
+                     float* dw, float* db, const cpu::ConvShape& s, float* col, void* stream);
+
+// ---- pooling and activation -------------------------------------------------------------------
+
+// 2x2 max-pooling, stride 2: x [N, C, H, W] (H, W even, else InputError) -> y [N, C, H/2, W/2];
+// argmax (int32, device) holds the flat index within x of each maximum (first maximum in the
+// window's row-major order on ties). As cpu::maxpool2x2_forward, bit for bit.
+void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N,
+                        std::size_t C, std::size_t H, std::size_t W, void* stream);
+
+// dx [N, C, H, W] = 0 except dx[argmax[i]] = dy[i], as cpu::maxpool2x2_backward for an argmax
+// written by maxpool2x2_forward (each index inside its own window: the kernel writes each
+// window's four elements, so no atomics and no separate zeroing). H, W even, else InputError.
+void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N,
+                         std::size_t C, std::size_t H, std::size_t W, void* stream);
+
+// In place y = max(y, 0) over n elements, as cpu::relu_inplace (bit for bit; NaN stays NaN).
+// Its backward is cuda::relu_backward_inplace (workloads/cuda_kernels.hpp).
+void relu_inplace(float* y, std::size_t n, void* stream);
+
+// ---- BatchNorm over x [N, C, HW], the stages of PyTorch's SyncBatchNorm -----------------------
+
+// Stage 1 (per rank): sum[C] and sumsq[C] (device doubles, overwritten) of this rank's N*HW
+// values per channel. One block per channel, double accumulation, fixed-order tree reduction.
+void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
+                          double* sum, double* sumsq, void* stream);
+
+// Stage 2: mean[C] and invstd[C] = 1/sqrt(var + eps) (device floats) from the totals over
+// `count` values (biased variance, clamped at 0), and if not null the running statistics
+// running = (1 - momentum) * running + momentum * batch (unbiased variance for running_var),
+// updated on the device. Arithmetic in double, each operation rounded on its own as on the CPU.
+// Throws InputError when count <= 0.
+void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count,
+                              std::size_t C, float eps, float momentum, float* mean,
+                              float* invstd, float* running_mean, float* running_var,
+                              void* stream);
+
+// Stage 3: y = (x - mean) * (gamma * invstd) + beta per channel, as cpu::batchnorm_normalize
+// (bit for bit: no fused multiply-add).
+void batchnorm_normalize(const float* x, const float* mean, const float* invstd,
+                         const float* gamma, const float* beta, float* y, std::size_t N,
+                         std::size_t C, std::size_t HW, void* stream);
+
+// Backward stage 1 (per rank): sum_dy[C] = sum dy and sum_dy_xmu[C] = sum dy * (x - mean)
+// (device doubles, overwritten; one block per channel as in batchnorm_local_sums), and
+// dgamma[C] = sum_dy_xmu * invstd, dbeta[C] = sum_dy of this rank's values (device floats).
+void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
+                               const float* invstd, std::size_t N, std::size_t C, std::size_t HW,
+                               double* sum_dy, double* sum_dy_xmu, float* dgamma, float* dbeta,
+                               void* stream);
+
+// Backward stage 2 (sums combined over all ranks, `count` values in all):
+// dx = (dy - sum_dy/count - (x - mean) * invstd^2 * sum_dy_xmu/count) * gamma * invstd, as
+// cpu::batchnorm_backward_elemt (bit for bit: no fused multiply-add). Throws InputError when
+// count <= 0.
+void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean,
+                              const float* invstd, const float* gamma, const double* sum_dy,
+                              const double* sum_dy_xmu, double count, float* dx, std::size_t N,
+                              std::size_t C, std::size_t HW, void* stream);
+
+}  // namespace dpbench::cuda
