@@ -33,12 +33,13 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                         std::string& out, bool& quiet) {
   app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
       ->capture_default_str();
-  app.add_option("--epochs", c.epochs, "Passes over the training set")->capture_default_str();
+  app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
+      ->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
       ->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
       ->capture_default_str();
-  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--lr", c.lr, "SGD learning rate (cnn: 0.05 unless given)")->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum (PyTorch semantics, dampening 0)")
       ->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2)")->capture_default_str();
@@ -257,9 +258,15 @@ int dpbench_main(int argc, char** argv) {
   try {
     // Under mpirun the world size is the launcher's unless --ranks says otherwise.
     run_options.ranks_given = run->count("--ranks") > 0;
-    // The cnn's one hidden layer defaults to 128 wide (the MLP default is 512,256).
-    if (run->count("--hidden") == 0 && run_options.base.workload == "cnn") run_options.base.hidden = {128};
-    if (sweep->count("--hidden") == 0) sweep_options.cnn_default_hidden = true;
+    // The cnn's own defaults, where the options were not given: one hidden layer of 128, lr 0.05
+    // and 3 epochs (the MLP's are 512,256, 0.1 and 2).
+    if (run_options.base.workload == "cnn") {
+      if (run->count("--hidden") == 0) run_options.base.hidden = {128};
+      if (run->count("--lr") == 0) run_options.base.lr = 0.05f;
+      if (run->count("--epochs") == 0) run_options.base.epochs = 3;
+    }
+    sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
+    sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
     // --rank-batch fixes the global batch (and the world size) unless they were given too.
     if (!run_options.base.rank_batches.empty()) {
       std::size_t sum = 0;

@@ -41,6 +41,7 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
   expand(o.workloads, [&o](TrainConfig& c, const std::string& v) {
     c.workload = v;
     if (v == "cnn" && o.cnn_default_hidden) c.hidden = {128};
+    if (v == "cnn" && o.cnn_default_lr) c.lr = 0.05f;
   });
   expand(o.comms, [](TrainConfig& c, const std::string& v) { c.comm = v; });
   expand(o.ranks, [](TrainConfig& c, int v) { c.world_size = v; });

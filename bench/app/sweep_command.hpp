@@ -24,6 +24,7 @@ struct SweepOptions {
   std::vector<int> num_workers = {0, 2};
   int repetitions = 1;
   bool cnn_default_hidden = false;  // --hidden not given: cnn points use 128
+  bool cnn_default_lr = false;      // --lr not given: cnn points use 0.05
   double timeout_s = 300;
   std::string out;  // "" -> results/dpbench-sweep-<time>.json
   bool quiet = false;
