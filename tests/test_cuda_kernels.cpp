@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.hpp"
+#include "tests/cuda_test_util.hpp"
 #include "core/error.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/cuda_kernels.hpp"
@@ -46,62 +47,10 @@ double gemm_tolerance(Precision precision) {
   return precision == Precision::tf32 ? kTf32Tolerance : kFp32Tolerance;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Device buffers (CUDA runtime only in builds with CUDA; without it the tests that use them are
-// skipped in SetUp, so the stubs never run).
-
+using testing::DeviceBuffer;  // tests/cuda_test_util.hpp
 #ifdef DPBENCH_HAVE_CUDA
-
-void cuda_ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-  }
-}
-
-// n elements of T on the device, freed with the object.
-template <typename T>
-class DeviceBuffer {
- public:
-  // Every byte 0xFF: NaN as float, -1 as int, so an output the kernel never wrote shows.
-  explicit DeviceBuffer(std::size_t n) : n_(n) {
-    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), "cudaMalloc");
-    cuda_ok(cudaMemset(ptr_, 0xFF, bytes()), "cudaMemset");
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : n_(host.size()) {
-    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), "cudaMalloc");
-    cuda_ok(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  // Waits for all work on the device (so a kernel fault is reported here), then copies back.
-  std::vector<T> to_host() const {
-    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    std::vector<T> host(n_);
-    cuda_ok(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  std::size_t bytes() const { return std::max<std::size_t>(n_, 1) * sizeof(T); }
-  T* ptr_ = nullptr;
-  std::size_t n_ = 0;
-};
-
-#else
-
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t) { throw std::logic_error("built without CUDA"); }
-  explicit DeviceBuffer(const std::vector<T>&) { throw std::logic_error("built without CUDA"); }
-  T* get() const { return nullptr; }
-  std::vector<T> to_host() const { return {}; }
-};
-
-#endif  // DPBENCH_HAVE_CUDA
+using testing::cuda_ok;
+#endif
 
 // Every test here needs a usable CUDA device: SetUp skips the test otherwise, with the reason,
 // and gives each test its own stream.

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/error_location.hpp"
 #include "workloads/cuda_check.cuh"
+#include "workloads/cuda_gemm.cuh"
 
 namespace dpbench::cuda {
 
@@ -317,29 +318,7 @@ namespace {
 //             gemm(N, N, m = in, n = batch, k = out, A = W, lda = in, B = dy, ldb = out,
 //                  C = dx, ldc = in)
 //
-// gemm() below: C (m x n, column-major, ldc == m) = op(A) . op(B), alpha 1, beta 0. k == 0 writes
-// zeros (an empty sum), so the result never depends on what C held before.
-void gemm(Blas& blas, const char* launcher, cublasOperation_t op_a, cublasOperation_t op_b,
-          std::size_t m, std::size_t n, std::size_t k, const float* A, std::size_t lda,
-          const float* B, std::size_t ldb, float* C, std::size_t ldc, void* stream) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    DPBENCH_CUDA_CHECK(launcher, cudaMemsetAsync(C, 0, sizeof(float) * ldc * n, as_stream(stream)));
-    return;
-  }
-  blas.set_stream(stream);
-  const float one = 1.0f;
-  const float zero = 0.0f;
-  const cublasComputeType_t compute = blas.precision() == Precision::tf32
-                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                          : CUBLAS_COMPUTE_32F;
-  DPBENCH_CUBLAS_CHECK(
-      launcher,
-      cublasGemmEx(blas.handle(), op_a, op_b, to_int(m, launcher, "m"), to_int(n, launcher, "n"),
-                   to_int(k, launcher, "k"), &one, A, CUDA_R_32F, to_int(lda, launcher, "lda"), B,
-                   CUDA_R_32F, to_int(ldb, launcher, "ldb"), &zero, C, CUDA_R_32F,
-                   to_int(ldc, launcher, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
-}
+// gemm(): workloads/cuda_gemm.cuh (beta 0 here: every GEMM overwrites its output).
 
 }  // namespace
 
@@ -347,7 +326,7 @@ void linear_forward(Blas& blas, const float* x, const float* W, const float* b, 
                     std::size_t batch, std::size_t in, std::size_t out, bool relu, void* stream) {
   constexpr const char* kLauncher = "linear_forward";
   if (batch == 0 || out == 0) return;
-  gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, W, in, x, in, y, out, stream);
+  gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, W, in, x, in, 0.0f, y, out, stream);
   const std::size_t n = batch * out;
   bias_relu_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(y, b, n, out, relu);
   DPBENCH_LAUNCH_CHECK(kLauncher);
@@ -363,7 +342,7 @@ void linear_backward(Blas& blas, const float* x, const float* W, const float* dy
     DPBENCH_CUDA_CHECK(kLauncher, cudaMemsetAsync(db, 0, sizeof(float) * out, as_stream(stream)));
     return;
   }
-  gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out, dW, in, stream);
+  gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out, 0.0f, dW, in, stream);
   if (out > 0) {
     const dim3 block(kColTile, kRowLanes);
     const unsigned grid = static_cast<unsigned>((out + kColTile - 1) / kColTile);
@@ -372,7 +351,7 @@ void linear_backward(Blas& blas, const float* x, const float* W, const float* dy
   }
   // out == 0 makes this an empty sum: gemm() writes zeros to dx, as OpenBLAS does.
   if (dx != nullptr) {
-    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, W, in, dy, out, dx, in,
+    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, W, in, dy, out, 0.0f, dx, in,
          stream);
   }
 }

@@ -1,0 +1,80 @@
+// Helpers shared by the CUDA test suites: a device buffer for test data (filled with 0xFF bytes
+// when not copied from the host, so that an output a kernel never wrote shows as NaN or -1) and a
+// CUDA error check. Without CUDA the buffer throws; the suites skip before using it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef DPBENCH_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace dpbench::testing {
+
+// Device buffers (CUDA runtime only in builds with CUDA; without it the tests that use them are
+// skipped in SetUp, so the stubs never run).
+
+#ifdef DPBENCH_HAVE_CUDA
+
+inline void cuda_ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  }
+}
+
+// n elements of T on the device, freed with the object.
+template <typename T>
+class DeviceBuffer {
+ public:
+  // Every byte 0xFF: NaN as float and double, -1 as int, so an output never written shows.
+  explicit DeviceBuffer(std::size_t n) : n_(n) {
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), "cudaMalloc");
+    cuda_ok(cudaMemset(ptr_, 0xFF, bytes()), "cudaMemset");
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : n_(host.size()) {
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), "cudaMalloc");
+    cuda_ok(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  // Waits for all work on the device (so a kernel fault is reported here), then copies back.
+  std::vector<T> to_host() const {
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::vector<T> host(n_);
+    cuda_ok(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return host;
+  }
+  // Overwrites the buffer with host (host.size() must be n).
+  void from_host(const std::vector<T>& host) {
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    cuda_ok(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+
+ private:
+  std::size_t bytes() const { return std::max<std::size_t>(n_, 1) * sizeof(T); }
+  T* ptr_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+#else
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t) { throw std::logic_error("built without CUDA"); }
+  explicit DeviceBuffer(const std::vector<T>&) { throw std::logic_error("built without CUDA"); }
+  T* get() const { return nullptr; }
+  std::vector<T> to_host() const { return {}; }
+  void from_host(const std::vector<T>&) {}
+};
+
+#endif  // DPBENCH_HAVE_CUDA
+
+}  // namespace dpbench::testing
