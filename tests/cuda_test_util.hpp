@@ -1,13 +1,20 @@
-// Helpers shared by the CUDA test suites: a device buffer for test data (filled with 0xFF bytes
+// Helpers shared by the CUDA test suites: a fixture that skips without a usable GPU and gives
+// each test a stream, random inputs, a device buffer for test data (filled with 0xFF bytes
 // when not copied from the host, so that an output a kernel never wrote shows as NaN or -1) and a
 // CUDA error check. Without CUDA the buffer throws; the suites skip before using it.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <random>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/device.hpp"
 
 #ifdef DPBENCH_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -76,5 +83,41 @@ class DeviceBuffer {
 };
 
 #endif  // DPBENCH_HAVE_CUDA
+
+// Every test here needs a usable CUDA device: SetUp skips the test otherwise, with the reason,
+// and gives each test its own stream.
+class CudaStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef DPBENCH_HAVE_CUDA
+    GTEST_SKIP() << "built without CUDA";
+#else
+    const CudaProbe probe = probe_cuda();
+    if (!probe.usable) GTEST_SKIP() << "no CUDA device: " << probe.reason;
+    cuda_ok(cudaSetDevice(probe.gpus.front().index), "cudaSetDevice");
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    stream_ = stream;
+#endif
+  }
+  void TearDown() override {
+#ifdef DPBENCH_HAVE_CUDA
+    if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+#endif
+  }
+  void* stream() const { return stream_; }
+
+  void* stream_ = nullptr;  // cudaStream_t
+};
+
+// n normal floats with the given spread and mean, from seed.
+inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f,
+                                 float offset = 0.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(offset, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
 
 }  // namespace dpbench::testing

@@ -62,43 +62,13 @@ using testing::DeviceBuffer;  // tests/cuda_test_util.hpp
 using testing::cuda_ok;
 #endif
 
-// Every test here needs a usable CUDA device: SetUp skips the test otherwise, with the reason,
-// and gives each test its own stream.
-class CudaCnnKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef DPBENCH_HAVE_CUDA
-    GTEST_SKIP() << "built without CUDA";
-#else
-    const CudaProbe probe = probe_cuda();
-    if (!probe.usable) GTEST_SKIP() << "no CUDA device: " << probe.reason;
-    cuda_ok(cudaSetDevice(probe.gpus.front().index), "cudaSetDevice");
-    cudaStream_t stream = nullptr;
-    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-    stream_ = stream;
-#endif
-  }
-  void TearDown() override {
-#ifdef DPBENCH_HAVE_CUDA
-    if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-#endif
-  }
-  void* stream() const { return stream_; }
-
-  void* stream_ = nullptr;  // cudaStream_t
-};
+// Skips without a usable CUDA device; a stream per test (tests/cuda_test_util.hpp).
+class CudaCnnKernels : public testing::CudaStreamTest {};
 
 // ---------------------------------------------------------------------------------------------
 // Host helpers
 
-std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f,
-                                 float offset = 0.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(offset, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using testing::random_floats;
 
 // max |got - want| / max |want|; infinity when got holds a NaN or has the wrong length.
 template <typename T>
