@@ -18,4 +18,10 @@ void validate_allreduce(const TrainConfig& config, const Dataset& train);
 // Throws as validate_allreduce does, and Error if a rank fails.
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
 
+// The same mode on GPUs (config.device "cuda"; allreduce/ddp_trainer_cuda.cpp): buckets
+// all-reduced on the communication stream as their gradients become ready (event waits),
+// overlapping backward; phase times from CUDA events. Throws as train_allreduce, and Error when
+// no GPU is usable or the build has no CUDA.
+RunResult train_allreduce_cuda(const TrainConfig& config, const TrainData& data);
+
 }  // namespace dpbench

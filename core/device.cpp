@@ -22,14 +22,10 @@ DeviceChoice choose_device(const std::string& requested) {
   const CudaProbe probe = probe_cuda();
   if (requested == "cuda") {
     if (!probe.usable) throw InputError(fmt::format("--device cuda: no CUDA device: {}", probe.reason));
-    throw InputError(fmt::format(
-        "--device cuda: found {} but this build trains on CPU only (the CUDA trainer is not "
-        "part of it yet); use --device cpu",
-        probe.gpus.empty() ? std::string("a GPU") : probe.gpus.front().name));
+    return {"cuda", ""};
   }
   if (!probe.usable) return {"cpu", fmt::format("device auto: using cpu (no CUDA device: {})", probe.reason)};
-  return {"cpu", fmt::format("device auto: using cpu ({} found, but this build trains on CPU only)",
-                             probe.gpus.front().name)};
+  return {"cuda", fmt::format("device auto: using cuda ({} GPU(s), {})", probe.gpus.size(), probe.gpus.front().name)};
 }
 
 }  // namespace dpbench

@@ -29,7 +29,7 @@ struct CudaProbe {
 CudaProbe probe_cuda();
 
 struct DeviceChoice {
-  std::string device;  // "cpu" (training on CUDA arrives with the CUDA backend)
+  std::string device;  // "cpu" or "cuda"
   std::string note;    // what was chosen and why, for the log and the result's warnings
 };
 

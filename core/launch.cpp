@@ -24,7 +24,33 @@ std::optional<int> env_int(const char* name) {
 }
 }  // namespace
 
-LaunchInfo resolve_launch(const std::string& comm, int requested) {
+namespace {
+// One rank per process, started by mpirun/srun: world size and ranks from MPI.
+LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const std::optional<int>& env_rank) {
+  MpiRuntime::init();  // InputError when the build has no MPI
+  LaunchInfo info;
+  info.multi_process = true;
+  info.launcher = "mpirun";
+  info.world_size = MpiRuntime::size();
+  info.rank = MpiRuntime::rank();
+  info.local_rank = MpiRuntime::local_rank();
+  info.ranks_on_this_node = MpiRuntime::local_size();
+  if (requested > 0 && requested != info.world_size) {
+    throw InputError(fmt::format("world size mismatch: --ranks {} but the launcher started {} process{}",
+                                 requested, info.world_size, info.world_size == 1 ? "" : "es"));
+  }
+  if (env_world && *env_world != info.world_size) {
+    throw InputError(fmt::format("world size mismatch: WORLD_SIZE={} but the launcher started {} processes",
+                                 *env_world, info.world_size));
+  }
+  if (env_rank && *env_rank != info.rank) {
+    throw InputError(fmt::format("RANK={}: differs from this process's MPI rank {}", *env_rank, info.rank));
+  }
+  return info;
+}
+}  // namespace
+
+LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device) {
   if (comm != "local" && comm != "mpi" && comm != "nccl") {
     throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi or nccl)", comm));
   }
@@ -58,35 +84,32 @@ LaunchInfo resolve_launch(const std::string& comm, int requested) {
                                    "needs them to exchange the ncclUniqueId (or launch with mpirun)",
                                    *env_world));
     }
-    throw InputError("--comm nccl: NCCL moves GPU buffers and this build trains on CPU only "
-                     "(use --comm local or --comm mpi)");
+    if (device != "cuda") {
+      throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
+                       "(or use --comm local or --comm mpi on CPU)");
+    }
+    if (torchrun_style) {
+      throw InputError(fmt::format("WORLD_SIZE={}: --comm nccl exchanges its ncclUniqueId over MPI; start "
+                                   "the ranks with mpirun -np {} (a MASTER_ADDR rendezvous is not supported)",
+                                   *env_world, *env_world));
+    }
+    if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
+    info.launcher = "threads";
+    info.world_size = requested > 0 ? requested : 4;
+    info.ranks_on_this_node = info.world_size;
+    return info;
   }
 
   // comm == "mpi": one rank per process.
+  if (device == "cuda") {
+    throw InputError("--comm mpi: moves host buffers; with --device cuda use --comm nccl or --comm local");
+  }
   if (!mpi_launched() && env_world && *env_world > 1) {
     throw InputError(fmt::format("WORLD_SIZE={}: --comm mpi starts its ranks with mpirun -np {} "
                                  "(or srun); this process was not started by either",
                                  *env_world, *env_world));
   }
-  MpiRuntime::init();  // InputError when the build has no MPI
-  info.multi_process = true;
-  info.launcher = "mpirun";
-  info.world_size = MpiRuntime::size();
-  info.rank = MpiRuntime::rank();
-  info.local_rank = MpiRuntime::local_rank();
-  info.ranks_on_this_node = MpiRuntime::local_size();
-  if (requested > 0 && requested != info.world_size) {
-    throw InputError(fmt::format("world size mismatch: --ranks {} but the launcher started {} process{}",
-                                 requested, info.world_size, info.world_size == 1 ? "" : "es"));
-  }
-  if (env_world && *env_world != info.world_size) {
-    throw InputError(fmt::format("world size mismatch: WORLD_SIZE={} but the launcher started {} processes",
-                                 *env_world, info.world_size));
-  }
-  if (env_rank && *env_rank != info.rank) {
-    throw InputError(fmt::format("RANK={}: differs from this process's MPI rank {}", *env_rank, info.rank));
-  }
-  return info;
+  return mpi_launch(requested, env_world, env_rank);
 }
 
 bool is_output_process() { return !MpiRuntime::active() || MpiRuntime::rank() == 0; }

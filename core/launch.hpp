@@ -18,12 +18,14 @@ struct LaunchInfo {
 };
 
 // comm: the --comm value; requested_world_size: --ranks, or 0 when not given (take the
-// launcher's). Initialises MPI when the backend needs it. Throws InputError for: an unknown
-// backend, --comm mpi in a build without MPI, a world size that differs from the launcher's or
-// from WORLD_SIZE, a RANK/LOCAL_RANK out of range or differing from the launcher's, --comm nccl
-// without a usable CUDA build, and a torchrun-style multi-process launch without MASTER_ADDR /
-// MASTER_PORT.
-LaunchInfo resolve_launch(const std::string& comm, int requested_world_size);
+// launcher's); device: the chosen device ("cpu" or "cuda"). `nccl` runs its ranks as threads,
+// or one per process when mpirun started this process. Initialises MPI when the backend needs
+// it. Throws InputError for: an unknown backend, --comm mpi in a build without MPI or with
+// --device cuda, a world size that differs from the launcher's or from WORLD_SIZE, a
+// RANK/LOCAL_RANK out of range or differing from the launcher's, --comm nccl without CUDA
+// training, and a torchrun-style multi-process launch (WORLD_SIZE without mpirun: without
+// MASTER_ADDR / MASTER_PORT, and with them too, since the ncclUniqueId travels over MPI).
+LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device);
 
 // Whether this process prints tables and writes result files (rank 0 of a multi-process job).
 bool is_output_process();

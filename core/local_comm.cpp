@@ -43,14 +43,17 @@ std::string LocalGroup::abort_reason() {
 }
 
 void LocalGroup::abort(const std::string& reason) {
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!aborted_.load()) {
       abort_reason_ = reason;
       aborted_.store(true);
+      first = true;
     }
   }
   cv_.notify_all();
+  if (first && abort_hook_) abort_hook_(reason);
 }
 
 template <typename What, typename Pred>
@@ -61,6 +64,12 @@ void LocalGroup::wait_locked(std::unique_lock<std::mutex>& lock, int rank, What 
                                 what());
     aborted_.store(true);
     cv_.notify_all();
+    if (abort_hook_) {
+      const std::string reason = abort_reason_;
+      lock.unlock();
+      abort_hook_(reason);
+      lock.lock();
+    }
   }
   if (aborted_.load()) throw_aborted();
 }
@@ -104,9 +113,42 @@ void LocalGroup::barrier(int rank) {
 // ---------------------------------------------------------------------------------------------
 // LocalCommunicator
 
+namespace {
+class HostMemOps final : public LocalMemOps {
+ public:
+  explicit HostMemOps(MemoryTracker* tracker) : tracker_(tracker) {}
+  void copy(float* dst, const float* src, std::size_t n) override {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+  }
+  void add(float* out, const float* peer_in, const float* own, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) out[i] = peer_in[i] + own[i];
+  }
+  float* scratch(std::size_t n) override {
+    if (scratch_.size() < n) {
+      scratch_ = TrackedBuffer<float>(tracker_ != nullptr ? *tracker_ : untracked_,
+                                      MemoryCategory::comm_buffers, n);
+    }
+    return scratch_.data();
+  }
+
+ private:
+  MemoryTracker* tracker_;
+  MemoryTracker untracked_;
+  TrackedBuffer<float> scratch_;
+};
+}  // namespace
+
+std::unique_ptr<LocalMemOps> make_host_mem_ops(MemoryTracker* tracker) {
+  return std::make_unique<HostMemOps>(tracker);
+}
+
 LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank,
                                      MemoryTracker* tracker)
-    : group_(std::move(group)), rank_(rank), tracker_(tracker) {
+    : LocalCommunicator(std::move(group), rank, make_host_mem_ops(tracker)) {}
+
+LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank,
+                                     std::unique_ptr<LocalMemOps> ops)
+    : group_(std::move(group)), rank_(rank), ops_(std::move(ops)) {
   if (rank < 0 || rank >= group_->world_size()) {
     throw InputError(fmt::format("rank {}: out of range for world_size {}", rank,
                                  group_->world_size()));
@@ -114,6 +156,7 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank
 }
 
 void LocalCommunicator::publish(const void* a, const void* b) {
+  ops_->fence();
   group_->slots_[static_cast<std::size_t>(rank_)] = {const_cast<void*>(a), const_cast<void*>(b)};
   group_->barrier(rank_);
 }
@@ -122,14 +165,6 @@ void LocalCommunicator::check_root(int root, const char* op) const {
   if (root < 0 || root >= world_size()) {
     throw Error(fmt::format("{}: root {} out of range for world_size {}", op, root, world_size()));
   }
-}
-
-float* LocalCommunicator::scratch(std::size_t elems) {
-  if (scratch_.size() < elems) {
-    scratch_ = TrackedBuffer<float>(tracker_ != nullptr ? *tracker_ : untracked_,
-                                    MemoryCategory::comm_buffers, elems);
-  }
-  return scratch_.data();
 }
 
 // Reduce-scatter: at step s rank r adds chunk (r-s-1) of rank r-1 into its own. Rank r-1 wrote
@@ -141,9 +176,9 @@ void LocalCommunicator::ring_reduce_scatter(float* buf, std::size_t n) {
   for (int s = 0; s < p - 1; ++s) {
     const Chunk c = ring_chunk(n, p, mod(rank_ - s - 1, p));
     const float* src = peer<float>(prev) + c.offset;
-    float* dst = buf + c.offset;
-    for (std::size_t i = 0; i < c.length; ++i) dst[i] += src[i];
+    ops_->add(buf + c.offset, src, buf + c.offset, c.length);
     count(ring_chunk(n, p, mod(rank_ - s, p)).length, c.length);
+    ops_->fence();
     group_->barrier(rank_);
   }
 }
@@ -154,8 +189,9 @@ void LocalCommunicator::ring_all_gather(float* buf, std::size_t n) {
   const int prev = mod(rank_ - 1, p);
   for (int s = 0; s < p - 1; ++s) {
     const Chunk c = ring_chunk(n, p, mod(rank_ - s, p));
-    std::memcpy(buf + c.offset, peer<float>(prev) + c.offset, c.length * sizeof(float));
+    ops_->copy(buf + c.offset, peer<float>(prev) + c.offset, c.length);
     count(ring_chunk(n, p, mod(rank_ + 1 - s, p)).length, c.length);
+    ops_->fence();
     group_->barrier(rank_);
   }
 }
@@ -170,16 +206,20 @@ void LocalCommunicator::allreduce_sum(float* buf, std::size_t n) {
 void LocalCommunicator::allgather(const float* send, float* recv, std::size_t n) {
   const int p = world_size();
   if (n == 0) return;
-  std::memcpy(recv + static_cast<std::size_t>(rank_) * n, send, n * sizeof(float));
-  if (p == 1) return;
+  ops_->copy(recv + static_cast<std::size_t>(rank_) * n, send, n);
+  if (p == 1) {
+    ops_->fence();
+    return;
+  }
   // Same ring as ring_all_gather, but rank r starts out owning chunk r rather than r+1.
   publish(recv);
   const int prev = mod(rank_ - 1, p);
   const std::size_t total = n * static_cast<std::size_t>(p);
   for (int s = 0; s < p - 1; ++s) {
     const Chunk c = ring_chunk(total, p, mod(rank_ - s - 1, p));
-    std::memcpy(recv + c.offset, peer<float>(prev) + c.offset, c.length * sizeof(float));
+    ops_->copy(recv + c.offset, peer<float>(prev) + c.offset, c.length);
     count(n, c.length);
+    ops_->fence();
     group_->barrier(rank_);
   }
 }
@@ -199,6 +239,7 @@ void LocalCommunicator::chain_pipeline(std::size_t n, int pos, SliceFn fn) {
       const std::size_t off = static_cast<std::size_t>(k) * slice;
       fn(k, off, std::min(slice, n - off));
     }
+    ops_->fence();
     group_->barrier(rank_);
   }
   count(pos < world_size() - 1 ? n : 0, pos > 0 ? n : 0);
@@ -215,7 +256,7 @@ void LocalCommunicator::reduce_sum(float* buf, std::size_t n, int root) {
   const std::size_t slice = chain_slice(n);
   const int pos = mod(rank_ - root - 1, p);
   const bool relay = pos > 0 && pos < p - 1;
-  float* my_scratch = relay ? scratch(2 * slice) : nullptr;
+  float* my_scratch = relay ? ops_->scratch(2 * slice) : nullptr;
   publish(buf, my_scratch);
   const int prev = mod(rank_ - 1, p);
   chain_pipeline(n, pos, [&](long k, std::size_t off, std::size_t len) {
@@ -223,7 +264,7 @@ void LocalCommunicator::reduce_sum(float* buf, std::size_t n, int root) {
     const float* in = pos == 1 ? peer<float>(prev, 0) + off : peer<float>(prev, 1) + parity;
     const float* own = buf + off;
     float* out = pos == p - 1 ? buf + off : my_scratch + parity;
-    for (std::size_t i = 0; i < len; ++i) out[i] = in[i] + own[i];
+    ops_->add(out, in, own, len);
   });
 }
 
@@ -236,7 +277,7 @@ void LocalCommunicator::broadcast(float* buf, std::size_t n, int root) {
   publish(buf);
   const int prev = mod(rank_ - 1, p);
   chain_pipeline(n, mod(rank_ - root, p), [&](long, std::size_t off, std::size_t len) {
-    std::memcpy(buf + off, peer<float>(prev) + off, len * sizeof(float));
+    ops_->copy(buf + off, peer<float>(prev) + off, len);
   });
 }
 
@@ -251,17 +292,19 @@ void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_
       std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
   const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
   if (p == 1) {
-    std::memcpy(recv, send + offset, mine * sizeof(float));
+    ops_->copy(recv, send + offset, mine);
+    ops_->fence();
     return;
   }
   publish(send);
-  std::memcpy(recv, peer<float>(root) + offset, mine * sizeof(float));
+  ops_->copy(recv, peer<float>(root) + offset, mine);
   if (rank_ == root) {
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
     count(total - mine, 0);
   } else {
     count(0, mine);
   }
+  ops_->fence();
   group_->barrier(rank_);
 }
 
@@ -273,7 +316,8 @@ void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t
     throw Error(fmt::format("gather: {} counts for world_size {}", counts.size(), p));
   }
   if (p == 1) {
-    std::memcpy(recv, send, counts[0] * sizeof(float));
+    ops_->copy(recv, send, counts[0]);
+    ops_->fence();
     return;
   }
   publish(send);
@@ -282,7 +326,7 @@ void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t
     std::size_t received = 0;
     for (int r = 0; r < p; ++r) {
       const std::size_t c = counts[static_cast<std::size_t>(r)];
-      std::memcpy(recv + offset, peer<float>(r), c * sizeof(float));
+      ops_->copy(recv + offset, peer<float>(r), c);
       offset += c;
       if (r != root) received += c;
     }
@@ -290,6 +334,7 @@ void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t
   } else {
     count(counts[static_cast<std::size_t>(rank_)], 0);
   }
+  ops_->fence();
   group_->barrier(rank_);
 }
 
@@ -331,7 +376,8 @@ void LocalCommunicator::recv(float* buf, std::size_t n, int src) {
   // Copy outside the lock: the sender keeps its buffer alive until it sees `taken`.
   const float* data = box.data;
   lock.unlock();
-  std::memcpy(buf, data, n * sizeof(float));
+  ops_->copy(buf, data, n);
+  ops_->fence();
   lock.lock();
   box.taken = true;
   lock.unlock();

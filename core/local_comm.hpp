@@ -10,6 +10,10 @@
 //                  moves n elements at most once; relay ranks hold a two-slice scratch buffer.
 //   scatterv/gatherv: every rank copies its part from/to the root.
 //   send/recv: rendezvous mailboxes (the sender returns once the receiver has copied).
+// The same algorithms run on host memory (CPU ranks) or on device memory (GPU ranks, one thread
+// per rank, several ranks possibly sharing one GPU): a LocalMemOps moves and adds the floats,
+// with memcpy and loops on the host, or with cudaMemcpyPeerAsync and reduction kernels on the
+// rank's stream (core/cuda_local_ops.hpp), completed before every barrier.
 // Not for: multiple processes (see the mpi and nccl backends).
 #pragma once
 
@@ -17,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +46,10 @@ class LocalGroup {
   void barrier(int rank);
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(); }
+  // Calls hook(reason) once, on the thread that aborts the group (by abort() or a timeout),
+  // after the group is marked aborted: how communicators outside the group (NCCL) are told to
+  // stop. Set before the ranks start.
+  void set_abort_hook(std::function<void(const std::string&)> hook) { abort_hook_ = std::move(hook); }
   // Why the group was aborted ("" if it was not).
   std::string abort_reason();
 
@@ -67,19 +76,43 @@ class LocalGroup {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
+  std::function<void(const std::string&)> abort_hook_;
   // Pointers published by each rank for the current collective: slot[rank][k].
   std::vector<std::array<void*, 2>> slots_;
   // mailboxes_[src * world_size + dst]
   std::vector<Mailbox> mailboxes_;
 };
 
+// How one rank of the local backend moves and adds floats. Pointers are this rank's memory or a
+// peer's (published through the group); the communicator calls fence() before every barrier, so
+// that what a rank wrote is complete when its peers read it.
+class LocalMemOps {
+ public:
+  virtual ~LocalMemOps() = default;
+  // dst[i] = src[i] for i < n; src may be a peer's memory.
+  virtual void copy(float* dst, const float* src, std::size_t n) = 0;
+  // out[i] = peer_in[i] + own[i] for i < n; peer_in may be a peer's memory; out may be own.
+  virtual void add(float* out, const float* peer_in, const float* own, std::size_t n) = 0;
+  // Completes every copy and add issued so far.
+  virtual void fence() {}
+  // A scratch buffer of at least n floats in the memory this rank's data lives in, charged to
+  // comm_buffers; valid until the next call.
+  virtual float* scratch(std::size_t n) = 0;
+};
+
+// Host memory: memcpy and a loop; scratch charged to `tracker` (may be null: untracked).
+std::unique_ptr<LocalMemOps> make_host_mem_ops(MemoryTracker* tracker);
+
 class LocalCommunicator final : public Communicator {
  public:
   // Slice size of the pipelined chain algorithms, in floats (128 KiB).
   static constexpr std::size_t kSliceElems = 32 * 1024;
 
-  // tracker: where this rank's scratch buffers are charged (comm_buffers); may be null.
+  // Host memory. tracker: where this rank's scratch buffers are charged (comm_buffers); may be
+  // null.
   LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, MemoryTracker* tracker);
+  // Memory moved by `ops` (e.g. device memory, core/cuda_local_ops.hpp).
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, std::unique_ptr<LocalMemOps> ops);
 
   int rank() const override { return rank_; }
   int world_size() const override { return group_->world_size(); }
@@ -109,13 +142,10 @@ class LocalCommunicator final : public Communicator {
   void ring_all_gather(float* buf, std::size_t n);
   template <typename SliceFn>
   void chain_pipeline(std::size_t n, int pos, SliceFn fn);
-  float* scratch(std::size_t elems);
 
   std::shared_ptr<LocalGroup> group_;
   int rank_;
-  MemoryTracker* tracker_;
-  MemoryTracker untracked_;
-  TrackedBuffer<float> scratch_;
+  std::unique_ptr<LocalMemOps> ops_;
 };
 
 }  // namespace dpbench

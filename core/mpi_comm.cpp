@@ -47,6 +47,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds) {
   return nullptr;
 }
 std::vector<std::string> mpi_gather_strings(const std::string& mine, int) { return {mine}; }
+void mpi_broadcast_bytes(void*, std::size_t, int) {}
 
 #else
 
@@ -335,6 +336,10 @@ std::vector<std::string> mpi_gather_strings(const std::string& mine, int root) {
     }
   }
   return out;
+}
+
+void mpi_broadcast_bytes(void* data, std::size_t bytes, int root) {
+  check(MPI_Bcast(data, as_int(bytes, "MPI_Bcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
 }
 
 #endif  // DPBENCH_HAVE_MPI

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,5 +47,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds ti
 
 // Rank `root` receives every rank's string, in rank order; the others get an empty vector.
 std::vector<std::string> mpi_gather_strings(const std::string& mine, int root);
+
+// MPI_Bcast of `bytes` bytes at data from `root` to every rank (e.g. the ncclUniqueId). Without
+// MPI (one process) it does nothing. Throws Error when MPI fails.
+void mpi_broadcast_bytes(void* data, std::size_t bytes, int root);
 
 }  // namespace dpbench

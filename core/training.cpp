@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/cuda_training.hpp"
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "core/mpi_comm.hpp"
@@ -22,25 +23,20 @@
 
 namespace dpbench {
 
-namespace {
-
-// One rank per process (mpirun): run this process's rank, end the whole job on a failure, then
-// gather every rank's record to rank 0.
-void run_mpi_rank(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body) {
+void run_mpi_process(const TrainConfig& config, std::vector<RankResult>& ranks,
+                     const std::function<void(int rank)>& rank_main) {
   MpiRuntime::init();
   if (config.world_size != MpiRuntime::size()) {
     throw InputError(fmt::format("world size mismatch: world_size {} but the launcher started {} processes",
                                  config.world_size, MpiRuntime::size()));
   }
   const int rank = MpiRuntime::rank();
-  MemoryTracker tracker;
-  auto comm = make_mpi_communicator(config.timeout);
   auto with_rank = [rank](const std::string& what) {
     const std::string prefix = fmt::format("rank {}:", rank);
     return what.rfind(prefix, 0) == 0 ? what : fmt::format("rank {}: {}", rank, what);
   };
   try {
-    body(rank, *comm, tracker);
+    rank_main(rank);
   } catch (const InputError& e) {
     MpiRuntime::abort(2, "dpbench: error: " + with_rank(e.what()));
   } catch (const std::exception& e) {
@@ -50,15 +46,27 @@ void run_mpi_rank(const TrainConfig& config, std::vector<RankResult>& ranks, con
   for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
 }
 
-}  // namespace
-
 void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body) {
-  if (config.comm == "mpi") return run_mpi_rank(config, ranks, body);
+  if (config.comm == "mpi") {
+    return run_mpi_process(config, ranks, [&](int rank) {
+      MemoryTracker tracker;
+      auto comm = make_mpi_communicator(config.timeout);
+      body(rank, *comm, tracker);
+    });
+  }
   if (config.comm != "local") {
     throw InputError(fmt::format("--comm {}: not available for CPU training (choose local or mpi)", config.comm));
   }
   auto group = std::make_shared<LocalGroup>(config.world_size, config.timeout);
-  const auto p = static_cast<std::size_t>(config.world_size);
+  run_rank_threads(*group, [&](int rank) {
+    MemoryTracker tracker;
+    LocalCommunicator comm(group, rank, &tracker);
+    body(rank, comm, tracker);
+  });
+}
+
+void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main_fn) {
+  const auto p = static_cast<std::size_t>(group.world_size());
   std::mutex mutex;
   std::condition_variable done_cv;
   std::vector<char> done(p, 0);
@@ -67,11 +75,9 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
   int first_rank = -1;
   std::string first_message;
 
-  auto rank_main = [&, group](int rank) {
+  auto rank_main = [&](int rank) {
     try {
-      MemoryTracker tracker;
-      LocalCommunicator comm(group, rank, &tracker);
-      body(rank, comm, tracker);
+      rank_main_fn(rank);
     } catch (const Aborted&) {
       // A peer failed first (or a wait timed out); that is the error reported.
     } catch (const std::exception& e) {
@@ -83,7 +89,7 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
           first_message = e.what();
         }
       }
-      group->abort(fmt::format("rank {}: {}", rank, e.what()));
+      group.abort(fmt::format("rank {}: {}", rank, e.what()));
     }
     std::lock_guard<std::mutex> lock(mutex);
     done[static_cast<std::size_t>(rank)] = 1;
@@ -93,12 +99,12 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
 
   std::vector<std::thread> threads;
   threads.reserve(p);
-  for (int r = 0; r < config.world_size; ++r) threads.emplace_back(rank_main, r);
+  for (int r = 0; r < group.world_size(); ++r) threads.emplace_back(rank_main, r);
   {
     // Every rank finishes, or the group aborts: then give the others a moment to notice and
     // leave behind any rank that is stuck outside the communicator (it cannot be interrupted).
     std::unique_lock<std::mutex> lock(mutex);
-    while (finished < p && !group->aborted()) done_cv.wait_for(lock, std::chrono::milliseconds(50));
+    while (finished < p && !group.aborted()) done_cv.wait_for(lock, std::chrono::milliseconds(50));
     if (finished < p) done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished == p; });
   }
   bool abandoned = false;
@@ -115,7 +121,7 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
   }
   if (abandoned) {
     // The stuck thread still references this frame's state: leave now, without unwinding.
-    std::fprintf(stderr, "dpbench: failed: %s\n", group->abort_reason().c_str());
+    std::fprintf(stderr, "dpbench: failed: %s\n", group.abort_reason().c_str());
     std::fflush(stderr);
     std::_Exit(1);
   }
@@ -128,7 +134,7 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
       throw Error(fmt::format("rank {}: {}", first_rank, first_message));
     }
   }
-  if (group->aborted()) throw Error(group->abort_reason());
+  if (group.aborted()) throw Error(group.abort_reason());
 }
 
 nlohmann::json rank_to_json(const RankResult& r) {
@@ -138,9 +144,11 @@ nlohmann::json rank_to_json(const RankResult& r) {
     steps.push_back({s.step_time, ph.data_wait, ph.h2d, ph.forward, ph.backward, ph.comm, ph.comm_exposed,
                      ph.optimizer});
   }
+  const DeviceView& d = r.device;
   return {{"rank", r.rank}, {"local_batch", r.local_batch}, {"steps", steps},
           {"sent", r.comm_per_step.bytes_sent}, {"received", r.comm_per_step.bytes_received},
-          {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category}};
+          {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category},
+          {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}}};
 }
 
 RankResult rank_from_json(const nlohmann::json& j) {
@@ -156,6 +164,8 @@ RankResult rank_from_json(const nlohmann::json& j) {
   r.comm_per_step = {j.at("sent"), j.at("received")};
   r.memory.peak_bytes = j.at("peak_bytes");
   r.memory.peak_by_category = j.at("peak_by_category").get<std::map<std::string, std::int64_t>>();
+  const auto& d = j.at("device");
+  r.device = {d[0], d[1], d[2], d[3], d[4]};
   return r;
 }
 
@@ -273,9 +283,10 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
                                    config.global_batch));
     }
   }
-  if (config.device != "cpu") {
-    throw InputError(fmt::format("--device {}: training runs on cpu in this build", config.device));
+  if (config.device != "cpu" && config.device != "cuda") {
+    throw InputError(fmt::format("--device {}: unknown device (choose cpu or cuda)", config.device));
   }
+  parse_precision(config.precision);
 }
 
 long total_steps(const TrainConfig& config, const Dataset& train) {

@@ -29,6 +29,7 @@ struct TrainConfig {
   std::string transport = "collective";  // ps only: "collective" (reduce + broadcast) or "p2p"
   std::string comm = "local";
   std::string device = "cpu";
+  std::string precision = "tf32";  // cuda: cuBLAS math, "fp32" or "tf32" (cuda::Precision)
   int world_size = 4;
   std::size_t global_batch = 256;  // samples per step over all ranks
   int epochs = 2;
@@ -69,12 +70,24 @@ struct MemoryReport {
   std::map<std::string, std::int64_t> peak_by_category;  // category_name() -> peak bytes
 };
 
+// What a GPU rank's device said about its memory (cudaMemGetInfo), in bytes in use on the whole
+// device: it sees every rank sharing the device, the CUDA context, cuBLAS and NCCL, and the
+// allocator's cache.
+struct DeviceView {
+  int device = -1;                // CUDA device index; -1 for a CPU rank
+  bool virtual_rank = false;      // the device is shared with other ranks of this node
+  std::int64_t used_before = -1;  // before the rank allocated anything
+  std::int64_t used_after = -1;   // after the last step, with the rank's buffers still held
+  std::int64_t total = -1;
+};
+
 struct RankResult {
   int rank = 0;
   std::size_t local_batch = 0;      // samples this rank computes per step
   std::vector<StepRecord> steps;    // timed steps only (after warm-up)
   CommStats comm_per_step;          // bytes per timed step
-  MemoryReport memory;
+  MemoryReport memory;              // host memory for CPU ranks, device memory for GPU ranks
+  DeviceView device;
 };
 
 struct RunResult {
@@ -113,6 +126,18 @@ using RankBody = std::function<void(int rank, Communicator& comm, MemoryTracker&
 //   comm "mpi": this process's rank only; a failure prints one line and ends the whole job with
 //     MPI_Abort (exit 1, or 2 for bad input); afterwards every rank's record is gathered to rank 0.
 void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body);
+
+// The machinery of run_ranks, for launchers that build their own per-rank state (GPU ranks,
+// core/cuda_training.hpp):
+//   run_rank_threads: rank_main(rank) on group.world_size() threads, with run_ranks' failure
+//     handling for "local" (abort the group on the first exception and rethrow it with the rank
+//     prepended; exit 1 naming the silent ranks when a rank cannot be interrupted).
+//   run_mpi_process: rank_main(this process's rank) under mpirun, ending the job with MPI_Abort
+//     on a failure, then gathering every rank's record in `ranks` to rank 0.
+class LocalGroup;
+void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main);
+void run_mpi_process(const TrainConfig& config, std::vector<RankResult>& ranks,
+                     const std::function<void(int rank)>& rank_main);
 
 // A rank's record as JSON and back (for gathering records across processes).
 nlohmann::json rank_to_json(const RankResult& rank);
@@ -156,7 +181,7 @@ double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const f
 long steps_per_epoch(const TrainConfig& config, const Dataset& train);
 
 // Common checks of a config against the data, one-line InputErrors: world_size, batch size,
-// epochs, learning rate, transport.
+// epochs, learning rate, transport, device and precision.
 void validate_config(const TrainConfig& config, const Dataset& train);
 
 // Total steps of the run (epochs x steps_per_epoch, capped by max_steps).

@@ -33,4 +33,9 @@ void validate_parameter_server(const TrainConfig& config, const Dataset& train);
 // Throws as validate_parameter_server does, and Error if a rank fails.
 RunResult train_parameter_server(const TrainConfig& config, const TrainData& data);
 
+// The same mode on GPUs (config.device "cuda"; ps/parameter_server_cuda.cpp), rank 0's GPU the
+// reducer. Throws as train_parameter_server, and Error when no GPU is usable or the build has
+// no CUDA.
+RunResult train_parameter_server_cuda(const TrainConfig& config, const TrainData& data);
+
 }  // namespace dpbench

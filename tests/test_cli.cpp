@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/fixtures.hpp"
+#include "core/device.hpp"
 #include "workloads/fashion_mnist.hpp"
 
 namespace dpbench {
@@ -133,6 +134,7 @@ TEST_F(Cli, SyncBnInPsMode) {
   expect_input_error("--workload cnn --mode ps --sync-bn --data synthetic --input 1x8x8 --synthetic-samples 600 -q",
                      "--sync-bn");
 }
+TEST_F(Cli, UnknownPrecision) { expect_input_error(synthetic("--precision bf16"), "--precision bf16"); }
 TEST_F(Cli, UnknownDevice) { expect_input_error(synthetic("--device tpu"), "tpu"); }
 
 TEST_F(Cli, CudaWithoutUsableGpuIsOneLine) {
@@ -240,6 +242,52 @@ TEST_F(Cli, CnnWorkloadReaches88PercentInBothModes) {
     EXPECT_GE(run["quality"]["test_accuracy"].get<double>(), 0.88) << run["mode"];
     EXPECT_EQ(run["workload"], "cnn");
   }
+}
+
+// `dpbench run --device cuda`: what a GPU run adds to the JSON (precision, each rank's device
+// and the device's own memory view, virtual ranks when ranks outnumber GPUs), DDP's overlap in
+// the step breakdown, and a failing GPU rank ending the run. Skipped without a usable GPU.
+class CliGpu : public Cli {
+ protected:
+  void SetUp() override {
+    const CudaProbe probe = probe_cuda();
+    if (!probe.usable) GTEST_SKIP() << "no CUDA device: " << probe.reason;
+    gpus_ = static_cast<int>(probe.gpus.size());
+  }
+  int gpus_ = 0;
+};
+
+TEST_F(CliGpu, CudaRunRecordsDevicesPrecisionAndOverlap) {
+  const Outcome o = dpbench(
+      "--device cuda --ranks 4 --data synthetic --input 784 --synthetic-samples 8192 --hidden 2048,2048 "
+      "--bucket-cap-mb 2 --batch-size 512 --epochs 1 --no-eval -q");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  for (const auto& run : doc["runs"]) {
+    EXPECT_EQ(run["device"], "cuda");
+    EXPECT_EQ(run["precision"], "tf32");
+    EXPECT_EQ(run["virtual_ranks"].get<bool>(), gpus_ < 4);
+    for (const auto& m : run["memory"]["per_rank"]) {
+      EXPECT_GE(m["device"]["index"].get<int>(), 0);
+      EXPECT_GT(m["device"]["used_after_bytes"].get<std::int64_t>(), 0);
+    }
+    EXPECT_TRUE(run["config"]["pin_memory"].get<bool>());
+  }
+  const auto& ar = doc["runs"][1];
+  ASSERT_EQ(ar["mode"], "allreduce");
+  EXPECT_LT(ar["phases_s"]["comm_exposed"].get<double>(), ar["phases_s"]["comm"].get<double>());
+  EXPECT_GT(ar["phases_s"]["h2d"].get<double>(), 0.0);
+}
+
+TEST_F(CliGpu, FailingGpuRankEndsTheRunNamingIt) {
+  const Outcome o = shell("DPBENCH_FAULT=rank=1,step=3,kind=throw " + std::string(DPBENCH_BINARY) +
+                              " run --device cuda --ranks 2 " + synthetic("--timeout 20") + " --out " +
+                              result().string(),
+                          tmp_.path());
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  EXPECT_NE(o.err.find("rank 1"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(result()));
 }
 
 }  // namespace

@@ -219,7 +219,7 @@ TEST_F(Launch, MpiWorldSizeWithoutALauncher) {
 TEST(LaunchResolve, MpiInABuildWithoutMpiIsAnInputError) {
   if (mpi_built()) GTEST_SKIP() << "this build has MPI; the CPU-only presets (cpu, debug) check this";
   try {
-    resolve_launch("mpi", 2);
+    resolve_launch("mpi", 2, "cpu");
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("this build has no MPI"), std::string::npos) << e.what();
@@ -227,10 +227,31 @@ TEST(LaunchResolve, MpiInABuildWithoutMpiIsAnInputError) {
 }
 
 TEST(LaunchResolve, LocalTakesRequestedOrDefaultWorldSize) {
-  EXPECT_EQ(resolve_launch("local", 3).world_size, 3);
-  EXPECT_EQ(resolve_launch("local", 0).world_size, 4);
-  EXPECT_FALSE(resolve_launch("local", 3).multi_process);
-  EXPECT_THROW(resolve_launch("gloo", 2), InputError);
+  EXPECT_EQ(resolve_launch("local", 3, "cpu").world_size, 3);
+  EXPECT_EQ(resolve_launch("local", 0, "cpu").world_size, 4);
+  EXPECT_FALSE(resolve_launch("local", 3, "cpu").multi_process);
+  EXPECT_THROW(resolve_launch("gloo", 2, "cpu"), InputError);
+}
+
+// The backend/device pairs: NCCL moves device buffers, MPI host buffers. Without mpirun, NCCL
+// ranks are threads of this process (no GPU is needed to resolve the launch).
+TEST(LaunchResolve, BackendsMatchTheirDevice) {
+  const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (launched != nullptr) GTEST_SKIP() << "running under mpirun";
+  const LaunchInfo nccl = resolve_launch("nccl", 2, "cuda");
+  EXPECT_EQ(nccl.world_size, 2);
+  EXPECT_FALSE(nccl.multi_process);
+  EXPECT_EQ(nccl.launcher, "threads");
+  auto message = [](const std::string& comm, const std::string& device) {
+    try {
+      resolve_launch(comm, 2, device);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("nccl", "cpu").find("--device cuda"), std::string::npos) << message("nccl", "cpu");
+  EXPECT_NE(message("mpi", "cuda").find("--comm mpi"), std::string::npos) << message("mpi", "cuda");
 }
 
 }  // namespace

@@ -230,6 +230,10 @@ __global__ void add_inplace_kernel(float* y, const float* x, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] += x[i];
 }
 
+__global__ void add_kernel(float* out, const float* a, const float* b, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+}
+
 __global__ void scale_inplace_kernel(float* y, float alpha, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] *= alpha;
 }
@@ -394,6 +398,12 @@ void add_inplace(float* y, const float* x, std::size_t n, void* stream) {
   if (n == 0) return;
   add_inplace_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(y, x, n);
   DPBENCH_LAUNCH_CHECK("add_inplace");
+}
+
+void add(float* out, const float* a, const float* b, std::size_t n, void* stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(out, a, b, n);
+  DPBENCH_LAUNCH_CHECK("add");
 }
 
 void scale_inplace(float* y, float alpha, std::size_t n, void* stream) {

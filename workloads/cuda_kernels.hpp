@@ -107,6 +107,9 @@ void sgd_momentum(float* params, const float* grads, float* velocity, std::size_
 // y[i] += x[i] over n elements. As cpu::add_inplace (bit-identical).
 void add_inplace(float* y, const float* x, std::size_t n, void* stream);
 
+// out[i] = a[i] + b[i] over n elements; out may alias a or b.
+void add(float* out, const float* a, const float* b, std::size_t n, void* stream);
+
 // y[i] *= alpha over n elements (e.g. 1/world_size after a summing all-reduce).
 void scale_inplace(float* y, float alpha, std::size_t n, void* stream);
 

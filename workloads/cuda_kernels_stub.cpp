@@ -60,6 +60,8 @@ void sgd_momentum(float*, const float*, float*, std::size_t, float, float, float
 
 void add_inplace(float*, const float*, std::size_t, void*) { no_cuda("add_inplace"); }
 
+void add(float*, const float*, const float*, std::size_t, void*) { no_cuda("add"); }
+
 void scale_inplace(float*, float, std::size_t, void*) { no_cuda("scale_inplace"); }
 
 #endif  // DPBENCH_HAVE_CUDA

@@ -66,9 +66,14 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
       ->capture_default_str();
   app.add_flag("--persistent-workers", c.loader.persistent_workers,
                "DataLoader persistent_workers: keep the worker threads alive between epochs");
-  app.add_flag("--pin-memory", c.loader.pin_memory,
-               "DataLoader pin_memory: page-locked staging for asynchronous host-to-device copies "
-               "(no effect when training on CPU)");
+  app.add_flag_callback("--pin-memory", [&d] { d.pin_memory = 1; },
+                        "DataLoader pin_memory: page-locked staging for asynchronous host-to-device "
+                        "copies (default on with --device cuda; no effect when training on CPU)");
+  app.add_flag_callback("--no-pin-memory", [&d] { d.pin_memory = 0; },
+                        "Copy batches to the GPU from pageable memory (synchronous copies)");
+  app.add_option("--precision", c.precision,
+                 "cuda: cuBLAS math for the GEMMs, tf32 (tensor cores, PyTorch's allow_tf32) or fp32")
+      ->capture_default_str();
   app.add_option("--decode-cost-us", c.loader.decode_cost_us,
                  "Emulated decoding: every loaded sample costs this many microseconds of the loading "
                  "thread's CPU time, so the effect of --num-workers is measurable")

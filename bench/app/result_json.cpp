@@ -90,7 +90,10 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["num_params"] = run.num_params;
   j["input_features"] = run.input_features;
   j["num_classes"] = run.num_classes;
-  j["virtual_ranks"] = false;  // CPU ranks are threads; GPU ranks sharing a device set this
+  // GPU ranks sharing a device (more ranks than GPUs on a node); CPU ranks are threads.
+  j["virtual_ranks"] = std::any_of(run.ranks.begin(), run.ranks.end(),
+                                   [](const RankResult& r) { return r.device.virtual_rank; });
+  if (c.device == "cuda") j["precision"] = c.precision;
   j["config"] = config_to_json(c);
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", c.warmup_steps}};
 
@@ -121,6 +124,13 @@ nlohmann::json run_to_json(const RunResult& run) {
   for (const auto& r : run.ranks) {
     nlohmann::json m = {{"rank", r.rank}, {"peak_bytes", r.memory.peak_bytes}};
     for (const auto& [cat, bytes] : r.memory.peak_by_category) m[cat] = bytes;
+    if (r.device.device >= 0) {
+      // The device's own view (cudaMemGetInfo): all ranks on it, the CUDA context, cuBLAS, NCCL.
+      m["device"] = {{"index", r.device.device},
+                     {"used_before_bytes", r.device.used_before},
+                     {"used_after_bytes", r.device.used_after},
+                     {"total_bytes", r.device.total}};
+    }
     per_rank_mem.push_back(m);
     sum += static_cast<double>(r.memory.peak_bytes);
     max = std::max(max, static_cast<double>(r.memory.peak_bytes));

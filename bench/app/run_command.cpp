@@ -109,7 +109,7 @@ int run_command(const RunOptions& o) {
   for (const auto& m : o.modes) find_strategy(m);
   const DeviceChoice device = choose_device(o.base.device);
   check_common_options(o.base, o.timeout_s);
-  const LaunchInfo launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0);
+  const LaunchInfo launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, device.device);
   const bool output = is_output_process();
   const bool quiet = o.quiet || !output;
   const std::string out = o.out.empty() ? default_out_path("run") : o.out;
@@ -119,6 +119,7 @@ int run_command(const RunOptions& o) {
   base.world_size = launch.world_size;
   base.keep_final_params = !o.save_params.empty();
   base.device = device.device;
+  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : device.device == "cuda";
   base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
   for (const auto& mode : o.modes) {
     TrainConfig cfg = base;

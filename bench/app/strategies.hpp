@@ -13,7 +13,8 @@ struct Strategy {
   std::string name;         // the --mode value
   std::string description;  // one line for --help
   void (*validate)(const TrainConfig&, const Dataset&);  // throws InputError; runs before any training
-  StrategyFn train;
+  StrategyFn train;       // config.device "cpu"
+  StrategyFn train_cuda;  // config.device "cuda"
 };
 
 const std::vector<Strategy>& strategies();

@@ -93,9 +93,9 @@ int sweep_command(const SweepOptions& o) {
       if (o.ranks.size() != 1) {
         throw InputError("--comms mpi: the launcher fixes the world size; give one --ranks value (mpirun -np)");
       }
-      resolve_launch(comm, o.ranks.front());
+      resolve_launch(comm, o.ranks.front(), device.device);
     } else {
-      resolve_launch(comm, 1);
+      resolve_launch(comm, 1, device.device);
     }
   }
   const bool output = is_output_process();
@@ -104,6 +104,7 @@ int sweep_command(const SweepOptions& o) {
 
   TrainConfig base = o.base;
   base.device = device.device;
+  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : device.device == "cuda";
   base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
   SweepOptions resolved = o;
   resolved.base = base;

@@ -1,0 +1,194 @@
+#include "core/cuda_training.hpp"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/cuda_local_ops.hpp"
+#include "core/error.hpp"
+#include "core/local_comm.hpp"
+#include "core/mpi_comm.hpp"
+#include "core/nccl_comm.hpp"
+#include "workloads/dataloader.hpp"
+
+namespace dpbench {
+
+cuda::Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return cuda::Precision::fp32;
+  if (name == "tf32") return cuda::Precision::tf32;
+  throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", name));
+}
+
+void record_device_used_after(const CudaRank& rank, RankResult& result) {
+  result.device.used_after = device_mem_info(rank.device).used_bytes();
+}
+
+namespace {
+
+// How a rank gets its communicator: the local backend over device copies on a stream of the
+// rank's own, or NCCL (which owns its stream).
+struct CommSource {
+  std::shared_ptr<LocalGroup> group;  // local
+  const NcclUniqueIdBytes* id = nullptr;  // nccl
+  // Called with the rank's communicator once it exists and with nullptr before it is destroyed
+  // (so that a failing peer can abort it); may be empty.
+  std::function<void(int rank, Communicator*)> on_live;
+};
+
+// Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
+// in reverse: the rank's buffers (inside body) go before the communicator, streams and allocator.
+void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_rank, RankResult& result,
+                  const CommSource& source, const CudaRankBody& body) {
+  cuda::set_device(device);
+  const DeviceMemInfo before = device_mem_info(device);
+  MemoryTracker tracker, host_tracker;
+  DeviceAllocator allocator(device, tracker);
+  cuda::Stream compute;
+  std::optional<cuda::Stream> local_comm_stream;
+  std::unique_ptr<Communicator> comm;
+  void* comm_stream = nullptr;
+  if (source.group) {
+    local_comm_stream.emplace();
+    comm_stream = local_comm_stream->handle();
+    comm = std::make_unique<LocalCommunicator>(source.group, rank,
+                                               make_cuda_mem_ops(device, allocator, comm_stream));
+  } else {
+    auto nccl = make_nccl_communicator(*source.id, config.world_size, rank, device, config.timeout);
+    comm_stream = nccl->comm_stream_handle();
+    comm = std::move(nccl);
+  }
+  struct Unregister {
+    const CommSource& source;
+    int rank;
+    ~Unregister() {
+      if (source.on_live) source.on_live(rank, nullptr);
+    }
+  } unregister{source, rank};
+  if (source.on_live) source.on_live(rank, comm.get());
+
+  cuda::Blas blas(compute.handle(), parse_precision(config.precision));
+  CudaRank ctx;
+  ctx.rank = rank;
+  ctx.device = device;
+  ctx.virtual_rank = virtual_rank;
+  ctx.comm = comm.get();
+  ctx.comm_stream = comm_stream;
+  ctx.compute = &compute;
+  ctx.blas = &blas;
+  ctx.allocator = &allocator;
+  ctx.tracker = &tracker;
+  ctx.host_tracker = &host_tracker;
+  result.device.device = device;
+  result.device.virtual_rank = virtual_rank;
+  result.device.used_before = before.used_bytes();
+  result.device.total = before.total_bytes;
+  body(ctx);
+  // Nothing the rank enqueued may outlive its buffers.
+  compute.synchronize();
+}
+
+}  // namespace
+
+void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const CudaRankBody& body) {
+  if (config.comm != "local" && config.comm != "nccl") {
+    throw InputError(fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl",
+                                 config.comm));
+  }
+  const int gpus = cuda::device_count();
+  if (gpus < 1) throw Error("no CUDA device: cudaGetDeviceCount found none");
+  const int p = config.world_size;
+
+  if (config.comm == "nccl" && mpi_launched()) {
+    // One rank per process: the GPU comes from the node-local rank.
+    MpiRuntime::init();
+    NcclUniqueIdBytes id{};
+    if (MpiRuntime::rank() == 0) id = nccl_create_unique_id();
+    mpi_broadcast_bytes(id.data(), id.size(), 0);
+    CommSource source;
+    source.id = &id;
+    const bool shared = MpiRuntime::local_size() > gpus;
+    run_mpi_process(config, ranks, [&](int rank) {
+      run_gpu_rank(config, rank, MpiRuntime::local_rank() % gpus, shared, ranks[static_cast<std::size_t>(rank)],
+                   source, body);
+    });
+    return;
+  }
+
+  auto group = std::make_shared<LocalGroup>(p, config.timeout);
+  NcclUniqueIdBytes id{};
+  CommSource source;
+  if (config.comm == "nccl") {
+    id = nccl_create_unique_id();
+    source.id = &id;
+  } else {
+    source.group = group;
+  }
+  // NCCL communicators live outside the group: the group's abort reaches them through the hook.
+  std::mutex live_mutex;
+  std::vector<Communicator*> live(static_cast<std::size_t>(p), nullptr);
+  if (config.comm == "nccl") {
+    source.on_live = [&](int rank, Communicator* comm) {
+      std::lock_guard<std::mutex> lock(live_mutex);
+      live[static_cast<std::size_t>(rank)] = comm;
+    };
+    group->set_abort_hook([&](const std::string& reason) {
+      std::lock_guard<std::mutex> lock(live_mutex);
+      for (Communicator* c : live) {
+        if (c != nullptr) c->abort(reason);
+      }
+    });
+  }
+  const bool shared = p > gpus;
+  run_rank_threads(*group, [&](int rank) {
+    run_gpu_rank(config, rank, rank % gpus, shared, ranks[static_cast<std::size_t>(rank)], source, body);
+  });
+}
+
+}  // namespace dpbench
+
+namespace dpbench {
+
+DeviceBatch::DeviceBatch(const CudaRank& rank, std::size_t max_rows, std::size_t features, bool pin_memory)
+    : features_(features),
+      pin_memory_(pin_memory),
+      inputs_(*rank.allocator, MemoryCategory::data_staging, max_rows * features),
+      labels_(*rank.allocator, MemoryCategory::data_staging, max_rows) {
+  if (pin_memory_) {
+    pinned_inputs_ = cuda::PinnedBuffer<float>(*rank.host_tracker, MemoryCategory::data_staging, max_rows * features);
+    pinned_labels_ = cuda::PinnedBuffer<std::int32_t>(*rank.host_tracker, MemoryCategory::data_staging, max_rows);
+  }
+}
+
+void DeviceBatch::upload(const Batch& batch, std::size_t rows, void* stream) {
+  if (rows > labels_.size() || rows > batch.size) {
+    throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, labels_.size(),
+                            batch.size));
+  }
+  if (rows == 0) return;
+  const float* x = batch.inputs.data();
+  const std::int32_t* y = batch.labels.data();
+  if (pin_memory_) {
+    std::memcpy(pinned_inputs_.data(), x, rows * features_ * sizeof(float));
+    std::memcpy(pinned_labels_.data(), y, rows * sizeof(std::int32_t));
+    x = pinned_inputs_.data();
+    y = pinned_labels_.data();
+  }
+  cuda::memcpy_async(inputs_.data(), x, rows * features_ * sizeof(float), stream);
+  cuda::memcpy_async(labels_.data(), y, rows * sizeof(std::int32_t), stream);
+}
+
+std::vector<double> epoch_loss_sums(const DeviceBuffer<float>& step_loss, long steps, long steps_per_epoch,
+                                    int epochs) {
+  std::vector<float> host(step_loss.size());
+  step_loss.copy_to_host(host.data(), host.size());
+  std::vector<double> sums(static_cast<std::size_t>(epochs), 0.0);
+  for (long s = 0; s < steps && s < static_cast<long>(host.size()); ++s) {
+    sums[static_cast<std::size_t>(s / steps_per_epoch)] += host[static_cast<std::size_t>(s)];
+  }
+  return sums;
+}
+
+}  // namespace dpbench

@@ -1,0 +1,236 @@
+// GPU training (both modes on device buffers, GPU ranks in the local backend, NCCL when it can
+// run): the same agreements the CPU trainers are held to, plus agreement with the CPU trainers
+// themselves, the reducer GPU's memory, and overlap of the buckets' all-reduce with backward.
+// Every test needs a usable CUDA device and skips with the reason otherwise. Ranks beyond the
+// number of GPUs are virtual ranks sharing a GPU, as on a one-GPU machine.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "allreduce/ddp_trainer.hpp"
+#include "core/cuda_runtime.hpp"
+#include "core/device.hpp"
+#include "core/error.hpp"
+#include "core/stats.hpp"
+#include "ps/parameter_server.hpp"
+#include "workloads/synthetic.hpp"
+
+namespace dpbench {
+namespace {
+
+constexpr std::size_t kFeatures = 48;
+constexpr std::size_t kClasses = 10;
+
+class CudaTraining : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CudaProbe probe = probe_cuda();
+    if (!probe.built_with_cuda) GTEST_SKIP() << "built without CUDA";
+    if (!probe.usable) GTEST_SKIP() << "no CUDA device: " << probe.reason;
+    data_ = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, 2048, 5);
+  }
+  TrainData data() const { return {data_.get(), nullptr}; }
+  std::unique_ptr<Dataset> data_;
+};
+
+// fp32 cuBLAS math, so that GPU and CPU runs differ only by the order of floating-point sums.
+TrainConfig gpu_config(const std::string& mode, int world_size, std::size_t batch) {
+  TrainConfig c;
+  c.device = "cuda";
+  c.precision = "fp32";
+  c.mode = mode;
+  c.world_size = world_size;
+  c.global_batch = batch;
+  c.hidden = {32, 24};
+  c.max_steps = 20;
+  c.warmup_steps = 2;
+  c.epochs = 1;
+  c.lr = 0.05f;
+  c.momentum = 0.9f;
+  c.seed = 11;
+  c.evaluate = false;
+  c.keep_final_params = true;
+  c.timeout = std::chrono::seconds(60);
+  c.loader.pin_memory = true;
+  return c;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+void expect_trained(const RunResult& r) {
+  ASSERT_EQ(r.steps_total, 20);
+  ASSERT_EQ(r.final_params.size(), r.num_params);
+  ASSERT_GT(r.epoch_train_loss.size(), 0u);
+  ASSERT_TRUE(std::isfinite(r.final_train_loss));
+}
+
+// Same tolerance as the CPU agreement tests: the modes sum the same gradients in different
+// orders (chain reduce vs ring), which moves parameters by a few ulps per step.
+TEST_F(CudaTraining, PsAndAllreduceAgreeAfter20Steps) {
+  const RunResult ps = train_parameter_server_cuda(gpu_config("ps", 4, 64), data());
+  const RunResult ar = train_allreduce_cuda(gpu_config("allreduce", 4, 64), data());
+  expect_trained(ps);
+  expect_trained(ar);
+  EXPECT_LT(relative_l2(ps.final_params, ar.final_params), 1e-5);
+  EXPECT_NEAR(ps.final_train_loss, ar.final_train_loss, 1e-4);
+}
+
+// The GPU trainers against the CPU trainers on the same data and seed. fp32 GEMMs on the GPU
+// sum in a different order than OpenBLAS, so bits differ; 20 steps of SGD keep the difference
+// near float rounding (1e-4 relative leaves room for that, and is far below what one wrong
+// step would cause: the parameters move by more than 1e-2 relative in 20 steps).
+TEST_F(CudaTraining, GpuModesMatchCpuModes) {
+  for (const std::string mode : {"ps", "allreduce"}) {
+    TrainConfig gpu = gpu_config(mode, 2, 64);
+    TrainConfig cpu = gpu;
+    cpu.device = "cpu";
+    cpu.loader.pin_memory = false;
+    const RunResult g = mode == "ps" ? train_parameter_server_cuda(gpu, data()) : train_allreduce_cuda(gpu, data());
+    const RunResult c = mode == "ps" ? train_parameter_server(cpu, data()) : train_allreduce(cpu, data());
+    expect_trained(g);
+    expect_trained(c);
+    EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << mode;
+    EXPECT_NEAR(g.final_train_loss, c.final_train_loss, 1e-3) << mode;
+  }
+}
+
+TEST_F(CudaTraining, PsP2pMatchesPsCollective) {
+  TrainConfig p2p = gpu_config("ps", 3, 60);
+  p2p.transport = "p2p";
+  const RunResult a = train_parameter_server_cuda(p2p, data());
+  const RunResult b = train_parameter_server_cuda(gpu_config("ps", 3, 60), data());
+  expect_trained(a);
+  expect_trained(b);
+  EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
+}
+
+TEST_F(CudaTraining, UnevenRankBatchesMatchOneRank) {
+  TrainConfig uneven = gpu_config("allreduce", 4, 256);
+  uneven.rank_batches = {96, 96, 32, 32};
+  const RunResult a = train_allreduce_cuda(uneven, data());
+  const RunResult b = train_allreduce_cuda(gpu_config("allreduce", 1, 256), data());
+  expect_trained(a);
+  expect_trained(b);
+  EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
+  EXPECT_EQ(a.ranks[2].local_batch, 32u);
+}
+
+// The reducer GPU holds the master parameters, their gradients and the momentum buffer on top
+// of its replica (device bytes charged by the allocator, rounded to 512 bytes per block).
+TEST_F(CudaTraining, ReducerGpuHoldsMasterState) {
+  const RunResult r = train_parameter_server_cuda(gpu_config("ps", 4, 64), data());
+  const auto master_bytes = static_cast<std::int64_t>(3 * r.num_params * sizeof(float));
+  for (std::size_t w = 1; w < r.ranks.size(); ++w) {
+    EXPECT_GE(r.ranks[0].memory.peak_bytes - r.ranks[w].memory.peak_bytes, master_bytes) << "worker " << w;
+    EXPECT_EQ(r.ranks[w].memory.peak_by_category.at("optimizer_state"), 0);
+    EXPECT_GE(r.ranks[w].device.device, 0);
+    EXPECT_GT(r.ranks[w].device.used_after, 0);
+  }
+  EXPECT_GE(r.ranks[0].memory.peak_by_category.at("optimizer_state"),
+            static_cast<std::int64_t>(r.num_params * sizeof(float)));
+  EXPECT_EQ(r.ranks[3].device.virtual_rank, cuda::device_count() < 4);
+}
+
+// DDP overlap: with a model of several buckets, the all-reduce of the first buckets runs while
+// backward computes the rest, so the exposed part of the communication is below its total.
+TEST_F(CudaTraining, AllreduceOverlapsBackward) {
+  TrainConfig c = gpu_config("allreduce", 2, 512);
+  c.hidden = {1024, 1024, 1024};
+  c.bucket_cap_mb = 1.0;
+  c.first_bucket_mb = 0.25;
+  c.max_steps = 30;
+  c.warmup_steps = 5;
+  const RunResult r = train_allreduce_cuda(c, data());
+  std::vector<double> total, exposed;
+  for (const auto& s : r.ranks[0].steps) {
+    total.push_back(s.phases.comm);
+    exposed.push_back(s.phases.comm_exposed);
+    EXPECT_GE(s.phases.backward, 0.0);
+  }
+  ASSERT_FALSE(total.empty());
+  EXPECT_GT(median(total), 0.0);
+  EXPECT_LT(median(exposed), median(total));
+}
+
+TEST_F(CudaTraining, NcclOneRankMatchesLocalOneRank) {
+#ifndef DPBENCH_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#endif
+  TrainConfig nccl = gpu_config("allreduce", 1, 64);
+  nccl.comm = "nccl";
+  const RunResult a = train_allreduce_cuda(nccl, data());
+  const RunResult b = train_allreduce_cuda(gpu_config("allreduce", 1, 64), data());
+  expect_trained(a);
+  expect_trained(b);
+  // One rank: no reduction at all, the same kernels in the same order: identical bits.
+  EXPECT_EQ(a.final_params, b.final_params);
+}
+
+// NCCL ranks as threads need one GPU each before NCCL 2.30 ("Duplicate GPU detected").
+TEST_F(CudaTraining, NcclTwoRanksMatchLocal) {
+#ifndef DPBENCH_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#endif
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs for 2 in-process NCCL ranks (one GPU here)";
+  for (const std::string mode : {"ps", "allreduce"}) {
+    TrainConfig nccl = gpu_config(mode, 2, 64);
+    nccl.comm = "nccl";
+    const TrainConfig local = gpu_config(mode, 2, 64);
+    const RunResult a = mode == "ps" ? train_parameter_server_cuda(nccl, data()) : train_allreduce_cuda(nccl, data());
+    const RunResult b = mode == "ps" ? train_parameter_server_cuda(local, data()) : train_allreduce_cuda(local, data());
+    EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5) << mode;
+    EXPECT_EQ(a.ranks[1].comm_per_step.bytes_sent, b.ranks[1].comm_per_step.bytes_sent) << mode;
+  }
+}
+
+// The cnn workload on the GPU against the CPU, in allreduce mode with per-rank BatchNorm
+// (running statistics broadcast from rank 0) and with SyncBatchNorm. Tolerance as in
+// GpuModesMatchCpuModes (fp32 sums in another order).
+TEST_F(CudaTraining, CnnMatchesCpu) {
+  auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kClasses, 1024, 3);
+  const TrainData td{images.get(), nullptr};
+  for (const bool sync_bn : {false, true}) {
+    TrainConfig gpu = gpu_config("allreduce", 2, 32);
+    gpu.workload = "cnn";
+    gpu.channels = {4, 6};
+    gpu.hidden = {16};
+    gpu.sync_bn = sync_bn;
+    TrainConfig cpu = gpu;
+    cpu.device = "cpu";
+    const RunResult g = train_allreduce_cuda(gpu, td);
+    const RunResult c = train_allreduce(cpu, td);
+    expect_trained(g);
+    expect_trained(c);
+    EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << "sync_bn " << sync_bn;
+  }
+}
+
+TEST(CudaTrainingConfig, BadPrecisionIsAnInputError) {
+  TrainConfig c;
+  c.device = "cuda";
+  c.precision = "bf16";
+  auto data = make_synthetic_dataset(SampleShape{1, 1, 8}, 2, 1024, 1);
+  try {
+    train_allreduce_cuda(c, TrainData{data.get(), nullptr});
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--precision bf16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dpbench
