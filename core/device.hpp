@@ -33,8 +33,9 @@ struct DeviceChoice {
   std::string note;    // what was chosen and why, for the log and the result's warnings
 };
 
-// requested: "auto", "cpu" or "cuda". Throws InputError for an unknown name or for "cuda" when
+// requested: "auto", "cpu" or "cuda". host_comm: the run uses a backend that moves host buffers
+// (--comm mpi), so "auto" means the CPU. Throws InputError for an unknown name or for "cuda" when
 // no CUDA device can be used ("--device cuda: no CUDA device: <reason>").
-DeviceChoice choose_device(const std::string& requested);
+DeviceChoice choose_device(const std::string& requested, bool host_comm = false);
 
 }  // namespace dpbench

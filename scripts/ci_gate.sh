@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 dpbench=./build/release/dpbench
 baseline=results/baselines/ci-sweep.json
 current=results/ci-current.json
-"$dpbench" sweep --ranks 1,2 --batch-sizes 256 --num-workers 0 --max-steps 120 --warmup-steps 10 --repetitions 3 \
+"$dpbench" sweep --device cpu --ranks 1,2 --batch-sizes 256 --num-workers 0 --max-steps 120 --warmup-steps 10 --repetitions 3 \
   --seed 0 -q -o "$current"
 if [ "${1:-}" = "--refresh" ]; then
   cp "$current" "$baseline"

@@ -39,7 +39,7 @@ std::string slurp(const fs::path& p) {
 }
 
 const std::string kArgs =
-    " run --data synthetic --input 64 --synthetic-samples 6000 --hidden 32,16 --batch-size 60 "
+    " run --device cpu --data synthetic --input 64 --synthetic-samples 6000 --hidden 32,16 --batch-size 60 "
     "--max-steps 20 --no-eval -q";
 
 // OpenMPI refuses to start as root (CI runs as root) unless told it is fine.

@@ -56,7 +56,7 @@ TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   const std::string out = (tmp.path() / "sweep.json").string();
   // Batch 6 over 4 ranks: ps runs (chunks 2,2,2,0); allreduce cannot split 6 evenly -> failed.
   const std::string cmd = std::string(DPBENCH_BINARY) +
-                          " sweep --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
+                          " sweep --device cpu --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
                           "--ranks 1,4 --batch-sizes 6 --num-workers 0 --max-steps 12 --repetitions 2 "
                           "--no-eval -o " + out + " 2>" + (tmp.path() / "err.txt").string() + " >/dev/null";
   const int status = std::system(cmd.c_str());

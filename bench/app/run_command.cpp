@@ -107,7 +107,7 @@ int run_command(const RunOptions& o) {
   // Validate everything cheap before loading data or training.
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
   for (const auto& m : o.modes) find_strategy(m);
-  const DeviceChoice device = choose_device(o.base.device);
+  const DeviceChoice device = choose_device(o.base.device, o.base.comm == "mpi");
   check_common_options(o.base, o.timeout_s);
   const LaunchInfo launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, device.device);
   const bool output = is_output_process();

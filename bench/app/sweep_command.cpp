@@ -1,5 +1,6 @@
 #include "bench/app/sweep_command.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -82,7 +83,7 @@ int sweep_command(const SweepOptions& o) {
     throw InputError("sweep: --ranks, --batch-sizes and --num-workers need at least one value");
   }
   for (const auto& m : o.modes) find_strategy(m);
-  const DeviceChoice device = choose_device(o.base.device);
+  const DeviceChoice device = choose_device(o.base.device, std::find(o.comms.begin(), o.comms.end(), "mpi") != o.comms.end());
   for (const auto& w : o.workloads) {
     TrainConfig c = o.base;
     c.workload = w;

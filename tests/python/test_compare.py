@@ -30,7 +30,7 @@ BINARY = os.environ.get("DPBENCH_BINARY", str(ROOT / "build" / "release" / "dpbe
 # 12800 samples / batch 128 = 100 steps (95 timed) per mode.
 # A sweep with 3 repetitions, modes alternating, as the CI gate runs it: load that comes and
 # goes between runs shows up as spread across repetitions, which raises the ratio floor.
-RUN_ARGS = ["sweep", "-q", "--data", "synthetic", "--input", "784", "--hidden", "256",
+RUN_ARGS = ["sweep", "-q", "--device", "cpu", "--data", "synthetic", "--input", "784", "--hidden", "256",
             "--synthetic-samples", "12800", "--max-steps", "60", "--ranks", "2",
             "--batch-sizes", "128", "--num-workers", "0", "--repetitions", "3",
             "--modes", "ps,allreduce"]
