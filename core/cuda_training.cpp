@@ -1,5 +1,6 @@
 #include "core/cuda_training.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -69,25 +70,44 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   } unregister{source, rank};
   if (source.on_live) source.on_live(rank, comm.get());
 
-  cuda::Blas blas(compute.handle(), parse_precision(config.precision));
-  CudaRank ctx;
-  ctx.rank = rank;
-  ctx.device = device;
-  ctx.virtual_rank = virtual_rank;
-  ctx.comm = comm.get();
-  ctx.comm_stream = comm_stream;
-  ctx.compute = &compute;
-  ctx.blas = &blas;
-  ctx.allocator = &allocator;
-  ctx.tracker = &tracker;
-  ctx.host_tracker = &host_tracker;
-  result.device.device = device;
-  result.device.virtual_rank = virtual_rank;
-  result.device.used_before = before.used_bytes();
-  result.device.total = before.total_bytes;
-  body(ctx);
-  // Nothing the rank enqueued may outlive its buffers.
-  compute.synchronize();
+  try {
+    cuda::Blas blas(compute.handle(), parse_precision(config.precision));
+    CudaRank ctx;
+    ctx.rank = rank;
+    ctx.device = device;
+    ctx.virtual_rank = virtual_rank;
+    ctx.comm = comm.get();
+    ctx.comm_stream = comm_stream;
+    ctx.compute = &compute;
+    ctx.blas = &blas;
+    ctx.allocator = &allocator;
+    ctx.tracker = &tracker;
+    ctx.host_tracker = &host_tracker;
+    result.device.device = device;
+    result.device.virtual_rank = virtual_rank;
+    result.device.used_before = before.used_bytes();
+    result.device.total = before.total_bytes;
+    body(ctx);
+    // Nothing the rank enqueued may outlive its buffers.
+    compute.synchronize();
+  } catch (const std::exception& e) {
+    // nccl: abort this rank's communicator before its destructor runs. Otherwise that destructor
+    // calls ncclCommDestroy, which waits for the peers, while the peers wait in a collective for
+    // this rank: the failing rank would hang in its own cleanup until the peers time out, and
+    // their timeouts would be reported instead of its error. (The local group is aborted by
+    // run_rank_threads once this rank has unwound.)
+    if (!source.group) comm->abort(fmt::format("rank {}: {}", rank, e.what()));
+    throw;
+  }
+}
+
+// Whether the linked NCCL lets two ranks of one communicator share a GPU: NCCL before 2.30
+// refuses it ("Duplicate GPU detected"). True when the version is unknown (no NCCL: creating the
+// communicator says so).
+bool nccl_allows_shared_gpu() {
+  int major = 0, minor = 0;
+  if (std::sscanf(nccl_version().c_str(), "%d.%d", &major, &minor) != 2) return true;
+  return major > 2 || (major == 2 && minor >= 30);
 }
 
 }  // namespace
@@ -117,6 +137,14 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
     return;
   }
 
+  if (config.comm == "nccl" && p > gpus && !nccl_allows_shared_gpu()) {
+    // Refused up front: inside ncclCommInitRank only the ranks that share a GPU fail, and the
+    // others may be left waiting for them there (where no abort reaches).
+    throw InputError(fmt::format("--comm nccl --ranks {}: {} GPU(s) here, and NCCL {} refuses two ranks of one "
+                                 "communicator on one GPU (NCCL 2.30 allows it); use --comm local for "
+                                 "ranks sharing a GPU",
+                                 p, gpus, nccl_version()));
+  }
   auto group = std::make_shared<LocalGroup>(p, config.timeout);
   NcclUniqueIdBytes id{};
   CommSource source;
@@ -133,6 +161,9 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
     source.on_live = [&](int rank, Communicator* comm) {
       std::lock_guard<std::mutex> lock(live_mutex);
       live[static_cast<std::size_t>(rank)] = comm;
+      // A peer that failed before this rank registered has run the hook already (the group is
+      // marked aborted before the hook runs): abort this communicator here instead.
+      if (comm != nullptr && group->aborted()) comm->abort(group->abort_reason());
     };
     group->set_abort_hook([&](const std::string& reason) {
       std::lock_guard<std::mutex> lock(live_mutex);

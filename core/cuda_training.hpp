@@ -46,7 +46,8 @@ cuda::Precision parse_precision(const std::string& name);
 // output process, with RankResult::device filled (the cudaMemGetInfo view before the body and
 // the one the body recorded with record_device_used_after()). Failures as run_ranks: the first
 // failing rank's error, rethrown with its rank; the other ranks' communicators are aborted.
-// Throws InputError for a backend GPU training cannot use (mpi) and Error when no GPU is usable.
+// Throws InputError for a backend GPU training cannot use (mpi), or for nccl ranks as threads
+// sharing a GPU with an NCCL that refuses that (before 2.30), and Error when no GPU is usable.
 void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const CudaRankBody& body);
 
 // Call at the end of training, with the rank's buffers still allocated: the device's view of
