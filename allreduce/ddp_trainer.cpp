@@ -28,6 +28,21 @@ void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
   }
 }
 
+std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& cfg, const Dataset& train,
+                                            DistributedSampler& sampler, int epoch,
+                                            std::size_t offset_in_batch, std::size_t local_batch, long spe) {
+  if (cfg.rank_batches.empty()) {
+    sampler.set_epoch(epoch);
+    std::vector<std::int64_t> indices = sampler.indices();
+    indices.resize(static_cast<std::size_t>(spe) * local_batch);
+    return indices;
+  }
+  // Uneven split: the data is partitioned in proportion to the rank batches, rank r taking its
+  // slice of every global batch, so the ranks together see the 1-rank run's batches.
+  return proportional_shard(shuffled_indices(train.size(), cfg.seed + static_cast<std::uint64_t>(epoch)),
+                            cfg.global_batch, offset_in_batch, local_batch, spe);
+}
+
 RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
   const Dataset& train = *data.train;
   validate_allreduce(cfg, train);
@@ -117,18 +132,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
     CommStats timed_start = comm.stats();
     long step = 0;
     for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
-      sampler.set_epoch(epoch);
-      std::vector<std::int64_t> indices;
-      if (cfg.rank_batches.empty()) {
-        indices = sampler.indices();
-        indices.resize(static_cast<std::size_t>(spe) * local_batch);
-      } else {
-        // Uneven split: the data is partitioned in proportion to the rank batches, rank r taking
-        // its slice of every global batch, so the ranks together see the 1-rank run's batches.
-        indices = proportional_shard(shuffled_indices(train.size(), cfg.seed + static_cast<std::uint64_t>(epoch)),
-                                     cfg.global_batch, offset_in_batch, local_batch, spe);
-      }
-      loader.start_epoch(std::move(indices), epoch);
+      loader.start_epoch(ddp_epoch_indices(cfg, train, sampler, epoch, offset_in_batch, local_batch, spe), epoch);
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
         maybe_inject_fault(rank, step);

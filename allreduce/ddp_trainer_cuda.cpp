@@ -141,16 +141,7 @@ RunResult train_allreduce_cuda(const TrainConfig& cfg, const TrainData& data) {
     CommStats timed_start = comm.stats();
     long step = 0;
     for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
-      sampler.set_epoch(epoch);
-      std::vector<std::int64_t> indices;
-      if (cfg.rank_batches.empty()) {
-        indices = sampler.indices();
-        indices.resize(static_cast<std::size_t>(spe) * local_batch);
-      } else {
-        indices = proportional_shard(shuffled_indices(train.size(), cfg.seed + static_cast<std::uint64_t>(epoch)),
-                                     cfg.global_batch, offset_in_batch, local_batch, spe);
-      }
-      loader.start_epoch(std::move(indices), epoch);
+      loader.start_epoch(ddp_epoch_indices(cfg, train, sampler, epoch, offset_in_batch, local_batch, spe), epoch);
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
         maybe_inject_fault(rank, step);

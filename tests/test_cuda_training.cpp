@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/stats.hpp"
 #include "ps/parameter_server.hpp"
+#include "tests/training_fixtures.hpp"
 #include "workloads/synthetic.hpp"
 
 namespace dpbench {
@@ -41,35 +42,13 @@ class CudaTraining : public ::testing::Test {
 
 // fp32 cuBLAS math, so that GPU and CPU runs differ only by the order of floating-point sums.
 TrainConfig gpu_config(const std::string& mode, int world_size, std::size_t batch) {
-  TrainConfig c;
+  TrainConfig c = testing::small_train_config(mode, world_size, batch);
   c.device = "cuda";
   c.precision = "fp32";
-  c.mode = mode;
-  c.world_size = world_size;
-  c.global_batch = batch;
-  c.hidden = {32, 24};
-  c.max_steps = 20;
-  c.warmup_steps = 2;
-  c.epochs = 1;
-  c.lr = 0.05f;
-  c.momentum = 0.9f;
-  c.seed = 11;
-  c.evaluate = false;
-  c.keep_final_params = true;
-  c.timeout = std::chrono::seconds(60);
   c.loader.pin_memory = true;
   return c;
 }
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
+using testing::relative_l2;
 
 void expect_trained(const RunResult& r) {
   ASSERT_EQ(r.steps_total, 20);

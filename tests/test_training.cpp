@@ -12,6 +12,7 @@
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
 #include "ps/parameter_server.hpp"
+#include "tests/training_fixtures.hpp"
 #include "workloads/synthetic.hpp"
 
 namespace dpbench {
@@ -25,32 +26,9 @@ std::unique_ptr<Dataset> small_dataset(std::int64_t n = 2048) {
 }
 
 TrainConfig small_config(const std::string& mode, int world_size, std::size_t batch) {
-  TrainConfig c;
-  c.mode = mode;
-  c.world_size = world_size;
-  c.global_batch = batch;
-  c.hidden = {32, 24};
-  c.max_steps = 20;
-  c.warmup_steps = 2;
-  c.epochs = 1;
-  c.lr = 0.05f;
-  c.momentum = 0.9f;
-  c.seed = 11;
-  c.evaluate = false;
-  c.keep_final_params = true;
-  c.timeout = std::chrono::seconds(60);
-  return c;
+  return testing::small_train_config(mode, world_size, batch);
 }
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
+using testing::relative_l2;
 
 // The run took its 20 steps and kept its parameters (AllreduceOneRankMatchesFourRanks also checks
 // that 20 steps move the parameters far more than the agreement tolerance).

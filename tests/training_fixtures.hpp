@@ -1,0 +1,48 @@
+// What the training suites share: a small 20-step run configuration and the relative L2
+// distance their agreement tests use.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/training.hpp"
+
+namespace dpbench::testing {
+
+// 20 steps of the MLP 48-32-24-10 (with kFeatures-wide synthetic samples), SGD lr 0.05 with
+// momentum, seed 11, no evaluation, rank 0's final parameters kept.
+inline TrainConfig small_train_config(const std::string& mode, int world_size, std::size_t batch) {
+  TrainConfig c;
+  c.mode = mode;
+  c.world_size = world_size;
+  c.global_batch = batch;
+  c.hidden = {32, 24};
+  c.max_steps = 20;
+  c.warmup_steps = 2;
+  c.epochs = 1;
+  c.lr = 0.05f;
+  c.momentum = 0.9f;
+  c.seed = 11;
+  c.evaluate = false;
+  c.keep_final_params = true;
+  c.timeout = std::chrono::seconds(60);
+  return c;
+}
+
+// ||a - b|| / ||b||, in double.
+inline double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace dpbench::testing
