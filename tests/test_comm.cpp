@@ -267,5 +267,25 @@ TEST(LocalGroup, SilentRankTimesOutAndNamesTheWaiter) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
+// The hook that carries a group's abort to communicators outside it (NCCL): called once, with the
+// first reason, for an explicit abort and for a timeout alike.
+TEST(LocalGroup, AbortHookRunsOnceWithTheFirstReason) {
+  std::vector<std::string> calls;
+  LocalGroup group(2);
+  group.set_abort_hook([&](const std::string& reason) { calls.push_back(reason); });
+  group.abort("rank 1: first");
+  group.abort("rank 0: second");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], "rank 1: first");
+  EXPECT_TRUE(group.aborted());
+
+  std::vector<std::string> timeouts;
+  LocalGroup silent(2, std::chrono::milliseconds(200));
+  silent.set_abort_hook([&](const std::string& reason) { timeouts.push_back(reason); });
+  EXPECT_THROW(silent.barrier(0), Aborted);  // rank 1 never arrives
+  ASSERT_EQ(timeouts.size(), 1u);
+  EXPECT_NE(timeouts[0].find("rank(s) 1 stopped answering"), std::string::npos) << timeouts[0];
+}
+
 }  // namespace
 }  // namespace dpbench

@@ -186,6 +186,24 @@ TEST(Project, MarksRanksBeyondCoresAndNeedsOneRankRun) {
   EXPECT_THROW(project(o, {no_single}, nullptr), InputError);
 }
 
+TEST(Project, VirtualGpuRanksAreMarkedModelDoesNotApply) {
+  nlohmann::json shared = fake_run("allreduce", 4, 0.3, 0.1);
+  shared["device"] = "cuda";
+  shared["virtual_ranks"] = true;
+  nlohmann::json own = fake_run("allreduce", 2, 0.2, 0.05);
+  own["device"] = "cuda";
+  own["virtual_ranks"] = false;
+  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), shared, own}}};
+  ProjectOptions o;
+  o.link = "nvlink4";
+  const auto proj = project(o, {doc}, nullptr);
+  ASSERT_EQ(proj["measured"].size(), 2u);
+  EXPECT_FALSE(proj["measured"][0]["model_applies"].get<bool>());
+  EXPECT_NE(proj["measured"][0]["note"].get<std::string>().find("virtual ranks"), std::string::npos);
+  // A GPU rank per device: the CPU's core count does not limit it.
+  EXPECT_TRUE(proj["measured"][1]["model_applies"].get<bool>());
+}
+
 TEST(BlasCore, AsksForTheKernelsTheCpuSupportsOnlyAfterAPrescottFallback) {
   const std::string avx512 = "fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512vl";
   EXPECT_EQ(preferred_blas_core("Prescott", avx512), "SkylakeX");

@@ -209,12 +209,20 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
     const StepPrediction pred =
         predict_step(local, link, projected_mode(*run), p, B / p, cpu ? 1.0 / p : 1.0);
     const double actual = run->at("step_time_s").at("p50").get<double>();
-    const bool applies = cpu ? (cores == 0 || p <= cores) : true;
+    // Ranks time-sliced on too few cores, or GPU ranks sharing a device, do not run the way
+    // the model assumes (each rank its own compute, communication over the link).
+    const bool virtual_ranks = run->value("virtual_ranks", false);
+    const bool applies = cpu ? (cores == 0 || p <= cores) : !virtual_ranks;
+    std::string note;
+    if (!applies) {
+      note = cpu ? fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores)
+                 : fmt::format("{} virtual ranks shared the GPUs: the model does not apply", p);
+    }
     measured.push_back({{"world_size", p}, {"mode", projected_mode(*run)}, {"global_batch", B},
                         {"num_workers", workers},
                         {"step_time_s", actual}, {"predicted_step_time_s", pred.step_s},
                         {"relative_error", pred.step_s / actual - 1.0}, {"model_applies", applies},
-                        {"note", applies ? "" : fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores)}});
+                        {"note", note}});
   }
 
   nlohmann::json doc;
