@@ -54,6 +54,11 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
   row("  data wait (ms, p50)", [&](std::size_t i) {
     return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["data_wait"].get<double>());
   });
+  if (runs.front().config.device == "cuda") {
+    row("  host-to-device copy (ms, p50)", [&](std::size_t i) {
+      return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["h2d"].get<double>());
+    });
+  }
   row("peak memory rank 0 (MiB)", [&](std::size_t i) {
     return fmt::format("{:.2f}", mib(static_cast<double>(runs[i].ranks.front().memory.peak_bytes)));
   });
