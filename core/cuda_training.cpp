@@ -121,6 +121,19 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
   if (gpus < 1) throw Error("no CUDA device: cudaGetDeviceCount found none");
   const int p = config.world_size;
 
+  if (config.comm == "nccl" && config.process_rank >= 0) {
+    // One rank of a job whose processes the caller started and gave the id: run it, and leave
+    // only its own record (the caller gathers the others if it needs them).
+    const int rank = config.process_rank;
+    if (rank >= p) {
+      throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
+    }
+    CommSource source;
+    source.id = &config.nccl_id;
+    run_gpu_rank(config, rank, rank % gpus, p > gpus, ranks[static_cast<std::size_t>(rank)], source, body);
+    return;
+  }
+
   if (config.comm == "nccl" && mpi_launched()) {
     // One rank per process: the GPU comes from the node-local rank.
     MpiRuntime::init();

@@ -4,6 +4,7 @@
 // in bench/app/strategies.cpp.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +53,11 @@ struct TrainConfig {
   bool evaluate = true;            // measure test accuracy after training
   bool keep_final_params = false;  // copy rank 0's parameters into RunResult (tests)
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // nccl with one rank per process started by the caller rather than mpirun (a test harness or
+  // a launcher that shares the ncclUniqueId itself, e.g. two processes on one GPU with distinct
+  // NCCL_HOSTID): this process's rank, and the job's ncclUniqueId bytes. -1: not such a launch.
+  int process_rank = -1;
+  std::array<char, 128> nccl_id{};
 };
 
 // Seconds spent in each phase of one step on one rank.

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +19,11 @@
 #include "core/cuda_runtime.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "core/nccl_comm.hpp"
 #include "core/stats.hpp"
 #include "ps/parameter_server.hpp"
+#include "tests/fixtures.hpp"
+#include "tests/process_util.hpp"
 #include "tests/training_fixtures.hpp"
 #include "workloads/synthetic.hpp"
 
@@ -196,6 +201,72 @@ TEST_F(CudaTraining, CnnMatchesCpu) {
     expect_trained(c);
     EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << "sync_bn " << sync_bn;
   }
+}
+
+// NCCL with one rank per process, as a launcher that shares the ncclUniqueId itself runs it: two
+// processes of this binary on one GPU (distinct NCCL_HOSTID, so NCCL treats them as two hosts
+// and talks over loopback). Both modes' parameters after 20 steps match the local backend's
+// 2-rank run (same tolerance as the other agreement tests).
+constexpr const char* kTrainChild = "DPBENCH_TRAIN_CHILD";
+
+TEST_F(CudaTraining, NcclTwoProcessesMatchLocal) {
+#ifndef DPBENCH_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  setenv("NCCL_IB_DISABLE", "1", 0);
+  testing::TempDir tmp;
+  for (const std::string mode : {"ps", "allreduce"}) {
+    const NcclUniqueIdBytes id = nccl_create_unique_id();
+    const std::string out = (tmp.path() / (mode + ".f32")).string();
+    std::vector<pid_t> pids;
+    for (int r = 0; r < 2; ++r) {
+      pids.push_back(testing::spawn_self(
+          "CudaTrainingChild.RunsOneRankOfATwoProcessRun",
+          {std::string(kTrainChild) + "=" + mode + " " + std::to_string(r) + " 2 " + testing::to_hex(id) + " " + out,
+           "NCCL_HOSTID=dpbench-train-host-" + std::to_string(r)},
+          {std::string(kTrainChild) + "=", "NCCL_HOSTID="}));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+    for (int r = 0; r < 2; ++r) {
+      const int status = testing::wait_child(pids[static_cast<std::size_t>(r)], deadline);
+      ASSERT_TRUE(testing::exited_ok(status)) << mode << " rank " << r << (status < 0 ? " hung" : " failed");
+    }
+    std::ifstream in(out, std::ios::binary | std::ios::ate);
+    ASSERT_TRUE(in) << mode << ": rank 0 wrote no parameters to " << out;
+    std::vector<float> params(static_cast<std::size_t>(in.tellg()) / sizeof(float));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
+    const TrainConfig local = gpu_config(mode, 2, 64);
+    const RunResult b = mode == "ps" ? train_parameter_server_cuda(local, data()) : train_allreduce_cuda(local, data());
+    ASSERT_EQ(params.size(), b.final_params.size()) << mode;
+    EXPECT_LT(relative_l2(params, b.final_params), 1e-5) << mode;
+  }
+#endif
+}
+
+// The child side of NcclTwoProcessesMatchLocal: one rank; rank 0 writes its final parameters.
+TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
+  const char* spec = std::getenv(kTrainChild);
+  if (spec == nullptr) GTEST_SKIP() << "runs only as a child process of CudaTraining.NcclTwoProcessesMatchLocal";
+  std::istringstream fields(spec);
+  std::string mode, hex, out;
+  int rank = -1, p = 0;
+  fields >> mode >> rank >> p >> hex >> out;
+  ASSERT_TRUE(fields && rank >= 0 && p > rank) << kTrainChild << "=" << spec;
+  TrainConfig c = gpu_config(mode, p, 64);
+  c.comm = "nccl";
+  c.process_rank = rank;
+  c.nccl_id = testing::from_hex(hex);
+  const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, 2048, 5);
+  const TrainData td{data.get(), nullptr};
+  const RunResult r = mode == "ps" ? train_parameter_server_cuda(c, td) : train_allreduce_cuda(c, td);
+  if (rank != 0) return;
+  ASSERT_EQ(r.final_params.size(), r.num_params);
+  std::ofstream f(out, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(r.final_params.data()),
+          static_cast<std::streamsize>(r.final_params.size() * sizeof(float)));
+  ASSERT_TRUE(f.good()) << out;
 }
 
 TEST(CudaTrainingConfig, BadPrecisionIsAnInputError) {

@@ -33,12 +33,12 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/nccl_comm.hpp"
+#include "tests/process_util.hpp"
 
 #ifdef DPBENCH_HAVE_NCCL
 #include <cuda_runtime.h>
 #endif
 
-extern char** environ;
 
 namespace dpbench {
 namespace {
@@ -447,81 +447,38 @@ void run_on_threads(const std::string& name, const std::vector<int>& devices) {
 
 constexpr const char* kChildVariable = "DPBENCH_NCCL_CHILD";
 
-std::string to_hex(const NcclUniqueIdBytes& id) {
-  static const char digits[] = "0123456789abcdef";
-  std::string hex;
-  for (char c : id) {
-    const auto b = static_cast<unsigned char>(c);
-    hex += digits[b >> 4];
-    hex += digits[b & 15];
-  }
-  return hex;
-}
-
-NcclUniqueIdBytes from_hex(const std::string& hex) {
-  NcclUniqueIdBytes id{};
-  if (hex.size() != 2 * id.size()) throw std::invalid_argument("bad NCCL id in " + std::string(kChildVariable));
-  for (std::size_t i = 0; i < id.size(); ++i) {
-    id[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  }
-  return id;
-}
-
-// Waits for a child until the deadline, then kills it. Returns its wait status, or -1 if killed.
-int wait_child(pid_t pid, Clock::time_point deadline) {
-  int status = 0;
-  while (Clock::now() < deadline) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) return status;
-    if (done < 0) return -1;
-    std::this_thread::sleep_for(50ms);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
+using testing::exited_ok;
+using testing::from_hex;
+using testing::spawn_self;
+using testing::to_hex;
+using testing::wait_child;
 
 void run_as_processes(const std::string& name, int p) {
   // The id names a bootstrap socket in this process; the children reach it over loopback.
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
   setenv("NCCL_IB_DISABLE", "1", 0);
   const NcclUniqueIdBytes id = nccl_create_unique_id();
-  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   const auto gpus = static_cast<int>(probe_cuda().gpus.size());
 
   std::vector<pid_t> pids;
   for (int r = 0; r < p; ++r) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry(*e);
-      if (starts_with(entry, std::string(kChildVariable) + "=") || starts_with(entry, "NCCL_HOSTID=") ||
-          starts_with(entry, "GTEST_OUTPUT=")) {
-        continue;
-      }
-      env.push_back(entry);
-    }
-    env.push_back(std::string(kChildVariable) + "=" + name + " " + std::to_string(r) + " " +
-                  std::to_string(p) + " " + std::to_string(r % std::max(gpus, 1)) + " " + to_hex(id));
-    env.push_back("NCCL_HOSTID=dpbench-test-host-" + std::to_string(r));
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string filter = "--gtest_filter=NcclChild.RunsOneRankOfATwoProcessTest";
-    std::string program = exe;
-    std::vector<char*> argv = {program.data(), filter.data(), nullptr};
-    pid_t pid = 0;
-    const int err = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
-    if (err != 0) {
-      ADD_FAILURE() << "posix_spawn " << exe << ": " << std::strerror(err);
+    const std::vector<std::string> add = {
+        std::string(kChildVariable) + "=" + name + " " + std::to_string(r) + " " + std::to_string(p) + " " +
+            std::to_string(r % std::max(gpus, 1)) + " " + to_hex(id),
+        "NCCL_HOSTID=dpbench-test-host-" + std::to_string(r)};
+    try {
+      pids.push_back(spawn_self("NcclChild.RunsOneRankOfATwoProcessTest", add,
+                                {std::string(kChildVariable) + "=", "NCCL_HOSTID="}));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
       for (pid_t started : pids) wait_child(started, Clock::now());  // kills and reaps
       return;
     }
-    pids.push_back(pid);
   }
   const Clock::time_point deadline = Clock::now() + 180s;
   for (int r = 0; r < p; ++r) {
     const int status = wait_child(pids[static_cast<std::size_t>(r)], deadline);
-    EXPECT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    EXPECT_TRUE(exited_ok(status))
         << "rank " << r << " child " << (status < 0 ? "hung and was killed" : "failed (see its output above)");
   }
 }
