@@ -26,6 +26,9 @@ void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
   if (!(cfg.bucket_cap_mb > 0)) {
     throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", cfg.bucket_cap_mb));
   }
+  if (!(cfg.first_bucket_mb > 0)) {
+    throw InputError(fmt::format("--first-bucket-mb {}: must be positive", cfg.first_bucket_mb));
+  }
 }
 
 std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& cfg, const Dataset& train,

@@ -61,6 +61,11 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb,
                  "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
       ->capture_default_str();
+  app.add_option("--first-bucket-mb", c.first_bucket_mb,
+                 "allreduce: size of DDP's first gradient bucket in MiB (PyTorch's "
+                 "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
+                 "all-reduce start before backward ends")
+      ->capture_default_str();
   app.add_option("--prefetch-factor", c.loader.prefetch_factor,
                  "DataLoader prefetch_factor: batches loaded in advance per worker")
       ->capture_default_str();

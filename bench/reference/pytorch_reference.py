@@ -134,9 +134,10 @@ def parse_args(argv):
                         "(default 200)")
     p.add_argument("--warmup-steps", type=_non_negative_int, default=20,
                    help="first steps kept out of the timing (default 20)")
-    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
-                   help="fp32, or tf32 tensor-core matmuls (torch.backends.cuda.matmul."
-                        "allow_tf32 and torch.backends.cudnn.allow_tf32) (default fp32)")
+    p.add_argument("--precision", choices=("fp32", "tf32"), default="tf32",
+                   help="tf32 tensor-core matmuls (torch.backends.cuda.matmul.allow_tf32 and "
+                        "torch.backends.cudnn.allow_tf32), or fp32; the default is tf32, as "
+                        "dpbench's --precision (default tf32)")
     p.add_argument("--modes", type=_mode_list, default=list(MODES),
                    help="comma list of plain, dataparallel, ddp (default all three); "
                         "dataparallel and ddp need 2 or more GPUs and are skipped otherwise")
