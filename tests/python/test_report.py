@@ -425,6 +425,58 @@ class MissingDataTest(unittest.TestCase):
             self.assertEqual("2/2", chromium_images_loaded(out / "report.html"))
 
 
+def gpu_document() -> dict:
+    """A GPU run file as `dpbench run --device cuda --ranks 4` writes it on one GPU: virtual ranks,
+    tf32, a host-to-device phase, and each rank's device memory view."""
+    runs = []
+    for mode, throughput in (("ps", 90000.0), ("allreduce", 140000.0)):
+        run = make_run(mode, 4, 256, 0, throughput,
+                       warnings=["virtual ranks: 4 ranks share 1 GPU(s) on this node; results check "
+                                 "correctness, and step times include the ranks contending for one device"])
+        run["device"] = "cuda"
+        run["precision"] = "tf32"
+        run["virtual_ranks"] = True
+        run["phases_s"]["h2d"] = 0.05 * run["step_time_s"]["p50"]
+        for row in run["memory"]["per_rank"]:
+            row["device"] = {"index": 0, "used_before_bytes": 600 * MIB, "used_after_bytes": 900 * MIB,
+                             "total_bytes": 80 * 1024 * MIB}
+        runs.append(run)
+    doc = document(runs)
+    doc["config"]["device"] = "cuda"
+    doc["env"]["cuda"] = {"built_with_cuda": True, "usable": True, "runtime_version": 13000,
+                          "driver_version": 13000}
+    doc["env"]["gpus"] = [{"index": 0, "name": "Fixture GPU H100", "memory_bytes": 80 * 1024 * MIB,
+                           "pci_bus_id": "0000:01:00.0"}]
+    doc["env"]["nccl_version"] = 22809  # NCCL_VERSION_CODE, as env_info writes it
+    return doc
+
+
+class GpuReportTest(unittest.TestCase):
+    """A report from GPU runs: the schema takes their fields, and the report names the GPU and
+    the virtual ranks."""
+
+    def test_gpu_runs_validate_and_report(self):
+        doc = gpu_document()
+        schema_check(self, doc)
+        tmp = Path(tempfile.mkdtemp(prefix="dpbench-report-gpu-"))
+        try:
+            proc = run_report(tmp / "report", [write_json(tmp / "gpu.json", doc)])
+            self.assertEqual(0, proc.returncode, proc.stderr)
+            md = (tmp / "report" / "report.md").read_text()
+            self.assertIn("Fixture GPU H100", md)
+            self.assertIn("virtual", md)
+            self.assertRegex(md, r"allreduce is \d\.\d\dx faster than ps")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_schema_rejects_an_unknown_precision(self):
+        import jsonschema
+        doc = gpu_document()
+        doc["runs"][0]["precision"] = "fp8"
+        errors = list(jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).iter_errors(doc))
+        self.assertTrue(any("fp8" in e.message for e in errors), [e.message for e in errors])
+
+
 class InputTest(unittest.TestCase):
     """Reading inputs: bad files, Google Benchmark names and aggregates."""
 
