@@ -1,6 +1,7 @@
 #include "core/cuda_training.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -157,6 +158,11 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
                                  "communicator on one GPU (NCCL 2.30 allows it); use --comm local for "
                                  "ranks sharing a GPU",
                                  p, gpus, nccl_version()));
+  }
+  if (config.comm == "nccl" && p > gpus) {
+    // NCCL >= 2.30 lets ranks of one communicator share a GPU when asked to; it reads this when
+    // the communicators are created (a user's own setting wins).
+    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
   }
   auto group = std::make_shared<LocalGroup>(p, config.timeout);
   NcclUniqueIdBytes id{};
