@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/batchnorm_sync.hpp"
 #include "allreduce/buckets.hpp"
 #include "core/comm_stream.hpp"
 #include "core/error.hpp"
@@ -107,21 +108,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
       if (native_async) comm.progress();
     };
     // SyncBatchNorm's collectives run in order with the buckets: on the same stream.
-    struct StreamSync final : BatchNormSync {
-      Communicator& comm;
-      CommStream* stream;
-      StreamSync(Communicator& c, CommStream* s) : comm(c), stream(s) {}
-      int world_size() const override { return comm.world_size(); }
-      void allgather(const float* send, float* recv, std::size_t len) override {
-        run([&] { comm.allgather(send, recv, len); });
-      }
-      void allreduce_sum(float* buf, std::size_t len) override { run([&] { comm.allreduce_sum(buf, len); }); }
-      void run(const std::function<void()>& op) {
-        if (stream == nullptr) return op();
-        stream->enqueue(op);
-        stream->synchronize();
-      }
-    } bn_sync(comm, stream ? &*stream : nullptr);
+    CommBatchNormSync bn_sync(comm, stream ? &*stream : nullptr);
     if (cfg.sync_bn) model->set_batchnorm_sync(&bn_sync);
 
     DistributedSampler sampler(train.size(), cfg.world_size, rank, /*shuffle=*/true, cfg.seed);

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/batchnorm_sync.hpp"
 #include "allreduce/buckets.hpp"
 #include "allreduce/ddp_trainer.hpp"
 #include "core/comm_stream.hpp"
@@ -21,34 +22,6 @@
 #include "workloads/distributed_sampler.hpp"
 
 namespace dpbench {
-
-namespace {
-
-// SyncBatchNorm's collectives, blocking and in order with the buckets: through the host
-// communication thread (local backend) or directly on the communicator, whose stream orders
-// them after the buckets already started (nccl).
-class DeviceBatchNormSync final : public BatchNormSync {
- public:
-  DeviceBatchNormSync(Communicator& comm, CommStream* stream) : comm_(comm), stream_(stream) {}
-  int world_size() const override { return comm_.world_size(); }
-  void allgather(const float* send, float* recv, std::size_t n) override {
-    run([&] { comm_.allgather(send, recv, n); });
-  }
-  void allreduce_sum(float* buf, std::size_t n) override {
-    run([&] { comm_.allreduce_sum(buf, n); });
-  }
-
- private:
-  void run(const std::function<void()>& op) {
-    if (stream_ == nullptr) return op();
-    stream_->enqueue(op);
-    stream_->synchronize();
-  }
-  Communicator& comm_;
-  CommStream* stream_;
-};
-
-}  // namespace
 
 RunResult train_allreduce_cuda(const TrainConfig& cfg, const TrainData& data) {
   const Dataset& train = *data.train;
@@ -127,7 +100,7 @@ RunResult train_allreduce_cuda(const TrainConfig& cfg, const TrainData& data) {
         });
       }
     });
-    DeviceBatchNormSync bn_sync(comm, comm_thread ? &*comm_thread : nullptr);
+    CommBatchNormSync bn_sync(comm, comm_thread ? &*comm_thread : nullptr);
     if (cfg.sync_bn) model->set_batchnorm_sync(&bn_sync);
 
     DistributedSampler sampler(train.size(), cfg.world_size, rank, /*shuffle=*/true, cfg.seed);
