@@ -14,6 +14,7 @@
 #include "core/local_comm.hpp"
 #include "core/mpi_comm.hpp"
 #include "core/nccl_comm.hpp"
+#include "core/rendezvous.hpp"
 #include "workloads/dataloader.hpp"
 
 namespace dpbench {
@@ -111,6 +112,54 @@ bool nccl_allows_shared_gpu() {
   return major > 2 || (major == 2 && minor >= 30);
 }
 
+// One rank of a torchrun-style launch: the ncclUniqueId comes through the rendezvous at
+// MASTER_ADDR:MASTER_PORT, the GPU from the node-local rank, and every rank's record goes to
+// rank 0 the same way. A failing rank tells the others through the rendezvous before it rethrows
+// (with its rank prepended, InputError staying InputError); peers inside NCCL learn of it from
+// NCCL's own error or their timeout.
+void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks, int gpus,
+                     const CudaRankBody& body) {
+  const int p = config.world_size;
+  const int rank = config.process_rank;
+  Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, p, rank, config.timeout);
+  // Every process runs the same sequence of runs (one per mode), so the n-th run has one tag.
+  static int runs = 0;
+  const std::string tag = fmt::format("run {}", ++runs);
+  const int local_rank = config.local_rank >= 0 ? config.local_rank : rank;
+  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
+  auto with_rank = [rank](const std::string& what) {
+    const std::string prefix = fmt::format("rank {}:", rank);
+    return what.rfind(prefix, 0) == 0 ? what : fmt::format("rank {}: {}", rank, what);
+  };
+  try {
+    NcclUniqueIdBytes id{};
+    if (rank == 0) id = nccl_create_unique_id();
+    const std::string shared = rendezvous.broadcast(tag, std::string(id.data(), id.size()));
+    if (shared.size() != id.size()) {
+      throw Error(fmt::format("rendezvous: rank 0 sent {} bytes for the ncclUniqueId, not {}", shared.size(),
+                              id.size()));
+    }
+    std::memcpy(id.data(), shared.data(), id.size());
+    CommSource source;
+    source.id = &id;
+    run_gpu_rank(config, rank, local_rank % gpus, node_ranks > gpus, ranks[static_cast<std::size_t>(rank)],
+                 source, body);
+  } catch (const InputError& e) {
+    rendezvous.fail(with_rank(e.what()));
+    throw InputError(with_rank(e.what()));
+  } catch (const std::exception& e) {
+    const std::string mine = with_rank(e.what());
+    rendezvous.fail(mine);
+    // Rank 0 is usually failing because another rank did: name that one first.
+    if (auto first = rendezvous.peer_failure(std::chrono::seconds(1))) {
+      throw Error(fmt::format("{} (and then {})", *first, mine));
+    }
+    throw Error(mine);
+  }
+  const auto all = rendezvous.gather(tag, rank_to_json(ranks[static_cast<std::size_t>(rank)]).dump());
+  for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
+}
+
 }  // namespace
 
 void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const CudaRankBody& body) {
@@ -129,6 +178,7 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
     if (rank >= p) {
       throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
     }
+    if (!config.master_addr.empty()) return run_env_process(config, ranks, gpus, body);
     CommSource source;
     source.id = &config.nccl_id;
     run_gpu_rank(config, rank, rank % gpus, p > gpus, ranks[static_cast<std::size_t>(rank)], source, body);

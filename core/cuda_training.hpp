@@ -4,8 +4,9 @@
 // r % device_count; when a node has more ranks than GPUs, ranks share a GPU ("virtual ranks",
 // for correctness runs; their timings contend for one device), which the result flags.
 // Backends: "local" (threads; collectives over device copies, core/cuda_local_ops.hpp) and
-// "nccl" (threads with one communicator each, or one rank per process under mpirun: rank 0
-// creates the ncclUniqueId and MPI broadcasts it).
+// "nccl" (threads with one communicator each, or one rank per process: under mpirun rank 0
+// creates the ncclUniqueId and MPI broadcasts it; in a torchrun-style launch it goes through the
+// rendezvous at MASTER_ADDR:MASTER_PORT, core/rendezvous.hpp).
 #pragma once
 
 #include <array>

@@ -25,6 +25,9 @@ std::optional<int> env_int(const char* name) {
 }  // namespace
 
 namespace {
+// This process's rank in a torchrun-style launch, once resolve_launch has seen one (-1: none).
+int env_output_rank = -1;
+
 // One rank per process, started by mpirun/srun: world size and ranks from MPI.
 LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const std::optional<int>& env_rank) {
   MpiRuntime::init();  // InputError when the build has no MPI
@@ -48,6 +51,34 @@ LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const 
   }
   return info;
 }
+// One rank per process, started by the user's launcher with torchrun-style variables: ranks meet
+// at MASTER_ADDR:MASTER_PORT.
+LaunchInfo env_launch(int requested, int world, int rank, const std::optional<int>& env_local) {
+  const int port = *env_int("MASTER_PORT");  // checked by resolve_launch
+  if (requested > 0 && requested != world) {
+    throw InputError(fmt::format("world size mismatch: --ranks {} but WORLD_SIZE={}", requested, world));
+  }
+  const auto local_world = env_int("LOCAL_WORLD_SIZE");
+  if (local_world && (*local_world < 1 || *local_world > world)) {
+    throw InputError(fmt::format("LOCAL_WORLD_SIZE={}: out of range for WORLD_SIZE={}", *local_world, world));
+  }
+  LaunchInfo info;
+  info.multi_process = true;
+  info.launcher = "env";
+  info.world_size = world;
+  info.rank = rank;
+  info.local_rank = env_local.value_or(rank);
+  info.ranks_on_this_node = local_world.value_or(world);
+  if (info.local_rank >= info.ranks_on_this_node) {
+    throw InputError(fmt::format("LOCAL_RANK={}: out of range for {} ranks on this node", info.local_rank,
+                                 info.ranks_on_this_node));
+  }
+  info.master_addr = std::getenv("MASTER_ADDR");
+  info.master_port = port;
+  env_output_rank = rank;
+  return info;
+}
+
 }  // namespace
 
 LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device) {
@@ -79,20 +110,23 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
 
   if (comm == "nccl") {
     const bool torchrun_style = env_world && *env_world > 1 && !mpi_launched();
-    if (torchrun_style && (std::getenv("MASTER_ADDR") == nullptr || std::getenv("MASTER_PORT") == nullptr)) {
-      throw InputError(fmt::format("MASTER_ADDR/MASTER_PORT: unset, but WORLD_SIZE={} without mpirun "
-                                   "needs them to exchange the ncclUniqueId (or launch with mpirun)",
-                                   *env_world));
+    if (torchrun_style) {
+      for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK"}) {
+        const char* v = std::getenv(name);
+        if (v == nullptr || *v == '\0') {
+          throw InputError(fmt::format("{}: unset, but WORLD_SIZE={} without mpirun is a torchrun-style launch, "
+                                       "which needs RANK, MASTER_ADDR and MASTER_PORT (or launch with mpirun)",
+                                       name, *env_world));
+        }
+      }
+      const auto port = env_int("MASTER_PORT");
+      if (*port < 1 || *port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", *port));
     }
     if (device != "cuda") {
       throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
                        "(or use --comm local or --comm mpi on CPU)");
     }
-    if (torchrun_style) {
-      throw InputError(fmt::format("WORLD_SIZE={}: --comm nccl exchanges its ncclUniqueId over MPI; start "
-                                   "the ranks with mpirun -np {} (a MASTER_ADDR rendezvous is not supported)",
-                                   *env_world, *env_world));
-    }
+    if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local);
     if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
     info.launcher = "threads";
     info.world_size = requested > 0 ? requested : 4;
@@ -112,6 +146,9 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
   return mpi_launch(requested, env_world, env_rank);
 }
 
-bool is_output_process() { return !MpiRuntime::active() || MpiRuntime::rank() == 0; }
+bool is_output_process() {
+  if (env_output_rank > 0) return false;
+  return !MpiRuntime::active() || MpiRuntime::rank() == 0;
+}
 
 }  // namespace dpbench

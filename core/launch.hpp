@@ -14,7 +14,9 @@ struct LaunchInfo {
   int rank = 0;                // this process's rank (0 for in-process ranks)
   int local_rank = 0;          // among the ranks of this node
   int ranks_on_this_node = 1;  // ranks sharing this machine's cores
-  std::string launcher;        // "threads", "mpirun"
+  std::string launcher;        // "threads", "mpirun", "env" (torchrun-style variables)
+  std::string master_addr;     // env: rank 0's address (MASTER_ADDR)
+  int master_port = 0;         // env: rank 0's rendezvous port (MASTER_PORT)
 };
 
 // comm: the --comm value; requested_world_size: --ranks, or 0 when not given (take the
@@ -23,11 +25,14 @@ struct LaunchInfo {
 // it. Throws InputError for: an unknown backend, --comm mpi in a build without MPI or with
 // --device cuda, a world size that differs from the launcher's or from WORLD_SIZE, a
 // RANK/LOCAL_RANK out of range or differing from the launcher's, --comm nccl without CUDA
-// training, and a torchrun-style multi-process launch (WORLD_SIZE without mpirun: without
-// MASTER_ADDR / MASTER_PORT, and with them too, since the ncclUniqueId travels over MPI).
+// training. A torchrun-style launch (WORLD_SIZE > 1 without mpirun) is `nccl` only, with one
+// rank per process meeting at MASTER_ADDR:MASTER_PORT (core/rendezvous.hpp): RANK is required,
+// LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to WORLD_SIZE; InputError when RANK,
+// MASTER_ADDR or MASTER_PORT is unset, or MASTER_PORT is not a port.
 LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device);
 
-// Whether this process prints tables and writes result files (rank 0 of a multi-process job).
+// Whether this process prints tables and writes result files (rank 0 of a multi-process job,
+// once resolve_launch has seen the launch).
 bool is_output_process();
 
 }  // namespace dpbench

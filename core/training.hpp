@@ -58,6 +58,13 @@ struct TrainConfig {
   // NCCL_HOSTID): this process's rank, and the job's ncclUniqueId bytes. -1: not such a launch.
   int process_rank = -1;
   std::array<char, 128> nccl_id{};
+  // nccl in a torchrun-style launch (process_rank set, one rank per process): where the ranks
+  // meet to share the ncclUniqueId and gather results (core/rendezvous.hpp), and this process's
+  // node-local rank (its GPU is local_rank % GPUs). Empty master_addr: the id is in nccl_id.
+  std::string master_addr;
+  int master_port = 0;
+  int local_rank = -1;
+  int ranks_on_this_node = 0;  // with local_rank: more than the GPUs makes virtual ranks
 };
 
 // Seconds spent in each phase of one step on one rank.

@@ -122,6 +122,13 @@ int run_command(const RunOptions& o) {
   const LoadedData data = load_data(o.data, o.base.seed);
   TrainConfig base = o.base;
   base.world_size = launch.world_size;
+  if (launch.launcher == "env") {
+    base.process_rank = launch.rank;
+    base.master_addr = launch.master_addr;
+    base.master_port = launch.master_port;
+    base.local_rank = launch.local_rank;
+    base.ranks_on_this_node = launch.ranks_on_this_node;
+  }
   base.keep_final_params = !o.save_params.empty();
   base.device = device.device;
   base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : device.device == "cuda";

@@ -95,8 +95,10 @@ int sweep_command(const SweepOptions& o) {
         throw InputError("--comms mpi: the launcher fixes the world size; give one --ranks value (mpirun -np)");
       }
       resolve_launch(comm, o.ranks.front(), device.device);
-    } else {
-      resolve_launch(comm, 1, device.device);
+    } else if (resolve_launch(comm, 0, device.device).multi_process) {
+      throw InputError(fmt::format("--comms {}: a sweep runs nccl ranks as threads of one process; for one "
+                                   "rank per process (mpirun, WORLD_SIZE) use dpbench run",
+                                   comm));
     }
   }
   const bool output = is_output_process();

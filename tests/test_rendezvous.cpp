@@ -1,0 +1,285 @@
+// The env:// rendezvous of torchrun-style launches (core/rendezvous.hpp): ranks as threads of this
+// process over loopback TCP, rank 0 on a port the system picks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/launch.hpp"
+#include "core/rendezvous.hpp"
+
+namespace dpbench {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kHost = "127.0.0.1";
+
+// What `fn` threw (its message), or "no error".
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Runs fn(rank) for ranks 1..p-1 on threads (each with its own Rendezvous to rank 0's port) and
+// returns their futures.
+std::vector<std::future<void>> start_peers(int p, int port, const std::function<void(Rendezvous&)>& fn,
+                                           std::chrono::milliseconds timeout = 20s) {
+  std::vector<std::future<void>> peers;
+  for (int r = 1; r < p; ++r) {
+    peers.push_back(std::async(std::launch::async, [=] {
+      Rendezvous rv(kHost, port, p, r, timeout);
+      fn(rv);
+    }));
+  }
+  return peers;
+}
+
+TEST(Rendezvous, BroadcastsRankZerosBytesAndGathersInRankOrder) {
+  constexpr int p = 4;
+  Rendezvous root(kHost, 0, p, 0, 20s);
+  ASSERT_GT(root.port(), 0);
+  // 128 bytes with NULs, as an ncclUniqueId has.
+  std::string id(128, '\0');
+  for (std::size_t i = 0; i < id.size(); ++i) id[i] = static_cast<char>((i * 37) % 256);
+  std::vector<std::string> received(p);
+  std::vector<std::vector<std::string>> gathered(p);
+  auto peers = start_peers(p, root.port(), [&](Rendezvous& rv) {
+    received[static_cast<std::size_t>(rv.rank())] = rv.broadcast("run 1", "ignored on this rank");
+    gathered[static_cast<std::size_t>(rv.rank())] = rv.gather("run 1", "record of rank " + std::to_string(rv.rank()));
+  });
+  EXPECT_EQ(root.broadcast("run 1", id), id);
+  const auto all = root.gather("run 1", "record of rank 0");
+  for (auto& f : peers) f.get();
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], "record of rank " + std::to_string(r));
+  for (int r = 1; r < p; ++r) {
+    EXPECT_EQ(received[static_cast<std::size_t>(r)], id) << "rank " << r;
+    EXPECT_TRUE(gathered[static_cast<std::size_t>(r)].empty()) << "rank " << r;
+  }
+}
+
+// Successive runs of one job (one per mode) share the rendezvous; a rank that is a run ahead
+// (joining run 2 while rank 0 still gathers run 1) gets run 2's bytes, not run 1's.
+TEST(Rendezvous, SuccessiveRunsKeepTheirOwnMessages) {
+  constexpr int p = 3;
+  Rendezvous root(kHost, 0, p, 0, 20s);
+  std::vector<std::vector<std::string>> received(p);
+  auto peers = start_peers(p, root.port(), [&](Rendezvous& rv) {
+    for (int run = 1; run <= 3; ++run) {
+      const std::string tag = "run " + std::to_string(run);
+      received[static_cast<std::size_t>(rv.rank())].push_back(rv.broadcast(tag, ""));
+      rv.gather(tag, tag + " from " + std::to_string(rv.rank()));
+    }
+  });
+  for (int run = 1; run <= 3; ++run) {
+    const std::string tag = "run " + std::to_string(run);
+    if (run == 1) std::this_thread::sleep_for(200ms);  // the peers queue up first
+    root.broadcast(tag, "id " + std::to_string(run));
+    const auto all = root.gather(tag, "");
+    ASSERT_EQ(all.size(), static_cast<std::size_t>(p));
+    EXPECT_EQ(all[2], tag + " from 2");
+  }
+  for (auto& f : peers) f.get();
+  for (int r = 1; r < p; ++r) {
+    EXPECT_EQ(received[static_cast<std::size_t>(r)], (std::vector<std::string>{"id 1", "id 2", "id 3"}));
+  }
+}
+
+// A rank may start before rank 0 listens: it keeps trying until rank 0 is there.
+TEST(Rendezvous, PeersMayConnectBeforeRankZeroListens) {
+  int port = 0;
+  {
+    Rendezvous probe(kHost, 0, 1, 0, 1s);  // a port that was free a moment ago
+    port = probe.port();
+  }
+  auto peer = std::async(std::launch::async, [=] {
+    Rendezvous rv(kHost, port, 2, 1, 20s);
+    return rv.broadcast("run 1", "");
+  });
+  std::this_thread::sleep_for(500ms);
+  Rendezvous root(kHost, port, 2, 0, 20s);
+  root.broadcast("run 1", "late");
+  EXPECT_EQ(peer.get(), "late");
+}
+
+TEST(Rendezvous, RankZeroNamesTheRanksThatNeverJoined) {
+  Rendezvous root(kHost, 0, 4, 0, 1500ms);
+  auto peer = std::async(std::launch::async, [port = root.port()] {
+    Rendezvous rv(kHost, port, 4, 2, 3s);
+    return error_of([&] { rv.broadcast("run 1", ""); });
+  });
+  const std::string e = error_of([&] { root.broadcast("run 1", "x"); });
+  EXPECT_NE(e.find("ranks 1, 3 did not join within 1.5 s"), std::string::npos) << e;
+  EXPECT_NE(peer.get().find("no answer from rank 0"), std::string::npos);
+}
+
+TEST(Rendezvous, APeerWithoutRankZeroTimesOutNamingMasterAddr) {
+  int port = 0;
+  {
+    Rendezvous probe(kHost, 0, 1, 0, 1s);
+    port = probe.port();
+  }
+  Rendezvous rv(kHost, port, 2, 1, 500ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = error_of([&] { rv.broadcast("run 1", ""); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_NE(e.find("no answer from rank 0 at MASTER_ADDR:MASTER_PORT 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << e;
+}
+
+TEST(Rendezvous, AWorldSizeMismatchIsNamed) {
+  Rendezvous root(kHost, 0, 2, 0, 5s);
+  auto peer = std::async(std::launch::async, [port = root.port()] {
+    Rendezvous rv(kHost, port, 3, 1, 2s);
+    return error_of([&] { rv.broadcast("run 1", ""); });
+  });
+  const std::string e = error_of([&] { root.broadcast("run 1", "x"); });
+  EXPECT_NE(e.find("RANK=1 with WORLD_SIZE=3, but this job has WORLD_SIZE=2"), std::string::npos) << e;
+  peer.get();
+}
+
+TEST(Rendezvous, TwoProcessesWithOneRankAreRefused) {
+  Rendezvous root(kHost, 0, 3, 0, 5s);
+  std::vector<std::future<void>> twins;
+  for (int i = 0; i < 2; ++i) {
+    twins.push_back(std::async(std::launch::async, [port = root.port()] {
+      Rendezvous rv(kHost, port, 3, 1, 2s);
+      error_of([&] { rv.broadcast("run 1", ""); });
+    }));
+  }
+  const std::string e = error_of([&] { root.broadcast("run 1", "x"); });
+  EXPECT_NE(e.find("two processes joined as RANK=1"), std::string::npos) << e;
+  for (auto& f : twins) f.get();
+}
+
+// A failing rank ends the others' waits with its reason, not with a timeout.
+TEST(Rendezvous, AReportedFailureEndsTheWaitOfTheOthers) {
+  Rendezvous root(kHost, 0, 2, 0, 30s);
+  auto peer = std::async(std::launch::async, [port = root.port()] {
+    Rendezvous rv(kHost, port, 2, 1, 30s);
+    rv.broadcast("run 1", "");
+    rv.fail("rank 1: out of memory");
+  });
+  root.broadcast("run 1", "x");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = error_of([&] { root.gather("run 1", "mine"); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_NE(e.find("rank 1 failed: rank 1: out of memory"), std::string::npos) << e;
+  peer.get();
+  // Asked afterwards (rank 0 failing in turn), the first failure is still there.
+  EXPECT_EQ(root.peer_failure(0ms).value_or(""), "rank 1 failed: rank 1: out of memory");
+}
+
+TEST(Rendezvous, RankZerosFailureReachesAWaitingRank) {
+  Rendezvous root(kHost, 0, 2, 0, 30s);
+  std::promise<void> joined;
+  auto peer = std::async(std::launch::async, [&, port = root.port()] {
+    Rendezvous rv(kHost, port, 2, 1, 30s);
+    rv.broadcast("run 1", "");
+    joined.set_value();
+    return error_of([&] { rv.gather("run 1", "record"); });
+  });
+  root.broadcast("run 1", "x");
+  joined.get_future().wait();
+  root.fail("rank 0: NCCL error");
+  const std::string e = peer.get();
+  // The peer's result reached rank 0 first, or it waits for the ack: it learns either way.
+  EXPECT_NE(e.find("rank 0 failed: rank 0: NCCL error"), std::string::npos) << e;
+}
+
+TEST(Rendezvous, PeerFailureWaitsForALateReport) {
+  Rendezvous root(kHost, 0, 2, 0, 30s);
+  auto peer = std::async(std::launch::async, [port = root.port()] {
+    Rendezvous rv(kHost, port, 2, 1, 30s);
+    rv.broadcast("run 1", "");
+    std::this_thread::sleep_for(200ms);
+    rv.fail("rank 1: boom");
+  });
+  root.broadcast("run 1", "x");
+  EXPECT_EQ(root.peer_failure(10s).value_or("none"), "rank 1 failed: rank 1: boom");
+  peer.get();
+  Rendezvous lone(kHost, 0, 1, 0, 1s);
+  EXPECT_FALSE(lone.peer_failure(100ms).has_value());
+}
+
+TEST(Rendezvous, ATakenPortAndBadArgumentsAreErrors) {
+  Rendezvous root(kHost, 0, 2, 0, 1s);
+  const std::string taken = error_of([&] { Rendezvous again(kHost, root.port(), 2, 0, 1s); });
+  EXPECT_NE(taken.find("rank 0 cannot listen on MASTER_ADDR:MASTER_PORT 127.0.0.1:" + std::to_string(root.port())),
+            std::string::npos)
+      << taken;
+  EXPECT_THROW(Rendezvous(kHost, 29500, 2, 2, 1s), InputError);
+  EXPECT_THROW(Rendezvous(kHost, 70000, 2, 1, 1s), InputError);
+  EXPECT_THROW(Rendezvous(kHost, 0, 2, 1, 1s), InputError);  // only rank 0 may take any port
+  EXPECT_THROW(Rendezvous("", 29500, 2, 1, 1s), InputError);
+}
+
+// A torchrun-style launch of --comm nccl resolves from the environment (no GPU is needed for
+// that), and its mistakes are one-line InputErrors.
+class EnvLaunch : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) GTEST_SKIP() << "running under mpirun";
+    for (const char* name : kNames) unsetenv(name);
+  }
+  void TearDown() override {
+    for (const char* name : kNames) unsetenv(name);
+  }
+  static std::string error(int ranks) {
+    return error_of([&] { resolve_launch("nccl", ranks, "cuda"); });
+  }
+  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR", "MASTER_PORT"};
+};
+
+TEST_F(EnvLaunch, ResolvesRankAndRendezvousFromTheEnvironment) {
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("RANK", "0", 1);
+  setenv("MASTER_ADDR", "node0", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  LaunchInfo info = resolve_launch("nccl", 0, "cuda");
+  EXPECT_TRUE(info.multi_process);
+  EXPECT_EQ(info.launcher, "env");
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.rank, 0);
+  EXPECT_EQ(info.local_rank, 0);
+  EXPECT_EQ(info.ranks_on_this_node, 4);
+  EXPECT_EQ(info.master_addr, "node0");
+  EXPECT_EQ(info.master_port, 29500);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("LOCAL_WORLD_SIZE", "2", 1);
+  info = resolve_launch("nccl", 4, "cuda");
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.ranks_on_this_node, 2);
+}
+
+TEST_F(EnvLaunch, MistakesAreOneLineInputErrors) {
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  EXPECT_NE(error(0).find("RANK: unset"), std::string::npos) << error(0);
+  setenv("RANK", "1", 1);
+  setenv("MASTER_PORT", "0", 1);
+  EXPECT_NE(error(0).find("MASTER_PORT=0: not a TCP port"), std::string::npos) << error(0);
+  setenv("MASTER_PORT", "29500", 1);
+  EXPECT_NE(error(3).find("--ranks 3 but WORLD_SIZE=2"), std::string::npos) << error(3);
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  EXPECT_NE(error(0).find("LOCAL_RANK=1: out of range for 1 ranks on this node"), std::string::npos) << error(0);
+  unsetenv("LOCAL_WORLD_SIZE");
+  EXPECT_NE(error_of([] { resolve_launch("nccl", 0, "cpu"); }).find("--device cuda"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dpbench
