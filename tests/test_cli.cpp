@@ -11,9 +11,12 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/fixtures.hpp"
+#include "tests/training_fixtures.hpp"
+#include "core/rendezvous.hpp"
 #include "core/device.hpp"
 #include "workloads/fashion_mnist.hpp"
 
@@ -351,6 +354,79 @@ TEST_F(CliGpu, FailingGpuRankEndsTheRunNamingIt) {
   EXPECT_EQ(o.exit_code, 1) << o.err;
   EXPECT_NE(o.err.find("rank 1"), std::string::npos) << o.err;
   EXPECT_FALSE(fs::exists(result()));
+}
+
+// A torchrun-style launch: two processes on one GPU (distinct NCCL_HOSTID, so NCCL connects them
+// as two hosts over loopback sockets) meet at MASTER_ADDR:MASTER_PORT. Rank 0 writes one result
+// with both ranks, and the parameters equal those of two local ranks after 20 steps; a failing
+// rank 1 ends both processes, and rank 0 names it.
+class CliGpuEnvLaunch : public CliGpu {
+ protected:
+  void SetUp() override {
+    CliGpu::SetUp();
+    if (IsSkipped()) return;
+#ifndef DPBENCH_HAVE_NCCL
+    GTEST_SKIP() << "built without NCCL";
+#endif
+  }
+  static constexpr const char* kArgs =
+      "--device cuda --precision fp32 --data synthetic --input 32 --synthetic-samples 4096 --hidden 64 "
+      "--batch-size 64 --max-steps 20 --no-eval -q";
+  // Both ranks as background processes of one shell; rank r's stderr in err<r>.txt. Returns the
+  // shell's outcome with rank 0's exit code in exit_code and rank 1's in out.
+  Outcome launch_two(const std::string& extra_env, const std::string& args) {
+    int port = 0;
+    {
+      Rendezvous probe("127.0.0.1", 0, 1, 0, std::chrono::seconds(1));
+      port = probe.port();
+    }
+    std::string line;
+    for (int r = 1; r >= 0; --r) {
+      line += fmt::format(
+          "RANK={0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={1} "
+          "NCCL_HOSTID=dpbench-env-host-{0} NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 {2} "
+          "$(command -v timeout >/dev/null 2>&1 && echo timeout -k 10 240) {3} run {4} --comm nccl "
+          "--out {5} 2>{6} & p{0}=$!; ",
+          r, port, extra_env, DPBENCH_BINARY, args, (tmp_.path() / fmt::format("r{}.json", r)).string(),
+          (tmp_.path() / fmt::format("err{}.txt", r)).string());
+    }
+    line += "wait $p0; e0=$?; wait $p1; echo $e0 $?";
+    Outcome o = shell("bash -c '" + line + "'", tmp_.path());
+    std::istringstream codes(o.out);
+    int e0 = -1, e1 = -1;
+    codes >> e0 >> e1;
+    o.exit_code = e0;
+    o.out = std::to_string(e1);
+    o.err = "rank 0: " + slurp(tmp_.path() / "err0.txt") + "rank 1: " + slurp(tmp_.path() / "err1.txt");
+    return o;
+  }
+};
+
+TEST_F(CliGpuEnvLaunch, TwoProcessesOnOneGpuMatchTwoLocalRanks) {
+  const std::string params = (tmp_.path() / "env").string(), local = (tmp_.path() / "local").string();
+  const Outcome o = launch_two("", std::string(kArgs) + " --save-params " + params);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  ASSERT_EQ(o.out, "0") << o.err;
+  EXPECT_FALSE(fs::exists(tmp_.path() / "r1.json")) << "only rank 0 writes";
+  const auto doc = nlohmann::json::parse(slurp(tmp_.path() / "r0.json"));
+  EXPECT_EQ(doc["config"]["launcher"], "env");
+  for (const auto& run : doc["runs"]) EXPECT_EQ(run["memory"]["per_rank"].size(), 2u) << run["mode"];
+  const Outcome l = run_with_timeout("", std::string(kArgs) + " --comm local --ranks 2 --save-params " + local, 240);
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  for (const std::string mode : {"ps", "allreduce"}) {
+    const auto a = read_f32(params + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    ASSERT_FALSE(a.empty()) << mode;
+    EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
+  }
+}
+
+TEST_F(CliGpuEnvLaunch, AFailingRankEndsBothProcessesAndIsNamed) {
+  const Outcome o = launch_two("DPBENCH_FAULT=rank=1,step=3,kind=throw", std::string(kArgs) + " --timeout 30");
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  EXPECT_EQ(o.out, "1") << o.err;
+  EXPECT_NE(o.err.find("rank 1 failed: rank 1:"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(tmp_.path() / "r0.json"));
 }
 
 }  // namespace

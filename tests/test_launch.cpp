@@ -19,6 +19,7 @@
 #include "core/launch.hpp"
 #include "core/mpi_comm.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/training_fixtures.hpp"
 
 namespace dpbench {
 namespace {
@@ -75,23 +76,6 @@ class Launch : public ::testing::Test {
   }
   TempDir tmp_;
 };
-
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v;
-  float x;
-  while (in.read(reinterpret_cast<char*>(&x), sizeof(x))) v.push_back(x);
-  return v;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
 
 TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
   REQUIRE_MPI();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,15 @@ inline double relative_l2(const std::vector<float>& a, const std::vector<float>&
     norm += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(diff / norm);
+}
+
+// The floats of a raw little-endian file (dpbench run --save-params); empty when missing.
+inline std::vector<float> read_f32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v;
+  float x;
+  while (in.read(reinterpret_cast<char*>(&x), sizeof(x))) v.push_back(x);
+  return v;
 }
 
 }  // namespace dpbench::testing
