@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 
@@ -33,7 +34,7 @@ using cuda::detail::check_cuda;
 
 class CudaMemOps final : public LocalMemOps {
  public:
-  CudaMemOps(int device, DeviceAllocator& allocator, void* stream)
+  CudaMemOps(int device, DeviceAllocator& allocator, void* stream, int peer_devices)
       : device_(device), allocator_(&allocator), stream_(stream) {
     if (allocator.device() != device) {
       throw Error(fmt::format("local backend on GPU: the allocator is on device {}, the rank on "
@@ -41,7 +42,7 @@ class CudaMemOps final : public LocalMemOps {
                               allocator.device(), device));
     }
     cuda::set_device(device_);
-    enable_peer_access();
+    enable_peer_access(peer_devices);
   }
 
   void copy(float* dst, const float* src, std::size_t n) override {
@@ -95,11 +96,11 @@ class CudaMemOps final : public LocalMemOps {
     return buffer.data();
   }
 
-  // Lets cudaMemcpyPeerAsync copy directly between this device and every other one that
-  // supports it, rather than staging through host memory. Best effort: a pair without peer
-  // access still copies, only slower.
-  void enable_peer_access() {
-    const int count = cuda::device_count();
+  // Lets cudaMemcpyPeerAsync copy directly between this device and every other one of the
+  // group's devices that supports it, rather than staging through host memory. Best effort: a
+  // pair without peer access still copies, only slower.
+  void enable_peer_access(int peer_devices) {
+    const int count = std::min(peer_devices, cuda::device_count());
     for (int peer = 0; peer < count; ++peer) {
       if (peer == device_) continue;
       int can = 0;
@@ -121,8 +122,8 @@ class CudaMemOps final : public LocalMemOps {
 }  // namespace
 
 std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int device, DeviceAllocator& allocator,
-                                               void* stream) {
-  return std::make_unique<CudaMemOps>(device, allocator, stream);
+                                               void* stream, int peer_devices) {
+  return std::make_unique<CudaMemOps>(device, allocator, stream, peer_devices);
 }
 
 }  // namespace dpbench

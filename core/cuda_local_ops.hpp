@@ -19,7 +19,10 @@ namespace dpbench {
 // device: this rank's CUDA device (current on the calling thread whenever the ops are used);
 // allocator: where the scratch and staging buffers come from (charged to comm_buffers); stream:
 // the rank's communication stream (a cudaStream_t as void*), on which every copy and kernel
-// runs. The allocator must outlive the ops. Throws Error in a build without CUDA.
-std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int device, DeviceAllocator& allocator, void* stream);
+// runs; peer_devices: how many devices (0..peer_devices-1) host the group's ranks, the only ones
+// peer access is enabled to (a GPU the run does not use gets no context from it). The allocator
+// must outlive the ops. Throws Error in a build without CUDA.
+std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int device, DeviceAllocator& allocator, void* stream,
+                                               int peer_devices);
 
 }  // namespace dpbench

@@ -8,7 +8,7 @@ namespace dpbench {
 
 #ifndef DPBENCH_HAVE_CUDA
 
-std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int, DeviceAllocator&, void*) {
+std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int, DeviceAllocator&, void*, int) {
   throw Error("local backend on GPU: dpbench was built without CUDA");
 }
 

@@ -9,6 +9,12 @@
 
 namespace dpbench {
 
+namespace {
+// Compiled for the build's architectures like every dpbench kernel: whether the runtime can
+// load it on a device tells whether this build runs there at all.
+__global__ void probe_kernel() {}
+}  // namespace
+
 CudaProbe probe_cuda() {
   CudaProbe probe;
   probe.built_with_cuda = true;
@@ -37,6 +43,28 @@ CudaProbe probe_cuda() {
   }
   probe.usable = !probe.gpus.empty();
   if (!probe.usable) probe.reason = "no device answered cudaGetDeviceProperties";
+  // A GPU this build has no kernel image for (built for sm_90, run on an older GPU, say) would
+  // fail at the first launch: not usable, with the reason.
+  int current = 0;
+  cudaGetDevice(&current);
+  for (const GpuInfo& g : probe.gpus) {
+    cudaFuncAttributes attributes{};
+    const cudaError_t e = cudaSetDevice(g.index) == cudaSuccess
+                              ? cudaFuncGetAttributes(&attributes, probe_kernel)
+                              : cudaGetLastError();
+    if (e != cudaSuccess) {
+      cudaDeviceProp prop{};
+      cudaGetDeviceProperties(&prop, g.index);
+      probe.usable = false;
+      probe.reason = std::string("GPU ") + std::to_string(g.index) + " (" + g.name + ", compute capability " +
+                     std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                     ") cannot run this build's kernels: " + cudaGetErrorString(e) +
+                     " (rebuild with CMAKE_CUDA_ARCHITECTURES including it)";
+      cudaGetLastError();
+      break;
+    }
+  }
+  cudaSetDevice(current);
   return probe;
 }
 

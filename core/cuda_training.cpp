@@ -1,5 +1,6 @@
 #include "core/cuda_training.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,7 +40,14 @@ struct CommSource {
   // Called with the rank's communicator once it exists and with nullptr before it is destroyed
   // (so that a failing peer can abort it); may be empty.
   std::function<void(int rank, Communicator*)> on_live;
+  // nccl ranks as threads: their group, for the teardown barrier and for aborting every rank's
+  // communicator as soon as one rank fails.
+  LocalGroup* nccl_threads = nullptr;
+  int peer_devices = 1;  // local: the devices hosting the group's ranks (0..peer_devices-1)
 };
+
+// How many of `ranks` ranks (placed r % gpus) run on `device`.
+int ranks_on_device(int ranks, int gpus, int device) { return (ranks - device + gpus - 1) / gpus; }
 
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
 // in reverse: the rank's buffers (inside body) go before the communicator, streams and allocator.
@@ -57,7 +65,7 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
     local_comm_stream.emplace();
     comm_stream = local_comm_stream->handle();
     comm = std::make_unique<LocalCommunicator>(source.group, rank,
-                                               make_cuda_mem_ops(device, allocator, comm_stream));
+                                               make_cuda_mem_ops(device, allocator, comm_stream, source.peer_devices));
   } else {
     auto nccl = make_nccl_communicator(*source.id, config.world_size, rank, device, config.timeout);
     comm_stream = nccl->comm_stream_handle();
@@ -92,13 +100,27 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
     body(ctx);
     // Nothing the rank enqueued may outlive its buffers.
     compute.synchronize();
+    // nccl threads: ncclCommDestroy is intra-node collective; either every rank gets there, or
+    // (a peer failed: the barrier throws Aborted) every rank aborts its communicator instead.
+    if (source.nccl_threads != nullptr) source.nccl_threads->barrier(rank);
   } catch (const std::exception& e) {
     // nccl: abort this rank's communicator before its destructor runs. Otherwise that destructor
     // calls ncclCommDestroy, which waits for the peers, while the peers wait in a collective for
     // this rank: the failing rank would hang in its own cleanup until the peers time out, and
-    // their timeouts would be reported instead of its error. (The local group is aborted by
-    // run_rank_threads once this rank has unwound.)
-    if (!source.group) comm->abort(fmt::format("rank {}: {}", rank, e.what()));
+    // their timeouts would be reported instead of its error. Ranks as threads abort their peers'
+    // communicators now too (through the group's hook), before this rank's buffers are freed:
+    // freeing waits for the device, where a peer's kernel may be waiting for this rank. (A local
+    // group is aborted by run_rank_threads once this rank has unwound.)
+    const std::string reason = fmt::format("rank {}: {}", rank, e.what());
+    if (!source.group) comm->abort(reason);
+    if (source.nccl_threads != nullptr) source.nccl_threads->abort(reason);
+    // Best effort: let the work already queued finish before its buffers go back to the system.
+    try {
+      compute.synchronize();
+      if (local_comm_stream) local_comm_stream->synchronize();
+    } catch (const std::exception&) {
+      // the stream failed too (a sticky CUDA error): the original error is the one to report
+    }
     throw;
   }
 }
@@ -142,8 +164,8 @@ void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks, 
     std::memcpy(id.data(), shared.data(), id.size());
     CommSource source;
     source.id = &id;
-    run_gpu_rank(config, rank, local_rank % gpus, node_ranks > gpus, ranks[static_cast<std::size_t>(rank)],
-                 source, body);
+    run_gpu_rank(config, rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1,
+                 ranks[static_cast<std::size_t>(rank)], source, body);
   } catch (const InputError& e) {
     rendezvous.fail(with_rank(e.what()));
     throw InputError(with_rank(e.what()));
@@ -181,22 +203,25 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
     if (!config.master_addr.empty()) return run_env_process(config, ranks, gpus, body);
     CommSource source;
     source.id = &config.nccl_id;
-    run_gpu_rank(config, rank, rank % gpus, p > gpus, ranks[static_cast<std::size_t>(rank)], source, body);
+    run_gpu_rank(config, rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
+                 ranks[static_cast<std::size_t>(rank)], source, body);
     return;
   }
 
   if (config.comm == "nccl" && mpi_launched()) {
-    // One rank per process: the GPU comes from the node-local rank.
+    // One rank per process: the GPU comes from the node-local rank. Rank 0 creates the id inside
+    // run_mpi_process, so that a failure there ends the job with MPI_Abort rather than leaving
+    // the other ranks in MPI_Bcast.
     MpiRuntime::init();
-    NcclUniqueIdBytes id{};
-    if (MpiRuntime::rank() == 0) id = nccl_create_unique_id();
-    mpi_broadcast_bytes(id.data(), id.size(), 0);
-    CommSource source;
-    source.id = &id;
-    const bool shared = MpiRuntime::local_size() > gpus;
+    const int local_rank = MpiRuntime::local_rank();
+    const bool shared = ranks_on_device(MpiRuntime::local_size(), gpus, local_rank % gpus) > 1;
     run_mpi_process(config, ranks, [&](int rank) {
-      run_gpu_rank(config, rank, MpiRuntime::local_rank() % gpus, shared, ranks[static_cast<std::size_t>(rank)],
-                   source, body);
+      NcclUniqueIdBytes id{};
+      if (rank == 0) id = nccl_create_unique_id();
+      mpi_broadcast_bytes(id.data(), id.size(), 0);
+      CommSource source;
+      source.id = &id;
+      run_gpu_rank(config, rank, local_rank % gpus, shared, ranks[static_cast<std::size_t>(rank)], source, body);
     });
     return;
   }
@@ -220,8 +245,10 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
   if (config.comm == "nccl") {
     id = nccl_create_unique_id();
     source.id = &id;
+    source.nccl_threads = group.get();
   } else {
     source.group = group;
+    source.peer_devices = std::min(p, gpus);
   }
   // NCCL communicators live outside the group: the group's abort reaches them through the hook.
   std::mutex live_mutex;
@@ -241,9 +268,9 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
       }
     });
   }
-  const bool shared = p > gpus;
   run_rank_threads(*group, [&](int rank) {
-    run_gpu_rank(config, rank, rank % gpus, shared, ranks[static_cast<std::size_t>(rank)], source, body);
+    run_gpu_rank(config, rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
+                 ranks[static_cast<std::size_t>(rank)], source, body);
   });
 }
 

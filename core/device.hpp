@@ -18,7 +18,7 @@ struct GpuInfo {
 
 struct CudaProbe {
   bool built_with_cuda = false;
-  bool usable = false;          // at least one device answered
+  bool usable = false;          // every device answered and can run this build's kernels
   std::string reason;           // why not usable, in words
   int runtime_version = 0;      // e.g. 13000
   int driver_version = 0;       // 0 when no driver

@@ -343,6 +343,7 @@ void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
   if (dst < 0 || dst >= p || dst == rank_) {
     throw Error(fmt::format("send: destination {} invalid for rank {} of {}", dst, rank_, p));
   }
+  ops_->fence();  // buf is complete before the receiver may read it
   auto& box = group_->mailboxes_[static_cast<std::size_t>(rank_ * p + dst)];
   std::unique_lock<std::mutex> lock(group_->mutex_);
   group_->wait_locked(lock, rank_, [] { return std::string("send"); }, [&] { return !box.full; });

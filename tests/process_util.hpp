@@ -44,7 +44,8 @@ inline NcclUniqueIdBytes from_hex(const std::string& hex) {
 }
 
 // Starts this test binary again running only `gtest_filter`, with this process's environment
-// minus the variables whose entries start with one of `drop` (and GTEST_OUTPUT), plus `add`
+// minus the variables whose entries start with one of `drop` (and GTEST_OUTPUT and gtest's
+// sharding variables), plus `add`
 // ("NAME=value" entries). Returns the child's pid; throws std::runtime_error if it cannot start.
 inline pid_t spawn_self(const std::string& gtest_filter, const std::vector<std::string>& add,
                         const std::vector<std::string>& drop) {
@@ -52,7 +53,10 @@ inline pid_t spawn_self(const std::string& gtest_filter, const std::vector<std::
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
-    bool keep = entry.rfind("GTEST_OUTPUT=", 0) != 0;
+    // A child runs exactly its filter: no result file of the parent's, and no sharding (under
+    // which it could run no test at all and leave its peer waiting).
+    bool keep = entry.rfind("GTEST_OUTPUT=", 0) != 0 && entry.rfind("GTEST_SHARD_INDEX=", 0) != 0 &&
+                entry.rfind("GTEST_TOTAL_SHARDS=", 0) != 0;
     for (const auto& prefix : drop) keep = keep && entry.rfind(prefix, 0) != 0;
     if (keep) env.push_back(entry);
   }

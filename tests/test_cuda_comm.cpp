@@ -72,7 +72,7 @@ std::vector<CommStats> on_gpu_ranks(int p, const std::function<void(GpuRank&)>& 
         MemoryTracker tracker;
         DeviceAllocator allocator(device, tracker);
         cuda::Stream stream;
-        LocalCommunicator comm(group, r, make_cuda_mem_ops(device, allocator, stream.handle()));
+        LocalCommunicator comm(group, r, make_cuda_mem_ops(device, allocator, stream.handle(), std::min(p, devices)));
         GpuRank ctx{comm, allocator, stream, device};
         body(ctx);
         stream.synchronize();

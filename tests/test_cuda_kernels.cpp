@@ -194,6 +194,8 @@ TEST_F(CudaKernels, LinearRebindsTheHandleToTheLaunchersStream) {
   cuda::linear_forward(blas, d_x.get(), d_W.get(), d_b.get(), d_y.get(), kBatch, kIn, kOut, false,
                        stream());
   EXPECT_EQ(blas.stream(), stream());
+  // The handle itself, not only the launcher's record of it, is on the test's stream.
+  EXPECT_EQ(blas.bound_stream(), stream());
   // fp32 GEMM over k = 83: 1e-5 (summation order only).
   EXPECT_LT(rel_error(d_y.to_host(), want), kFp32Tolerance);
 }
@@ -226,8 +228,9 @@ TEST_F(CudaKernels, SgdMomentumMatchesCpuBitForBit) {
     cuda::sgd_momentum(d_params.get(), d_grads.get(), d_velocity.get(), n, 0.05f, 0.9f, 5e-4f,
                        stream());
     // Each product and sum rounds separately on both sides (the kernel uses __fmul_rn /
-    // __fadd_rn, so nvcc fuses nothing into an FMA; g++ in ISO C++ mode contracts nothing):
-    // the same IEEE operations in the same order, so exact.
+    // __fadd_rn, so nvcc fuses nothing into an FMA; the library's C++ is built with
+    // -ffp-contract=off, so g++ fuses nothing either, whatever -march allows): the same IEEE
+    // operations in the same order, so exact.
     EXPECT_EQ(bit_mismatches(d_velocity.to_host(), velocity), 0u) << "velocity, step " << step;
     EXPECT_EQ(bit_mismatches(d_params.to_host(), params), 0u) << "params, step " << step;
   }

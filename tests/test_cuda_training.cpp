@@ -94,6 +94,23 @@ TEST_F(CudaTraining, GpuModesMatchCpuModes) {
   }
 }
 
+// Pageable uploads (pin_memory off, the path without staging buffers) carry the same batches as
+// pinned ones: the same run, bit for bit.
+TEST_F(CudaTraining, PageableUploadsMatchPinnedUploads) {
+  for (const std::string mode : {"ps", "allreduce"}) {
+    TrainConfig pageable = gpu_config(mode, 2, 64);
+    pageable.loader.pin_memory = false;
+    const auto train = [&](const TrainConfig& c) {
+      return mode == "ps" ? train_parameter_server_cuda(c, data()) : train_allreduce_cuda(c, data());
+    };
+    const RunResult a = train(pageable);
+    const RunResult b = train(gpu_config(mode, 2, 64));
+    expect_trained(a);
+    ASSERT_EQ(a.final_params.size(), b.final_params.size()) << mode;
+    EXPECT_EQ(a.final_params, b.final_params) << mode;
+  }
+}
+
 TEST_F(CudaTraining, PsP2pMatchesPsCollective) {
   TrainConfig p2p = gpu_config("ps", 3, 60);
   p2p.transport = "p2p";
@@ -280,6 +297,7 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
   ASSERT_TRUE(fields && rank >= 0 && p > rank) << kTrainChild << "=" << spec;
   TrainConfig c = gpu_config(mode, p, 64);
   c.comm = "nccl";
+  c.timeout = std::chrono::seconds(60);  // well inside the parent's 180 s: a stall reports NCCL's reason
   c.process_rank = rank;
   c.nccl_id = testing::from_hex(hex);
   const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, 2048, 5);

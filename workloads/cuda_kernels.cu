@@ -284,9 +284,17 @@ Blas& Blas::operator=(Blas&& other) noexcept {
 }
 
 void Blas::set_stream(void* stream) {
+  // Skipped when already bound: cublasSetStream also resets the handle's workspace. (Whoever
+  // rebinds the raw handle() must do it through here, or the record goes stale.)
   if (stream == stream_) return;
   DPBENCH_CUBLAS_CHECK("Blas::set_stream", cublasSetStream(handle_, as_stream(stream)));
   stream_ = stream;
+}
+
+void* Blas::bound_stream() const {
+  cudaStream_t s = nullptr;
+  DPBENCH_CUBLAS_CHECK("Blas::bound_stream", cublasGetStream(handle_, &s));
+  return s;
 }
 
 // ---------------------------------------------------------------------------------------------

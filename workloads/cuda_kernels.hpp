@@ -54,6 +54,8 @@ class Blas {
   // Rebinds the handle to another stream (cublasSetStream). The Linear launchers call this when
   // their stream differs from the bound one, so a GEMM always runs on the launcher's stream.
   void set_stream(void* stream);
+  // The stream cuBLAS itself has the handle on (cublasGetStream), as cudaStream_t.
+  void* bound_stream() const;
   // The raw handle, for callers that need a cuBLAS call not wrapped here.
   cublasContext* handle() const { return handle_; }
 

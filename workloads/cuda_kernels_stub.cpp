@@ -30,6 +30,7 @@ Blas& Blas::operator=(Blas&& other) noexcept {
   return *this;
 }
 void Blas::set_stream(void*) { no_cuda("Blas::set_stream"); }
+void* Blas::bound_stream() const { no_cuda("Blas::bound_stream"); }
 
 void linear_forward(Blas&, const float*, const float*, const float*, float*, std::size_t,
                     std::size_t, std::size_t, bool, void*) {
