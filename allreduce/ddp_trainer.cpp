@@ -180,7 +180,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
     if (rank == 0) {
       result.steps_timed = static_cast<long>(me.steps.size());
       finish_result(result, data, std::vector<double>(losses.begin(), losses.end()), steps_in_epoch,
-                    params.data(), n, model->buffers());
+                    params.data(), n, model->buffers(), model->num_buffers());
     }
   });
   return result;

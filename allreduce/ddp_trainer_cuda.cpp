@@ -189,7 +189,7 @@ RunResult train_allreduce_cuda(const TrainConfig& cfg, const TrainData& data) {
       }
       result.steps_timed = static_cast<long>(me.steps.size());
       finish_result(result, data, std::vector<double>(sums.begin(), sums.end()), steps_in_epoch,
-                    host_params.data(), n, num_buffers > 0 ? host_buffers.data() : nullptr);
+                    host_params.data(), n, num_buffers > 0 ? host_buffers.data() : nullptr, num_buffers);
     }
   });
   return result;

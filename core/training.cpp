@@ -296,7 +296,7 @@ long total_steps(const TrainConfig& config, const Dataset& train) {
 
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
                    const std::vector<long>& steps_in_epoch, const float* params, std::size_t n,
-                   const float* buffers) {
+                   const float* buffers, std::size_t num_buffers) {
   const TrainConfig& cfg = result.config;
   for (std::size_t e = 0; e < loss_sums.size() && e < steps_in_epoch.size(); ++e) {
     if (steps_in_epoch[e] == 0) continue;
@@ -307,7 +307,10 @@ void finish_result(RunResult& result, const TrainData& data, const std::vector<d
   result.num_params = n;
   result.input_features = data.train->shape().features();
   result.num_classes = static_cast<std::size_t>(data.train->num_classes());
-  if (cfg.keep_final_params) result.final_params.assign(params, params + n);
+  if (cfg.keep_final_params) {
+    result.final_params.assign(params, params + n);
+    if (buffers != nullptr) result.final_buffers.assign(buffers, buffers + num_buffers);
+  }
   if (cfg.evaluate && data.test != nullptr) {
     result.test_accuracy = evaluate_accuracy(cfg, *data.test, params, buffers);
   }

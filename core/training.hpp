@@ -117,6 +117,7 @@ struct RunResult {
   double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated
   std::vector<std::string> warnings;
   std::vector<float> final_params;       // rank 0's, if config.keep_final_params
+  std::vector<float> final_buffers;      // and its BatchNorm running statistics (cnn), likewise
 };
 
 // The data of one run.
@@ -201,11 +202,11 @@ void validate_config(const TrainConfig& config, const Dataset& train);
 long total_steps(const TrainConfig& config, const Dataset& train);
 
 // Rank 0's last act in every mode: per-epoch mean losses from per-epoch loss sums (over all
-// ranks) and step counts, the final loss, parameter count, a copy of the parameters if asked,
-// and the test accuracy of params[n].
+// ranks) and step counts, the final loss, parameter count, a copy of the parameters and buffers
+// if asked, and the test accuracy of params[n] with buffers[num_buffers] (null when none).
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
                    const std::vector<long>& steps_in_epoch, const float* params, std::size_t n,
-                   const float* buffers);
+                   const float* buffers, std::size_t num_buffers);
 
 // Fills steps_timed/warnings common to every mode and the comm bytes per step of each rank.
 void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,

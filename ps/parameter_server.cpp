@@ -209,7 +209,8 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
                 static_cast<long>(me.steps.size()), tracker);
     if (reducer) {
       result.steps_timed = static_cast<long>(me.steps.size());
-      finish_result(result, data, loss_sum, steps_in_epoch, master_params.data(), n, model->buffers());
+      finish_result(result, data, loss_sum, steps_in_epoch, master_params.data(), n, model->buffers(),
+                    model->num_buffers());
     }
   });
   return result;

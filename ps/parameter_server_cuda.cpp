@@ -195,7 +195,8 @@ RunResult train_parameter_server_cuda(const TrainConfig& cfg, const TrainData& d
       }
       result.steps_timed = static_cast<long>(me.steps.size());
       finish_result(result, data, epoch_loss_sums(step_loss, step, spe, cfg.epochs), steps_in_epoch,
-                    host_params.data(), n, host_buffers.empty() ? nullptr : host_buffers.data());
+                    host_params.data(), n, host_buffers.empty() ? nullptr : host_buffers.data(),
+                    host_buffers.size());
     }
   });
   return result;

@@ -219,25 +219,31 @@ TEST_F(CudaTraining, NcclTwoRanksMatchLocal) {
   }
 }
 
-// The cnn workload on the GPU against the CPU, in allreduce mode with per-rank BatchNorm
-// (running statistics broadcast from rank 0) and with SyncBatchNorm. Tolerance as in
+// The cnn workload on the GPU against the CPU: ps (running statistics from the reducer's
+// replica), allreduce with per-rank BatchNorm (running statistics broadcast from rank 0) and
+// with SyncBatchNorm. Parameters and BatchNorm running statistics both. Tolerance as in
 // GpuModesMatchCpuModes (fp32 sums in another order).
 TEST_F(CudaTraining, CnnMatchesCpu) {
   auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kClasses, 1024, 3);
   const TrainData td{images.get(), nullptr};
-  for (const bool sync_bn : {false, true}) {
-    TrainConfig gpu = gpu_config("allreduce", 2, 32);
+  for (const std::string variant : {"ps", "allreduce", "allreduce sync_bn"}) {
+    const bool ps = variant == "ps";
+    TrainConfig gpu = gpu_config(ps ? "ps" : "allreduce", 2, 32);
     gpu.workload = "cnn";
     gpu.channels = {4, 6};
     gpu.hidden = {16};
-    gpu.sync_bn = sync_bn;
+    gpu.sync_bn = variant == "allreduce sync_bn";
     TrainConfig cpu = gpu;
     cpu.device = "cpu";
-    const RunResult g = train_allreduce_cuda(gpu, td);
-    const RunResult c = train_allreduce(cpu, td);
+    const RunResult g = ps ? train_parameter_server_cuda(gpu, td) : train_allreduce_cuda(gpu, td);
+    const RunResult c = ps ? train_parameter_server(cpu, td) : train_allreduce(cpu, td);
     expect_trained(g);
     expect_trained(c);
-    EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << "sync_bn " << sync_bn;
+    EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << variant;
+    // Two BatchNorm layers: running mean and variance of 4 and 6 channels.
+    ASSERT_EQ(c.final_buffers.size(), 2u * (4 + 6)) << variant;
+    ASSERT_EQ(g.final_buffers.size(), c.final_buffers.size()) << variant;
+    EXPECT_LT(relative_l2(g.final_buffers, c.final_buffers), 1e-4) << variant;
   }
 }
 

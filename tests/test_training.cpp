@@ -103,6 +103,30 @@ TEST(Agreement, UnevenRankBatchesMatchOneRankWithTheSameGlobalBatch) {
   EXPECT_GT(relative_l2(other.final_params, single.final_params), 1e-3);
 }
 
+// The cnn's BatchNorm running statistics come back with the parameters: with one rank, ps (the
+// reducer's replica) and allreduce see the same batches and keep the same statistics, moved
+// away from their initial values (mean 0, variance 1).
+TEST(Agreement, CnnRunningStatisticsAreKeptAndAgreeAtOneRank) {
+  const auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kClasses, 1024, 3);
+  const TrainData td{images.get(), nullptr};
+  auto cnn = [](const std::string& mode) {
+    TrainConfig c = small_config(mode, 1, 32);
+    c.workload = "cnn";
+    c.channels = {4, 6};
+    c.hidden = {16};
+    return c;
+  };
+  const RunResult ps = train_parameter_server(cnn("ps"), td);
+  const RunResult ar = train_allreduce(cnn("allreduce"), td);
+  // Two BatchNorm layers: running mean and variance of 4 and 6 channels.
+  ASSERT_EQ(ps.final_buffers.size(), 2u * (4 + 6));
+  ASSERT_EQ(ar.final_buffers.size(), ps.final_buffers.size());
+  EXPECT_LT(relative_l2(ps.final_buffers, ar.final_buffers), 1e-5);
+  std::size_t moved = 0;
+  for (float v : ps.final_buffers) moved += (v != 0.0f && v != 1.0f) ? 1 : 0;
+  EXPECT_EQ(moved, ps.final_buffers.size());
+}
+
 TEST(Config, BadRankBatchesAreInputErrors) {
   const auto data = small_dataset(1000);
   const TrainData td{data.get(), nullptr};
