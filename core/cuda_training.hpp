@@ -43,8 +43,9 @@ using CudaRankBody = std::function<void(CudaRank& rank)>;
 cuda::Precision parse_precision(const std::string& name);
 
 // Runs body on every GPU rank of the run (config.comm "local" or "nccl"; threads, or this
-// process's rank under mpirun or as config.process_rank for nccl) and leaves each rank's record in ranks[rank] on the
-// output process, with RankResult::device filled (the cudaMemGetInfo view before the body and
+// process's rank under mpirun, in a torchrun-style launch (config.master_addr set; records
+// gathered through the rendezvous) or as config.process_rank with config.nccl_id) and leaves
+// each rank's record in ranks[rank] on the output process, with RankResult::device filled (the cudaMemGetInfo view before the body and
 // the one the body recorded with record_device_used_after()). Failures as run_ranks: the first
 // failing rank's error, rethrown with its rank; the other ranks' communicators are aborted.
 // Throws InputError for a backend GPU training cannot use (mpi), or for nccl ranks as threads
