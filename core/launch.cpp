@@ -53,8 +53,7 @@ LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const 
 }
 // One rank per process, started by the user's launcher with torchrun-style variables: ranks meet
 // at MASTER_ADDR:MASTER_PORT.
-LaunchInfo env_launch(int requested, int world, int rank, const std::optional<int>& env_local) {
-  const int port = *env_int("MASTER_PORT");  // checked by resolve_launch
+LaunchInfo env_launch(int requested, int world, int rank, const std::optional<int>& env_local, int port) {
   if (requested > 0 && requested != world) {
     throw InputError(fmt::format("world size mismatch: --ranks {} but WORLD_SIZE={}", requested, world));
   }
@@ -110,6 +109,7 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
 
   if (comm == "nccl") {
     const bool torchrun_style = env_world && *env_world > 1 && !mpi_launched();
+    int port = 0;
     if (torchrun_style) {
       for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK"}) {
         const char* v = std::getenv(name);
@@ -119,14 +119,14 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
                                        name, *env_world));
         }
       }
-      const auto port = env_int("MASTER_PORT");
-      if (*port < 1 || *port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", *port));
+      port = *env_int("MASTER_PORT");
+      if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
     }
     if (device != "cuda") {
       throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
                        "(or use --comm local or --comm mpi on CPU)");
     }
-    if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local);
+    if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local, port);
     if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
     info.launcher = "threads";
     info.world_size = requested > 0 ? requested : 4;

@@ -1,9 +1,9 @@
 #include "core/rendezvous.hpp"
 
-#include <algorithm>
+#include <array>
+#include <functional>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
