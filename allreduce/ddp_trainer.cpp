@@ -8,11 +8,10 @@
 
 #include "allreduce/batchnorm_sync.hpp"
 #include "allreduce/buckets.hpp"
-#include "core/comm_stream.hpp"
 #include "core/error.hpp"
-#include "workloads/cpu_kernels.hpp"
 #include "workloads/distributed_sampler.hpp"
-#include "workloads/mlp.hpp"
+#include "train/grad_reducer.hpp"
+#include "train/rank_context.hpp"
 
 namespace dpbench {
 
@@ -57,6 +56,7 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
   const long spe = steps_per_epoch(cfg, train);
   const long total = total_steps(cfg, train);
   const auto classes = static_cast<std::size_t>(train.num_classes());
+  const std::size_t features = train.shape().features();
 
   RunResult result;
   result.config = cfg;
@@ -65,59 +65,57 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
   result.ranks.resize(p);
   std::vector<long> steps_in_epoch(static_cast<std::size_t>(cfg.epochs), 0);
 
-  run_ranks(cfg, result.ranks, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
+  run_rank_contexts(cfg, result.ranks, [&](RankContext& ctx) {
+    const int rank = ctx.rank();
+    Communicator& comm = ctx.comm();
     RankResult& me = result.ranks[static_cast<std::size_t>(rank)];
     const std::size_t local_batch = batches[static_cast<std::size_t>(rank)];
     me.rank = rank;
     me.local_batch = local_batch;
 
-    auto model = make_model(cfg, train.shape(), classes);
-    model->reserve(local_batch, tracker);
+    auto model = ctx.make_model(cfg, train.shape(), classes, local_batch);
     const std::size_t n = model->num_params();
-    TrackedBuffer<float> params(tracker, MemoryCategory::parameters, n);
-    TrackedBuffer<float> grads(tracker, MemoryCategory::gradients, n);
-    TrackedBuffer<float> velocity(tracker, MemoryCategory::optimizer_state, n);
-    TrackedBuffer<float> logits(tracker, MemoryCategory::activations, local_batch * classes);
-    TrackedBuffer<float> dlogits(tracker, MemoryCategory::activations, local_batch * classes);
+    Array<float> params(ctx, MemoryCategory::parameters, n);
+    Array<float> grads(ctx, MemoryCategory::gradients, n);
+    Array<float> velocity(ctx, MemoryCategory::optimizer_state, n);
+    Array<float> logits(ctx, MemoryCategory::activations, local_batch * classes);
+    Array<float> dlogits(ctx, MemoryCategory::activations, local_batch * classes);
+    const std::unique_ptr<BatchStaging> staging = ctx.make_staging(local_batch, features, cfg.loader.pin_memory);
 
     // Same initial parameters everywhere: initialised on rank 0, broadcast (as DDP's constructor).
-    if (rank == 0) model->init_params(params.data(), cfg.seed);
+    if (rank == 0) {
+      std::vector<float> initial(n);
+      model->init_params(initial.data(), cfg.seed);
+      ctx.upload(params.data(), initial.data(), n);
+    }
     comm.broadcast(params.data(), n, 0);
     const std::size_t num_buffers = model->num_buffers();
 
+    // Buckets are all-reduced as their gradients become ready, overlapping the rest of backward
+    // (the reducer's communication hook); the optimizer waits for all of them.
     const std::vector<Bucket> buckets =
         assign_buckets(model->params(), sizeof(float), cfg.first_bucket_mb, cfg.bucket_cap_mb);
-    // Buckets overlap the rest of backward: through the backend's own nonblocking all-reduce
-    // (MPI_Iallreduce), or else on this rank's communication thread.
-    const bool native_async = comm.supports_async();
-    std::optional<CommStream> stream;
-    if (!native_async) stream.emplace();
-    std::chrono::steady_clock::time_point first_launch;
+    GradReducer reducer(ctx, buckets.size());
+    const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
+    StepTimer::Mark first_ready = 0;
     BucketLauncher launcher(buckets, model->params().size(), [&](std::size_t b) {
-      float* range = grads.data() + buckets[b].offset;
-      const std::size_t len = buckets[b].size;
-      if (native_async) {
-        if (b == 0) first_launch = std::chrono::steady_clock::now();
-        comm.allreduce_sum_start(range, len);
-      } else {
-        stream->enqueue([&comm, range, len] { comm.allreduce_sum(range, len); });
-      }
+      if (b == 0) first_ready = timer->note();
+      reducer.start(b, grads.data() + buckets[b].offset, buckets[b].size);
     });
     auto on_grad_ready = [&](std::size_t param) {
       launcher.mark_ready(param);
-      if (native_async) comm.progress();
+      reducer.progress();
     };
     // SyncBatchNorm's collectives run in order with the buckets: on the same stream.
-    CommBatchNormSync bn_sync(comm, stream ? &*stream : nullptr);
+    CommBatchNormSync bn_sync(comm, reducer.thread());
     if (cfg.sync_bn) model->set_batchnorm_sync(&bn_sync);
 
     DistributedSampler sampler(train.size(), cfg.world_size, rank, /*shuffle=*/true, cfg.seed);
     DataLoaderOptions loader_options = cfg.loader;
     loader_options.seed = cfg.seed;  // augmentation: from (seed, epoch, sample) only
-    DataLoader loader(train, local_batch, loader_options, tracker);
+    DataLoader loader(train, local_batch, loader_options, ctx.host_tracker());
     std::size_t offset_in_batch = 0;  // uneven split: this rank's slice of every global batch
     for (int r = 0; r < rank; ++r) offset_in_batch += batches[static_cast<std::size_t>(r)];
-    std::vector<double> loss_sum(static_cast<std::size_t>(cfg.epochs), 0.0);
     const float grad_scale = 1.0f / static_cast<float>(cfg.global_batch);
     CommStats timed_start = comm.stats();
     long step = 0;
@@ -126,61 +124,60 @@ RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
         maybe_inject_fault(rank, step);
-        PhaseClock clock;
-        StepRecord rec;
-        const Batch& batch = loader.next();
-        rec.phases.data_wait = clock.lap();
-        // DDP's broadcast_buffers: rank 0's BatchNorm running statistics, every step (blocking).
+        timer->begin();
+        const Batch& loaded = loader.next();
+        const StepTimer::Mark loaded_mark = timer->lap(&PhaseTimes::data_wait);
+        // DDP's broadcast_buffers: rank 0's BatchNorm running statistics, every step (blocking,
+        // so exposed in full; the previous step's compute has finished).
         double buffer_sync = 0;
         if (num_buffers > 0) {
           comm.broadcast(model->buffers(), num_buffers, 0);
-          buffer_sync = clock.lap();
+          buffer_sync = timer->seconds(loaded_mark, timer->lap(&PhaseTimes::comm_exposed));
         }
+        const StagedBatch batch = staging->stage(loaded, local_batch);
+        timer->lap(&PhaseTimes::h2d);
 
-        model->forward(params.data(), batch.inputs.data(), local_batch, logits.data());
-        loss_sum[static_cast<std::size_t>(epoch)] += cpu::softmax_cross_entropy(
-            logits.data(), batch.labels.data(), local_batch, classes, dlogits.data(), grad_scale);
-        rec.phases.forward = clock.lap();
+        model->forward(params.data(), batch.inputs, local_batch, logits.data());
+        ctx.cross_entropy(logits.data(), batch.labels, local_batch, classes, dlogits.data(), grad_scale, step);
+        timer->lap(&PhaseTimes::forward);
 
         launcher.reset();
-        model->backward(params.data(), batch.inputs.data(), dlogits.data(), local_batch,
-                        grads.data(), on_grad_ready);
-        rec.phases.backward = clock.lap();
+        model->backward(params.data(), batch.inputs, dlogits.data(), local_batch, grads.data(), on_grad_ready);
+        timer->lap(&PhaseTimes::backward);
+        // The buckets still in flight when backward ends: the exposed part of the communication.
+        reducer.join();
+        const StepTimer::Mark joined = timer->lap(&PhaseTimes::comm_exposed);
 
-        // Wait for the buckets still in flight: the exposed part of the communication.
-        if (native_async) {
-          comm.wait_all();
-          rec.phases.comm_exposed = clock.lap() + buffer_sync;
-          // From the first bucket's launch to the last one's completion.
-          rec.phases.comm = buffer_sync +
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - first_launch).count();
-        } else {
-          stream->synchronize();
-          rec.phases.comm_exposed = clock.lap() + buffer_sync;
-          rec.phases.comm = buffer_sync + stream->take_busy_seconds();
-        }
-
-        cpu::sgd_momentum(params.data(), grads.data(), velocity.data(), n, cfg.lr, cfg.momentum,
-                          cfg.weight_decay);
-        rec.phases.optimizer = clock.lap();
-        rec.step_time = rec.phases.data_wait + rec.phases.forward + rec.phases.backward +
-                        rec.phases.comm_exposed + rec.phases.optimizer;
+        ctx.sgd_momentum(params.data(), grads.data(), velocity.data(), n, cfg.lr, cfg.momentum, cfg.weight_decay);
+        timer->lap(&PhaseTimes::optimizer);
+        reducer.finish_step();
+        StepRecord rec = timer->end();
+        // Total: from the first bucket being ready to the step going on past the last one. It
+        // starts no later than the end of backward, where the exposed part starts, and ends
+        // where that ends, so exposed <= total on every step.
+        rec.phases.comm = buffer_sync + timer->seconds(first_ready, joined);
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
         if (rank == 0) ++steps_in_epoch[static_cast<std::size_t>(epoch)];
       }
     }
     const CommStats end = comm.stats();
+    ctx.record_device_view(me);
     finish_rank(me, {end.bytes_sent - timed_start.bytes_sent,
                      end.bytes_received - timed_start.bytes_received},
-                static_cast<long>(me.steps.size()), tracker);
+                static_cast<long>(me.steps.size()), ctx.tracker());
 
     // Outside the timed steps: the global training loss per epoch, and rank 0's evaluation.
-    std::vector<float> losses(loss_sum.begin(), loss_sum.end());
+    const std::vector<double> local_sums = epoch_loss_sums(ctx.step_losses(step), spe, cfg.epochs);
+    Array<float> losses(ctx, MemoryCategory::activations, local_sums.size());
+    const std::vector<float> host_sums(local_sums.begin(), local_sums.end());
+    ctx.upload(losses.data(), host_sums.data(), host_sums.size());
     comm.allreduce_sum(losses.data(), losses.size());
     if (rank == 0) {
+      std::vector<float> sums(losses.size());
+      ctx.download(sums.data(), losses.data(), sums.size());
       result.steps_timed = static_cast<long>(me.steps.size());
-      finish_result(result, data, std::vector<double>(losses.begin(), losses.end()), steps_in_epoch,
-                    params.data(), n, model->buffers(), model->num_buffers());
+      finish_result_on_rank(ctx, result, data, *model, params.data(),
+                            std::vector<double>(sums.begin(), sums.end()), steps_in_epoch);
     }
   });
   return result;

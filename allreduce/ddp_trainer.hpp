@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/training.hpp"
+#include "train/training.hpp"
 #include "workloads/distributed_sampler.hpp"
 
 namespace dpbench {
@@ -27,13 +27,8 @@ std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& config, const Dat
                                             DistributedSampler& sampler, int epoch,
                                             std::size_t offset_in_batch, std::size_t local_batch, long spe);
 
+// Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
 // Throws as validate_allreduce does, and Error if a rank fails.
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
-
-// The same mode on GPUs (config.device "cuda"; allreduce/ddp_trainer_cuda.cpp): buckets
-// all-reduced on the communication stream as their gradients become ready (event waits),
-// overlapping backward; phase times from CUDA events. Throws as train_allreduce, and Error when
-// no GPU is usable or the build has no CUDA.
-RunResult train_allreduce_cuda(const TrainConfig& config, const TrainData& data);
 
 }  // namespace dpbench

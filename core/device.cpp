@@ -1,18 +1,25 @@
 #include "core/device.hpp"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 
 namespace dpbench {
 
-#ifndef DPBENCH_HAVE_CUDA
+namespace {
+std::atomic<CudaProbeFn> registered_probe{nullptr};
+}  // namespace
+
+void register_cuda_probe(CudaProbeFn probe) { registered_probe.store(probe); }
+
 CudaProbe probe_cuda() {
+  if (CudaProbeFn probe = registered_probe.load()) return probe();
   CudaProbe probe;
   probe.reason = "dpbench was built without CUDA";
   return probe;
 }
-#endif
 
 DeviceChoice choose_device(const std::string& requested, bool host_comm) {
   if (requested == "cpu") return {"cpu", ""};

@@ -23,10 +23,15 @@ struct CudaProbe {
   int runtime_version = 0;      // e.g. 13000
   int driver_version = 0;       // 0 when no driver
   std::vector<GpuInfo> gpus;
+  int nccl_version_code = 0;    // NCCL_VERSION_CODE of the NCCL built in; 0 without NCCL
 };
 
-// Asks the CUDA runtime (when built with CUDA) what is there. Never throws.
+// Asks the CUDA runtime what is there, through the probe the CUDA target registers at start-up
+// (cuda/register.hpp); without one, says that this build has no CUDA. Never throws.
 CudaProbe probe_cuda();
+
+using CudaProbeFn = CudaProbe (*)();
+void register_cuda_probe(CudaProbeFn probe);
 
 struct DeviceChoice {
   std::string device;  // "cpu" or "cuda"

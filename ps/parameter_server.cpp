@@ -6,9 +6,8 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "workloads/cpu_kernels.hpp"
 #include "workloads/distributed_sampler.hpp"
-#include "workloads/mlp.hpp"
+#include "train/rank_context.hpp"
 
 namespace dpbench {
 
@@ -74,41 +73,46 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
   result.steps_total = total;
   result.ranks.resize(static_cast<std::size_t>(cfg.world_size));
 
-  run_ranks(cfg, result.ranks, [&](int rank, Communicator& comm, MemoryTracker& tracker) {
+  run_rank_contexts(cfg, result.ranks, [&](RankContext& ctx) {
+    const int rank = ctx.rank();
     const bool reducer = rank == kReducer;
+    Communicator& comm = ctx.comm();
     const std::size_t my_rows = rows[static_cast<std::size_t>(rank)];
     RankResult& me = result.ranks[static_cast<std::size_t>(rank)];
     me.rank = rank;
     me.local_batch = my_rows;
 
     // What every replica holds.
-    auto model = make_model(cfg, train.shape(), classes);
-    model->reserve(std::max<std::size_t>(my_rows, 1), tracker);
+    auto model = ctx.make_model(cfg, train.shape(), classes, std::max<std::size_t>(my_rows, 1));
     const std::size_t n = model->num_params();
-    TrackedBuffer<float> replica_params(tracker, MemoryCategory::parameters, n);
-    TrackedBuffer<float> replica_grads(tracker, MemoryCategory::gradients, n);
-    TrackedBuffer<float> chunk_input(tracker, MemoryCategory::data_staging, my_rows * features);
-    TrackedBuffer<float> chunk_logits(tracker, MemoryCategory::activations, my_rows * classes);
-    TrackedBuffer<float> chunk_dlogits(tracker, MemoryCategory::activations, my_rows * classes);
+    Array<float> replica_params(ctx, MemoryCategory::parameters, n);
+    Array<float> replica_grads(ctx, MemoryCategory::gradients, n);
+    Array<float> chunk_input(ctx, MemoryCategory::data_staging, my_rows * features);
+    Array<float> chunk_logits(ctx, MemoryCategory::activations, my_rows * classes);
+    Array<float> chunk_dlogits(ctx, MemoryCategory::activations, my_rows * classes);
 
     // What only the reducer holds: the imbalance this mode is known for.
-    TrackedBuffer<float> master_params, master_grads, velocity, logits_all, dlogits_all, incoming;
+    Array<float> master_params, master_grads, velocity, logits_all, dlogits_all, incoming;
     std::unique_ptr<DataLoader> loader;  // the reducer loads the whole global batch
+    std::unique_ptr<BatchStaging> staging;
     if (reducer) {
-      master_params = TrackedBuffer<float>(tracker, MemoryCategory::parameters, n);
-      master_grads = TrackedBuffer<float>(tracker, MemoryCategory::gradients, n);
-      velocity = TrackedBuffer<float>(tracker, MemoryCategory::optimizer_state, n);
-      logits_all = TrackedBuffer<float>(tracker, MemoryCategory::activations, B * classes);
-      dlogits_all = TrackedBuffer<float>(tracker, MemoryCategory::activations, B * classes);
-      if (p2p) incoming = TrackedBuffer<float>(tracker, MemoryCategory::comm_buffers, n);
-      model->init_params(master_params.data(), cfg.seed);
+      master_params = Array<float>(ctx, MemoryCategory::parameters, n);
+      master_grads = Array<float>(ctx, MemoryCategory::gradients, n);
+      velocity = Array<float>(ctx, MemoryCategory::optimizer_state, n);
+      logits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
+      dlogits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
+      if (p2p) incoming = Array<float>(ctx, MemoryCategory::comm_buffers, n);
+      std::vector<float> initial(n);
+      model->init_params(initial.data(), cfg.seed);
+      ctx.upload(master_params.data(), initial.data(), n);
+      staging = ctx.make_staging(B, features, cfg.loader.pin_memory);
       DataLoaderOptions loader_options = cfg.loader;
       loader_options.seed = cfg.seed;  // augmentation: from (seed, epoch, sample) only
-      loader = std::make_unique<DataLoader>(train, B, loader_options, tracker);
+      loader = std::make_unique<DataLoader>(train, B, loader_options, ctx.host_tracker());
     }
 
-    std::vector<double> loss_sum(static_cast<std::size_t>(cfg.epochs), 0.0);
     std::vector<long> steps_in_epoch(static_cast<std::size_t>(cfg.epochs), 0);
+    const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
     CommStats timed_start = comm.stats();
     long step = 0;
     for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
@@ -120,15 +124,18 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       for (long s = 0; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
         maybe_inject_fault(rank, step);
-        PhaseClock clock;
-        StepRecord rec;
-        const Batch* batch = nullptr;
-        if (reducer) batch = &loader->next();
-        rec.phases.data_wait = clock.lap();
+        timer->begin();
+        StagedBatch batch;
+        const Batch* loaded = reducer ? &loader->next() : nullptr;
+        timer->lap(&PhaseTimes::data_wait);
+        if (reducer) {
+          batch = staging->stage(*loaded, B);
+          ctx.synchronize();  // the scatter below reads the staged inputs
+        }
+        timer->lap(&PhaseTimes::h2d);
 
         // 1-2. scatter the inputs, broadcast the parameters.
-        comm.scatterv(reducer ? batch->inputs.data() : nullptr, input_counts, chunk_input.data(),
-                      kReducer);
+        comm.scatterv(batch.inputs, input_counts, chunk_input.data(), kReducer);
         if (p2p) {
           if (reducer) {
             for (int r = 1; r < cfg.world_size; ++r) comm.send(master_params.data(), n, r);
@@ -141,43 +148,50 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
             comm.broadcast(buf + off, len, kReducer);
           });
         }
-        if (reducer) std::memcpy(replica_params.data(), master_params.data(), n * sizeof(float));
+        if (reducer) ctx.copy(replica_params.data(), master_params.data(), n);
         // Buffers (BatchNorm running statistics) come from the reducer's replica, whose updates
         // alone persist, as DataParallel's replicate() copies them from device 0 every step.
-        if (model->num_buffers() > 0) comm.broadcast(model->buffers(), model->num_buffers(), kReducer);
-        rec.phases.comm += clock.lap();
+        if (model->num_buffers() > 0) {
+          ctx.synchronize();  // the reducer's last step wrote them on its compute stream
+          comm.broadcast(model->buffers(), model->num_buffers(), kReducer);
+        }
+        timer->lap(&PhaseTimes::comm);
 
         // 3. replica forward.
         if (my_rows > 0) {
           model->forward(replica_params.data(), chunk_input.data(), my_rows, chunk_logits.data());
         }
-        rec.phases.forward += clock.lap();
+        ctx.synchronize();  // the gather below reads the logits
+        timer->lap(&PhaseTimes::forward);
 
         // 4. gather logits; loss on the reducer over the full batch; scatter d(loss)/d(logits).
         comm.gatherv(chunk_logits.data(), logit_counts, logits_all.data(), kReducer);
-        rec.phases.comm += clock.lap();
+        timer->lap(&PhaseTimes::comm);
         if (reducer) {
-          loss_sum[static_cast<std::size_t>(epoch)] += cpu::softmax_cross_entropy(logits_all.data(), batch->labels.data(), B, classes,
-                                                 dlogits_all.data(), 1.0f / static_cast<float>(B));
+          ctx.cross_entropy(logits_all.data(), batch.labels, B, classes, dlogits_all.data(),
+                            1.0f / static_cast<float>(B), step);
+          ctx.synchronize();  // the scatter below reads the logits' gradient
         }
-        rec.phases.forward += clock.lap();
+        timer->lap(&PhaseTimes::forward);
         comm.scatterv(dlogits_all.data(), logit_counts, chunk_dlogits.data(), kReducer);
-        rec.phases.comm += clock.lap();
+        timer->lap(&PhaseTimes::comm);
 
         // 5. replica backward, then sum the gradients onto the reducer.
         if (my_rows > 0) {
           model->backward(replica_params.data(), chunk_input.data(), chunk_dlogits.data(), my_rows,
                           replica_grads.data(), nullptr);
         } else {
-          std::fill(replica_grads.begin(), replica_grads.end(), 0.0f);
+          ctx.fill_zero(replica_grads.data(), n);
         }
-        rec.phases.backward = clock.lap();
-        if (reducer) std::memcpy(master_grads.data(), replica_grads.data(), n * sizeof(float));
+        if (reducer) ctx.copy(master_grads.data(), replica_grads.data(), n);
+        ctx.synchronize();  // the reduction below reads the gradients
+        timer->lap(&PhaseTimes::backward);
         if (p2p) {
           if (reducer) {
             for (int r = 1; r < cfg.world_size; ++r) {
               comm.recv(incoming.data(), n, r);
-              cpu::add_inplace(master_grads.data(), incoming.data(), n);
+              ctx.add_inplace(master_grads.data(), incoming.data(), n);
+              ctx.synchronize();  // `incoming` is reused by the next receive
             }
           } else {
             comm.send(replica_grads.data(), n, kReducer);
@@ -188,29 +202,29 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
             comm.reduce_sum(buf + off, len, kReducer);
           });
         }
-        rec.phases.comm += clock.lap();
-        rec.phases.comm_exposed = rec.phases.comm;  // every transfer blocks this step
+        timer->lap(&PhaseTimes::comm);
 
         // 6. the optimizer step, on the reducer only.
         if (reducer) {
-          cpu::sgd_momentum(master_params.data(), master_grads.data(), velocity.data(), n, cfg.lr,
-                            cfg.momentum, cfg.weight_decay);
+          ctx.sgd_momentum(master_params.data(), master_grads.data(), velocity.data(), n, cfg.lr,
+                           cfg.momentum, cfg.weight_decay);
         }
-        rec.phases.optimizer = clock.lap();
-        const PhaseTimes& ph = rec.phases;
-        rec.step_time = ph.data_wait + ph.comm + ph.forward + ph.backward + ph.optimizer;
+        timer->lap(&PhaseTimes::optimizer);
+        StepRecord rec = timer->end();
+        rec.phases.comm_exposed = rec.phases.comm;  // every transfer blocks this step
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
         ++steps_in_epoch[static_cast<std::size_t>(epoch)];
       }
     }
     const CommStats end = comm.stats();
+    ctx.record_device_view(me);
     finish_rank(me, {end.bytes_sent - timed_start.bytes_sent,
                      end.bytes_received - timed_start.bytes_received},
-                static_cast<long>(me.steps.size()), tracker);
+                static_cast<long>(me.steps.size()), ctx.tracker());
     if (reducer) {
       result.steps_timed = static_cast<long>(me.steps.size());
-      finish_result(result, data, loss_sum, steps_in_epoch, master_params.data(), n, model->buffers(),
-                    model->num_buffers());
+      finish_result_on_rank(ctx, result, data, *model, master_params.data(),
+                            epoch_loss_sums(ctx.step_losses(step), spe, cfg.epochs), steps_in_epoch);
     }
   });
   return result;

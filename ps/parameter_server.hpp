@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 namespace dpbench {
 
@@ -30,12 +30,8 @@ std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size);
 // Throws InputError on a config this mode cannot run with this data (unknown transport, ...).
 void validate_parameter_server(const TrainConfig& config, const Dataset& train);
 
+// Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
 // Throws as validate_parameter_server does, and Error if a rank fails.
 RunResult train_parameter_server(const TrainConfig& config, const TrainData& data);
-
-// The same mode on GPUs (config.device "cuda"; ps/parameter_server_cuda.cpp), rank 0's GPU the
-// reducer. Throws as train_parameter_server, and Error when no GPU is usable or the build has
-// no CUDA.
-RunResult train_parameter_server_cuda(const TrainConfig& config, const TrainData& data);
 
 }  // namespace dpbench

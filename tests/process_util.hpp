@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/nccl_comm.hpp"
+#include "cuda/nccl_comm.hpp"
 
 extern char** environ;
 

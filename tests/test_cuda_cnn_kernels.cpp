@@ -25,8 +25,8 @@
 #include "core/error.hpp"
 #include "workloads/cnn_kernels.hpp"
 #include "workloads/cpu_kernels.hpp"
-#include "workloads/cuda_cnn_kernels.hpp"
-#include "workloads/cuda_kernels.hpp"
+#include "cuda/cuda_cnn_kernels.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 #ifdef DPBENCH_HAVE_CUDA
 #include <cuda_runtime.h>

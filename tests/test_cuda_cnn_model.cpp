@@ -15,13 +15,13 @@
 
 #include <gtest/gtest.h>
 
-#include "core/device_memory.hpp"
+#include "cuda/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "tests/cuda_test_util.hpp"
 #include "workloads/cnn.hpp"
-#include "workloads/cuda_cnn.hpp"
-#include "workloads/cuda_kernels.hpp"
+#include "cuda/cuda_cnn.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 #ifdef DPBENCH_HAVE_CUDA
 #include <cuda_runtime.h>

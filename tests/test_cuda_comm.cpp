@@ -18,9 +18,9 @@
 #include <gtest/gtest.h>
 
 #include "core/comm.hpp"
-#include "core/cuda_local_ops.hpp"
-#include "core/cuda_runtime.hpp"
-#include "core/device_memory.hpp"
+#include "cuda/cuda_local_ops.hpp"
+#include "cuda/cuda_runtime.hpp"
+#include "cuda/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "core/memory.hpp"

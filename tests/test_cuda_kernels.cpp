@@ -20,7 +20,7 @@
 #include "tests/cuda_test_util.hpp"
 #include "core/error.hpp"
 #include "workloads/cpu_kernels.hpp"
-#include "workloads/cuda_kernels.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 #ifdef DPBENCH_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -17,15 +17,16 @@
 
 #include "allreduce/buckets.hpp"
 #include "allreduce/ddp_trainer.hpp"
-#include "core/cuda_runtime.hpp"
+#include "cuda/cuda_runtime.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
-#include "core/nccl_comm.hpp"
+#include "cuda/nccl_comm.hpp"
 #include "core/stats.hpp"
 #include "ps/parameter_server.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/process_util.hpp"
 #include "tests/training_fixtures.hpp"
+#include "train/models.hpp"
 #include "workloads/mlp.hpp"
 #include "workloads/synthetic.hpp"
 
@@ -67,8 +68,8 @@ void expect_trained(const RunResult& r) {
 // Same tolerance as the CPU agreement tests: the modes sum the same gradients in different
 // orders (chain reduce vs ring), which moves parameters by a few ulps per step.
 TEST_F(CudaTraining, PsAndAllreduceAgreeAfter20Steps) {
-  const RunResult ps = train_parameter_server_cuda(gpu_config("ps", 4, 64), data());
-  const RunResult ar = train_allreduce_cuda(gpu_config("allreduce", 4, 64), data());
+  const RunResult ps = train_parameter_server(gpu_config("ps", 4, 64), data());
+  const RunResult ar = train_allreduce(gpu_config("allreduce", 4, 64), data());
   expect_trained(ps);
   expect_trained(ar);
   EXPECT_LT(relative_l2(ps.final_params, ar.final_params), 1e-5);
@@ -85,7 +86,7 @@ TEST_F(CudaTraining, GpuModesMatchCpuModes) {
     TrainConfig cpu = gpu;
     cpu.device = "cpu";
     cpu.loader.pin_memory = false;
-    const RunResult g = mode == "ps" ? train_parameter_server_cuda(gpu, data()) : train_allreduce_cuda(gpu, data());
+    const RunResult g = mode == "ps" ? train_parameter_server(gpu, data()) : train_allreduce(gpu, data());
     const RunResult c = mode == "ps" ? train_parameter_server(cpu, data()) : train_allreduce(cpu, data());
     expect_trained(g);
     expect_trained(c);
@@ -101,7 +102,7 @@ TEST_F(CudaTraining, PageableUploadsMatchPinnedUploads) {
     TrainConfig pageable = gpu_config(mode, 2, 64);
     pageable.loader.pin_memory = false;
     const auto train = [&](const TrainConfig& c) {
-      return mode == "ps" ? train_parameter_server_cuda(c, data()) : train_allreduce_cuda(c, data());
+      return mode == "ps" ? train_parameter_server(c, data()) : train_allreduce(c, data());
     };
     const RunResult a = train(pageable);
     const RunResult b = train(gpu_config(mode, 2, 64));
@@ -114,8 +115,8 @@ TEST_F(CudaTraining, PageableUploadsMatchPinnedUploads) {
 TEST_F(CudaTraining, PsP2pMatchesPsCollective) {
   TrainConfig p2p = gpu_config("ps", 3, 60);
   p2p.transport = "p2p";
-  const RunResult a = train_parameter_server_cuda(p2p, data());
-  const RunResult b = train_parameter_server_cuda(gpu_config("ps", 3, 60), data());
+  const RunResult a = train_parameter_server(p2p, data());
+  const RunResult b = train_parameter_server(gpu_config("ps", 3, 60), data());
   expect_trained(a);
   expect_trained(b);
   EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
@@ -127,8 +128,8 @@ TEST_F(CudaTraining, UnevenRankBatchesMatchOneRank) {
   const TrainData td{big.get(), nullptr};
   TrainConfig uneven = gpu_config("allreduce", 4, 256);
   uneven.rank_batches = {96, 96, 32, 32};
-  const RunResult a = train_allreduce_cuda(uneven, td);
-  const RunResult b = train_allreduce_cuda(gpu_config("allreduce", 1, 256), td);
+  const RunResult a = train_allreduce(uneven, td);
+  const RunResult b = train_allreduce(gpu_config("allreduce", 1, 256), td);
   expect_trained(a);
   expect_trained(b);
   EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
@@ -138,7 +139,7 @@ TEST_F(CudaTraining, UnevenRankBatchesMatchOneRank) {
 // The reducer GPU holds the master parameters, their gradients and the momentum buffer on top
 // of its replica (device bytes charged by the allocator, rounded to 512 bytes per block).
 TEST_F(CudaTraining, ReducerGpuHoldsMasterState) {
-  const RunResult r = train_parameter_server_cuda(gpu_config("ps", 4, 64), data());
+  const RunResult r = train_parameter_server(gpu_config("ps", 4, 64), data());
   const auto master_bytes = static_cast<std::int64_t>(3 * r.num_params * sizeof(float));
   for (std::size_t w = 1; w < r.ranks.size(); ++w) {
     EXPECT_GE(r.ranks[0].memory.peak_bytes - r.ranks[w].memory.peak_bytes, master_bytes) << "worker " << w;
@@ -175,7 +176,7 @@ TEST_F(CudaTraining, AllreduceOverlapsBackward) {
   ASSERT_GE(buckets.size(), 2u);
   for (const std::size_t p : buckets[0].params) ASSERT_GT(p, 3u) << "bucket 0 holds parameter " << p;
 
-  const RunResult r = train_allreduce_cuda(c, data());
+  const RunResult r = train_allreduce(c, data());
   ASSERT_EQ(r.steps_total, 30);
   std::vector<double> total, exposed;
   for (const auto& s : r.ranks[0].steps) {
@@ -194,8 +195,8 @@ TEST_F(CudaTraining, NcclOneRankMatchesLocalOneRank) {
 #endif
   TrainConfig nccl = gpu_config("allreduce", 1, 64);
   nccl.comm = "nccl";
-  const RunResult a = train_allreduce_cuda(nccl, data());
-  const RunResult b = train_allreduce_cuda(gpu_config("allreduce", 1, 64), data());
+  const RunResult a = train_allreduce(nccl, data());
+  const RunResult b = train_allreduce(gpu_config("allreduce", 1, 64), data());
   expect_trained(a);
   expect_trained(b);
   // One rank: no reduction at all, the same kernels in the same order: identical bits.
@@ -212,8 +213,8 @@ TEST_F(CudaTraining, NcclTwoRanksMatchLocal) {
     TrainConfig nccl = gpu_config(mode, 2, 64);
     nccl.comm = "nccl";
     const TrainConfig local = gpu_config(mode, 2, 64);
-    const RunResult a = mode == "ps" ? train_parameter_server_cuda(nccl, data()) : train_allreduce_cuda(nccl, data());
-    const RunResult b = mode == "ps" ? train_parameter_server_cuda(local, data()) : train_allreduce_cuda(local, data());
+    const RunResult a = mode == "ps" ? train_parameter_server(nccl, data()) : train_allreduce(nccl, data());
+    const RunResult b = mode == "ps" ? train_parameter_server(local, data()) : train_allreduce(local, data());
     EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5) << mode;
     EXPECT_EQ(a.ranks[1].comm_per_step.bytes_sent, b.ranks[1].comm_per_step.bytes_sent) << mode;
   }
@@ -235,7 +236,7 @@ TEST_F(CudaTraining, CnnMatchesCpu) {
     gpu.sync_bn = variant == "allreduce sync_bn";
     TrainConfig cpu = gpu;
     cpu.device = "cpu";
-    const RunResult g = ps ? train_parameter_server_cuda(gpu, td) : train_allreduce_cuda(gpu, td);
+    const RunResult g = ps ? train_parameter_server(gpu, td) : train_allreduce(gpu, td);
     const RunResult c = ps ? train_parameter_server(cpu, td) : train_allreduce(cpu, td);
     expect_trained(g);
     expect_trained(c);
@@ -285,7 +286,7 @@ TEST_F(CudaTraining, NcclTwoProcessesMatchLocal) {
     in.seekg(0);
     in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
     const TrainConfig local = gpu_config(mode, 2, 64);
-    const RunResult b = mode == "ps" ? train_parameter_server_cuda(local, data()) : train_allreduce_cuda(local, data());
+    const RunResult b = mode == "ps" ? train_parameter_server(local, data()) : train_allreduce(local, data());
     ASSERT_EQ(params.size(), b.final_params.size()) << mode;
     EXPECT_LT(relative_l2(params, b.final_params), 1e-5) << mode;
   }
@@ -308,7 +309,7 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
   c.nccl_id = testing::from_hex(hex);
   const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, 2048, 5);
   const TrainData td{data.get(), nullptr};
-  const RunResult r = mode == "ps" ? train_parameter_server_cuda(c, td) : train_allreduce_cuda(c, td);
+  const RunResult r = mode == "ps" ? train_parameter_server(c, td) : train_allreduce(c, td);
   if (rank != 0) return;
   ASSERT_EQ(r.final_params.size(), r.num_params);
   std::ofstream f(out, std::ios::binary);
@@ -323,7 +324,7 @@ TEST(CudaTrainingConfig, BadPrecisionIsAnInputError) {
   c.precision = "bf16";
   auto data = make_synthetic_dataset(SampleShape{1, 1, 8}, 2, 1024, 1);
   try {
-    train_allreduce_cuda(c, TrainData{data.get(), nullptr});
+    train_allreduce(c, TrainData{data.get(), nullptr});
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("--precision bf16"), std::string::npos) << e.what();

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.hpp"
-#include "core/device_memory.hpp"
+#include "cuda/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 

@@ -32,7 +32,7 @@
 #include "core/comm.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
-#include "core/nccl_comm.hpp"
+#include "cuda/nccl_comm.hpp"
 #include "tests/process_util.hpp"
 
 #ifdef DPBENCH_HAVE_NCCL

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 namespace dpbench::testing {
 

@@ -44,12 +44,5 @@ class Mlp final : public ModelT<T> {
   TrackedBuffer<T> dact_[2];
 };
 
-struct TrainConfig;
-
-// Builds config.workload ("mlp": hidden widths config.hidden; "cnn": channels config.channels and
-// one hidden layer of config.hidden[0]) for samples of `shape` and `num_classes` classes. Throws
-// InputError naming an unknown workload, a bad width or a shape the model cannot take.
-std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape,
-                                  std::size_t num_classes);
 
 }  // namespace dpbench

@@ -20,7 +20,7 @@
 #include "core/error.hpp"
 #include "core/launch.hpp"
 #include "core/mpi_comm.hpp"
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 extern char** environ;
 

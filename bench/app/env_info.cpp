@@ -13,9 +13,6 @@
 #include "core/mpi_comm.hpp"
 #include "workloads/cpu_kernels.hpp"
 
-#ifdef DPBENCH_HAVE_NCCL
-#include <nccl.h>
-#endif
 
 namespace dpbench {
 
@@ -64,11 +61,7 @@ nlohmann::json collect_env() {
     env["gpus"].push_back({{"index", g.index}, {"name", g.name},
                            {"memory_bytes", g.total_memory_bytes}, {"pci_bus_id", g.pci_bus_id}});
   }
-#ifdef DPBENCH_HAVE_NCCL
-  env["nccl_version"] = NCCL_VERSION_CODE;
-#else
-  env["nccl_version"] = nullptr;
-#endif
+  env["nccl_version"] = cuda.nccl_version_code > 0 ? nlohmann::json(cuda.nccl_version_code) : nlohmann::json(nullptr);
   env["mpi"] = MpiRuntime::active() ? nlohmann::json(MpiRuntime::version()) : nlohmann::json();
   return env;
 }

@@ -10,7 +10,7 @@
 #include "bench/app/env_info.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
-#include "core/cuda_training.hpp"
+#include "train/models.hpp"
 #include "core/error.hpp"
 #include "core/mpi_comm.hpp"
 #include "workloads/cpu_kernels.hpp"
@@ -80,7 +80,9 @@ void check_common_options(const TrainConfig& c, double timeout_s) {
   }
   if (!(timeout_s > 0)) throw InputError(fmt::format("--timeout {}: must be positive", timeout_s));
   make_model(c, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
-  parse_precision(c.precision);
+  if (c.precision != "fp32" && c.precision != "tf32") {
+    throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", c.precision));
+  }
 }
 
 void check_point(const TrainConfig& c, const Dataset& train) {
@@ -103,14 +105,14 @@ RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const De
   // Give each rank on this machine an equal share of the cores for its GEMMs.
   cpu::set_blas_threads(static_cast<int>(std::max(1u, cores / local)));
   const Strategy& strategy = find_strategy(cfg.mode);
-  RunResult r = (cfg.device == "cuda" ? strategy.train_cuda : strategy.train)(cfg, data.view());
+  RunResult r = strategy.train(cfg, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);
-  if (cfg.device == "cuda") {
+  if (cfg.device != "cpu") {
     const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(), [](const RankResult& k) { return k.device.virtual_rank; });
     if (shared) {
       r.warnings.push_back(fmt::format(
           "virtual ranks: {} ranks share {} GPU(s) on this node; results check correctness, and step times "
-          "include the ranks contending for one device", cfg.world_size, cuda::device_count()));
+          "include the ranks contending for one device", cfg.world_size, probe_cuda().gpus.size()));
       fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
     }
   } else if (local > cores) {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.hpp"
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 namespace dpbench {
 

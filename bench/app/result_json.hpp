@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 namespace dpbench {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench/app/harness.hpp"
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 namespace dpbench {
 

@@ -11,9 +11,9 @@ namespace dpbench {
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> list = {
       {"ps", "DataParallel: rank 0 reduces gradients, steps the optimizer, broadcasts parameters",
-       &validate_parameter_server, &train_parameter_server, &train_parameter_server_cuda},
+       &validate_parameter_server, &train_parameter_server},
       {"allreduce", "DistributedDataParallel: bucketed ring all-reduce overlapping backward",
-       &validate_allreduce, &train_allreduce, &train_allreduce_cuda},
+       &validate_allreduce, &train_allreduce},
   };
   return list;
 }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 namespace dpbench {
 
@@ -13,8 +13,7 @@ struct Strategy {
   std::string name;         // the --mode value
   std::string description;  // one line for --help
   void (*validate)(const TrainConfig&, const Dataset&);  // throws InputError; runs before any training
-  StrategyFn train;       // config.device "cpu"
-  StrategyFn train_cuda;  // config.device "cuda"
+  StrategyFn train;  // on config.device, through run_rank_contexts (train/rank_context.hpp)
 };
 
 const std::vector<Strategy>& strategies();

@@ -23,12 +23,12 @@
 
 #include "bench/micro/micro_main.hpp"
 
-#include "core/cuda_runtime.hpp"
+#include "cuda/cuda_runtime.hpp"
 #include "core/device.hpp"
-#include "core/device_memory.hpp"
+#include "cuda/device_memory.hpp"
 #include "core/stats.hpp"
-#include "workloads/cuda_kernels.hpp"
-#include "workloads/cuda_mlp.hpp"
+#include "cuda/cuda_kernels.hpp"
+#include "cuda/cuda_mlp.hpp"
 
 namespace dpbench {
 namespace {

@@ -5,9 +5,16 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/app/blas_core.hpp"
+#ifdef DPBENCH_HAVE_CUDA
+#include "cuda/register.hpp"
+#define DPBENCH_REGISTER_DEVICES() dpbench::register_cuda_device()
+#else
+#define DPBENCH_REGISTER_DEVICES() (void)0
+#endif
 
 #define DPBENCH_BENCHMARK_MAIN()                                  \
   int main(int argc, char** argv) {                               \
+    DPBENCH_REGISTER_DEVICES();                                   \
     dpbench::select_blas_core(argv);                              \
     benchmark::Initialize(&argc, argv);                           \
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1; \

@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "workloads/cnn_kernels.hpp"
-#include "workloads/cuda_kernels.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 namespace dpbench::cuda {
 

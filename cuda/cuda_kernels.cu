@@ -3,7 +3,7 @@
 // check cudaGetLastError(). The Linear layers are cuBLAS GEMMs on row-major data (derivation
 // at gemm() below) followed by small kernels for the bias, ReLU and bias gradient.
 // Compiled only in builds with CUDA; workloads/cuda_kernels_stub.cpp stands in otherwise.
-#include "workloads/cuda_kernels.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -19,8 +19,8 @@
 
 #include "core/error.hpp"
 #include "core/error_location.hpp"
-#include "workloads/cuda_check.cuh"
-#include "workloads/cuda_gemm.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/cuda_gemm.cuh"
 
 namespace dpbench::cuda {
 

@@ -1,12 +1,12 @@
-#include "workloads/cuda_mlp.hpp"
+#include "cuda/cuda_mlp.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "core/training.hpp"
-#include "workloads/cuda_cnn.hpp"
+#include "train/models.hpp"
+#include "cuda/cuda_cnn.hpp"
 
 namespace dpbench {
 
@@ -59,6 +59,10 @@ void CudaMlp::backward(const float* params, const float* x, const float* dlogits
       dy = dx;
     }
   }
+}
+
+void CudaModel::reserve(std::size_t, MemoryTracker&) {
+  throw Error(fmt::format("{}: a GPU model reserves device memory through a DeviceAllocator", name()));
 }
 
 std::unique_ptr<CudaModel> make_cuda_model(const TrainConfig& config, const SampleShape& shape,

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/device.hpp"
-#include "core/device_memory.hpp"
+#include "cuda/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/error_location.hpp"
 

@@ -7,7 +7,7 @@
 // polled the same way until NCCL has finished enqueueing them.
 // Compiled only in builds with CUDA; without NCCL this file is empty and
 // core/nccl_comm_stub.cpp says that NCCL is missing.
-#include "core/nccl_comm.hpp"
+#include "cuda/nccl_comm.hpp"
 
 #ifdef DPBENCH_HAVE_NCCL
 

@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "core/device_memory.hpp"
+#include "cuda/device_memory.hpp"
 #include "core/local_comm.hpp"
 
 namespace dpbench {

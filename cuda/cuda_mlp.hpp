@@ -6,13 +6,14 @@
 
 #include <vector>
 
-#include "workloads/cuda_model.hpp"
+#include "cuda/cuda_model.hpp"
 #include "workloads/mlp.hpp"
 
 namespace dpbench {
 
 class CudaMlp final : public CudaModel {
  public:
+  using CudaModel::reserve;
   // dims: {input_features, hidden..., num_classes}, as Mlp (InputError otherwise). blas: the
   // handle (stream, precision) every layer computes with; it must outlive the model.
   CudaMlp(std::vector<std::size_t> dims, cuda::Blas& blas);

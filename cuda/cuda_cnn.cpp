@@ -8,7 +8,7 @@
 // cover: evaluation mode (invstd from running_var) and SyncBatchNorm across more than one rank
 // (SyncBatchNorm's float exchange format, computed from the double sums exactly as on the CPU).
 // Each one records an event on the compute stream and waits for it.
-#include "workloads/cuda_cnn.hpp"
+#include "cuda/cuda_cnn.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -18,10 +18,10 @@
 
 #include <fmt/format.h>
 
-#include "core/cuda_runtime.hpp"
+#include "cuda/cuda_runtime.hpp"
 #include "core/error.hpp"
 #include "workloads/cnn.hpp"
-#include "workloads/cuda_cnn_kernels.hpp"
+#include "cuda/cuda_cnn_kernels.hpp"
 
 namespace dpbench {
 
@@ -32,6 +32,7 @@ constexpr float kBnMomentum = 0.1f;   // as workloads/cnn.cpp
 
 class CudaCnn final : public CudaModel {
  public:
+  using CudaModel::reserve;
   // cpu: the CPU Cnn of the same shapes (views, initialisation); c1, c2, hidden, classes as its.
   CudaCnn(std::unique_ptr<Model> cpu, SampleShape shape, std::size_t c1, std::size_t c2,
           std::size_t hidden, std::size_t classes, cuda::Blas& blas)

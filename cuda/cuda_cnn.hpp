@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "workloads/cuda_model.hpp"
+#include "cuda/cuda_model.hpp"
 
 namespace dpbench {
 

@@ -10,7 +10,7 @@
 //   add:  on the same device a kernel reads the peer's buffer directly (one context per device
 //         per process); from another device the peer's slice is first copied into a staging
 //         buffer on this device, then the kernel adds.
-#include "core/cuda_local_ops.hpp"
+#include "cuda/cuda_local_ops.hpp"
 
 #include <cuda_runtime.h>
 
@@ -20,11 +20,11 @@
 
 #include <fmt/format.h>
 
-#include "core/cuda_runtime.hpp"
-#include "core/device_memory.hpp"
+#include "cuda/cuda_runtime.hpp"
+#include "cuda/device_memory.hpp"
 #include "core/error.hpp"
-#include "workloads/cuda_check.cuh"
-#include "workloads/cuda_kernels.hpp"
+#include "cuda/cuda_check.cuh"
+#include "cuda/cuda_kernels.hpp"
 
 namespace dpbench {
 

@@ -1,4 +1,4 @@
-#include "core/training.hpp"
+#include "train/training.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -14,12 +14,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/cuda_training.hpp"
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "core/mpi_comm.hpp"
 #include "workloads/cpu_kernels.hpp"
-#include "workloads/mlp.hpp"
+#include "train/models.hpp"
 
 namespace dpbench {
 
@@ -286,7 +285,9 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.device != "cpu" && config.device != "cuda") {
     throw InputError(fmt::format("--device {}: unknown device (choose cpu or cuda)", config.device));
   }
-  parse_precision(config.precision);
+  if (config.precision != "fp32" && config.precision != "tf32") {
+    throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", config.precision));
+  }
 }
 
 long total_steps(const TrainConfig& config, const Dataset& train) {

@@ -1,11 +1,15 @@
-// CUDA half of core/device.hpp: asks the runtime for its version, the driver and the devices.
-// Compiled only when the build has CUDA; links the static runtime, so a machine without a
-// driver still runs the binary and gets a reason in words.
+// The CUDA target's probe behind core/device.hpp's probe_cuda(): asks the runtime for its
+// version, the driver and the devices. Links the static runtime, so a machine without a driver
+// still runs the binary and gets a reason in words.
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "core/device.hpp"
+#include "cuda/register.hpp"
+#ifdef DPBENCH_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 namespace dpbench {
 
@@ -15,9 +19,12 @@ namespace {
 __global__ void probe_kernel() {}
 }  // namespace
 
-CudaProbe probe_cuda() {
+CudaProbe probe_cuda_runtime() {
   CudaProbe probe;
   probe.built_with_cuda = true;
+#ifdef DPBENCH_HAVE_NCCL
+  probe.nccl_version_code = NCCL_VERSION_CODE;
+#endif
   cudaRuntimeGetVersion(&probe.runtime_version);
   if (cudaDriverGetVersion(&probe.driver_version) != cudaSuccess || probe.driver_version == 0) {
     probe.reason = "no NVIDIA driver is installed (libcuda not found)";

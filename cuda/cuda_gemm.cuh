@@ -6,8 +6,8 @@
 
 #include <cstddef>
 
-#include "workloads/cuda_check.cuh"
-#include "workloads/cuda_kernels.hpp"
+#include "cuda/cuda_check.cuh"
+#include "cuda/cuda_kernels.hpp"
 
 namespace dpbench::cuda::detail {
 

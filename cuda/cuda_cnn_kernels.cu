@@ -6,7 +6,7 @@
 // own, the kernels use the _rn intrinsics so that nvcc fuses nothing into an FMA and the result
 // is the CPU's bit for bit (given the same inputs).
 // Compiled only in builds with CUDA; workloads/cuda_cnn_kernels_stub.cpp stands in otherwise.
-#include "workloads/cuda_cnn_kernels.hpp"
+#include "cuda/cuda_cnn_kernels.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -20,8 +20,8 @@
 
 #include "core/error.hpp"
 #include "core/error_location.hpp"
-#include "workloads/cuda_check.cuh"
-#include "workloads/cuda_gemm.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/cuda_gemm.cuh"
 
 namespace dpbench::cuda {
 

@@ -3,7 +3,7 @@
 // core/cuda_runtime_stub.cpp stands in for it otherwise.
 // A failure throws Error("cuda: <what>: <call>: <cause> at <file>:<line>") and clears CUDA's
 // last error, so that it does not resurface in an unrelated call.
-#include "core/cuda_runtime.hpp"
+#include "cuda/cuda_runtime.hpp"
 
 #include <cuda_runtime.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "core/error.hpp"
-#include "workloads/cuda_check.cuh"
+#include "cuda/cuda_check.cuh"
 
 namespace dpbench::cuda {
 

@@ -1,21 +1,40 @@
-#include "core/cuda_training.hpp"
+// The CUDA device behind RankContext (train/rank_context.hpp) and its launcher. One rank's
+// context holds its device, caching allocator, compute stream, cuBLAS handle and communicator;
+// ops and staging are enqueued on the compute stream, step timing uses CUDA events on it, and
+// the gradient reducer's ordering is events between the compute stream and the communicator's
+// stream. Placement: rank r (local rank r under mpirun or a torchrun-style launch) runs on GPU
+// r % device_count; when a node has more ranks than GPUs, ranks share a GPU ("virtual ranks",
+// for correctness runs; their timings contend for one device), which the result flags.
+// Backends: "local" (threads; collectives over device copies, cuda/cuda_local_ops.hpp) and
+// "nccl" (threads with one communicator each, or one rank per process: under mpirun rank 0
+// creates the ncclUniqueId and MPI broadcasts it; in a torchrun-style launch it goes through
+// the rendezvous at MASTER_ADDR:MASTER_PORT, core/rendezvous.hpp).
+#include "cuda/register.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "core/cuda_local_ops.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "core/mpi_comm.hpp"
-#include "core/nccl_comm.hpp"
 #include "core/rendezvous.hpp"
+#include "cuda/cuda_kernels.hpp"
+#include "cuda/cuda_local_ops.hpp"
+#include "cuda/cuda_model.hpp"
+#include "cuda/cuda_runtime.hpp"
+#include "cuda/device_memory.hpp"
+#include "cuda/nccl_comm.hpp"
+#include "train/rank_context.hpp"
 #include "workloads/dataloader.hpp"
 
 namespace dpbench {
@@ -26,11 +45,200 @@ cuda::Precision parse_precision(const std::string& name) {
   throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", name));
 }
 
-void record_device_used_after(const CudaRank& rank, RankResult& result) {
-  result.device.used_after = device_mem_info(rank.device).used_bytes();
-}
-
 namespace {
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(void* stream) : stream_(stream) {}
+  void record() override { event_.record(stream_); }
+  void host_wait() override { event_.synchronize(); }
+  const cuda::Event& event() const { return event_; }
+
+ private:
+  void* stream_;
+  cuda::Event event_;
+};
+
+// Marks are events on the compute stream, created as a step first needs them and reused.
+class CudaStepTimer final : public StepTimer {
+ public:
+  explicit CudaStepTimer(void* stream) : stream_(stream) {}
+
+ protected:
+  void record(Mark m) override {
+    while (events_.size() <= m) events_.emplace_back();
+    events_[m].record(stream_);
+  }
+  void wait(Mark m) override { events_.at(m).synchronize(); }
+  double elapsed(Mark a, Mark b) const override {
+    return static_cast<double>(cuda::Event::elapsed_ms(events_.at(a), events_.at(b))) / 1e3;
+  }
+
+ private:
+  void* stream_;
+  std::deque<cuda::Event> events_;  // deque: events stay put as it grows
+};
+
+// A batch's inputs and labels on the device. With pin_memory, the loader's batch is first copied
+// into page-locked staging buffers, so that the host-to-device copy is asynchronous (DataLoader's
+// pin_memory=True); without, it is copied from the loader's pageable memory (cudaMemcpyAsync then
+// blocks the host for the copy). Device buffers are charged to data_staging on the rank's
+// tracker, pinned ones to its host tracker. The buffers are reused: the previous copy must have
+// completed (every step ends with its compute stream reached).
+class CudaStaging final : public BatchStaging {
+ public:
+  CudaStaging(DeviceAllocator& allocator, MemoryTracker& host_tracker, void* stream, std::size_t max_rows,
+              std::size_t features, bool pin_memory)
+      : stream_(stream),
+        features_(features),
+        pin_memory_(pin_memory),
+        inputs_(allocator, MemoryCategory::data_staging, max_rows * features),
+        labels_(allocator, MemoryCategory::data_staging, max_rows) {
+    if (pin_memory_) {
+      pinned_inputs_ = cuda::PinnedBuffer<float>(host_tracker, MemoryCategory::data_staging, max_rows * features);
+      pinned_labels_ = cuda::PinnedBuffer<std::int32_t>(host_tracker, MemoryCategory::data_staging, max_rows);
+    }
+  }
+
+  StagedBatch stage(const Batch& batch, std::size_t rows) override {
+    if (rows > labels_.size() || rows > batch.size) {
+      throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, labels_.size(),
+                              batch.size));
+    }
+    const float* x = batch.inputs.data();
+    const std::int32_t* y = batch.labels.data();
+    if (rows > 0 && pin_memory_) {
+      std::memcpy(pinned_inputs_.data(), x, rows * features_ * sizeof(float));
+      std::memcpy(pinned_labels_.data(), y, rows * sizeof(std::int32_t));
+      x = pinned_inputs_.data();
+      y = pinned_labels_.data();
+    }
+    if (rows > 0) {
+      cuda::memcpy_async(inputs_.data(), x, rows * features_ * sizeof(float), stream_);
+      cuda::memcpy_async(labels_.data(), y, rows * sizeof(std::int32_t), stream_);
+    }
+    return {inputs_.data(), labels_.data()};
+  }
+
+ private:
+  void* stream_;
+  std::size_t features_;
+  bool pin_memory_;
+  DeviceBuffer<float> inputs_;
+  DeviceBuffer<std::int32_t> labels_;
+  cuda::PinnedBuffer<float> pinned_inputs_;
+  cuda::PinnedBuffer<std::int32_t> pinned_labels_;
+};
+
+// One GPU rank's context. Every pointer is valid for the duration of the rank's body.
+class CudaRankContext final : public RankContext {
+ public:
+  CudaRankContext(int rank, int device, Communicator& comm, void* comm_stream, cuda::Stream& compute,
+                  cuda::Blas& blas, DeviceAllocator& allocator, MemoryTracker& host_tracker)
+      : RankContext(rank, comm, allocator.tracker(), host_tracker),
+        device_(device),
+        comm_stream_(comm_stream),
+        compute_(compute),
+        blas_(blas),
+        allocator_(allocator) {}
+
+  void* allocate(std::size_t bytes, MemoryCategory category) override {
+    void* p = allocator_.allocate(bytes, category);
+    try {
+      device_memory_detail::zero(device_, p, bytes, nullptr, false);
+    } catch (...) {
+      allocator_.free(p);
+      throw;
+    }
+    return p;
+  }
+  void release(void* ptr, std::size_t, MemoryCategory) noexcept override {
+    try {
+      allocator_.free(ptr);
+    } catch (const std::exception&) {
+      // a pointer this allocator did not hand out cannot come from Array
+    }
+  }
+
+  std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes,
+                                    std::size_t max_batch) override {
+    std::unique_ptr<CudaModel> model = make_cuda_model(config, shape, num_classes, blas_);
+    model->reserve(max_batch, allocator_);
+    return model;
+  }
+
+  void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr, float momentum,
+                    float weight_decay) override {
+    cuda::sgd_momentum(params, grads, velocity, n, lr, momentum, weight_decay, stream());
+  }
+  void add_inplace(float* dst, const float* src, std::size_t n) override { cuda::add_inplace(dst, src, n, stream()); }
+  void copy(float* dst, const float* src, std::size_t n) override {
+    if (n > 0) cuda::memcpy_async(dst, src, n * sizeof(float), stream());
+  }
+  void fill_zero(float* dst, std::size_t n) override {
+    if (n > 0) device_memory_detail::zero(device_, dst, n * sizeof(float), stream(), true);
+  }
+  void cross_entropy(const float* logits, const std::int32_t* labels, std::size_t rows, std::size_t classes,
+                     float* dlogits, float scale, long step) override {
+    const auto s = static_cast<std::size_t>(step);
+    if (s >= step_loss_.size()) grow_step_loss(s + 1);
+    cuda::softmax_cross_entropy(logits, labels, rows, classes, dlogits, scale, step_loss_.data() + s, stream());
+  }
+  std::vector<double> step_losses(long steps) override {
+    std::vector<float> host(step_loss_.size());
+    download(host.data(), step_loss_.data(), host.size());
+    std::vector<double> out(static_cast<std::size_t>(steps), 0.0);
+    for (std::size_t s = 0; s < out.size() && s < host.size(); ++s) out[s] = host[s];
+    return out;
+  }
+
+  void upload(float* dst, const float* host_src, std::size_t n) override {
+    copy(dst, host_src, n);
+    synchronize();
+  }
+  void download(float* host_dst, const float* src, std::size_t n) override {
+    copy(host_dst, src, n);
+    synchronize();
+  }
+  void synchronize() override { compute_.synchronize(); }
+
+  std::unique_ptr<BatchStaging> make_staging(std::size_t max_rows, std::size_t features, bool pin_memory) override {
+    return std::make_unique<CudaStaging>(allocator_, host_tracker(), stream(), max_rows, features, pin_memory);
+  }
+  std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<CudaStepTimer>(stream()); }
+  std::unique_ptr<Event> make_event() override { return std::make_unique<CudaEvent>(stream()); }
+  void comm_stream_wait(Event& ready) override {
+    static_cast<CudaEvent&>(ready).event().wait_on(comm_stream_);
+  }
+  void compute_wait_comm() override {
+    comm_done_.record(comm_stream_);
+    comm_done_.wait_on(stream());
+  }
+  void bind_thread() override { cuda::set_device(device_); }
+  void record_device_view(RankResult& result) override {
+    result.device.used_after = device_mem_info(device_).used_bytes();
+  }
+
+ private:
+  void* stream() const { return compute_.handle(); }
+  // Per-step losses live on the device until the run asks for them; the buffer doubles as
+  // steps grow (the old one is freed after the compute stream has copied it).
+  void grow_step_loss(std::size_t steps) {
+    DeviceBuffer<float> bigger(allocator_, MemoryCategory::activations, std::max<std::size_t>(steps, 2 * step_loss_.size()),
+                               stream());
+    if (!step_loss_.empty()) cuda::memcpy_async(bigger.data(), step_loss_.data(), step_loss_.bytes(), stream());
+    synchronize();
+    step_loss_ = std::move(bigger);
+  }
+
+  int device_;
+  void* comm_stream_;
+  cuda::Stream& compute_;
+  cuda::Blas& blas_;
+  DeviceAllocator& allocator_;
+  DeviceBuffer<float> step_loss_;
+  cuda::Event comm_done_;
+};
 
 // How a rank gets its communicator: the local backend over device copies on a stream of the
 // rank's own, or NCCL (which owns its stream).
@@ -52,7 +260,7 @@ int ranks_on_device(int ranks, int gpus, int device) { return (ranks - device + 
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
 // in reverse: the rank's buffers (inside body) go before the communicator, streams and allocator.
 void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_rank, RankResult& result,
-                  const CommSource& source, const CudaRankBody& body) {
+                  const CommSource& source, const RankContextBody& body) {
   cuda::set_device(device);
   const DeviceMemInfo before = device_mem_info(device);
   MemoryTracker tracker, host_tracker;
@@ -82,17 +290,7 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
 
   try {
     cuda::Blas blas(compute.handle(), parse_precision(config.precision));
-    CudaRank ctx;
-    ctx.rank = rank;
-    ctx.device = device;
-    ctx.virtual_rank = virtual_rank;
-    ctx.comm = comm.get();
-    ctx.comm_stream = comm_stream;
-    ctx.compute = &compute;
-    ctx.blas = &blas;
-    ctx.allocator = &allocator;
-    ctx.tracker = &tracker;
-    ctx.host_tracker = &host_tracker;
+    CudaRankContext ctx(rank, device, *comm, comm_stream, compute, blas, allocator, host_tracker);
     result.device.device = device;
     result.device.virtual_rank = virtual_rank;
     result.device.used_before = before.used_bytes();
@@ -140,7 +338,7 @@ bool nccl_allows_shared_gpu() {
 // (with its rank prepended, InputError staying InputError); peers inside NCCL learn of it from
 // NCCL's own error or their timeout.
 void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks, int gpus,
-                     const CudaRankBody& body) {
+                     const RankContextBody& body) {
   const int p = config.world_size;
   const int rank = config.process_rank;
   Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, p, rank, config.timeout);
@@ -182,9 +380,15 @@ void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks, 
   for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
 }
 
-}  // namespace
-
-void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const CudaRankBody& body) {
+// The "cuda" launcher (run_rank_contexts): every GPU rank of the run (config.comm "local" or
+// "nccl"; threads, or this process's rank under mpirun, in a torchrun-style launch
+// (config.master_addr set; records gathered through the rendezvous) or as config.process_rank
+// with config.nccl_id), each record's `device` filled (the cudaMemGetInfo view before the body
+// and the one the body recorded). Failures as run_ranks: the first failing rank's error,
+// rethrown with its rank; the other ranks' communicators are aborted. Throws InputError for a
+// backend GPU training cannot use (mpi), or for nccl ranks as threads sharing a GPU with an
+// NCCL that refuses that (before 2.30), and Error when no GPU is usable.
+void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body) {
   if (config.comm != "local" && config.comm != "nccl") {
     throw InputError(fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl",
                                  config.comm));
@@ -274,48 +478,11 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
   });
 }
 
-}  // namespace dpbench
+}  // namespace
 
-namespace dpbench {
-
-DeviceBatch::DeviceBatch(const CudaRank& rank, std::size_t max_rows, std::size_t features, bool pin_memory)
-    : features_(features),
-      pin_memory_(pin_memory),
-      inputs_(*rank.allocator, MemoryCategory::data_staging, max_rows * features),
-      labels_(*rank.allocator, MemoryCategory::data_staging, max_rows) {
-  if (pin_memory_) {
-    pinned_inputs_ = cuda::PinnedBuffer<float>(*rank.host_tracker, MemoryCategory::data_staging, max_rows * features);
-    pinned_labels_ = cuda::PinnedBuffer<std::int32_t>(*rank.host_tracker, MemoryCategory::data_staging, max_rows);
-  }
-}
-
-void DeviceBatch::upload(const Batch& batch, std::size_t rows, void* stream) {
-  if (rows > labels_.size() || rows > batch.size) {
-    throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, labels_.size(),
-                            batch.size));
-  }
-  if (rows == 0) return;
-  const float* x = batch.inputs.data();
-  const std::int32_t* y = batch.labels.data();
-  if (pin_memory_) {
-    std::memcpy(pinned_inputs_.data(), x, rows * features_ * sizeof(float));
-    std::memcpy(pinned_labels_.data(), y, rows * sizeof(std::int32_t));
-    x = pinned_inputs_.data();
-    y = pinned_labels_.data();
-  }
-  cuda::memcpy_async(inputs_.data(), x, rows * features_ * sizeof(float), stream);
-  cuda::memcpy_async(labels_.data(), y, rows * sizeof(std::int32_t), stream);
-}
-
-std::vector<double> epoch_loss_sums(const DeviceBuffer<float>& step_loss, long steps, long steps_per_epoch,
-                                    int epochs) {
-  std::vector<float> host(step_loss.size());
-  step_loss.copy_to_host(host.data(), host.size());
-  std::vector<double> sums(static_cast<std::size_t>(epochs), 0.0);
-  for (long s = 0; s < steps && s < static_cast<long>(host.size()); ++s) {
-    sums[static_cast<std::size_t>(s / steps_per_epoch)] += host[static_cast<std::size_t>(s)];
-  }
-  return sums;
+void register_cuda_device() {
+  register_cuda_probe(&probe_cuda_runtime);
+  register_rank_launcher("cuda", &run_cuda_ranks);
 }
 
 }  // namespace dpbench

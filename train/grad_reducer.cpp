@@ -1,0 +1,56 @@
+#include "train/grad_reducer.hpp"
+
+namespace dpbench {
+
+GradReducer::GradReducer(RankContext& ctx, std::size_t num_buckets)
+    : ctx_(ctx), native_async_(ctx.comm().supports_async()) {
+  ready_.reserve(num_buckets);
+  for (std::size_t b = 0; b < num_buckets; ++b) ready_.push_back(ctx.make_event());
+  if (!native_async_) {
+    thread_.emplace();
+    thread_->enqueue([&ctx] { ctx.bind_thread(); });
+  }
+}
+
+GradReducer::~GradReducer() {
+  // Nothing queued may outlive the buckets' events; errors were reported by join() already.
+  if (thread_) {
+    try {
+      thread_->synchronize();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void GradReducer::start(std::size_t bucket, float* grads, std::size_t n) {
+  Event& ready = *ready_.at(bucket);
+  ready.record();
+  Communicator& comm = ctx_.comm();
+  if (native_async_) {
+    ctx_.comm_stream_wait(ready);
+    comm.allreduce_sum_start(grads, n);
+  } else {
+    thread_->enqueue([&ready, &comm, grads, n] {
+      ready.host_wait();
+      comm.allreduce_sum(grads, n);
+    });
+  }
+}
+
+void GradReducer::progress() {
+  if (native_async_) ctx_.comm().progress();
+}
+
+void GradReducer::join() {
+  if (native_async_) {
+    ctx_.compute_wait_comm();
+  } else {
+    thread_->synchronize();
+  }
+}
+
+void GradReducer::finish_step() {
+  if (native_async_) ctx_.comm().wait_all();
+}
+
+}  // namespace dpbench

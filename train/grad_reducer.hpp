@@ -1,0 +1,54 @@
+// What happens to a gradient bucket once DDP's reducer says it is ready: the all-reduce
+// communication hook (PyTorch torch/csrc/distributed/c10d/default_comm_hooks.cpp,
+// AllReduceCommHook), started as soon as the bucket's gradients have been written and joined
+// before the optimizer reads them. Written once for every device over the rank's context:
+//   - backends with nonblocking collectives (MPI_Iallreduce; ncclAllReduce on NCCL's stream):
+//     the communicator's stream waits for the bucket's event, then the all-reduce is started;
+//     join() makes the compute stream wait for all of them;
+//   - blocking backends (local): a communication thread with an in-order queue waits for the
+//     bucket's event on the host, then runs the all-reduce; join() waits for the queue.
+// Not for: which parameters form a bucket, or when one is ready (allreduce/buckets.hpp).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/comm_stream.hpp"
+#include "train/rank_context.hpp"
+
+namespace dpbench {
+
+class GradReducer {
+ public:
+  // ctx: the rank's context, which must outlive the reducer; num_buckets: the buckets of one
+  // backward (each gets its readiness event).
+  GradReducer(RankContext& ctx, std::size_t num_buckets);
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // Bucket b's gradients grads[0, n) have been enqueued on the compute stream: start their
+  // in-place sum over all ranks once they are written. Buckets start in bucket order.
+  void start(std::size_t bucket, float* grads, std::size_t n);
+  // Lets started nonblocking operations advance (MPI progresses only inside library calls).
+  void progress();
+  // The compute stream waits until every started bucket is reduced (the host may wait too).
+  void join();
+  // After the step's compute has used the buckets: completes the backend's bookkeeping of the
+  // started operations and reports their asynchronous errors (NCCL).
+  void finish_step();
+
+  // The communication thread, for collectives that must run in order with the buckets
+  // (SyncBatchNorm); null when the backend orders its own operations.
+  CommStream* thread() { return thread_ ? &*thread_ : nullptr; }
+
+ private:
+  RankContext& ctx_;
+  bool native_async_;
+  std::vector<std::unique_ptr<Event>> ready_;
+  std::optional<CommStream> thread_;
+};
+
+}  // namespace dpbench

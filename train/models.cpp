@@ -1,0 +1,26 @@
+#include "train/models.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "workloads/cnn.hpp"
+#include "workloads/mlp.hpp"
+
+namespace dpbench {
+
+std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape,
+                                  std::size_t num_classes) {
+  if (config.workload == "cnn") return make_cnn(config.channels, config.hidden, shape, num_classes);
+  if (config.workload != "mlp") {
+    throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn)", config.workload));
+  }
+  std::vector<std::size_t> dims{shape.features()};
+  for (int h : config.hidden) {
+    if (h <= 0) throw InputError(fmt::format("--hidden {}: layer widths must be positive", h));
+    dims.push_back(static_cast<std::size_t>(h));
+  }
+  dims.push_back(num_classes);
+  return std::make_unique<Mlp<float>>(std::move(dims));
+}
+
+}  // namespace dpbench

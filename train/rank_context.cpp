@@ -1,0 +1,104 @@
+#include "train/rank_context.hpp"
+
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "train/cpu_context.hpp"
+
+namespace dpbench {
+
+void StepTimer::begin() {
+  next_ = 0;
+  laps_.clear();
+  record(next_++);
+}
+
+StepTimer::Mark StepTimer::lap(double PhaseTimes::*phase) {
+  const Mark m = next_++;
+  record(m);
+  laps_.emplace_back(phase, m);
+  return m;
+}
+
+StepTimer::Mark StepTimer::note() {
+  const Mark m = next_++;
+  record(m);
+  return m;
+}
+
+StepRecord StepTimer::end() {
+  StepRecord rec;
+  if (laps_.empty()) return rec;
+  wait(laps_.back().second);
+  Mark prev = 0;
+  for (const auto& [phase, m] : laps_) {
+    rec.phases.*phase += elapsed(prev, m);
+    prev = m;
+  }
+  rec.step_time = elapsed(0, laps_.back().second);
+  return rec;
+}
+
+std::vector<double> epoch_loss_sums(const std::vector<double>& step_losses, long steps_per_epoch, int epochs) {
+  std::vector<double> sums(static_cast<std::size_t>(epochs), 0.0);
+  for (std::size_t s = 0; s < step_losses.size(); ++s) {
+    const auto e = static_cast<std::size_t>(static_cast<long>(s) / steps_per_epoch);
+    if (e < sums.size()) sums[e] += step_losses[s];
+  }
+  return sums;
+}
+
+void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData& data, Model& model,
+                           const float* params, const std::vector<double>& loss_sums,
+                           const std::vector<long>& steps_in_epoch) {
+  const std::size_t n = model.num_params();
+  std::vector<float> host_params(n), host_buffers(model.num_buffers());
+  ctx.synchronize();
+  ctx.download(host_params.data(), params, n);
+  ctx.download(host_buffers.data(), model.buffers(), host_buffers.size());
+  finish_result(result, data, loss_sums, steps_in_epoch, host_params.data(), n,
+                host_buffers.empty() ? nullptr : host_buffers.data(), host_buffers.size());
+}
+
+namespace {
+
+// Launchers of devices other than the CPU (which run_rank_contexts knows itself).
+std::map<std::string, RankLauncher>& launchers() {
+  static std::map<std::string, RankLauncher> table;
+  return table;
+}
+std::mutex& launchers_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
+void register_rank_launcher(const std::string& device, RankLauncher launcher) {
+  std::lock_guard<std::mutex> lock(launchers_mutex());
+  launchers()[device] = launcher;
+}
+
+bool has_rank_launcher(const std::string& device) {
+  std::lock_guard<std::mutex> lock(launchers_mutex());
+  return launchers().count(device) > 0;
+}
+
+void run_rank_contexts(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body) {
+  if (config.device == "cpu") return run_cpu_rank_contexts(config, ranks, body);
+  RankLauncher launcher = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(launchers_mutex());
+    const auto it = launchers().find(config.device);
+    if (it != launchers().end()) launcher = it->second;
+  }
+  if (launcher == nullptr) {
+    throw InputError(fmt::format("--device {}: this build of dpbench cannot train on it", config.device));
+  }
+  launcher(config, ranks, body);
+}
+
+}  // namespace dpbench

@@ -1,0 +1,251 @@
+// One rank's view of its device, as a synchronisation strategy sees it: the communicator, an
+// allocator that charges memory categories, the model, element-wise ops, a step timer, events
+// for ordering the communication after the compute, and batch staging. The strategies (ps/,
+// allreduce/) are written once against this interface; a device supplies an implementation and
+// a launcher that builds one context per rank (train/cpu_context.cpp here; the CUDA target
+// registers its own at start-up, as PyTorch's reducer picks a Timer per device type in
+// reducer_cuda.cpp). Not for: kernels, streams or NCCL calls themselves (they stay behind it).
+//
+// The stream model every device follows. A rank has a compute stream and a communication
+// stream. Compute work (model, ops, staging) is ordered on the compute stream; the calls only
+// enqueue it, so the host must not read device results before synchronize(). Blocking
+// communicator calls (reduce, broadcast, scatterv, ...) read and write buffers from the host's
+// point of view: a strategy calls synchronize() before one that reads what the compute stream
+// wrote, and after one returns its results are in place for later compute work. The gradient
+// reducer (train/grad_reducer.hpp) is the one overlapped path: a bucket's reduction starts when
+// an event recorded after its gradients is reached, and the compute stream waits for every
+// reduction before the optimizer. On the CPU the compute stream is the rank's own thread
+// (work completes when the call returns), the communication stream is a thread with an
+// in-order queue (core/comm_stream.hpp) or the backend's nonblocking requests (MPI), and events
+// are flags with waiters: the same ordering, exercised by the CPU tests and ThreadSanitizer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/comm.hpp"
+#include "core/memory.hpp"
+#include "train/training.hpp"
+#include "workloads/model.hpp"
+
+namespace dpbench {
+
+struct Batch;
+
+// Times one step on the rank's compute stream (wall clock on the CPU, CUDA events on GPUs).
+// begin() starts a step; lap(&PhaseTimes::x) adds the time since the previous lap (or begin) to
+// phase x and returns its mark; note() marks a moment without closing a phase (e.g. the first
+// gradient bucket being ready). end() waits for every mark and returns the phases and the step
+// time (begin to the last lap); seconds(a, b) is then the time between two marks of the step.
+class StepTimer {
+ public:
+  using Mark = std::size_t;
+  virtual ~StepTimer() = default;
+
+  void begin();
+  Mark lap(double PhaseTimes::*phase);
+  Mark note();
+  StepRecord end();
+  double seconds(Mark from, Mark to) const { return elapsed(from, to); }
+
+ protected:
+  // Records mark m (marks are numbered 0, 1, ... within a step) at the compute stream's
+  // current point; storage grows as needed.
+  virtual void record(Mark m) = 0;
+  // Blocks until mark m has been reached.
+  virtual void wait(Mark m) = 0;
+  // Seconds from mark a to mark b, both reached.
+  virtual double elapsed(Mark a, Mark b) const = 0;
+
+ private:
+  Mark next_ = 0;
+  std::vector<std::pair<double PhaseTimes::*, Mark>> laps_;
+};
+
+// An ordering point on the compute stream (cudaEvent on GPUs, a flag on the CPU).
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Marks the compute stream's current point: the event is reached when the work enqueued on
+  // the compute stream so far has finished.
+  virtual void record() = 0;
+  // Blocks the calling thread (any thread) until the last record() has been reached.
+  virtual void host_wait() = 0;
+};
+
+// A batch's inputs [rows, features] and int32 labels [rows] where the rank's compute reads them.
+struct StagedBatch {
+  const float* inputs = nullptr;
+  const std::int32_t* labels = nullptr;
+};
+
+// Moves loader batches to the device: nothing on the CPU (the loader's buffers are used in
+// place); on GPUs a host-to-device copy on the compute stream, through page-locked buffers with
+// pin_memory.
+class BatchStaging {
+ public:
+  virtual ~BatchStaging() = default;
+  // The first `rows` samples of `batch` (rows <= the staging's max_rows), valid until the next
+  // stage() call and until `batch` is reused. The copy is enqueued on the compute stream.
+  virtual StagedBatch stage(const Batch& batch, std::size_t rows) = 0;
+};
+
+class RankContext;
+
+// An owning, zero-initialised array of `count` T in the rank's device memory, charged to one
+// memory category of the rank's tracker while it lives (TrackedBuffer on the CPU, a caching
+// allocator block on GPUs). Move-only.
+template <typename T>
+class Array {
+ public:
+  Array() = default;
+  Array(RankContext& ctx, MemoryCategory category, std::size_t count);
+  Array(const Array&) = delete;
+  Array& operator=(const Array&) = delete;
+  Array(Array&& o) noexcept { swap(o); }
+  Array& operator=(Array&& o) noexcept {
+    if (this != &o) {
+      Array(std::move(o)).swap(*this);
+    }
+    return *this;
+  }
+  ~Array();
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return count_; }
+
+ private:
+  void swap(Array& o) noexcept {
+    std::swap(ctx_, o.ctx_);
+    std::swap(category_, o.category_);
+    std::swap(count_, o.count_);
+    std::swap(data_, o.data_);
+  }
+  RankContext* ctx_ = nullptr;
+  MemoryCategory category_ = MemoryCategory::parameters;
+  std::size_t count_ = 0;
+  T* data_ = nullptr;
+};
+
+// One rank's context. Every pointer the ops take is rank-device memory (from Array or the
+// model) unless its name says host. Errors throw Error (InputError for bad configuration).
+class RankContext {
+ public:
+  RankContext(int rank, Communicator& comm, MemoryTracker& tracker, MemoryTracker& host_tracker)
+      : rank_(rank), comm_(comm), tracker_(tracker), host_tracker_(host_tracker) {}
+  virtual ~RankContext() = default;
+  RankContext(const RankContext&) = delete;
+  RankContext& operator=(const RankContext&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return comm_.world_size(); }
+  // Collectives on rank-device pointers.
+  Communicator& comm() { return comm_; }
+  // Rank-device memory by category: what the result reports as the rank's memory.
+  MemoryTracker& tracker() { return tracker_; }
+  // Host memory of the data pipeline (the loader's batches, page-locked staging); the same
+  // tracker as tracker() on the CPU.
+  MemoryTracker& host_tracker() { return host_tracker_; }
+
+  // ---- memory (used through Array<T>)
+  // `bytes` of zeroed memory charged to `category`; the zeros are in place on return.
+  virtual void* allocate(std::size_t bytes, MemoryCategory category) = 0;
+  // Returns a block from allocate() with the same bytes and category. Never throws.
+  virtual void release(void* ptr, std::size_t bytes, MemoryCategory category) noexcept = 0;
+
+  // ---- model
+  // config.workload for samples of `shape`, with activations for max_batch samples charged to
+  // tracker() as activations. Throws InputError as make_model().
+  virtual std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape,
+                                            std::size_t num_classes, std::size_t max_batch) = 0;
+
+  // ---- element-wise ops, enqueued on the compute stream
+  // SGD with momentum and weight decay, PyTorch torch.optim.SGD semantics, over n elements.
+  virtual void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr,
+                            float momentum, float weight_decay) = 0;
+  virtual void add_inplace(float* dst, const float* src, std::size_t n) = 0;  // dst += src
+  virtual void copy(float* dst, const float* src, std::size_t n) = 0;
+  virtual void fill_zero(float* dst, std::size_t n) = 0;
+  // Softmax cross-entropy of logits [rows, classes] against labels [rows]: writes
+  // dlogits = scale * d(sum of losses)/d(logits) and records the sum of the rows' losses as
+  // step `step`'s loss (added to what the step already has).
+  virtual void cross_entropy(const float* logits, const std::int32_t* labels, std::size_t rows,
+                             std::size_t classes, float* dlogits, float scale, long step) = 0;
+  // The recorded loss of steps 0..steps-1, in double on the host (waits for the compute stream).
+  virtual std::vector<double> step_losses(long steps) = 0;
+
+  // ---- host transfers (synchronous: complete on return)
+  virtual void upload(float* dst, const float* host_src, std::size_t n) = 0;
+  virtual void download(float* host_dst, const float* src, std::size_t n) = 0;
+  // Blocks until the compute stream's work has finished.
+  virtual void synchronize() = 0;
+
+  // ---- staging, timing, ordering
+  virtual std::unique_ptr<BatchStaging> make_staging(std::size_t max_rows, std::size_t features, bool pin_memory) = 0;
+  virtual std::unique_ptr<StepTimer> make_step_timer() = 0;
+  virtual std::unique_ptr<Event> make_event() = 0;
+  // Makes the communicator's own stream wait for `ready` before the nonblocking operations
+  // started after this call (comm().supports_async() backends: NCCL's stream; nothing on the
+  // CPU, whose compute has finished when an event is recorded).
+  virtual void comm_stream_wait(Event& ready) = 0;
+  // Makes the compute stream wait for every nonblocking operation started on the communicator
+  // (MPI: completes them; NCCL: the compute stream waits for its stream, the host does not).
+  virtual void compute_wait_comm() = 0;
+  // Called first on a communication thread the rank starts (GPUs: binds the rank's device).
+  virtual void bind_thread() {}
+
+  // Called once at the end of training with the rank's buffers still held: device-specific
+  // parts of the rank's record (a GPU's cudaMemGetInfo view).
+  virtual void record_device_view(RankResult&) {}
+
+ private:
+  int rank_;
+  Communicator& comm_;
+  MemoryTracker& tracker_;
+  MemoryTracker& host_tracker_;
+};
+
+template <typename T>
+Array<T>::Array(RankContext& ctx, MemoryCategory category, std::size_t count)
+    : ctx_(&ctx), category_(category), count_(count) {
+  if (count_ > 0) data_ = static_cast<T*>(ctx.allocate(count_ * sizeof(T), category_));
+}
+
+template <typename T>
+Array<T>::~Array() {
+  if (data_ != nullptr) ctx_->release(data_, count_ * sizeof(T), category_);
+}
+
+// Per-epoch sums of per-step losses: step s belongs to epoch s / steps_per_epoch; [epochs].
+std::vector<double> epoch_loss_sums(const std::vector<double>& step_losses, long steps_per_epoch, int epochs);
+
+// Rank 0's last act in every strategy: copies `params` [model.num_params()] and the model's
+// buffers to the host and calls finish_result() with the per-epoch loss sums over all ranks.
+void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData& data, Model& model,
+                           const float* params, const std::vector<double>& loss_sums,
+                           const std::vector<long>& steps_in_epoch);
+
+using RankContextBody = std::function<void(RankContext& ctx)>;
+
+// Runs body(ctx) for every rank of the run on config.device and leaves each rank's record in
+// ranks[rank] on the output process, with run_ranks' failure handling (the first failing rank's
+// error, with its rank; the others aborted). Throws InputError for a device this build has no
+// launcher for.
+void run_rank_contexts(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body);
+
+// A device's launcher: builds one context per rank of config and runs body on each, as
+// run_rank_contexts describes. "cpu" is built in; the CUDA target registers "cuda" at start-up
+// (cuda/register.hpp).
+using RankLauncher = void (*)(const TrainConfig& config, std::vector<RankResult>& ranks,
+                              const RankContextBody& body);
+void register_rank_launcher(const std::string& device, RankLauncher launcher);
+// Whether a launcher for `device` is registered.
+bool has_rank_launcher(const std::string& device);
+
+}  // namespace dpbench
