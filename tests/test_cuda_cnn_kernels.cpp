@@ -6,7 +6,7 @@
 // SyncBatchNorm caller drives them (two "ranks", sums copied to the host, combined, copied back).
 // Then one CNN block (conv -> BatchNorm -> ReLU -> max-pool) forward + backward on the GPU
 // against the same on the CPU.
-// Without a usable GPU, or in a build without CUDA, every GPU test is skipped with the reason.
+// Built with the CUDA target only; without a usable GPU every test is skipped with the reason.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -106,19 +106,6 @@ std::size_t w_size(const cpu::ConvShape& s) { return s.K * s.C * s.R * s.S; }
 std::size_t y_size(const cpu::ConvShape& s) { return s.N * s.K * s.P() * s.Q(); }
 
 // ---------------------------------------------------------------------------------------------
-
-TEST(CudaCnnStubs, ThrowInBuildsWithoutCuda) {
-#ifdef DPBENCH_HAVE_CUDA
-  GTEST_SKIP() << "built with CUDA: the stubs are not compiled";
-#else
-  EXPECT_THROW(cuda::relu_inplace(nullptr, 0, nullptr), Error);
-  EXPECT_THROW(cuda::maxpool2x2_forward(nullptr, nullptr, nullptr, 1, 1, 2, 2, nullptr), Error);
-  EXPECT_THROW(cuda::batchnorm_local_sums(nullptr, 1, 1, 1, nullptr, nullptr, nullptr), Error);
-  EXPECT_THROW(cuda::batchnorm_backward_elemt(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                              nullptr, 1.0, nullptr, 1, 1, 1, nullptr),
-               Error);
-#endif
-}
 
 // ---- convolution ------------------------------------------------------------------------------
 

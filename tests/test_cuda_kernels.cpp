@@ -3,7 +3,7 @@
 // tile) go through both, and each output is compared with a stated tolerance: GEMM-based
 // outputs relative to their largest element, element-wise ones bit for bit. Then one two-layer
 // MLP forward + backward on the GPU against the same on the CPU.
-// Without a usable GPU, or in a build without CUDA, every GPU test is skipped with the reason.
+// Built with the CUDA target only; without a usable GPU every test is skipped with the reason.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

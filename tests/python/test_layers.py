@@ -1,0 +1,72 @@
+"""The build's layers, checked on every #include: a folder may include its own headers and those
+of lower layers only.
+
+    core (runtime) -> workloads -> train -> ps, allreduce, cuda -> bench
+
+ps/, allreduce/ and cuda/ are siblings: a strategy never sees CUDA, and the CUDA target never
+sees a strategy. The CMake targets (CMakeLists.txt, dpbench_layer) link in the same direction.
+"""
+import pathlib
+import re
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# folder -> layer; a folder may include folders of a strictly lower layer, and itself.
+LAYERS = {
+    "core": 0,
+    "workloads": 1,
+    "train": 2,
+    "ps": 3,
+    "allreduce": 3,
+    "cuda": 3,
+    "bench": 4,
+}
+SOURCE_SUFFIXES = {".hpp", ".cpp", ".cu", ".cuh", ".in"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/', re.MULTILINE)
+
+
+def violations(folder: str, text: str) -> list:
+    """The included folders of `text` (a file under `folder`) that break the layering."""
+    own = LAYERS[folder]
+    bad = []
+    for target in INCLUDE.findall(text):
+        if target == folder or target not in LAYERS:
+            continue
+        if LAYERS[target] >= own:
+            bad.append(target)
+    return bad
+
+
+def scan(root: pathlib.Path) -> list:
+    """Every 'file: includes folder' breach under root's layer folders."""
+    found = []
+    for folder in LAYERS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
+                continue
+            for target in violations(folder, path.read_text(encoding="utf-8", errors="replace")):
+                found.append(f"{path.relative_to(root)} includes {target}/ (a higher or sibling layer)")
+    return found
+
+
+class Layers(unittest.TestCase):
+    def test_no_file_includes_a_higher_or_sibling_layer(self):
+        self.assertEqual(scan(ROOT), [])
+
+    def test_every_layer_folder_holds_sources(self):
+        for folder in LAYERS:
+            files = [p for p in (ROOT / folder).rglob("*") if p.suffix in SOURCE_SUFFIXES]
+            self.assertTrue(files, f"{folder}/ has no sources: the layer table is stale")
+
+    def test_check_catches_upward_and_sibling_includes(self):
+        self.assertEqual(violations("workloads", '#include "train/training.hpp"\n'), ["train"])
+        self.assertEqual(violations("core", '#include "workloads/model.hpp"\n'), ["workloads"])
+        self.assertEqual(violations("ps", '#include "cuda/cuda_runtime.hpp"\n'), ["cuda"])
+        self.assertEqual(violations("cuda", '#  include "allreduce/buckets.hpp"\n'), ["allreduce"])
+        self.assertEqual(violations("train", '#include "core/comm.hpp"\n#include "train/x.hpp"\n'), [])
+        self.assertEqual(violations("bench", '#include "cuda/register.hpp"\n'), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
