@@ -9,7 +9,7 @@
 
 namespace dpbench {
 
-// "/src/core/device_memory.cu", 42 -> "device_memory.cu:42"
+// "/src/cuda/device_memory.cu", 42 -> "device_memory.cu:42"
 inline std::string source_location(const char* file, int line) {
   const char* slash = std::strrchr(file, '/');
   return fmt::format("{}:{}", slash != nullptr ? slash + 1 : file, line);

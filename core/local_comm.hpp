@@ -13,7 +13,7 @@
 // The same algorithms run on host memory (CPU ranks) or on device memory (GPU ranks, one thread
 // per rank, several ranks possibly sharing one GPU): a LocalMemOps moves and adds the floats,
 // with memcpy and loops on the host, or with cudaMemcpyPeerAsync and reduction kernels on the
-// rank's stream (core/cuda_local_ops.hpp), completed before every barrier.
+// rank's stream (cuda/cuda_local_ops.hpp), completed before every barrier.
 // Not for: multiple processes (see the mpi and nccl backends).
 #pragma once
 
@@ -111,7 +111,7 @@ class LocalCommunicator final : public Communicator {
   // Host memory. tracker: where this rank's scratch buffers are charged (comm_buffers); may be
   // null.
   LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, MemoryTracker* tracker);
-  // Memory moved by `ops` (e.g. device memory, core/cuda_local_ops.hpp).
+  // Memory moved by `ops` (e.g. device memory, cuda/cuda_local_ops.hpp).
   LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, std::unique_ptr<LocalMemOps> ops);
 
   int rank() const override { return rank_; }

@@ -1,5 +1,5 @@
 // The cnn workload as a CudaModel: workloads/cnn.cpp's forward and backward, step for step, on
-// the launchers of workloads/cuda_cnn_kernels.hpp and workloads/cuda_kernels.hpp. Parameter views,
+// the launchers of cuda/cuda_cnn_kernels.hpp and cuda/cuda_kernels.hpp. Parameter views,
 // initialisation and InputError checks come from a CPU Cnn built alongside (it allocates nothing).
 // Plain C++: no CUDA header, so every build compiles it; without CUDA the launchers throw.
 // Not for: speed beyond what the launchers give (no fused kernels, no cuDNN).

@@ -1,6 +1,6 @@
 // The cnn workload on the GPU: workloads/cnn.hpp's model (same layers, parameter views, buffers
-// and initialisation) as a CudaModel on the CUDA kernels of workloads/cuda_cnn_kernels.hpp and
-// workloads/cuda_kernels.hpp. BatchNorm semantics as on the CPU: batch statistics in training,
+// and initialisation) as a CudaModel on the CUDA kernels of cuda/cuda_cnn_kernels.hpp and
+// cuda/cuda_kernels.hpp. BatchNorm semantics as on the CPU: batch statistics in training,
 // running statistics in evaluation, SyncBatchNorm through a BatchNormSync on device pointers.
 #pragma once
 

@@ -1,11 +1,10 @@
-// CUDA kernels of the CNN workload (workloads/cuda_cnn_kernels.hpp), laid out as llm.c lays out
+// CUDA kernels of the CNN workload (cuda/cuda_cnn_kernels.hpp), laid out as llm.c lays out
 // a layer: the kernels first, then the launchers, which pick the grid, launch on the caller's
 // stream and check cudaGetLastError(). The convolution is per-sample im2col + a cuBLAS GEMM on
 // row-major data (derivation at gemm() below) + a gathering col2im; BatchNorm's reductions are
 // one block per channel in double. Where the CPU rounds each float or double operation on its
 // own, the kernels use the _rn intrinsics so that nvcc fuses nothing into an FMA and the result
 // is the CPU's bit for bit (given the same inputs).
-// Compiled only in builds with CUDA; workloads/cuda_cnn_kernels_stub.cpp stands in otherwise.
 #include "cuda/cuda_cnn_kernels.hpp"
 
 #include <cublas_v2.h>
@@ -355,7 +354,7 @@ __global__ void batchnorm_backward_elemt_kernel(const float* dy, const float* x,
 namespace {
 
 // Row-major GEMMs through column-major cuBLAS, without copies or transposes in memory (the same
-// derivation as in workloads/cuda_kernels.cu).
+// derivation as in cuda/cuda_kernels.cu).
 //
 // A row-major matrix M with r rows and c columns (leading dimension c) is, read column-major
 // with leading dimension c, the matrix M^T (c rows, r columns). So every row-major product is
@@ -385,7 +384,7 @@ namespace {
 //             gemm(N, T, m = PQ, n = CRS, k = K, A = dy_n, lda = PQ, B = w, ldb = CRS,
 //                  C = dcol, ldc = PQ)
 //
-// gemm(): workloads/cuda_gemm.cuh.
+// gemm(): cuda/cuda_gemm.cuh.
 
 void im2col(const float* x_n, float* col, const cpu::ConvShape& s, const char* launcher,
             void* stream) {

@@ -17,8 +17,7 @@
 // Every kernel here is deterministic: reductions add in a fixed order and col2im / maxpool
 // backward gather instead of scattering with atomics, so two runs give the same bits.
 //
-// This header includes no CUDA header, so every build can include it. In a build without CUDA,
-// every function throws Error (workloads/cuda_cnn_kernels_stub.cpp).
+// This header includes no CUDA header, so plain C++ files of the CUDA target can include it.
 #pragma once
 
 #include <cstddef>
@@ -62,7 +61,7 @@ void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx,
                          std::size_t C, std::size_t H, std::size_t W, void* stream);
 
 // In place y = max(y, 0) over n elements, as cpu::relu_inplace (bit for bit; NaN stays NaN).
-// Its backward is cuda::relu_backward_inplace (workloads/cuda_kernels.hpp).
+// Its backward is cuda::relu_backward_inplace (cuda/cuda_kernels.hpp).
 void relu_inplace(float* y, std::size_t n, void* stream);
 
 // ---- BatchNorm over x [N, C, HW], the stages of PyTorch's SyncBatchNorm -----------------------

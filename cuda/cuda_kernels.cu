@@ -1,8 +1,7 @@
-// CUDA training kernels (workloads/cuda_kernels.hpp), laid out as llm.c lays out a layer: the
+// CUDA training kernels (cuda/cuda_kernels.hpp), laid out as llm.c lays out a layer: the
 // kernels first, then the launchers, which pick the grid, launch on the caller's stream and
 // check cudaGetLastError(). The Linear layers are cuBLAS GEMMs on row-major data (derivation
 // at gemm() below) followed by small kernels for the bias, ReLU and bias gradient.
-// Compiled only in builds with CUDA; workloads/cuda_kernels_stub.cpp stands in otherwise.
 #include "cuda/cuda_kernels.hpp"
 
 #include <cublas_v2.h>
@@ -330,7 +329,7 @@ namespace {
 //             gemm(N, N, m = in, n = batch, k = out, A = W, lda = in, B = dy, ldb = out,
 //                  C = dx, ldc = in)
 //
-// gemm(): workloads/cuda_gemm.cuh (beta 0 here: every GEMM overwrites its output).
+// gemm(): cuda/cuda_gemm.cuh (beta 0 here: every GEMM overwrites its output).
 
 }  // namespace
 

@@ -10,8 +10,7 @@
 // dpbench::Error("cuda: <launcher>: <cause> at <file>:<line>") when a launch or a cuBLAS call
 // is refused.
 //
-// This header includes no CUDA header, so every build can include it. In a build without CUDA,
-// available() is false and everything else throws Error (workloads/cuda_kernels_stub.cpp).
+// This header includes no CUDA header, so plain C++ files of the CUDA target can include it.
 #pragma once
 
 #include <cstddef>

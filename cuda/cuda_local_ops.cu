@@ -1,6 +1,5 @@
-// CUDA half of core/cuda_local_ops.hpp: the local backend's copies and additions between GPU
-// ranks that are threads of one process. Compiled only in builds with CUDA;
-// core/cuda_local_ops_stub.cpp stands in for it otherwise.
+// The code behind cuda/cuda_local_ops.hpp: the local backend's copies and additions between GPU
+// ranks that are threads of one process.
 //
 // Every copy and kernel runs on the rank's stream; fence() synchronises it before the group's
 // barrier, so what a rank wrote is complete when its peers read it, and what it read is no

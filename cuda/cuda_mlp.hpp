@@ -1,7 +1,7 @@
 // The mlp workload on the GPU: workloads/mlp.hpp's Mlp (same layers, parameter views and
 // initialisation) as a CudaModel. Each Linear is one cuBLAS GEMM plus a fused bias (+ ReLU)
 // kernel forward, two GEMMs, a bias reduction and a ReLU-mask kernel backward
-// (workloads/cuda_kernels.hpp), all on the compute stream of the cuda::Blas it was built with.
+// (cuda/cuda_kernels.hpp), all on the compute stream of the cuda::Blas it was built with.
 #pragma once
 
 #include <vector>

@@ -1,6 +1,5 @@
-// CUDA half of core/cuda_runtime.hpp: devices, streams, events, page-locked host memory and
-// asynchronous copies over the CUDA runtime. Compiled only in builds with CUDA;
-// core/cuda_runtime_stub.cpp stands in for it otherwise.
+// The code behind cuda/cuda_runtime.hpp: devices, streams, events, page-locked host memory and
+// asynchronous copies over the CUDA runtime.
 // A failure throws Error("cuda: <what>: <call>: <cause> at <file>:<line>") and clears CUDA's
 // last error, so that it does not resurface in an unrelated call.
 #include "cuda/cuda_runtime.hpp"

@@ -2,9 +2,7 @@
 // device, streams, events (ordering between streams, and timing), page-locked host memory and
 // asynchronous copies. No CUDA header is included here, so plain C++ translation units (the
 // trainers) can use them; every cudaStream_t / cudaEvent_t crosses this header as void*.
-// Every failure throws Error("cuda: <what>: <cause>"). In a build without CUDA every function
-// and constructor throws Error("... dpbench was built without CUDA"), except device_count(),
-// which returns 0, and pinned_free(), which does nothing (core/cuda_runtime_stub.cpp).
+// Every failure throws Error("cuda: <what>: <cause>").
 #pragma once
 
 #include <cstddef>

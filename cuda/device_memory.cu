@@ -1,6 +1,5 @@
-// CUDA half of core/device_memory.hpp: the caching allocator's cudaMalloc/cudaFree, the zeroing
-// and copies behind DeviceBuffer<T>, and cudaMemGetInfo. Compiled only in builds with CUDA;
-// core/device_memory_stub.cpp stands in for it otherwise.
+// The code behind cuda/device_memory.hpp: the caching allocator's cudaMalloc/cudaFree, the zeroing
+// and copies behind DeviceBuffer<T>, and cudaMemGetInfo.
 // Every call runs with the allocator's device current and restores the caller's device after,
 // so that a rank thread's own cudaSetDevice is never disturbed.
 #include <cuda_runtime.h>

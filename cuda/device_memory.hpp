@@ -11,8 +11,7 @@
 // Blocks are not stream-ordered: free() a block only when the device work that uses it has
 // finished, or when everything that will reuse it runs on the same stream after that work.
 //
-// No CUDA headers here: the code that calls CUDA lives in core/device_memory.cu; a build without
-// CUDA links core/device_memory_stub.cpp, whose functions throw Error("... built without CUDA").
+// No CUDA headers here: the code that calls CUDA lives in cuda/device_memory.cu.
 #pragma once
 
 #include <cstddef>

@@ -1,12 +1,11 @@
-// The `nccl` backend (core/nccl_comm.hpp): each Communicator call is one NCCL call (or one group
+// The `nccl` backend (cuda/nccl_comm.hpp): each Communicator call is one NCCL call (or one group
 // of ncclSend/ncclRecv) on the communicator's own stream, followed by a polled wait. The waits
 // follow NCCL's fault-tolerance example and nccl-tests' testStreamSynchronize: cudaStreamQuery
 // in a loop that also checks ncclCommGetAsyncError, a pending abort() and the timeout, and
 // aborts the communicator instead of hanging. No kernels of our own: NCCL's do the work.
 // Calls that return ncclInProgress (non-blocking communicators, NCCL_COMM_BLOCKING=0) are
 // polled the same way until NCCL has finished enqueueing them.
-// Compiled only in builds with CUDA; without NCCL this file is empty and
-// core/nccl_comm_stub.cpp says that NCCL is missing.
+// Part of the CUDA target; in a CUDA build without NCCL its functions say that NCCL is missing.
 #include "cuda/nccl_comm.hpp"
 
 #ifdef DPBENCH_HAVE_NCCL
@@ -40,7 +39,7 @@ std::string call_name(const char* call) {
   return text.substr(0, text.find('('));
 }
 
-// "/work/main/core/nccl_comm.cu", 42 -> "nccl_comm.cu:42"
+// "/work/main/cuda/nccl_comm.cu", 42 -> "nccl_comm.cu:42"
 std::string location(const char* file, int line) {
   const char* slash = std::strrchr(file, '/');
   return fmt::format("{}:{}", slash != nullptr ? slash + 1 : file, line);
@@ -560,5 +559,24 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes
 
 #undef CUDA_CHECK
 #undef NCCL_CHECK
+
+#else  // CUDA without NCCL: the backend reports that it is not there
+
+#include "core/error.hpp"
+
+namespace dpbench {
+
+bool nccl_available() { return false; }
+
+std::string nccl_version() { return ""; }
+
+NcclUniqueIdBytes nccl_create_unique_id() { throw InputError("--comm nccl: this build has no NCCL"); }
+
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes&, int, int, int,
+                                                         std::chrono::milliseconds) {
+  throw InputError("--comm nccl: this build has no NCCL");
+}
+
+}  // namespace dpbench
 
 #endif  // DPBENCH_HAVE_NCCL

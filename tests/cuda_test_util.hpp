@@ -1,7 +1,7 @@
 // Helpers shared by the CUDA test suites: a fixture that skips without a usable GPU and gives
 // each test a stream, random inputs, a device buffer for test data (filled with 0xFF bytes
 // when not copied from the host, so that an output a kernel never wrote shows as NaN or -1) and a
-// CUDA error check. Without CUDA the buffer throws; the suites skip before using it.
+// CUDA error check. Built with the CUDA target only.
 #pragma once
 
 #include <algorithm>
@@ -16,16 +16,9 @@
 
 #include "core/device.hpp"
 
-#ifdef DPBENCH_HAVE_CUDA
 #include <cuda_runtime.h>
-#endif
 
 namespace dpbench::testing {
-
-// Device buffers (CUDA runtime only in builds with CUDA; without it the tests that use them are
-// skipped in SetUp, so the stubs never run).
-
-#ifdef DPBENCH_HAVE_CUDA
 
 inline void cuda_ok(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -70,40 +63,20 @@ class DeviceBuffer {
   std::size_t n_ = 0;
 };
 
-#else
-
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t) { throw std::logic_error("built without CUDA"); }
-  explicit DeviceBuffer(const std::vector<T>&) { throw std::logic_error("built without CUDA"); }
-  T* get() const { return nullptr; }
-  std::vector<T> to_host() const { return {}; }
-  void from_host(const std::vector<T>&) {}
-};
-
-#endif  // DPBENCH_HAVE_CUDA
-
 // Every test here needs a usable CUDA device: SetUp skips the test otherwise, with the reason,
 // and gives each test its own stream.
 class CudaStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-#ifndef DPBENCH_HAVE_CUDA
-    GTEST_SKIP() << "built without CUDA";
-#else
     const CudaProbe probe = probe_cuda();
     if (!probe.usable) GTEST_SKIP() << "no CUDA device: " << probe.reason;
     cuda_ok(cudaSetDevice(probe.gpus.front().index), "cudaSetDevice");
     cudaStream_t stream = nullptr;
     cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
     stream_ = stream;
-#endif
   }
   void TearDown() override {
-#ifdef DPBENCH_HAVE_CUDA
     if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-#endif
   }
   void* stream() const { return stream_; }
 

@@ -1,4 +1,4 @@
-// Tests of the CUDA CNN kernels (workloads/cuda_cnn_kernels.hpp) against their CPU counterparts
+// Tests of the CUDA CNN kernels (cuda/cuda_cnn_kernels.hpp) against their CPU counterparts
 // (workloads/cnn_kernels.hpp): the same random inputs of odd shapes (N=3, C=5, H=10, W=6, K=7,
 // 3x3 kernel, padding 1: no dimension a multiple of a warp or a GEMM tile) go through both, and
 // each output is compared with a stated tolerance: GEMM-based outputs relative to their largest
@@ -28,9 +28,7 @@
 #include "cuda/cuda_cnn_kernels.hpp"
 #include "cuda/cuda_kernels.hpp"
 
-#ifdef DPBENCH_HAVE_CUDA
 #include <cuda_runtime.h>
-#endif
 
 namespace dpbench {
 namespace {
@@ -58,9 +56,7 @@ double gemm_tolerance(Precision precision) {
 }
 
 using testing::DeviceBuffer;  // tests/cuda_test_util.hpp
-#ifdef DPBENCH_HAVE_CUDA
 using testing::cuda_ok;
-#endif
 
 // Skips without a usable CUDA device; a stream per test (tests/cuda_test_util.hpp).
 class CudaCnnKernels : public testing::CudaStreamTest {};

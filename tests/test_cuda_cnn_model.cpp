@@ -1,4 +1,4 @@
-// Tests of the cnn workload on the GPU (workloads/cuda_cnn.hpp) against the CPU model
+// Tests of the cnn workload on the GPU (cuda/cuda_cnn.hpp) against the CPU model
 // (workloads/cnn.hpp): both start from the same initialisation and see the same random batch;
 // logits, every parameter's gradient, the BatchNorm running statistics and the order of the
 // gradient-ready calls are compared, in training and in evaluation mode, and with SyncBatchNorm
@@ -23,9 +23,7 @@
 #include "cuda/cuda_cnn.hpp"
 #include "cuda/cuda_kernels.hpp"
 
-#ifdef DPBENCH_HAVE_CUDA
 #include <cuda_runtime.h>
-#endif
 
 namespace dpbench {
 namespace {
@@ -62,7 +60,6 @@ std::vector<float> slice(const std::vector<float>& v, std::size_t offset, std::s
           v.begin() + static_cast<std::ptrdiff_t>(offset + size)};
 }
 
-#ifdef DPBENCH_HAVE_CUDA
 using testing::cuda_ok;
 
 // n floats at a device pointer the test does not own (the model's buffers), after all work.
@@ -83,11 +80,6 @@ bool is_device_pointer(const void* ptr) {
   cudaPointerAttributes attr{};
   return cudaPointerGetAttributes(&attr, ptr) == cudaSuccess && attr.type == cudaMemoryTypeDevice;
 }
-#else
-std::vector<float> device_floats(const float*, std::size_t) { return {}; }
-int current_device() { return 0; }
-bool is_device_pointer(const void*) { return false; }
-#endif
 
 // SyncBatchNorm over two ranks that hold the same data, on the host (for Cnn).
 class TwinHostSync final : public BatchNormSync {
@@ -109,21 +101,17 @@ class TwinDeviceSync final : public BatchNormSync {
   void allgather(const float* send, float* recv, std::size_t n) override {
     ++allgathers;
     if (!is_device_pointer(send) || !is_device_pointer(recv)) ++host_pointers;
-#ifdef DPBENCH_HAVE_CUDA
     cuda_ok(cudaMemcpy(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice), "cudaMemcpy");
     cuda_ok(cudaMemcpy(recv + n, send, n * sizeof(float), cudaMemcpyDeviceToDevice), "cudaMemcpy");
     cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // a blocking collective
-#endif
   }
   void allreduce_sum(float* buf, std::size_t n) override {
     ++allreduces;
     if (!is_device_pointer(buf)) ++host_pointers;
     std::vector<float> host = device_floats(buf, n);
     for (float& x : host) x += x;
-#ifdef DPBENCH_HAVE_CUDA
     cuda_ok(cudaMemcpy(buf, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
     cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-#endif
   }
   int allgathers = 0, allreduces = 0, host_pointers = 0;
 };

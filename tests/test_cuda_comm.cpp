@@ -1,4 +1,4 @@
-// Tests of the `local` backend between GPU ranks (core/cuda_local_ops.hpp): one thread per rank,
+// Tests of the `local` backend between GPU ranks (cuda/cuda_local_ops.hpp): one thread per rank,
 // rank r on device r % device_count (several virtual ranks share a GPU when there are fewer GPUs
 // than ranks), each with its own allocator, stream and LocalCommunicator over make_cuda_mem_ops.
 // The collectives must give exact results on integer-valued floats, as on the CPU

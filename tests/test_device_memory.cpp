@@ -1,4 +1,4 @@
-// Tests of the per-rank GPU memory accounting (core/device_memory.hpp): the caching allocator
+// Tests of the per-rank GPU memory accounting (cuda/device_memory.hpp): the caching allocator
 // charges the tracker exactly what the training holds (rounded sizes, per category, peaks),
 // reuses freed blocks, gives its cache back to the device, zeroes DeviceBuffers, and reports
 // out-of-memory as an Error that names the category. Without a usable GPU (or in a build without

@@ -47,8 +47,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------------------------
-// Device helpers (CUDA only where the build has NCCL; the tests that use them are skipped
-// otherwise, so the stubs never run).
+// Device helpers (where the build has NCCL; the tests that use them are skipped otherwise).
 
 #ifdef DPBENCH_HAVE_NCCL
 

@@ -98,39 +98,27 @@ class BatchStaging {
 class RankContext;
 
 // An owning, zero-initialised array of `count` T in the rank's device memory, charged to one
-// memory category of the rank's tracker while it lives (TrackedBuffer on the CPU, a caching
-// allocator block on GPUs). Move-only.
+// memory category of the rank's tracker while it lives (host memory on the CPU, a caching
+// allocator block on GPUs). Move-only; the context must outlive it.
 template <typename T>
 class Array {
  public:
   Array() = default;
   Array(RankContext& ctx, MemoryCategory category, std::size_t count);
-  Array(const Array&) = delete;
-  Array& operator=(const Array&) = delete;
-  Array(Array&& o) noexcept { swap(o); }
-  Array& operator=(Array&& o) noexcept {
-    if (this != &o) {
-      Array(std::move(o)).swap(*this);
-    }
-    return *this;
-  }
-  ~Array();
 
-  T* data() { return data_; }
-  const T* data() const { return data_; }
+  T* data() { return memory_.get(); }
+  const T* data() const { return memory_.get(); }
   std::size_t size() const { return count_; }
 
  private:
-  void swap(Array& o) noexcept {
-    std::swap(ctx_, o.ctx_);
-    std::swap(category_, o.category_);
-    std::swap(count_, o.count_);
-    std::swap(data_, o.data_);
-  }
-  RankContext* ctx_ = nullptr;
-  MemoryCategory category_ = MemoryCategory::parameters;
+  struct Release {
+    RankContext* ctx = nullptr;
+    MemoryCategory category = MemoryCategory::parameters;
+    std::size_t bytes = 0;
+    void operator()(T* ptr) const noexcept;
+  };
+  std::unique_ptr<T, Release> memory_;
   std::size_t count_ = 0;
-  T* data_ = nullptr;
 };
 
 // One rank's context. Every pointer the ops take is rank-device memory (from Array or the
@@ -213,13 +201,13 @@ class RankContext {
 
 template <typename T>
 Array<T>::Array(RankContext& ctx, MemoryCategory category, std::size_t count)
-    : ctx_(&ctx), category_(category), count_(count) {
-  if (count_ > 0) data_ = static_cast<T*>(ctx.allocate(count_ * sizeof(T), category_));
-}
+    : memory_(count > 0 ? static_cast<T*>(ctx.allocate(count * sizeof(T), category)) : nullptr,
+              Release{&ctx, category, count * sizeof(T)}),
+      count_(count) {}
 
 template <typename T>
-Array<T>::~Array() {
-  if (data_ != nullptr) ctx_->release(data_, count_ * sizeof(T), category_);
+void Array<T>::Release::operator()(T* ptr) const noexcept {
+  ctx->release(ptr, bytes, category);
 }
 
 // Per-epoch sums of per-step losses: step s belongs to epoch s / steps_per_epoch; [epochs].

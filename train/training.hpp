@@ -142,7 +142,7 @@ using RankBody = std::function<void(int rank, Communicator& comm, MemoryTracker&
 void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body);
 
 // The machinery of run_ranks, for launchers that build their own per-rank state (GPU ranks,
-// core/cuda_training.hpp):
+// cuda/cuda_context.cpp):
 //   run_rank_threads: rank_main(rank) on group.world_size() threads, with run_ranks' failure
 //     handling for "local" (abort the group on the first exception and rethrow it with the rank
 //     prepended; exit 1 naming the silent ranks when a rank cannot be interrupted).
