@@ -43,8 +43,10 @@ MEMORY_STYLE = (
     ("comm_buffers", "comm buffers", "#d62728"),
     ("data_staging", "data staging", "#8c564b"),
 )
-BASE_COLORS = {"allreduce (ring)": "#1f77b4", "ps (collective)": "#ff7f0e", "ps (p2p)": "#d62728"}
-EXTRA_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+# Series colours in the order of the sorted series labels (so "allreduce (ring)", "ps (collective)"
+# and "ps (p2p)" get blue, orange and red).
+COLORS = ("#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+          "#bcbd22", "#17becf")
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
@@ -84,12 +86,10 @@ def save(fig, out_dir: Path, key: str) -> Path:
 
 
 def color_for(label: str, all_labels: list) -> str:
-    """A stable colour per series: fixed for the three standard series, else by sorted position
-    among the others (series of config variants, e.g. "ps (collective) [hidden=[1024]]")."""
-    if label in BASE_COLORS:
-        return BASE_COLORS[label]
-    extras = sorted(lab for lab in set(all_labels) | {label} if lab not in BASE_COLORS)
-    return EXTRA_COLORS[extras.index(label) % len(EXTRA_COLORS)]
+    """A stable colour per series: by the label's position among all the figure set's sorted
+    labels (series of config variants, e.g. "ps (collective) [hidden=[1024]]", included)."""
+    labels = sorted(set(all_labels) | {label})
+    return COLORS[labels.index(label) % len(COLORS)]
 
 
 def bytes_text(n: float) -> str:
@@ -153,7 +153,7 @@ def plot_throughput_vs_world_size(points: list, out_dir: Path) -> Figure:
     if len(rd.distinct(pts, "world_size")) < 2:
         return Figure(key, title, missing=(
             "Throughput against world size needs runs at two or more world sizes: run "
-            "`dpbench sweep --modes ps,allreduce --ranks 1,2,4`."))
+            "`dpbench sweep --ranks 1,2,4`."))
     labels = rd.distinct(points, "series")
     batches = rd.distinct(pts, "global_batch")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -214,7 +214,7 @@ def plot_memory_per_rank(points: list, out_dir: Path) -> Figure:
         mean = sum(peaks) / len(peaks)
         ax.axhline(mean, color="black", linestyle="--", linewidth=0.8, label="mean peak")
         note = f"max/mean = {p.imbalance:.2f}"
-        if p.mode == "ps":
+        if p.has_reducer:
             note += f"\nreducer +{p.reducer_minus_mean_bytes / MIB:.1f} MiB over mean"
         ax.text(0.98, 0.97, note, transform=ax.transAxes, ha="right", va="top",
                 bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#999999"})
@@ -230,14 +230,16 @@ def plot_memory_per_rank(points: list, out_dir: Path) -> Figure:
     fig.legend(handles, names, loc="lower center", ncol=4, frameon=False)
     fig.suptitle(f"Per-rank peak memory by category ({rd.describe_fixed(fixed)})")
     fig.tight_layout(rect=(0, 0.12 / nrows, 1, 1))
-    ps_points = [p for p in pts if p.mode == "ps"]
-    if ps_points:
-        worst = max(ps_points, key=lambda p: p.imbalance)
-        caption = (f"Compare rank 0 with the others: the ps reducer peaks at {worst.imbalance:.2f}x the "
-                   "mean rank (master parameters, gradients, momentum, full-batch staging); "
-                   "allreduce ranks should be level.")
+    reducers = [p for p in pts if p.has_reducer]
+    level = rd.names(p for p in pts if not p.has_reducer)
+    if reducers:
+        worst = max(reducers, key=lambda p: p.imbalance)
+        caption = (f"Compare rank 0 with the others: the {worst.mode} reducer peaks at {worst.imbalance:.2f}x "
+                   "the mean rank (master parameters, gradients, momentum, full-batch staging)"
+                   + (f"; {level} ranks should be level." if level else "."))
     else:
-        caption = "Allreduce ranks should be level: every rank holds the same replica and optimizer state."
+        caption = (f"{level} ranks should be level: every rank holds the same replica and optimizer "
+                   "state.")
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 
@@ -316,7 +318,7 @@ def plot_workers(points: list, out_dir: Path) -> Figure:
     if len(rd.distinct(pts, "num_workers")) < 2:
         return Figure(key, title, missing=(
             "The DataLoader-workers figure needs two or more num_workers values at the same ranks "
-            "and batch: run `dpbench sweep --modes ps,allreduce --num-workers 0,2,4`."))
+            "and batch: run `dpbench sweep --num-workers 0,2,4`."))
     labels = rd.distinct(points, "series")
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 5.6), sharex=True)
     series_lines(top, pts, "num_workers", lambda p: p.throughput, labels)
@@ -347,7 +349,7 @@ def plot_batch_size(points: list, out_dir: Path) -> Figure:
     if len(rd.distinct(pts, "global_batch")) < 2:
         return Figure(key, title, missing=(
             "The batch-size figure needs two or more global batch sizes at the same ranks and "
-            "workers: run `dpbench sweep --modes ps,allreduce --batch-sizes 64,256,1024`."))
+            "workers: run `dpbench sweep --batch-sizes 64,256,1024`."))
     labels = rd.distinct(points, "series")
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 5.6), sharex=True)
     series_lines(top, pts, "global_batch", lambda p: p.throughput, labels)
@@ -369,9 +371,10 @@ def plot_batch_size(points: list, out_dir: Path) -> Figure:
     top.set_title(f"Throughput and peak memory against global batch ({rd.describe_fixed(fixed)})")
     place_legend(top)
     fig.tight_layout()
+    reducers = rd.names(p for p in pts if p.has_reducer)
     caption = ("Look at how throughput grows as larger batches amortise the per-step communication, and "
-               "at the gap between each mode's solid (largest rank) and dashed (mean rank) memory line: "
-               "the ps reducer stages the full batch.")
+               "at the gap between each mode's solid (largest rank) and dashed (mean rank) memory line"
+               + (f": the {reducers} reducer stages the full batch." if reducers else "."))
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 
@@ -472,7 +475,7 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     if not pts:
         return Figure(key, title, missing="The --projection file has no points: rerun `dpbench project`.")
     modes = sorted({p["mode"] for p in pts})
-    labels = [rd.projection_label(m) for m in modes]
+    labels = [rd.projection_label(proj, m) for m in modes]
     overlay, setting = measured_overlay(proj)
     sizes = sorted({p["world_size"] for p in pts} | {m["world_size"] for m in overlay})
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.8))
@@ -495,13 +498,13 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     if any(rd.number(m.get("predicted_step_time_s")) is not None for m in overlay):
         left.scatter([], [], marker="x", color="black", s=30, label="model at the measured setting")
     right.plot(sizes, sizes, color="#999999", linestyle=":", label="ideal (speedup = p)")
-    crossover = proj.get("crossover_world_size")
+    crossovers = [c for c in rd.projection_crossovers(proj) if c.get("world_size")]
     for ax in (left, right):
         log2_axis(ax, [s for s in sizes if s & (s - 1) == 0] or sizes)
         ax.set_xlim(min(sizes) / 1.2, max(max(sizes), 1024) * 1.2)
         ax.set_yscale("log")
         ax.set_xlabel("world size (ranks)")
-        if crossover:
+        for crossover in sorted({c["world_size"] for c in crossovers}):
             ax.axvline(crossover, color="black", linestyle="--", linewidth=0.9)
             ax.text(crossover, 0.5, f"crossover p={crossover} ", transform=ax.get_xaxis_transform(),
                     rotation=90, va="center", ha="right")
@@ -513,8 +516,9 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     right.legend(loc="upper left", fontsize=7)
     fig.suptitle(f"Alpha-beta projection ({link_text(proj.get('link', {}))})")
     fig.tight_layout()
-    cross = (f"allreduce pulls ahead of ps from p={crossover}" if crossover
-             else "the modes do not cross in this range")
+    cross = "; ".join(f"{rd.projection_label(proj, c['mode'])} pulls ahead of "
+                      f"{rd.projection_label(proj, c['reference'])} from p={c['world_size']}"
+                      for c in crossovers) or "the modes do not cross in this range"
     caption = f"Read where the curves part: {cross}; check the dots against the crosses: {model_error_text(proj)}."
     return Figure(key, title, caption, save(fig, out_dir, key))
 

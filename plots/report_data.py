@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "results"))
+import strategy_traits  # noqa: E402  (the traits of a run, legacy files included)
 
 RESULT_SCHEMA = "dpbench-result"
 PROJECTION_SCHEMA = "dpbench-projection"
@@ -60,6 +64,9 @@ class Point:
     warnings: tuple
     virtual_ranks: bool
     series: str = ""  # label shared by every point of one line in a figure
+    label: str = ""  # the strategy's label from the file: "ps (collective)", "allreduce (ring)"
+    reference: bool = False  # the strategy the others are compared with (ps)
+    has_reducer: bool = False  # rank 0 holds what the others do not (its memory above the mean)
 
     @property
     def axes(self) -> dict:
@@ -141,12 +148,8 @@ def check_schema(path, doc: dict, name: str) -> None:
 
 
 def run_transport(run: dict) -> str:
-    """The run's transport. Failed sweep points only have their config, whose transport means
-    something to ps alone (allreduce always runs its ring), so other modes get ""."""
-    if run.get("transport"):
-        return str(run["transport"])
-    mode = run.get("mode", run.get("config", {}).get("mode"))
-    return str(run.get("config", {}).get("transport") or "") if mode == "ps" else ""
+    """The run's transport, from its strategy traits (failed sweep points carry them too)."""
+    return str(strategy_traits.run_traits(run)["transport"] or "")
 
 
 def run_variant(run: dict) -> tuple:
@@ -177,8 +180,10 @@ def load_results(paths: Iterable) -> ResultSet:
                 failed.append(failed_point(run, str(path)))
                 continue
             try:
+                traits = strategy_traits.run_traits(run)
                 key = (run["mode"], run_transport(run), run_variant(run), int(run["world_size"]),
-                       int(run["global_batch"]), int(run["config"]["num_workers"]))
+                       int(run["global_batch"]), int(run["config"]["num_workers"]),
+                       traits["label"], traits["reference"], traits["has_reducer"])
             except (KeyError, TypeError, ValueError) as e:
                 raise InputError(f"{path}: runs[{index}] lacks {e} (not a dpbench run entry)") from e
             groups.setdefault(key, []).append(run)
@@ -228,7 +233,7 @@ def median(values) -> Optional[float]:
 
 def aggregate(key: tuple, runs: list) -> Point:
     """Aggregates the repetitions of one grid point by median (memory per rank and category)."""
-    mode, transport, variant, world_size, batch, workers = key
+    mode, transport, variant, world_size, batch, workers, label, reference, has_reducer = key
     ranks = sorted({m["rank"] for r in runs for m in r["memory"]["per_rank"]})
     memory = []
     for rank in ranks:
@@ -255,6 +260,7 @@ def aggregate(key: tuple, runs: list) -> Point:
         final_train_loss=median(r.get("quality", {}).get("final_train_loss") for r in runs),
         warnings=tuple(warnings),
         virtual_ranks=any(r.get("virtual_ranks", False) for r in runs),
+        label=label, reference=reference, has_reducer=has_reducer,
     )
 
 
@@ -270,16 +276,16 @@ def variant_tags(variants: set) -> dict:
             for v, d in dicts.items()}
 
 
-def series_label(mode: str, transport: str, tag: str = "") -> str:
-    """How a mode/transport is named in legends: "ps (collective)", "allreduce (ring)"."""
-    label = f"{mode} ({transport})" if transport else mode
+def series_label(label: str, tag: str = "") -> str:
+    """How a series is named in legends: the strategy's label ("ps (collective)", "allreduce
+    (ring)"), with the config variant's tag when there are several."""
     return f"{label} [{tag}]" if tag else label
 
 
 def with_series(point: Point, tags: dict) -> Point:
     """The point with its series label filled in."""
     from dataclasses import replace
-    return replace(point, series=series_label(point.mode, point.transport, tags.get(point.variant, "")))
+    return replace(point, series=series_label(point.label, tags.get(point.variant, "")))
 
 
 def point_order(p: Point) -> tuple:
@@ -288,7 +294,7 @@ def point_order(p: Point) -> tuple:
 
 
 def series_order(points: Iterable) -> list:
-    """Distinct series labels in a stable order (allreduce before ps, then transport)."""
+    """Distinct series labels in a stable (alphabetical) order."""
     return sorted({p.series for p in points})
 
 
@@ -363,56 +369,79 @@ def ratio_phrase(ratio: float) -> str:
     return f"{ratio:.2f}x faster than" if ratio > 1 else f"{1.0 / ratio:.2f}x slower than"
 
 
-def matched_pairs(points: list, world_size: int, transport: str) -> list:
-    """(allreduce, ps) pairs at one world size with the same variant, batch and workers."""
-    ps = {(p.variant, p.global_batch, p.num_workers): p for p in points
-          if p.mode == "ps" and p.transport == transport and p.world_size == world_size}
+def matched_pairs(points: list, world_size: int, reference_label: str) -> list:
+    """(other, reference) pairs at one world size with the same variant, batch and workers: every
+    point of a non-reference strategy against the reference point labelled reference_label."""
+    refs = {(p.variant, p.global_batch, p.num_workers): p for p in points
+            if p.reference and p.label == reference_label and p.world_size == world_size}
     pairs = []
     for a in points:
-        if a.mode == "allreduce" and a.world_size == world_size:
-            other = ps.get((a.variant, a.global_batch, a.num_workers))
+        if not a.reference and a.world_size == world_size:
+            other = refs.get((a.variant, a.global_batch, a.num_workers))
             if other is not None:
                 pairs.append((a, other))
     return pairs
 
 
+def names(points: Iterable) -> str:
+    """"ps" or "allreduce, sharded_ps": the distinct modes of some points."""
+    return ", ".join(sorted({p.mode for p in points}))
+
+
+def short_names(points: Iterable) -> dict:
+    """label -> how the verdict names it: the mode when the mode ran one label, else the label
+    ("ps" alone, or "ps (collective)" and "ps (p2p)")."""
+    by_mode: dict = {}
+    for p in points:
+        by_mode.setdefault(p.mode, set()).add(p.label)
+    return {label: (mode if len(labels) == 1 else label)
+            for mode, labels in by_mode.items() for label in labels}
+
+
 def compute_verdict(points: list) -> Verdict:
-    """Compares allreduce with ps at the largest world size where both ran with the same
-    batch, workers and config: throughput ratio (median over matched settings) and the ps
-    reducer's memory imbalance."""
-    modes = {p.mode for p in points}
+    """Compares every strategy with the reference strategy (ps, as the runs' traits say) at the
+    largest world size where both ran with the same batch, workers and config: throughput ratio
+    (median over matched settings) and the reference's memory imbalance (its reducer's, when it
+    has one)."""
     if not points:
         return Verdict("No run succeeded, so there is nothing to compare: see the failed points below.", [])
-    if not {"ps", "allreduce"} <= modes:
-        only = ", ".join(sorted(modes))
+    refs = [p for p in points if p.reference]
+    others = [p for p in points if not p.reference]
+    if not refs or not others:
         best = max(points, key=lambda p: p.throughput)
-        return Verdict(f"Only {only} was measured (best {best.throughput:,.0f} samples/s at "
-                       f"{best.world_size} ranks): run both modes (`--mode ps,allreduce`) to compare them.", [])
-    transports = sorted({p.transport for p in points if p.mode == "ps"},
-                        key=lambda t: (t != "collective", t))
-    common = sorted({p.world_size for p in points if p.mode == "allreduce"}
-                    & {p.world_size for p in points if p.mode == "ps"})
-    world = next((w for w in reversed(common) if any(matched_pairs(points, w, t) for t in transports)), None)
+        return Verdict(f"Only {names(points)} was measured (best {best.throughput:,.0f} samples/s at "
+                       f"{best.world_size} ranks): run every mode side by side (what `dpbench run` "
+                       "does by default) to compare them.", [])
+    ref_labels = sorted({p.label for p in refs})
+    common = sorted({p.world_size for p in others} & {p.world_size for p in refs})
+    world = next((w for w in reversed(common) if any(matched_pairs(points, w, t) for t in ref_labels)), None)
     if world is None:
-        return Verdict("ps and allreduce never ran with the same ranks, batch and workers, so they "
-                       "cannot be compared: run both modes in one `dpbench run` or sweep.", [])
-    clauses, all_pairs = [], []
-    for t in transports:
-        pairs = matched_pairs(points, world, t)
-        if not pairs:
-            continue
-        all_pairs += pairs
-        ratio = statistics.median(a.throughput / p.throughput for a, p in pairs)
-        ps_name = "ps" if len(transports) == 1 else f"ps ({t})"
-        clauses.append(f"{ratio_phrase(ratio)} {ps_name}")
+        return Verdict(f"{names(refs)} and {names(others)} never ran with the same ranks, batch and "
+                       "workers, so they cannot be compared: run them in one `dpbench run` or sweep.", [])
+    all_pairs = [pair for t in ref_labels for pair in matched_pairs(points, world, t)]
+    ref_names = short_names(p for _, p in all_pairs)
+    other_names = short_names(a for a, _ in all_pairs)
+    sentences = []
+    for other_label in sorted(other_names):
+        clauses = []
+        for ref_label in ref_labels:
+            pairs = [(a, p) for a, p in all_pairs if a.label == other_label and p.label == ref_label]
+            if pairs:
+                ratio = statistics.median(a.throughput / p.throughput for a, p in pairs)
+                clauses.append(f"{ratio_phrase(ratio)} {ref_names[ref_label]}")
+        sentences.append(f"{other_names[other_label]} is {' and '.join(clauses)}")
     settings = sorted({(a.global_batch, a.num_workers, a.variant) for a, _ in all_pairs})
     if len(settings) == 1:
         where = f"at {world} ranks (batch {settings[0][0]}, {settings[0][1]} workers)"
     else:
         where = f"at {world} ranks (throughput, median over {len(settings)} matched batch/worker settings)"
     imbalance = statistics.median(p.imbalance for _, p in all_pairs)
-    headline = (f"allreduce is {' and '.join(clauses)} {where}; "
-                f"the ps reducer holds {imbalance:.2f}x the mean per-rank memory.")
+    reference = names(p for _, p in all_pairs)
+    if all(p.has_reducer for _, p in all_pairs):
+        memory = f"the {reference} reducer holds {imbalance:.2f}x the mean per-rank memory"
+    else:
+        memory = f"the largest {reference} rank holds {imbalance:.2f}x the mean per-rank memory"
+    headline = f"{', and '.join(sentences)} {where}; {memory}."
     return Verdict(headline, verdict_notes(points, world, all_pairs))
 
 
@@ -426,11 +455,18 @@ def verdict_notes(points: list, world: int, pairs: list) -> list:
     if any(p.virtual_ranks for p in involved):
         notes.append("Some ranks were virtual (several ranks on one device): their communication "
                      "ran at device-memory speed, not link speed.")
-    a_comm = median(a.phases["comm_exposed"] / a.step_time["p50"] for a, _ in pairs if a.step_time["p50"])
-    p_comm = median(p.phases["comm_exposed"] / p.step_time["p50"] for _, p in pairs if p.step_time["p50"])
-    if a_comm is not None and p_comm is not None:
-        notes.append(f"Exposed communication is {100 * p_comm:.0f}% of the ps step and "
-                     f"{100 * a_comm:.0f}% of the allreduce step at {world} ranks.")
+
+    def exposed_share(side):
+        return median(p.phases["comm_exposed"] / p.step_time["p50"] for p in side if p.step_time["p50"])
+
+    shares = []
+    for side in [[p for _, p in pairs]] + [[a for a, _ in pairs if a.mode == m]
+                                           for m in sorted({a.mode for a, _ in pairs})]:
+        share = exposed_share(side)
+        if share is not None:
+            shares.append(f"{100 * share:.0f}% of the {names(side)} step")
+    if len(shares) > 1:
+        notes.append(f"Exposed communication is {' and '.join(shares)} at {world} ranks.")
     if all(p.repetitions == 1 for p in involved):
         notes.append("Each point was measured once; repeat the sweep (`--repetitions 3`) to see the spread.")
     return notes
@@ -527,13 +563,19 @@ def load_collectives(path) -> Collectives:
 # projection
 
 
-PROJECTION_MODE_LABELS = {"allreduce": "allreduce (ring)", "ps_collective": "ps (collective)",
-                          "ps_p2p": "ps (p2p)"}
+def projection_modes(proj: dict) -> dict:
+    """{curve key: {mode, strategy, label, transport, reference}} of a projection file."""
+    return strategy_traits.projection_modes(proj)
 
 
-def projection_label(mode: str) -> str:
-    """Legend name of a projected mode, matching the measured series labels."""
-    return PROJECTION_MODE_LABELS.get(mode, mode)
+def projection_label(proj: dict, mode: str) -> str:
+    """Legend name of a projected curve, matching the measured series labels."""
+    return projection_modes(proj).get(mode, {}).get("label", mode)
+
+
+def projection_crossovers(proj: dict) -> list:
+    """[{mode, reference, world_size}]: where each curve overtakes the reference's (by 5%)."""
+    return strategy_traits.projection_crossovers(proj)
 
 
 def load_projection(path) -> dict:

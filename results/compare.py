@@ -11,8 +11,9 @@ memory peaks and every memory category, step counts) must be equal: any differen
 regression. Test accuracy may not drop by more than --accuracy-tol (absolute). Timings are
 compared with a stated noise floor, raised to three times the A/A noise the files themselves
 show (the medians of the even- and odd-indexed step samples of one run):
-  ratio (default) only the allreduce/ps throughput ratio measured inside ONE file is compared,
-        so BASE and NEW may come from different machines (shared 2-core CI runners included);
+  ratio (default) only the throughput ratio of each strategy to the reference strategy (ps, as
+        each run's strategy traits say) measured inside ONE file is compared, so BASE and NEW
+        may come from different machines (shared 2-core CI runners included);
   mwu   a one-sided Mann-Whitney U test of each run's step times, for files from the same machine;
   none  timings are skipped.
 A run missing from NEW, or failed in NEW while ok in BASE, is a regression; a run only in NEW is
@@ -32,6 +33,8 @@ import math
 import pathlib
 import statistics
 import sys
+
+from strategy_traits import run_traits
 
 try:
     from scipy.stats import mannwhitneyu
@@ -129,7 +132,8 @@ class Report:
                 f"{n_reg} regression{'s' if n_reg != 1 else ''}")
         if self.timing == "none":
             return head + "; timings not compared (--timing none)."
-        how = "allreduce/ps throughput ratio within each file" if self.timing == "ratio" else \
+        how = "throughput ratio to the reference strategy within each file" \
+            if self.timing == "ratio" else \
             "one-sided Mann-Whitney U on step times, p < 0.01"
         return f"{head}; timing: {how}; {self.noise.describe()}."
 
@@ -258,8 +262,8 @@ def run_key(run, doc=None):
     """The matching key of a run, as a tuple in KEY_FIELDS order.
 
     Each field is read from the run, else from the run's config (failed runs carry only their
-    config), else from the file's config. A failed allreduce run whose transport is only known
-    from its config is keyed as 'ring', which is what ok allreduce runs report.
+    config), else from the file's config. A run without a transport (a failed point) is keyed
+    by its strategy's transport (its traits), which is what its ok runs report.
     """
     cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
     top = doc.get("config", {}) if isinstance(doc, dict) and isinstance(doc.get("config"), dict) \
@@ -274,7 +278,7 @@ def run_key(run, doc=None):
     mode = field("mode")
     transport = run.get("transport")
     if transport is None:
-        transport = "ring" if mode == "allreduce" else field("transport")
+        transport = run_traits(run, doc)["transport"]
     num_workers = cfg.get("num_workers", run.get("num_workers", top.get("num_workers")))
     repetition = run.get("repetition", cfg.get("repetition", 0))
     return (mode, transport, field("comm"), field("device"), field("workload"),
@@ -409,11 +413,13 @@ def throughput(run):
 
 
 def mode_ratios(doc):
-    """{(group, pair): [allreduce/ps throughput ratio of each repetition]} for groups with both modes.
+    """{(group, pair): [throughput ratio of each repetition]}: every non-reference strategy's run
+    over the reference strategy's run (ps, by the runs' traits) in groups that have both.
 
     A group is (comm, device, workload, world_size, global_batch, num_workers and occurrence);
     repetitions of a group are collected together, so their spread can be measured; a pair names
-    the two transports, so p2p and collective ps get a ratio each.
+    the two runs by mode and transport ("allreduce/ring / ps/p2p"), so each transport of either
+    side gets a ratio of its own.
     """
     groups = {}
     seen = {}
@@ -424,20 +430,19 @@ def mode_ratios(doc):
         occ = seen.get(key, 0)
         seen[key] = occ + 1
         mode, transport, comm, device, workload, ws, gb, nw, rep = key
-        if mode not in ("ps", "allreduce"):
-            continue
+        side = "reference" if run_traits(run, doc)["reference"] else "other"
         g = groups.setdefault((comm, device, workload, ws, gb, nw, occ), {})
-        g.setdefault(rep, {}).setdefault(mode, []).append((transport, run))
+        g.setdefault(rep, {}).setdefault(side, []).append((f"{mode}/{transport}", run))
     out = {}
     for g, reps in groups.items():
         for rep in sorted(reps):
-            modes = reps[rep]
-            for ar_t, ar in modes.get("allreduce", []):
-                for ps_t, ps in modes.get("ps", []):
-                    tp_ar, tp_ps = throughput(ar), throughput(ps)
-                    if tp_ar is None or tp_ps is None:
+            sides = reps[rep]
+            for name, other in sides.get("other", []):
+                for ref_name, ref in sides.get("reference", []):
+                    tp_other, tp_ref = throughput(other), throughput(ref)
+                    if tp_other is None or tp_ref is None:
                         continue
-                    out.setdefault((g, f"allreduce/{ar_t} / ps/{ps_t}"), []).append(tp_ar / tp_ps)
+                    out.setdefault((g, f"{name} / {ref_name}"), []).append(tp_other / tp_ref)
     return out
 
 
@@ -461,13 +466,14 @@ def group_label(group):
 
 
 def compare_ratios(base_doc, new_doc, floor, report):
-    """Timing gate of --timing ratio: the in-file allreduce/ps ratio (median over repetitions) may
-    not fall beyond the floor, which is raised to REP_MULTIPLIER x the ratio's spread across
-    repetitions in either file where that is larger."""
+    """Timing gate of --timing ratio: each in-file ratio to the reference strategy (median over
+    repetitions) may not fall beyond the floor, which is raised to REP_MULTIPLIER x the ratio's
+    spread across repetitions in either file where that is larger."""
     base, new = mode_ratios(base_doc), mode_ratios(new_doc)
     if not base and not new:
-        report.notes.append("No file has a ps and an allreduce run with step samples in the same "
-                            "group: no timing ratio to compare.")
+        report.notes.append("No file has a run of the reference strategy and one of another "
+                            "strategy with step samples in the same group: no timing ratio to "
+                            "compare.")
     for k in list(base) + [k for k in new if k not in base]:
         group, pair = k
         label, figure = group_label(group), f"throughput ratio {pair}"
@@ -546,7 +552,7 @@ def compare(base_doc, new_doc, options=None, base_label="BASE", new_label="NEW")
     if options.timing != "none":
         report.noise = noise_floor([("BASE", base_doc), ("NEW", new_doc)], options.noise_floor)
     if report.noise is not None and report.noise.value >= 1.0:
-        what = "no fall of the allreduce/ps ratio" if options.timing == "ratio" else \
+        what = "no fall of a ratio to the reference" if options.timing == "ratio" else \
             "only a slowdown beyond " + pct(1.0 + report.noise.value) + " of BASE"
         report.notes.append(f"The timing noise floor is {pct(report.noise.value)}: {what} can "
                             f"count as a regression. These step times are too noisy to gate on; "
@@ -621,7 +627,8 @@ def parse_args(argv):
     p.add_argument("--accuracy-tol", type=float, default=0.005, metavar="ABS",
                    help="allowed absolute drop of test accuracy (default 0.005)")
     p.add_argument("--timing", choices=("ratio", "mwu", "none"), default="ratio",
-                   help="ratio: allreduce/ps throughput ratio inside each file (default); mwu: "
+                   help="ratio: throughput ratio of each strategy to the reference (ps) inside "
+                        "each file (default); mwu: "
                         "Mann-Whitney U on step times (same machine only); none: skip timings")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the report to this file")
     args = p.parse_args(argv)

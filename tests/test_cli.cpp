@@ -190,6 +190,26 @@ TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   EXPECT_EQ(doc["runs"][1]["mode"], "allreduce");
   EXPECT_EQ(doc["runs"][0]["steps"]["timed"], 20);  // 25 steps minus 5 warm-up
   EXPECT_EQ(doc["runs"][0]["step_time_s"]["samples"].size(), 20u);
+  // Each run carries its strategy's traits; the verdict compares allreduce with the reference.
+  const auto& ps = doc["runs"][0]["strategy"];
+  EXPECT_EQ(ps["label"], "ps (collective)");
+  EXPECT_TRUE(ps["reference"].get<bool>());
+  EXPECT_TRUE(ps["busbw_factor"].is_null());
+  EXPECT_FALSE(doc["runs"][0].contains("bus_bandwidth_GBps"));
+  const auto& ar = doc["runs"][1];
+  EXPECT_EQ(ar["strategy"]["label"], "allreduce (ring)");
+  EXPECT_EQ(ar["strategy"]["transport"], "ring");
+  EXPECT_DOUBLE_EQ(ar["strategy"]["busbw_factor"].get<double>(), 1.0);  // 2(p-1)/p at p = 2
+  ASSERT_TRUE(ar.contains("bus_bandwidth_GBps")) << ar.dump();
+  const auto& bus = ar["bus_bandwidth_GBps"];
+  EXPECT_EQ(bus["collective"], "all-reduce");
+  EXPECT_DOUBLE_EQ(bus["bytes"].get<double>(), 4.0 * ar["num_params"].get<double>());
+  EXPECT_NEAR(bus["algbw"].get<double>(),
+              bus["bytes"].get<double>() / ar["phases_s"]["comm"].get<double>() / 1e9, 1e-9);
+  EXPECT_DOUBLE_EQ(bus["busbw"].get<double>(), bus["algbw"].get<double>());
+  EXPECT_NE(o.out.find("allreduce (ring)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("At 2 ranks, allreduce runs at "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("x the throughput of ps; the ps reducer holds "), std::string::npos) << o.out;
 
   const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py ";
   const Outcome good = shell(validate + result().string(), tmp_.path());

@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/app/alpha_beta_model.hpp"
+#include "bench/app/strategies.hpp"
 #include "bench/app/blas_core.hpp"
 #include "bench/app/project_command.hpp"
+#include "bench/app/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "tests/fixtures.hpp"
@@ -70,11 +72,14 @@ TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
     if (r["status"] == "failed") {
       ++failed;
       EXPECT_EQ(r["mode"], "allreduce");
+      EXPECT_EQ(r["strategy"]["label"], "allreduce (ring)");  // failed points carry the traits too
       EXPECT_EQ(r["world_size"], 4);
       EXPECT_NE(r["error"].get<std::string>().find("not divisible"), std::string::npos);
     } else {
       ++ok;
       EXPECT_EQ(r["steps"]["timed"], 7);
+      EXPECT_EQ(r["strategy"]["transport"], r["transport"]);
+      EXPECT_EQ(r["strategy"]["name"], r["mode"]);
     }
   }
   EXPECT_EQ(failed, 2);
@@ -128,6 +133,85 @@ TEST(AlphaBeta, ComputeShareAndExposedFraction) {
   EXPECT_NEAR(shared.step_s, shared.compute_s + 0.25 * shared.comm_s, 1e-12);
 }
 
+TEST(AlphaBeta, UnknownProjectionModeThrows) {
+  EXPECT_THROW(predict_step(StepModel{}, link(0, 1), "carrier_pigeon", 2, 1), Error);
+  EXPECT_THROW(predict_step(StepModel{}, link(0, 1), "allreduce", 0, 1), Error);
+}
+
+TEST(StrategyTraits, RegistryHasOneReferenceAndEveryTraitFilled) {
+  int references = 0;
+  for (const auto& s : strategies()) {
+    references += s.reference ? 1 : 0;
+    EXPECT_NE(s.transport, nullptr) << s.name;
+    EXPECT_NE(s.label, nullptr) << s.name;
+    EXPECT_NE(s.bus_bandwidth, nullptr) << s.name;
+    EXPECT_NE(s.comm_time, nullptr) << s.name;
+    EXPECT_FALSE(s.projected.empty()) << s.name;
+    // Every transport the strategy takes has a projection curve.
+    for (const auto& t : s.transports) {
+      TrainConfig c;
+      c.mode = s.name;
+      c.transport = t;
+      EXPECT_NO_THROW(projected_key(s, c)) << s.name << " " << t;
+    }
+  }
+  EXPECT_EQ(references, 1);
+  EXPECT_EQ(reference_strategy().name, "ps");
+}
+
+TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
+  TrainConfig c;
+  c.world_size = 4;
+  c.mode = "ps";
+  c.transport = "p2p";
+  const Strategy& ps = find_strategy("ps");
+  EXPECT_EQ(ps.label(c), "ps (p2p)");
+  EXPECT_EQ(ps.transport(c), "p2p");
+  EXPECT_EQ(projected_key(ps, c), "ps_p2p");
+  EXPECT_FALSE(ps.bus_bandwidth(c, 4e6).has_value());
+  EXPECT_FALSE(ps.overlaps_backward);
+  EXPECT_TRUE(ps.has_reducer);
+
+  c.mode = "allreduce";  // the transport option is ps's: allreduce runs its ring whatever it says
+  const Strategy& ar = find_strategy("allreduce");
+  EXPECT_TRUE(ar.transports.empty());
+  EXPECT_EQ(ar.label(c), "allreduce (ring)");
+  EXPECT_EQ(ar.transport(c), "ring");
+  EXPECT_EQ(projected_key(ar, c), "allreduce");
+  const auto bus = ar.bus_bandwidth(c, 4e6);
+  ASSERT_TRUE(bus.has_value());
+  EXPECT_EQ(bus->collective, "all-reduce");
+  EXPECT_DOUBLE_EQ(bus->factor, 1.5);  // nccl-tests: 2(p-1)/p at p = 4
+  EXPECT_DOUBLE_EQ(bus->bytes, 4e6);
+  EXPECT_TRUE(ar.overlaps_backward);
+  EXPECT_FALSE(ar.reference);
+}
+
+TEST(StrategyTraits, RunEntryCarriesTheTraits) {
+  TrainConfig c;
+  c.world_size = 4;
+  c.mode = "ps";
+  c.transport = "collective";
+  const auto ps = strategy_to_json(c);
+  EXPECT_EQ(ps["name"], "ps");
+  EXPECT_EQ(ps["label"], "ps (collective)");
+  EXPECT_EQ(ps["transport"], "collective");
+  EXPECT_EQ(ps["projection"], "ps_collective");
+  EXPECT_TRUE(ps["reference"].get<bool>());
+  EXPECT_TRUE(ps["has_reducer"].get<bool>());
+  EXPECT_FALSE(ps["overlaps_backward"].get<bool>());
+  EXPECT_TRUE(ps["busbw_factor"].is_null());
+  c.mode = "allreduce";
+  const auto ar = strategy_to_json(c);
+  EXPECT_EQ(ar["label"], "allreduce (ring)");
+  EXPECT_EQ(ar["transport"], "ring");
+  EXPECT_FALSE(ar["reference"].get<bool>());
+  EXPECT_TRUE(ar["overlaps_backward"].get<bool>());
+  EXPECT_DOUBLE_EQ(ar["busbw_factor"].get<double>(), 1.5);
+  c.mode = "carrier_pigeon";
+  EXPECT_THROW(strategy_to_json(c), InputError);
+}
+
 TEST(AlphaBeta, PresetsAndUnknownLink) {
   EXPECT_NEAR(1.0 / link_preset("nvlink4").beta_s_per_byte, 370e9, 1.0);
   EXPECT_NEAR(1.0 / link_preset("pcie4").beta_s_per_byte, 25e9, 1.0);
@@ -135,13 +219,15 @@ TEST(AlphaBeta, PresetsAndUnknownLink) {
 }
 
 nlohmann::json fake_run(const std::string& mode, int p, double step_s, double comm_s) {
-  return {{"status", "ok"}, {"mode", mode}, {"transport", mode == "ps" ? "collective" : "ring"},
+  nlohmann::json run = {{"status", "ok"}, {"mode", mode}, {"transport", mode == "ps" ? "collective" : "ring"},
           {"world_size", p}, {"global_batch", 100}, {"device", "cpu"}, {"num_params", 1000000},
           {"input_features", 784}, {"num_classes", 10}, {"config", {{"num_workers", 0}}},
           {"step_time_s", {{"p50", step_s}}},
           {"phases_s", {{"data_wait", 0.0}, {"h2d", 0.0}, {"forward", 0.03}, {"backward", 0.06},
-                        {"comm", comm_s}, {"comm_exposed", comm_s}, {"optimizer", 0.01}}},
-          {"allreduce_bandwidth_GBps", {{"algbw", 1.0}, {"busbw", 1.0}}}};
+                        {"comm", comm_s}, {"comm_exposed", comm_s}, {"optimizer", 0.01}}}};
+  // Only a strategy that declares a bus bandwidth (allreduce) reports one.
+  if (mode == "allreduce") run["bus_bandwidth_GBps"] = {{"algbw", 1.0}, {"busbw", 1.0}};
+  return run;
 }
 
 TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
@@ -168,6 +254,37 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   const double comm = 2 * 5e-6 + 1.0 * 4e6 / 25e9;
   EXPECT_NEAR(predicted, compute + comm, 1e-9);
   EXPECT_TRUE(proj["measured"][0]["model_applies"].get<bool>());
+  // The curves carry their strategy's traits, so the report names no mode itself.
+  ASSERT_EQ(proj["modes"].size(), 3u);
+  EXPECT_EQ(proj["modes"][0]["mode"], "allreduce");
+  EXPECT_EQ(proj["modes"][0]["label"], "allreduce (ring)");
+  EXPECT_FALSE(proj["modes"][0]["reference"].get<bool>());
+  EXPECT_EQ(proj["modes"][1]["label"], "ps (collective)");
+  EXPECT_EQ(proj["modes"][2]["mode"], "ps_p2p");
+  EXPECT_EQ(proj["modes"][2]["strategy"], "ps");
+  EXPECT_TRUE(proj["modes"][2]["reference"].get<bool>());
+  // One crossover per non-reference curve, against the reference's default (collective) curve.
+  ASSERT_EQ(proj["crossovers"].size(), 1u);
+  EXPECT_EQ(proj["crossovers"][0]["mode"], "allreduce");
+  EXPECT_EQ(proj["crossovers"][0]["reference"], "ps_collective");
+  EXPECT_EQ(proj["crossovers"][0]["world_size"], proj["crossover_world_size"]);
+}
+
+TEST(Project, MeasuredLinkFromTheRunsBusBandwidthOrTheLegacyKey) {
+  nlohmann::json two = fake_run("allreduce", 2, 0.2, 0.004);
+  two["bus_bandwidth_GBps"] = {{"collective", "all-reduce"}, {"algbw", 4.0}, {"busbw", 4.0}};
+  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), two}}};
+  ProjectOptions o;
+  o.link = "measured";
+  auto proj = project(o, {doc}, nullptr);
+  EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 4.0, 1e-9);
+  EXPECT_NE(proj["link"]["source"].get<std::string>().find("all-reduce busbw 4.00 GB/s at 2 ranks"),
+            std::string::npos) << proj["link"]["source"];
+  // Files written before the strategy traits: allreduce runs had allreduce_bandwidth_GBps.
+  doc["runs"][1].erase("bus_bandwidth_GBps");
+  doc["runs"][1]["allreduce_bandwidth_GBps"] = {{"algbw", 3.0}, {"busbw", 3.0}};
+  proj = project(o, {doc}, nullptr);
+  EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 3.0, 1e-9);
 }
 
 TEST(Project, MarksRanksBeyondCoresAndNeedsOneRankRun) {

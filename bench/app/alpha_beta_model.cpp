@@ -16,38 +16,30 @@ LinkModel link_preset(const std::string& name) {
   throw InputError(fmt::format("--link {}: unknown link (choose measured, pcie4, pcie5, nvlink4, ib-ndr)", name));
 }
 
-const std::vector<std::string>& projected_modes() {
-  static const std::vector<std::string> modes = {"allreduce", "ps_collective", "ps_p2p"};
-  return modes;
+double ring_allreduce_s(const LinkModel& link, int p, double bytes) {
+  const double pd = p;
+  return 2.0 * (pd - 1.0) * link.alpha_s + 2.0 * (pd - 1.0) / pd * bytes * link.beta_s_per_byte;
 }
 
-StepPrediction predict_step(const StepModel& m, const LinkModel& link, const std::string& mode,
-                            int p, double b, double compute_share) {
+double pipelined_root_s(const LinkModel& link, int p, double bytes) {
+  return (p - 1.0) * link.alpha_s + bytes * link.beta_s_per_byte;
+}
+
+double incast_s(const LinkModel& link, int p, double bytes) {
+  return (p - 1.0) * (link.alpha_s + bytes * link.beta_s_per_byte);
+}
+
+double root_batch_traffic_s(const StepModel& m, const LinkModel& link, int p, double b) {
+  return (p - 1.0) * b * (m.sample_bytes + 2.0 * m.logit_bytes) * link.beta_s_per_byte + 3.0 * link.alpha_s;
+}
+
+StepPrediction combine_step(const StepModel& m, int p, double b, double compute_share, double comm_s,
+                            double exposed_fraction) {
   if (p < 1) throw Error(fmt::format("world size {}: must be at least 1", p));
-  const double pd = p;
-  const double a = link.alpha_s, beta = link.beta_s_per_byte, n = m.param_bytes;
   StepPrediction out;
   out.compute_s = b * m.per_sample_compute_s / compute_share + m.optimizer_s;
-  if (p == 1) {
-    out.step_s = out.compute_s;
-    return out;
-  }
-  if (mode == "allreduce") {
-    out.comm_s = 2.0 * (pd - 1.0) * a + 2.0 * (pd - 1.0) / pd * n * beta;
-    out.step_s = out.compute_s + m.exposed_fraction * out.comm_s;
-    return out;
-  }
-  // The reducer scatters the inputs of the global batch, gathers the logits and scatters their
-  // gradients: the other ranks' share of B = p * b samples crosses its link.
-  const double batch_traffic = (pd - 1.0) * b * (m.sample_bytes + 2.0 * m.logit_bytes) * beta + 3.0 * a;
-  if (mode == "ps_collective") {
-    out.comm_s = 2.0 * ((pd - 1.0) * a + n * beta) + batch_traffic;
-  } else if (mode == "ps_p2p") {
-    out.comm_s = 2.0 * (pd - 1.0) * (a + n * beta) + batch_traffic;
-  } else {
-    throw Error(fmt::format("projection mode {}: unknown", mode));
-  }
-  out.step_s = out.compute_s + out.comm_s;
+  out.comm_s = p == 1 ? 0.0 : comm_s;
+  out.step_s = out.compute_s + exposed_fraction * out.comm_s;
   return out;
 }
 

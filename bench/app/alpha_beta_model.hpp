@@ -1,17 +1,18 @@
-// The alpha-beta (Hockney) model of one training step in each mode, for projecting measured
-// runs to world sizes one machine cannot reach. A message of n bytes over one link costs
-// alpha + n * beta. Per step, with N gradient bytes and p ranks:
+// The alpha-beta (Hockney) model of one training step, for projecting measured runs to world
+// sizes one machine cannot reach. A message of n bytes over one link costs alpha + n * beta.
+// This file holds the pieces every strategy shares: the link, the compute term, the cost of the
+// collectives over one link, and how a step combines compute with exposed communication. Each
+// strategy's own communication term lives next to its registry line (strategies.cpp), e.g.
+// with N gradient bytes and p ranks:
 //   allreduce (ring):       2(p-1) alpha + 2(p-1)/p N beta       (Patarasuk & Yuan 2009)
 //   ps, collective:         2 [(p-1) alpha + N beta]   pipelined chain reduce + broadcast
 //   ps, p2p (incast):       2 (p-1) (alpha + N beta)   every transfer through the reducer's link
-// and ps also scatters the inputs and gathers the logits and their gradients through the
-// reducer: (p-1)/p * B * (F + 2C) * 4 bytes * beta. Compute comes from a measured single-rank
-// run: per-sample time c (data wait, forward, backward) and the optimizer step t_opt.
-// allreduce hides the non-exposed share of its communication behind backward; ps hides none.
+// Compute comes from a measured single-rank run: per-sample time c (data wait, forward,
+// backward) and the optimizer step t_opt. A strategy that overlaps communication with backward
+// hides the non-exposed share of it; the others hide none.
 #pragma once
 
 #include <string>
-#include <vector>
 
 namespace dpbench {
 
@@ -32,7 +33,7 @@ struct StepModel {
   double param_bytes = 0;           // N
   double sample_bytes = 0;          // F * 4
   double logit_bytes = 0;           // C * 4 per sample
-  double exposed_fraction = 1.0;    // allreduce: exposed / total communication
+  double exposed_fraction = 1.0;    // overlapping strategies: exposed / total communication
 };
 
 struct StepPrediction {
@@ -41,14 +42,27 @@ struct StepPrediction {
   double step_s = 0;   // compute + exposed communication
 };
 
-// Step time of `mode` ("allreduce", "ps_collective" or "ps_p2p") at world size p where every
-// rank computes `per_rank_batch` samples on its own device. compute_share: the fraction of the
-// calibration device each rank gets (1 for separate devices; 1/p for p ranks sharing it).
-// Throws Error on an unknown mode or p < 1.
-StepPrediction predict_step(const StepModel& model, const LinkModel& link, const std::string& mode,
-                            int p, double per_rank_batch, double compute_share = 1.0);
+// Seconds of ring all-reduce of `bytes` over p ranks: 2(p-1) alpha + 2(p-1)/p bytes beta.
+double ring_allreduce_s(const LinkModel& link, int p, double bytes);
 
-// The modes predict_step knows.
-const std::vector<std::string>& projected_modes();
+// Seconds of a pipelined chain reduce (or broadcast) of `bytes` to (from) one root over p ranks:
+// (p-1) alpha + bytes beta; the root's link carries the bytes once.
+double pipelined_root_s(const LinkModel& link, int p, double bytes);
+
+// Seconds of p-1 point-to-point messages of `bytes` each through one rank's link (incast):
+// (p-1) (alpha + bytes beta).
+double incast_s(const LinkModel& link, int p, double bytes);
+
+// Seconds for one root to scatter the inputs of p * b samples and to gather the logits and
+// scatter their gradients back (DataParallel's scatter / gather): the other ranks' share
+// crosses the root's link, (p-1) b (F + 2C) beta + 3 alpha.
+double root_batch_traffic_s(const StepModel& model, const LinkModel& link, int p, double per_rank_batch);
+
+// The step at world size p where every rank computes `per_rank_batch` samples and spends
+// `comm_s` seconds communicating (ignored at p = 1), of which `exposed_fraction` is not hidden
+// behind compute. compute_share: the fraction of the calibration device each rank gets (1 for
+// separate devices; 1/p for p ranks sharing it). Throws Error when p < 1.
+StepPrediction combine_step(const StepModel& model, int p, double per_rank_batch, double compute_share,
+                            double comm_s, double exposed_fraction);
 
 }  // namespace dpbench

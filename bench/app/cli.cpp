@@ -16,6 +16,7 @@
 
 #include "bench/app/project_command.hpp"
 #include "bench/app/run_command.hpp"
+#include "bench/app/strategies.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "core/launch.hpp"
@@ -106,12 +107,26 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
   app.add_flag("--quiet,-q", quiet, "Only print the table / summary");
 }
 
-const char* kModeHelp =
-    "ps (DataParallel: reducer rank 0 sums gradients, steps the optimizer, broadcasts parameters) "
-    "and allreduce (DistributedDataParallel: bucketed ring all-reduce overlapping backward)";
-const char* kTransportHelp =
-    "ps only: collective (reduce + broadcast, as DataParallel over NCCL) or p2p (every worker "
-    "sends to / receives from the reducer: incast)";
+// "ps (DataParallel: ...) and allreduce (DistributedDataParallel: ...)", from the registry.
+std::string mode_help() {
+  std::string text;
+  const auto& list = strategies();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    text += fmt::format("{}{} ({})", i == 0 ? "" : i + 1 == list.size() ? " and " : ", ", list[i].name,
+                        list[i].description);
+  }
+  return text;
+}
+
+// What --transport means, for the strategies that take one (their `transports` trait).
+std::string transport_help() {
+  std::string modes;
+  for (const auto& s : strategies()) {
+    if (!s.transports.empty()) modes += (modes.empty() ? "" : ", ") + s.name;
+  }
+  return modes + " only: collective (reduce + broadcast, as DataParallel over NCCL) or p2p (every "
+                 "worker sends to / receives from the reducer: incast)";
+}
 
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& c = o.base;
@@ -124,10 +139,10 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "different speed); the global batch is their sum; gradients are weighted by each "
                  "rank's sample count")
       ->delimiter(',');
-  run.add_option("--mode", o.modes, std::string("Synchronisation modes to compare, comma list: ") + kModeHelp)
+  run.add_option("--mode", o.modes, std::string("Synchronisation modes to compare, comma list: ") + mode_help())
       ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--transport", c.transport, kTransportHelp)->capture_default_str();
+  run.add_option("--transport", c.transport, transport_help())->capture_default_str();
   run.add_option("--ranks,--world-size", c.world_size,
                  "world_size: number of ranks (in-process threads, one replica each)")
       ->capture_default_str();
@@ -151,10 +166,10 @@ void add_run_options(CLI::App& run, RunOptions& o) {
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")->delimiter(',')->capture_default_str();
   sweep.add_option("--comms", o.comms, "Communicator backends, comma list")->delimiter(',')->capture_default_str();
-  sweep.add_option("--modes,--mode", o.modes, std::string("Modes, comma list: ") + kModeHelp)
+  sweep.add_option("--modes,--mode", o.modes, std::string("Modes, comma list: ") + mode_help())
       ->delimiter(',')
       ->capture_default_str();
-  sweep.add_option("--transports,--transport", o.transports, std::string("Transports, comma list; ") + kTransportHelp)
+  sweep.add_option("--transports,--transport", o.transports, std::string("Transports, comma list; ") + transport_help())
       ->delimiter(',')
       ->capture_default_str();
   sweep.add_option("--ranks,--world-sizes", o.ranks, "world_size values, comma list")

@@ -10,6 +10,7 @@
 
 #include "bench/app/harness.hpp"
 #include "bench/app/result_json.hpp"
+#include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
 
@@ -29,9 +30,24 @@ nlohmann::json read_json(const std::string& path, const char* what) {
 
 bool ok_run(const nlohmann::json& run) { return run.value("status", std::string("ok")) == "ok"; }
 
+// The registered strategy of a result file's run (its traits), by the run's mode.
+const Strategy& run_strategy(const nlohmann::json& run) { return find_strategy(run.at("mode").get<std::string>()); }
+
+// The projection curve a measured run belongs to: its strategy's curve for its transport.
 std::string projected_mode(const nlohmann::json& run) {
-  if (run.at("mode") == "allreduce") return "allreduce";
-  return run.at("transport") == "p2p" ? "ps_p2p" : "ps_collective";
+  TrainConfig c;
+  c.mode = run.at("mode").get<std::string>();
+  c.transport = run.value("transport", c.transport);
+  return projected_key(run_strategy(run), c);
+}
+
+// The run's bus bandwidth in GB/s, if it reports one. Files written before the strategy traits
+// called it allreduce_bandwidth_GBps (allreduce runs only).
+std::optional<double> run_busbw(const nlohmann::json& run) {
+  for (const char* key : {"bus_bandwidth_GBps", "allreduce_bandwidth_GBps"}) {
+    if (run.contains(key) && run.at(key).is_object()) return run.at(key).at("busbw").get<double>();
+  }
+  return std::nullopt;
 }
 
 // Link from dpbench_collectives' Google Benchmark JSON: busbw of the ring all-reduce at the
@@ -81,7 +97,7 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--link", o.link,
-                 "measured (from --collectives or the files' all-reduce busbw) or a preset: "
+                 "measured (from --collectives or the files' bus bandwidth) or a preset: "
                  "pcie4, pcie5, nvlink4, ib-ndr")
       ->capture_default_str();
   app.add_option("--collectives", o.collectives,
@@ -98,7 +114,7 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
 nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
                        const nlohmann::json* collectives) {
   if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
-  // Calibration: single-rank runs (at 1 rank both modes are plain SGD; allreduce preferred).
+  // Calibration: single-rank runs (at 1 rank every mode is plain SGD; see calibration_run).
   int cores = 0;
   std::vector<const nlohmann::json*> runs, singles;
   for (const auto& doc : results) {
@@ -114,13 +130,14 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                                  o.results.empty() ? std::string("results") : o.results.front()));
   }
   // The 1-rank run closest to `batch`, preferring num_workers 0 (its decoding cost is on the
-  // critical path, as it is when ranks share one CPU) and allreduce.
+  // critical path, as it is when ranks share one CPU) and a strategy without a reducer (whose
+  // 1-rank step is plain SGD, without staging the batch for a scatter).
   auto calibration_run = [&](double batch) {
     const nlohmann::json* best = nullptr;
     auto score = [&](const nlohmann::json* r) {
       return std::abs(std::log(r->at("global_batch").get<double>() / batch)) * 100.0 +
              (r->at("config").value("num_workers", 0) == 0 ? 0.0 : 1.0) +
-             (r->at("mode") == "allreduce" ? 0.0 : 0.5);
+             (run_strategy(*r).has_reducer ? 0.5 : 0.0);
     };
     for (const auto* r : singles) {
       if (best == nullptr || score(r) < score(best)) best = r;
@@ -148,15 +165,23 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   StepModel model = compute_model(*base);
 
   std::vector<double> exposed;
-  std::optional<double> run_busbw;
+  std::optional<double> link_busbw;
   int busbw_ranks = std::numeric_limits<int>::max();
+  std::string busbw_source;
   for (const auto* run : runs) {
-    if (run->at("mode") != "allreduce" || run->at("world_size").get<int>() < 2) continue;
+    if (run->at("world_size").get<int>() < 2) continue;
+    // The exposed share of communication, for the strategies that hide the rest behind backward.
     const double comm = run->at("phases_s").at("comm").get<double>();
-    if (comm > 0) exposed.push_back(std::min(1.0, run->at("phases_s").at("comm_exposed").get<double>() / comm));
-    if (run->contains("allreduce_bandwidth_GBps") && run->at("world_size").get<int>() < busbw_ranks) {
+    if (run_strategy(*run).overlaps_backward && comm > 0) {
+      exposed.push_back(std::min(1.0, run->at("phases_s").at("comm_exposed").get<double>() / comm));
+    }
+    const auto busbw = run_busbw(*run);
+    if (busbw && run->at("world_size").get<int>() < busbw_ranks) {
       busbw_ranks = run->at("world_size").get<int>();
-      run_busbw = run->at("allreduce_bandwidth_GBps").at("busbw").get<double>();
+      link_busbw = *busbw;
+      busbw_source = run->contains("bus_bandwidth_GBps")
+                         ? run->at("bus_bandwidth_GBps").value("collective", std::string("collective"))
+                         : std::string("all-reduce");
     }
   }
   if (!exposed.empty()) model.exposed_fraction = median(exposed);
@@ -168,20 +193,35 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
     auto measured = link_from_collectives(*collectives, model.param_bytes);
     if (!measured) throw InputError(fmt::format("{}: no BM_AllReduce results with busbw", o.collectives));
     link = *measured;
-  } else if (run_busbw) {
-    link = {"measured", 0.0, 1.0 / (*run_busbw * 1e9),
-            fmt::format("the result's own all-reduce busbw {:.2f} GB/s at {} ranks (alpha not measured: 0)",
-                        *run_busbw, busbw_ranks)};
+  } else if (link_busbw) {
+    link = {"measured", 0.0, 1.0 / (*link_busbw * 1e9),
+            fmt::format("the result's own {} busbw {:.2f} GB/s at {} ranks (alpha not measured: 0)",
+                        busbw_source, *link_busbw, busbw_ranks)};
   } else {
     throw InputError("--link measured: no bandwidth measured (pass --collectives from dpbench_collectives, "
-                     "a result with allreduce at 2+ ranks, or --link pcie4|pcie5|nvlink4|ib-ndr)");
+                     "a result with a bus bandwidth (an allreduce run at 2+ ranks), or --link "
+                     "pcie4|pcie5|nvlink4|ib-ndr)");
   }
 
+  // Every strategy's curves; the crossover of each non-reference curve with the reference
+  // strategy's default curve (its first): the world size from which the reference is more than
+  // 5% slower.
+  const auto& curves = projected_modes();
+  const ProjectedCurve* reference = nullptr;
+  for (const auto& c : curves) {
+    if (reference == nullptr && c.strategy->reference) reference = &c;
+  }
+  nlohmann::json modes = nlohmann::json::array();
+  std::vector<std::optional<int>> crossing(curves.size());
+  for (const auto& c : curves) {
+    modes.push_back({{"mode", c.mode.key}, {"strategy", c.strategy->name}, {"label", c.label},
+                     {"transport", c.mode.transport}, {"reference", c.strategy->reference}});
+  }
   nlohmann::json points = nlohmann::json::array();
-  std::optional<int> crossover;
   for (int p = 1; p <= o.max_ranks; p *= 2) {
-    double t_ar = 0, t_ps = 0;
-    for (const auto& mode : projected_modes()) {
+    std::vector<double> step(curves.size());
+    for (std::size_t i = 0; i < curves.size(); ++i) {
+      const std::string& mode = curves[i].mode.key;
       const StepPrediction pred = predict_step(model, link, mode, p, b);
       const StepPrediction one = predict_step(model, link, mode, 1, b);
       const double speedup = (p * b / pred.step_s) / (b / one.step_s);
@@ -189,11 +229,21 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                         {"compute_s", pred.compute_s}, {"comm_s", pred.comm_s},
                         {"throughput_samples_per_s", p * b / pred.step_s}, {"speedup", speedup},
                         {"efficiency", speedup / p}});
-      if (mode == "allreduce") t_ar = pred.step_s;
-      if (mode == "ps_collective") t_ps = pred.step_s;
+      step[i] = pred.step_s;
     }
-    if (!crossover && p >= 2 && t_ps > 1.05 * t_ar) crossover = p;
+    if (reference != nullptr && p >= 2) {
+      const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
+      for (std::size_t i = 0; i < curves.size(); ++i) {
+        if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;
+      }
+    }
     if (p > o.max_ranks / 2) break;
+  }
+  nlohmann::json crossovers = nlohmann::json::array();
+  for (std::size_t i = 0; i < curves.size(); ++i) {
+    if (reference == nullptr || curves[i].strategy->reference) continue;
+    crossovers.push_back({{"mode", curves[i].mode.key}, {"reference", reference->mode.key},
+                          {"world_size", crossing[i] ? nlohmann::json(*crossing[i]) : nlohmann::json()}});
   }
 
   // The model against every measured multi-rank run. Ranks of one CPU share it: each gets 1/p.
@@ -238,8 +288,12 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                         {"sample_bytes", model.sample_bytes}, {"logit_bytes", model.logit_bytes},
                         {"exposed_fraction", model.exposed_fraction}, {"per_rank_batch", b},
                         {"scaling", "weak: every rank keeps per_rank_batch samples"}};
+  doc["modes"] = modes;
   doc["points"] = points;
-  doc["crossover_world_size"] = crossover ? nlohmann::json(*crossover) : nlohmann::json();
+  doc["crossovers"] = crossovers;
+  // The first non-reference curve's crossover (allreduce against ps_collective), as version 1
+  // files had it.
+  doc["crossover_world_size"] = crossovers.empty() ? nlohmann::json() : crossovers.front()["world_size"];
   doc["measured"] = measured;
   return doc;
 }
@@ -259,12 +313,14 @@ int project_command(const ProjectOptions& o) {
   fmt::print("link: {} ({:.2f} GB/s, alpha {:.2f} us): {}\n", doc["link"]["name"].get<std::string>(),
              doc["link"]["bandwidth_GBps"].get<double>(), 1e6 * doc["link"]["alpha_s"].get<double>(),
              doc["link"]["source"].get<std::string>());
+  const std::size_t n_modes = doc["modes"].size();
   if (!o.quiet) {
-    fmt::print("\n{:>6}  {:>14} {:>14} {:>14}   (step ms / scaling efficiency)\n", "ranks", "allreduce",
-               "ps_collective", "ps_p2p");
-    for (std::size_t i = 0; i < doc["points"].size(); i += 3) {
+    fmt::print("\n{:>6}", "ranks");
+    for (const auto& m : doc["modes"]) fmt::print("  {:>14}", m["mode"].get<std::string>());
+    fmt::print("   (step ms / scaling efficiency)\n");
+    for (std::size_t i = 0; i + n_modes <= doc["points"].size(); i += n_modes) {
       fmt::print("{:>6}", doc["points"][i]["world_size"].get<int>());
-      for (std::size_t k = 0; k < 3; ++k) {
+      for (std::size_t k = 0; k < n_modes; ++k) {
         const auto& pt = doc["points"][i + k];
         fmt::print("  {:>8.3f} {:>4.0f}%", 1e3 * pt["step_time_s"].get<double>(),
                    100.0 * pt["efficiency"].get<double>());
@@ -272,11 +328,15 @@ int project_command(const ProjectOptions& o) {
       fmt::print("\n");
     }
   }
-  if (doc["crossover_world_size"].is_null()) {
-    fmt::print("\nallreduce does not overtake ps_collective by 5% up to {} ranks\n", o.max_ranks);
-  } else {
-    fmt::print("\nallreduce overtakes ps_collective (by more than 5%) from {} ranks\n",
-               doc["crossover_world_size"].get<int>());
+  fmt::print("\n");
+  for (const auto& c : doc["crossovers"]) {
+    const auto mode = c["mode"].get<std::string>();
+    const auto ref = c["reference"].get<std::string>();
+    if (c["world_size"].is_null()) {
+      fmt::print("{} does not overtake {} by 5% up to {} ranks\n", mode, ref, o.max_ranks);
+    } else {
+      fmt::print("{} overtakes {} (by more than 5%) from {} ranks\n", mode, ref, c["world_size"].get<int>());
+    }
   }
   for (const auto& m : doc["measured"]) {
     fmt::print("measured {:>13} at {} ranks, batch {:>4}, workers {}: {:.3f} ms, model {:.3f} ms ({:+.0f}%){}\n",

@@ -1,8 +1,9 @@
 // `dpbench project`: calibrates the alpha-beta model (alpha_beta_model.hpp) on measured result
 // files, prints projected step time, throughput, speedup and scaling efficiency of each mode for
-// world sizes 1, 2, 4, ... up to --max-ranks, the world size where all-reduce overtakes the
-// parameter server, and the model against every measured multi-rank run. Writes a
-// "dpbench-projection" JSON for the report.
+// world sizes 1, 2, 4, ... up to --max-ranks, the world size where each strategy overtakes the
+// reference strategy (the parameter server), and the model against every measured multi-rank
+// run. Writes a "dpbench-projection" JSON for the report: its "modes" carry each curve's
+// strategy, label, transport and reference role, so the report names no mode itself.
 #pragma once
 
 #include <string>

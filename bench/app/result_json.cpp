@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
 
@@ -42,6 +43,19 @@ double median_throughput(const RunResult& run) {
     if (t > 0) tput.push_back(static_cast<double>(run.config.global_batch) / t);
   }
   return median(tput);
+}
+
+nlohmann::json strategy_to_json(const TrainConfig& c) {
+  const Strategy& s = find_strategy(c.mode);
+  const auto bus = s.bus_bandwidth(c, 0.0);
+  return {{"name", s.name},
+          {"label", s.label(c)},
+          {"transport", s.transport(c)},
+          {"reference", s.reference},
+          {"overlaps_backward", s.overlaps_backward},
+          {"has_reducer", s.has_reducer},
+          {"projection", projected_key(s, c)},
+          {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
 }
 
 nlohmann::json config_to_json(const TrainConfig& c) {
@@ -80,7 +94,8 @@ nlohmann::json run_to_json(const RunResult& run) {
   const auto p = static_cast<double>(c.world_size);
   nlohmann::json j;
   j["mode"] = c.mode;
-  j["transport"] = c.mode == "ps" ? nlohmann::json(c.transport) : nlohmann::json("ring");
+  j["strategy"] = strategy_to_json(c);
+  j["transport"] = j["strategy"]["transport"];
   j["comm"] = c.comm;
   j["device"] = c.device;
   j["workload"] = c.workload;
@@ -111,12 +126,14 @@ nlohmann::json run_to_json(const RunResult& run) {
                              {"received", r.comm_per_step.bytes_received}});
   }
   j["comm_bytes_per_step"] = {{"per_rank", per_rank_comm}};
-  // Bus bandwidth of the gradient all-reduce, nccl-tests definitions: algbw = bytes / time,
-  // busbw = algbw * 2(p-1)/p. Only meaningful for the allreduce mode's gradient traffic.
+  // Bus bandwidth of the strategy's collective, nccl-tests definitions: algbw = bytes / comm time,
+  // busbw = algbw * the strategy's factor. Only for strategies that declare one.
   const double comm_s = j["phases_s"]["comm"].get<double>();
-  if (c.mode == "allreduce" && comm_s > 0 && c.world_size > 1) {
-    const double algbw = static_cast<double>(run.num_params * sizeof(float)) / comm_s / 1e9;
-    j["allreduce_bandwidth_GBps"] = {{"algbw", algbw}, {"busbw", algbw * 2.0 * (p - 1.0) / p}};
+  const auto bus = find_strategy(c.mode).bus_bandwidth(c, static_cast<double>(run.num_params * sizeof(float)));
+  if (bus && comm_s > 0 && c.world_size > 1) {
+    const double algbw = bus->bytes / comm_s / 1e9;
+    j["bus_bandwidth_GBps"] = {{"collective", bus->collective}, {"bytes", bus->bytes},
+                               {"factor", bus->factor}, {"algbw", algbw}, {"busbw", algbw * bus->factor}};
   }
 
   nlohmann::json per_rank_mem = nlohmann::json::array();

@@ -20,9 +20,13 @@ namespace {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-std::string run_label(const RunResult& r) {
-  return r.config.mode == "ps" ? fmt::format("ps ({})", r.config.transport)
-                               : fmt::format("{} (ring)", r.config.mode);
+std::string run_label(const RunResult& r) { return find_strategy(r.config.mode).label(r.config); }
+
+// Mean of the ranks' peak bytes.
+double mean_peak(const RunResult& r) {
+  double sum = 0;
+  for (const auto& rank : r.ranks) sum += static_cast<double>(rank.memory.peak_bytes);
+  return sum / static_cast<double>(r.ranks.size());
 }
 
 void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
@@ -87,23 +91,27 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
                                       : std::string("-");
   });
 
-  // The verdict a reader wants first.
-  const RunResult* ps = nullptr;
-  const RunResult* ar = nullptr;
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i].config.mode == "ps" && ps == nullptr) ps = &runs[i];
-    if (runs[i].config.mode == "allreduce" && ar == nullptr) ar = &runs[i];
+  // The verdict a reader wants first: every other strategy against the reference.
+  const RunResult* ref = nullptr;
+  for (const auto& r : runs) {
+    if (ref == nullptr && find_strategy(r.config.mode).reference) ref = &r;
   }
-  if (ps != nullptr && ar != nullptr) {
-    const double ratio = median_throughput(*ar) / std::max(median_throughput(*ps), 1e-12);
-    double sum = 0;
-    for (const auto& r : ps->ranks) sum += static_cast<double>(r.memory.peak_bytes);
-    const double reducer_share = static_cast<double>(ps->ranks.front().memory.peak_bytes) /
-                                 (sum / static_cast<double>(ps->ranks.size()));
-    fmt::print("\nAt {} ranks, allreduce runs at {:.2f}x the throughput of ps; the ps reducer holds "
-               "{:.2f}x the mean per-rank memory.\n",
-               ar->config.world_size, ratio, reducer_share);
+  if (ref == nullptr) return;
+  std::string clauses;
+  std::size_t others = 0;
+  for (const auto& r : runs) {
+    if (find_strategy(r.config.mode).reference) continue;
+    const double ratio = median_throughput(r) / std::max(median_throughput(*ref), 1e-12);
+    clauses += fmt::format("{}{} runs at {:.2f}x", others++ == 0 ? "" : ", ", r.config.mode, ratio);
   }
+  if (others == 0) return;
+  std::string memory;
+  if (find_strategy(ref->config.mode).has_reducer) {
+    const double share = static_cast<double>(ref->ranks.front().memory.peak_bytes) / mean_peak(*ref);
+    memory = fmt::format("; the {} reducer holds {:.2f}x the mean per-rank memory", ref->config.mode, share);
+  }
+  fmt::print("\nAt {} ranks, {} the throughput of {}{}.\n", ref->config.world_size, clauses,
+             ref->config.mode, memory);
 }
 
 }  // namespace

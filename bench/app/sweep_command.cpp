@@ -18,9 +18,11 @@ std::string clock_text(double seconds) {
   return fmt::format("{}:{:02d}", s / 60, s % 60);
 }
 
+// "ps/p2p mlp ranks=2 batch=256 workers=0 rep=1": the transport only for strategies that take one.
 std::string point_label(const TrainConfig& c, int rep) {
+  const bool takes_transport = !find_strategy(c.mode).transports.empty();
   return fmt::format("{}{} {} ranks={} batch={} workers={} rep={}", c.mode,
-                     c.mode == "ps" ? "/" + c.transport : "", c.workload, c.world_size,
+                     takes_transport ? "/" + c.transport : "", c.workload, c.world_size,
                      c.global_batch, c.loader.num_workers, rep);
 }
 }  // namespace
@@ -49,10 +51,11 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
   expand(o.batch_sizes, [](TrainConfig& c, std::size_t v) { c.global_batch = v; });
   expand(o.num_workers, [](TrainConfig& c, int v) { c.loader.num_workers = v; });
 
-  // What every group runs per repetition; the transport only means something to ps.
+  // What every group runs per repetition: every --transports value for a strategy that takes a
+  // transport, the base config's for the others (which ignore it).
   std::vector<std::pair<std::string, std::string>> variants;
   for (const auto& mode : o.modes) {
-    if (mode != "ps") {
+    if (find_strategy(mode).transports.empty()) {
       variants.emplace_back(mode, o.base.transport);
       continue;
     }
@@ -139,8 +142,9 @@ int sweep_command(const SweepOptions& o) {
     } catch (const std::exception& e) {
       // InputError (this point's combination cannot run) and runtime failures alike.
       ++failed;
-      entry = {{"status", "failed"}, {"mode", c.mode}, {"world_size", c.world_size},
-               {"global_batch", c.global_batch}, {"config", config_to_json(c)}, {"error", e.what()}};
+      entry = {{"status", "failed"}, {"mode", c.mode}, {"strategy", strategy_to_json(c)},
+               {"world_size", c.world_size}, {"global_batch", c.global_batch},
+               {"config", config_to_json(c)}, {"error", e.what()}};
       if (!quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
     }
     entry["repetition"] = rep;

@@ -18,7 +18,7 @@ struct SweepOptions {
   std::vector<std::string> workloads = {"mlp"};
   std::vector<std::string> comms = {"local"};
   std::vector<std::string> modes = {"ps", "allreduce"};
-  std::vector<std::string> transports = {"collective"};  // ps only
+  std::vector<std::string> transports = {"collective"};  // strategies that take a transport
   std::vector<int> ranks = {1, 2, 4};
   std::vector<std::size_t> batch_sizes = {64, 256};
   std::vector<int> num_workers = {0, 2};
@@ -36,8 +36,9 @@ struct SweepPoint {
 };
 
 // The grid's points in execution order: for each (workload, comm, ranks, batch, workers), the
-// repetitions in turn, each running every mode (and ps transport) once. Modes alternate, so
-// load that comes and goes hits them alike and the in-file allreduce/ps ratios stay comparable.
+// repetitions in turn, each running every mode once (a mode that takes a transport once per
+// transport). Modes alternate, so load that comes and goes hits them alike and the in-file
+// throughput ratios to the reference strategy stay comparable. Throws InputError on an unknown mode.
 std::vector<SweepPoint> sweep_points(const SweepOptions& options);
 
 // Returns the process exit code: 0 when the file was written (even with failed points).

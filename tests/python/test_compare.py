@@ -437,5 +437,76 @@ class FunctionTests(unittest.TestCase):
                 compare.check_doc(bad, "x.json")
 
 
+
+def with_traits(run, name, transport, reference, label=None):
+    """The run renamed to strategy `name`, carrying the traits a result file records."""
+    run = copy.deepcopy(run)
+    run["mode"], run["transport"] = name, transport
+    run["config"]["mode"] = name
+    run["strategy"] = {"name": name, "label": label or f"{name} ({transport})",
+                       "transport": transport, "reference": reference,
+                       "overlaps_backward": not reference, "has_reducer": reference,
+                       "projection": name, "busbw_factor": None}
+    return run
+
+
+class StrategyTraitTests(unittest.TestCase):
+    """The comparison reads the reference role and transports from the runs' traits; these files
+    use strategy names compare.py has never seen."""
+
+    def made_up_doc(self, ref_ms, other_ms, third_ms):
+        """A file with a reference `dp_baseline` and two other strategies, as a new dpbench with
+        a third strategy would write it."""
+        doc = synthetic_doc([ref_ms * 1e-3] * 20, [other_ms * 1e-3] * 20)
+        ref, other = doc["runs"]
+        third = copy.deepcopy(other)
+        set_samples(third, [third_ms * 1e-3] * 20)
+        doc["runs"] = [with_traits(ref, "dp_baseline", "chain", True),
+                       with_traits(other, "ring_sync", "ring", False),
+                       with_traits(third, "sharded_ps", "collective", False)]
+        return doc
+
+    def test_every_other_strategy_is_paired_with_the_reference(self):
+        doc = self.made_up_doc(10.0, 8.0, 5.0)
+        ratios = {pair: r for (_, pair), r in compare.mode_ratios(doc).items()}
+        self.assertEqual(set(ratios), {"ring_sync/ring / dp_baseline/chain",
+                                       "sharded_ps/collective / dp_baseline/chain"})
+        self.assertAlmostEqual(ratios["ring_sync/ring / dp_baseline/chain"][0], 10.0 / 8.0)
+        self.assertAlmostEqual(ratios["sharded_ps/collective / dp_baseline/chain"][0], 2.0)
+
+    def test_a_third_strategy_slowing_down_is_a_regression(self):
+        base = self.made_up_doc(10.0, 8.0, 5.0)
+        new = self.made_up_doc(10.0, 8.0, 10.0)   # sharded_ps halves its throughput
+        report = compare.compare(base, new)
+        self.assertEqual(report.exit_code, 1, report.markdown())
+        (row,) = report.regressions
+        self.assertEqual(row.figure, "throughput ratio sharded_ps/collective / dp_baseline/chain")
+        self.assertIn("-50.0 %", row.change)
+
+    def test_failed_point_is_keyed_by_its_traits_transport(self):
+        doc = self.made_up_doc(10.0, 8.0, 5.0)
+        ok = doc["runs"][1]
+        failed = {"status": "failed", "mode": ok["mode"], "strategy": ok["strategy"],
+                  "error": "x", "config": ok["config"]}
+        self.assertEqual(compare.run_key(failed, doc), compare.run_key(ok, doc))
+        self.assertEqual(compare.run_key(failed, doc)[1], "ring")  # not config's "collective"
+
+    def test_no_reference_no_ratio(self):
+        doc = self.made_up_doc(10.0, 8.0, 5.0)
+        doc["runs"][0]["strategy"]["reference"] = False
+        self.assertEqual(compare.mode_ratios(doc), {})
+        report = compare.compare(doc, doc)
+        self.assertTrue(any("reference strategy" in n for n in report.notes), report.notes)
+
+    def test_legacy_file_without_traits_pairs_allreduce_with_ps(self):
+        # Files written before the traits (the committed CI baseline among them): they are
+        # derived from mode and transport.
+        base = json.loads((ROOT / "results" / "baselines" / "ci-sweep.json").read_text())
+        for run in base["runs"]:
+            run.pop("strategy", None)
+        pairs = {pair for _, pair in compare.mode_ratios(base)}
+        self.assertEqual(pairs, {"allreduce/ring / ps/collective"})
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -322,9 +322,13 @@ class RichReportTest(unittest.TestCase):
             self.assertIn("Failed points", text)
             self.assertIn("not divisible by --ranks 4", text)
         self.assertIn("\\| fixture", self.md, "a | inside a Markdown cell must be escaped")
-        rows = [line for line in self.md.splitlines() if re.match(r"\| (ps|allreduce) \| (ring|collective|p2p) \|", line)]
+        runs_md = self.md.split("## Runs")[1].split("## Figures")[0]
+        rows = [line for line in runs_md.splitlines() if re.match(r"\| (ps|allreduce) \| (ring|collective|p2p) \|", line)]
         self.assertEqual(36, len(rows), "one table row per ok grid point")
         self.assertFalse(any("| 6 |" in r for r in rows), "the failed batch-6 point must not be a run row")
+        # The failed allreduce point (a file without traits) is listed with the ring it would have run.
+        failed_md = self.md.split("## Failed points")[1]
+        self.assertRegex(failed_md, r"\| allreduce \| ring \| 4 \| 6 \|")
 
     def test_verdict_compares_at_the_largest_world_size(self):
         self.assertRegex(self.md, r"\*\*allreduce is \d\.\d\dx faster than ps \(collective\) and "
@@ -348,6 +352,71 @@ class RichReportTest(unittest.TestCase):
 
     def test_chromium_loads_every_image(self):
         self.assertEqual(f"{len(ALL_FIGURES)}/{len(ALL_FIGURES)}", chromium_images_loaded(self.out / "report.html"))
+
+
+def with_strategy(run: dict, name: str, transport: str, reference: bool, has_reducer: bool) -> dict:
+    """The run renamed to strategy `name`, carrying the traits a result file records."""
+    run = dict(run, mode=name, transport=transport, config=dict(run["config"], mode=name))
+    run["strategy"] = {"name": name, "label": f"{name} ({transport})", "transport": transport,
+                       "reference": reference, "overlaps_backward": not has_reducer,
+                       "has_reducer": has_reducer, "projection": name, "busbw_factor": None}
+    return run
+
+
+class MadeUpStrategyTest(unittest.TestCase):
+    """The report reads labels, the reference role and the reducer from the result file's traits
+    and the projection file's modes: strategies it has never heard of are compared with no code
+    change."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="dpbench-madeup-test-"))
+        runs = []
+        for ranks, base in ((2, 1000.0), (4, 1000.0)):
+            runs.append(with_strategy(make_run("ps", ranks, 256, 0, base, imbalance=1.9),
+                                      "dp_baseline", "chain", True, True))
+            runs.append(with_strategy(make_run("allreduce", ranks, 256, 0, 2 * base),
+                                      "ring_sync", "ring", False, False))
+            runs.append(with_strategy(make_run("allreduce", ranks, 256, 0, 3 * base),
+                                      "sharded_ps", "collective", False, False))
+        cls.doc = doc = document(runs)
+        proj = projection_fixture()
+        rename = {"ps_collective": "dp_baseline", "allreduce": "ring_sync", "ps_p2p": "sharded_ps"}
+        for p in proj["points"] + proj["measured"]:
+            p["mode"] = rename[p["mode"]]
+        proj["modes"] = [{"mode": "dp_baseline", "strategy": "dp_baseline", "label": "dp_baseline (chain)",
+                          "transport": "chain", "reference": True},
+                         {"mode": "ring_sync", "strategy": "ring_sync", "label": "ring_sync (ring)",
+                          "transport": "ring", "reference": False},
+                         {"mode": "sharded_ps", "strategy": "sharded_ps", "label": "sharded_ps (collective)",
+                          "transport": "collective", "reference": False}]
+        proj["crossovers"] = [{"mode": "ring_sync", "reference": "dp_baseline", "world_size": 8},
+                              {"mode": "sharded_ps", "reference": "dp_baseline", "world_size": None}]
+        del proj["crossover_world_size"]
+        proc = run_report(cls.tmp / "out", [write_json(cls.tmp / "r.json", doc)],
+                          projection=write_json(cls.tmp / "p.json", proj))
+        assert proc.returncode == 0, proc.stderr
+        cls.md = (cls.tmp / "out" / "report.md").read_text()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_fixture_with_traits_is_schema_valid(self):
+        schema_check(self, self.doc)
+
+    def test_verdict_compares_every_strategy_with_the_reference(self):
+        self.assertIn("**ring_sync is 2.00x faster than dp_baseline, and sharded_ps is 3.00x faster than "
+                      "dp_baseline at 4 ranks (batch 256, 0 workers); the dp_baseline reducer holds 1.90x "
+                      "the mean per-rank memory.**", self.md)
+
+    def test_labels_come_from_the_file(self):
+        for label in ("dp_baseline (chain)", "ring_sync (ring)", "sharded_ps (collective)"):
+            self.assertIn(label, self.md)
+
+    def test_reducer_caption_and_projection_crossover_use_the_traits(self):
+        self.assertIn("the dp_baseline reducer peaks at 1.90x the mean rank", self.md)
+        self.assertIn("ring_sync (ring) pulls ahead of dp_baseline (chain) from p=8", self.md)
 
 
 class VerdictTest(unittest.TestCase):
@@ -386,7 +455,7 @@ class VerdictTest(unittest.TestCase):
     def test_only_one_mode(self):
         md = self.report([make_run("allreduce", 4, 256, 0, 500.0)])
         self.assertIn("Only allreduce was measured", md)
-        self.assertIn("--mode ps,allreduce", md)
+        self.assertIn("run every mode side by side", md)
 
     def test_repetitions_aggregated_by_median(self):
         runs = [make_run("ps", 1, 256, 0, t, repetition=i) for i, t in enumerate((1000.0, 3000.0, 2000.0))]
