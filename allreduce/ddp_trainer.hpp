@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "train/strategy.hpp"
 #include "train/training.hpp"
 #include "workloads/distributed_sampler.hpp"
 
@@ -30,5 +31,8 @@ std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& config, const Dat
 // Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
 // Throws as validate_allreduce does, and Error if a rank fails.
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
+
+// The strategy's registry entry: trainer and traits (allreduce/allreduce_strategy.cpp).
+const Strategy& allreduce_strategy();
 
 }  // namespace dpbench

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "train/strategy.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -33,5 +34,8 @@ void validate_parameter_server(const TrainConfig& config, const Dataset& train);
 // Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
 // Throws as validate_parameter_server does, and Error if a rank fails.
 RunResult train_parameter_server(const TrainConfig& config, const TrainData& data);
+
+// The strategy's registry entry: trainer and traits (ps/ps_strategy.cpp).
+const Strategy& parameter_server_strategy();
 
 }  // namespace dpbench

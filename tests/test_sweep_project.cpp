@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/app/alpha_beta_model.hpp"
+#include "train/alpha_beta_model.hpp"
 #include "bench/app/strategies.hpp"
 #include "bench/app/blas_core.hpp"
 #include "bench/app/project_command.hpp"

@@ -1,7 +1,7 @@
-// What both training modes share: the configuration of one run, the record of what it measured,
-// the per-step phase timer and the launcher that runs one thread per rank. A synchronisation
-// strategy (ps/, allreduce/) is a function TrainConfig + data -> RunResult, registered by name
-// in bench/app/strategies.cpp.
+// What every training mode shares: the configuration of one run, the record of what it
+// measured, the launchers that run one thread (or one MPI process) per rank, evaluation. A
+// synchronisation strategy (ps/, allreduce/) is a function TrainConfig + data -> RunResult with
+// its traits (train/strategy.hpp), registered by name in bench/app/strategies.cpp.
 #pragma once
 
 #include <array>

@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/app/alpha_beta_model.hpp"
+#include "train/alpha_beta_model.hpp"
 
 namespace dpbench {
 

@@ -8,64 +8,10 @@
 
 namespace dpbench {
 
-namespace {
-
-// "ps (collective)": the mode and the transport it ran.
-std::string name_and_transport(const std::string& name, const std::string& transport) {
-  return fmt::format("{} ({})", name, transport);
-}
-
-// ---- ps: DataParallel, rank 0 reduces, steps and broadcasts ---------------------------------
-
-std::string ps_transport(const TrainConfig& c) { return c.transport; }
-std::string ps_label(const TrainConfig& c) { return name_and_transport("ps", c.transport); }
-
-// None: its comm time mixes the reduce and broadcast with the batch scatter and gather, so no
-// one collective's bandwidth can be read off it.
-std::optional<BusBandwidth> ps_bus_bandwidth(const TrainConfig&, double) { return std::nullopt; }
-
-// Gradients reduced to and parameters broadcast from rank 0 through its link, plus the batch
-// scatter / logit gather of DataParallel; nothing overlaps.
-double ps_comm_time(const StepModel& m, const LinkModel& link, const std::string& transport, int p, double b) {
-  const double n = m.param_bytes;
-  const double params_and_grads =
-      transport == "p2p" ? 2.0 * incast_s(link, p, n) : 2.0 * pipelined_root_s(link, p, n);
-  return params_and_grads + root_batch_traffic_s(m, link, p, b);
-}
-
-// ---- allreduce: DistributedDataParallel, bucketed ring all-reduce ---------------------------
-
-std::string ring_transport(const TrainConfig&) { return "ring"; }
-std::string allreduce_label(const TrainConfig&) { return name_and_transport("allreduce", "ring"); }
-
-// The gradient all-reduce: algbw counts the gradient bytes, busbw = algbw * 2(p-1)/p.
-std::optional<BusBandwidth> allreduce_bus_bandwidth(const TrainConfig& c, double param_bytes) {
-  const double p = c.world_size;
-  return BusBandwidth{"all-reduce", param_bytes, 2.0 * (p - 1.0) / p};
-}
-
-double allreduce_comm_time(const StepModel& m, const LinkModel& link, const std::string&, int p, double) {
-  return ring_allreduce_s(link, p, m.param_bytes);
-}
-
-}  // namespace
-
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> list = {
-      {.name = "ps",
-       .description = "DataParallel: rank 0 reduces gradients, steps the optimizer, broadcasts parameters",
-       .validate = &validate_parameter_server, .train = &train_parameter_server,
-       .transports = {"collective", "p2p"}, .transport = &ps_transport, .label = &ps_label,
-       .bus_bandwidth = &ps_bus_bandwidth,
-       .overlaps_backward = false, .has_reducer = true, .reference = true,
-       .projected = {{"ps_collective", "collective"}, {"ps_p2p", "p2p"}}, .comm_time = &ps_comm_time},
-      {.name = "allreduce",
-       .description = "DistributedDataParallel: bucketed ring all-reduce overlapping backward",
-       .validate = &validate_allreduce, .train = &train_allreduce,
-       .transports = {}, .transport = &ring_transport, .label = &allreduce_label,
-       .bus_bandwidth = &allreduce_bus_bandwidth,
-       .overlaps_backward = true, .has_reducer = false, .reference = false,
-       .projected = {{"allreduce", "ring"}}, .comm_time = &allreduce_comm_time},
+      parameter_server_strategy(),
+      allreduce_strategy(),
   };
   return list;
 }

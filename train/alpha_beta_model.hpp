@@ -2,7 +2,7 @@
 // sizes one machine cannot reach. A message of n bytes over one link costs alpha + n * beta.
 // This file holds the pieces every strategy shares: the link, the compute term, the cost of the
 // collectives over one link, and how a step combines compute with exposed communication. Each
-// strategy's own communication term lives next to its registry line (strategies.cpp), e.g.
+// strategy's own communication term lives in its folder (ps/ps_strategy.cpp, ...), e.g.
 // with N gradient bytes and p ranks:
 //   allreduce (ring):       2(p-1) alpha + 2(p-1)/p N beta       (Patarasuk & Yuan 2009)
 //   ps, collective:         2 [(p-1) alpha + N beta]   pipelined chain reduce + broadcast

@@ -1,4 +1,4 @@
-#include "bench/app/alpha_beta_model.hpp"
+#include "train/alpha_beta_model.hpp"
 
 #include <fmt/format.h>
 

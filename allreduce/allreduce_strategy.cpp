@@ -1,0 +1,37 @@
+// The `allreduce` strategy's traits (train/strategy.hpp): DDP's bucketed ring all-reduce, which
+// overlaps backward; its label, bus bandwidth (nccl-tests all-reduce factor) and alpha-beta term.
+#include "allreduce/ddp_trainer.hpp"
+
+namespace dpbench {
+
+namespace {
+
+std::string ring_transport(const TrainConfig&) { return "ring"; }
+std::string allreduce_label(const TrainConfig&) { return "allreduce (ring)"; }
+
+// The gradient all-reduce: algbw counts the gradient bytes, busbw = algbw * 2(p-1)/p.
+std::optional<BusBandwidth> allreduce_bus_bandwidth(const TrainConfig& c, double param_bytes) {
+  const double p = c.world_size;
+  return BusBandwidth{"all-reduce", param_bytes, 2.0 * (p - 1.0) / p};
+}
+
+double allreduce_comm_time(const StepModel& m, const LinkModel& link, const std::string&, int p, double) {
+  return ring_allreduce_s(link, p, m.param_bytes);
+}
+
+}  // namespace
+
+const Strategy& allreduce_strategy() {
+  static const Strategy strategy{
+      .name = "allreduce",
+      .description = "DistributedDataParallel: bucketed ring all-reduce overlapping backward",
+      .validate = &validate_allreduce, .train = &train_allreduce,
+      .transports = {}, .transport = &ring_transport, .label = &allreduce_label,
+      .bus_bandwidth = &allreduce_bus_bandwidth,
+      .overlaps_backward = true, .has_reducer = false, .reference = false,
+      .projected = {{"allreduce", "ring"}}, .comm_time = &allreduce_comm_time,
+  };
+  return strategy;
+}
+
+}  // namespace dpbench

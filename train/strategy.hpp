@@ -1,0 +1,65 @@
+// What a synchronisation strategy is to the rest of dpbench: its trainer and the traits that
+// `run`, `sweep`, `project`, the result file, `compare` and the report read, so that none of
+// them names a mode. Each strategy defines its own in its folder (ps/, allreduce/); the registry
+// (bench/app/strategies.cpp) lists them, one line each.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/alpha_beta_model.hpp"
+#include "train/training.hpp"
+
+namespace dpbench {
+
+// The bus bandwidth a run of the strategy reports, nccl-tests definitions (PERFORMANCE.md):
+// algbw = bytes / comm time (the median comm phase), busbw = algbw * factor.
+struct BusBandwidth {
+  std::string collective;  // what the bytes cross: "all-reduce"
+  double bytes = 0;        // algbw numerator per step, bytes (all-reduce: the gradient bytes)
+  double factor = 0;       // all-reduce 2(p-1)/p; reduce, broadcast 1
+};
+
+// One curve of `dpbench project`: the strategy under one of its transports.
+struct ProjectedMode {
+  std::string key;        // the projection file's "mode": "allreduce", "ps_collective", "ps_p2p"
+  std::string transport;  // the transport it models ("ring", "collective", "p2p")
+};
+
+struct Strategy {
+  std::string name;         // the --mode value
+  std::string description;  // one line for --help
+  void (*validate)(const TrainConfig&, const Dataset&);  // throws InputError; runs before any training
+  StrategyFn train;  // on config.device, through run_rank_contexts (train/rank_context.hpp)
+
+  // ---- traits ----
+  // The --transport values the strategy takes, its default first; empty: it has one fixed
+  // communication pattern and ignores --transport.
+  std::vector<std::string> transports;
+  // The transport a run with this config uses ("collective", "p2p", "ring").
+  std::string (*transport)(const TrainConfig&);
+  // How tables and legends name a run: "ps (collective)", "allreduce (ring)".
+  std::string (*label)(const TrainConfig&);
+  // The bus bandwidth of a run at config.world_size with `param_bytes` of parameters; nullopt
+  // when the strategy's communication is not one collective whose bandwidth can be read off its
+  // comm time.
+  std::optional<BusBandwidth> (*bus_bandwidth)(const TrainConfig&, double param_bytes);
+  // True when gradients are communicated while backward still runs (DDP buckets), so only part
+  // of the communication is on the step's critical path.
+  bool overlaps_backward = false;
+  // True when rank 0 alone holds state the others do not (a reducer: master parameters,
+  // optimizer state, the full batch), so rank 0's memory above the mean is the strategy's cost.
+  bool has_reducer = false;
+  // True for the strategy every other one is compared with (ps: the DataParallel baseline).
+  // Exactly one strategy of the registry is the reference.
+  bool reference = false;
+  // The curves `dpbench project` draws for this strategy, one per transport it models.
+  std::vector<ProjectedMode> projected;
+  // Communication seconds per step at world size p >= 2 under `transport` when every rank
+  // computes `per_rank_batch` samples (the alpha-beta terms of the strategy).
+  double (*comm_time)(const StepModel&, const LinkModel&, const std::string& transport, int p,
+                      double per_rank_batch);
+};
+
+}  // namespace dpbench
