@@ -1,6 +1,5 @@
 #include "core/comm_stream.hpp"
 
-#include <chrono>
 
 namespace dpbench {
 
@@ -33,13 +32,6 @@ void CommStream::synchronize() {
   }
 }
 
-double CommStream::take_busy_seconds() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const double s = busy_seconds_;
-  busy_seconds_ = 0;
-  return s;
-}
-
 void CommStream::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -50,7 +42,6 @@ void CommStream::loop() {
     running_ = true;
     const bool skip = static_cast<bool>(error_);  // after a failure, drop the rest
     lock.unlock();
-    const auto t0 = std::chrono::steady_clock::now();
     std::exception_ptr err;
     if (!skip) {
       try {
@@ -59,9 +50,7 @@ void CommStream::loop() {
         err = std::current_exception();
       }
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     lock.lock();
-    busy_seconds_ += s;
     if (err && !error_) error_ = err;
     running_ = false;
     cv_.notify_all();

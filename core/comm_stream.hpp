@@ -1,6 +1,6 @@
 // A rank's communication "stream" on CPU: one background thread that runs communication work
 // in the order it was enqueued, so that a bucket's all-reduce overlaps the rest of backward, as
-// DDP's separate NCCL stream does on GPUs. Records how long it was busy.
+// DDP's separate NCCL stream does on GPUs.
 #pragma once
 
 #include <condition_variable>
@@ -22,8 +22,6 @@ class CommStream {
   void enqueue(std::function<void()> work);
   // Blocks until all enqueued work has run; rethrows the first exception a work item threw.
   void synchronize();
-  // Seconds spent running work since the last call.
-  double take_busy_seconds();
 
  private:
   void loop();
@@ -32,7 +30,6 @@ class CommStream {
   std::deque<std::function<void()>> queue_;
   bool running_ = false;
   bool stop_ = false;
-  double busy_seconds_ = 0;
   std::exception_ptr error_;
   std::thread thread_;
 };

@@ -167,21 +167,6 @@ struct Fault {
 std::optional<Fault> fault_from_env();  // throws InputError on a malformed DPBENCH_FAULT
 void maybe_inject_fault(int rank, long step);
 
-// Measures consecutive phases of one step: lap() returns the seconds since the last lap().
-class PhaseClock {
- public:
-  PhaseClock() : last_(std::chrono::steady_clock::now()) {}
-  double lap() {
-    const auto now = std::chrono::steady_clock::now();
-    const double s = std::chrono::duration<double>(now - last_).count();
-    last_ = now;
-    return s;
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_;
-};
-
 // Snapshot of a tracker's peaks.
 MemoryReport memory_report(const MemoryTracker& tracker);
 
