@@ -1,5 +1,7 @@
-// Error checks shared by the CUDA kernel files (include from .cu files only): a failure throws
-// Error("cuda: <launcher>: <cause> at <file>:<line>"), as nccl-tests' check macros report where.
+// The CUDA error checks of the CUDA target (include from .cu files only): every failed CUDA call
+// is described by cuda_failure() as "<call>: <cause> at <file>:<line>", as nccl-tests' check
+// macros report where; the kernels' launchers throw Error("cuda: <launcher>: " + that), the
+// allocator prefixes its device and the NCCL backend its rank.
 #pragma once
 
 #include <cublas_v2.h>
@@ -16,6 +18,13 @@
 
 namespace dpbench::cuda::detail {
 
+// "<call>: <cause> at <file>:<line>" for a failed CUDA call, after clearing CUDA's last error so
+// that it does not resurface in an unrelated call.
+inline std::string cuda_failure(cudaError_t err, const char* call, const char* file, int line) {
+  cudaGetLastError();
+  return fmt::format("{}: {} at {}", call_name(call), cudaGetErrorString(err), source_location(file, line));
+}
+
 [[noreturn]] inline void fail(const char* launcher, const std::string& cause, const char* file,
                        int line) {
   throw Error(fmt::format("cuda: {}: {} at {}", launcher, cause, source_location(file, line)));
@@ -24,8 +33,7 @@ namespace dpbench::cuda::detail {
 inline void check_cuda(cudaError_t err, const char* launcher, const char* call, const char* file,
                 int line) {
   if (err == cudaSuccess) return;
-  cudaGetLastError();  // clear it, so that it does not resurface in an unrelated launcher
-  fail(launcher, fmt::format("{}: {}", call_name(call), cudaGetErrorString(err)), file, line);
+  throw Error(fmt::format("cuda: {}: {}", launcher, cuda_failure(err, call, file, line)));
 }
 
 inline void check_cublas(cublasStatus_t status, const char* launcher, const char* call,

@@ -14,19 +14,17 @@
 #include "cuda/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/error_location.hpp"
+#include "cuda/cuda_check.cuh"
 
 namespace dpbench {
 
 namespace {
 
-
 // Throws Error("device D: <call>: <cause> at <file>:<line>") for a failed call, after clearing
 // CUDA's last error so that it does not resurface in an unrelated call.
 void check_cuda(cudaError_t err, int device, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return;
-  cudaGetLastError();
-  throw Error(fmt::format("device {}: {}: {} at {}", device, call_name(call),
-                          cudaGetErrorString(err), source_location(file, line)));
+  throw Error(fmt::format("device {}: {}", device, cuda::detail::cuda_failure(err, call, file, line)));
 }
 
 #define DEVMEM_CUDA_CHECK(device, call) check_cuda((call), (device), #call, __FILE__, __LINE__)

@@ -23,6 +23,8 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/error_location.hpp"
+#include "cuda/cuda_check.cuh"
 
 namespace dpbench {
 
@@ -32,18 +34,6 @@ static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueIdBytes),
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// "ncclAllReduce(buf, buf, n, ...)" -> "ncclAllReduce": the function a check macro names.
-std::string call_name(const char* call) {
-  const std::string text(call);
-  return text.substr(0, text.find('('));
-}
-
-// "/work/main/cuda/nccl_comm.cu", 42 -> "nccl_comm.cu:42"
-std::string location(const char* file, int line) {
-  const char* slash = std::strrchr(file, '/');
-  return fmt::format("{}:{}", slash != nullptr ? slash + 1 : file, line);
-}
 
 // NCCL's name for a result, plus its last warning (often the useful part: "Duplicate GPU
 // detected ...") on one line.
@@ -255,9 +245,7 @@ std::unique_lock<std::mutex> NcclCommunicatorImpl::enter() {
 void NcclCommunicatorImpl::check_cuda(cudaError_t err, const char* call, const char* file,
                                       int line) {
   if (err == cudaSuccess) return;
-  cudaGetLastError();  // clear it, so that it does not resurface in an unrelated call
-  fail(fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), cudaGetErrorString(err),
-                   location(file, line)));
+  fail(fmt::format("rank {}: {}", rank_, cuda::detail::cuda_failure(err, call, file, line)));
 }
 
 void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, const char* file,
@@ -268,7 +256,7 @@ void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, con
     return;
   }
   fail(fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), nccl_cause(result),
-                   location(file, line)));
+                   source_location(file, line)));
 }
 
 ncclResult_t NcclCommunicatorImpl::comm_state(const std::string& op) {
