@@ -1,5 +1,5 @@
 // Error types shared by every dpbench library. Library code throws; only main() turns an error
-// into a one-line message and an exit code (InputError -> 2, everything else -> 1).
+// into a one-line message and an exit code (InputError -> 2, IoError -> 3, everything else -> 1).
 #pragma once
 
 #include <stdexcept>
@@ -16,6 +16,13 @@ class Error : public std::runtime_error {
 // Bad user input: an option value, a data file, a shape. The message names the input and the
 // problem in one line. Exit code 2.
 class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The result could not be written (a full disk, a permission lost during the run): the message
+// names the file and the operating system's reason. Exit code 3.
+class IoError : public Error {
  public:
   using Error::Error;
 };

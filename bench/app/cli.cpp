@@ -311,6 +311,9 @@ int dpbench_main(int argc, char** argv) {
     // Every process of a multi-process job meets the same bad input; rank 0 says so.
     if (is_output_process()) fmt::print(stderr, "dpbench: error: {}\n", e.what());
     return finish(2);
+  } catch (const IoError& e) {
+    fmt::print(stderr, "dpbench: error: {}\n", e.what());
+    return finish(3);
   } catch (const std::exception& e) {
     fmt::print(stderr, "dpbench: failed: {}\n", e.what());
     return finish(1);

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/app/result_file.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
@@ -178,27 +179,7 @@ nlohmann::json run_to_json(const RunResult& run) {
 }
 
 void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
-  const fs::path tmp = target.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw InputError(fmt::format("--out {}: cannot write (directory missing or not writable)", path));
-    out << doc.dump(2) << '\n';
-    out.flush();
-    if (!out) {
-      out.close();
-      fs::remove(tmp, ec);
-      throw InputError(fmt::format("--out {}: write failed", path));
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw InputError(fmt::format("--out {}: cannot rename into place: {}", path, ec.message()));
-  }
+  write_result_file(path, doc.dump(2) + "\n");
 }
 
 std::string utc_timestamp() {

@@ -30,8 +30,8 @@ nlohmann::json config_to_json(const TrainConfig& config);
 // Median of per-step throughput (global_batch / step_time) in samples/s; 0 without steps.
 double median_throughput(const RunResult& run);
 
-// Writes doc to path via path.tmp + rename; creates the parent directory. Throws InputError
-// naming the path when it cannot be written.
+// Writes doc to path atomically (bench/app/result_file.hpp). Throws InputError for a path that
+// cannot take a result file, IoError when the write fails.
 void write_json_atomic(const std::string& path, const nlohmann::json& doc);
 
 // Current UTC time as ISO 8601, e.g. "2026-11-21T05:30:00Z".

@@ -8,6 +8,7 @@
 
 #include "bench/app/harness.hpp"
 #include "core/launch.hpp"
+#include "bench/app/result_file.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/device.hpp"
@@ -126,6 +127,7 @@ int run_command(const RunOptions& o) {
   const bool output = is_output_process();
   const bool quiet = o.quiet || !output;
   const std::string out = o.out.empty() ? default_out_path("run") : o.out;
+  if (output) check_result_path(out);  // before any training: a bad --out wastes no run
 
   const LoadedData data = load_data(o.data, o.base.seed);
   TrainConfig base = o.base;
@@ -161,9 +163,11 @@ int run_command(const RunOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     RunResult r = execute_point(cfg, data, device);
     if (!quiet) {
-      fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps, test accuracy {:.2f} %)\n", mode,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                 r.steps_total, 100.0 * r.test_accuracy);
+      const std::string accuracy =
+          r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy) : "";
+      fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps{})\n", mode,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r.steps_total,
+                 accuracy);
     }
     if (output && !o.save_params.empty()) {
       const std::string path = fmt::format("{}-{}.f32", o.save_params, mode);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/app/result_file.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
@@ -106,6 +107,7 @@ int sweep_command(const SweepOptions& o) {
   }
   const bool output = is_output_process();
   const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
+  if (output) check_result_path(out);  // before any training: a bad --out wastes no sweep
   const LoadedData data = load_data(o.data, o.base.seed);
 
   TrainConfig base = o.base;
