@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -861,6 +863,217 @@ TEST_F(FashionMnistFiles, CorruptGzipDataIsInputError) {
   const std::string msg = load_error();
   EXPECT_NE(msg.find(images().string()), std::string::npos) << msg;
   EXPECT_FALSE(msg.empty());
+}
+
+// ---- Fashion-MNIST bounded reads -------------------------------------------------------------
+
+// Peak resident memory of this process (VmHWM in /proc/self/status) in KiB, or -1.
+std::int64_t peak_rss_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+// Resets VmHWM to the current RSS (proc(5): writing 5 to /proc/self/clear_refs, Linux >= 4.0),
+// so that a later peak_rss_kib() is the peak of what ran in between, not of the whole test
+// binary's history. False where the kernel refuses.
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// Streams `prefix` then `zeros` zero bytes into one gzip member at `path` through a 1 MiB
+// buffer, so that writing a multi-GiB bomb allocates nothing big. Level 1 with Z_RLE ("wb1R"):
+// zeros still compress about 1000:1 and this is the fastest zlib setting for them.
+void write_gz_zeros(const fs::path& path, const std::vector<std::uint8_t>& prefix,
+                    std::uint64_t zeros) {
+  gzFile f = gzopen(path.c_str(), "wb1R");
+  if (f == nullptr) throw std::runtime_error("cannot create " + path.string());
+  gzbuffer(f, 1u << 20);
+  bool ok = prefix.empty() ||
+            gzwrite(f, prefix.data(), static_cast<unsigned>(prefix.size())) ==
+                static_cast<int>(prefix.size());
+  const std::vector<std::uint8_t> chunk(std::size_t{1} << 20, 0);
+  while (ok && zeros > 0) {
+    const auto n = static_cast<unsigned>(std::min<std::uint64_t>(zeros, chunk.size()));
+    ok = gzwrite(f, chunk.data(), n) == static_cast<int>(n);
+    zeros -= n;
+  }
+  if (gzclose(f) != Z_OK || !ok) throw std::runtime_error("cannot write " + path.string());
+}
+
+void append_file(const fs::path& to, const fs::path& from, int times = 1) {
+  std::ifstream in(from, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  std::ofstream out(to, std::ios::binary | std::ios::app);
+  for (int i = 0; i < times; ++i) {
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  if (!out) throw std::runtime_error("cannot append to " + to.string());
+}
+
+// One load_fashion_mnist call: its InputError message, wall time and peak RSS growth (-1 if
+// the kernel cannot reset VmHWM).
+struct MeasuredLoad {
+  std::string error;
+  double seconds = 0;
+  std::int64_t peak_growth_kib = -1;
+};
+
+class FashionMnistBounded : public FashionMnistFiles {
+ protected:
+  MeasuredLoad measured_load() {
+    MeasuredLoad m;
+    const bool reset = reset_peak_rss();
+    const std::int64_t before = peak_rss_kib();
+    const auto t0 = std::chrono::steady_clock::now();
+    m.error = load_error();
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (reset && before > 0) m.peak_growth_kib = peak_rss_kib() - before;
+    std::printf("[ measured ] load %.4f s, peak RSS growth %lld KiB: %s\n", m.seconds,
+                static_cast<long long>(m.peak_growth_kib), m.error.c_str());
+    return m;
+  }
+  // The bounds every rejected hostile file must meet: well under a second and far less
+  // resident memory than the data it pretends to hold.
+  void expect_bounded(const MeasuredLoad& m) {
+    EXPECT_LT(m.seconds, 1.0);
+    if (m.peak_growth_kib < 0) {
+      ADD_FAILURE() << "cannot reset VmHWM through /proc/self/clear_refs";
+    } else {
+      EXPECT_LT(m.peak_growth_kib, 200 * 1024);
+    }
+  }
+  static std::vector<std::uint8_t> one_image_header_and_pixels() {
+    std::vector<std::uint8_t> px(784);
+    for (std::size_t k = 0; k < px.size(); ++k) px[k] = fake_pixel(0, k);
+    return idx_file(0x803, {1, 28, 28}, px);
+  }
+};
+
+// The bomb: a header for 1 image, the image, then 1 GiB of zeros in the same gzip member
+// (about 1 MB on disk). The old reader inflated all of it (2+ GB peak, ~16 s) before looking at
+// the header. 1 GiB rather than 3 GiB keeps the test quick: compressing the zeros costs several
+// seconds per GiB on a busy machine; the multi-member test below reaches 3 GiB cheaply.
+TEST_F(FashionMnistBounded, GzipBombIsRejectedFastWithBoundedMemory) {
+  write_labels({1});
+  const auto w0 = std::chrono::steady_clock::now();
+  write_gz_zeros(images(), one_image_header_and_pixels(), std::uint64_t{1} << 30);
+  std::printf("[ measured ] wrote %ju-byte bomb in %.2f s\n",
+              static_cast<std::uintmax_t>(fs::file_size(images())),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+  const MeasuredLoad m = measured_load();
+  EXPECT_NE(m.error.find(images().string()), std::string::npos) << m.error;
+  EXPECT_NE(m.error.find("trailing data"), std::string::npos) << m.error;
+  EXPECT_NE(m.error.find("800 bytes"), std::string::npos) << m.error;  // 16 + 784 promised
+  expect_bounded(m);
+}
+
+// The same bomb spread over concatenated gzip members (valid gzip, as `cat a.gz b.gz` makes):
+// a member with the header and image, then 48 copies of a 64 MiB zero member = 3 GiB.
+TEST_F(FashionMnistBounded, MultiMemberGzipBombIsRejectedFastWithBoundedMemory) {
+  write_labels({1});
+  write_gz(images(), one_image_header_and_pixels());
+  const fs::path zeros = dir_.path() / "zeros.gz";
+  write_gz_zeros(zeros, {}, std::uint64_t{64} << 20);
+  append_file(images(), zeros, 48);
+  const MeasuredLoad m = measured_load();
+  EXPECT_NE(m.error.find(images().string()), std::string::npos) << m.error;
+  EXPECT_NE(m.error.find("trailing data"), std::string::npos) << m.error;
+  expect_bounded(m);
+}
+
+TEST_F(FashionMnistBounded, NonGzipBytesAfterTheStreamAreTrailingData) {
+  write_labels({1});
+  write_gz(images(), one_image_header_and_pixels());
+  {
+    std::ofstream out(images(), std::ios::binary | std::ios::app);
+    out << "garbage";
+  }
+  const std::string msg = load_error();
+  EXPECT_NE(msg.find(images().string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("trailing data"), std::string::npos) << msg;
+}
+
+// A header that lies upwards: 1,000,000 images (784 MB, under the cap) but one image of data.
+// The buffer is reserved at the promised size but only the bytes that arrive become resident.
+TEST_F(FashionMnistBounded, HeaderPromisingMoreThanTheStreamHoldsIsTruncated) {
+  constexpr std::uint32_t kPromised = 1000000;
+  std::vector<std::uint8_t> px(784, 7);
+  write_gz(images(), idx_file(0x803, {kPromised, 28, 28}, px));
+  write_labels(std::vector<std::uint8_t>(kPromised, 1));
+  const MeasuredLoad m = measured_load();
+  EXPECT_NE(m.error.find(images().string()), std::string::npos) << m.error;
+  EXPECT_NE(m.error.find("truncated IDX payload (784 bytes, the dimensions need 784000000)"),
+            std::string::npos)
+      << m.error;
+  expect_bounded(m);
+}
+
+TEST_F(FashionMnistBounded, HeaderAboveSizeCapIsRejectedBeforeInflating) {
+  write_gz(images(), idx_file(0x803, {2000000, 28, 28}, {}));  // 1.568e9 bytes > 1 GiB
+  write_labels({1});
+  const std::string msg = load_error();
+  EXPECT_NE(msg.find(images().string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2000000x28x28 = 1568000000 payload bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("limit"), std::string::npos) << msg;
+  // Dimensions whose product overflows 64 bits saturate instead of wrapping to a small size.
+  write_gz(labels(), idx_file(0x801, {0xffffffffu}, {}));
+  try {
+    read_idx_gz(labels().string(), 1);
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+  }
+  write_gz(images(), idx_file(0x803, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {}));
+  const std::string overflow = load_error();
+  EXPECT_NE(overflow.find("more than"), std::string::npos) << overflow;
+}
+
+TEST_F(FashionMnistBounded, CountMismatchIsFoundBeforeInflatingPayloads) {
+  // The images payload is short (a reader that inflated it first would say "truncated"), but
+  // the two headers already disagree on the count, and that is what gets reported.
+  write_gz(images(), idx_file(0x803, {3, 28, 28}, std::vector<std::uint8_t>(10, 0)));
+  write_labels({1, 2});
+  const std::string msg = load_error();
+  EXPECT_NE(msg.find(labels().string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("count mismatch: 2 labels"), std::string::npos) << msg;
+}
+
+TEST_F(FashionMnistBounded, ValidFilesLoadIdenticalBytesIncludingMultiMember) {
+  write_images(3);
+  write_labels({4, 2, 7});
+  const IdxArray a = read_idx_gz(images().string(), 3);
+  EXPECT_EQ(a.dims, (std::vector<std::uint32_t>{3, 28, 28}));
+  ASSERT_EQ(a.data.size(), 3u * 784u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    for (std::size_t k = 0; k < 784; ++k) {
+      ASSERT_EQ(a.data[i * 784 + k], fake_pixel(i, k)) << "image " << i << " pixel " << k;
+    }
+  }
+  // The same bytes split across three gzip members, cut inside the header and inside an image.
+  std::vector<std::uint8_t> px(3 * 784);
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = fake_pixel(i / 784, i % 784);
+  const std::vector<std::uint8_t> whole = idx_file(0x803, {3, 28, 28}, px);
+  const fs::path part = dir_.path() / "part.gz";
+  write_gz(images(), std::vector<std::uint8_t>(whole.begin(), whole.begin() + 6));
+  write_gz(part, std::vector<std::uint8_t>(whole.begin() + 6, whole.begin() + 1000));
+  append_file(images(), part);
+  write_gz(part, std::vector<std::uint8_t>(whole.begin() + 1000, whole.end()));
+  append_file(images(), part);
+  const IdxArray b = read_idx_gz(images().string(), 3);
+  EXPECT_EQ(b.dims, a.dims);
+  EXPECT_EQ(b.data, a.data);
+  const std::unique_ptr<Dataset> ds = load_fashion_mnist(dir(), true);
+  EXPECT_EQ(ds->size(), 3);
+  std::vector<float> x(784);
+  EXPECT_EQ(ds->load(2, x.data()), 7);
 }
 
 TEST(FashionMnist, ResolveDataDirPrefersCliThenEnvThenDefault) {

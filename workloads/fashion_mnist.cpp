@@ -1,16 +1,19 @@
-// Fashion-MNIST reader: inflates the gzip-compressed IDX files with zlib, validates every header
-// field, counts and label range, and keeps the raw bytes in memory; samples are normalised only
-// when a worker loads them. Not for: downloading the dataset or reading uncompressed IDX files.
+// Fashion-MNIST reader: streams the gzip-compressed IDX files through zlib's inflate, validates
+// every header field, the size cap and the image/label counts before inflating any payload, then
+// inflates exactly the promised bytes (rejecting truncated or trailing data), checks the label
+// range, and keeps the raw bytes in memory; samples are normalised only when a worker loads
+// them. Not for: downloading the dataset or reading uncompressed IDX files.
 #include "workloads/fashion_mnist.hpp"
 
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -31,70 +34,103 @@ std::uint32_t read_be32(const std::uint8_t* p) {
          std::uint32_t{p[3]};
 }
 
-std::uint32_t read_le32(const std::uint8_t* p) {
-  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
-         (std::uint32_t{p[3]} << 24);
-}
+// Upper bound on one decompressed IDX file (header + payload), checked against the header
+// before any payload is inflated. The largest Fashion-MNIST file (train images) is 47,040,016
+// bytes; 1 GiB leaves room for larger IDX sets in the same format (EMNIST ByClass images are
+// about 638 MB) while refusing a header that asks for several GiB. The payload buffer is
+// reserved at the promised size but only grows (and becomes resident) as bytes arrive, so a
+// header that lies costs address space, not memory.
+constexpr std::uint64_t kMaxIdxBytes = std::uint64_t{1} << 30;
 
-// Reads the whole file at `path` (which must exist) into memory.
-std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open file", path));
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(fmt::format("{}: read error", path));
-  return bytes;
-}
+// Compressed bytes read from the file per refill; the only input buffer.
+constexpr std::size_t kInChunk = std::size_t{1} << 18;
+// Payload bytes made resident per inflate call while filling the final buffer.
+constexpr std::size_t kOutChunk = std::size_t{1} << 22;
 
-// Inflates one gzip member. Throws InputError naming `path` if the bytes are not gzip, are
-// corrupt, or end before the compressed stream does.
-std::vector<std::uint8_t> gunzip(const std::string& path, const std::vector<std::uint8_t>& gz) {
-  if (gz.size() < 2 || gz[0] != 0x1f || gz[1] != 0x8b) {
-    throw InputError(fmt::format("{}: not a gzip file ({} bytes, no gzip magic 1f 8b)", path,
-                                 gz.size()));
-  }
-  z_stream strm{};
-  if (inflateInit2(&strm, 16 + MAX_WBITS) != Z_OK) {
-    throw Error(fmt::format("{}: zlib inflateInit2 failed", path));
-  }
-  std::vector<std::uint8_t> out;
-  // The gzip trailer ends with the uncompressed size modulo 2^32 (little-endian): a first guess.
-  // Capped by deflate's best ratio (about 1032:1) so a corrupt trailer cannot ask for 4 GiB.
-  if (gz.size() >= 18) {
-    out.reserve(std::min<std::size_t>(read_le32(gz.data() + gz.size() - 4), gz.size() * 1032));
-  }
-  strm.next_in = const_cast<Bytef*>(gz.data());
-  std::size_t in_left = gz.size();
-  constexpr std::size_t kChunk = 1 << 20;
-  int ret = Z_OK;
-  while (ret != Z_STREAM_END) {
-    if (strm.avail_in == 0) {
-      if (in_left == 0) break;
-      const std::size_t n = std::min<std::size_t>(in_left, std::numeric_limits<uInt>::max());
-      strm.avail_in = static_cast<uInt>(n);
-      in_left -= n;
+// Streams the decompressed bytes of a gzip file through a kInChunk input buffer; never
+// inflates more than the caller asks for. Accepts concatenated gzip members as gzip(1) does.
+class GzStream {
+ public:
+  // Opens `path` (an existing regular file). Throws InputError naming it: cannot open, read
+  // error, not gzip (no magic 1f 8b).
+  explicit GzStream(const std::string& path)
+      : path_(path), file_(std::fopen(path.c_str(), "rb"), &std::fclose), in_(kInChunk) {
+    if (file_ == nullptr) throw InputError(fmt::format("{}: cannot open file", path));
+    if (!refill() || strm_.avail_in < 2 || in_[0] != 0x1f || in_[1] != 0x8b) {
+      std::error_code ec;
+      const std::uintmax_t size = std::filesystem::file_size(path, ec);
+      throw InputError(fmt::format("{}: not a gzip file ({} bytes, no gzip magic 1f 8b)", path,
+                                   ec ? 0 : size));
     }
-    const std::size_t before = out.size();
-    out.resize(before + kChunk);
-    strm.next_out = out.data() + before;
-    strm.avail_out = static_cast<uInt>(kChunk);
-    ret = inflate(&strm, Z_NO_FLUSH);
-    out.resize(before + (kChunk - strm.avail_out));
-    if (ret == Z_BUF_ERROR && strm.avail_in == 0 && in_left == 0) break;  // input ran out
-    if (ret != Z_OK && ret != Z_STREAM_END && ret != Z_BUF_ERROR) {
-      const std::string msg = strm.msg != nullptr ? strm.msg : fmt::format("zlib error {}", ret);
-      inflateEnd(&strm);
-      throw InputError(fmt::format("{}: corrupt gzip data ({})", path, msg));
+    if (inflateInit2(&strm_, 16 + MAX_WBITS) != Z_OK) {
+      throw Error(fmt::format("{}: zlib inflateInit2 failed", path));
     }
   }
-  inflateEnd(&strm);
-  if (ret != Z_STREAM_END) {
-    throw InputError(fmt::format(
-        "{}: truncated gzip file (compressed stream ends early after {} decompressed bytes)",
-        path, out.size()));
+  GzStream(const GzStream&) = delete;
+  GzStream& operator=(const GzStream&) = delete;
+  ~GzStream() { inflateEnd(&strm_); }
+
+  // Inflates into dst[0, n) and returns n, or fewer only where the last gzip member ends
+  // cleanly. Throws InputError naming the file: corrupt deflate data or bad checksum, the
+  // file ends inside a member ("truncated gzip file"), non-gzip bytes after a member.
+  std::size_t read(std::uint8_t* dst, std::size_t n) {
+    std::size_t got = 0;
+    while (got < n && !finished_) {
+      if (strm_.avail_in == 0 && !refill()) {
+        throw InputError(fmt::format(
+            "{}: truncated gzip file (compressed stream ends early after {} decompressed bytes)",
+            path_, total_out_));
+      }
+      if (member_ended_) {  // input continues after a complete member: must be another one
+        if (strm_.next_in[0] != 0x1f) {
+          throw InputError(fmt::format(
+              "{}: trailing data: non-gzip bytes after the gzip stream ({} decompressed bytes)",
+              path_, total_out_));
+        }
+        inflateReset(&strm_);
+        member_ended_ = false;
+      }
+      const std::size_t want = std::min<std::size_t>(n - got, std::numeric_limits<uInt>::max());
+      strm_.next_out = dst + got;
+      strm_.avail_out = static_cast<uInt>(want);
+      const int ret = inflate(&strm_, Z_NO_FLUSH);
+      const std::size_t produced = want - strm_.avail_out;
+      got += produced;
+      total_out_ += produced;
+      if (ret == Z_STREAM_END) {
+        member_ended_ = true;
+        if (strm_.avail_in == 0 && !refill()) finished_ = true;
+      } else if (ret == Z_MEM_ERROR) {
+        throw Error(fmt::format("{}: zlib out of memory", path_));
+      } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
+        const std::string msg =
+            strm_.msg != nullptr ? strm_.msg : fmt::format("zlib error {}", ret);
+        throw InputError(fmt::format("{}: corrupt gzip data ({})", path_, msg));
+      }
+    }
+    return got;
   }
-  return out;
-}
+
+ private:
+  // Reads the next compressed chunk; false at end of file. Throws InputError on a read error.
+  bool refill() {
+    const std::size_t n = std::fread(in_.data(), 1, in_.size(), file_.get());
+    if (n == 0 && std::ferror(file_.get()) != 0) {
+      throw InputError(fmt::format("{}: read error", path_));
+    }
+    strm_.next_in = in_.data();
+    strm_.avail_in = static_cast<uInt>(n);
+    return n > 0;
+  }
+
+  std::string path_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
+  std::vector<std::uint8_t> in_;
+  z_stream strm_{};
+  std::uint64_t total_out_ = 0;  // decompressed bytes so far, over all members
+  bool member_ended_ = false;    // the last inflate call ended a gzip member
+  bool finished_ = false;        // ... and the file has no bytes after it
+};
 
 const char* idx_kind(int ndims) {
   switch (ndims) {
@@ -103,6 +139,107 @@ const char* idx_kind(int ndims) {
     default: return "N-D";
   }
 }
+
+// One gzip-compressed IDX file of unsigned bytes, read in two steps so that a caller can check
+// the headers of a pair of files against each other before inflating either payload.
+class IdxGzReader {
+ public:
+  // Opens `path` and inflates and validates only its header (4-byte magic, then expected_ndims
+  // big-endian uint32 dimensions). Throws InputError naming the file: missing, not a regular
+  // file, not gzip, corrupt or truncated header, wrong magic, size above kMaxIdxBytes.
+  IdxGzReader(const std::string& path, int expected_ndims)
+      : path_(path), stream_(open_checked(path)) {
+    std::uint8_t buf[4];
+    const std::size_t got = stream_.read(buf, 4);
+    if (got < 4) {
+      throw InputError(fmt::format(
+          "{}: truncated IDX data ({} bytes, shorter than the 4-byte magic)", path, got));
+    }
+    const std::uint32_t magic = read_be32(buf);
+    const std::uint32_t expected =
+        (kIdxUnsignedByte << 8) | static_cast<std::uint32_t>(expected_ndims);
+    if (magic != expected) {
+      throw InputError(
+          fmt::format("{}: bad IDX magic 0x{:08x} (expected 0x{:08x} for {} unsigned bytes)",
+                      path, magic, expected, idx_kind(expected_ndims)));
+    }
+    header_ = 4 + 4 * static_cast<std::size_t>(expected_ndims);
+    constexpr std::uint64_t kSaturated = std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t count = 1;
+    for (int d = 0; d < expected_ndims; ++d) {
+      const std::size_t dim_got = stream_.read(buf, 4);
+      if (dim_got < 4) {
+        throw InputError(fmt::format("{}: truncated IDX header ({} bytes, need {})", path,
+                                     4 + 4 * static_cast<std::size_t>(d) + dim_got, header_));
+      }
+      const std::uint32_t dim = read_be32(buf);
+      dims_.push_back(dim);
+      // Saturate where three 32-bit dimensions overflow 64 bits; rejected by the cap below.
+      count = (dim != 0 && count > kSaturated / dim) ? kSaturated : count * dim;
+    }
+    if (count > kMaxIdxBytes - header_) {
+      std::string shape;
+      for (std::uint32_t dim : dims_) {
+        if (!shape.empty()) shape += 'x';
+        shape += std::to_string(dim);
+      }
+      throw InputError(fmt::format(
+          "{}: IDX header promises {} = {} payload bytes, over the {}-byte limit for one IDX "
+          "file",
+          path, shape, count == kSaturated ? "more than 2^64" : std::to_string(count),
+          kMaxIdxBytes));
+    }
+    payload_ = static_cast<std::size_t>(count);
+  }
+
+  const std::vector<std::uint32_t>& dims() const { return dims_; }
+
+  // Inflates exactly the payload the header promises into the returned array (no other copy)
+  // and checks that the stream ends there. Throws InputError naming the file: fewer bytes
+  // ("truncated"), more bytes ("trailing data"), corrupt gzip data. Call once.
+  IdxArray read_payload() {
+    IdxArray out;
+    out.dims = dims_;
+    out.data.reserve(payload_);  // address space only; pages become resident as they fill
+    while (out.data.size() < payload_) {
+      const std::size_t have = out.data.size();
+      const std::size_t step = std::min(kOutChunk, payload_ - have);
+      out.data.resize(have + step);
+      const std::size_t got = stream_.read(out.data.data() + have, step);
+      if (got < step) {
+        throw InputError(fmt::format(
+            "{}: truncated IDX payload ({} bytes, the dimensions need {})", path_, have + got,
+            payload_));
+      }
+    }
+    std::uint8_t extra = 0;
+    if (stream_.read(&extra, 1) != 0) {
+      throw InputError(fmt::format(
+          "{}: trailing data: the gzip stream holds more than the {} bytes its IDX header "
+          "promises ({}-byte header + {}-byte payload)",
+          path_, header_ + payload_, header_, payload_));
+    }
+    return out;
+  }
+
+ private:
+  static const std::string& open_checked(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      throw InputError(fmt::format("{}: file does not exist", path));
+    }
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      throw InputError(fmt::format("{}: not a regular file", path));
+    }
+    return path;
+  }
+
+  std::string path_;
+  GzStream stream_;
+  std::vector<std::uint32_t> dims_;
+  std::size_t header_ = 0;   // bytes of magic + dimensions
+  std::size_t payload_ = 0;  // product of the dimensions, <= kMaxIdxBytes - header_
+};
 
 class FashionMnistDataset final : public Dataset {
  public:
@@ -137,53 +274,8 @@ class FashionMnistDataset final : public Dataset {
 }  // namespace
 
 IdxArray read_idx_gz(const std::string& path, int expected_ndims) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    throw InputError(fmt::format("{}: file does not exist", path));
-  }
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw InputError(fmt::format("{}: not a regular file", path));
-  }
-  const std::vector<std::uint8_t> raw = gunzip(path, read_file_bytes(path));
-
-  if (raw.size() < 4) {
-    throw InputError(fmt::format(
-        "{}: truncated IDX data ({} bytes, shorter than the 4-byte magic)", path, raw.size()));
-  }
-  const std::uint32_t magic = read_be32(raw.data());
-  const std::uint32_t expected =
-      (kIdxUnsignedByte << 8) | static_cast<std::uint32_t>(expected_ndims);
-  if (magic != expected) {
-    throw InputError(
-        fmt::format("{}: bad IDX magic 0x{:08x} (expected 0x{:08x} for {} unsigned bytes)", path,
-                    magic, expected, idx_kind(expected_ndims)));
-  }
-  const std::size_t header = 4 + 4 * static_cast<std::size_t>(expected_ndims);
-  if (raw.size() < header) {
-    throw InputError(fmt::format("{}: truncated IDX header ({} bytes, need {})", path, raw.size(),
-                                 header));
-  }
-  IdxArray out;
-  std::size_t count = 1;
-  for (int d = 0; d < expected_ndims; ++d) {
-    const std::uint32_t dim = read_be32(raw.data() + 4 + 4 * d);
-    out.dims.push_back(dim);
-    // Saturate: a product beyond size_t cannot match any payload and reads as truncated.
-    count = (dim != 0 && count > std::numeric_limits<std::size_t>::max() / dim)
-                ? std::numeric_limits<std::size_t>::max()
-                : count * dim;
-  }
-  const std::size_t payload = raw.size() - header;
-  if (payload < count) {
-    throw InputError(fmt::format("{}: truncated IDX payload ({} bytes, the dimensions need {})",
-                                 path, payload, count));
-  }
-  if (payload > count) {
-    throw InputError(fmt::format("{}: IDX payload has {} bytes but the dimensions need {}", path,
-                                 payload, count));
-  }
-  out.data.assign(raw.begin() + static_cast<std::ptrdiff_t>(header), raw.end());
-  return out;
+  IdxGzReader reader(path, expected_ndims);
+  return reader.read_payload();
 }
 
 std::string resolve_data_dir(const std::string& cli_value) {
@@ -208,17 +300,21 @@ std::unique_ptr<Dataset> load_fashion_mnist(const std::string& dir, bool train) 
   const std::string labels_path =
       (std::filesystem::path(dir) / (prefix + "-labels-idx1-ubyte.gz")).string();
 
-  IdxArray images = read_idx_gz(images_path, 3);
-  if (images.dims[1] != kImageSide || images.dims[2] != kImageSide) {
+  // Both headers are checked against each other before either payload is inflated.
+  IdxGzReader image_file(images_path, 3);
+  const std::vector<std::uint32_t>& image_dims = image_file.dims();
+  if (image_dims[1] != kImageSide || image_dims[2] != kImageSide) {
     throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_path,
-                                 images.dims[1], images.dims[2], kImageSide, kImageSide));
+                                 image_dims[1], image_dims[2], kImageSide, kImageSide));
   }
-  if (images.dims[0] == 0) throw InputError(fmt::format("{}: contains no images", images_path));
-  IdxArray labels = read_idx_gz(labels_path, 1);
-  if (labels.dims[0] != images.dims[0]) {
+  if (image_dims[0] == 0) throw InputError(fmt::format("{}: contains no images", images_path));
+  IdxGzReader label_file(labels_path, 1);
+  if (label_file.dims()[0] != image_dims[0]) {
     throw InputError(fmt::format("{}: count mismatch: {} labels but {} has {} images",
-                                 labels_path, labels.dims[0], images_path, images.dims[0]));
+                                 labels_path, label_file.dims()[0], images_path, image_dims[0]));
   }
+  IdxArray images = image_file.read_payload();
+  IdxArray labels = label_file.read_payload();
   for (std::size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= kNumClasses) {
       throw InputError(fmt::format("{}: label {} at index {} is out of range [0, {})",
