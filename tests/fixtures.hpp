@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -14,6 +16,14 @@
 namespace dpbench::testing {
 
 namespace fs = std::filesystem;
+
+// The whole of a text file ("" when it cannot be read).
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 class TempDir {
  public:

@@ -31,13 +31,6 @@ struct Outcome {
   std::string err;  // stderr
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Runs a shell command line, capturing stdout and stderr separately.
 Outcome shell(const std::string& command, const fs::path& scratch) {
   const fs::path out = scratch / "stdout.txt", err = scratch / "stderr.txt";

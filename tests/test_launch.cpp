@@ -32,13 +32,6 @@ struct Outcome {
   double seconds = 0;
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 const std::string kArgs =
     " run --device cpu --data synthetic --input 64 --synthetic-samples 6000 --hidden 32,16 --batch-size 60 "
     "--max-steps 20 --no-eval -q";

@@ -25,13 +25,6 @@ struct Outcome {
   std::string err;
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class ResultFile : public ::testing::Test {
  protected:
   // `dpbench run` on a tiny synthetic job writing to `out`, after `prefix` (shell words run
