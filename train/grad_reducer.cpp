@@ -42,11 +42,11 @@ void GradReducer::progress() {
 }
 
 void GradReducer::join() {
-  if (native_async_) {
-    ctx_.compute_wait_comm();
-  } else {
-    thread_->synchronize();
-  }
+  // The thread's collectives are blocking host calls: complete when it is drained. The compute
+  // stream still waits for the communicator's stream (GPU ranks on the local backend copy on a
+  // stream of their own), as it does for the nonblocking backends.
+  if (thread_) thread_->synchronize();
+  ctx_.compute_wait_comm();
 }
 
 void GradReducer::finish_step() {
