@@ -82,11 +82,6 @@ void register_rank_launcher(const std::string& device, RankLauncher launcher) {
   launchers()[device] = launcher;
 }
 
-bool has_rank_launcher(const std::string& device) {
-  std::lock_guard<std::mutex> lock(launchers_mutex());
-  return launchers().count(device) > 0;
-}
-
 void run_rank_contexts(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body) {
   if (config.device == "cpu") return run_cpu_rank_contexts(config, ranks, body);
   RankLauncher launcher = nullptr;

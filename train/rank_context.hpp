@@ -233,7 +233,5 @@ void run_rank_contexts(const TrainConfig& config, std::vector<RankResult>& ranks
 using RankLauncher = void (*)(const TrainConfig& config, std::vector<RankResult>& ranks,
                               const RankContextBody& body);
 void register_rank_launcher(const std::string& device, RankLauncher launcher);
-// Whether a launcher for `device` is registered.
-bool has_rank_launcher(const std::string& device);
 
 }  // namespace dpbench
