@@ -32,6 +32,13 @@ ElementCounts ring_allreduce_counts(std::size_t n, int p, int rank);
 // end sends n, every rank but its start receives n.
 ElementCounts chain_reduce_counts(std::size_t n, int p, int rank, int root);
 ElementCounts chain_broadcast_counts(std::size_t n, int p, int rank, int root);
+// Ring reduce-scatter over segments of counts[0..p) elements, rank r ending with the sum of
+// segment r: rank r sends every segment but its own and receives every segment but rank r-1's
+// (with equal segments, (p-1)/p * n each way).
+ElementCounts ring_reduce_scatter_counts(const std::vector<std::size_t>& counts, int rank);
+// Ring all-gather of segments, rank r starting with segment r: rank r sends every segment but
+// rank r+1's and receives every segment but its own.
+ElementCounts ring_allgather_counts(const std::vector<std::size_t>& counts, int rank);
 
 // Offset and length of chunk i when n elements are split into p nearly equal chunks (the first
 // n % p chunks get one more). Used by the ring algorithms.
@@ -71,6 +78,15 @@ class Communicator {
   // Inverse of scatterv: rank r's send: [counts[r]] lands in root's recv at the prefix sum.
   virtual void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
                        int root) = 0;
+  // Reduce-scatter over segments: send holds counts[0] + ... + counts[p-1] floats on every rank
+  // (counts.size() == world_size; a count may be 0); rank r's recv: [counts[r]] receives the sum
+  // over ranks of segment r of send (which starts at the prefix sum). send is used as scratch:
+  // its contents are unspecified afterwards; recv must not overlap it. (MPI_Reduce_scatter; ncclReduceScatter when the
+  // counts are equal.)
+  virtual void reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) = 0;
+  // In-place all-gather over segments: buf holds counts[0] + ... + counts[p-1] floats; rank r's
+  // segment (at the prefix sum) is copied into every rank's buf. (MPI_Allgatherv in place.)
+  virtual void allgatherv(float* buf, const std::vector<std::size_t>& counts) = 0;
   // Blocking point-to-point transfer of n floats; returns when the peer has the data.
   virtual void send(const float* buf, std::size_t n, int dst) = 0;
   virtual void recv(float* buf, std::size_t n, int src) = 0;
@@ -84,6 +100,11 @@ class Communicator {
   // the library to progress); wait_all() completes every started operation.
   virtual bool supports_async() const { return false; }
   virtual void allreduce_sum_start(float* buf, std::size_t n) { allreduce_sum(buf, n); }
+  // Nonblocking reduce_scatterv_sum (MPI_Ireduce_scatter; NCCL's stream); send, recv and counts
+  // must stay valid until wait_all().
+  virtual void reduce_scatterv_sum_start(float* send, const std::vector<std::size_t>& counts, float* recv) {
+    reduce_scatterv_sum(send, counts, recv);
+  }
   virtual void progress() {}
   virtual void wait_all() {}
 

@@ -167,40 +167,76 @@ void LocalCommunicator::check_root(int root, const char* op) const {
   }
 }
 
-// Reduce-scatter: at step s rank r adds chunk (r-s-1) of rank r-1 into its own. Rank r-1 wrote
-// that chunk in step s-1 and writes a different chunk in step s, so one barrier per step is all
-// the synchronisation needed. Afterwards rank r holds the full sum of chunk r+1.
-void LocalCommunicator::ring_reduce_scatter(float* buf, std::size_t n) {
+// Reduce-scatter: at step s rank r adds chunk (r+shift-s-2) of rank r-1 into its own. Rank r-1
+// wrote that chunk in step s-1 and writes a different chunk in step s, so one barrier per step
+// is all the synchronisation needed. Afterwards rank r holds the full sum of chunk r+shift.
+template <typename ChunkOf>
+void LocalCommunicator::ring_reduce_scatter(float* buf, ChunkOf chunk_of, int shift) {
   const int p = world_size();
   const int prev = mod(rank_ - 1, p);
   for (int s = 0; s < p - 1; ++s) {
-    const Chunk c = ring_chunk(n, p, mod(rank_ - s - 1, p));
+    const Chunk c = chunk_of(mod(rank_ + shift - s - 2, p));
     const float* src = peer<float>(prev) + c.offset;
     ops_->add(buf + c.offset, src, buf + c.offset, c.length);
-    count(ring_chunk(n, p, mod(rank_ - s, p)).length, c.length);
+    count(chunk_of(mod(rank_ + shift - s - 1, p)).length, c.length);
     ops_->fence();
     group_->barrier(rank_);
   }
 }
 
-// All-gather after the reduce-scatter above: at step s rank r copies chunk (r-s) from rank r-1.
-void LocalCommunicator::ring_all_gather(float* buf, std::size_t n) {
+// All-gather, rank r starting with chunk r+shift: at step s it copies chunk (r+shift-s-1) from
+// rank r-1.
+template <typename ChunkOf>
+void LocalCommunicator::ring_all_gather(float* buf, ChunkOf chunk_of, int shift) {
   const int p = world_size();
   const int prev = mod(rank_ - 1, p);
   for (int s = 0; s < p - 1; ++s) {
-    const Chunk c = ring_chunk(n, p, mod(rank_ - s, p));
+    const Chunk c = chunk_of(mod(rank_ + shift - s - 1, p));
     ops_->copy(buf + c.offset, peer<float>(prev) + c.offset, c.length);
-    count(ring_chunk(n, p, mod(rank_ + 1 - s, p)).length, c.length);
+    count(chunk_of(mod(rank_ + shift - s, p)).length, c.length);
     ops_->fence();
     group_->barrier(rank_);
   }
+}
+
+std::vector<Chunk> LocalCommunicator::segments(const std::vector<std::size_t>& counts, const char* op) const {
+  if (counts.size() != static_cast<std::size_t>(world_size())) {
+    throw Error(fmt::format("{}: {} counts for world_size {}", op, counts.size(), world_size()));
+  }
+  std::vector<Chunk> out;
+  std::size_t offset = 0;
+  for (std::size_t c : counts) {
+    out.push_back({offset, c});
+    offset += c;
+  }
+  return out;
+}
+
+void LocalCommunicator::reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) {
+  const std::vector<Chunk> seg = segments(counts, "reduce_scatter");
+  if (world_size() > 1) {
+    publish(send);
+    ring_reduce_scatter(send, [&](int i) { return seg[static_cast<std::size_t>(i)]; }, 0);
+  }
+  const Chunk mine = seg[static_cast<std::size_t>(rank_)];
+  ops_->copy(recv, send + mine.offset, mine.length);
+  ops_->fence();
+}
+
+void LocalCommunicator::allgatherv(float* buf, const std::vector<std::size_t>& counts) {
+  const std::vector<Chunk> seg = segments(counts, "allgather");
+  if (world_size() == 1) return;
+  publish(buf);
+  ring_all_gather(buf, [&](int i) { return seg[static_cast<std::size_t>(i)]; }, 0);
 }
 
 void LocalCommunicator::allreduce_sum(float* buf, std::size_t n) {
   if (world_size() == 1 || n == 0) return;
   publish(buf);
-  ring_reduce_scatter(buf, n);
-  ring_all_gather(buf, n);
+  const int p = world_size();
+  const auto chunk_of = [n, p](int i) { return ring_chunk(n, p, i); };
+  ring_reduce_scatter(buf, chunk_of, 1);
+  ring_all_gather(buf, chunk_of, 1);
 }
 
 void LocalCommunicator::allgather(const float* send, float* recv, std::size_t n) {
@@ -211,17 +247,8 @@ void LocalCommunicator::allgather(const float* send, float* recv, std::size_t n)
     ops_->fence();
     return;
   }
-  // Same ring as ring_all_gather, but rank r starts out owning chunk r rather than r+1.
   publish(recv);
-  const int prev = mod(rank_ - 1, p);
-  const std::size_t total = n * static_cast<std::size_t>(p);
-  for (int s = 0; s < p - 1; ++s) {
-    const Chunk c = ring_chunk(total, p, mod(rank_ - s - 1, p));
-    ops_->copy(recv + c.offset, peer<float>(prev) + c.offset, c.length);
-    count(n, c.length);
-    ops_->fence();
-    group_->barrier(rank_);
-  }
+  ring_all_gather(recv, [n](int i) { return Chunk{static_cast<std::size_t>(i) * n, n}; }, 0);
 }
 
 // A pipelined chain over the ring: position `pos` of p, the message cut into slices of

@@ -5,6 +5,8 @@
 // is counted as such. Algorithms:
 //   allreduce_sum: ring reduce-scatter + all-gather, 2(p-1) steps, each rank sends and receives
 //                  2(p-1)/p * n elements (Patarasuk & Yuan 2009).
+//   reduce_scatterv_sum, allgatherv: the two halves of that ring over segments of any sizes,
+//                  rank r ending with (starting from) segment r.
 //   reduce_sum, broadcast: pipelined chain along the ring towards/from the root, in slices of at
 //                  most kSliceElems and at most n/8 (as NCCL's ring reduce/broadcast): each rank
 //                  moves n elements at most once; relay ranks hold a two-slice scratch buffer.
@@ -122,6 +124,8 @@ class LocalCommunicator final : public Communicator {
   void reduce_sum(float* buf, std::size_t n, int root) override;
   void broadcast(float* buf, std::size_t n, int root) override;
   void allgather(const float* send, float* recv, std::size_t n) override;
+  void reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) override;
+  void allgatherv(float* buf, const std::vector<std::size_t>& counts) override;
   void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv,
                 int root) override;
   void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
@@ -138,8 +142,13 @@ class LocalCommunicator final : public Communicator {
     return static_cast<T*>(group_->slots_[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)]);
   }
   void check_root(int root, const char* op) const;
-  void ring_reduce_scatter(float* buf, std::size_t n);
-  void ring_all_gather(float* buf, std::size_t n);
+  // The ring's halves over chunks chunk_of(i), i < p (a Chunk). Reduce-scatter: rank r ends
+  // with the sum of chunk r + shift; all-gather: rank r starts owning chunk r + shift.
+  template <typename ChunkOf>
+  void ring_reduce_scatter(float* buf, ChunkOf chunk_of, int shift);
+  template <typename ChunkOf>
+  void ring_all_gather(float* buf, ChunkOf chunk_of, int shift);
+  std::vector<Chunk> segments(const std::vector<std::size_t>& counts, const char* op) const;
   template <typename SliceFn>
   void chain_pipeline(std::size_t n, int pos, SliceFn fn);
 

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <climits>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -162,6 +163,20 @@ class MpiCommunicator final : public Communicator {
           "MPI_Allgather");
     count(static_cast<std::size_t>(g_size - 1) * n, static_cast<std::size_t>(g_size - 1) * n);
   }
+  void reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) override {
+    const Layout l = layout(counts, "MPI_Reduce_scatter");
+    Call call(*this, "MPI_Reduce_scatter");
+    check(MPI_Reduce_scatter(send, recv, l.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+    count(ring_reduce_scatter_counts(counts, g_rank));
+  }
+  void allgatherv(float* buf, const std::vector<std::size_t>& counts) override {
+    const Layout l = layout(counts, "MPI_Allgatherv");
+    Call call(*this, "MPI_Allgatherv");
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, l.counts.data(), l.displs.data(), MPI_FLOAT,
+                         MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+    count(ring_allgather_counts(counts, g_rank));
+  }
   void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override {
     const auto [c, displs, total] = layout(counts, "MPI_Scatterv");
     Call call(*this, "MPI_Scatterv");
@@ -220,18 +235,28 @@ class MpiCommunicator final : public Communicator {
     pending_.push_back(request);
     count(ring_allreduce_counts(n, g_size, g_rank));
   }
+  void reduce_scatterv_sum_start(float* send, const std::vector<std::size_t>& counts, float* recv) override {
+    // MPI reads the counts array until the operation completes: kept with the request.
+    pending_counts_.push_back(layout(counts, "MPI_Ireduce_scatter").counts);
+    MPI_Request request;
+    check(MPI_Ireduce_scatter(send, recv, pending_counts_.back().data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                              &request),
+          "MPI_Ireduce_scatter");
+    pending_.push_back(request);
+    count(ring_reduce_scatter_counts(counts, g_rank));
+  }
   void progress() override {
     if (pending_.empty()) return;
     int done = 0;
     check(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE),
           "MPI_Testall");
-    if (done) pending_.clear();
+    if (done) clear_pending();
   }
   void wait_all() override {
     if (pending_.empty()) return;
-    Call call(*this, "MPI_Waitall (bucket all-reduces)");
+    Call call(*this, "MPI_Waitall (bucket collectives)");
     check(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    pending_.clear();
+    clear_pending();
   }
 
  private:
@@ -259,8 +284,14 @@ class MpiCommunicator final : public Communicator {
     return l;
   }
 
+  void clear_pending() {
+    pending_.clear();
+    pending_counts_.clear();
+  }
+
   Watchdog watchdog_;
   std::vector<MPI_Request> pending_;
+  std::deque<std::vector<int>> pending_counts_;  // counts arrays of pending MPI_Ireduce_scatter
 };
 }  // namespace
 

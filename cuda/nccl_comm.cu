@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -93,6 +94,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void reduce_sum(float* buf, std::size_t n, int root) override;
   void broadcast(float* buf, std::size_t n, int root) override;
   void allgather(const float* send, float* recv, std::size_t n) override;
+  void reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) override;
+  void reduce_scatterv_sum_start(float* send, const std::vector<std::size_t>& counts, float* recv) override;
+  void allgatherv(float* buf, const std::vector<std::size_t>& counts) override;
   void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv,
                 int root) override;
   void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
@@ -115,11 +119,14 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   void check_cuda(cudaError_t err, const char* call, const char* file, int line);
   void check_nccl(ncclResult_t result, const char* call, const char* file, int line);
-  // Enqueues the ncclSend/ncclRecv calls of enqueue() (which returns the first failure) as one
+  // Enqueues the NCCL calls of enqueue() (which returns the first failure) as one
   // group. The group is closed even when a call fails, so NCCL's per-thread group state stays
   // clean.
   template <typename Enqueue>
   void p2p_group(Enqueue enqueue, const char* file, int line);
+  // Enqueues a reduce-scatter over segments: ncclReduceScatter when every count is equal,
+  // otherwise one ncclReduce per non-empty segment (root: the segment's rank) in one group.
+  void enqueue_reduce_scatterv(float* send, const std::vector<std::size_t>& counts, float* recv);
 
   // Waits until the stream has finished everything enqueued on it.
   void wait_stream(const std::string& op);
@@ -316,7 +323,7 @@ void NcclCommunicatorImpl::p2p_group(Enqueue enqueue, const char* file, int line
   check_nccl(ncclGroupStart(), "ncclGroupStart", file, line);
   const ncclResult_t first = enqueue();
   const ncclResult_t end = ncclGroupEnd();
-  check_nccl(first, "ncclSend/ncclRecv", file, line);
+  check_nccl(first, "grouped NCCL call", file, line);
   check_nccl(end, "ncclGroupEnd", file, line);
 }
 
@@ -384,6 +391,74 @@ void NcclCommunicatorImpl::allgather(const float* send, float* recv, std::size_t
   wait_stream("allgather");
   const std::size_t others = static_cast<std::size_t>(world_size_ - 1) * n;
   count(others, others);
+}
+
+void NcclCommunicatorImpl::enqueue_reduce_scatterv(float* send, const std::vector<std::size_t>& counts,
+                                                   float* recv) {
+  check_counts(counts, "reduce_scatter");
+  if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; })) {
+    if (counts[0] > 0) NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream_));
+    return;
+  }
+  const std::vector<std::size_t> offsets = offsets_of(counts);
+  p2p_group(
+      [&] {
+        for (int k = 0; k < world_size_; ++k) {
+          const auto uk = static_cast<std::size_t>(k);
+          if (counts[uk] == 0) continue;
+          // recvbuff is written on the root only.
+          float* out = k == rank_ ? recv : send + offsets[uk];
+          const ncclResult_t result =
+              ncclReduce(send + offsets[uk], out, counts[uk], ncclFloat, ncclSum, k, comm_, stream_);
+          if (result != ncclSuccess) return result;
+        }
+        return ncclSuccess;
+      },
+      __FILE__, __LINE__);
+}
+
+void NcclCommunicatorImpl::reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts,
+                                               float* recv) {
+  const auto lock = enter();
+  enqueue_reduce_scatterv(send, counts, recv);
+  wait_stream("reduce_scatter");
+  count(ring_reduce_scatter_counts(counts, rank_));
+}
+
+void NcclCommunicatorImpl::reduce_scatterv_sum_start(float* send, const std::vector<std::size_t>& counts,
+                                                     float* recv) {
+  const auto lock = enter();
+  enqueue_reduce_scatterv(send, counts, recv);
+  count(ring_reduce_scatter_counts(counts, rank_));
+}
+
+// In place: ncclAllGather when every count is equal (sendbuff = recvbuff + rank * count),
+// otherwise one in-place ncclBroadcast per non-empty segment (root: its rank) in one group.
+void NcclCommunicatorImpl::allgatherv(float* buf, const std::vector<std::size_t>& counts) {
+  check_counts(counts, "allgather");
+  const auto lock = enter();
+  const std::vector<std::size_t> offsets = offsets_of(counts);
+  if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; })) {
+    if (counts[0] > 0) {
+      NCCL_CHECK(ncclAllGather(buf + offsets[static_cast<std::size_t>(rank_)], buf, counts[0], ncclFloat,
+                               comm_, stream_));
+    }
+  } else {
+    p2p_group(
+        [&] {
+          for (int k = 0; k < world_size_; ++k) {
+            const auto uk = static_cast<std::size_t>(k);
+            if (counts[uk] == 0) continue;
+            const ncclResult_t result =
+                ncclBroadcast(buf + offsets[uk], buf + offsets[uk], counts[uk], ncclFloat, k, comm_, stream_);
+            if (result != ncclSuccess) return result;
+          }
+          return ncclSuccess;
+        },
+        __FILE__, __LINE__);
+  }
+  wait_stream("allgather");
+  count(ring_allgather_counts(counts, rank_));
 }
 
 // The root sends each rank its part (one group of ncclSend) and copies its own; every other

@@ -184,6 +184,101 @@ TEST(AllGather, PlacesRankDataAtRankOffset) {
   }
 }
 
+// Segment layouts for world size p: even, uneven (first larger), with empty segments (as the
+// sharded parameter server's non-server ranks have), and all empty.
+std::vector<std::vector<std::size_t>> layouts_for(int p) {
+  const auto up = static_cast<std::size_t>(p);
+  std::vector<std::vector<std::size_t>> out;
+  out.push_back(std::vector<std::size_t>(up, 5));
+  std::vector<std::size_t> uneven(up);
+  for (std::size_t i = 0; i < up; ++i) uneven[i] = 1000 + 37 * i + (i == 0 ? 1 : 0);
+  out.push_back(uneven);
+  std::vector<std::size_t> holes(up, 0);
+  holes[0] = 7;
+  if (p > 2) holes[up - 2] = 3;
+  out.push_back(holes);
+  out.push_back(std::vector<std::size_t>(up, 0));
+  return out;
+}
+
+TEST(ReduceScatterV, EveryRankGetsTheSumOfItsSegmentForAnyLayout) {
+  for (int p = 1; p <= 6; ++p) {
+    for (const auto& counts : layouts_for(p)) {
+      const std::size_t n = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+      std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
+      const auto stats = on_ranks(p, [&](LocalCommunicator& c) {
+        std::vector<float> send(n);
+        for (std::size_t i = 0; i < n; ++i) send[i] = value(c.rank(), i);
+        auto& mine = out[static_cast<std::size_t>(c.rank())];
+        mine.assign(counts[static_cast<std::size_t>(c.rank())], -1.0f);
+        c.reduce_scatterv_sum(send.data(), counts, mine.data());
+      });
+      std::size_t offset = 0;
+      for (int r = 0; r < p; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        for (std::size_t i = 0; i < counts[ur]; ++i) {
+          float expect = 0;
+          for (int q = 0; q < p; ++q) expect += value(q, offset + i);
+          ASSERT_EQ(out[ur][i], expect) << "p=" << p << " rank=" << r << " i=" << i;
+        }
+        offset += counts[ur];
+        // What the ring moved, step by step, is the formula MPI and NCCL report.
+        const ElementCounts f = ring_reduce_scatter_counts(counts, r);
+        EXPECT_EQ(stats[ur].bytes_sent, static_cast<std::int64_t>(f.sent * sizeof(float))) << "p=" << p;
+        EXPECT_EQ(stats[ur].bytes_received, static_cast<std::int64_t>(f.received * sizeof(float))) << "p=" << p;
+      }
+    }
+  }
+}
+
+TEST(AllGatherV, EveryRankEndsWithEverySegmentInPlace) {
+  for (int p = 1; p <= 6; ++p) {
+    for (const auto& counts : layouts_for(p)) {
+      const std::size_t n = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+      std::vector<std::vector<float>> bufs(static_cast<std::size_t>(p));
+      const auto stats = on_ranks(p, [&](LocalCommunicator& c) {
+        auto& buf = bufs[static_cast<std::size_t>(c.rank())];
+        buf.assign(n, -1.0f);
+        std::size_t offset = 0;
+        for (int q = 0; q < c.rank(); ++q) offset += counts[static_cast<std::size_t>(q)];
+        for (std::size_t i = 0; i < counts[static_cast<std::size_t>(c.rank())]; ++i) {
+          buf[offset + i] = value(c.rank(), offset + i);
+        }
+        c.allgatherv(buf.data(), counts);
+      });
+      for (int r = 0; r < p; ++r) {
+        std::size_t offset = 0;
+        for (int q = 0; q < p; ++q) {
+          for (std::size_t i = 0; i < counts[static_cast<std::size_t>(q)]; ++i) {
+            ASSERT_EQ(bufs[static_cast<std::size_t>(r)][offset + i], value(q, offset + i))
+                << "p=" << p << " rank=" << r << " segment=" << q;
+          }
+          offset += counts[static_cast<std::size_t>(q)];
+        }
+        const ElementCounts f = ring_allgather_counts(counts, r);
+        EXPECT_EQ(stats[static_cast<std::size_t>(r)].bytes_sent, static_cast<std::int64_t>(f.sent * sizeof(float)));
+        EXPECT_EQ(stats[static_cast<std::size_t>(r)].bytes_received,
+                  static_cast<std::int64_t>(f.received * sizeof(float)));
+      }
+    }
+  }
+}
+
+TEST(ReduceScatterV, EvenSegmentsMoveHalfOfARingAllReduce) {
+  // With equal segments, reduce-scatter + all-gather moves exactly what ring all-reduce does.
+  for (int p = 2; p <= 6; ++p) {
+    const std::vector<std::size_t> counts(static_cast<std::size_t>(p), 11);
+    const std::size_t n = 11 * static_cast<std::size_t>(p);
+    for (int r = 0; r < p; ++r) {
+      const ElementCounts rs = ring_reduce_scatter_counts(counts, r);
+      const ElementCounts ag = ring_allgather_counts(counts, r);
+      EXPECT_EQ(rs.sent + ag.sent, ring_allreduce_counts(n, p, r).sent);
+      EXPECT_EQ(rs.received + ag.received, ring_allreduce_counts(n, p, r).received);
+      EXPECT_EQ(rs.sent, static_cast<std::size_t>(p - 1) * 11);
+    }
+  }
+}
+
 TEST(ScatterGather, ChunksRoundTripWithUnevenCounts) {
   const int p = 4;
   const std::vector<std::size_t> counts = {3, 3, 3, 1};
