@@ -28,8 +28,8 @@ const Strategy& allreduce_strategy() {
       .validate = &validate_allreduce, .train = &train_allreduce,
       .transports = {}, .transport = &ring_transport, .label = &allreduce_label,
       .bus_bandwidth = &allreduce_bus_bandwidth,
-      .overlaps_backward = true, .has_reducer = false, .reference = false,
-      .projected = {{"allreduce", "ring"}}, .comm_time = &allreduce_comm_time,
+      .has_reducer = false, .reference = false,
+      .projected = {{"allreduce", "ring", 1.0}}, .comm_time = &allreduce_comm_time,
   };
   return strategy;
 }

@@ -7,26 +7,14 @@
 // gradient of the mean loss over the global batch, then the same SGD step.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
+#include "train/replica_loop.hpp"
 #include "train/strategy.hpp"
 #include "train/training.hpp"
-#include "workloads/distributed_sampler.hpp"
 
 namespace dpbench {
 
-// Throws InputError on a config this mode cannot run with this data (e.g. a global batch not
-// divisible by the world size).
+// Throws InputError on a config this mode cannot run with this data: validate_replicas.
 void validate_allreduce(const TrainConfig& config, const Dataset& train);
-
-// The sample indices a rank loads in `epoch` (steps_per_epoch `spe` batches of `local_batch`):
-// DistributedSampler's shard after set_epoch(epoch), cut to whole steps; or, with
-// config.rank_batches (uneven split), the rank's slice [offset_in_batch, + local_batch) of every
-// global batch of the (seed + epoch) shuffle.
-std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& config, const Dataset& train,
-                                            DistributedSampler& sampler, int epoch,
-                                            std::size_t offset_in_batch, std::size_t local_batch, long spe);
 
 // Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
 // Throws as validate_allreduce does, and Error if a rank fails.

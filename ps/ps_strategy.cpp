@@ -33,8 +33,8 @@ const Strategy& parameter_server_strategy() {
       .validate = &validate_parameter_server, .train = &train_parameter_server,
       .transports = {"collective", "p2p"}, .transport = &ps_transport, .label = &ps_label,
       .bus_bandwidth = &ps_bus_bandwidth,
-      .overlaps_backward = false, .has_reducer = true, .reference = true,
-      .projected = {{"ps_collective", "collective"}, {"ps_p2p", "p2p"}}, .comm_time = &ps_comm_time,
+      .has_reducer = true, .reference = true,
+      .projected = {{"ps_collective", "collective", 0.0}, {"ps_p2p", "p2p", 0.0}}, .comm_time = &ps_comm_time,
   };
   return strategy;
 }

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "allreduce/buckets.hpp"
+#include "train/buckets.hpp"
 #include "core/error.hpp"
 
 namespace dpbench {

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "allreduce/buckets.hpp"
+#include "train/buckets.hpp"
 #include "allreduce/ddp_trainer.hpp"
 #include "cuda/cuda_runtime.hpp"
 #include "core/device.hpp"

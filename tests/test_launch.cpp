@@ -80,14 +80,15 @@ TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
                  " --save-params " + path("local")).exit_code, 0) << np;
     const auto mpi = nlohmann::json::parse(slurp(path("mpi.json")));
     const auto local = nlohmann::json::parse(slurp(path("local.json")));
-    for (const std::string mode : {"ps", "allreduce"}) {
+    for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
       const auto a = read_f32(path("mpi-" + mode + ".f32"));
       const auto b = read_f32(path("local-" + mode + ".f32"));
       ASSERT_EQ(a.size(), b.size());
       ASSERT_GT(a.size(), 1000u);
       EXPECT_LT(relative_l2(a, b), 1e-5) << mode << " at " << np << " processes";
     }
-    for (std::size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(mpi["runs"].size(), 3u);  // every registered strategy by default
+    for (std::size_t i = 0; i < mpi["runs"].size(); ++i) {
       const auto& run = mpi["runs"][i];
       EXPECT_EQ(run["world_size"], np);
       // Rank 0's file holds every rank's memory and timings, gathered over MPI.

@@ -56,7 +56,8 @@ TEST(Sweep, GridExpandsTransportsForPsOnly) {
 TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   TempDir tmp;
   const std::string out = (tmp.path() / "sweep.json").string();
-  // Batch 6 over 4 ranks: ps runs (chunks 2,2,2,0); allreduce cannot split 6 evenly -> failed.
+  // Batch 6 over 4 ranks: ps runs (chunks 2,2,2,0); allreduce and sharded_ps cannot split 6
+  // evenly -> failed.
   const std::string cmd = std::string(DPBENCH_BINARY) +
                           " sweep --device cpu --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
                           "--ranks 1,4 --batch-sizes 6 --num-workers 0 --max-steps 12 --repetitions 2 "
@@ -66,13 +67,14 @@ TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   ASSERT_EQ(WEXITSTATUS(status), 0);
   std::ifstream in(out);
   const auto doc = nlohmann::json::parse(in);
-  ASSERT_EQ(doc["runs"].size(), 8u);  // 2 ranks x 2 modes x 2 repetitions
+  ASSERT_EQ(doc["runs"].size(), 12u);  // 2 ranks x 3 modes x 2 repetitions
   int failed = 0, ok = 0;
   for (const auto& r : doc["runs"]) {
     if (r["status"] == "failed") {
       ++failed;
-      EXPECT_EQ(r["mode"], "allreduce");
-      EXPECT_EQ(r["strategy"]["label"], "allreduce (ring)");  // failed points carry the traits too
+      EXPECT_TRUE(r["mode"] == "allreduce" || r["mode"] == "sharded_ps") << r["mode"];
+      EXPECT_EQ(r["strategy"]["name"], r["mode"]);  // failed points carry the traits too
+      if (r["mode"] == "allreduce") EXPECT_EQ(r["strategy"]["label"], "allreduce (ring)");
       EXPECT_EQ(r["world_size"], 4);
       EXPECT_NE(r["error"].get<std::string>().find("not divisible"), std::string::npos);
     } else {
@@ -82,13 +84,13 @@ TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
       EXPECT_EQ(r["strategy"]["name"], r["mode"]);
     }
   }
-  EXPECT_EQ(failed, 2);
-  EXPECT_EQ(ok, 6);
-  EXPECT_EQ(doc["runs"][2]["repetition"], 1);  // ps, allreduce, then repetition 1
+  EXPECT_EQ(failed, 4);  // allreduce and sharded_ps at 4 ranks, both repetitions
+  EXPECT_EQ(ok, 8);
+  EXPECT_EQ(doc["runs"][3]["repetition"], 1);  // ps, sharded_ps, allreduce, then repetition 1
   std::ifstream err(tmp.path() / "err.txt");
   std::stringstream ss;
   ss << err.rdbuf();
-  EXPECT_NE(ss.str().find("sweep [8/8]"), std::string::npos) << ss.str();
+  EXPECT_NE(ss.str().find("sweep [12/12]"), std::string::npos) << ss.str();
   const std::string validate =
       std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + out + " >/dev/null";
   EXPECT_EQ(std::system(validate.c_str()), 0);
@@ -169,7 +171,7 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   EXPECT_EQ(ps.transport(c), "p2p");
   EXPECT_EQ(projected_key(ps, c), "ps_p2p");
   EXPECT_FALSE(ps.bus_bandwidth(c, 4e6).has_value());
-  EXPECT_FALSE(ps.overlaps_backward);
+  EXPECT_FALSE(overlaps_backward(ps, c));
   EXPECT_TRUE(ps.has_reducer);
 
   c.mode = "allreduce";  // the transport option is ps's: allreduce runs its ring whatever it says
@@ -183,8 +185,24 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   EXPECT_EQ(bus->collective, "all-reduce");
   EXPECT_DOUBLE_EQ(bus->factor, 1.5);  // nccl-tests: 2(p-1)/p at p = 4
   EXPECT_DOUBLE_EQ(bus->bytes, 4e6);
-  EXPECT_TRUE(ar.overlaps_backward);
+  EXPECT_TRUE(overlaps_backward(ar, c));
   EXPECT_FALSE(ar.reference);
+
+  c.mode = "sharded_ps";
+  c.transport = "collective";
+  const Strategy& sp = find_strategy("sharded_ps");
+  EXPECT_EQ(sp.label(c), "sharded_ps (collective)");
+  EXPECT_EQ(projected_key(sp, c), "sharded_ps_collective");
+  EXPECT_TRUE(overlaps_backward(sp, c));  // the push overlaps backward
+  const auto sbus = sp.bus_bandwidth(c, 4e6);
+  ASSERT_TRUE(sbus.has_value());  // K = p: all-reduce's traffic
+  EXPECT_DOUBLE_EQ(sbus->factor, 1.5);
+  EXPECT_FALSE(sp.has_reducer);
+  c.transport = "p2p";
+  EXPECT_FALSE(overlaps_backward(sp, c));  // pushed after backward
+  c.servers = 2;
+  EXPECT_EQ(sp.label(c), "sharded_ps (p2p, 2 servers)");
+  EXPECT_FALSE(sp.bus_bandwidth(c, 4e6).has_value());  // the servers' links carry more
 }
 
 TEST(StrategyTraits, RunEntryCarriesTheTraits) {
@@ -239,7 +257,9 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   const auto proj = project(o, {doc}, nullptr);
   EXPECT_NEAR(proj["calibration"]["per_sample_compute_s"].get<double>(), 0.09 / 100, 1e-12);
   EXPECT_NEAR(proj["calibration"]["optimizer_s"].get<double>(), 0.01, 1e-12);
-  ASSERT_EQ(proj["points"].size(), 11u * 3);  // 1..1024, three modes
+  // 1..1024, every curve: allreduce, ps and sharded_ps under each of their transports.
+  ASSERT_EQ(proj["points"].size(), 11u * projected_modes().size());
+  ASSERT_EQ(projected_modes().size(), 5u);
   // At 1 rank there is no communication: speedup 1 for every mode.
   EXPECT_NEAR(proj["points"][0]["speedup"].get<double>(), 1.0, 1e-12);
   // 4 MB of gradients at 25 GB/s: p2p incast and allreduce part ways early; collective later.
@@ -255,19 +275,32 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   EXPECT_NEAR(predicted, compute + comm, 1e-9);
   EXPECT_TRUE(proj["measured"][0]["model_applies"].get<bool>());
   // The curves carry their strategy's traits, so the report names no mode itself.
-  ASSERT_EQ(proj["modes"].size(), 3u);
-  EXPECT_EQ(proj["modes"][0]["mode"], "allreduce");
-  EXPECT_EQ(proj["modes"][0]["label"], "allreduce (ring)");
-  EXPECT_FALSE(proj["modes"][0]["reference"].get<bool>());
-  EXPECT_EQ(proj["modes"][1]["label"], "ps (collective)");
-  EXPECT_EQ(proj["modes"][2]["mode"], "ps_p2p");
-  EXPECT_EQ(proj["modes"][2]["strategy"], "ps");
-  EXPECT_TRUE(proj["modes"][2]["reference"].get<bool>());
+  // Non-reference curves first, in registry order, then the reference's.
+  ASSERT_EQ(proj["modes"].size(), 5u);
+  EXPECT_EQ(proj["modes"][0]["mode"], "sharded_ps_collective");
+  EXPECT_EQ(proj["modes"][0]["label"], "sharded_ps (collective)");
+  EXPECT_EQ(proj["modes"][1]["mode"], "sharded_ps_p2p");
+  EXPECT_EQ(proj["modes"][2]["mode"], "allreduce");
+  EXPECT_EQ(proj["modes"][2]["label"], "allreduce (ring)");
+  EXPECT_FALSE(proj["modes"][2]["reference"].get<bool>());
+  EXPECT_EQ(proj["modes"][3]["label"], "ps (collective)");
+  EXPECT_EQ(proj["modes"][4]["mode"], "ps_p2p");
+  EXPECT_EQ(proj["modes"][4]["strategy"], "ps");
+  EXPECT_TRUE(proj["modes"][4]["reference"].get<bool>());
   // One crossover per non-reference curve, against the reference's default (collective) curve.
-  ASSERT_EQ(proj["crossovers"].size(), 1u);
-  EXPECT_EQ(proj["crossovers"][0]["mode"], "allreduce");
-  EXPECT_EQ(proj["crossovers"][0]["reference"], "ps_collective");
-  EXPECT_EQ(proj["crossovers"][0]["world_size"], proj["crossover_world_size"]);
+  ASSERT_EQ(proj["crossovers"].size(), 3u);
+  EXPECT_EQ(proj["crossovers"][2]["mode"], "allreduce");
+  EXPECT_EQ(proj["crossovers"][2]["reference"], "ps_collective");
+  // With every rank a server, the collective sharded_ps moves ring all-reduce's bytes but hides
+  // only its push behind backward: it never beats allreduce.
+  for (std::size_t i = 0; i < proj["points"].size(); ++i) {
+    const auto& pt = proj["points"][i];
+    if (pt["mode"] != "sharded_ps_collective") continue;
+    const auto& ar = proj["points"][i + 2];  // the same world size on the allreduce curve
+    ASSERT_EQ(ar["mode"], "allreduce");
+    ASSERT_EQ(ar["world_size"], pt["world_size"]);
+    EXPECT_GE(pt["step_time_s"].get<double>(), ar["step_time_s"].get<double>()) << pt["world_size"];
+  }
 }
 
 TEST(Project, MeasuredLinkFromTheRunsBusBandwidthOrTheLegacyKey) {

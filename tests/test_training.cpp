@@ -12,6 +12,7 @@
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
 #include "ps/parameter_server.hpp"
+#include "sharded_ps/sharded_ps.hpp"
 #include "tests/training_fixtures.hpp"
 #include "workloads/synthetic.hpp"
 
@@ -236,23 +237,29 @@ class FailingDataset final : public Dataset {
 
 TEST(Failures, FailingRankEndsRunWithRankNamedNoHang) {
   FailingDataset data(1500);
-  for (const std::string mode : {"ps", "allreduce"}) {
+  for (const std::string mode : {"ps", "allreduce", "sharded_ps"}) {
+    for (const std::string transport : {"collective", "p2p"}) {
+    if (mode == "allreduce" && transport == "p2p") continue;
     TrainConfig c = small_config(mode, 4, 64);
     c.max_steps = -1;
+    c.transport = transport;
     const auto t0 = std::chrono::steady_clock::now();
     try {
       if (mode == "ps") {
         train_parameter_server(c, TrainData{&data, nullptr});
+      } else if (mode == "sharded_ps") {
+        train_sharded_ps(c, TrainData{&data, nullptr});
       } else {
         train_allreduce(c, TrainData{&data, nullptr});
       }
-      ADD_FAILURE() << mode << ": expected the run to fail";
+      ADD_FAILURE() << mode << " " << transport << ": expected the run to fail";
     } catch (const Error& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find("rank "), std::string::npos) << what;
       EXPECT_NE(what.find("is corrupt"), std::string::npos) << what;
     }
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << mode << " " << transport;
+    }
   }
 }
 

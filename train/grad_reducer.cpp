@@ -23,16 +23,26 @@ GradReducer::~GradReducer() {
 }
 
 void GradReducer::start(std::size_t bucket, float* grads, std::size_t n) {
+  start(bucket, [grads, n](Communicator& comm, bool nonblocking) {
+    if (nonblocking) {
+      comm.allreduce_sum_start(grads, n);
+    } else {
+      comm.allreduce_sum(grads, n);
+    }
+  });
+}
+
+void GradReducer::start(std::size_t bucket, BucketOp op) {
   Event& ready = *ready_.at(bucket);
   ready.record();
   Communicator& comm = ctx_.comm();
   if (native_async_) {
     ctx_.comm_stream_wait(ready);
-    comm.allreduce_sum_start(grads, n);
+    op(comm, true);
   } else {
-    thread_->enqueue([&ready, &comm, grads, n] {
+    thread_->enqueue([&ready, &comm, op = std::move(op)] {
       ready.host_wait();
-      comm.allreduce_sum(grads, n);
+      op(comm, false);
     });
   }
 }

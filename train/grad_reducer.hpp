@@ -1,16 +1,17 @@
-// What happens to a gradient bucket once DDP's reducer says it is ready: the all-reduce
-// communication hook (PyTorch torch/csrc/distributed/c10d/default_comm_hooks.cpp,
-// AllReduceCommHook), started as soon as the bucket's gradients have been written and joined
+// What happens to a gradient bucket once DDP's reducer says it is ready: a communication hook
+// (PyTorch torch/csrc/distributed/c10d/default_comm_hooks.cpp; the all-reduce of
+// AllReduceCommHook by default, the sharded parameter server's reduce-scatter otherwise), started as soon as the bucket's gradients have been written and joined
 // before the optimizer reads them. Written once for every device over the rank's context:
 //   - backends with nonblocking collectives (MPI_Iallreduce; ncclAllReduce on NCCL's stream):
 //     the communicator's stream waits for the bucket's event, then the all-reduce is started;
 //     join() makes the compute stream wait for all of them;
 //   - blocking backends (local): a communication thread with an in-order queue waits for the
 //     bucket's event on the host, then runs the all-reduce; join() waits for the queue.
-// Not for: which parameters form a bucket, or when one is ready (allreduce/buckets.hpp).
+// Not for: which parameters form a bucket, or when one is ready (train/buckets.hpp).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -32,6 +33,10 @@ class GradReducer {
   // Bucket b's gradients grads[0, n) have been enqueued on the compute stream: start their
   // in-place sum over all ranks once they are written. Buckets start in bucket order.
   void start(std::size_t bucket, float* grads, std::size_t n);
+  // The same for any collective: op(comm, nonblocking) starts it (nonblocking: the backend's
+  // *_start form, completed by wait_all()) or runs it (blocking, on the communication thread).
+  using BucketOp = std::function<void(Communicator& comm, bool nonblocking)>;
+  void start(std::size_t bucket, BucketOp op);
   // Lets started nonblocking operations advance (MPI progresses only inside library calls).
   void progress();
   // The compute stream waits until every started bucket is reduced (the host may wait too).

@@ -25,6 +25,9 @@ struct BusBandwidth {
 struct ProjectedMode {
   std::string key;        // the projection file's "mode": "allreduce", "ps_collective", "ps_p2p"
   std::string transport;  // the transport it models ("ring", "collective", "p2p")
+  // The share of comm_time that runs while backward still does (DDP buckets: 1; nothing: 0), of
+  // which the measured exposed fraction stays on the step's critical path.
+  double overlapped_share = 0.0;
 };
 
 struct Strategy {
@@ -45,16 +48,14 @@ struct Strategy {
   // when the strategy's communication is not one collective whose bandwidth can be read off its
   // comm time.
   std::optional<BusBandwidth> (*bus_bandwidth)(const TrainConfig&, double param_bytes);
-  // True when gradients are communicated while backward still runs (DDP buckets), so only part
-  // of the communication is on the step's critical path.
-  bool overlaps_backward = false;
   // True when rank 0 alone holds state the others do not (a reducer: master parameters,
   // optimizer state, the full batch), so rank 0's memory above the mean is the strategy's cost.
   bool has_reducer = false;
   // True for the strategy every other one is compared with (ps: the DataParallel baseline).
   // Exactly one strategy of the registry is the reference.
   bool reference = false;
-  // The curves `dpbench project` draws for this strategy, one per transport it models.
+  // The curves `dpbench project` draws for this strategy, one per transport it models; a run's
+  // transport picks its curve, and with it whether the run overlaps backward.
   std::vector<ProjectedMode> projected;
   // Communication seconds per step at world size p >= 2 under `transport` when every rank
   // computes `per_rank_batch` samples (the alpha-beta terms of the strategy).

@@ -26,8 +26,8 @@ namespace dpbench {
 
 struct TrainConfig {
   std::string workload = "mlp";
-  std::string mode = "allreduce";     // a registered strategy: "ps" or "allreduce"
-  std::string transport = "collective";  // ps only: "collective" (reduce + broadcast) or "p2p"
+  std::string mode = "allreduce";     // a registered strategy: "ps", "sharded_ps" or "allreduce"
+  std::string transport = "collective";  // ps, sharded_ps: "collective" or "p2p"
   std::string comm = "local";
   std::string device = "cpu";
   std::string precision = "tf32";  // cuda: cuBLAS math, "fp32" or "tf32" (cuda::Precision)
@@ -48,6 +48,7 @@ struct TrainConfig {
   std::vector<std::size_t> rank_batches;
   double bucket_cap_mb = 25.0;     // allreduce: DDP bucket_cap_mb
   double first_bucket_mb = 1.0;    // allreduce: DDP's first bucket (1 MiB)
+  int servers = 0;                 // sharded_ps: server ranks 0..servers-1 (0: every rank)
   double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
   DataLoaderOptions loader;
   bool evaluate = true;            // measure test accuracy after training

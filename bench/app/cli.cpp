@@ -67,6 +67,10 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                  "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
                  "all-reduce start before backward ends")
       ->capture_default_str();
+  app.add_option("--servers", c.servers,
+                 "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
+                 "and their optimizer state); 0 = every rank")
+      ->capture_default_str();
   app.add_option("--prefetch-factor", c.loader.prefetch_factor,
                  "DataLoader prefetch_factor: batches loaded in advance per worker")
       ->capture_default_str();
@@ -124,8 +128,9 @@ std::string transport_help() {
   for (const auto& s : strategies()) {
     if (!s.transports.empty()) modes += (modes.empty() ? "" : ", ") + s.name;
   }
-  return modes + " only: collective (reduce + broadcast, as DataParallel over NCCL) or p2p (every "
-                 "worker sends to / receives from the reducer: incast)";
+  return modes + " only: collective (ps: reduce + broadcast, as DataParallel over NCCL; sharded_ps: "
+                 "reduce-scatter + all-gather) or p2p (send/recv between every worker and the reducer or "
+                 "servers: incast)";
 }
 
 void add_run_options(CLI::App& run, RunOptions& o) {

@@ -34,11 +34,11 @@ bool ok_run(const nlohmann::json& run) { return run.value("status", std::string(
 const Strategy& run_strategy(const nlohmann::json& run) { return find_strategy(run.at("mode").get<std::string>()); }
 
 // The projection curve a measured run belongs to: its strategy's curve for its transport.
-std::string projected_mode(const nlohmann::json& run) {
+const ProjectedMode& run_projection(const nlohmann::json& run) {
   TrainConfig c;
   c.mode = run.at("mode").get<std::string>();
   c.transport = run.value("transport", c.transport);
-  return projected_key(run_strategy(run), c);
+  return projected_mode(run_strategy(run), c);
 }
 
 // The run's bus bandwidth in GB/s, if it reports one. Files written before the strategy traits
@@ -170,9 +170,10 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   std::string busbw_source;
   for (const auto* run : runs) {
     if (run->at("world_size").get<int>() < 2) continue;
-    // The exposed share of communication, for the strategies that hide the rest behind backward.
+    // The exposed share of communication that may overlap backward, from the runs all of whose
+    // communication may (DDP's buckets).
     const double comm = run->at("phases_s").at("comm").get<double>();
-    if (run_strategy(*run).overlaps_backward && comm > 0) {
+    if (run_projection(*run).overlapped_share == 1.0 && comm > 0) {
       exposed.push_back(std::min(1.0, run->at("phases_s").at("comm_exposed").get<double>() / comm));
     }
     const auto busbw = run_busbw(*run);
@@ -257,7 +258,7 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
     StepModel local = compute_model(*calibration_run(B));
     local.exposed_fraction = model.exposed_fraction;
     const StepPrediction pred =
-        predict_step(local, link, projected_mode(*run), p, B / p, cpu ? 1.0 / p : 1.0);
+        predict_step(local, link, run_projection(*run).key, p, B / p, cpu ? 1.0 / p : 1.0);
     const double actual = run->at("step_time_s").at("p50").get<double>();
     // Ranks time-sliced on too few cores, or GPU ranks sharing a device, do not run the way
     // the model assumes (each rank its own compute, communication over the link).
@@ -268,7 +269,7 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
       note = cpu ? fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores)
                  : fmt::format("{} virtual ranks shared the GPUs: the model does not apply", p);
     }
-    measured.push_back({{"world_size", p}, {"mode", projected_mode(*run)}, {"global_batch", B},
+    measured.push_back({{"world_size", p}, {"mode", run_projection(*run).key}, {"global_batch", B},
                         {"num_workers", workers},
                         {"step_time_s", actual}, {"predicted_step_time_s", pred.step_s},
                         {"relative_error", pred.step_s / actual - 1.0}, {"model_applies", applies},
@@ -291,8 +292,8 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   doc["modes"] = modes;
   doc["points"] = points;
   doc["crossovers"] = crossovers;
-  // The first non-reference curve's crossover (allreduce against ps_collective), as version 1
-  // files had it.
+  // The first non-reference curve's crossover, for readers of version 1 files (which had only
+  // allreduce's); `crossovers` has every curve's.
   doc["crossover_world_size"] = crossovers.empty() ? nlohmann::json() : crossovers.front()["world_size"];
   doc["measured"] = measured;
   return doc;

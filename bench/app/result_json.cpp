@@ -53,7 +53,7 @@ nlohmann::json strategy_to_json(const TrainConfig& c) {
           {"label", s.label(c)},
           {"transport", s.transport(c)},
           {"reference", s.reference},
-          {"overlaps_backward", s.overlaps_backward},
+          {"overlaps_backward", overlaps_backward(s, c)},
           {"has_reducer", s.has_reducer},
           {"projection", projected_key(s, c)},
           {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
@@ -77,6 +77,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
           {"hidden", c.hidden},
           {"bucket_cap_mb", c.bucket_cap_mb},
           {"first_bucket_mb", c.first_bucket_mb},
+          {"servers", c.servers},
           {"coalesce_mb", c.coalesce_mb},
           {"num_workers", c.loader.num_workers},
           {"prefetch_factor", c.loader.prefetch_factor},

@@ -31,7 +31,10 @@ double mean_peak(const RunResult& r) {
 }
 
 void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
-  constexpr int kLabel = 34, kCol = 22;
+  constexpr int kLabel = 34;
+  // Columns as wide as the longest run label, with two spaces between them.
+  std::size_t kCol = 22;
+  for (const auto& r : runs) kCol = std::max(kCol, run_label(r).size() + 2);
   fmt::print("\n{:<{}}", "", kLabel);
   for (const auto& r : runs) fmt::print("{:>{}}", run_label(r), kCol);
   fmt::print("\n");

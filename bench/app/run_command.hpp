@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "bench/app/harness.hpp"
+#include "bench/app/strategies.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
 
 struct RunOptions {
   TrainConfig base;                               // mode is filled in per run
-  std::vector<std::string> modes = {"ps", "allreduce"};
+  std::vector<std::string> modes = strategy_names();  // default: every registered strategy
   DataOptions data;
   bool ranks_given = false;                       // --ranks on the command line (else the launcher's)
   double timeout_s = 300;                         // sets base.timeout

@@ -5,15 +5,23 @@
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
 #include "ps/parameter_server.hpp"
+#include "sharded_ps/sharded_ps.hpp"
 
 namespace dpbench {
 
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> list = {
       parameter_server_strategy(),
+      sharded_ps_strategy(),
       allreduce_strategy(),
   };
   return list;
+}
+
+std::vector<std::string> strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& s : strategies()) names.push_back(s.name);
+  return names;
 }
 
 const Strategy& find_strategy(const std::string& name) {
@@ -32,12 +40,20 @@ const Strategy& reference_strategy() {
   throw Error("strategy registry: no strategy is marked as the reference");
 }
 
-const std::string& projected_key(const Strategy& s, const TrainConfig& config) {
+const ProjectedMode& projected_mode(const Strategy& s, const TrainConfig& config) {
   const std::string transport = s.transport(config);
   for (const auto& m : s.projected) {
-    if (m.transport == transport) return m.key;
+    if (m.transport == transport) return m;
   }
   throw Error(fmt::format("mode {}: no projection for transport {}", s.name, transport));
+}
+
+const std::string& projected_key(const Strategy& s, const TrainConfig& config) {
+  return projected_mode(s, config).key;
+}
+
+bool overlaps_backward(const Strategy& s, const TrainConfig& config) {
+  return projected_mode(s, config).overlapped_share > 0;
 }
 
 const std::vector<ProjectedCurve>& projected_modes() {
@@ -66,8 +82,9 @@ StepPrediction predict_step(const StepModel& model, const LinkModel& link, const
     if (curve.mode.key != key) continue;
     const Strategy& s = *curve.strategy;
     const double comm = p >= 2 ? s.comm_time(model, link, curve.mode.transport, p, per_rank_batch) : 0.0;
+    const double share = curve.mode.overlapped_share;
     return combine_step(model, p, per_rank_batch, compute_share, comm,
-                        s.overlaps_backward ? model.exposed_fraction : 1.0);
+                        1.0 - share * (1.0 - model.exposed_fraction));
   }
   throw Error(fmt::format("projection mode {}: unknown", key));
 }

@@ -15,6 +15,8 @@ namespace dpbench {
 
 // Every registered strategy, in registry order.
 const std::vector<Strategy>& strategies();
+// Their names, in registry order: the modes `run` and `sweep` compare by default.
+std::vector<std::string> strategy_names();
 // Throws InputError naming the mode and the available ones.
 const Strategy& find_strategy(const std::string& name);
 // The one strategy marked `reference`.
@@ -23,6 +25,10 @@ const Strategy& reference_strategy();
 // The projection key of a run of `strategy` with `config` (its transport's curve). Throws Error
 // when the strategy projects no curve for that transport.
 const std::string& projected_key(const Strategy& strategy, const TrainConfig& config);
+// The projection curve of such a run (its key and overlapped share). Throws as projected_key.
+const ProjectedMode& projected_mode(const Strategy& strategy, const TrainConfig& config);
+// True when some of such a run's communication runs while backward does.
+bool overlaps_backward(const Strategy& strategy, const TrainConfig& config);
 
 // One projection curve with its strategy.
 struct ProjectedCurve {
@@ -36,8 +42,9 @@ const std::vector<ProjectedCurve>& projected_modes();
 
 // Step time of projection curve `key` at world size p where every rank computes
 // `per_rank_batch` samples on its own device. compute_share: the fraction of the calibration
-// device each rank gets (1 for separate devices; 1/p for p ranks sharing it). A strategy that
-// overlaps backward exposes model.exposed_fraction of its communication, the others all of it.
+// device each rank gets (1 for separate devices; 1/p for p ranks sharing it). Of the curve's
+// overlapped share of its communication, model.exposed_fraction stays exposed; the rest of it is
+// exposed in full.
 // Throws Error on an unknown key or p < 1.
 StepPrediction predict_step(const StepModel& model, const LinkModel& link, const std::string& key, int p,
                             double per_rank_batch, double compute_share = 1.0);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/app/harness.hpp"
+#include "bench/app/strategies.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -17,7 +18,7 @@ struct SweepOptions {
   DataOptions data;
   std::vector<std::string> workloads = {"mlp"};
   std::vector<std::string> comms = {"local"};
-  std::vector<std::string> modes = {"ps", "allreduce"};
+  std::vector<std::string> modes = strategy_names();  // default: every registered strategy
   std::vector<std::string> transports = {"collective"};  // strategies that take a transport
   std::vector<int> ranks = {1, 2, 4};
   std::vector<std::size_t> batch_sizes = {64, 256};

@@ -1,9 +1,9 @@
 """The build's layers, checked on every #include: a folder may include its own headers and those
 of lower layers only.
 
-    core (runtime) -> workloads -> train -> ps, allreduce, cuda -> bench
+    core (runtime) -> workloads -> train -> ps, allreduce, sharded_ps, cuda -> bench
 
-ps/, allreduce/ and cuda/ are siblings: a strategy never sees CUDA, and the CUDA target never
+ps/, allreduce/, sharded_ps/ and cuda/ are siblings: a strategy never sees CUDA, and the CUDA target never
 sees a strategy. The CMake targets (CMakeLists.txt, dpbench_layer) link in the same direction.
 """
 import pathlib
@@ -19,6 +19,7 @@ LAYERS = {
     "train": 2,
     "ps": 3,
     "allreduce": 3,
+    "sharded_ps": 3,
     "cuda": 3,
     "bench": 4,
 }

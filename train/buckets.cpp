@@ -1,4 +1,4 @@
-#include "allreduce/buckets.hpp"
+#include "train/buckets.hpp"
 
 #include <algorithm>
 

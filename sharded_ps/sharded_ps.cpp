@@ -1,0 +1,199 @@
+#include "sharded_ps/sharded_ps.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "train/replica_loop.hpp"
+#include "core/error.hpp"
+#include "train/grad_reducer.hpp"
+#include "train/rank_context.hpp"
+
+namespace dpbench {
+
+ShardLayout shard_layout(std::size_t n, int world_size, int servers) {
+  if (servers < 1 || servers > world_size) {
+    throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {}", servers, world_size));
+  }
+  ShardLayout layout{std::vector<std::size_t>(static_cast<std::size_t>(world_size), 0),
+                     std::vector<std::size_t>(static_cast<std::size_t>(world_size), n)};
+  for (int k = 0; k < servers; ++k) {
+    const Chunk c = ring_chunk(n, servers, k);
+    layout.counts[static_cast<std::size_t>(k)] = c.length;
+    layout.offsets[static_cast<std::size_t>(k)] = c.offset;
+  }
+  return layout;
+}
+
+std::vector<std::size_t> shard_counts_within(const ShardLayout& layout, std::size_t offset, std::size_t size) {
+  std::vector<std::size_t> out(layout.counts.size(), 0);
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const std::size_t lo = std::max(offset, layout.offsets[k]);
+    const std::size_t hi = std::min(offset + size, layout.offsets[k] + layout.counts[k]);
+    out[k] = hi > lo ? hi - lo : 0;
+  }
+  return out;
+}
+
+ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, const std::string& transport) {
+  const auto p = static_cast<int>(layout.counts.size());
+  if (p < 2) return {};
+  std::size_t n = 0;
+  for (std::size_t c : layout.counts) n += c;
+  const auto at = [&](int r) { return layout.counts[static_cast<std::size_t>(((r % p) + p) % p)]; };
+  if (transport == "p2p") {
+    const std::size_t both = n + static_cast<std::size_t>(p - 2) * at(rank);
+    return {both, both};
+  }
+  return {2 * n - at(rank) - at(rank + 1), 2 * n - at(rank - 1) - at(rank)};
+}
+
+int server_count(const TrainConfig& c) { return c.servers == 0 ? c.world_size : c.servers; }
+
+void validate_sharded_ps(const TrainConfig& cfg, const Dataset& train) {
+  validate_replicas(cfg, train);
+  if (cfg.transport != "collective" && cfg.transport != "p2p") {
+    throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)", cfg.transport));
+  }
+  if (cfg.servers < 0 || cfg.servers > cfg.world_size) {
+    throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {} (0: every rank)", cfg.servers,
+                                 cfg.world_size));
+  }
+}
+
+namespace {
+
+// The push, server step and pull of one rank (see sharded_ps.hpp).
+class ShardedSync final : public ReplicaSync {
+ public:
+  ShardedSync(const ReplicaState& s, ShardLayout layout, bool p2p)
+      : s_(s),
+        layout_(std::move(layout)),
+        p2p_(p2p),
+        rank_(s.ctx.rank()),
+        mine_(layout_.counts[static_cast<std::size_t>(rank_)]),
+        offset_(layout_.offsets[static_cast<std::size_t>(rank_)]),
+        grad_sum_(s.ctx, MemoryCategory::gradients, mine_),
+        velocity_(s.ctx, MemoryCategory::optimizer_state, mine_) {
+    if (p2p_) {
+      if (mine_ > 0) incoming_ = Array<float>(s.ctx, MemoryCategory::comm_buffers, mine_);
+      return;
+    }
+    // Each bucket is reduce-scattered over the servers' ranges it overlaps; this rank's part of
+    // it lands at its place in the rank's gradient sum.
+    for (const Bucket& b : s.buckets) {
+      bucket_counts_.push_back(shard_counts_within(layout_, b.offset, b.size));
+      const std::size_t start = std::max(b.offset, offset_);
+      recv_.push_back(grad_sum_.data() + (mine_ > 0 && start < offset_ + mine_ ? start - offset_ : 0));
+    }
+    reducer_.emplace(s.ctx, s.buckets.size());
+  }
+
+  void bucket_ready(std::size_t b) override {
+    if (p2p_) return;  // pushed after backward, in join()
+    float* send = s_.grads + s_.buckets[b].offset;
+    const std::vector<std::size_t>& counts = bucket_counts_[b];
+    float* recv = recv_[b];
+    reducer_->start(b, [send, &counts, recv](Communicator& comm, bool nonblocking) {
+      if (nonblocking) {
+        comm.reduce_scatterv_sum_start(send, counts, recv);
+      } else {
+        comm.reduce_scatterv_sum(send, counts, recv);
+      }
+    });
+  }
+  void progress() override {
+    if (reducer_) reducer_->progress();
+  }
+  bool overlaps_backward() const override { return !p2p_; }
+
+  void join() override {
+    if (!p2p_) {
+      reducer_->join();
+      return;
+    }
+    // Every worker sends each server its range; each server sums what it receives, one peer
+    // at a time, in (server, worker) order on every rank, so blocking sends cannot deadlock.
+    RankContext& ctx = s_.ctx;
+    Communicator& comm = ctx.comm();
+    ctx.synchronize();  // backward wrote the gradients
+    for (int k = 0; k < comm.world_size(); ++k) {
+      const std::size_t count = layout_.counts[static_cast<std::size_t>(k)];
+      const float* range = s_.grads + layout_.offsets[static_cast<std::size_t>(k)];
+      if (count == 0) continue;
+      if (k != rank_) {
+        comm.send(range, count, k);
+        continue;
+      }
+      ctx.copy(grad_sum_.data(), range, count);
+      for (int w = 0; w < comm.world_size(); ++w) {
+        if (w == rank_) continue;
+        comm.recv(incoming_.data(), count, w);
+        ctx.add_inplace(grad_sum_.data(), incoming_.data(), count);
+        ctx.synchronize();  // `incoming` is reused by the next receive
+      }
+    }
+  }
+
+  void step() override {
+    if (mine_ == 0) return;
+    const TrainConfig& c = s_.config;
+    s_.ctx.sgd_momentum(s_.params + offset_, grad_sum_.data(), velocity_.data(), mine_, c.lr, c.momentum,
+                        c.weight_decay);
+  }
+
+  bool pulls() const override { return layout_.counts.size() > 1; }
+  void pull() override {
+    RankContext& ctx = s_.ctx;
+    Communicator& comm = ctx.comm();
+    ctx.synchronize();  // the server's step wrote its range on the compute stream
+    if (!p2p_) {
+      comm.allgatherv(s_.params, layout_.counts);
+      return;
+    }
+    for (int k = 0; k < comm.world_size(); ++k) {
+      const std::size_t count = layout_.counts[static_cast<std::size_t>(k)];
+      float* range = s_.params + layout_.offsets[static_cast<std::size_t>(k)];
+      if (count == 0) continue;
+      if (k != rank_) {
+        comm.recv(range, count, k);
+        continue;
+      }
+      for (int w = 0; w < comm.world_size(); ++w) {
+        if (w != rank_) comm.send(range, count, w);
+      }
+    }
+  }
+
+  void finish_step() override {
+    if (reducer_) reducer_->finish_step();
+  }
+  CommStream* thread() override { return reducer_ ? reducer_->thread() : nullptr; }
+
+ private:
+  ReplicaState s_;
+  ShardLayout layout_;
+  bool p2p_;
+  int rank_;
+  std::size_t mine_;    // elements of the range this rank serves (0 off the servers)
+  std::size_t offset_;  // where that range starts
+  Array<float> grad_sum_;   // [mine_]: the summed gradients of the range
+  Array<float> velocity_;   // [mine_]: its momentum buffer
+  Array<float> incoming_;   // [mine_]: p2p receive buffer
+  std::vector<std::vector<std::size_t>> bucket_counts_;  // collective: per bucket, per rank
+  std::vector<float*> recv_;                             // collective: per bucket
+  std::optional<GradReducer> reducer_;                   // collective
+};
+
+}  // namespace
+
+RunResult train_sharded_ps(const TrainConfig& cfg, const TrainData& data) {
+  validate_sharded_ps(cfg, *data.train);
+  const bool p2p = cfg.transport == "p2p";
+  return train_replicas(cfg, data, [&cfg, p2p](const ReplicaState& s) {
+    return std::make_unique<ShardedSync>(s, shard_layout(s.n, cfg.world_size, server_count(cfg)), p2p);
+  });
+}
+
+}  // namespace dpbench

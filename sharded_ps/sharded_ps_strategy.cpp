@@ -1,0 +1,57 @@
+// The `sharded_ps` strategy's traits (train/strategy.hpp): the BytePS-style sharded parameter
+// server; its transports, labels, bus bandwidth and alpha-beta terms (with K = p servers).
+#include <fmt/format.h>
+
+#include "sharded_ps/sharded_ps.hpp"
+#include "train/alpha_beta_model.hpp"
+
+namespace dpbench {
+
+namespace {
+
+std::string sharded_transport(const TrainConfig& c) { return c.transport; }
+
+// "sharded_ps (collective)"; the server count when not every rank is one.
+std::string sharded_label(const TrainConfig& c) {
+  if (c.servers > 0 && c.servers < c.world_size) {
+    return fmt::format("sharded_ps ({}, {} servers)", c.transport, c.servers);
+  }
+  return fmt::format("sharded_ps ({})", c.transport);
+}
+
+// With every rank a server, the push is a reduce-scatter and the pull an all-gather of the
+// parameters: all-reduce's traffic, so busbw = algbw * 2(p-1)/p as for a ring all-reduce.
+// None with fewer servers, whose links carry more than the others'.
+std::optional<BusBandwidth> sharded_bus_bandwidth(const TrainConfig& c, double param_bytes) {
+  if (server_count(c) != c.world_size) return std::nullopt;
+  const double p = c.world_size;
+  return BusBandwidth{"reduce-scatter + all-gather", param_bytes, 2.0 * (p - 1.0) / p};
+}
+
+// K = p servers. collective: ring reduce-scatter + all-gather, 2(p-1) alpha + 2(p-1)/p N beta;
+// p2p: each server's link takes p-1 pushes of N/p and gives p-1 pulls of N/p.
+double sharded_comm_time(const StepModel& m, const LinkModel& link, const std::string& transport, int p, double) {
+  const double n = m.param_bytes;
+  if (transport == "p2p") return 2.0 * incast_s(link, p, n / p);
+  return ring_allreduce_s(link, p, n);
+}
+
+}  // namespace
+
+const Strategy& sharded_ps_strategy() {
+  static const Strategy strategy{
+      .name = "sharded_ps",
+      .description = "sharded parameter server (BytePS): every rank serves 1/K of the parameters and "
+                     "their optimizer state; push gradients, step, pull parameters",
+      .validate = &validate_sharded_ps, .train = &train_sharded_ps,
+      .transports = {"collective", "p2p"}, .transport = &sharded_transport, .label = &sharded_label,
+      .bus_bandwidth = &sharded_bus_bandwidth,
+      .has_reducer = false, .reference = false,
+      // The collective push overlaps backward, the pull never does: half of its time may hide.
+      .projected = {{"sharded_ps_collective", "collective", 0.5}, {"sharded_ps_p2p", "p2p", 0.0}},
+      .comm_time = &sharded_comm_time,
+  };
+  return strategy;
+}
+
+}  // namespace dpbench
