@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The CI regression gate: a quick CPU sweep (Fashion-MNIST, ps and allreduce at 1 and 2 ranks,
+# The CI regression gate: a quick CPU sweep (Fashion-MNIST, every strategy at 1 and 2 ranks,
 # 120 steps each, 3 repetitions with the modes alternating, about a minute on 2 cores) compared with the committed baseline by
 # `dpbench compare`. Deterministic figures (bytes per step, memory peaks, parameter counts) must
-# match exactly and accuracy within a tolerance; timings only as allreduce/ps throughput ratios
+# match exactly and accuracy within a tolerance; timings only as throughput ratios to ps
 # inside each file, above a noise floor. Exit 1 on a regression.
 #
 # Refresh the baseline on purpose (after a change that moves a deterministic figure):
