@@ -274,7 +274,9 @@ def plot_step_breakdown(points: list, out_dir: Path) -> Figure:
             x += 1.0
         group_centres.append(((start + x - 1.0) / 2.0, label))
         x += 0.8
-    fig, ax = plt.subplots(figsize=(max(6.5, 0.75 * len(bars) + 2.5), 4.8))
+    # Wide enough for the bars and for the group labels side by side above them.
+    label_width = 0.11 * sum(len(label) for _, label in group_centres) + 4.0
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.75 * len(bars) + 2.5, label_width), 4.8))
     segments = [phase_segments(p) for p in bars]
     bottom = [0.0] * len(bars)
     for name, label, color in PHASE_STYLE:

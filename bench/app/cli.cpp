@@ -231,7 +231,7 @@ int dpbench_main(int argc, char** argv) {
   CLI::App app{
       "dpbench: what does a DataParallel parameter server cost against ring all-reduce, and why?\n"
       "Without a subcommand, runs `dpbench run` with its defaults (the MLP on Fashion-MNIST, 4 "
-      "CPU ranks, ps and allreduce side by side)."};
+      "CPU ranks, every strategy side by side: ps, sharded_ps, allreduce)."};
   app.name("dpbench");
   app.require_subcommand(0, 1);
 
