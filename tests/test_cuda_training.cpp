@@ -17,6 +17,7 @@
 
 #include "train/buckets.hpp"
 #include "allreduce/ddp_trainer.hpp"
+#include "bench/app/strategies.hpp"
 #include "cuda/cuda_runtime.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
@@ -81,17 +82,23 @@ TEST_F(CudaTraining, PsAndAllreduceAgreeAfter20Steps) {
 // near float rounding (1e-4 relative leaves room for that, and is far below what one wrong
 // step would cause: the parameters move by more than 1e-2 relative in 20 steps).
 TEST_F(CudaTraining, GpuModesMatchCpuModes) {
-  for (const std::string mode : {"ps", "allreduce"}) {
-    TrainConfig gpu = gpu_config(mode, 2, 64);
-    TrainConfig cpu = gpu;
-    cpu.device = "cpu";
-    cpu.loader.pin_memory = false;
-    const RunResult g = mode == "ps" ? train_parameter_server(gpu, data()) : train_allreduce(gpu, data());
-    const RunResult c = mode == "ps" ? train_parameter_server(cpu, data()) : train_allreduce(cpu, data());
-    expect_trained(g);
-    expect_trained(c);
-    EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << mode;
-    EXPECT_NEAR(g.final_train_loss, c.final_train_loss, 1e-3) << mode;
+  // Every registered strategy, under each of its transports.
+  for (const Strategy& s : strategies()) {
+    std::vector<std::string> transports = s.transports;
+    if (transports.empty()) transports = {"collective"};
+    for (const std::string& transport : transports) {
+      TrainConfig gpu = gpu_config(s.name, 2, 64);
+      gpu.transport = transport;
+      TrainConfig cpu = gpu;
+      cpu.device = "cpu";
+      cpu.loader.pin_memory = false;
+      const RunResult g = s.train(gpu, data());
+      const RunResult c = s.train(cpu, data());
+      expect_trained(g);
+      expect_trained(c);
+      EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << s.name << " " << transport;
+      EXPECT_NEAR(g.final_train_loss, c.final_train_loss, 1e-3) << s.name << " " << transport;
+    }
   }
 }
 
