@@ -1,10 +1,12 @@
 """The build's layers, checked on every #include: a folder may include its own headers and those
 of lower layers only.
 
-    core (runtime) -> workloads -> train -> ps, allreduce, sharded_ps, cuda -> bench
+    core (runtime) -> workloads -> train -> strategies (ps, allreduce, sharded_ps, ...), cuda -> bench
 
-ps/, allreduce/, sharded_ps/ and cuda/ are siblings: a strategy never sees CUDA, and the CUDA target never
-sees a strategy. The CMake targets (CMakeLists.txt, dpbench_layer) link in the same direction.
+The strategies and cuda/ are siblings: a strategy never sees CUDA, the CUDA target never sees a
+strategy, and no strategy sees another. A strategy is a top-level folder holding a
+*_strategy.cpp, as CMakeLists.txt finds them. The CMake targets (dpbench_layer) link in the same
+direction.
 """
 import pathlib
 import re
@@ -17,12 +19,13 @@ LAYERS = {
     "core": 0,
     "workloads": 1,
     "train": 2,
-    "ps": 3,
-    "allreduce": 3,
-    "sharded_ps": 3,
     "cuda": 3,
     "bench": 4,
 }
+STRATEGY_LAYER = 3
+# Every strategy folder, found as the build finds them.
+STRATEGIES = sorted({p.parent.name for p in ROOT.glob("*/*_strategy.cpp")})
+LAYERS.update({name: STRATEGY_LAYER for name in STRATEGIES})
 SOURCE_SUFFIXES = {".hpp", ".cpp", ".cu", ".cuh", ".in"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/', re.MULTILINE)
 
@@ -60,11 +63,15 @@ class Layers(unittest.TestCase):
             files = [p for p in (ROOT / folder).rglob("*") if p.suffix in SOURCE_SUFFIXES]
             self.assertTrue(files, f"{folder}/ has no sources: the layer table is stale")
 
+    def test_strategies_are_found_by_their_traits_file(self):
+        self.assertTrue({"ps", "allreduce", "sharded_ps"} <= set(STRATEGIES), STRATEGIES)
+
     def test_check_catches_upward_and_sibling_includes(self):
         self.assertEqual(violations("workloads", '#include "train/training.hpp"\n'), ["train"])
         self.assertEqual(violations("core", '#include "workloads/model.hpp"\n'), ["workloads"])
         self.assertEqual(violations("ps", '#include "cuda/cuda_runtime.hpp"\n'), ["cuda"])
-        self.assertEqual(violations("cuda", '#  include "allreduce/buckets.hpp"\n'), ["allreduce"])
+        self.assertEqual(violations("cuda", '#  include "allreduce/ddp_trainer.hpp"\n'), ["allreduce"])
+        self.assertEqual(violations("sharded_ps", '#include "allreduce/ddp_trainer.hpp"\n'), ["allreduce"])
         self.assertEqual(violations("train", '#include "core/comm.hpp"\n#include "train/x.hpp"\n'), [])
         self.assertEqual(violations("bench", '#include "cuda/register.hpp"\n'), [])
 
