@@ -95,8 +95,10 @@ class CudaStaging final : public BatchStaging {
         inputs_(allocator, MemoryCategory::data_staging, max_rows * features),
         labels_(allocator, MemoryCategory::data_staging, max_rows) {
     if (pin_memory_) {
-      pinned_inputs_ = cuda::PinnedBuffer<float>(host_tracker, MemoryCategory::data_staging, max_rows * features);
-      pinned_labels_ = cuda::PinnedBuffer<std::int32_t>(host_tracker, MemoryCategory::data_staging, max_rows);
+      pinned_inputs_ = TrackedBuffer<float>(host_tracker, MemoryCategory::data_staging, max_rows * features,
+                                            &cuda::pinned_memory());
+      pinned_labels_ = TrackedBuffer<std::int32_t>(host_tracker, MemoryCategory::data_staging, max_rows,
+                                                   &cuda::pinned_memory());
     }
   }
 
@@ -126,8 +128,8 @@ class CudaStaging final : public BatchStaging {
   bool pin_memory_;
   DeviceBuffer<float> inputs_;
   DeviceBuffer<std::int32_t> labels_;
-  cuda::PinnedBuffer<float> pinned_inputs_;
-  cuda::PinnedBuffer<std::int32_t> pinned_labels_;
+  TrackedBuffer<float> pinned_inputs_;  // page-locked (cuda::pinned_memory())
+  TrackedBuffer<std::int32_t> pinned_labels_;
 };
 
 // One GPU rank's context. Every pointer is valid for the duration of the rank's body.
@@ -145,7 +147,7 @@ class CudaRankContext final : public RankContext {
   void* allocate(std::size_t bytes, MemoryCategory category) override {
     void* p = allocator_.allocate(bytes, category);
     try {
-      device_memory_detail::zero(device_, p, bytes, nullptr, false);
+      allocator_.backend().zero(p, bytes, nullptr, false);
     } catch (...) {
       allocator_.free(p);
       throw;
@@ -176,7 +178,7 @@ class CudaRankContext final : public RankContext {
     if (n > 0) cuda::memcpy_async(dst, src, n * sizeof(float), stream());
   }
   void fill_zero(float* dst, std::size_t n) override {
-    if (n > 0) device_memory_detail::zero(device_, dst, n * sizeof(float), stream(), true);
+    if (n > 0) allocator_.backend().zero(dst, n * sizeof(float), stream(), true);
   }
   void cross_entropy(const float* logits, const std::int32_t* labels, std::size_t rows, std::size_t classes,
                      float* dlogits, float scale, long step) override {
