@@ -60,13 +60,14 @@ TEST(AbortableCalls, AbortWhileIdleAbortsTheBackendAtOnceAndEveryLaterCallThrows
 
 TEST(AbortableCalls, AbortDuringAWaitIsNoticedByTheWaitingCallWhichAbortsTheBackend) {
   Counted c;
-  std::atomic<bool> waiting{false};
+  std::atomic<bool> waiting{false}, checked{false};
   std::pair<std::string, bool> result;
   std::thread rank([&] {
     result = thrown([&] {
       const auto lock = c.calls.enter();
       c.calls.wait("broadcast", [&] {
         waiting = true;
+        while (!checked) std::this_thread::yield();  // hold the poll until the test has looked
         return false;  // a peer never arrives
       });
     });
@@ -74,6 +75,7 @@ TEST(AbortableCalls, AbortDuringAWaitIsNoticedByTheWaitingCallWhichAbortsTheBack
   while (!waiting) std::this_thread::yield();
   c.calls.abort("rank 0: failed");
   EXPECT_EQ(c.aborts.load(), 0);  // busy: abort() only asks
+  checked = true;
   rank.join();
   EXPECT_TRUE(result.second);
   EXPECT_EQ(result.first, "rank 0: failed");
