@@ -1,6 +1,7 @@
 #include "core/device.hpp"
 
 #include <atomic>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -34,6 +35,14 @@ DeviceChoice choose_device(const std::string& requested, bool host_comm) {
   }
   if (!probe.usable) return {"cpu", fmt::format("device auto: using cpu (no CUDA device: {})", probe.reason)};
   return {"cuda", fmt::format("device auto: using cuda ({} GPU(s), {})", probe.gpus.size(), probe.gpus.front().name)};
+}
+
+int ranks_on_device(int ranks, int devices, int device) { return (ranks - device + devices - 1) / devices; }
+
+bool nccl_allows_shared_gpu(const std::string& version) {
+  int major = 0, minor = 0;
+  if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return true;
+  return major > 2 || (major == 2 && minor >= 30);
 }
 
 }  // namespace dpbench

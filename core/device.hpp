@@ -43,4 +43,13 @@ struct DeviceChoice {
 // no CUDA device can be used ("--device cuda: no CUDA device: <reason>").
 DeviceChoice choose_device(const std::string& requested, bool host_comm = false);
 
+// Placement of ranks on devices (rank r on device r % devices): how many of `ranks` run on
+// `device`. More than one makes them virtual ranks. E.g. ranks_on_device(5, 2, 0) == 3.
+int ranks_on_device(int ranks, int devices, int device);
+
+// Whether NCCL `version` ("2.28.9", as nccl_version() gives it) lets two ranks of one
+// communicator share a GPU: NCCL before 2.30 refuses it ("Duplicate GPU detected"). True when
+// the version cannot be read (no NCCL: creating the communicator says so).
+bool nccl_allows_shared_gpu(const std::string& version);
+
 }  // namespace dpbench

@@ -48,16 +48,27 @@ class MemoryTracker {
   std::atomic<std::int64_t> total_peak_{0};
 };
 
-// An owning, 64-byte aligned, zero-initialised array of T whose bytes are charged to one
-// category of a MemoryTracker for as long as it lives. Move-only.
+// Where a TrackedBuffer's host memory comes from when not from the default 64-byte aligned
+// operator new: e.g. page-locked memory on a CUDA machine (cuda::pinned_memory()). allocate
+// returns `bytes` (> 0) or throws; release never throws.
+struct HostMemory {
+  void* (*allocate)(std::size_t bytes);
+  void (*release)(void* ptr) noexcept;
+};
+
+// An owning, zero-initialised array of T in host memory (64-byte aligned, or from `memory`, which
+// must outlive the buffer) whose bytes are charged to one category of a MemoryTracker for as
+// long as it lives. Move-only.
 template <typename T>
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(MemoryTracker& tracker, MemoryCategory category, std::size_t count)
-      : tracker_(&tracker), category_(category), count_(count) {
+  TrackedBuffer(MemoryTracker& tracker, MemoryCategory category, std::size_t count,
+                const HostMemory* memory = nullptr)
+      : tracker_(&tracker), category_(category), count_(count), memory_(memory) {
     if (count_ > 0) {
-      data_ = static_cast<T*>(::operator new[](bytes(), std::align_val_t{64}));
+      data_ = static_cast<T*>(memory_ != nullptr ? memory_->allocate(bytes())
+                                                 : ::operator new[](bytes(), std::align_val_t{64}));
       for (std::size_t i = 0; i < count_; ++i) new (data_ + i) T{};
       tracker_->on_alloc(category_, bytes());
     }
@@ -89,7 +100,11 @@ class TrackedBuffer {
   void release() {
     if (data_ != nullptr) {
       tracker_->on_free(category_, bytes());
-      ::operator delete[](data_, std::align_val_t{64});
+      if (memory_ != nullptr) {
+        memory_->release(data_);
+      } else {
+        ::operator delete[](data_, std::align_val_t{64});
+      }
       data_ = nullptr;
       count_ = 0;
     }
@@ -99,11 +114,13 @@ class TrackedBuffer {
     std::swap(category_, o.category_);
     std::swap(count_, o.count_);
     std::swap(data_, o.data_);
+    std::swap(memory_, o.memory_);
   }
 
   MemoryTracker* tracker_ = nullptr;
   MemoryCategory category_ = MemoryCategory::parameters;
   std::size_t count_ = 0;
+  const HostMemory* memory_ = nullptr;  // nullptr: aligned operator new
   T* data_ = nullptr;
 };
 

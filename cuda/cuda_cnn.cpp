@@ -27,33 +27,19 @@ namespace dpbench {
 
 namespace {
 
-constexpr float kBnEps = 1e-5f;       // as workloads/cnn.cpp
-constexpr float kBnMomentum = 0.1f;   // as workloads/cnn.cpp
-
 class CudaCnn final : public CudaModel {
  public:
   using CudaModel::reserve;
-  // cpu: the CPU Cnn of the same shapes (views, initialisation); c1, c2, hidden, classes as its.
-  CudaCnn(std::unique_ptr<Model> cpu, SampleShape shape, std::size_t c1, std::size_t c2,
+  // cpu: the CPU Cnn of the same shapes (views, block layouts, initialisation); c1, c2, hidden,
+  // classes as its.
+  CudaCnn(std::unique_ptr<Cnn> cpu, SampleShape shape, std::size_t c1, std::size_t c2,
           std::size_t hidden, std::size_t classes, cuda::Blas& blas)
       : cpu_(std::move(cpu)), shape_(shape), c1_(c1), c2_(c2), hidden_(hidden),
-        classes_(classes), blas_(&blas) {
-    const auto C = static_cast<std::size_t>(shape.channels);
-    const auto H = static_cast<std::size_t>(shape.height);
-    const auto W = static_cast<std::size_t>(shape.width);
-    flat_ = c2 * (H / 4) * (W / 4);
-    // View indices as Cnn's constructor adds them: conv1.weight, bn1.weight, bn1.bias,
-    // conv2.weight, bn2.weight, bn2.bias, fc1.weight, fc1.bias, fc2.weight, fc2.bias.
-    b1_.conv = {0, C, H, W, c1, 3, 3, 1};
-    b1_.w = 0;
-    b1_.gamma = 1;
-    b1_.beta = 2;
-    b1_.running = 0;
-    b2_.conv = {0, c1, H / 2, W / 2, c2, 3, 3, 1};
-    b2_.w = 3;
-    b2_.gamma = 4;
-    b2_.beta = 5;
-    b2_.running = 2 * c1;
+        classes_(classes), flat_(c2 * (static_cast<std::size_t>(shape.height) / 4) *
+                                 (static_cast<std::size_t>(shape.width) / 4)),
+        blas_(&blas) {
+    static_cast<Cnn::BlockLayout&>(b1_) = cpu_->block_layout(0);
+    static_cast<Cnn::BlockLayout&>(b2_) = cpu_->block_layout(1);
   }
 
   std::string name() const override { return "cnn"; }
@@ -151,11 +137,8 @@ class CudaCnn final : public CudaModel {
   }
 
  private:
-  // One conv -> BN -> ReLU -> pool block's shapes and saved state (device), as Cnn::Block.
-  struct Block {
-    cpu::ConvShape conv{};       // N is set per call
-    std::size_t w = 0, gamma = 0, beta = 0;  // parameter view indices
-    std::size_t running = 0;     // offset of running_mean in buffers_ (running_var follows)
+  // One conv -> BN -> ReLU -> pool block's layout (the CPU Cnn's) and saved state (device).
+  struct Block : Cnn::BlockLayout {
     DeviceBuffer<float> z, y;    // conv output, BN+ReLU output [N, K, P, Q]
     DeviceBuffer<float> pooled;  // [N, K, P/2, Q/2]
     DeviceBuffer<std::int32_t> argmax;
@@ -192,7 +175,7 @@ class CudaCnn final : public CudaModel {
       double count = static_cast<double>(n * HW);
       if (synced()) count = sync_forward_stats(K, count);
       b.count = count;
-      cuda::batchnorm_finalize_stats(sum_a_.data(), sum_b_.data(), count, K, kBnEps, kBnMomentum,
+      cuda::batchnorm_finalize_stats(sum_a_.data(), sum_b_.data(), count, K, Cnn::kBnEps, Cnn::kBnMomentum,
                                      b.mean.data(), b.invstd.data(), running_mean, running_var,
                                      stream);
     } else {
@@ -201,7 +184,7 @@ class CudaCnn final : public CudaModel {
       copy(host_f_.data(), running_mean, 2 * K);
       wait_for_stream();
       for (std::size_t c = 0; c < K; ++c) {
-        host_f_[K + c] = 1.0f / std::sqrt(host_f_[K + c] + kBnEps);
+        host_f_[K + c] = 1.0f / std::sqrt(host_f_[K + c] + Cnn::kBnEps);
       }
       copy(b.mean.data(), host_f_.data(), K);
       copy(b.invstd.data(), host_f_.data() + K, K);
@@ -227,13 +210,7 @@ class CudaCnn final : public CudaModel {
     copy(host_sumsq_.data(), sum_b_.data(), K);
     wait_for_stream();
     host_f_.resize(row);
-    for (std::size_t c = 0; c < K; ++c) {
-      const double mean = count > 0 ? host_sum_[c] / count : 0.0;
-      const double var = count > 0 ? std::max(host_sumsq_[c] / count - mean * mean, 0.0) : 0.0;
-      host_f_[c] = static_cast<float>(mean);
-      host_f_[K + c] = static_cast<float>(1.0 / std::sqrt(var + kBnEps));
-    }
-    host_f_[2 * K] = static_cast<float>(count);
+    syncbn_pack_stats(host_sum_.data(), host_sumsq_.data(), count, K, host_f_.data());
     float* send = sync_buffer(p * row + row);
     float* recv = send + row;
     copy(send, host_f_.data(), row);
@@ -242,20 +219,7 @@ class CudaCnn final : public CudaModel {
     host_f_.resize(p * row);
     copy(host_f_.data(), static_cast<const float*>(recv), p * row);
     wait_for_stream();
-    std::fill(host_sum_.begin(), host_sum_.end(), 0.0);
-    std::fill(host_sumsq_.begin(), host_sumsq_.end(), 0.0);
-    count = 0;
-    for (std::size_t r = 0; r < p; ++r) {
-      const float* rank = host_f_.data() + r * row;
-      const double nr = rank[2 * K];
-      for (std::size_t c = 0; c < K; ++c) {
-        const double mean = rank[c], invstd = rank[K + c];
-        const double var = nr > 0 ? 1.0 / (invstd * invstd) - kBnEps : 0.0;
-        host_sum_[c] += nr * mean;
-        host_sumsq_[c] += nr * (var + mean * mean);
-      }
-      count += nr;
-    }
+    count = syncbn_combine_stats(host_f_.data(), p, K, host_sum_.data(), host_sumsq_.data());
     copy(sum_a_.data(), host_sum_.data(), K);
     copy(sum_b_.data(), host_sumsq_.data(), K);
     wait_for_stream();  // host_sum_ / host_sumsq_ are staging reused by the next call
@@ -321,9 +285,9 @@ class CudaCnn final : public CudaModel {
                           grads + v[b.w].offset, nullptr, s, col_.data(), stream);
   }
 
-  std::unique_ptr<Model> cpu_;  // the CPU Cnn: views and initialisation (never reserved)
+  std::unique_ptr<Cnn> cpu_;  // the CPU Cnn: views, block layouts, initialisation (never reserved)
   SampleShape shape_;
-  std::size_t c1_, c2_, hidden_, classes_, flat_ = 0;
+  std::size_t c1_, c2_, hidden_, classes_, flat_;
   cuda::Blas* blas_;
   DeviceAllocator* allocator_ = nullptr;
   std::size_t max_batch_ = 0;
@@ -345,7 +309,8 @@ class CudaCnn final : public CudaModel {
 std::unique_ptr<CudaModel> make_cuda_cnn(const std::vector<int>& channels,
                                          const std::vector<int>& hidden, const SampleShape& shape,
                                          std::size_t classes, cuda::Blas& blas) {
-  auto cpu = make_cnn(channels, hidden, shape, classes);  // InputError as make_cnn
+  // InputError as make_cnn.
+  std::unique_ptr<Cnn> cpu(static_cast<Cnn*>(make_cnn(channels, hidden, shape, classes).release()));
   return std::make_unique<CudaCnn>(std::move(cpu), shape, static_cast<std::size_t>(channels[0]),
                                    static_cast<std::size_t>(channels[1]),
                                    static_cast<std::size_t>(hidden.front()), classes, blas);

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -95,8 +94,10 @@ class CudaStaging final : public BatchStaging {
         inputs_(allocator, MemoryCategory::data_staging, max_rows * features),
         labels_(allocator, MemoryCategory::data_staging, max_rows) {
     if (pin_memory_) {
-      pinned_inputs_ = cuda::PinnedBuffer<float>(host_tracker, MemoryCategory::data_staging, max_rows * features);
-      pinned_labels_ = cuda::PinnedBuffer<std::int32_t>(host_tracker, MemoryCategory::data_staging, max_rows);
+      pinned_inputs_ = TrackedBuffer<float>(host_tracker, MemoryCategory::data_staging, max_rows * features,
+                                            &cuda::pinned_memory());
+      pinned_labels_ = TrackedBuffer<std::int32_t>(host_tracker, MemoryCategory::data_staging, max_rows,
+                                                   &cuda::pinned_memory());
     }
   }
 
@@ -126,8 +127,8 @@ class CudaStaging final : public BatchStaging {
   bool pin_memory_;
   DeviceBuffer<float> inputs_;
   DeviceBuffer<std::int32_t> labels_;
-  cuda::PinnedBuffer<float> pinned_inputs_;
-  cuda::PinnedBuffer<std::int32_t> pinned_labels_;
+  TrackedBuffer<float> pinned_inputs_;  // page-locked (cuda::pinned_memory())
+  TrackedBuffer<std::int32_t> pinned_labels_;
 };
 
 // One GPU rank's context. Every pointer is valid for the duration of the rank's body.
@@ -145,7 +146,7 @@ class CudaRankContext final : public RankContext {
   void* allocate(std::size_t bytes, MemoryCategory category) override {
     void* p = allocator_.allocate(bytes, category);
     try {
-      device_memory_detail::zero(device_, p, bytes, nullptr, false);
+      allocator_.backend().zero(p, bytes, nullptr, false);
     } catch (...) {
       allocator_.free(p);
       throw;
@@ -176,7 +177,7 @@ class CudaRankContext final : public RankContext {
     if (n > 0) cuda::memcpy_async(dst, src, n * sizeof(float), stream());
   }
   void fill_zero(float* dst, std::size_t n) override {
-    if (n > 0) device_memory_detail::zero(device_, dst, n * sizeof(float), stream(), true);
+    if (n > 0) allocator_.backend().zero(dst, n * sizeof(float), stream(), true);
   }
   void cross_entropy(const float* logits, const std::int32_t* labels, std::size_t rows, std::size_t classes,
                      float* dlogits, float scale, long step) override {
@@ -254,9 +255,6 @@ struct CommSource {
   int peer_devices = 1;  // local: the devices hosting the group's ranks (0..peer_devices-1)
 };
 
-// How many of `ranks` ranks (placed r % gpus) run on `device`.
-int ranks_on_device(int ranks, int gpus, int device) { return (ranks - device + gpus - 1) / gpus; }
-
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
 // in reverse: the rank's buffers (inside body) go before the communicator, streams and allocator.
 void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_rank, RankResult& result,
@@ -323,61 +321,31 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   }
 }
 
-// Whether the linked NCCL lets two ranks of one communicator share a GPU: NCCL before 2.30
-// refuses it ("Duplicate GPU detected"). True when the version is unknown (no NCCL: creating the
-// communicator says so).
-bool nccl_allows_shared_gpu() {
-  int major = 0, minor = 0;
-  if (std::sscanf(nccl_version().c_str(), "%d.%d", &major, &minor) != 2) return true;
-  return major > 2 || (major == 2 && minor >= 30);
-}
-
-// One rank of a torchrun-style launch: the ncclUniqueId comes through the rendezvous at
-// MASTER_ADDR:MASTER_PORT, the GPU from the node-local rank, and every rank's record goes to
-// rank 0 the same way. A failing rank tells the others through the rendezvous before it rethrows
-// (with its rank prepended, InputError staying InputError); peers inside NCCL learn of it from
-// NCCL's own error or their timeout.
-void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks, int gpus,
-                     const RankContextBody& body) {
-  const int p = config.world_size;
+// One rank of a torchrun-style launch (train's run_env_process: the ncclUniqueId and the records
+// go through the rendezvous at MASTER_ADDR:MASTER_PORT), on GPU local_rank % gpus.
+void run_env_gpu_rank(const TrainConfig& config, std::vector<RankResult>& ranks, int gpus,
+                      const RankContextBody& body) {
   const int rank = config.process_rank;
-  Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, p, rank, config.timeout);
-  // Every process runs the same sequence of runs (one per mode), so the n-th run has one tag.
-  static int runs = 0;
-  const std::string tag = fmt::format("run {}", ++runs);
   const int local_rank = config.local_rank >= 0 ? config.local_rank : rank;
-  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
-  auto with_rank = [rank](const std::string& what) {
-    const std::string prefix = fmt::format("rank {}:", rank);
-    return what.rfind(prefix, 0) == 0 ? what : fmt::format("rank {}: {}", rank, what);
-  };
-  try {
-    NcclUniqueIdBytes id{};
-    if (rank == 0) id = nccl_create_unique_id();
-    const std::string shared = rendezvous.broadcast(tag, std::string(id.data(), id.size()));
-    if (shared.size() != id.size()) {
-      throw Error(fmt::format("rendezvous: rank 0 sent {} bytes for the ncclUniqueId, not {}", shared.size(),
-                              id.size()));
-    }
-    std::memcpy(id.data(), shared.data(), id.size());
-    CommSource source;
-    source.id = &id;
-    run_gpu_rank(config, rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1,
-                 ranks[static_cast<std::size_t>(rank)], source, body);
-  } catch (const InputError& e) {
-    rendezvous.fail(with_rank(e.what()));
-    throw InputError(with_rank(e.what()));
-  } catch (const std::exception& e) {
-    const std::string mine = with_rank(e.what());
-    rendezvous.fail(mine);
-    // Rank 0 is usually failing because another rank did: name that one first.
-    if (auto first = rendezvous.peer_failure(std::chrono::seconds(1))) {
-      throw Error(fmt::format("{} (and then {})", *first, mine));
-    }
-    throw Error(mine);
-  }
-  const auto all = rendezvous.gather(tag, rank_to_json(ranks[static_cast<std::size_t>(rank)]).dump());
-  for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
+  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : config.world_size;
+  run_env_process(
+      config, ranks,
+      [] {
+        const NcclUniqueIdBytes id = nccl_create_unique_id();
+        return std::string(id.data(), id.size());
+      },
+      [&](const std::string& shared) {
+        NcclUniqueIdBytes id{};
+        if (shared.size() != id.size()) {
+          throw Error(fmt::format("rendezvous: rank 0 sent {} bytes for the ncclUniqueId, not {}", shared.size(),
+                                  id.size()));
+        }
+        std::memcpy(id.data(), shared.data(), id.size());
+        CommSource source;
+        source.id = &id;
+        run_gpu_rank(config, rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1,
+                     ranks[static_cast<std::size_t>(rank)], source, body);
+      });
 }
 
 // The "cuda" launcher (run_rank_contexts): every GPU rank of the run (config.comm "local" or
@@ -404,7 +372,7 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
     if (rank >= p) {
       throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
     }
-    if (!config.master_addr.empty()) return run_env_process(config, ranks, gpus, body);
+    if (!config.master_addr.empty()) return run_env_gpu_rank(config, ranks, gpus, body);
     CommSource source;
     source.id = &config.nccl_id;
     run_gpu_rank(config, rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
@@ -430,7 +398,7 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
     return;
   }
 
-  if (config.comm == "nccl" && p > gpus && !nccl_allows_shared_gpu()) {
+  if (config.comm == "nccl" && p > gpus && !nccl_allows_shared_gpu(nccl_version())) {
     // Refused up front: inside ncclCommInitRank only the ranks that share a GPU fail, and the
     // others may be left waiting for them there (where no abort reaches).
     throw InputError(fmt::format("--comm nccl --ranks {}: {} GPU(s) here, and NCCL {} refuses two ranks of one "
@@ -454,23 +422,11 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
     source.group = group;
     source.peer_devices = std::min(p, gpus);
   }
-  // NCCL communicators live outside the group: the group's abort reaches them through the hook.
-  std::mutex live_mutex;
-  std::vector<Communicator*> live(static_cast<std::size_t>(p), nullptr);
+  // NCCL communicators live outside the group: the group's abort reaches them through the registry.
+  std::optional<CommAbortRegistry> live;
   if (config.comm == "nccl") {
-    source.on_live = [&](int rank, Communicator* comm) {
-      std::lock_guard<std::mutex> lock(live_mutex);
-      live[static_cast<std::size_t>(rank)] = comm;
-      // A peer that failed before this rank registered has run the hook already (the group is
-      // marked aborted before the hook runs): abort this communicator here instead.
-      if (comm != nullptr && group->aborted()) comm->abort(group->abort_reason());
-    };
-    group->set_abort_hook([&](const std::string& reason) {
-      std::lock_guard<std::mutex> lock(live_mutex);
-      for (Communicator* c : live) {
-        if (c != nullptr) c->abort(reason);
-      }
-    });
+    live.emplace(*group);
+    source.on_live = [&](int rank, Communicator* comm) { live->set(rank, comm); };
   }
   run_rank_threads(*group, [&](int rank) {
     run_gpu_rank(config, rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,

@@ -150,16 +150,21 @@ void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_devic
 // ---------------------------------------------------------------------------------------------
 // Page-locked host memory
 
+namespace {
 void* pinned_alloc(std::size_t bytes) {
-  if (bytes == 0) return nullptr;
   void* ptr = nullptr;
   DPBENCH_CUDA_CHECK("pinned_alloc", cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault));
   return ptr;
 }
 
 void pinned_free(void* ptr) noexcept {
-  if (ptr == nullptr) return;
   if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+}
+}  // namespace
+
+const HostMemory& pinned_memory() {
+  static const HostMemory memory{&pinned_alloc, &pinned_free};
+  return memory;
 }
 
 }  // namespace dpbench::cuda

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstddef>
-#include <type_traits>
 #include <utility>
 
 #include "core/memory.hpp"
@@ -76,60 +75,9 @@ void memcpy_async(void* dst, const void* src, std::size_t bytes, void* stream);
 void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
                        std::size_t bytes, void* stream);
 
-// cudaHostAlloc / cudaFreeHost.
-void* pinned_alloc(std::size_t bytes);
-void pinned_free(void* ptr) noexcept;
-
-// An owning array of `count` T in page-locked host memory (cudaHostAlloc), charged to one
-// category of a MemoryTracker for as long as it lives: the staging buffers that make
-// host-to-device copies asynchronous (DataLoader's pin_memory). Zero-initialised. Move-only.
-template <typename T>
-class PinnedBuffer {
-  static_assert(std::is_trivially_copyable_v<T>, "PinnedBuffer holds trivially copyable types");
-
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(MemoryTracker& tracker, MemoryCategory category, std::size_t count)
-      : tracker_(&tracker), category_(category), count_(count) {
-    if (count_ == 0) return;
-    data_ = static_cast<T*>(pinned_alloc(count_ * sizeof(T)));
-    for (std::size_t i = 0; i < count_; ++i) data_[i] = T{};
-    tracker_->on_alloc(category_, count_ * sizeof(T));
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      swap(o);
-    }
-    return *this;
-  }
-  ~PinnedBuffer() { release(); }
-
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  std::size_t size() const { return count_; }
-
- private:
-  void release() noexcept {
-    if (data_ == nullptr) return;
-    pinned_free(data_);
-    tracker_->on_free(category_, count_ * sizeof(T));
-    data_ = nullptr;
-    count_ = 0;
-  }
-  void swap(PinnedBuffer& o) noexcept {
-    std::swap(tracker_, o.tracker_);
-    std::swap(category_, o.category_);
-    std::swap(count_, o.count_);
-    std::swap(data_, o.data_);
-  }
-  MemoryTracker* tracker_ = nullptr;
-  MemoryCategory category_ = MemoryCategory::data_staging;
-  std::size_t count_ = 0;
-  T* data_ = nullptr;
-};
+// Page-locked host memory (cudaHostAlloc / cudaFreeHost) for TrackedBuffer<T>: the staging
+// buffers that make host-to-device copies asynchronous (DataLoader's pin_memory), e.g.
+// `TrackedBuffer<float>(tracker, MemoryCategory::data_staging, n, &cuda::pinned_memory())`.
+const HostMemory& pinned_memory();
 
 }  // namespace dpbench::cuda

@@ -2,7 +2,9 @@
 // of ncclSend/ncclRecv) on the communicator's own stream, followed by a polled wait. The waits
 // follow NCCL's fault-tolerance example and nccl-tests' testStreamSynchronize: cudaStreamQuery
 // in a loop that also checks ncclCommGetAsyncError, a pending abort() and the timeout, and
-// aborts the communicator instead of hanging. No kernels of our own: NCCL's do the work.
+// aborts the communicator instead of hanging. The abort state machine, the back-off and the
+// timeout are core/abortable_calls.hpp (CPU-tested); this file says what finished means and
+// calls ncclCommAbort. No kernels of our own: NCCL's do the work.
 // Calls that return ncclInProgress (non-blocking communicators, NCCL_COMM_BLOCKING=0) are
 // polled the same way until NCCL has finished enqueueing them.
 // Part of the CUDA target; in a CUDA build without NCCL its functions say that NCCL is missing.
@@ -14,15 +16,14 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/abortable_calls.hpp"
 #include "core/error.hpp"
 #include "core/error_location.hpp"
 #include "cuda/cuda_check.cuh"
@@ -33,8 +34,6 @@ static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueIdBytes),
               "NcclUniqueIdBytes must hold exactly one ncclUniqueId");
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // NCCL's name for a result, plus its last warning (often the useful part: "Duplicate GPU
 // detected ...") on one line.
@@ -48,11 +47,6 @@ std::string nccl_cause(ncclResult_t result) {
   while (!detail.empty() && detail.back() == ' ') detail.pop_back();
   if (!detail.empty()) cause += ": " + detail;
   return cause + " (NCCL_DEBUG=INFO for details)";
-}
-
-// 1500 ms -> "1.5"
-std::string seconds(std::chrono::milliseconds ms) {
-  return fmt::format("{:g}", static_cast<double>(ms.count()) / 1000.0);
 }
 
 // Exclusive prefix sums of counts: where each rank's part starts.
@@ -74,7 +68,10 @@ namespace {
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
   NcclCommunicatorImpl(int world_size, int rank, int device, std::chrono::milliseconds timeout)
-      : world_size_(world_size), rank_(rank), device_(device), timeout_(timeout) {}
+      : world_size_(world_size), rank_(rank), device_(device),
+        calls_(fmt::format("rank {}", rank), timeout, [this] {
+          if (comm_ != nullptr) ncclCommAbort(comm_);  // makes this rank's kernels exit, frees it
+        }) {}
   ~NcclCommunicatorImpl() override;
   NcclCommunicatorImpl(const NcclCommunicatorImpl&) = delete;
   NcclCommunicatorImpl& operator=(const NcclCommunicatorImpl&) = delete;
@@ -104,7 +101,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void send(const float* buf, std::size_t n, int dst) override;
   void recv(float* buf, std::size_t n, int src) override;
   void barrier() override;
-  void abort(const std::string& reason) override;
+  void abort(const std::string& reason) override { calls_.abort(reason); }
 
   bool supports_async() const override { return true; }
   void allreduce_sum_start(float* buf, std::size_t n) override;
@@ -112,8 +109,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void wait_all() override;
 
  private:
-  // Starts a call: holds op_mutex_ for its duration; throws Aborted if abort() came first.
-  std::unique_lock<std::mutex> enter();
+  // Starts a call: holds the call lock for its duration; throws Aborted if abort() came first.
+  std::unique_lock<std::mutex> enter() { return calls_.enter(); }
   void check_root(int root, const char* op) const;
   void check_counts(const std::vector<std::size_t>& counts, const char* op) const;
 
@@ -135,38 +132,22 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // One poll of a wait: fails on an NCCL error, throws Aborted after abort(); returns the
   // communicator's state (ncclSuccess or ncclInProgress).
   ncclResult_t comm_state(const std::string& op);
-  // Fails after the timeout; otherwise yields for the first 10 ms of a wait (a collective that
-  // short is seen finishing within microseconds, as nccl-tests' spinning wait sees it), then
-  // sleeps 100 us between polls (at most 1% late on anything longer).
-  void back_off(const std::string& op, Clock::time_point start);
-
-  void request_abort(const std::string& reason);
-  std::string abort_reason();
-  // ncclCommAbort, once. Caller holds op_mutex_.
-  void abort_comm();
-  // Aborts the communicator and throws Error(message). Caller holds op_mutex_.
-  [[noreturn]] void fail(const std::string& message);
 
   const int world_size_;
   const int rank_;
   const int device_;
-  const std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;   // the communication stream (cudaStreamNonBlocking)
   float* barrier_scratch_ = nullptr;  // [1] float on device_, all-reduced by barrier()
-
-  std::mutex op_mutex_;  // held for the whole of every call, and by abort() when idle
-  bool comm_aborted_ = false;  // ncclCommAbort was called; guarded by op_mutex_
-  std::atomic<bool> abort_requested_{false};
-  std::mutex reason_mutex_;
-  std::string abort_reason_;  // guarded by reason_mutex_
+  // One call at a time, abort() from any thread, the timed waits; aborting is ncclCommAbort.
+  AbortableCalls calls_;
 };
 
 // ---------------------------------------------------------------------------------------------
 // Setup and teardown
 
 void NcclCommunicatorImpl::init(const NcclUniqueIdBytes& id) {
-  std::lock_guard<std::mutex> lock(op_mutex_);
+  const auto lock = calls_.lock();
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
@@ -179,20 +160,20 @@ void NcclCommunicatorImpl::init(const NcclUniqueIdBytes& id) {
 }
 
 NcclCommunicatorImpl::~NcclCommunicatorImpl() {
-  std::lock_guard<std::mutex> lock(op_mutex_);
+  const auto lock = calls_.lock();
   int previous_device = -1;
   if (cudaGetDevice(&previous_device) != cudaSuccess) previous_device = -1;
   cudaSetDevice(device_);
   // Let started work finish first (or fail, which aborts): ncclCommDestroy would wait for it
   // without a timeout.
-  if (comm_ != nullptr && !comm_aborted_ && !abort_requested_.load()) {
+  if (comm_ != nullptr && !calls_.backend_aborted() && !calls_.abort_requested()) {
     try {
       wait_stream("destroy");
     } catch (...) {
     }
   }
-  if (comm_ != nullptr && !comm_aborted_) {
-    if (abort_requested_.load()) {
+  if (comm_ != nullptr && !calls_.backend_aborted()) {
+    if (calls_.abort_requested()) {
       ncclCommAbort(comm_);
     } else {
       ncclCommDestroy(comm_);
@@ -207,52 +188,10 @@ NcclCommunicatorImpl::~NcclCommunicatorImpl() {
 // ---------------------------------------------------------------------------------------------
 // Failure handling
 
-void NcclCommunicatorImpl::request_abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(reason_mutex_);
-  if (!abort_requested_.load()) {
-    abort_reason_ = reason;
-    abort_requested_.store(true);
-  }
-}
-
-std::string NcclCommunicatorImpl::abort_reason() {
-  std::lock_guard<std::mutex> lock(reason_mutex_);
-  return abort_reason_;
-}
-
-void NcclCommunicatorImpl::abort_comm() {
-  if (comm_ != nullptr && !comm_aborted_) {
-    ncclCommAbort(comm_);  // makes this rank's kernels exit, frees the communicator
-    comm_aborted_ = true;
-  }
-}
-
-void NcclCommunicatorImpl::fail(const std::string& message) {
-  request_abort(message);
-  abort_comm();
-  throw Error(message);
-}
-
-void NcclCommunicatorImpl::abort(const std::string& reason) {
-  request_abort(reason);
-  // Idle: abort now. Busy: the call in progress polls abort_requested_ and aborts itself.
-  std::unique_lock<std::mutex> lock(op_mutex_, std::try_to_lock);
-  if (lock.owns_lock()) abort_comm();
-}
-
-std::unique_lock<std::mutex> NcclCommunicatorImpl::enter() {
-  std::unique_lock<std::mutex> lock(op_mutex_);
-  if (abort_requested_.load()) {
-    abort_comm();
-    throw Aborted(abort_reason());
-  }
-  return lock;
-}
-
 void NcclCommunicatorImpl::check_cuda(cudaError_t err, const char* call, const char* file,
                                       int line) {
   if (err == cudaSuccess) return;
-  fail(fmt::format("rank {}: {}", rank_, cuda::detail::cuda_failure(err, call, file, line)));
+  calls_.fail(fmt::format("rank {}: {}", rank_, cuda::detail::cuda_failure(err, call, file, line)));
 }
 
 void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, const char* file,
@@ -262,7 +201,7 @@ void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, con
     settle(call_name(call));
     return;
   }
-  fail(fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), nccl_cause(result),
+  calls_.fail(fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), nccl_cause(result),
                    source_location(file, line)));
 }
 
@@ -270,52 +209,32 @@ ncclResult_t NcclCommunicatorImpl::comm_state(const std::string& op) {
   ncclResult_t state = ncclSuccess;
   const ncclResult_t result = ncclCommGetAsyncError(comm_, &state);
   if (result != ncclSuccess) {
-    fail(fmt::format("rank {}: {}: ncclCommGetAsyncError: {}; communicator aborted", rank_, op,
-                     nccl_cause(result)));
+    calls_.fail(fmt::format("rank {}: {}: ncclCommGetAsyncError: {}; communicator aborted", rank_, op,
+                            nccl_cause(result)));
   }
   if (state != ncclSuccess && state != ncclInProgress) {
-    fail(fmt::format("rank {}: {}: NCCL async error {}; communicator aborted", rank_, op,
-                     nccl_cause(state)));
+    calls_.fail(fmt::format("rank {}: {}: NCCL async error {}; communicator aborted", rank_, op,
+                            nccl_cause(state)));
   }
-  if (abort_requested_.load()) {
-    abort_comm();
-    throw Aborted(abort_reason());
-  }
+  calls_.throw_if_aborted();
   return state;
 }
 
-void NcclCommunicatorImpl::back_off(const std::string& op, Clock::time_point start) {
-  const auto waited = Clock::now() - start;
-  if (waited >= timeout_) {
-    fail(fmt::format("rank {}: {}: no progress for {} s (a peer stopped answering); "
-                     "communicator aborted",
-                     rank_, op, seconds(timeout_)));
-  }
-  if (waited < std::chrono::milliseconds(10)) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-}
-
 void NcclCommunicatorImpl::wait_stream(const std::string& op) {
-  const Clock::time_point start = Clock::now();
-  for (;;) {
+  calls_.wait(op, [&] {
     const cudaError_t err = cudaStreamQuery(stream_);
-    if (err == cudaSuccess) return;
+    if (err == cudaSuccess) return true;
     if (err != cudaErrorNotReady) {
       cudaGetLastError();
-      fail(fmt::format("rank {}: {}: {}; communicator aborted", rank_, op,
-                       cudaGetErrorString(err)));
+      calls_.fail(fmt::format("rank {}: {}: {}; communicator aborted", rank_, op, cudaGetErrorString(err)));
     }
     comm_state(op);
-    back_off(op, start);
-  }
+    return false;
+  });
 }
 
 void NcclCommunicatorImpl::settle(const std::string& op) {
-  const Clock::time_point start = Clock::now();
-  while (comm_state(op) == ncclInProgress) back_off(op, start);
+  calls_.wait(op, [&] { return comm_state(op) != ncclInProgress; });
 }
 
 template <typename Enqueue>

@@ -115,6 +115,25 @@ TEST(SyncBatchNorm, FourRanksMatchPlainBatchNormOnTheConcatenatedBatch) {
   EXPECT_LT(max_rel_diff(grads, ref_grads), 1e-4);
 }
 
+// The exchange format the CPU and GPU models share: a rank's (mean, invstd, count) row, and the
+// rows of every rank combined back into sums. Values chosen so that float rounding is small.
+TEST(SyncBatchNorm, PackedRowsCombineIntoTheSumsOverEveryRank) {
+  const double sum_a[2] = {2.0, -1.0}, sumsq_a[2] = {3.0, 5.0};  // 4 values per channel
+  const double sum_b[2] = {6.0, 0.0}, sumsq_b[2] = {10.0, 2.0};  // 4 values per channel
+  std::vector<float> rows(2 * 5);
+  syncbn_pack_stats(sum_a, sumsq_a, 4.0, 2, rows.data());
+  syncbn_pack_stats(sum_b, sumsq_b, 4.0, 2, rows.data() + 5);
+  EXPECT_FLOAT_EQ(rows[0], 0.5f);                                       // mean of channel 0
+  EXPECT_FLOAT_EQ(rows[2], static_cast<float>(1.0 / std::sqrt(0.5 + 1e-5)));  // var 3/4 - 1/4
+  EXPECT_FLOAT_EQ(rows[4], 4.0f);                                       // count
+  double sum[2], sumsq[2];
+  EXPECT_DOUBLE_EQ(syncbn_combine_stats(rows.data(), 2, 2, sum, sumsq), 8.0);
+  EXPECT_NEAR(sum[0], 8.0, 1e-5);
+  EXPECT_NEAR(sum[1], -1.0, 1e-5);
+  EXPECT_NEAR(sumsq[0], 13.0, 1e-4);
+  EXPECT_NEAR(sumsq[1], 7.0, 1e-4);
+}
+
 TEST(SyncBatchNorm, PerRankStatisticsDifferFromTheFullBatch) {
   const Problem p = make_problem();
   std::vector<float> ref_logits, ref_grads, logits, grads;

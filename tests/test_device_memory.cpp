@@ -1,4 +1,5 @@
-// Tests of the per-rank GPU memory accounting (cuda/device_memory.hpp): the caching allocator
+// Tests of the per-rank GPU memory accounting (cuda/device_memory.hpp) on a device: the caching
+// allocator's policy has CPU tests (test_caching_allocator.cpp); these check that on a GPU it
 // charges the tracker exactly what the training holds (rounded sizes, per category, peaks),
 // reuses freed blocks, gives its cache back to the device, zeroes DeviceBuffers, and reports
 // out-of-memory as an Error that names the category. Without a usable GPU (or in a build without
@@ -43,16 +44,6 @@ class DeviceMemory : public ::testing::Test {
   std::int64_t total_memory_ = 0;
   MemoryTracker tracker_;
 };
-
-TEST(DeviceMemoryRounding, RoundsUpToMultiplesOf512Bytes) {
-  EXPECT_EQ(DeviceAllocator::round_size(0), 0u);
-  EXPECT_EQ(DeviceAllocator::round_size(1), 512u);
-  EXPECT_EQ(DeviceAllocator::round_size(511), 512u);
-  EXPECT_EQ(DeviceAllocator::round_size(512), 512u);
-  EXPECT_EQ(DeviceAllocator::round_size(513), 1024u);
-  EXPECT_EQ(DeviceAllocator::round_size(5000), 5120u);
-  EXPECT_EQ(DeviceAllocator::round_size(std::size_t{1} << 50), std::size_t{1} << 50);
-}
 
 // Where no device can be used, the allocator and the device view say why in words.
 TEST(DeviceMemoryWithoutGpu, AllocatorAndMemInfoThrowTheReason) {

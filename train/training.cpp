@@ -1,6 +1,7 @@
 #include "train/training.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -17,10 +18,19 @@
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "core/mpi_comm.hpp"
+#include "core/rendezvous.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "train/models.hpp"
 
 namespace dpbench {
+
+namespace {
+// "rank R: what", unless what already starts with "rank R:".
+std::string with_rank(int rank, const std::string& what) {
+  const std::string prefix = fmt::format("rank {}:", rank);
+  return what.rfind(prefix, 0) == 0 ? what : fmt::format("rank {}: {}", rank, what);
+}
+}  // namespace
 
 void run_mpi_process(const TrainConfig& config, std::vector<RankResult>& ranks,
                      const std::function<void(int rank)>& rank_main) {
@@ -30,19 +40,66 @@ void run_mpi_process(const TrainConfig& config, std::vector<RankResult>& ranks,
                                  config.world_size, MpiRuntime::size()));
   }
   const int rank = MpiRuntime::rank();
-  auto with_rank = [rank](const std::string& what) {
-    const std::string prefix = fmt::format("rank {}:", rank);
-    return what.rfind(prefix, 0) == 0 ? what : fmt::format("rank {}: {}", rank, what);
-  };
   try {
     rank_main(rank);
   } catch (const InputError& e) {
-    MpiRuntime::abort(2, "dpbench: error: " + with_rank(e.what()));
+    MpiRuntime::abort(2, "dpbench: error: " + with_rank(rank, e.what()));
   } catch (const std::exception& e) {
-    MpiRuntime::abort(1, "dpbench: failed: " + with_rank(e.what()));
+    MpiRuntime::abort(1, "dpbench: failed: " + with_rank(rank, e.what()));
   }
   const auto all = mpi_gather_strings(rank_to_json(ranks[static_cast<std::size_t>(rank)]).dump(), 0);
   for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
+}
+
+void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks,
+                     const std::function<std::string()>& rank0_payload,
+                     const std::function<void(const std::string& payload)>& rank_main) {
+  Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, config.world_size,
+                                              config.process_rank, config.timeout);
+  // Every process runs the same sequence of runs (one per mode), so the n-th run has one tag.
+  static std::atomic<int> runs{0};
+  run_rendezvous_rank(rendezvous, fmt::format("run {}", ++runs), ranks, rank0_payload, rank_main);
+}
+
+void run_rendezvous_rank(Rendezvous& rendezvous, const std::string& tag, std::vector<RankResult>& ranks,
+                         const std::function<std::string()>& rank0_payload,
+                         const std::function<void(const std::string& payload)>& rank_main) {
+  const int rank = rendezvous.rank();
+  try {
+    const std::string payload = rendezvous.broadcast(tag, rank == 0 ? rank0_payload() : std::string());
+    rank_main(payload);
+  } catch (const InputError& e) {
+    rendezvous.fail(with_rank(rank, e.what()));
+    throw InputError(with_rank(rank, e.what()));
+  } catch (const std::exception& e) {
+    const std::string mine = with_rank(rank, e.what());
+    rendezvous.fail(mine);
+    // Rank 0 is usually failing because another rank did: name that one first.
+    if (auto first = rendezvous.peer_failure(std::chrono::seconds(1))) {
+      throw Error(fmt::format("{} (and then {})", *first, mine));
+    }
+    throw Error(mine);
+  }
+  const auto all = rendezvous.gather(tag, rank_to_json(ranks[static_cast<std::size_t>(rank)]).dump());
+  for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
+}
+
+CommAbortRegistry::CommAbortRegistry(LocalGroup& group)
+    : group_(group), live_(static_cast<std::size_t>(group.world_size()), nullptr) {
+  group_.set_abort_hook([this](const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Communicator* c : live_) {
+      if (c != nullptr) c->abort(reason);
+    }
+  });
+}
+
+void CommAbortRegistry::set(int rank, Communicator* comm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_.at(static_cast<std::size_t>(rank)) = comm;
+  // A peer that failed before this rank registered has run the hook already (the group is
+  // marked aborted before the hook runs): abort this communicator here instead.
+  if (comm != nullptr && group_.aborted()) comm->abort(group_.abort_reason());
 }
 
 void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body) {

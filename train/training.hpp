@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <map>
 #include <optional>
 #include <memory>
@@ -153,6 +154,38 @@ class LocalGroup;
 void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main);
 void run_mpi_process(const TrainConfig& config, std::vector<RankResult>& ranks,
                      const std::function<void(int rank)>& rank_main);
+
+// The machinery of a device whose communicators live outside the launcher's LocalGroup (GPU
+// ranks as threads with NCCL communicators, cuda/cuda_context.cpp), written once here:
+//   run_env_process: one rank of a torchrun-style launch (config.master_addr set,
+//     config.process_rank this process's rank). Rank 0's rank0_payload() (an ncclUniqueId's
+//     bytes) reaches every rank through the process's rendezvous at MASTER_ADDR:MASTER_PORT
+//     (core/rendezvous.hpp; the n-th run of the process has tag "run n"), rank_main(payload)
+//     runs the rank, and every rank's record reaches rank 0's `ranks` the same way. A failing
+//     rank tells the others through the rendezvous, then rethrows with "rank R: " prepended
+//     (InputError stays InputError); rank 0 failing after another rank did names that one first.
+//   run_rendezvous_rank: the same on a given rendezvous and tag (what run_env_process calls).
+//   CommAbortRegistry: hooks into a LocalGroup so that aborting the group (a rank failed, a
+//     timeout) aborts every communicator registered with set(rank, comm); one registered after
+//     the group was aborted is aborted at once. set(rank, nullptr) before a communicator dies.
+class Rendezvous;
+void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks,
+                     const std::function<std::string()>& rank0_payload,
+                     const std::function<void(const std::string& payload)>& rank_main);
+void run_rendezvous_rank(Rendezvous& rendezvous, const std::string& tag, std::vector<RankResult>& ranks,
+                         const std::function<std::string()>& rank0_payload,
+                         const std::function<void(const std::string& payload)>& rank_main);
+class CommAbortRegistry {
+ public:
+  // The group must outlive the registry, and the registry every rank's use of the group.
+  explicit CommAbortRegistry(LocalGroup& group);
+  void set(int rank, Communicator* comm);
+
+ private:
+  LocalGroup& group_;
+  std::mutex mutex_;
+  std::vector<Communicator*> live_;  // by rank; guarded by mutex_
+};
 
 // A rank's record as JSON and back (for gathering records across processes).
 nlohmann::json rank_to_json(const RankResult& rank);

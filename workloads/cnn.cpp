@@ -11,10 +11,33 @@
 
 namespace dpbench {
 
-namespace {
-constexpr float kBnEps = 1e-5f;
-constexpr float kBnMomentum = 0.1f;
-}  // namespace
+void syncbn_pack_stats(const double* sum, const double* sumsq, double count, std::size_t K, float* row) {
+  for (std::size_t c = 0; c < K; ++c) {
+    const double mean = count > 0 ? sum[c] / count : 0.0;
+    const double var = count > 0 ? std::max(sumsq[c] / count - mean * mean, 0.0) : 0.0;
+    row[c] = static_cast<float>(mean);
+    row[K + c] = static_cast<float>(1.0 / std::sqrt(var + Cnn::kBnEps));
+  }
+  row[2 * K] = static_cast<float>(count);
+}
+
+double syncbn_combine_stats(const float* rows, std::size_t p, std::size_t K, double* sum, double* sumsq) {
+  std::fill(sum, sum + K, 0.0);
+  std::fill(sumsq, sumsq + K, 0.0);
+  double count = 0;
+  for (std::size_t r = 0; r < p; ++r) {
+    const float* rank = rows + r * (2 * K + 1);
+    const double nr = rank[2 * K];
+    for (std::size_t c = 0; c < K; ++c) {
+      const double mean = rank[c], invstd = rank[K + c];
+      const double var = nr > 0 ? 1.0 / (invstd * invstd) - Cnn::kBnEps : 0.0;
+      sum[c] += nr * mean;
+      sumsq[c] += nr * (var + mean * mean);
+    }
+    count += nr;
+  }
+  return count;
+}
 
 Cnn::Cnn(SampleShape shape, std::size_t c1, std::size_t c2, std::size_t hidden, std::size_t classes)
     : shape_(shape), c1_(c1), c2_(c2), hidden_(hidden), classes_(classes) {
@@ -117,28 +140,9 @@ void Cnn::block_forward(Block& b, const float* params, const float* x, std::size
       // SyncBatchNorm forward: all-gather each rank's (mean, invstd, count), then combine.
       const auto p = static_cast<std::size_t>(sync_->world_size());
       std::vector<float> mine(2 * K + 1), all(p * (2 * K + 1));
-      for (std::size_t c = 0; c < K; ++c) {
-        const double mean = count > 0 ? sum[c] / count : 0.0;
-        const double var = count > 0 ? std::max(sumsq[c] / count - mean * mean, 0.0) : 0.0;
-        mine[c] = static_cast<float>(mean);
-        mine[K + c] = static_cast<float>(1.0 / std::sqrt(var + kBnEps));
-      }
-      mine[2 * K] = static_cast<float>(count);
+      syncbn_pack_stats(sum.data(), sumsq.data(), count, K, mine.data());
       sync_->allgather(mine.data(), all.data(), mine.size());
-      std::fill(sum.begin(), sum.end(), 0.0);
-      std::fill(sumsq.begin(), sumsq.end(), 0.0);
-      count = 0;
-      for (std::size_t r = 0; r < p; ++r) {
-        const float* rank = all.data() + r * (2 * K + 1);
-        const double nr = rank[2 * K];
-        for (std::size_t c = 0; c < K; ++c) {
-          const double mean = rank[c], invstd = rank[K + c];
-          const double var = nr > 0 ? 1.0 / (invstd * invstd) - kBnEps : 0.0;
-          sum[c] += nr * mean;
-          sumsq[c] += nr * (var + mean * mean);
-        }
-        count += nr;
-      }
+      count = syncbn_combine_stats(all.data(), p, K, sum.data(), sumsq.data());
     }
     b.count = count;
     cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), count, K, kBnEps, kBnMomentum, b.mean.data(),

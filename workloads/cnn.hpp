@@ -17,6 +17,18 @@ namespace dpbench {
 
 class Cnn final : public Model {
  public:
+  // BatchNorm's epsilon and running-statistics momentum (nn.BatchNorm2d's defaults).
+  static constexpr float kBnEps = 1e-5f;
+  static constexpr float kBnMomentum = 0.1f;
+  // Where one conv -> BN -> ReLU -> pool block's parameters and buffers are: its conv shape (N
+  // is set per call), the indices of conv.weight, bn.weight and bn.bias in params(), and the
+  // offset of bn.running_mean in buffers() (running_var follows, [K] each).
+  struct BlockLayout {
+    cpu::ConvShape conv{};
+    std::size_t w = 0, gamma = 0, beta = 0;
+    std::size_t running = 0;
+  };
+
   // shape: C x H x W with H and W divisible by 4; c1, c2 conv channels; hidden fc width. Throws
   // InputError otherwise.
   Cnn(SampleShape shape, std::size_t c1, std::size_t c2, std::size_t hidden, std::size_t classes);
@@ -40,12 +52,12 @@ class Cnn final : public Model {
   void set_training(bool training) override { training_ = training; }
   void set_batchnorm_sync(BatchNormSync* sync) override { sync_ = sync; }
 
+  // Block 0 (conv1, bn1) or 1 (conv2, bn2).
+  const BlockLayout& block_layout(int i) const { return i == 0 ? b1_ : b2_; }
+
  private:
-  // One conv -> BN -> ReLU -> pool block's shapes and saved state.
-  struct Block {
-    cpu::ConvShape conv;          // N is set per call
-    std::size_t w, gamma, beta;   // parameter view indices
-    std::size_t running;          // offset of running_mean in buffers_ (running_var follows)
+  // One conv -> BN -> ReLU -> pool block's layout and saved state.
+  struct Block : BlockLayout {
     TrackedBuffer<float> z, y;    // conv output, BN+ReLU output [N, K, P, Q]
     TrackedBuffer<float> pooled;  // [N, K, P/2, Q/2]
     TrackedBuffer<std::int32_t> argmax;
@@ -69,6 +81,13 @@ class Cnn final : public Model {
   TrackedBuffer<float> col_, h_;                    // im2col workspace; fc1 output [N, hidden]
   TrackedBuffer<float> dh_, dflat_, dy_, dz_, dpool1_;  // backward scratch
 };
+
+// SyncBatchNorm forward's exchange (PyTorch torch/nn/modules/_functions.py), shared by the CPU
+// and GPU models. pack: this rank's per-channel sum and sumsq [K] over `count` values -> row
+// [2K + 1] floats (mean [K], invstd [K], count). combine: every rank's row, all-gathered into
+// rows [p, 2K + 1] -> the sum and sumsq [K] over all ranks; returns the total count.
+void syncbn_pack_stats(const double* sum, const double* sumsq, double count, std::size_t K, float* row);
+double syncbn_combine_stats(const float* rows, std::size_t p, std::size_t K, double* sum, double* sumsq);
 
 // The cnn workload for make_model: channels {c1, c2}, hidden {h, ...} (first value used).
 std::unique_ptr<Model> make_cnn(const std::vector<int>& channels, const std::vector<int>& hidden,
