@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "workloads/distributed_sampler.hpp"
+#include "train/progress.hpp"
 #include "train/rank_context.hpp"
 
 namespace dpbench {
@@ -112,6 +113,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
     }
 
     std::vector<long> steps_in_epoch(static_cast<std::size_t>(cfg.epochs), 0);
+    ProgressMeter progress(cfg, total, cfg.global_batch);  // the reducer's loss covers the whole batch
     const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
     CommStats timed_start = comm.stats();
     long step = 0;
@@ -214,6 +216,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         rec.phases.comm_exposed = rec.phases.comm;  // every transfer blocks this step
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
         ++steps_in_epoch[static_cast<std::size_t>(epoch)];
+        progress.step_done(ctx, epoch, step);
       }
     }
     const CommStats end = comm.stats();

@@ -277,3 +277,44 @@ TEST(Config, BadValuesAreInputErrors) {
 
 }  // namespace
 }  // namespace dpbench
+
+namespace dpbench {
+namespace {
+
+// Rank 0's progress reports: with a long interval, one report after the last step whose loss is
+// the mean over every step, which at one rank is the epoch's training loss; with no interval,
+// one report per step, in order.
+TEST(Progress, ReportsCarryStepsLossAndThroughput) {
+  const auto data = small_dataset();
+  const TrainData td{data.get(), nullptr};
+  for (const std::string mode : {"ps", "allreduce", "sharded_ps"}) {
+    std::vector<Progress> reports;
+    TrainConfig c = small_config(mode, 1, 64);
+    c.progress = [&reports](const Progress& p) { reports.push_back(p); };
+    c.progress_interval_s = 1e9;
+    const RunResult r = mode == "ps" ? train_parameter_server(c, td)
+                        : mode == "allreduce" ? train_allreduce(c, td) : train_sharded_ps(c, td);
+    ASSERT_EQ(reports.size(), 1u) << mode;
+    EXPECT_EQ(reports[0].step, 20);
+    EXPECT_EQ(reports[0].total_steps, 20);
+    EXPECT_EQ(reports[0].eta_s, 0.0);
+    EXPECT_GT(reports[0].samples_per_s, 0.0);
+    EXPECT_NEAR(reports[0].loss, r.final_train_loss, 1e-6) << mode;
+
+    reports.clear();
+    c.progress_interval_s = 0;
+    c.world_size = 2;
+    if (mode == "ps") {
+      train_parameter_server(c, td);
+    } else if (mode == "allreduce") {
+      train_allreduce(c, td);
+    } else {
+      train_sharded_ps(c, td);
+    }
+    ASSERT_EQ(reports.size(), 20u) << mode;  // rank 0 only
+    for (std::size_t i = 0; i < reports.size(); ++i) EXPECT_EQ(reports[i].step, static_cast<long>(i) + 1);
+  }
+}
+
+}  // namespace
+}  // namespace dpbench

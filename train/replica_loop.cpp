@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "train/batchnorm_sync.hpp"
+#include "train/progress.hpp"
 
 namespace dpbench {
 
@@ -107,6 +108,7 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
     std::size_t offset_in_batch = 0;  // uneven split: this rank's slice of every global batch
     for (int r = 0; r < rank; ++r) offset_in_batch += batches[static_cast<std::size_t>(r)];
     const float grad_scale = 1.0f / static_cast<float>(cfg.global_batch);
+    ProgressMeter progress(cfg, total, local_batch);
     CommStats timed_start = comm.stats();
     long step = 0;
     for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
@@ -155,6 +157,7 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
                           timer->seconds(sync->overlaps_backward() ? first_ready : backward_end, joined) + pulled;
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
         if (rank == 0) ++steps_in_epoch[static_cast<std::size_t>(epoch)];
+        progress.step_done(ctx, epoch, step);
       }
     }
     const CommStats end = comm.stats();

@@ -25,6 +25,18 @@
 
 namespace dpbench {
 
+// What rank 0 says about a run while it trains (`dpbench run`'s progress line).
+struct Progress {
+  int epoch = 0;             // 0-based epoch of the last step
+  int epochs = 0;
+  long step = 0;             // steps done
+  long total_steps = 0;
+  double loss = 0;           // mean training loss of rank 0's samples since the previous report
+  double samples_per_s = 0;  // global samples per second since the previous report
+  double eta_s = 0;          // seconds left at that rate
+};
+using ProgressFn = std::function<void(const Progress&)>;
+
 struct TrainConfig {
   std::string workload = "mlp";
   std::string mode = "allreduce";     // a registered strategy: "ps", "sharded_ps" or "allreduce"
@@ -54,6 +66,8 @@ struct TrainConfig {
   DataLoaderOptions loader;
   bool evaluate = true;            // measure test accuracy after training
   bool keep_final_params = false;  // copy rank 0's parameters into RunResult (tests)
+  ProgressFn progress;             // called on rank 0 every progress_interval_s and after the last step
+  double progress_interval_s = 0.5;
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   // nccl with one rank per process started by the caller rather than mpirun (a test harness or
   // a launcher that shares the ncclUniqueId itself, e.g. two processes on one GPU with distinct

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <fstream>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "bench/app/harness.hpp"
@@ -163,8 +165,24 @@ int run_command(const RunOptions& o) {
       fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {} ...\n", cfg.workload,
                  data.train->name(), cfg.world_size, cfg.device, launch.launcher, mode);
     }
+    const bool terminal = isatty(STDERR_FILENO) != 0;
+    if (!quiet) {
+      // One line updated in place on a terminal; a plain line every 10 s otherwise (logs).
+      cfg.progress_interval_s = terminal ? 0.5 : 10.0;
+      cfg.progress = [terminal, mode](const Progress& p) {
+        const std::string line =
+            fmt::format("dpbench: {} epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s ETA {:.0f} s", mode,
+                        p.epoch + 1, p.epochs, p.step, p.total_steps, p.loss, p.samples_per_s, p.eta_s);
+        if (terminal) {
+          fmt::print(stderr, "\r{}\x1b[K", line);
+        } else {
+          fmt::print(stderr, "{}\n", line);
+        }
+      };
+    }
     const auto t0 = std::chrono::steady_clock::now();
     RunResult r = execute_point(cfg, data, device);
+    if (!quiet && terminal) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
     if (!quiet) {
       const std::string accuracy =
           r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy) : "";
