@@ -1,7 +1,10 @@
 #include "core/rendezvous.hpp"
 
 #include <array>
+#include <charconv>
+#include <cstdint>
 #include <functional>
+#include <string_view>
 #include <map>
 #include <mutex>
 
@@ -22,31 +25,65 @@ using Clock = std::chrono::steady_clock;
 // a failure report): the process may exit right after.
 constexpr int kLingerMs = 2000;
 
-// One message from another rank to rank 0: frames op, tag, rank, world_size, payload.
-struct Message {
-  std::string identity;  // ZeroMQ routing id of the sender (rank 0's side)
-  std::string op;        // "join", "result", "failed"
-  std::string tag;
-  int rank = -1;
-  int world_size = 0;
-  std::string payload;
-};
+// Rank 0 refuses a single message larger than this (ZMQ_MAXMSGSIZE: the sender is disconnected),
+// so that a stray sender cannot make it allocate without bound. Far above a rank's result record.
+constexpr std::int64_t kMaxMessageBytes = std::int64_t{256} << 20;
+
+// Dropped messages rank 0 warns about one by one; later ones are counted only.
+constexpr int kMaxDropWarnings = 10;
 
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-int parse_int(const std::string& s) {
-  try {
-    std::size_t used = 0;
-    const int v = std::stoi(s, &used);
-    return used == s.size() ? v : -1;
-  } catch (const std::exception&) {
-    return -1;
+// The decimal integer `s` is, or -1 when it is not one (signs, spaces and overflow included).
+int parse_int(std::string_view s) {
+  int v = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && end == s.data() + s.size() && !s.empty() ? v : -1;
+}
+
+// `s` quoted for a one-line message: at most 32 bytes, bytes outside printable ASCII as \xNN.
+std::string printable(std::string_view s) {
+  constexpr std::size_t kMax = 32;
+  std::string out = "'";
+  for (std::size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    out += (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') ? std::string(1, static_cast<char>(c))
+                                                            : fmt::format("\\x{:02x}", c);
   }
+  return out + (s.size() > kMax ? fmt::format("'... ({} bytes)", s.size()) : "'");
 }
 
 }  // namespace
+
+std::optional<RendezvousMessage> decode_rendezvous_message(const std::vector<std::string>& frames, int world_size,
+                                                           std::string* why_dropped) {
+  auto drop = [&](std::string why) -> std::optional<RendezvousMessage> {
+    if (why_dropped != nullptr) *why_dropped = std::move(why);
+    return std::nullopt;
+  };
+  // frames[0] is the routing id ZeroMQ adds; a sender gives op, tag, rank, world_size, payload.
+  if (frames.size() != 6) {
+    return drop(fmt::format("{} frames, not 6 (routing id, op, tag, rank, world size, payload)", frames.size()));
+  }
+  const std::string& op = frames[1];
+  if (op != "join" && op != "result" && op != "failed") return drop("unknown op " + printable(op));
+  const int rank = parse_int(frames[3]);
+  const int size = parse_int(frames[4]);
+  if (rank < 0 || size < 1) {
+    return drop(fmt::format("RANK={} WORLD_SIZE={}: not numbers", printable(frames[3]), printable(frames[4])));
+  }
+  if (size != world_size) {
+    return drop(fmt::format("a process joined as RANK={} with WORLD_SIZE={}, but this job has WORLD_SIZE={}",
+                            rank, size, world_size));
+  }
+  if (rank < 1 || rank >= world_size) {
+    return drop(fmt::format("RANK={} is out of range for WORLD_SIZE={} (ranks 1..{} connect to rank 0)", rank,
+                            world_size, world_size - 1));
+  }
+  return RendezvousMessage{frames[0], op, frames[2], rank, size, frames[5]};
+}
 
 struct Rendezvous::State {
   std::string addr;
@@ -58,18 +95,34 @@ struct Rendezvous::State {
   zmq::socket_t socket;
   // rank 0: messages read while waiting for others (a rank already at the next run), the routing
   // id of every rank heard from, and the failures reported.
-  std::vector<Message> stash;
+  std::vector<RendezvousMessage> stash;
   std::map<int, std::string> identities;
   std::vector<std::string> failures;
+  int dropped = 0;          // messages that were not this job's ...
+  std::string first_drop;   // ... and why the first one was dropped
   std::mutex mutex;  // fail() may come from another thread than the exchanges
 
   std::string where() const { return fmt::format("{}:{}", addr, port); }
 
+  // rank 0: warns (the first kMaxDropWarnings times) that a message was dropped, and why.
+  void drop(const std::string& why) {
+    if (dropped == 0) first_drop = why;
+    ++dropped;
+    if (dropped <= kMaxDropWarnings) {
+      fmt::print(stderr, "dpbench: warning: rendezvous on {}: dropped a message that is not this job's: {}{}\n",
+                 where(), why, dropped == kMaxDropWarnings ? " (further ones are not shown)" : "");
+    }
+  }
+
   // rank 0: the next message, from the stash or the socket, until `deadline`; nullopt on timeout.
-  std::optional<Message> next(Clock::time_point deadline, const std::function<bool(const Message&)>& wanted) {
+  // Messages that are not this job's are dropped with a warning (drop()); a stashed message is
+  // the one a rank sent before waiting for rank 0's answer, so a second one for the same rank
+  // means two processes use that rank: Error.
+  std::optional<RendezvousMessage> next(Clock::time_point deadline,
+                                        const std::function<bool(const RendezvousMessage&)>& wanted) {
     for (auto it = stash.begin(); it != stash.end(); ++it) {
       if (wanted(*it)) {
-        Message m = std::move(*it);
+        RendezvousMessage m = std::move(*it);
         stash.erase(it);
         return m;
       }
@@ -82,55 +135,58 @@ struct Rendezvous::State {
       if ((item.revents & ZMQ_POLLIN) == 0) continue;
       std::vector<zmq::message_t> frames;
       if (!zmq::recv_multipart(socket, std::back_inserter(frames), zmq::recv_flags::dontwait)) continue;
-      if (frames.size() != 6) continue;  // not one of ours: ignore
-      Message m;
-      m.identity = frames[0].to_string();
-      m.op = frames[1].to_string();
-      m.tag = frames[2].to_string();
-      m.rank = parse_int(frames[3].to_string());
-      m.world_size = parse_int(frames[4].to_string());
-      m.payload = frames[5].to_string();
-      if (m.rank < 1 || m.rank >= world_size || m.world_size != world_size) {
-        throw Error(fmt::format("rendezvous on {}: a process joined as RANK={} with WORLD_SIZE={}, but this "
-                                "job has WORLD_SIZE={} (ranks 1..{} connect to rank 0)",
-                                where(), frames[3].to_string(), frames[4].to_string(), world_size,
-                                world_size - 1));
+      std::vector<std::string> strings;
+      for (const auto& f : frames) strings.push_back(f.to_string());
+      std::string why;
+      std::optional<RendezvousMessage> decoded = decode_rendezvous_message(strings, world_size, &why);
+      if (!decoded) {
+        drop(why);
+        continue;
       }
+      RendezvousMessage& m = *decoded;
       identities[m.rank] = m.identity;
       if (m.op == "failed") {
         failures.push_back(fmt::format("rank {} failed: {}", m.rank, m.payload));
         throw Error(failures.back());
       }
-      if (wanted(m)) return m;
+      if (wanted(m)) return std::move(m);
+      for (const RendezvousMessage& held : stash) {
+        if (held.rank == m.rank) throw Error(two_processes(m.rank));
+      }
       stash.push_back(std::move(m));
     }
   }
 
+  std::string two_processes(int r) const {
+    return fmt::format("rendezvous on {}: two processes joined as RANK={}", where(), r);
+  }
+
   // rank 0: one message of `op` under `tag` from every other rank, in rank order.
-  std::vector<Message> collect(const std::string& op, const std::string& tag) {
+  std::vector<RendezvousMessage> collect(const std::string& op, const std::string& tag) {
     if (!failures.empty()) throw Error(failures.front());
-    std::vector<std::optional<Message>> got(static_cast<std::size_t>(world_size));
+    std::vector<std::optional<RendezvousMessage>> got(static_cast<std::size_t>(world_size));
     const auto deadline = Clock::now() + timeout;
     int missing = world_size - 1;
     while (missing > 0) {
-      auto m = next(deadline, [&](const Message& x) { return x.op == op && x.tag == tag; });
+      auto m = next(deadline, [&](const RendezvousMessage& x) { return x.op == op && x.tag == tag; });
       if (!m) {
         std::vector<int> absent;
         for (int r = 1; r < world_size; ++r) {
           if (!got[static_cast<std::size_t>(r)]) absent.push_back(r);
         }
-        throw Error(fmt::format("rendezvous on {}: rank{} {} did not {} within {} s", where(),
+        const std::string drops =
+            dropped == 0 ? "" : fmt::format("; {} message{} dropped meanwhile, the first: {}", dropped,
+                                            dropped == 1 ? "" : "s", first_drop);
+        throw Error(fmt::format("rendezvous on {}: rank{} {} did not {} within {} s{}", where(),
                                 absent.size() == 1 ? "" : "s", fmt::join(absent, ", "),
-                                op == "join" ? "join" : "send its result", timeout.count() / 1000.0));
+                                op == "join" ? "join" : "send its result", timeout.count() / 1000.0, drops));
       }
       auto& slot = got[static_cast<std::size_t>(m->rank)];
-      if (slot) {
-        throw Error(fmt::format("rendezvous on {}: two processes joined as RANK={}", where(), m->rank));
-      }
+      if (slot) throw Error(two_processes(m->rank));
       slot = std::move(m);
       --missing;
     }
-    std::vector<Message> out;
+    std::vector<RendezvousMessage> out;
     for (int r = 1; r < world_size; ++r) out.push_back(std::move(*got[static_cast<std::size_t>(r)]));
     return out;
   }
@@ -195,6 +251,7 @@ Rendezvous::Rendezvous(std::string master_addr, int master_port, int world_size,
     s.socket.set(zmq::sockopt::linger, kLingerMs);
     if (rank == 0) {
       s.socket.set(zmq::sockopt::router_mandatory, 1);
+      s.socket.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
       const std::string host = !is_loopback(s.addr) ? "*" : (s.addr == "localhost" ? "127.0.0.1" : s.addr);
       s.socket.bind(fmt::format("tcp://{}:{}", host, master_port == 0 ? "*" : std::to_string(master_port)));
       const std::string endpoint = s.socket.get(zmq::sockopt::last_endpoint);
@@ -222,7 +279,7 @@ std::string Rendezvous::broadcast(const std::string& tag, const std::string& byt
       s.send("join", tag, "");
       return s.await("data", tag);
     }
-    for (const Message& m : s.collect("join", tag)) s.reply(m.identity, "data", tag, bytes);
+    for (const RendezvousMessage& m : s.collect("join", tag)) s.reply(m.identity, "data", tag, bytes);
     return bytes;
   } catch (const zmq::error_t& e) {
     throw Error(fmt::format("rendezvous on {}: {}", s.where(), e.what()));
@@ -239,7 +296,7 @@ std::vector<std::string> Rendezvous::gather(const std::string& tag, const std::s
       return {};
     }
     std::vector<std::string> all{mine};
-    for (Message& m : s.collect("result", tag)) {
+    for (RendezvousMessage& m : s.collect("result", tag)) {
       s.reply(m.identity, "ack", tag, "");
       all.push_back(std::move(m.payload));
     }
@@ -275,7 +332,7 @@ std::optional<std::string> Rendezvous::peer_failure(std::chrono::milliseconds wa
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.failures.empty()) return s.failures.front();
   try {
-    s.next(Clock::now() + wait, [](const Message&) { return false; });
+    s.next(Clock::now() + wait, [](const RendezvousMessage&) { return false; });
   } catch (const Error&) {
     // a failure report (recorded) or a stray process
   } catch (const zmq::error_t&) {

@@ -6,6 +6,8 @@
 // and every rank's result record to rank 0 at the end. Transport: ZeroMQ (a ROUTER socket on rank
 // 0, a DEALER socket on each other rank); connecting before rank 0 listens is fine, ZeroMQ retries.
 // Messages carry a tag, so one rendezvous serves the successive runs of a job (one per mode).
+// Anything on the network can reach MASTER_PORT: rank 0 drops a message that is not one of this
+// job's (malformed, another world size, a rank out of range) with a one-line warning on stderr.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,25 @@
 #include <vector>
 
 namespace dpbench {
+
+// One message from another rank to rank 0, as decoded by decode_rendezvous_message.
+struct RendezvousMessage {
+  std::string identity;  // ZeroMQ routing id of the sender
+  std::string op;        // "join", "result" or "failed"
+  std::string tag;       // the run it belongs to ("run 1", ...)
+  int rank = -1;         // the sender's RANK, in [1, world_size)
+  int world_size = 0;    // the sender's WORLD_SIZE, equal to this job's
+  std::string payload;   // "result": the rank's record; "failed": the reason; "join": empty
+};
+
+// Decodes the frames rank 0's socket received from one sender: routing id, op, tag, rank,
+// world_size, payload (rank and world_size as decimal text). Returns the message when it is one of
+// a job of `world_size` ranks; otherwise nullopt, with *why_dropped (when not null) set to one
+// printable line saying why (frame count, unknown op, a rank or world size that is not a number,
+// another job's world size, a rank out of range; sender bytes escaped and shortened). Never throws
+// on any bytes (fuzz/rendezvous_message.cpp checks that), only std::bad_alloc.
+std::optional<RendezvousMessage> decode_rendezvous_message(const std::vector<std::string>& frames, int world_size,
+                                                           std::string* why_dropped);
 
 class Rendezvous {
  public:
@@ -35,8 +56,9 @@ class Rendezvous {
 
   // Rank 0's `bytes` to every rank; rank 0 returns once every other rank has joined under `tag`
   // and was sent them, the others once they have them. Throws Error naming the ranks that did not
-  // join in time (rank 0), that rank 0 did not answer in time (others), a rank that joined twice
-  // or with another world size, and a peer's failure reported through fail().
+  // join in time (rank 0; with the first message it dropped meanwhile, such as a process with
+  // another world size), that rank 0 did not answer in time (others), two processes with one
+  // rank, and a peer's failure reported through fail().
   std::string broadcast(const std::string& tag, const std::string& bytes);
 
   // Every rank's `mine`, in rank order, on rank 0 (the others get an empty vector and return once

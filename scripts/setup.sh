@@ -4,6 +4,7 @@
 # Used by the README quick start and by .ci/run. OpenMPI is installed for the `mpi` backend (the
 # build still works without it); CUDA and NCCL stay optional.
 #   --test   also what only the tests need (Chromium, to render the HTML report headless)
+#   --fuzz   also clang-14 and its libFuzzer runtime (scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(
@@ -15,9 +16,8 @@ packages=(
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )
-if [ "${1:-}" = "--test" ]; then
-  packages+=(chromium)
-fi
+case " $* " in *" --test "*) packages+=(chromium) ;; esac
+case " $* " in *" --fuzz "*) packages+=(clang-14 libclang-rt-14-dev) ;; esac
 
 missing=()
 for p in "${packages[@]}"; do

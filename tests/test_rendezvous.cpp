@@ -10,6 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
 #include "core/error.hpp"
 #include "core/launch.hpp"
 #include "core/rendezvous.hpp"
@@ -139,15 +147,94 @@ TEST(Rendezvous, APeerWithoutRankZeroTimesOutNamingMasterAddr) {
       << e;
 }
 
+// A process of another world size is not this job's: its message is dropped (with a warning), and
+// the rank it should have been is named with it when the wait ends.
 TEST(Rendezvous, AWorldSizeMismatchIsNamed) {
-  Rendezvous root(kHost, 0, 2, 0, 5s);
+  Rendezvous root(kHost, 0, 2, 0, 1500ms);
   auto peer = std::async(std::launch::async, [port = root.port()] {
     Rendezvous rv(kHost, port, 3, 1, 2s);
     return error_of([&] { rv.broadcast("run 1", ""); });
   });
   const std::string e = error_of([&] { root.broadcast("run 1", "x"); });
-  EXPECT_NE(e.find("RANK=1 with WORLD_SIZE=3, but this job has WORLD_SIZE=2"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 1 did not join within 1.5 s; 1 message dropped meanwhile, the first: a process joined "
+                   "as RANK=1 with WORLD_SIZE=3, but this job has WORLD_SIZE=2"),
+            std::string::npos)
+      << e;
   peer.get();
+}
+
+// Anything on the network can reach MASTER_PORT: bytes that are not ZeroMQ, malformed messages and
+// another job's are dropped with one warning line each, and the job's own run completes.
+TEST(Rendezvous, MalformedAndForeignMessagesAreDroppedAndTheRunCompletes) {
+  constexpr int p = 2;
+  Rendezvous root(kHost, 0, p, 0, 20s);
+  // Not ZeroMQ at all: an HTTP request on a plain TCP connection.
+  const int raw = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(raw, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(root.port()));
+  inet_pton(AF_INET, kHost, &addr.sin_addr);
+  ASSERT_EQ(connect(raw, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  const std::string http = "GET / HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(raw, http.data(), http.size()), static_cast<ssize_t>(http.size()));
+  // ZeroMQ messages that are not this job's: too few frames, an unknown op, a rank that is not a
+  // number, another job's world size, a rank out of range.
+  zmq::context_t context;
+  zmq::socket_t stray(context, zmq::socket_type::dealer);
+  stray.set(zmq::sockopt::linger, 0);
+  stray.connect("tcp://" + std::string(kHost) + ":" + std::to_string(root.port()));
+  const std::vector<std::vector<std::string>> strays = {{"garbage", std::string("\xff\0", 2)},
+                                                        {"steal", "run 1", "1", "2", ""},
+                                                        {"join", "run 1", "one", "2", ""},
+                                                        {"join", "run 1", "1", "5", ""},
+                                                        {"result", "run 1", "7", "2", "{}"}};
+  for (const auto& frames : strays) {
+    std::vector<zmq::const_buffer> buffers;
+    for (const auto& f : frames) buffers.push_back(zmq::buffer(f));
+    ASSERT_TRUE(zmq::send_multipart(stray, buffers));
+  }
+  testing::internal::CaptureStderr();
+  auto peers = start_peers(p, root.port(), [&](Rendezvous& rv) {
+    std::this_thread::sleep_for(500ms);  // the strays arrive first
+    EXPECT_EQ(rv.broadcast("run 1", ""), "bytes of rank 0");
+    rv.gather("run 1", "record of rank 1");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(root.broadcast("run 1", "bytes of rank 0"), "bytes of rank 0");
+  const auto all = root.gather("run 1", "record of rank 0");
+  for (auto& f : peers) f.get();
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  close(raw);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_EQ(all, (std::vector<std::string>{"record of rank 0", "record of rank 1"}));
+  std::size_t lines = 0;
+  for (std::size_t at = warnings.find("dropped a message that is not this job's"); at != std::string::npos;
+       at = warnings.find("dropped a message that is not this job's", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, strays.size()) << warnings;
+  EXPECT_NE(warnings.find("3 frames, not 6"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("unknown op 'steal'"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("RANK='one' WORLD_SIZE='2': not numbers"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("RANK=1 with WORLD_SIZE=5, but this job has WORLD_SIZE=2"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("RANK=7 is out of range for WORLD_SIZE=2"), std::string::npos) << warnings;
+}
+
+// The decoder alone (what fuzz/rendezvous_message.cpp fuzzes): sender bytes in the reason are
+// escaped and shortened, so the warning stays one printable line.
+TEST(Rendezvous, DecoderEscapesWhatItDrops) {
+  std::string why;
+  const std::vector<std::string> ok = {"id", "join", "run 1", "2", "3", ""};
+  const auto m = decode_rendezvous_message(ok, 3, &why);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->rank, 2);
+  EXPECT_EQ(m->tag, "run 1");
+  EXPECT_FALSE(decode_rendezvous_message({"id", std::string("a\nb\0", 4) + std::string(100, 'z'), "", "1", "3", ""},
+                                         3, &why));
+  EXPECT_EQ(why, "unknown op 'a\\x0ab\\x00zzzzzzzzzzzzzzzzzzzzzzzzzzzz'... (104 bytes)");
+  EXPECT_FALSE(decode_rendezvous_message({"id", "join", "run 1", "+2", "3", ""}, 3, &why));
+  EXPECT_EQ(why, "RANK='+2' WORLD_SIZE='3': not numbers");
 }
 
 TEST(Rendezvous, TwoProcessesWithOneRankAreRefused) {

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <exception>
@@ -326,7 +327,13 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   }
   if (!config.rank_batches.empty()) {
     const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
-    const std::size_t sum = std::accumulate(config.rank_batches.begin(), config.rank_batches.end(), std::size_t{0});
+    std::size_t sum = 0;  // checked: entries near 2^64 must not wrap around to the global batch
+    for (std::size_t b : config.rank_batches) {
+      if (b > std::numeric_limits<std::size_t>::max() - sum) {
+        throw InputError(fmt::format("--rank-batch {}: sums to more than 2^64", list));
+      }
+      sum += b;
+    }
     if (config.rank_batches.size() != static_cast<std::size_t>(config.world_size)) {
       throw InputError(fmt::format("--rank-batch {}: {} entries for --ranks {}", list,
                                    config.rank_batches.size(), config.world_size));

@@ -8,11 +8,14 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <istream>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -47,20 +50,19 @@ constexpr std::size_t kInChunk = std::size_t{1} << 18;
 // Payload bytes made resident per inflate call while filling the final buffer.
 constexpr std::size_t kOutChunk = std::size_t{1} << 22;
 
-// Streams the decompressed bytes of a gzip file through a kInChunk input buffer; never
-// inflates more than the caller asks for. Accepts concatenated gzip members as gzip(1) does.
+// Streams the decompressed bytes of a gzip file (or of gzip bytes in memory) through a kInChunk
+// input buffer; never inflates more than the caller asks for. Accepts concatenated gzip members
+// as gzip(1) does.
 class GzStream {
  public:
-  // Opens `path` (an existing regular file). Throws InputError naming it: cannot open, read
-  // error, not gzip (no magic 1f 8b).
-  explicit GzStream(const std::string& path)
-      : path_(path), file_(std::fopen(path.c_str(), "rb"), &std::fclose), in_(kInChunk) {
-    if (file_ == nullptr) throw InputError(fmt::format("{}: cannot open file", path));
+  // Reads from `in` (a file opened in binary mode, or bytes in memory), `size` bytes long; `path`
+  // names it in errors. Throws InputError naming it: cannot open (`in` failed), read error, not
+  // gzip (no magic 1f 8b).
+  GzStream(std::unique_ptr<std::istream> in, const std::string& path, std::uintmax_t size)
+      : path_(path), file_(std::move(in)), in_(kInChunk) {
+    if (!*file_) throw InputError(fmt::format("{}: cannot open file", path));
     if (!refill() || strm_.avail_in < 2 || in_[0] != 0x1f || in_[1] != 0x8b) {
-      std::error_code ec;
-      const std::uintmax_t size = std::filesystem::file_size(path, ec);
-      throw InputError(fmt::format("{}: not a gzip file ({} bytes, no gzip magic 1f 8b)", path,
-                                   ec ? 0 : size));
+      throw InputError(fmt::format("{}: not a gzip file ({} bytes, no gzip magic 1f 8b)", path, size));
     }
     if (inflateInit2(&strm_, 16 + MAX_WBITS) != Z_OK) {
       throw Error(fmt::format("{}: zlib inflateInit2 failed", path));
@@ -114,17 +116,16 @@ class GzStream {
  private:
   // Reads the next compressed chunk; false at end of file. Throws InputError on a read error.
   bool refill() {
-    const std::size_t n = std::fread(in_.data(), 1, in_.size(), file_.get());
-    if (n == 0 && std::ferror(file_.get()) != 0) {
-      throw InputError(fmt::format("{}: read error", path_));
-    }
+    file_->read(reinterpret_cast<char*>(in_.data()), static_cast<std::streamsize>(in_.size()));
+    const auto n = static_cast<std::size_t>(file_->gcount());
+    if (file_->bad()) throw InputError(fmt::format("{}: read error", path_));
     strm_.next_in = in_.data();
     strm_.avail_in = static_cast<uInt>(n);
     return n > 0;
   }
 
   std::string path_;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
+  std::unique_ptr<std::istream> file_;
   std::vector<std::uint8_t> in_;
   z_stream strm_{};
   std::uint64_t total_out_ = 0;  // decompressed bytes so far, over all members
@@ -140,15 +141,24 @@ const char* idx_kind(int ndims) {
   }
 }
 
+// Where an IDX file's gzip bytes come from: a file or memory.
+struct IdxSource {
+  std::unique_ptr<std::istream> in;
+  std::string path;     // names it in errors
+  std::uintmax_t size;  // compressed bytes
+};
+
 // One gzip-compressed IDX file of unsigned bytes, read in two steps so that a caller can check
 // the headers of a pair of files against each other before inflating either payload.
 class IdxGzReader {
  public:
-  // Opens `path` and inflates and validates only its header (4-byte magic, then expected_ndims
-  // big-endian uint32 dimensions). Throws InputError naming the file: missing, not a regular
-  // file, not gzip, corrupt or truncated header, wrong magic, size above kMaxIdxBytes.
-  IdxGzReader(const std::string& path, int expected_ndims)
-      : path_(path), stream_(open_checked(path)) {
+  // Inflates and validates only the header of the gzip stream `in` (4-byte magic, then
+  // expected_ndims big-endian uint32 dimensions); `path` names it in errors, `size` is its
+  // compressed size. Throws InputError naming the file: not gzip, corrupt or truncated header,
+  // wrong magic, size above kMaxIdxBytes.
+  IdxGzReader(IdxSource source, int expected_ndims)
+      : path_(source.path), stream_(std::move(source.in), source.path, source.size) {
+    const std::string& path = path_;
     std::uint8_t buf[4];
     const std::size_t got = stream_.read(buf, 4);
     if (got < 4) {
@@ -193,6 +203,7 @@ class IdxGzReader {
   }
 
   const std::vector<std::uint32_t>& dims() const { return dims_; }
+  const std::string& path() const { return path_; }
 
   // Inflates exactly the payload the header promises into the returned array (no other copy)
   // and checks that the stream ends there. Throws InputError naming the file: fewer bytes
@@ -223,23 +234,25 @@ class IdxGzReader {
   }
 
  private:
-  static const std::string& open_checked(const std::string& path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
-      throw InputError(fmt::format("{}: file does not exist", path));
-    }
-    if (!std::filesystem::is_regular_file(path, ec)) {
-      throw InputError(fmt::format("{}: not a regular file", path));
-    }
-    return path;
-  }
-
   std::string path_;
   GzStream stream_;
   std::vector<std::uint32_t> dims_;
   std::size_t header_ = 0;   // bytes of magic + dimensions
   std::size_t payload_ = 0;  // product of the dimensions, <= kMaxIdxBytes - header_
 };
+
+// The file `path` for IdxGzReader. Throws InputError naming it: missing, not a regular file.
+IdxSource idx_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw InputError(fmt::format("{}: file does not exist", path));
+  }
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw InputError(fmt::format("{}: not a regular file", path));
+  }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  return {std::make_unique<std::ifstream>(path, std::ios::binary), path, ec ? 0 : size};
+}
 
 class FashionMnistDataset final : public Dataset {
  public:
@@ -271,11 +284,41 @@ class FashionMnistDataset final : public Dataset {
   float lut_[256];  // normalised value of each pixel byte
 };
 
+// The dataset of one split from its images and labels files (opened in that order, each when it
+// is needed). Both headers are checked against each other before either payload is inflated.
+// Throws InputError as load_fashion_mnist.
+std::unique_ptr<Dataset> load_fashion_mnist_pair(const std::function<IdxSource()>& open_images,
+                                                 const std::function<IdxSource()>& open_labels, bool train) {
+  IdxGzReader image_file(open_images(), 3);
+  const std::string& images_path = image_file.path();
+  const std::vector<std::uint32_t>& image_dims = image_file.dims();
+  if (image_dims[1] != kImageSide || image_dims[2] != kImageSide) {
+    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_path,
+                                 image_dims[1], image_dims[2], kImageSide, kImageSide));
+  }
+  if (image_dims[0] == 0) throw InputError(fmt::format("{}: contains no images", images_path));
+  IdxGzReader label_file(open_labels(), 1);
+  const std::string& labels_path = label_file.path();
+  if (label_file.dims()[0] != image_dims[0]) {
+    throw InputError(fmt::format("{}: count mismatch: {} labels but {} has {} images",
+                                 labels_path, label_file.dims()[0], images_path, image_dims[0]));
+  }
+  IdxArray images = image_file.read_payload();
+  IdxArray labels = label_file.read_payload();
+  for (std::size_t i = 0; i < labels.data.size(); ++i) {
+    if (labels.data[i] >= kNumClasses) {
+      throw InputError(fmt::format("{}: label {} at index {} is out of range [0, {})",
+                                   labels_path, labels.data[i], i, kNumClasses));
+    }
+  }
+  return std::make_unique<FashionMnistDataset>(std::move(images.data), std::move(labels.data),
+                                               train);
+}
+
 }  // namespace
 
 IdxArray read_idx_gz(const std::string& path, int expected_ndims) {
-  IdxGzReader reader(path, expected_ndims);
-  return reader.read_payload();
+  return IdxGzReader(idx_file(path), expected_ndims).read_payload();
 }
 
 std::string resolve_data_dir(const std::string& cli_value) {
@@ -300,29 +343,16 @@ std::unique_ptr<Dataset> load_fashion_mnist(const std::string& dir, bool train) 
   const std::string labels_path =
       (std::filesystem::path(dir) / (prefix + "-labels-idx1-ubyte.gz")).string();
 
-  // Both headers are checked against each other before either payload is inflated.
-  IdxGzReader image_file(images_path, 3);
-  const std::vector<std::uint32_t>& image_dims = image_file.dims();
-  if (image_dims[1] != kImageSide || image_dims[2] != kImageSide) {
-    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_path,
-                                 image_dims[1], image_dims[2], kImageSide, kImageSide));
-  }
-  if (image_dims[0] == 0) throw InputError(fmt::format("{}: contains no images", images_path));
-  IdxGzReader label_file(labels_path, 1);
-  if (label_file.dims()[0] != image_dims[0]) {
-    throw InputError(fmt::format("{}: count mismatch: {} labels but {} has {} images",
-                                 labels_path, label_file.dims()[0], images_path, image_dims[0]));
-  }
-  IdxArray images = image_file.read_payload();
-  IdxArray labels = label_file.read_payload();
-  for (std::size_t i = 0; i < labels.data.size(); ++i) {
-    if (labels.data[i] >= kNumClasses) {
-      throw InputError(fmt::format("{}: label {} at index {} is out of range [0, {})",
-                                   labels_path, labels.data[i], i, kNumClasses));
-    }
-  }
-  return std::make_unique<FashionMnistDataset>(std::move(images.data), std::move(labels.data),
-                                               train);
+  return load_fashion_mnist_pair([&] { return idx_file(images_path); }, [&] { return idx_file(labels_path); },
+                                 train);
+}
+
+std::unique_ptr<Dataset> load_fashion_mnist_gz_bytes(const std::string& images_gz,
+                                                     const std::string& labels_gz, bool train) {
+  auto in_memory = [](const std::string& bytes, const char* name) {
+    return [&bytes, name] { return IdxSource{std::make_unique<std::istringstream>(bytes), name, bytes.size()}; };
+  };
+  return load_fashion_mnist_pair(in_memory(images_gz, "images.gz"), in_memory(labels_gz, "labels.gz"), train);
 }
 
 }  // namespace dpbench

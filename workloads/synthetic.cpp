@@ -103,14 +103,20 @@ SampleShape parse_sample_shape(const std::string& text) {
     throw InputError(
         fmt::format("sample shape '{}': more than 3 dimensions (expected CxHxW)", text));
   }
+  // The product is checked one factor at a time: three dimensions below 2^31 can wrap 64 bits
+  // (2097152x2097152x4194304 is 2^64, which SampleShape::features() would see as 0).
+  constexpr std::uint64_t kMaxFeatures = std::numeric_limits<std::int32_t>::max();
+  std::uint64_t features = 1;
+  for (int d : dims) {
+    if (features > kMaxFeatures / static_cast<std::uint64_t>(d)) {
+      throw InputError(fmt::format("sample shape '{}': more than {} features", text, kMaxFeatures));
+    }
+    features *= static_cast<std::uint64_t>(d);
+  }
   SampleShape shape;
   if (dims.size() == 3) shape = SampleShape{dims[0], dims[1], dims[2]};
   if (dims.size() == 2) shape = SampleShape{1, dims[0], dims[1]};
   if (dims.size() == 1) shape = SampleShape{1, 1, dims[0]};
-  if (shape.features() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-    throw InputError(fmt::format("sample shape '{}': {} features is too many", text,
-                                 shape.features()));
-  }
   return shape;
 }
 

@@ -133,6 +133,8 @@ std::string transport_help() {
                  "servers: incast)";
 }
 
+}  // namespace
+
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& c = o.base;
   run.add_option("--workload", c.workload,
@@ -167,6 +169,30 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "parameter order), to compare runs, backends or launches");
   add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);
 }
+
+void finish_run_options(const CLI::App& run, RunOptions& o) {
+  // Under mpirun the world size is the launcher's unless --ranks says otherwise.
+  o.ranks_given = run.count("--ranks") > 0;
+  // The cnn's own defaults, where the options were not given: one hidden layer of 128, lr 0.05
+  // and 3 epochs (the MLP's are 512,256, 0.1 and 2).
+  if (o.base.workload == "cnn") {
+    if (run.count("--hidden") == 0) o.base.hidden = {128};
+    if (run.count("--lr") == 0) o.base.lr = 0.05f;
+    if (run.count("--epochs") == 0) o.base.epochs = 3;
+  }
+  // --rank-batch fixes the global batch (and the world size) unless they were given too.
+  if (!o.base.rank_batches.empty()) {
+    std::size_t sum = 0;  // may wrap; validate_config rejects such a list
+    for (std::size_t b : o.base.rank_batches) sum += b;
+    if (run.count("--batch-size") == 0) o.base.global_batch = sum;
+    if (!o.ranks_given) {
+      o.base.world_size = static_cast<int>(o.base.rank_batches.size());
+      o.ranks_given = true;
+    }
+  }
+}
+
+namespace {
 
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")->delimiter(',')->capture_default_str();
@@ -286,27 +312,9 @@ int dpbench_main(int argc, char** argv) {
   }
 
   try {
-    // Under mpirun the world size is the launcher's unless --ranks says otherwise.
-    run_options.ranks_given = run->count("--ranks") > 0;
-    // The cnn's own defaults, where the options were not given: one hidden layer of 128, lr 0.05
-    // and 3 epochs (the MLP's are 512,256, 0.1 and 2).
-    if (run_options.base.workload == "cnn") {
-      if (run->count("--hidden") == 0) run_options.base.hidden = {128};
-      if (run->count("--lr") == 0) run_options.base.lr = 0.05f;
-      if (run->count("--epochs") == 0) run_options.base.epochs = 3;
-    }
+    finish_run_options(*run, run_options);
     sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
     sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
-    // --rank-batch fixes the global batch (and the world size) unless they were given too.
-    if (!run_options.base.rank_batches.empty()) {
-      std::size_t sum = 0;
-      for (std::size_t b : run_options.base.rank_batches) sum += b;
-      if (run->count("--batch-size") == 0) run_options.base.global_batch = sum;
-      if (!run_options.ranks_given) {
-        run_options.base.world_size = static_cast<int>(run_options.base.rank_batches.size());
-        run_options.ranks_given = true;
-      }
-    }
     if (*sweep) return finish(sweep_command(sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());

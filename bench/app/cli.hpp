@@ -2,8 +2,24 @@
 // exit codes (0 success, 1 runtime failure, 2 bad input). `run` is the main job.
 #pragma once
 
+#include "bench/app/run_command.hpp"
+
+namespace CLI {
+class App;
+}
+
 namespace dpbench {
 
+// The whole command: parses argv, runs the subcommand, returns the exit code (0 success,
+// 1 runtime failure, 2 bad input, 3 I/O failure). Never throws.
 int dpbench_main(int argc, char** argv);
+
+// Adds `dpbench run`'s options to `run`, which parsing writes into `o` (exposed for the option
+// parser fuzz target, fuzz/run_options.cpp).
+void add_run_options(CLI::App& run, RunOptions& o);
+
+// What `dpbench run` derives once `run` has parsed into `o`: the cnn's defaults for options not
+// given, the global batch (their sum) and world size (their count) from --rank-batch unless given.
+void finish_run_options(const CLI::App& run, RunOptions& o);
 
 }  // namespace dpbench

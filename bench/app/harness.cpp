@@ -78,7 +78,11 @@ void check_common_options(const TrainConfig& c, double timeout_s) {
   if (c.max_steps == 0 || c.max_steps < -1) {
     throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", c.max_steps));
   }
-  if (!(timeout_s > 0)) throw InputError(fmt::format("--timeout {}: must be positive", timeout_s));
+  // Bounded so that the milliseconds the run converts it to fit (1e300 was undefined behaviour).
+  constexpr double kMaxTimeoutS = 1e9;
+  if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS) {
+    throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
+  }
   make_model(c, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
   if (c.precision != "fp32" && c.precision != "tf32") {
     throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", c.precision));

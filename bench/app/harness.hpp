@@ -33,7 +33,7 @@ struct LoadedData {
 LoadedData load_data(const DataOptions& options, std::uint64_t seed);
 
 // Checks the options every point shares (before data is loaded): positive sizes, a known
-// workload, sane step counts and timeout. Throws InputError naming the option.
+// workload, sane step counts and a timeout in (0, 1e9] s. Throws InputError naming the option.
 void check_common_options(const TrainConfig& base, double timeout_s);
 
 // Checks one point against the data with its strategy's validator, and that warm-up leaves
