@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -31,7 +32,8 @@ struct HostBackendState {
   std::size_t used = 0;
   int allocs = 0, frees = 0, failed_allocs = 0;
   std::set<void*> live;
-  std::string last_zero;  // "sync" or "async" of the last zero()
+  std::mutex zero_mutex;  // zero() runs outside the allocator's lock, from any thread
+  std::string last_zero;  // "sync" or "async" of the last zero(); guarded by zero_mutex
 };
 
 class HostBackend final : public MemoryBackend {
@@ -62,6 +64,7 @@ class HostBackend final : public MemoryBackend {
   std::string memory_view() noexcept override { return "; the host test has " + std::to_string(s_->capacity - s_->used) + " bytes free"; }
   void zero(void* p, std::size_t bytes, void*, bool async) override {
     std::memset(p, 0, bytes);
+    const std::lock_guard<std::mutex> lock(s_->zero_mutex);
     s_->last_zero = async ? "async" : "sync";
   }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
