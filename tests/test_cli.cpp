@@ -81,6 +81,25 @@ class Cli : public ::testing::Test {
   TempDir tmp_;
 };
 
+// Without -q, rank 0 reports progress; stderr is a pipe here, so plain lines (every 10 s, and
+// one after the last step), each mode's before its "done" line. -q prints none.
+TEST_F(Cli, ProgressLinesWithoutQuietAndNoneWithIt) {
+  const std::string args = "--data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 "
+                           "--ranks 2 --batch-size 20 --max-steps 25";
+  const Outcome o = dpbench(args);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
+    const auto line = o.err.find("dpbench: " + mode + " epoch 1/1 step 25/25 loss ");
+    ASSERT_NE(line, std::string::npos) << o.err;
+    EXPECT_LT(line, o.err.find("dpbench: " + mode + " done in")) << o.err;
+    EXPECT_NE(o.err.find(" samples/s ETA 0 s\n", line), std::string::npos) << o.err;
+  }
+  EXPECT_EQ(o.err.find('\r'), std::string::npos) << "no in-place updates when stderr is not a terminal";
+  const Outcome q = dpbench(args + " -q");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_EQ(q.err.find(" step "), std::string::npos) << q.err;
+}
+
 TEST_F(Cli, MissingDataDirectory) {
   expect_input_error("--data-dir /nonexistent/dpbench-data", "/nonexistent/dpbench-data");
 }
