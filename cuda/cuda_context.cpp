@@ -29,10 +29,11 @@
 #include "core/rendezvous.hpp"
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/cuda_local_ops.hpp"
-#include "cuda/cuda_model.hpp"
+#include "cuda/cuda_model_ops.hpp"
 #include "cuda/cuda_runtime.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/nccl_comm.hpp"
+#include "train/models.hpp"
 #include "train/rank_context.hpp"
 #include "workloads/dataloader.hpp"
 
@@ -144,14 +145,7 @@ class CudaRankContext final : public RankContext {
         allocator_(allocator) {}
 
   void* allocate(std::size_t bytes, MemoryCategory category) override {
-    void* p = allocator_.allocate(bytes, category);
-    try {
-      allocator_.backend().zero(p, bytes, nullptr, false);
-    } catch (...) {
-      allocator_.free(p);
-      throw;
-    }
-    return p;
+    return allocator_.allocate_zeroed(bytes, category, nullptr, false);
   }
   void release(void* ptr, std::size_t, MemoryCategory) noexcept override {
     try {
@@ -163,8 +157,8 @@ class CudaRankContext final : public RankContext {
 
   std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes,
                                     std::size_t max_batch) override {
-    std::unique_ptr<CudaModel> model = make_cuda_model(config, shape, num_classes, blas_);
-    model->reserve(max_batch, allocator_);
+    auto model = dpbench::make_model(config, shape, num_classes);
+    model->reserve(max_batch, make_cuda_model_ops(blas_, allocator_));
     return model;
   }
 
