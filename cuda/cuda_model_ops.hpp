@@ -1,7 +1,8 @@
 // The CUDA device's ModelOps (workloads/model_ops.hpp): what the models of workloads/ (Mlp,
 // Cnn, written once for every device) run on a GPU. Each kernel is the CUDA launcher of
 // cuda/cuda_kernels.hpp or cuda/cuda_cnn_kernels.hpp with the cpu:: kernel's arguments,
-// enqueued on the stream of the cuda::Blas the ops were made with (a rank's compute stream).
+// enqueued on the stream of the cuda::Blas the ops were made with (a rank's compute stream):
+// cuda::ModelLaunchers (cuda/cuda_cnn_kernels.hpp), plus device memory and host copies.
 #pragma once
 
 #include <memory>
