@@ -78,6 +78,14 @@ void* CachingAllocator::allocate_zeroed(std::size_t bytes, MemoryCategory catego
   return p;
 }
 
+void CachingAllocator::release(void* ptr) noexcept {
+  try {
+    free(ptr);
+  } catch (const std::exception&) {
+    // not one of this allocator's blocks: nothing to give back
+  }
+}
+
 void CachingAllocator::free(void* ptr) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);

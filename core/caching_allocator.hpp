@@ -85,6 +85,9 @@ class CachingAllocator {
   // Returns a block from allocate() to the cache and credits its category. nullptr is a no-op;
   // a pointer this allocator did not hand out (or already freed) throws Error.
   void free(void* ptr);
+  // free() where failing is not an option (destructors, release hooks): a pointer this
+  // allocator did not hand out is ignored. Never throws.
+  void release(void* ptr) noexcept;
 
   // Bytes (rounded) held in the cache, ready for reuse.
   std::size_t cached_bytes() const;
@@ -187,11 +190,7 @@ class CachedBuffer {
 
   void release() noexcept {
     if (data_ != nullptr) {
-      try {
-        allocator_->free(data_);
-      } catch (const std::exception&) {
-        // cannot happen: the block came from this allocator
-      }
+      allocator_->release(data_);
       data_ = nullptr;
       count_ = 0;
     }

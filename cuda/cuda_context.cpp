@@ -95,10 +95,7 @@ class CudaStaging final : public BatchStaging {
   }
 
   StagedBatch stage(const Batch& batch, std::size_t rows) override {
-    if (rows > labels_.size() || rows > batch.size) {
-      throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, labels_.size(),
-                              batch.size));
-    }
+    check_rows(batch, rows, labels_.size());
     const float* x = batch.inputs.data();
     const std::int32_t* y = batch.labels.data();
     if (rows > 0 && pin_memory_) {
@@ -139,13 +136,7 @@ class CudaRankContext final : public RankContext {
   void* allocate(std::size_t bytes, MemoryCategory category) override {
     return allocator_.allocate_zeroed(bytes, category, nullptr, false);
   }
-  void release(void* ptr, std::size_t, MemoryCategory) noexcept override {
-    try {
-      allocator_.free(ptr);
-    } catch (const std::exception&) {
-      // a pointer this allocator did not hand out cannot come from Array
-    }
-  }
+  void release(void* ptr, std::size_t, MemoryCategory) noexcept override { allocator_.release(ptr); }
 
   std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes,
                                     std::size_t max_batch) override {
@@ -174,9 +165,7 @@ class CudaRankContext final : public RankContext {
   std::vector<double> step_losses(long steps) override {
     std::vector<float> host(step_loss_.size());
     download(host.data(), step_loss_.data(), host.size());
-    std::vector<double> out(static_cast<std::size_t>(steps), 0.0);
-    for (std::size_t s = 0; s < out.size() && s < host.size(); ++s) out[s] = host[s];
-    return out;
+    return first_steps(host, steps);
   }
 
   void upload(float* dst, const float* host_src, std::size_t n) override {

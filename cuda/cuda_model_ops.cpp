@@ -17,13 +17,7 @@ class CudaModelOps final : public cuda::ModelLaunchers {
   void* allocate(std::size_t bytes, MemoryCategory category) override {
     return allocator_.allocate_zeroed(bytes, category, stream(), true);
   }
-  void release(void* ptr, std::size_t, MemoryCategory) noexcept override {
-    try {
-      allocator_.free(ptr);
-    } catch (const std::exception&) {
-      // cannot happen: the block came from this allocator
-    }
-  }
+  void release(void* ptr, std::size_t, MemoryCategory) noexcept override { allocator_.release(ptr); }
   void download(void* host_dst, const void* src, std::size_t bytes) override { copy_and_wait(host_dst, src, bytes); }
   void upload(void* dst, const void* host_src, std::size_t bytes) override { copy_and_wait(dst, host_src, bytes); }
 
