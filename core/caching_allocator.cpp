@@ -67,6 +67,25 @@ void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category) {
   return ptr;
 }
 
+void* CachingAllocator::allocate_zeroed(std::size_t bytes, MemoryCategory category, void* stream, bool async) {
+  void* p = allocate(bytes, category);
+  try {
+    backend_->zero(p, bytes, stream, async);
+  } catch (...) {
+    free(p);
+    throw;
+  }
+  return p;
+}
+
+void CachingAllocator::release(void* ptr) noexcept {
+  try {
+    free(ptr);
+  } catch (const std::exception&) {
+    // not one of this allocator's blocks: nothing to give back
+  }
+}
+
 void CachingAllocator::free(void* ptr) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);

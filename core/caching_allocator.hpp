@@ -78,10 +78,16 @@ class CachingAllocator {
   // the allocator still usable. Other backend failures throw its Error. bytes == 0 returns
   // nullptr and charges nothing. The memory is not initialised.
   void* allocate(std::size_t bytes, MemoryCategory category);
+  // allocate(), then the block zeroed by the backend: enqueued on `stream` when async, in place
+  // on return otherwise. If zeroing fails, the block is freed and the error rethrown.
+  void* allocate_zeroed(std::size_t bytes, MemoryCategory category, void* stream, bool async);
 
   // Returns a block from allocate() to the cache and credits its category. nullptr is a no-op;
   // a pointer this allocator did not hand out (or already freed) throws Error.
   void free(void* ptr);
+  // free() where failing is not an option (destructors, release hooks): a pointer this
+  // allocator did not hand out is ignored. Never throws.
+  void release(void* ptr) noexcept;
 
   // Bytes (rounded) held in the cache, ready for reuse.
   std::size_t cached_bytes() const;
@@ -170,14 +176,8 @@ class CachedBuffer {
                   " elements of " + std::to_string(sizeof(T)) + " bytes for " +
                   std::string(category_name(category)) + " (size overflows)");
     }
-    data_ = static_cast<T*>(allocator.allocate(count * sizeof(T), category));
+    data_ = static_cast<T*>(allocator.allocate_zeroed(count * sizeof(T), category, stream, async));
     count_ = count;
-    try {
-      allocator.backend().zero(data_, bytes(), stream, async);
-    } catch (...) {
-      release();
-      throw;
-    }
   }
 
   std::size_t checked_bytes(std::size_t count) const {
@@ -190,11 +190,7 @@ class CachedBuffer {
 
   void release() noexcept {
     if (data_ != nullptr) {
-      try {
-        allocator_->free(data_);
-      } catch (const std::exception&) {
-        // cannot happen: the block came from this allocator
-      }
+      allocator_->release(data_);
       data_ = nullptr;
       count_ = 0;
     }

@@ -1,5 +1,11 @@
 #include "core/comm.hpp"
 
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
 namespace dpbench {
 
 namespace {
@@ -54,6 +60,42 @@ ElementCounts ring_allgather_counts(const std::vector<std::size_t>& counts, int 
   const auto r = static_cast<std::size_t>(rank);
   const auto next = static_cast<std::size_t>(mod(rank + 1, p));
   return {total_except(counts, next, next), total_except(counts, r, r)};
+}
+
+ElementCounts root_scatter_counts(const std::vector<std::size_t>& counts, int rank, int root) {
+  if (counts.size() < 2) return {};
+  const std::size_t mine = counts[static_cast<std::size_t>(rank)];
+  if (rank != root) return {0, mine};
+  return {std::accumulate(counts.begin(), counts.end(), std::size_t{0}) - mine, 0};
+}
+
+ElementCounts root_gather_counts(const std::vector<std::size_t>& counts, int rank, int root) {
+  const ElementCounts scatter = root_scatter_counts(counts, rank, root);
+  return {scatter.received, scatter.sent};
+}
+
+std::vector<std::size_t> segment_offsets(const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> offsets(counts.size(), 0);
+  std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), std::size_t{0});
+  return offsets;
+}
+
+void Communicator::check_root(int root, const char* op) const {
+  if (root < 0 || root >= world_size()) {
+    throw Error(fmt::format("{}: root {} out of range for world_size {}", op, root, world_size()));
+  }
+}
+
+void Communicator::check_counts(const std::vector<std::size_t>& counts, const char* op) const {
+  if (counts.size() != static_cast<std::size_t>(world_size())) {
+    throw Error(fmt::format("{}: {} counts for world_size {}", op, counts.size(), world_size()));
+  }
+}
+
+void Communicator::check_peer(int peer, const char* op, const char* role) const {
+  if (peer < 0 || peer >= world_size() || peer == rank()) {
+    throw Error(fmt::format("{}: {} {} invalid for rank {} of {}", op, role, peer, rank(), world_size()));
+  }
 }
 
 }  // namespace dpbench

@@ -40,6 +40,14 @@ ElementCounts ring_reduce_scatter_counts(const std::vector<std::size_t>& counts,
 // rank r+1's and receives every segment but its own.
 ElementCounts ring_allgather_counts(const std::vector<std::size_t>& counts, int rank);
 
+// Root exchange of segments counts[0..p) (scatterv from root, gatherv to root): the root moves
+// every segment but its own, every other rank its own segment. In scatterv the root sends and
+// the others receive; root_gather_counts is the reverse. Nothing moves when p < 2.
+ElementCounts root_scatter_counts(const std::vector<std::size_t>& counts, int rank, int root);
+ElementCounts root_gather_counts(const std::vector<std::size_t>& counts, int rank, int root);
+// Where each segment of counts starts: the exclusive prefix sums, [counts.size()] elements.
+std::vector<std::size_t> segment_offsets(const std::vector<std::size_t>& counts);
+
 // Offset and length of chunk i when n elements are split into p nearly equal chunks (the first
 // n % p chunks get one more). Used by the ring algorithms.
 struct Chunk {
@@ -112,6 +120,13 @@ class Communicator {
   void reset_stats() { stats_ = {}; }
 
  protected:
+  // Argument checks every backend makes; each throws Error:
+  // "<op>: root R out of range for world_size P", "<op>: N counts for world_size P", and for
+  // send/recv ("destination" / "source") "<op>: <role> R invalid for rank r of P".
+  void check_root(int root, const char* op) const;
+  void check_counts(const std::vector<std::size_t>& counts, const char* op) const;
+  void check_peer(int peer, const char* op, const char* role) const;
+
   void count(const ElementCounts& c) { count(c.sent, c.received); }
   void count(std::size_t sent_elems, std::size_t received_elems) {
     stats_.bytes_sent += static_cast<std::int64_t>(sent_elems * sizeof(float));

@@ -161,12 +161,6 @@ void LocalCommunicator::publish(const void* a, const void* b) {
   group_->barrier(rank_);
 }
 
-void LocalCommunicator::check_root(int root, const char* op) const {
-  if (root < 0 || root >= world_size()) {
-    throw Error(fmt::format("{}: root {} out of range for world_size {}", op, root, world_size()));
-  }
-}
-
 // Reduce-scatter: at step s rank r adds chunk (r+shift-s-2) of rank r-1 into its own. Rank r-1
 // wrote that chunk in step s-1 and writes a different chunk in step s, so one barrier per step
 // is all the synchronisation needed. Afterwards rank r holds the full sum of chunk r+shift.
@@ -311,10 +305,8 @@ void LocalCommunicator::broadcast(float* buf, std::size_t n, int root) {
 void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_t>& counts,
                                  float* recv, int root) {
   check_root(root, "scatter");
+  check_counts(counts, "scatter");
   const int p = world_size();
-  if (counts.size() != static_cast<std::size_t>(p)) {
-    throw Error(fmt::format("scatter: {} counts for world_size {}", counts.size(), p));
-  }
   const std::size_t offset =
       std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
   const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
@@ -325,12 +317,7 @@ void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_
   }
   publish(send);
   ops_->copy(recv, peer<float>(root) + offset, mine);
-  if (rank_ == root) {
-    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    count(total - mine, 0);
-  } else {
-    count(0, mine);
-  }
+  count(root_scatter_counts(counts, rank_, root));
   ops_->fence();
   group_->barrier(rank_);
 }
@@ -338,10 +325,8 @@ void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_
 void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t>& counts,
                                 float* recv, int root) {
   check_root(root, "gather");
+  check_counts(counts, "gather");
   const int p = world_size();
-  if (counts.size() != static_cast<std::size_t>(p)) {
-    throw Error(fmt::format("gather: {} counts for world_size {}", counts.size(), p));
-  }
   if (p == 1) {
     ops_->copy(recv, send, counts[0]);
     ops_->fence();
@@ -350,26 +335,20 @@ void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t
   publish(send);
   if (rank_ == root) {
     std::size_t offset = 0;
-    std::size_t received = 0;
     for (int r = 0; r < p; ++r) {
       const std::size_t c = counts[static_cast<std::size_t>(r)];
       ops_->copy(recv + offset, peer<float>(r), c);
       offset += c;
-      if (r != root) received += c;
     }
-    count(0, received);
-  } else {
-    count(counts[static_cast<std::size_t>(rank_)], 0);
   }
+  count(root_gather_counts(counts, rank_, root));
   ops_->fence();
   group_->barrier(rank_);
 }
 
 void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
+  check_peer(dst, "send", "destination");
   const int p = world_size();
-  if (dst < 0 || dst >= p || dst == rank_) {
-    throw Error(fmt::format("send: destination {} invalid for rank {} of {}", dst, rank_, p));
-  }
   ops_->fence();  // buf is complete before the receiver may read it
   auto& box = group_->mailboxes_[static_cast<std::size_t>(rank_ * p + dst)];
   std::unique_lock<std::mutex> lock(group_->mutex_);
@@ -387,10 +366,8 @@ void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
 }
 
 void LocalCommunicator::recv(float* buf, std::size_t n, int src) {
+  check_peer(src, "recv", "source");
   const int p = world_size();
-  if (src < 0 || src >= p || src == rank_) {
-    throw Error(fmt::format("recv: source {} invalid for rank {} of {}", src, rank_, p));
-  }
   auto& box = group_->mailboxes_[static_cast<std::size_t>(src * p + rank_)];
   std::unique_lock<std::mutex> lock(group_->mutex_);
   group_->wait_locked(lock, rank_, [] { return std::string("recv"); }, [&] { return box.full && !box.taken; });

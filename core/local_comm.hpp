@@ -141,7 +141,6 @@ class LocalCommunicator final : public Communicator {
   T* peer(int r, int k = 0) const {
     return static_cast<T*>(group_->slots_[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)]);
   }
-  void check_root(int root, const char* op) const;
   // The ring's halves over chunks chunk_of(i), i < p (a Chunk). Reduce-scatter: rank r ends
   // with the sum of chunk r + shift; all-gather: rank r starts owning chunk r + shift.
   template <typename ChunkOf>

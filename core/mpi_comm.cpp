@@ -183,12 +183,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Scatterv(send, c.data(), displs.data(), MPI_FLOAT, recv, c[static_cast<std::size_t>(g_rank)],
                        MPI_FLOAT, root, MPI_COMM_WORLD),
           "MPI_Scatterv");
-    const std::size_t mine = counts[static_cast<std::size_t>(g_rank)];
-    if (g_rank == root) {
-      count(total - mine, 0);
-    } else {
-      count(0, mine);
-    }
+    count(root_scatter_counts(counts, g_rank, root));
   }
   void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override {
     const auto [c, displs, total] = layout(counts, "MPI_Gatherv");
@@ -196,12 +191,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Gatherv(send, c[static_cast<std::size_t>(g_rank)], MPI_FLOAT, recv, c.data(), displs.data(),
                       MPI_FLOAT, root, MPI_COMM_WORLD),
           "MPI_Gatherv");
-    const std::size_t mine = counts[static_cast<std::size_t>(g_rank)];
-    if (g_rank == root) {
-      count(0, total - mine);
-    } else {
-      count(mine, 0);
-    }
+    count(root_gather_counts(counts, g_rank, root));
   }
   void send(const float* buf, std::size_t n, int dst) override {
     Call call(*this, "MPI_Send");

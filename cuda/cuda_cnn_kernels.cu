@@ -544,4 +544,62 @@ void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean
   DPBENCH_LAUNCH_CHECK(kLauncher);
 }
 
+// ---- ModelLaunchers: each a launcher above (or in cuda_kernels.cu) on blas_'s stream ----------
+
+void ModelLaunchers::linear_forward(const float* x, const float* W, const float* b, float* y, std::size_t batch,
+                                    std::size_t in, std::size_t out, bool relu) {
+  cuda::linear_forward(blas_, x, W, b, y, batch, in, out, relu, stream());
+}
+void ModelLaunchers::linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
+                                     float* db, std::size_t batch, std::size_t in, std::size_t out) {
+  cuda::linear_backward(blas_, x, W, dy, dx, dW, db, batch, in, out, stream());
+}
+void ModelLaunchers::relu_inplace(float* y, std::size_t n) { cuda::relu_inplace(y, n, stream()); }
+void ModelLaunchers::relu_backward_inplace(const float* y, float* dy, std::size_t n) {
+  cuda::relu_backward_inplace(y, dy, n, stream());
+}
+void ModelLaunchers::conv2d_forward(const float* x, const float* w, const float* b, float* y,
+                                    const cpu::ConvShape& s, float* col) {
+  cuda::conv2d_forward(blas_, x, w, b, y, s, col, stream());
+}
+void ModelLaunchers::conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                                     float* db, const cpu::ConvShape& s, float* col) {
+  cuda::conv2d_backward(blas_, x, w, dy, dx, dw, db, s, col, stream());
+}
+void ModelLaunchers::maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N,
+                                        std::size_t C, std::size_t H, std::size_t W) {
+  cuda::maxpool2x2_forward(x, y, argmax, N, C, H, W, stream());
+}
+void ModelLaunchers::maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N,
+                                         std::size_t C, std::size_t H, std::size_t W) {
+  cuda::maxpool2x2_backward(dy, argmax, dx, N, C, H, W, stream());
+}
+void ModelLaunchers::batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
+                                          double* sum, double* sumsq) {
+  cuda::batchnorm_local_sums(x, N, C, HW, sum, sumsq, stream());
+}
+void ModelLaunchers::batchnorm_finalize_stats(const double* sum, const double* sumsq, double count,
+                                              std::size_t C, float eps, float momentum, float* mean,
+                                              float* invstd, float* running_mean, float* running_var) {
+  cuda::batchnorm_finalize_stats(sum, sumsq, count, C, eps, momentum, mean, invstd, running_mean, running_var,
+                                 stream());
+}
+void ModelLaunchers::batchnorm_normalize(const float* x, const float* mean, const float* invstd,
+                                         const float* gamma, const float* beta, float* y, std::size_t N,
+                                         std::size_t C, std::size_t HW) {
+  cuda::batchnorm_normalize(x, mean, invstd, gamma, beta, y, N, C, HW, stream());
+}
+void ModelLaunchers::batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
+                                               const float* invstd, std::size_t N, std::size_t C,
+                                               std::size_t HW, double* sum_dy, double* sum_dy_xmu,
+                                               float* dgamma, float* dbeta) {
+  cuda::batchnorm_backward_reduce(dy, x, mean, invstd, N, C, HW, sum_dy, sum_dy_xmu, dgamma, dbeta, stream());
+}
+void ModelLaunchers::batchnorm_backward_elemt(const float* dy, const float* x, const float* mean,
+                                              const float* invstd, const float* gamma, const double* sum_dy,
+                                              const double* sum_dy_xmu, double count, float* dx, std::size_t N,
+                                              std::size_t C, std::size_t HW) {
+  cuda::batchnorm_backward_elemt(dy, x, mean, invstd, gamma, sum_dy, sum_dy_xmu, count, dx, N, C, HW, stream());
+}
+
 }  // namespace dpbench::cuda

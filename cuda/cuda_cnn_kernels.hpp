@@ -2,7 +2,9 @@
 // convolution as per-sample im2col + cuBLAS GEMM + col2im, 2x2 max-pooling with arg-max, in-place
 // ReLU, and BatchNorm split into the stages of PyTorch's SyncBatchNorm). Each launcher keeps its
 // cpu:: counterpart's argument order and semantics, plus a cuBLAS handle (convolution only, first)
-// and a trailing stream, so one test compares the two. float only.
+// and a trailing stream, so one test compares the two. float only. At the end, ModelLaunchers:
+// these launchers and cuda/cuda_kernels.hpp's behind workloads/model_ops.hpp's interface (what
+// the workloads' models call), bound to one cuBLAS handle and its stream.
 // Not for: memory management, multi-GPU code (a caller combines the BatchNorm sums across ranks
 // between the stages), or fast convolutions (no implicit GEMM, Winograd or cuDNN).
 //
@@ -24,6 +26,7 @@
 #include <cstdint>
 
 #include "workloads/cnn_kernels.hpp"
+#include "workloads/model_ops.hpp"
 #include "cuda/cuda_kernels.hpp"
 
 namespace dpbench::cuda {
@@ -103,5 +106,48 @@ void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean
                               const float* invstd, const float* gamma, const double* sum_dy,
                               const double* sum_dy_xmu, double count, float* dx, std::size_t N,
                               std::size_t C, std::size_t HW, void* stream);
+
+// ---- the launchers behind workloads/model_ops.hpp ----------------------------------------------
+
+// ModelOps<float>'s kernels (what the workloads' models run), each the launcher of the same name
+// here or in cuda/cuda_kernels.hpp on `blas` and its stream; nothing but launches. The memory
+// half (allocation, host copies) is cuda/cuda_model_ops.cpp's. blas must outlive the object.
+class ModelLaunchers : public ModelOps<float> {
+ public:
+  explicit ModelLaunchers(Blas& blas) : blas_(blas) {}
+  void linear_forward(const float* x, const float* W, const float* b, float* y, std::size_t batch,
+                      std::size_t in, std::size_t out, bool relu) override;
+  void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db,
+                       std::size_t batch, std::size_t in, std::size_t out) override;
+  void relu_inplace(float* y, std::size_t n) override;
+  void relu_backward_inplace(const float* y, float* dy, std::size_t n) override;
+  void conv2d_forward(const float* x, const float* w, const float* b, float* y, const cpu::ConvShape& s,
+                      float* col) override;
+  void conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                       const cpu::ConvShape& s, float* col) override;
+  void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N, std::size_t C,
+                          std::size_t H, std::size_t W) override;
+  void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N, std::size_t C,
+                           std::size_t H, std::size_t W) override;
+  void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW, double* sum,
+                            double* sumsq) override;
+  void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C, float eps,
+                                float momentum, float* mean, float* invstd, float* running_mean,
+                                float* running_var) override;
+  void batchnorm_normalize(const float* x, const float* mean, const float* invstd, const float* gamma,
+                           const float* beta, float* y, std::size_t N, std::size_t C, std::size_t HW) override;
+  void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean, const float* invstd,
+                                 std::size_t N, std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu,
+                                 float* dgamma, float* dbeta) override;
+  void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean, const float* invstd,
+                                const float* gamma, const double* sum_dy, const double* sum_dy_xmu, double count,
+                                float* dx, std::size_t N, std::size_t C, std::size_t HW) override;
+
+ protected:
+  void* stream() const { return blas_.stream(); }
+
+ private:
+  Blas& blas_;
+};
 
 }  // namespace dpbench::cuda

@@ -2,37 +2,30 @@
 // context holds its device, caching allocator, compute stream, cuBLAS handle and communicator;
 // ops and staging are enqueued on the compute stream, step timing uses CUDA events on it, and
 // the gradient reducer's ordering is events between the compute stream and the communicator's
-// stream. Placement: rank r (local rank r under mpirun or a torchrun-style launch) runs on GPU
-// r % device_count; when a node has more ranks than GPUs, ranks share a GPU ("virtual ranks",
-// for correctness runs; their timings contend for one device), which the result flags.
-// Backends: "local" (threads; collectives over device copies, cuda/cuda_local_ops.hpp) and
-// "nccl" (threads with one communicator each, or one rank per process: under mpirun rank 0
-// creates the ncclUniqueId and MPI broadcasts it; in a torchrun-style launch it goes through
-// the rendezvous at MASTER_ADDR:MASTER_PORT, core/rendezvous.hpp).
+// stream. Which ranks run where, and how the ncclUniqueId reaches them, is
+// train/device_launch.hpp's (device-independent, CPU-tested); this file builds one rank: its
+// communicator ("local" over device copies, cuda/cuda_local_ops.hpp, or NCCL), streams,
+// allocator, cuBLAS handle and context. Ranks sharing a GPU are flagged virtual in the result.
 #include "cuda/register.hpp"
 
 #include <algorithm>
-#include <array>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
-#include "core/mpi_comm.hpp"
-#include "core/rendezvous.hpp"
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/cuda_local_ops.hpp"
-#include "cuda/cuda_model.hpp"
+#include "cuda/cuda_model_ops.hpp"
 #include "cuda/cuda_runtime.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/nccl_comm.hpp"
+#include "train/device_launch.hpp"
+#include "train/models.hpp"
 #include "train/rank_context.hpp"
 #include "workloads/dataloader.hpp"
 
@@ -102,10 +95,7 @@ class CudaStaging final : public BatchStaging {
   }
 
   StagedBatch stage(const Batch& batch, std::size_t rows) override {
-    if (rows > labels_.size() || rows > batch.size) {
-      throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, labels_.size(),
-                              batch.size));
-    }
+    check_rows(batch, rows, labels_.size());
     const float* x = batch.inputs.data();
     const std::int32_t* y = batch.labels.data();
     if (rows > 0 && pin_memory_) {
@@ -144,27 +134,14 @@ class CudaRankContext final : public RankContext {
         allocator_(allocator) {}
 
   void* allocate(std::size_t bytes, MemoryCategory category) override {
-    void* p = allocator_.allocate(bytes, category);
-    try {
-      allocator_.backend().zero(p, bytes, nullptr, false);
-    } catch (...) {
-      allocator_.free(p);
-      throw;
-    }
-    return p;
+    return allocator_.allocate_zeroed(bytes, category, nullptr, false);
   }
-  void release(void* ptr, std::size_t, MemoryCategory) noexcept override {
-    try {
-      allocator_.free(ptr);
-    } catch (const std::exception&) {
-      // a pointer this allocator did not hand out cannot come from Array
-    }
-  }
+  void release(void* ptr, std::size_t, MemoryCategory) noexcept override { allocator_.release(ptr); }
 
   std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes,
                                     std::size_t max_batch) override {
-    std::unique_ptr<CudaModel> model = make_cuda_model(config, shape, num_classes, blas_);
-    model->reserve(max_batch, allocator_);
+    auto model = dpbench::make_model(config, shape, num_classes);
+    model->reserve(max_batch, make_cuda_model_ops(blas_, allocator_));
     return model;
   }
 
@@ -188,9 +165,7 @@ class CudaRankContext final : public RankContext {
   std::vector<double> step_losses(long steps) override {
     std::vector<float> host(step_loss_.size());
     download(host.data(), step_loss_.data(), host.size());
-    std::vector<double> out(static_cast<std::size_t>(steps), 0.0);
-    for (std::size_t s = 0; s < out.size() && s < host.size(); ++s) out[s] = host[s];
-    return out;
+    return first_steps(host, steps);
   }
 
   void upload(float* dst, const float* host_src, std::size_t n) override {
@@ -239,20 +214,6 @@ class CudaRankContext final : public RankContext {
   DeviceAllocator& allocator_;
   DeviceBuffer<float> step_loss_;
   cuda::Event comm_done_;
-};
-
-// How a rank gets its communicator: the local backend over device copies on a stream of the
-// rank's own, or NCCL (which owns its stream).
-struct CommSource {
-  std::shared_ptr<LocalGroup> group;  // local
-  const NcclUniqueIdBytes* id = nullptr;  // nccl
-  // Called with the rank's communicator once it exists and with nullptr before it is destroyed
-  // (so that a failing peer can abort it); may be empty.
-  std::function<void(int rank, Communicator*)> on_live;
-  // nccl ranks as threads: their group, for the teardown barrier and for aborting every rank's
-  // communicator as soon as one rank fails.
-  LocalGroup* nccl_threads = nullptr;
-  int peer_devices = 1;  // local: the devices hosting the group's ranks (0..peer_devices-1)
 };
 
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
@@ -321,117 +282,17 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   }
 }
 
-// One rank of a torchrun-style launch (train's run_env_process: the ncclUniqueId and the records
-// go through the rendezvous at MASTER_ADDR:MASTER_PORT), on GPU local_rank % gpus.
-void run_env_gpu_rank(const TrainConfig& config, std::vector<RankResult>& ranks, int gpus,
-                      const RankContextBody& body) {
-  const int rank = config.process_rank;
-  const int local_rank = config.local_rank >= 0 ? config.local_rank : rank;
-  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : config.world_size;
-  run_env_process(
-      config, ranks,
-      [] {
-        const NcclUniqueIdBytes id = nccl_create_unique_id();
-        return std::string(id.data(), id.size());
-      },
-      [&](const std::string& shared) {
-        NcclUniqueIdBytes id{};
-        if (shared.size() != id.size()) {
-          throw Error(fmt::format("rendezvous: rank 0 sent {} bytes for the ncclUniqueId, not {}", shared.size(),
-                                  id.size()));
-        }
-        std::memcpy(id.data(), shared.data(), id.size());
-        CommSource source;
-        source.id = &id;
-        run_gpu_rank(config, rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1,
-                     ranks[static_cast<std::size_t>(rank)], source, body);
-      });
-}
-
-// The "cuda" launcher (run_rank_contexts): every GPU rank of the run (config.comm "local" or
-// "nccl"; threads, or this process's rank under mpirun, in a torchrun-style launch
-// (config.master_addr set; records gathered through the rendezvous) or as config.process_rank
-// with config.nccl_id), each record's `device` filled (the cudaMemGetInfo view before the body
-// and the one the body recorded). Failures as run_ranks: the first failing rank's error,
-// rethrown with its rank; the other ranks' communicators are aborted. Throws InputError for a
-// backend GPU training cannot use (mpi), or for nccl ranks as threads sharing a GPU with an
-// NCCL that refuses that (before 2.30), and Error when no GPU is usable.
+// The "cuda" launcher (run_rank_contexts): train/device_launch.hpp's launch over this node's
+// GPUs, each rank run by run_gpu_rank. Throws as launch_device_ranks.
 void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body) {
-  if (config.comm != "local" && config.comm != "nccl") {
-    throw InputError(fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl",
-                                 config.comm));
-  }
-  const int gpus = cuda::device_count();
-  if (gpus < 1) throw Error("no CUDA device: cudaGetDeviceCount found none");
-  const int p = config.world_size;
-
-  if (config.comm == "nccl" && config.process_rank >= 0) {
-    // One rank of a job whose processes the caller started and gave the id: run it, and leave
-    // only its own record (the caller gathers the others if it needs them).
-    const int rank = config.process_rank;
-    if (rank >= p) {
-      throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
-    }
-    if (!config.master_addr.empty()) return run_env_gpu_rank(config, ranks, gpus, body);
-    CommSource source;
-    source.id = &config.nccl_id;
-    run_gpu_rank(config, rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
-                 ranks[static_cast<std::size_t>(rank)], source, body);
-    return;
-  }
-
-  if (config.comm == "nccl" && mpi_launched()) {
-    // One rank per process: the GPU comes from the node-local rank. Rank 0 creates the id inside
-    // run_mpi_process, so that a failure there ends the job with MPI_Abort rather than leaving
-    // the other ranks in MPI_Bcast.
-    MpiRuntime::init();
-    const int local_rank = MpiRuntime::local_rank();
-    const bool shared = ranks_on_device(MpiRuntime::local_size(), gpus, local_rank % gpus) > 1;
-    run_mpi_process(config, ranks, [&](int rank) {
-      NcclUniqueIdBytes id{};
-      if (rank == 0) id = nccl_create_unique_id();
-      mpi_broadcast_bytes(id.data(), id.size(), 0);
-      CommSource source;
-      source.id = &id;
-      run_gpu_rank(config, rank, local_rank % gpus, shared, ranks[static_cast<std::size_t>(rank)], source, body);
-    });
-    return;
-  }
-
-  if (config.comm == "nccl" && p > gpus && !nccl_allows_shared_gpu(nccl_version())) {
-    // Refused up front: inside ncclCommInitRank only the ranks that share a GPU fail, and the
-    // others may be left waiting for them there (where no abort reaches).
-    throw InputError(fmt::format("--comm nccl --ranks {}: {} GPU(s) here, and NCCL {} refuses two ranks of one "
-                                 "communicator on one GPU (NCCL 2.30 allows it); use --comm local for "
-                                 "ranks sharing a GPU",
-                                 p, gpus, nccl_version()));
-  }
-  if (config.comm == "nccl" && p > gpus) {
-    // NCCL >= 2.30 lets ranks of one communicator share a GPU when asked to; it reads this when
-    // the communicators are created (a user's own setting wins).
-    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
-  }
-  auto group = std::make_shared<LocalGroup>(p, config.timeout);
-  NcclUniqueIdBytes id{};
-  CommSource source;
-  if (config.comm == "nccl") {
-    id = nccl_create_unique_id();
-    source.id = &id;
-    source.nccl_threads = group.get();
-  } else {
-    source.group = group;
-    source.peer_devices = std::min(p, gpus);
-  }
-  // NCCL communicators live outside the group: the group's abort reaches them through the registry.
-  std::optional<CommAbortRegistry> live;
-  if (config.comm == "nccl") {
-    live.emplace(*group);
-    source.on_live = [&](int rank, Communicator* comm) { live->set(rank, comm); };
-  }
-  run_rank_threads(*group, [&](int rank) {
-    run_gpu_rank(config, rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
-                 ranks[static_cast<std::size_t>(rank)], source, body);
-  });
+  DeviceLauncher gpus;
+  gpus.devices = cuda::device_count();
+  gpus.nccl_version = [] { return nccl_version(); };
+  gpus.create_id = [] { return nccl_create_unique_id(); };
+  gpus.run_rank = [&](int rank, int device, bool virtual_rank, RankResult& result, const CommSource& source) {
+    run_gpu_rank(config, rank, device, virtual_rank, result, source, body);
+  };
+  launch_device_ranks(config, ranks, gpus);
 }
 
 }  // namespace

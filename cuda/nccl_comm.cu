@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
@@ -47,13 +46,6 @@ std::string nccl_cause(ncclResult_t result) {
   while (!detail.empty() && detail.back() == ' ') detail.pop_back();
   if (!detail.empty()) cause += ": " + detail;
   return cause + " (NCCL_DEBUG=INFO for details)";
-}
-
-// Exclusive prefix sums of counts: where each rank's part starts.
-std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& counts) {
-  std::vector<std::size_t> offsets(counts.size(), 0);
-  if (!counts.empty()) std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), std::size_t{0});
-  return offsets;
 }
 
 }  // namespace
@@ -111,8 +103,6 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
  private:
   // Starts a call: holds the call lock for its duration; throws Aborted if abort() came first.
   std::unique_lock<std::mutex> enter() { return calls_.enter(); }
-  void check_root(int root, const char* op) const;
-  void check_counts(const std::vector<std::size_t>& counts, const char* op) const;
 
   void check_cuda(cudaError_t err, const char* call, const char* file, int line);
   void check_nccl(ncclResult_t result, const char* call, const char* file, int line);
@@ -246,19 +236,6 @@ void NcclCommunicatorImpl::p2p_group(Enqueue enqueue, const char* file, int line
   check_nccl(end, "ncclGroupEnd", file, line);
 }
 
-void NcclCommunicatorImpl::check_root(int root, const char* op) const {
-  if (root < 0 || root >= world_size_) {
-    throw Error(fmt::format("{}: root {} out of range for world_size {}", op, root, world_size_));
-  }
-}
-
-void NcclCommunicatorImpl::check_counts(const std::vector<std::size_t>& counts,
-                                        const char* op) const {
-  if (counts.size() != static_cast<std::size_t>(world_size_)) {
-    throw Error(fmt::format("{}: {} counts for world_size {}", op, counts.size(), world_size_));
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Collectives. Byte counts: the formulas of core/comm.hpp, as the `local` backend moves them.
 
@@ -319,7 +296,7 @@ void NcclCommunicatorImpl::enqueue_reduce_scatterv(float* send, const std::vecto
     if (counts[0] > 0) NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream_));
     return;
   }
-  const std::vector<std::size_t> offsets = offsets_of(counts);
+  const std::vector<std::size_t> offsets = segment_offsets(counts);
   p2p_group(
       [&] {
         for (int k = 0; k < world_size_; ++k) {
@@ -356,7 +333,7 @@ void NcclCommunicatorImpl::reduce_scatterv_sum_start(float* send, const std::vec
 void NcclCommunicatorImpl::allgatherv(float* buf, const std::vector<std::size_t>& counts) {
   check_counts(counts, "allgather");
   const auto lock = enter();
-  const std::vector<std::size_t> offsets = offsets_of(counts);
+  const std::vector<std::size_t> offsets = segment_offsets(counts);
   if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; })) {
     if (counts[0] > 0) {
       NCCL_CHECK(ncclAllGather(buf + offsets[static_cast<std::size_t>(rank_)], buf, counts[0], ncclFloat,
@@ -387,7 +364,7 @@ void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::si
   check_root(root, "scatter");
   check_counts(counts, "scatter");
   const auto lock = enter();
-  const std::vector<std::size_t> offsets = offsets_of(counts);
+  const std::vector<std::size_t> offsets = segment_offsets(counts);
   const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
   if (rank_ == root) {
     if (mine > 0) {
@@ -410,13 +387,7 @@ void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::si
     NCCL_CHECK(ncclRecv(recv, mine, ncclFloat, root, comm_, stream_));
   }
   wait_stream("scatter");
-  if (world_size_ == 1) return;
-  if (rank_ == root) {
-    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    count(total - mine, 0);
-  } else {
-    count(0, mine);
-  }
+  count(root_scatter_counts(counts, rank_, root));
 }
 
 // Inverse of scatterv: the root receives every part (one group of ncclRecv) and copies its own.
@@ -425,7 +396,7 @@ void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::siz
   check_root(root, "gather");
   check_counts(counts, "gather");
   const auto lock = enter();
-  const std::vector<std::size_t> offsets = offsets_of(counts);
+  const std::vector<std::size_t> offsets = segment_offsets(counts);
   const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
   if (rank_ == root) {
     if (mine > 0) {
@@ -448,20 +419,11 @@ void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::siz
     NCCL_CHECK(ncclSend(send, mine, ncclFloat, root, comm_, stream_));
   }
   wait_stream("gather");
-  if (world_size_ == 1) return;
-  if (rank_ == root) {
-    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    count(0, total - mine);
-  } else {
-    count(mine, 0);
-  }
+  count(root_gather_counts(counts, rank_, root));
 }
 
 void NcclCommunicatorImpl::send(const float* buf, std::size_t n, int dst) {
-  if (dst < 0 || dst >= world_size_ || dst == rank_) {
-    throw Error(fmt::format("send: destination {} invalid for rank {} of {}", dst, rank_,
-                            world_size_));
-  }
+  check_peer(dst, "send", "destination");
   const auto lock = enter();
   if (n > 0) {
     NCCL_CHECK(ncclSend(buf, n, ncclFloat, dst, comm_, stream_));
@@ -471,10 +433,7 @@ void NcclCommunicatorImpl::send(const float* buf, std::size_t n, int dst) {
 }
 
 void NcclCommunicatorImpl::recv(float* buf, std::size_t n, int src) {
-  if (src < 0 || src >= world_size_ || src == rank_) {
-    throw Error(fmt::format("recv: source {} invalid for rank {} of {}", src, rank_,
-                            world_size_));
-  }
+  check_peer(src, "recv", "source");
   const auto lock = enter();
   if (n > 0) {
     NCCL_CHECK(ncclRecv(buf, n, ncclFloat, src, comm_, stream_));

@@ -1,5 +1,5 @@
-// Tests of the cnn workload on the GPU (cuda/cuda_cnn.hpp) against the CPU model
-// (workloads/cnn.hpp): both start from the same initialisation and see the same random batch;
+// Tests of the cnn workload on the GPU (workloads/cnn.hpp on cuda/cuda_model_ops.hpp) against
+// the same model on the CPU: both start from the same initialisation and see the same random batch;
 // logits, every parameter's gradient, the BatchNorm running statistics and the order of the
 // gradient-ready calls are compared, in training and in evaluation mode, and with SyncBatchNorm
 // over two identical "ranks". Shapes: 1x8x8 input, channels 4 and 6, hidden 16, 5 classes,
@@ -20,7 +20,7 @@
 #include "core/memory.hpp"
 #include "tests/cuda_test_util.hpp"
 #include "workloads/cnn.hpp"
-#include "cuda/cuda_cnn.hpp"
+#include "cuda/cuda_model_ops.hpp"
 #include "cuda/cuda_kernels.hpp"
 
 #include <cuda_runtime.h>
@@ -94,7 +94,7 @@ class TwinHostSync final : public BatchNormSync {
   }
 };
 
-// The same on device pointers (for the CudaModel); counts calls and non-device pointers.
+// The same on device pointers (for the GPU model); counts calls and non-device pointers.
 class TwinDeviceSync final : public BatchNormSync {
  public:
   int world_size() const override { return 2; }
@@ -125,9 +125,8 @@ class CudaCnnModel : public testing::CudaStreamTest {
     cpu_->reserve(kBatch, host_tracker_);
     allocator_ = std::make_unique<DeviceAllocator>(current_device(), device_tracker_);
     blas_ = std::make_unique<cuda::Blas>(stream(), cuda::Precision::fp32);
-    gpu_ = make_cuda_cnn({static_cast<int>(kC1), static_cast<int>(kC2)},
-                         {static_cast<int>(kHidden)}, kShape, kClasses, *blas_);
-    gpu_->reserve(reserve_batch, *allocator_);
+    gpu_ = std::make_unique<Cnn>(kShape, kC1, kC2, kHidden, kClasses);
+    gpu_->reserve(reserve_batch, make_cuda_model_ops(*blas_, *allocator_));
     params_.resize(cpu_->num_params());
     cpu_->init_params(params_.data(), kSeed);
     d_params_ = std::make_unique<DeviceBuffer<float>>(params_);
@@ -143,13 +142,13 @@ class CudaCnnModel : public testing::CudaStreamTest {
   std::unique_ptr<Cnn> cpu_;
   std::unique_ptr<DeviceAllocator> allocator_;
   std::unique_ptr<cuda::Blas> blas_;
-  std::unique_ptr<CudaModel> gpu_;
+  std::unique_ptr<Model> gpu_;
   std::vector<float> params_;
   std::unique_ptr<DeviceBuffer<float>> d_params_;
 };
 
 // One training step's forward + backward on both models; returns nothing, checks everything.
-void expect_step_matches(Cnn& cpu, CudaModel& gpu, const std::vector<float>& params,
+void expect_step_matches(Cnn& cpu, Model& gpu, const std::vector<float>& params,
                          const float* d_params, std::uint64_t seed) {
   const auto x = random_floats(kBatch * kShape.features(), seed);
   const auto dlogits = random_floats(kBatch * kClasses, seed + 1, 0.1f);
@@ -179,7 +178,7 @@ void expect_step_matches(Cnn& cpu, CudaModel& gpu, const std::vector<float>& par
 }
 
 // The four running-statistics segments of the buffers, compared one by one.
-void expect_buffers_match(Cnn& cpu, CudaModel& gpu) {
+void expect_buffers_match(Cnn& cpu, Model& gpu) {
   ASSERT_EQ(gpu.num_buffers(), cpu.num_buffers());
   const auto got = device_floats(gpu.buffers(), gpu.num_buffers());
   const std::vector<float> want(cpu.buffers(), cpu.buffers() + cpu.num_buffers());

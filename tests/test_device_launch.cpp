@@ -1,9 +1,11 @@
 // Tests of the launch machinery GPU ranks use, written once in train/ and core/ so that it runs
 // here: a torchrun-style rank's payload broadcast, record gathering and failure reporting over
 // the rendezvous (run_rendezvous_rank), communicators outside a LocalGroup aborted with it
-// (CommAbortRegistry), rank placement on devices and NCCL's shared-GPU rule.
+// (CommAbortRegistry), rank placement on devices and NCCL's shared-GPU rule, and the GPU
+// launcher's whole decision tree (launch_device_ranks) driven by a fake device.
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "core/rendezvous.hpp"
+#include "train/device_launch.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -131,6 +134,142 @@ TEST(CommAbortRegistry, GroupAbortAbortsRegisteredCommunicatorsAndLateOnesAtOnce
   EXPECT_EQ(outside1->abort_reason(), "rank 0: failed");
   registry.set(0, nullptr);
   registry.set(1, nullptr);
+}
+
+// A fake device for launch_device_ranks: records every rank it is asked to run.
+struct FakeDevice {
+  struct Run {
+    int rank = -1, device = -1;
+    bool virtual_rank = false, local = false, nccl_threads = false, on_live = false;
+    int peer_devices = 0;
+    CommIdBytes id{};
+  };
+  std::mutex mutex;
+  std::vector<Run> runs;
+  int ids_created = 0;
+  int fail_rank = -1;
+
+  DeviceLauncher launcher(int devices, std::string version = "2.28.9") {
+    DeviceLauncher d;
+    d.devices = devices;
+    d.nccl_version = [version] { return version; };
+    d.create_id = [this] {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++ids_created;
+      CommIdBytes id{};
+      id[0] = 'N';
+      id[127] = static_cast<char>(ids_created);
+      return id;
+    };
+    d.run_rank = [this](int rank, int device, bool virtual_rank, RankResult&, const CommSource& source) {
+      if (rank == fail_rank) throw Error("kernel fault");
+      std::lock_guard<std::mutex> lock(mutex);
+      Run run{rank, device, virtual_rank, source.group != nullptr, source.nccl_threads != nullptr,
+              static_cast<bool>(source.on_live), source.peer_devices, {}};
+      if (source.id != nullptr) run.id = *source.id;
+      runs.push_back(run);
+    };
+    return d;
+  }
+  const Run& of(int rank) const {
+    for (const Run& r : runs) {
+      if (r.rank == rank) return r;
+    }
+    throw Error("rank did not run");
+  }
+};
+
+TrainConfig launch_config(const std::string& comm, int world_size) {
+  TrainConfig c;
+  c.comm = comm;
+  c.world_size = world_size;
+  c.timeout = 10s;
+  return c;
+}
+
+TEST(DeviceLaunch, LocalRanksAreThreadsPlacedRoundRobinAndVirtualWhenDevicesAreShared) {
+  FakeDevice fake;
+  std::vector<RankResult> ranks(5);
+  launch_device_ranks(launch_config("local", 5), ranks, fake.launcher(2));
+  ASSERT_EQ(fake.runs.size(), 5u);
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_EQ(fake.of(r).device, r % 2);
+    EXPECT_TRUE(fake.of(r).virtual_rank);  // 3 ranks on GPU 0, 2 on GPU 1
+    EXPECT_TRUE(fake.of(r).local);
+    EXPECT_EQ(fake.of(r).peer_devices, 2);
+  }
+  EXPECT_EQ(fake.ids_created, 0);
+}
+
+TEST(DeviceLaunch, NcclThreadsShareOneIdAndRegisterForAborts) {
+  FakeDevice fake;
+  std::vector<RankResult> ranks(2);
+  launch_device_ranks(launch_config("nccl", 2), ranks, fake.launcher(4));
+  ASSERT_EQ(fake.runs.size(), 2u);
+  EXPECT_EQ(fake.ids_created, 1);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(fake.of(r).device, r);
+    EXPECT_FALSE(fake.of(r).virtual_rank);
+    EXPECT_FALSE(fake.of(r).local);
+    EXPECT_TRUE(fake.of(r).nccl_threads);
+    EXPECT_TRUE(fake.of(r).on_live);
+    EXPECT_EQ(fake.of(r).id[0], 'N');
+    EXPECT_EQ(fake.of(r).id[127], 1);
+  }
+}
+
+TEST(DeviceLaunch, NcclRanksSharingAGpuNeedNccl2Point30) {
+  FakeDevice old_nccl;
+  std::vector<RankResult> ranks(3);
+  try {
+    launch_device_ranks(launch_config("nccl", 3), ranks, old_nccl.launcher(2, "2.28.9"));
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--comm nccl --ranks 3: 2 GPU(s) here, and NCCL 2.28.9 refuses"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(old_nccl.runs.empty());
+  FakeDevice new_nccl;
+  launch_device_ranks(launch_config("nccl", 3), ranks, new_nccl.launcher(2, "2.30.1"));
+  EXPECT_EQ(new_nccl.runs.size(), 3u);
+  EXPECT_TRUE(new_nccl.of(2).virtual_rank);
+}
+
+TEST(DeviceLaunch, AGivenProcessRankRunsAloneWithTheGivenId) {
+  FakeDevice fake;
+  TrainConfig c = launch_config("nccl", 4);
+  c.process_rank = 3;
+  c.nccl_id[0] = 'G';
+  std::vector<RankResult> ranks(4);
+  launch_device_ranks(c, ranks, fake.launcher(2));
+  ASSERT_EQ(fake.runs.size(), 1u);
+  EXPECT_EQ(fake.of(3).device, 1);
+  EXPECT_TRUE(fake.of(3).virtual_rank);  // ranks 1 and 3 share GPU 1
+  EXPECT_EQ(fake.of(3).id[0], 'G');
+  EXPECT_EQ(fake.ids_created, 0);
+  c.process_rank = 4;
+  EXPECT_THROW(launch_device_ranks(c, ranks, fake.launcher(2)), InputError);
+}
+
+TEST(DeviceLaunch, RefusesHostBackendsAndMachinesWithoutDevices) {
+  FakeDevice fake;
+  std::vector<RankResult> ranks(2);
+  EXPECT_THROW(launch_device_ranks(launch_config("mpi", 2), ranks, fake.launcher(2)), InputError);
+  EXPECT_THROW(launch_device_ranks(launch_config("local", 2), ranks, fake.launcher(0)), Error);
+  EXPECT_TRUE(fake.runs.empty());
+}
+
+TEST(DeviceLaunch, AFailingRankIsRethrownWithItsRank) {
+  FakeDevice fake;
+  fake.fail_rank = 1;
+  std::vector<RankResult> ranks(2);
+  try {
+    launch_device_ranks(launch_config("local", 2), ranks, fake.launcher(2));
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 1: kernel fault");
+  }
 }
 
 }  // namespace

@@ -54,9 +54,14 @@ class CpuStepTimer final : public StepTimer {
 // The loader's batch is already host memory: used in place.
 class CpuStaging final : public BatchStaging {
  public:
-  StagedBatch stage(const Batch& batch, std::size_t) override {
+  explicit CpuStaging(std::size_t max_rows) : max_rows_(max_rows) {}
+  StagedBatch stage(const Batch& batch, std::size_t rows) override {
+    check_rows(batch, rows, max_rows_);
     return {batch.inputs.data(), batch.labels.data()};
   }
+
+ private:
+  std::size_t max_rows_;
 };
 
 class CpuRankContext final : public RankContext {
@@ -100,17 +105,15 @@ class CpuRankContext final : public RankContext {
     losses_[s] += loss;
   }
   std::vector<double> step_losses(long steps) override {
-    std::vector<double> out(static_cast<std::size_t>(steps), 0.0);
-    for (std::size_t s = 0; s < out.size() && s < losses_.size(); ++s) out[s] = losses_[s];
-    return out;
+    return first_steps(losses_, steps);
   }
 
   void upload(float* dst, const float* host_src, std::size_t n) override { copy(dst, host_src, n); }
   void download(float* host_dst, const float* src, std::size_t n) override { copy(host_dst, src, n); }
   void synchronize() override {}
 
-  std::unique_ptr<BatchStaging> make_staging(std::size_t, std::size_t, bool) override {
-    return std::make_unique<CpuStaging>();
+  std::unique_ptr<BatchStaging> make_staging(std::size_t max_rows, std::size_t, bool) override {
+    return std::make_unique<CpuStaging>(max_rows);
   }
   std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<CpuStepTimer>(); }
   std::unique_ptr<Event> make_event() override { return std::make_unique<CpuEvent>(); }

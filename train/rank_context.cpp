@@ -7,8 +7,15 @@
 
 #include "core/error.hpp"
 #include "train/cpu_context.hpp"
+#include "workloads/dataloader.hpp"
 
 namespace dpbench {
+
+void BatchStaging::check_rows(const Batch& batch, std::size_t rows, std::size_t max_rows) {
+  if (rows > max_rows || rows > batch.size) {
+    throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, max_rows, batch.size));
+  }
+}
 
 void StepTimer::begin() {
   next_ = 0;

@@ -93,6 +93,11 @@ class BatchStaging {
   // The first `rows` samples of `batch` (rows <= the staging's max_rows), valid until the next
   // stage() call and until `batch` is reused. The copy is enqueued on the compute stream.
   virtual StagedBatch stage(const Batch& batch, std::size_t rows) = 0;
+
+ protected:
+  // Throws Error("device batch: R rows do not fit (staging S, batch B)") unless rows fit both
+  // the staging's max_rows and the batch.
+  static void check_rows(const Batch& batch, std::size_t rows, std::size_t max_rows);
 };
 
 class RankContext;
@@ -167,6 +172,13 @@ class RankContext {
                              std::size_t classes, float* dlogits, float scale, long step) = 0;
   // The recorded loss of steps 0..steps-1, in double on the host (waits for the compute stream).
   virtual std::vector<double> step_losses(long steps) = 0;
+  // What step_losses returns from per-step sums on the host: [steps], 0 for steps not recorded.
+  template <typename T>
+  static std::vector<double> first_steps(const std::vector<T>& per_step, long steps) {
+    std::vector<double> out(static_cast<std::size_t>(steps), 0.0);
+    for (std::size_t s = 0; s < out.size() && s < per_step.size(); ++s) out[s] = static_cast<double>(per_step[s]);
+    return out;
+  }
 
   // ---- host transfers (synchronous: complete on return)
   virtual void upload(float* dst, const float* host_src, std::size_t n) = 0;

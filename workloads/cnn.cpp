@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "workloads/cpu_kernels.hpp"
 
 namespace dpbench {
 
@@ -76,33 +75,41 @@ Cnn::Cnn(SampleShape shape, std::size_t c1, std::size_t c2, std::size_t hidden, 
   num_params_ = offset;
 }
 
-void Cnn::reserve(std::size_t n, MemoryTracker& t) {
-  max_batch_ = n;
+void Cnn::reserve(std::size_t n, std::shared_ptr<ModelOps<float>> ops) {
+  const bool same_ops = ops_ == ops;
+  ops_ = std::move(ops);
+  const std::shared_ptr<ModelMemory> m = ops_;
   const auto act = MemoryCategory::activations;
+  auto floats = [&](std::size_t count) { return ModelBuffer<float>(m, act, count); };
   for (Block* b : {&b1_, &b2_}) {
     const std::size_t out = n * b->conv.K * b->conv.P() * b->conv.Q();
-    b->z = TrackedBuffer<float>(t, act, out);
-    b->y = TrackedBuffer<float>(t, act, out);
-    b->pooled = TrackedBuffer<float>(t, act, out / 4);
-    b->argmax = TrackedBuffer<std::int32_t>(t, act, out / 4);
-    b->mean = TrackedBuffer<float>(t, act, b->conv.K);
-    b->invstd = TrackedBuffer<float>(t, act, b->conv.K);
+    b->z = floats(out);
+    b->y = floats(out);
+    b->pooled = floats(out / 4);
+    b->argmax = ModelBuffer<std::int32_t>(m, act, out / 4);
+    b->mean = floats(b->conv.K);
+    b->invstd = floats(b->conv.K);
   }
-  if (buffers_.size() != num_buffers()) {
-    buffers_ = TrackedBuffer<float>(t, MemoryCategory::parameters, num_buffers());
-    std::fill(buffers_.begin(), buffers_.begin() + c1_, 0.0f);            // bn1.running_mean
-    std::fill(buffers_.begin() + c1_, buffers_.begin() + 2 * c1_, 1.0f);  // bn1.running_var
-    std::fill(buffers_.begin() + 2 * c1_, buffers_.begin() + 2 * c1_ + c2_, 0.0f);
-    std::fill(buffers_.begin() + 2 * c1_ + c2_, buffers_.end(), 1.0f);
+  if (!same_ops || buffers_.size() != num_buffers()) {
+    buffers_ = ModelBuffer<float>(m, MemoryCategory::parameters, num_buffers());
+    // bn1.running_mean 0, bn1.running_var 1, bn2.running_mean 0, bn2.running_var 1.
+    std::vector<float> init(num_buffers(), 0.0f);
+    std::fill(init.begin() + c1_, init.begin() + 2 * c1_, 1.0f);
+    std::fill(init.begin() + 2 * c1_ + c2_, init.end(), 1.0f);
+    ops_->upload(buffers_.data(), init.data(), init.size() * sizeof(float));
   }
-  col_ = TrackedBuffer<float>(t, act, std::max(b1_.conv.col_size(), b2_.conv.col_size()));
-  h_ = TrackedBuffer<float>(t, act, n * hidden_);
-  dh_ = TrackedBuffer<float>(t, act, n * hidden_);
-  dflat_ = TrackedBuffer<float>(t, act, n * flat_);
+  col_ = floats(std::max(b1_.conv.col_size(), b2_.conv.col_size()));
+  h_ = floats(n * hidden_);
+  dh_ = floats(n * hidden_);
+  dflat_ = floats(n * flat_);
   const std::size_t block_out = std::max(b1_.y.size(), b2_.y.size());
-  dy_ = TrackedBuffer<float>(t, act, block_out);
-  dz_ = TrackedBuffer<float>(t, act, block_out);
-  dpool1_ = TrackedBuffer<float>(t, act, b1_.pooled.size());
+  dy_ = floats(block_out);
+  dz_ = floats(block_out);
+  dpool1_ = floats(b1_.pooled.size());
+  const std::size_t max_k = std::max(c1_, c2_);
+  sum_a_ = ModelBuffer<double>(m, act, max_k);
+  sum_b_ = ModelBuffer<double>(m, act, max_k);
+  max_batch_ = n;
 }
 
 void Cnn::init_params(float* params, std::uint64_t seed) const {
@@ -128,45 +135,89 @@ void Cnn::block_forward(Block& b, const float* params, const float* x, std::size
   cpu::ConvShape s = b.conv;
   s.N = n;
   const std::size_t K = s.K, HW = s.P() * s.Q();
-  cpu::conv2d_forward(x, params + views_[b.w].offset, static_cast<const float*>(nullptr), b.z.data(), s,
-                      col_.data());
+  ops_->conv2d_forward(x, params + views_[b.w].offset, nullptr, b.z.data(), s, col_.data());
   float* running_mean = buffers_.data() + b.running;
   float* running_var = running_mean + K;
   if (training_) {
-    std::vector<double> sum(K), sumsq(K);
-    cpu::batchnorm_local_sums(b.z.data(), n, K, HW, sum.data(), sumsq.data());
+    ops_->batchnorm_local_sums(b.z.data(), n, K, HW, sum_a_.data(), sum_b_.data());
     double count = static_cast<double>(n * HW);
-    if (sync_ != nullptr && sync_->world_size() > 1) {
-      // SyncBatchNorm forward: all-gather each rank's (mean, invstd, count), then combine.
-      const auto p = static_cast<std::size_t>(sync_->world_size());
-      std::vector<float> mine(2 * K + 1), all(p * (2 * K + 1));
-      syncbn_pack_stats(sum.data(), sumsq.data(), count, K, mine.data());
-      sync_->allgather(mine.data(), all.data(), mine.size());
-      count = syncbn_combine_stats(all.data(), p, K, sum.data(), sumsq.data());
-    }
+    if (synced()) count = sync_forward_stats(K, count);
     b.count = count;
-    cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), count, K, kBnEps, kBnMomentum, b.mean.data(),
-                                  b.invstd.data(), running_mean, running_var);
+    ops_->batchnorm_finalize_stats(sum_a_.data(), sum_b_.data(), count, K, kBnEps, kBnMomentum, b.mean.data(),
+                                   b.invstd.data(), running_mean, running_var);
   } else {
-    for (std::size_t c = 0; c < K; ++c) {
-      b.mean[c] = running_mean[c];
-      b.invstd[c] = 1.0f / std::sqrt(running_var[c] + kBnEps);
-    }
+    // Running statistics -> mean, invstd on the host, in float.
+    host_f_.resize(2 * K);
+    ops_->download(host_f_.data(), running_mean, 2 * K * sizeof(float));
+    for (std::size_t c = 0; c < K; ++c) host_f_[K + c] = 1.0f / std::sqrt(host_f_[K + c] + kBnEps);
+    ops_->upload(b.mean.data(), host_f_.data(), K * sizeof(float));
+    ops_->upload(b.invstd.data(), host_f_.data() + K, K * sizeof(float));
   }
-  cpu::batchnorm_normalize(b.z.data(), b.mean.data(), b.invstd.data(), params + views_[b.gamma].offset,
-                           params + views_[b.beta].offset, b.y.data(), n, K, HW);
-  cpu::relu_inplace(b.y.data(), n * K * HW);
-  cpu::maxpool2x2_forward(b.y.data(), b.pooled.data(), b.argmax.data(), n, K, s.P(), s.Q());
+  ops_->batchnorm_normalize(b.z.data(), b.mean.data(), b.invstd.data(), params + views_[b.gamma].offset,
+                            params + views_[b.beta].offset, b.y.data(), n, K, HW);
+  ops_->relu_inplace(b.y.data(), n * K * HW);
+  ops_->maxpool2x2_forward(b.y.data(), b.pooled.data(), b.argmax.data(), n, K, s.P(), s.Q());
+}
+
+double Cnn::sync_forward_stats(std::size_t K, double count) {
+  const auto p = static_cast<std::size_t>(sync_->world_size());
+  const std::size_t row = 2 * K + 1;
+  host_sum_.resize(K);
+  host_sumsq_.resize(K);
+  ops_->download(host_sum_.data(), sum_a_.data(), K * sizeof(double));
+  ops_->download(host_sumsq_.data(), sum_b_.data(), K * sizeof(double));
+  host_f_.resize(row);
+  syncbn_pack_stats(host_sum_.data(), host_sumsq_.data(), count, K, host_f_.data());
+  float* send = sync_buffer(p * row + row);
+  float* recv = send + row;
+  ops_->upload(send, host_f_.data(), row * sizeof(float));
+  sync_->allgather(send, recv, row);
+  host_f_.resize(p * row);
+  ops_->download(host_f_.data(), recv, p * row * sizeof(float));
+  count = syncbn_combine_stats(host_f_.data(), p, K, host_sum_.data(), host_sumsq_.data());
+  ops_->upload(sum_a_.data(), host_sum_.data(), K * sizeof(double));
+  ops_->upload(sum_b_.data(), host_sumsq_.data(), K * sizeof(double));
+  return count;
+}
+
+void Cnn::sync_backward_sums(std::size_t K) {
+  host_sum_.resize(K);
+  host_sumsq_.resize(K);
+  ops_->download(host_sum_.data(), sum_a_.data(), K * sizeof(double));
+  ops_->download(host_sumsq_.data(), sum_b_.data(), K * sizeof(double));
+  host_f_.resize(2 * K);
+  for (std::size_t c = 0; c < K; ++c) {
+    host_f_[c] = static_cast<float>(host_sum_[c]);
+    host_f_[K + c] = static_cast<float>(host_sumsq_[c]);
+  }
+  float* sums = sync_buffer(2 * K);
+  ops_->upload(sums, host_f_.data(), 2 * K * sizeof(float));
+  sync_->allreduce_sum(sums, 2 * K);
+  ops_->download(host_f_.data(), sums, 2 * K * sizeof(float));
+  for (std::size_t c = 0; c < K; ++c) {
+    host_sum_[c] = host_f_[c];
+    host_sumsq_[c] = host_f_[K + c];
+  }
+  ops_->upload(sum_a_.data(), host_sum_.data(), K * sizeof(double));
+  ops_->upload(sum_b_.data(), host_sumsq_.data(), K * sizeof(double));
+}
+
+float* Cnn::sync_buffer(std::size_t count) {
+  if (sync_buf_.size() < count) {
+    if (!ops_) throw Error("cnn: forward before reserve");
+    sync_buf_ = ModelBuffer<float>(ops_, MemoryCategory::activations, count);
+  }
+  return sync_buf_.data();
 }
 
 void Cnn::forward(const float* params, const float* x, std::size_t n, float* logits) {
   if (n > max_batch_) throw Error(fmt::format("cnn: batch {} exceeds reserved {}", n, max_batch_));
   block_forward(b1_, params, x, n);
   block_forward(b2_, params, b1_.pooled.data(), n);
-  cpu::linear_forward(b2_.pooled.data(), params + views_[6].offset, params + views_[7].offset, h_.data(), n,
-                      flat_, hidden_, true);
-  cpu::linear_forward(h_.data(), params + views_[8].offset, params + views_[9].offset, logits, n, hidden_,
-                      classes_, false);
+  ops_->linear_forward(b2_.pooled.data(), params + views_[6].offset, params + views_[7].offset, h_.data(), n,
+                       flat_, hidden_, true);
+  ops_->linear_forward(h_.data(), params + views_[8].offset, params + views_[9].offset, logits, n, hidden_,
+                       classes_, false);
 }
 
 void Cnn::block_backward(Block& b, const float* params, const float* x, const float* dpooled, float* dx,
@@ -174,44 +225,32 @@ void Cnn::block_backward(Block& b, const float* params, const float* x, const fl
   cpu::ConvShape s = b.conv;
   s.N = n;
   const std::size_t K = s.K, HW = s.P() * s.Q(), size = n * K * HW;
-  cpu::maxpool2x2_backward(dpooled, b.argmax.data(), dy_.data(), n, K, s.P(), s.Q());
-  cpu::relu_backward_inplace(b.y.data(), dy_.data(), size);
+  ops_->maxpool2x2_backward(dpooled, b.argmax.data(), dy_.data(), n, K, s.P(), s.Q());
+  ops_->relu_backward_inplace(b.y.data(), dy_.data(), size);
   // BatchNorm backward: local sums, combined over ranks with SyncBatchNorm, then dx.
-  std::vector<double> sum_dy(K), sum_dy_xmu(K);
-  cpu::batchnorm_backward_reduce(dy_.data(), b.z.data(), b.mean.data(), b.invstd.data(), n, K, HW,
-                                 sum_dy.data(), sum_dy_xmu.data(), grads + views_[b.gamma].offset,
-                                 grads + views_[b.beta].offset);
-  if (sync_ != nullptr && sync_->world_size() > 1) {
-    std::vector<float> sums(2 * K);
-    for (std::size_t c = 0; c < K; ++c) {
-      sums[c] = static_cast<float>(sum_dy[c]);
-      sums[K + c] = static_cast<float>(sum_dy_xmu[c]);
-    }
-    sync_->allreduce_sum(sums.data(), sums.size());
-    for (std::size_t c = 0; c < K; ++c) {
-      sum_dy[c] = sums[c];
-      sum_dy_xmu[c] = sums[K + c];
-    }
-  }
-  cpu::batchnorm_backward_elemt(dy_.data(), b.z.data(), b.mean.data(), b.invstd.data(),
-                                params + views_[b.gamma].offset, sum_dy.data(), sum_dy_xmu.data(), b.count,
-                                dz_.data(), n, K, HW);
-  cpu::conv2d_backward(x, params + views_[b.w].offset, dz_.data(), dx, grads + views_[b.w].offset,
-                       static_cast<float*>(nullptr), s, col_.data());
+  ops_->batchnorm_backward_reduce(dy_.data(), b.z.data(), b.mean.data(), b.invstd.data(), n, K, HW, sum_a_.data(),
+                                  sum_b_.data(), grads + views_[b.gamma].offset, grads + views_[b.beta].offset);
+  if (synced()) sync_backward_sums(K);
+  ops_->batchnorm_backward_elemt(dy_.data(), b.z.data(), b.mean.data(), b.invstd.data(),
+                                 params + views_[b.gamma].offset, sum_a_.data(), sum_b_.data(), b.count, dz_.data(),
+                                 n, K, HW);
+  ops_->conv2d_backward(x, params + views_[b.w].offset, dz_.data(), dx, grads + views_[b.w].offset, nullptr, s,
+                        col_.data());
 }
 
 void Cnn::backward(const float* params, const float* x, const float* dlogits, std::size_t n, float* grads,
                    const std::function<void(std::size_t)>& on_grad_ready) {
+  if (n > max_batch_) throw Error(fmt::format("cnn: batch {} exceeds reserved {}", n, max_batch_));
   auto ready = [&](std::initializer_list<std::size_t> ids) {
     if (on_grad_ready) {
       for (std::size_t id : ids) on_grad_ready(id);
     }
   };
-  cpu::linear_backward(h_.data(), params + views_[8].offset, dlogits, dh_.data(), grads + views_[8].offset,
+  ops_->linear_backward(h_.data(), params + views_[8].offset, dlogits, dh_.data(), grads + views_[8].offset,
                        grads + views_[9].offset, n, hidden_, classes_);
   ready({9, 8});
-  cpu::relu_backward_inplace(h_.data(), dh_.data(), n * hidden_);
-  cpu::linear_backward(b2_.pooled.data(), params + views_[6].offset, dh_.data(), dflat_.data(),
+  ops_->relu_backward_inplace(h_.data(), dh_.data(), n * hidden_);
+  ops_->linear_backward(b2_.pooled.data(), params + views_[6].offset, dh_.data(), dflat_.data(),
                        grads + views_[6].offset, grads + views_[7].offset, n, flat_, hidden_);
   ready({7, 6});
   block_backward(b2_, params, b1_.pooled.data(), dflat_.data(), dpool1_.data(), grads, n);

@@ -7,8 +7,6 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "workloads/cnn.hpp"
-#include "workloads/cpu_kernels.hpp"
 
 namespace dpbench {
 
@@ -30,15 +28,17 @@ Mlp<T>::Mlp(std::vector<std::size_t> dims) : dims_(std::move(dims)) {
 }
 
 template <typename T>
-void Mlp<T>::reserve(std::size_t max_batch, MemoryTracker& tracker) {
-  max_batch_ = max_batch;
+void Mlp<T>::reserve(std::size_t max_batch, std::shared_ptr<ModelOps<T>> ops) {
   acts_.clear();
+  for (auto& d : dact_) d = ModelBuffer<T>();
+  ops_ = std::move(ops);
+  max_batch_ = max_batch;
   std::size_t widest = 0;
   for (std::size_t l = 0; l + 1 < layers(); ++l) {
-    acts_.emplace_back(tracker, MemoryCategory::activations, max_batch * dims_[l + 1]);
+    acts_.emplace_back(ops_, MemoryCategory::activations, max_batch * dims_[l + 1]);
     widest = std::max(widest, dims_[l + 1]);
   }
-  for (auto& d : dact_) d = TrackedBuffer<T>(tracker, MemoryCategory::activations, max_batch * widest);
+  for (auto& d : dact_) d = ModelBuffer<T>(ops_, MemoryCategory::activations, max_batch * widest);
 }
 
 template <typename T>
@@ -66,8 +66,8 @@ void Mlp<T>::forward(const T* params, const T* x, std::size_t batch, T* logits) 
   for (std::size_t l = 0; l < layers(); ++l) {
     const bool last = l + 1 == layers();
     T* out = last ? logits : acts_[l].data();
-    cpu::linear_forward(in, params + views_[2 * l].offset, params + views_[2 * l + 1].offset, out,
-                        batch, dims_[l], dims_[l + 1], !last);
+    ops_->linear_forward(in, params + views_[2 * l].offset, params + views_[2 * l + 1].offset, out,
+                         batch, dims_[l], dims_[l + 1], !last);
     in = out;
   }
 }
@@ -81,14 +81,14 @@ void Mlp<T>::backward(const T* params, const T* x, const T* dlogits, std::size_t
     T* dx = l == 0 ? nullptr : dact_[l % 2].data();
     const ParamView& w = views_[2 * l];
     const ParamView& b = views_[2 * l + 1];
-    cpu::linear_backward(layer_in, params + w.offset, dy, dx, grads + w.offset, grads + b.offset,
-                         batch, dims_[l], dims_[l + 1]);
+    ops_->linear_backward(layer_in, params + w.offset, dy, dx, grads + w.offset, grads + b.offset, batch,
+                          dims_[l], dims_[l + 1]);
     if (on_grad_ready) {
       on_grad_ready(2 * l + 1);
       on_grad_ready(2 * l);
     }
     if (dx != nullptr) {
-      cpu::relu_backward_inplace(acts_[l - 1].data(), dx, batch * dims_[l]);
+      ops_->relu_backward_inplace(acts_[l - 1].data(), dx, batch * dims_[l]);
       dy = dx;
     }
   }

@@ -1,6 +1,8 @@
 // The MLP workload: Linear -> ReLU -> ... -> Linear, the classifier every data-parallel tutorial
 // starts from. Layer l has weight [out, in] and bias [out] (nn.Linear layout); the flat
-// parameter buffer holds fc1.weight, fc1.bias, fc2.weight, ... in that order.
+// parameter buffer holds fc1.weight, fc1.bias, fc2.weight, ... in that order. Written once for
+// every device over a ModelOps: each Linear is linear_forward (GEMM, bias, fused ReLU) forward
+// and linear_backward plus the ReLU mask backward.
 #pragma once
 
 #include <memory>
@@ -25,7 +27,8 @@ class Mlp final : public ModelT<T> {
   std::size_t num_classes() const override { return dims_.back(); }
   const std::vector<std::size_t>& dims() const { return dims_; }
 
-  void reserve(std::size_t max_batch, MemoryTracker& tracker) override;
+  using ModelT<T>::reserve;
+  void reserve(std::size_t max_batch, std::shared_ptr<ModelOps<T>> ops) override;
   // U(-1/sqrt(in), 1/sqrt(in)) for weights and biases: nn.Linear.reset_parameters().
   void init_params(T* params, std::uint64_t seed) const override;
   void forward(const T* params, const T* x, std::size_t batch, T* logits) override;
@@ -38,10 +41,11 @@ class Mlp final : public ModelT<T> {
   std::vector<ParamView> views_;
   std::size_t num_params_ = 0;
   std::size_t max_batch_ = 0;
+  std::shared_ptr<ModelOps<T>> ops_;
   // acts_[l]: output of hidden layer l after ReLU, [max_batch, dims_[l+1]] (l < layers()-1).
-  std::vector<TrackedBuffer<T>> acts_;
+  std::vector<ModelBuffer<T>> acts_;
   // Two gradient scratch buffers [max_batch, max hidden width], ping-ponged during backward.
-  TrackedBuffer<T> dact_[2];
+  ModelBuffer<T> dact_[2];
 };
 
 

@@ -3,15 +3,22 @@
 // model describes them as named views (ParamView) into those buffers, in parameter order.
 // One flat gradient buffer is what lets one all-reduce (or a few buckets) cover the model.
 // A model instance holds the activations of one replica, for batches up to reserve()'s size.
+// A model is written once for every device over a ModelOps (workloads/model_ops.hpp): the ops
+// given to reserve() decide where its activations live and which kernels run. Parameters,
+// gradients, inputs, logits and buffers are then that device's pointers (host memory on the
+// CPU; on a GPU device memory, with work only enqueued on the ops' stream); init_params() always
+// writes host memory (the caller uploads it).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/memory.hpp"
+#include "workloads/model_ops.hpp"
 
 namespace dpbench {
 
@@ -46,15 +53,20 @@ class ModelT {
   virtual std::size_t input_features() const = 0;
   virtual std::size_t num_classes() const = 0;
 
-  // Allocates activation storage for batches of up to max_batch samples, charged to tracker.
-  virtual void reserve(std::size_t max_batch, MemoryTracker& tracker) = 0;
+  // Allocates activation storage for batches of up to max_batch samples from `ops`' memory
+  // (activations; BatchNorm buffers as parameters); every later forward() and backward() runs
+  // ops' kernels. The model keeps ops alive. A second call replaces the activations.
+  virtual void reserve(std::size_t max_batch, std::shared_ptr<ModelOps<T>> ops) = 0;
+  // The same on the CPU: host memory charged to `tracker` (which must outlive the model).
+  void reserve(std::size_t max_batch, MemoryTracker& tracker) { reserve(max_batch, make_cpu_model_ops<T>(tracker)); }
   // Writes PyTorch's default initialisation into params[num_params()], from seed.
   virtual void init_params(T* params, std::uint64_t seed) const = 0;
   // x: [batch, input_features]; writes logits [batch, num_classes]. batch <= reserved size.
   virtual void forward(const T* params, const T* x, std::size_t batch, T* logits) = 0;
   // Backward of the last forward(): dlogits: [batch, num_classes]; overwrites grads
-  // [num_params()]. Calls on_grad_ready(i) once parameter i's gradient is final, in the order
-  // gradients become ready (reverse parameter order), so that buckets can launch early.
+  // [num_params()]. Calls on_grad_ready(i) once the kernels that write parameter i's gradient
+  // have been issued (on a GPU enqueued, not finished: a caller records an event there), in the
+  // order gradients become ready (reverse parameter order), so that buckets can launch early.
   virtual void backward(const T* params, const T* x, const T* dlogits, std::size_t batch,
                         T* grads, const std::function<void(std::size_t)>& on_grad_ready) = 0;
 
@@ -65,7 +77,9 @@ class ModelT {
   // Training mode normalises with batch statistics and updates the running ones; evaluation mode
   // uses the running statistics (nn.Module.train() / eval()).
   virtual void set_training(bool) {}
-  // SyncBatchNorm: combine BatchNorm statistics through `sync` (null: local statistics).
+  // SyncBatchNorm: combine BatchNorm statistics through `sync` (null: local statistics). The
+  // sync gets device pointers; the model waits for the ops' stream before each call into it, and
+  // the sync returns with its output complete (a blocking collective).
   virtual void set_batchnorm_sync(BatchNormSync*) {}
 };
 

@@ -1,6 +1,6 @@
 // The GPU training step of one rank, for "dpbench no slower than PyTorch eager": the MLP's
-// forward, softmax cross-entropy, backward and SGD-momentum update on device buffers (CudaMlp,
-// workloads/cuda_mlp.hpp), one step per iteration: the same work and shapes as
+// forward, softmax cross-entropy, backward and SGD-momentum update on device buffers (Mlp,
+// workloads/mlp.hpp, on cuda/cuda_model_ops.hpp), one step per iteration: the same work and shapes as
 // bench/reference/pytorch_reference.py's `plain` mode (784-4096-4096-10, batch 1024), whose step
 // time it is compared with. Precision: both default to tf32; compare the fp32 row with the
 // reference's `--precision fp32`.
@@ -28,7 +28,8 @@
 #include "cuda/device_memory.hpp"
 #include "core/stats.hpp"
 #include "cuda/cuda_kernels.hpp"
-#include "cuda/cuda_mlp.hpp"
+#include "cuda/cuda_model_ops.hpp"
+#include "workloads/mlp.hpp"
 
 namespace dpbench {
 namespace {
@@ -50,8 +51,8 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
   DeviceAllocator allocator(0, tracker);
   cuda::Stream stream;
   cuda::Blas blas(stream.handle(), precision);
-  CudaMlp model(dims, blas);
-  model.reserve(batch, allocator);
+  Mlp<float> model(dims);
+  model.reserve(batch, make_cuda_model_ops(blas, allocator));
   const std::size_t n = model.num_params();
 
   std::vector<float> host_params(n);

@@ -1,0 +1,127 @@
+#include "train/device_launch.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/device.hpp"
+#include "core/error.hpp"
+#include "core/local_comm.hpp"
+#include "core/mpi_comm.hpp"
+
+namespace dpbench {
+
+namespace {
+
+// One rank of a torchrun-style launch (run_env_process: the id and the records go through the
+// rendezvous at MASTER_ADDR:MASTER_PORT), on device local_rank % devices.
+void run_env_device_rank(const TrainConfig& config, std::vector<RankResult>& ranks, const DeviceLauncher& device) {
+  const int rank = config.process_rank;
+  const int local_rank = config.local_rank >= 0 ? config.local_rank : rank;
+  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : config.world_size;
+  const int gpus = device.devices;
+  run_env_process(
+      config, ranks,
+      [&] {
+        const CommIdBytes id = device.create_id();
+        return std::string(id.data(), id.size());
+      },
+      [&](const std::string& shared) {
+        CommIdBytes id{};
+        if (shared.size() != id.size()) {
+          throw Error(fmt::format("rendezvous: rank 0 sent {} bytes for the ncclUniqueId, not {}", shared.size(),
+                                  id.size()));
+        }
+        std::memcpy(id.data(), shared.data(), id.size());
+        CommSource source;
+        source.id = &id;
+        device.run_rank(rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1,
+                        ranks[static_cast<std::size_t>(rank)], source);
+      });
+}
+
+}  // namespace
+
+void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const DeviceLauncher& device) {
+  if (config.comm != "local" && config.comm != "nccl") {
+    throw InputError(fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl",
+                                 config.comm));
+  }
+  const int gpus = device.devices;
+  if (gpus < 1) throw Error("no CUDA device: cudaGetDeviceCount found none");
+  const int p = config.world_size;
+
+  if (config.comm == "nccl" && config.process_rank >= 0) {
+    // One rank of a job whose processes the caller started and gave the id: run it, and leave
+    // only its own record (the caller gathers the others if it needs them).
+    const int rank = config.process_rank;
+    if (rank >= p) {
+      throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
+    }
+    if (!config.master_addr.empty()) return run_env_device_rank(config, ranks, device);
+    CommSource source;
+    source.id = &config.nccl_id;
+    device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
+                    ranks[static_cast<std::size_t>(rank)], source);
+    return;
+  }
+
+  if (config.comm == "nccl" && mpi_launched()) {
+    // One rank per process: the GPU comes from the node-local rank. Rank 0 creates the id inside
+    // run_mpi_process, so that a failure there ends the job with MPI_Abort rather than leaving
+    // the other ranks in MPI_Bcast.
+    MpiRuntime::init();
+    const int local_rank = MpiRuntime::local_rank();
+    const bool shared = ranks_on_device(MpiRuntime::local_size(), gpus, local_rank % gpus) > 1;
+    run_mpi_process(config, ranks, [&](int rank) {
+      CommIdBytes id{};
+      if (rank == 0) id = device.create_id();
+      mpi_broadcast_bytes(id.data(), id.size(), 0);
+      CommSource source;
+      source.id = &id;
+      device.run_rank(rank, local_rank % gpus, shared, ranks[static_cast<std::size_t>(rank)], source);
+    });
+    return;
+  }
+
+  if (config.comm == "nccl" && p > gpus) {
+    const std::string version = device.nccl_version();
+    if (!nccl_allows_shared_gpu(version)) {
+      // Refused up front: inside ncclCommInitRank only the ranks that share a GPU fail, and the
+      // others may be left waiting for them there (where no abort reaches).
+      throw InputError(fmt::format("--comm nccl --ranks {}: {} GPU(s) here, and NCCL {} refuses two ranks of one "
+                                   "communicator on one GPU (NCCL 2.30 allows it); use --comm local for "
+                                   "ranks sharing a GPU",
+                                   p, gpus, version));
+    }
+    // NCCL >= 2.30 lets ranks of one communicator share a GPU when asked to; it reads this when
+    // the communicators are created (a user's own setting wins).
+    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
+  }
+  auto group = std::make_shared<LocalGroup>(p, config.timeout);
+  CommIdBytes id{};
+  CommSource source;
+  if (config.comm == "nccl") {
+    id = device.create_id();
+    source.id = &id;
+    source.nccl_threads = group.get();
+  } else {
+    source.group = group;
+    source.peer_devices = std::min(p, gpus);
+  }
+  // NCCL communicators live outside the group: the group's abort reaches them through the registry.
+  std::optional<CommAbortRegistry> live;
+  if (config.comm == "nccl") {
+    live.emplace(*group);
+    source.on_live = [&](int rank, Communicator* comm) { live->set(rank, comm); };
+  }
+  run_rank_threads(*group, [&](int rank) {
+    device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
+                    ranks[static_cast<std::size_t>(rank)], source);
+  });
+}
+
+}  // namespace dpbench
