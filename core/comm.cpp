@@ -1,5 +1,6 @@
 #include "core/comm.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -78,6 +79,17 @@ std::vector<std::size_t> segment_offsets(const std::vector<std::size_t>& counts)
   std::vector<std::size_t> offsets(counts.size(), 0);
   std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), std::size_t{0});
   return offsets;
+}
+
+bool equal_counts(const std::vector<std::size_t>& counts) {
+  return std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts.front(); });
+}
+
+void check_world_rank(int world_size, int rank) {
+  if (world_size < 1) throw InputError(fmt::format("world_size {}: must be at least 1", world_size));
+  if (rank < 0 || rank >= world_size) {
+    throw InputError(fmt::format("rank {}: out of range for world_size {}", rank, world_size));
+  }
 }
 
 void Communicator::check_root(int root, const char* op) const {

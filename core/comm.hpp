@@ -47,6 +47,23 @@ ElementCounts root_scatter_counts(const std::vector<std::size_t>& counts, int ra
 ElementCounts root_gather_counts(const std::vector<std::size_t>& counts, int rank, int root);
 // Where each segment of counts starts: the exclusive prefix sums, [counts.size()] elements.
 std::vector<std::size_t> segment_offsets(const std::vector<std::size_t>& counts);
+// True when every count equals the first (a collective with equal segments; true when empty).
+bool equal_counts(const std::vector<std::size_t>& counts);
+// Calls op(rank, offset, count) for every rank but `skip` (-1: none) whose count is not 0, in
+// rank order, and returns the first result that is not `ok` (then stops), else `ok`. How a
+// backend issues one call per peer segment of a grouped collective (ncclSend per rank, ...).
+template <typename Result, typename Op>
+Result for_each_segment(const std::vector<std::size_t>& counts, int skip, Result ok, Op op) {
+  std::size_t offset = 0;
+  for (std::size_t r = 0; r < counts.size(); offset += counts[r], ++r) {
+    if (static_cast<int>(r) == skip || counts[r] == 0) continue;
+    const Result result = op(static_cast<int>(r), offset, counts[r]);
+    if (result != ok) return result;
+  }
+  return ok;
+}
+// Throws InputError unless world_size >= 1 and 0 <= rank < world_size.
+void check_world_rank(int world_size, int rank);
 
 // Offset and length of chunk i when n elements are split into p nearly equal chunks (the first
 // n % p chunks get one more). Used by the ring algorithms.

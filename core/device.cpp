@@ -39,6 +39,12 @@ DeviceChoice choose_device(const std::string& requested, bool host_comm) {
 
 int ranks_on_device(int ranks, int devices, int device) { return (ranks - device + devices - 1) / devices; }
 
+std::string nccl_version_text(int code) {
+  if (code <= 0) return "";
+  if (code >= 10000) return fmt::format("{}.{}.{}", code / 10000, code % 10000 / 100, code % 100);
+  return fmt::format("{}.{}.{}", code / 1000, code % 1000 / 100, code % 100);
+}
+
 bool nccl_allows_shared_gpu(const std::string& version) {
   int major = 0, minor = 0;
   if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return true;

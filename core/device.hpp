@@ -52,4 +52,8 @@ int ranks_on_device(int ranks, int devices, int device);
 // the version cannot be read (no NCCL: creating the communicator says so).
 bool nccl_allows_shared_gpu(const std::string& version);
 
+// "X.Y.Z" of an NCCL_VERSION_CODE as ncclGetVersion reports it: X*10000 + Y*100 + Z since 2.9,
+// X*1000 + Y*100 + Z before (22809 -> "2.28.9", 2708 -> "2.7.8"); "" when code <= 0.
+std::string nccl_version_text(int code);
+
 }  // namespace dpbench

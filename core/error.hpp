@@ -33,4 +33,14 @@ class Aborted : public Error {
   using Error::Error;
 };
 
+// `text` fit for a one-line message: line breaks become spaces, trailing spaces go
+// ("Duplicate GPU detected\n" -> "Duplicate GPU detected").
+inline std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
 }  // namespace dpbench

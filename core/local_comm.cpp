@@ -32,7 +32,7 @@ LocalGroup::LocalGroup(int world_size, std::chrono::milliseconds timeout)
       arrived_rank_(static_cast<std::size_t>(std::max(world_size, 1)), 0),
       slots_(static_cast<std::size_t>(std::max(world_size, 1))),
       mailboxes_(static_cast<std::size_t>(std::max(world_size, 1) * std::max(world_size, 1))) {
-  if (world_size < 1) throw InputError(fmt::format("world_size {}: must be at least 1", world_size));
+  check_world_rank(world_size, 0);
 }
 
 void LocalGroup::throw_aborted() { throw Aborted(abort_reason_); }
@@ -149,10 +149,7 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank
 LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank,
                                      std::unique_ptr<LocalMemOps> ops)
     : group_(std::move(group)), rank_(rank), ops_(std::move(ops)) {
-  if (rank < 0 || rank >= group_->world_size()) {
-    throw InputError(fmt::format("rank {}: out of range for world_size {}", rank,
-                                 group_->world_size()));
-  }
+  check_world_rank(group_->world_size(), rank);
 }
 
 void LocalCommunicator::publish(const void* a, const void* b) {

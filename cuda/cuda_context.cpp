@@ -16,7 +16,6 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/cuda_local_ops.hpp"
@@ -30,12 +29,6 @@
 #include "workloads/dataloader.hpp"
 
 namespace dpbench {
-
-cuda::Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return cuda::Precision::fp32;
-  if (name == "tf32") return cuda::Precision::tf32;
-  throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", name));
-}
 
 namespace {
 
@@ -83,30 +76,16 @@ class CudaStaging final : public BatchStaging {
               std::size_t features, bool pin_memory)
       : stream_(stream),
         features_(features),
-        pin_memory_(pin_memory),
+        pinned_(host_tracker, pin_memory ? &cuda::pinned_memory() : nullptr, max_rows, features),
         inputs_(allocator, MemoryCategory::data_staging, max_rows * features),
-        labels_(allocator, MemoryCategory::data_staging, max_rows) {
-    if (pin_memory_) {
-      pinned_inputs_ = TrackedBuffer<float>(host_tracker, MemoryCategory::data_staging, max_rows * features,
-                                            &cuda::pinned_memory());
-      pinned_labels_ = TrackedBuffer<std::int32_t>(host_tracker, MemoryCategory::data_staging, max_rows,
-                                                   &cuda::pinned_memory());
-    }
-  }
+        labels_(allocator, MemoryCategory::data_staging, max_rows) {}
 
   StagedBatch stage(const Batch& batch, std::size_t rows) override {
     check_rows(batch, rows, labels_.size());
-    const float* x = batch.inputs.data();
-    const std::int32_t* y = batch.labels.data();
-    if (rows > 0 && pin_memory_) {
-      std::memcpy(pinned_inputs_.data(), x, rows * features_ * sizeof(float));
-      std::memcpy(pinned_labels_.data(), y, rows * sizeof(std::int32_t));
-      x = pinned_inputs_.data();
-      y = pinned_labels_.data();
-    }
+    const StagedBatch host = pinned_.stage(batch, rows);
     if (rows > 0) {
-      cuda::memcpy_async(inputs_.data(), x, rows * features_ * sizeof(float), stream_);
-      cuda::memcpy_async(labels_.data(), y, rows * sizeof(std::int32_t), stream_);
+      cuda::memcpy_async(inputs_.data(), host.inputs, rows * features_ * sizeof(float), stream_);
+      cuda::memcpy_async(labels_.data(), host.labels, rows * sizeof(std::int32_t), stream_);
     }
     return {inputs_.data(), labels_.data()};
   }
@@ -114,11 +93,9 @@ class CudaStaging final : public BatchStaging {
  private:
   void* stream_;
   std::size_t features_;
-  bool pin_memory_;
+  PinnedBatch pinned_;
   DeviceBuffer<float> inputs_;
   DeviceBuffer<std::int32_t> labels_;
-  TrackedBuffer<float> pinned_inputs_;  // page-locked (cuda::pinned_memory())
-  TrackedBuffer<std::int32_t> pinned_labels_;
 };
 
 // One GPU rank's context. Every pointer is valid for the duration of the rank's body.
@@ -248,7 +225,7 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   if (source.on_live) source.on_live(rank, comm.get());
 
   try {
-    cuda::Blas blas(compute.handle(), parse_precision(config.precision));
+    cuda::Blas blas(compute.handle(), allows_tf32(config.precision) ? cuda::Precision::tf32 : cuda::Precision::fp32);
     CudaRankContext ctx(rank, device, *comm, comm_stream, compute, blas, allocator, host_tracker);
     result.device.device = device;
     result.device.virtual_rank = virtual_rank;

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "core/abortable_calls.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/error_location.hpp"
 #include "cuda/cuda_check.cuh"
@@ -39,11 +40,7 @@ namespace {
 std::string nccl_cause(ncclResult_t result) {
   std::string cause = ncclGetErrorString(result);
   const char* last = ncclGetLastError(nullptr);
-  std::string detail = last != nullptr ? last : "";
-  for (char& c : detail) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  while (!detail.empty() && detail.back() == ' ') detail.pop_back();
+  const std::string detail = one_line(last != nullptr ? last : "");
   if (!detail.empty()) cause += ": " + detail;
   return cause + " (NCCL_DEBUG=INFO for details)";
 }
@@ -292,23 +289,15 @@ void NcclCommunicatorImpl::allgather(const float* send, float* recv, std::size_t
 void NcclCommunicatorImpl::enqueue_reduce_scatterv(float* send, const std::vector<std::size_t>& counts,
                                                    float* recv) {
   check_counts(counts, "reduce_scatter");
-  if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; })) {
+  if (equal_counts(counts)) {
     if (counts[0] > 0) NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream_));
     return;
   }
-  const std::vector<std::size_t> offsets = segment_offsets(counts);
-  p2p_group(
+  p2p_group(  // recvbuff is written on the root only
       [&] {
-        for (int k = 0; k < world_size_; ++k) {
-          const auto uk = static_cast<std::size_t>(k);
-          if (counts[uk] == 0) continue;
-          // recvbuff is written on the root only.
-          float* out = k == rank_ ? recv : send + offsets[uk];
-          const ncclResult_t result =
-              ncclReduce(send + offsets[uk], out, counts[uk], ncclFloat, ncclSum, k, comm_, stream_);
-          if (result != ncclSuccess) return result;
-        }
-        return ncclSuccess;
+        return for_each_segment(counts, -1, ncclSuccess, [&](int k, std::size_t off, std::size_t c) {
+          return ncclReduce(send + off, k == rank_ ? recv : send + off, c, ncclFloat, ncclSum, k, comm_, stream_);
+        });
       },
       __FILE__, __LINE__);
 }
@@ -333,23 +322,17 @@ void NcclCommunicatorImpl::reduce_scatterv_sum_start(float* send, const std::vec
 void NcclCommunicatorImpl::allgatherv(float* buf, const std::vector<std::size_t>& counts) {
   check_counts(counts, "allgather");
   const auto lock = enter();
-  const std::vector<std::size_t> offsets = segment_offsets(counts);
-  if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; })) {
+  if (equal_counts(counts)) {
     if (counts[0] > 0) {
-      NCCL_CHECK(ncclAllGather(buf + offsets[static_cast<std::size_t>(rank_)], buf, counts[0], ncclFloat,
+      NCCL_CHECK(ncclAllGather(buf + counts[0] * static_cast<std::size_t>(rank_), buf, counts[0], ncclFloat,
                                comm_, stream_));
     }
   } else {
     p2p_group(
         [&] {
-          for (int k = 0; k < world_size_; ++k) {
-            const auto uk = static_cast<std::size_t>(k);
-            if (counts[uk] == 0) continue;
-            const ncclResult_t result =
-                ncclBroadcast(buf + offsets[uk], buf + offsets[uk], counts[uk], ncclFloat, k, comm_, stream_);
-            if (result != ncclSuccess) return result;
-          }
-          return ncclSuccess;
+          return for_each_segment(counts, -1, ncclSuccess, [&](int k, std::size_t off, std::size_t c) {
+            return ncclBroadcast(buf + off, buf + off, c, ncclFloat, k, comm_, stream_);
+          });
         },
         __FILE__, __LINE__);
   }
@@ -373,14 +356,9 @@ void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::si
     }
     p2p_group(
         [&] {
-          for (int r = 0; r < world_size_; ++r) {
-            const std::size_t c = counts[static_cast<std::size_t>(r)];
-            if (r == root || c == 0) continue;
-            const ncclResult_t result = ncclSend(send + offsets[static_cast<std::size_t>(r)], c,
-                                                 ncclFloat, r, comm_, stream_);
-            if (result != ncclSuccess) return result;
-          }
-          return ncclSuccess;
+          return for_each_segment(counts, root, ncclSuccess, [&](int r, std::size_t off, std::size_t c) {
+            return ncclSend(send + off, c, ncclFloat, r, comm_, stream_);
+          });
         },
         __FILE__, __LINE__);
   } else if (mine > 0) {
@@ -405,14 +383,9 @@ void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::siz
     }
     p2p_group(
         [&] {
-          for (int r = 0; r < world_size_; ++r) {
-            const std::size_t c = counts[static_cast<std::size_t>(r)];
-            if (r == root || c == 0) continue;
-            const ncclResult_t result = ncclRecv(recv + offsets[static_cast<std::size_t>(r)], c,
-                                                 ncclFloat, r, comm_, stream_);
-            if (result != ncclSuccess) return result;
-          }
-          return ncclSuccess;
+          return for_each_segment(counts, root, ncclSuccess, [&](int r, std::size_t off, std::size_t c) {
+            return ncclRecv(recv + off, c, ncclFloat, r, comm_, stream_);
+          });
         },
         __FILE__, __LINE__);
   } else if (mine > 0) {
@@ -460,10 +433,7 @@ bool nccl_available() { return true; }
 
 std::string nccl_version() {
   int code = 0;
-  if (ncclGetVersion(&code) != ncclSuccess || code <= 0) return "";
-  // NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before.
-  if (code >= 10000) return fmt::format("{}.{}.{}", code / 10000, code % 10000 / 100, code % 100);
-  return fmt::format("{}.{}.{}", code / 1000, code % 1000 / 100, code % 100);
+  return ncclGetVersion(&code) == ncclSuccess ? nccl_version_text(code) : "";
 }
 
 NcclUniqueIdBytes nccl_create_unique_id() {
@@ -480,12 +450,7 @@ NcclUniqueIdBytes nccl_create_unique_id() {
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes& id,
                                                          int world_size, int rank, int device,
                                                          std::chrono::milliseconds timeout) {
-  if (world_size < 1) {
-    throw InputError(fmt::format("world_size {}: must be at least 1", world_size));
-  }
-  if (rank < 0 || rank >= world_size) {
-    throw InputError(fmt::format("rank {}: out of range for world_size {}", rank, world_size));
-  }
+  check_world_rank(world_size, rank);
   if (device < 0) throw InputError(fmt::format("rank {}: device {} is not a CUDA device", rank, device));
   if (timeout.count() <= 0) {
     throw InputError(fmt::format("rank {}: NCCL timeout must be positive, got {} ms", rank,

@@ -5,10 +5,7 @@
 // folder; there `--device cuda` is refused as a device the build cannot train on.
 #pragma once
 
-#include <string>
-
 #include "core/device.hpp"
-#include "cuda/cuda_kernels.hpp"
 
 namespace dpbench {
 
@@ -17,8 +14,5 @@ void register_cuda_device();
 
 // The probe registered by register_cuda_device() (cuda/cuda_probe.cu). Never throws.
 CudaProbe probe_cuda_runtime();
-
-// "fp32" / "tf32" -> cuda::Precision; InputError naming --precision otherwise.
-cuda::Precision parse_precision(const std::string& name);
 
 }  // namespace dpbench

@@ -384,3 +384,35 @@ TEST(LocalGroup, AbortHookRunsOnceWithTheFirstReason) {
 
 }  // namespace
 }  // namespace dpbench
+
+namespace dpbench {
+namespace {
+
+TEST(SegmentHelpers, ForEachSegmentSkipsEmptyAndSkippedRanksAndStopsAtTheFirstFailure) {
+  const std::vector<std::size_t> counts = {3, 0, 2, 4};
+  std::vector<std::vector<std::size_t>> calls;
+  const int result = for_each_segment(counts, 2, 0, [&](int r, std::size_t off, std::size_t c) {
+    calls.push_back({static_cast<std::size_t>(r), off, c});
+    return 0;
+  });
+  EXPECT_EQ(result, 0);
+  EXPECT_EQ(calls, (std::vector<std::vector<std::size_t>>{{0, 0, 3}, {3, 5, 4}}));
+  int seen = 0;
+  EXPECT_EQ(for_each_segment(counts, -1, 0, [&](int r, std::size_t, std::size_t) { ++seen; return r == 2 ? 7 : 0; }), 7);
+  EXPECT_EQ(seen, 2);  // ranks 0 and 2: stopped at the failure, rank 1 empty
+  EXPECT_TRUE(equal_counts({4, 4, 4}));
+  EXPECT_FALSE(equal_counts({4, 4, 5}));
+  EXPECT_TRUE(equal_counts({}));
+}
+
+TEST(SegmentHelpers, WorldAndRankChecksAndOneLineMessages) {
+  EXPECT_NO_THROW(check_world_rank(4, 3));
+  EXPECT_THROW(check_world_rank(4, 4), InputError);
+  EXPECT_THROW(check_world_rank(4, -1), InputError);
+  EXPECT_THROW(check_world_rank(0, 0), InputError);
+  EXPECT_EQ(one_line("Duplicate GPU detected\nrank 1  \r\n"), "Duplicate GPU detected rank 1");
+  EXPECT_EQ(one_line(""), "");
+}
+
+}  // namespace
+}  // namespace dpbench

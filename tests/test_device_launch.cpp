@@ -39,6 +39,10 @@ TEST(DevicePlacement, NcclSharesAGpuFrom2Point30On) {
   EXPECT_FALSE(nccl_allows_shared_gpu("2.28.9"));
   EXPECT_FALSE(nccl_allows_shared_gpu("2.5.6"));
   EXPECT_TRUE(nccl_allows_shared_gpu("2.30.0"));
+  EXPECT_EQ(nccl_version_text(22809), "2.28.9");  // NCCL_VERSION(2,28,9) since 2.9
+  EXPECT_EQ(nccl_version_text(23001), "2.30.1");
+  EXPECT_EQ(nccl_version_text(2708), "2.7.8");    // before 2.9: X*1000 + Y*100 + Z
+  EXPECT_EQ(nccl_version_text(0), "");
   EXPECT_TRUE(nccl_allows_shared_gpu("3.0.1"));
   EXPECT_TRUE(nccl_allows_shared_gpu(""));  // unknown: creating the communicator says
 }

@@ -131,3 +131,42 @@ TEST(RankContext, UnknownDeviceIsAnInputError) {
 
 }  // namespace
 }  // namespace dpbench
+
+namespace dpbench {
+namespace {
+
+int g_pinned_allocs = 0;
+void* counting_allocate(std::size_t bytes) {
+  ++g_pinned_allocs;
+  return ::operator new(bytes);
+}
+void counting_release(void* p) noexcept { ::operator delete(p); }
+
+// pin_memory's host half: the batch's first rows copied into buffers from the given memory and
+// charged to data_staging; without such memory, the loader's own buffers.
+TEST(PinnedBatch, CopiesTheFirstRowsIntoPinnedBuffersOrPassesTheBatchThrough) {
+  MemoryTracker loader_tracker, host_tracker;
+  Batch batch;
+  batch.inputs = TrackedBuffer<float>(loader_tracker, MemoryCategory::data_staging, 4 * 3);
+  batch.labels = TrackedBuffer<std::int32_t>(loader_tracker, MemoryCategory::data_staging, 4);
+  for (std::size_t i = 0; i < 12; ++i) batch.inputs.data()[i] = static_cast<float>(i);
+  for (std::int32_t i = 0; i < 4; ++i) batch.labels.data()[i] = 10 + i;
+
+  const HostMemory counting{&counting_allocate, &counting_release};
+  g_pinned_allocs = 0;
+  PinnedBatch pinned(host_tracker, &counting, 4, 3);
+  EXPECT_EQ(g_pinned_allocs, 2);
+  EXPECT_EQ(host_tracker.current_bytes(MemoryCategory::data_staging), 4 * 3 * 4 + 4 * 4);
+  const StagedBatch staged = pinned.stage(batch, 2);
+  EXPECT_NE(staged.inputs, batch.inputs.data());
+  EXPECT_EQ(std::vector<float>(staged.inputs, staged.inputs + 6), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(std::vector<std::int32_t>(staged.labels, staged.labels + 2), (std::vector<std::int32_t>{10, 11}));
+
+  MemoryTracker none_tracker;
+  PinnedBatch pageable(none_tracker, nullptr, 4, 3);
+  EXPECT_EQ(pageable.stage(batch, 2).inputs, batch.inputs.data());
+  EXPECT_EQ(none_tracker.peak_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace dpbench

@@ -1,5 +1,7 @@
 #include "train/rank_context.hpp"
 
+#include <cstring>
+
 #include <map>
 #include <mutex>
 
@@ -10,6 +12,21 @@
 #include "workloads/dataloader.hpp"
 
 namespace dpbench {
+
+PinnedBatch::PinnedBatch(MemoryTracker& host_tracker, const HostMemory* pinned, std::size_t max_rows,
+                         std::size_t features)
+    : features_(features), pinned_(pinned != nullptr) {
+  if (!pinned_) return;
+  inputs_ = TrackedBuffer<float>(host_tracker, MemoryCategory::data_staging, max_rows * features, pinned);
+  labels_ = TrackedBuffer<std::int32_t>(host_tracker, MemoryCategory::data_staging, max_rows, pinned);
+}
+
+StagedBatch PinnedBatch::stage(const Batch& batch, std::size_t rows) {
+  if (!pinned_ || rows == 0) return {batch.inputs.data(), batch.labels.data()};
+  std::memcpy(inputs_.data(), batch.inputs.data(), rows * features_ * sizeof(float));
+  std::memcpy(labels_.data(), batch.labels.data(), rows * sizeof(std::int32_t));
+  return {inputs_.data(), labels_.data()};
+}
 
 void BatchStaging::check_rows(const Batch& batch, std::size_t rows, std::size_t max_rows) {
   if (rows > max_rows || rows > batch.size) {

@@ -100,6 +100,23 @@ class BatchStaging {
   static void check_rows(const Batch& batch, std::size_t rows, std::size_t max_rows);
 };
 
+// The host half of pin_memory staging (DataLoader pin_memory=True): page-locked copies of a
+// batch's first rows, from which a device's host-to-device copy can be asynchronous. Both
+// buffers are charged to data_staging on `host_tracker`; `pinned` is the page-locked memory
+// (e.g. cuda::pinned_memory()). Without pinned memory stage() returns the loader's buffers.
+class PinnedBatch {
+ public:
+  PinnedBatch(MemoryTracker& host_tracker, const HostMemory* pinned, std::size_t max_rows, std::size_t features);
+  // inputs [rows, features] and labels [rows] to copy from; rows <= max_rows (unchecked).
+  StagedBatch stage(const Batch& batch, std::size_t rows);
+
+ private:
+  std::size_t features_;
+  bool pinned_;
+  TrackedBuffer<float> inputs_;
+  TrackedBuffer<std::int32_t> labels_;
+};
+
 class RankContext;
 
 // An owning, zero-initialised array of `count` T in the rank's device memory, charged to one

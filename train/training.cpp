@@ -349,9 +349,14 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.device != "cpu" && config.device != "cuda") {
     throw InputError(fmt::format("--device {}: unknown device (choose cpu or cuda)", config.device));
   }
-  if (config.precision != "fp32" && config.precision != "tf32") {
-    throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", config.precision));
+  allows_tf32(config.precision);
+}
+
+bool allows_tf32(const std::string& precision) {
+  if (precision != "fp32" && precision != "tf32") {
+    throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", precision));
   }
+  return precision == "tf32";
 }
 
 long total_steps(const TrainConfig& config, const Dataset& train) {

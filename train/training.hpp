@@ -231,6 +231,10 @@ long steps_per_epoch(const TrainConfig& config, const Dataset& train);
 // epochs, learning rate, transport, device and precision.
 void validate_config(const TrainConfig& config, const Dataset& train);
 
+// Whether --precision lets cuBLAS use TF32 tensor cores: true for "tf32", false for "fp32".
+// Throws InputError naming --precision for anything else.
+bool allows_tf32(const std::string& precision);
+
 // Total steps of the run (epochs x steps_per_epoch, capped by max_steps).
 long total_steps(const TrainConfig& config, const Dataset& train);
 

@@ -84,9 +84,7 @@ void check_common_options(const TrainConfig& c, double timeout_s) {
     throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
   }
   make_model(c, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
-  if (c.precision != "fp32" && c.precision != "tf32") {
-    throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", c.precision));
-  }
+  allows_tf32(c.precision);
 }
 
 void check_point(const TrainConfig& c, const Dataset& train) {
