@@ -219,11 +219,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         progress.step_done(ctx, epoch, step);
       }
     }
-    const CommStats end = comm.stats();
-    ctx.record_device_view(me);
-    finish_rank(me, {end.bytes_sent - timed_start.bytes_sent,
-                     end.bytes_received - timed_start.bytes_received},
-                static_cast<long>(me.steps.size()), ctx.tracker());
+    finish_timed_rank(ctx, me, timed_start);
     if (reducer) {
       result.steps_timed = static_cast<long>(me.steps.size());
       finish_result_on_rank(ctx, result, data, *model, master_params.data(),

@@ -28,6 +28,13 @@ StagedBatch PinnedBatch::stage(const Batch& batch, std::size_t rows) {
   return {inputs_.data(), labels_.data()};
 }
 
+void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_start) {
+  const CommStats end = ctx.comm().stats();
+  ctx.record_device_view(me);
+  finish_rank(me, {end.bytes_sent - timed_start.bytes_sent, end.bytes_received - timed_start.bytes_received},
+              static_cast<long>(me.steps.size()), ctx.tracker());
+}
+
 void BatchStaging::check_rows(const Batch& batch, std::size_t rows, std::size_t max_rows) {
   if (rows > max_rows || rows > batch.size) {
     throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, max_rows, batch.size));

@@ -242,6 +242,10 @@ void Array<T>::Release::operator()(T* ptr) const noexcept {
 // Per-epoch sums of per-step losses: step s belongs to epoch s / steps_per_epoch; [epochs].
 std::vector<double> epoch_loss_sums(const std::vector<double>& step_losses, long steps_per_epoch, int epochs);
 
+// After a rank's timed steps: its device's view of memory, and finish_rank with the bytes its
+// communicator moved since `timed_start` (the stats when timing began) over its timed steps.
+void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_start);
+
 // Rank 0's last act in every strategy: copies `params` [model.num_params()] and the model's
 // buffers to the host and calls finish_result() with the per-epoch loss sums over all ranks.
 void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData& data, Model& model,

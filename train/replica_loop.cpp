@@ -160,11 +160,7 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
         progress.step_done(ctx, epoch, step);
       }
     }
-    const CommStats end = comm.stats();
-    ctx.record_device_view(me);
-    finish_rank(me, {end.bytes_sent - timed_start.bytes_sent,
-                     end.bytes_received - timed_start.bytes_received},
-                static_cast<long>(me.steps.size()), ctx.tracker());
+    finish_timed_rank(ctx, me, timed_start);
 
     // Outside the timed steps: the global training loss per epoch, and rank 0's evaluation.
     const std::vector<double> local_sums = epoch_loss_sums(ctx.step_losses(step), spe, cfg.epochs);
