@@ -3,7 +3,8 @@
 # are already installed are skipped, and apt is not touched at all when nothing is missing.
 # Used by the README quick start and by .ci/run. OpenMPI is installed for the `mpi` backend (the
 # build still works without it); CUDA and NCCL stay optional.
-#   --test   also what only the tests need (Chromium, to render the HTML report headless)
+#   --test   also what only the tests need (Chromium, to render the HTML report headless;
+#            python3-torch, for the PyTorch reference and its loss-agreement test)
 #   --fuzz   also clang-14 and its libFuzzer runtime (scripts/fuzz.sh)
 set -euo pipefail
 
@@ -16,7 +17,7 @@ packages=(
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )
-case " $* " in *" --test "*) packages+=(chromium) ;; esac
+case " $* " in *" --test "*) packages+=(chromium python3-torch) ;; esac
 case " $* " in *" --fuzz "*) packages+=(clang-14 libclang-rt-14-dev) ;; esac
 
 missing=()
