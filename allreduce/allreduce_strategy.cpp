@@ -19,6 +19,9 @@ double allreduce_comm_time(const StepModel& m, const LinkModel& link, const std:
   return ring_allreduce_s(link, p, m.param_bytes);
 }
 
+// DistributedDataParallel over gloo.
+std::string allreduce_pytorch(const TrainConfig&) { return "ddp"; }
+
 }  // namespace
 
 const Strategy& allreduce_strategy() {
@@ -30,6 +33,7 @@ const Strategy& allreduce_strategy() {
       .bus_bandwidth = &allreduce_bus_bandwidth,
       .has_reducer = false, .reference = false,
       .projected = {{"allreduce", "ring", 1.0}}, .comm_time = &allreduce_comm_time,
+      .pytorch_counterpart = &allreduce_pytorch,
   };
   return strategy;
 }

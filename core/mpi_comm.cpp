@@ -49,6 +49,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds) {
 }
 std::vector<std::string> mpi_gather_strings(const std::string& mine, int) { return {mine}; }
 void mpi_broadcast_bytes(void*, std::size_t, int) {}
+void mpi_idle_barrier() {}
 
 #else
 
@@ -361,6 +362,18 @@ std::vector<std::string> mpi_gather_strings(const std::string& mine, int root) {
 
 void mpi_broadcast_bytes(void* data, std::size_t bytes, int root) {
   check(MPI_Bcast(data, as_int(bytes, "MPI_Bcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
+void mpi_idle_barrier() {
+  if (!MpiRuntime::active()) return;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+  int done = 0;
+  for (;;) {
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done != 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 #endif  // DPBENCH_HAVE_MPI

@@ -52,4 +52,10 @@ std::vector<std::string> mpi_gather_strings(const std::string& mine, int root);
 // MPI (one process) it does nothing. Throws Error when MPI fails.
 void mpi_broadcast_bytes(void* data, std::size_t bytes, int root);
 
+// Every process of the job waits here until all have arrived, without spinning: an
+// MPI_Ibarrier tested every 10 ms, so that waiting ranks leave the cores to work rank 0 does
+// alone (the PyTorch reference it starts). Does nothing when MPI is not active. Throws Error
+// when MPI fails.
+void mpi_idle_barrier();
+
 }  // namespace dpbench

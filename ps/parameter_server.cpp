@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "workloads/distributed_sampler.hpp"
+#include "train/models.hpp"
 #include "train/progress.hpp"
 #include "train/rank_context.hpp"
 
@@ -103,8 +104,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       logits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
       dlogits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
       if (p2p) incoming = Array<float>(ctx, MemoryCategory::comm_buffers, n);
-      std::vector<float> initial(n);
-      model->init_params(initial.data(), cfg.seed);
+      const std::vector<float> initial = initial_parameters(*model, cfg);
       ctx.upload(master_params.data(), initial.data(), n);
       staging = ctx.make_staging(B, features, cfg.loader.pin_memory);
       DataLoaderOptions loader_options = cfg.loader;
@@ -222,8 +222,8 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
     finish_timed_rank(ctx, me, timed_start);
     if (reducer) {
       result.steps_timed = static_cast<long>(me.steps.size());
-      finish_result_on_rank(ctx, result, data, *model, master_params.data(),
-                            epoch_loss_sums(ctx.step_losses(step), spe, cfg.epochs), steps_in_epoch);
+      finish_result_on_rank(ctx, result, data, *model, master_params.data(), ctx.step_losses(step), spe,
+                            steps_in_epoch);
     }
   });
   return result;

@@ -24,6 +24,9 @@ double ps_comm_time(const StepModel& m, const LinkModel& link, const std::string
   return params_and_grads + root_batch_traffic_s(m, link, p, b);
 }
 
+// DataParallel's data flow over gloo (collective), or PyTorch's RPC parameter server (p2p).
+std::string ps_pytorch(const TrainConfig& c) { return c.transport == "p2p" ? "rpc_ps" : "dataparallel"; }
+
 }  // namespace
 
 const Strategy& parameter_server_strategy() {
@@ -35,6 +38,7 @@ const Strategy& parameter_server_strategy() {
       .bus_bandwidth = &ps_bus_bandwidth,
       .has_reducer = true, .reference = true,
       .projected = {{"ps_collective", "collective", 0.0}, {"ps_p2p", "p2p", 0.0}}, .comm_time = &ps_comm_time,
+      .pytorch_counterpart = &ps_pytorch,
   };
   return strategy;
 }

@@ -14,4 +14,4 @@ cd "$(dirname "$0")/.."
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j"$(nproc)"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}"
-./build/tsan/tests/dpbench_tests --gtest_brief=1 --gtest_filter='-Cli.*Reaches*:Cli.DefaultMainJob*'
+./build/tsan/tests/dpbench_tests --gtest_brief=1 --gtest_filter='-Cli.*Reaches*:Cli.DefaultMainJob*:Cli.Reference*'

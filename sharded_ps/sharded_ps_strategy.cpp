@@ -36,6 +36,10 @@ double sharded_comm_time(const StepModel& m, const LinkModel& link, const std::s
   return ring_allreduce_s(link, p, n);
 }
 
+// PyTorch's RPC parameter server: one server holding every parameter and its optimizer state,
+// workers that compute their own loss and push gradients, as sharded_ps with one server does.
+std::string sharded_pytorch(const TrainConfig&) { return "rpc_ps"; }
+
 }  // namespace
 
 const Strategy& sharded_ps_strategy() {
@@ -50,6 +54,7 @@ const Strategy& sharded_ps_strategy() {
       // The collective push overlaps backward, the pull never does: half of its time may hide.
       .projected = {{"sharded_ps_collective", "collective", 0.5}, {"sharded_ps_p2p", "p2p", 0.0}},
       .comm_time = &sharded_comm_time,
+      .pytorch_counterpart = &sharded_pytorch,
   };
   return strategy;
 }

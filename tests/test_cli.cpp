@@ -18,6 +18,7 @@
 #include "tests/training_fixtures.hpp"
 #include "core/rendezvous.hpp"
 #include "core/device.hpp"
+#include "train/models.hpp"
 #include "workloads/fashion_mnist.hpp"
 
 namespace dpbench {
@@ -290,6 +291,92 @@ TEST_F(Cli, DefaultMainJobMeetsAcceptanceFigures) {
     }
     EXPECT_LE(static_cast<double>(hi), 1.05 * static_cast<double>(lo)) << doc["runs"][i]["mode"];
   }
+}
+
+bool fashion_mnist_installed() {
+  return fs::exists(fs::path(kFashionMnistDefaultDir) / "train-images-idx3-ubyte.gz") ||
+         std::getenv("DPBENCH_DATA_DIR") != nullptr;
+}
+
+// Whether Debian's python3 imports torch (python3-torch), which --reference pytorch runs.
+bool torch_importable() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
+
+// dpbench and PyTorch from the same start bundle: the loss of every one of 200 steps agrees
+// within 1e-4 relative, one rank against plain PyTorch, ps against DataParallel's flow and
+// allreduce against DDP with 2 processes. (An MLP of 64 hidden units at lr 0.01: at the default
+// lr 0.1 and 512,256 fp32 rounding differences grow through training; see bench/reference/README.md.)
+TEST_F(Cli, ReferenceLossAgreesWithPyTorch) {
+  if (!torch_importable()) GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh --test installs it)";
+  if (!fashion_mnist_installed()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  struct Case {
+    int ranks;
+    std::string modes;
+    std::vector<std::string> pytorch;
+  };
+  for (const Case& c : {Case{1, "allreduce", {"plain"}}, Case{2, "ps,allreduce", {"dataparallel", "ddp"}}}) {
+    const Outcome o = dpbench(fmt::format(
+        "--ranks {} --mode {} --hidden 64 --batch-size 64 --lr 0.01 --max-steps 200 --reference pytorch -q", c.ranks,
+        c.modes));
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_NE(o.out.find("pytorch " + c.pytorch.back() + " ("), std::string::npos) << o.out;
+    const auto doc = nlohmann::json::parse(slurp(result()));
+    const auto& ref = doc["reference"]["runs"];
+    ASSERT_EQ(ref.size(), c.pytorch.size()) << doc["reference"].dump();
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const auto& run = doc["runs"][i];
+      EXPECT_EQ(ref[i]["mode"], c.pytorch[i]);
+      EXPECT_EQ(ref[i]["dpbench_mode"], run["mode"]);
+      EXPECT_EQ(ref[i]["processes"], c.ranks);
+      const auto ours = run["quality"]["step_train_loss"].get<std::vector<double>>();
+      const auto theirs = ref[i]["quality"]["step_train_loss"].get<std::vector<double>>();
+      ASSERT_EQ(ours.size(), 200u);
+      ASSERT_EQ(theirs.size(), 200u);
+      double worst = 0;
+      for (std::size_t s = 0; s < ours.size(); ++s) worst = std::max(worst, std::abs(ours[s] - theirs[s]) / theirs[s]);
+      EXPECT_LE(worst, 1e-4) << c.pytorch[i];
+      EXPECT_DOUBLE_EQ(ref[i]["loss_agreement"]["max_rel_diff"].get<double>(), worst);
+      EXPECT_TRUE(ref[i]["loss_agreement"]["within"].get<bool>());
+      EXPECT_GT(ref[i]["quality"]["test_accuracy"].get<double>(), 0.7) << c.pytorch[i];
+      EXPECT_NEAR(ref[i]["quality"]["test_accuracy"].get<double>(), run["quality"]["test_accuracy"].get<double>(), 0.01);
+    }
+    const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py ";
+    const Outcome valid = shell(validate + result().string(), tmp_.path());
+    EXPECT_EQ(valid.exit_code, 0) << valid.out << valid.err;
+  }
+}
+
+TEST_F(Cli, ReferenceOfAnUnknownFramework) { expect_input_error(synthetic("--reference tensorflow"), "--reference"); }
+TEST_F(Cli, ReferenceWithRankBatchIsRefused) {
+  if (!torch_importable()) GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh --test installs it)";
+  expect_input_error(synthetic("--ranks 2 --rank-batch 8,4 --reference pytorch"), "--rank-batch");
+}
+
+// --init-params starts the run there: its own initial parameters reproduce the run, others change it.
+TEST_F(Cli, InitParamsStartsTheRunFromTheGivenParameters) {
+  const std::string args = synthetic("--ranks 1 --mode allreduce --batch-size 20 --max-steps 6 --warmup-steps 1");
+  ASSERT_EQ(dpbench(args).exit_code, 0);
+  const auto base = nlohmann::json::parse(slurp(result()))["runs"][0]["quality"]["step_train_loss"];
+  // The model's initial parameters, from a start bundle of the same configuration.
+  TrainConfig cfg;
+  cfg.hidden = {8};
+  const auto model = make_model(cfg, SampleShape{1, 1, 16}, 10);
+  std::vector<float> params(model->num_params());
+  model->init_params(params.data(), 0);
+  const fs::path init = tmp_.path() / "init.f32";
+  std::ofstream(init, std::ios::binary).write(reinterpret_cast<const char*>(params.data()),
+                                                static_cast<std::streamsize>(params.size() * sizeof(float)));
+  ASSERT_EQ(dpbench(args + " --init-params " + init.string()).exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(slurp(result()))["runs"][0]["quality"]["step_train_loss"], base);
+  for (float& p : params) p *= 0.5f;
+  std::ofstream(init, std::ios::binary).write(reinterpret_cast<const char*>(params.data()),
+                                                static_cast<std::streamsize>(params.size() * sizeof(float)));
+  ASSERT_EQ(dpbench(args + " --init-params " + init.string()).exit_code, 0);
+  EXPECT_NE(nlohmann::json::parse(slurp(result()))["runs"][0]["quality"]["step_train_loss"][0], base[0]);
+  // Too few values, and no file: one-line input errors.
+  fs::remove(result());
+  std::ofstream(init, std::ios::binary | std::ios::trunc).write("abcdefgh", 8);
+  expect_input_error(args + " --init-params " + init.string(), "--init-params");
+  expect_input_error(args + " --init-params " + (tmp_.path() / "missing.f32").string(), "--init-params");
 }
 
 // The cnn workload with its defaults (lr 0.05, 3 epochs, 4 ranks) reaches 88% in every mode.

@@ -23,4 +23,17 @@ std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& 
   return std::make_unique<Mlp<float>>(std::move(dims));
 }
 
+std::vector<float> initial_parameters(const Model& model, const TrainConfig& config) {
+  if (config.initial_params == nullptr) {
+    std::vector<float> params(model.num_params());
+    model.init_params(params.data(), config.seed);
+    return params;
+  }
+  if (config.initial_params->size() != model.num_params()) {
+    throw InputError(fmt::format("--init-params: {} floats, but the {} has {} parameters",
+                                 config.initial_params->size(), model.name(), model.num_params()));
+  }
+  return *config.initial_params;
+}
+
 }  // namespace dpbench

@@ -16,4 +16,9 @@ namespace dpbench {
 // width or a shape the model cannot take.
 std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes);
 
+// The parameters a run starts from, [model.num_params()] floats: config.initial_params when
+// given, else the model's initialisation from config.seed. Throws InputError when the given
+// parameters are not num_params() floats.
+std::vector<float> initial_parameters(const Model& model, const TrainConfig& config);
+
 }  // namespace dpbench

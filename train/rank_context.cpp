@@ -83,9 +83,14 @@ std::vector<double> epoch_loss_sums(const std::vector<double>& step_losses, long
 }
 
 void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData& data, Model& model,
-                           const float* params, const std::vector<double>& loss_sums,
+                           const float* params, const std::vector<double>& step_loss_sums, long spe,
                            const std::vector<long>& steps_in_epoch) {
   const std::size_t n = model.num_params();
+  result.step_train_loss.clear();
+  for (const double sum : step_loss_sums) {
+    result.step_train_loss.push_back(sum / static_cast<double>(result.config.global_batch));
+  }
+  const std::vector<double> loss_sums = epoch_loss_sums(step_loss_sums, spe, result.config.epochs);
   std::vector<float> host_params(n), host_buffers(model.num_buffers());
   ctx.synchronize();
   ctx.download(host_params.data(), params, n);

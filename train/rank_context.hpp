@@ -247,9 +247,11 @@ std::vector<double> epoch_loss_sums(const std::vector<double>& step_losses, long
 void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_start);
 
 // Rank 0's last act in every strategy: copies `params` [model.num_params()] and the model's
-// buffers to the host and calls finish_result() with the per-epoch loss sums over all ranks.
+// buffers to the host, records the mean loss of every step's global batch from
+// `step_loss_sums` (per step, summed over the global batch's samples, all ranks) and calls
+// finish_result() with the per-epoch sums of those (`spe` steps per epoch).
 void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData& data, Model& model,
-                           const float* params, const std::vector<double>& loss_sums,
+                           const float* params, const std::vector<double>& step_loss_sums, long spe,
                            const std::vector<long>& steps_in_epoch);
 
 using RankContextBody = std::function<void(RankContext& ctx)>;

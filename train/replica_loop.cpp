@@ -1,9 +1,12 @@
 #include "train/replica_loop.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "train/batchnorm_sync.hpp"
+#include "train/models.hpp"
 #include "train/progress.hpp"
 
 namespace dpbench {
@@ -75,8 +78,7 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
 
     // Same initial parameters everywhere: initialised on rank 0, broadcast (as DDP's constructor).
     if (rank == 0) {
-      std::vector<float> initial(n);
-      model->init_params(initial.data(), cfg.seed);
+      const std::vector<float> initial = initial_parameters(*model, cfg);
       ctx.upload(params.data(), initial.data(), n);
     }
     comm.broadcast(params.data(), n, 0);
@@ -162,18 +164,18 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
     }
     finish_timed_rank(ctx, me, timed_start);
 
-    // Outside the timed steps: the global training loss per epoch, and rank 0's evaluation.
-    const std::vector<double> local_sums = epoch_loss_sums(ctx.step_losses(step), spe, cfg.epochs);
-    Array<float> losses(ctx, MemoryCategory::activations, local_sums.size());
+    // Outside the timed steps: the global training loss of every step, and rank 0's evaluation.
+    const std::vector<double> local_sums = ctx.step_losses(step);
+    Array<float> losses(ctx, MemoryCategory::activations, std::max<std::size_t>(1, local_sums.size()));
     const std::vector<float> host_sums(local_sums.begin(), local_sums.end());
     ctx.upload(losses.data(), host_sums.data(), host_sums.size());
-    comm.allreduce_sum(losses.data(), losses.size());
+    comm.allreduce_sum(losses.data(), host_sums.size());
     if (rank == 0) {
-      std::vector<float> sums(losses.size());
+      std::vector<float> sums(host_sums.size());
       ctx.download(sums.data(), losses.data(), sums.size());
       result.steps_timed = static_cast<long>(me.steps.size());
       finish_result_on_rank(ctx, result, data, *model, params.data(),
-                            std::vector<double>(sums.begin(), sums.end()), steps_in_epoch);
+                            std::vector<double>(sums.begin(), sums.end()), spe, steps_in_epoch);
     }
   });
   return result;

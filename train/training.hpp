@@ -66,6 +66,9 @@ struct TrainConfig {
   DataLoaderOptions loader;
   bool evaluate = true;            // measure test accuracy after training
   bool keep_final_params = false;  // copy rank 0's parameters into RunResult (tests)
+  // Initial parameters in the model's flat order (--init-params); null: the model's own
+  // initialisation from seed.
+  std::shared_ptr<const std::vector<float>> initial_params;
   ProgressFn progress;             // called on rank 0 every progress_interval_s and after the last step
   double progress_interval_s = 0.5;
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
@@ -128,6 +131,7 @@ struct RunResult {
   long steps_total = 0;
   long steps_timed = 0;
   std::vector<RankResult> ranks;
+  std::vector<double> step_train_loss;   // mean training loss of each step's global batch
   std::vector<double> epoch_train_loss;  // mean training loss of each epoch
   double final_train_loss = 0;           // of the last epoch
   double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated

@@ -92,10 +92,7 @@ void Cnn::reserve(std::size_t n, std::shared_ptr<ModelOps<float>> ops) {
   }
   if (!same_ops || buffers_.size() != num_buffers()) {
     buffers_ = ModelBuffer<float>(m, MemoryCategory::parameters, num_buffers());
-    // bn1.running_mean 0, bn1.running_var 1, bn2.running_mean 0, bn2.running_var 1.
-    std::vector<float> init(num_buffers(), 0.0f);
-    std::fill(init.begin() + c1_, init.begin() + 2 * c1_, 1.0f);
-    std::fill(init.begin() + 2 * c1_ + c2_, init.end(), 1.0f);
+    const std::vector<float> init = initial_buffers();
     ops_->upload(buffers_.data(), init.data(), init.size() * sizeof(float));
   }
   col_ = floats(std::max(b1_.conv.col_size(), b2_.conv.col_size()));
@@ -110,6 +107,21 @@ void Cnn::reserve(std::size_t n, std::shared_ptr<ModelOps<float>> ops) {
   sum_a_ = ModelBuffer<double>(m, act, max_k);
   sum_b_ = ModelBuffer<double>(m, act, max_k);
   max_batch_ = n;
+}
+
+std::vector<ParamView> Cnn::buffer_views() const {
+  return {{"bn1.running_mean", {c1_}, 0, c1_},
+          {"bn1.running_var", {c1_}, c1_, c1_},
+          {"bn2.running_mean", {c2_}, 2 * c1_, c2_},
+          {"bn2.running_var", {c2_}, 2 * c1_ + c2_, c2_}};
+}
+
+std::vector<float> Cnn::initial_buffers() const {
+  // bn1.running_mean 0, bn1.running_var 1, bn2.running_mean 0, bn2.running_var 1.
+  std::vector<float> init(num_buffers(), 0.0f);
+  std::fill(init.begin() + static_cast<std::ptrdiff_t>(c1_), init.begin() + static_cast<std::ptrdiff_t>(2 * c1_), 1.0f);
+  std::fill(init.begin() + static_cast<std::ptrdiff_t>(2 * c1_ + c2_), init.end(), 1.0f);
+  return init;
 }
 
 void Cnn::init_params(float* params, std::uint64_t seed) const {

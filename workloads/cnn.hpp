@@ -47,6 +47,8 @@ class Cnn final : public Model {
 
   std::size_t num_buffers() const override { return 2 * (c1_ + c2_); }
   float* buffers() override { return buffers_.data(); }
+  std::vector<ParamView> buffer_views() const override;
+  std::vector<float> initial_buffers() const override;
   void set_training(bool training) override { training_ = training; }
   void set_batchnorm_sync(BatchNormSync* sync) override { sync_ = sync; }
 

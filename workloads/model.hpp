@@ -74,6 +74,10 @@ class ModelT {
   // floats owned by the model, reserved by reserve(). Replicas copy them from the master/rank 0.
   virtual std::size_t num_buffers() const { return 0; }
   virtual T* buffers() { return nullptr; }
+  // The buffers as named views into buffers() (PyTorch state_dict names, e.g. "bn1.running_mean"),
+  // and their values before any training (running_mean 0, running_var 1).
+  virtual std::vector<ParamView> buffer_views() const { return {}; }
+  virtual std::vector<T> initial_buffers() const { return {}; }
   // Training mode normalises with batch statistics and updates the running ones; evaluation mode
   // uses the running statistics (nn.Module.train() / eval()).
   virtual void set_training(bool) {}

@@ -167,6 +167,20 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--save-params", o.save_params,
                  "Write rank 0's final parameters of each mode to PREFIX-<mode>.f32 (raw float32, "
                  "parameter order), to compare runs, backends or launches");
+  run.add_option("--init-params", o.init_params,
+                 "Start from these parameters instead of the model's initialisation from --seed: raw "
+                 "float32 in parameter order, as --save-params writes them");
+  run.add_option("--reference", o.reference.framework,
+                 "Train each mode's PyTorch counterpart too, from the same parameters on the same samples "
+                 "in the same order, alternating with dpbench's runs, in the same result file: pytorch "
+                 "(bench/reference/pytorch_reference.py; DataParallel's flow over gloo for ps, DDP over gloo "
+                 "for allreduce, the RPC parameter server for ps p2p and sharded_ps, plain PyTorch for one rank)")
+      ->check(CLI::IsMember({"pytorch"}));
+  run.add_option("--reference-python", o.reference.python,
+                 "Python interpreter for --reference (default /usr/bin/python3, Debian's, with python3-torch)");
+  run.add_option("--reference-start", o.reference.start_dir,
+                 "Keep the start bundle --reference writes (parameters, data, sample order) in this directory "
+                 "(default: a temporary directory, removed at the end)");
   add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);
 }
 

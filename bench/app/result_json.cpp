@@ -169,7 +169,8 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["per_rank"] = ranks;
 
   nlohmann::json quality = {{"final_train_loss", run.final_train_loss},
-                            {"epoch_train_loss", run.epoch_train_loss}};
+                            {"epoch_train_loss", run.epoch_train_loss},
+                            {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   j["quality"] = quality;  // a non-finite loss is written as null
   j["warnings"] = run.warnings;

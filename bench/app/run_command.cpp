@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <unistd.h>
 
@@ -15,7 +18,9 @@
 #include "bench/app/strategies.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "core/mpi_comm.hpp"
 #include "core/stats.hpp"
+#include "train/models.hpp"
 
 namespace dpbench {
 
@@ -120,6 +125,100 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
              ref->config.mode, memory);
 }
 
+// PyTorch's runs beside the dpbench runs they reproduce: one pair of columns per pair.
+void print_reference_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs,
+                           const nlohmann::json& reference) {
+  if (reference.empty()) return;
+  struct Column {
+    std::string label;
+    const RunResult* run;           // a dpbench run, or null
+    const nlohmann::json* doc;      // its document, or the reference record
+  };
+  std::vector<Column> columns;
+  for (const auto& rec : reference) {
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i].config.mode != rec["dpbench_mode"].get<std::string>()) continue;
+      columns.push_back({run_label(runs[i]), &runs[i], &docs[i]});
+    }
+    columns.push_back({fmt::format("pytorch {} ({}x{})", rec["mode"].get<std::string>(), rec["processes"].get<int>(),
+                                   rec["threads_per_process"].get<int>()),
+                       nullptr, &rec});
+  }
+  std::size_t width = 22;
+  for (const auto& c : columns) width = std::max(width, c.label.size() + 2);
+  constexpr int kLabel = 34;
+  fmt::print("\nPyTorch {} on the same work (same initial parameters, samples and order):\n{:<{}}",
+             reference.front().value("torch_version", ""), "", kLabel);
+  for (const auto& c : columns) fmt::print("{:>{}}", c.label, width);
+  fmt::print("\n");
+  auto row = [&](const std::string& label, auto cell) {
+    fmt::print("{:<{}}", label, kLabel);
+    for (const auto& c : columns) fmt::print("{:>{}}", cell(c), width);
+    fmt::print("\n");
+  };
+  auto number = [](const nlohmann::json& v, const char* format, double scale) {
+    return v.is_number() ? fmt::format(fmt::runtime(format), scale * v.get<double>()) : std::string("-");
+  };
+  row("throughput (samples/s, median)",
+      [&](const Column& c) { return number((*c.doc)["throughput_samples_per_s"], "{:.0f}", 1.0); });
+  row("step time p50 / p90 (ms)", [&](const Column& c) {
+    const auto& t = (*c.doc)["step_time_s"];
+    return number(t["p50"], "{:.2f}", 1e3) + " / " + number(t["p90"], "{:.2f}", 1e3);
+  });
+  row("peak memory rank 0 (MiB)", [&](const Column& c) {
+    if (c.run != nullptr) return fmt::format("{:.2f}", mib(static_cast<double>(c.run->ranks.front().memory.peak_bytes)));
+    const auto& m = (*c.doc)["memory"]["per_rank"];
+    return m.empty() ? std::string("-") : number(m[0].value("peak_rss_bytes", nlohmann::json()), "{:.1f} RSS", 1.0 / (1024.0 * 1024.0));
+  });
+  row("final train loss", [&](const Column& c) { return number((*c.doc)["quality"]["final_train_loss"], "{:.4f}", 1.0); });
+  row("test accuracy", [&](const Column& c) {
+    return number((*c.doc)["quality"].value("test_accuracy", nlohmann::json()), "{:.2f} %", 100.0);
+  });
+  row("step loss vs dpbench (max rel.)", [&](const Column& c) {
+    if (c.run != nullptr) return std::string("");
+    const auto& a = (*c.doc)["loss_agreement"];
+    return fmt::format("{:.1e}{}", a["max_rel_diff"].get<double>(), a["within"].get<bool>() ? "" : " (!)");
+  });
+  fmt::print("dpbench's memory is its allocator's peak per rank; PyTorch's is the process's peak RSS.\n");
+}
+
+// --init-params: raw float32 values. Throws InputError naming the file.
+std::shared_ptr<const std::vector<float>> read_init_params(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw InputError(fmt::format("--init-params {}: cannot open", path));
+  const auto bytes = static_cast<std::size_t>(f.tellg());
+  if (bytes == 0 || bytes % sizeof(float) != 0) {
+    throw InputError(fmt::format("--init-params {}: {} bytes is not a whole number of float32 values", path, bytes));
+  }
+  auto params = std::make_shared<std::vector<float>>(bytes / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(params->data()), static_cast<std::streamsize>(bytes));
+  if (!f) throw InputError(fmt::format("--init-params {}: read failed", path));
+  return params;
+}
+
+// A directory removed with everything in it when the guard goes (the reference's start bundle).
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dpbench-start-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      throw IoError(fmt::format("cannot create a temporary directory for the start bundle: {}", std::strerror(errno)));
+    }
+    path_ = pattern;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 int run_command(const RunOptions& o) {
@@ -145,6 +244,7 @@ int run_command(const RunOptions& o) {
     base.ranks_on_this_node = launch.ranks_on_this_node;
   }
   base.keep_final_params = !o.save_params.empty();
+  if (!o.init_params.empty()) base.initial_params = read_init_params(o.init_params);
   base.device = device.device;
   base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : device.device == "cuda";
   base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
@@ -153,8 +253,26 @@ int run_command(const RunOptions& o) {
     cfg.mode = mode;
     check_point(cfg, *data.train);
   }
+  if (base.initial_params != nullptr) {
+    (void)initial_parameters(*make_model(base, data.train->shape(), static_cast<std::size_t>(data.train->num_classes())),
+                             base);  // --init-params of the wrong size fails here, before training
+  }
+  const bool reference = !o.reference.framework.empty();
+  if (reference) check_reference(o.reference, base);
   // Bad input has been ruled out by now (errors stay one line); say what device was picked.
   if (!device.note.empty() && !quiet) fmt::print(stderr, "{}\n", device.note);
+
+  // The reference's start: written once, the same for every mode.
+  std::unique_ptr<TempDir> temp_start;
+  std::string start_dir = o.reference.start_dir;
+  if (reference && output) {
+    if (start_dir.empty()) {
+      temp_start = std::make_unique<TempDir>();
+      start_dir = temp_start->path();
+    }
+    write_start_bundle(start_dir, base, data);
+  }
+  nlohmann::json reference_runs = nlohmann::json::array();
 
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
@@ -197,6 +315,30 @@ int run_command(const RunOptions& o) {
               static_cast<std::streamsize>(r.final_params.size() * sizeof(float)));
       if (!f) throw InputError(fmt::format("--save-params {}: cannot write {}", o.save_params, path));
     }
+    if (reference && output) {
+      // PyTorch's processes share this machine's cores as dpbench's ranks do.
+      const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency() /
+                                                            static_cast<unsigned>(r.config.world_size)));
+      const auto t1 = std::chrono::steady_clock::now();
+      nlohmann::json rec = run_reference(o.reference, start_dir, r, threads);
+      if (rec.is_null()) {
+        r.warnings.push_back(fmt::format("--reference pytorch: {} has no PyTorch counterpart", mode));
+      } else {
+        rec["launch"] = fmt::format("dpbench: {} ranks as {}; PyTorch: {} processes", cfg.world_size,
+                                    launch.multi_process ? "processes (" + launch.launcher + ")"
+                                                         : std::string("threads of one process"),
+                                    rec["processes"].get<int>());
+        if (!quiet) {
+          fmt::print(stderr, "dpbench: pytorch {} done in {:.1f} s (step loss within {:.1e} of dpbench's)\n",
+                     rec["mode"].get<std::string>(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(),
+                     rec["loss_agreement"]["max_rel_diff"].get<double>());
+        }
+        reference_runs.push_back(std::move(rec));
+      }
+    }
+    // The other processes wait without spinning while rank 0 runs the reference.
+    if (reference && launch.multi_process) mpi_idle_barrier();
     docs.push_back(run_to_json(r));
     runs.push_back(std::move(r));
   }
@@ -206,9 +348,18 @@ int run_command(const RunOptions& o) {
   config["modes"] = o.modes;
   add_data_config(config, o.data, data);
   config["launcher"] = launch.launcher;
+  if (reference) config["reference"] = o.reference.framework;
+  if (!o.init_params.empty()) config["init_params"] = o.init_params;
   if (!output) return 0;  // rank 0 of a multi-process job reports for every rank
   print_table(runs, docs);
-  write_json_atomic(out, make_document(std::move(config), docs));
+  print_reference_table(runs, docs, reference_runs);
+  nlohmann::json document = make_document(std::move(config), docs);
+  if (reference) {
+    document["reference"] = {{"framework", o.reference.framework},
+                             {"python", o.reference.python.empty() ? default_python() : o.reference.python},
+                             {"runs", reference_runs}};
+  }
+  write_json_atomic(out, document);
   fmt::print("\nresults written to {}\n", out);
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/app/harness.hpp"
+#include "bench/app/reference.hpp"
 #include "bench/app/strategies.hpp"
 #include "train/training.hpp"
 
@@ -19,6 +20,8 @@ struct RunOptions {
   double timeout_s = 300;                         // sets base.timeout
   std::string out;                                // "" -> results/dpbench-run-<time>.json
   std::string save_params;                        // "" or PREFIX: PREFIX-<mode>.f32
+  std::string init_params;                        // "" or a raw float32 file of initial parameters
+  ReferenceOptions reference;                     // --reference pytorch: PyTorch on the same work
   bool quiet = false;
 };
 

@@ -1,0 +1,283 @@
+#include "bench/app/reference.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "bench/app/strategies.hpp"
+#include "core/error.hpp"
+#include "train/models.hpp"
+#include "workloads/distributed_sampler.hpp"
+
+extern char** environ;
+
+namespace dpbench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The reference script: under $DPBENCH_HOME, else the source tree this binary was built from.
+fs::path script_path() {
+  const char* home = std::getenv("DPBENCH_HOME");
+  const fs::path root = home != nullptr ? home : DPBENCH_SOURCE_DIR;
+  return root / "bench" / "reference" / "pytorch_reference.py";
+}
+
+std::string python_of(const ReferenceOptions& o) { return o.python.empty() ? default_python() : o.python; }
+
+// Runs argv[0] (looked up on PATH) with stdout and stderr appended to `log` ("" -> /dev/null)
+// and returns its exit status (128 + signal when it was killed). Throws Error when it cannot start.
+int spawn_and_wait(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> owned = args;
+  std::vector<char*> argv;
+  for (auto& a : owned) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string target = log.empty() ? "/dev/null" : log;
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, target.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) throw Error(fmt::format("cannot start {}: {}", args.front(), std::strerror(err)));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw Error(fmt::format("waitpid {}: {}", args.front(), std::strerror(errno)));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// The last non-empty line of a text file ("" when there is none).
+std::string last_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line, last;
+  while (std::getline(f, line)) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  return last;
+}
+
+// Writes `count` elements of `data` to dir/name. Throws IoError naming the file.
+template <typename T>
+void write_raw(const fs::path& dir, const std::string& name, const T* data, std::size_t count) {
+  const fs::path path = dir / name;
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(T)));
+  f.close();
+  if (!f) throw IoError(fmt::format("{}: cannot write the start bundle ({})", path.string(), std::strerror(errno)));
+}
+
+nlohmann::json tensor_views(const std::vector<ParamView>& views) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& v : views) out.push_back({{"name", v.name}, {"shape", v.shape}, {"offset", v.offset}});
+  return out;
+}
+
+// A dataset's samples as the model sees them ([N, features] floats) and its labels ([N] int64),
+// written to dir/<prefix>_x.f32 and dir/<prefix>_y.i64 one block of samples at a time.
+nlohmann::json write_split(const fs::path& dir, const std::string& prefix, const Dataset& set) {
+  const std::size_t features = set.shape().features();
+  const auto n = static_cast<std::size_t>(set.size());
+  const fs::path x_path = dir / (prefix + "_x.f32");
+  std::ofstream x(x_path, std::ios::binary | std::ios::trunc);
+  std::vector<std::int64_t> labels(n);
+  constexpr std::size_t kBlock = 1024;
+  std::vector<float> block(kBlock * features);
+  for (std::size_t begin = 0; begin < n; begin += kBlock) {
+    const std::size_t rows = std::min(kBlock, n - begin);
+    for (std::size_t i = 0; i < rows; ++i) {
+      labels[begin + i] = set.load(static_cast<std::int64_t>(begin + i), block.data() + i * features);
+    }
+    x.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(rows * features * sizeof(float)));
+  }
+  x.close();
+  if (!x) throw IoError(fmt::format("{}: cannot write the start bundle ({})", x_path.string(), std::strerror(errno)));
+  write_raw(dir, prefix + "_y.i64", labels.data(), labels.size());
+  return {{"x", {{"file", prefix + "_x.f32"}, {"dtype", "float32"}, {"shape", {n, features}}}},
+          {"y", {{"file", prefix + "_y.i64"}, {"dtype", "int64"}, {"shape", {n}}}}};
+}
+
+}  // namespace
+
+std::string default_python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
+
+void check_reference(const ReferenceOptions& o, const TrainConfig& base) {
+  if (o.framework.empty()) return;
+  if (o.framework != "pytorch") {
+    throw InputError(fmt::format("--reference {}: unknown framework (available: pytorch)", o.framework));
+  }
+  if (!base.rank_batches.empty()) {
+    throw InputError("--reference pytorch: --rank-batch has no PyTorch counterpart (DDP needs equal shards)");
+  }
+  if (base.loader.crop_padding > 0 || base.loader.hflip) {
+    throw InputError("--reference pytorch: augmentation (--crop-padding, --hflip) is not reproduced by the reference");
+  }
+  if (base.sync_bn && base.device != "cuda") {
+    throw InputError("--reference pytorch: --sync-bn needs CUDA in PyTorch 1.13 (SyncBatchNorm has no CPU kernels)");
+  }
+  const fs::path script = script_path();
+  if (!fs::exists(script)) {
+    throw InputError(fmt::format("--reference pytorch: {} not found (set DPBENCH_HOME to the dpbench source tree)",
+                                 script.string()));
+  }
+  const std::string python = python_of(o);
+  if (spawn_and_wait({python, "-c", "import torch"}, "") != 0) {
+    throw InputError(fmt::format("--reference pytorch: {} cannot import torch (apt-get install python3-torch, "
+                                 "or --reference-python names another interpreter)", python));
+  }
+}
+
+void write_start_bundle(const std::string& dir_name, const TrainConfig& config, const LoadedData& data) {
+  const fs::path dir(dir_name);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError(fmt::format("{}: cannot create the start bundle's directory ({})", dir.string(), ec.message()));
+  const Dataset& train = *data.train;
+  const SampleShape shape = train.shape();
+  const auto classes = static_cast<std::size_t>(train.num_classes());
+  const auto model = make_model(config, shape, classes);
+
+  const std::vector<float> params = initial_parameters(*model, config);
+  write_raw(dir, "params.f32", params.data(), params.size());
+  nlohmann::json buffers = nullptr;
+  if (model->num_buffers() > 0) {
+    const std::vector<float> initial = model->initial_buffers();
+    write_raw(dir, "buffers.f32", initial.data(), initial.size());
+    buffers = {{"file", "buffers.f32"}, {"dtype", "float32"}, {"count", initial.size()},
+               {"tensors", tensor_views(model->buffer_views())}};
+  }
+
+  const long spe = steps_per_epoch(config, train);
+  const long steps = total_steps(config, train);
+  const long epochs = (steps + spe - 1) / spe;
+  const auto n = static_cast<std::size_t>(train.size());
+  std::vector<std::int64_t> order;
+  order.reserve(static_cast<std::size_t>(epochs) * n);
+  for (long e = 0; e < epochs; ++e) {
+    const std::vector<std::int64_t> perm = shuffled_indices(train.size(), config.seed + static_cast<std::uint64_t>(e));
+    order.insert(order.end(), perm.begin(), perm.end());
+  }
+  write_raw(dir, "order.i64", order.data(), order.size());
+
+  nlohmann::json start = {
+      {"schema", {{"name", "dpbench-start"}, {"version", 1}}},
+      {"workload", config.workload},
+      {"model",
+       {{"input", {shape.channels, shape.height, shape.width}},
+        {"classes", classes},
+        {"hidden", config.hidden},
+        {"channels", config.channels}}},
+      {"params",
+       {{"file", "params.f32"}, {"dtype", "float32"}, {"count", params.size()},
+        {"tensors", tensor_views(model->params())}}},
+      {"buffers", buffers},
+      {"train", write_split(dir, "train", train)},
+      {"test", data.test != nullptr ? write_split(dir, "test", *data.test) : nlohmann::json()},
+      {"order", {{"file", "order.i64"}, {"dtype", "int64"}, {"shape", {epochs, n}}}},
+      {"config",
+       {{"global_batch", config.global_batch},
+        {"steps", steps},
+        {"warmup_steps", config.warmup_steps},
+        {"steps_per_epoch", spe},
+        {"lr", config.lr},
+        {"momentum", config.momentum},
+        {"weight_decay", config.weight_decay},
+        {"seed", config.seed},
+        {"bucket_cap_mb", config.bucket_cap_mb}}},
+  };
+  std::ofstream f(dir / "start.json", std::ios::trunc);
+  f << start.dump(2) << "\n";
+  f.close();
+  if (!f) throw IoError(fmt::format("{}: cannot write the start bundle", (dir / "start.json").string()));
+}
+
+nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vector<double>& reference) {
+  const std::size_t steps = std::min(dpbench.size(), reference.size());
+  if (steps == 0) throw Error("loss agreement: no steps to compare");
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < steps; ++s) {
+    if (!std::isfinite(dpbench[s]) || !std::isfinite(reference[s])) {
+      throw Error(fmt::format("loss agreement: step {} has a non-finite loss (dpbench {}, reference {})", s,
+                              dpbench[s], reference[s]));
+    }
+    const double rel = std::abs(dpbench[s] - reference[s]) /
+                       std::max(std::abs(reference[s]), std::numeric_limits<double>::min());
+    if (rel > worst) {
+      worst = rel;
+      at = s;
+    }
+  }
+  return {{"steps", steps},
+          {"max_rel_diff", worst},
+          {"at_step", at},
+          {"tolerance", kReferenceLossTolerance},
+          {"within", worst <= kReferenceLossTolerance}};
+}
+
+nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start_dir, const RunResult& run,
+                             int threads) {
+  const TrainConfig& cfg = run.config;
+  const Strategy& strategy = find_strategy(cfg.mode);
+  const std::string mode = cfg.world_size == 1 ? "plain"
+                           : strategy.pytorch_counterpart != nullptr ? strategy.pytorch_counterpart(cfg)
+                                                                     : "";
+  if (mode.empty()) return nullptr;
+  const fs::path dir(start_dir);
+  const std::string out = (dir / fmt::format("pytorch-{}-{}.json", cfg.mode, cfg.transport)).string();
+  const std::string log = (dir / fmt::format("pytorch-{}-{}.log", cfg.mode, cfg.transport)).string();
+  std::error_code ec;
+  fs::remove(out, ec);
+  const std::vector<std::string> args = {python_of(o),
+                                         script_path().string(),
+                                         "--device",
+                                         cfg.device,
+                                         "--start",
+                                         start_dir,
+                                         "--modes",
+                                         mode,
+                                         "--world-size",
+                                         std::to_string(cfg.world_size),
+                                         "--threads",
+                                         std::to_string(threads),
+                                         "--timeout",
+                                         std::to_string(std::max<long>(1, static_cast<long>(cfg.timeout.count() / 1000))),
+                                         "--out",
+                                         out};
+  const int code = spawn_and_wait(args, log);
+  if (code != 0 || !fs::exists(out)) {
+    const std::string why = last_line(log);
+    throw Error(fmt::format("--reference pytorch: {} {} failed (exit {}){}{}", mode, cfg.mode, code,
+                            why.empty() ? "" : ": ", why));
+  }
+  std::ifstream f(out);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  if (!doc.contains("runs") || doc["runs"].empty()) {
+    const std::string why = doc.contains("warnings") && !doc["warnings"].empty() ? doc["warnings"][0].dump() : "";
+    throw Error(fmt::format("--reference pytorch: {} wrote no run {}", mode, why));
+  }
+  nlohmann::json record = doc["runs"][0];
+  record["dpbench_mode"] = cfg.mode;
+  record["dpbench_label"] = strategy.label(cfg);
+  record["torch_version"] = doc["env"].value("torch", "");
+  record["loss_agreement"] =
+      loss_agreement(run.step_train_loss, record["quality"]["step_train_loss"].get<std::vector<double>>());
+  return record;
+}
+
+}  // namespace dpbench
