@@ -140,7 +140,7 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
       if (runs[i].config.mode != rec["dpbench_mode"].get<std::string>()) continue;
       columns.push_back({run_label(runs[i]), &runs[i], &docs[i]});
     }
-    columns.push_back({fmt::format("pytorch {} ({}x{})", rec["mode"].get<std::string>(), rec["processes"].get<int>(),
+    columns.push_back({fmt::format("pytorch {} ({} proc, {} thr)", rec["mode"].get<std::string>(), rec["processes"].get<int>(),
                                    rec["threads_per_process"].get<int>()),
                        nullptr, &rec});
   }
