@@ -2,8 +2,8 @@
 """Writes a small dpbench start bundle (schema dpbench-start 1) with numpy alone: start.json plus
 raw little-endian files, in the format bench/reference/README.md describes and dpbench writes.
 It stands in for dpbench's writer in tests/python/test_pytorch_reference.py; it is not dpbench's
-writer and draws its own values (parameters uniform in +-1/sqrt(fan_in), class-prototype data,
-numpy permutations as the sample order).
+writer and draws its own values (parameters uniform in +-1/sqrt(fan_in), BatchNorm values away from
+their defaults, class-prototype data, numpy permutations as the sample order).
 
 Usage: make_start_bundle.py DIR [--workload mlp|cnn] [--input 1x8x8] [--hidden 32]
     [--channels 4,8] [--train 512] [--test 128] [--batch 32] [--steps 30] [--warmup 5]
@@ -38,11 +38,14 @@ def model_tensors(workload, input_shape, classes, hidden, channels):
 
 
 def _initial_value(rng, name, shape, fan_in):
-    """BatchNorm: weight 1, bias 0, running_mean 0, running_var 1; conv and Linear weights and
-    biases uniform in +-1/sqrt(fan_in) of their layer."""
+    """Conv and Linear weights and biases uniform in +-1/sqrt(fan_in) of their layer. BatchNorm
+    values are drawn away from PyTorch's defaults (weight 1, bias 0, running_mean 0,
+    running_var 1), so that a reader that skipped them would be caught: weight and running_var
+    uniform in [0.5, 2), bias and running_mean uniform in [-0.5, 0.5)."""
     if name.startswith("bn"):
-        one = name.endswith("weight") or name.endswith("running_var")
-        return (np.ones if one else np.zeros)(shape, np.float32)
+        if name.endswith("weight") or name.endswith("running_var"):
+            return rng.uniform(0.5, 2.0, size=shape).astype(np.float32)
+        return rng.uniform(-0.5, 0.5, size=shape).astype(np.float32)
     bound = 1.0 / math.sqrt(fan_in)
     return rng.uniform(-bound, bound, size=shape).astype(np.float32)
 

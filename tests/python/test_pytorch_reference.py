@@ -95,14 +95,19 @@ def ddp_chunks(b, world):
     return chunks
 
 
-def reference_run(b, chunks_for_step):
+def reference_run(b, chunks_for_step, default_buffers=False):
     """Trains the bundle's model for config.steps steps with torch.optim.SGD and mean
     cross-entropy over each step's global batch. chunks_for_step(t) -> index tensors, one per
     rank; each chunk is forwarded separately (BatchNorm with that chunk's statistics, running
-    statistics updated by chunk 0 only). Returns (loss per step, test accuracy in eval mode)."""
+    statistics updated by chunk 0 only). default_buffers: start from running_mean 0 and
+    running_var 1 instead of the bundle's buffers.
+    Returns (loss per step, test accuracy in eval mode)."""
     doc, c = b["doc"], b["doc"]["config"]
     p = {k: torch.tensor(v, requires_grad=True) for k, v in b["params"].items()}
     buf = {k: torch.tensor(v) for k, v in b["buffers"].items()}
+    if default_buffers:
+        buf = {k: torch.ones_like(v) if k.endswith("var") else torch.zeros_like(v)
+               for k, v in buf.items()}
     x_all, y_all = torch.from_numpy(b["x"].reshape(b["x"].shape[0], -1)), torch.from_numpy(b["y"])
     input_shape = doc["model"]["input"]
 
@@ -250,6 +255,10 @@ class CnnBundle(_BundleRun):
         self.assertLess(max_rel_diff(self.losses("plain"), expected), 1e-6)
         # Eval-mode accuracy uses the running statistics: the buffers were loaded and updated.
         self.assertAlmostEqual(self.runs["plain"]["quality"]["test_accuracy"], accuracy, places=9)
+        # ... and it can tell: from PyTorch's default buffers the accuracy is another one.
+        _, accuracy_default = reference_run(self.bundle, global_chunks(self.bundle, 1),
+                                            default_buffers=True)
+        self.assertNotEqual(accuracy_default, accuracy)
 
     def test_dataparallel_normalises_each_chunk_by_itself(self):
         expected, _ = reference_run(self.bundle, global_chunks(self.bundle, WORLD))
