@@ -638,6 +638,11 @@ def set_threads(threads):
     return info
 
 
+def current_threads():
+    """This process's thread settings, untouched: {"torch": n, "openblas": None}."""
+    return {"torch": torch.get_num_threads(), "openblas": None}
+
+
 @contextlib.contextmanager
 def child_thread_env(threads):
     """OPENBLAS_NUM_THREADS and OMP_NUM_THREADS = threads in the environment the spawned ranks
@@ -966,8 +971,7 @@ def spawn_ranks(cfg, mode, world_size, threads):
 def _rank_main(rank, mode, world_size, cfg, threads, init_method, result_dir):
     """Entry of one spawned process: sets its threads (and precision), runs the mode's rank
     function, which returns its result dict(s), and writes them to result_dir/rank<r>.json."""
-    thread_info = set_threads(threads) if threads is not None else \
-        {"torch": torch.get_num_threads(), "openblas": None}
+    thread_info = set_threads(threads) if threads is not None else current_threads()
     if cfg["device"] == "cuda":
         set_precision(cfg["precision"])
     fn = {"plain": _plain_rank, "ddp": _ddp_rank, "dataparallel": _dataparallel_rank,
@@ -998,8 +1002,8 @@ def _cuda_sync(devices):
     return sync
 
 
-def run_cuda_plain(cfg, host_data):
-    """Plain PyTorch eager on cuda:0."""
+def run_cuda_plain(cfg, host_data, threads):
+    """Plain PyTorch eager on cuda:0. threads: this process's thread settings (record)."""
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     spe = steps_per_epoch(cfg, "plain", 1)
@@ -1015,16 +1019,12 @@ def run_cuda_plain(cfg, host_data):
     times, losses = timed_steps(cfg, problem.order, step, _cuda_sync([dev]))
     rank = {"rank": 0, "times": times, "local_batch": cfg["global_batch"],
             "num_params": problem.num_params(), "peak_bytes": torch.cuda.max_memory_allocated(dev),
-            "dataset_bytes": problem.dataset_bytes, "threads": _current_threads(),
+            "dataset_bytes": problem.dataset_bytes, "threads": threads,
             "test_accuracy": evaluate(model, problem.test_x, problem.test_y)}
     return run_record(cfg, "plain", 1, 1, [rank], losses, spe, "none")
 
 
-def _current_threads():
-    return {"torch": torch.get_num_threads(), "openblas": None}
-
-
-def run_cuda_dataparallel(cfg, host_data, world_size):
+def run_cuda_dataparallel(cfg, host_data, world_size, threads):
     """nn.DataParallel over cuda:0..world_size-1: the full batch on cuda:0, scattered in
     ceil(B/n) chunks, parameters broadcast every step, outputs gathered and the loss taken on
     cuda:0, gradients reduce-added onto cuda:0, which alone steps the optimizer."""
@@ -1049,14 +1049,14 @@ def run_cuda_dataparallel(cfg, host_data, world_size):
     if idle:
         warnings.append(f"batch {cfg['global_batch']} in chunks of {local[0]}: {idle} of "
                         f"{world_size} GPUs get no samples")
+    peaks = [torch.cuda.max_memory_allocated(d) for d in devices]  # before the evaluation
     accuracy = evaluate(model, problem.test_x, problem.test_y)
     # One thread times the step for every replica, so every rank carries rank 0's samples.
     ranks = [{"rank": r, "times": times, "local_batch": local[r],
-              "num_params": problem.num_params(),
-              "peak_bytes": torch.cuda.max_memory_allocated(d),
+              "num_params": problem.num_params(), "peak_bytes": peaks[r],
               "dataset_bytes": problem.dataset_bytes if r == 0 else 0,
-              "threads": _current_threads(), "test_accuracy": accuracy}
-             for r, d in enumerate(devices)]
+              "threads": threads, "test_accuracy": accuracy}
+             for r in range(world_size)]
     return run_record(cfg, "dataparallel", world_size, 1, ranks, losses, spe,
                       "torch.nn.parallel (broadcast_coalesced / reduce_add_coalesced)", warnings)
 
@@ -1116,11 +1116,12 @@ def _ddp_rank(rank, world_size, cfg, init_method):
 
         times, losses = timed_steps(cfg, problem.order, step,
                                     _cuda_sync([dev]) if cuda else _no_sync)
+        peak = torch.cuda.max_memory_allocated(dev) if cuda else None  # before the evaluation
         accuracy = evaluate(problem.model, problem.test_x, problem.test_y) if rank == 0 else None
         result = _rank_result(rank, times, local_batch, problem, losses, accuracy)
         if cuda:
-            result["peak_bytes"] = torch.cuda.max_memory_allocated(dev)
-        dist.barrier()
+            result["peak_bytes"] = peak
+        dist.barrier(device_ids=[rank] if cuda else None)
     finally:
         dist.destroy_process_group()
     return [result]
@@ -1650,14 +1651,10 @@ def main(argv=None):
         unit = "GPU(s)" if device == "cuda" and mode != "plain" else "process(es)"
         log(f"{mode}, {device}, {world_size} {unit}, {cfg['steps']} steps ...")
         try:
-            if device == "cuda" and mode == "plain":
-                if threads is not None:
-                    set_threads(threads)
-                runs.append(run_cuda_plain(cfg, host_data))
-            elif device == "cuda" and mode == "dataparallel":
-                if threads is not None:
-                    set_threads(threads)
-                runs.append(run_cuda_dataparallel(cfg, host_data, world_size))
+            if device == "cuda" and mode in ("plain", "dataparallel"):
+                info = set_threads(threads) if threads is not None else current_threads()
+                runs.append(run_cuda_plain(cfg, host_data, info) if mode == "plain" else
+                            run_cuda_dataparallel(cfg, host_data, world_size, info))
             else:
                 runs.append(run_spawned(cfg, mode, world_size, threads))
             _release_cuda()  # the in-process CUDA modes' tensors are gone with their frames
