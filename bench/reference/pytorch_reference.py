@@ -720,30 +720,41 @@ class SampleOrder:
         return shard[i * b:(i + 1) * b]
 
 
+def initial_model(cfg):
+    """The model every mode starts from, on the CPU: the bundle's parameters and buffers, or
+    without a bundle the default initialisation after torch.manual_seed(seed)."""
+    bundle = cfg["start"]
+    if bundle is not None:
+        model = build_model(bundle["spec"])
+        load_start_state(bundle, model)
+        return model
+    torch.manual_seed(cfg["seed"])
+    return build_model(cfg["model"])
+
+
 class Problem:
     """One process's model, data and sample order, built from the start bundle or, without one,
     from the options (seeded init, synthetic or Fashion-MNIST data).
-    model: on `device`; x [n, features] float32 and y [n] int64 on `device` (None when the
-    process needs no data); test_x, test_y or None; order: SampleOrder; dataset_bytes."""
+    model: initial_model on `device`; x [n, features] float32 and y [n] int64 on `device` (None
+    unless need_data); test_x, test_y (None without a test set or need_test); order:
+    SampleOrder; dataset_bytes (of x and y)."""
 
-    def __init__(self, cfg, device, host_data=None, need_data=True, steps_per_epoch=None):
+    def __init__(self, cfg, device, host_data=None, need_data=True, need_test=True,
+                 steps_per_epoch=None):
         bundle = cfg["start"]
         self.test_x = self.test_y = None
         self.x = self.y = None
+        model = initial_model(cfg)
         if bundle is not None:
-            model = build_model(bundle["spec"])
-            load_start_state(bundle, model)
             n = bundle["train"]["y"][1][0]
             if need_data:
                 self.x, self.y = self._read_split(bundle["train"], device)
-            if bundle["test"] is not None:
+            if need_test and bundle["test"] is not None:
                 self.test_x, self.test_y = self._read_split(bundle["test"], device)
             rows = read_array(bundle["order"][0], "int64", bundle["order"][1])
             self.order = SampleOrder(n, cfg["global_batch"], cfg["steps_per_epoch"], device,
                                      rows=rows)
         else:
-            torch.manual_seed(cfg["seed"])
-            model = build_model(cfg["model"])
             n = cfg["dataset_samples"]
             if need_data:
                 self.x, self.y = make_dataset(cfg, device, host_data)
@@ -1098,7 +1109,7 @@ def _ddp_rank(rank, world_size, cfg, init_method):
     _init_process_group(cfg, rank, world_size, init_method)
     try:
         spe = steps_per_epoch(cfg, "ddp", world_size)
-        problem = Problem(cfg, dev, steps_per_epoch=spe)
+        problem = Problem(cfg, dev, need_test=rank == 0, steps_per_epoch=spe)
         if cuda:
             torch.cuda.reset_peak_memory_stats(dev)
         # DDP also broadcasts rank 0's parameters and buffers when it wraps the module.
@@ -1173,7 +1184,8 @@ def _dataparallel_rank(rank, world_size, cfg, init_method):
     _init_process_group(cfg, rank, world_size, init_method)
     try:
         spe = steps_per_epoch(cfg, "dataparallel", world_size)
-        problem = Problem(cfg, dev, need_data=rank == 0, steps_per_epoch=spe)
+        problem = Problem(cfg, dev, need_data=rank == 0, need_test=rank == 0,
+                          steps_per_epoch=spe)
         model = problem.model
         params = list(model.parameters())
         state = params + [b for b in model.buffers() if b.is_floating_point()]
@@ -1322,10 +1334,9 @@ def _rpc_ps_rank(rank, world_size, cfg, init_method):
     from torch.distributed import rpc
     dev = torch.device("cpu")
     spe = steps_per_epoch(cfg, "rpc_ps", world_size)
-    problem = Problem(cfg, dev, steps_per_epoch=spe)
+    problem = Problem(cfg, dev, need_test=rank == 0, steps_per_epoch=spe)
     if rank == 0:
-        server_model = Problem(cfg, dev, need_data=False).model
-        _PS = BatchUpdateParameterServer(cfg, server_model, world_size)
+        _PS = BatchUpdateParameterServer(cfg, initial_model(cfg), world_size)
     options = rpc.TensorPipeRpcBackendOptions(init_method=init_method,
                                               rpc_timeout=cfg["timeout"])
     rpc.init_rpc(f"trainer{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
