@@ -1441,6 +1441,7 @@ def collect_env():
         "nccl_version": nccl,
         "gpus": gpus,
         "openblas": _loaded_openblas(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "torch_parallel_backend": next((line.split(":", 1)[1].strip() for line in
                                         torch.__config__.parallel_info().splitlines()
                                         if line.startswith("ATen parallel backend")), None),
