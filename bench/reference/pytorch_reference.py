@@ -403,8 +403,13 @@ def _check_tensor_table(start_dir, key, section, expected, dtype="float32"):
     if not isinstance(count, int) or count < 0:
         raise _bundle_error(start_dir, f"{key}: bad count {count!r}")
     table = []
+    if not isinstance(section["tensors"], list) or \
+            not all(isinstance(t, dict) for t in section["tensors"]):
+        raise _bundle_error(start_dir, f"{key}: tensors must be a list of objects")
     for t in section["tensors"]:
         name, shape, offset = t.get("name"), t.get("shape"), t.get("offset")
+        if name in {n for n, _, _ in table}:
+            raise _bundle_error(start_dir, f"{key}: tensor {name!r} appears twice")
         if name not in expected:
             raise _bundle_error(start_dir, f"{key}: tensor {name!r} is not in the "
                                            f"{'model' if expected else 'model (it has none)'}")
@@ -425,6 +430,15 @@ def _check_tensor_table(start_dir, key, section, expected, dtype="float32"):
 
 
 def read_start_bundle(start_dir):
+    """_read_start_bundle, with a malformed start.json (a value of the wrong type) turned into
+    an InputError too."""
+    try:
+        return _read_start_bundle(start_dir)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise _bundle_error(start_dir, f"malformed start.json ({type(e).__name__}: {e})")
+
+
+def _read_start_bundle(start_dir):
     """Reads and checks start_dir/start.json and the sizes of its files (schema dpbench-start 1;
     the format is in bench/reference/README.md). Returns a dict: spec (for build_model), params
     and buffers ((path, [(name, shape, offset)]) or None), train and test ({"x": (path, shape),
