@@ -52,6 +52,15 @@ int ranks_on_device(int ranks, int devices, int device);
 // the version cannot be read (no NCCL: creating the communicator says so).
 bool nccl_allows_shared_gpu(const std::string& version);
 
+// Whether code built for CMake's CUDA_ARCHITECTURES list `built` ("90", "80;90-real" or "80,90-real",
+// "90a-real", "86-virtual") runs on a GPU of compute capability major.minor, from the rules of
+// the CUDA compatibility guide: machine code for sm_XY runs on X.Y' with Y' >= Y (an
+// architecture-specific "a" target only on X.Y itself); PTX for compute_XY is compiled by the
+// driver for any capability >= X.Y. An entry "NN" carries both, "-real" machine code only,
+// "-virtual" PTX only. A list it cannot read ("native", "all", empty) counts as runnable: the
+// first kernel launch tells. Decided from device properties, so probing creates no CUDA context.
+bool cuda_build_runs_on(const std::string& built, int major, int minor);
+
 // "X.Y.Z" of an NCCL_VERSION_CODE as ncclGetVersion reports it: X*10000 + Y*100 + Z since 2.9,
 // X*1000 + Y*100 + Z before (22809 -> "2.28.9", 2708 -> "2.7.8"); "" when code <= 0.
 std::string nccl_version_text(int code);

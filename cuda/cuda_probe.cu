@@ -1,5 +1,5 @@
 // The CUDA target's probe behind core/device.hpp's probe_cuda(): asks the runtime for its
-// version, the driver and the devices. Links the static runtime, so a machine without a driver
+// version, the driver and the devices, without creating a context on any of them. Links the static runtime, so a machine without a driver
 // still runs the binary and gets a reason in words.
 #include <cuda_runtime.h>
 
@@ -12,12 +12,6 @@
 #endif
 
 namespace dpbench {
-
-namespace {
-// Compiled for the build's architectures like every dpbench kernel: whether the runtime can
-// load it on a device tells whether this build runs there at all.
-__global__ void probe_kernel() {}
-}  // namespace
 
 CudaProbe probe_cuda_runtime() {
   CudaProbe probe;
@@ -51,27 +45,21 @@ CudaProbe probe_cuda_runtime() {
   probe.usable = !probe.gpus.empty();
   if (!probe.usable) probe.reason = "no device answered cudaGetDeviceProperties";
   // A GPU this build has no kernel image for (built for sm_90, run on an older GPU, say) would
-  // fail at the first launch: not usable, with the reason.
-  int current = 0;
-  cudaGetDevice(&current);
+  // fail at the first launch: not usable, with the reason. Decided from the properties against
+  // the built architectures, so that probing creates no context on any device (a context costs
+  // ~0.5 GB per process and GPU, skews cudaMemGetInfo and fails under EXCLUSIVE_PROCESS).
   for (const GpuInfo& g : probe.gpus) {
-    cudaFuncAttributes attributes{};
-    const cudaError_t e = cudaSetDevice(g.index) == cudaSuccess
-                              ? cudaFuncGetAttributes(&attributes, probe_kernel)
-                              : cudaGetLastError();
-    if (e != cudaSuccess) {
-      cudaDeviceProp prop{};
-      cudaGetDeviceProperties(&prop, g.index);
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, g.index);
+    if (!cuda_build_runs_on(DPBENCH_CUDA_ARCHITECTURES, prop.major, prop.minor)) {
       probe.usable = false;
       probe.reason = std::string("GPU ") + std::to_string(g.index) + " (" + g.name + ", compute capability " +
                      std::to_string(prop.major) + "." + std::to_string(prop.minor) +
-                     ") cannot run this build's kernels: " + cudaGetErrorString(e) +
-                     " (rebuild with CMAKE_CUDA_ARCHITECTURES including it)";
-      cudaGetLastError();
+                     ") cannot run this build's kernels (built for " + DPBENCH_CUDA_ARCHITECTURES +
+                     "; rebuild with CMAKE_CUDA_ARCHITECTURES including it)";
       break;
     }
   }
-  cudaSetDevice(current);
   return probe;
 }
 

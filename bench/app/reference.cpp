@@ -257,8 +257,12 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
                                          std::to_string(threads),
                                          "--timeout",
                                          std::to_string(std::max<long>(1, static_cast<long>(cfg.timeout.count() / 1000))),
+                                         "--quiet",
                                          "--out",
                                          out};
+  // OpenMP's idle threads spin by default and then compete with OpenBLAS's for the cores the
+  // process was given (Debian's torch uses both); passive waiting leaves them to the work.
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   const int code = spawn_and_wait(args, log);
   if (code != 0 || !fs::exists(out)) {
     const std::string why = last_line(log);
@@ -275,6 +279,7 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
   record["dpbench_mode"] = cfg.mode;
   record["dpbench_label"] = strategy.label(cfg);
   record["torch_version"] = doc["env"].value("torch", "");
+  record["omp_wait_policy"] = std::getenv("OMP_WAIT_POLICY");
   record["loss_agreement"] =
       loss_agreement(run.step_train_loss, record["quality"]["step_train_loss"].get<std::vector<double>>());
   return record;
