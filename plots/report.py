@@ -5,12 +5,13 @@ usage: /usr/bin/python3 plots/report.py RESULT.json [RESULT.json ...] -o DIR
                                         [--collectives GBENCH.json] [--projection PROJ.json]
 
 RESULT.json are `dpbench run` or `dpbench sweep` files (several are merged; repetitions of a
-point are aggregated by median; failed sweep points are listed, not plotted). --collectives is
+point are aggregated by median; failed sweep points are listed, not plotted; the PyTorch runs of
+`dpbench run --reference pytorch` are tabled beside the dpbench runs they reproduce). --collectives is
 Google Benchmark JSON from bench/micro/dpbench_collectives; --projection is a `dpbench project`
 file. `dpbench report ...` runs this script with the same arguments.
 
-For: putting the verdict, the run table, the figures (figures.py), the warnings, the failed
-points and the environment into the Jinja2 templates under plots/templates/. The HTML embeds
+For: putting the verdict, the run table, PyTorch on the same work, the figures (figures.py), the
+warnings, the failed points and the environment into the Jinja2 templates under plots/templates/. The HTML embeds
 every figure as a base64 data: URI, so it needs no other file.
 Not for: measuring anything, or reading anything but the JSON files named on the command line.
 
@@ -89,6 +90,54 @@ def run_rows(points: list) -> list:
             "accuracy": "-" if p.test_accuracy is None else f"{100 * p.test_accuracy:.2f} %",
         })
     return rows
+
+
+def mib_text(value) -> str:
+    """Bytes as "12.3" MiB, or "-"."""
+    return fmt_number(None if value is None else value / 1024 ** 2, ".1f")
+
+
+def accuracy_text(value) -> str:
+    """A test accuracy as "83.00 %", or "-" (no test set, or a diverged run)."""
+    return "-" if value is None else f"{100 * value:.2f} %"
+
+
+def plural(count: int, word: str) -> str:
+    """"1 process", "2 processes", "4 threads"."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}{'es' if word.endswith('s') else 's'}"
+
+
+def reference_rows(reference: list) -> list:
+    """One table row per PyTorch reference run and the dpbench run it reproduces, as display
+    strings: throughput, their ratio, step p50, test accuracy, rank 0's memory (dpbench's
+    allocator peak, PyTorch's process peak RSS) and how closely the per-step losses agree."""
+    rows = []
+    for r in reference:
+        tolerance = fmt_number(r.tolerance, ".0e", "its")
+        flag = ""
+        if not r.within:
+            flag = f"exceeds the {tolerance} tolerance" + ("" if r.at_step is None else f" at step {r.at_step}")
+        rows.append({
+            "source": r.source, "dpbench": r.dpbench_label,
+            "pytorch": f"{r.mode} ({plural(r.processes, 'process')} × {plural(r.threads, 'thread')})",
+            "dpbench_throughput": fmt_number(r.dpbench_throughput, ",.0f"),
+            "pytorch_throughput": f"{r.throughput:,.0f}",
+            "ratio": fmt_number(r.ratio, ".2f") + ("x" if r.ratio is not None else ""),
+            "dpbench_p50": fmt_number(None if r.dpbench_step_p50 is None else r.dpbench_step_p50 * 1e3, ".2f"),
+            "pytorch_p50": f"{r.step_p50 * 1e3:.2f}",
+            "dpbench_accuracy": accuracy_text(r.dpbench_test_accuracy),
+            "pytorch_accuracy": accuracy_text(r.test_accuracy),
+            "dpbench_memory": mib_text(r.dpbench_peak_bytes), "pytorch_memory": mib_text(r.peak_rss_bytes),
+            "agreement": f"{r.max_rel_diff:.1e} over {r.steps} step{'s' if r.steps != 1 else ''}",
+            "within": r.within, "flag": flag, "launch": r.launch,
+        })
+    return rows
+
+
+def reference_versions(reference: list) -> str:
+    """"PyTorch 1.13.0a0" (or "PyTorch") for the section's opening sentence."""
+    versions = sorted({r.torch_version for r in reference if r.torch_version})
+    return "PyTorch " + ", ".join(versions) if versions else "PyTorch"
 
 
 def warning_rows(points: list) -> list:
@@ -206,6 +255,8 @@ def build_context(results: rd.ResultSet, figs: list, coll, proj, args) -> dict:
         "verdict": verdict.headline, "notes": verdict.notes,
         "runs": run_rows(results.points), "show_reps": any(p.repetitions > 1 for p in results.points),
         "show_variant": show_variant,
+        "reference": reference_rows(results.reference), "reference_versions": reference_versions(results.reference),
+        "show_reference_source": len({r.source for r in results.reference}) > 1,
         "figures": figure_entries(figs), "warnings": warning_rows(results.points),
         "failed": failed_rows(results.failed), "environments": env_sections(results.envs),
         "inputs": results.files,

@@ -1,6 +1,7 @@
 """Reads the JSON the report is built from and turns it into plain records.
 
-For: dpbench result and sweep files (schema "dpbench-result"), Google Benchmark JSON from
+For: dpbench result and sweep files (schema "dpbench-result"), with the PyTorch reference runs
+that `dpbench run --reference pytorch` adds to them, Google Benchmark JSON from
 bench/micro/dpbench_collectives, and `dpbench project` files (schema "dpbench-projection");
 aggregating repetitions by median; choosing which slice of a sweep a figure shows; the
 ten-second verdict that opens the report.
@@ -14,7 +15,7 @@ import json
 import re
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -89,15 +90,49 @@ class FailedPoint:
     source: str
 
 
+@dataclass(frozen=True)
+class ReferenceRun:
+    """One PyTorch reference run (`dpbench run --reference pytorch`) beside the dpbench run of
+    the same file it reproduces: the dpbench run whose mode is its dpbench_mode, at its world
+    size. The dpbench_* fields are None when the file holds no such run."""
+
+    source: str  # the result file
+    mode: str  # PyTorch's program: plain, dataparallel, ddp, rpc_ps
+    dpbench_mode: str
+    dpbench_label: str  # "allreduce (ring)"
+    processes: int
+    threads: int  # per process
+    throughput: float  # samples/s
+    step_p50: float  # seconds
+    step_p90: Optional[float]
+    peak_rss_bytes: Optional[float]  # rank 0's process peak RSS
+    final_train_loss: Optional[float]
+    test_accuracy: Optional[float]
+    max_rel_diff: float  # largest relative per-step training loss difference from dpbench's
+    within: bool  # max_rel_diff within the tolerance
+    steps: int  # steps compared
+    tolerance: Optional[float]
+    at_step: Optional[int]
+    launch: str  # how each side ran ("dpbench: 2 ranks as threads of one process; PyTorch: ...")
+    torch_version: str
+    dpbench_throughput: Optional[float] = None
+    dpbench_step_p50: Optional[float] = None
+    dpbench_test_accuracy: Optional[float] = None
+    dpbench_peak_bytes: Optional[float] = None  # rank 0's allocator peak
+    ratio: Optional[float] = None  # throughput dpbench / PyTorch
+
+
 @dataclass
 class ResultSet:
-    """Everything read from the result files: aggregated points, failed points, environments."""
+    """Everything read from the result files: aggregated points, failed points, environments,
+    and the PyTorch reference runs."""
 
     points: list
     failed: list
     files: list  # dicts: path, created, runs
     envs: list  # distinct env objects, each with the files that share it
     variant_tags: dict = field(default_factory=dict)  # variant -> short text ("" if only one)
+    reference: list = field(default_factory=list)  # ReferenceRun, in file order
 
 
 @dataclass(frozen=True)
@@ -167,6 +202,7 @@ def load_results(paths: Iterable) -> ResultSet:
     failed = []
     files = []
     envs: list = []
+    reference = []
     for path in paths:
         doc = read_json(path)
         check_schema(path, doc, RESULT_SCHEMA)
@@ -187,6 +223,7 @@ def load_results(paths: Iterable) -> ResultSet:
             except (KeyError, TypeError, ValueError) as e:
                 raise InputError(f"{path}: runs[{index}] lacks {e} (not a dpbench run entry)") from e
             groups.setdefault(key, []).append(run)
+        reference.extend(reference_runs(doc, str(path)))
     points = []
     for key, runs in groups.items():
         try:
@@ -198,7 +235,101 @@ def load_results(paths: Iterable) -> ResultSet:
     points.sort(key=point_order)
     failed.sort(key=lambda f: (f.mode, f.transport, f.world_size or 0, f.global_batch or 0,
                                f.num_workers or 0, f.repetition or 0))
-    return ResultSet(points=points, failed=failed, files=files, envs=envs, variant_tags=tags)
+    return ResultSet(points=points, failed=failed, files=files, envs=envs, variant_tags=tags,
+                     reference=reference)
+
+
+def reference_field(path: str, where: str, record, *keys):
+    """record[keys[0]][keys[1]]...; InputError naming the file and the missing key otherwise."""
+    value = record
+    for depth, key in enumerate(keys):
+        if not isinstance(value, dict) or key not in value:
+            name = ".".join(keys[: depth + 1])
+            raise InputError(f"{path}: {where} lacks '{name}' (not a PyTorch reference run)")
+        value = value[key]
+    return value
+
+
+def rank0(per_rank) -> Optional[dict]:
+    """The rank-0 entry of a memory.per_rank list (the first when none says rank 0)."""
+    if not isinstance(per_rank, list) or not per_rank:
+        return None
+    entries = [m for m in per_rank if isinstance(m, dict)]
+    return next((m for m in entries if m.get("rank") == 0), entries[0] if entries else None)
+
+
+def paired_run(runs: list, mode: str, world_size: Optional[int]) -> Optional[dict]:
+    """The first successful run of `mode` (at `world_size`, when known) in a file's runs[]."""
+    for run in runs:
+        if not isinstance(run, dict) or run.get("status", "ok") != "ok" or run.get("mode") != mode:
+            continue
+        if world_size is None or run.get("world_size") == world_size:
+            return run
+    return None
+
+
+def reference_runs(doc: dict, path: str) -> list:
+    """The ReferenceRun records of one result file's `reference` block ([] when it has none),
+    each with the dpbench run it reproduces."""
+    block = doc.get("reference")
+    if block is None:
+        return []
+    runs = reference_field(path, "the reference block", block, "runs")
+    if not isinstance(runs, list):
+        raise InputError(f"{path}: reference.runs is not an array")
+    records = []
+    for index, rec in enumerate(runs):
+        where = f"reference.runs[{index}]"
+
+        def get(*keys):
+            return reference_field(path, where, rec, *keys)
+
+        try:
+            mode, dpbench_mode = str(get("mode")), str(get("dpbench_mode"))
+            processes, threads = int(get("processes")), int(get("threads_per_process"))
+            throughput = float(get("throughput_samples_per_s"))
+            step_p50 = float(get("step_time_s", "p50"))
+            step_p90 = number(get("step_time_s").get("p90"))
+            quality = get("quality")
+            if not isinstance(quality, dict):
+                raise InputError(f"{path}: {where}: quality is not an object")
+            max_rel_diff = float(get("loss_agreement", "max_rel_diff"))
+            within = get("loss_agreement", "within")
+            steps = int(get("loss_agreement", "steps"))
+            agreement = get("loss_agreement")
+        except (TypeError, ValueError) as e:
+            raise InputError(f"{path}: {where}: a field has the wrong type ({e})") from e
+        if not isinstance(within, bool):
+            raise InputError(f"{path}: {where}: loss_agreement.within is not true or false")
+        world_size = rec.get("world_size")
+        world_size = int(world_size) if isinstance(world_size, int) else None
+        run = paired_run(doc.get("runs") or [], dpbench_mode, world_size)
+        memory = rec.get("memory") if isinstance(rec.get("memory"), dict) else {}
+        rss = rank0(memory.get("per_rank"))
+        label = rec.get("dpbench_label")
+        if not label:
+            label = strategy_traits.run_traits(run)["label"] if run is not None else dpbench_mode
+        record = ReferenceRun(
+            source=path, mode=mode, dpbench_mode=dpbench_mode, dpbench_label=str(label),
+            processes=processes, threads=threads, throughput=throughput, step_p50=step_p50,
+            step_p90=step_p90, peak_rss_bytes=number((rss or {}).get("peak_rss_bytes")),
+            final_train_loss=number(quality.get("final_train_loss")),
+            test_accuracy=number(quality.get("test_accuracy")),
+            max_rel_diff=max_rel_diff, within=within, steps=steps,
+            tolerance=number(agreement.get("tolerance")),
+            at_step=agreement.get("at_step") if isinstance(agreement.get("at_step"), int) else None,
+            launch=str(rec.get("launch", "")), torch_version=str(rec.get("torch_version", "")))
+        if run is not None:
+            dp_throughput = number(run.get("throughput_samples_per_s"))
+            peak = rank0((run.get("memory") or {}).get("per_rank"))
+            record = replace(
+                record, dpbench_throughput=dp_throughput,
+                dpbench_step_p50=number((run.get("step_time_s") or {}).get("p50")),
+                dpbench_test_accuracy=number((run.get("quality") or {}).get("test_accuracy")),
+                dpbench_peak_bytes=number((peak or {}).get("peak_bytes")),
+                ratio=dp_throughput / throughput if dp_throughput is not None and throughput > 0 else None)
+        records.append(record)
+    return records
 
 
 def add_env(envs: list, env: dict, path: str) -> None:

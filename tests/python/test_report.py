@@ -4,8 +4,8 @@ Run from the repository root:  /usr/bin/python3 -m unittest -v tests/python/test
 
 For: the verdict computed from hand-made results with known numbers, every figure drawn from a
 rich fixture, the sentences that replace figures whose data is missing, a self-contained HTML
-(data: images only), failed sweep points, repetitions aggregated by median, Google Benchmark
-name parsing, and a headless Chromium render that must load every image. Chromium is required:
+(data: images only), failed sweep points, repetitions aggregated by median, the PyTorch reference
+runs (`dpbench run --reference pytorch`) tabled beside dpbench's, Google Benchmark name parsing, and a headless Chromium render that must load every image. Chromium is required:
 without it the render test fails and says how to install it.
 Not for: dpbench's own measurements (the GoogleTest suites under tests/ do that). The fixtures
 are built here and validated against results/schema/dpbench-result.schema.json, so they keep the
@@ -544,6 +544,112 @@ class GpuReportTest(unittest.TestCase):
         doc["runs"][0]["precision"] = "fp8"
         errors = list(jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).iter_errors(doc))
         self.assertTrue(any("fp8" in e.message for e in errors), [e.message for e in errors])
+
+
+def reference_run(dpbench_mode: str, mode: str, processes: int, throughput: float, max_rel_diff: float,
+                  *, within: bool = True, steps: int = 200, rss: int = 300 * MIB) -> dict:
+    """One reference.runs[] entry as `dpbench run --reference pytorch` writes it."""
+    return {
+        "mode": mode, "dpbench_mode": dpbench_mode, "dpbench_label": f"{dpbench_mode} (ring)",
+        "processes": processes, "threads_per_process": 1, "comm": "gloo", "device": "cpu",
+        "torch_version": "1.13.0a0", "world_size": processes,
+        "launch": f"dpbench: {processes} ranks as threads of one process; PyTorch: {processes} processes",
+        "throughput_samples_per_s": throughput,
+        "step_time_s": {"p10": 0.9 * 256 / throughput, "p50": 256 / throughput, "p90": 1.2 * 256 / throughput,
+                        "p99": 1.5 * 256 / throughput, "samples": [256 / throughput] * 20},
+        "memory": {"per_rank": [{"rank": r, "peak_rss_bytes": rss} for r in range(processes)]},
+        "quality": {"final_train_loss": 0.41, "test_accuracy": 0.83, "step_train_loss": [0.5] * steps,
+                    "epoch_train_loss": [0.41]},
+        "loss_agreement": {"steps": steps, "max_rel_diff": max_rel_diff, "at_step": 17, "tolerance": 1e-4,
+                           "within": within},
+    }
+
+
+def reference_document(*reference_runs) -> dict:
+    """ps and allreduce at 2 ranks (1,000 and 1,500 samples/s) with a reference block."""
+    doc = document([make_run("ps", 2, 256, 0, 1000.0, imbalance=1.4),
+                    make_run("allreduce", 2, 256, 0, 1500.0, accuracy=0.86)])
+    doc["config"]["reference"] = "pytorch"
+    doc["reference"] = {"framework": "pytorch", "python": "/usr/bin/python3", "runs": list(reference_runs)}
+    return doc
+
+
+class ReferenceReportTest(unittest.TestCase):
+    """PyTorch's runs of the same work, from a result file's `reference` block, beside dpbench's."""
+
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="dpbench-reference-test-"))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def section(self, md: str) -> str:
+        """The "PyTorch on the same work" section of report.md."""
+        self.assertIn("## PyTorch on the same work", md)
+        return md.split("## PyTorch on the same work")[1].split("\n## ")[0]
+
+    def test_reference_run_beside_its_dpbench_run(self):
+        doc = reference_document(reference_run("allreduce", "ddp", 2, 600.0, 3.1e-7))
+        schema_check(self, doc)
+        path = write_json(self.tmp / "r.json", doc)
+        validate = subprocess.run([sys.executable, str(ROOT / "results" / "validate.py"), str(path)],
+                                  capture_output=True, text=True, timeout=60)
+        self.assertEqual(0, validate.returncode, validate.stdout + validate.stderr)
+
+        [ref] = report_data.load_results([path]).reference
+        self.assertEqual(("ddp", "allreduce", 2, 1), (ref.mode, ref.dpbench_mode, ref.processes, ref.threads))
+        self.assertAlmostEqual(2.5, ref.ratio)  # 1,500 / 600
+        self.assertEqual(doc["runs"][1]["memory"]["per_rank"][0]["peak_bytes"], ref.dpbench_peak_bytes)
+        self.assertEqual(300 * MIB, ref.peak_rss_bytes)
+        self.assertEqual((0.86, 0.83), (ref.dpbench_test_accuracy, ref.test_accuracy))
+
+        proc = run_report(self.tmp / "out", [path])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        md = (self.tmp / "out" / "report.md").read_text()
+        section = self.section(md)
+        row = next((line for line in section.splitlines() if line.startswith("| allreduce (ring) |")), None)
+        self.assertIsNotNone(row, section)
+        self.assertIn("| ddp (2 processes × 1 thread) | 1,500 / 600 | 2.50x |", row)
+        self.assertIn("| 170.67 / 426.67 |", row, "step p50 in ms, dpbench / PyTorch")
+        self.assertIn("| 86.00 % / 83.00 % |", row)
+        self.assertIn("/ 300.0 |", row, "PyTorch's rank-0 peak RSS in MiB")
+        self.assertIn("3.1e-07 over 200 steps", row)
+        self.assertNotIn("(!)", row, "within tolerance: not flagged")
+        self.assertIn("allocator peak", section)
+        self.assertIn("peak RSS", section)
+        self.assertEqual(1, sum(1 for line in section.splitlines() if line.startswith("| allreduce")))
+        page = (self.tmp / "out" / "report.html").read_text()
+        self.assertIn("PyTorch on the same work", page)
+        self.assertIn("2.50x", page)
+        self.assertIn("3.1e-07 over 200 steps", page)
+
+    def test_loss_outside_tolerance_is_flagged(self):
+        path = write_json(self.tmp / "r.json", reference_document(
+            reference_run("allreduce", "ddp", 2, 600.0, 3.0e-2, within=False)))
+        proc = run_report(self.tmp / "out", [path])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        section = self.section((self.tmp / "out" / "report.md").read_text())
+        self.assertIn("3.0e-02 over 200 steps **(!) exceeds the 1e-04 tolerance at step 17**", section)
+
+    def test_no_reference_block_no_section(self):
+        doc = reference_document()
+        del doc["reference"]
+        proc = run_report(self.tmp / "out", [write_json(self.tmp / "r.json", doc)])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        self.assertNotIn("PyTorch on the same work", (self.tmp / "out" / "report.md").read_text())
+        self.assertNotIn("PyTorch on the same work", (self.tmp / "out" / "report.html").read_text())
+
+    def test_reference_run_without_loss_agreement_is_an_error_naming_it(self):
+        run = reference_run("allreduce", "ddp", 2, 600.0, 3.1e-7)
+        del run["loss_agreement"]
+        path = write_json(self.tmp / "lacking.json", reference_document(run))
+        with self.assertRaisesRegex(report_data.InputError, r"lacking\.json: reference\.runs\[0\] lacks 'loss_agreement'"):
+            report_data.load_results([path])
+        proc = run_report(self.tmp / "out", [path])
+        self.assertEqual(2, proc.returncode, proc.stdout)
+        self.assertEqual(1, len(proc.stderr.strip().splitlines()), proc.stderr)
+        self.assertIn("lacking.json", proc.stderr)
+        self.assertIn("loss_agreement", proc.stderr)
 
 
 class InputTest(unittest.TestCase):
