@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -24,6 +25,7 @@
 #include "cuda/device_memory.hpp"
 #include "cuda/nccl_comm.hpp"
 #include "train/device_launch.hpp"
+#include "train/failure_guard.hpp"
 #include "train/models.hpp"
 #include "train/rank_context.hpp"
 #include "workloads/dataloader.hpp"
@@ -73,8 +75,9 @@ class CudaStepTimer final : public StepTimer {
 class CudaStaging final : public BatchStaging {
  public:
   CudaStaging(DeviceAllocator& allocator, MemoryTracker& host_tracker, void* stream, std::size_t max_rows,
-              std::size_t features, bool pin_memory)
-      : stream_(stream),
+              std::size_t features, bool pin_memory, FailureGuard& guard)
+      : guard_(guard),
+        stream_(stream),
         features_(features),
         pinned_(host_tracker, pin_memory ? &cuda::pinned_memory() : nullptr, max_rows, features),
         inputs_(allocator, MemoryCategory::data_staging, max_rows * features),
@@ -89,8 +92,11 @@ class CudaStaging final : public BatchStaging {
     }
     return {inputs_.data(), labels_.data()};
   }
+  // Freeing page-locked memory synchronises the device: a failing rank aborts its communicators first.
+  ~CudaStaging() override { guard_.before_sync_destroy(); }
 
  private:
+  FailureGuard& guard_;
   void* stream_;
   std::size_t features_;
   PinnedBatch pinned_;
@@ -102,8 +108,11 @@ class CudaStaging final : public BatchStaging {
 class CudaRankContext final : public RankContext {
  public:
   CudaRankContext(int rank, int device, Communicator& comm, void* comm_stream, cuda::Stream& compute,
-                  cuda::Blas& blas, DeviceAllocator& allocator, MemoryTracker& host_tracker)
+                  cuda::Blas& blas, DeviceAllocator& allocator, MemoryTracker& host_tracker, FailureGuard& guard,
+                  std::function<void()> shared_gpu_barrier)
       : RankContext(rank, comm, allocator.tracker(), host_tracker),
+        guard_(guard),
+        shared_gpu_barrier_(std::move(shared_gpu_barrier)),
         device_(device),
         comm_stream_(comm_stream),
         compute_(compute),
@@ -156,7 +165,7 @@ class CudaRankContext final : public RankContext {
   void synchronize() override { compute_.synchronize(); }
 
   std::unique_ptr<BatchStaging> make_staging(std::size_t max_rows, std::size_t features, bool pin_memory) override {
-    return std::make_unique<CudaStaging>(allocator_, host_tracker(), stream(), max_rows, features, pin_memory);
+    return std::make_unique<CudaStaging>(allocator_, host_tracker(), stream(), max_rows, features, pin_memory, guard_);
   }
   std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<CudaStepTimer>(stream()); }
   std::unique_ptr<Event> make_event() override { return std::make_unique<CudaEvent>(stream()); }
@@ -168,6 +177,9 @@ class CudaRankContext final : public RankContext {
     comm_done_.wait_on(stream());
   }
   void bind_thread() override { cuda::set_device(device_); }
+  void before_first_collective() override {
+    if (shared_gpu_barrier_) shared_gpu_barrier_();
+  }
   void record_device_view(RankResult& result) override {
     result.device.used_after = device_mem_info(device_).used_bytes();
   }
@@ -184,6 +196,8 @@ class CudaRankContext final : public RankContext {
     step_loss_ = std::move(bigger);
   }
 
+  FailureGuard& guard_;
+  std::function<void()> shared_gpu_barrier_;
   int device_;
   void* comm_stream_;
   cuda::Stream& compute_;
@@ -223,10 +237,27 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
     }
   } unregister{source, rank};
   if (source.on_live) source.on_live(rank, comm.get());
+  // Built before anything whose destruction synchronises the device: when the rank throws, its
+  // NCCL communicator (and its thread peers') are aborted before cuBLAS's handle or pinned
+  // staging go (train/failure_guard.hpp); the catch below names the error.
+  FailureGuard failure_guard([&] {
+    const std::string reason = fmt::format("rank {}: failed", rank);
+    if (!source.group) comm->abort(reason);
+    if (source.nccl_threads != nullptr) source.nccl_threads->abort(reason);
+  });
+  // When ranks share a GPU, every rank of the launch meets once it has allocated what it trains
+  // with, before the first collective: no allocation may wait behind a peer's spinning NCCL kernel.
+  std::function<void()> shared_gpu_barrier;
+  if (source.shared_gpu_barrier) shared_gpu_barrier = [&] { source.shared_gpu_barrier(rank); };
 
   try {
     cuda::Blas blas(compute.handle(), allows_tf32(config.precision) ? cuda::Precision::tf32 : cuda::Precision::fp32);
-    CudaRankContext ctx(rank, device, *comm, comm_stream, compute, blas, allocator, host_tracker);
+    struct AbortBeforeBlasDestroy {  // destroyed before blas: cublasDestroy synchronises
+      FailureGuard& guard;
+      ~AbortBeforeBlasDestroy() { guard.before_sync_destroy(); }
+    } abort_before_blas{failure_guard};
+    CudaRankContext ctx(rank, device, *comm, comm_stream, compute, blas, allocator, host_tracker, failure_guard,
+                        shared_gpu_barrier);
     result.device.device = device;
     result.device.virtual_rank = virtual_rank;
     result.device.used_before = before.used_bytes();

@@ -117,6 +117,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
     const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
     CommStats timed_start = comm.stats();
     long step = 0;
+    ctx.before_first_collective();
     for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
       if (reducer) {
         std::vector<std::int64_t> order = shuffled_indices(train.size(), cfg.seed + epoch);

@@ -4,6 +4,7 @@
 // (CommAbortRegistry), rank placement on devices and NCCL's shared-GPU rule, and the GPU
 // launcher's whole decision tree (launch_device_ranks) driven by a fake device.
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <mutex>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "core/local_comm.hpp"
 #include "core/rendezvous.hpp"
 #include "train/device_launch.hpp"
+#include "train/failure_guard.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -45,6 +47,61 @@ TEST(DevicePlacement, NcclSharesAGpuFrom2Point30On) {
   EXPECT_EQ(nccl_version_text(0), "");
   EXPECT_TRUE(nccl_allows_shared_gpu("3.0.1"));
   EXPECT_TRUE(nccl_allows_shared_gpu(""));  // unknown: creating the communicator says
+}
+
+// Which GPUs a build runs on, from CMake's CUDA_ARCHITECTURES and the compute capability alone
+// (no CUDA context): machine code within its major version upwards, PTX anywhere above.
+TEST(DevicePlacement, BuildRunsOnCapabilitiesItsArchitecturesCover) {
+  EXPECT_TRUE(cuda_build_runs_on("90", 9, 0));
+  EXPECT_FALSE(cuda_build_runs_on("90", 8, 0));
+  EXPECT_TRUE(cuda_build_runs_on("90", 10, 0));        // compute_90 PTX, compiled by the driver
+  EXPECT_FALSE(cuda_build_runs_on("90-real", 10, 0));  // machine code only
+  EXPECT_TRUE(cuda_build_runs_on("80-real", 8, 6));    // sm_80 runs on 8.6
+  EXPECT_FALSE(cuda_build_runs_on("86-real", 8, 0));
+  EXPECT_TRUE(cuda_build_runs_on("90a-real", 9, 0));
+  EXPECT_FALSE(cuda_build_runs_on("90a-real", 10, 0));  // architecture-specific: 9.0 only
+  EXPECT_TRUE(cuda_build_runs_on("86-virtual", 8, 9));
+  EXPECT_FALSE(cuda_build_runs_on("86-virtual", 8, 0));
+  EXPECT_FALSE(cuda_build_runs_on("80-real,90-real", 7, 5));
+  EXPECT_TRUE(cuda_build_runs_on("80-real;90-real", 9, 0));
+  EXPECT_TRUE(cuda_build_runs_on("native", 7, 5));  // unreadable: the first launch tells
+  EXPECT_TRUE(cuda_build_runs_on("", 5, 0));
+}
+
+// A rank that throws aborts its communicators before the first resource whose destruction
+// synchronises the device goes, once; a rank that returns never aborts.
+TEST(FailureGuard, AbortsOnceBeforeTheFirstSynchronisingDestructorWhenTheRankThrows) {
+  std::vector<std::string> events;
+  struct Syncing {
+    FailureGuard& guard;
+    std::vector<std::string>& events;
+    std::string name;
+    ~Syncing() {
+      guard.before_sync_destroy();
+      events.push_back(name + " destroyed");
+    }
+  };
+  try {
+    FailureGuard guard([&] { events.push_back("abort"); });
+    Syncing blas{guard, events, "blas"};
+    Syncing staging{guard, events, "staging"};
+    throw Error("kernel fault");
+  } catch (const Error&) {
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"abort", "staging destroyed", "blas destroyed"}));
+  events.clear();
+  {
+    FailureGuard guard([&] { events.push_back("abort"); });
+    Syncing blas{guard, events, "blas"};
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"blas destroyed"}));
+  // An abort that throws is swallowed: the error being unwound is the one reported.
+  try {
+    FailureGuard guard([] { throw Error("abort failed"); });
+    throw Error("kernel fault");
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "kernel fault");
+  }
 }
 
 // Runs run_rendezvous_rank for ranks 0..p-1 on threads, each with its own rendezvous and records
@@ -152,6 +209,7 @@ struct FakeDevice {
   std::vector<Run> runs;
   int ids_created = 0;
   int fail_rank = -1;
+  int barriers = 0;  // ranks that passed the shared-GPU barrier
 
   DeviceLauncher launcher(int devices, std::string version = "2.28.9") {
     DeviceLauncher d;
@@ -167,6 +225,11 @@ struct FakeDevice {
     };
     d.run_rank = [this](int rank, int device, bool virtual_rank, RankResult&, const CommSource& source) {
       if (rank == fail_rank) throw Error("kernel fault");
+      if (source.shared_gpu_barrier) {
+        source.shared_gpu_barrier(rank);  // as the CUDA rank does before its first collective
+        std::lock_guard<std::mutex> lock(mutex);
+        ++barriers;
+      }
       std::lock_guard<std::mutex> lock(mutex);
       Run run{rank, device, virtual_rank, source.group != nullptr, source.nccl_threads != nullptr,
               static_cast<bool>(source.on_live), source.peer_devices, {}};
@@ -229,7 +292,7 @@ TEST(DeviceLaunch, NcclRanksSharingAGpuNeedNccl2Point30) {
     launch_device_ranks(launch_config("nccl", 3), ranks, old_nccl.launcher(2, "2.28.9"));
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--comm nccl --ranks 3: 2 GPU(s) here, and NCCL 2.28.9 refuses"),
+    EXPECT_NE(std::string(e.what()).find("--comm nccl --ranks 3: 3 rank(s) on 2 GPU(s) here, and NCCL 2.28.9 refuses"),
               std::string::npos)
         << e.what();
   }
@@ -238,6 +301,39 @@ TEST(DeviceLaunch, NcclRanksSharingAGpuNeedNccl2Point30) {
   launch_device_ranks(launch_config("nccl", 3), ranks, new_nccl.launcher(2, "2.30.1"));
   EXPECT_EQ(new_nccl.runs.size(), 3u);
   EXPECT_TRUE(new_nccl.of(2).virtual_rank);
+  EXPECT_EQ(new_nccl.barriers, 3);  // every rank met once, sharing its GPU or not
+}
+
+// The same rule on every launch path: a rank the caller names is refused like ranks as threads.
+TEST(DeviceLaunch, AGivenProcessRankFollowsTheSharedGpuRuleToo) {
+  FakeDevice fake;
+  TrainConfig c = launch_config("nccl", 4);
+  c.process_rank = 1;
+  std::vector<RankResult> ranks(4);
+  EXPECT_THROW(launch_device_ranks(c, ranks, fake.launcher(2, "2.28.9")), InputError);
+  EXPECT_TRUE(fake.runs.empty());
+  c.world_size = 2;  // a GPU per rank: any NCCL will do
+  launch_device_ranks(c, ranks, fake.launcher(2, "2.28.9"));
+  EXPECT_EQ(fake.runs.size(), 1u);
+}
+
+// NCCL reads NCCL_MULTI_RANK_GPU_ENABLE once per process: it is set at every NCCL launch that
+// NCCL 2.30+ could share, even one with a GPU per rank (a sweep's first point), never before 2.30,
+// and a user's own value is kept.
+TEST(DeviceLaunch, NcclMultiRankGpuEnableIsSetWhateverTheFirstPointsShape) {
+  unsetenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  EXPECT_FALSE(apply_nccl_launch_policy(2, 2, "2.28.9", "--comm nccl --ranks 2"));
+  EXPECT_EQ(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), nullptr);
+  FakeDevice fake;
+  std::vector<RankResult> ranks(2);
+  launch_device_ranks(launch_config("nccl", 2), ranks, fake.launcher(4, "2.30.1"));  // no sharing
+  ASSERT_NE(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), nullptr);
+  EXPECT_STREQ(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), "1");
+  EXPECT_EQ(fake.barriers, 0);  // nobody shares: no meeting
+  setenv("NCCL_MULTI_RANK_GPU_ENABLE", "0", 1);
+  EXPECT_TRUE(apply_nccl_launch_policy(3, 2, "2.30.1", "--comm nccl --ranks 3"));
+  EXPECT_STREQ(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), "0");
+  unsetenv("NCCL_MULTI_RANK_GPU_ENABLE");
 }
 
 TEST(DeviceLaunch, AGivenProcessRankRunsAloneWithTheGivenId) {
@@ -246,14 +342,14 @@ TEST(DeviceLaunch, AGivenProcessRankRunsAloneWithTheGivenId) {
   c.process_rank = 3;
   c.nccl_id[0] = 'G';
   std::vector<RankResult> ranks(4);
-  launch_device_ranks(c, ranks, fake.launcher(2));
+  launch_device_ranks(c, ranks, fake.launcher(2, "2.30.1"));
   ASSERT_EQ(fake.runs.size(), 1u);
   EXPECT_EQ(fake.of(3).device, 1);
   EXPECT_TRUE(fake.of(3).virtual_rank);  // ranks 1 and 3 share GPU 1
   EXPECT_EQ(fake.of(3).id[0], 'G');
   EXPECT_EQ(fake.ids_created, 0);
   c.process_rank = 4;
-  EXPECT_THROW(launch_device_ranks(c, ranks, fake.launcher(2)), InputError);
+  EXPECT_THROW(launch_device_ranks(c, ranks, fake.launcher(2, "2.30.1")), InputError);
 }
 
 TEST(DeviceLaunch, RefusesHostBackendsAndMachinesWithoutDevices) {

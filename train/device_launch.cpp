@@ -45,6 +45,22 @@ void run_env_device_rank(const TrainConfig& config, std::vector<RankResult>& ran
 
 }  // namespace
 
+bool apply_nccl_launch_policy(int ranks_on_node, int devices, const std::string& nccl_version,
+                              const std::string& launch) {
+  const bool allowed = nccl_allows_shared_gpu(nccl_version);
+  if (allowed) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
+  const bool shared = ranks_on_node > devices;
+  if (shared && !allowed) {
+    // Refused up front: inside ncclCommInitRank only the ranks that share a GPU fail, and the
+    // others may be left waiting for them there (where no abort reaches).
+    throw InputError(fmt::format("{}: {} rank(s) on {} GPU(s) here, and NCCL {} refuses two ranks of one "
+                                 "communicator on one GPU (NCCL 2.30 allows it); use --comm local for "
+                                 "ranks sharing a GPU",
+                                 launch, ranks_on_node, devices, nccl_version));
+  }
+  return shared;
+}
+
 void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const DeviceLauncher& device) {
   if (config.comm != "local" && config.comm != "nccl") {
     throw InputError(fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl",
@@ -61,7 +77,13 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
     if (rank >= p) {
       throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
     }
-    if (!config.master_addr.empty()) return run_env_device_rank(config, ranks, device);
+    if (!config.master_addr.empty()) {
+      const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
+      apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
+                               fmt::format("--comm nccl, {} ranks on this node (LOCAL_WORLD_SIZE)", node_ranks));
+      return run_env_device_rank(config, ranks, device);
+    }
+    apply_nccl_launch_policy(p, gpus, device.nccl_version(), fmt::format("--comm nccl, rank {} of {}", rank, p));
     CommSource source;
     source.id = &config.nccl_id;
     device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
@@ -75,6 +97,9 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
     // the other ranks in MPI_Bcast.
     MpiRuntime::init();
     const int local_rank = MpiRuntime::local_rank();
+    const bool any_shared = apply_nccl_launch_policy(
+        MpiRuntime::local_size(), gpus, device.nccl_version(),
+        fmt::format("mpirun --comm nccl, {} processes on this node", MpiRuntime::local_size()));
     const bool shared = ranks_on_device(MpiRuntime::local_size(), gpus, local_rank % gpus) > 1;
     run_mpi_process(config, ranks, [&](int rank) {
       CommIdBytes id{};
@@ -82,25 +107,16 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
       mpi_broadcast_bytes(id.data(), id.size(), 0);
       CommSource source;
       source.id = &id;
+      // Every process meets, sharing or not, when any GPU of this node is shared: an MPI barrier
+      // needs every rank.
+      if (any_shared) source.shared_gpu_barrier = [](int) { mpi_idle_barrier(); };
       device.run_rank(rank, local_rank % gpus, shared, ranks[static_cast<std::size_t>(rank)], source);
     });
     return;
   }
 
-  if (config.comm == "nccl" && p > gpus) {
-    const std::string version = device.nccl_version();
-    if (!nccl_allows_shared_gpu(version)) {
-      // Refused up front: inside ncclCommInitRank only the ranks that share a GPU fail, and the
-      // others may be left waiting for them there (where no abort reaches).
-      throw InputError(fmt::format("--comm nccl --ranks {}: {} GPU(s) here, and NCCL {} refuses two ranks of one "
-                                   "communicator on one GPU (NCCL 2.30 allows it); use --comm local for "
-                                   "ranks sharing a GPU",
-                                   p, gpus, version));
-    }
-    // NCCL >= 2.30 lets ranks of one communicator share a GPU when asked to; it reads this when
-    // the communicators are created (a user's own setting wins).
-    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
-  }
+  const bool shared = config.comm == "nccl" &&
+                      apply_nccl_launch_policy(p, gpus, device.nccl_version(), fmt::format("--comm nccl --ranks {}", p));
   auto group = std::make_shared<LocalGroup>(p, config.timeout);
   CommIdBytes id{};
   CommSource source;
@@ -108,6 +124,7 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
     id = device.create_id();
     source.id = &id;
     source.nccl_threads = group.get();
+    if (shared) source.shared_gpu_barrier = [g = group.get()](int rank) { g->barrier(rank); };
   } else {
     source.group = group;
     source.peer_devices = std::min(p, gpus);

@@ -36,6 +36,11 @@ struct CommSource {
   // communicator as soon as one rank fails.
   LocalGroup* nccl_threads = nullptr;
   int peer_devices = 1;  // local: the devices hosting the group's ranks (0..peer_devices-1)
+  // nccl launches where ranks share a GPU: how every rank of the launch meets once it has
+  // allocated, before its first collective (RankContext::before_first_collective). Threads: the
+  // group's barrier; under mpirun: an MPI barrier. Empty when no GPU is shared, and on launches
+  // that offer no way to meet (torchrun-style, a rank the caller names).
+  std::function<void(int rank)> shared_gpu_barrier;
 };
 
 // What a device supplies to launch_device_ranks.
@@ -62,5 +67,18 @@ struct DeviceLauncher {
 // a device with an NCCL that refuses that (before 2.30: "Duplicate GPU detected"); Error when
 // device.devices < 1.
 void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const DeviceLauncher& device);
+
+// NCCL's launch policy, applied the same way by every launch path (threads, mpirun,
+// torchrun-style, a rank the caller names), before any NCCL call but the version query:
+//   - NCCL_MULTI_RANK_GPU_ENABLE=1 is set whenever `nccl_version` allows ranks to share a GPU
+//     (2.30 on), whatever this launch's shape: NCCL reads its parameters once per process, so a
+//     sweep whose first point has a GPU per rank could not turn it on for a later point. A
+//     user's own setting wins.
+//   - `ranks_on_node` ranks on `devices` GPUs share GPUs when ranks_on_node > devices; an NCCL
+//     that refuses that (before 2.30: "Duplicate GPU detected", and ranks left in a blocking
+//     ncclCommInitRank) is an InputError naming `launch` (e.g. "--comm nccl --ranks 3").
+// Returns whether ranks share GPUs.
+bool apply_nccl_launch_policy(int ranks_on_node, int devices, const std::string& nccl_version,
+                              const std::string& launch);
 
 }  // namespace dpbench

@@ -216,6 +216,10 @@ class RankContext {
   virtual void compute_wait_comm() = 0;
   // Called first on a communication thread the rank starts (GPUs: binds the rank's device).
   virtual void bind_thread() {}
+  // Called by a strategy once the rank has allocated what it trains with, right before its first
+  // collective. GPU ranks sharing a device wait there for each other (NCCL: no allocation may
+  // wait behind a peer's spinning kernel); nothing to do elsewhere.
+  virtual void before_first_collective() {}
 
   // Called once at the end of training with the rank's buffers still held: device-specific
   // parts of the rank's record (a GPU's cudaMemGetInfo view).

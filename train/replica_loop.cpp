@@ -81,7 +81,6 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
       const std::vector<float> initial = initial_parameters(*model, cfg);
       ctx.upload(params.data(), initial.data(), n);
     }
-    comm.broadcast(params.data(), n, 0);
     const std::size_t num_buffers = model->num_buffers();
 
     // Buckets are communicated as their gradients become ready, overlapping the rest of
@@ -89,6 +88,8 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
     const std::vector<Bucket> buckets =
         assign_buckets(model->params(), sizeof(float), cfg.first_bucket_mb, cfg.bucket_cap_mb);
     const std::unique_ptr<ReplicaSync> sync = make_sync({cfg, ctx, params.data(), grads.data(), n, buckets});
+    ctx.before_first_collective();
+    comm.broadcast(params.data(), n, 0);
     const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
     StepTimer::Mark first_ready = 0;
     BucketLauncher launcher(buckets, model->params().size(), [&](std::size_t b) {
