@@ -351,6 +351,26 @@ TEST_F(Cli, ReferenceWithRankBatchIsRefused) {
   expect_input_error(synthetic("--ranks 2 --rank-batch 8,4 --reference pytorch"), "--rank-batch");
 }
 
+// A reference that fails costs its own record only: dpbench's runs are written, the failure is
+// recorded and named, and the exit code is 1.
+TEST_F(Cli, ReferenceFailureKeepsDpbenchsRuns) {
+  const fs::path python = tmp_.path() / "python";
+  std::ofstream(python) << "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\necho 'gloo: connection reset by peer' >&2\nexit 1\n";
+  fs::permissions(python, fs::perms::owner_all);
+  const Outcome o = dpbench(synthetic("--ranks 2 --mode allreduce --batch-size 20 --max-steps 6 --warmup-steps 1 "
+                                      "--reference pytorch --reference-python " + python.string()));
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  ASSERT_TRUE(fs::exists(result()));
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(doc["runs"].size(), 1u);
+  EXPECT_TRUE(doc["reference"]["runs"].empty());
+  ASSERT_EQ(doc["reference"]["failures"].size(), 1u);
+  EXPECT_EQ(doc["reference"]["failures"][0]["dpbench_mode"], "allreduce");
+  EXPECT_NE(doc["reference"]["failures"][0]["error"].get<std::string>().find("connection reset by peer"),
+            std::string::npos);
+  EXPECT_NE(o.err.find("the PyTorch reference of allreduce failed"), std::string::npos) << o.err;
+}
+
 // --init-params starts the run there: its own initial parameters reproduce the run, others change it.
 TEST_F(Cli, InitParamsStartsTheRunFromTheGivenParameters) {
   const std::string args = synthetic("--ranks 1 --mode allreduce --batch-size 20 --max-steps 6 --warmup-steps 1");

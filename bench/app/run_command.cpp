@@ -182,6 +182,38 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
   fmt::print("dpbench's memory is its allocator's peak per rank; PyTorch's is the process's peak RSS.\n");
 }
 
+// Runs PyTorch's counterpart of dpbench run `r` (after it, on the output process) and adds its
+// record to `runs`, or, when the reference fails, {dpbench_mode, error} to `failures`: dpbench's
+// own measurements are kept either way.
+void add_reference_run(const ReferenceOptions& options, const std::string& start_dir, const LaunchInfo& launch,
+                       bool quiet, RunResult& r, nlohmann::json& runs, nlohmann::json& failures) {
+  // PyTorch's processes share this machine's cores as dpbench's ranks do.
+  const int threads = static_cast<int>(
+      std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(r.config.world_size)));
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json rec;
+  try {
+    rec = run_reference(options, start_dir, r, threads);
+  } catch (const Error& e) {
+    failures.push_back({{"dpbench_mode", r.config.mode}, {"error", e.what()}});
+    return;
+  }
+  if (rec.is_null()) {
+    r.warnings.push_back(fmt::format("--reference pytorch: {} has no PyTorch counterpart", r.config.mode));
+    return;
+  }
+  rec["launch"] = fmt::format("dpbench: {} ranks as {}; PyTorch: {} processes", r.config.world_size,
+                              launch.multi_process ? "processes (" + launch.launcher + ")"
+                                                   : std::string("threads of one process"),
+                              rec["processes"].get<int>());
+  if (!quiet) {
+    fmt::print(stderr, "dpbench: pytorch {} done in {:.1f} s (step loss within {:.1e} of dpbench's)\n",
+               rec["mode"].get<std::string>(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               rec["loss_agreement"]["max_rel_diff"].get<double>());
+  }
+  runs.push_back(std::move(rec));
+}
+
 // --init-params: raw float32 values. Throws InputError naming the file.
 std::shared_ptr<const std::vector<float>> read_init_params(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
@@ -272,7 +304,7 @@ int run_command(const RunOptions& o) {
     }
     write_start_bundle(start_dir, base, data);
   }
-  nlohmann::json reference_runs = nlohmann::json::array();
+  nlohmann::json reference_runs = nlohmann::json::array(), reference_failures = nlohmann::json::array();
 
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
@@ -315,28 +347,7 @@ int run_command(const RunOptions& o) {
               static_cast<std::streamsize>(r.final_params.size() * sizeof(float)));
       if (!f) throw InputError(fmt::format("--save-params {}: cannot write {}", o.save_params, path));
     }
-    if (reference && output) {
-      // PyTorch's processes share this machine's cores as dpbench's ranks do.
-      const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency() /
-                                                            static_cast<unsigned>(r.config.world_size)));
-      const auto t1 = std::chrono::steady_clock::now();
-      nlohmann::json rec = run_reference(o.reference, start_dir, r, threads);
-      if (rec.is_null()) {
-        r.warnings.push_back(fmt::format("--reference pytorch: {} has no PyTorch counterpart", mode));
-      } else {
-        rec["launch"] = fmt::format("dpbench: {} ranks as {}; PyTorch: {} processes", cfg.world_size,
-                                    launch.multi_process ? "processes (" + launch.launcher + ")"
-                                                         : std::string("threads of one process"),
-                                    rec["processes"].get<int>());
-        if (!quiet) {
-          fmt::print(stderr, "dpbench: pytorch {} done in {:.1f} s (step loss within {:.1e} of dpbench's)\n",
-                     rec["mode"].get<std::string>(),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(),
-                     rec["loss_agreement"]["max_rel_diff"].get<double>());
-        }
-        reference_runs.push_back(std::move(rec));
-      }
-    }
+    if (reference && output) add_reference_run(o.reference, start_dir, launch, quiet, r, reference_runs, reference_failures);
     // The other processes wait without spinning while rank 0 runs the reference.
     if (reference && launch.multi_process) mpi_idle_barrier();
     docs.push_back(run_to_json(r));
@@ -357,11 +368,16 @@ int run_command(const RunOptions& o) {
   if (reference) {
     document["reference"] = {{"framework", o.reference.framework},
                              {"python", o.reference.python.empty() ? default_python() : o.reference.python},
-                             {"runs", reference_runs}};
+                             {"runs", reference_runs},
+                             {"failures", reference_failures}};
   }
   write_json_atomic(out, document);
   fmt::print("\nresults written to {}\n", out);
-  return 0;
+  for (const auto& f : reference_failures) {
+    fmt::print(stderr, "dpbench: the PyTorch reference of {} failed: {}\n", f["dpbench_mode"].get<std::string>(),
+               f["error"].get<std::string>());
+  }
+  return reference_failures.empty() ? 0 : 1;
 }
 
 }  // namespace dpbench
