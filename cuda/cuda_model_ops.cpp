@@ -12,7 +12,7 @@ namespace {
 
 class CudaModelOps final : public cuda::ModelLaunchers {
  public:
-  CudaModelOps(cuda::Blas& blas, DeviceAllocator& allocator) : ModelLaunchers(blas), allocator_(allocator) {}
+  CudaModelOps(cuda::Blas& blas, DeviceAllocator& allocator) : ModelLaunchers(blas, allocator), allocator_(allocator) {}
 
   void* allocate(std::size_t bytes, MemoryCategory category) override {
     return allocator_.allocate_zeroed(bytes, category, stream(), true);
