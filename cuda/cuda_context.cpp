@@ -41,7 +41,7 @@ class CudaEvent final : public Event {
 
  private:
   void* stream_;
-  cuda::Event event_;
+  cuda::Event event_{cuda::Event::Timing::off};  // ordering only
 };
 
 // Marks are events on the compute stream, created as a step first needs them and reused.
@@ -190,7 +190,7 @@ class CudaRankContext final : public RankContext {
   cuda::Blas& blas_;
   DeviceAllocator& allocator_;
   DeviceBuffer<float> step_loss_;
-  cuda::Event comm_done_;
+  cuda::Event comm_done_{cuda::Event::Timing::off};  // ordering only
 };
 
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
@@ -224,14 +224,19 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   } unregister{source, rank};
   if (source.on_live) source.on_live(rank, comm.get());
 
+  // The cuBLAS handle and the context (its staging buffers) are destroyed after the catch below
+  // has aborted the communicators: cublasDestroy and freeing pinned memory synchronise the
+  // device, where a peer's NCCL kernel may be waiting for this rank.
+  std::optional<cuda::Blas> blas;
+  std::optional<CudaRankContext> ctx;
   try {
-    cuda::Blas blas(compute.handle(), allows_tf32(config.precision) ? cuda::Precision::tf32 : cuda::Precision::fp32);
-    CudaRankContext ctx(rank, device, *comm, comm_stream, compute, blas, allocator, host_tracker);
+    blas.emplace(compute.handle(), allows_tf32(config.precision) ? cuda::Precision::tf32 : cuda::Precision::fp32);
+    ctx.emplace(rank, device, *comm, comm_stream, compute, *blas, allocator, host_tracker);
     result.device.device = device;
     result.device.virtual_rank = virtual_rank;
     result.device.used_before = before.used_bytes();
     result.device.total = before.total_bytes;
-    body(ctx);
+    body(*ctx);
     // Nothing the rank enqueued may outlive its buffers.
     compute.synchronize();
     // nccl threads: ncclCommDestroy is intra-node collective; either every rank gets there, or
@@ -242,9 +247,10 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
     // calls ncclCommDestroy, which waits for the peers, while the peers wait in a collective for
     // this rank: the failing rank would hang in its own cleanup until the peers time out, and
     // their timeouts would be reported instead of its error. Ranks as threads abort their peers'
-    // communicators now too (through the group's hook), before this rank's buffers are freed:
-    // freeing waits for the device, where a peer's kernel may be waiting for this rank. (A local
-    // group is aborted by run_rank_threads once this rank has unwound.)
+    // communicators now too (through the group's hook), before this rank's cuBLAS handle and
+    // staging buffers are destroyed: that waits for the device, where a peer's kernel may be
+    // waiting for this rank. (A local group is aborted by run_rank_threads once this rank has
+    // unwound.)
     const std::string reason = fmt::format("rank {}: {}", rank, e.what());
     if (!source.group) comm->abort(reason);
     if (source.nccl_threads != nullptr) source.nccl_threads->abort(reason);

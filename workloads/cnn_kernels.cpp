@@ -66,19 +66,35 @@ void im2col(const T* x, T* col, const ConvShape& s, std::size_t n) {
         // Output columns q whose input column w = q + t - pad lies in [0, W).
         const std::size_t q_lo = s.pad > t ? s.pad - t : 0;
         const std::size_t q_hi = t > s.W + s.pad ? 0 : std::min(Q, s.W + s.pad - t);  // exclusive
+        // Output rows p whose input row h = p + r - pad lies in [0, H).
+        const std::size_t p_lo = s.pad > r ? s.pad - r : 0;
+        const std::size_t p_hi = r > s.H + s.pad ? 0 : std::min(P, s.H + s.pad - r);  // exclusive
         for (std::size_t j = 0; j < n; ++j) {
           const T* xc = x + j * chw + c * s.H * s.W;
-          for (std::size_t p = 0; p < P; ++p) {
-            T* out = row + j * pq + p * Q;
-            const std::size_t h_plus_pad = p + r;  // h = p + r - pad
-            if (h_plus_pad < s.pad || h_plus_pad - s.pad >= s.H || q_lo >= q_hi) {
-              std::fill(out, out + Q, T(0));
-              continue;
+          T* out = row + j * pq;
+          if (p_lo >= p_hi || q_lo >= q_hi) {
+            std::fill(out, out + pq, T(0));
+            continue;
+          }
+          std::fill(out, out + p_lo * Q, T(0));
+          std::fill(out + p_hi * Q, out + pq, T(0));
+          // x[p_lo + r - pad, q_lo + t - pad]: what out[p_lo, q_lo] copies (q_lo + t >= pad).
+          const T* in = xc + (p_lo + r - s.pad) * s.W + (q_lo + t - s.pad);
+          if (Q == s.W) {
+            // Rows of out and x have the same stride ("same" padding): one copy for all valid
+            // rows, from (p_lo, q_lo) to (p_hi - 1, q_hi - 1), then the columns outside
+            // [q_lo, q_hi), which picked up the neighbouring row's edge, zeroed.
+            std::copy(in, in + (p_hi - 1 - p_lo) * Q + (q_hi - q_lo), out + p_lo * Q + q_lo);
+            for (std::size_t p = p_lo; p < p_hi; ++p) {
+              std::fill(out + p * Q, out + p * Q + q_lo, T(0));
+              std::fill(out + p * Q + q_hi, out + (p + 1) * Q, T(0));
             }
-            const T* in = xc + (h_plus_pad - s.pad) * s.W;
-            std::fill(out, out + q_lo, T(0));
-            std::copy(in + (q_lo + t - s.pad), in + (q_hi + t - s.pad), out + q_lo);
-            std::fill(out + q_hi, out + Q, T(0));
+            continue;
+          }
+          for (std::size_t p = p_lo; p < p_hi; ++p, in += s.W) {
+            std::fill(out + p * Q, out + p * Q + q_lo, T(0));
+            std::copy(in, in + (q_hi - q_lo), out + p * Q + q_lo);
+            std::fill(out + p * Q + q_hi, out + (p + 1) * Q, T(0));
           }
         }
       }
@@ -193,16 +209,17 @@ void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, s
       T* yo = y + (nc * Ho + i) * Wo;
       std::int32_t* ao = argmax + (nc * Ho + i) * Wo;
       for (std::size_t j = 0; j < Wo; ++j) {
-        // Row-major scan of the window; strict > keeps the first maximum. Selects without
-        // branches (the comparisons are data-dependent, so branches would mispredict).
+        // Row-major scan of the window; strict > keeps the first maximum. Without branches
+        // (the comparisons are data-dependent, so branches would mispredict): std::max(best, c)
+        // is (best < c) ? c : best, and the index is chosen by a mask.
         T best = r0[2 * j];
         std::size_t at = top + 2 * j;
         const T cand[3] = {r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]};
         const std::size_t where[3] = {at + 1, at + W, at + W + 1};
         for (int k = 0; k < 3; ++k) {
-          const bool greater = cand[k] > best;
-          best = greater ? cand[k] : best;
-          at = greater ? where[k] : at;
+          const std::size_t take = std::size_t{0} - static_cast<std::size_t>(cand[k] > best);
+          at = (where[k] & take) | (at & ~take);
+          best = std::max(best, cand[k]);
         }
         yo[j] = best;
         ao[j] = static_cast<std::int32_t>(at);
