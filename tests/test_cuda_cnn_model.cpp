@@ -3,8 +3,8 @@
 // logits, every parameter's gradient, the BatchNorm running statistics and the order of the
 // gradient-ready calls are compared, in training and in evaluation mode, and with SyncBatchNorm
 // over two identical "ranks"; and that the launches of a step do not depend on the batch.
-// Shapes: 1x8x8 input, channels 4 and 6, hidden 16, 5 classes, batch 6. Without a usable GPU, or in a build without CUDA, every test is skipped with the
-// reason (tests/cuda_test_util.hpp).
+// Shapes: 1x8x8 input, channels 4 and 6, hidden 16, 5 classes, batch 6. Without a usable GPU,
+// or in a build without CUDA, every test is skipped with the reason (tests/cuda_test_util.hpp).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
