@@ -81,9 +81,9 @@ void time_train_steps(benchmark::State& state, Model& model, double step_flops) 
   DeviceBuffer<float> logits(allocator, MemoryCategory::activations, batch * classes);
   DeviceBuffer<float> dlogits(allocator, MemoryCategory::activations, batch * classes);
   DeviceBuffer<float> loss(allocator, MemoryCategory::activations, 1);
-  params.copy_from_host(host_params);
-  set_x.copy_from_host(host_x);
-  set_y.copy_from_host(host_y);
+  params.copy_from_host(host_params, stream.handle());
+  set_x.copy_from_host(host_x, stream.handle());
+  set_y.copy_from_host(host_y, stream.handle());
 
   cuda::Event start, stop;
   std::vector<double> wall;
