@@ -45,9 +45,10 @@ class MemoryBackend {
   // The work behind CachedBuffer<T>. zero: `bytes` at ptr set to 0, asynchronously on `stream`
   // (a device stream handle; nullptr the default one) when async, otherwise in place on return.
   virtual void zero(void* ptr, std::size_t bytes, void* stream, bool async) = 0;
-  // Synchronous copies between host memory and this backend's memory, complete on return.
-  virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
-  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  // Copies between host memory and this backend's memory on `stream` (a device stream handle;
+  // nullptr the default one), after the work enqueued on it before; complete on return.
+  virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes, void* stream) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes, void* stream) = 0;
 };
 
 class CachingAllocator {
@@ -152,17 +153,19 @@ class CachedBuffer {
   bool empty() const { return count_ == 0; }
   MemoryCategory category() const { return category_; }
 
-  // Synchronous copies of the first `count` elements (count <= size(), else Error).
-  void copy_from_host(const T* src, std::size_t count) {
-    if (count > 0) allocator_->backend().copy_from_host(data_, src, checked_bytes(count));
+  // Copies of the first `count` elements (count <= size(), else Error) on `stream` (a device
+  // stream handle; nullptr the default one), ordered after the work enqueued on it before and
+  // complete on return.
+  void copy_from_host(const T* src, std::size_t count, void* stream) {
+    if (count > 0) allocator_->backend().copy_from_host(data_, src, checked_bytes(count), stream);
   }
-  void copy_to_host(T* dst, std::size_t count) const {
-    if (count > 0) allocator_->backend().copy_to_host(dst, data_, checked_bytes(count));
+  void copy_to_host(T* dst, std::size_t count, void* stream) const {
+    if (count > 0) allocator_->backend().copy_to_host(dst, data_, checked_bytes(count), stream);
   }
-  void copy_from_host(const std::vector<T>& src) { copy_from_host(src.data(), src.size()); }
-  std::vector<T> to_host() const {
+  void copy_from_host(const std::vector<T>& src, void* stream) { copy_from_host(src.data(), src.size(), stream); }
+  std::vector<T> to_host(void* stream) const {
     std::vector<T> out(count_);
-    copy_to_host(out.data(), count_);
+    copy_to_host(out.data(), count_, stream);
     return out;
   }
 

@@ -45,9 +45,14 @@ inline void check_cublas(cublasStatus_t status, const char* launcher, const char
        file, line);
 }
 
-// After a kernel launch: a refused launch (bad configuration, no device, no kernel image for
-// this GPU) is reported here; a fault while the kernel runs surfaces at the next sync.
+// Adds one to the calling thread's launch_count() (cuda/cuda_kernels.hpp).
+void note_launch() noexcept;
+
+// After a kernel launch: counted in launch_count(); a refused launch (bad configuration, no
+// device, no kernel image for this GPU) is reported here; a fault while the kernel runs surfaces
+// at the next sync.
 inline void check_launch(const char* launcher, const char* file, int line) {
+  note_launch();
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail(launcher, cudaGetErrorString(err), file, line);
 }

@@ -1,10 +1,11 @@
 // CUDA kernels of the CNN workload (cuda/cuda_cnn_kernels.hpp), laid out as llm.c lays out
 // a layer: the kernels first, then the launchers, which pick the grid, launch on the caller's
-// stream and check cudaGetLastError(). The convolution is per-sample im2col + a cuBLAS GEMM on
-// row-major data (derivation at gemm() below) + a gathering col2im; BatchNorm's reductions are
-// one block per channel in double. Where the CPU rounds each float or double operation on its
-// own, the kernels use the _rn intrinsics so that nvcc fuses nothing into an FMA and the result
-// is the CPU's bit for bit (given the same inputs).
+// stream and check cudaGetLastError(). The convolution runs over chunks of samples
+// (workloads/conv_layout.hpp): im2col + one cuBLAS GEMM on row-major data (derivation at gemm()
+// below) + a permute, and a gathering col2im; BatchNorm's and the bias gradient's reductions are
+// a 2-D grid (channels x slices) in double with a fixed-order second pass. Where the CPU rounds
+// each float or double operation on its own, the kernels use the _rn intrinsics so that nvcc
+// fuses nothing into an FMA and the result is the CPU's bit for bit (given the same inputs).
 #include "cuda/cuda_cnn_kernels.hpp"
 
 #include <cublas_v2.h>
@@ -21,6 +22,7 @@
 #include "core/error_location.hpp"
 #include "cuda/cuda_check.cuh"
 #include "cuda/cuda_gemm.cuh"
+#include "workloads/conv_layout.hpp"
 
 namespace dpbench::cuda {
 
@@ -29,6 +31,7 @@ namespace {
 constexpr int kBlock = 256;                // threads per block, element-wise kernels
 constexpr int kReduceBlock = 256;          // threads per block, per-channel reductions (2^k)
 constexpr std::size_t kMaxBlocks = 65536;  // element-wise grids stop here and grid-stride
+constexpr std::size_t kMaxSlices = kReduceMaxSlices;  // blocks per channel, reductions
 
 // ---------------------------------------------------------------------------------------------
 // Error checks. A failure throws Error("cuda: <launcher>: <cause> at <file>:<line>").
@@ -40,13 +43,21 @@ unsigned grid_for(std::size_t n) {
   return static_cast<unsigned>(std::min((n + kBlock - 1) / kBlock, kMaxBlocks));
 }
 
-// One block per channel (channels > 0); the grid's x dimension holds 2^31-1.
-unsigned grid_for_channels(std::size_t channels, const char* launcher) {
+// A reduction's grid: one row of `slices` blocks per channel (channels > 0); the grid's x
+// dimension holds 2^31-1.
+dim3 grid_for_channels(std::size_t channels, std::size_t slices, const char* launcher) {
   if (channels > static_cast<std::size_t>(INT_MAX)) {
     throw Error(fmt::format("cuda: {}: {} channels need more blocks than a grid holds", launcher,
                             channels));
   }
-  return static_cast<unsigned>(channels);
+  return dim3(static_cast<unsigned>(channels), static_cast<unsigned>(slices));
+}
+
+// Slices per channel for m = N*HW values: about 4 values per thread, at least 1, at most
+// kMaxSlices.
+std::size_t reduce_slices(std::size_t m) {
+  const std::size_t per_block = 4 * static_cast<std::size_t>(kReduceBlock);
+  return std::clamp<std::size_t>((m + per_block - 1) / per_block, 1, kMaxSlices);
 }
 
 // As cpu::conv2d's check_shape: InputError when the kernel does not fit the padded input or a
@@ -116,83 +127,143 @@ __device__ void block_sum2(double& a, double& b) {
   __syncthreads();  // everyone has read the totals before a next call overwrites sa / sb
 }
 
-// One sample: col [C*R*S, P*Q] with row (c, r, t), column (p, q) = x[c, p + r - pad, q + t - pad],
-// or 0 in the padding. One thread per element of col (consecutive threads, consecutive q).
-// Unsigned arithmetic as in cpu::im2col: h = p + r - pad is tested as p + r against pad.
-__global__ void im2col_kernel(const float* x, float* col, std::size_t C, std::size_t H,
-                              std::size_t W, std::size_t R, std::size_t S, std::size_t pad,
-                              std::size_t P, std::size_t Q) {
-  const std::size_t pq = P * Q;
-  const std::size_t total = C * R * S * pq;
+// A chunk of n samples (workloads/conv_layout.hpp): one thread per element of col
+// [C*R*S, n*P*Q] (consecutive threads, consecutive q), the index math of conv::im2col_source.
+__global__ void im2col_kernel(const float* x, float* col, cpu::ConvShape s, std::size_t n) {
+  const std::size_t total = s.crs() * n * s.pq();
   for (std::size_t i = global_index(); i < total; i += grid_stride()) {
-    const std::size_t q = i % Q;
-    const std::size_t p = (i / Q) % P;
-    const std::size_t row = i / pq;  // (c * R + r) * S + t
-    const std::size_t t = row % S;
-    const std::size_t r = (row / S) % R;
-    const std::size_t c = row / (R * S);
-    const std::size_t h_plus_pad = p + r;
-    const std::size_t w_plus_pad = q + t;
-    float v = 0.0f;
-    if (h_plus_pad >= pad && h_plus_pad - pad < H && w_plus_pad >= pad && w_plus_pad - pad < W) {
-      v = x[(c * H + (h_plus_pad - pad)) * W + (w_plus_pad - pad)];
-    }
-    col[i] = v;
+    std::size_t src = 0;
+    col[i] = conv::im2col_source(s, n, i, &src) ? x[src] : 0.0f;
   }
 }
 
-// One sample: the adjoint of im2col as a gather. One thread per dx[c, h, w] adds the column
-// gradient of every (r, t) whose window reads (h, w): col[(c, r, t), (p, q)] with
-// p = h + pad - r, q = w + pad - t inside [0, P) x [0, Q). The additions run in (r, t) order
-// from 0, the order in which cpu::col2im adds into a zeroed dx, so the result is the CPU's bit
-// for bit for the same col; dx is overwritten (no zeroing, no atomics).
-__global__ void col2im_kernel(const float* col, float* dx, std::size_t C, std::size_t H,
-                              std::size_t W, std::size_t R, std::size_t S, std::size_t pad,
-                              std::size_t P, std::size_t Q) {
-  const std::size_t pq = P * Q;
-  const std::size_t total = C * H * W;
+// A chunk of n samples: the adjoint of im2col as a gather, one thread per element of dx
+// [n, C, H, W], conv::col2im_gather (the CPU's addition order, so the CPU's result bit for bit
+// for the same col); dx is overwritten (no zeroing, no atomics).
+__global__ void col2im_kernel(const float* col, float* dx, cpu::ConvShape s, std::size_t n) {
+  const std::size_t total = n * s.C * s.H * s.W;
   for (std::size_t i = global_index(); i < total; i += grid_stride()) {
-    const std::size_t w = i % W;
-    const std::size_t h = (i / W) % H;
-    const std::size_t c = i / (H * W);
-    float acc = 0.0f;
-    for (std::size_t r = 0; r < R; ++r) {
-      if (h + pad < r) continue;
-      const std::size_t p = h + pad - r;
-      if (p >= P) continue;
-      for (std::size_t t = 0; t < S; ++t) {
-        if (w + pad < t) continue;
-        const std::size_t q = w + pad - t;
-        if (q >= Q) continue;
-        acc += col[((c * R + r) * S + t) * pq + p * Q + q];
-      }
-    }
-    dx[i] = acc;
+    dx[i] = conv::col2im_gather(col, s, n, i);
   }
 }
 
-// y[N, K, PQ] += b[K] broadcast over samples and positions (one float addition, as the CPU).
-__global__ void conv_bias_kernel(float* y, const float* b, std::size_t n, std::size_t K,
-                                 std::size_t pq) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] += b[(i / pq) % K];
+// The forward GEMM's out [K, n*P*Q] permuted into the chunk's y [n, K, P, Q], adding b[k] when b
+// is not null (one float addition, as the CPU).
+__global__ void out_to_nchw_kernel(const float* out, const float* b, float* y, cpu::ConvShape s,
+                                   std::size_t n) {
+  const std::size_t total = s.K * n * s.pq(), cols = n * s.pq();
+  for (std::size_t i = global_index(); i < total; i += grid_stride()) {
+    y[conv::nchw_of_out(s, n, i)] = b != nullptr ? __fadd_rn(out[i], b[i / cols]) : out[i];
+  }
 }
 
-// db[k] = sum over samples n of float(sum over PQ of dy[n, k, :] in double), one block per k:
-// per sample a fixed-order block sum in double, then thread 0 rounds it to float and adds it to
-// a float running total, as cpu::conv2d_backward does.
-__global__ void conv_bias_grad_kernel(const float* dy, float* db, std::size_t N, std::size_t K,
-                                      std::size_t pq) {
-  const std::size_t k = blockIdx.x;
-  float total = 0.0f;
-  for (std::size_t n = 0; n < N; ++n) {
-    const float* dyk = dy + (n * K + k) * pq;
-    double s = 0.0;
-    double unused = 0.0;
-    for (std::size_t i = threadIdx.x; i < pq; i += kReduceBlock) s += static_cast<double>(dyk[i]);
-    block_sum2(s, unused);
-    total += static_cast<float>(s);
+// The chunk's dy [n, K, P, Q] permuted into out [K, n*P*Q] for the backward GEMMs.
+__global__ void nchw_to_out_kernel(const float* dy, float* out, cpu::ConvShape s, std::size_t n) {
+  const std::size_t total = s.K * n * s.pq();
+  for (std::size_t i = global_index(); i < total; i += grid_stride()) {
+    out[i] = dy[conv::nchw_of_out(s, n, i)];
   }
-  if (threadIdx.x == 0) db[k] = total;
+}
+
+// ---- per-channel reductions over x [N, C, HW]: a 2-D grid, then a fixed-order second pass -----
+// Block (c, slice) adds Term's two double terms over slice `slice` of channel c's N*HW values
+// (contiguous ranges of equal length, the last shorter) by a fixed tree and writes them to
+// partials[c * slices + slice] and partials[(C + c) * slices + slice]; a second kernel adds a
+// channel's partials in slice order. The slices depend on N*HW only, so the result does not
+// depend on scheduling: two runs give the same bits.
+
+template <typename Term>
+__global__ void channel_partials_kernel(Term term, std::size_t N, std::size_t C, std::size_t HW,
+                                        std::size_t slices, double* partials) {
+  const std::size_t c = blockIdx.x, slice = blockIdx.y;
+  const std::size_t m = N * HW, len = (m + slices - 1) / slices;
+  const std::size_t lo = slice * len, hi = lo + len < m ? lo + len : m;
+  double a = 0.0, b = 0.0;
+  for (std::size_t j = lo + threadIdx.x; j < hi; j += kReduceBlock) {
+    const std::size_t n = j / HW, i = j - n * HW;
+    term(c, (n * C + c) * HW + i, a, b);
+  }
+  block_sum2(a, b);
+  if (threadIdx.x == 0) {
+    partials[c * slices + slice] = a;
+    partials[(C + c) * slices + slice] = b;
+  }
+}
+
+// Channel c's totals of channel_partials_kernel, added in slice order.
+__device__ void channel_totals(const double* partials, std::size_t C, std::size_t slices,
+                               std::size_t c, double& a, double& b) {
+  a = 0.0;
+  b = 0.0;
+  for (std::size_t k = 0; k < slices; ++k) {
+    a += partials[c * slices + k];
+    b += partials[(C + c) * slices + k];
+  }
+}
+
+// Terms: x (sum) and x^2 (sum of squares; exact in double, a float squared has at most 48
+// significant bits).
+struct SumAndSquares {
+  const float* x;
+  __device__ void operator()(std::size_t, std::size_t i, double& a, double& b) const {
+    const double v = static_cast<double>(x[i]);
+    a += v;
+    b += v * v;
+  }
+};
+
+// Terms: x, and nothing.
+struct Sum {
+  const float* x;
+  __device__ void operator()(std::size_t, std::size_t i, double& a, double&) const {
+    a += static_cast<double>(x[i]);
+  }
+};
+
+// Terms: dy and dy * (x - mean[c]).
+struct DyAndDyXmu {
+  const float* dy;
+  const float* x;
+  const float* mean;
+  __device__ void operator()(std::size_t c, std::size_t i, double& a, double& b) const {
+    const double g = static_cast<double>(dy[i]);
+    a += g;
+    b += g * (static_cast<double>(x[i]) - static_cast<double>(mean[c]));
+  }
+};
+
+// sum[c], sumsq[c] = the totals (batchnorm_local_sums), one thread per channel.
+__global__ void sums_from_partials_kernel(const double* partials, std::size_t C,
+                                          std::size_t slices, double* sum, double* sumsq) {
+  for (std::size_t c = global_index(); c < C; c += grid_stride()) {
+    channel_totals(partials, C, slices, c, sum[c], sumsq[c]);
+  }
+}
+
+// sum_dy, sum_dy_xmu and dgamma = sum_dy_xmu * invstd, dbeta = sum_dy
+// (batchnorm_backward_reduce), one thread per channel.
+__global__ void backward_sums_from_partials_kernel(const double* partials, std::size_t C,
+                                                   std::size_t slices, const float* invstd,
+                                                   double* sum_dy, double* sum_dy_xmu,
+                                                   float* dgamma, float* dbeta) {
+  for (std::size_t c = global_index(); c < C; c += grid_stride()) {
+    double s = 0.0, sx = 0.0;
+    channel_totals(partials, C, slices, c, s, sx);
+    sum_dy[c] = s;
+    sum_dy_xmu[c] = sx;
+    dgamma[c] = static_cast<float>(__dmul_rn(sx, static_cast<double>(invstd[c])));
+    dbeta[c] = static_cast<float>(s);
+  }
+}
+
+// db[k] = float(the total of dy over N*P*Q), rounded once as on the CPU.
+__global__ void bias_grad_from_partials_kernel(const double* partials, std::size_t K,
+                                               std::size_t slices, float* db) {
+  for (std::size_t k = global_index(); k < K; k += grid_stride()) {
+    double s = 0.0, unused = 0.0;
+    channel_totals(partials, K, slices, k, s, unused);
+    db[k] = static_cast<float>(s);
+  }
 }
 
 // One thread per output of 2x2 / stride-2 pooling over x [NC, H, W]: the window is scanned in
@@ -240,25 +311,6 @@ __global__ void relu_kernel(float* y, std::size_t n) {
   }
 }
 
-// One block per channel c of x [N, C, HW]: sum and sum of squares of its N*HW values in double.
-__global__ void batchnorm_local_sums_kernel(const float* x, std::size_t N, std::size_t C,
-                                            std::size_t HW, double* sum, double* sumsq) {
-  const std::size_t c = blockIdx.x;
-  const std::size_t m = N * HW;
-  double s = 0.0, sq = 0.0;
-  for (std::size_t j = threadIdx.x; j < m; j += kReduceBlock) {
-    const std::size_t n = j / HW, i = j - n * HW;
-    const double v = static_cast<double>(x[(n * C + c) * HW + i]);
-    s += v;
-    sq += v * v;  // exact in double (a float squared has at most 48 significant bits)
-  }
-  block_sum2(s, sq);
-  if (threadIdx.x == 0) {
-    sum[c] = s;
-    sumsq[c] = sq;
-  }
-}
-
 // One thread per channel; the arithmetic of cpu::batchnorm_finalize_stats, each double
 // operation rounded on its own (sqrt and division are IEEE-exact in CUDA's double).
 __global__ void batchnorm_finalize_stats_kernel(const double* sum, const double* sumsq,
@@ -299,33 +351,6 @@ __global__ void batchnorm_normalize_kernel(const float* x, const float* mean, co
   }
 }
 
-// One block per channel: sum dy and sum dy * (x - mean) in double over the N*HW values, then
-// dgamma = sum_dy_xmu * invstd and dbeta = sum_dy, as cpu::batchnorm_backward_reduce.
-__global__ void batchnorm_backward_reduce_kernel(const float* dy, const float* x,
-                                                 const float* mean, const float* invstd,
-                                                 std::size_t N, std::size_t C, std::size_t HW,
-                                                 double* sum_dy, double* sum_dy_xmu,
-                                                 float* dgamma, float* dbeta) {
-  const std::size_t c = blockIdx.x;
-  const std::size_t m = N * HW;
-  const double mu = static_cast<double>(mean[c]);
-  double s = 0.0, sx = 0.0;
-  for (std::size_t j = threadIdx.x; j < m; j += kReduceBlock) {
-    const std::size_t n = j / HW, i = j - n * HW;
-    const std::size_t off = (n * C + c) * HW + i;
-    const double g = static_cast<double>(dy[off]);
-    s += g;
-    sx += g * (static_cast<double>(x[off]) - mu);
-  }
-  block_sum2(s, sx);
-  if (threadIdx.x == 0) {
-    sum_dy[c] = s;
-    sum_dy_xmu[c] = sx;
-    dgamma[c] = static_cast<float>(__dmul_rn(sx, static_cast<double>(invstd[c])));
-    dbeta[c] = static_cast<float>(s);
-  }
-}
-
 // dx = (dy - mean_dy - (x - mean) * k) * scale, one thread per element, with (as ATen's
 // batch_norm_backward_elemt and cpu::batchnorm_backward_elemt) mean_dy = sum_dy / count and
 // k = invstd^2 * sum_dy_xmu / count computed in double and rounded to float, scale = gamma *
@@ -360,102 +385,109 @@ namespace {
 // with leading dimension c, the matrix M^T (c rows, r columns). So every row-major product is
 // computed as its transpose: for C = A . B (row-major), cuBLAS computes C^T = B^T . A^T, whose
 // operands are the row-major buffers read column-major as they are. In cuBLAS's terms
-// (m, n, k: op(A) is m x k, op(B) is k x n, C is m x n, all column-major), with CRS = C*R*S,
-// PQ = P*Q, per sample n:
+// (m, n, k: op(A) is m x k, op(B) is k x n, C is m x n, all column-major), with CRS = C*R*S and
+// NPQ = n*P*Q for a chunk of n samples (workloads/conv_layout.hpp: col [CRS, NPQ], out [K, NPQ]):
 //
-//   forward   y_n[K, PQ] = w[K, CRS] . col[CRS, PQ]
-//             y_n^T (PQ x K) = col^T (PQ x CRS) . w^T (CRS x K)
-//             col's buffer read column-major is col^T (PQ x CRS, ld PQ) -> op N
-//             w's buffer read column-major is w^T (CRS x K, ld CRS)     -> op N
-//             gemm(N, N, m = PQ, n = K, k = CRS, A = col, lda = PQ, B = w, ldb = CRS,
-//                  C = y_n, ldc = PQ)
+//   forward   out[K, NPQ] = w[K, CRS] . col[CRS, NPQ]
+//             out^T (NPQ x K) = col^T (NPQ x CRS) . w^T (CRS x K)
+//             col's buffer read column-major is col^T (NPQ x CRS, ld NPQ) -> op N
+//             w's buffer read column-major is w^T (CRS x K, ld CRS)       -> op N
+//             gemm(N, N, m = NPQ, n = K, k = CRS, A = col, lda = NPQ, B = w, ldb = CRS,
+//                  C = out, ldc = NPQ)
 //
-//   dw        dw[K, CRS] += dy_n[K, PQ] . col[CRS, PQ]^T
-//             dw^T (CRS x K) += col (CRS x PQ) . dy_n^T (PQ x K)
-//             col's buffer is col^T (PQ x CRS, ld PQ) -> op T gives col
-//             dy_n's buffer is dy_n^T (PQ x K, ld PQ) -> op N
-//             gemm(T, N, m = CRS, n = K, k = PQ, A = col, lda = PQ, B = dy_n, ldb = PQ,
-//                  C = dw, ldc = CRS), beta 0 for the first sample and 1 after
+//   dw        dw[K, CRS] += out[K, NPQ] . col[CRS, NPQ]^T   (out holding dy permuted)
+//             dw^T (CRS x K) += col (CRS x NPQ) . out^T (NPQ x K)
+//             col's buffer is col^T (NPQ x CRS, ld NPQ) -> op T gives col
+//             out's buffer is out^T (NPQ x K, ld NPQ)   -> op N
+//             gemm(T, N, m = CRS, n = K, k = NPQ, A = col, lda = NPQ, B = out, ldb = NPQ,
+//                  C = dw, ldc = CRS), beta 0 for the first chunk and 1 after
 //
-//   dcol      dcol[CRS, PQ] = w^T[CRS, K] . dy_n[K, PQ]
-//             dcol^T (PQ x CRS) = dy_n^T (PQ x K) . w (K x CRS)
-//             dy_n's buffer is dy_n^T (PQ x K, ld PQ) -> op N
+//   dcol      dcol[CRS, NPQ] = w^T[CRS, K] . out[K, NPQ]
+//             dcol^T (NPQ x CRS) = out^T (NPQ x K) . w (K x CRS)
+//             out's buffer is out^T (NPQ x K, ld NPQ) -> op N
 //             w's buffer is w^T (CRS x K, ld CRS)     -> op T gives w
-//             gemm(N, T, m = PQ, n = CRS, k = K, A = dy_n, lda = PQ, B = w, ldb = CRS,
-//                  C = dcol, ldc = PQ)
+//             gemm(N, T, m = NPQ, n = CRS, k = K, A = out, lda = NPQ, B = w, ldb = CRS,
+//                  C = dcol, ldc = NPQ)
 //
 // gemm(): cuda/cuda_gemm.cuh.
 
-void im2col(const float* x_n, float* col, const cpu::ConvShape& s, const char* launcher,
-            void* stream) {
-  const std::size_t total = s.col_size();
+// One element-wise kernel over `total` elements (> 0) of a chunk of n samples.
+template <typename Kernel, typename... Args>
+void launch_chunk_kernel(Kernel kernel, std::size_t total, const char* launcher, void* stream,
+                         Args... args) {
   if (total == 0) return;
-  im2col_kernel<<<grid_for(total), kBlock, 0, as_stream(stream)>>>(x_n, col, s.C, s.H, s.W, s.R,
-                                                                    s.S, s.pad, s.P(), s.Q());
+  kernel<<<grid_for(total), kBlock, 0, as_stream(stream)>>>(args...);
   DPBENCH_LAUNCH_CHECK(launcher);
 }
 
-void col2im(const float* col, float* dx_n, const cpu::ConvShape& s, const char* launcher,
-            void* stream) {
-  const std::size_t total = s.C * s.H * s.W;
-  if (total == 0) return;
-  col2im_kernel<<<grid_for(total), kBlock, 0, as_stream(stream)>>>(col, dx_n, s.C, s.H, s.W, s.R,
-                                                                    s.S, s.pad, s.P(), s.Q());
+// Totals per channel of x [N, C, HW] by a Term: channel_partials_kernel's 2-D grid into
+// partials (reduce_partials_size(C) doubles), then `finish` with the slice count (C > 0).
+template <typename Term, typename Finish>
+void reduce_channels(Term term, std::size_t N, std::size_t C, std::size_t HW, double* partials,
+                     const char* launcher, void* stream, Finish finish) {
+  const std::size_t slices = reduce_slices(N * HW);
+  channel_partials_kernel<<<grid_for_channels(C, slices, launcher), kReduceBlock, 0,
+                            as_stream(stream)>>>(term, N, C, HW, slices, partials);
+  DPBENCH_LAUNCH_CHECK(launcher);
+  finish(slices);
   DPBENCH_LAUNCH_CHECK(launcher);
 }
 
 }  // namespace
 
 void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, float* y,
-                    const cpu::ConvShape& s, float* col, void* stream) {
+                    const cpu::ConvShape& s, float* ws, void* stream) {
   constexpr const char* kLauncher = "conv2d_forward";
   check_conv_shape(s, kLauncher);
-  const std::size_t crs = s.C * s.R * s.S, pq = s.P() * s.Q(), chw = s.C * s.H * s.W;
-  for (std::size_t n = 0; n < s.N; ++n) {
-    im2col(x + n * chw, col, s, kLauncher, stream);
-    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, pq, s.K, crs, col, pq, w, crs, 0.0f,
-         y + n * s.K * pq, pq, stream);
-  }
-  const std::size_t n_out = s.N * s.K * pq;
-  if (b != nullptr && n_out > 0) {
-    conv_bias_kernel<<<grid_for(n_out), kBlock, 0, as_stream(stream)>>>(y, b, n_out, s.K, pq);
-    DPBENCH_LAUNCH_CHECK(kLauncher);
+  const std::size_t crs = s.crs(), pq = s.pq(), chw = s.C * s.H * s.W, chunk = s.chunk();
+  for (std::size_t n0 = 0; n0 < s.N; n0 += chunk) {
+    const std::size_t n = std::min(chunk, s.N - n0), cols = n * pq;
+    float* col = ws;
+    float* out = ws + crs * cols;
+    launch_chunk_kernel(im2col_kernel, crs * cols, kLauncher, stream, x + n0 * chw, col, s, n);
+    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, cols, s.K, crs, col, cols, w, crs, 0.0f, out,
+         cols, stream);
+    launch_chunk_kernel(out_to_nchw_kernel, s.K * cols, kLauncher, stream,
+                        static_cast<const float*>(out), b, y + n0 * s.K * pq, s, n);
   }
 }
 
 void conv2d_backward(Blas& blas, const float* x, const float* w, const float* dy, float* dx,
-                     float* dw, float* db, const cpu::ConvShape& s, float* col, void* stream) {
+                     float* dw, float* db, const cpu::ConvShape& s, float* ws, double* partials,
+                     void* stream) {
   constexpr const char* kLauncher = "conv2d_backward";
   check_conv_shape(s, kLauncher);
-  const std::size_t crs = s.C * s.R * s.S, pq = s.P() * s.Q(), chw = s.C * s.H * s.W;
-  if (s.N == 0) {  // empty sums: zeros, as the CPU's fill
-    if (s.K * crs > 0) {
-      DPBENCH_CUDA_CHECK(kLauncher,
-                         cudaMemsetAsync(dw, 0, sizeof(float) * s.K * crs, as_stream(stream)));
-    }
-    if (db != nullptr && s.K > 0) {
-      DPBENCH_CUDA_CHECK(kLauncher, cudaMemsetAsync(db, 0, sizeof(float) * s.K, as_stream(stream)));
-    }
-    return;
+  const std::size_t crs = s.crs(), pq = s.pq(), chw = s.C * s.H * s.W, chunk = s.chunk();
+  if (s.N == 0 && s.K * crs > 0) {  // an empty sum: zeros, as the CPU's fill
+    DPBENCH_CUDA_CHECK(kLauncher,
+                       cudaMemsetAsync(dw, 0, sizeof(float) * s.K * crs, as_stream(stream)));
   }
-  for (std::size_t n = 0; n < s.N; ++n) {
-    const float* dy_n = dy + n * s.K * pq;
-    // dw[K, CRS] (+)= dy_n[K, PQ] . col_n[CRS, PQ]^T: the first sample overwrites dw.
-    im2col(x + n * chw, col, s, kLauncher, stream);
-    gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, crs, s.K, pq, col, pq, dy_n, pq,
-         n == 0 ? 0.0f : 1.0f, dw, crs, stream);
+  for (std::size_t n0 = 0; n0 < s.N; n0 += chunk) {
+    const std::size_t n = std::min(chunk, s.N - n0), cols = n * pq;
+    float* col = ws;
+    float* out = ws + crs * cols;
+    launch_chunk_kernel(im2col_kernel, crs * cols, kLauncher, stream, x + n0 * chw, col, s, n);
+    launch_chunk_kernel(nchw_to_out_kernel, s.K * cols, kLauncher, stream, dy + n0 * s.K * pq, out,
+                        s, n);
+    // dw[K, CRS] (+)= out[K, NPQ] . col[CRS, NPQ]^T: the first chunk overwrites dw.
+    gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, crs, s.K, cols, col, cols, out, cols,
+         n0 == 0 ? 0.0f : 1.0f, dw, crs, stream);
     if (dx != nullptr) {
-      // dcol[CRS, PQ] = w^T . dy_n into the same workspace (stream order: after the dw GEMM has
-      // read col), then gathered onto dx_n.
-      gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_T, pq, crs, s.K, dy_n, pq, w, crs, 0.0f, col,
-           pq, stream);
-      col2im(col, dx + n * chw, s, kLauncher, stream);
+      // dcol[CRS, NPQ] = w^T . out over col (stream order: after the dw GEMM has read col),
+      // then gathered onto the chunk's dx.
+      gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_T, cols, crs, s.K, out, cols, w, crs, 0.0f, col,
+           cols, stream);
+      launch_chunk_kernel(col2im_kernel, n * chw, kLauncher, stream,
+                          static_cast<const float*>(col), dx + n0 * chw, s, n);
     }
   }
   if (db != nullptr && s.K > 0) {
-    conv_bias_grad_kernel<<<grid_for_channels(s.K, kLauncher), kReduceBlock, 0,
-                            as_stream(stream)>>>(dy, db, s.N, s.K, pq);
-    DPBENCH_LAUNCH_CHECK(kLauncher);
+    reduce_channels(Sum{dy}, s.N, s.K, pq, partials, kLauncher, stream,
+                    [&](std::size_t slices) {
+                      bias_grad_from_partials_kernel<<<grid_for(s.K), kBlock, 0,
+                                                       as_stream(stream)>>>(partials, s.K, slices,
+                                                                            db);
+                    });
   }
 }
 
@@ -488,12 +520,13 @@ void relu_inplace(float* y, std::size_t n, void* stream) {
 }
 
 void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
-                          double* sum, double* sumsq, void* stream) {
+                          double* sum, double* sumsq, double* partials, void* stream) {
   constexpr const char* kLauncher = "batchnorm_local_sums";
   if (C == 0) return;
-  batchnorm_local_sums_kernel<<<grid_for_channels(C, kLauncher), kReduceBlock, 0,
-                                as_stream(stream)>>>(x, N, C, HW, sum, sumsq);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  reduce_channels(SumAndSquares{x}, N, C, HW, partials, kLauncher, stream, [&](std::size_t slices) {
+    sums_from_partials_kernel<<<grid_for(C), kBlock, 0, as_stream(stream)>>>(partials, C, slices,
+                                                                             sum, sumsq);
+  });
 }
 
 void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count,
@@ -522,13 +555,15 @@ void batchnorm_normalize(const float* x, const float* mean, const float* invstd,
 void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
                                const float* invstd, std::size_t N, std::size_t C, std::size_t HW,
                                double* sum_dy, double* sum_dy_xmu, float* dgamma, float* dbeta,
-                               void* stream) {
+                               double* partials, void* stream) {
   constexpr const char* kLauncher = "batchnorm_backward_reduce";
   if (C == 0) return;
-  batchnorm_backward_reduce_kernel<<<grid_for_channels(C, kLauncher), kReduceBlock, 0,
-                                     as_stream(stream)>>>(dy, x, mean, invstd, N, C, HW, sum_dy,
-                                                          sum_dy_xmu, dgamma, dbeta);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  reduce_channels(DyAndDyXmu{dy, x, mean}, N, C, HW, partials, kLauncher, stream,
+                  [&](std::size_t slices) {
+                    backward_sums_from_partials_kernel<<<grid_for(C), kBlock, 0,
+                                                         as_stream(stream)>>>(
+                        partials, C, slices, invstd, sum_dy, sum_dy_xmu, dgamma, dbeta);
+                  });
 }
 
 void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean,
@@ -546,6 +581,13 @@ void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean
 
 // ---- ModelLaunchers: each a launcher above (or in cuda_kernels.cu) on blas_'s stream ----------
 
+double* ModelLaunchers::partials(std::size_t channels) {
+  const std::size_t need = reduce_partials_size(channels);
+  // A smaller block goes back to the cache; only later work on this stream can reuse it.
+  if (partials_.size() < need) partials_ = CachedBuffer<double>(allocator_, MemoryCategory::activations, need, stream());
+  return partials_.data();
+}
+
 void ModelLaunchers::linear_forward(const float* x, const float* W, const float* b, float* y, std::size_t batch,
                                     std::size_t in, std::size_t out, bool relu) {
   cuda::linear_forward(blas_, x, W, b, y, batch, in, out, relu, stream());
@@ -559,12 +601,12 @@ void ModelLaunchers::relu_backward_inplace(const float* y, float* dy, std::size_
   cuda::relu_backward_inplace(y, dy, n, stream());
 }
 void ModelLaunchers::conv2d_forward(const float* x, const float* w, const float* b, float* y,
-                                    const cpu::ConvShape& s, float* col) {
-  cuda::conv2d_forward(blas_, x, w, b, y, s, col, stream());
+                                    const cpu::ConvShape& s, float* ws) {
+  cuda::conv2d_forward(blas_, x, w, b, y, s, ws, stream());
 }
 void ModelLaunchers::conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                                     float* db, const cpu::ConvShape& s, float* col) {
-  cuda::conv2d_backward(blas_, x, w, dy, dx, dw, db, s, col, stream());
+                                     float* db, const cpu::ConvShape& s, float* ws) {
+  cuda::conv2d_backward(blas_, x, w, dy, dx, dw, db, s, ws, db != nullptr ? partials(s.K) : nullptr, stream());
 }
 void ModelLaunchers::maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N,
                                         std::size_t C, std::size_t H, std::size_t W) {
@@ -576,7 +618,7 @@ void ModelLaunchers::maxpool2x2_backward(const float* dy, const std::int32_t* ar
 }
 void ModelLaunchers::batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
                                           double* sum, double* sumsq) {
-  cuda::batchnorm_local_sums(x, N, C, HW, sum, sumsq, stream());
+  cuda::batchnorm_local_sums(x, N, C, HW, sum, sumsq, partials(C), stream());
 }
 void ModelLaunchers::batchnorm_finalize_stats(const double* sum, const double* sumsq, double count,
                                               std::size_t C, float eps, float momentum, float* mean,
@@ -593,7 +635,8 @@ void ModelLaunchers::batchnorm_backward_reduce(const float* dy, const float* x, 
                                                const float* invstd, std::size_t N, std::size_t C,
                                                std::size_t HW, double* sum_dy, double* sum_dy_xmu,
                                                float* dgamma, float* dbeta) {
-  cuda::batchnorm_backward_reduce(dy, x, mean, invstd, N, C, HW, sum_dy, sum_dy_xmu, dgamma, dbeta, stream());
+  cuda::batchnorm_backward_reduce(dy, x, mean, invstd, N, C, HW, sum_dy, sum_dy_xmu, dgamma, dbeta, partials(C),
+                                  stream());
 }
 void ModelLaunchers::batchnorm_backward_elemt(const float* dy, const float* x, const float* mean,
                                               const float* invstd, const float* gamma, const double* sum_dy,

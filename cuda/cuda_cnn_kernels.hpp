@@ -1,8 +1,10 @@
 // CUDA kernels of the CNN workload: the GPU side of workloads/cnn_kernels.hpp (NCHW 3x3-style
-// convolution as per-sample im2col + cuBLAS GEMM + col2im, 2x2 max-pooling with arg-max, in-place
-// ReLU, and BatchNorm split into the stages of PyTorch's SyncBatchNorm). Each launcher keeps its
-// cpu:: counterpart's argument order and semantics, plus a cuBLAS handle (convolution only, first)
-// and a trailing stream, so one test compares the two. float only. At the end, ModelLaunchers:
+// convolution over the whole batch as im2col + one cuBLAS GEMM per chunk of samples + col2im,
+// with the layout and index math of workloads/conv_layout.hpp, 2x2 max-pooling with arg-max,
+// in-place ReLU, and BatchNorm split into the stages of PyTorch's SyncBatchNorm). Each launcher
+// keeps its cpu:: counterpart's argument order and semantics, plus a cuBLAS handle (convolution
+// only, first), a reduction workspace where it reduces per channel, and a trailing stream, so
+// one test compares the two. float only. At the end, ModelLaunchers:
 // these launchers and cuda/cuda_kernels.hpp's behind workloads/model_ops.hpp's interface (what
 // the workloads' models call), bound to one cuBLAS handle and its stream.
 // Not for: memory management, multi-GPU code (a caller combines the BatchNorm sums across ranks
@@ -25,29 +27,42 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/caching_allocator.hpp"
 #include "workloads/cnn_kernels.hpp"
 #include "workloads/model_ops.hpp"
 #include "cuda/cuda_kernels.hpp"
 
 namespace dpbench::cuda {
 
+// ---- per-channel reductions ----------------------------------------------------------------
+
+// Blocks per channel of the per-channel reductions (BatchNorm's sums, the conv bias gradient): a
+// 2-D grid of C x slices blocks, slices <= kReduceMaxSlices, then a second pass that adds each
+// channel's partial sums in a fixed order.
+inline constexpr std::size_t kReduceMaxSlices = 64;
+// Doubles of the workspace (`partials`) of a reduction over C channels.
+constexpr std::size_t reduce_partials_size(std::size_t C) { return 2 * C * kReduceMaxSlices; }
+
 // ---- convolution (stride 1, zero padding), as cpu::conv2d_forward / conv2d_backward ---------
 
-// y[N, K, P, Q] = conv(x[N, C, H, W], w[K, C, R, S]) + b[K] (b may be null). col: workspace of
-// s.col_size() floats (one sample's im2col matrix [C*R*S, P*Q]), reused sample after sample.
-// Per sample: one im2col kernel and one GEMM on blas (rebound to stream); then one bias kernel.
-// Throws InputError as cpu::conv2d_forward for a kernel that does not fit the padded input or
-// GEMM dimensions beyond int.
+// y[N, K, P, Q] = conv(x[N, C, H, W], w[K, C, R, S]) + b[K] (b may be null), over the whole batch
+// in chunks of s.chunk() samples with the layout of workloads/conv_layout.hpp. ws: workspace of
+// s.workspace_size() floats. Per chunk three launches, however many samples it holds: im2col,
+// one GEMM on blas (rebound to stream) and the permute into NCHW (adding b). Throws InputError
+// as cpu::conv2d_forward for a kernel that does not fit the padded input or GEMM dimensions
+// beyond int.
 void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, float* y,
-                    const cpu::ConvShape& s, float* col, void* stream);
+                    const cpu::ConvShape& s, float* ws, void* stream);
 
 // Backward of conv2d_forward, as cpu::conv2d_backward: given dy[N, K, P, Q], overwrites
-// dw[K, C, R, S], db[K] (if not null) and, if dx is not null, dx[N, C, H, W]. col: workspace of
-// s.col_size() floats. dw accumulates over samples inside cuBLAS (beta = 1 after the first);
-// db is a per-channel sum in double per sample, rounded to float and added over samples as on
-// the CPU; dx is gathered per input element from the column gradient (col2im without atomics).
+// dw[K, C, R, S], db[K] (if not null) and, if dx is not null, dx[N, C, H, W]. ws: workspace of
+// s.workspace_size() floats; partials: reduce_partials_size(K) doubles when db is not null (may
+// be null otherwise). Per chunk: im2col, dy permuted, one GEMM for dw (k = n*P*Q, accumulated
+// over chunks in cuBLAS), and if dx: one GEMM for the column gradient and one gathering col2im
+// (no atomics). db: the 2-D reduction in double, rounded once to float as on the CPU.
 void conv2d_backward(Blas& blas, const float* x, const float* w, const float* dy, float* dx,
-                     float* dw, float* db, const cpu::ConvShape& s, float* col, void* stream);
+                     float* dw, float* db, const cpu::ConvShape& s, float* ws, double* partials,
+                     void* stream);
 
 // ---- pooling and activation -------------------------------------------------------------------
 
@@ -70,9 +85,10 @@ void relu_inplace(float* y, std::size_t n, void* stream);
 // ---- BatchNorm over x [N, C, HW], the stages of PyTorch's SyncBatchNorm -----------------------
 
 // Stage 1 (per rank): sum[C] and sumsq[C] (device doubles, overwritten) of this rank's N*HW
-// values per channel. One block per channel, double accumulation, fixed-order tree reduction.
+// values per channel. The 2-D reduction above in double (partials: reduce_partials_size(C)
+// doubles), fixed-order tree within a block and fixed-order second pass: deterministic.
 void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
-                          double* sum, double* sumsq, void* stream);
+                          double* sum, double* sumsq, double* partials, void* stream);
 
 // Stage 2: mean[C] and invstd[C] = 1/sqrt(var + eps) (device floats) from the totals over
 // `count` values (biased variance, clamped at 0), and if not null the running statistics
@@ -91,12 +107,13 @@ void batchnorm_normalize(const float* x, const float* mean, const float* invstd,
                          std::size_t C, std::size_t HW, void* stream);
 
 // Backward stage 1 (per rank): sum_dy[C] = sum dy and sum_dy_xmu[C] = sum dy * (x - mean)
-// (device doubles, overwritten; one block per channel as in batchnorm_local_sums), and
-// dgamma[C] = sum_dy_xmu * invstd, dbeta[C] = sum_dy of this rank's values (device floats).
+// (device doubles, overwritten; the 2-D reduction as in batchnorm_local_sums, partials:
+// reduce_partials_size(C) doubles), and dgamma[C] = sum_dy_xmu * invstd, dbeta[C] = sum_dy of
+// this rank's values (device floats).
 void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
                                const float* invstd, std::size_t N, std::size_t C, std::size_t HW,
                                double* sum_dy, double* sum_dy_xmu, float* dgamma, float* dbeta,
-                               void* stream);
+                               double* partials, void* stream);
 
 // Backward stage 2 (sums combined over all ranks, `count` values in all):
 // dx = (dy - sum_dy/count - (x - mean) * invstd^2 * sum_dy_xmu/count) * gamma * invstd, as
@@ -110,11 +127,13 @@ void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean
 // ---- the launchers behind workloads/model_ops.hpp ----------------------------------------------
 
 // ModelOps<float>'s kernels (what the workloads' models run), each the launcher of the same name
-// here or in cuda/cuda_kernels.hpp on `blas` and its stream; nothing but launches. The memory
-// half (allocation, host copies) is cuda/cuda_model_ops.cpp's. blas must outlive the object.
+// here or in cuda/cuda_kernels.hpp on `blas` and its stream; nothing but launches, plus the
+// reductions' partial sums (reduce_partials_size doubles for the widest layer so far, from
+// `allocator`, charged to activations). The memory half of ModelOps (allocation, host copies) is
+// cuda/cuda_model_ops.cpp's. blas and allocator must outlive the object.
 class ModelLaunchers : public ModelOps<float> {
  public:
-  explicit ModelLaunchers(Blas& blas) : blas_(blas) {}
+  ModelLaunchers(Blas& blas, CachingAllocator& allocator) : blas_(blas), allocator_(allocator) {}
   void linear_forward(const float* x, const float* W, const float* b, float* y, std::size_t batch,
                       std::size_t in, std::size_t out, bool relu) override;
   void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db,
@@ -122,9 +141,9 @@ class ModelLaunchers : public ModelOps<float> {
   void relu_inplace(float* y, std::size_t n) override;
   void relu_backward_inplace(const float* y, float* dy, std::size_t n) override;
   void conv2d_forward(const float* x, const float* w, const float* b, float* y, const cpu::ConvShape& s,
-                      float* col) override;
+                      float* ws) override;
   void conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
-                       const cpu::ConvShape& s, float* col) override;
+                       const cpu::ConvShape& s, float* ws) override;
   void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N, std::size_t C,
                           std::size_t H, std::size_t W) override;
   void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N, std::size_t C,
@@ -147,7 +166,12 @@ class ModelLaunchers : public ModelOps<float> {
   void* stream() const { return blas_.stream(); }
 
  private:
+  // The reductions' workspace for `channels` channels, grown on demand.
+  double* partials(std::size_t channels);
+
   Blas& blas_;
+  CachingAllocator& allocator_;
+  CachedBuffer<double> partials_;
 };
 
 }  // namespace dpbench::cuda

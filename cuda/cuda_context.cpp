@@ -43,7 +43,7 @@ class CudaEvent final : public Event {
 
  private:
   void* stream_;
-  cuda::Event event_;
+  cuda::Event event_{cuda::Event::Timing::off};  // ordering only
 };
 
 // Marks are events on the compute stream, created as a step first needs them and reused.
@@ -204,7 +204,7 @@ class CudaRankContext final : public RankContext {
   cuda::Blas& blas_;
   DeviceAllocator& allocator_;
   DeviceBuffer<float> step_loss_;
-  cuda::Event comm_done_;
+  cuda::Event comm_done_{cuda::Event::Timing::off};  // ordering only
 };
 
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
@@ -272,10 +272,9 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
     // nccl: abort this rank's communicator before its destructor runs. Otherwise that destructor
     // calls ncclCommDestroy, which waits for the peers, while the peers wait in a collective for
     // this rank: the failing rank would hang in its own cleanup until the peers time out, and
-    // their timeouts would be reported instead of its error. Ranks as threads abort their peers'
-    // communicators now too (through the group's hook), before this rank's buffers are freed:
-    // freeing waits for the device, where a peer's kernel may be waiting for this rank. (A local
-    // group is aborted by run_rank_threads once this rank has unwound.)
+    // their timeouts would be reported instead of its error. (The failure guard has done so
+    // already, with a generic reason, before cuBLAS's handle or pinned staging went; the first
+    // reason stays. A local group is aborted by run_rank_threads once this rank has unwound.)
     const std::string reason = fmt::format("rank {}: {}", rank, e.what());
     if (!source.group) comm->abort(reason);
     if (source.nccl_threads != nullptr) source.nccl_threads->abort(reason);

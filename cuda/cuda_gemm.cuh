@@ -12,7 +12,7 @@
 namespace dpbench::cuda::detail {
 
 // gemm() below: C (m x n, column-major, ldc == m) = op(A) . op(B) + beta * C, alpha 1, beta 0
-// or 1. k == 0 with beta 0 writes zeros (an empty sum), with beta 1 leaves C as it is.
+// or 1; each cuBLAS call counts as one launch in launch_count(). k == 0 with beta 0 writes zeros (an empty sum), with beta 1 leaves C as it is.
 inline void gemm(Blas& blas, const char* launcher, cublasOperation_t op_a, cublasOperation_t op_b,
           std::size_t m, std::size_t n, std::size_t k, const float* A, std::size_t lda,
           const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc, void* stream) {
@@ -35,6 +35,7 @@ inline void gemm(Blas& blas, const char* launcher, cublasOperation_t op_a, cubla
                    to_int(k, launcher, "k"), &one, A, CUDA_R_32F, to_int(lda, launcher, "lda"), B,
                    CUDA_R_32F, to_int(ldb, launcher, "ldb"), &beta, C, CUDA_R_32F,
                    to_int(ldc, launcher, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
+  note_launch();
 }
 
 }  // namespace dpbench::cuda::detail

@@ -267,6 +267,14 @@ Blas::~Blas() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
 
+namespace {
+thread_local std::uint64_t launches = 0;  // launch_count() of this thread
+}  // namespace
+
+void detail::note_launch() noexcept { ++launches; }
+
+std::uint64_t launch_count() { return launches; }
+
 Blas::Blas(Blas&& other) noexcept
     : handle_(std::exchange(other.handle_, nullptr)),
       stream_(other.stream_),

@@ -24,6 +24,13 @@ namespace dpbench::cuda {
 // question (core/device.hpp).
 bool available();
 
+// Launches the calling thread has enqueued through this target's launchers since it started:
+// one per kernel (every launch passes the launch check of cuda/cuda_check.cuh) and one per cuBLAS
+// GEMM call (which may run more than one kernel inside); memsets and copies are not counted. Per
+// thread, so each rank (a thread) counts its own: the difference across a training step is that
+// step's launches.
+std::uint64_t launch_count();
+
 // How cuBLAS multiplies float matrices.
 //   fp32: CUBLAS_COMPUTE_32F, IEEE single precision throughout.
 //   tf32: CUBLAS_COMPUTE_32F_FAST_TF32, inputs rounded to TF32 (10-bit mantissa) for the tensor

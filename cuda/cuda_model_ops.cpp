@@ -12,7 +12,7 @@ namespace {
 
 class CudaModelOps final : public cuda::ModelLaunchers {
  public:
-  CudaModelOps(cuda::Blas& blas, DeviceAllocator& allocator) : ModelLaunchers(blas), allocator_(allocator) {}
+  CudaModelOps(cuda::Blas& blas, DeviceAllocator& allocator) : ModelLaunchers(blas, allocator), allocator_(allocator) {}
 
   void* allocate(std::size_t bytes, MemoryCategory category) override {
     return allocator_.allocate_zeroed(bytes, category, stream(), true);
@@ -25,7 +25,7 @@ class CudaModelOps final : public cuda::ModelLaunchers {
   // The copy on the stream, then the host waits for it (an event, created on first use).
   void copy_and_wait(void* dst, const void* src, std::size_t bytes) {
     if (bytes > 0) cuda::memcpy_async(dst, src, bytes, stream());
-    if (!event_) event_.emplace();
+    if (!event_) event_.emplace(cuda::Event::Timing::off);
     event_->record(stream());
     event_->synchronize();
   }

@@ -91,9 +91,10 @@ void Stream::synchronize() const {
 // ---------------------------------------------------------------------------------------------
 // Event
 
-Event::Event() {
+Event::Event(Timing timing) {
   cudaEvent_t event = nullptr;
-  DPBENCH_CUDA_CHECK("Event", cudaEventCreate(&event));
+  DPBENCH_CUDA_CHECK("Event", cudaEventCreateWithFlags(&event, timing == Timing::on ? cudaEventDefault
+                                                                                 : cudaEventDisableTiming));
   event_ = event;
 }
 

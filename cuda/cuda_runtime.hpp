@@ -41,10 +41,13 @@ class Stream {
   void* stream_ = nullptr;
 };
 
-// A CUDA event with timing enabled, on the device current when it was created. Move-only.
+// A CUDA event on the device current when it was created. Move-only. Timing::off
+// (cudaEventDisableTiming) is for events used only to order streams or wait on the host: they
+// record and wait without a timestamp; elapsed_ms needs two Timing::on events.
 class Event {
  public:
-  Event();
+  enum class Timing { on, off };
+  explicit Event(Timing timing = Timing::on);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;

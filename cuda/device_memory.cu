@@ -112,18 +112,23 @@ class CudaMemoryBackend final : public MemoryBackend {
     }
   }
 
-  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
+  // On the caller's stream, so that the copy is ordered after that stream's work (a copy on the
+  // legacy stream is not ordered with non-blocking streams); then the host waits for it, which
+  // also lets a pageable upload's DMA land before any stream uses the data.
+  void copy_from_host(void* dst, const void* src, std::size_t bytes, void* stream) override {
     if (bytes == 0) return;
     DeviceGuard guard(device_);
-    DEVMEM_CUDA_CHECK(device_, cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-    // A pageable upload may return before its DMA has landed; finish it so that any stream sees it.
-    DEVMEM_CUDA_CHECK(device_, cudaStreamSynchronize(nullptr));
+    const auto s = static_cast<cudaStream_t>(stream);
+    DEVMEM_CUDA_CHECK(device_, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    DEVMEM_CUDA_CHECK(device_, cudaStreamSynchronize(s));
   }
 
-  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+  void copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream) override {
     if (bytes == 0) return;
     DeviceGuard guard(device_);
-    DEVMEM_CUDA_CHECK(device_, cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    const auto s = static_cast<cudaStream_t>(stream);
+    DEVMEM_CUDA_CHECK(device_, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    DEVMEM_CUDA_CHECK(device_, cudaStreamSynchronize(s));
   }
 
  private:

@@ -32,8 +32,8 @@ class DeviceAllocator : public CachingAllocator {
 // An owning, zero-initialised array of `count` T in device memory from a DeviceAllocator,
 // charged to one category of its tracker while it lives. The synchronous constructor's zeros
 // (cudaMemset, then a wait for the legacy default stream) are in place on return; the one taking
-// a stream (a cudaStream_t) zeroes with cudaMemsetAsync on it. copy_from_host / copy_to_host are
-// cudaMemcpy, complete on return.
+// a stream (a cudaStream_t) zeroes with cudaMemsetAsync on it. copy_from_host / copy_to_host /
+// to_host take a stream too: cudaMemcpyAsync on it, then a wait for it, complete on return.
 template <typename T>
 using DeviceBuffer = CachedBuffer<T>;
 

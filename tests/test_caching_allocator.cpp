@@ -34,6 +34,7 @@ struct HostBackendState {
   std::set<void*> live;
   std::mutex zero_mutex;  // zero() runs outside the allocator's lock, from any thread
   std::string last_zero;  // "sync" or "async" of the last zero(); guarded by zero_mutex
+  std::vector<void*> copy_streams;  // the stream of each copy, in order (copies from one thread)
 };
 
 class HostBackend final : public MemoryBackend {
@@ -67,8 +68,14 @@ class HostBackend final : public MemoryBackend {
     const std::lock_guard<std::mutex> lock(s_->zero_mutex);
     s_->last_zero = async ? "async" : "sync";
   }
-  void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes, void* stream) override {
+    std::memcpy(dst, src, bytes);
+    s_->copy_streams.push_back(stream);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream) override {
+    std::memcpy(dst, src, bytes);
+    s_->copy_streams.push_back(stream);
+  }
 
  private:
   std::shared_ptr<HostBackendState> s_;
@@ -209,21 +216,35 @@ TEST_F(CachingAllocatorTest, CachedBufferIsZeroedEvenOnAReusedBlockAndMoves) {
   {
     CachedBuffer<int> dirty(*a, MemoryCategory::parameters, 100);  // 400 -> 512
     EXPECT_EQ(state_->last_zero, "sync");
-    EXPECT_EQ(dirty.to_host(), std::vector<int>(100, 0));
-    dirty.copy_from_host(pattern);
+    EXPECT_EQ(dirty.to_host(nullptr), std::vector<int>(100, 0));
+    dirty.copy_from_host(pattern, nullptr);
     block = dirty.data();
     CachedBuffer<int> moved(std::move(dirty));
     EXPECT_EQ(dirty.data(), nullptr);  // NOLINT(bugprone-use-after-move)
-    EXPECT_EQ(moved.to_host(), pattern);
+    EXPECT_EQ(moved.to_host(nullptr), pattern);
     EXPECT_EQ(tracker_.current_bytes(MemoryCategory::parameters), 512);
-    EXPECT_THROW(moved.copy_to_host(pattern.data(), 101), Error);
+    EXPECT_THROW(moved.copy_to_host(pattern.data(), 101, nullptr), Error);
   }
   EXPECT_EQ(tracker_.current_bytes(), 0);
   CachedBuffer<int> clean(*a, MemoryCategory::activations, 100, nullptr);
   EXPECT_EQ(state_->last_zero, "async");
   EXPECT_EQ(static_cast<void*>(clean.data()), block);  // the cached block came back, zeroed
-  EXPECT_EQ(clean.to_host(), std::vector<int>(100, 0));
+  EXPECT_EQ(clean.to_host(nullptr), std::vector<int>(100, 0));
   EXPECT_EQ(clean.bytes(), 400u);
+}
+
+TEST_F(CachingAllocatorTest, CachedBufferCopiesRunOnTheCallersStream) {
+  // Each copy reaches the backend with the stream it was given (no copy on an implied stream).
+  auto a = make(1 << 20);
+  int stream_a = 0, stream_b = 0;  // stand-ins for two stream handles
+  CachedBuffer<int> buf(*a, MemoryCategory::activations, 10);
+  const std::vector<int> values(10, 3);
+  buf.copy_from_host(values, &stream_a);
+  EXPECT_EQ(buf.to_host(&stream_b), values);
+  std::vector<int> part(4);
+  buf.copy_to_host(part.data(), part.size(), &stream_a);
+  buf.copy_to_host(part.data(), 0, &stream_b);  // nothing to copy: no backend call
+  EXPECT_EQ(state_->copy_streams, (std::vector<void*>{&stream_a, &stream_b, &stream_a}));
 }
 
 TEST_F(CachingAllocatorTest, CachedBufferWhoseSizeOverflowsIsOutOfMemoryForItsCategory) {

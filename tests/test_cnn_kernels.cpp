@@ -1,7 +1,9 @@
 // Tests of the CNN CPU kernels (workloads/cnn_kernels.hpp): convolution against a direct loop
-// reference, every gradient against central finite differences in double, max-pooling ties, and
-// the SyncBatchNorm stages: sums split over two "ranks" and combined must give the full batch's
-// outputs and gradients. Float versions are checked against double ones.
+// reference and against the per-sample result, every gradient against central finite
+// differences in double, chunked batches against one chunk, the element-wise index math of
+// workloads/conv_layout.hpp (what the CUDA kernels run) against the CPU's kernels, max-pooling
+// ties, and the SyncBatchNorm stages: sums split over two "ranks" and combined must give the full
+// batch's outputs and gradients. Float versions are checked against double ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -109,7 +111,7 @@ struct ConvProblem {
         x(random_vector(s.N * s.C * s.H * s.W, seed)),
         w(random_vector(s.K * s.C * s.R * s.S, seed + 1, 0.5)),
         b(random_vector(s.K, seed + 2)),
-        col(s.col_size()) {}
+        col(s.workspace_size()) {}
   std::size_t y_size() const { return s.N * s.K * s.P() * s.Q(); }
   std::vector<double> forward(bool with_bias) {
     std::vector<double> y(y_size(), -99.0);
@@ -199,7 +201,7 @@ TEST(Conv2dForward, FloatAgreesWithDouble) {
   const auto xf = cast<float>(pr.x), wf = cast<float>(pr.w), bf = cast<float>(pr.b),
              Gf = cast<float>(G);
   std::vector<float> yf(y.size()), dxf(dx.size()), dwf(dw.size()), dbf(db.size()),
-      colf(pr.s.col_size());
+      colf(pr.s.workspace_size());
   cpu::conv2d_forward(xf.data(), wf.data(), bf.data(), yf.data(), pr.s, colf.data());
   cpu::conv2d_backward(xf.data(), wf.data(), Gf.data(), dxf.data(), dwf.data(), dbf.data(), pr.s,
                        colf.data());
@@ -207,6 +209,130 @@ TEST(Conv2dForward, FloatAgreesWithDouble) {
   EXPECT_LT(rel_error(dxf, dx), 1e-5);
   EXPECT_LT(rel_error(dwf, dw), 1e-5);
   EXPECT_LT(rel_error(dbf, db), 1e-5);
+}
+
+// ---- the batched layout (workloads/conv_layout.hpp) --------------------------------------------
+
+// Odd sizes throughout: C=3, K=5, H=W=6, N=7 (no dimension a multiple of another).
+constexpr ConvShape kOdd{.N = 7, .C = 3, .H = 6, .W = 6, .K = 5, .R = 3, .S = 3, .pad = 1};
+
+// The convolution one sample at a time, as before batching: conv2d_forward / conv2d_backward on
+// each sample alone (N = 1), dw summed over the samples.
+struct PerSample {
+  std::vector<double> y, dx, dw;
+};
+PerSample per_sample(const ConvProblem& pr, const std::vector<double>& G) {
+  ConvShape one = pr.s;
+  one.N = 1;
+  const std::size_t chw = one.C * one.H * one.W, kpq = one.K * one.P() * one.Q();
+  std::vector<double> col(one.workspace_size()), dw_n(pr.w.size());
+  PerSample r{std::vector<double>(pr.s.N * kpq), std::vector<double>(pr.x.size()),
+              std::vector<double>(pr.w.size(), 0.0)};
+  for (std::size_t n = 0; n < pr.s.N; ++n) {
+    cpu::conv2d_forward(pr.x.data() + n * chw, pr.w.data(), pr.b.data(), r.y.data() + n * kpq, one,
+                        col.data());
+    cpu::conv2d_backward(pr.x.data() + n * chw, pr.w.data(), G.data() + n * kpq,
+                         r.dx.data() + n * chw, dw_n.data(), static_cast<double*>(nullptr), one,
+                         col.data());
+    for (std::size_t i = 0; i < dw_n.size(); ++i) r.dw[i] += dw_n[i];
+  }
+  return r;
+}
+
+TEST(BatchedConv, ForwardAndBackwardEqualThePerSampleResult) {
+  ConvProblem pr(kOdd, 31);
+  ASSERT_EQ(pr.s.chunk(), 7u);  // the whole batch in one GEMM
+  const std::vector<double> G = random_vector(pr.y_size(), 32);
+  const PerSample want = per_sample(pr, G);
+  const std::vector<double> y = pr.forward(true);
+  std::vector<double> dx(pr.x.size(), 7.0), dw(pr.w.size(), 7.0), db(pr.b.size(), 7.0);
+  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s,
+                       pr.col.data());
+  // Double GEMMs over the same products in another grouping: ~1e-16 relative; a sample or channel
+  // out of place is an O(1) error.
+  EXPECT_GT(max_abs(want.y), 0.1);
+  EXPECT_LT(rel_error(y, want.y), 1e-13);
+  EXPECT_LT(rel_error(dx, want.dx), 1e-13);
+  EXPECT_LT(rel_error(dw, want.dw), 1e-13);
+  EXPECT_LT(rel_error(y, reference_conv(pr.x, pr.w, pr.b.data(), pr.s)), 1e-13);
+}
+
+TEST(BatchedConv, GradientsAtOddSizesMatchFiniteDifferences) { expect_conv_gradients_match(kOdd); }
+
+TEST(BatchedConv, ChunksGiveTheResultOfOneChunk) {
+  ConvProblem whole(kOdd, 41);
+  ConvShape chunked = kOdd;
+  // Room for two samples' workspace and a bit: chunks of 2, 2, 2 and 1 samples.
+  chunked.workspace_cap = 2 * chunked.workspace_per_sample() + 5;
+  ASSERT_EQ(chunked.chunk(), 2u);
+  ASSERT_EQ(chunked.workspace_size(), 2 * chunked.workspace_per_sample());
+  ConvProblem parts(chunked, 41);
+  const std::vector<double> G = random_vector(whole.y_size(), 42);
+
+  EXPECT_LT(rel_error(parts.forward(true), whole.forward(true)), 1e-13);
+  std::vector<double> dx(whole.x.size()), dw(whole.w.size()), db(whole.b.size());
+  cpu::conv2d_backward(whole.x.data(), whole.w.data(), G.data(), dx.data(), dw.data(), db.data(),
+                       whole.s, whole.col.data());
+  std::vector<double> pdx(dx.size(), 7.0), pdw(dw.size(), 7.0), pdb(db.size(), 7.0);
+  cpu::conv2d_backward(parts.x.data(), parts.w.data(), G.data(), pdx.data(), pdw.data(), pdb.data(),
+                       parts.s, parts.col.data());
+  EXPECT_GT(max_abs(dw), 0.1);
+  EXPECT_LT(rel_error(pdx, dx), 1e-13);
+  EXPECT_LT(rel_error(pdw, dw), 1e-13);  // accumulated over four chunks
+  EXPECT_EQ(pdb, db);
+}
+
+TEST(BatchedConv, ChunkKeepsTheWorkspaceUnderTheCap) {
+  // The default CNN's second conv: 16 -> 32 channels on 14x14, 196 * (144 + 32) = 34496 elements
+  // per sample; the 16 Mi cap holds 486 samples.
+  ConvShape s{.N = 256, .C = 16, .H = 14, .W = 14, .K = 32, .R = 3, .S = 3, .pad = 1};
+  EXPECT_EQ(s.workspace_per_sample(), 34496u);
+  EXPECT_EQ(s.chunk(), 256u);
+  s.N = 1000;
+  EXPECT_EQ(s.chunk(), 486u);
+  EXPECT_LE(s.workspace_size(), conv::kWorkspaceCap);
+  // A sample that alone exceeds the cap still runs, one per chunk; no samples, no chunk.
+  s.workspace_cap = 1000;
+  EXPECT_EQ(s.chunk(), 1u);
+  s.N = 0;
+  EXPECT_EQ(s.workspace_size(), 0u);
+}
+
+// The element-wise index math the CUDA kernels run (conv::im2col_source, col2im_gather,
+// nchw_of_out), evaluated on the host, against the CPU's row-copying kernels: equal bit for bit.
+TEST(ConvLayout, ElementwiseIndexMathEqualsTheCpuKernels) {
+  for (const ConvShape& s :
+       {kOdd, ConvShape{.N = 3, .C = 2, .H = 3, .W = 1, .K = 2, .R = 3, .S = 5, .pad = 2},
+        ConvShape{.N = 2, .C = 3, .H = 5, .W = 6, .K = 4, .R = 3, .S = 3, .pad = 0}}) {
+    SCOPED_TRACE(::testing::Message() << "R=" << s.R << " S=" << s.S << " pad=" << s.pad);
+    const std::size_t n = s.N, chw = s.C * s.H * s.W, total = s.crs() * n * s.pq();
+    const auto x = cast<float>(random_vector(n * chw, 51));
+    std::vector<float> col(total), col_elementwise(total, -1.0f);
+    cpu::im2col(x.data(), col.data(), s, n);
+    for (std::size_t i = 0; i < total; ++i) {
+      std::size_t src = 0;
+      col_elementwise[i] = conv::im2col_source(s, n, i, &src) ? x[src] : 0.0f;
+    }
+    EXPECT_EQ(col_elementwise, col);
+
+    const auto dcol = cast<float>(random_vector(total, 52));
+    std::vector<float> dx(n * chw, 9.0f), dx_gathered(n * chw);
+    cpu::col2im(dcol.data(), dx.data(), s, n);
+    for (std::size_t i = 0; i < dx.size(); ++i) {
+      dx_gathered[i] = conv::col2im_gather(dcol.data(), s, n, i);
+    }
+    EXPECT_EQ(dx_gathered, dx);
+    // col2im is im2col's adjoint: <im2col(x), dcol> == <x, col2im(dcol)>.
+    auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    EXPECT_NEAR(dot(wide(col), wide(dcol)), dot(wide(x), wide(dx)), 1e-3);
+  }
+  // out[k, j*PQ + e] is y[j, k, e]: a bijection, e.g. k = 1, j = 2, e = 3.
+  const std::size_t n = kOdd.N, size = kOdd.K * n * kOdd.pq();
+  std::vector<int> hits(size, 0);
+  for (std::size_t i = 0; i < size; ++i) ++hits[conv::nchw_of_out(kOdd, n, i)];
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), static_cast<long>(size));
+  EXPECT_EQ(conv::nchw_of_out(kOdd, n, 1 * n * kOdd.pq() + 2 * kOdd.pq() + 3),
+            (2 * kOdd.K + 1) * kOdd.pq() + 3);
 }
 
 // ---- max-pooling and ReLU ---------------------------------------------------------------------

@@ -39,8 +39,8 @@ using cuda::Precision;
 // Tolerances (relative error = max |gpu - cpu| / max |cpu| over the tensor).
 
 // fp32 GEMM: cuBLAS and OpenBLAS add the same fp32 products in different orders. Each addition
-// rounds to 2^-24 (6e-8) relative, so over k <= 60 terms (CRS = 45, PQ = 60, K = 7) the two
-// differ by ~1e-6 of the largest output at most; 1e-5 leaves a margin and still catches any
+// rounds to 2^-24 (6e-8) relative, so over k <= 180 terms (CRS = 45, N*PQ = 180, K = 7) with
+// random signs the two differ by ~1e-6 of the largest output; 1e-5 leaves a margin and still catches any
 // wrong index (error ~1).
 constexpr double kFp32Tolerance = 1e-5;
 // tf32 GEMM: both inputs are rounded to a 10-bit mantissa (~5e-4 relative each, so ~1e-3 per
@@ -109,9 +109,9 @@ TEST_F(CudaCnnKernels, Conv2dForwardMatchesCpu) {
   const auto x = random_floats(x_size(kShape), 1);
   const auto w = random_floats(w_size(kShape), 2, 0.3f);
   const auto b = random_floats(kShape.K, 3);
-  std::vector<float> col(kShape.col_size());
+  std::vector<float> col(kShape.workspace_size());
   const DeviceBuffer<float> d_x(x), d_w(w), d_b(b);
-  DeviceBuffer<float> d_col(kShape.col_size());
+  DeviceBuffer<float> d_col(kShape.workspace_size());
   for (const Precision precision : {Precision::fp32, Precision::tf32}) {
     for (const bool bias : {true, false}) {
       SCOPED_TRACE(std::string(cuda::to_string(precision)) + (bias ? " bias" : " no bias"));
@@ -135,10 +135,10 @@ TEST_F(CudaCnnKernels, Conv2dForwardWithoutPaddingMatchesCpu) {
   const auto x = random_floats(x_size(s), 4);
   const auto w = random_floats(w_size(s), 5, 0.3f);
   const auto b = random_floats(s.K, 6);
-  std::vector<float> col(s.col_size()), want(y_size(s));
+  std::vector<float> col(s.workspace_size()), want(y_size(s));
   cpu::conv2d_forward(x.data(), w.data(), b.data(), want.data(), s, col.data());
   const DeviceBuffer<float> d_x(x), d_w(w), d_b(b);
-  DeviceBuffer<float> d_col(s.col_size()), d_y(y_size(s));
+  DeviceBuffer<float> d_col(s.workspace_size()), d_y(y_size(s));
   cuda::Blas blas(stream(), Precision::fp32);
   cuda::conv2d_forward(blas, d_x.get(), d_w.get(), d_b.get(), d_y.get(), s, d_col.get(),
                        stream());
@@ -150,24 +150,25 @@ TEST_F(CudaCnnKernels, Conv2dBackwardMatchesCpu) {
   const auto x = random_floats(x_size(kShape), 11);
   const auto w = random_floats(w_size(kShape), 12, 0.3f);
   const auto dy = random_floats(y_size(kShape), 13);
-  std::vector<float> col(kShape.col_size());
+  std::vector<float> col(kShape.workspace_size());
   std::vector<float> want_dx(x_size(kShape)), want_dw(w_size(kShape)), want_db(kShape.K);
   cpu::conv2d_backward(x.data(), w.data(), dy.data(), want_dx.data(), want_dw.data(),
                        want_db.data(), kShape, col.data());
   const DeviceBuffer<float> d_x(x), d_w(w), d_dy(dy);
-  DeviceBuffer<float> d_col(kShape.col_size());
+  DeviceBuffer<float> d_col(kShape.workspace_size());
+  DeviceBuffer<double> d_partials(cuda::reduce_partials_size(kShape.K));
   for (const Precision precision : {Precision::fp32, Precision::tf32}) {
     SCOPED_TRACE(cuda::to_string(precision));
     DeviceBuffer<float> d_dx(x_size(kShape)), d_dw(w_size(kShape)), d_db(kShape.K);
     cuda::Blas blas(stream(), precision);
     cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), d_dx.get(), d_dw.get(),
-                          d_db.get(), kShape, d_col.get(), stream());
-    // dw: GEMM over k = PQ = 60 per sample, accumulated over 3 samples; dx: GEMM over k = K = 7,
+                          d_db.get(), kShape, d_col.get(), d_partials.get(), stream());
+    // dw: one GEMM over k = N*PQ = 180 (the batch is one chunk); dx: GEMM over k = K = 7,
     // then col2im adds up to 9 column entries per element. fp32 1e-5, tf32 5e-3 (above).
     EXPECT_LT(rel_error(d_dw.to_host(), want_dw), gemm_tolerance(precision)) << "dw";
     EXPECT_LT(rel_error(d_dx.to_host(), want_dx), gemm_tolerance(precision)) << "dx";
-    // db is our double-accumulating kernel in either precision, rounded to float per sample as
-    // on the CPU: at most an ulp apart (~1e-7), so 1e-5 holds for tf32 too.
+    // db is our double-accumulating reduction in either precision, rounded to float once as on
+    // the CPU: at most an ulp apart (~1e-7), so 1e-5 holds for tf32 too.
     EXPECT_LT(rel_error(d_db.to_host(), want_db), kFp32Tolerance) << "db";
 
     // Again, without dx and db (the first layer's case): the same dw bit for bit, and a second
@@ -175,10 +176,10 @@ TEST_F(CudaCnnKernels, Conv2dBackwardMatchesCpu) {
     // on one handle.
     DeviceBuffer<float> d_dw2(w_size(kShape)), d_dx2(x_size(kShape)), d_db2(kShape.K);
     cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), nullptr, d_dw2.get(), nullptr,
-                          kShape, d_col.get(), stream());
+                          kShape, d_col.get(), nullptr, stream());
     EXPECT_EQ(bit_mismatches(d_dw2.to_host(), d_dw.to_host()), 0u) << "dw without dx";
     cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), d_dx2.get(), d_dw2.get(),
-                          d_db2.get(), kShape, d_col.get(), stream());
+                          d_db2.get(), kShape, d_col.get(), d_partials.get(), stream());
     EXPECT_EQ(bit_mismatches(d_dx2.to_host(), d_dx.to_host()), 0u) << "dx run to run";
     EXPECT_EQ(bit_mismatches(d_db2.to_host(), d_db.to_host()), 0u) << "db run to run";
   }
@@ -292,9 +293,11 @@ TEST_F(CudaCnnKernels, BatchNormStagesMatchCpuAcrossTwoRanks) {
   const std::size_t n0 = 2, n1 = kN - n0, off1 = n0 * kC * kHW;
   const DeviceBuffer<float> d_x(x), d_gamma(gamma), d_beta(beta), d_dy(dy);
   DeviceBuffer<double> d_sum0(kC), d_sumsq0(kC), d_sum1(kC), d_sumsq1(kC);
-  cuda::batchnorm_local_sums(d_x.get(), n0, kC, kHW, d_sum0.get(), d_sumsq0.get(), stream());
+  DeviceBuffer<double> d_partials(cuda::reduce_partials_size(kC));
+  cuda::batchnorm_local_sums(d_x.get(), n0, kC, kHW, d_sum0.get(), d_sumsq0.get(),
+                             d_partials.get(), stream());
   cuda::batchnorm_local_sums(d_x.get() + off1, n1, kC, kHW, d_sum1.get(), d_sumsq1.get(),
-                             stream());
+                             d_partials.get(), stream());
   auto total_sum = d_sum0.to_host(), total_sumsq = d_sumsq0.to_host();
   const auto sum1 = d_sum1.to_host(), sumsq1 = d_sumsq1.to_host();
   for (std::size_t c = 0; c < kC; ++c) {
@@ -329,10 +332,10 @@ TEST_F(CudaCnnKernels, BatchNormStagesMatchCpuAcrossTwoRanks) {
   DeviceBuffer<float> d_dgamma0(kC), d_dbeta0(kC), d_dgamma1(kC), d_dbeta1(kC);
   cuda::batchnorm_backward_reduce(d_dy.get(), d_x.get(), d_mean.get(), d_invstd.get(), n0, kC,
                                   kHW, d_sdy0.get(), d_sdyx0.get(), d_dgamma0.get(),
-                                  d_dbeta0.get(), stream());
+                                  d_dbeta0.get(), d_partials.get(), stream());
   cuda::batchnorm_backward_reduce(d_dy.get() + off1, d_x.get() + off1, d_mean.get(),
                                   d_invstd.get(), n1, kC, kHW, d_sdy1.get(), d_sdyx1.get(),
-                                  d_dgamma1.get(), d_dbeta1.get(), stream());
+                                  d_dgamma1.get(), d_dbeta1.get(), d_partials.get(), stream());
   auto total_sdy = d_sdy0.to_host(), total_sdyx = d_sdyx0.to_host();
   const auto sdy1 = d_sdy1.to_host(), sdyx1 = d_sdyx1.to_host();
   const auto dgamma0 = d_dgamma0.to_host(), dgamma1 = d_dgamma1.to_host();
@@ -398,7 +401,7 @@ BlockResult cpu_block(const BlockInputs& in) {
   const std::size_t pooled = s.N * s.K * (P / 2) * (Q / 2);
   const double count = static_cast<double>(s.N * PQ);
   BlockResult r;
-  std::vector<float> col(s.col_size()), conv(ny), act(ny), mean(s.K), invstd(s.K);
+  std::vector<float> col(s.workspace_size()), conv(ny), act(ny), mean(s.K), invstd(s.K);
   std::vector<double> sum(s.K), sumsq(s.K), sdy(s.K), sdyx(s.K);
   r.running_mean.assign(s.K, 0.0f);
   r.running_var.assign(s.K, 1.0f);
@@ -481,9 +484,10 @@ TEST_F(CudaCnnKernels, CnnBlockForwardBackwardMatchesCpu) {
   const double count = static_cast<double>(s.N * PQ);
   const DeviceBuffer<float> d_x(in.x), d_w(in.w), d_b(in.b), d_gamma(in.gamma), d_beta(in.beta),
       d_dpooled(in.dpooled);
-  DeviceBuffer<float> d_col(s.col_size()), d_conv(ny), d_act(ny), d_mean(s.K), d_invstd(s.K);
+  DeviceBuffer<float> d_col(s.workspace_size()), d_conv(ny), d_act(ny), d_mean(s.K), d_invstd(s.K);
   DeviceBuffer<float> d_rm(std::vector<float>(s.K, 0.0f)), d_rv(std::vector<float>(s.K, 1.0f));
   DeviceBuffer<double> d_sum(s.K), d_sumsq(s.K), d_sdy(s.K), d_sdyx(s.K);
+  DeviceBuffer<double> d_partials(cuda::reduce_partials_size(s.K));
   DeviceBuffer<float> d_pooled(pooled);
   DeviceBuffer<std::int32_t> d_argmax(pooled);
   DeviceBuffer<float> d_dact(ny), d_dconv(ny), d_dgamma(s.K), d_dbeta(s.K);
@@ -493,7 +497,8 @@ TEST_F(CudaCnnKernels, CnnBlockForwardBackwardMatchesCpu) {
   // Forward (one rank: the sums stay on the device).
   cuda::conv2d_forward(blas, d_x.get(), d_w.get(), d_b.get(), d_conv.get(), s, d_col.get(),
                        stream());
-  cuda::batchnorm_local_sums(d_conv.get(), s.N, s.K, PQ, d_sum.get(), d_sumsq.get(), stream());
+  cuda::batchnorm_local_sums(d_conv.get(), s.N, s.K, PQ, d_sum.get(), d_sumsq.get(),
+                             d_partials.get(), stream());
   cuda::batchnorm_finalize_stats(d_sum.get(), d_sumsq.get(), count, s.K, kBnEps, kBnMomentum,
                                  d_mean.get(), d_invstd.get(), d_rm.get(), d_rv.get(), stream());
   cuda::batchnorm_normalize(d_conv.get(), d_mean.get(), d_invstd.get(), d_gamma.get(),
@@ -507,12 +512,12 @@ TEST_F(CudaCnnKernels, CnnBlockForwardBackwardMatchesCpu) {
   cuda::relu_backward_inplace(d_act.get(), d_dact.get(), ny, stream());
   cuda::batchnorm_backward_reduce(d_dact.get(), d_conv.get(), d_mean.get(), d_invstd.get(), s.N,
                                   s.K, PQ, d_sdy.get(), d_sdyx.get(), d_dgamma.get(),
-                                  d_dbeta.get(), stream());
+                                  d_dbeta.get(), d_partials.get(), stream());
   cuda::batchnorm_backward_elemt(d_dact.get(), d_conv.get(), d_mean.get(), d_invstd.get(),
                                  d_gamma.get(), d_sdy.get(), d_sdyx.get(), count, d_dconv.get(),
                                  s.N, s.K, PQ, stream());
   cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dconv.get(), d_dx.get(), d_dw.get(),
-                        d_db.get(), s, d_col.get(), stream());
+                        d_db.get(), s, d_col.get(), d_partials.get(), stream());
 
   // Forward: the fp32 conv GEMM (~1e-6 relative) passes through BatchNorm, which rescales but
   // does not amplify relative error, and through selections the margin keeps identical; 1e-5.

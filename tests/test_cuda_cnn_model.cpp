@@ -2,9 +2,9 @@
 // the same model on the CPU: both start from the same initialisation and see the same random batch;
 // logits, every parameter's gradient, the BatchNorm running statistics and the order of the
 // gradient-ready calls are compared, in training and in evaluation mode, and with SyncBatchNorm
-// over two identical "ranks". Shapes: 1x8x8 input, channels 4 and 6, hidden 16, 5 classes,
-// batch 6. Without a usable GPU, or in a build without CUDA, every test is skipped with the
-// reason (tests/cuda_test_util.hpp).
+// over two identical "ranks"; and that the launches of a step do not depend on the batch.
+// Shapes: 1x8x8 input, channels 4 and 6, hidden 16, 5 classes, batch 6. Without a usable GPU,
+// or in a build without CUDA, every test is skipped with the reason (tests/cuda_test_util.hpp).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -249,6 +249,28 @@ TEST_F(CudaCnnModel, SyncBatchNormOverIdenticalRanksMatchesCpu) {
   EXPECT_EQ(device_sync.allgathers, 2);  // one per BatchNorm layer in forward
   EXPECT_EQ(device_sync.allreduces, 2);  // and one in backward
   EXPECT_EQ(device_sync.host_pointers, 0);
+}
+
+TEST_F(CudaCnnModel, LaunchesPerStepDoNotDependOnTheBatch) {
+  // Batched convolution (one chunk per conv at these sizes): a forward + backward enqueues the
+  // same launches (cuda::launch_count(): kernels and cuBLAS calls) for 1 sample as for 6.
+  // Forward, per block: conv 3 (im2col, GEMM, permute) + BatchNorm sums 2 (2-D grid, second
+  // pass) + finalize + normalize + ReLU + pool = 9, twice; two linear layers 2 each: 22.
+  // Backward: two linear layers 3 each, ReLU 1; block 2: pool + ReLU + BatchNorm reduce 2 +
+  // elemt + conv 5 (im2col, permute, dW GEMM, dcol GEMM, col2im) = 10; block 1 (no dx) 8: 25.
+  make_models();
+  auto launches = [&](std::size_t n) {
+    const DeviceBuffer<float> d_x(random_floats(n * kShape.features(), 61));
+    const DeviceBuffer<float> d_dlogits(random_floats(n * kClasses, 62, 0.1f));
+    DeviceBuffer<float> d_logits(n * kClasses), d_grads(gpu_->num_params());
+    const std::uint64_t before = cuda::launch_count();
+    gpu_->forward(d_params_->get(), d_x.get(), n, d_logits.get());
+    gpu_->backward(d_params_->get(), d_x.get(), d_dlogits.get(), n, d_grads.get(), {});
+    return cuda::launch_count() - before;
+  };
+  const std::uint64_t one = launches(1), full = launches(kBatch);
+  EXPECT_EQ(one, full);
+  EXPECT_EQ(full, 47u);
 }
 
 TEST_F(CudaCnnModel, BatchBeyondReservedThrows) {

@@ -40,13 +40,13 @@ struct GpuRank {
   // n floats on this rank's device holding `host` (or zeros when host is empty).
   DeviceBuffer<float> upload(const std::vector<float>& host, std::size_t n) {
     DeviceBuffer<float> buf(allocator, MemoryCategory::gradients, n);
-    if (!host.empty()) buf.copy_from_host(host.data(), std::min(n, host.size()));
+    if (!host.empty()) buf.copy_from_host(host.data(), std::min(n, host.size()), stream.handle());
     return buf;
   }
   // The buffer's contents, after the stream's work has finished.
   std::vector<float> download(const DeviceBuffer<float>& buf) {
     stream.synchronize();
-    return buf.to_host();
+    return buf.to_host(stream.handle());
   }
 };
 
@@ -206,7 +206,7 @@ TEST_F(CudaComm, ScatterGatherWithUnevenCountsAndAllGatherAreExact) {
     auto host = g.download(mine);
     parts[r] = host;
     for (float& v : host) v *= 10.0f;
-    mine.copy_from_host(host.data(), host.size());
+    mine.copy_from_host(host.data(), host.size(), g.stream.handle());
     g.comm.gatherv(mine.data(), counts, g.rank() == root ? recv_all.data() : nullptr, root);
     if (g.rank() == root) gathered = g.download(recv_all);
   });
@@ -265,7 +265,7 @@ TEST_F(CudaComm, SendRecvBetweenTwoGpuRanksIsExact) {
       at_zero = g.download(buf);
       std::vector<float> plus_one = at_zero;
       for (float& v : plus_one) v += 1.0f;
-      buf.copy_from_host(plus_one.data(), n);
+      buf.copy_from_host(plus_one.data(), n, g.stream.handle());
       g.comm.send(buf.data(), n, 1);
     }
   });

@@ -181,8 +181,8 @@ TEST_F(DeviceMemory, DeviceBufferIsZeroedEvenOnAReusedBlock) {
   void* dirty_block = nullptr;
   {
     DeviceBuffer<float> dirty(allocator, MemoryCategory::activations, n);
-    dirty.copy_from_host(dirt);
-    EXPECT_EQ(dirty.to_host(), dirt);
+    dirty.copy_from_host(dirt, nullptr);
+    EXPECT_EQ(dirty.to_host(nullptr), dirt);
     dirty_block = dirty.data();
   }
   {
@@ -191,14 +191,14 @@ TEST_F(DeviceMemory, DeviceBufferIsZeroedEvenOnAReusedBlock) {
     EXPECT_EQ(static_cast<void*>(clean.data()), dirty_block);  // the cached block came back
     EXPECT_EQ(clean.size(), n);
     EXPECT_EQ(clean.bytes(), n * sizeof(float));
-    EXPECT_EQ(clean.to_host(), std::vector<float>(n, 0.0f));
-    clean.copy_from_host(dirt);
+    EXPECT_EQ(clean.to_host(nullptr), std::vector<float>(n, 0.0f));
+    clean.copy_from_host(dirt, nullptr);
   }
   {
     // cudaMemsetAsync on a stream (the default stream here, which the copy back follows).
     DeviceBuffer<float> clean(allocator, MemoryCategory::activations, n, nullptr);
     EXPECT_EQ(static_cast<void*>(clean.data()), dirty_block);
-    EXPECT_EQ(clean.to_host(), std::vector<float>(n, 0.0f));
+    EXPECT_EQ(clean.to_host(nullptr), std::vector<float>(n, 0.0f));
   }
   EXPECT_EQ(tracker_.current_bytes(), 0);
   EXPECT_EQ(tracker_.peak_bytes(MemoryCategory::activations),
@@ -211,7 +211,7 @@ TEST_F(DeviceMemory, DeviceBufferMovesOwnershipAndCharges) {
   for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<int>(i * 7 + 1);
   {
     DeviceBuffer<int> a(allocator, MemoryCategory::parameters, 100);  // 400 -> 512
-    a.copy_from_host(pattern);
+    a.copy_from_host(pattern, nullptr);
     int* block = a.data();
     EXPECT_EQ(tracker_.current_bytes(MemoryCategory::parameters), 512);
 
@@ -229,9 +229,9 @@ TEST_F(DeviceMemory, DeviceBufferMovesOwnershipAndCharges) {
     EXPECT_EQ(tracker_.current_bytes(MemoryCategory::parameters), 512);
     EXPECT_EQ(c.data(), block);
     EXPECT_EQ(c.size(), 100u);
-    EXPECT_EQ(c.to_host(), pattern);
+    EXPECT_EQ(c.to_host(nullptr), pattern);
     EXPECT_EQ(allocator.cached_bytes(), 1536u);
-    EXPECT_THROW(c.copy_to_host(pattern.data(), 101), Error);
+    EXPECT_THROW(c.copy_to_host(pattern.data(), 101, nullptr), Error);
   }
   EXPECT_EQ(tracker_.current_bytes(), 0);
   EXPECT_EQ(tracker_.peak_bytes(MemoryCategory::parameters), 2048);
@@ -273,7 +273,7 @@ TEST_F(DeviceMemory, OutOfMemoryNamesTheCategoryAndLeavesTheAllocatorUsable) {
 
   // Still works afterwards.
   DeviceBuffer<float> after(allocator, MemoryCategory::activations, 1000);
-  EXPECT_EQ(after.to_host(), std::vector<float>(1000, 0.0f));
+  EXPECT_EQ(after.to_host(nullptr), std::vector<float>(1000, 0.0f));
   allocator.free(held);
   EXPECT_EQ(tracker_.current_bytes(MemoryCategory::parameters), 0);
 }

@@ -95,7 +95,15 @@ void Cnn::reserve(std::size_t n, std::shared_ptr<ModelOps<float>> ops) {
     const std::vector<float> init = initial_buffers();
     ops_->upload(buffers_.data(), init.data(), init.size() * sizeof(float));
   }
-  col_ = floats(std::max(b1_.conv.col_size(), b2_.conv.col_size()));
+  // One convolution's workspace at a time, for batches up to n: chunks of samples under
+  // conv::kWorkspaceCap (workloads/conv_layout.hpp).
+  std::size_t workspace = 0;
+  for (const Block* b : {&b1_, &b2_}) {
+    cpu::ConvShape s = b->conv;
+    s.N = n;
+    workspace = std::max(workspace, s.workspace_size());
+  }
+  col_ = floats(workspace);
   h_ = floats(n * hidden_);
   dh_ = floats(n * hidden_);
   dflat_ = floats(n * flat_);

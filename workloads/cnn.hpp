@@ -90,7 +90,7 @@ class Cnn final : public Model {
   std::shared_ptr<ModelOps<float>> ops_;
   Block b1_, b2_;
   ModelBuffer<float> buffers_;                          // running statistics (parameters category)
-  ModelBuffer<float> col_, h_;                          // im2col workspace; fc1 output [N, hidden]
+  ModelBuffer<float> col_, h_;  // conv workspace (chunked, workloads/conv_layout.hpp); fc1 output [N, hidden]
   ModelBuffer<float> dh_, dflat_, dy_, dz_, dpool1_;    // backward scratch
   ModelBuffer<double> sum_a_, sum_b_;  // [max K]: sum/sumsq forward, sum_dy/sum_dy_xmu backward
   ModelBuffer<float> sync_buf_;        // SyncBatchNorm exchange, grown on first use

@@ -1,34 +1,45 @@
-// CPU kernels of the CNN workload, NCHW layout as PyTorch: 2-D convolution (im2col + OpenBLAS
-// GEMM), 2x2 max-pooling, in-place ReLU, and BatchNorm split into the same stages as PyTorch's
-// SyncBatchNorm (torch/nn/modules/_functions.py: batch_norm_stats, gather, normalise,
-// backward_reduce, backward_elemt), so that statistics and gradient sums can be combined across
-// ranks between the stages. T is float (training) or double (finite-difference checks).
+// CPU kernels of the CNN workload, NCHW layout as PyTorch: 2-D convolution over the whole batch
+// (im2col + one OpenBLAS GEMM per chunk of samples, layout in workloads/conv_layout.hpp), 2x2
+// max-pooling, in-place ReLU, and BatchNorm split into the same stages as PyTorch's SyncBatchNorm
+// (torch/nn/modules/_functions.py: batch_norm_stats, gather, normalise, backward_reduce,
+// backward_elemt), so that statistics and gradient sums can be combined across ranks between the
+// stages. T is float (training) or double (finite-difference checks).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "workloads/conv_layout.hpp"
+
 namespace dpbench::cpu {
 
-// Shape of a convolution: input [N, C, H, W], weight [K, C, R, S], output [N, K, P, Q] with
-// P = H + 2*pad - R + 1, Q = W + 2*pad - S + 1 (stride 1).
-struct ConvShape {
-  std::size_t N, C, H, W, K, R, S, pad;
-  std::size_t P() const { return H + 2 * pad - R + 1; }
-  std::size_t Q() const { return W + 2 * pad - S + 1; }
-  // Floats of the im2col workspace for one sample: [C*R*S, P*Q].
-  std::size_t col_size() const { return C * R * S * P() * Q(); }
-};
-
-// y = conv(x, w) + b (b may be null). col: workspace of s.col_size() elements.
+// y[N, K, P, Q] = conv(x[N, C, H, W], w[K, C, R, S]) + b[K] (b may be null), over the whole batch
+// in chunks of s.chunk() samples (workloads/conv_layout.hpp): per chunk im2col into
+// col [C*R*S, n*P*Q], one GEMM out[K, n*P*Q] = w . col, and the permute of out into y's NCHW
+// layout (adding b). ws: workspace of s.workspace_size() elements. Throws InputError when the
+// kernel does not fit the padded input or a GEMM dimension exceeds int.
 template <typename T>
-void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvShape& s, T* col);
+void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvShape& s, T* ws);
 
-// Backward of conv2d_forward: overwrites dw [K,C,R,S] and db [K] (if not null) and, if dx is not
-// null, dx [N,C,H,W]. col: workspace of s.col_size() elements.
+// Backward of conv2d_forward: given dy [N, K, P, Q], overwrites dw [K, C, R, S], db [K] (if not
+// null; per channel the sum over N*P*Q in double, rounded once) and, if dx is not null,
+// dx [N, C, H, W]. Per chunk: im2col, dy permuted into out [K, n*P*Q], one GEMM
+// dw (+)= out . col^T (k = n*P*Q), one GEMM col = w^T . out, and col2im onto dx.
+// ws: workspace of s.workspace_size() elements. Throws as conv2d_forward.
 template <typename T>
 void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvShape& s,
-                     T* col);
+                     T* ws);
+
+// The column matrix col [C*R*S, n*P*Q] of the n samples x [n, C, H, W] (workloads/conv_layout.hpp),
+// by row copies; equal element for element to conv::im2col_source, what the GPU runs.
+template <typename T>
+void im2col(const T* x, T* col, const ConvShape& s, std::size_t n);
+
+// The adjoint of im2col for n samples: overwrites dx [n, C, H, W] with the sums of the column
+// gradient col [C*R*S, n*P*Q] over each element's readers, scattering row by row in the order of
+// conv::col2im_gather (bit for bit the same).
+template <typename T>
+void col2im(const T* col, T* dx, const ConvShape& s, std::size_t n);
 
 // 2x2 max-pooling, stride 2: x [N, C, H, W] (H, W even) -> y [N, C, H/2, W/2]; argmax [N, C,
 // H/2, W/2] holds the flat index within x of each maximum (first maximum on ties).

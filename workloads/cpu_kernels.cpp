@@ -49,9 +49,8 @@ void linear_backward(const T* x, const T* W, const T* dy, T* dx, T* dW, T* db, s
 
 template <typename T>
 void relu_backward_inplace(const T* y, T* dy, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    if (y[i] <= T(0)) dy[i] = T(0);
-  }
+  // A select, not a branch: the signs are data-dependent and a branch would mispredict.
+  for (std::size_t i = 0; i < n; ++i) dy[i] = y[i] <= T(0) ? T(0) : dy[i];
 }
 
 template <typename T>

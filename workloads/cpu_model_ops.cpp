@@ -44,12 +44,12 @@ class CpuModelOps final : public ModelOps<T> {
   void relu_inplace(T* y, std::size_t n) override { cpu::relu_inplace(y, n); }
   void relu_backward_inplace(const T* y, T* dy, std::size_t n) override { cpu::relu_backward_inplace(y, dy, n); }
 
-  void conv2d_forward(const T* x, const T* w, const T* b, T* y, const cpu::ConvShape& s, T* col) override {
-    cpu::conv2d_forward(x, w, b, y, s, col);
+  void conv2d_forward(const T* x, const T* w, const T* b, T* y, const cpu::ConvShape& s, T* ws) override {
+    cpu::conv2d_forward(x, w, b, y, s, ws);
   }
   void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const cpu::ConvShape& s,
-                       T* col) override {
-    cpu::conv2d_backward(x, w, dy, dx, dw, db, s, col);
+                       T* ws) override {
+    cpu::conv2d_backward(x, w, dy, dx, dw, db, s, ws);
   }
   void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C, std::size_t H,
                           std::size_t W) override {

@@ -90,12 +90,12 @@ class ModelOps : public ModelMemory {
   virtual void relu_backward_inplace(const T* y, T* dy, std::size_t n) = 0;
 
   // ---- convolution (NCHW, stride 1, zero padding) and 2x2 max-pooling
-  // y[N, K, P, Q] = conv(x[N, C, H, W], w[K, C, R, S]) + b[K] (b may be null); col: workspace
-  // of s.col_size() elements.
-  virtual void conv2d_forward(const T* x, const T* w, const T* b, T* y, const cpu::ConvShape& s, T* col) = 0;
+  // y[N, K, P, Q] = conv(x[N, C, H, W], w[K, C, R, S]) + b[K] (b may be null), over the whole
+  // batch in chunks (workloads/conv_layout.hpp); ws: workspace of s.workspace_size() elements.
+  virtual void conv2d_forward(const T* x, const T* w, const T* b, T* y, const cpu::ConvShape& s, T* ws) = 0;
   // Given dy[N, K, P, Q]: overwrites dw, db (if not null) and, if not null, dx[N, C, H, W].
   virtual void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const cpu::ConvShape& s,
-                               T* col) = 0;
+                               T* ws) = 0;
   // x[N, C, H, W] -> y[N, C, H/2, W/2] and int32 argmax[N, C, H/2, W/2] (flat index into x).
   virtual void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C,
                                   std::size_t H, std::size_t W) = 0;

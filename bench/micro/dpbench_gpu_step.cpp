@@ -3,15 +3,17 @@
 // workloads/mlp.hpp, on cuda/cuda_model_ops.hpp), one step per iteration: the same work and shapes as
 // bench/reference/pytorch_reference.py's `plain` mode (784-4096-4096-10, batch 1024), whose step
 // time it is compared with. Precision: both default to tf32; compare the fp32 row with the
-// reference's `--precision fp32`.
+// reference's `--precision fp32`. And the default CNN's step (workloads/cnn.hpp), with its
+// launches per step counted (launches_per_step: kernels of dpbench's launchers and cuBLAS calls,
+// cuda::launch_count()), which batched convolution makes independent of the batch size.
 // Timing as the reference (and `dpbench run`) time a step: wall clock from fetching the batch (a
 // copy out of a device-resident training set, as the reference gathers its batch from one) to the
 // host having synchronised with the step's end, each iteration one sample (UseManualTime). The
 // reported time is Google Benchmark's mean of them; step_p50_ms and samples_per_s_p50 are the
 // medians the reference reports; gpu_ms is the CUDA-event time of the step on the stream.
-// Counters: samples/s and the GEMMs' FLOP/s (per step 2 * batch * weights for the forward and as
-// much for each of the weight and input gradients, but no input gradient for the first layer).
+// Counters: samples/s and the GEMMs' FLOP/s (each benchmark states its FLOPs per step).
 // Without a usable GPU every benchmark reports "no CUDA device: <reason>" as its error.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,14 +31,19 @@
 #include "core/stats.hpp"
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/cuda_model_ops.hpp"
+#include "workloads/cnn.hpp"
 #include "workloads/mlp.hpp"
 
 namespace dpbench {
 namespace {
 
-// One training step per iteration. range(0): batch; range(1): 1 for tf32, 0 for fp32;
-// range(2), range(3): the two hidden widths.
-void BM_CudaMlpTrainStep(benchmark::State& state) {
+// Times one training step of `model` (not yet reserved) per iteration on GPU 0: range(0) samples
+// (the batch) of model.input_features() floats in [0, 1) and random labels, copied out of a
+// device-resident set of kSetBatches batches, forward, loss, backward, SGD momentum; range(1): 1
+// for tf32, 0 for fp32. step_flops: the step's GEMM FLOPs (the "flops" rate counter). Also counts
+// the step's launches (cuda::launch_count(): every kernel of dpbench's launchers and every cuBLAS
+// call) as launches_per_step. Without a usable GPU: SkipWithError with the reason.
+void time_train_steps(benchmark::State& state, Model& model, double step_flops) {
   const CudaProbe probe = probe_cuda();
   if (!probe.usable) {
     state.SkipWithError(("no CUDA device: " + probe.reason).c_str());
@@ -44,16 +51,13 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
   }
   const auto batch = static_cast<std::size_t>(state.range(0));
   const auto precision = state.range(1) != 0 ? cuda::Precision::tf32 : cuda::Precision::fp32;
-  const std::vector<std::size_t> dims{784, static_cast<std::size_t>(state.range(2)),
-                                      static_cast<std::size_t>(state.range(3)), 10};
   cuda::set_device(0);
   MemoryTracker tracker;
   DeviceAllocator allocator(0, tracker);
   cuda::Stream stream;
   cuda::Blas blas(stream.handle(), precision);
-  Mlp<float> model(dims);
   model.reserve(batch, make_cuda_model_ops(blas, allocator));
-  const std::size_t n = model.num_params();
+  const std::size_t n = model.num_params(), features = model.input_features(), classes = model.num_classes();
 
   std::vector<float> host_params(n);
   model.init_params(host_params.data(), 0);
@@ -61,11 +65,11 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
   // A device-resident training set of kSetBatches batches; each step copies the next one into x, y.
   constexpr std::size_t kSetBatches = 4;
-  const std::size_t batch_floats = batch * dims.front();
+  const std::size_t batch_floats = batch * features;
   std::vector<float> host_x(kSetBatches * batch_floats);
   for (float& v : host_x) v = pixel(rng);
   std::vector<std::int32_t> host_y(kSetBatches * batch);
-  for (auto& y : host_y) y = static_cast<std::int32_t>(rng() % dims.back());
+  for (auto& y : host_y) y = static_cast<std::int32_t>(rng() % classes);
 
   DeviceBuffer<float> params(allocator, MemoryCategory::parameters, n);
   DeviceBuffer<float> grads(allocator, MemoryCategory::gradients, n);
@@ -74,17 +78,18 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
   DeviceBuffer<std::int32_t> set_y(allocator, MemoryCategory::data_staging, host_y.size());
   DeviceBuffer<float> x(allocator, MemoryCategory::data_staging, batch_floats);
   DeviceBuffer<std::int32_t> y(allocator, MemoryCategory::data_staging, batch);
-  DeviceBuffer<float> logits(allocator, MemoryCategory::activations, batch * dims.back());
-  DeviceBuffer<float> dlogits(allocator, MemoryCategory::activations, batch * dims.back());
+  DeviceBuffer<float> logits(allocator, MemoryCategory::activations, batch * classes);
+  DeviceBuffer<float> dlogits(allocator, MemoryCategory::activations, batch * classes);
   DeviceBuffer<float> loss(allocator, MemoryCategory::activations, 1);
-  params.copy_from_host(host_params);
-  set_x.copy_from_host(host_x);
-  set_y.copy_from_host(host_y);
+  params.copy_from_host(host_params, stream.handle());
+  set_x.copy_from_host(host_x, stream.handle());
+  set_y.copy_from_host(host_y, stream.handle());
 
   cuda::Event start, stop;
   std::vector<double> wall;
   double gpu_s = 0;
   std::size_t step = 0;
+  const std::uint64_t launches_before = cuda::launch_count();
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     start.record(stream.handle());
@@ -92,7 +97,7 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
     cuda::memcpy_async(x.data(), set_x.data() + b * batch_floats, batch_floats * sizeof(float), stream.handle());
     cuda::memcpy_async(y.data(), set_y.data() + b * batch, batch * sizeof(std::int32_t), stream.handle());
     model.forward(params.data(), x.data(), batch, logits.data());
-    cuda::softmax_cross_entropy(logits.data(), y.data(), batch, dims.back(), dlogits.data(),
+    cuda::softmax_cross_entropy(logits.data(), y.data(), batch, classes, dlogits.data(),
                                 1.0f / static_cast<float>(batch), loss.data(), stream.handle());
     model.backward(params.data(), x.data(), dlogits.data(), batch, grads.data(), nullptr);
     cuda::sgd_momentum(params.data(), grads.data(), velocity.data(), n, 0.01f, 0.9f, 0.0f, stream.handle());
@@ -103,13 +108,11 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
     wall.push_back(seconds);
     gpu_s += static_cast<double>(cuda::Event::elapsed_ms(start, stop)) / 1e3;
   }
-  double weights = 0;
-  for (std::size_t l = 0; l + 1 < dims.size(); ++l) weights += static_cast<double>(dims[l] * dims[l + 1]);
-  const double first_layer = static_cast<double>(dims[0] * dims[1]);  // no input gradient
+  const double steps = static_cast<double>(std::max<std::size_t>(step, 1));
+  state.counters["launches_per_step"] = static_cast<double>(cuda::launch_count() - launches_before) / steps;
   state.counters["samples_per_s"] =
       benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["flops"] = benchmark::Counter(static_cast<double>(batch) * (6.0 * weights - 2.0 * first_layer),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["flops"] = benchmark::Counter(step_flops, benchmark::Counter::kIsIterationInvariantRate);
   const double p50 = median(wall);
   state.counters["step_p50_ms"] = 1e3 * p50;
   state.counters["samples_per_s_p50"] = p50 > 0 ? static_cast<double>(batch) / p50 : 0.0;
@@ -117,11 +120,48 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
   state.SetLabel(std::string(cuda::to_string(precision)) + " " + probe.gpus.front().name);
 }
 
+// One MLP training step per iteration. range(0): batch; range(1): 1 for tf32, 0 for fp32;
+// range(2), range(3): the two hidden widths. FLOPs per step: 2 * batch * weights for the forward
+// and as much for each of the weight and input gradients, but no input gradient for the first
+// layer.
+void BM_CudaMlpTrainStep(benchmark::State& state) {
+  const std::vector<std::size_t> dims{784, static_cast<std::size_t>(state.range(2)),
+                                      static_cast<std::size_t>(state.range(3)), 10};
+  Mlp<float> model(dims);
+  double weights = 0;
+  for (std::size_t l = 0; l + 1 < dims.size(); ++l) weights += static_cast<double>(dims[l] * dims[l + 1]);
+  const double first_layer = static_cast<double>(dims[0] * dims[1]);  // no input gradient
+  time_train_steps(state, model, static_cast<double>(state.range(0)) * (6.0 * weights - 2.0 * first_layer));
+}
+
 BENCHMARK(BM_CudaMlpTrainStep)
     ->ArgNames({"batch", "tf32", "h1", "h2"})
     ->Args({1024, 1, 4096, 4096})
     ->Args({1024, 0, 4096, 4096})
     ->Args({256, 1, 512, 256})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinWarmUpTime(0.5);
+
+// One training step of the default CNN of `dpbench run --workload cnn` (1x28x28, channels 16 and
+// 32, hidden 128, 10 classes) per iteration. range(0): batch; range(1): 1 for tf32, 0 for fp32.
+// Its convolutions run over the whole batch (workloads/conv_layout.hpp), so launches_per_step is
+// the same for every batch whose convolutions fit one chunk (up to 486 samples here). FLOPs: per
+// conv 2*N*P*Q*K*C*R*S for the forward GEMM, as much for dW and dx (not the first layer), and
+// the linear layers as for the MLP.
+void BM_CudaCnnTrainStep(benchmark::State& state) {
+  Cnn model(SampleShape{1, 28, 28}, 16, 32, 128, 10);
+  const double n = static_cast<double>(state.range(0));
+  const double conv1 = 2.0 * n * 28 * 28 * 16 * 1 * 9, conv2 = 2.0 * n * 14 * 14 * 32 * 16 * 9;
+  const double fc1 = 2.0 * n * (32 * 7 * 7) * 128, fc2 = 2.0 * n * 128 * 10;
+  time_train_steps(state, model, 2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
+}
+
+BENCHMARK(BM_CudaCnnTrainStep)
+    ->ArgNames({"batch", "tf32"})
+    ->Args({64, 1})
+    ->Args({256, 1})
+    ->Args({256, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinWarmUpTime(0.5);

@@ -1,7 +1,8 @@
 // Micro-benchmarks of the CPU training kernels one data-parallel rank runs per step: the Linear
 // layer's forward (OpenBLAS SGEMM + bias + ReLU) and backward (two SGEMMs), softmax
 // cross-entropy, the SGD-momentum update over the default MLP's 535,818 parameters, and one
-// whole training step of that MLP (784-512-256-10: forward, loss, backward, SGD).
+// whole training step of that MLP (784-512-256-10: forward, loss, backward, SGD) and of the
+// default CNN.
 // How: inputs are random-initialised outside the timed loop; the GEMM-based benchmarks use wall
 // time (UseRealTime, since OpenBLAS may run several threads), the single-threaded kernels CPU
 // time; "flops" counts 2*M*N*K per GEMM (bias, ReLU and loss work
@@ -24,6 +25,7 @@
 #include "bench/micro/micro_main.hpp"
 
 #include "core/memory.hpp"
+#include "workloads/cnn.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/mlp.hpp"
 
@@ -177,19 +179,12 @@ static void BM_SgdMomentum(benchmark::State& state) {
 }
 BENCHMARK(BM_SgdMomentum)->ArgName("n")->Arg(static_cast<std::int64_t>(kDefaultMlpParams));
 
-// One training step of the default MLP on one rank: forward, mean softmax cross-entropy,
-// backward, SGD-momentum update, on a fixed random batch. FLOPs: the forward GEMMs
-// (2*batch*in*out per layer), the weight-gradient GEMMs (same) and the input-gradient GEMMs of
-// every layer but the first. A non-finite loss after the last step fails the benchmark.
-static void BM_MlpTrainStep(benchmark::State& state) {
-  const auto batch = static_cast<std::size_t>(state.range(0));
-  cpu::set_blas_threads(static_cast<int>(state.range(1)));
+// One training step on one rank per iteration: forward, mean softmax cross-entropy, backward,
+// SGD-momentum update, on a fixed random batch in [0, 1). gemm_flops: the step's GEMM FLOPs
+// (the "flops" rate counter). A non-finite loss after the last step fails the benchmark.
+static void run_train_steps(benchmark::State& state, Model& model, std::size_t batch,
+                            double gemm_flops) {
   MemoryTracker tracker;
-  Mlp<float> model(kDefaultMlp);
-  if (model.num_params() != kDefaultMlpParams) {
-    state.SkipWithError("the default MLP no longer has 535818 parameters");
-    return;
-  }
   model.reserve(batch, tracker);
   const std::size_t n = model.num_params();
   TrackedBuffer<float> params(tracker, MemoryCategory::parameters, n);
@@ -210,16 +205,47 @@ static void BM_MlpTrainStep(benchmark::State& state) {
     cpu::sgd_momentum(params.data(), grads.data(), velocity.data(), n, 0.01f, 0.9f, 0.0f);
     benchmark::ClobberMemory();
   }
-  double gemm_flops = 0;
-  for (std::size_t l = 0; l + 1 < kDefaultMlp.size(); ++l) {
-    const double layer = 2.0 * static_cast<double>(batch * kDefaultMlp[l] * kDefaultMlp[l + 1]);
-    gemm_flops += (l == 0 ? 2 : 3) * layer;  // forward + dW (+ dx except for the first layer)
-  }
   state.counters["flops"] =
       benchmark::Counter(gemm_flops, benchmark::Counter::kIsIterationInvariantRate);
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch));
   if (!std::isfinite(loss)) state.SkipWithError("training loss is not finite");
 }
+
+// One training step of the default MLP (784-512-256-10). FLOPs: the forward GEMMs
+// (2*batch*in*out per layer), the weight-gradient GEMMs (same) and the input-gradient GEMMs of
+// every layer but the first.
+static void BM_MlpTrainStep(benchmark::State& state) {
+  const auto batch = static_cast<std::size_t>(state.range(0));
+  cpu::set_blas_threads(static_cast<int>(state.range(1)));
+  Mlp<float> model(kDefaultMlp);
+  if (model.num_params() != kDefaultMlpParams) {
+    state.SkipWithError("the default MLP no longer has 535818 parameters");
+    return;
+  }
+  double gemm_flops = 0;
+  for (std::size_t l = 0; l + 1 < kDefaultMlp.size(); ++l) {
+    const double layer = 2.0 * static_cast<double>(batch * kDefaultMlp[l] * kDefaultMlp[l + 1]);
+    gemm_flops += (l == 0 ? 2 : 3) * layer;  // forward + dW (+ dx except for the first layer)
+  }
+  run_train_steps(state, model, batch, gemm_flops);
+}
 BENCHMARK(BM_MlpTrainStep)->Apply(train_step_args);
+
+// One training step of the default CNN of `dpbench run --workload cnn` (1x28x28 Fashion-MNIST,
+// channels 16 and 32, hidden 128, 10 classes): batched im2col convolutions
+// (workloads/conv_layout.hpp), BatchNorm, pooling, two linear layers. FLOPs: per conv layer
+// 2*N*P*Q*K*C*R*S for the forward GEMM, as much for dW and for dx (not the first layer), and the
+// linear layers as in BM_MlpTrainStep.
+static void BM_CnnTrainStep(benchmark::State& state) {
+  const auto batch = static_cast<double>(state.range(0));
+  cpu::set_blas_threads(static_cast<int>(state.range(1)));
+  Cnn model(SampleShape{1, 28, 28}, 16, 32, 128, 10);
+  const double conv1 = 2.0 * batch * 28 * 28 * 16 * 1 * 9;
+  const double conv2 = 2.0 * batch * 14 * 14 * 32 * 16 * 9;
+  const double fc1 = 2.0 * batch * (32 * 7 * 7) * 128, fc2 = 2.0 * batch * 128 * 10;
+  run_train_steps(state, model, static_cast<std::size_t>(state.range(0)),
+                  2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
+}
+BENCHMARK(BM_CnnTrainStep)->Apply(train_step_args);
 
 DPBENCH_BENCHMARK_MAIN()
