@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,8 @@ void expect_same_run(const RunResult& resumed, const RunResult& whole, const std
   EXPECT_TRUE(resumed.epoch_train_loss == whole.epoch_train_loss) << what;
   EXPECT_EQ(resumed.final_train_loss, whole.final_train_loss) << what;
 }
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << name_of(v); }
 
 class ResumeEquality : public ::testing::TestWithParam<Variant> {};
 
