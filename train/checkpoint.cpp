@@ -4,15 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <optional>
 #include <regex>
-#include <sstream>
 
 #include <fmt/format.h>
 
