@@ -26,6 +26,8 @@ class AllreduceSync final : public ReplicaSync {
   }
   void finish_step() override { reducer_.finish_step(); }
   CommStream* thread() override { return reducer_.thread(); }
+  // Every replica's momentum equals rank 0's, so rank 0's file holds it for all.
+  OptimizerShard optimizer_state() override { return {velocity_.data(), 0, s_.n}; }
 
  private:
   ReplicaState s_;

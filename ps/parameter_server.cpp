@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "workloads/distributed_sampler.hpp"
+#include "train/checkpoint.hpp"
 #include "train/models.hpp"
 #include "train/progress.hpp"
 #include "train/rank_context.hpp"
@@ -112,19 +113,31 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       loader = std::make_unique<DataLoader>(train, B, loader_options, ctx.host_tracker());
     }
 
+    // --resume: the reducer's master parameters, buffers and momentum from the checkpoint.
+    Checkpointer checkpoints(cfg, ctx, n, spe, /*writers=*/1);
+    const OptimizerShard optimizer = reducer ? OptimizerShard{velocity.data(), 0, n} : OptimizerShard{};
+    const long start = checkpoints.restore(master_params.data(), model->buffers(), model->num_buffers(), optimizer);
+    if (reducer) result.resumed_from_step = start > 0 ? start : -1;
     std::vector<long> steps_in_epoch(static_cast<std::size_t>(cfg.epochs), 0);
+    for (long s = 0; s < start && s / spe < cfg.epochs; ++s) ++steps_in_epoch[static_cast<std::size_t>(s / spe)];
     ProgressMeter progress(cfg, total, cfg.global_batch);  // the reducer's loss covers the whole batch
+    progress.resume_at(start);
     const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
     CommStats timed_start = comm.stats();
-    long step = 0;
+    const int first_epoch = static_cast<int>(start / spe);
+    long step = start;
     ctx.before_first_collective();
-    for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
+    for (int epoch = first_epoch; epoch < cfg.epochs && step < total; ++epoch) {
+      // Resumed mid-epoch: the epoch's order is rebuilt from (seed, epoch) and the batches
+      // already trained on are skipped.
+      const long skip = epoch == first_epoch ? start % spe : 0;
       if (reducer) {
         std::vector<std::int64_t> order = shuffled_indices(train.size(), cfg.seed + epoch);
         order.resize(static_cast<std::size_t>(spe) * B);
+        order.erase(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(skip) * B));
         loader->start_epoch(std::move(order), epoch);
       }
-      for (long s = 0; s < spe && step < total; ++s, ++step) {
+      for (long s = skip; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
         maybe_inject_fault(rank, step);
         timer->begin();
@@ -218,13 +231,16 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
         ++steps_in_epoch[static_cast<std::size_t>(epoch)];
         progress.step_done(ctx, epoch, step);
+        checkpoints.maybe_save(step + 1, master_params.data(), model->buffers(), model->num_buffers(), optimizer,
+                               me, timed_start);
       }
     }
     finish_timed_rank(ctx, me, timed_start);
     if (reducer) {
       result.steps_timed = static_cast<long>(me.steps.size());
-      finish_result_on_rank(ctx, result, data, *model, master_params.data(), ctx.step_losses(step), spe,
-                            steps_in_epoch);
+      std::vector<double> step_sums = ctx.step_losses(step);
+      checkpoints.merge_losses(step_sums);
+      finish_result_on_rank(ctx, result, data, *model, master_params.data(), step_sums, spe, steps_in_epoch);
     }
   });
   return result;

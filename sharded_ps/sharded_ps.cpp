@@ -170,6 +170,9 @@ class ShardedSync final : public ReplicaSync {
     if (reducer_) reducer_->finish_step();
   }
   CommStream* thread() override { return reducer_ ? reducer_->thread() : nullptr; }
+  // Each server's momentum exists on that server only: one checkpoint shard per server.
+  OptimizerShard optimizer_state() override { return {velocity_.data(), offset_, mine_}; }
+  int checkpoint_writers() const override { return server_count(s_.config); }
 
  private:
   ReplicaState s_;

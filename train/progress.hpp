@@ -19,6 +19,8 @@ class ProgressMeter {
   ProgressMeter(const TrainConfig& config, long total_steps, std::size_t loss_rows);
   // After step `step` (0-based) of `epoch` on rank 0; a no-op on other ranks or without a callback.
   void step_done(RankContext& ctx, int epoch, long step);
+  // A run resumed from a checkpoint (train/checkpoint.hpp) starts counting at `steps_done`.
+  void resume_at(long steps_done) { last_step_ = steps_done; }
 
  private:
   using Clock = std::chrono::steady_clock;

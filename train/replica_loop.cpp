@@ -88,6 +88,14 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
     const std::vector<Bucket> buckets =
         assign_buckets(model->params(), sizeof(float), cfg.first_bucket_mb, cfg.bucket_cap_mb);
     const std::unique_ptr<ReplicaSync> sync = make_sync({cfg, ctx, params.data(), grads.data(), n, buckets});
+    // --resume: rank 0's parameters and buffers, every rank's momentum, from the checkpoint.
+    Checkpointer checkpoints(cfg, ctx, n, spe, sync->checkpoint_writers());
+    const OptimizerShard optimizer = sync->optimizer_state();
+    const long start = checkpoints.restore(params.data(), model->buffers(), num_buffers, optimizer);
+    if (rank == 0) {
+      result.resumed_from_step = start > 0 ? start : -1;
+      for (long s = 0; s < start && s / spe < cfg.epochs; ++s) ++steps_in_epoch[static_cast<std::size_t>(s / spe)];
+    }
     ctx.before_first_collective();
     comm.broadcast(params.data(), n, 0);
     const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
@@ -112,11 +120,18 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
     for (int r = 0; r < rank; ++r) offset_in_batch += batches[static_cast<std::size_t>(r)];
     const float grad_scale = 1.0f / static_cast<float>(cfg.global_batch);
     ProgressMeter progress(cfg, total, local_batch);
+    progress.resume_at(start);
     CommStats timed_start = comm.stats();
-    long step = 0;
-    for (int epoch = 0; epoch < cfg.epochs && step < total; ++epoch) {
-      loader.start_epoch(ddp_epoch_indices(cfg, train, sampler, epoch, offset_in_batch, local_batch, spe), epoch);
-      for (long s = 0; s < spe && step < total; ++s, ++step) {
+    const int first_epoch = static_cast<int>(start / spe);
+    long step = start;
+    for (int epoch = first_epoch; epoch < cfg.epochs && step < total; ++epoch) {
+      // Resumed mid-epoch: the epoch's order is rebuilt from (seed, epoch) and the batches
+      // already trained on are skipped.
+      const long skip = epoch == first_epoch ? start % spe : 0;
+      std::vector<std::int64_t> indices = ddp_epoch_indices(cfg, train, sampler, epoch, offset_in_batch, local_batch, spe);
+      indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(skip) * local_batch));
+      loader.start_epoch(std::move(indices), epoch);
+      for (long s = skip; s < spe && step < total; ++s, ++step) {
         if (step == cfg.warmup_steps) timed_start = comm.stats();
         maybe_inject_fault(rank, step);
         timer->begin();
@@ -161,12 +176,14 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
         if (rank == 0) ++steps_in_epoch[static_cast<std::size_t>(epoch)];
         progress.step_done(ctx, epoch, step);
+        checkpoints.maybe_save(step + 1, params.data(), model->buffers(), num_buffers, optimizer, me, timed_start);
       }
     }
     finish_timed_rank(ctx, me, timed_start);
 
     // Outside the timed steps: the global training loss of every step, and rank 0's evaluation.
-    const std::vector<double> local_sums = ctx.step_losses(step);
+    std::vector<double> local_sums = ctx.step_losses(step);
+    checkpoints.merge_losses(local_sums);
     Array<float> losses(ctx, MemoryCategory::activations, std::max<std::size_t>(1, local_sums.size()));
     const std::vector<float> host_sums(local_sums.begin(), local_sums.end());
     ctx.upload(losses.data(), host_sums.data(), host_sums.size());

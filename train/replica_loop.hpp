@@ -13,6 +13,7 @@
 
 #include "core/comm_stream.hpp"
 #include "train/buckets.hpp"
+#include "train/checkpoint.hpp"
 #include "train/rank_context.hpp"
 #include "train/training.hpp"
 #include "workloads/distributed_sampler.hpp"
@@ -60,6 +61,11 @@ class ReplicaSync {
   // The communication thread, for collectives that must run in order with the buckets
   // (SyncBatchNorm); null when the backend orders its own operations.
   virtual CommStream* thread() = 0;
+  // The optimizer state this rank holds, for checkpoints (train/checkpoint.hpp).
+  virtual OptimizerShard optimizer_state() = 0;
+  // Ranks 0..checkpoint_writers()-1 write a checkpoint file each: rank 0 alone when every rank's
+  // optimizer state is a copy of rank 0's; each server its shard when the state is partitioned.
+  virtual int checkpoint_writers() const { return 1; }
 };
 
 // What a ReplicaSync is built from on one rank: the flat parameters and gradients ([n] floats

@@ -205,7 +205,8 @@ nlohmann::json rank_to_json(const RankResult& r) {
   return {{"rank", r.rank}, {"local_batch", r.local_batch}, {"steps", steps},
           {"sent", r.comm_per_step.bytes_sent}, {"received", r.comm_per_step.bytes_received},
           {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category},
-          {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}}};
+          {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}},
+          {"checkpoint_write_s", r.checkpoint_write_s}, {"checkpoint_bytes", r.checkpoint_bytes}};
 }
 
 RankResult rank_from_json(const nlohmann::json& j) {
@@ -223,6 +224,8 @@ RankResult rank_from_json(const nlohmann::json& j) {
   r.memory.peak_by_category = j.at("peak_by_category").get<std::map<std::string, std::int64_t>>();
   const auto& d = j.at("device");
   r.device = {d[0], d[1], d[2], d[3], d[4]};
+  r.checkpoint_write_s = j.at("checkpoint_write_s").get<std::vector<double>>();
+  r.checkpoint_bytes = j.at("checkpoint_bytes");
   return r;
 }
 

@@ -69,6 +69,11 @@ struct TrainConfig {
   // Initial parameters in the model's flat order (--init-params); null: the model's own
   // initialisation from seed.
   std::shared_ptr<const std::vector<float>> initial_params;
+  // Checkpoints (train/checkpoint.hpp): written to checkpoint_dir after every checkpoint_every
+  // steps (0: never); with resume, training continues from the newest valid one there.
+  std::string checkpoint_dir;
+  long checkpoint_every = 0;
+  bool resume = false;
   ProgressFn progress;             // called on rank 0 every progress_interval_s and after the last step
   double progress_interval_s = 0.5;
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
@@ -120,6 +125,8 @@ struct RankResult {
   CommStats comm_per_step;          // bytes per timed step
   MemoryReport memory;              // host memory for CPU ranks, device memory for GPU ranks
   DeviceView device;
+  std::vector<double> checkpoint_write_s;  // seconds this rank spent on each checkpoint it took part in
+  std::int64_t checkpoint_bytes = 0;       // bytes of the file this rank writes per checkpoint (0: none)
 };
 
 struct RunResult {
@@ -138,6 +145,7 @@ struct RunResult {
   std::vector<std::string> warnings;
   std::vector<float> final_params;       // rank 0's, if config.keep_final_params
   std::vector<float> final_buffers;      // and its BatchNorm running statistics (cnn), likewise
+  long resumed_from_step = -1;           // --resume: the checkpoint's step; -1: started from step 0
 };
 
 // The data of one run.

@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/app/project_command.hpp"
 #include "bench/app/run_command.hpp"
@@ -170,6 +171,15 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--init-params", o.init_params,
                  "Start from these parameters instead of the model's initialisation from --seed: raw "
                  "float32 in parameter order, as --save-params writes them");
+  run.add_option("--checkpoint-dir", c.checkpoint_dir,
+                 "Directory of checkpoints: parameters, optimizer state (momentum), BatchNorm buffers, "
+                 "the step reached and the per-step losses, written atomically with a CRC-32 (rank 0; "
+                 "sharded_ps: one shard per server). One --mode");
+  run.add_option("--checkpoint-every", c.checkpoint_every,
+                 "Write a checkpoint after every N optimizer steps (with --checkpoint-dir)");
+  run.add_flag("--resume", c.resume,
+               "Continue from the newest valid checkpoint in --checkpoint-dir (a damaged one is skipped "
+               "with a warning; none there: start from step 0)");
   run.add_option("--reference", o.reference.framework,
                  "Train each mode's PyTorch counterpart too, from the same parameters on the same samples "
                  "in the same order, alternating with dpbench's runs, in the same result file: pytorch "
@@ -193,6 +203,23 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
     if (run.count("--hidden") == 0) o.base.hidden = {128};
     if (run.count("--lr") == 0) o.base.lr = 0.05f;
     if (run.count("--epochs") == 0) o.base.epochs = 3;
+  }
+  const TrainConfig& c = o.base;
+  if (c.checkpoint_every < 0) {
+    throw InputError(fmt::format("--checkpoint-every {}: must be positive", c.checkpoint_every));
+  }
+  if (c.checkpoint_dir.empty() && (c.checkpoint_every > 0 || c.resume)) {
+    throw InputError(fmt::format("{}: needs --checkpoint-dir", c.resume ? "--resume" : "--checkpoint-every"));
+  }
+  if (!c.checkpoint_dir.empty()) {
+    if (c.checkpoint_every == 0 && !c.resume) {
+      throw InputError(fmt::format("--checkpoint-dir {}: give --checkpoint-every N, --resume, or both", c.checkpoint_dir));
+    }
+    if (o.modes.size() != 1) {
+      throw InputError(fmt::format("--checkpoint-dir {}: checkpoints one mode; give one --mode (got {})",
+                                   c.checkpoint_dir, fmt::join(o.modes, ",")));
+    }
+    if (!o.reference.framework.empty()) throw InputError("--checkpoint-dir: not with --reference");
   }
   // --rank-batch fixes the global batch (and the world size) unless they were given too.
   if (!o.base.rank_batches.empty()) {

@@ -109,6 +109,11 @@ RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const De
   const Strategy& strategy = find_strategy(cfg.mode);
   RunResult r = strategy.train(cfg, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);
+  if (r.resumed_from_step >= r.steps_total) {
+    r.warnings.push_back(fmt::format("--resume: the checkpoint of step {} is the end of this {}-step run: nothing was trained",
+                                     r.resumed_from_step, r.steps_total));
+    fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
+  }
   if (cfg.device != "cpu") {
     const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(), [](const RankResult& k) { return k.device.virtual_rank; });
     if (shared) {

@@ -1,6 +1,5 @@
 #include "bench/app/result_file.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace dpbench {
@@ -29,14 +29,6 @@ std::string kind_of(const struct stat& st) {
   if (S_ISSOCK(st.st_mode)) return "a socket";
   return "not a regular file";
 }
-
-// Closes fd on scope exit.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -69,38 +61,7 @@ std::string check_result_path(const std::string& path, const std::string& option
 }
 
 void write_result_file(const std::string& path, const std::string& text, const std::string& option) {
-  const fs::path target(check_result_path(path, option));
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp = (dir / fmt::format(".{}.XXXXXX", target.filename().string())).string();
-  Fd file{::mkstemp(tmp.data())};
-  if (file.fd < 0) throw IoError(fmt::format("{} {}: cannot create a temporary file: {}", option, path, os_reason(errno)));
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw IoError(fmt::format("{} {}: {}: {}", option, path, what, os_reason(err)));
-  };
-  // mkstemp creates 0600; a result file is as readable as any other file the user writes.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  if (::fchmod(file.fd, 0666 & ~mask) != 0) fail("cannot set permissions");
-  const char* data = text.data();
-  std::size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(file.fd, data, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write failed");
-    }
-    data += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  if (::fsync(file.fd) != 0) fail("fsync failed");
-  const int fd = file.fd;
-  file.fd = -1;
-  if (::close(fd) != 0) fail("close failed");
-  if (::rename(tmp.c_str(), target.c_str()) != 0) fail("cannot rename into place");
-  Fd directory{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
-  if (directory.fd >= 0) ::fsync(directory.fd);  // best effort: the file itself is complete
+  write_file_atomic(check_result_path(path, option), text.data(), text.size(), fmt::format("{} {}", option, path));
 }
 
 }  // namespace dpbench

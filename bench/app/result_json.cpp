@@ -173,6 +173,25 @@ nlohmann::json run_to_json(const RunResult& run) {
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   j["quality"] = quality;  // a non-finite loss is written as null
+  if (!c.checkpoint_dir.empty()) {
+    // A checkpoint's time is its slowest rank's (barrier to file in place); bytes per checkpoint.
+    std::vector<double> per_checkpoint;
+    nlohmann::json bytes = nlohmann::json::array();
+    for (const auto& r : run.ranks) {
+      if (per_checkpoint.size() < r.checkpoint_write_s.size()) per_checkpoint.resize(r.checkpoint_write_s.size(), 0.0);
+      for (std::size_t i = 0; i < r.checkpoint_write_s.size(); ++i) {
+        per_checkpoint[i] = std::max(per_checkpoint[i], r.checkpoint_write_s[i]);
+      }
+      bytes.push_back(r.checkpoint_bytes);
+    }
+    j["checkpoints"] = {{"dir", c.checkpoint_dir},
+                        {"every", c.checkpoint_every},
+                        {"count", per_checkpoint.size()},
+                        {"write_time_s", {{"total", std::accumulate(per_checkpoint.begin(), per_checkpoint.end(), 0.0)},
+                                          {"median", median(per_checkpoint)}}},
+                        {"bytes_per_rank", bytes}};
+    j["resumed_from_step"] = run.resumed_from_step >= 0 ? nlohmann::json(run.resumed_from_step) : nlohmann::json();
+  }
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");
