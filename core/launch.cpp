@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/gloo_comm.hpp"
 #include "core/mpi_comm.hpp"
 
 namespace dpbench {
@@ -74,6 +75,15 @@ LaunchInfo env_launch(int requested, int world, int rank, const std::optional<in
   }
   info.master_addr = std::getenv("MASTER_ADDR");
   info.master_port = port;
+  // Under torchrun (it sets TORCHELASTIC_RUN_ID) the agent's own store may already listen on
+  // MASTER_PORT: dpbench's rendezvous takes the next port, or DPBENCH_MASTER_PORT when set.
+  if (const auto own = env_int("DPBENCH_MASTER_PORT")) {
+    if (*own < 1 || *own > 65535) throw InputError(fmt::format("DPBENCH_MASTER_PORT={}: not a TCP port (1..65535)", *own));
+    info.master_port = *own;
+  } else if (std::getenv("TORCHELASTIC_RUN_ID") != nullptr) {
+    if (port == 65535) throw InputError("MASTER_PORT=65535: under torchrun dpbench meets on MASTER_PORT + 1");
+    info.master_port = port + 1;
+  }
   env_output_rank = rank;
   return info;
 }
@@ -81,8 +91,8 @@ LaunchInfo env_launch(int requested, int world, int rank, const std::optional<in
 }  // namespace
 
 LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device) {
-  if (comm != "local" && comm != "mpi" && comm != "nccl") {
-    throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi or nccl)", comm));
+  if (comm != "local" && comm != "mpi" && comm != "nccl" && comm != "gloo") {
+    throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi, gloo or nccl)", comm));
   }
   const auto env_world = env_int("WORLD_SIZE");
   const auto env_rank = env_int("RANK");
@@ -132,6 +142,25 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
     info.world_size = requested > 0 ? requested : 4;
     info.ranks_on_this_node = info.world_size;
     return info;
+  }
+
+  if (comm == "gloo") {
+    // One CPU rank per process, started by torchrun (or by hand with its variables).
+    if (device == "cuda") throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
+    if (!gloo_built()) {
+      throw InputError("--comm gloo: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
+    }
+    for (const char* name : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+      const char* v = std::getenv(name);
+      if (v == nullptr || *v == '\0') {
+        throw InputError(fmt::format("--comm gloo: {} is unset; start the ranks with torchrun --no_python (or set "
+                                     "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)",
+                                     name));
+      }
+    }
+    const int port = *env_int("MASTER_PORT");
+    if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
+    return env_launch(requested, *env_world, *env_rank, env_local, port);
   }
 
   // comm == "mpi": one rank per process.

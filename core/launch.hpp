@@ -25,7 +25,8 @@ struct LaunchInfo {
 // it. Throws InputError for: an unknown backend, --comm mpi in a build without MPI or with
 // --device cuda, a world size that differs from the launcher's or from WORLD_SIZE, a
 // RANK/LOCAL_RANK out of range or differing from the launcher's, --comm nccl without CUDA
-// training. A torchrun-style launch (WORLD_SIZE > 1 without mpirun) is `nccl` only, with one
+// training, --comm gloo without torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
+// with --device cuda or in a build without gloo. A torchrun-style launch (WORLD_SIZE > 1 without mpirun) is `nccl` only, with one
 // rank per process meeting at MASTER_ADDR:MASTER_PORT (core/rendezvous.hpp): RANK is required,
 // LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to WORLD_SIZE; InputError when RANK,
 // MASTER_ADDR or MASTER_PORT is unset, or MASTER_PORT is not a port.

@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
+#include "core/gloo_comm.hpp"
 #include "core/mpi_comm.hpp"
 #include "core/rendezvous.hpp"
 #include "workloads/cpu_kernels.hpp"
@@ -111,8 +112,21 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
       body(rank, *comm, tracker);
     });
   }
+  if (config.comm == "gloo") {
+    // One rank per process (torchrun): the ranks meet at MASTER_ADDR:MASTER_PORT, where gloo's
+    // mesh is connected too; every process runs the same runs, so the n-th has one tag.
+    static std::atomic<int> gloo_runs{0};
+    const std::string tag = fmt::format("gloo {}", ++gloo_runs);
+    return run_env_process(config, ranks, [] { return std::string(); }, [&](const std::string&) {
+      MemoryTracker tracker;
+      Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, config.world_size,
+                                                  config.process_rank, config.timeout);
+      auto comm = make_gloo_communicator(rendezvous, tag, config.master_addr, config.timeout);
+      body(config.process_rank, *comm, tracker);
+    });
+  }
   if (config.comm != "local") {
-    throw InputError(fmt::format("--comm {}: not available for CPU training (choose local or mpi)", config.comm));
+    throw InputError(fmt::format("--comm {}: not available for CPU training (choose local, mpi or gloo)", config.comm));
   }
   auto group = std::make_shared<LocalGroup>(config.world_size, config.timeout);
   run_rank_threads(*group, [&](int rank) {

@@ -98,7 +98,9 @@ void check_point(const TrainConfig& c, const Dataset& train) {
 }
 
 int ranks_on_this_node(const TrainConfig& cfg) {
-  return cfg.comm == "mpi" && MpiRuntime::active() ? MpiRuntime::local_size() : cfg.world_size;
+  if (cfg.comm == "mpi" && MpiRuntime::active()) return MpiRuntime::local_size();
+  if (cfg.comm == "gloo" && cfg.ranks_on_this_node > 0) return cfg.ranks_on_this_node;  // LOCAL_WORLD_SIZE
+  return cfg.world_size;
 }
 
 RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const DeviceChoice& device) {

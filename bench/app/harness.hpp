@@ -40,8 +40,8 @@ void check_common_options(const TrainConfig& base, double timeout_s);
 // timed steps. Throws InputError.
 void check_point(const TrainConfig& config, const Dataset& train);
 
-// How many ranks share this machine's cores: world_size for in-process ranks, the node-local
-// process count under mpirun.
+// How many ranks share this machine's cores: world_size for in-process ranks, LOCAL_WORLD_SIZE
+// under torchrun (gloo), the node-local process count under mpirun.
 int ranks_on_this_node(const TrainConfig& config);
 
 // Trains one point: sets the BLAS threads per rank, runs the strategy, adds the warnings every
