@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs dpbench's build and run dependencies from Debian packages. Idempotent: packages that
 # are already installed are skipped, and apt is not touched at all when nothing is missing.
-# Used by the README quick start and by .ci/run. OpenMPI is installed for the `mpi` backend (the
-# build still works without it); CUDA and NCCL stay optional.
+# Used by the README quick start and by .ci/run. OpenMPI and gloo are installed for the `mpi` and
+# `gloo` backends (the build still works without them); CUDA and NCCL stay optional.
 #   --test   also what only the tests need (Chromium, to render the HTML report headless;
 #            python3-torch, for the PyTorch reference and its loss-agreement test)
 #   --fuzz   also clang-14 and its libFuzzer runtime (scripts/fuzz.sh)
@@ -13,7 +13,7 @@ packages=(
   nlohmann-json3-dev libfmt-dev libcli11-dev libopenblas-dev zlib1g-dev
   libzmq3-dev cppzmq-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark-tools
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libgloo-dev
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )

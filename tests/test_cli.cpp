@@ -2,6 +2,7 @@
 // input, exit code 2 and no result file; a good run prints the table and writes a file that
 // validates against the JSON Schema; and the default main job meets its acceptance figures.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "tests/training_fixtures.hpp"
 #include "core/rendezvous.hpp"
 #include "core/device.hpp"
+#include "core/gloo_comm.hpp"
 #include "train/models.hpp"
 #include "workloads/fashion_mnist.hpp"
 
@@ -369,6 +371,50 @@ TEST_F(Cli, ReferenceFailureKeepsDpbenchsRuns) {
   EXPECT_NE(doc["reference"]["failures"][0]["error"].get<std::string>().find("connection reset by peer"),
             std::string::npos);
   EXPECT_NE(o.err.find("the PyTorch reference of allreduce failed"), std::string::npos) << o.err;
+}
+
+// torchrun starts dpbench with --comm gloo: 2 processes give the parameters of 2 in-process ranks
+// after 20 steps (relative L2 < 1e-5) and the same bytes per rank and step, and rank 0 alone
+// writes the result. Debian 12's torchrun (torch 1.13 on Python 3.11) cannot parse its own
+// default --redirects/--tee 0, hence --redirects 1 --tee 1.
+TEST_F(Cli, GlooUnderTorchrunMatchesLocalRanks) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  if (std::system("command -v torchrun >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "torchrun is not installed (python3-torch; scripts/setup.sh --test installs it)";
+  }
+  const std::string args =
+      "--data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 20 --max-steps 20 -q";
+  const std::string gloo = (tmp_.path() / "gloo").string(), local = (tmp_.path() / "local").string();
+  const fs::path gloo_out = tmp_.path() / "gloo.json";
+  const Outcome g = shell(fmt::format("cd {} && timeout -k 10 240 torchrun --nproc_per_node 2 --master_port {} "
+                                      "--redirects 1 --tee 1 --log_dir {} --no_python {} run --comm gloo {} "
+                                      "--save-params {} --out {}",
+                                      tmp_.path().string(), 29600 + (getpid() % 1000), (tmp_.path() / "logs").string(),
+                                      DPBENCH_BINARY, args, gloo, gloo_out.string()),
+                          tmp_.path());
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + local);
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const auto gdoc = nlohmann::json::parse(slurp(gloo_out)), ldoc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(gdoc["config"]["launcher"], "env");
+  ASSERT_EQ(gdoc["runs"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::string mode = gdoc["runs"][i]["mode"];
+    EXPECT_EQ(gdoc["runs"][i]["comm"], "gloo") << mode;
+    const auto a = read_f32(gloo + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    ASSERT_FALSE(a.empty()) << mode;
+    EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(gdoc["runs"][i]["comm_bytes_per_step"]["per_rank"][r], ldoc["runs"][i]["comm_bytes_per_step"]["per_rank"][r])
+          << mode << " rank " << r;
+    }
+  }
+}
+
+TEST_F(Cli, GlooWithoutTorchrunIsOneLine) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  expect_input_error(synthetic("--comm gloo"), "torchrun");
 }
 
 // --init-params starts the run there: its own initial parameters reproduce the run, others change it.
