@@ -412,6 +412,47 @@ TEST_F(Cli, GlooUnderTorchrunMatchesLocalRanks) {
   }
 }
 
+// torchrun --max_restarts 1: rank 1 is killed at step 12 of the first attempt (DPBENCH_FAULT fires
+// in the first attempt only), torchrun restarts both ranks, dpbench resumes from the checkpoint of
+// step 10, and the run ends with the parameters and per-step losses of an uninterrupted run, bit
+// for bit, recording the failed step, the steps redone and the recovery time.
+TEST_F(Cli, ElasticRestartUnderTorchrunEqualsAnUninterruptedRun) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  if (std::system("command -v torchrun >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "torchrun is not installed (python3-torch; scripts/setup.sh --test installs it)";
+  }
+  const std::string args =
+      "--mode allreduce --data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 20 "
+      "--max-steps 25 -q --checkpoint-every 5";
+  auto torchrun = [&](const std::string& name, const std::string& env, int port) {
+    const fs::path dir = tmp_.path() / name;
+    return shell(fmt::format("cd {} && {} timeout -k 10 300 torchrun --nproc_per_node 2 --max_restarts 1 --master_port {} "
+                             "--redirects 1 --tee 1 --log_dir {} --no_python {} run --comm gloo {} --checkpoint-dir {} "
+                             "--resume --save-params {} --out {}",
+                             tmp_.path().string(), env, port, (dir / "logs").string(), DPBENCH_BINARY, args,
+                             (dir / "ck").string(), (dir / "p").string(), (dir / "r.json").string()),
+                 tmp_.path());
+  };
+  const int port = 30700 + (getpid() % 1000) * 2;
+  const Outcome killed = torchrun("killed", "DPBENCH_FAULT=rank=1,step=12,kind=kill", port);
+  ASSERT_EQ(killed.exit_code, 0) << killed.err;
+  const Outcome whole = torchrun("whole", "", port + 20);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(read_f32((tmp_.path() / "killed" / "p-allreduce.f32").string()),
+            read_f32((tmp_.path() / "whole" / "p-allreduce.f32").string()));
+  const auto k = nlohmann::json::parse(slurp(tmp_.path() / "killed" / "r.json"))["runs"][0];
+  const auto w = nlohmann::json::parse(slurp(tmp_.path() / "whole" / "r.json"))["runs"][0];
+  EXPECT_EQ(k["quality"]["step_train_loss"], w["quality"]["step_train_loss"]);
+  EXPECT_EQ(k["resumed_from_step"], 10);
+  ASSERT_TRUE(k.contains("elastic_restart")) << k.dump();
+  const auto& restart = k["elastic_restart"];
+  EXPECT_EQ(restart["restart_count"], 1);
+  EXPECT_EQ(restart["failed_step"], 12);
+  EXPECT_EQ(restart["steps_redone"], 2);
+  EXPECT_GT(restart["recovery_s"].get<double>(), 0.0);
+  EXPECT_FALSE(w.contains("elastic_restart"));
+}
+
 TEST_F(Cli, GlooWithoutTorchrunIsOneLine) {
   if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
   expect_input_error(synthetic("--comm gloo"), "torchrun");

@@ -21,6 +21,7 @@
 #include "core/gloo_comm.hpp"
 #include "core/mpi_comm.hpp"
 #include "core/rendezvous.hpp"
+#include "train/elastic.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "train/models.hpp"
 
@@ -122,7 +123,13 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
       Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, config.world_size,
                                                   config.process_rank, config.timeout);
       auto comm = make_gloo_communicator(rendezvous, tag, config.master_addr, config.timeout);
-      body(config.process_rank, *comm, tracker);
+      try {
+        body(config.process_rank, *comm, tracker);
+      } catch (const std::exception& e) {
+        // What the next attempt of an elastic restart measures its recovery from.
+        if (!config.checkpoint_dir.empty()) record_failure(config.checkpoint_dir, config.process_rank, e.what());
+        throw;
+      }
     });
   }
   if (config.comm != "local") {
@@ -244,8 +251,11 @@ RankResult rank_from_json(const nlohmann::json& j) {
 }
 
 void maybe_inject_fault(int rank, long step) {
+  note_step_start(step);
   static const std::optional<Fault> fault = fault_from_env();
   if (!fault || fault->rank != rank || fault->step != step) return;
+  // Under torchrun, only the first attempt fails, so that a restart can succeed.
+  if (restart_count() > 0) return;
   if (fault->kind == "throw") throw Error(fmt::format("injected fault at step {} (DPBENCH_FAULT)", step));
   if (fault->kind == "kill") std::raise(SIGKILL);
   if (fault->kind == "hang") {

@@ -145,6 +145,9 @@ struct RunResult {
   std::vector<std::string> warnings;
   std::vector<float> final_params;       // rank 0's, if config.keep_final_params
   std::vector<float> final_buffers;      // and its BatchNorm running statistics (cnn), likewise
+  // Under torchrun --max_restarts, in an attempt after a failure: what the restart cost
+  // (train/elastic.hpp restart_cost); null otherwise.
+  nlohmann::json elastic_restart;
   long resumed_from_step = -1;           // --resume: the checkpoint's step; -1: started from step 0
 };
 

@@ -10,6 +10,7 @@
 #include "bench/app/env_info.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
+#include "train/elastic.hpp"
 #include "train/models.hpp"
 #include "core/error.hpp"
 #include "core/mpi_comm.hpp"
@@ -111,6 +112,7 @@ RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const De
   const Strategy& strategy = find_strategy(cfg.mode);
   RunResult r = strategy.train(cfg, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);
+  if (!cfg.checkpoint_dir.empty()) r.elastic_restart = restart_cost(cfg.checkpoint_dir, r.resumed_from_step);
   if (r.resumed_from_step >= r.steps_total) {
     r.warnings.push_back(fmt::format("--resume: the checkpoint of step {} is the end of this {}-step run: nothing was trained",
                                      r.resumed_from_step, r.steps_total));

@@ -191,6 +191,7 @@ nlohmann::json run_to_json(const RunResult& run) {
                                           {"median", median(per_checkpoint)}}},
                         {"bytes_per_rank", bytes}};
     j["resumed_from_step"] = run.resumed_from_step >= 0 ? nlohmann::json(run.resumed_from_step) : nlohmann::json();
+    if (!run.elastic_restart.is_null()) j["elastic_restart"] = run.elastic_restart;
   }
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
