@@ -8,6 +8,8 @@
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -31,6 +34,15 @@
 
 namespace dpbench {
 
+const char* gloo_allreduce_algorithm_name(GlooAllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case GlooAllreduceAlgorithm::ring: return "ring";
+    case GlooAllreduceAlgorithm::ring_chunked: return "ring_chunked";
+    case GlooAllreduceAlgorithm::halving_doubling: return "halving_doubling";
+  }
+  return "unknown";
+}
+
 #ifndef DPBENCH_HAVE_GLOO
 
 bool gloo_built() { return false; }
@@ -38,6 +50,10 @@ bool gloo_built() { return false; }
 std::unique_ptr<Communicator> make_gloo_communicator(Rendezvous&, const std::string&, const std::string&,
                                                      std::chrono::milliseconds) {
   throw InputError("--comm gloo: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
+}
+
+std::unique_ptr<GlooAllreduce> make_gloo_allreduce(Communicator&, GlooAllreduceAlgorithm, float*, std::size_t) {
+  throw InputError("gloo all-reduce: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
 }
 
 #else
@@ -118,6 +134,7 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
   std::string backend() const override { return "gloo"; }
+  const std::shared_ptr<gloo::rendezvous::Context>& context() const { return context_; }
 
   void allreduce_sum(float* buf, std::size_t n) override {
     if (size_ == 1 || n == 0) return;
@@ -296,7 +313,61 @@ class GlooCommunicator final : public Communicator {
   std::string abort_reason_;  // guarded by mutex_
 };
 
+// The options-based ring (a fresh set of unbound buffers per call) or one of gloo's class
+// algorithms (buffers registered once, in the constructor).
+class GlooAllreduceImpl final : public GlooAllreduce {
+ public:
+  GlooAllreduceImpl(GlooCommunicator& comm, GlooAllreduceAlgorithm algorithm, float* buf, std::size_t n)
+      : comm_(comm), algorithm_(algorithm), buf_(buf), n_(n) {
+    const auto count = static_cast<int>(n);
+    guard([&] {
+      if (algorithm == GlooAllreduceAlgorithm::ring_chunked) {
+        class_algorithm_ = std::make_unique<gloo::AllreduceRingChunked<float>>(comm.context(), std::vector<float*>{buf}, count);
+      } else if (algorithm == GlooAllreduceAlgorithm::halving_doubling) {
+        class_algorithm_ =
+            std::make_unique<gloo::AllreduceHalvingDoubling<float>>(comm.context(), std::vector<float*>{buf}, count);
+      }
+    });
+  }
+  void run() override {
+    if (class_algorithm_) {
+      guard([&] { class_algorithm_->run(); });
+    } else {
+      comm_.allreduce_sum(buf_, n_);
+    }
+  }
+
+ private:
+  template <typename F>
+  void guard(F&& f) {
+    try {
+      f();
+    } catch (const gloo::Exception& e) {
+      throw Error(fmt::format("rank {}: gloo all-reduce ({}): {}", comm_.rank(), gloo_allreduce_algorithm_name(algorithm_),
+                              one_line(e.what())));
+    }
+  }
+
+  GlooCommunicator& comm_;
+  GlooAllreduceAlgorithm algorithm_;
+  float* buf_;
+  std::size_t n_;
+  std::unique_ptr<gloo::Algorithm> class_algorithm_;
+};
+
 }  // namespace
+
+std::unique_ptr<GlooAllreduce> make_gloo_allreduce(Communicator& comm, GlooAllreduceAlgorithm algorithm, float* buf,
+                                                   std::size_t n) {
+  auto* gloo_comm = dynamic_cast<GlooCommunicator*>(&comm);
+  if (gloo_comm == nullptr) {
+    throw InputError(fmt::format("gloo all-reduce: needs a gloo communicator, got the '{}' backend's", comm.backend()));
+  }
+  if (n > static_cast<std::size_t>(INT_MAX)) {
+    throw InputError(fmt::format("gloo all-reduce: {} floats is above gloo's limit of {}", n, INT_MAX));
+  }
+  return std::make_unique<GlooAllreduceImpl>(*gloo_comm, algorithm, buf, n);
+}
 
 std::unique_ptr<Communicator> make_gloo_communicator(Rendezvous& rendezvous, const std::string& tag,
                                                      const std::string& master_addr,

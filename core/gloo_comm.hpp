@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -30,5 +31,36 @@ bool gloo_built();
 std::unique_ptr<Communicator> make_gloo_communicator(Rendezvous& rendezvous, const std::string& tag,
                                                      const std::string& master_addr,
                                                      std::chrono::milliseconds timeout);
+
+// gloo's all-reduce algorithms, for comparing them with dpbench's ring and Open MPI's
+// (bench/micro/dpbench_collectives):
+// - ring: gloo::allreduce with Algorithm::RING, what `--comm gloo` runs (gloo/allreduce.cc);
+// - ring_chunked: gloo::AllreduceRingChunked, a ring over 2p chunks of at least 1 KiB that keeps
+//   two chunks in flight (gloo/allreduce_ring_chunked.h);
+// - halving_doubling: gloo::AllreduceHalvingDoubling, recursive vector halving with distance
+//   doubling for the reduce-scatter and the reverse for the all-gather, with binary blocks for
+//   world sizes that are not powers of two (Thakur, Rabenseifner and Gropp, "Optimization of
+//   Collective Communication Operations in MPICH", 2005; gloo/allreduce_halving_doubling.h).
+enum class GlooAllreduceAlgorithm { ring, ring_chunked, halving_doubling };
+
+// "ring", "ring_chunked", "halving_doubling".
+const char* gloo_allreduce_algorithm_name(GlooAllreduceAlgorithm algorithm);
+
+// One in-place float sum all-reduce, bound to its buffer when made (the class algorithms register
+// the buffer with each pair once) and run as often as wanted. Every rank must make its instances
+// in the same order, as gloo matches them by slot.
+class GlooAllreduce {
+ public:
+  virtual ~GlooAllreduce() = default;
+  // Sums buf[n] over every rank, in place. Throws Error naming the rank and the algorithm when a
+  // peer fails or the communicator's timeout passes.
+  virtual void run() = 0;
+};
+
+// An all-reduce of buf[n] floats over the connections of `comm`, which make_gloo_communicator
+// made. Throws InputError when the build has no gloo, `comm` is another backend's, or n is above
+// INT_MAX (gloo's count type); Error when gloo cannot set it up.
+std::unique_ptr<GlooAllreduce> make_gloo_allreduce(Communicator& comm, GlooAllreduceAlgorithm algorithm,
+                                                   float* buf, std::size_t n);
 
 }  // namespace dpbench

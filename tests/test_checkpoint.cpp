@@ -4,6 +4,7 @@
 // and under mpirun; damaged checkpoints are skipped for the previous one or refused; a config
 // mismatch names its field; saves leave no temporary file.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
+#include "core/gloo_comm.hpp"
 #include "core/mpi_comm.hpp"
 #include "ps/parameter_server.hpp"
 #include "sharded_ps/sharded_ps.hpp"
@@ -420,6 +422,49 @@ TEST_F(CheckpointCli, MpiStoppedAndResumedJobEqualsUninterruptedBitwise) {
     const auto a = read_f32(path("whole-" + mode + ".f32"));
     ASSERT_GT(a.size(), 1000u);
     EXPECT_TRUE(read_f32(path("resumed-" + mode + ".f32")) == a) << mode;
+  }
+}
+
+// Over gloo, 2 processes started by hand with torchrun's variables: a job stopped and resumed ends
+// with the uninterrupted job's parameters and losses, bit for bit, in every mode and transport.
+TEST_F(CheckpointCli, GlooStoppedAndResumedJobEqualsUninterruptedBitwise) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  int port = 31000 + static_cast<int>(getpid() % 1000) * 16;
+  // Both ranks in the background; the exit code is the first non-zero one.
+  const auto job = [&](const std::string& args) {
+    std::string line = "(";
+    for (int r = 0; r < 2; ++r) {
+      line += "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+              " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " timeout -k 5 120 " + kRun +
+              " --comm gloo " + args + " & p" + std::to_string(r) +
+              "=$!; ";
+    }
+    line += "wait $p0; r0=$?; wait $p1; r1=$?; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
+    ++port;
+    return sh(line);
+  };
+  for (const std::string variant : {"ps", "ps p2p", "sharded_ps", "sharded_ps p2p", "allreduce"}) {
+    const std::string mode = variant.substr(0, variant.find(' '));
+    const std::string transport = variant == mode ? "" : " --transport p2p";
+    const std::string run = " --mode " + mode + transport;
+    const std::string dir = path("ck-" + std::to_string(port));
+    const Outcome w = job(run + " -o " + path("whole.json") + " --save-params " + path("whole"));
+    ASSERT_EQ(w.exit_code, 0) << variant << w.err;
+    const Outcome a = job(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json"));
+    ASSERT_EQ(a.exit_code, 0) << variant << a.err;
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 12, 0))) << variant;
+    EXPECT_EQ(fs::exists(checkpoint_path(dir, 12, 1)), mode == "sharded_ps") << variant;
+    const Outcome o = job(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") + " --save-params " +
+                          path("resumed"));
+    ASSERT_EQ(o.exit_code, 0) << variant << o.err;
+    const auto whole = nlohmann::json::parse(slurp(path("whole.json")))["runs"][0];
+    const auto resumed = nlohmann::json::parse(slurp(path("b.json")))["runs"][0];
+    EXPECT_EQ(resumed["comm"], "gloo") << variant;
+    EXPECT_EQ(resumed["resumed_from_step"], 12) << variant;
+    EXPECT_EQ(resumed["quality"]["step_train_loss"], whole["quality"]["step_train_loss"]) << variant;
+    const auto params = read_f32(path("whole-" + mode + ".f32"));
+    ASSERT_GT(params.size(), 1000u);
+    EXPECT_TRUE(read_f32(path("resumed-" + mode + ".f32")) == params) << variant;
   }
 }
 

@@ -13,7 +13,23 @@
 // algbw counts the bytes that pass through the reducer, (p-1) * bytes / time, and busbw = algbw.
 // Ranks beyond the machine's cores are time-sliced (label "ranks>cores"): such figures say what
 // the code costs when oversubscribed, not what the memory system can do.
-// Not for: NCCL or MPI (their own tools measure those), or end-to-end training (see `dpbench`).
+// Not for: NCCL (nccl-tests measures it), or end-to-end training (see `dpbench`).
+//
+// Across processes: launched by mpirun with 2 or more processes (`mpirun -np 4
+// dpbench_collectives`), the binary measures all-reduce between processes instead, at the same
+// message sizes and with the same checks and counters, so that the library all-reduces stand
+// beside the `local` ring's figures at the same rank count (BM_AllReduce, from a run without
+// mpirun): BM_AllReduceMpi (MPI_Allreduce, Open MPI's choice of algorithm), BM_AllReduceGlooRing
+// (gloo::allreduce's ring, what `--comm gloo` runs), BM_AllReduceGlooRingChunked and
+// BM_AllReduceGlooHalvingDoubling (gloo over its TCP transport; loopback on one node; see
+// core/gloo_comm.hpp). The gloo ranks meet through dpbench's rendezvous, its port passed on with
+// MPI. Each iteration starts at an MPI barrier; its time is the slowest rank's (nccl-tests
+// reports the same), which every rank hands to Google Benchmark, so that all make the same
+// iteration decisions. Rank 0 alone prints and writes --benchmark_out. A rank whose collective
+// fails ends the job (MPI_Abort) with a one-line message. Run it with `mpirun --bind-to none`:
+// Open MPI binds each of up to 2 processes to one core by default, and gloo's network thread
+// then waits for that core behind the caller (3-4x the time at 16 KiB on 2 cores); the context
+// records cpus_per_process.
 //
 // Run time: sizes are powers of 8 from 4 B to 64 MiB for every world size, and 256 MiB for
 // world_size 2 only (8 ranks x 256 MiB would be 2-4 GiB of buffers and seconds per iteration when
@@ -22,8 +38,13 @@
 // which the hand-off costs more than the copy. The default run takes under a minute on an idle
 // 2-core machine (about 80 s on a busy one); filter and use --benchmark_repetitions for steadier
 // figures.
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -37,12 +58,15 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench/micro/micro_main.hpp"
+#include "bench/app/blas_core.hpp"
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/gloo_comm.hpp"
 #include "core/local_comm.hpp"
 #include "core/memory.hpp"
+#include "core/mpi_comm.hpp"
+#include "core/rendezvous.hpp"
 #include "workloads/cpu_kernels.hpp"
 
 namespace dpbench {
@@ -518,6 +542,188 @@ void memcpy_parallel(benchmark::State& state) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// All-reduce across processes (under mpirun).
+
+constexpr std::chrono::milliseconds kProcessTimeout{60000};
+
+// The job's communicators: MPI for control (barriers, the slowest rank's time) and MPI_Allreduce,
+// gloo for gloo's algorithms.
+struct ProcessWorld {
+  int rank = 0;
+  int world_size = 1;
+  bool oversubscribed = false;  // more processes on this node than cores
+  int cpus_per_process = 0;     // CPUs in rank 0's affinity mask
+  std::unique_ptr<Communicator> mpi;
+  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<Communicator> gloo;  // null in a build without gloo
+};
+ProcessWorld& process_world() {
+  static ProcessWorld world;
+  return world;
+}
+
+// Connects the job: MPI first, then gloo's mesh through a rendezvous on rank 0 (loopback when
+// every process is on one node, rank 0's host name otherwise) on a port rank 0 picks.
+void connect_process_world() {
+  ProcessWorld& w = process_world();
+  MpiRuntime::init();
+  w.rank = MpiRuntime::rank();
+  w.world_size = MpiRuntime::size();
+  w.oversubscribed = static_cast<unsigned>(MpiRuntime::local_size()) > std::thread::hardware_concurrency();
+  w.mpi = make_mpi_communicator(kProcessTimeout);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) w.cpus_per_process = CPU_COUNT(&mask);
+  if (!gloo_built() || w.world_size < 2) return;
+  if (w.rank == 0 && w.cpus_per_process == 1) {
+    std::fprintf(stderr,
+                 "dpbench_collectives: note: each process is bound to one CPU, which gloo's network thread "
+                 "shares with the caller; run mpirun with --bind-to none for gloo's figures\n");
+  }
+  std::array<char, 256> host{};
+  if (MpiRuntime::local_size() == w.world_size) {
+    std::snprintf(host.data(), host.size(), "127.0.0.1");
+  } else if (w.rank == 0) {
+    gethostname(host.data(), host.size() - 1);
+  }
+  mpi_broadcast_bytes(host.data(), host.size(), 0);
+  const std::string master_addr(host.data());
+  int port = 0;
+  if (w.rank == 0) {
+    w.rendezvous = std::make_unique<Rendezvous>(master_addr, 0, w.world_size, 0, kProcessTimeout);
+    port = w.rendezvous->port();
+  }
+  mpi_broadcast_bytes(&port, sizeof(port), 0);
+  if (w.rank != 0) {
+    w.rendezvous = std::make_unique<Rendezvous>(master_addr, port, w.world_size, w.rank, kProcessTimeout);
+  }
+  w.gloo = make_gloo_communicator(*w.rendezvous, "dpbench_collectives", master_addr, kProcessTimeout);
+}
+
+// Closes gloo's connections, then MPI.
+void disconnect_process_world() {
+  ProcessWorld& w = process_world();
+  w.gloo.reset();
+  w.rendezvous.reset();
+  w.mpi.reset();
+  MpiRuntime::finalize();
+}
+
+enum class ProcessAllReduce { mpi, gloo_ring, gloo_ring_chunked, gloo_halving_doubling };
+
+// The slowest rank's `seconds`, on every rank: an all-reduce over `control` of a vector holding
+// each rank's time at its own index (exact, as every other entry is zero).
+double slowest(ProcessWorld& w, Communicator& control, double seconds) {
+  std::vector<float> times(static_cast<std::size_t>(w.world_size), 0.0f);
+  times[static_cast<std::size_t>(w.rank)] = static_cast<float>(seconds);
+  control.allreduce_sum(times.data(), times.size());
+  return *std::max_element(times.begin(), times.end());
+}
+
+// bytes: state.range(1) (state.range(0) is the world size, for the name). In-place sum of the
+// rank's input pattern, restored (untimed) before every operation as BM_AllReduce does. The
+// barrier and the time exchange around each operation run on the library under test: Open MPI's
+// waits spin, gloo's sleep, and a rank spinning in MPI while its peer waits for gloo's network
+// thread to wake would take the core that thread needs (on 2 cores, milliseconds per message).
+void process_allreduce(benchmark::State& state, ProcessAllReduce impl) {
+  ProcessWorld& w = process_world();
+  Communicator& control = impl == ProcessAllReduce::mpi ? *w.mpi : *w.gloo;
+  const auto n = static_cast<std::size_t>(state.range(1) / 4);
+  if (w.oversubscribed) state.SetLabel("ranks>cores");
+  std::vector<float> input(n), buf(n);
+  fill(input.data(), n, input_pattern(w.rank));
+  const auto restore = [&] { std::memcpy(buf.data(), input.data(), n * sizeof(float)); };
+  std::unique_ptr<GlooAllreduce> gloo_algorithm;
+  try {
+    if (impl == ProcessAllReduce::gloo_ring_chunked) {
+      gloo_algorithm = make_gloo_allreduce(*w.gloo, GlooAllreduceAlgorithm::ring_chunked, buf.data(), n);
+    } else if (impl == ProcessAllReduce::gloo_halving_doubling) {
+      gloo_algorithm = make_gloo_allreduce(*w.gloo, GlooAllreduceAlgorithm::halving_doubling, buf.data(), n);
+    } else if (impl == ProcessAllReduce::gloo_ring) {
+      gloo_algorithm = make_gloo_allreduce(*w.gloo, GlooAllreduceAlgorithm::ring, buf.data(), n);
+    }
+  } catch (const std::exception& e) {
+    MpiRuntime::abort(1, fmt::format("dpbench_collectives: failed: rank {}: {}", w.rank, e.what()));
+  }
+  const auto op = [&] {
+    try {
+      if (gloo_algorithm) {
+        gloo_algorithm->run();
+      } else {
+        w.mpi->allreduce_sum(buf.data(), n);
+      }
+    } catch (const std::exception& e) {
+      MpiRuntime::abort(1, fmt::format("dpbench_collectives: failed: rank {}: {}", w.rank, e.what()));
+    }
+  };
+  restore();
+  op();  // warm-up
+  double total_s = 0;
+  for (auto _ : state) {
+    restore();
+    control.barrier();
+    const Clock::time_point start = Clock::now();
+    op();
+    const double s = slowest(w, control, std::chrono::duration<double>(Clock::now() - start).count());
+    state.SetIterationTime(s);
+    total_s += s;
+  }
+  restore();
+  op();
+  float wrong = static_cast<float>(mismatches(buf.data(), n, sum_pattern(w.world_size)));
+  control.allreduce_sum(&wrong, 1);  // any rank's wrong elements make the sum non-zero
+  const double bytes = static_cast<double>(n * sizeof(float));
+  const double algbw = total_s > 0 ? bytes * static_cast<double>(state.iterations()) / total_s / kGB : 0.0;
+  state.counters["algbw"] = algbw;
+  state.counters["busbw"] = algbw * 2.0 * (w.world_size - 1) / w.world_size;
+  state.counters["wrong"] = wrong;
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n * sizeof(float)));
+  if (wrong != 0) state.SkipWithError(fmt::format("{} wrong elements after the check operation", wrong).c_str());
+}
+
+// world_size x message_sizes(), and 256 MiB at world_size 2, as collective_args.
+void process_args(benchmark::internal::Benchmark* b) {
+  const int ranks = process_world().world_size;
+  b->ArgNames({"ranks", "bytes"});
+  for (std::int64_t bytes : message_sizes()) b->Args({ranks, bytes});
+  if (ranks == 2) b->Args({ranks, kLargest});
+  b->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMicrosecond);
+}
+
+// Replaces the thread-level benchmarks with the process-level ones.
+void register_process_benchmarks() {
+  benchmark::ClearRegisteredBenchmarks();
+  const std::vector<std::pair<const char*, ProcessAllReduce>> impls = {
+      {"BM_AllReduceMpi", ProcessAllReduce::mpi},
+      {"BM_AllReduceGlooRing", ProcessAllReduce::gloo_ring},
+      {"BM_AllReduceGlooRingChunked", ProcessAllReduce::gloo_ring_chunked},
+      {"BM_AllReduceGlooHalvingDoubling", ProcessAllReduce::gloo_halving_doubling},
+  };
+  for (const auto& [name, impl] : impls) {
+    if (impl != ProcessAllReduce::mpi && !process_world().gloo) continue;
+    benchmark::RegisterBenchmark(name, [impl = impl](benchmark::State& state) { process_allreduce(state, impl); })
+        ->Apply(process_args);
+  }
+}
+
+// Prints and writes nothing: the reporter of ranks other than 0.
+class SilentReporter final : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+// argv without --benchmark_out* (ranks other than 0 must not open rank 0's output file).
+void drop_output_flags(int& argc, char** argv) {
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+}
+
 }  // namespace
 }  // namespace dpbench
 
@@ -545,4 +751,42 @@ BENCHMARK(BM_ReducerPull)->Apply(dpbench::collective_args);
 BENCHMARK(BM_Memcpy)->Apply(dpbench::memcpy_args);
 BENCHMARK(BM_MemcpyParallel)->Apply(dpbench::memcpy_parallel_args);
 
-DPBENCH_BENCHMARK_MAIN()
+// Google Benchmark's main, with the process-level benchmarks in place of the thread-level ones
+// when mpirun started 2 or more processes.
+int main(int argc, char** argv) {
+  dpbench::select_blas_core(argv);
+  bool processes = false;
+  try {
+    if (dpbench::mpi_launched() && dpbench::mpi_built()) {
+      dpbench::connect_process_world();
+      processes = dpbench::process_world().world_size >= 2;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpbench_collectives: %s\n", dpbench::one_line(e.what()).c_str());
+    return 2;
+  }
+  const int rank = dpbench::process_world().rank;
+  if (processes) {
+    dpbench::register_process_benchmarks();
+    if (rank != 0) dpbench::drop_output_flags(argc, argv);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("blas_core_note", dpbench::blas_core_note());
+  if (processes) {
+    const auto& w = dpbench::process_world();
+    benchmark::AddCustomContext("processes", std::to_string(w.world_size));
+    benchmark::AddCustomContext("cpus_per_process", std::to_string(w.cpus_per_process));
+    benchmark::AddCustomContext("mpi_library", dpbench::MpiRuntime::version());
+    benchmark::AddCustomContext("gloo", w.gloo ? "tcp transport" : "not in this build (libgloo-dev)");
+  }
+  if (processes && rank != 0) {
+    dpbench::SilentReporter silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  } else {
+    benchmark::RunSpecifiedBenchmarks();
+  }
+  benchmark::Shutdown();
+  if (dpbench::MpiRuntime::active()) dpbench::disconnect_process_world();
+  return 0;
+}
