@@ -2,7 +2,10 @@
 // files written with zlib, valid or broken on purpose.
 #pragma once
 
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -18,6 +21,22 @@ namespace dpbench::testing {
 namespace fs = std::filesystem;
 
 // The whole of a text file ("" when it cannot be read).
+// A TCP port on 127.0.0.1 that the kernel reported free just now (bound to port 0, then
+// released), for a job started by hand with MASTER_PORT; another process may still take it
+// first. Throws std::runtime_error when no socket can be bound.
+inline int free_tcp_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (fd >= 0) close(fd);
+  if (!ok) throw std::runtime_error("free_tcp_port: cannot bind a socket on 127.0.0.1");
+  return ntohs(addr.sin_port);
+}
+
 inline std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream ss;

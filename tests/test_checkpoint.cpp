@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -426,12 +427,13 @@ TEST_F(CheckpointCli, MpiStoppedAndResumedJobEqualsUninterruptedBitwise) {
 }
 
 // Over gloo, 2 processes started by hand with torchrun's variables: a job stopped and resumed ends
-// with the uninterrupted job's parameters and losses, bit for bit, in every mode and transport.
+// with the uninterrupted job's parameters and losses, bit for bit, in every mode and transport;
+// and both processes exit 0 promptly after rank 0 wrote the result.
 TEST_F(CheckpointCli, GlooStoppedAndResumedJobEqualsUninterruptedBitwise) {
   if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
-  int port = 31000 + static_cast<int>(getpid() % 1000) * 16;
   // Both ranks in the background; the exit code is the first non-zero one.
   const auto job = [&](const std::string& args) {
+    const int port = free_tcp_port();
     std::string line = "(";
     for (int r = 0; r < 2; ++r) {
       line += "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
@@ -439,17 +441,26 @@ TEST_F(CheckpointCli, GlooStoppedAndResumedJobEqualsUninterruptedBitwise) {
               " --comm gloo " + args + " & p" + std::to_string(r) +
               "=$!; ";
     }
-    line += "wait $p0; r0=$?; wait $p1; r1=$?; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
-    ++port;
+    line += "wait $p0; r0=$?; wait $p1; r1=$?; date +%s.%N > " + path("exited") +
+            "; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
     return sh(line);
+  };
+  // Seconds from rank 0's result file being written to both processes having exited: the
+  // communicators, gloo's connections and the rendezvous close without waiting for a timeout.
+  const auto exit_delay = [&](const std::string& result) {
+    return std::stod(slurp(path("exited"))) -
+           std::chrono::duration<double>(
+               std::chrono::file_clock::to_sys(fs::last_write_time(result)).time_since_epoch())
+               .count();
   };
   for (const std::string variant : {"ps", "ps p2p", "sharded_ps", "sharded_ps p2p", "allreduce"}) {
     const std::string mode = variant.substr(0, variant.find(' '));
     const std::string transport = variant == mode ? "" : " --transport p2p";
     const std::string run = " --mode " + mode + transport;
-    const std::string dir = path("ck-" + std::to_string(port));
+    const std::string dir = path("ck-" + mode + (transport.empty() ? "" : "-p2p"));
     const Outcome w = job(run + " -o " + path("whole.json") + " --save-params " + path("whole"));
     ASSERT_EQ(w.exit_code, 0) << variant << w.err;
+    EXPECT_LT(exit_delay(path("whole.json")), 5.0) << variant;
     const Outcome a = job(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json"));
     ASSERT_EQ(a.exit_code, 0) << variant << a.err;
     EXPECT_TRUE(fs::exists(checkpoint_path(dir, 12, 0))) << variant;
