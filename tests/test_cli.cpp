@@ -412,6 +412,47 @@ TEST_F(Cli, GlooUnderTorchrunMatchesLocalRanks) {
   }
 }
 
+// The two-node form on one machine: two torchrun agents (--nnodes 2, one process each) meet at a
+// c10d rendezvous endpoint, and the job gives the parameters of 2 in-process ranks. Both agents
+// exit 0; the one result file comes from global rank 0.
+TEST_F(Cli, GlooUnderTwoTorchrunAgentsMatchesLocalRanks) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  if (std::system("command -v torchrun >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "torchrun is not installed (python3-torch; scripts/setup.sh --test installs it)";
+  }
+  const std::string args =
+      "--mode allreduce --data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 20 "
+      "--max-steps 20 -q";
+  const fs::path dir = tmp_.path();
+  const int endpoint = free_tcp_port();
+  std::string agents = "(";
+  for (int node = 0; node < 2; ++node) {
+    agents += fmt::format("timeout -k 10 240 torchrun --nnodes 2 --node_rank {0} --nproc_per_node 1 --rdzv_backend c10d "
+                          "--rdzv_endpoint 127.0.0.1:{1} --rdzv_id dpbench-test --redirects 1 --tee 1 --log_dir {2} "
+                          "--no_python {3} run --comm gloo {4} --save-params {5} --out {6} >{7} 2>&1 & a{0}=$!; ",
+                          node, endpoint, (dir / fmt::format("logs{}", node)).string(), DPBENCH_BINARY, args,
+                          (dir / fmt::format("node{}", node)).string(), (dir / fmt::format("node{}.json", node)).string(),
+                          (dir / fmt::format("agent{}.txt", node)).string());
+  }
+  agents += "wait $a0; r0=$?; wait $a1; r1=$?; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
+  const Outcome g = shell(agents, dir);
+  ASSERT_EQ(g.exit_code, 0) << slurp(dir / "agent0.txt") << slurp(dir / "agent1.txt");
+  // Which agent's process became global rank 0 is the rendezvous' choice: exactly one wrote.
+  const bool first = fs::exists(dir / "node0.json"), second = fs::exists(dir / "node1.json");
+  ASSERT_NE(first, second);
+  const std::string writer = first ? "node0" : "node1";
+  const auto doc = nlohmann::json::parse(slurp(dir / (writer + ".json")));
+  EXPECT_EQ(doc["runs"][0]["comm"], "gloo");
+  EXPECT_EQ(doc["runs"][0]["world_size"], 2);
+  const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + (dir / "local").string());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const auto a = read_f32((dir / (writer + "-allreduce.f32")).string());
+  const auto b = read_f32((dir / "local-allreduce.f32").string());
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  EXPECT_LT(relative_l2(a, b), 1e-5);
+}
+
 // torchrun --max_restarts 1: rank 1 is killed at step 12 of the first attempt (DPBENCH_FAULT fires
 // in the first attempt only), torchrun restarts both ranks, dpbench resumes from the checkpoint of
 // step 10, and the run ends with the parameters and per-step losses of an uninterrupted run, bit

@@ -28,7 +28,7 @@
 // iteration decisions. Rank 0 alone prints and writes --benchmark_out. A rank whose collective
 // fails ends the job (MPI_Abort) with a one-line message. Run it with `mpirun --bind-to none`:
 // Open MPI binds each of up to 2 processes to one core by default, and gloo's network thread
-// then waits for that core behind the caller (3-4x the time at 16 KiB on 2 cores); the context
+// then waits for that core behind the caller (2-3x the time up to 1 MiB on 2 cores); the context
 // records cpus_per_process.
 //
 // Run time: sizes are powers of 8 from 4 B to 64 MiB for every world size, and 256 MiB for
