@@ -23,7 +23,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator  # noqa: E4
 import report_data as rd  # noqa: E402
 
 FIGURE_KEYS = ("throughput_vs_world_size", "memory_per_rank", "step_breakdown", "workers",
-               "batch_size", "collectives_busbw", "projection")  # PNG file stems, report order
+               "batch_size", "collectives_busbw", "allreduce_implementations",
+               "projection")  # PNG file stems, report order
 MIB = 1024.0 ** 2
 DPI = 110
 PHASE_STYLE = (  # phase, legend label, colour; the order they stack in
@@ -435,6 +436,47 @@ def plot_collectives(coll: Optional[rd.Collectives], out_dir: Path) -> Figure:
     ref = f", against {ref_best:.1f} GB/s for memcpy" if ref_best is not None else ""
     caption = (f"Bandwidth should rise with message size and flatten near the link or memory limit: "
                f"the best is {best.busbw:.1f} GB/s ({best.collective}, {bytes_text(best.bytes)}){ref}.")
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+def plot_allreduce_implementations(coll: Optional[rd.Collectives], out_dir: Path) -> Figure:
+    """busbw against message size, a panel per rank count and a line per all-reduce
+    implementation (dpbench's ring, Open MPI's, gloo's three)."""
+    key, title = "allreduce_implementations", "All-reduce implementations at the same rank count"
+    panels = rd.allreduce_implementations(coll) if coll is not None else {}
+    if not panels:
+        return Figure(key, title, missing=(
+            "The all-reduce comparison needs two implementations at one rank count: run "
+            "`dpbench_collectives --benchmark_format=json --benchmark_out=threads.json` and "
+            "`mpirun --bind-to none -np 4 dpbench_collectives --benchmark_format=json "
+            "--benchmark_out=processes.json`, and pass both with `--collectives`."))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 0.5, 3.8), sharey=True, squeeze=False)
+    for ax, (ranks, lines) in zip(axes[0], panels.items()):
+        for k, (label, line) in enumerate(lines.items()):
+            ax.plot([b.bytes for b in line], [b.busbw for b in line], marker="o", markersize=3,
+                    color=plt.get_cmap("tab10")(k), label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=2, numticks=8))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: bytes_text(v)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_title(f"{ranks} ranks")
+        ax.set_xlabel("message size (bytes)")
+        ax.legend(loc="lower right", fontsize=7)
+    axes[0][0].set_ylabel("busbw (GB/s)")
+    fig.suptitle(title + " (nccl-tests busbw)")
+    fig.tight_layout()
+    # The caption compares the implementations at the largest size all of them have, at the
+    # smallest rank count drawn.
+    ranks, lines = next(iter(panels.items()))
+    common = set.intersection(*({b.bytes for b in line} for line in lines.values()))
+    caption = "Threads share memory, Open MPI's processes copy through shared memory, gloo's go through TCP."
+    if common:
+        size = max(common)
+        at = sorted(((next(b.busbw for b in line if b.bytes == size), label) for label, line in lines.items()),
+                    reverse=True)
+        caption = (f"At {ranks} ranks and {bytes_text(size)}: "
+                   + ", ".join(f"{label} {busbw:.2f} GB/s" for busbw, label in at) + ". " + caption)
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 

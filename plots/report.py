@@ -40,7 +40,9 @@ def parse_args(argv) -> argparse.Namespace:
         prog="report.py", description="dpbench result JSON to report.md and a self-contained report.html.")
     parser.add_argument("results", nargs="+", help="dpbench run or sweep result files")
     parser.add_argument("-o", "--out", required=True, help="output directory (created if missing)")
-    parser.add_argument("--collectives", help="Google Benchmark JSON of dpbench_collectives")
+    parser.add_argument("--collectives", action="append",
+                        help="Google Benchmark JSON of dpbench_collectives; give it again to combine runs "
+                             "(without mpirun: dpbench's ring; under mpirun: Open MPI's and gloo's all-reduce)")
     parser.add_argument("--projection", help="`dpbench project` JSON")
     return parser.parse_args(argv)
 
@@ -210,6 +212,7 @@ def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path) -> list:
         figures.plot_workers(pts, out_dir),
         figures.plot_batch_size(pts, out_dir),
         figures.plot_collectives(coll, out_dir),
+        figures.plot_allreduce_implementations(coll, out_dir),
         figures.plot_projection(proj, out_dir),
     ]
 
@@ -260,7 +263,7 @@ def build_context(results: rd.ResultSet, figs: list, coll, proj, args) -> dict:
         "figures": figure_entries(figs), "warnings": warning_rows(results.points),
         "failed": failed_rows(results.failed), "environments": env_sections(results.envs),
         "inputs": results.files,
-        "collectives_file": args.collectives, "projection_file": args.projection,
+        "collectives_file": ", ".join(args.collectives or []), "projection_file": args.projection,
     }
 
 
@@ -280,7 +283,7 @@ def main(argv=None) -> int:
     out_dir = Path(args.out)
     try:
         results = rd.load_results(args.results)
-        coll = rd.load_collectives(args.collectives) if args.collectives else None
+        coll = rd.merge_collectives([rd.load_collectives(c) for c in args.collectives]) if args.collectives else None
         proj = rd.load_projection(args.projection) if args.projection else None
         out_dir.mkdir(parents=True, exist_ok=True)
     except rd.InputError as e:

@@ -690,6 +690,43 @@ def load_collectives(path) -> Collectives:
     return Collectives(points=points, memcpy=memcpy, context=doc.get("context", {}))
 
 
+def merge_collectives(parts: list) -> Collectives:
+    """One Collectives from several files (a thread-level and a process-level run of
+    dpbench_collectives, say). A point measured in more than one file keeps the last file's."""
+    by_key = {}
+    memcpy: dict = {}
+    for part in parts:
+        for b in part.points:
+            by_key[(b.collective, b.ranks, b.bytes)] = b
+        for label, line in part.memcpy.items():
+            memcpy[label] = sorted(dict(memcpy.get(label, []) + line).items())
+    points = sorted(by_key.values(), key=lambda b: (b.collective, b.ranks or 0, b.bytes))
+    return Collectives(points=points, memcpy=memcpy, context=parts[0].context if parts else {})
+
+
+# The all-reduce benchmarks of dpbench_collectives and their legend names, in legend order.
+ALLREDUCE_IMPLEMENTATIONS = (
+    ("AllReduce", "dpbench ring (threads)"),
+    ("AllReduceMpi", "MPI_Allreduce"),
+    ("AllReduceGlooRing", "gloo ring"),
+    ("AllReduceGlooRingChunked", "gloo ring-chunked"),
+    ("AllReduceGlooHalvingDoubling", "gloo halving-doubling"),
+)
+
+
+def allreduce_implementations(coll: Collectives) -> dict:
+    """{ranks: {legend name: [BenchPoint by size]}} for the rank counts at which two or more
+    all-reduce implementations were measured (busbw known)."""
+    names = dict(ALLREDUCE_IMPLEMENTATIONS)
+    by_ranks: dict = {}
+    for b in coll.points:
+        if b.collective in names and b.ranks and b.busbw is not None and b.busbw > 0:
+            by_ranks.setdefault(b.ranks, {}).setdefault(names[b.collective], []).append(b)
+    order = [label for _, label in ALLREDUCE_IMPLEMENTATIONS]
+    return {ranks: {label: sorted(lines[label], key=lambda b: b.bytes) for label in order if label in lines}
+            for ranks, lines in sorted(by_ranks.items()) if len(lines) >= 2}
+
+
 # --------------------------------------------------------------------------------------------
 # projection
 

@@ -31,7 +31,7 @@ SCHEMA = ROOT / "results" / "schema" / "dpbench-result.schema.json"
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALL_FIGURES = ("throughput_vs_world_size", "memory_per_rank", "step_breakdown", "workers",
-               "batch_size", "collectives_busbw", "projection")
+               "batch_size", "collectives_busbw", "allreduce_implementations", "projection")
 MIB = 1024 ** 2
 
 sys.path.insert(0, str(ROOT / "plots"))
@@ -167,6 +167,21 @@ def collectives_fixture() -> dict:
     return {"context": {"host_name": "fixture-host", "num_cpus": 8}, "benchmarks": benchmarks}
 
 
+def process_collectives_fixture() -> dict:
+    """dpbench_collectives' output under mpirun: Open MPI's and gloo's all-reduce at 2 and 4
+    processes, 4 B to 64 MiB, gloo slower than Open MPI at every size."""
+    benchmarks = []
+    for name, peak in (("AllReduceMpi", 6.0), ("AllReduceGlooRing", 1.0), ("AllReduceGlooHalvingDoubling", 0.9)):
+        for ranks in (2, 4):
+            for exp in range(2, 27, 3):
+                size = 2 ** exp
+                busbw = peak * size / (size + 2 ** 16)
+                benchmarks.append({"name": f"BM_{name}/ranks:{ranks}/bytes:{size}/min_time:0.100/manual_time",
+                                   "run_type": "iteration", "algbw": busbw * ranks / (2 * (ranks - 1)),
+                                   "busbw": busbw, "wrong": 0})
+    return {"context": {"host_name": "fixture-host", "processes": "4"}, "benchmarks": benchmarks}
+
+
 def projection_fixture() -> dict:
     """A `dpbench project` file: three modes to 1024 ranks, crossover at 4."""
     points = []
@@ -208,12 +223,13 @@ def schema_check(test: unittest.TestCase, doc: dict) -> None:
     test.assertEqual([], [f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:3]])
 
 
-def run_report(out: Path, results: list, collectives: Path | None = None,
+def run_report(out: Path, results: list, collectives: Path | list | None = None,
                projection: Path | None = None) -> subprocess.CompletedProcess:
-    """Runs plots/report.py as a user would."""
+    """Runs plots/report.py as a user would; collectives: one file or a list, each passed with
+    its own --collectives."""
     cmd = [sys.executable, str(REPORT), *map(str, results), "-o", str(out)]
-    if collectives:
-        cmd += ["--collectives", str(collectives)]
+    for c in ([] if collectives is None else collectives if isinstance(collectives, list) else [collectives]):
+        cmd += ["--collectives", str(c)]
     if projection:
         cmd += ["--projection", str(projection)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -273,7 +289,8 @@ class RichReportTest(unittest.TestCase):
         cls.tmp = Path(tempfile.mkdtemp(prefix="dpbench-report-test-"))
         cls.doc = document(rich_runs())
         results = write_json(cls.tmp / "sweep.json", cls.doc)
-        collectives = write_json(cls.tmp / "collectives.json", collectives_fixture())
+        collectives = [write_json(cls.tmp / "collectives.json", collectives_fixture()),
+                       write_json(cls.tmp / "processes.json", process_collectives_fixture())]
         projection = write_json(cls.tmp / "projection.json", projection_fixture())
         cls.out = cls.tmp / "report"
         cls.proc = run_report(cls.out, [results], collectives, projection)
@@ -286,6 +303,14 @@ class RichReportTest(unittest.TestCase):
 
     def setUp(self):
         self.assertEqual(0, self.proc.returncode, self.proc.stderr)
+
+    def test_allreduce_caption_ranks_the_implementations(self):
+        md = self.md
+        # Largest size every implementation has at 2 ranks: 2^26 (threads: 2^10..2^26; processes: 2^2..2^26).
+        self.assertIn("At 2 ranks and 64 MiB: dpbench ring (threads)", md)
+        caption = md[md.index("At 2 ranks and 64 MiB"):].split("\n")[0]
+        self.assertLess(caption.index("MPI_Allreduce"), caption.index("gloo ring"))
+        self.assertLess(caption.index("gloo ring"), caption.index("gloo halving-doubling"))
 
     def test_fixture_matches_the_result_schema(self):
         schema_check(self, self.doc)
@@ -344,7 +369,8 @@ class RichReportTest(unittest.TestCase):
 
     def test_figures_are_byte_identical_when_rebuilt(self):
         again = self.tmp / "again"
-        proc = run_report(again, [self.tmp / "sweep.json"], self.tmp / "collectives.json", self.tmp / "projection.json")
+        proc = run_report(again, [self.tmp / "sweep.json"], [self.tmp / "collectives.json", self.tmp / "processes.json"],
+                          self.tmp / "projection.json")
         self.assertEqual(0, proc.returncode, proc.stderr)
         for key in ALL_FIGURES:
             self.assertEqual((self.out / f"{key}.png").read_bytes(), (again / f"{key}.png").read_bytes(), key)
@@ -482,10 +508,11 @@ class MissingDataTest(unittest.TestCase):
             page = (out / "report.html").read_text()
             for key in ("memory_per_rank", "step_breakdown"):
                 self.assertTrue((out / f"{key}.png").is_file(), key)
-            for key in ("throughput_vs_world_size", "workers", "batch_size", "collectives_busbw", "projection"):
+            for key in ("throughput_vs_world_size", "workers", "batch_size", "collectives_busbw",
+                        "allreduce_implementations", "projection"):
                 self.assertFalse((out / f"{key}.png").exists(), f"{key}.png must not be drawn without data")
-            self.assertEqual(5, md.count("> Not drawn:"))
-            self.assertEqual(5, page.count('class="missing"'))
+            self.assertEqual(6, md.count("> Not drawn:"))
+            self.assertEqual(6, page.count('class="missing"'))
             for hint in ("--ranks 1,2,4", "--num-workers 0,2,4", "--batch-sizes 64,256,1024",
                          "--collectives collectives.json", "--projection projection.json"):
                 self.assertIn(hint, md)
@@ -668,6 +695,22 @@ class InputTest(unittest.TestCase):
         self.assertEqual(("AllReduce", {"ranks": "2", "bytes": "67108864", "min_time": "0.100"}),
                          report_data.parse_benchmark_name("BM_AllReduce/ranks:2/bytes:67108864/min_time:0.100/manual_time"))
         self.assertEqual(64 * MIB, report_data.parse_size("64M"))
+
+    def test_allreduce_implementations_combine_thread_and_process_files(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            threads = report_data.load_collectives(write_json(Path(tmp) / "t.json", collectives_fixture()))
+            procs = report_data.load_collectives(write_json(Path(tmp) / "p.json", process_collectives_fixture()))
+        self.assertEqual({}, report_data.allreduce_implementations(threads))  # one implementation: nothing to compare
+        panels = report_data.allreduce_implementations(report_data.merge_collectives([threads, procs]))
+        self.assertEqual([2, 4], list(panels))
+        self.assertEqual(["dpbench ring (threads)", "MPI_Allreduce", "gloo ring", "gloo halving-doubling"],
+                         list(panels[4]))
+        self.assertEqual(9, len(panels[2]["MPI_Allreduce"]))
+        self.assertEqual(sorted(b.bytes for b in panels[2]["gloo ring"]), [b.bytes for b in panels[2]["gloo ring"]])
+        # The thread file's memcpy reference survives the merge; Broadcast is not an all-reduce.
+        merged = report_data.merge_collectives([threads, procs])
+        self.assertEqual(5, len(merged.memcpy["memcpy"]))
+        self.assertNotIn("Broadcast", [b.collective for line in panels[2].values() for b in line])
 
     def test_collectives_prefer_median_aggregates(self):
         with tempfile.TemporaryDirectory() as tmp:
