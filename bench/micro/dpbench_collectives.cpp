@@ -757,7 +757,12 @@ int main(int argc, char** argv) {
   dpbench::select_blas_core(argv);
   bool processes = false;
   try {
-    if (dpbench::mpi_launched() && dpbench::mpi_built()) {
+    if (dpbench::mpi_launched() && !dpbench::mpi_built()) {
+      throw dpbench::InputError(
+          "started by an MPI launcher, but this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then "
+          "rebuild)");
+    }
+    if (dpbench::mpi_launched()) {
       dpbench::connect_process_world();
       processes = dpbench::process_world().world_size >= 2;
     }
