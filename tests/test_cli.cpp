@@ -1,6 +1,7 @@
 // Tests of the dpbench command as a user meets it: bad input is one line on stderr naming the
 // input, exit code 2 and no result file; a good run prints the table and writes a file that
 // validates against the JSON Schema; and the default main job meets its acceptance figures.
+#include <netdb.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -447,6 +448,46 @@ TEST_F(Cli, GlooUnderTwoTorchrunAgentsMatchesLocalRanks) {
   const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + (dir / "local").string());
   ASSERT_EQ(l.exit_code, 0) << l.err;
   const auto a = read_f32((dir / (writer + "-allreduce.f32")).string());
+  const auto b = read_f32((dir / "local-allreduce.f32").string());
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  EXPECT_LT(relative_l2(a, b), 1e-5);
+}
+
+// MASTER_ADDR as a host name, the form a job across machines gets from torchrun: rank 0's
+// rendezvous listens on every interface and gloo binds to the address this host's name resolves
+// to (here, on one machine, two processes started by hand). The job matches 2 in-process ranks.
+TEST_F(Cli, GlooWithTheHostNameAsMasterAddrMatchesLocalRanks) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  std::array<char, 256> host{};
+  ASSERT_EQ(gethostname(host.data(), host.size() - 1), 0);
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.data(), nullptr, nullptr, &found) != 0) {
+    GTEST_SKIP() << "this machine's host name '" << host.data() << "' does not resolve";
+  }
+  freeaddrinfo(found);
+  const std::string args =
+      "--mode allreduce --data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 20 "
+      "--max-steps 20 -q";
+  const fs::path dir = tmp_.path();
+  const int port = free_tcp_port();
+  std::string job = "(";
+  for (int r = 0; r < 2; ++r) {
+    job += fmt::format("RANK={0} LOCAL_RANK={0} WORLD_SIZE=2 MASTER_ADDR={1} MASTER_PORT={2} timeout -k 5 120 {3} run "
+                       "--comm gloo {4} --save-params {5} --out {6} >{7} 2>&1 & p{0}=$!; ",
+                       r, host.data(), port, DPBENCH_BINARY, args, (dir / "host").string(),
+                       (dir / "host.json").string(), (dir / fmt::format("rank{}.txt", r)).string());
+  }
+  job += "wait $p0; r0=$?; wait $p1; r1=$?; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
+  const Outcome g = shell(job, dir);
+  ASSERT_EQ(g.exit_code, 0) << slurp(dir / "rank0.txt") << slurp(dir / "rank1.txt");
+  const auto doc = nlohmann::json::parse(slurp(dir / "host.json"));
+  EXPECT_EQ(doc["runs"][0]["comm"], "gloo");
+  EXPECT_EQ(doc["config"]["launcher"], "env");
+  EXPECT_EQ(doc["config"]["world_size"], 2);
+  const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + (dir / "local").string());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const auto a = read_f32((dir / "host-allreduce.f32").string());
   const auto b = read_f32((dir / "local-allreduce.f32").string());
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
