@@ -37,6 +37,19 @@ inline int free_tcp_port() {
   return ntohs(addr.sin_port);
 }
 
+// A shell command that starts `commands` in the background together, waits for all of them and
+// exits with the first non-zero exit code in their order (0 when all succeed): the ranks or
+// agents of one job started by hand.
+inline std::string in_background(const std::vector<std::string>& commands) {
+  std::string line = "(";
+  for (std::size_t i = 0; i < commands.size(); ++i) line += commands[i] + " & p" + std::to_string(i) + "=$!; ";
+  line += "rc=0; ";
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    line += "wait $p" + std::to_string(i) + "; r=$?; [ $rc -eq 0 ] && rc=$r; ";
+  }
+  return line + "exit $rc)";
+}
+
 inline std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream ss;

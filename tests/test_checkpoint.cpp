@@ -434,15 +434,15 @@ TEST_F(CheckpointCli, GlooStoppedAndResumedJobEqualsUninterruptedBitwise) {
   // Both ranks in the background; the exit code is the first non-zero one.
   const auto job = [&](const std::string& args) {
     const int port = free_tcp_port();
-    std::string line = "(";
+    std::vector<std::string> ranks;
     for (int r = 0; r < 2; ++r) {
-      line += "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
-              " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " timeout -k 5 120 " + kRun +
-              " --comm gloo " + args + " & p" + std::to_string(r) +
-              "=$!; ";
+      ranks.push_back("RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+                      " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " timeout -k 5 120 " +
+                      kRun + " --comm gloo " + args);
     }
-    line += "wait $p0; r0=$?; wait $p1; r1=$?; date +%s.%N > " + path("exited") +
-            "; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
+    // The time both exited, then their status; all in one subshell, whose output sh() redirects.
+    const std::string line =
+        "(" + in_background(ranks) + "; status=$?; date +%s.%N > " + path("exited") + "; exit $status)";
     return sh(line);
   };
   // Seconds from rank 0's result file being written to both processes having exited: the

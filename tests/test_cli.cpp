@@ -82,6 +82,17 @@ class Cli : public ::testing::Test {
   std::string synthetic(const std::string& extra) {
     return "--data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 -q " + extra;
   }
+  // Runs `args` (one --mode allreduce) as 2 in-process ranks and expects their final parameters
+  // within relative L2 1e-5 of those `params` holds (a --save-params file of another launch).
+  void expect_allreduce_matches_local_ranks(const std::string& args, const std::string& params) {
+    const std::string local = (tmp_.path() / "local").string();
+    const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + local);
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    const auto a = read_f32(params), b = read_f32(local + "-allreduce.f32");
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_FALSE(a.empty());
+    EXPECT_LT(relative_l2(a, b), 1e-5);
+  }
   TempDir tmp_;
 };
 
@@ -426,17 +437,17 @@ TEST_F(Cli, GlooUnderTwoTorchrunAgentsMatchesLocalRanks) {
       "--max-steps 20 -q";
   const fs::path dir = tmp_.path();
   const int endpoint = free_tcp_port();
-  std::string agents = "(";
+  std::vector<std::string> agents;
   for (int node = 0; node < 2; ++node) {
-    agents += fmt::format("timeout -k 10 240 torchrun --nnodes 2 --node_rank {0} --nproc_per_node 1 --rdzv_backend c10d "
-                          "--rdzv_endpoint 127.0.0.1:{1} --rdzv_id dpbench-test --redirects 1 --tee 1 --log_dir {2} "
-                          "--no_python {3} run --comm gloo {4} --save-params {5} --out {6} >{7} 2>&1 & a{0}=$!; ",
-                          node, endpoint, (dir / fmt::format("logs{}", node)).string(), DPBENCH_BINARY, args,
-                          (dir / fmt::format("node{}", node)).string(), (dir / fmt::format("node{}.json", node)).string(),
-                          (dir / fmt::format("agent{}.txt", node)).string());
+    agents.push_back(fmt::format(
+        "timeout -k 10 240 torchrun --nnodes 2 --node_rank {0} --nproc_per_node 1 --rdzv_backend c10d "
+        "--rdzv_endpoint 127.0.0.1:{1} --rdzv_id dpbench-test --redirects 1 --tee 1 --log_dir {2} "
+        "--no_python {3} run --comm gloo {4} --save-params {5} --out {6} >{7} 2>&1",
+        node, endpoint, (dir / fmt::format("logs{}", node)).string(), DPBENCH_BINARY, args,
+        (dir / fmt::format("node{}", node)).string(), (dir / fmt::format("node{}.json", node)).string(),
+        (dir / fmt::format("agent{}.txt", node)).string()));
   }
-  agents += "wait $a0; r0=$?; wait $a1; r1=$?; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
-  const Outcome g = shell(agents, dir);
+  const Outcome g = shell(in_background(agents), dir);
   ASSERT_EQ(g.exit_code, 0) << slurp(dir / "agent0.txt") << slurp(dir / "agent1.txt");
   // Which agent's process became global rank 0 is the rendezvous' choice: exactly one wrote.
   const bool first = fs::exists(dir / "node0.json"), second = fs::exists(dir / "node1.json");
@@ -445,13 +456,7 @@ TEST_F(Cli, GlooUnderTwoTorchrunAgentsMatchesLocalRanks) {
   const auto doc = nlohmann::json::parse(slurp(dir / (writer + ".json")));
   EXPECT_EQ(doc["runs"][0]["comm"], "gloo");
   EXPECT_EQ(doc["runs"][0]["world_size"], 2);
-  const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + (dir / "local").string());
-  ASSERT_EQ(l.exit_code, 0) << l.err;
-  const auto a = read_f32((dir / (writer + "-allreduce.f32")).string());
-  const auto b = read_f32((dir / "local-allreduce.f32").string());
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_FALSE(a.empty());
-  EXPECT_LT(relative_l2(a, b), 1e-5);
+  expect_allreduce_matches_local_ranks(args, (dir / (writer + "-allreduce.f32")).string());
 }
 
 // MASTER_ADDR as a host name, the form a job across machines gets from torchrun: rank 0's
@@ -471,27 +476,20 @@ TEST_F(Cli, GlooWithTheHostNameAsMasterAddrMatchesLocalRanks) {
       "--max-steps 20 -q";
   const fs::path dir = tmp_.path();
   const int port = free_tcp_port();
-  std::string job = "(";
+  std::vector<std::string> ranks;
   for (int r = 0; r < 2; ++r) {
-    job += fmt::format("RANK={0} LOCAL_RANK={0} WORLD_SIZE=2 MASTER_ADDR={1} MASTER_PORT={2} timeout -k 5 120 {3} run "
-                       "--comm gloo {4} --save-params {5} --out {6} >{7} 2>&1 & p{0}=$!; ",
-                       r, host.data(), port, DPBENCH_BINARY, args, (dir / "host").string(),
-                       (dir / "host.json").string(), (dir / fmt::format("rank{}.txt", r)).string());
+    ranks.push_back(fmt::format("RANK={0} LOCAL_RANK={0} WORLD_SIZE=2 MASTER_ADDR={1} MASTER_PORT={2} timeout -k 5 120 "
+                                "{3} run --comm gloo {4} --save-params {5} --out {6} >{7} 2>&1",
+                                r, host.data(), port, DPBENCH_BINARY, args, (dir / "host").string(),
+                                (dir / "host.json").string(), (dir / fmt::format("rank{}.txt", r)).string()));
   }
-  job += "wait $p0; r0=$?; wait $p1; r1=$?; [ $r0 -ne 0 ] && exit $r0; exit $r1)";
-  const Outcome g = shell(job, dir);
+  const Outcome g = shell(in_background(ranks), dir);
   ASSERT_EQ(g.exit_code, 0) << slurp(dir / "rank0.txt") << slurp(dir / "rank1.txt");
   const auto doc = nlohmann::json::parse(slurp(dir / "host.json"));
   EXPECT_EQ(doc["runs"][0]["comm"], "gloo");
   EXPECT_EQ(doc["config"]["launcher"], "env");
   EXPECT_EQ(doc["config"]["world_size"], 2);
-  const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + (dir / "local").string());
-  ASSERT_EQ(l.exit_code, 0) << l.err;
-  const auto a = read_f32((dir / "host-allreduce.f32").string());
-  const auto b = read_f32((dir / "local-allreduce.f32").string());
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_FALSE(a.empty());
-  EXPECT_LT(relative_l2(a, b), 1e-5);
+  expect_allreduce_matches_local_ranks(args, (dir / "host-allreduce.f32").string());
 }
 
 // torchrun --max_restarts 1: rank 1 is killed at step 12 of the first attempt (DPBENCH_FAULT fires
