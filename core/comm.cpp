@@ -37,6 +37,31 @@ ElementCounts chain_broadcast_counts(std::size_t n, int p, int rank, int root) {
   return {pos < p - 1 ? n : 0, pos > 0 ? n : 0};
 }
 
+ElementCounts gloo_reduce_counts(std::size_t n, int p, int rank, int root) {
+  if (p < 2 || n == 0) return {};
+  ElementCounts c;
+  for (int i = 0; i < p; ++i) {
+    const std::size_t chunk = ring_chunk(n, p, i).length;
+    if (i != rank) c.sent += chunk;                 // reduce-scatter: every chunk but its own
+    if (i != mod(rank + 1, p)) c.received += chunk;  // ... and from its neighbour, all but one
+    if (rank == root && i != root) c.received += chunk;  // gather to root
+  }
+  if (rank != root) c.sent += ring_chunk(n, p, rank).length;
+  return c;
+}
+
+ElementCounts binomial_broadcast_counts(std::size_t n, int p, int rank, int root) {
+  if (p < 2 || n == 0) return {};
+  const int v = mod(rank - root, p);
+  int bits = 0;  // v's bit length
+  while ((1 << bits) <= v) ++bits;
+  ElementCounts c{0, v > 0 ? n : 0};
+  for (int i = bits; (1 << i) < p; ++i) {
+    if (v + (1 << i) < p) c.sent += n;
+  }
+  return c;
+}
+
 namespace {
 std::size_t total_except(const std::vector<std::size_t>& counts, std::size_t a, std::size_t b) {
   std::size_t total = 0;

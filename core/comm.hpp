@@ -32,6 +32,15 @@ ElementCounts ring_allreduce_counts(std::size_t n, int p, int rank);
 // end sends n, every rank but its start receives n.
 ElementCounts chain_reduce_counts(std::size_t n, int p, int rank, int root);
 ElementCounts chain_broadcast_counts(std::size_t n, int p, int rank, int root);
+// gloo's reduce (gloo/reduce.cc): a ring reduce-scatter over p chunks (as ring_chunk), rank r
+// ending with chunk r, then every other rank sends its chunk to the root. A non-root sends
+// ~(p-1)/p n + n/p and receives ~(p-1)/p n; the root sends ~(p-1)/p n and receives ~2(p-1)/p n.
+ElementCounts gloo_reduce_counts(std::size_t n, int p, int rank, int root);
+// gloo's broadcast (gloo/broadcast.cc): a binomial tree over ranks renumbered so that the root is
+// 0; virtual rank v receives n once (v > 0) and sends n to v + 2^i for every i at or above v's
+// bit length with v + 2^i < p. The root sends ceil(log2 p) n.
+ElementCounts binomial_broadcast_counts(std::size_t n, int p, int rank, int root);
+
 // Ring reduce-scatter over segments of counts[0..p) elements, rank r ending with the sum of
 // segment r: rank r sends every segment but its own and receives every segment but rank r-1's
 // (with equal segments, (p-1)/p * n each way).

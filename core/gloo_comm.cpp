@@ -23,12 +23,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/net_interface.hpp"
 #include "core/rendezvous.hpp"
 #endif
 
@@ -152,7 +154,7 @@ class GlooCommunicator final : public Communicator {
     check_root(root, "reduce");
     if (size_ == 1 || n == 0) return;
     call("reduce", [&] { reduce_into(buf, rank_ == root ? buf : scratch(n), n, root); });
-    count(chain_reduce_counts(n, size_, rank_, root));
+    count(gloo_reduce_counts(n, size_, rank_, root));
   }
   void broadcast(float* buf, std::size_t n, int root) override {
     check_root(root, "broadcast");
@@ -164,7 +166,7 @@ class GlooCommunicator final : public Communicator {
       o.setTimeout(timeout_);
       gloo::broadcast(o);
     });
-    count(chain_broadcast_counts(n, size_, rank_, root));
+    count(binomial_broadcast_counts(n, size_, rank_, root));
   }
   void allgather(const float* send, float* recv, std::size_t n) override {
     if (n == 0) return;
@@ -226,7 +228,13 @@ class GlooCommunicator final : public Communicator {
         reduce_into(send + offsets[i], r == rank_ ? recv : send + offsets[i], counts[i], r);
       }
     });
-    count(ring_reduce_scatter_counts(counts, rank_));
+    ElementCounts c;  // one gloo reduce per segment
+    for (int r = 0; r < size_; ++r) {
+      const ElementCounts one = gloo_reduce_counts(counts[static_cast<std::size_t>(r)], size_, rank_, r);
+      c.sent += one.sent;
+      c.received += one.received;
+    }
+    count(c);
   }
   void allgatherv(float* buf, const std::vector<std::size_t>& counts) override {
     check_counts(counts, "allgatherv");
@@ -374,13 +382,14 @@ std::unique_ptr<Communicator> make_gloo_communicator(Rendezvous& rendezvous, con
                                                      std::chrono::milliseconds timeout) {
   try {
     gloo::transport::tcp::attr attr;
-    // The interface that reaches rank 0's address: loopback for a one-node job on 127.0.0.1,
-    // else the host's name (as gloo resolves it), as PyTorch's gloo backend does by default.
-    attr.hostname = master_addr == "127.0.0.1" || master_addr == "localhost" ? "127.0.0.1" : "";
-    if (attr.hostname.empty()) {
-      char host[256] = {0};
-      gethostname(host, sizeof(host) - 1);
-      attr.hostname = host;
+    // GLOO_SOCKET_IFNAME names the interface, as in PyTorch; else the address of the interface
+    // that reaches rank 0's (loopback for a one-node job on 127.0.0.1), never the host name's
+    // address, which Debian's /etc/hosts maps to 127.0.1.1.
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    if (ifname != nullptr && *ifname != '\0') {
+      attr.iface = ifname;
+    } else {
+      attr.hostname = master_addr == "localhost" ? "127.0.0.1" : address_toward(master_addr);
     }
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rendezvous.rank(), rendezvous.world_size());

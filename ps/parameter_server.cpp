@@ -124,6 +124,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
     progress.resume_at(start);
     const std::unique_ptr<StepTimer> timer = ctx.make_step_timer();
     CommStats timed_start = comm.stats();
+    ctx.mark_timed_start();
     const int first_epoch = static_cast<int>(start / spe);
     long step = start;
     ctx.before_first_collective();
@@ -138,7 +139,10 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         loader->start_epoch(std::move(order), epoch);
       }
       for (long s = skip; s < spe && step < total; ++s, ++step) {
-        if (step == cfg.warmup_steps) timed_start = comm.stats();
+        if (step == cfg.warmup_steps) {
+          timed_start = comm.stats();
+          ctx.mark_timed_start();
+        }
         maybe_inject_fault(rank, step);
         timer->begin();
         StagedBatch batch;

@@ -20,7 +20,7 @@ std::optional<BusBandwidth> ps_bus_bandwidth(const TrainConfig&, double) { retur
 double ps_comm_time(const StepModel& m, const LinkModel& link, const std::string& transport, int p, double b) {
   const double n = m.param_bytes;
   const double params_and_grads =
-      transport == "p2p" ? 2.0 * incast_s(link, p, n) : 2.0 * pipelined_root_s(link, p, n);
+      transport == "p2p" ? 2.0 * incast_s(link, p, n) : reduce_s(link, p, n) + broadcast_s(link, p, n);
   return params_and_grads + root_batch_traffic_s(m, link, p, b);
 }
 

@@ -1,25 +1,34 @@
 #!/usr/bin/python3
 """Regression gate for dpbench result files: compares a BASE result (or sweep) file with a NEW one.
 
-usage: /usr/bin/python3 results/compare.py BASE.json NEW.json [--noise-floor 0.25]
-           [--accuracy-tol 0.005] [--timing ratio|mwu|none] [--markdown OUT.md]
+usage: /usr/bin/python3 results/compare.py BASE.json NEW.json [--noise-floor PCT]
+           [--noise-cap PCT] [--accuracy-tol 0.005] [--timing ratio|mwu|none] [--markdown OUT.md]
 
 What it is for: the CI gate of DESIGN.md ("Measurement rules"). Runs are matched by
 (mode, transport, comm, device, workload, world_size, global_batch, num_workers, repetition).
 Deterministic figures (parameter count, bytes sent and received per rank per step, per-rank
 memory peaks and every memory category, step counts) must be equal: any difference is a
-regression. Test accuracy may not drop by more than --accuracy-tol (absolute). Timings are
-compared with a stated noise floor, raised to three times the A/A noise the files themselves
-show (the medians of the even- and odd-indexed step samples of one run):
+regression. Test accuracy may not drop by more than --accuracy-tol (absolute). Timings:
   ratio (default) only the throughput ratio of each strategy to the reference strategy (ps, as
         each run's strategy traits say) measured inside ONE file is compared, so BASE and NEW
         may come from different machines (shared 2-core CI runners included);
   mwu   a one-sided Mann-Whitney U test of each run's step times, for files from the same machine;
   none  timings are skipped.
+Each timing figure has a spread, the noise the files show for it: for a ratio, the larger of
+its spread across repetitions ((max - min) / median, in either file) and the A/A difference of
+the runs behind it (the medians of the even- and odd-indexed step samples of one run); for mwu,
+the A/A difference of the run in either file. Its noise floor is the stated --noise-floor
+(default 10 %), raised to REP_MULTIPLIER x its spread, and NEVER above --noise-cap (default
+10 %). A figure whose spread is above the cap is not judged: it is listed as "too noisy to
+judge" with its spread, counted apart, and neither passes nor fails. A judged figure that moves
+beyond its floor in the bad direction is a regression. The gate can therefore always fail: a
+ratio that falls by more than the cap, with a spread within the cap, is a regression.
 A run missing from NEW, or failed in NEW while ok in BASE, is a regression; a run only in NEW is
-reported as new. Prints a Markdown table of the figures that changed (unchanged deterministic
-figures are counted, not listed) and a summary line. Exit status: 0 no regression, 1 at least
-one regression, 2 unreadable or non-dpbench input (one line on stderr naming the file).
+reported as new. Prints a Markdown table of the figures that changed or could not be judged
+(unchanged deterministic figures are counted, not listed) and a summary line. Exit status:
+0 no regression, 1 at least one regression, 2 unreadable or non-dpbench input, or two files with
+no runs in common (a different workload, say): one line on stderr naming the file or what
+differs.
 
 What it is not for: validating a file against the JSON Schema (results/validate.py does that),
 judging absolute speed across different machines, or plotting and reporting (plots/, dpbench
@@ -48,20 +57,27 @@ MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations"
 KEY_FIELDS = ("mode", "transport", "comm", "device", "workload", "world_size", "global_batch",
               "num_workers", "repetition")
 MWU_ALPHA = 0.01
-REP_MULTIPLIER = 2.0  # floor >= 2 x the ratio's spread across repetitions
-AA_MULTIPLIER = 3.0
+REP_MULTIPLIER = 2.0  # a figure's floor >= 2 x its spread, but never above the cap
+DEFAULT_NOISE_FLOOR = 0.10
+DEFAULT_NOISE_CAP = 0.10
 
 REGRESSION = "REGRESSION"
+TOO_NOISY = "too noisy to judge"
 
 
 class InputError(Exception):
     """A file that cannot be compared: unreadable, not JSON, not a dpbench result, malformed."""
 
 
+class NoRunsInCommon(InputError):
+    """Two well-formed files of which no run key appears in both (e.g. MLP against CNN)."""
+
+
 @dataclasses.dataclass
 class Options:
-    """Comparison settings; the defaults are the command line's."""
-    noise_floor: float = 0.25
+    """Comparison settings; the defaults are the command line's (fractions: 0.10 is 10 %)."""
+    noise_floor: float = DEFAULT_NOISE_FLOOR
+    noise_cap: float = DEFAULT_NOISE_CAP
     accuracy_tol: float = 0.005
     timing: str = "ratio"
 
@@ -81,26 +97,45 @@ class Row:
         """True when this row fails the gate."""
         return self.status == REGRESSION
 
+    @property
+    def is_too_noisy(self):
+        """True when this timing figure was not judged because its spread is above the cap."""
+        return self.status.startswith(TOO_NOISY)
+
 
 @dataclasses.dataclass
 class NoiseFloor:
-    """The timing noise floor used and where it came from."""
-    value: float
+    """The timing noise rule: the stated floor (already cut to the cap) and the cap."""
     stated: float
-    largest_aa: float | None
-    aa_source: str | None
+    cap: float
+    requested: float
+
+    @property
+    def value(self):
+        """The floor a figure with no measurable spread is judged with."""
+        return self.stated
+
+    def for_spread(self, spread):
+        """Floor of one figure: the stated floor raised to REP_MULTIPLIER x spread, at most the
+        cap; None when spread is above the cap (the figure is too noisy to judge)."""
+        if spread is None:
+            spread = 0.0
+        if spread > self.cap:
+            return None
+        return min(self.cap, max(self.stated, REP_MULTIPLIER * spread))
 
     def describe(self):
-        """One sentence: the floor and how it was obtained."""
-        if self.largest_aa is None:
-            return (f"noise floor {pct(self.value)}: the stated --noise-floor (no run has two or "
-                    f"more step samples, so no A/A estimate)")
-        derived = AA_MULTIPLIER * self.largest_aa
-        aa = (f"{AA_MULTIPLIER:g} x largest A/A difference {pct(self.largest_aa)} "
-              f"= {pct(derived)}, {self.aa_source}")
-        if derived > self.stated:
-            return f"noise floor {pct(self.value)}: {aa} (above the stated {pct(self.stated)})"
-        return f"noise floor {pct(self.value)}: the stated --noise-floor ({aa})"
+        """One sentence: the floor, the cap and the too-noisy rule."""
+        cut = f" (--noise-floor {pct(self.requested)} cut to the cap)" \
+            if self.requested > self.cap else ""
+        return (f"noise floor {pct(self.stated)}{cut}, raised to {REP_MULTIPLIER:g} x a figure's "
+                f"spread but never above the cap of {pct(self.cap)} (--noise-cap); a figure "
+                f"whose spread is above the cap is too noisy to judge")
+
+
+def too_noisy_status(spread, source, cap):
+    """Status of a figure that is not judged: its spread, where it was seen, and the cap."""
+    return f"{TOO_NOISY}: spread {pct(spread)} ({source}) > cap {pct(cap)}"
 
 
 @dataclasses.dataclass
@@ -112,6 +147,7 @@ class Report:
     rows: list = dataclasses.field(default_factory=list)
     compared: int = 0
     matched_runs: int = 0
+    timing_judged: int = 0
     noise: NoiseFloor | None = None
     notes: list = dataclasses.field(default_factory=list)
 
@@ -121,15 +157,23 @@ class Report:
         return [r for r in self.rows if r.is_regression]
 
     @property
+    def too_noisy(self):
+        """Timing rows that were not judged (spread above the cap)."""
+        return [r for r in self.rows if r.is_too_noisy]
+
+    @property
     def exit_code(self):
-        """1 if any regression, else 0."""
+        """1 if any regression, else 0 (too-noisy figures neither pass nor fail)."""
         return 1 if self.regressions else 0
 
     def summary(self):
-        """The summary line: figures compared, regressions, the noise floor and its origin."""
-        n_reg = len(self.regressions)
+        """The summary line: figures compared, regressions, too-noisy figures, the noise rule."""
+        n_reg, n_noisy = len(self.regressions), len(self.too_noisy)
         head = (f"{self.compared} figures compared over {self.matched_runs} matched runs, "
                 f"{n_reg} regression{'s' if n_reg != 1 else ''}")
+        if n_noisy:
+            head += (f"; {n_noisy} timing figure{'s' if n_noisy != 1 else ''} too noisy to "
+                     f"judge (spread above the {pct(self.noise.cap)} cap), not counted")
         if self.timing == "none":
             return head + "; timings not compared (--timing none)."
         how = "throughput ratio to the reference strategy within each file" \
@@ -385,19 +429,17 @@ def aa_difference(samples):
     return abs(a - b) / lo if lo > 0 else math.inf
 
 
-def noise_floor(docs, stated):
-    """max(stated, 3 x the largest A/A difference over every ok run of the given files).
+def noise_rule(stated, cap):
+    """The NoiseFloor of the given --noise-floor and --noise-cap (fractions): the stated floor is
+    cut to the cap, so no floor ever exceeds it."""
+    return NoiseFloor(stated=min(stated, cap), cap=cap, requested=stated)
 
-    docs: sequence of (label, doc).
-    """
-    largest, source = None, None
-    for label, doc in docs:
-        for run in doc["runs"]:
-            aa = aa_difference(step_samples(run))
-            if aa is not None and (largest is None or aa > largest):
-                largest, source = aa, f"{key_label(run_key(run, doc))} in {label}"
-    value = stated if largest is None else max(stated, AA_MULTIPLIER * largest)
-    return NoiseFloor(value=value, stated=stated, largest_aa=largest, aa_source=source)
+
+def largest_spread(candidates):
+    """(spread, where) of the largest of (spread or None, where) candidates; (0.0, None) when
+    none is known."""
+    known = [(s, w) for s, w in candidates if s is not None]
+    return max(known, key=lambda c: c[0]) if known else (0.0, None)
 
 
 def throughput(run):
@@ -421,6 +463,12 @@ def mode_ratios(doc):
     the two runs by mode and transport ("allreduce/ring / ps/p2p"), so each transport of either
     side gets a ratio of its own.
     """
+    return {k: [r for r, _, _ in entries] for k, entries in ratio_runs(doc).items()}
+
+
+def ratio_runs(doc):
+    """{(group, pair): [(ratio, other run, reference run) of each repetition]}: mode_ratios with
+    the two runs behind each ratio, whose A/A noise is part of the ratio's spread."""
     groups = {}
     seen = {}
     for run in doc["runs"]:
@@ -442,7 +490,8 @@ def mode_ratios(doc):
                     tp_other, tp_ref = throughput(other), throughput(ref)
                     if tp_other is None or tp_ref is None:
                         continue
-                    out.setdefault((g, f"{name} / {ref_name}"), []).append(tp_other / tp_ref)
+                    out.setdefault((g, f"{name} / {ref_name}"), []).append(
+                        (tp_other / tp_ref, other, ref))
     return out
 
 
@@ -465,11 +514,30 @@ def group_label(group):
     return label + (f" #{occ + 1}" if occ else "")
 
 
-def compare_ratios(base_doc, new_doc, floor, report):
+def ratio_spread(base_entries, new_entries):
+    """(spread, where) of one ratio figure: the largest of its spread across repetitions in
+    BASE and in NEW and the A/A difference of every run behind it in either file.
+
+    base_entries, new_entries: ratio_runs() lists of the figure in each file.
+    """
+    candidates = []
+    for side, entries in (("BASE", base_entries), ("NEW", new_entries)):
+        if len(entries) > 1:
+            candidates.append((repetition_spread([r for r, _, _ in entries]),
+                               f"across {len(entries)} repetitions in {side}"))
+        for _, other, ref in entries:
+            for run in (other, ref):
+                rep = run.get("repetition", (run.get("config") or {}).get("repetition", 0))
+                candidates.append((aa_difference(step_samples(run)),
+                                   f"A/A of {run['mode']} rep={rep} in {side}"))
+    return largest_spread(candidates)
+
+
+def compare_ratios(base_doc, new_doc, noise, report):
     """Timing gate of --timing ratio: each in-file ratio to the reference strategy (median over
-    repetitions) may not fall beyond the floor, which is raised to REP_MULTIPLIER x the ratio's
-    spread across repetitions in either file where that is larger."""
-    base, new = mode_ratios(base_doc), mode_ratios(new_doc)
+    repetitions) may not fall beyond its floor (noise.for_spread of its spread, at most the
+    cap); a ratio whose spread is above the cap is listed as too noisy to judge instead."""
+    base, new = ratio_runs(base_doc), ratio_runs(new_doc)
     if not base and not new:
         report.notes.append("No file has a run of the reference strategy and one of another "
                             "strategy with step samples in the same group: no timing ratio to "
@@ -478,30 +546,33 @@ def compare_ratios(base_doc, new_doc, floor, report):
         group, pair = k
         label, figure = group_label(group), f"throughput ratio {pair}"
         bl, nl = base.get(k), new.get(k)
-        bv = statistics.median(bl) if bl else None
-        nv = statistics.median(nl) if nl else None
+        bv = statistics.median([r for r, _, _ in bl]) if bl else None
+        nv = statistics.median([r for r, _, _ in nl]) if nl else None
         if nv is None:
             report.rows.append(Row(label, figure, f"{bv:.3f}", "-", "-", "not in NEW"))
             continue
         if bv is None:
             report.rows.append(Row(label, figure, "-", f"{nv:.3f}", "-", "new"))
             continue
+        rel = nv / bv - 1.0
+        spread, where = ratio_spread(bl, nl)
+        floor = noise.for_spread(spread)
+        if floor is None:
+            report.rows.append(Row(label, figure, f"{bv:.3f}", f"{nv:.3f}", f"{100 * rel:+.1f} %",
+                                   too_noisy_status(spread, where, noise.cap)))
+            continue
         report.compared += 1
+        report.timing_judged += 1
         if nv == bv:
             continue
-        spread = max(repetition_spread(bl), repetition_spread(nl))
-        group_floor = max(floor, REP_MULTIPLIER * spread)
-        if group_floor > floor:
-            report.notes.append(f"{label}: ratio floor raised to {pct(group_floor)} by the spread "
-                                f"of {pct(spread)} across repetitions.")
-        rel = nv / bv - 1.0
-        if nv < bv * (1.0 - group_floor):
+        if nv < bv * (1.0 - floor):
             status = REGRESSION
-        elif rel > group_floor:
+        elif rel > floor:
             status = "improved"
         else:
             status = "within noise"
-        report.rows.append(Row(label, figure, f"{bv:.3f}", f"{nv:.3f}", f"{100 * rel:+.1f} %",
+        report.rows.append(Row(label, figure, f"{bv:.3f}", f"{nv:.3f}",
+                               f"{100 * rel:+.1f} % (floor {pct(floor)}, spread {pct(spread)})",
                                status))
 
 
@@ -517,14 +588,24 @@ def mwu_check(base_samples, new_samples, floor):
     return p, rel, (p < MWU_ALPHA and rel > floor)
 
 
-def compare_mwu(label, base_run, new_run, floor, report):
-    """Timing gate of --timing mwu for one matched run."""
+def compare_mwu(label, base_run, new_run, noise, report):
+    """Timing gate of --timing mwu for one matched run: its floor comes from the A/A difference
+    of the run in either file (noise.for_spread); above the cap it is too noisy to judge."""
     bs, ns = step_samples(base_run), step_samples(new_run)
     figure = "step_time_s median (ms)"
     if not bs or not ns:
         report.rows.append(Row(label, figure, "-", "-", "-", "no step samples: not compared"))
         return
+    spread, where = largest_spread([(aa_difference(bs), "A/A in BASE"),
+                                    (aa_difference(ns), "A/A in NEW")])
+    floor = noise.for_spread(spread)
+    if floor is None:
+        report.rows.append(Row(label, figure, f"{1e3 * statistics.median(bs):.4g}",
+                               f"{1e3 * statistics.median(ns):.4g}", "-",
+                               too_noisy_status(spread, where, noise.cap)))
+        return
     report.compared += 1
+    report.timing_judged += 1
     p, rel, bad = mwu_check(bs, ns, floor)
     if bad:
         status = REGRESSION
@@ -536,27 +617,25 @@ def compare_mwu(label, base_run, new_run, floor, report):
         status = "within noise"
     report.rows.append(Row(label, figure, f"{1e3 * statistics.median(bs):.4g}",
                            f"{1e3 * statistics.median(ns):.4g}",
-                           f"{100 * rel:+.1f} % (p={p:.2g})", status))
+                           f"{100 * rel:+.1f} % (p={p:.2g}, floor {pct(floor)})", status))
 
 
 # ---- the comparison -----------------------------------------------------------------------
 
 def compare(base_doc, new_doc, options=None, base_label="BASE", new_label="NEW"):
-    """Compares two checked result documents and returns a Report."""
+    """Compares two checked result documents and returns a Report; raises NoRunsInCommon when no
+    run key appears in both (nothing to compare: the command line exits 2)."""
     options = options or Options()
     if options.timing not in ("ratio", "mwu", "none"):
         raise ValueError(f"timing must be ratio, mwu or none, not {options.timing!r}")
     report = Report(base_label=base_label, new_label=new_label, timing=options.timing)
+    check_runs_in_common(base_doc, new_doc, base_label, new_label)
     base = index_runs(base_doc, "BASE", report.notes)
     new = index_runs(new_doc, "NEW", report.notes)
-    if options.timing != "none":
-        report.noise = noise_floor([("BASE", base_doc), ("NEW", new_doc)], options.noise_floor)
-    if report.noise is not None and report.noise.value >= 1.0:
-        what = "no fall of a ratio to the reference" if options.timing == "ratio" else \
-            "only a slowdown beyond " + pct(1.0 + report.noise.value) + " of BASE"
-        report.notes.append(f"The timing noise floor is {pct(report.noise.value)}: {what} can "
-                            f"count as a regression. These step times are too noisy to gate on; "
-                            f"rerun on a quieter machine or with more steps.")
+    report.noise = noise_rule(options.noise_floor, options.noise_cap)
+    if options.noise_floor > options.noise_cap and options.timing != "none":
+        report.notes.append(f"--noise-floor {pct(options.noise_floor)} is above --noise-cap "
+                            f"{pct(options.noise_cap)}: the cap is used as the floor.")
     if options.timing == "mwu":
         hb = (base_doc.get("env") or {}).get("host"), (base_doc.get("env") or {}).get("cpu_model")
         hn = (new_doc.get("env") or {}).get("host"), (new_doc.get("env") or {}).get("cpu_model")
@@ -589,7 +668,7 @@ def compare(base_doc, new_doc, options=None, base_label="BASE", new_label="NEW")
         compare_deterministic(label, brun, nrun, report)
         compare_accuracy(label, brun, nrun, options.accuracy_tol, report)
         if options.timing == "mwu":
-            compare_mwu(label, brun, nrun, report.noise.value, report)
+            compare_mwu(label, brun, nrun, report.noise, report)
         diff = config_differences(brun, nrun)
         if diff:
             report.notes.append(f"{label}: config differs ({diff}).")
@@ -598,8 +677,38 @@ def compare(base_doc, new_doc, options=None, base_label="BASE", new_label="NEW")
             report.rows.append(Row(key_label(key, occ), "run", "-", run_status(nrun), "new run",
                                    "new"))
     if options.timing == "ratio":
-        compare_ratios(base_doc, new_doc, report.noise.value, report)
+        compare_ratios(base_doc, new_doc, report.noise, report)
+    if report.too_noisy:
+        none_judged = " No timing figure was judged." if not report.timing_judged else ""
+        report.notes.append(
+            f"{len(report.too_noisy)} timing figure(s) too noisy to judge: the spread the files "
+            f"show for them is above the --noise-cap of {pct(report.noise.cap)}, so they are "
+            f"neither passed nor failed (their rows give the spread). Rerun on a quieter "
+            f"machine, with more steps or repetitions, or raise --noise-cap.{none_judged}")
     return report
+
+
+def check_runs_in_common(base_doc, new_doc, base_label="BASE", new_label="NEW"):
+    """Raises NoRunsInCommon when no run key appears in both documents, naming the key fields
+    whose values do not overlap at all (e.g. workload: mlp in BASE, cnn in NEW)."""
+    bkeys = {run_key(r, base_doc) for r in base_doc["runs"]}
+    nkeys = {run_key(r, new_doc) for r in new_doc["runs"]}
+    if bkeys & nkeys:
+        return
+    differs = []
+    for i, name in enumerate(KEY_FIELDS):
+        bv, nv = {k[i] for k in bkeys}, {k[i] for k in nkeys}
+        if not bv & nv:
+            differs.append(f"{name}: {_values(bv)} in {base_label}, {_values(nv)} in {new_label}")
+    what = "; ".join(differs) if differs else \
+        "no combination of " + ", ".join(KEY_FIELDS) + " appears in both"
+    raise NoRunsInCommon(f"{base_label} and {new_label} have no runs in common ({what}): "
+                         f"nothing to compare")
+
+
+def _values(values):
+    """A set of key values as a short sorted list string."""
+    return ",".join(sorted(str(v) for v in values))
 
 
 def config_differences(base_run, new_run, limit=4):
@@ -614,16 +723,42 @@ def config_differences(base_run, new_run, limit=4):
 
 # ---- command line -------------------------------------------------------------------------
 
+def percent(text):
+    """An argparse type: '10' or '10%' -> 0.10. A bare number below 1 is refused, because the
+    options took fractions before (0.25 meant 25 %); '0.5%' states half a percent."""
+    raw = text.strip()
+    explicit = raw.endswith("%")
+    try:
+        value = float(raw[:-1] if explicit else raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 10 or 10%)")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a percentage >= 0 is needed")
+    if 0 < value < 1 and not explicit:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} looks like a fraction: give a percentage (10 for 10 %), or write "
+            f"{raw}% for {raw} %")
+    return value / 100.0
+
+
 def parse_args(argv):
     """The command line (argparse exits 2 on bad usage)."""
     p = argparse.ArgumentParser(
         prog="compare.py",
-        description="Compare two dpbench result files; exit 1 on a regression, 2 on bad input.")
+        description="Compare two dpbench result files; exit 1 on a regression, 2 on bad input "
+                    "or files with no runs in common.")
     p.add_argument("base", metavar="BASE.json", help="baseline result or sweep file")
     p.add_argument("new", metavar="NEW.json", help="result or sweep file to check")
-    p.add_argument("--noise-floor", type=float, default=0.25, metavar="FRACTION",
-                   help="smallest timing change treated as real (default 0.25 = 25%%); raised "
-                        "to 3 x the A/A noise measured in the files")
+    p.add_argument("--noise-floor", type=percent, default=DEFAULT_NOISE_FLOOR, metavar="PCT",
+                   help="smallest timing change treated as real, in percent (default "
+                        f"{100 * DEFAULT_NOISE_FLOOR:g}); a figure's floor is raised to "
+                        f"{REP_MULTIPLIER:g} x its spread, but never above --noise-cap")
+    p.add_argument("--noise-cap", type=percent, default=DEFAULT_NOISE_CAP, metavar="PCT",
+                   help="largest noise floor, in percent (default "
+                        f"{100 * DEFAULT_NOISE_CAP:g}): a timing figure whose spread (across "
+                        "repetitions, or between the interleaved halves of a run's step "
+                        "samples, in either file) is above it is listed as too noisy to judge "
+                        "and neither passes nor fails")
     p.add_argument("--accuracy-tol", type=float, default=0.005, metavar="ABS",
                    help="allowed absolute drop of test accuracy (default 0.005)")
     p.add_argument("--timing", choices=("ratio", "mwu", "none"), default="ratio",
@@ -632,8 +767,8 @@ def parse_args(argv):
                         "Mann-Whitney U on step times (same machine only); none: skip timings")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the report to this file")
     args = p.parse_args(argv)
-    if args.noise_floor < 0 or args.accuracy_tol < 0:
-        p.error("--noise-floor and --accuracy-tol must be >= 0")
+    if args.accuracy_tol < 0:
+        p.error("--accuracy-tol must be >= 0")
     return args
 
 
@@ -649,9 +784,13 @@ def main(argv=None):
         print("compare.py: --timing mwu needs scipy (Debian python3-scipy): run it with "
               "/usr/bin/python3", file=sys.stderr)
         return 2
-    opts = Options(noise_floor=args.noise_floor, accuracy_tol=args.accuracy_tol,
-                   timing=args.timing)
-    report = compare(base_doc, new_doc, opts, base_label=args.base, new_label=args.new)
+    opts = Options(noise_floor=args.noise_floor, noise_cap=args.noise_cap,
+                   accuracy_tol=args.accuracy_tol, timing=args.timing)
+    try:
+        report = compare(base_doc, new_doc, opts, base_label=args.base, new_label=args.new)
+    except NoRunsInCommon as e:
+        print(f"compare.py: {e}", file=sys.stderr)
+        return 2
     text = report.markdown()
     sys.stdout.write(text)
     if args.markdown:

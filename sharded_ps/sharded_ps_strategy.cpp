@@ -28,12 +28,12 @@ std::optional<BusBandwidth> sharded_bus_bandwidth(const TrainConfig& c, double p
   return BusBandwidth{"reduce-scatter + all-gather", param_bytes, 2.0 * (p - 1.0) / p};
 }
 
-// K = p servers. collective: ring reduce-scatter + all-gather, 2(p-1) alpha + 2(p-1)/p N beta;
+// K = p servers. collective: reduce-scatter + all-gather (a ring: 2(p-1) alpha + 2(p-1)/p N beta);
 // p2p: each server's link takes p-1 pushes of N/p and gives p-1 pulls of N/p.
 double sharded_comm_time(const StepModel& m, const LinkModel& link, const std::string& transport, int p, double) {
   const double n = m.param_bytes;
   if (transport == "p2p") return 2.0 * incast_s(link, p, n / p);
-  return ring_allreduce_s(link, p, n);
+  return reduce_scatter_s(link, p, n) + allgather_s(link, p, n);
 }
 
 // PyTorch's RPC parameter server: one server holding every parameter and its optimizer state,

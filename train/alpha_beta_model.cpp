@@ -25,6 +25,39 @@ double pipelined_root_s(const LinkModel& link, int p, double bytes) {
   return (p - 1.0) * link.alpha_s + bytes * link.beta_s_per_byte;
 }
 
+namespace {
+bool gloo_collectives(const LinkModel& link) {
+  if (link.collectives == "gloo") return true;
+  if (link.collectives == "ring") return false;
+  throw Error(fmt::format("link {}: unknown collectives '{}' (ring or gloo)", link.name, link.collectives));
+}
+int ceil_log2(int p) {
+  int d = 0;
+  while ((1 << d) < p) ++d;
+  return d;
+}
+}  // namespace
+
+double reduce_s(const LinkModel& link, int p, double bytes) {
+  if (!gloo_collectives(link)) return pipelined_root_s(link, p, bytes);
+  return 2.0 * ((p - 1.0) * link.alpha_s + (p - 1.0) / p * bytes * link.beta_s_per_byte);
+}
+
+double broadcast_s(const LinkModel& link, int p, double bytes) {
+  if (!gloo_collectives(link)) return pipelined_root_s(link, p, bytes);
+  const int d = ceil_log2(p);
+  return (2.0 * d - 1.0) * (link.alpha_s + bytes * link.beta_s_per_byte);
+}
+
+double reduce_scatter_s(const LinkModel& link, int p, double bytes) {
+  if (gloo_collectives(link)) return p * reduce_s(link, p, bytes / p);
+  return (p - 1.0) * link.alpha_s + (p - 1.0) / p * bytes * link.beta_s_per_byte;
+}
+
+double allgather_s(const LinkModel& link, int p, double bytes) {
+  return (p - 1.0) * link.alpha_s + (p - 1.0) / p * bytes * link.beta_s_per_byte;
+}
+
 double incast_s(const LinkModel& link, int p, double bytes) {
   return (p - 1.0) * (link.alpha_s + bytes * link.beta_s_per_byte);
 }

@@ -21,6 +21,12 @@ struct LinkModel {
   double alpha_s = 0;          // per-message latency, seconds
   double beta_s_per_byte = 0;  // 1 / bandwidth
   std::string source;          // where the numbers come from
+  // Whose collective algorithms run over the link: "ring" (dpbench's own and the model of MPI and
+  // NCCL: ring all-reduce, reduce-scatter and all-gather, pipelined chain reduce and broadcast)
+  // or "gloo" (gloo's: ring all-reduce and all-gather; reduce = ring reduce-scatter + gather to
+  // the root; binomial-tree broadcast; reduce-scatter over uneven segments = one reduce per
+  // segment). See reduce_s and the functions after it.
+  std::string collectives = "ring";
 };
 
 // Datasheet-based presets: pcie4 (25 GB/s achievable), pcie5 (50 GB/s), nvlink4 (370 GB/s ring
@@ -48,6 +54,24 @@ double ring_allreduce_s(const LinkModel& link, int p, double bytes);
 // Seconds of a pipelined chain reduce (or broadcast) of `bytes` to (from) one root over p ranks:
 // (p-1) alpha + bytes beta; the root's link carries the bytes once.
 double pipelined_root_s(const LinkModel& link, int p, double bytes);
+
+// Seconds of one reduce (to a root) of `bytes` over p ranks under link.collectives:
+//   ring: pipelined_root_s;
+//   gloo: ring reduce-scatter, (p-1) alpha + (p-1)/p bytes beta, then the root's link takes the
+//         other p-1 chunks, (p-1) alpha + (p-1)/p bytes beta.
+double reduce_s(const LinkModel& link, int p, double bytes);
+// Seconds of one broadcast of `bytes` from a root over p ranks under link.collectives:
+//   ring: pipelined_root_s;
+//   gloo: binomial tree of d = ceil(log2 p) rounds; the root starts all its d sends at once, so
+//         its link carries d copies, and the last rank it feeds forwards for d - 1 more rounds:
+//         (2d - 1)(alpha + bytes beta).
+double broadcast_s(const LinkModel& link, int p, double bytes);
+// Seconds of a reduce-scatter of `bytes` (all segments together) over p ranks:
+//   ring: (p-1) alpha + (p-1)/p bytes beta;  gloo: p reduces of bytes / p.
+double reduce_scatter_s(const LinkModel& link, int p, double bytes);
+// Seconds of an all-gather of `bytes` (all segments together), a ring under both:
+// (p-1) alpha + (p-1)/p bytes beta.
+double allgather_s(const LinkModel& link, int p, double bytes);
 
 // Seconds of p-1 point-to-point messages of `bytes` each through one rank's link (incast):
 // (p-1) (alpha + bytes beta).

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/net_interface.hpp"
 #include "train/cpu_context.hpp"
 #include "workloads/dataloader.hpp"
 
@@ -28,11 +29,22 @@ StagedBatch PinnedBatch::stage(const Batch& batch, std::size_t rows) {
   return {inputs_.data(), labels_.data()};
 }
 
+void RankContext::mark_timed_start() {
+  const std::string iface = cluster_interface();
+  if (!iface.empty()) wire_start_ = interface_counters(iface);
+}
+
 void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_start) {
   const CommStats end = ctx.comm().stats();
   ctx.record_device_view(me);
   finish_rank(me, {end.bytes_sent - timed_start.bytes_sent, end.bytes_received - timed_start.bytes_received},
               static_cast<long>(me.steps.size()), ctx.tracker());
+  const auto wire_end = ctx.wire_start() ? interface_counters(cluster_interface()) : std::nullopt;
+  if (wire_end && !me.steps.empty()) {
+    const auto steps = static_cast<std::int64_t>(me.steps.size());
+    me.wire_per_step = {(wire_end->bytes_sent - ctx.wire_start()->bytes_sent) / steps,
+                        (wire_end->bytes_received - ctx.wire_start()->bytes_received) / steps};
+  }
 }
 
 void BatchStaging::check_rows(const Batch& batch, std::size_t rows, std::size_t max_rows) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -162,6 +163,10 @@ class RankContext {
   // Host memory of the data pipeline (the loader's batches, page-locked staging); the same
   // tracker as tracker() on the CPU.
   MemoryTracker& host_tracker() { return host_tracker_; }
+  // Where timing begins: notes the counters of the emulated cluster's link (core/net_interface.hpp)
+  // so that finish_timed_rank can set RankResult::wire_per_step; nothing outside a cluster.
+  void mark_timed_start();
+  const std::optional<CommStats>& wire_start() const { return wire_start_; }
 
   // ---- memory (used through Array<T>)
   // `bytes` of zeroed memory charged to `category`; the zeros are in place on return.
@@ -230,6 +235,7 @@ class RankContext {
   Communicator& comm_;
   MemoryTracker& tracker_;
   MemoryTracker& host_tracker_;
+  std::optional<CommStats> wire_start_;
 };
 
 template <typename T>

@@ -122,6 +122,7 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
     ProgressMeter progress(cfg, total, local_batch);
     progress.resume_at(start);
     CommStats timed_start = comm.stats();
+    ctx.mark_timed_start();
     const int first_epoch = static_cast<int>(start / spe);
     long step = start;
     for (int epoch = first_epoch; epoch < cfg.epochs && step < total; ++epoch) {
@@ -132,7 +133,10 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
       indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(skip) * local_batch));
       loader.start_epoch(std::move(indices), epoch);
       for (long s = skip; s < spe && step < total; ++s, ++step) {
-        if (step == cfg.warmup_steps) timed_start = comm.stats();
+        if (step == cfg.warmup_steps) {
+          timed_start = comm.stats();
+          ctx.mark_timed_start();
+        }
         maybe_inject_fault(rank, step);
         timer->begin();
         const Batch& loaded = loader.next();

@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/net_interface.hpp"
 #include "core/local_comm.hpp"
 #include "core/gloo_comm.hpp"
 #include "core/mpi_comm.hpp"
@@ -227,7 +228,8 @@ nlohmann::json rank_to_json(const RankResult& r) {
           {"sent", r.comm_per_step.bytes_sent}, {"received", r.comm_per_step.bytes_received},
           {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category},
           {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}},
-          {"checkpoint_write_s", r.checkpoint_write_s}, {"checkpoint_bytes", r.checkpoint_bytes}};
+          {"checkpoint_write_s", r.checkpoint_write_s}, {"checkpoint_bytes", r.checkpoint_bytes},
+          {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}}};
 }
 
 RankResult rank_from_json(const nlohmann::json& j) {
@@ -247,6 +249,7 @@ RankResult rank_from_json(const nlohmann::json& j) {
   r.device = {d[0], d[1], d[2], d[3], d[4]};
   r.checkpoint_write_s = j.at("checkpoint_write_s").get<std::vector<double>>();
   r.checkpoint_bytes = j.at("checkpoint_bytes");
+  r.wire_per_step = {j.at("wire")[0], j.at("wire")[1]};
   return r;
 }
 
@@ -258,6 +261,10 @@ void maybe_inject_fault(int rank, long step) {
   if (restart_count() > 0) return;
   if (fault->kind == "throw") throw Error(fmt::format("injected fault at step {} (DPBENCH_FAULT)", step));
   if (fault->kind == "kill") std::raise(SIGKILL);
+  if (fault->kind == "link-down") {
+    set_interface_down(cluster_interface());  // the rank goes on; its peers lose it
+    return;
+  }
   if (fault->kind == "hang") {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
@@ -279,15 +286,18 @@ std::optional<Fault> fault_from_env() {
         f.rank = std::stoi(value);
       } else if (key == "step") {
         f.step = std::stol(value);
-      } else if (key == "kind" && (value == "throw" || value == "hang" || value == "kill")) {
+      } else if (key == "kind" && (value == "throw" || value == "hang" || value == "kill" || value == "link-down")) {
         f.kind = value;
       } else {
         throw std::invalid_argument(item);
       }
     } catch (const std::exception&) {
-      throw InputError(fmt::format("DPBENCH_FAULT={}: expected rank=R,step=S,kind=throw|hang|kill", spec));
+      throw InputError(fmt::format("DPBENCH_FAULT={}: expected rank=R,step=S,kind=throw|hang|kill|link-down", spec));
     }
     pos = end + 1;
+  }
+  if (f.kind == "link-down" && cluster_interface().empty()) {
+    throw InputError(fmt::format("DPBENCH_FAULT={}: kind=link-down needs an emulated cluster (run --nodes)", spec));
   }
   return f;
 }

@@ -123,6 +123,9 @@ struct RankResult {
   std::size_t local_batch = 0;      // samples this rank computes per step
   std::vector<StepRecord> steps;    // timed steps only (after warm-up)
   CommStats comm_per_step;          // bytes per timed step
+  // On a node of an emulated cluster: bytes per timed step that the node's link interface
+  // counted (frames, headers included); -1 elsewhere.
+  CommStats wire_per_step{-1, -1};
   MemoryReport memory;              // host memory for CPU ranks, device memory for GPU ranks
   DeviceView device;
   std::vector<double> checkpoint_write_s;  // seconds this rank spent on each checkpoint it took part in
@@ -221,7 +224,9 @@ nlohmann::json rank_to_json(const RankResult& rank);
 RankResult rank_from_json(const nlohmann::json& json);
 
 // Fault injection for testing failure handling: DPBENCH_FAULT="rank=R,step=S,kind=K" makes rank R
-// at the start of step S throw (kind=throw), stop answering (hang) or die (kill: SIGKILL).
+// at the start of step S throw (kind=throw), stop answering (hang), die (kill: SIGKILL) or, on a
+// node of an emulated cluster, set its node's link down and go on (link-down). In an emulated
+// cluster node=N may stand for rank=R: the first rank of node N (cluster/cluster_job.hpp).
 struct Fault {
   int rank = -1;
   long step = -1;

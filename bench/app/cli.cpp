@@ -19,6 +19,7 @@
 #include "bench/app/run_command.hpp"
 #include "bench/app/strategies.hpp"
 #include "bench/app/sweep_command.hpp"
+#include "cluster/link.hpp"
 #include "core/error.hpp"
 #include "core/launch.hpp"
 #include "core/mpi_comm.hpp"
@@ -134,6 +135,30 @@ std::string transport_help() {
                  "servers: incast)";
 }
 
+// --nodes and its companions: parsed and checked, and the options that cannot go with them.
+void finish_cluster_options(const CLI::App& run, RunOptions& o) {
+  const bool any = run.count("--link") + run.count("--link-of") + run.count("--ranks-per-node") > 0;
+  if (o.cluster.nodes == 0) {
+    if (any) throw InputError("--link, --link-of and --ranks-per-node describe an emulated cluster: give --nodes N");
+    return;
+  }
+  if (o.link.empty()) throw InputError(fmt::format("--nodes {}: give the links' rate with --link RATE (e.g. 1gbit)", o.cluster.nodes));
+  o.cluster.link = cluster::parse_rate(o.link, "--link");
+  cluster::validate(o.cluster);
+  cluster::parse_link_of(o.link_of, o.cluster);
+  if (run.count("--comm") > 0 && o.base.comm != "gloo") {
+    throw InputError(fmt::format("--comm {}: an emulated cluster's ranks are processes on separate hosts that "
+                                 "meet over gloo (--comm gloo, the default with --nodes)", o.base.comm));
+  }
+  if (o.ranks_given && o.base.world_size != o.cluster.world_size()) {
+    throw InputError(fmt::format("--ranks {}: --nodes {} x --ranks-per-node {} makes {} ranks", o.base.world_size,
+                                 o.cluster.nodes, o.cluster.ranks_per_node, o.cluster.world_size()));
+  }
+  if (o.base.device == "cuda") throw InputError("--nodes: an emulated cluster trains on the CPU (--device cpu)");
+  if (!o.reference.framework.empty()) throw InputError("--nodes: not with --reference");
+  o.base.comm = "gloo";
+}
+
 }  // namespace
 
 void add_run_options(CLI::App& run, RunOptions& o) {
@@ -191,12 +216,27 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--reference-start", o.reference.start_dir,
                  "Keep the start bundle --reference writes (parameters, data, sample order) in this directory "
                  "(default: a temporary directory, removed at the end)");
+  run.add_option("--nodes", o.cluster.nodes,
+                 "Emulated cluster: run the job on N nodes of this machine (network namespaces on one "
+                 "bridge, each with its own hostname and a link shaped by tc), ranks as gloo processes "
+                 "started the torchrun way; needs --link")
+      ->group("Emulated cluster");
+  run.add_option("--link", o.link, "Emulated cluster: every node's link rate, both directions, in tc's units "
+                                   "(100mbit, 1gbit, 10gbit)")
+      ->group("Emulated cluster");
+  run.add_option("--link-of", o.link_of, "Emulated cluster: one node's own rate, NODE=RATE (e.g. 2=100mbit for a "
+                                         "straggler, 0=10gbit for a fat reducer link); repeatable")
+      ->group("Emulated cluster");
+  run.add_option("--ranks-per-node", o.cluster.ranks_per_node, "Emulated cluster: ranks (processes) per node")
+      ->capture_default_str()
+      ->group("Emulated cluster");
   add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);
 }
 
 void finish_run_options(const CLI::App& run, RunOptions& o) {
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
+  finish_cluster_options(run, o);
   // The cnn's own defaults, where the options were not given: one hidden layer of 128, lr 0.05
   // and 3 epochs (the MLP's are 512,256, 0.1 and 2).
   if (o.base.workload == "cnn") {
@@ -339,6 +379,7 @@ int dpbench_main(int argc, char** argv) {
   if (!args.empty() && args[0].rfind("-", 0) == 0 && args[0] != "-h" && args[0] != "--help") {
     args.insert(args.begin(), "run");
   }
+  run_options.args = args;  // as given: an emulated cluster's ranks start with them (parse consumes args)
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments back to front
 
   try {

@@ -12,10 +12,12 @@
 #include <fmt/format.h>
 
 #include "bench/app/harness.hpp"
+#include "bench/app/network_results.hpp"
 #include "core/launch.hpp"
 #include "bench/app/result_file.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
+#include "cluster/cluster_job.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/mpi_comm.hpp"
@@ -257,6 +259,16 @@ int run_command(const RunOptions& o) {
   // Validate everything cheap before loading data or training.
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
   for (const auto& m : o.modes) find_strategy(m);
+  if (o.cluster.nodes > 0) {
+    // The emulated cluster's first two stages start processes; the third is one of its ranks.
+    const std::string stage = cluster::stage();
+    if (stage.empty()) {
+      check_common_options(o.base, o.timeout_s);
+      if (!o.out.empty()) check_result_path(o.out);
+      return cluster::run_job(o.cluster, o.args);
+    }
+    if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
+  }
   const DeviceChoice device = choose_device(o.base.device, o.base.comm == "mpi");
   check_common_options(o.base, o.timeout_s);
   const LaunchInfo launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, device.device);
@@ -365,6 +377,11 @@ int run_command(const RunOptions& o) {
   print_table(runs, docs);
   print_reference_table(runs, docs, reference_runs);
   nlohmann::json document = make_document(std::move(config), docs);
+  if (auto network = cluster::cluster_description(); !network.is_null()) {
+    add_network_results(network, runs, document["runs"]);
+    document["network"] = std::move(network);
+    print_network_table(runs, document);
+  }
   if (reference) {
     document["reference"] = {{"framework", o.reference.framework},
                              {"python", o.reference.python.empty() ? default_python() : o.reference.python},

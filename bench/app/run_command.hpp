@@ -8,6 +8,7 @@
 #include "bench/app/harness.hpp"
 #include "bench/app/reference.hpp"
 #include "bench/app/strategies.hpp"
+#include "cluster/link.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -23,6 +24,12 @@ struct RunOptions {
   std::string init_params;                        // "" or a raw float32 file of initial parameters
   ReferenceOptions reference;                     // --reference pytorch: PyTorch on the same work
   bool quiet = false;
+  // --nodes N --link RATE [--link-of I=RATE ...] [--ranks-per-node K]: the job on an emulated
+  // cluster (cluster/cluster_job.hpp); nodes 0: on this machine as usual.
+  cluster::ClusterSpec cluster;
+  std::string link;                  // --link, parsed into cluster.link
+  std::vector<std::string> link_of;  // --link-of values, parsed into cluster.link_of
+  std::vector<std::string> args;     // the command line after the program name, for the cluster's ranks
 };
 
 // Returns the process exit code. Throws InputError / Error for main() to report.

@@ -1,0 +1,168 @@
+#include "bench/app/network_results.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "bench/app/strategies.hpp"
+
+namespace dpbench {
+
+namespace {
+
+// The link the model reads: the slowest probed direction of any link, alpha from the largest RTT.
+LinkModel probed_link(const nlohmann::json& network) {
+  double rate = 0, rtt = 0;
+  for (const auto& l : network.at("links")) {
+    const double slow = std::min(l.at("probed_up_bytes_per_s").get<double>(), l.at("probed_down_bytes_per_s").get<double>());
+    rate = rate == 0 ? slow : std::min(rate, slow);
+    rtt = std::max(rtt, l.at("rtt_s").get<double>());
+  }
+  return {"probed", rtt / 2.0, 1.0 / rate, "emulated cluster: slowest probed link, alpha = RTT / 2"};
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int n = 0; n < nodes; ++n) {
+    const RankResult& first = r.ranks[static_cast<std::size_t>(n * per_node)];
+    double sent = 0, received = 0;
+    for (int l = 0; l < per_node; ++l) {
+      const auto& c = r.ranks[static_cast<std::size_t>(n * per_node + l)].comm_per_step;
+      sent += static_cast<double>(c.bytes_sent);
+      received += static_cast<double>(c.bytes_received);
+    }
+    const double wire_sent = static_cast<double>(first.wire_per_step.bytes_sent);
+    const double wire_received = static_cast<double>(first.wire_per_step.bytes_received);
+    nlohmann::json e = {{"node", n},
+                        {"wire_sent_bytes_per_step", wire_sent},
+                        {"wire_received_bytes_per_step", wire_received},
+                        {"counted_sent_bytes_per_step", sent},
+                        {"counted_received_bytes_per_step", received}};
+    auto ratio = [](double wire, double counted) { return counted > 0 ? nlohmann::json(wire / counted) : nlohmann::json(); };
+    e["wire_over_counted_sent"] = ratio(wire_sent, sent);
+    e["wire_over_counted_received"] = ratio(wire_received, received);
+    if (per_node > 1) {
+      e["agrees"] = nullptr;  // traffic between ranks of one node never crosses its link
+      e["note"] = "several ranks per node: their traffic to each other stays on the node";
+    } else {
+      bool agrees = wire_sent >= 0 && wire_received >= 0;
+      for (const auto* key : {"wire_over_counted_sent", "wire_over_counted_received"}) {
+        if (e[key].is_number()) {
+          const double x = e[key].get<double>();
+          agrees = agrees && x >= kWireOverCountedMin && x <= kWireOverCountedMax;
+        }
+      }
+      e["agrees"] = agrees;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
+  const LinkModel probed = probed_link(network);
+  const int nodes = network.at("nodes").get<int>();
+  const int per_node = network.at("ranks_per_node").get<int>();
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunResult& r = runs[i];
+    const Strategy& s = find_strategy(r.config.mode);
+    const auto& steps = r.ranks.front().steps;
+    std::vector<double> step_s, non_comm_s, comm_s;
+    for (const auto& st : steps) {
+      step_s.push_back(st.step_time);
+      non_comm_s.push_back(st.step_time - st.phases.comm_exposed);
+      comm_s.push_back(st.phases.comm);
+    }
+    StepModel m;
+    m.param_bytes = static_cast<double>(r.num_params) * 4.0;
+    m.sample_bytes = static_cast<double>(r.input_features) * 4.0;
+    m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;
+    const int p = r.config.world_size;
+    const double b = static_cast<double>(r.config.global_batch) / p;
+    const std::string transport = s.transport(r.config);
+    LinkModel link = probed;  // with the engine's collective algorithms
+    link.collectives = r.config.comm == "gloo" ? "gloo" : "ring";
+    LinkModel bandwidth_only = link;
+    bandwidth_only.alpha_s = 0;
+    const double comm_model = s.comm_time(m, link, transport, p, b);
+    const double bound = s.comm_time(m, bandwidth_only, transport, p, b);
+    const double measured = mean(step_s), compute = mean(non_comm_s), comm = mean(comm_s);
+    const double projected = compute + comm_model;
+    runs_json[i]["network"] = {
+        {"link", {{"bytes_per_s", 1.0 / link.beta_s_per_byte}, {"alpha_s", link.alpha_s}, {"source", link.source},
+                  {"collectives", link.collectives}}},
+        {"projection",
+         {{"measured_step_s", measured},
+          {"projected_step_s", projected},
+          {"error", (projected - measured) / measured},
+          {"compute_s", compute},
+          {"comm_model_s", comm_model},
+          {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
+                     "communication: the strategy's alpha-beta terms on the probed link"}}},
+        {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0}}},
+        {"nodes", node_bytes(r, nodes, per_node)},
+        {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
+  }
+}
+
+void print_network_table(const std::vector<RunResult>& runs, const nlohmann::json& document) {
+  const auto& network = document.at("network");
+  const auto& docs = document.at("runs");
+  constexpr int kLabel = 34;
+  std::size_t col = 22;
+  for (const auto& r : runs) col = std::max(col, find_strategy(r.config.mode).label(r.config).size() + 2);
+  const auto& first_link = docs.front().at("network").at("link");
+  fmt::print("\nEmulated cluster: {} nodes x {} rank{}, {} ({}), slowest link probed at {:.1f} MB/s ({:.0f} Mbit/s), "
+             "alpha {:.3f} ms\n",
+             network.at("nodes").get<int>(), network.at("ranks_per_node").get<int>(),
+             network.at("ranks_per_node").get<int>() == 1 ? "" : "s", network.at("qdisc").get<std::string>(),
+             network.at("links").front().at("requested_rate").get<std::string>(),
+             first_link.at("bytes_per_s").get<double>() / 1e6, first_link.at("bytes_per_s").get<double>() * 8 / 1e6,
+             first_link.at("alpha_s").get<double>() * 1e3);
+  fmt::print("{:<{}}", "", kLabel);
+  for (const auto& r : runs) fmt::print("{:>{}}", find_strategy(r.config.mode).label(r.config), col);
+  fmt::print("\n");
+  auto row = [&](const std::string& label, auto cell) {
+    fmt::print("{:<{}}", label, kLabel);
+    for (std::size_t i = 0; i < runs.size(); ++i) fmt::print("{:>{}}", cell(docs[i].at("network")), col);
+    fmt::print("\n");
+  };
+  row("step time measured / projected", [](const nlohmann::json& n) {
+    const auto& p = n.at("projection");
+    return fmt::format("{:.1f} / {:.1f} ms", 1e3 * p.at("measured_step_s").get<double>(),
+                       1e3 * p.at("projected_step_s").get<double>());
+  });
+  row("projection error", [](const nlohmann::json& n) {
+    return fmt::format("{:+.1f} %", 100.0 * n.at("projection").at("error").get<double>());
+  });
+  row("comm / bandwidth bound (ms)", [](const nlohmann::json& n) {
+    const auto& b = n.at("bandwidth_bound");
+    return fmt::format("{:.1f} / {:.1f}", 1e3 * b.at("comm_s").get<double>(), 1e3 * b.at("bound_s").get<double>());
+  });
+  row("fraction of the bound", [](const nlohmann::json& n) {
+    return fmt::format("{:.0f} %", 100.0 * n.at("bandwidth_bound").at("fraction").get<double>());
+  });
+  row("wire / counted bytes (node range)", [](const nlohmann::json& n) {
+    double lo = 1e300, hi = 0;
+    for (const auto& node : n.at("nodes")) {
+      for (const auto* key : {"wire_over_counted_sent", "wire_over_counted_received"}) {
+        if (!node.at(key).is_number()) continue;
+        lo = std::min(lo, node.at(key).get<double>());
+        hi = std::max(hi, node.at(key).get<double>());
+      }
+    }
+    return hi == 0 ? std::string("-") : fmt::format("{:.3f} - {:.3f}", lo, hi);
+  });
+}
+
+}  // namespace dpbench

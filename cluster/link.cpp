@@ -1,0 +1,80 @@
+#include "cluster/link.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace dpbench::cluster {
+
+LinkRate parse_rate(const std::string& text, const std::string& option) {
+  static const std::regex form(R"(^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$)",
+                               std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(text, m, form)) {
+    throw InputError(fmt::format("{} {}: not a rate (e.g. 100mbit, 1gbit, 10gbit; tc's units bit, kbit, mbit, "
+                                 "gbit or bps, kbps, mbps, gbps for bytes per second)",
+                                 option, text));
+  }
+  std::string unit = m[3].str();
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  const bool bytes = unit.size() >= 3 && unit.compare(unit.size() - 3, 3, "bps") == 0;
+  const char scale = unit.front();
+  double factor = 1;
+  if (scale == 'k') factor = 1e3;
+  if (scale == 'm') factor = 1e6;
+  if (scale == 'g') factor = 1e9;
+  if (scale == 't') factor = 1e12;
+  LinkRate rate{text, std::stod(m[1].str()) * factor * (bytes ? 8.0 : 1.0)};
+  if (!(rate.bits_per_s >= 1e3)) throw InputError(fmt::format("{} {}: below 1 kbit/s", option, text));
+  if (rate.bits_per_s > 100e9) throw InputError(fmt::format("{} {}: above 100 gbit/s", option, text));
+  return rate;
+}
+
+const LinkRate& ClusterSpec::rate_of(int node) const {
+  const auto it = link_of.find(node);
+  return it == link_of.end() ? link : it->second;
+}
+
+void parse_link_of(const std::vector<std::string>& values, ClusterSpec& spec) {
+  static const std::regex form(R"(^([0-9]+)=(.+)$)");
+  for (const auto& v : values) {
+    std::smatch m;
+    if (!std::regex_match(v, m, form)) {
+      throw InputError(fmt::format("--link-of {}: expected NODE=RATE, e.g. 2=100mbit", v));
+    }
+    const int node = std::stoi(m[1].str());
+    if (node >= spec.nodes) {
+      throw InputError(fmt::format("--link-of {}: node {} is not one of the {} nodes (0..{})", v, node, spec.nodes,
+                                   spec.nodes - 1));
+    }
+    spec.link_of[node] = parse_rate(m[2].str(), "--link-of");
+  }
+}
+
+void validate(const ClusterSpec& spec) {
+  if (spec.nodes < 2 || spec.nodes > 64) {
+    throw InputError(fmt::format("--nodes {}: an emulated cluster has 2 to 64 nodes", spec.nodes));
+  }
+  if (spec.ranks_per_node < 1 || spec.ranks_per_node > 16) {
+    throw InputError(fmt::format("--ranks-per-node {}: must be 1 to 16", spec.ranks_per_node));
+  }
+  if (spec.link.bits_per_s <= 0) throw InputError("--nodes: give the links' rate with --link RATE (e.g. 1gbit)");
+}
+
+std::vector<std::string> tbf_args(const std::string& dev, const LinkRate& rate) {
+  const double bytes_per_s = rate.bits_per_s / 8.0;
+  const auto burst = static_cast<long>(std::max(bytes_per_s * 0.005, 32.0 * 1024.0));
+  return {"qdisc", "replace", "dev", dev, "root", "tbf",
+          "rate", fmt::format("{:.0f}bit", rate.bits_per_s),
+          "burst", std::to_string(burst),
+          "latency", "50ms"};
+}
+
+std::string node_address(int node) { return fmt::format("198.18.0.{}", node + 1); }
+std::string switch_address() { return "198.18.0.254"; }
+
+}  // namespace dpbench::cluster

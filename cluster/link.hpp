@@ -1,0 +1,56 @@
+// What an emulated cluster is made of, as data: its nodes, their links and the rates they are
+// shaped to, and the tc commands a link's rate turns into (the way Mininet's TCIntf.bwCmds derives
+// a link's commands from its parameters). Pure functions, no system calls: cluster/netns.hpp
+// applies them. Not for: creating namespaces or measuring links (cluster/netns.hpp, probe.hpp).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dpbench::cluster {
+
+// A link rate as tc(8) writes it: "200mbit", "1gbit", "10gbit", "500kbit", "100mbps" (bytes).
+struct LinkRate {
+  std::string text;      // as the user gave it
+  double bits_per_s = 0;
+};
+
+// Parses a rate in tc's units: bit, kbit, mbit, gbit, tbit (bits per second, powers of 1000) and
+// bps, kbps, mbps, gbps, tbps (bytes per second). Throws InputError naming `option` when the text
+// is not a positive rate in one of those units, or is above 100 gbit.
+LinkRate parse_rate(const std::string& text, const std::string& option);
+
+// What `--nodes N --link RATE --link-of I=RATE --ranks-per-node K` ask for.
+struct ClusterSpec {
+  int nodes = 0;            // 0: no emulated cluster
+  int ranks_per_node = 1;
+  LinkRate link;            // every node's link, both directions
+  std::map<int, LinkRate> link_of;  // per-node overrides, node index -> rate
+
+  // The rate of node i's link (its override, else `link`).
+  const LinkRate& rate_of(int node) const;
+  int world_size() const { return nodes * ranks_per_node; }
+};
+
+// Parses "--link-of I=RATE" values into spec.link_of. Throws InputError naming the value when it
+// is not I=RATE or I is not a node of the cluster (0 <= I < nodes).
+void parse_link_of(const std::vector<std::string>& values, ClusterSpec& spec);
+
+// Checks the spec: 2..64 nodes, 1..16 ranks per node, a link rate. Throws InputError naming the
+// option.
+void validate(const ClusterSpec& spec);
+
+// The tc(8) arguments (after "tc") that shape egress of `dev` to `rate` with a token bucket (tbf):
+// burst = max(rate x 5 ms, 32 KiB) so that the bucket refills between timer ticks at high rates,
+// and a queue of 50 ms at that rate. The same on both ends of a link shapes both directions.
+std::vector<std::string> tbf_args(const std::string& dev, const LinkRate& rate);
+
+// Addresses of an emulated cluster, from 198.18.0.0/15 (RFC 2544, reserved for benchmarking):
+// node i is 198.18.0.(i+1)/24, the switch's own address (the probe's and the heartbeat's end)
+// 198.18.0.254.
+std::string node_address(int node);
+std::string switch_address();
+inline constexpr int kPrefixLength = 24;
+
+}  // namespace dpbench::cluster
