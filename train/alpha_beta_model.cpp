@@ -1,5 +1,8 @@
 #include "train/alpha_beta_model.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -45,8 +48,25 @@ double reduce_s(const LinkModel& link, int p, double bytes) {
 
 double broadcast_s(const LinkModel& link, int p, double bytes) {
   if (!gloo_collectives(link)) return pipelined_root_s(link, p, bytes);
+  // Virtual rank v has the data at done[v]; it then starts all its sends at once, which share its
+  // link, so each child has the data after (its parent's children) (alpha + bytes beta).
   const int d = ceil_log2(p);
-  return (2.0 * d - 1.0) * (link.alpha_s + bytes * link.beta_s_per_byte);
+  std::vector<double> done(static_cast<std::size_t>(p), 0.0);
+  double last = 0;
+  for (int v = 0; v < p; ++v) {
+    int bits = 0;
+    while ((1 << bits) <= v) ++bits;
+    std::vector<int> children;
+    for (int i = bits; i < d; ++i) {
+      if (v + (1 << i) < p) children.push_back(v + (1 << i));
+    }
+    for (int c : children) {
+      done[static_cast<std::size_t>(c)] =
+          done[static_cast<std::size_t>(v)] + static_cast<double>(children.size()) * (link.alpha_s + bytes * link.beta_s_per_byte);
+      last = std::max(last, done[static_cast<std::size_t>(c)]);
+    }
+  }
+  return last;
 }
 
 double reduce_scatter_s(const LinkModel& link, int p, double bytes) {

@@ -62,9 +62,10 @@ double pipelined_root_s(const LinkModel& link, int p, double bytes);
 double reduce_s(const LinkModel& link, int p, double bytes);
 // Seconds of one broadcast of `bytes` from a root over p ranks under link.collectives:
 //   ring: pipelined_root_s;
-//   gloo: binomial tree of d = ceil(log2 p) rounds; the root starts all its d sends at once, so
-//         its link carries d copies, and the last rank it feeds forwards for d - 1 more rounds:
-//         (2d - 1)(alpha + bytes beta).
+//   gloo: binomial tree (gloo/broadcast.cc): a rank starts all its sends at once as soon as it
+//         has the data, so they share its link and each child has it k (alpha + bytes beta) later
+//         for a parent of k children; the time is the last rank's (p = 3: 2, p = 4: 3, p = 8: 6
+//         times alpha + bytes beta).
 double broadcast_s(const LinkModel& link, int p, double bytes);
 // Seconds of a reduce-scatter of `bytes` (all segments together) over p ranks:
 //   ring: (p-1) alpha + (p-1)/p bytes beta;  gloo: p reduces of bytes / p.

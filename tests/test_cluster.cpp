@@ -1,0 +1,269 @@
+// The emulated cluster (cluster/): link rates and their tc commands, the byte counts and cost
+// model of gloo's collectives, and whole jobs on nodes in private namespaces: the three modes
+// against their alpha-beta projection on a small grid of node counts and link rates, a node's
+// link going down, a straggler link, signals, and a machine that cannot host a cluster. The
+// job tests skip, with the reason, where this machine cannot make the namespaces.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/fixtures.hpp"
+#include "cluster/link.hpp"
+#include "cluster/netns.hpp"
+#include "core/comm.hpp"
+#include "core/error.hpp"
+#include "core/gloo_comm.hpp"
+#include "train/alpha_beta_model.hpp"
+
+namespace dpbench {
+namespace {
+
+using namespace dpbench::testing;  // NOLINT: test fixtures
+
+TEST(LinkRate, ParsesTcUnits) {
+  EXPECT_DOUBLE_EQ(cluster::parse_rate("200mbit", "--link").bits_per_s, 200e6);
+  EXPECT_DOUBLE_EQ(cluster::parse_rate("1gbit", "--link").bits_per_s, 1e9);
+  EXPECT_DOUBLE_EQ(cluster::parse_rate("1.5Gbit", "--link").bits_per_s, 1.5e9);
+  EXPECT_DOUBLE_EQ(cluster::parse_rate("100mbps", "--link").bits_per_s, 800e6);  // bytes per second
+  EXPECT_DOUBLE_EQ(cluster::parse_rate("500kbit", "--link").bits_per_s, 500e3);
+  for (const char* bad : {"fast", "200", "0mbit", "200tbit", "-1gbit", "1 gbit"}) {
+    EXPECT_THROW(cluster::parse_rate(bad, "--link"), InputError) << bad;
+  }
+}
+
+TEST(LinkRate, LinkOfOverridesOneNodeAndRejectsOthers) {
+  cluster::ClusterSpec spec;
+  spec.nodes = 3;
+  spec.link = cluster::parse_rate("1gbit", "--link");
+  cluster::parse_link_of({"2=100mbit"}, spec);
+  EXPECT_DOUBLE_EQ(spec.rate_of(0).bits_per_s, 1e9);
+  EXPECT_DOUBLE_EQ(spec.rate_of(2).bits_per_s, 100e6);
+  EXPECT_THROW(cluster::parse_link_of({"3=1gbit"}, spec), InputError);
+  EXPECT_THROW(cluster::parse_link_of({"x=1gbit"}, spec), InputError);
+  EXPECT_THROW(cluster::parse_link_of({"1:1gbit"}, spec), InputError);
+  spec.nodes = 1;
+  EXPECT_THROW(cluster::validate(spec), InputError);
+}
+
+TEST(LinkRate, TbfArgsCarryTheRateAndABurstOfOneMillisecond) {
+  const auto args = cluster::tbf_args("eth0", cluster::parse_rate("1gbit", "--link"));
+  const std::vector<std::string> want = {"qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "1000000000bit",
+                                         "burst", "125000", "latency", "50ms"};
+  EXPECT_EQ(args, want);
+  // Slow links keep a burst of at least 32 KiB.
+  EXPECT_EQ(cluster::tbf_args("eth0", cluster::parse_rate("10mbit", "--link"))[9], "32768");
+}
+
+TEST(GlooCounts, ReduceIsARingReduceScatterAndAGatherToTheRoot) {
+  // 3 ranks, 3000 elements: chunks of 1000; the root (1) gets the other two chunks.
+  const auto root = gloo_reduce_counts(3000, 3, 1, 1), other = gloo_reduce_counts(3000, 3, 0, 1);
+  EXPECT_EQ(root.sent, 2000u);
+  EXPECT_EQ(root.received, 4000u);
+  EXPECT_EQ(other.sent, 3000u);
+  EXPECT_EQ(other.received, 2000u);
+  for (int p = 2; p <= 7; ++p) {
+    for (std::size_t n : {1u, 7u, 1001u, 65536u}) {
+      std::size_t sent = 0, received = 0, root_received = 0;
+      for (int r = 0; r < p; ++r) {
+        const auto c = gloo_reduce_counts(n, p, r, p - 1);
+        sent += c.sent;
+        received += c.received;
+        if (r == p - 1) root_received = c.received;
+      }
+      EXPECT_EQ(sent, received) << p << " ranks, n " << n;
+      EXPECT_GE(root_received, n - ring_chunk(n, p, p - 1).length) << p << " ranks, n " << n;
+    }
+  }
+}
+
+TEST(GlooCounts, BroadcastIsABinomialTreeFromTheRoot) {
+  // 5 ranks from root 2: virtual ranks 0..4 are 2,3,4,0,1; v0 sends to v1, v2, v4; v1 to v3.
+  const std::size_t n = 10;
+  const std::vector<std::pair<std::size_t, std::size_t>> want = {{0, n}, {0, n}, {3 * n, 0}, {n, n}, {0, n}};
+  for (int r = 0; r < 5; ++r) {
+    const auto c = binomial_broadcast_counts(n, 5, r, 2);
+    EXPECT_EQ(c.sent, want[static_cast<std::size_t>(r)].first) << "rank " << r;
+    EXPECT_EQ(c.received, want[static_cast<std::size_t>(r)].second) << "rank " << r;
+  }
+}
+
+TEST(GlooCollectiveModel, CostsFollowTheAlgorithms) {
+  LinkModel link{"test", 0.0, 1.0, "unit"};  // 1 s per byte
+  link.collectives = "gloo";
+  EXPECT_DOUBLE_EQ(broadcast_s(link, 2, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(broadcast_s(link, 3, 1.0), 2.0);  // the root's two sends share its link
+  EXPECT_DOUBLE_EQ(broadcast_s(link, 4, 1.0), 3.0);  // then rank 1 forwards to 3
+  EXPECT_DOUBLE_EQ(broadcast_s(link, 8, 1.0), 6.0);
+  EXPECT_DOUBLE_EQ(reduce_s(link, 4, 1.0), 1.5);     // 3/4 reduce-scatter + 3/4 gathered
+  EXPECT_DOUBLE_EQ(reduce_scatter_s(link, 4, 1.0), 1.5);
+  EXPECT_DOUBLE_EQ(allgather_s(link, 4, 1.0), 0.75);
+  link.collectives = "ring";
+  EXPECT_DOUBLE_EQ(broadcast_s(link, 8, 1.0), 1.0);  // a pipelined chain
+  EXPECT_DOUBLE_EQ(reduce_scatter_s(link, 4, 1.0), 0.75);
+  link.collectives = "tree";
+  EXPECT_THROW(broadcast_s(link, 4, 1.0), Error);
+}
+
+// Whole jobs on an emulated cluster.
+class EmulatedCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+    const cluster::Capability cap = cluster::probe_capability();
+    if (cap.how.empty()) GTEST_SKIP() << "this machine cannot host an emulated cluster: " << cap.missing;
+  }
+  fs::path result() const { return tmp_.path() / "result.json"; }
+  Outcome run(const std::string& args, const std::string& env = "") {
+    return shell(fmt::format("{} timeout -k 5 300 {} run {} -q --no-eval --out {}", env, DPBENCH_BINARY, args,
+                             result().string()),
+                 tmp_.path());
+  }
+  TempDir tmp_;
+};
+
+// The CI grid: every mode at three points over two node counts and two rates, each within 15 %
+// (2 nodes are left out: there sharded_ps's reduce-scatter over gloo takes ~1.8 N beta where the
+// model says 1.5, README "Emulated cluster")
+// of its projection, every node's wire bytes within the TCP/IP bound of its counted bytes, the
+// probed rate within 20 % of the requested one, allreduce at >= 85 % of the ring's bound.
+TEST_F(EmulatedCluster, EveryModeMatchesItsProjectionOnAGrid) {
+  for (const auto& [nodes, rate, bits] : std::vector<std::tuple<int, std::string, double>>{
+           {3, "200mbit", 200e6}, {4, "200mbit", 200e6}, {4, "100mbit", 100e6}}) {
+    SCOPED_TRACE(fmt::format("{} nodes at {}", nodes, rate));
+    const Outcome o = run(fmt::format("--nodes {} --link {} --max-steps 25 --warmup-steps 5 --batch-size 384", nodes, rate));
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    const auto doc = nlohmann::json::parse(slurp(result()));
+    ASSERT_TRUE(doc.contains("network"));
+    EXPECT_EQ(doc["network"]["nodes"], nodes);
+    EXPECT_EQ(doc["config"]["launcher"], "env");
+    for (const auto& link : doc["network"]["links"]) {
+      for (const char* dir : {"probed_up_bytes_per_s", "probed_down_bytes_per_s"}) {
+        EXPECT_NEAR(link[dir].get<double>() * 8, bits, 0.2 * bits) << dir << " of node " << link["node"];
+      }
+    }
+    ASSERT_EQ(doc["runs"].size(), 3u);
+    for (const auto& r : doc["runs"]) {
+      const std::string mode = r["mode"];
+      EXPECT_EQ(r["world_size"], nodes) << mode;
+      const auto& net = r["network"];
+      EXPECT_LT(std::abs(net["projection"]["error"].get<double>()), 0.15)
+          << mode << ": measured " << net["projection"]["measured_step_s"] << " s, projected "
+          << net["projection"]["projected_step_s"] << " s";
+      if (mode == "allreduce") EXPECT_GE(net["bandwidth_bound"]["fraction"].get<double>(), 0.85);
+      for (const auto& node : net["nodes"]) {
+        EXPECT_TRUE(node["agrees"].get<bool>()) << mode << " node " << node["node"] << ": " << node.dump();
+      }
+    }
+  }
+}
+
+// A node's link goes down mid-run: the heartbeat notices within its 10 s, every process ends,
+// the message names the node and its rank, and there is no result file.
+TEST_F(EmulatedCluster, LinkDownEndsTheJobNamingTheNode) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome o = run("--nodes 2 --link 1gbit --mode allreduce --max-steps 100000 --epochs 100",
+                        "DPBENCH_FAULT=node=1,step=10,kind=link-down");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(o.exit_code, 0) << o.err;
+  EXPECT_LT(seconds, 60.0);
+  EXPECT_NE(o.err.find("node 1 ("), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("rank 1)"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(result()));
+}
+
+// One node at a tenth of the others' rate: the run completes, the probe sees the slow link, and
+// the ring runs at the slow link's pace (its projection, from the slowest link, holds).
+TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
+  const Outcome o = run("--nodes 3 --link 500mbit --link-of 2=50mbit --mode allreduce --max-steps 15 --warmup-steps 3 --batch-size 384");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  const auto& links = doc["network"]["links"];
+  EXPECT_EQ(links[2]["requested_rate"], "50mbit");
+  EXPECT_NEAR(links[2]["probed_up_bytes_per_s"].get<double>() * 8, 50e6, 10e6);
+  EXPECT_NEAR(links[0]["probed_up_bytes_per_s"].get<double>() * 8, 500e6, 100e6);
+  const auto& net = doc["runs"][0]["network"];
+  EXPECT_NEAR(net["link"]["bytes_per_s"].get<double>() * 8, 50e6, 10e6);
+  EXPECT_LT(std::abs(net["projection"]["error"].get<double>()), 0.15);
+}
+
+// SIGINT and SIGKILL of the command leave no process of the job; its namespaces go with them.
+TEST_F(EmulatedCluster, SignalsLeaveNothingBehind) {
+  for (const int sig : {SIGINT, SIGKILL}) {
+    SCOPED_TRACE(sig == SIGINT ? "SIGINT" : "SIGKILL");
+    const std::string marker = (tmp_.path() / fmt::format("signal-{}.json", sig)).string();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      execl(DPBENCH_BINARY, DPBENCH_BINARY, "run", "--nodes", "2", "--link", "100mbit", "--mode", "ps", "--epochs",
+            "100", "-q", "--no-eval", "--out", marker.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // "[-]-out" matches the job's "--out" but not this shell's own command line.
+    const std::string count = fmt::format("pgrep -f -- '[-]-out {}' >/dev/null", marker);
+    // Until the ranks run (the first stage and the inner one, then two ranks).
+    for (int i = 0; i < 200 && shell(fmt::format("test $(pgrep -f -c -- '[-]-out {}') -ge 4", marker), tmp_.path()).exit_code != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(pid, sig);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (sig == SIGINT) {
+      ASSERT_TRUE(WIFEXITED(status));
+      EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
+    }
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = std::system(count.c_str()) != 0;
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(gone) << "processes of the job are still running";
+    EXPECT_FALSE(fs::exists(marker));
+    EXPECT_NE(shell("ip -o link show | grep -q 'dpb[0-9]*-'", tmp_.path()).exit_code, 0)
+        << "a cluster interface is in this namespace";
+  }
+}
+
+// With user namespaces disabled and no capabilities, the command says so in one line, exit 2.
+TEST(EmulatedClusterRefused, WithoutNamespacesOrCapabilitiesExitsTwo) {
+  TempDir tmp;
+  if (shell("command -v unshare && command -v setpriv", tmp.path()).exit_code != 0) {
+    GTEST_SKIP() << "unshare or setpriv (util-linux) is missing";
+  }
+  // A user namespace in which no further one may be made, and a process with no capabilities.
+  const Outcome o = shell(
+      fmt::format("unshare --user --map-root-user sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv "
+                  "--securebits +noroot,+noroot_locked --bounding-set -all --inh-caps -all {} run --nodes 2 --link 1gbit "
+                  "--out {}'",
+                  DPBENCH_BINARY, (tmp.path() / "r.json").string()),
+      tmp.path());
+  if (o.err.rfind("dpbench:", 0) != 0) {  // the shell, unshare or setpriv refused, not dpbench
+    GTEST_SKIP() << "cannot limit user namespaces here: " << o.err;
+  }
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  EXPECT_NE(o.err.find("cannot host an emulated cluster"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(tmp.path() / "r.json"));
+}
+
+TEST(EmulatedClusterOptions, BadInputIsOneLineAndExitTwo) {
+  TempDir tmp;
+  for (const char* args : {"--link 1gbit", "--nodes 1 --link 1gbit", "--nodes 2", "--nodes 2 --link fast",
+                           "--nodes 2 --link 1gbit --link-of 5=1gbit", "--nodes 2 --link 1gbit --comm local",
+                           "--nodes 2 --link 1gbit --ranks 3"}) {
+    const Outcome o = shell(fmt::format("{} run {} --out {}", DPBENCH_BINARY, args, (tmp.path() / "r.json").string()),
+                            tmp.path());
+    EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << args << "\n" << o.err;
+    EXPECT_FALSE(fs::exists(tmp.path() / "r.json")) << args;
+  }
+}
+
+}  // namespace
+}  // namespace dpbench
