@@ -67,7 +67,7 @@ void validate(const ClusterSpec& spec) {
 
 std::vector<std::string> tbf_args(const std::string& dev, const LinkRate& rate) {
   const double bytes_per_s = rate.bits_per_s / 8.0;
-  const auto burst = static_cast<long>(std::max(bytes_per_s * 0.001, 32.0 * 1024.0));
+  const auto burst = static_cast<long>(std::max(bytes_per_s * 0.001, 64.0 * 1024.0));
   return {"qdisc", "replace", "dev", dev, "root", "tbf",
           "rate", fmt::format("{:.0f}bit", rate.bits_per_s),
           "burst", std::to_string(burst),

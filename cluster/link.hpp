@@ -42,7 +42,7 @@ void parse_link_of(const std::vector<std::string>& values, ClusterSpec& spec);
 void validate(const ClusterSpec& spec);
 
 // The tc(8) arguments (after "tc") that shape egress of `dev` to `rate` with a token bucket (tbf):
-// burst = max(rate x 1 ms, 32 KiB): enough for the kernel's high-resolution timers to keep the
+// burst = max(rate x 1 ms, 64 KiB): enough for the kernel's high-resolution timers to keep the
 // rate, small beside a step's messages (a bucket refilled while a rank computes lets that much
 // through at memory speed),
 // and a queue of 50 ms at that rate. The same on both ends of a link shapes both directions.

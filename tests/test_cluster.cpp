@@ -57,8 +57,8 @@ TEST(LinkRate, TbfArgsCarryTheRateAndABurstOfOneMillisecond) {
   const std::vector<std::string> want = {"qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "1000000000bit",
                                          "burst", "125000", "latency", "50ms"};
   EXPECT_EQ(args, want);
-  // Slow links keep a burst of at least 32 KiB.
-  EXPECT_EQ(cluster::tbf_args("eth0", cluster::parse_rate("10mbit", "--link"))[9], "32768");
+  // Slow links keep a burst of at least 64 KiB.
+  EXPECT_EQ(cluster::tbf_args("eth0", cluster::parse_rate("10mbit", "--link"))[9], "65536");
 }
 
 TEST(GlooCounts, ReduceIsARingReduceScatterAndAGatherToTheRoot) {
