@@ -173,7 +173,7 @@ Heartbeat::~Heartbeat() {
 void Heartbeat::loop() {
   const std::size_t n = links_.size();
   std::vector<Clock::time_point> answered(n, Clock::now());
-  std::vector<bool> lost(n, false);
+  std::vector<bool> lost(n, false), closed(n, false);
   auto next_beat = Clock::now();
   char buf[64];
   while (!stop_.load()) {
@@ -189,20 +189,23 @@ void Heartbeat::loop() {
       }
     }
     std::vector<pollfd> fds;
-    for (auto& l : links_) {
-      fds.push_back({l.node_end, POLLIN, 0});
-      fds.push_back({l.switch_end, POLLIN, 0});
+    for (std::size_t i = 0; i < n; ++i) {  // a closed connection is no longer polled (poll skips fd -1)
+      fds.push_back({closed[i] ? -1 : links_[i].node_end, POLLIN, 0});
+      fds.push_back({closed[i] ? -1 : links_[i].switch_end, POLLIN, 0});
     }
     fds.push_back({wake_[0], POLLIN, 0});
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count();
     poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(1, wait)));
     for (std::size_t i = 0; i < n; ++i) {
-      if (fds[2 * i].revents & POLLIN) {  // the node's end echoes what it got
+      if (fds[2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {  // the node's end echoes what it got
         const ssize_t got = recv(links_[i].node_end, buf, sizeof buf, MSG_DONTWAIT);
         if (got > 0) (void)!send(links_[i].node_end, buf, static_cast<std::size_t>(got), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (got == 0) closed[i] = true;
       }
-      if (fds[2 * i + 1].revents & POLLIN) {
-        if (recv(links_[i].switch_end, buf, sizeof buf, MSG_DONTWAIT) > 0) answered[i] = Clock::now();
+      if (fds[2 * i + 1].revents & (POLLIN | POLLHUP | POLLERR)) {
+        const ssize_t got = recv(links_[i].switch_end, buf, sizeof buf, MSG_DONTWAIT);
+        if (got > 0) answered[i] = Clock::now();
+        if (got == 0) closed[i] = true;
       }
     }
   }

@@ -4,8 +4,10 @@
 // dpbench's rendezvous at MASTER_ADDR:MASTER_PORT (core/rendezvous.hpp), which serves as gloo's
 // rendezvous Store. Collectives map onto gloo's own (gloo::allreduce with the ring algorithm,
 // reduce, broadcast, allgather, allgatherv, barrier); segments of uneven size and point-to-point
-// transfers use gloo's unbound buffers. Byte counts follow the shared per-algorithm formulas of
-// core/comm.hpp, as `local` and `mpi` do, so the three compare directly. No gloo header here:
+// transfers use gloo's unbound buffers. Byte counts follow the per-algorithm formulas of
+// core/comm.hpp for the algorithms gloo runs (ring all-reduce and all-gather as `local` and
+// `mpi`; gloo_reduce_counts and binomial_broadcast_counts for its reduce and broadcast), so
+// that they match the bytes on the wire. No gloo header here:
 // every translation unit may include this, with or without gloo in the build.
 #pragma once
 
@@ -24,7 +26,8 @@ class Rendezvous;
 bool gloo_built();
 
 // A gloo communicator for `rendezvous`'s rank, connected to every other rank (a full mesh of TCP
-// pairs on the interface that reaches MASTER_ADDR; loopback for 127.0.0.1). `tag` names this
+// pairs on GLOO_SOCKET_IFNAME when set, else on the address of the interface that reaches
+// MASTER_ADDR, core/net_interface.hpp address_toward; loopback for 127.0.0.1). `tag` names this
 // communicator's exchange on the rendezvous (one per run). timeout bounds every operation; a peer
 // that died or stopped answering makes the waiting rank throw Error naming the operation. Throws
 // InputError when the build has no gloo, Error when the mesh cannot be connected.

@@ -139,6 +139,11 @@ TEST_F(EmulatedCluster, EveryModeMatchesItsProjectionOnAGrid) {
     SCOPED_TRACE(fmt::format("{} nodes at {}", nodes, rate));
     const Outcome o = run(fmt::format("--nodes {} --link {} --max-steps 25 --warmup-steps 5 --batch-size 384", nodes, rate));
     ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(shell(std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + result().string(),
+                    tmp_.path())
+                  .exit_code,
+              0)
+        << "the result does not match results/schema";
     const auto doc = nlohmann::json::parse(slurp(result()));
     ASSERT_TRUE(doc.contains("network"));
     EXPECT_EQ(doc["network"]["nodes"], nodes);
