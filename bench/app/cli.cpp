@@ -295,7 +295,37 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->capture_default_str();
   sweep.add_option("--repetitions", o.repetitions, "Runs of every point (for noise estimates)")
       ->capture_default_str();
+  sweep.add_option("--nodes", o.nodes, "Emulated cluster: node counts, comma list (each point is a `dpbench run "
+                                       "--nodes N --link L`; see run --help)")
+      ->delimiter(',')
+      ->group("Emulated cluster");
+  sweep.add_option("--links", o.links, "Emulated cluster: link rates, comma list (100mbit,1gbit,10gbit)")
+      ->delimiter(',')
+      ->group("Emulated cluster");
+  sweep.add_option("--ranks-per-node", o.ranks_per_node, "Emulated cluster: ranks per node")
+      ->capture_default_str()
+      ->group("Emulated cluster");
   add_shared_options(sweep, o.base, o.data, o.timeout_s, o.out, o.quiet);
+}
+
+// The options given to `app` that `run` takes too, as command-line arguments: every given option
+// but those named in `skip` (long names without dashes), flags once per use.
+std::vector<std::string> shared_arguments(const CLI::App& app, const std::vector<std::string>& skip) {
+  std::vector<std::string> out;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    const std::string& name = opt->get_lnames().front();
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    if (opt->get_expected_min() == 0) {  // a flag
+      for (std::size_t i = 0; i < opt->count(); ++i) out.push_back("--" + name);
+      continue;
+    }
+    for (const auto& value : opt->results()) {
+      out.push_back("--" + name);
+      out.push_back(value);
+    }
+  }
+  return out;
 }
 
 // Where the Python tools live: $DPBENCH_HOME, else the source tree this binary was built from.
@@ -397,6 +427,19 @@ int dpbench_main(int argc, char** argv) {
     finish_run_options(*run, run_options);
     sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
     sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
+    if (*sweep && !sweep_options.nodes.empty()) {
+      if (sweep->count("--ranks") > 0) {
+        throw InputError("--ranks: with --nodes the world size is the node count x --ranks-per-node");
+      }
+      if (sweep->count("--comms") > 0 && sweep_options.comms != std::vector<std::string>{"gloo"}) {
+        throw InputError("--comms: an emulated cluster's ranks meet over gloo (--comms gloo, the default with --nodes)");
+      }
+      if (sweep->count("--num-workers") == 0) sweep_options.num_workers = {0};
+      sweep_options.shared_args = shared_arguments(
+          *sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes", "num-workers",
+                   "repetitions", "nodes", "links", "ranks-per-node", "out", "quiet"});
+      return finish(network_sweep_command(sweep_options));
+    }
     if (*sweep) return finish(sweep_command(sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());

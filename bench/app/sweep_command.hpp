@@ -29,6 +29,14 @@ struct SweepOptions {
   double timeout_s = 300;
   std::string out;  // "" -> results/dpbench-sweep-<time>.json
   bool quiet = false;
+  // Over an emulated cluster (--nodes 2,4 --links 100mbit,1gbit): one `dpbench run --nodes N
+  // --link L` per (nodes, link, batch size, repetition), every mode in turn inside it.
+  std::vector<int> nodes;
+  std::vector<std::string> links;
+  int ranks_per_node = 1;
+  // The command line's options that a `run` takes too (data, model, steps, ...), as arguments for
+  // the cluster's runs; filled by the CLI.
+  std::vector<std::string> shared_args;
 };
 
 struct SweepPoint {
@@ -44,5 +52,11 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& options);
 
 // Returns the process exit code: 0 when the file was written (even with failed points).
 int sweep_command(const SweepOptions& options);
+
+// The emulated-cluster sweep (options.nodes not empty): each point a child `dpbench run --nodes N
+// --link L ...` whose runs join the sweep's file, each with a `cluster` block (nodes, ranks per
+// node, link, probed links). Throws InputError for axes that do not go with --nodes (--ranks,
+// --comms other than gloo, several workloads, transports or num_workers) and bad rates.
+int network_sweep_command(const SweepOptions& options);
 
 }  // namespace dpbench

@@ -1,0 +1,155 @@
+// `dpbench sweep --nodes ... --links ...`: the sweep over an emulated cluster. Each point is one
+// child `dpbench run --nodes N --link L` (cluster/cluster_job.hpp builds the cluster, probes it
+// and runs every mode in turn on it); the sweep gathers the children's runs into one file.
+// Not for: the in-process grid (sweep_command.cpp).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench/app/result_file.hpp"
+#include "bench/app/result_json.hpp"
+#include "bench/app/sweep_command.hpp"
+#include "cluster/link.hpp"
+#include "core/error.hpp"
+
+extern char** environ;
+
+namespace dpbench {
+
+namespace {
+
+struct ChildRun {
+  int exit_code = 0;
+  std::string last_error;  // the last line the child wrote to stderr
+};
+
+// Runs this program with `args`, stdout discarded, stderr kept in `err_path`.
+ChildRun run_child(const std::vector<std::string>& args, const std::string& err_path) {
+  std::vector<std::string> argv_s = {"/proc/self/exe"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&files, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  if (rc != 0) throw Error(fmt::format("sweep: cannot start a run: {}", std::strerror(rc)));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ChildRun out;
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream err(err_path);
+  for (std::string line; std::getline(err, line);) {
+    if (!line.empty()) out.last_error = line;
+  }
+  return out;
+}
+
+}  // namespace
+
+int network_sweep_command(const SweepOptions& o) {
+  if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
+  if (o.links.empty()) throw InputError("--nodes: give the link rates to sweep with --links (e.g. 100mbit,1gbit)");
+  for (const auto& l : o.links) cluster::parse_rate(l, "--links");
+  for (const int n : o.nodes) {
+    cluster::ClusterSpec spec;
+    spec.nodes = n;
+    spec.ranks_per_node = o.ranks_per_node;
+    spec.link = cluster::parse_rate(o.links.front(), "--links");
+    cluster::validate(spec);
+  }
+  for (const auto& m : o.modes) find_strategy(m);
+  const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
+  check_result_path(out);
+  const std::string point_out = out + ".point.json", point_err = out + ".point.err";
+
+  struct Point {
+    std::string workload, transport, link;
+    int nodes, workers, rep;
+    std::size_t batch;
+  };
+  std::vector<Point> points;
+  for (const auto& w : o.workloads)
+    for (const auto& t : o.transports)
+      for (const int x : o.num_workers)
+        for (const std::size_t b : o.batch_sizes)
+          for (const int n : o.nodes)
+            for (const auto& l : o.links)
+              for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, x, rep, b});
+
+  nlohmann::json runs = nlohmann::json::array(), config;
+  std::size_t index = 0, failed = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (const Point& p : points) {
+    if (!o.quiet) {
+      fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={} rep={} | elapsed {:.0f} s\n",
+                 ++index, points.size(), p.workload, p.nodes, o.ranks_per_node, p.link, p.batch, p.workers, p.rep,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), o.shared_args.begin(), o.shared_args.end());
+    for (const auto& a : std::vector<std::string>{
+             "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")), "--transport",
+             p.transport, "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers),
+             "--nodes", std::to_string(p.nodes), "--link", p.link, "--ranks-per-node",
+             std::to_string(o.ranks_per_node), "-q", "--out", point_out}) {
+      args.push_back(a);
+    }
+    const ChildRun child = run_child(args, point_err);
+    const nlohmann::json cluster_block = {{"nodes", p.nodes}, {"ranks_per_node", o.ranks_per_node}, {"link", p.link}};
+    if (child.exit_code != 0) {
+      ++failed;
+      for (const auto& mode : o.modes) {
+        runs.push_back({{"status", "failed"}, {"mode", mode}, {"world_size", p.nodes * o.ranks_per_node},
+                        {"global_batch", p.batch}, {"repetition", p.rep}, {"cluster", cluster_block},
+                        {"error", child.last_error}});
+      }
+      if (!o.quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index, points.size(), child.last_error);
+      continue;
+    }
+    std::ifstream f(point_out);
+    const nlohmann::json doc = nlohmann::json::parse(f);
+    if (config.is_null()) config = doc.at("config");
+    for (auto run : doc.at("runs")) {
+      run["status"] = "ok";
+      run["repetition"] = p.rep;
+      run["cluster"] = cluster_block;
+      run["cluster"]["links"] = doc.at("network").at("links");
+      runs.push_back(std::move(run));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove(point_out, ec);
+  std::filesystem::remove(point_err, ec);
+  if (config.is_null()) config = nlohmann::json::object();
+  for (const char* varied : {"modes", "world_size", "global_batch", "num_workers", "workload", "transport"}) {
+    config.erase(varied);
+  }
+  config["launcher"] = "emulated cluster";
+  std::vector<int> world_sizes;
+  for (const int n : o.nodes) world_sizes.push_back(n * o.ranks_per_node);
+  config["sweep"] = {{"workloads", o.workloads}, {"modes", o.modes}, {"transports", o.transports},
+                     {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
+                     {"repetitions", o.repetitions}, {"nodes", o.nodes}, {"links", o.links},
+                     {"ranks", world_sizes}, {"comms", {"gloo"}},
+                     {"ranks_per_node", o.ranks_per_node}};
+  write_json_atomic(out, make_document(std::move(config), std::move(runs)));
+  fmt::print("sweep: {} points ({} failed) in {:.0f} s; results written to {}\n", points.size(), failed,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), out);
+  return 0;
+}
+
+}  // namespace dpbench
