@@ -188,10 +188,33 @@ TEST_F(Cli, HelpExplainsOptionsInTheFieldsTerms) {
   }
 }
 
+// The headline throughput is samples over the wall time of the timed steps, not the median
+// step's rate: recomputed from the file, it covers every timed step and the gaps between them.
+TEST_F(Cli, ThroughputIsSamplesOverTheTimedStepsWallTime) {
+  const Outcome o = dpbench(synthetic("--ranks 2 --batch-size 20 --max-steps 30 --warmup-steps 5"));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  for (const auto& r : doc["runs"]) {
+    const std::string mode = r["mode"];
+    const auto& samples = r["step_time_s"]["samples"];
+    ASSERT_EQ(samples.size(), 25u) << mode;
+    double sum = 0;
+    for (const auto& t : samples) sum += t.get<double>();
+    const double wall = r["timed_wall_s"].get<double>();
+    EXPECT_GE(wall, sum) << mode;  // every step inside it
+    EXPECT_LE(wall, 1.25 * sum + 0.05) << mode;
+    EXPECT_NEAR(r["throughput_samples_per_s"].get<double>(), 25.0 * 20.0 / wall, 1e-9 * 25.0 * 20.0 / wall) << mode;
+    EXPECT_NEAR(r["stall_ratio_p90_p50"].get<double>(),
+                r["step_time_s"]["p90"].get<double>() / r["step_time_s"]["p50"].get<double>(), 1e-9) << mode;
+    // The table prints the same figure.
+    EXPECT_NE(o.out.find(fmt::format("{:.0f}", r["throughput_samples_per_s"].get<double>())), std::string::npos) << mode;
+  }
+}
+
 TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   const Outcome o = dpbench(synthetic("--ranks 2 --batch-size 20 --max-steps 25"));
   ASSERT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_NE(o.out.find("throughput (samples/s, median)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("throughput (samples/s, wall time)"), std::string::npos) << o.out;
   ASSERT_TRUE(fs::exists(result()));
   const auto doc = nlohmann::json::parse(slurp(result()));
   ASSERT_EQ(doc["runs"].size(), 3u);  // every registered strategy

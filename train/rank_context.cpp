@@ -30,12 +30,16 @@ StagedBatch PinnedBatch::stage(const Batch& batch, std::size_t rows) {
 }
 
 void RankContext::mark_timed_start() {
+  timed_start_time_ = std::chrono::steady_clock::now();
   const std::string iface = cluster_interface();
   if (!iface.empty()) wire_start_ = interface_counters(iface);
 }
 
 void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_start) {
   const CommStats end = ctx.comm().stats();
+  me.timed_wall_s = me.steps.empty() ? 0.0
+                                     : std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                                     ctx.timed_start_time()).count();
   ctx.record_device_view(me);
   finish_rank(me, {end.bytes_sent - timed_start.bytes_sent, end.bytes_received - timed_start.bytes_received},
               static_cast<long>(me.steps.size()), ctx.tracker());

@@ -20,6 +20,7 @@
 // are flags with waiters: the same ordering, exercised by the CPU tests and ThreadSanitizer.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -163,10 +164,11 @@ class RankContext {
   // Host memory of the data pipeline (the loader's batches, page-locked staging); the same
   // tracker as tracker() on the CPU.
   MemoryTracker& host_tracker() { return host_tracker_; }
-  // Where timing begins: notes the counters of the emulated cluster's link (core/net_interface.hpp)
-  // so that finish_timed_rank can set RankResult::wire_per_step; nothing outside a cluster.
+  // Where timing begins: notes the time (for RankResult::timed_wall_s) and, on an emulated
+  // cluster's node, its link's counters (core/net_interface.hpp, for RankResult::wire_per_step).
   void mark_timed_start();
   const std::optional<CommStats>& wire_start() const { return wire_start_; }
+  std::chrono::steady_clock::time_point timed_start_time() const { return timed_start_time_; }
 
   // ---- memory (used through Array<T>)
   // `bytes` of zeroed memory charged to `category`; the zeros are in place on return.
@@ -236,6 +238,7 @@ class RankContext {
   MemoryTracker& tracker_;
   MemoryTracker& host_tracker_;
   std::optional<CommStats> wire_start_;
+  std::chrono::steady_clock::time_point timed_start_time_ = std::chrono::steady_clock::now();
 };
 
 template <typename T>

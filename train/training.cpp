@@ -229,7 +229,7 @@ nlohmann::json rank_to_json(const RankResult& r) {
           {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category},
           {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}},
           {"checkpoint_write_s", r.checkpoint_write_s}, {"checkpoint_bytes", r.checkpoint_bytes},
-          {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}}};
+          {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}}, {"wall", r.timed_wall_s}};
 }
 
 RankResult rank_from_json(const nlohmann::json& j) {
@@ -250,6 +250,7 @@ RankResult rank_from_json(const nlohmann::json& j) {
   r.checkpoint_write_s = j.at("checkpoint_write_s").get<std::vector<double>>();
   r.checkpoint_bytes = j.at("checkpoint_bytes");
   r.wire_per_step = {j.at("wire")[0], j.at("wire")[1]};
+  r.timed_wall_s = j.at("wall");
   return r;
 }
 

@@ -126,6 +126,9 @@ struct RankResult {
   // On a node of an emulated cluster: bytes per timed step that the node's link interface
   // counted (frames, headers included); -1 elsewhere.
   CommStats wire_per_step{-1, -1};
+  // Wall-clock seconds from the start of this rank's first timed step to the end of its last (what
+  // the timed steps took, gaps between them included).
+  double timed_wall_s = 0;
   MemoryReport memory;              // host memory for CPU ranks, device memory for GPU ranks
   DeviceView device;
   std::vector<double> checkpoint_write_s;  // seconds this rank spent on each checkpoint it took part in

@@ -46,6 +46,12 @@ double median_throughput(const RunResult& run) {
   return median(tput);
 }
 
+double wall_throughput(const RunResult& run) {
+  const RankResult& r0 = run.ranks.front();
+  if (r0.steps.empty() || r0.timed_wall_s <= 0) return 0.0;
+  return static_cast<double>(r0.steps.size()) * static_cast<double>(run.config.global_batch) / r0.timed_wall_s;
+}
+
 nlohmann::json strategy_to_json(const TrainConfig& c) {
   const Strategy& s = find_strategy(c.mode);
   const auto bus = s.bus_bandwidth(c, 0.0);
@@ -115,10 +121,14 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", c.warmup_steps}};
 
   const std::vector<double> times = rank0_step_times(run);
-  j["throughput_samples_per_s"] = median_throughput(run);
+  j["throughput_samples_per_s"] = wall_throughput(run);
+  j["throughput_median_step_samples_per_s"] = median_throughput(run);
+  j["timed_wall_s"] = run.ranks.front().timed_wall_s;
   j["step_time_s"] = {{"p10", quantile(times, 0.10)}, {"p50", quantile(times, 0.50)},
                       {"p90", quantile(times, 0.90)}, {"p99", quantile(times, 0.99)},
                       {"samples", times}};
+  const double p50 = quantile(times, 0.50);
+  j["stall_ratio_p90_p50"] = p50 > 0 ? quantile(times, 0.90) / p50 : 0.0;
   j["phases_s"] = phase_medians(run.ranks.front().steps);
 
   // Traffic, counted by each rank's communicator over the timed steps.

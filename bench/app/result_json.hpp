@@ -29,6 +29,9 @@ nlohmann::json config_to_json(const TrainConfig& config);
 
 // Median of per-step throughput (global_batch / step_time) in samples/s; 0 without steps.
 double median_throughput(const RunResult& run);
+// The run's throughput: timed steps x global_batch / rank 0's wall-clock time over them
+// (RankResult::timed_wall_s), in samples/s, what a user's epoch sees; 0 without timed steps.
+double wall_throughput(const RunResult& run);
 
 // Writes doc to path atomically (bench/app/result_file.hpp). Throws InputError for a path that
 // cannot take a result file, IoError when the write fails.

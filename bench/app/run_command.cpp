@@ -52,11 +52,17 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
     for (std::size_t i = 0; i < runs.size(); ++i) fmt::print("{:>{}}", cell(i), kCol);
     fmt::print("\n");
   };
-  row("throughput (samples/s, median)",
+  row("throughput (samples/s, wall time)",
       [&](std::size_t i) { return fmt::format("{:.0f}", docs[i]["throughput_samples_per_s"].get<double>()); });
+  row("  at the median step (samples/s)", [&](std::size_t i) {
+    return fmt::format("{:.0f}", docs[i]["throughput_median_step_samples_per_s"].get<double>());
+  });
   row("step time p50 / p90 (ms)", [&](std::size_t i) {
     return fmt::format("{:.2f} / {:.2f}", 1e3 * docs[i]["step_time_s"]["p50"].get<double>(),
                        1e3 * docs[i]["step_time_s"]["p90"].get<double>());
+  });
+  row("  stall ratio p90 / p50", [&](std::size_t i) {
+    return fmt::format("{:.2f}", docs[i]["stall_ratio_p90_p50"].get<double>());
   });
   row("  compute fwd+bwd+opt (ms, p50)", [&](std::size_t i) {
     const auto& ph = docs[i]["phases_s"];
@@ -114,7 +120,7 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
   std::size_t others = 0;
   for (const auto& r : runs) {
     if (find_strategy(r.config.mode).reference) continue;
-    const double ratio = median_throughput(r) / std::max(median_throughput(*ref), 1e-12);
+    const double ratio = wall_throughput(r) / std::max(wall_throughput(*ref), 1e-12);
     clauses += fmt::format("{}{} runs at {:.2f}x", others++ == 0 ? "" : ", ", r.config.mode, ratio);
   }
   if (others == 0) return;
