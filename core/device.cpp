@@ -28,7 +28,7 @@ DeviceChoice choose_device(const std::string& requested, bool host_comm) {
   if (requested != "auto" && requested != "cuda") {
     throw InputError(fmt::format("--device {}: unknown device (choose auto, cpu or cuda)", requested));
   }
-  if (requested == "auto" && host_comm) return {"cpu", "device auto: using cpu (--comm mpi moves host buffers)"};
+  if (requested == "auto" && host_comm) return {"cpu", "device auto: using cpu (--comm mpi and gloo move host buffers)"};
   const CudaProbe probe = probe_cuda();
   if (requested == "cuda") {
     if (!probe.usable) throw InputError(fmt::format("--device cuda: no CUDA device: {}", probe.reason));

@@ -39,7 +39,7 @@ struct DeviceChoice {
 };
 
 // requested: "auto", "cpu" or "cuda". host_comm: the run uses a backend that moves host buffers
-// (--comm mpi), so "auto" means the CPU. Throws InputError for an unknown name or for "cuda" when
+// (--comm mpi or gloo), so "auto" means the CPU. Throws InputError for an unknown name or for "cuda" when
 // no CUDA device can be used ("--device cuda: no CUDA device: <reason>").
 DeviceChoice choose_device(const std::string& requested, bool host_comm = false);
 

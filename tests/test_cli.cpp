@@ -21,6 +21,7 @@
 #include "core/rendezvous.hpp"
 #include "core/device.hpp"
 #include "core/gloo_comm.hpp"
+#include "core/mpi_comm.hpp"
 #include "train/models.hpp"
 #include "workloads/fashion_mnist.hpp"
 
@@ -137,6 +138,43 @@ TEST_F(Cli, MoreRanksThanSamples) {
 }
 TEST_F(Cli, UnknownWorkload) { expect_input_error(synthetic("--workload resnet9000"), "resnet9000"); }
 TEST_F(Cli, UnknownMode) { expect_input_error(synthetic("--mode ps,zero3"), "zero3"); }
+// Options that would do nothing in a run are refused, one line each (issue: silent acceptance).
+TEST_F(Cli, OptionsThatDoNothingAreRefused) {
+  expect_input_error(synthetic("--sync-bn"), "--sync-bn: the mlp has no BatchNorm layer");
+  expect_input_error(synthetic("--mode allreduce --transport p2p"), "--transport p2p: no mode of this run takes a transport");
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && mpi_built()) {
+    expect_input_error(synthetic("--comm mpi"), "mpirun -np N");
+  }
+}
+
+// Ranks that a ps chunking leaves without samples are named in the terminal and the file.
+TEST_F(Cli, IdleRanksAreNamed) {
+  const Outcome o = dpbench(synthetic("--ranks 8 --batch-size 6 --mode ps --max-steps 5 --warmup-steps 1"));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string note = "2 of 8 ranks get no samples of a global batch of 6";
+  EXPECT_NE(o.out.find(note), std::string::npos) << o.out;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  const auto& warnings = doc["runs"][0]["warnings"];
+  EXPECT_TRUE(std::any_of(warnings.begin(), warnings.end(),
+                          [&](const nlohmann::json& w) { return w.get<std::string>().find(note) != std::string::npos; }))
+      << warnings.dump();
+}
+
+// --device defaults to auto (as documented) and says what it picked; the file's env names the MPI
+// library the binary was built with, under mpirun or not.
+TEST_F(Cli, DeviceDefaultsToAutoAndEnvNamesTheBuiltMpi) {
+  const Outcome o = dpbench(synthetic("--ranks 2 --batch-size 20 --max-steps 5 --warmup-steps 1"));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("device auto: using"), std::string::npos) << o.out;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  if (mpi_built()) {
+    ASSERT_TRUE(doc["env"]["mpi"].is_string()) << doc["env"].dump();
+    EXPECT_FALSE(doc["env"]["mpi"].get<std::string>().empty());
+  } else {
+    EXPECT_TRUE(doc["env"]["mpi"].is_null());
+  }
+}
+
 TEST_F(Cli, UnknownTransport) { expect_input_error(synthetic("--transport smoke"), "smoke"); }
 TEST_F(Cli, UnparsableNumber) { expect_input_error(synthetic("--ranks four"), "--ranks"); }
 TEST_F(Cli, MaxStepsZero) { expect_input_error(synthetic("--max-steps 0"), "--max-steps"); }

@@ -34,6 +34,7 @@ namespace {
 // Options every training command shares (not the ones a sweep varies).
 void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
                         std::string& out, bool& quiet) {
+  c.device = "auto";
   app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
       ->capture_default_str();
   app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
@@ -237,6 +238,11 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
   finish_cluster_options(run, o);
+  if (run.count("--transport") > 0 &&
+      std::none_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return !find_strategy(m).transports.empty(); })) {
+    throw InputError(fmt::format("--transport {}: no mode of this run takes a transport ({}); drop it",
+                                 o.base.transport, fmt::join(o.modes, ",")));
+  }
   // The cnn's own defaults, where the options were not given: one hidden layer of 128, lr 0.05
   // and 3 epochs (the MLP's are 512,256, 0.1 and 2).
   if (o.base.workload == "cnn") {

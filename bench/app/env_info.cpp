@@ -62,7 +62,8 @@ nlohmann::json collect_env() {
                            {"memory_bytes", g.total_memory_bytes}, {"pci_bus_id", g.pci_bus_id}});
   }
   env["nccl_version"] = cuda.nccl_version_code > 0 ? nlohmann::json(cuda.nccl_version_code) : nlohmann::json(nullptr);
-  env["mpi"] = MpiRuntime::active() ? nlohmann::json(MpiRuntime::version()) : nlohmann::json();
+  // The library this binary was built with (MPI_Get_library_version may run before MPI_Init).
+  env["mpi"] = mpi_built() ? nlohmann::json(MpiRuntime::version()) : nlohmann::json();
   return env;
 }
 

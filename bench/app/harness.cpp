@@ -85,6 +85,10 @@ void check_common_options(const TrainConfig& c, double timeout_s) {
     throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
   }
   make_model(c, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
+  if (c.sync_bn && c.workload != "cnn") {
+    throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
+                                 c.workload));
+  }
   allows_tf32(c.precision);
 }
 
@@ -112,6 +116,12 @@ RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const De
   const Strategy& strategy = find_strategy(cfg.mode);
   RunResult r = strategy.train(cfg, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);
+  const auto idle = std::count_if(r.ranks.begin(), r.ranks.end(), [](const RankResult& k) { return k.local_batch == 0; });
+  if (idle > 0) {
+    r.warnings.push_back(fmt::format("{}: {} of {} ranks get no samples of a global batch of {} (they only communicate)",
+                                     strategy.label(cfg), idle, cfg.world_size, cfg.global_batch));
+    fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
+  }
   if (!cfg.checkpoint_dir.empty()) r.elastic_restart = restart_cost(cfg.checkpoint_dir, r.resumed_from_step);
   if (r.resumed_from_step >= r.steps_total) {
     r.warnings.push_back(fmt::format("--resume: the checkpoint of step {} is the end of this {}-step run: nothing was trained",

@@ -133,6 +133,18 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
              ref->config.mode, memory);
 }
 
+// What qualifies the table and its verdict (ranks time-sliced on fewer cores, idle ranks, the
+// device auto picked, ...): every run's warnings, once each.
+void print_notes(const std::vector<RunResult>& runs) {
+  std::vector<std::string> notes;
+  for (const auto& r : runs) {
+    for (const auto& w : r.warnings) {
+      if (std::find(notes.begin(), notes.end(), w) == notes.end()) notes.push_back(w);
+    }
+  }
+  for (const auto& n : notes) fmt::print("Note: {}.\n", n);
+}
+
 // PyTorch's runs beside the dpbench runs they reproduce: one pair of columns per pair.
 void print_reference_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs,
                            const nlohmann::json& reference) {
@@ -275,7 +287,7 @@ int run_command(const RunOptions& o) {
     }
     if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
   }
-  const DeviceChoice device = choose_device(o.base.device, o.base.comm == "mpi");
+  const DeviceChoice device = choose_device(o.base.device, o.base.comm == "mpi" || o.base.comm == "gloo");
   check_common_options(o.base, o.timeout_s);
   const LaunchInfo launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, device.device);
   const bool output = is_output_process();
@@ -381,6 +393,7 @@ int run_command(const RunOptions& o) {
   if (!o.init_params.empty()) config["init_params"] = o.init_params;
   if (!output) return 0;  // rank 0 of a multi-process job reports for every rank
   print_table(runs, docs);
+  print_notes(runs);
   print_reference_table(runs, docs, reference_runs);
   nlohmann::json document = make_document(std::move(config), docs);
   if (auto network = cluster::cluster_description(); !network.is_null()) {

@@ -87,7 +87,9 @@ int sweep_command(const SweepOptions& o) {
     throw InputError("sweep: --ranks, --batch-sizes and --num-workers need at least one value");
   }
   for (const auto& m : o.modes) find_strategy(m);
-  const DeviceChoice device = choose_device(o.base.device, std::find(o.comms.begin(), o.comms.end(), "mpi") != o.comms.end());
+  const DeviceChoice device = choose_device(o.base.device, std::any_of(o.comms.begin(), o.comms.end(), [](const std::string& c) {
+                                              return c == "mpi" || c == "gloo";
+                                            }));
   for (const auto& w : o.workloads) {
     TrainConfig c = o.base;
     c.workload = w;
