@@ -249,6 +249,48 @@ TEST_F(Cli, ThroughputIsSamplesOverTheTimedStepsWallTime) {
   }
 }
 
+// Every mode runs --repetitions times, modes alternating; each ratio to ps carries its spread,
+// recomputed here from the repetitions' throughputs, and the verdict says "does not differ beyond
+// noise" exactly when that spread straddles 1.
+TEST_F(Cli, VerdictRatiosCarryTheirSpreadOverRepetitions) {
+  const Outcome o = dpbench(synthetic("--ranks 2 --batch-size 20 --max-steps 12 --warmup-steps 2 --repetitions 3"));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(doc["config"]["repetitions"], 3);
+  const auto& ps = doc["runs"][0];
+  ASSERT_EQ(ps["mode"], "ps");
+  EXPECT_FALSE(ps.contains("ratio_to_reference"));
+  for (std::size_t i = 1; i < 3; ++i) {
+    const auto& run = doc["runs"][i];
+    const std::string mode = run["mode"];
+    const auto& tput = run["repetitions"]["throughput_samples_per_s"];
+    const auto& ref = ps["repetitions"]["throughput_samples_per_s"];
+    ASSERT_EQ(tput.size(), 3u) << mode;
+    const auto& ratio = run["ratio_to_reference"];
+    std::vector<double> want;
+    for (std::size_t k = 0; k < 3; ++k) {
+      want.push_back(tput[k].get<double>() / ref[k].get<double>());
+      EXPECT_NEAR(ratio["by_repetition"][k].get<double>(), want.back(), 1e-12) << mode;
+    }
+    std::sort(want.begin(), want.end());
+    EXPECT_DOUBLE_EQ(ratio["min"].get<double>(), want[0]) << mode;
+    EXPECT_DOUBLE_EQ(ratio["median"].get<double>(), want[1]) << mode;
+    EXPECT_DOUBLE_EQ(ratio["max"].get<double>(), want[2]) << mode;
+    // The file's headline run is the median repetition.
+    EXPECT_DOUBLE_EQ(run["throughput_samples_per_s"].get<double>(),
+                     [&] { std::vector<double> t; for (const auto& x : tput) t.push_back(x.get<double>());
+                           std::sort(t.begin(), t.end()); return t[1]; }()) << mode;
+    const std::string clause = want[0] <= 1.0 && want[2] >= 1.0
+                                   ? fmt::format("{} does not differ beyond noise ({:.2f}-{:.2f}x over 3 repetitions)",
+                                                 mode, want[0], want[2])
+                                   : fmt::format("{} runs at {:.2f}x ({:.2f}-{:.2f} over 3 repetitions)", mode, want[1],
+                                                 want[0], want[2]);
+    EXPECT_NE(o.out.find(clause), std::string::npos) << clause << "\n" << o.out;
+  }
+  fs::remove(result());
+  expect_input_error(synthetic("--repetitions 0"), "--repetitions 0");
+}
+
 TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   const Outcome o = dpbench(synthetic("--ranks 2 --batch-size 20 --max-steps 25"));
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -283,9 +325,9 @@ TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
               bus["bytes"].get<double>() / ar["phases_s"]["comm"].get<double>() / 1e9, 1e-9);
   EXPECT_DOUBLE_EQ(bus["busbw"].get<double>(), bus["algbw"].get<double>());
   EXPECT_NE(o.out.find("allreduce (ring)"), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("At 2 ranks, sharded_ps runs at "), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find(", allreduce runs at "), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("x the throughput of ps; the ps reducer holds "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("At 2 ranks, against ps's throughput: sharded_ps "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(", allreduce "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(" repetitions); the ps reducer holds "), std::string::npos) << o.out;
 
   const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py ";
   const Outcome good = shell(validate + result().string(), tmp_.path());

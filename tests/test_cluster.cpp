@@ -121,7 +121,7 @@ class EmulatedCluster : public ::testing::Test {
   }
   fs::path result() const { return tmp_.path() / "result.json"; }
   Outcome run(const std::string& args, const std::string& env = "") {
-    return shell(fmt::format("{} timeout -k 5 300 {} run {} -q --no-eval --out {}", env, DPBENCH_BINARY, args,
+    return shell(fmt::format("{} timeout -k 5 300 {} run {} -q --no-eval --repetitions 1 --out {}", env, DPBENCH_BINARY, args,
                              result().string()),
                  tmp_.path());
   }

@@ -217,6 +217,10 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--reference-start", o.reference.start_dir,
                  "Keep the start bundle --reference writes (parameters, data, sample order) in this directory "
                  "(default: a temporary directory, removed at the end)");
+  run.add_option("--repetitions", o.repetitions,
+                 "Runs of every mode, the modes alternating; the verdict gives each ratio to ps with its "
+                 "spread over them (--checkpoint-dir and --reference run once)")
+      ->capture_default_str();
   run.add_option("--nodes", o.cluster.nodes,
                  "Emulated cluster: run the job on N nodes of this machine (network namespaces on one "
                  "bridge, each with its own hostname and a link shaped by tc), ranks as gloo processes "
@@ -237,6 +241,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
 void finish_run_options(const CLI::App& run, RunOptions& o) {
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
+  o.repetitions_given = run.count("--repetitions") > 0;
   finish_cluster_options(run, o);
   if (run.count("--transport") > 0 &&
       std::none_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return !find_strategy(m).transports.empty(); })) {

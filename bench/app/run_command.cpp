@@ -39,6 +39,20 @@ double mean_peak(const RunResult& r) {
   return sum / static_cast<double>(r.ranks.size());
 }
 
+// "allreduce runs at 1.52x (1.47-1.60 over 3 repetitions)", or, when the repetitions' ratios
+// straddle 1, "sharded_ps does not differ beyond noise (0.91-1.12x over 3 repetitions)".
+std::string verdict_clause(const std::string& mode, const nlohmann::json& doc) {
+  const auto& ratio = doc.at("ratio_to_reference");
+  const double lo = ratio.at("min").get<double>(), hi = ratio.at("max").get<double>();
+  const std::size_t n = ratio.at("by_repetition").size();
+  if (n < 2) return fmt::format("{} runs at {:.2f}x (1 repetition: no spread)", mode, ratio.at("median").get<double>());
+  if (lo <= 1.0 && hi >= 1.0) {
+    return fmt::format("{} does not differ beyond noise ({:.2f}-{:.2f}x over {} repetitions)", mode, lo, hi, n);
+  }
+  return fmt::format("{} runs at {:.2f}x ({:.2f}-{:.2f} over {} repetitions)", mode, ratio.at("median").get<double>(), lo,
+                     hi, n);
+}
+
 void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
   constexpr int kLabel = 34;
   // Columns as wide as the longest run label, with two spaces between them.
@@ -118,10 +132,10 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
   if (ref == nullptr) return;
   std::string clauses;
   std::size_t others = 0;
-  for (const auto& r : runs) {
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunResult& r = runs[i];
     if (find_strategy(r.config.mode).reference) continue;
-    const double ratio = wall_throughput(r) / std::max(wall_throughput(*ref), 1e-12);
-    clauses += fmt::format("{}{} runs at {:.2f}x", others++ == 0 ? "" : ", ", r.config.mode, ratio);
+    clauses += (others++ == 0 ? "" : ", ") + verdict_clause(r.config.mode, docs[i]);
   }
   if (others == 0) return;
   std::string memory;
@@ -129,8 +143,8 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
     const double share = static_cast<double>(ref->ranks.front().memory.peak_bytes) / mean_peak(*ref);
     memory = fmt::format("; the {} reducer holds {:.2f}x the mean per-rank memory", ref->config.mode, share);
   }
-  fmt::print("\nAt {} ranks, {} the throughput of {}{}.\n", ref->config.world_size, clauses,
-             ref->config.mode, memory);
+  fmt::print("\nAt {} rank{}, against {}'s throughput: {}{}.\n", ref->config.world_size, ref->config.world_size == 1 ? "" : "s", ref->config.mode, clauses,
+             memory);
 }
 
 // What qualifies the table and its verdict (ranks time-sliced on fewer cores, idle ranks, the
@@ -273,6 +287,150 @@ class TempDir {
 
 }  // namespace
 
+namespace {
+
+// What every mode of the run shares once the options have been checked.
+struct RunSetup {
+  DeviceChoice device;
+  LaunchInfo launch;
+  bool output = false, quiet = false;
+  std::string out;
+  TrainConfig base;
+  int repetitions = 1;
+};
+
+// Checks the options and the launch, and builds the config every mode starts from (before any
+// data is loaded, a bad --out or option wastes no run). Throws InputError.
+RunSetup prepare_run(const RunOptions& o) {
+  RunSetup s;
+  s.device = choose_device(o.base.device, o.base.comm == "mpi" || o.base.comm == "gloo");
+  check_common_options(o.base, o.timeout_s);
+  s.launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, s.device.device);
+  s.output = is_output_process();
+  s.quiet = o.quiet || !s.output;
+  s.out = o.out.empty() ? default_out_path("run") : o.out;
+  if (s.output) check_result_path(s.out);
+  // Checkpoints and the PyTorch reference belong to one run of each mode.
+  const bool single = !o.base.checkpoint_dir.empty() || !o.reference.framework.empty();
+  if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
+  if (single && o.repetitions_given && o.repetitions > 1) {
+    throw InputError(fmt::format("--repetitions {}: --checkpoint-dir and --reference run each mode once", o.repetitions));
+  }
+  s.repetitions = single ? 1 : o.repetitions;
+  TrainConfig& base = s.base;
+  base = o.base;
+  base.world_size = s.launch.world_size;
+  if (s.launch.launcher == "env") {
+    base.process_rank = s.launch.rank;
+    base.master_addr = s.launch.master_addr;
+    base.master_port = s.launch.master_port;
+    base.local_rank = s.launch.local_rank;
+    base.ranks_on_this_node = s.launch.ranks_on_this_node;
+  }
+  base.keep_final_params = !o.save_params.empty();
+  if (!o.init_params.empty()) base.initial_params = read_init_params(o.init_params);
+  base.device = s.device.device;
+  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : s.device.device == "cuda";
+  base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
+  return s;
+}
+
+// Checks every mode against the data, and --init-params against the model. Throws InputError.
+void check_modes(const RunOptions& o, const TrainConfig& base, const LoadedData& data) {
+  for (const auto& mode : o.modes) {
+    TrainConfig cfg = base;
+    cfg.mode = mode;
+    check_point(cfg, *data.train);
+  }
+  if (base.initial_params != nullptr) {
+    (void)initial_parameters(*make_model(base, data.train->shape(), static_cast<std::size_t>(data.train->num_classes())),
+                             base);  // --init-params of the wrong size fails here, before training
+  }
+}
+
+// Trains `mode` once, with a progress line on stderr unless quiet.
+RunResult train_mode(const RunSetup& s, const LoadedData& data, const std::string& mode, int rep) {
+  TrainConfig cfg = s.base;
+  cfg.mode = mode;
+  const std::string repetition = s.repetitions > 1 ? fmt::format(", repetition {}/{}", rep + 1, s.repetitions) : "";
+  if (!s.quiet) {
+    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", cfg.workload,
+               data.train->name(), cfg.world_size, cfg.device, s.launch.launcher, mode, repetition);
+  }
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  if (!s.quiet) {
+    // One line updated in place on a terminal; a plain line every 10 s otherwise (logs).
+    cfg.progress_interval_s = terminal ? 0.5 : 10.0;
+    cfg.progress = [terminal, mode](const Progress& p) {
+      const std::string line =
+          fmt::format("dpbench: {} epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s ETA {:.0f} s", mode,
+                      p.epoch + 1, p.epochs, p.step, p.total_steps, p.loss, p.samples_per_s, p.eta_s);
+      if (terminal) {
+        fmt::print(stderr, "\r{}\x1b[K", line);
+      } else {
+        fmt::print(stderr, "{}\n", line);
+      }
+    };
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = execute_point(cfg, data, s.device);
+  if (!s.quiet && terminal) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
+  if (!s.quiet) {
+    const std::string accuracy =
+        r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy) : "";
+    fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps{})\n", mode,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r.steps_total, accuracy);
+  }
+  return r;
+}
+
+void save_params(const std::string& prefix, const RunResult& r) {
+  const std::string path = fmt::format("{}-{}.f32", prefix, r.config.mode);
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(r.final_params.data()),
+          static_cast<std::streamsize>(r.final_params.size() * sizeof(float)));
+  if (!f) throw InputError(fmt::format("--save-params {}: cannot write {}", prefix, path));
+}
+
+// Every mode `repetitions` times, the modes alternating within each repetition (so that load that
+// comes and goes hits them alike). Returns [mode][repetition].
+std::vector<std::vector<RunResult>> train_modes(const RunOptions& o, const RunSetup& s, const LoadedData& data) {
+  std::vector<std::vector<RunResult>> by_mode(o.modes.size());
+  for (int rep = 0; rep < s.repetitions; ++rep) {
+    for (std::size_t m = 0; m < o.modes.size(); ++m) by_mode[m].push_back(train_mode(s, data, o.modes[m], rep));
+  }
+  return by_mode;
+}
+
+// The repetition whose wall-time throughput is the median (the lower middle for an even count).
+std::size_t median_repetition(const std::vector<RunResult>& reps) {
+  std::vector<std::size_t> order(reps.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return wall_throughput(reps[a]) < wall_throughput(reps[b]); });
+  return order[(order.size() - 1) / 2];
+}
+
+// The spread of a run's repetitions into its document: throughput per repetition and, for a mode
+// compared with the reference strategy, its throughput ratio per repetition (same repetition,
+// same conditions) with median, min and max.
+void add_repetitions(nlohmann::json& doc, const std::vector<RunResult>& reps, const std::vector<RunResult>* reference) {
+  std::vector<double> tput, ratio;
+  for (std::size_t i = 0; i < reps.size(); ++i) {
+    tput.push_back(wall_throughput(reps[i]));
+    if (reference != nullptr) ratio.push_back(tput.back() / std::max(wall_throughput((*reference)[i]), 1e-12));
+  }
+  doc["repetitions"] = {{"count", reps.size()}, {"throughput_samples_per_s", tput}};
+  if (reference == nullptr) return;
+  doc["ratio_to_reference"] = {{"reference", reference->front().config.mode},
+                               {"median", quantile(ratio, 0.5)},
+                               {"min", *std::min_element(ratio.begin(), ratio.end())},
+                               {"max", *std::max_element(ratio.begin(), ratio.end())},
+                               {"by_repetition", ratio}};
+}
+
+}  // namespace
+
 int run_command(const RunOptions& o) {
   // Validate everything cheap before loading data or training.
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
@@ -287,111 +445,53 @@ int run_command(const RunOptions& o) {
     }
     if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
   }
-  const DeviceChoice device = choose_device(o.base.device, o.base.comm == "mpi" || o.base.comm == "gloo");
-  check_common_options(o.base, o.timeout_s);
-  const LaunchInfo launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, device.device);
-  const bool output = is_output_process();
-  const bool quiet = o.quiet || !output;
-  const std::string out = o.out.empty() ? default_out_path("run") : o.out;
-  if (output) check_result_path(out);  // before any training: a bad --out wastes no run
-
+  const RunSetup s = prepare_run(o);
   const LoadedData data = load_data(o.data, o.base.seed);
-  TrainConfig base = o.base;
-  base.world_size = launch.world_size;
-  if (launch.launcher == "env") {
-    base.process_rank = launch.rank;
-    base.master_addr = launch.master_addr;
-    base.master_port = launch.master_port;
-    base.local_rank = launch.local_rank;
-    base.ranks_on_this_node = launch.ranks_on_this_node;
-  }
-  base.keep_final_params = !o.save_params.empty();
-  if (!o.init_params.empty()) base.initial_params = read_init_params(o.init_params);
-  base.device = device.device;
-  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : device.device == "cuda";
-  base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
-  for (const auto& mode : o.modes) {
-    TrainConfig cfg = base;
-    cfg.mode = mode;
-    check_point(cfg, *data.train);
-  }
-  if (base.initial_params != nullptr) {
-    (void)initial_parameters(*make_model(base, data.train->shape(), static_cast<std::size_t>(data.train->num_classes())),
-                             base);  // --init-params of the wrong size fails here, before training
-  }
+  check_modes(o, s.base, data);
   const bool reference = !o.reference.framework.empty();
-  if (reference) check_reference(o.reference, base);
+  if (reference) check_reference(o.reference, s.base);
   // Bad input has been ruled out by now (errors stay one line); say what device was picked.
-  if (!device.note.empty() && !quiet) fmt::print(stderr, "{}\n", device.note);
+  if (!s.device.note.empty() && !s.quiet) fmt::print(stderr, "{}\n", s.device.note);
 
   // The reference's start: written once, the same for every mode.
   std::unique_ptr<TempDir> temp_start;
   std::string start_dir = o.reference.start_dir;
-  if (reference && output) {
+  if (reference && s.output) {
     if (start_dir.empty()) {
       temp_start = std::make_unique<TempDir>();
       start_dir = temp_start->path();
     }
-    write_start_bundle(start_dir, base, data);
+    write_start_bundle(start_dir, s.base, data);
   }
   nlohmann::json reference_runs = nlohmann::json::array(), reference_failures = nlohmann::json::array();
 
+  std::vector<std::vector<RunResult>> by_mode = train_modes(o, s, data);
+  const std::vector<RunResult>* reference_reps = nullptr;
+  for (const auto& reps : by_mode) {
+    if (reference_reps == nullptr && find_strategy(reps.front().config.mode).reference) reference_reps = &reps;
+  }
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
-  for (const auto& mode : o.modes) {
-    TrainConfig cfg = base;
-    cfg.mode = mode;
-    if (!quiet) {
-      fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {} ...\n", cfg.workload,
-                 data.train->name(), cfg.world_size, cfg.device, launch.launcher, mode);
-    }
-    const bool terminal = isatty(STDERR_FILENO) != 0;
-    if (!quiet) {
-      // One line updated in place on a terminal; a plain line every 10 s otherwise (logs).
-      cfg.progress_interval_s = terminal ? 0.5 : 10.0;
-      cfg.progress = [terminal, mode](const Progress& p) {
-        const std::string line =
-            fmt::format("dpbench: {} epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s ETA {:.0f} s", mode,
-                        p.epoch + 1, p.epochs, p.step, p.total_steps, p.loss, p.samples_per_s, p.eta_s);
-        if (terminal) {
-          fmt::print(stderr, "\r{}\x1b[K", line);
-        } else {
-          fmt::print(stderr, "{}\n", line);
-        }
-      };
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    RunResult r = execute_point(cfg, data, device);
-    if (!quiet && terminal) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
-    if (!quiet) {
-      const std::string accuracy =
-          r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy) : "";
-      fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps{})\n", mode,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r.steps_total,
-                 accuracy);
-    }
-    if (output && !o.save_params.empty()) {
-      const std::string path = fmt::format("{}-{}.f32", o.save_params, mode);
-      std::ofstream f(path, std::ios::binary);
-      f.write(reinterpret_cast<const char*>(r.final_params.data()),
-              static_cast<std::streamsize>(r.final_params.size() * sizeof(float)));
-      if (!f) throw InputError(fmt::format("--save-params {}: cannot write {}", o.save_params, path));
-    }
-    if (reference && output) add_reference_run(o.reference, start_dir, launch, quiet, r, reference_runs, reference_failures);
+  for (auto& reps : by_mode) {
+    RunResult& r = reps[median_repetition(reps)];
+    if (s.output && !o.save_params.empty()) save_params(o.save_params, r);
+    if (reference && s.output) add_reference_run(o.reference, start_dir, s.launch, s.quiet, r, reference_runs, reference_failures);
     // The other processes wait without spinning while rank 0 runs the reference.
-    if (reference && launch.multi_process) mpi_idle_barrier();
+    if (reference && s.launch.multi_process) mpi_idle_barrier();
     docs.push_back(run_to_json(r));
-    runs.push_back(std::move(r));
+    add_repetitions(docs.back(), reps, &reps == reference_reps ? nullptr : reference_reps);
+    runs.push_back(r);
   }
 
-  nlohmann::json config = config_to_json(base);
+  nlohmann::json config = config_to_json(s.base);
   config.erase("mode");
   config["modes"] = o.modes;
+  config["repetitions"] = s.repetitions;
   add_data_config(config, o.data, data);
-  config["launcher"] = launch.launcher;
+  config["launcher"] = s.launch.launcher;
   if (reference) config["reference"] = o.reference.framework;
   if (!o.init_params.empty()) config["init_params"] = o.init_params;
-  if (!output) return 0;  // rank 0 of a multi-process job reports for every rank
+  if (!s.output) return 0;  // rank 0 of a multi-process job reports for every rank
   print_table(runs, docs);
   print_notes(runs);
   print_reference_table(runs, docs, reference_runs);
@@ -407,8 +507,8 @@ int run_command(const RunOptions& o) {
                              {"runs", reference_runs},
                              {"failures", reference_failures}};
   }
-  write_json_atomic(out, document);
-  fmt::print("\nresults written to {}\n", out);
+  write_json_atomic(s.out, document);
+  fmt::print("\nresults written to {}\n", s.out);
   for (const auto& f : reference_failures) {
     fmt::print(stderr, "dpbench: the PyTorch reference of {} failed: {}\n", f["dpbench_mode"].get<std::string>(),
                f["error"].get<std::string>());

@@ -24,6 +24,8 @@ struct RunOptions {
   std::string init_params;                        // "" or a raw float32 file of initial parameters
   ReferenceOptions reference;                     // --reference pytorch: PyTorch on the same work
   bool quiet = false;
+  int repetitions = 3;             // runs of every mode, the modes alternating (for the spread of ratios)
+  bool repetitions_given = false;  // --repetitions on the command line
   // --nodes N --link RATE [--link-of I=RATE ...] [--ranks-per-node K]: the job on an emulated
   // cluster (cluster/cluster_job.hpp); nodes 0: on this machine as usual.
   cluster::ClusterSpec cluster;
