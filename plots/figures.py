@@ -3,7 +3,8 @@
 For: drawing the records report_data.py builds. Every function returns a Figure; when its data
 is missing (a sweep with one num_workers value, no --collectives file...) it writes nothing and
 the Figure carries one sentence saying what to run to get it, so the report never shows an empty
-axis.
+axis. The two emulated-cluster figures draw a NetworkVerdict, so their captions quote the numbers
+of the report's network paragraph.
 
 Not for: reading JSON or choosing verdicts (report_data.py), or HTML/Markdown (report.py).
 """
@@ -24,7 +25,8 @@ import report_data as rd  # noqa: E402
 
 FIGURE_KEYS = ("throughput_vs_world_size", "memory_per_rank", "step_breakdown", "workers",
                "batch_size", "collectives_busbw", "allreduce_implementations",
-               "projection")  # PNG file stems, report order
+               "projection",  # PNG file stems, report order; then the emulated-cluster
+               "network_vs_link", "network_vs_nodes")  # figures, which such a report draws first
 MIB = 1024.0 ** 2
 DPI = 110
 PHASE_STYLE = (  # phase, legend label, colour; the order they stack in
@@ -578,3 +580,125 @@ def link_text(link: dict) -> str:
     if rd.number(link.get("alpha_s")) is not None:
         text += f", alpha {link['alpha_s'] * 1e6:.3g} us"
     return text
+
+
+# --------------------------------------------------------------------------------------------
+# 8. emulated cluster: throughput against link rate and against node count
+
+
+def network_handles(net: rd.NetworkVerdict, labels: list, repeated: bool) -> list:
+    """Legend entries of the network figures: one per strategy (its colour and marker), then the
+    two styles (measured points, projection line)."""
+    handles = [Line2D([], [], color=color_for(label, labels), marker=MARKERS[i % len(MARKERS)],
+                      label=label) for i, label in enumerate(net.modes)]
+    measured = "measured (median; bars: min to max)" if repeated else "measured"
+    handles.append(Line2D([], [], color="black", marker="o", linestyle="none", label=measured))
+    handles.append(Line2D([], [], color="black", label="projection (alpha-beta, probed link)"))
+    return handles
+
+
+def draw_network_panel(ax, net: rd.NetworkVerdict, pts: list, x_of, labels: list) -> None:
+    """One panel of a network figure: per strategy, its measured throughput as markers (with
+    min-max error bars when a point was repeated) and its projected throughput as a line of the
+    same colour. x_of(point) gives the x value."""
+    for i, label in enumerate(net.modes):
+        line = sorted((p for p in pts if p.label == label), key=x_of)
+        if not line:
+            continue
+        color, marker = color_for(label, labels), MARKERS[i % len(MARKERS)]
+        xs, ys = [x_of(p) for p in line], [p.throughput for p in line]
+        if any(p.repetitions > 1 for p in line):
+            ax.errorbar(xs, ys, yerr=[[p.throughput - p.throughput_min for p in line],
+                                      [p.throughput_max - p.throughput for p in line]],
+                        fmt=marker, color=color, markersize=6, capsize=3, zorder=3)
+        else:
+            ax.plot(xs, ys, marker=marker, linestyle="none", color=color, markersize=6, zorder=3)
+        projected = [(x_of(p), p.projected_throughput) for p in line if p.projected_throughput is not None]
+        if projected:
+            ax.plot([x for x, _ in projected], [y for _, y in projected], color=color, linewidth=1.4)
+
+
+def network_figure(net: rd.NetworkVerdict, panels: list, title: str, sharey: bool) -> tuple:
+    """(fig, axes list) with one axes per panel value, at most three to a row, unused ones
+    hidden."""
+    ncols = min(len(panels), 3)
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols + 0.6, 3.6 * nrows + 1.0),
+                             sharey=sharey, squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("throughput (samples/s)")
+    fig.suptitle(f"{title} ({net.setting})")
+    return fig, flat[:len(panels)]
+
+
+def finish_network_figure(fig, net: rd.NetworkVerdict, labels: list) -> None:
+    """The shared legend under the panels, and the layout."""
+    repeated = any(p.repetitions > 1 for p in net.points)
+    handles = network_handles(net, labels, repeated)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+
+
+def network_caption(net: rd.NetworkVerdict, sentences: dict) -> str:
+    """The caption of a network figure: how to read it, the verdict's ratio sentences for its
+    axis, its crossover sentence and the projection's error range."""
+    repeated = any(p.repetitions > 1 for p in net.points)
+    how = ("Markers: measured throughput (median over repetitions, bars from min to max)"
+           if repeated else "Markers: measured throughput")
+    how += "; lines: the projection (global batch / projected step time) on the probed link."
+    return " ".join([how] + list(sentences.values()) + [net.crossover_text, net.error_text])
+
+
+def plot_network_vs_link(net: rd.NetworkVerdict, out_dir: Path) -> Figure:
+    """Throughput against the requested link rate (bit/s, log scale), one panel per node count:
+    each strategy's measured points and its projection, the reference (ps) first."""
+    key, title = "network_vs_link", "Throughput against link rate"
+    if len(net.rates) < 2:
+        return Figure(key, title, missing=(
+            "Throughput against link rate needs two or more link rates: run "
+            "`dpbench sweep --nodes 2,4 --links 100mbit,1gbit`."))
+    labels = list(net.modes)
+    fig, axes = network_figure(net, net.nodes, title, sharey=True)
+    for ax, nodes in zip(axes, net.nodes):
+        draw_network_panel(ax, net, [p for p in net.points if p.nodes == nodes],
+                           lambda p: p.link_bits_per_s, labels)
+        ax.set_xscale("log")
+        ax.set_xticks(net.rates)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: rd.rate_text(v)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlim(min(net.rates) / 1.6, max(net.rates) * 1.6)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(NullLocator())
+        thousands(ax)
+        ax.set_xlabel("link rate (requested, bit/s)")
+        ax.set_title(rd.nodes_text(nodes))
+    finish_network_figure(fig, net, labels)
+    return Figure(key, title, network_caption(net, net.link_sentences), save(fig, out_dir, key))
+
+
+def plot_network_vs_nodes(net: rd.NetworkVerdict, out_dir: Path) -> Figure:
+    """Throughput against the node count, one panel per link rate: each strategy's measured
+    points and its projection, the reference (ps) first."""
+    key, title = "network_vs_nodes", "Throughput against node count"
+    if len(net.nodes) < 2:
+        return Figure(key, title, missing=(
+            "Throughput against node count needs two or more node counts: run "
+            "`dpbench sweep --nodes 2,4 --links 100mbit,1gbit`."))
+    labels = list(net.modes)
+    per_node = net.points[0].ranks_per_node  # one setting: every point has the same
+    fig, axes = network_figure(net, net.rates, title, sharey=False)
+    for ax, rate in zip(axes, net.rates):
+        draw_network_panel(ax, net, [p for p in net.points if p.link_bits_per_s == rate],
+                           lambda p: p.nodes, labels)
+        log2_axis(ax, net.nodes)
+        ax.set_xlim(min(net.nodes) / 1.3, max(net.nodes) * 1.3)
+        ax.set_ylim(bottom=0)
+        thousands(ax)
+        ax.set_xlabel(f"nodes ({per_node} rank{'s' if per_node != 1 else ''} each)")
+        ax.set_title(rd.rate_text(rate))
+    finish_network_figure(fig, net, labels)
+    return Figure(key, title, network_caption(net, net.node_sentences), save(fig, out_dir, key))

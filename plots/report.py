@@ -11,7 +11,10 @@ Google Benchmark JSON from bench/micro/dpbench_collectives; --projection is a `d
 file. `dpbench report ...` runs this script with the same arguments.
 
 For: putting the verdict, the run table, PyTorch on the same work, the figures (figures.py), the
-warnings, the failed points and the environment into the Jinja2 templates under plots/templates/. The HTML embeds
+warnings, the failed points and the environment into the Jinja2 templates under plots/templates/.
+A file from an emulated-cluster sweep (`dpbench sweep --nodes --links`) also gets the network
+verdict (ratios to ps per node count and link rate, crossovers, projection error), its table, and
+two figures drawn first: throughput against link rate and against node count. The HTML embeds
 every figure as a base64 data: URI, so it needs no other file.
 Not for: measuring anything, or reading anything but the JSON files named on the command line.
 
@@ -165,9 +168,10 @@ def failed_rows(failed: list) -> list:
     """One row per failed sweep point; repetitions that failed the same way share a row."""
     rows: dict = {}
     for f in failed:
-        key = (f.mode, f.transport, f.world_size, f.global_batch, f.num_workers, f.error)
+        key = (f.mode, f.transport, f.world_size, f.global_batch, f.num_workers, f.cluster, f.error)
+        ranks = fmt_number(f.world_size, "d") + (f" ({f.cluster})" if f.cluster else "")
         row = rows.setdefault(key, {
-            "mode": f.mode, "transport": f.transport or "-", "ranks": fmt_number(f.world_size, "d"),
+            "mode": f.mode, "transport": f.transport or "-", "ranks": ranks,
             "batch": fmt_number(f.global_batch, "d"), "workers": fmt_number(f.num_workers, "d"),
             "reps": [], "error": f.error})
         if f.repetition is not None:
@@ -202,10 +206,46 @@ def env_sections(envs: list) -> list:
     return sections
 
 
-def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path) -> list:
-    """Every figure of the report, in order; missing ones carry their sentence instead."""
+def network_rows(net: rd.NetworkVerdict) -> list:
+    """One table row per (nodes, link) of the network verdict, as display strings: each
+    strategy's median throughput with its ratio to the reference, and the range of the
+    projection's error over the runs there."""
+    rows = []
+    for nodes in net.nodes:
+        for rate in net.rates:
+            tps = net.throughput.get((nodes, rate))
+            if tps is None:
+                continue
+            cells = []
+            for label in net.modes:
+                ratio = net.ratios.get((nodes, rate), {}).get(label)
+                text = fmt_number(tps.get(label), ",.0f")
+                cells.append(text + (f" ({ratio:.2f}x)" if ratio is not None else ""))
+            errors = [e for p in net.points if p.nodes == nodes and p.link_bits_per_s == rate
+                      for e in p.projection_errors]
+            error = "-" if not errors else (
+                rd.percent_text(errors[0]) if len(errors) == 1
+                else f"{rd.percent_text(min(errors))} to {rd.percent_text(max(errors))}")
+            rows.append({"nodes": nodes, "link": rd.rate_text(rate), "cells": cells, "error": error})
+    return rows
+
+
+def network_context(net) -> dict | None:
+    """The network section's template record (None without emulated-cluster runs)."""
+    if net is None:
+        return None
+    return {"paragraph": net.paragraph, "modes": [net.names[m] for m in net.modes],
+            "reference": net.names[net.reference], "rows": network_rows(net)}
+
+
+def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path, net=None) -> list:
+    """Every figure of the report, in order; missing ones carry their sentence instead. net: the
+    NetworkVerdict of an emulated-cluster sweep, whose two figures come first (None: neither is
+    drawn nor mentioned)."""
     pts = results.points
-    return [
+    network = [] if net is None else [figures.plot_network_vs_link(net, out_dir),
+                                      figures.plot_network_vs_nodes(net, out_dir)]
+    return network + [
         figures.plot_throughput_vs_world_size(pts, out_dir),
         figures.plot_memory_per_rank(pts, out_dir),
         figures.plot_step_breakdown(pts, out_dir),
@@ -250,12 +290,12 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def build_context(results: rd.ResultSet, figs: list, coll, proj, args) -> dict:
-    """Everything the templates show."""
+def build_context(results: rd.ResultSet, figs: list, coll, proj, args, net=None) -> dict:
+    """Everything the templates show; net: the NetworkVerdict the figures quoted (or None)."""
     verdict = rd.compute_verdict(results.points)
     show_variant = any(results.variant_tags.values())
     return {
-        "verdict": verdict.headline, "notes": verdict.notes,
+        "verdict": verdict.headline, "notes": verdict.notes, "network": network_context(net),
         "runs": run_rows(results.points), "show_reps": any(p.repetitions > 1 for p in results.points),
         "show_variant": show_variant,
         "reference": reference_rows(results.reference), "reference_versions": reference_versions(results.reference),
@@ -294,8 +334,9 @@ def main(argv=None) -> int:
         return 2
     for key in figures.FIGURE_KEYS:  # a figure not drawn this time must not linger from the last
         (out_dir / f"{key}.png").unlink(missing_ok=True)
-    figs = build_figures(results, coll, proj, out_dir)
-    md, html = render(build_context(results, figs, coll, proj, args), out_dir)
+    net = rd.compute_network_verdict(results.network)  # once: the paragraph and captions quote it
+    figs = build_figures(results, coll, proj, out_dir, net)
+    md, html = render(build_context(results, figs, coll, proj, args, net), out_dir)
     produced = sum(1 for f in figs if f.produced)
     print(f"report: {md} and {html} ({produced} figures, {len(figs) - produced} replaced by a note)")
     return 0

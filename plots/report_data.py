@@ -4,7 +4,9 @@ For: dpbench result and sweep files (schema "dpbench-result"), with the PyTorch 
 that `dpbench run --reference pytorch` adds to them, Google Benchmark JSON from
 bench/micro/dpbench_collectives, and `dpbench project` files (schema "dpbench-projection");
 aggregating repetitions by median; choosing which slice of a sweep a figure shows; the
-ten-second verdict that opens the report.
+ten-second verdict that opens the report; for an emulated-cluster sweep (`dpbench sweep --nodes
+--links`, runs with a `cluster` block), the throughput of each strategy per node count and link
+rate, its projection, and the ratios and crossovers the network verdict states.
 
 Not for: drawing (figures.py), HTML/Markdown rendering (report.py and templates/), or running
 dpbench. Nothing here reads anything but the JSON files it is given.
@@ -88,6 +90,38 @@ class FailedPoint:
     repetition: Optional[int]
     error: str
     source: str
+    cluster: str = ""  # "4 nodes, 100mbit" for a point of an emulated-cluster sweep
+
+
+@dataclass(frozen=True)
+class NetworkPoint:
+    """One strategy at one emulated-cluster point (nodes x link rate, at one batch, workers,
+    ranks per node and config variant), its repetitions aggregated: the median throughput with
+    its min and max, and the projection's throughput (global_batch / projected_step_s)."""
+
+    mode: str
+    label: str  # the strategy's label: "ps (collective)"
+    reference: bool
+    order: int  # where the strategy first appears in the files (the sweep's --modes order)
+    variant: tuple  # run_variant(): the config, without the cluster
+    global_batch: int
+    num_workers: int
+    ranks_per_node: int
+    nodes: int
+    link: str  # the requested rate as given: "100mbit"
+    link_bits_per_s: float  # the requested rate in bit/s
+    repetitions: int
+    throughput: float  # samples/s, median over repetitions
+    throughput_min: float
+    throughput_max: float
+    projected_throughput: Optional[float]  # median over repetitions; None without a projection
+    projection_errors: tuple  # network.projection.error of each repetition that has one
+
+    @property
+    def setting(self) -> tuple:
+        """What must match for two points to be on one figure: variant, batch, workers, ranks per
+        node."""
+        return (self.variant, self.global_batch, self.num_workers, self.ranks_per_node)
 
 
 @dataclass(frozen=True)
@@ -133,6 +167,7 @@ class ResultSet:
     envs: list  # distinct env objects, each with the files that share it
     variant_tags: dict = field(default_factory=dict)  # variant -> short text ("" if only one)
     reference: list = field(default_factory=list)  # ReferenceRun, in file order
+    network: list = field(default_factory=list)  # NetworkPoint of emulated-cluster runs
 
 
 @dataclass(frozen=True)
@@ -196,6 +231,24 @@ def run_variant(run: dict) -> tuple:
     return tuple(items)
 
 
+def run_cluster(run: dict) -> Optional[dict]:
+    """The run's `cluster` block (a point of an emulated-cluster sweep: nodes, ranks_per_node,
+    link, the probed links), or None for a run that did not run on an emulated cluster."""
+    block = run.get("cluster")
+    return block if isinstance(block, dict) else None
+
+
+def cluster_variant(run: dict) -> tuple:
+    """The variant items that set an emulated-cluster run apart from its siblings at the same
+    ranks: its link rate and ranks per node (the node count follows from the world size).
+    () for a run without a cluster block, so such runs group exactly as before."""
+    block = run_cluster(run)
+    if block is None:
+        return ()
+    return (("link", json.dumps(block.get("link"))),
+            ("ranks_per_node", json.dumps(block.get("ranks_per_node"))))
+
+
 def load_results(paths: Iterable) -> ResultSet:
     """Reads result/sweep files, aggregates repetitions and labels the series."""
     groups: dict = {}
@@ -203,6 +256,7 @@ def load_results(paths: Iterable) -> ResultSet:
     files = []
     envs: list = []
     reference = []
+    cluster_runs = []
     for path in paths:
         doc = read_json(path)
         check_schema(path, doc, RESULT_SCHEMA)
@@ -217,12 +271,15 @@ def load_results(paths: Iterable) -> ResultSet:
                 continue
             try:
                 traits = strategy_traits.run_traits(run)
-                key = (run["mode"], run_transport(run), run_variant(run), int(run["world_size"]),
+                key = (run["mode"], run_transport(run), run_variant(run) + cluster_variant(run),
+                       int(run["world_size"]),
                        int(run["global_batch"]), int(run["config"]["num_workers"]),
                        traits["label"], traits["reference"], traits["has_reducer"])
             except (KeyError, TypeError, ValueError) as e:
                 raise InputError(f"{path}: runs[{index}] lacks {e} (not a dpbench run entry)") from e
             groups.setdefault(key, []).append(run)
+            if run_cluster(run) is not None:
+                cluster_runs.append((str(path), index, run))
         reference.extend(reference_runs(doc, str(path)))
     points = []
     for key, runs in groups.items():
@@ -236,7 +293,7 @@ def load_results(paths: Iterable) -> ResultSet:
     failed.sort(key=lambda f: (f.mode, f.transport, f.world_size or 0, f.global_batch or 0,
                                f.num_workers or 0, f.repetition or 0))
     return ResultSet(points=points, failed=failed, files=files, envs=envs, variant_tags=tags,
-                     reference=reference)
+                     reference=reference, network=network_points(cluster_runs))
 
 
 def reference_field(path: str, where: str, record, *keys):
@@ -349,11 +406,13 @@ def failed_point(run: dict, source: str) -> FailedPoint:
         value = run.get(name, config.get(name))
         return int(value) if isinstance(value, (int, float)) else None
 
+    block = run_cluster(run)
+    cluster = f"{block.get('nodes')} nodes, {block.get('link')}" if block is not None else ""
     return FailedPoint(mode=str(run.get("mode", config.get("mode", "?"))),
                        transport=run_transport(run), world_size=axis("world_size"),
                        global_batch=axis("global_batch"), num_workers=axis("num_workers"),
                        repetition=run.get("repetition"), error=str(run.get("error", "(no error text)")),
-                       source=source)
+                       source=source, cluster=cluster)
 
 
 def median(values) -> Optional[float]:
@@ -565,7 +624,8 @@ def compute_verdict(points: list) -> Verdict:
     if len(settings) == 1:
         where = f"at {world} ranks (batch {settings[0][0]}, {settings[0][1]} workers)"
     else:
-        where = f"at {world} ranks (throughput, median over {len(settings)} matched batch/worker settings)"
+        kinds = "batch/worker/link" if any(dict(v).get("link") for _, _, v in settings) else "batch/worker"
+        where = f"at {world} ranks (throughput, median over {len(settings)} matched {kinds} settings)"
     imbalance = statistics.median(p.imbalance for _, p in all_pairs)
     reference = names(p for _, p in all_pairs)
     if all(p.has_reducer for _, p in all_pairs):
@@ -601,6 +661,288 @@ def verdict_notes(points: list, world: int, pairs: list) -> list:
     if all(p.repetitions == 1 for p in involved):
         notes.append("Each point was measured once; repeat the sweep (`--repetitions 3`) to see the spread.")
     return notes
+
+
+# --------------------------------------------------------------------------------------------
+# emulated cluster: throughput per node count and link rate
+
+
+# tc's rate units, as dpbench's --link and --links read them (cluster/link.cpp): bits per second,
+# or bytes per second for the *bps forms.
+RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+              "bps": 8.0, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+RATIO_TIE = 0.005  # a throughput ratio this close to 1 is "as fast as", not a lead
+
+
+def parse_rate(text) -> Optional[float]:
+    """"100mbit" -> 1e8 bit/s, "1gbit" -> 1e9, "100mbps" (bytes) -> 8e8; None if not a rate."""
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)",
+                         str(text).strip())
+    return float(match.group(1)) * RATE_UNITS[match.group(2)] if match else None
+
+
+def link_bits_per_s(block: dict) -> Optional[float]:
+    """The requested link rate of a cluster block in bit/s: its `link` string parsed, else the
+    most common requested_bits_per_s of its probed links; None when neither is there."""
+    rate = parse_rate(block.get("link", ""))
+    if rate is not None:
+        return rate
+    rates = [number(link.get("requested_bits_per_s")) for link in block.get("links") or []
+             if isinstance(link, dict)]
+    rates = [r for r in rates if r is not None and r > 0]
+    return max(set(rates), key=rates.count) if rates else None
+
+
+def rate_text(bits: float) -> str:
+    """1e8 -> "100 Mbit/s", 1e9 -> "1 Gbit/s", 2.5e9 -> "2.5 Gbit/s"."""
+    for unit, size in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bits >= size:
+            return f"{bits / size:g} {unit}"
+    return f"{bits:g} bit/s"
+
+
+def network_points(cluster_runs: list) -> list:
+    """NetworkPoint records of the ok runs of emulated-cluster sweeps.
+
+    cluster_runs: (file, index in its runs[], run) of each ok run with a cluster block.
+    Repetitions of one strategy at one (nodes, link, batch, workers, ranks per node, config)
+    are aggregated; raises InputError naming the run when its cluster block is unusable.
+    """
+    groups: dict = {}
+    order: dict = {}
+    for path, index, run in cluster_runs:
+        block = run["cluster"]
+        rate = link_bits_per_s(block)
+        if rate is None:
+            raise InputError(f"{path}: runs[{index}].cluster.link {block.get('link')!r} is not a "
+                             "link rate (e.g. 100mbit, 1gbit)")
+        try:
+            traits = strategy_traits.run_traits(run)
+            key = (str(run["mode"]), str(traits["label"]), bool(traits["reference"]), run_variant(run),
+                   int(run["global_batch"]), int(run["config"]["num_workers"]),
+                   int(block["ranks_per_node"]), int(block["nodes"]), str(block["link"]), rate)
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{path}: runs[{index}] lacks {e} (not an emulated-cluster run entry)") from e
+        order.setdefault(key[1], len(order))
+        groups.setdefault(key, []).append(run)
+    points = []
+    for key, runs in groups.items():
+        try:
+            points.append(aggregate_network(key, runs, order[key[1]]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"a {key[0]} run at {key[7]} nodes, {key[8]} lacks the field {e}") from e
+    points.sort(key=lambda p: (not p.reference, p.order, p.global_batch, p.num_workers,
+                               p.ranks_per_node, p.nodes, p.link_bits_per_s))
+    return points
+
+
+def aggregate_network(key: tuple, runs: list, order: int) -> NetworkPoint:
+    """One NetworkPoint from the repetitions `runs` of the point `key` (see network_points)."""
+    mode, label, reference, variant, batch, workers, per_node, nodes, link, rate = key
+    throughputs = [float(r["throughput_samples_per_s"]) for r in runs]
+    projected, errors = [], []
+    for r in runs:
+        projection = ((r.get("network") or {}).get("projection")) or {}
+        step = number(projection.get("projected_step_s"))
+        if step is not None and step > 0:
+            projected.append(batch / step)
+        if number(projection.get("error")) is not None:
+            errors.append(float(projection["error"]))
+    return NetworkPoint(mode=mode, label=label, reference=reference, order=order, variant=variant,
+                        global_batch=batch, num_workers=workers, ranks_per_node=per_node, nodes=nodes,
+                        link=link, link_bits_per_s=rate, repetitions=len(runs),
+                        throughput=statistics.median(throughputs), throughput_min=min(throughputs),
+                        throughput_max=max(throughputs), projected_throughput=median(projected),
+                        projection_errors=tuple(errors))
+
+
+def network_modes(points: Iterable) -> list:
+    """The strategies' labels in figure and sentence order: the reference first (ps, the
+    baseline), then the others in the order they first appear in the files (the sweep's --modes
+    order: sharded_ps, allreduce)."""
+    first: dict = {}
+    for p in points:
+        first.setdefault(p.label, (not p.reference, p.order))
+    return sorted(first, key=first.get)
+
+
+def network_slice(points: list) -> tuple:
+    """(setting, points) of the one batch / workers / ranks-per-node / config the network figures
+    and verdict show: the one with the most (nodes, link) points, then the most strategies, the
+    largest batch and the fewest workers. ((), []) without points."""
+    groups: dict = {}
+    for p in points:
+        groups.setdefault(p.setting, []).append(p)
+    if not groups:
+        return (), []
+
+    def score(setting):
+        pts = groups[setting]
+        return (len({(p.nodes, p.link_bits_per_s) for p in pts}), len({p.label for p in pts}),
+                setting[1], -setting[2])
+    best = max(groups, key=score)
+    return best, groups[best]
+
+
+@dataclass
+class NetworkVerdict:
+    """What an emulated-cluster sweep measured, computed once and quoted by the report's network
+    paragraph, its table and the captions of both network figures."""
+
+    points: list  # NetworkPoint of the slice shown
+    modes: list  # their labels, reference first (network_modes)
+    names: dict  # label -> how sentences name it ("ps", or "ps (p2p)" beside "ps (collective)")
+    reference: str  # label of the strategy the ratios are to
+    setting: str  # "batch 256, 0 workers, 1 rank per node"
+    nodes: list  # node counts measured, ascending
+    rates: list  # link rates measured (bit/s), ascending
+    throughput: dict  # {(nodes, bit/s): {label: median samples/s}}
+    ratios: dict  # {(nodes, bit/s): {label: throughput / the reference's}}, reference left out
+    link_sentences: dict  # {nodes: the ratios at each link rate, one sentence}
+    node_sentences: dict  # {bit/s: the ratios at each node count, one sentence}
+    link_crossovers: list  # sentences: two strategies change places between adjacent link rates
+    node_crossovers: list  # sentences: ... between adjacent node counts
+    crossover_text: str  # the crossovers, or the sentence saying none was measured
+    error_range: Optional[tuple]  # (min, max) of network.projection.error over the slice's runs
+    error_count: int  # runs with a projection error
+    error_text: str
+    paragraph: str  # the verdict: ratios, crossovers, projection error
+
+
+def percent_text(fraction: float) -> str:
+    """0.055 -> "+5.5%", -0.209 -> "-20.9%" (a signed projection error)."""
+    return f"{100 * fraction:+.1f}%"
+
+
+def ratio_clause(name: str, reference: str, values: list) -> str:
+    """"allreduce beats ps by 3.01x at 100 Mbit/s and by 2.46x at 1 Gbit/s", or, when it does not
+    lead everywhere, "ps_x reaches 0.85x ps's throughput at 1 Gbit/s and 1.10x at 10 Gbit/s".
+    values: (ratio, where) pairs in order."""
+    if all(r >= 1 + RATIO_TIE for r, _ in values):
+        return f"{name} beats {reference} by " + " and by ".join(f"{r:.2f}x at {w}" for r, w in values)
+    return (f"{name} reaches " + " and ".join(f"{r:.2f}x" + (f" {reference}'s throughput" if i == 0 else "")
+                                              + f" at {w}" for i, (r, w) in enumerate(values)))
+
+
+def ratio_sentence(where: str, clauses: list) -> str:
+    """"At 4 nodes, <clause>; <clause>." (empty without clauses)."""
+    return f"At {where}, {'; '.join(clauses)}." if clauses else ""
+
+
+def crossovers_along(throughput: dict, modes: list, names: dict, fixed: Iterable, steps: list,
+                     at, where_fixed, where_step) -> list:
+    """Sentences naming each pair of strategies whose order flips between two adjacent values of
+    one axis (link rate or node count) with the other held at each `fixed` value.
+
+    throughput: {(nodes, bit/s): {label: samples/s}}; at(fixed, step) -> that key;
+    where_fixed(fixed), where_step(step): how the sentence names each value.
+    """
+    out = []
+    for f in fixed:
+        for i, first in enumerate(modes):
+            for second in modes[i + 1:]:
+                measured = [(s, throughput[at(f, s)][second] / throughput[at(f, s)][first])
+                            for s in steps if at(f, s) in throughput
+                            and first in throughput[at(f, s)] and second in throughput[at(f, s)]]
+                for (s1, q1), (s2, q2) in zip(measured, measured[1:]):
+                    if (q1 - 1) * (q2 - 1) < 0 and abs(q1 - 1) >= RATIO_TIE and abs(q2 - 1) >= RATIO_TIE:
+                        out.append(f"at {where_fixed(f)}, {names[second]}/{names[first]} goes from "
+                                   f"{q1:.2f}x at {where_step(s1)} to {q2:.2f}x at {where_step(s2)}: "
+                                   f"a crossover between {where_step(s1)} and {where_step(s2)}")
+    return out
+
+
+def nodes_text(n: int) -> str:
+    """"4 nodes"."""
+    return f"{n} node{'s' if n != 1 else ''}"
+
+
+def one_order(throughput: dict, modes: list) -> Optional[list]:
+    """The labels fastest first when every point that measured all of them ranks them the same
+    way; None when the order differs somewhere or no point measured them all."""
+    orders = {tuple(sorted(modes, key=lambda m: -tps[m])) for tps in throughput.values()
+              if all(m in tps for m in modes)}
+    return list(next(iter(orders))) if len(orders) == 1 else None
+
+
+def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
+    """The network verdict of the emulated-cluster points (ResultSet.network), on the slice
+    network_slice() picks; None without points.
+
+    For each (nodes, link) it divides every strategy's median throughput by the reference's
+    (the first reference label, ps), states those ratios per node count (across link rates) and
+    per link rate (across node counts), names every crossover (two strategies changing places
+    between adjacent link rates or node counts) or says none was measured, and gives the range
+    of the projection's error over the slice's runs.
+    """
+    setting, pts = network_slice(points)
+    if not pts:
+        return None
+    modes = network_modes(pts)
+    names = short_names(pts)
+    reference = modes[0]
+    ref_name = names[reference]
+    variant, batch, workers, per_node = setting
+    setting_text = (f"batch {batch}, {workers} worker{'s' if workers != 1 else ''}, "
+                    f"{per_node} rank{'s' if per_node != 1 else ''} per node")
+    node_counts = sorted({p.nodes for p in pts})
+    rates = sorted({p.link_bits_per_s for p in pts})
+    throughput: dict = {}
+    for p in pts:
+        throughput.setdefault((p.nodes, p.link_bits_per_s), {})[p.label] = p.throughput
+    ratios = {at: {label: tp / tps[reference] for label, tp in tps.items() if label != reference}
+              for at, tps in throughput.items() if tps.get(reference)}
+    others = [m for m in modes if m != reference]
+
+    def sentences(fixed_values, steps, at, where_fixed, where_step):
+        out = {}
+        for f in fixed_values:
+            clauses = []
+            for m in others:
+                values = [(ratios[at(f, s)][m], where_step(s)) for s in steps
+                          if at(f, s) in ratios and m in ratios[at(f, s)]]
+                if values:
+                    clauses.append(ratio_clause(names[m], ref_name, values))
+            if clauses:
+                out[f] = ratio_sentence(where_fixed(f), clauses)
+        return out
+
+    def by_nodes(n, r):
+        return (n, r)
+
+    def by_rate(r, n):
+        return (n, r)
+
+    link_sentences = sentences(node_counts, rates, by_nodes, nodes_text, rate_text)
+    node_sentences = sentences(rates, node_counts, by_rate, rate_text, nodes_text)
+    link_cross = crossovers_along(throughput, modes, names, node_counts, rates, by_nodes, nodes_text, rate_text)
+    node_cross = crossovers_along(throughput, modes, names, rates, node_counts, by_rate, rate_text, nodes_text)
+    measured = (f"{', '.join(str(n) for n in node_counts)} nodes; "
+                f"{', '.join(rate_text(r) for r in rates)}")
+    if link_cross or node_cross:
+        crossover_text = "Crossovers measured: " + "; ".join(link_cross + node_cross) + "."
+    else:
+        order = one_order(throughput, modes)
+        held = (f"the order {' > '.join(names[m] for m in order)} holds at every point measured"
+                if order else "no two strategies change places between adjacent link rates or node counts")
+        crossover_text = f"No crossover measured: {held} ({measured})."
+    errors = [e for p in pts for e in p.projection_errors]
+    if errors:
+        error_range = (min(errors), max(errors))
+        error_text = (f"The projection's error (projected / measured step time - 1) ranges from "
+                      f"{percent_text(error_range[0])} to {percent_text(error_range[1])} over the "
+                      f"{len(errors)} runs.")
+    else:
+        error_range = None
+        error_text = "No run recorded a projection (network.projection), so no projected line is drawn."
+    paragraph = " ".join([f"Throughput on the emulated cluster ({setting_text}) as a ratio to {ref_name}'s."]
+                         + list(link_sentences.values()) + [crossover_text, error_text])
+    return NetworkVerdict(points=pts, modes=modes, names=names, reference=reference, setting=setting_text,
+                          nodes=node_counts, rates=rates, throughput=throughput, ratios=ratios,
+                          link_sentences=link_sentences, node_sentences=node_sentences,
+                          link_crossovers=link_cross, node_crossovers=node_cross,
+                          crossover_text=crossover_text, error_range=error_range,
+                          error_count=len(errors), error_text=error_text, paragraph=paragraph)
 
 
 # --------------------------------------------------------------------------------------------

@@ -145,6 +145,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         }
         maybe_inject_fault(rank, step);
         timer->begin();
+        maybe_delay_step(cfg.mode);
         StagedBatch batch;
         const Batch* loaded = reducer ? &loader->next() : nullptr;
         timer->lap(&PhaseTimes::data_wait);

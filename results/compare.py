@@ -5,7 +5,10 @@ usage: /usr/bin/python3 results/compare.py BASE.json NEW.json [--noise-floor PCT
            [--noise-cap PCT] [--accuracy-tol 0.005] [--timing ratio|mwu|none] [--markdown OUT.md]
 
 What it is for: the CI gate of DESIGN.md ("Measurement rules"). Runs are matched by
-(mode, transport, comm, device, workload, world_size, global_batch, num_workers, repetition).
+(mode, transport, comm, device, workload, world_size, global_batch, num_workers, repetition)
+and, for the runs of an emulated-cluster sweep (`dpbench sweep --nodes --links`, whose runs carry
+a `cluster` block), by their cluster point (nodes, ranks_per_node, link) too: rows name it as
+"4x100mbit". Runs without a cluster block are keyed as before.
 Deterministic figures (parameter count, bytes sent and received per rank per step, per-rank
 memory peaks and every memory category, step counts) must be equal: any difference is a
 regression. Test accuracy may not drop by more than --accuracy-tol (absolute). Timings:
@@ -56,6 +59,7 @@ MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations"
                      "data_staging")
 KEY_FIELDS = ("mode", "transport", "comm", "device", "workload", "world_size", "global_batch",
               "num_workers", "repetition")
+CLUSTER_FIELD = "cluster"  # the last element of a run key: (nodes, ranks_per_node, link) or None
 MWU_ALPHA = 0.01
 REP_MULTIPLIER = 2.0  # a figure's floor >= 2 x its spread, but never above the cap
 DEFAULT_NOISE_FLOOR = 0.10
@@ -302,8 +306,27 @@ def run_status(run):
     return run.get("status", "ok")
 
 
+def run_cluster(run):
+    """The cluster point of a run of an emulated-cluster sweep, (nodes, ranks_per_node, link)
+    from its `cluster` block (failed points carry it too); None for a run without one."""
+    block = run.get("cluster")
+    if not isinstance(block, dict):
+        return None
+    return (block.get("nodes"), block.get("ranks_per_node"), block.get("link"))
+
+
+def cluster_text(cluster):
+    """"4x100mbit" (4 nodes on 100mbit links), "4x100mbit 2/node" with 2 ranks per node; ""
+    for None (a run that did not run on an emulated cluster)."""
+    if cluster is None:
+        return ""
+    nodes, per_node, link = cluster
+    return f"{nodes}x{link}" + (f" {per_node}/node" if per_node not in (None, 1) else "")
+
+
 def run_key(run, doc=None):
-    """The matching key of a run, as a tuple in KEY_FIELDS order.
+    """The matching key of a run: a tuple of the KEY_FIELDS in order, then its cluster point
+    (run_cluster: None for a run without a cluster block).
 
     Each field is read from the run, else from the run's config (failed runs carry only their
     config), else from the file's config. A run without a transport (a failed point) is keyed
@@ -326,13 +349,15 @@ def run_key(run, doc=None):
     num_workers = cfg.get("num_workers", run.get("num_workers", top.get("num_workers")))
     repetition = run.get("repetition", cfg.get("repetition", 0))
     return (mode, transport, field("comm"), field("device"), field("workload"),
-            field("world_size"), field("global_batch"), num_workers, repetition)
+            field("world_size"), field("global_batch"), num_workers, repetition, run_cluster(run))
 
 
 def key_label(key, occurrence=0):
-    """Short human name of a run key."""
-    mode, transport, comm, device, workload, ws, gb, nw, rep = key
-    label = f"{mode}/{transport} {comm}/{device} {workload} p={ws} B={gb} w={nw} rep={rep}"
+    """Short human name of a run key; a cluster point is named after the workers
+    ("... w=0 4x100mbit rep=0")."""
+    mode, transport, comm, device, workload, ws, gb, nw, rep, cluster = key
+    where = f" {cluster_text(cluster)}" if cluster is not None else ""
+    label = f"{mode}/{transport} {comm}/{device} {workload} p={ws} B={gb} w={nw}{where} rep={rep}"
     return label + (f" #{occurrence + 1}" if occurrence else "")
 
 
@@ -445,7 +470,8 @@ def largest_spread(candidates):
 def throughput(run):
     """Samples/s recomputed as global_batch / median(step samples); None without samples.
 
-    This is how dpbench computes throughput_samples_per_s, so the two agree.
+    This is how dpbench computes throughput_median_step_samples_per_s (and computed
+    throughput_samples_per_s before that became the wall-time figure), so the two agree.
     """
     samples = step_samples(run)
     if not samples:
@@ -458,7 +484,8 @@ def mode_ratios(doc):
     """{(group, pair): [throughput ratio of each repetition]}: every non-reference strategy's run
     over the reference strategy's run (ps, by the runs' traits) in groups that have both.
 
-    A group is (comm, device, workload, world_size, global_batch, num_workers and occurrence);
+    A group is (comm, device, workload, world_size, global_batch, num_workers, cluster point
+    (None off an emulated cluster) and occurrence);
     repetitions of a group are collected together, so their spread can be measured; a pair names
     the two runs by mode and transport ("allreduce/ring / ps/p2p"), so each transport of either
     side gets a ratio of its own.
@@ -477,9 +504,9 @@ def ratio_runs(doc):
         key = run_key(run, doc)
         occ = seen.get(key, 0)
         seen[key] = occ + 1
-        mode, transport, comm, device, workload, ws, gb, nw, rep = key
+        mode, transport, comm, device, workload, ws, gb, nw, rep, cluster = key
         side = "reference" if run_traits(run, doc)["reference"] else "other"
-        g = groups.setdefault((comm, device, workload, ws, gb, nw, occ), {})
+        g = groups.setdefault((comm, device, workload, ws, gb, nw, cluster, occ), {})
         g.setdefault(rep, {}).setdefault(side, []).append((f"{mode}/{transport}", run))
     out = {}
     for g, reps in groups.items():
@@ -508,9 +535,10 @@ def repetition_spread(ratios):
 
 
 def group_label(group):
-    """Short human name of a ratio group."""
-    comm, device, workload, ws, gb, nw, occ = group
-    label = f"{comm}/{device} {workload} p={ws} B={gb} w={nw}"
+    """Short human name of a ratio group ("gloo/cpu mlp p=4 B=256 w=0 4x100mbit")."""
+    comm, device, workload, ws, gb, nw, cluster, occ = group
+    where = f" {cluster_text(cluster)}" if cluster is not None else ""
+    label = f"{comm}/{device} {workload} p={ws} B={gb} w={nw}{where}"
     return label + (f" #{occ + 1}" if occ else "")
 
 
@@ -695,13 +723,18 @@ def check_runs_in_common(base_doc, new_doc, base_label="BASE", new_label="NEW"):
     nkeys = {run_key(r, new_doc) for r in new_doc["runs"]}
     if bkeys & nkeys:
         return
+    fields = KEY_FIELDS
+    if any(k[-1] is not None for k in bkeys | nkeys):  # runs of an emulated cluster
+        fields = KEY_FIELDS + (CLUSTER_FIELD,)
     differs = []
-    for i, name in enumerate(KEY_FIELDS):
+    for i, name in enumerate(fields):
         bv, nv = {k[i] for k in bkeys}, {k[i] for k in nkeys}
         if not bv & nv:
+            if name == CLUSTER_FIELD:
+                bv, nv = {cluster_text(v) or "-" for v in bv}, {cluster_text(v) or "-" for v in nv}
             differs.append(f"{name}: {_values(bv)} in {base_label}, {_values(nv)} in {new_label}")
     what = "; ".join(differs) if differs else \
-        "no combination of " + ", ".join(KEY_FIELDS) + " appears in both"
+        "no combination of " + ", ".join(fields) + " appears in both"
     raise NoRunsInCommon(f"{base_label} and {new_label} have no runs in common ({what}): "
                          f"nothing to compare")
 

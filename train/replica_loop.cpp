@@ -139,6 +139,7 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
         }
         maybe_inject_fault(rank, step);
         timer->begin();
+        maybe_delay_step(cfg.mode);
         const Batch& loaded = loader.next();
         const StepTimer::Mark loaded_mark = timer->lap(&PhaseTimes::data_wait);
         // DDP's broadcast_buffers: rank 0's BatchNorm running statistics, every step (blocking,

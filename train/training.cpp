@@ -13,6 +13,8 @@
 #include <mutex>
 #include <thread>
 
+#include <regex>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -269,6 +271,24 @@ void maybe_inject_fault(int rank, long step) {
   if (fault->kind == "hang") {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
+}
+
+void maybe_delay_step(const std::string& mode) {
+  struct Delay {
+    std::string mode;
+    double ms = 0;
+  };
+  static const std::optional<Delay> delay = []() -> std::optional<Delay> {
+    const char* spec = std::getenv("DPBENCH_STEP_DELAY");
+    if (spec == nullptr || *spec == '\0') return std::nullopt;
+    static const std::regex form(R"(^mode=([a-z_]+),ms=([0-9]+(\.[0-9]+)?)$)");
+    std::cmatch m;
+    if (!std::regex_match(spec, m, form)) {
+      throw InputError(fmt::format("DPBENCH_STEP_DELAY={}: expected mode=M,ms=X", spec));
+    }
+    return Delay{m[1].str(), std::stod(m[2].str())};
+  }();
+  if (delay && delay->mode == mode) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay->ms));
 }
 
 std::optional<Fault> fault_from_env() {

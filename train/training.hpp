@@ -238,6 +238,11 @@ struct Fault {
 std::optional<Fault> fault_from_env();  // throws InputError on a malformed DPBENCH_FAULT
 void maybe_inject_fault(int rank, long step);
 
+// A slowdown for testing the regression gate: DPBENCH_STEP_DELAY="mode=M,ms=X" makes every step of
+// mode M sleep X milliseconds inside its timed span (as data wait). Throws InputError on a
+// malformed value.
+void maybe_delay_step(const std::string& mode);
+
 // Snapshot of a tracker's peaks.
 MemoryReport memory_report(const MemoryTracker& tracker);
 

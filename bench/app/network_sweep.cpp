@@ -113,9 +113,17 @@ int network_sweep_command(const SweepOptions& o) {
     if (child.exit_code != 0) {
       ++failed;
       for (const auto& mode : o.modes) {
-        runs.push_back({{"status", "failed"}, {"mode", mode}, {"world_size", p.nodes * o.ranks_per_node},
-                        {"global_batch", p.batch}, {"repetition", p.rep}, {"cluster", cluster_block},
-                        {"error", child.last_error}});
+        TrainConfig c = o.base;  // the point's config, so that compare matches it with its ok runs
+        c.workload = p.workload;
+        c.mode = mode;
+        c.transport = p.transport;
+        c.comm = "gloo";
+        c.world_size = p.nodes * o.ranks_per_node;
+        c.global_batch = p.batch;
+        c.loader.num_workers = p.workers;
+        runs.push_back({{"status", "failed"}, {"mode", mode}, {"strategy", strategy_to_json(c)},
+                        {"world_size", c.world_size}, {"global_batch", p.batch}, {"config", config_to_json(c)},
+                        {"repetition", p.rep}, {"cluster", cluster_block}, {"error", child.last_error}});
       }
       if (!o.quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index, points.size(), child.last_error);
       continue;

@@ -11,6 +11,11 @@ binary: an injected 15 % slowdown fails the gate, A/A copies pass, no floor exce
 --noise-cap, a figure noisier than the cap is reported too noisy to judge, and files with no
 runs in common exit 2.
 
+NetworkSweepTests use tests/python/data/netsweep-2-4-nodes-100mbit-1gbit.json, a real
+`dpbench sweep --nodes 2,4 --links 100mbit,1gbit` file (ps, sharded_ps, allreduce on an emulated
+cluster; per-step losses stripped): its runs are keyed by their cluster point too, so the two links
+at one world size do not collide, and a 20 % slowdown at one link fails that link's rows only.
+
 Not covered here: schema validation of result files (results/validate.py and ctest do that).
 """
 import copy
@@ -32,6 +37,7 @@ import compare  # noqa: E402  (path set above)
 
 SCRIPT = ROOT / "results" / "compare.py"
 BASELINE = ROOT / "results" / "baselines" / "ci-sweep.json"
+NETSWEEP = ROOT / "tests" / "python" / "data" / "netsweep-2-4-nodes-100mbit-1gbit.json"
 BINARY = os.environ.get("DPBENCH_BINARY", str(ROOT / "build" / "release" / "dpbench"))
 # 12800 samples / batch 128 = 100 steps (95 timed) per mode.
 # A sweep with 3 repetitions, modes alternating, as the CI gate runs it: load that comes and
@@ -404,12 +410,16 @@ class FunctionTests(unittest.TestCase):
         self.assertEqual(compare.repetition_spread([1.3]), 0.0)
 
     def test_ratio_from_samples_matches_throughput_field(self):
+        # The gate's ratio is of the median-step throughput: dpbench writes it as
+        # throughput_median_step_samples_per_s (throughput_samples_per_s is the wall-time figure
+        # since issue 24.1; files written before had the median-step figure there).
         doc = read(real_files(self)[0])
         (ratios,) = compare.mode_ratios(doc).values()  # one group, three repetitions
         self.assertEqual(len(ratios), 3)
         for rep, ratio in enumerate(ratios):
-            tp = {r["mode"]: r["throughput_samples_per_s"] for r in doc["runs"]
-                  if r["repetition"] == rep}
+            tp = {r["mode"]: r.get("throughput_median_step_samples_per_s",
+                                   r["throughput_samples_per_s"])
+                  for r in doc["runs"] if r["repetition"] == rep}
             self.assertAlmostEqual(ratio, tp["allreduce"] / tp["ps"], places=6)
 
     def test_failed_run_is_keyed_like_its_ok_run(self):
@@ -774,6 +784,122 @@ class GateRuleTests(unittest.TestCase):
         # One run in common is enough: the rest are reported, as before.
         cnn["runs"].append(copy.deepcopy(self.base["runs"][0]))
         self.assertEqual(compare.compare(self.base, cnn).exit_code, 1)
+
+
+
+def scale_cluster_mode(doc, mode, link, factor):
+    """Copy of doc in which every run of `mode` on links `link` (its cluster block's link, at
+    every node count) has its step samples multiplied by factor: its throughput is divided by
+    factor."""
+    doc = copy.deepcopy(doc)
+    for run in doc["runs"]:
+        if run["mode"] == mode and run["cluster"]["link"] == link:
+            set_samples(run, [s * factor for s in run["step_time_s"]["samples"]])
+    return doc
+
+
+class NetworkSweepTests(unittest.TestCase):
+    """Runs of an emulated-cluster sweep carry a cluster block (nodes, ranks_per_node, link):
+    runs at one world size on different links are different runs, matched and named apart."""
+
+    def setUp(self):
+        self.doc = read(NETSWEEP)
+
+    def assertExit(self, proc, code):
+        """Exit status with the report shown on failure."""
+        self.assertEqual(proc.returncode, code,
+                         f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+
+    def test_fixture_is_a_two_link_two_node_count_sweep(self):
+        points = {(r["cluster"]["nodes"], r["cluster"]["link"]) for r in self.doc["runs"]}
+        self.assertEqual(points, {(2, "100mbit"), (2, "1gbit"), (4, "100mbit"), (4, "1gbit")})
+        self.assertEqual(self.doc["config"]["launcher"], "emulated cluster")
+
+    def test_every_run_has_a_key_of_its_own(self):
+        keys = [compare.run_key(r, self.doc) for r in self.doc["runs"]]
+        self.assertEqual(len(keys), 12)
+        self.assertEqual(len(set(keys)), 12)
+        for run, key in zip(self.doc["runs"], keys):
+            c = run["cluster"]
+            self.assertEqual(key[-1], (c["nodes"], c["ranks_per_node"], c["link"]))
+        # Without the cluster point, the two links at one world size would share a key.
+        self.assertEqual(len({k[:-1] for k in keys}), 6)
+
+    def test_sample_against_itself_exits_0_with_distinct_keys_per_link(self):
+        p = run_cli(NETSWEEP, NETSWEEP)
+        self.assertExit(p, 0)
+        self.assertIn("0 regressions", p.stdout)
+        self.assertIn("over 12 matched runs", p.stdout)
+        self.assertNotIn("#2", p.stdout)
+        self.assertNotIn("shared by several runs", p.stdout)
+        rows = table_rows(p.stdout)
+        self.assertTrue(all(r[-1].startswith("too noisy to judge") for r in rows), p.stdout)
+        spreads = ratio_spreads(self.doc)
+        self.assertEqual(len(spreads), 8)   # 2 pairs at each of 2 node counts x 2 links
+        self.assertEqual(len(rows), sum(s > 0.10 for s in spreads.values()))
+        labels = sorted({compare.group_label(g) for g, _ in spreads})
+        self.assertEqual(labels, [f"gloo/cpu mlp p={n} B=256 w=0 {n}x{link}"
+                                  for n in (2, 4) for link in ("100mbit", "1gbit")])
+
+    def test_20_percent_slowdown_at_one_link_is_reported_for_that_link_only(self):
+        # allreduce's throughput at 100mbit falls 20 % at both node counts (its samples x 1.25);
+        # its ratio to ps there falls 20 %, beyond the 10 % cap, so wherever that ratio's spread
+        # is within the cap it is a regression. Nothing at 1gbit moves.
+        new = scale_cluster_mode(self.doc, "allreduce", "100mbit", 1.25)
+        spreads = ratio_spreads(self.doc)
+        expected = {}
+        for (group, pair), spread in spreads.items():
+            if pair.startswith("allreduce/") and group[6][2] == "100mbit":
+                expected[compare.group_label(group)] = \
+                    "REGRESSION" if spread <= 0.10 else "too noisy to judge"
+        self.assertEqual(sorted(expected), ["gloo/cpu mlp p=2 B=256 w=0 2x100mbit",
+                                            "gloo/cpu mlp p=4 B=256 w=0 4x100mbit"])
+        self.assertIn("REGRESSION", expected.values(), "the fixture's 100mbit ratios must be "
+                                                       "quiet enough to judge")
+        p = run_cli(NETSWEEP, write(new, "netsweep-slow-allreduce-100mbit.json"))
+        self.assertExit(p, 1)
+        rows = [r for r in table_rows(p.stdout) if r[1] == "throughput ratio allreduce/ring / "
+                                                           "ps/collective"]
+        got = {r[0]: ("too noisy to judge" if r[-1].startswith("too noisy") else r[-1])
+               for r in rows}
+        self.assertEqual(got, expected, p.stdout)
+        for r in rows:
+            if r[-1] == "REGRESSION":
+                self.assertTrue(r[4].startswith("-20.0 %"), r)
+        regressions = [r for r in table_rows(p.stdout) if r[-1] == "REGRESSION"]
+        self.assertEqual(len(regressions), list(expected.values()).count("REGRESSION"), p.stdout)
+        self.assertFalse([r for r in table_rows(p.stdout) if "x1gbit" in r[0]
+                          and not r[-1].startswith("too noisy")], p.stdout)
+
+    def test_a_run_missing_at_one_link_is_named_with_its_cluster_point(self):
+        new = copy.deepcopy(self.doc)
+        new["runs"] = [r for r in new["runs"] if not (r["mode"] == "sharded_ps"
+                                                      and r["cluster"]["nodes"] == 4
+                                                      and r["cluster"]["link"] == "1gbit")]
+        report = compare.compare(self.doc, new)
+        self.assertEqual(report.exit_code, 1)
+        missing = [r for r in report.regressions if r.figure == "run"]
+        self.assertEqual([r.run for r in missing],
+                         ["sharded_ps/collective gloo/cpu mlp p=4 B=256 w=0 4x1gbit rep=0"])
+
+    def test_other_links_have_no_runs_in_common(self):
+        other = copy.deepcopy(self.doc)
+        for run in other["runs"]:
+            run["cluster"]["link"] = {"100mbit": "10mbit", "1gbit": "10gbit"}[run["cluster"]["link"]]
+        path = write(other, "netsweep-other-links.json")
+        p = run_cli(NETSWEEP, path)
+        self.assertExit(p, 2)
+        (line,) = p.stderr.strip().splitlines()
+        self.assertIn(f"cluster: 2x100mbit,2x1gbit,4x100mbit,4x1gbit in {NETSWEEP}, "
+                      f"2x10gbit,2x10mbit,4x10gbit,4x10mbit in {path}", line)
+
+    def test_files_without_cluster_blocks_are_keyed_and_named_as_before(self):
+        base = read(BASELINE)
+        self.assertTrue(all(compare.run_key(r, base)[-1] is None for r in base["runs"]))
+        for group, _ in compare.ratio_runs(base):
+            self.assertRegex(compare.group_label(group), r"^\S+/\S+ \S+ p=\d+ B=\d+ w=\d+( #\d+)?$")
+        key = compare.run_key(base["runs"][0], base)
+        self.assertRegex(compare.key_label(key), r"^\S+/\S+ \S+/\S+ \S+ p=\d+ B=\d+ w=\d+ rep=\d+$")
 
 
 if __name__ == "__main__":
