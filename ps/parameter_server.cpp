@@ -15,6 +15,20 @@
 namespace dpbench {
 
 namespace {
+// One rank's step without a replica (DataParallel on one device calls the module itself):
+// forward on the whole batch, the loss, backward into the master gradients. No communication.
+void plain_step(RankContext& ctx, Model& model, StepTimer& timer, const StagedBatch& batch, float* params,
+                float* grads, float* logits, float* dlogits, std::size_t rows, std::size_t classes, long step) {
+  model.forward(params, batch.inputs, rows, logits);
+  ctx.cross_entropy(logits, batch.labels, rows, classes, dlogits, 1.0f / static_cast<float>(rows), step);
+  timer.lap(&PhaseTimes::forward);
+  model.backward(params, batch.inputs, dlogits, rows, grads, nullptr);
+  ctx.synchronize();
+  timer.lap(&PhaseTimes::backward);
+}
+}  // namespace
+
+namespace {
 constexpr int kReducer = 0;
 
 std::vector<std::size_t> scaled(const std::vector<std::size_t>& rows, std::size_t width) {
@@ -85,14 +99,19 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
     me.rank = rank;
     me.local_batch = my_rows;
 
-    // What every replica holds.
+    // What every replica holds. With one rank there is no replica: DataParallel on one device
+    // calls the module itself, so the step is plain training on the master parameters.
+    const bool plain = cfg.world_size == 1;
     auto model = ctx.make_model(cfg, train.shape(), classes, std::max<std::size_t>(my_rows, 1));
     const std::size_t n = model->num_params();
-    Array<float> replica_params(ctx, MemoryCategory::parameters, n);
-    Array<float> replica_grads(ctx, MemoryCategory::gradients, n);
-    Array<float> chunk_input(ctx, MemoryCategory::data_staging, my_rows * features);
-    Array<float> chunk_logits(ctx, MemoryCategory::activations, my_rows * classes);
-    Array<float> chunk_dlogits(ctx, MemoryCategory::activations, my_rows * classes);
+    Array<float> replica_params, replica_grads, chunk_input, chunk_logits, chunk_dlogits;
+    if (!plain) {
+      replica_params = Array<float>(ctx, MemoryCategory::parameters, n);
+      replica_grads = Array<float>(ctx, MemoryCategory::gradients, n);
+      chunk_input = Array<float>(ctx, MemoryCategory::data_staging, my_rows * features);
+      chunk_logits = Array<float>(ctx, MemoryCategory::activations, my_rows * classes);
+      chunk_dlogits = Array<float>(ctx, MemoryCategory::activations, my_rows * classes);
+    }
 
     // What only the reducer holds: the imbalance this mode is known for.
     Array<float> master_params, master_grads, velocity, logits_all, dlogits_all, incoming;
@@ -154,76 +173,81 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
           ctx.synchronize();  // the scatter below reads the staged inputs
         }
         timer->lap(&PhaseTimes::h2d);
-
-        // 1-2. scatter the inputs, broadcast the parameters.
-        comm.scatterv(batch.inputs, input_counts, chunk_input.data(), kReducer);
-        if (p2p) {
-          if (reducer) {
-            for (int r = 1; r < cfg.world_size; ++r) comm.send(master_params.data(), n, r);
-          } else {
-            comm.recv(replica_params.data(), n, kReducer);
-          }
+        if (plain) {
+          plain_step(ctx, *model, *timer, batch, master_params.data(), master_grads.data(), logits_all.data(),
+                     dlogits_all.data(), B, classes, step);
         } else {
-          float* buf = reducer ? master_params.data() : replica_params.data();
-          for_each_group(n, group, [&](std::size_t off, std::size_t len) {
-            comm.broadcast(buf + off, len, kReducer);
-          });
-        }
-        if (reducer) ctx.copy(replica_params.data(), master_params.data(), n);
-        // Buffers (BatchNorm running statistics) come from the reducer's replica, whose updates
-        // alone persist, as DataParallel's replicate() copies them from device 0 every step.
-        if (model->num_buffers() > 0) {
-          ctx.synchronize();  // the reducer's last step wrote them on its compute stream
-          comm.broadcast(model->buffers(), model->num_buffers(), kReducer);
-        }
-        timer->lap(&PhaseTimes::comm);
 
-        // 3. replica forward.
-        if (my_rows > 0) {
-          model->forward(replica_params.data(), chunk_input.data(), my_rows, chunk_logits.data());
-        }
-        ctx.synchronize();  // the gather below reads the logits
-        timer->lap(&PhaseTimes::forward);
-
-        // 4. gather logits; loss on the reducer over the full batch; scatter d(loss)/d(logits).
-        comm.gatherv(chunk_logits.data(), logit_counts, logits_all.data(), kReducer);
-        timer->lap(&PhaseTimes::comm);
-        if (reducer) {
-          ctx.cross_entropy(logits_all.data(), batch.labels, B, classes, dlogits_all.data(),
-                            1.0f / static_cast<float>(B), step);
-          ctx.synchronize();  // the scatter below reads the logits' gradient
-        }
-        timer->lap(&PhaseTimes::forward);
-        comm.scatterv(dlogits_all.data(), logit_counts, chunk_dlogits.data(), kReducer);
-        timer->lap(&PhaseTimes::comm);
-
-        // 5. replica backward, then sum the gradients onto the reducer.
-        if (my_rows > 0) {
-          model->backward(replica_params.data(), chunk_input.data(), chunk_dlogits.data(), my_rows,
-                          replica_grads.data(), nullptr);
-        } else {
-          ctx.fill_zero(replica_grads.data(), n);
-        }
-        if (reducer) ctx.copy(master_grads.data(), replica_grads.data(), n);
-        ctx.synchronize();  // the reduction below reads the gradients
-        timer->lap(&PhaseTimes::backward);
-        if (p2p) {
-          if (reducer) {
-            for (int r = 1; r < cfg.world_size; ++r) {
-              comm.recv(incoming.data(), n, r);
-              ctx.add_inplace(master_grads.data(), incoming.data(), n);
-              ctx.synchronize();  // `incoming` is reused by the next receive
+          // 1-2. scatter the inputs, broadcast the parameters.
+          comm.scatterv(batch.inputs, input_counts, chunk_input.data(), kReducer);
+          if (p2p) {
+            if (reducer) {
+              for (int r = 1; r < cfg.world_size; ++r) comm.send(master_params.data(), n, r);
+            } else {
+              comm.recv(replica_params.data(), n, kReducer);
             }
           } else {
-            comm.send(replica_grads.data(), n, kReducer);
+            float* buf = reducer ? master_params.data() : replica_params.data();
+            for_each_group(n, group, [&](std::size_t off, std::size_t len) {
+              comm.broadcast(buf + off, len, kReducer);
+            });
           }
-        } else {
-          float* buf = reducer ? master_grads.data() : replica_grads.data();
-          for_each_group(n, group, [&](std::size_t off, std::size_t len) {
-            comm.reduce_sum(buf + off, len, kReducer);
-          });
+          if (reducer) ctx.copy(replica_params.data(), master_params.data(), n);
+          // Buffers (BatchNorm running statistics) come from the reducer's replica, whose updates
+          // alone persist, as DataParallel's replicate() copies them from device 0 every step.
+          if (model->num_buffers() > 0) {
+            ctx.synchronize();  // the reducer's last step wrote them on its compute stream
+            comm.broadcast(model->buffers(), model->num_buffers(), kReducer);
+          }
+          timer->lap(&PhaseTimes::comm);
+
+          // 3. replica forward.
+          if (my_rows > 0) {
+            model->forward(replica_params.data(), chunk_input.data(), my_rows, chunk_logits.data());
+          }
+          ctx.synchronize();  // the gather below reads the logits
+          timer->lap(&PhaseTimes::forward);
+
+          // 4. gather logits; loss on the reducer over the full batch; scatter d(loss)/d(logits).
+          comm.gatherv(chunk_logits.data(), logit_counts, logits_all.data(), kReducer);
+          timer->lap(&PhaseTimes::comm);
+          if (reducer) {
+            ctx.cross_entropy(logits_all.data(), batch.labels, B, classes, dlogits_all.data(),
+                              1.0f / static_cast<float>(B), step);
+            ctx.synchronize();  // the scatter below reads the logits' gradient
+          }
+          timer->lap(&PhaseTimes::forward);
+          comm.scatterv(dlogits_all.data(), logit_counts, chunk_dlogits.data(), kReducer);
+          timer->lap(&PhaseTimes::comm);
+
+          // 5. replica backward, then sum the gradients onto the reducer.
+          if (my_rows > 0) {
+            model->backward(replica_params.data(), chunk_input.data(), chunk_dlogits.data(), my_rows,
+                            replica_grads.data(), nullptr);
+          } else {
+            ctx.fill_zero(replica_grads.data(), n);
+          }
+          if (reducer) ctx.copy(master_grads.data(), replica_grads.data(), n);
+          ctx.synchronize();  // the reduction below reads the gradients
+          timer->lap(&PhaseTimes::backward);
+          if (p2p) {
+            if (reducer) {
+              for (int r = 1; r < cfg.world_size; ++r) {
+                comm.recv(incoming.data(), n, r);
+                ctx.add_inplace(master_grads.data(), incoming.data(), n);
+                ctx.synchronize();  // `incoming` is reused by the next receive
+              }
+            } else {
+              comm.send(replica_grads.data(), n, kReducer);
+            }
+          } else {
+            float* buf = reducer ? master_grads.data() : replica_grads.data();
+            for_each_group(n, group, [&](std::size_t off, std::size_t len) {
+              comm.reduce_sum(buf + off, len, kReducer);
+            });
+          }
+          timer->lap(&PhaseTimes::comm);
         }
-        timer->lap(&PhaseTimes::comm);
 
         // 6. the optimizer step, on the reducer only.
         if (reducer) {

@@ -169,6 +169,32 @@ TEST_F(EmulatedCluster, EveryModeMatchesItsProjectionOnAGrid) {
   }
 }
 
+// The regression gate on link-bound timings: two sweeps of the same point compare clean at a 5 %
+// floor (10 % cap), and allreduce slowed by 15 % of its step (DPBENCH_STEP_DELAY) is a regression.
+TEST_F(EmulatedCluster, GateCatchesAFifteenPercentSlowdownAndPassesAnAaRerun) {
+  const std::string sweep = fmt::format("timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
+                                        "--max-steps 20 --warmup-steps 5 --repetitions 2 --no-eval -q -o ",
+                                        DPBENCH_BINARY);
+  const fs::path a = tmp_.path() / "a.json", b = tmp_.path() / "b.json", c = tmp_.path() / "c.json";
+  ASSERT_EQ(shell(sweep + a.string(), tmp_.path()).exit_code, 0);
+  ASSERT_EQ(shell(sweep + b.string(), tmp_.path()).exit_code, 0);
+  const auto doc = nlohmann::json::parse(slurp(a));
+  double allreduce_step = 0;
+  for (const auto& r : doc["runs"]) {
+    if (r["mode"] == "allreduce" && r["repetition"] == 0) allreduce_step = r["step_time_s"]["p50"].get<double>();
+  }
+  ASSERT_GT(allreduce_step, 0);
+  const std::string delay = fmt::format("DPBENCH_STEP_DELAY=mode=allreduce,ms={:.1f} ", 0.15 * allreduce_step * 1e3);
+  ASSERT_EQ(shell(delay + sweep + c.string(), tmp_.path()).exit_code, 0);
+  const std::string compare = fmt::format("{} compare --noise-cap 10 --noise-floor 5 ", DPBENCH_BINARY);
+  const Outcome aa = shell(compare + a.string() + " " + b.string(), tmp_.path());
+  EXPECT_EQ(aa.exit_code, 0) << aa.out << aa.err;
+  const Outcome slow = shell(compare + a.string() + " " + c.string(), tmp_.path());
+  EXPECT_EQ(slow.exit_code, 1) << slow.out << slow.err;
+  EXPECT_NE(slow.out.find("allreduce/ring / ps/collective"), std::string::npos) << slow.out;
+  EXPECT_NE(slow.out.find("REGRESSION"), std::string::npos) << slow.out;
+}
+
 // A node's link goes down mid-run: the heartbeat notices within its 10 s, every process ends,
 // the message names the node and its rank, and there is no result file.
 TEST_F(EmulatedCluster, LinkDownEndsTheJobNamingTheNode) {

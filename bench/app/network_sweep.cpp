@@ -18,6 +18,7 @@
 #include "bench/app/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "cluster/link.hpp"
+#include "cluster/netns.hpp"
 #include "core/error.hpp"
 
 extern char** environ;
@@ -72,6 +73,8 @@ int network_sweep_command(const SweepOptions& o) {
     cluster::validate(spec);
   }
   for (const auto& m : o.modes) find_strategy(m);
+  const cluster::Capability cap = cluster::probe_capability();
+  if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
   const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
   check_result_path(out);
   const std::string point_out = out + ".point.json", point_err = out + ".point.err";
@@ -105,7 +108,7 @@ int network_sweep_command(const SweepOptions& o) {
              "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")), "--transport",
              p.transport, "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers),
              "--nodes", std::to_string(p.nodes), "--link", p.link, "--ranks-per-node",
-             std::to_string(o.ranks_per_node), "-q", "--out", point_out}) {
+             std::to_string(o.ranks_per_node), "--repetitions", "1", "-q", "--out", point_out}) {
       args.push_back(a);
     }
     const ChildRun child = run_child(args, point_err);

@@ -6,7 +6,8 @@ Two real result files are produced with the dpbench binary (DPBENCH_BINARY, defa
 build/release/dpbench): a small synthetic MLP, 2 ranks, both modes, 100 steps, about 2 s each.
 A missing binary fails those tests rather than skipping them. The CLI tests check exit codes
 through a subprocess; the rest call the module's functions directly. GateRuleTests edit the
-committed CI baseline (results/baselines/ci-sweep.json, a real 2-core CPU sweep) and need no
+CI baseline as committed with this rule (tests/python/data/ci-sweep-2core.json, a real 2-core
+CPU sweep, kept apart from the live baseline) and need no
 binary: an injected 15 % slowdown fails the gate, A/A copies pass, no floor exceeds the
 --noise-cap, a figure noisier than the cap is reported too noisy to judge, and files with no
 runs in common exit 2.
@@ -36,7 +37,9 @@ sys.path.insert(0, str(ROOT / "results"))
 import compare  # noqa: E402  (path set above)
 
 SCRIPT = ROOT / "results" / "compare.py"
-BASELINE = ROOT / "results" / "baselines" / "ci-sweep.json"
+# A real 2-core CPU sweep (the CI baseline as committed with this rule), kept as a fixture so that
+# refreshing the live baseline never changes what these tests see.
+BASELINE = ROOT / "tests" / "python" / "data" / "ci-sweep-2core.json"
 NETSWEEP = ROOT / "tests" / "python" / "data" / "netsweep-2-4-nodes-100mbit-1gbit.json"
 BINARY = os.environ.get("DPBENCH_BINARY", str(ROOT / "build" / "release" / "dpbench"))
 # 12800 samples / batch 128 = 100 steps (95 timed) per mode.
@@ -572,7 +575,7 @@ class StrategyTraitTests(unittest.TestCase):
     def test_legacy_file_without_traits_pairs_allreduce_with_ps(self):
         # Files written before the traits, which had ps and allreduce only (the committed CI
         # baseline's runs of those modes, traits removed): they are derived from mode and transport.
-        base = json.loads((ROOT / "results" / "baselines" / "ci-sweep.json").read_text())
+        base = json.loads(BASELINE.read_text())
         base["runs"] = [run for run in base["runs"] if run["mode"] in ("ps", "allreduce")]
         for run in base["runs"]:
             run.pop("strategy", None)
