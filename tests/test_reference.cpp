@@ -101,6 +101,19 @@ TEST(StartBundle, CarriesGivenInitialParametersAndTheCnnsBuffers) {
   EXPECT_THROW(write_start_bundle(tmp.path().string(), cfg, data), InputError);
 }
 
+// The band the reference is judged against: twice the largest drift between dpbench's own modes,
+// never below the fixed floor; one mode measures no drift and leaves the floor.
+TEST(LossAgreement, BandIsTwiceTheOwnModesDriftAndAtLeastTheFloor) {
+  const auto one = agreement_band({{2.0, 1.0, 0.5}});
+  EXPECT_TRUE(one["own_drift"].is_null());
+  EXPECT_DOUBLE_EQ(one["band"].get<double>(), kReferenceLossTolerance);
+  const auto three = agreement_band({{2.0, 1.0, 0.5}, {2.0, 1.001, 0.5}, {2.0, 1.0, 0.5005}});
+  EXPECT_NEAR(three["own_drift"].get<double>(), 1e-3, 1e-12);  // the worst pair, the worst step
+  EXPECT_NEAR(three["band"].get<double>(), 2e-3, 1e-12);
+  const auto quiet = agreement_band({{2.0, 1.0}, {2.0, 1.0 + 1e-7}});
+  EXPECT_DOUBLE_EQ(quiet["band"].get<double>(), kReferenceLossTolerance);
+}
+
 TEST(LossAgreement, IsTheLargestRelativeDifferenceAndWhereItIs) {
   const auto same = loss_agreement({2.0, 1.0, 0.5}, {2.0, 1.0, 0.5});
   EXPECT_EQ(same["max_rel_diff"], 0.0);

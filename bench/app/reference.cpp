@@ -206,6 +206,21 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
   if (!f) throw IoError(fmt::format("{}: cannot write the start bundle", (dir / "start.json").string()));
 }
 
+nlohmann::json agreement_band(const std::vector<std::vector<double>>& mode_losses) {
+  nlohmann::json own = nullptr;
+  double drift = 0;
+  for (std::size_t i = 0; i < mode_losses.size(); ++i) {
+    for (std::size_t j = i + 1; j < mode_losses.size(); ++j) {
+      drift = std::max(drift, loss_agreement(mode_losses[i], mode_losses[j])["max_rel_diff"].get<double>());
+      own = drift;
+    }
+  }
+  return {{"band", std::max(kReferenceLossTolerance, kAgreementMargin * drift)},
+          {"own_drift", own},
+          {"margin", kAgreementMargin},
+          {"floor", kReferenceLossTolerance}};
+}
+
 nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vector<double>& reference) {
   const std::size_t steps = std::min(dpbench.size(), reference.size());
   if (steps == 0) throw Error("loss agreement: no steps to compare");

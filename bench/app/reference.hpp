@@ -51,6 +51,15 @@ nlohmann::json run_reference(const ReferenceOptions& options, const std::string&
 // Throws Error when either list is empty or a loss is not finite.
 nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vector<double>& reference);
 
+// How far the reference's per-step losses may be from dpbench's: float32 sums in another order
+// drift apart over the steps (more at a large learning rate), and dpbench's own modes, which differ
+// only in reduction order, show how far. The band is kAgreementMargin times the largest
+// loss_agreement between any two of `mode_losses` (each mode's per-step losses, same run), and at
+// least kReferenceLossTolerance. Returns {"band", "own_drift" (null with fewer than two modes),
+// "margin", "floor"}.
+inline constexpr double kAgreementMargin = 2.0;
+nlohmann::json agreement_band(const std::vector<std::vector<double>>& mode_losses);
+
 // "/usr/bin/python3" when it exists, else "python3" (looked up on PATH).
 std::string default_python();
 

@@ -193,8 +193,11 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
   auto number = [](const nlohmann::json& v, const char* format, double scale) {
     return v.is_number() ? fmt::format(fmt::runtime(format), scale * v.get<double>()) : std::string("-");
   };
-  row("throughput (samples/s, median)",
-      [&](const Column& c) { return number((*c.doc)["throughput_samples_per_s"], "{:.0f}", 1.0); });
+  // The median step's rate on both sides: the reference script reports that one.
+  row("throughput (samples/s, median step)", [&](const Column& c) {
+    return number((*c.doc)[c.run != nullptr ? "throughput_median_step_samples_per_s" : "throughput_samples_per_s"], "{:.0f}",
+                  1.0);
+  });
   row("step time p50 / p90 (ms)", [&](const Column& c) {
     const auto& t = (*c.doc)["step_time_s"];
     return number(t["p50"], "{:.2f}", 1e3) + " / " + number(t["p90"], "{:.2f}", 1e3);
@@ -214,13 +217,22 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
     return fmt::format("{:.1e}{}", a["max_rel_diff"].get<double>(), a["within"].get<bool>() ? "" : " (!)");
   });
   fmt::print("dpbench's memory is its allocator's peak per rank; PyTorch's is the process's peak RSS.\n");
+  const auto& band = reference.front()["loss_agreement"]["band"];
+  const std::string own = band["own_drift"].is_number()
+                              ? fmt::format("{:.1e}, the largest step-loss difference between dpbench's own modes, "
+                                            "which differ only in reduction order",
+                                            band["own_drift"].get<double>())
+                              : std::string("not measured: one mode");
+  fmt::print("Agreement band {:.1e}: {:g} x the float32 drift ({}), at least {:.0e}; (!) marks a run outside it.\n",
+             band["band"].get<double>(), band["margin"].get<double>(), own, band["floor"].get<double>());
 }
 
 // Runs PyTorch's counterpart of dpbench run `r` (after it, on the output process) and adds its
 // record to `runs`, or, when the reference fails, {dpbench_mode, error} to `failures`: dpbench's
 // own measurements are kept either way.
 void add_reference_run(const ReferenceOptions& options, const std::string& start_dir, const LaunchInfo& launch,
-                       bool quiet, RunResult& r, nlohmann::json& runs, nlohmann::json& failures) {
+                       bool quiet, const nlohmann::json& band, RunResult& r, nlohmann::json& runs,
+                       nlohmann::json& failures) {
   // PyTorch's processes share this machine's cores as dpbench's ranks do.
   const int threads = static_cast<int>(
       std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(r.config.world_size)));
@@ -236,6 +248,10 @@ void add_reference_run(const ReferenceOptions& options, const std::string& start
     r.warnings.push_back(fmt::format("--reference pytorch: {} has no PyTorch counterpart", r.config.mode));
     return;
   }
+  auto& agreement = rec["loss_agreement"];
+  agreement["tolerance"] = band["band"];
+  agreement["within"] = agreement["max_rel_diff"].get<double>() <= band["band"].get<double>();
+  agreement["band"] = band;
   rec["launch"] = fmt::format("dpbench: {} ranks as {}; PyTorch: {} processes", r.config.world_size,
                               launch.multi_process ? "processes (" + launch.launcher + ")"
                                                    : std::string("threads of one process"),
@@ -470,12 +486,18 @@ int run_command(const RunOptions& o) {
   for (const auto& reps : by_mode) {
     if (reference_reps == nullptr && find_strategy(reps.front().config.mode).reference) reference_reps = &reps;
   }
+  // The reference is judged against the drift between dpbench's own modes.
+  std::vector<std::vector<double>> mode_losses;
+  for (const auto& reps : by_mode) mode_losses.push_back(reps.front().step_train_loss);
+  const nlohmann::json band = reference ? agreement_band(mode_losses) : nlohmann::json();
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
   for (auto& reps : by_mode) {
     RunResult& r = reps[median_repetition(reps)];
     if (s.output && !o.save_params.empty()) save_params(o.save_params, r);
-    if (reference && s.output) add_reference_run(o.reference, start_dir, s.launch, s.quiet, r, reference_runs, reference_failures);
+    if (reference && s.output) {
+      add_reference_run(o.reference, start_dir, s.launch, s.quiet, band, r, reference_runs, reference_failures);
+    }
     // The other processes wait without spinning while rank 0 runs the reference.
     if (reference && s.launch.multi_process) mpi_idle_barrier();
     docs.push_back(run_to_json(r));
@@ -513,7 +535,16 @@ int run_command(const RunOptions& o) {
     fmt::print(stderr, "dpbench: the PyTorch reference of {} failed: {}\n", f["dpbench_mode"].get<std::string>(),
                f["error"].get<std::string>());
   }
-  return reference_failures.empty() ? 0 : 1;
+  bool disagree = false;
+  for (const auto& rec : reference_runs) {
+    const auto& a = rec["loss_agreement"];
+    if (a["within"].get<bool>()) continue;
+    disagree = true;
+    fmt::print(stderr, "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
+               "beyond the band of {:.1e}\n", rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
+               a["max_rel_diff"].get<double>(), a["at_step"].get<long>(), a["tolerance"].get<double>());
+  }
+  return reference_failures.empty() && !disagree ? 0 : 1;
 }
 
 }  // namespace dpbench
