@@ -59,6 +59,58 @@ ChildRun run_child(const std::vector<std::string>& args, const std::string& err_
   return out;
 }
 
+// One cluster job of the sweep.
+struct Point {
+  std::string workload, transport, link;
+  int nodes, workers, rep;
+  std::size_t batch;
+};
+
+// The grid, repetitions innermost, so that each (nodes, link) point's repetitions run in a row.
+std::vector<Point> grid(const SweepOptions& o) {
+  std::vector<Point> points;
+  for (const auto& w : o.workloads)
+    for (const auto& t : o.transports)
+      for (const int x : o.num_workers)
+        for (const std::size_t b : o.batch_sizes)
+          for (const int n : o.nodes)
+            for (const auto& l : o.links)
+              for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, x, rep, b});
+  return points;
+}
+
+// The arguments of the point's `dpbench run`.
+std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const std::string& out) {
+  std::vector<std::string> args = {"run"};
+  args.insert(args.end(), o.shared_args.begin(), o.shared_args.end());
+  for (const auto& a : std::vector<std::string>{
+           "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")), "--transport", p.transport,
+           "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
+           std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(o.ranks_per_node),
+           "--repetitions", "1", "-q", "--out", out}) {
+    args.push_back(a);
+  }
+  return args;
+}
+
+// A failed point's entries, one per mode, with the config compare matches them by.
+void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& cluster_block, const std::string& error,
+                nlohmann::json& runs) {
+  for (const auto& mode : o.modes) {
+    TrainConfig c = o.base;
+    c.workload = p.workload;
+    c.mode = mode;
+    c.transport = p.transport;
+    c.comm = "gloo";
+    c.world_size = p.nodes * o.ranks_per_node;
+    c.global_batch = p.batch;
+    c.loader.num_workers = p.workers;
+    runs.push_back({{"status", "failed"}, {"mode", mode}, {"strategy", strategy_to_json(c)},
+                    {"world_size", c.world_size}, {"global_batch", p.batch}, {"config", config_to_json(c)},
+                    {"repetition", p.rep}, {"cluster", cluster_block}, {"error", error}});
+  }
+}
+
 }  // namespace
 
 int network_sweep_command(const SweepOptions& o) {
@@ -79,19 +131,7 @@ int network_sweep_command(const SweepOptions& o) {
   check_result_path(out);
   const std::string point_out = out + ".point.json", point_err = out + ".point.err";
 
-  struct Point {
-    std::string workload, transport, link;
-    int nodes, workers, rep;
-    std::size_t batch;
-  };
-  std::vector<Point> points;
-  for (const auto& w : o.workloads)
-    for (const auto& t : o.transports)
-      for (const int x : o.num_workers)
-        for (const std::size_t b : o.batch_sizes)
-          for (const int n : o.nodes)
-            for (const auto& l : o.links)
-              for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, x, rep, b});
+  const std::vector<Point> points = grid(o);
 
   nlohmann::json runs = nlohmann::json::array(), config;
   std::size_t index = 0, failed = 0;
@@ -102,32 +142,11 @@ int network_sweep_command(const SweepOptions& o) {
                  ++index, points.size(), p.workload, p.nodes, o.ranks_per_node, p.link, p.batch, p.workers, p.rep,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
-    std::vector<std::string> args = {"run"};
-    args.insert(args.end(), o.shared_args.begin(), o.shared_args.end());
-    for (const auto& a : std::vector<std::string>{
-             "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")), "--transport",
-             p.transport, "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers),
-             "--nodes", std::to_string(p.nodes), "--link", p.link, "--ranks-per-node",
-             std::to_string(o.ranks_per_node), "--repetitions", "1", "-q", "--out", point_out}) {
-      args.push_back(a);
-    }
-    const ChildRun child = run_child(args, point_err);
+    const ChildRun child = run_child(run_args(o, p, point_out), point_err);
     const nlohmann::json cluster_block = {{"nodes", p.nodes}, {"ranks_per_node", o.ranks_per_node}, {"link", p.link}};
     if (child.exit_code != 0) {
       ++failed;
-      for (const auto& mode : o.modes) {
-        TrainConfig c = o.base;  // the point's config, so that compare matches it with its ok runs
-        c.workload = p.workload;
-        c.mode = mode;
-        c.transport = p.transport;
-        c.comm = "gloo";
-        c.world_size = p.nodes * o.ranks_per_node;
-        c.global_batch = p.batch;
-        c.loader.num_workers = p.workers;
-        runs.push_back({{"status", "failed"}, {"mode", mode}, {"strategy", strategy_to_json(c)},
-                        {"world_size", c.world_size}, {"global_batch", p.batch}, {"config", config_to_json(c)},
-                        {"repetition", p.rep}, {"cluster", cluster_block}, {"error", child.last_error}});
-      }
+      add_failed(o, p, cluster_block, child.last_error, runs);
       if (!o.quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index, points.size(), child.last_error);
       continue;
     }
