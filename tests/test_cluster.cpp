@@ -209,8 +209,9 @@ TEST_F(EmulatedCluster, LinkDownEndsTheJobNamingTheNode) {
   EXPECT_FALSE(fs::exists(result()));
 }
 
-// One node at a tenth of the others' rate: the run completes, the probe sees the slow link, and
-// the ring runs at the slow link's pace (its projection, from the slowest link, holds).
+// One node at a tenth of the others' rate: the run completes, the probe sees the slow link, the
+// ring runs at the slow link's pace (its projection, from the slowest link, holds), and the
+// per-rank breakdown shows every rank waiting on it.
 TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
   const Outcome o = run("--nodes 3 --link 500mbit --link-of 2=50mbit --mode allreduce --max-steps 15 --warmup-steps 3 --batch-size 384");
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -222,6 +223,15 @@ TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
   const auto& net = doc["runs"][0]["network"];
   EXPECT_NEAR(net["link"]["bytes_per_s"].get<double>() * 8, 50e6, 10e6);
   EXPECT_LT(std::abs(net["projection"]["error"].get<double>()), 0.15);
+  // Who waited: in the ring every rank waits on the slow link, so every rank's communication
+  // takes about as long, and most of its step.
+  const auto& ranks = net["per_rank"];
+  ASSERT_EQ(ranks.size(), 3u);
+  const double comm0 = ranks[0]["comm_s"].get<double>();
+  for (const auto& r : ranks) {
+    EXPECT_NEAR(r["comm_s"].get<double>(), comm0, 0.2 * comm0) << r.dump();
+    EXPECT_GT(r["comm_s"].get<double>(), 0.7 * r["step_s"].get<double>()) << r.dump();
+  }
 }
 
 // SIGINT and SIGKILL of the command leave no process of the job; its namespaces go with them.

@@ -67,6 +67,32 @@ nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node) {
   return out;
 }
 
+double median_of(const std::vector<StepRecord>& steps, double (*get)(const StepRecord&)) {
+  std::vector<double> v;
+  for (const auto& st : steps) v.push_back(get(st));
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Who waited for whom: every rank's median compute and communication time per step.
+nlohmann::json per_rank(const RunResult& r, int per_node) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& rank : r.ranks) {
+    out.push_back(
+        {{"rank", rank.rank},
+         {"node", rank.rank / per_node},
+         {"step_s", median_of(rank.steps, [](const StepRecord& st) { return st.step_time; })},
+         {"compute_s", median_of(rank.steps,
+                                 [](const StepRecord& st) {
+                                   return st.phases.forward + st.phases.backward + st.phases.optimizer;
+                                 })},
+         {"comm_s", median_of(rank.steps, [](const StepRecord& st) { return st.phases.comm; })},
+         {"comm_exposed_s", median_of(rank.steps, [](const StepRecord& st) { return st.phases.comm_exposed; })}});
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
@@ -115,6 +141,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
                      "share exposed as measured"}}},
         {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0}}},
         {"nodes", node_bytes(r, nodes, per_node)},
+        {"per_rank", per_rank(r, per_node)},
         {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
   }
 }
@@ -167,6 +194,13 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
     }
     return hi == 0 ? std::string("-") : fmt::format("{:.3f} - {:.3f}", lo, hi);
   });
+  // Who waited for whom: each rank's median compute and communication.
+  for (int rank = 0; rank < static_cast<int>(runs.front().ranks.size()); ++rank) {
+    row(fmt::format("rank {} compute / comm (ms, p50)", rank), [rank](const nlohmann::json& n) {
+      const auto& pr = n.at("per_rank").at(static_cast<std::size_t>(rank));
+      return fmt::format("{:.1f} / {:.1f}", 1e3 * pr.at("compute_s").get<double>(), 1e3 * pr.at("comm_s").get<double>());
+    });
+  }
 }
 
 }  // namespace dpbench
