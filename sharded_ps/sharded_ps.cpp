@@ -72,10 +72,13 @@ class ShardedSync final : public ReplicaSync {
         layout_(std::move(layout)),
         p2p_(p2p),
         rank_(s.ctx.rank()),
+        plain_(layout_.counts.size() == 1),
         mine_(layout_.counts[static_cast<std::size_t>(rank_)]),
         offset_(layout_.offsets[static_cast<std::size_t>(rank_)]),
-        grad_sum_(s.ctx, MemoryCategory::gradients, mine_),
         velocity_(s.ctx, MemoryCategory::optimizer_state, mine_) {
+    // One rank serves everything to itself: plain training, its own gradients are the sum.
+    if (plain_) return;
+    grad_sum_ = Array<float>(s.ctx, MemoryCategory::gradients, mine_);
     if (p2p_) {
       if (mine_ > 0) incoming_ = Array<float>(s.ctx, MemoryCategory::comm_buffers, mine_);
       return;
@@ -91,7 +94,7 @@ class ShardedSync final : public ReplicaSync {
   }
 
   void bucket_ready(std::size_t b) override {
-    if (p2p_) return;  // pushed after backward, in join()
+    if (p2p_ || plain_) return;  // p2p: pushed after backward, in join()
     float* send = s_.grads + s_.buckets[b].offset;
     const std::vector<std::size_t>& counts = bucket_counts_[b];
     float* recv = recv_[b];
@@ -106,9 +109,10 @@ class ShardedSync final : public ReplicaSync {
   void progress() override {
     if (reducer_) reducer_->progress();
   }
-  bool overlaps_backward() const override { return !p2p_; }
+  bool overlaps_backward() const override { return !p2p_ && !plain_; }
 
   void join() override {
+    if (plain_) return;
     if (!p2p_) {
       reducer_->join();
       return;
@@ -139,8 +143,8 @@ class ShardedSync final : public ReplicaSync {
   void step() override {
     if (mine_ == 0) return;
     const TrainConfig& c = s_.config;
-    s_.ctx.sgd_momentum(s_.params + offset_, grad_sum_.data(), velocity_.data(), mine_, c.lr, c.momentum,
-                        c.weight_decay);
+    const float* grads = plain_ ? s_.grads : grad_sum_.data();
+    s_.ctx.sgd_momentum(s_.params + offset_, grads, velocity_.data(), mine_, c.lr, c.momentum, c.weight_decay);
   }
 
   bool pulls() const override { return layout_.counts.size() > 1; }
@@ -179,6 +183,7 @@ class ShardedSync final : public ReplicaSync {
   ShardLayout layout_;
   bool p2p_;
   int rank_;
+  bool plain_;          // one rank: no push, no pull
   std::size_t mine_;    // elements of the range this rank serves (0 off the servers)
   std::size_t offset_;  // where that range starts
   Array<float> grad_sum_;   // [mine_]: the summed gradients of the range

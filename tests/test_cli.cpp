@@ -291,6 +291,28 @@ TEST_F(Cli, VerdictRatiosCarryTheirSpreadOverRepetitions) {
   expect_input_error(synthetic("--repetitions 0"), "--repetitions 0");
 }
 
+// At 1 rank every mode is plain training (DataParallel and DDP on one device call the module):
+// no bytes, no communication time, the same memory and the same losses (to float32 summation
+// order) in all three.
+TEST_F(Cli, OneRankIsPlainTrainingInEveryMode) {
+  const Outcome o = dpbench(synthetic("--ranks 1 --batch-size 20 --max-steps 12 --warmup-steps 2 --repetitions 1"));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  const auto& first = doc["runs"][0];
+  for (const auto& r : doc["runs"]) {
+    const std::string mode = r["mode"];
+    EXPECT_EQ(r["comm_bytes_per_step"]["per_rank"][0]["sent"], 0) << mode;
+    EXPECT_EQ(r["comm_bytes_per_step"]["per_rank"][0]["received"], 0) << mode;
+    EXPECT_LT(r["phases_s"]["comm"].get<double>(), 1e-4) << mode;
+    EXPECT_EQ(r["memory"]["per_rank"][0]["peak_bytes"], first["memory"]["per_rank"][0]["peak_bytes"]) << mode;
+    // The same steps; ps sums the batch's loss on its reducer in another order.
+    const auto& a = r["quality"]["step_train_loss"];
+    const auto& b = first["quality"]["step_train_loss"];
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    for (std::size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k].get<double>(), b[k].get<double>(), 1e-6 * b[k].get<double>()) << mode;
+  }
+}
+
 TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   const Outcome o = dpbench(synthetic("--ranks 2 --batch-size 20 --max-steps 25"));
   ASSERT_EQ(o.exit_code, 0) << o.err;
