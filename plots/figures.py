@@ -3,8 +3,18 @@
 For: drawing the records report_data.py builds. Every function returns a Figure; when its data
 is missing (a sweep with one num_workers value, no --collectives file...) it writes nothing and
 the Figure carries one sentence saying what to run to get it, so the report never shows an empty
-axis. The two emulated-cluster figures draw a NetworkVerdict, so their captions quote the numbers
-of the report's network paragraph.
+axis. The rules every figure keeps:
+- order: strategies in the report's one order (report_data.series_order: the reference, ps,
+  first, then the others as the files first name them) in legends, panels and bar groups, and one
+  colour per strategy across the figures;
+- spread: a throughput that has repetitions is drawn as its median with a bar from the smallest
+  to the largest repetition (the step-time marker too);
+- overlap: communication hidden by overlap is drawn only where report_data.hidden_comm says it
+  can exist (more than one rank, a strategy that overlaps backward, a hidden part above zero);
+- limits: the y axis holds every bar and error bar whole, with headroom;
+- captions: a number the verdict also states (throughput ratios, memory imbalance, exposed
+  communication) is read from the Verdict (report_data.compute_verdict, computed once by
+  report.py), never recomputed; the two emulated-cluster figures quote the NetworkVerdict alike.
 
 Not for: reading JSON or choosing verdicts (report_data.py), or HTML/Markdown (report.py).
 """
@@ -46,8 +56,8 @@ MEMORY_STYLE = (
     ("comm_buffers", "comm buffers", "#d62728"),
     ("data_staging", "data staging", "#8c564b"),
 )
-# Series colours in the order of the sorted series labels (so "allreduce (ring)", "ps (collective)"
-# and "ps (p2p)" get blue, orange and red).
+# Series colours in the report's order of the series (so ps, sharded_ps and allreduce get blue,
+# orange and red).
 COLORS = ("#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
           "#bcbd22", "#17becf")
 LINESTYLES = ("-", "--", ":", "-.")
@@ -89,9 +99,10 @@ def save(fig, out_dir: Path, key: str) -> Path:
 
 
 def color_for(label: str, all_labels: list) -> str:
-    """A stable colour per series: by the label's position among all the figure set's sorted
-    labels (series of config variants, e.g. "ps (collective) [hidden=[1024]]", included)."""
-    labels = sorted(set(all_labels) | {label})
+    """A stable colour per series: by the label's position in `all_labels`, the figure set's
+    labels in the report's order (rd.series_order of every point; series of config variants,
+    e.g. "ps (collective) [hidden=[1024]]", included). A label not among them comes after."""
+    labels = list(dict.fromkeys(list(all_labels) + [label]))
     return COLORS[labels.index(label) % len(COLORS)]
 
 
@@ -117,21 +128,94 @@ def thousands(ax) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
 
 
-def place_legend(ax, **kwargs) -> None:
-    """A legend inside the axes when it is short, to the right of them when it would hide data."""
-    handles, _ = ax.get_legend_handles_labels()
+def place_legend(ax, handles: Optional[list] = None, **kwargs) -> None:
+    """A legend inside the axes when it is short, to the right of them when it would hide data.
+    handles: the entries in the order to list them (matplotlib's own order puts plain lines before
+    lines with error bars, whatever order they were drawn in)."""
+    if handles is None:
+        handles, _ = ax.get_legend_handles_labels()
+    else:
+        kwargs["handles"] = handles
     if len(handles) > 6:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kwargs)
     else:
         ax.legend(loc="best", **kwargs)
 
 
-def series_lines(ax, points, x_attr: str, y_of, labels: list, **style) -> None:
-    """One line per series: y_of(point) against the point's x_attr."""
-    for i, label in enumerate(rd.series_order(points)):
+def repeated(points) -> bool:
+    """True when some point was measured more than once (so it has a spread to draw)."""
+    return any(p.repetitions > 1 for p in points)
+
+
+def throughput_spread(p) -> Optional[tuple]:
+    """(min, max) throughput over a point's repetitions; None for a single measurement."""
+    if p.repetitions < 2 or p.throughput_min is None or p.throughput_max is None:
+        return None
+    return p.throughput_min, p.throughput_max
+
+
+def spread_line(ax, pts: list, xs: list, ys: list, spread_of=None, **style):
+    """One labelled line through (xs, ys); where spread_of(point) gives (lo, hi), the point gets
+    an error bar from lo to hi (the min and max over its repetitions). Returns its legend handle."""
+    spreads = [spread_of(p) if spread_of else None for p in pts]
+    if not any(spreads):
+        return ax.plot(xs, ys, **style)[0]
+    lows = [y - (sp[0] if sp else y) for y, sp in zip(ys, spreads)]
+    highs = [(sp[1] if sp else y) - y for y, sp in zip(ys, spreads)]
+    return ax.errorbar(xs, ys, yerr=[lows, highs], capsize=3, elinewidth=1.0, **style)
+
+
+def dodge(xs: list, k: int, n: int, log: bool, all_xs: list) -> list:
+    """xs shifted sideways for the k-th of n lines, so that their error bars at one x do not hide
+    one another: by up to 0.1 octave in all on a log axis, by up to a tenth of the smallest gap
+    between the x values (all_xs) on a linear one."""
+    if n < 2:
+        return list(xs)
+    offset = (k - (n - 1) / 2) / (n - 1) * 0.1
+    if log:
+        return [x * 2 ** offset for x in xs]
+    values = sorted(set(all_xs))
+    gap = min((b - a for a, b in zip(values, values[1:])), default=1.0)
+    return [x + offset * gap for x in xs]
+
+
+def series_lines(ax, points, x_attr: str, y_of, labels: list, spread_of=None, log_x: bool = False,
+                 **style) -> list:
+    """One line per series, in the report's order: y_of(point) against the point's x_attr, with
+    spread_of(point) -> (min, max) drawn as an error bar where it is given (the lines then
+    dodged sideways a little; log_x: the x axis is logarithmic). Returns the legend handles."""
+    order = rd.series_order(points)
+    spread = spread_of is not None and repeated(points)
+    all_xs = [getattr(p, x_attr) for p in points]
+    handles = []
+    for i, label in enumerate(order):
         pts = sorted((p for p in points if p.series == label), key=lambda p: getattr(p, x_attr))
-        ax.plot([getattr(p, x_attr) for p in pts], [y_of(p) for p in pts], marker=MARKERS[i % len(MARKERS)],
-                color=color_for(label, labels), label=label, **style)
+        xs = [getattr(p, x_attr) for p in pts]
+        if spread:
+            xs = dodge(xs, i, len(order), log_x, all_xs)
+        handles.append(spread_line(ax, pts, xs, [y_of(p) for p in pts], spread_of, marker=MARKERS[i % len(MARKERS)],
+                                   color=color_for(label, labels), label=label, **style))
+    return handles
+
+
+def spread_sentence(points) -> str:
+    """How a figure's caption says what its markers and bars are."""
+    reps = sorted({p.repetitions for p in points})
+    if reps[-1] < 2:
+        return "Each point was measured once, so no spread is drawn."
+    count = f"{reps[0]}" if len(reps) == 1 else f"{reps[0]} to {reps[-1]}"
+    return f"Markers are medians over {count} repetitions; bars run from the smallest to the largest."
+
+
+def ratio_sentence(verdict) -> str:
+    """The verdict's throughput ratios, as the verdict words them: "At 2 ranks (batch 256, 0
+    workers), sharded_ps is 1.37x faster than ps and allreduce is 1.14x faster than ps (the
+    verdict's ratios)." ("" when the verdict states none)."""
+    if verdict is None or not verdict.ratios:
+        return ""
+    clauses = [f"{r.other_name} is {r.text}" for r in verdict.ratios]
+    where = verdict.where[3:] if verdict.where.startswith("at ") else verdict.where
+    return f"At {where}, {'; '.join(clauses)} (the verdict's ratios)."
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,39 +233,48 @@ def workers_slice(points: list) -> tuple:
     return best, [p for p in points if p.num_workers == best]
 
 
-def plot_throughput_vs_world_size(points: list, out_dir: Path) -> Figure:
-    """Throughput (samples/s) against world size: a line per series and global batch."""
+def plot_throughput_vs_world_size(points: list, out_dir: Path, verdict=None) -> Figure:
+    """Throughput (samples/s) against world size: a line per series and global batch, each in
+    the legend, with its min-max spread over repetitions; the caption quotes the verdict's
+    throughput ratios."""
     key, title = "throughput_vs_world_size", "Throughput against world size"
     workers, pts = workers_slice(points)
     if len(rd.distinct(pts, "world_size")) < 2:
         return Figure(key, title, missing=(
             "Throughput against world size needs runs at two or more world sizes: run "
             "`dpbench sweep --ranks 1,2,4`."))
-    labels = rd.distinct(points, "series")
+    labels = rd.series_order(points)
     batches = rd.distinct(pts, "global_batch")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for label in rd.series_order(pts):
-        for j, batch in enumerate(batches):
-            line = sorted((p for p in pts if p.series == label and p.global_batch == batch),
-                          key=lambda p: p.world_size)
-            if not line:
-                continue
-            ax.plot([p.world_size for p in line], [p.throughput for p in line],
-                    color=color_for(label, labels), linestyle=LINESTYLES[j % len(LINESTYLES)],
-                    marker=MARKERS[j % len(MARKERS)],
-                    label=f"{label}, batch {batch}" if len(batches) > 1 else label)
+    lines = [(label, j, batch) for label in rd.series_order(pts) for j, batch in enumerate(batches)
+             if any(p.series == label and p.global_batch == batch for p in pts)]
+    handles = []
+    for k, (label, j, batch) in enumerate(lines):
+        line = sorted((p for p in pts if p.series == label and p.global_batch == batch),
+                      key=lambda p: p.world_size)
+        xs = [p.world_size for p in line]
+        if repeated(pts):  # side by side, so that bars at one world size do not hide one another
+            xs = dodge(xs, k, len(lines), True, xs)
+        # Past the palette's length colours repeat: the marker and line style then move on too.
+        style = j + labels.index(label) // len(COLORS)
+        handles.append(spread_line(ax, line, xs, [p.throughput for p in line], throughput_spread,
+                                   color=color_for(label, labels), linestyle=LINESTYLES[style % len(LINESTYLES)],
+                                   marker=MARKERS[style % len(MARKERS)],
+                                   label=f"{label}, batch {batch}" if len(batches) > 1 else label))
     log2_axis(ax, [p.world_size for p in pts])
     thousands(ax)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("world size (ranks)")
-    ax.set_ylabel("throughput (samples/s, median)")
+    ax.set_ylabel("throughput (samples/s, median" + ("; bars: min to max)" if repeated(pts) else ")"))
     ax.set_title(f"Throughput against world size ({workers} DataLoader workers)")
-    place_legend(ax)
+    place_legend(ax, handles)
     fig.tight_layout()
     top = max(rd.distinct(pts, "world_size"))
     leader = max((p for p in pts if p.world_size == top), key=lambda p: p.throughput)
-    caption = (f"Look at which line climbs as ranks are added: at {top} ranks {leader.series} leads "
-               f"with {leader.throughput:,.0f} samples/s (batch {leader.global_batch}).")
+    caption = " ".join(part for part in (
+        f"Look at which line climbs as ranks are added: at {top} ranks {leader.series} leads "
+        f"with {leader.throughput:,.0f} samples/s (batch {leader.global_batch}).",
+        ratio_sentence(verdict), spread_sentence(pts)) if part)
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 
@@ -189,11 +282,48 @@ def plot_throughput_vs_world_size(points: list, out_dir: Path) -> Figure:
 # 2. per-rank memory at the largest world size
 
 
-def plot_memory_per_rank(points: list, out_dir: Path) -> Figure:
-    """Per-rank peak memory, stacked by category, one panel per series at the largest world
-    size, with the max/mean imbalance written on each panel."""
+def verdict_score(score, verdict, vary: Optional[str] = None):
+    """score, preferring the slice that holds the verdict's comparison: its world size and, when
+    it compared one setting, that batch and workers (the axis `vary` left out). With
+    vary=None the preference comes first, else after the number of values of `vary`."""
+    wanted = {k: v for k, v in (verdict.setting if verdict is not None else {}).items() if k != vary}
+
+    def scored(fixed: dict, pts: list):
+        base = score(fixed, pts)
+        match = bool(wanted) and all(fixed.get(k) == v for k, v in wanted.items())
+        return (match,) + tuple(base) if vary is None else (base[0], match) + tuple(base[1:])
+    return scored
+
+
+def memory_caption(pts: list, fixed: dict, verdict) -> str:
+    """The memory figure's caption: the reference's imbalance as the verdict states it (the same
+    number), or, when the verdict states none, the largest reducer's in the figure."""
+    level = rd.names(p for p in pts if not p.has_reducer)
+    tail = f"; {level} ranks should be level." if level else "."
+    stated = [m for m in (verdict.imbalance if verdict is not None else []) if m.reducer]
+    if stated and verdict.world == fixed.get("world_size"):
+        held = " and ".join(f"the {m.name} reducer {'peaks at ' if i == 0 else 'at '}{m.text}"
+                            for i, m in enumerate(stated))
+        source = "the verdict's figure"
+        if verdict.settings > 1:
+            source += (f", the median over its {verdict.settings} matched settings; the panels show "
+                       f"{rd.describe_fixed(fixed)}")
+        return (f"Compare rank 0 with the others: {held} the mean rank ({source}; master parameters, "
+                f"gradients, momentum, full-batch staging){tail}")
+    reducers = [p for p in pts if p.has_reducer]
+    if reducers:
+        worst = max(reducers, key=lambda p: p.imbalance)
+        return (f"Compare rank 0 with the others: the {worst.mode} reducer peaks at {worst.imbalance:.2f}x "
+                f"the mean rank (master parameters, gradients, momentum, full-batch staging){tail}")
+    return f"{level} ranks should be level: every rank holds the same replica and optimizer state."
+
+
+def plot_memory_per_rank(points: list, out_dir: Path, verdict=None) -> Figure:
+    """Per-rank peak memory, stacked by category, one panel per series at the verdict's world
+    size and setting (else the largest world size), with the max/mean imbalance written on each
+    panel; the caption quotes the verdict's imbalance."""
     key, title = "memory_per_rank", "Per-rank peak memory"
-    fixed, pts = rd.pick_slice(points, None, rd.largest_world_score)
+    fixed, pts = rd.pick_slice(points, None, verdict_score(rd.largest_world_score, verdict))
     if not pts:
         return Figure(key, title, missing="No successful run recorded memory: run `dpbench run`.")
     order = rd.series_order(pts)
@@ -233,17 +363,7 @@ def plot_memory_per_rank(points: list, out_dir: Path) -> Figure:
     fig.legend(handles, names, loc="lower center", ncol=4, frameon=False)
     fig.suptitle(f"Per-rank peak memory by category ({rd.describe_fixed(fixed)})")
     fig.tight_layout(rect=(0, 0.12 / nrows, 1, 1))
-    reducers = [p for p in pts if p.has_reducer]
-    level = rd.names(p for p in pts if not p.has_reducer)
-    if reducers:
-        worst = max(reducers, key=lambda p: p.imbalance)
-        caption = (f"Compare rank 0 with the others: the {worst.mode} reducer peaks at {worst.imbalance:.2f}x "
-                   "the mean rank (master parameters, gradients, momentum, full-batch staging)"
-                   + (f"; {level} ranks should be level." if level else "."))
-    else:
-        caption = (f"{level} ranks should be level: every rank holds the same replica and optimizer "
-                   "state.")
-    return Figure(key, title, caption, save(fig, out_dir, key))
+    return Figure(key, title, memory_caption(pts, fixed, verdict), save(fig, out_dir, key))
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,18 +372,41 @@ def plot_memory_per_rank(points: list, out_dir: Path) -> Figure:
 
 def phase_segments(p) -> dict:
     """Stacked segments of one point's median step in seconds: the phases, the unattributed
-    rest of the p50 step, and the communication hidden by overlap (not part of the step)."""
+    rest of the p50 step, and the communication hidden by overlap (not part of the step; only
+    where rd.hidden_comm says overlap can exist)."""
     seg = {name: max(p.phases.get(name, 0.0) or 0.0, 0.0) for name, _, _ in PHASE_STYLE if name != "other"}
     seg["other"] = max(p.step_time["p50"] - sum(seg.values()), 0.0)
-    seg["hidden"] = max((p.phases.get("comm") or 0.0) - (p.phases.get("comm_exposed") or 0.0), 0.0)
+    seg["hidden"] = rd.hidden_comm(p)
     return seg
 
 
-def plot_step_breakdown(points: list, out_dir: Path) -> Figure:
+def bar_top(p, segments: dict) -> float:
+    """The highest y (seconds) a point's bar reaches: its stacked phases with the hidden part
+    above them, or its p50 step marker and the top of that marker's min-max bar."""
+    stacked = sum(v for k, v in segments.items() if k != "hidden") + segments["hidden"]
+    return max(stacked, p.step_time["p50"] or 0.0, p.step_p50_max or 0.0)
+
+
+def exposed_caption(bars: list, verdict) -> str:
+    """The step breakdown's first sentence: the exposed shares the verdict states (the same
+    numbers), or, when it states none, the largest share among the bars."""
+    if verdict is not None and verdict.exposed:
+        shares = ", ".join(f"{e.text} of the {e.name} step" for e in verdict.exposed)
+        return (f"Watch the red exposed-comm segment: at {verdict.world} ranks it is {shares} (the "
+                "verdict's medians).")
+    worst = max(bars, key=lambda p: p.phases["comm_exposed"] / p.step_time["p50"] if p.step_time["p50"] else 0)
+    share = worst.phases["comm_exposed"] / worst.step_time["p50"] if worst.step_time["p50"] else 0
+    return (f"Watch the red exposed-comm segment: it is {100 * share:.0f}% of the step for {worst.series} "
+            f"at {worst.world_size} ranks.")
+
+
+def plot_step_breakdown(points: list, out_dir: Path, verdict=None) -> Figure:
     """Median step time split into phases, a bar per series x world size; communication that
-    overlapped backward is drawn hatched above the bar."""
+    overlapped backward is drawn hatched above the bar where overlap can exist
+    (rd.hidden_comm). The y axis holds every bar and the p50 marker's min-max bar whole."""
     key, title = "step_breakdown", "Step-time breakdown"
-    fixed, pts = rd.pick_slice(points, "world_size", rd.coverage_score("world_size"))
+    fixed, pts = rd.pick_slice(points, "world_size",
+                               verdict_score(rd.coverage_score("world_size"), verdict, "world_size"))
     if not pts:
         return Figure(key, title, missing="No successful run recorded a step breakdown: run `dpbench run`.")
     order = rd.series_order(pts)
@@ -288,12 +431,22 @@ def plot_step_breakdown(points: list, out_dir: Path) -> Figure:
             continue  # e.g. host-to-device on a CPU run: no empty legend entry
         ax.bar(positions, heights, bottom=bottom, color=color, width=0.75, label=label)
         bottom = [b + h for b, h in zip(bottom, heights)]
-    hidden = [s["hidden"] * 1e3 for s in segments]
-    if any(h > 0 for h in hidden):
-        ax.bar(positions, hidden, bottom=bottom, width=0.75, facecolor="none", edgecolor="#d62728",
-               hatch="///", linewidth=0.8, label="comm hidden by overlap (not in the step)")
-    ax.scatter(positions, [p.step_time["p50"] * 1e3 for p in bars], marker="_", s=500, color="black",
-               zorder=3, label="step time p50")
+    hidden = [(x, b, s["hidden"] * 1e3) for x, b, s in zip(positions, bottom, segments) if s["hidden"] > 0]
+    if hidden:
+        ax.bar([x for x, _, _ in hidden], [h for _, _, h in hidden], bottom=[b for _, b, _ in hidden],
+               width=0.75, facecolor="none", edgecolor="#d62728", hatch="///", linewidth=0.8,
+               label="comm hidden by overlap (not in the step)")
+    p50 = [p.step_time["p50"] * 1e3 for p in bars]
+    ax.scatter(positions, p50, marker="_", s=500, color="black", zorder=3, label="step time p50")
+    spread = [(x, y, p) for x, y, p in zip(positions, p50, bars)
+              if p.repetitions > 1 and p.step_p50_min is not None and p.step_p50_max is not None]
+    if spread:
+        ax.errorbar([x for x, _, _ in spread], [y for _, y, _ in spread],
+                    yerr=[[y - p.step_p50_min * 1e3 for _, y, p in spread],
+                          [p.step_p50_max * 1e3 - y for _, y, p in spread]],
+                    fmt="none", ecolor="black", elinewidth=1.0, capsize=4, zorder=4,
+                    label="step time p50, min to max over repetitions")
+    ax.set_ylim(0, 1.08 * (max(bar_top(p, seg) for p, seg in zip(bars, segments)) * 1e3 or 1.0))
     ax.set_xticks(positions)
     ax.set_xticklabels([f"{p.world_size}" for p in bars])
     top = ax.secondary_xaxis("top")
@@ -305,10 +458,9 @@ def plot_step_breakdown(points: list, out_dir: Path) -> Figure:
     ax.set_title(f"Step-time breakdown ({rd.describe_fixed(fixed)})", pad=22)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    worst = max(bars, key=lambda p: p.phases["comm_exposed"] / p.step_time["p50"] if p.step_time["p50"] else 0)
-    share = worst.phases["comm_exposed"] / worst.step_time["p50"] if worst.step_time["p50"] else 0
-    caption = (f"Watch the red exposed-comm segment: it is {100 * share:.0f}% of the step for {worst.series} "
-               f"at {worst.world_size} ranks; hatched comm overlapped backward and cost no time.")
+    caption = (f"{exposed_caption(bars, verdict)} Hatched: communication hidden by overlap, which ran "
+               f"while backward did and cost no step time; it is {rd.OVERLAP_RULE}"
+               + ("" if hidden else " (no bar here meets that)") + ".")
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 
@@ -324,9 +476,9 @@ def plot_workers(points: list, out_dir: Path) -> Figure:
         return Figure(key, title, missing=(
             "The DataLoader-workers figure needs two or more num_workers values at the same ranks "
             "and batch: run `dpbench sweep --num-workers 0,2,4`."))
-    labels = rd.distinct(points, "series")
+    labels = rd.series_order(points)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 5.6), sharex=True)
-    series_lines(top, pts, "num_workers", lambda p: p.throughput, labels)
+    handles = series_lines(top, pts, "num_workers", lambda p: p.throughput, labels, throughput_spread)
     series_lines(bottom, pts, "num_workers", lambda p: p.phases["data_wait"] * 1e3, labels)
     top.set_ylabel("throughput (samples/s)")
     thousands(top)
@@ -336,10 +488,11 @@ def plot_workers(points: list, out_dir: Path) -> Figure:
     bottom.set_xlabel("DataLoader num_workers (worker threads per loading rank)")
     bottom.set_xticks(rd.distinct(pts, "num_workers"))
     top.set_title(f"Throughput and data wait against DataLoader workers ({rd.describe_fixed(fixed)})")
-    place_legend(top)
+    place_legend(top, handles)
     fig.tight_layout()
     caption = ("Look for the worker count where data wait drops to near zero: beyond it more workers "
-               "cannot raise throughput, because loading is no longer on the critical path.")
+               "cannot raise throughput, because loading is no longer on the critical path. "
+               + spread_sentence(pts))
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 
@@ -355,9 +508,9 @@ def plot_batch_size(points: list, out_dir: Path) -> Figure:
         return Figure(key, title, missing=(
             "The batch-size figure needs two or more global batch sizes at the same ranks and "
             "workers: run `dpbench sweep --batch-sizes 64,256,1024`."))
-    labels = rd.distinct(points, "series")
+    labels = rd.series_order(points)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 5.6), sharex=True)
-    series_lines(top, pts, "global_batch", lambda p: p.throughput, labels)
+    handles = series_lines(top, pts, "global_batch", lambda p: p.throughput, labels, throughput_spread, log_x=True)
     series_lines(bottom, pts, "global_batch",
                  lambda p: max(m["peak_bytes"] for m in p.memory_per_rank) / MIB, labels)
     series_lines(bottom, pts, "global_batch",
@@ -374,12 +527,13 @@ def plot_batch_size(points: list, out_dir: Path) -> Figure:
     log2_axis(bottom, [p.global_batch for p in pts])
     bottom.set_xlabel("global batch size (samples per step, all ranks)")
     top.set_title(f"Throughput and peak memory against global batch ({rd.describe_fixed(fixed)})")
-    place_legend(top)
+    place_legend(top, handles)
     fig.tight_layout()
     reducers = rd.names(p for p in pts if p.has_reducer)
     caption = ("Look at how throughput grows as larger batches amortise the per-step communication, and "
                "at the gap between each mode's solid (largest rank) and dashed (mean rank) memory line"
-               + (f": the {reducers} reducer stages the full batch." if reducers else "."))
+               + (f": the {reducers} reducer stages the full batch." if reducers else ".")
+               + " " + spread_sentence(pts))
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 
@@ -509,6 +663,16 @@ def model_error_text(proj: dict) -> str:
             "measured points where it applies")
 
 
+def projection_order(proj: dict) -> list:
+    """The projected curves' keys in the report's order: the reference's (ps) first, then the
+    others in the order the file lists them (its `modes`, else its points)."""
+    known = rd.projection_modes(proj)
+    keys = list(dict.fromkeys(list(known) + [p["mode"] for p in proj.get("points", [])]))
+    present = {p["mode"] for p in proj.get("points", [])}
+    return sorted((k for k in keys if k in present),
+                  key=lambda k: (not known.get(k, {}).get("reference", False), keys.index(k)))
+
+
 def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     """Projected step time and speedup against world size (log2, up to 1024) per mode, with the
     measured points (and the model's value at their setting) overlaid and the crossover marked."""
@@ -520,7 +684,7 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     pts = proj.get("points", [])
     if not pts:
         return Figure(key, title, missing="The --projection file has no points: rerun `dpbench project`.")
-    modes = sorted({p["mode"] for p in pts})
+    modes = projection_order(proj)
     labels = [rd.projection_label(proj, m) for m in modes]
     overlay, setting = measured_overlay(proj)
     sizes = sorted({p["world_size"] for p in pts} | {m["world_size"] for m in overlay})

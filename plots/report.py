@@ -15,7 +15,9 @@ warnings, the failed points and the environment into the Jinja2 templates under 
 A file from an emulated-cluster sweep (`dpbench sweep --nodes --links`) also gets the network
 verdict (ratios to ps per node count and link rate, crossovers, projection error), its table, and
 two figures drawn first: throughput against link rate and against node count. The HTML embeds
-every figure as a base64 data: URI, so it needs no other file.
+every figure as a base64 data: URI, so it needs no other file. Both verdicts are computed once, in
+main(): the opening sentence and every caption that states one of its numbers read the same
+record, and strategies appear in one order everywhere (ps, the reference, first).
 Not for: measuring anything, or reading anything but the JSON files named on the command line.
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the file).
@@ -90,11 +92,16 @@ def run_rows(points: list) -> list:
             "mode": p.mode, "transport": p.transport, "variant": p.series.partition(" [")[2].rstrip("]"),
             "ranks": p.world_size, "batch": p.global_batch, "workers": p.num_workers,
             "reps": p.repetitions, "throughput": f"{p.throughput:,.0f}",
-            "p50": fmt_number(p.step_time["p50"] * 1e3, ".2f"), "p90": fmt_number(p.step_time["p90"] * 1e3, ".2f"),
+            "p50": ms_text(p.step_time.get("p50")), "p90": ms_text(p.step_time.get("p90")),
             "imbalance": f"{p.imbalance:.2f}",
             "accuracy": "-" if p.test_accuracy is None else f"{100 * p.test_accuracy:.2f} %",
         })
     return rows
+
+
+def ms_text(seconds) -> str:
+    """Seconds as "12.34" ms, or "-" when the file did not record it."""
+    return fmt_number(None if seconds is None else seconds * 1e3, ".2f")
 
 
 def mib_text(value) -> str:
@@ -238,17 +245,19 @@ def network_context(net) -> dict | None:
             "reference": net.names[net.reference], "rows": network_rows(net)}
 
 
-def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path, net=None) -> list:
+def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path, net=None, verdict=None) -> list:
     """Every figure of the report, in order; missing ones carry their sentence instead. net: the
     NetworkVerdict of an emulated-cluster sweep, whose two figures come first (None: neither is
-    drawn nor mentioned)."""
+    drawn nor mentioned); verdict: the report's Verdict, whose numbers the captions quote
+    (computed here when not given)."""
     pts = results.points
+    verdict = rd.compute_verdict(pts) if verdict is None else verdict
     network = [] if net is None else [figures.plot_network_vs_link(net, out_dir),
                                       figures.plot_network_vs_nodes(net, out_dir)]
     return network + [
-        figures.plot_throughput_vs_world_size(pts, out_dir),
-        figures.plot_memory_per_rank(pts, out_dir),
-        figures.plot_step_breakdown(pts, out_dir),
+        figures.plot_throughput_vs_world_size(pts, out_dir, verdict),
+        figures.plot_memory_per_rank(pts, out_dir, verdict),
+        figures.plot_step_breakdown(pts, out_dir, verdict),
         figures.plot_workers(pts, out_dir),
         figures.plot_batch_size(pts, out_dir),
         figures.plot_collectives(coll, out_dir),
@@ -290,9 +299,10 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def build_context(results: rd.ResultSet, figs: list, coll, proj, args, net=None) -> dict:
-    """Everything the templates show; net: the NetworkVerdict the figures quoted (or None)."""
-    verdict = rd.compute_verdict(results.points)
+def build_context(results: rd.ResultSet, figs: list, coll, proj, args, net=None, verdict=None) -> dict:
+    """Everything the templates show; net and verdict: the NetworkVerdict and Verdict the figures
+    quoted (verdict is computed here when not given)."""
+    verdict = rd.compute_verdict(results.points) if verdict is None else verdict
     show_variant = any(results.variant_tags.values())
     return {
         "verdict": verdict.headline, "notes": verdict.notes, "network": network_context(net),
@@ -335,8 +345,9 @@ def main(argv=None) -> int:
     for key in figures.FIGURE_KEYS:  # a figure not drawn this time must not linger from the last
         (out_dir / f"{key}.png").unlink(missing_ok=True)
     net = rd.compute_network_verdict(results.network)  # once: the paragraph and captions quote it
-    figs = build_figures(results, coll, proj, out_dir, net)
-    md, html = render(build_context(results, figs, coll, proj, args, net), out_dir)
+    verdict = rd.compute_verdict(results.points)  # once: the headline, notes and captions quote it
+    figs = build_figures(results, coll, proj, out_dir, net, verdict)
+    md, html = render(build_context(results, figs, coll, proj, args, net, verdict), out_dir)
     produced = sum(1 for f in figs if f.produced)
     print(f"report: {md} and {html} ({produced} figures, {len(figs) - produced} replaced by a note)")
     return 0

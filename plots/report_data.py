@@ -4,7 +4,11 @@ For: dpbench result and sweep files (schema "dpbench-result"), with the PyTorch 
 that `dpbench run --reference pytorch` adds to them, Google Benchmark JSON from
 bench/micro/dpbench_collectives, and `dpbench project` files (schema "dpbench-projection");
 aggregating repetitions by median; choosing which slice of a sweep a figure shows; the
-ten-second verdict that opens the report; for an emulated-cluster sweep (`dpbench sweep --nodes
+ten-second verdict that opens the report, computed once: every number a figure's caption shares
+with it (throughput ratios, memory imbalance, exposed communication) is read from the Verdict; the
+one order of the strategies (the reference, ps, first, then the others as the files first name
+them) that every table, figure and sentence uses; the rule for when communication hidden by
+overlap is drawn (hidden_comm); for an emulated-cluster sweep (`dpbench sweep --nodes
 --links`, runs with a `cluster` block), the throughput of each strategy per node count and link
 rate, its projection, and the ratios and crossovers the network verdict states.
 
@@ -47,7 +51,7 @@ class InputError(Exception):
 @dataclass(frozen=True)
 class Point:
     """One measured grid point (mode x transport x variant x ranks x batch x workers), with
-    its repetitions aggregated by median."""
+    its repetitions aggregated by median (and the spread of throughput and step time kept)."""
 
     mode: str
     transport: str
@@ -70,6 +74,12 @@ class Point:
     label: str = ""  # the strategy's label from the file: "ps (collective)", "allreduce (ring)"
     reference: bool = False  # the strategy the others are compared with (ps)
     has_reducer: bool = False  # rank 0 holds what the others do not (its memory above the mean)
+    overlaps_backward: bool = False  # the strategy communicates while backward runs (its trait)
+    order: int = 0  # the series' place in the report's one order (series_order)
+    throughput_min: Optional[float] = None  # over repetitions; None when built without them
+    throughput_max: Optional[float] = None
+    step_p50_min: Optional[float] = None  # the smallest and largest repetition's p50 step (s)
+    step_p50_max: Optional[float] = None
 
     @property
     def axes(self) -> dict:
@@ -91,6 +101,7 @@ class FailedPoint:
     error: str
     source: str
     cluster: str = ""  # "4 nodes, 100mbit" for a point of an emulated-cluster sweep
+    order: int = 0  # its strategy's place in the report's order (the reference first)
 
 
 @dataclass(frozen=True)
@@ -250,13 +261,15 @@ def cluster_variant(run: dict) -> tuple:
 
 
 def load_results(paths: Iterable) -> ResultSet:
-    """Reads result/sweep files, aggregates repetitions and labels the series."""
+    """Reads result/sweep files, aggregates repetitions, labels the series and puts points and
+    failed points in the report's order (strategy_rank)."""
     groups: dict = {}
     failed = []
     files = []
     envs: list = []
     reference = []
     cluster_runs = []
+    seen: dict = {}  # strategy label -> (not reference, index of its first run in the files)
     for path in paths:
         doc = read_json(path)
         check_schema(path, doc, RESULT_SCHEMA)
@@ -266,15 +279,17 @@ def load_results(paths: Iterable) -> ResultSet:
         files.append({"path": str(path), "created": doc.get("created", ""), "runs": len(runs)})
         add_env(envs, doc.get("env", {}), str(path))
         for index, run in enumerate(runs):
+            traits = strategy_traits.run_traits(run, doc)
+            seen.setdefault(str(traits["label"]), (not traits["reference"], len(seen)))
             if run.get("status", "ok") != "ok":
-                failed.append(failed_point(run, str(path)))
+                failed.append(replace(failed_point(run, str(path)), order=seen[str(traits["label"])][1]))
                 continue
             try:
-                traits = strategy_traits.run_traits(run)
                 key = (run["mode"], run_transport(run), run_variant(run) + cluster_variant(run),
                        int(run["world_size"]),
                        int(run["global_batch"]), int(run["config"]["num_workers"]),
-                       traits["label"], traits["reference"], traits["has_reducer"])
+                       traits["label"], traits["reference"], traits["has_reducer"],
+                       traits["overlaps_backward"])
             except (KeyError, TypeError, ValueError) as e:
                 raise InputError(f"{path}: runs[{index}] lacks {e} (not a dpbench run entry)") from e
             groups.setdefault(key, []).append(run)
@@ -288,10 +303,12 @@ def load_results(paths: Iterable) -> ResultSet:
         except (KeyError, TypeError) as e:
             raise InputError(f"a {key[0]} run at {key[3]} ranks lacks the field {e}") from e
     tags = variant_tags({p.variant for p in points})
-    points = [with_series(p, tags) for p in points]
+    points = with_order([with_series(p, tags) for p in points], seen)
     points.sort(key=point_order)
-    failed.sort(key=lambda f: (f.mode, f.transport, f.world_size or 0, f.global_batch or 0,
-                               f.num_workers or 0, f.repetition or 0))
+    ranks = strategy_rank(seen)
+    failed = [replace(f, order=ranks[f.order]) for f in failed]
+    failed.sort(key=lambda f: (f.order, f.world_size or 0, f.global_batch or 0,
+                               f.num_workers or 0, f.cluster, f.repetition or 0))
     return ResultSet(points=points, failed=failed, files=files, envs=envs, variant_tags=tags,
                      reference=reference, network=network_points(cluster_runs))
 
@@ -422,8 +439,11 @@ def median(values) -> Optional[float]:
 
 
 def aggregate(key: tuple, runs: list) -> Point:
-    """Aggregates the repetitions of one grid point by median (memory per rank and category)."""
-    mode, transport, variant, world_size, batch, workers, label, reference, has_reducer = key
+    """Aggregates the repetitions of one grid point by median (memory per rank and category),
+    keeping the smallest and largest throughput and p50 step of the repetitions."""
+    mode, transport, variant, world_size, batch, workers, label, reference, has_reducer, overlaps = key
+    throughputs = [r["throughput_samples_per_s"] for r in runs]
+    p50s = [r["step_time_s"]["p50"] for r in runs]
     ranks = sorted({m["rank"] for r in runs for m in r["memory"]["per_rank"]})
     memory = []
     for rank in ranks:
@@ -440,8 +460,9 @@ def aggregate(key: tuple, runs: list) -> Point:
     return Point(
         mode=mode, transport=transport, variant=variant, world_size=world_size,
         global_batch=batch, num_workers=workers, repetitions=len(runs),
-        throughput=median(r["throughput_samples_per_s"] for r in runs),
-        step_time={q: median(r["step_time_s"][q] for r in runs) for q in ("p10", "p50", "p90", "p99")},
+        throughput=median(throughputs), throughput_min=min(throughputs), throughput_max=max(throughputs),
+        step_time={q: median(r["step_time_s"].get(q) for r in runs) for q in ("p10", "p50", "p90", "p99")},
+        step_p50_min=min(p50s), step_p50_max=max(p50s),
         phases={ph: median(r["phases_s"].get(ph, 0.0) for r in runs) for ph in PHASES},
         memory_per_rank=tuple(memory),
         imbalance=median(r["memory"]["imbalance_max_over_mean"] for r in runs),
@@ -450,7 +471,7 @@ def aggregate(key: tuple, runs: list) -> Point:
         final_train_loss=median(r.get("quality", {}).get("final_train_loss") for r in runs),
         warnings=tuple(warnings),
         virtual_ranks=any(r.get("virtual_ranks", False) for r in runs),
-        label=label, reference=reference, has_reducer=has_reducer,
+        label=label, reference=reference, has_reducer=has_reducer, overlaps_backward=bool(overlaps),
     )
 
 
@@ -474,18 +495,59 @@ def series_label(label: str, tag: str = "") -> str:
 
 def with_series(point: Point, tags: dict) -> Point:
     """The point with its series label filled in."""
-    from dataclasses import replace
     return replace(point, series=series_label(point.label, tags.get(point.variant, "")))
 
 
+def strategy_rank(seen: dict) -> dict:
+    """{index of first appearance: place in the report's order} for the strategies `seen`
+    ({label: (not reference, index of its first run)}): the reference strategies (ps) first,
+    then the others in the order the files first name them (the sweep's --modes order, which is
+    dpbench's registry order: sharded_ps, then allreduce)."""
+    return {index: rank for rank, (_, index) in enumerate(sorted(seen.values()))}
+
+
+def with_order(points: list, seen: dict) -> list:
+    """The points with `order` filled in: the place of their series in the report's one order,
+    by strategy (strategy_rank), then by config variant (alphabetical tag)."""
+    ranks = strategy_rank(seen)
+
+    def key(p):
+        return (ranks[seen[p.label][1]], p.series)
+
+    series = sorted({key(p) for p in points})
+    place = {k: i for i, k in enumerate(series)}
+    return [replace(p, order=place[key(p)]) for p in points]
+
+
 def point_order(p: Point) -> tuple:
-    """Table order: mode, transport, variant, ranks, batch, workers."""
-    return (p.mode, p.transport, p.series, p.world_size, p.global_batch, p.num_workers)
+    """Table order: strategy in the report's order (the reference first), variant, ranks, batch,
+    workers."""
+    return (p.order, p.world_size, p.global_batch, p.num_workers)
 
 
 def series_order(points: Iterable) -> list:
-    """Distinct series labels in a stable (alphabetical) order."""
-    return sorted({p.series for p in points})
+    """Distinct series labels in the report's one order: the reference strategy (ps) first, then
+    the others in the order the files first name them; every figure, table and sentence uses it."""
+    first: dict = {}
+    for p in points:
+        first.setdefault(p.series, p.order)
+    return sorted(first, key=lambda s: (first[s], s))
+
+
+def hidden_comm(p: Point) -> float:
+    """Seconds of communication hidden by overlap that the figures draw for a point: the measured
+    comm - comm_exposed, only where overlap can exist (more than one rank, and a strategy whose
+    trait overlaps_backward is true) and when that part is above zero; 0 elsewhere."""
+    if p.world_size <= 1 or not p.overlaps_backward:
+        return 0.0
+    hidden = (p.phases.get("comm") or 0.0) - (p.phases.get("comm_exposed") or 0.0)
+    return hidden if hidden > 0 else 0.0
+
+
+# How captions state hidden_comm's rule ("... it is " + OVERLAP_RULE).
+OVERLAP_RULE = ("drawn only where overlap can exist: more than one rank, a strategy that overlaps "
+                "backward (strategy.overlaps_backward), and a measured hidden part (comm - "
+                "comm_exposed) above zero")
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,12 +606,56 @@ def describe_fixed(fixed: dict) -> str:
 # the verdict
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """One throughput ratio the verdict states: a strategy against a reference strategy at the
+    verdict's world size, the median over their matched settings."""
+
+    other: str  # the strategy's label: "allreduce (ring)"
+    other_name: str  # as the verdict names it: "allreduce"
+    reference: str  # the reference's label: "ps (collective)"
+    value: float  # throughput other / reference
+    text: str  # as the verdict words it: "1.37x faster than ps"
+
+
+@dataclass(frozen=True)
+class Imbalance:
+    """The memory imbalance the verdict states for one reference strategy: the median over its
+    matched points of their max/mean per-rank peak memory."""
+
+    reference: str  # label
+    name: str  # as sentences name it: "ps", or "ps (p2p)" beside "ps (collective)"
+    value: float
+    text: str  # "1.87x"
+    reducer: bool  # rank 0 is its reducer (has_reducer), not just its largest rank
+
+
+@dataclass(frozen=True)
+class Exposed:
+    """The share of the median step that communication is exposed, for one side of the verdict's
+    comparison (the reference strategies together, or one other strategy)."""
+
+    name: str  # "ps", "allreduce"
+    value: float  # comm_exposed / step p50, median over the side's points
+    text: str  # "22%"
+
+
 @dataclass
 class Verdict:
-    """The opening sentence and the notes that qualify it."""
+    """The opening sentence and the notes that qualify it, with the numbers they state, computed
+    once: the figures' captions quote these fields, never recompute them."""
 
     headline: str
     notes: list
+    world: Optional[int] = None  # the world size compared; None when nothing was
+    setting: dict = field(default_factory=dict)  # the matched axes when one setting was compared
+    where: str = ""  # "at 4 ranks (batch 256, 0 workers)"
+    ratios: list = field(default_factory=list)  # Ratio, in the report's order
+    imbalance: list = field(default_factory=list)  # Imbalance, one per reference label, in order
+    memory: str = ""  # "the ps reducer holds 1.87x the mean per-rank memory"
+    exposed: list = field(default_factory=list)  # Exposed: the reference side first, then the others
+    best: str = ""  # with one strategy: "best 5,000 samples/s at 4 ranks"
+    settings: int = 0  # how many matched batch/worker settings the ratios are medians over
 
 
 def ratio_phrase(ratio: float) -> str:
@@ -573,9 +679,19 @@ def matched_pairs(points: list, world_size: int, reference_label: str) -> list:
     return pairs
 
 
+def in_order(points: Iterable, attr: str) -> list:
+    """The distinct values of one attribute ("mode", "label") in the report's order: by the
+    smallest `order` of the points that have it."""
+    first: dict = {}
+    for p in points:
+        value = getattr(p, attr)
+        first[value] = min(first.get(value, p.order), p.order)
+    return sorted(first, key=lambda v: (first[v], v))
+
+
 def names(points: Iterable) -> str:
-    """"ps" or "allreduce, sharded_ps": the distinct modes of some points."""
-    return ", ".join(sorted({p.mode for p in points}))
+    """"ps" or "sharded_ps, allreduce": the distinct modes of some points, in the report's order."""
+    return ", ".join(in_order(points, "mode"))
 
 
 def short_names(points: Iterable) -> dict:
@@ -588,21 +704,31 @@ def short_names(points: Iterable) -> dict:
             for mode, labels in by_mode.items() for label in labels}
 
 
+def unique(points: Iterable) -> list:
+    """The points without repeats, in first-seen order (a reference point pairs with several)."""
+    out, ids = [], set()
+    for p in points:
+        if id(p) not in ids:
+            ids.add(id(p))
+            out.append(p)
+    return out
+
+
 def compute_verdict(points: list) -> Verdict:
     """Compares every strategy with the reference strategy (ps, as the runs' traits say) at the
     largest world size where both ran with the same batch, workers and config: throughput ratio
-    (median over matched settings) and the reference's memory imbalance (its reducer's, when it
-    has one)."""
+    (median over matched settings) and each reference's memory imbalance (its reducer's, when it
+    has one). Strategies are named in the report's order (series_order)."""
     if not points:
         return Verdict("No run succeeded, so there is nothing to compare: see the failed points below.", [])
     refs = [p for p in points if p.reference]
     others = [p for p in points if not p.reference]
     if not refs or not others:
-        best = max(points, key=lambda p: p.throughput)
-        return Verdict(f"Only {names(points)} was measured (best {best.throughput:,.0f} samples/s at "
-                       f"{best.world_size} ranks): run every mode side by side (what `dpbench run` "
-                       "does by default) to compare them.", [])
-    ref_labels = sorted({p.label for p in refs})
+        top = max(points, key=lambda p: p.throughput)
+        best = f"best {top.throughput:,.0f} samples/s at {top.world_size} ranks"
+        return Verdict(f"Only {names(points)} was measured ({best}): run every mode side by side (what "
+                       "`dpbench run` does by default) to compare them.", [], best=best)
+    ref_labels = in_order(refs, "label")
     common = sorted({p.world_size for p in others} & {p.world_size for p in refs})
     world = next((w for w in reversed(common) if any(matched_pairs(points, w, t) for t in ref_labels)), None)
     if world is None:
@@ -611,32 +737,74 @@ def compute_verdict(points: list) -> Verdict:
     all_pairs = [pair for t in ref_labels for pair in matched_pairs(points, world, t)]
     ref_names = short_names(p for _, p in all_pairs)
     other_names = short_names(a for a, _ in all_pairs)
-    sentences = []
-    for other_label in sorted(other_names):
+    ratios, sentences = [], []
+    for other_label in in_order((a for a, _ in all_pairs), "label"):
         clauses = []
         for ref_label in ref_labels:
             pairs = [(a, p) for a, p in all_pairs if a.label == other_label and p.label == ref_label]
             if pairs:
-                ratio = statistics.median(a.throughput / p.throughput for a, p in pairs)
-                clauses.append(f"{ratio_phrase(ratio)} {ref_names[ref_label]}")
+                value = statistics.median(a.throughput / p.throughput for a, p in pairs)
+                ratio = Ratio(other_label, other_names[other_label], ref_label, value,
+                              f"{ratio_phrase(value)} {ref_names[ref_label]}")
+                ratios.append(ratio)
+                clauses.append(ratio.text)
         sentences.append(f"{other_names[other_label]} is {' and '.join(clauses)}")
     settings = sorted({(a.global_batch, a.num_workers, a.variant) for a, _ in all_pairs})
     if len(settings) == 1:
         where = f"at {world} ranks (batch {settings[0][0]}, {settings[0][1]} workers)"
+        setting = {"world_size": world, "global_batch": settings[0][0], "num_workers": settings[0][1]}
     else:
         kinds = "batch/worker/link" if any(dict(v).get("link") for _, _, v in settings) else "batch/worker"
         where = f"at {world} ranks (throughput, median over {len(settings)} matched {kinds} settings)"
-    imbalance = statistics.median(p.imbalance for _, p in all_pairs)
-    reference = names(p for _, p in all_pairs)
-    if all(p.has_reducer for _, p in all_pairs):
-        memory = f"the {reference} reducer holds {imbalance:.2f}x the mean per-rank memory"
-    else:
-        memory = f"the largest {reference} rank holds {imbalance:.2f}x the mean per-rank memory"
+        setting = {"world_size": world}
+    imbalance = reference_imbalance(unique(p for _, p in all_pairs), ref_labels, ref_names)
+    memory = memory_clause(imbalance)
     headline = f"{', and '.join(sentences)} {where}; {memory}."
-    return Verdict(headline, verdict_notes(points, world, all_pairs))
+    exposed = exposed_shares(all_pairs)
+    return Verdict(headline, verdict_notes(points, world, all_pairs, exposed), world=world, setting=setting,
+                   where=where, ratios=ratios, imbalance=imbalance, memory=memory, exposed=exposed,
+                   settings=len(settings))
 
 
-def verdict_notes(points: list, world: int, pairs: list) -> list:
+def reference_imbalance(refs: list, labels: list, ref_names: dict) -> list:
+    """One Imbalance per reference label (in `labels` order): the median max/mean per-rank memory
+    of its matched points `refs`."""
+    out = []
+    for label in labels:
+        pts = [p for p in refs if p.label == label]
+        if pts:
+            value = statistics.median(p.imbalance for p in pts)
+            out.append(Imbalance(label, ref_names[label], value, f"{value:.2f}x",
+                                 all(p.has_reducer for p in pts)))
+    return out
+
+
+def memory_clause(imbalance: list) -> str:
+    """"the ps reducer holds 1.87x the mean per-rank memory", or with several references "the ps
+    (collective) reducer holds 1.90x and the ps (p2p) reducer holds 2.00x the mean ..."."""
+    parts = [(f"the {m.name} reducer holds {m.text}" if m.reducer else f"the largest {m.name} rank holds {m.text}")
+             for m in imbalance]
+    return f"{' and '.join(parts)} the mean per-rank memory"
+
+
+def exposed_shares(pairs: list) -> list:
+    """Exposed communication as a share of the median step at the verdict's world size: the
+    reference side (its matched points together) first, then each other strategy in order."""
+    def share(side):
+        return median(p.phases["comm_exposed"] / p.step_time["p50"] for p in side if p.step_time["p50"])
+
+    refs = unique(p for _, p in pairs)
+    others = unique(a for a, _ in pairs)
+    sides = [refs] + [[a for a in others if a.mode == m] for m in in_order(others, "mode")]
+    out = []
+    for side in sides:
+        value = share(side)
+        if value is not None:
+            out.append(Exposed(names(side), value, f"{100 * value:.0f}%"))
+    return out
+
+
+def verdict_notes(points: list, world: int, pairs: list, exposed: list) -> list:
     """Caveats for the verdict: time-sliced or virtual ranks, single measurements, comm share."""
     notes = []
     involved = [p for pair in pairs for p in pair]
@@ -646,17 +814,8 @@ def verdict_notes(points: list, world: int, pairs: list) -> list:
     if any(p.virtual_ranks for p in involved):
         notes.append("Some ranks were virtual (several ranks on one device): their communication "
                      "ran at device-memory speed, not link speed.")
-
-    def exposed_share(side):
-        return median(p.phases["comm_exposed"] / p.step_time["p50"] for p in side if p.step_time["p50"])
-
-    shares = []
-    for side in [[p for _, p in pairs]] + [[a for a, _ in pairs if a.mode == m]
-                                           for m in sorted({a.mode for a, _ in pairs})]:
-        share = exposed_share(side)
-        if share is not None:
-            shares.append(f"{100 * share:.0f}% of the {names(side)} step")
-    if len(shares) > 1:
+    if len(exposed) > 1:
+        shares = [f"{e.text} of the {e.name} step" for e in exposed]
         notes.append(f"Exposed communication is {' and '.join(shares)} at {world} ranks.")
     if all(p.repetitions == 1 for p in involved):
         notes.append("Each point was measured once; repeat the sweep (`--repetitions 3`) to see the spread.")
