@@ -22,7 +22,7 @@ current=results/ci-current.json
 cluster_baseline=results/baselines/ci-cluster.json
 cluster_current=results/ci-cluster-current.json
 cluster=1
-"$dpbench" sweep --nodes 3 --links 200mbit --batch-sizes 384 --max-steps 20 --warmup-steps 5 --repetitions 2 \
+"$dpbench" sweep --nodes 3 --links 200mbit --batch-sizes 384 --max-steps 40 --warmup-steps 5 --repetitions 2 \
   --no-eval --seed 0 -q -o "$cluster_current" || { rc=$?; [ "$rc" = 2 ] || exit "$rc"; cluster=0; }
 if [ "$cluster" = 0 ]; then echo "ci_gate: emulated cluster unavailable here (see the line above): its gate is skipped"; fi
 if [ "${1:-}" = "--refresh" ]; then

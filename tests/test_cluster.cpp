@@ -173,7 +173,7 @@ TEST_F(EmulatedCluster, EveryModeMatchesItsProjectionOnAGrid) {
 // floor (10 % cap), and allreduce slowed by 15 % of its step (DPBENCH_STEP_DELAY) is a regression.
 TEST_F(EmulatedCluster, GateCatchesAFifteenPercentSlowdownAndPassesAnAaRerun) {
   const std::string sweep = fmt::format("timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
-                                        "--max-steps 20 --warmup-steps 5 --repetitions 2 --no-eval -q -o ",
+                                        "--max-steps 40 --warmup-steps 5 --repetitions 2 --no-eval -q -o ",
                                         DPBENCH_BINARY);
   const fs::path a = tmp_.path() / "a.json", b = tmp_.path() / "b.json", c = tmp_.path() / "c.json";
   ASSERT_EQ(shell(sweep + a.string(), tmp_.path()).exit_code, 0);

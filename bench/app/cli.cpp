@@ -34,9 +34,8 @@ namespace {
 // Options every training command shares (not the ones a sweep varies).
 void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
                         std::string& out, bool& quiet) {
-  c.device = "auto";
   app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
-      ->capture_default_str();
+      ->default_val("auto");
   app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
       ->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
@@ -339,6 +338,22 @@ std::vector<std::string> shared_arguments(const CLI::App& app, const std::vector
   return out;
 }
 
+// `sweep --nodes ...`: the axes that go with an emulated cluster checked, the options a `run` takes
+// too passed on to each point's run. Throws InputError.
+int network_sweep(const CLI::App& sweep, SweepOptions& o) {
+  if (sweep.count("--ranks") > 0) {
+    throw InputError("--ranks: with --nodes the world size is the node count x --ranks-per-node");
+  }
+  if (sweep.count("--comms") > 0 && o.comms != std::vector<std::string>{"gloo"}) {
+    throw InputError("--comms: an emulated cluster's ranks meet over gloo (--comms gloo, the default with --nodes)");
+  }
+  if (sweep.count("--num-workers") == 0) o.num_workers = {0};
+  o.shared_args = shared_arguments(sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes",
+                                           "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "out",
+                                           "quiet"});
+  return network_sweep_command(o);
+}
+
 // Where the Python tools live: $DPBENCH_HOME, else the source tree this binary was built from.
 std::filesystem::path tool_path(const std::string& relative) {
   const char* home = std::getenv("DPBENCH_HOME");
@@ -438,20 +453,7 @@ int dpbench_main(int argc, char** argv) {
     finish_run_options(*run, run_options);
     sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
     sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
-    if (*sweep && !sweep_options.nodes.empty()) {
-      if (sweep->count("--ranks") > 0) {
-        throw InputError("--ranks: with --nodes the world size is the node count x --ranks-per-node");
-      }
-      if (sweep->count("--comms") > 0 && sweep_options.comms != std::vector<std::string>{"gloo"}) {
-        throw InputError("--comms: an emulated cluster's ranks meet over gloo (--comms gloo, the default with --nodes)");
-      }
-      if (sweep->count("--num-workers") == 0) sweep_options.num_workers = {0};
-      sweep_options.shared_args = shared_arguments(
-          *sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes", "num-workers",
-                   "repetitions", "nodes", "links", "ranks-per-node", "out", "quiet"});
-      return finish(network_sweep_command(sweep_options));
-    }
-    if (*sweep) return finish(sweep_command(sweep_options));
+    if (*sweep) return finish(sweep_options.nodes.empty() ? sweep_command(sweep_options) : network_sweep(*sweep, sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
     if (*project) return project_command(project_options);

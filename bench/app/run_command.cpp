@@ -53,6 +53,8 @@ std::string verdict_clause(const std::string& mode, const nlohmann::json& doc) {
                      hi, n);
 }
 
+void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs);
+
 void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
   constexpr int kLabel = 34;
   // Columns as wide as the longest run label, with two spaces between them.
@@ -124,7 +126,11 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
                                       : std::string("-");
   });
 
-  // The verdict a reader wants first: every other strategy against the reference.
+  print_verdict(runs, docs);
+}
+
+// The verdict a reader wants first: every other strategy against the reference, with spreads.
+void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
   const RunResult* ref = nullptr;
   for (const auto& r : runs) {
     if (ref == nullptr && find_strategy(r.config.mode).reference) ref = &r;
@@ -445,6 +451,34 @@ void add_repetitions(nlohmann::json& doc, const std::vector<RunResult>& reps, co
                                {"by_repetition", ratio}};
 }
 
+// Rank 0's report: the tables, then the result file (with the network block on an emulated
+// cluster and the reference's runs), and the reference's failures on stderr.
+void report_runs(const RunOptions& o, const RunSetup& s, nlohmann::json config, const std::vector<RunResult>& runs,
+                 const std::vector<nlohmann::json>& docs, const nlohmann::json& reference_runs,
+                 const nlohmann::json& reference_failures) {
+  print_table(runs, docs);
+  print_notes(runs);
+  print_reference_table(runs, docs, reference_runs);
+  nlohmann::json document = make_document(std::move(config), docs);
+  if (auto network = cluster::cluster_description(); !network.is_null()) {
+    add_network_results(network, runs, document["runs"]);
+    document["network"] = std::move(network);
+    print_network_table(runs, document);
+  }
+  if (!o.reference.framework.empty()) {
+    document["reference"] = {{"framework", o.reference.framework},
+                             {"python", o.reference.python.empty() ? default_python() : o.reference.python},
+                             {"runs", reference_runs},
+                             {"failures", reference_failures}};
+  }
+  write_json_atomic(s.out, document);
+  fmt::print("\nresults written to {}\n", s.out);
+  for (const auto& f : reference_failures) {
+    fmt::print(stderr, "dpbench: the PyTorch reference of {} failed: {}\n", f["dpbench_mode"].get<std::string>(),
+               f["error"].get<std::string>());
+  }
+}
+
 }  // namespace
 
 int run_command(const RunOptions& o) {
@@ -514,27 +548,7 @@ int run_command(const RunOptions& o) {
   if (reference) config["reference"] = o.reference.framework;
   if (!o.init_params.empty()) config["init_params"] = o.init_params;
   if (!s.output) return 0;  // rank 0 of a multi-process job reports for every rank
-  print_table(runs, docs);
-  print_notes(runs);
-  print_reference_table(runs, docs, reference_runs);
-  nlohmann::json document = make_document(std::move(config), docs);
-  if (auto network = cluster::cluster_description(); !network.is_null()) {
-    add_network_results(network, runs, document["runs"]);
-    document["network"] = std::move(network);
-    print_network_table(runs, document);
-  }
-  if (reference) {
-    document["reference"] = {{"framework", o.reference.framework},
-                             {"python", o.reference.python.empty() ? default_python() : o.reference.python},
-                             {"runs", reference_runs},
-                             {"failures", reference_failures}};
-  }
-  write_json_atomic(s.out, document);
-  fmt::print("\nresults written to {}\n", s.out);
-  for (const auto& f : reference_failures) {
-    fmt::print(stderr, "dpbench: the PyTorch reference of {} failed: {}\n", f["dpbench_mode"].get<std::string>(),
-               f["error"].get<std::string>());
-  }
+  report_runs(o, s, std::move(config), runs, docs, reference_runs, reference_failures);
   bool disagree = false;
   for (const auto& rec : reference_runs) {
     const auto& a = rec["loss_agreement"];
