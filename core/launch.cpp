@@ -172,7 +172,7 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
                                  "(or srun); this process was not started by either",
                                  *env_world, *env_world));
   }
-  if (!mpi_launched() && requested != 1) {
+  if (mpi_built() && !mpi_launched() && requested != 1) {  // without MPI, mpi_launch says so
     throw InputError("--comm mpi: start the ranks with mpirun -np N dpbench run --comm mpi (this process was "
                      "not started by mpirun; --ranks 1 runs one rank here)");
   }
