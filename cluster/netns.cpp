@@ -287,11 +287,6 @@ pid_t Cluster::spawn(int node, const std::vector<std::string>& argv, const std::
   return pid;
 }
 
-void Cluster::set_link_down(int node) const {
-  const Node& n = nodes_.at(static_cast<std::size_t>(node));
-  run_tool({"ip", "-n", n.netns, "link", "set", n.iface, "down"});
-}
-
 int in_netns(int netns_fd, int (*fn)(const std::string& address), const std::string& address) {
   std::promise<int> result;
   std::thread t([&] {

@@ -74,9 +74,6 @@ class Cluster {
   // thread's process dies (PR_SET_PDEATHSIG). Returns its pid; throws Error when fork fails.
   pid_t spawn(int node, const std::vector<std::string>& argv, const std::vector<std::string>& env) const;
 
-  // Sets node `node`'s link down (inside its namespace), for the link-down fault.
-  void set_link_down(int node) const;
-
  private:
   Cluster() = default;
   std::vector<Node> nodes_;
