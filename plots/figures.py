@@ -641,9 +641,13 @@ def plot_allreduce_implementations(coll: Optional[rd.Collectives], out_dir: Path
 
 
 def measured_overlay(proj: dict) -> tuple:
-    """The measured points to overlay on the projection, and the setting they share: those run
-    with the calibration run's global batch and workers when there are any, else all of them."""
+    """The measured points to overlay on the projection, and the setting they share. Files that
+    mark them (`on_curve`: the curves' batch under their scaling, workers and link) give those;
+    older files, the runs with the calibration run's global batch and workers, else all."""
     measured = proj.get("measured", [])
+    scaling = (proj.get("scaling") or {}).get("text", "")
+    if any("on_curve" in m for m in measured):
+        return [m for m in measured if m.get("on_curve")], scaling
     cal = proj.get("calibration", {}).get("calibration_run", {})
     if "global_batch" in cal:
         same = [m for m in measured if m.get("global_batch") == cal["global_batch"]
@@ -653,14 +657,29 @@ def measured_overlay(proj: dict) -> tuple:
     return measured, ""
 
 
-def model_error_text(proj: dict) -> str:
-    """"the model is within 12% (median) of the 20 measured points where it applies"."""
-    errors = [abs(m["relative_error"]) for m in proj.get("measured", [])
-              if m.get("model_applies", True) and rd.number(m.get("relative_error")) is not None]
-    if not errors:
-        return "no measured point is one the model applies to"
-    return (f"the model is within {100 * rd.median(errors):.0f}% (median) of the {len(errors)} "
-            "measured points where it applies")
+def point_error(m: dict) -> Optional[str]:
+    """"+12%": a measured point's error (projected / measured step time - 1), or None."""
+    error = rd.number(m.get("relative_error"))
+    return None if error is None else f"{100 * error:+.0f}%"
+
+
+def model_error_text(proj: dict, overlay: list) -> str:
+    """The error at each drawn point, as measured ("allreduce (ring) p=2: +12%; ..."), those
+    where the model does not apply named so, and how many measured points are not drawn."""
+    parts = []
+    for m in sorted(overlay, key=lambda m: (m["world_size"], m.get("mode", ""))):
+        error = point_error(m)
+        if error is None:
+            continue
+        tail = "" if m.get("model_applies", True) else " (hollow: " + (m.get("note") or "model does not apply") + ")"
+        parts.append(f"{rd.projection_label(proj, m.get('mode', '?'))} p={m['world_size']}: {error}{tail}")
+    text = ("the model's error at each drawn point (projected / measured step time - 1): " + "; ".join(parts)
+            if parts else "no drawn point has a model value")
+    others = len(proj.get("measured", [])) - len(overlay)
+    if others > 0:
+        text += (f". {others} more measured point{'s' if others != 1 else ''} (another batch, num_workers or "
+                 "link) are in the projection file's `measured` list, each with its error")
+    return text
 
 
 def projection_order(proj: dict) -> list:
@@ -702,6 +721,9 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
             if rd.number(m.get("predicted_step_time_s")) is not None:
                 left.scatter([m["world_size"]], [m["predicted_step_time_s"] * 1e3], marker="x", s=30,
                              color=color, zorder=3)
+            if point_error(m) is not None:
+                left.annotate(point_error(m), (m["world_size"], m["step_time_s"] * 1e3), textcoords="offset points",
+                              xytext=(5, 3), fontsize=7, color=color)
     where = f" ({setting})" if setting else ""
     left.scatter([], [], color="black", s=34, label=f"measured{where}")
     left.scatter([], [], facecolors="none", edgecolors="black", s=34, label="measured, model does not apply")
@@ -724,12 +746,15 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     right.set_title("Projected speedup")
     left.legend(loc="upper left", fontsize=7)
     right.legend(loc="upper left", fontsize=7)
-    fig.suptitle(f"Alpha-beta projection ({link_text(proj.get('link', {}))})")
+    scaling = (proj.get("scaling") or {}).get("kind")
+    fig.suptitle(f"Alpha-beta projection ({link_text(proj.get('link', {}))}"
+                 f"{f'; {scaling} scaling' if scaling else ''})")
     fig.tight_layout()
     cross = "; ".join(f"{rd.projection_label(proj, c['mode'])} pulls ahead of "
                       f"{rd.projection_label(proj, c['reference'])} from p={c['world_size']}"
                       for c in crossovers) or "the modes do not cross in this range"
-    caption = f"Read where the curves part: {cross}; check the dots against the crosses: {model_error_text(proj)}."
+    caption = (f"Read where the curves part: {cross}. Check the dots against the crosses: "
+               f"{model_error_text(proj, overlay)}.")
     return Figure(key, title, caption, save(fig, out_dir, key))
 
 
@@ -743,6 +768,8 @@ def link_text(link: dict) -> str:
         text += f", {gbps:.3g} GB/s"
     if rd.number(link.get("alpha_s")) is not None:
         text += f", alpha {link['alpha_s'] * 1e6:.3g} us"
+    if link.get("kind") == "memory":
+        text += ", in-process memory copies"
     return text
 
 

@@ -251,10 +251,15 @@ nlohmann::json fake_run(const std::string& mode, int p, double step_s, double co
 TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   nlohmann::json doc = {{"env", {{"cpu_cores", 2}}},
                         {"runs", {fake_run("allreduce", 1, 0.1, 0.0), fake_run("allreduce", 2, 0.2, 0.004)}}};
+  doc["runs"][1]["device"] = "cuda";  // a GPU run: measured over a device link, as the preset is
+  doc["runs"][1]["virtual_ranks"] = false;
   ProjectOptions o;
   o.link = "pcie4";
+  o.scaling = "weak";
   o.max_ranks = 1024;
   const auto proj = project(o, {doc}, nullptr);
+  EXPECT_EQ(proj["scaling"]["kind"], "weak");
+  EXPECT_EQ(proj["link"]["kind"], "device");
   EXPECT_NEAR(proj["calibration"]["per_sample_compute_s"].get<double>(), 0.09 / 100, 1e-12);
   EXPECT_NEAR(proj["calibration"]["optimizer_s"].get<double>(), 0.01, 1e-12);
   // 1..1024, every curve: allreduce, ps and sharded_ps under each of their transports.
@@ -267,13 +272,16 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   const int crossover = proj["crossover_world_size"];
   EXPECT_GE(crossover, 2);
   EXPECT_LE(crossover, 1024);
-  // The 2-rank run is compared with the model: ranks share the CPU, so each gets half of it.
+  // The 2-rank GPU run is compared with the model at its own batch (50 per rank), each rank on
+  // its own device.
   ASSERT_EQ(proj["measured"].size(), 1u);
   const double predicted = proj["measured"][0]["predicted_step_time_s"];
-  const double compute = 50 * 0.09 / 100 / 0.5 + 0.01;
+  const double compute = 50 * 0.09 / 100 + 0.01;
   const double comm = 2 * 5e-6 + 1.0 * 4e6 / 25e9;
   EXPECT_NEAR(predicted, compute + comm, 1e-9);
   EXPECT_TRUE(proj["measured"][0]["model_applies"].get<bool>());
+  // Weak scaling at 100 per rank: the 2-rank run (global batch 100) is not on the curves.
+  EXPECT_FALSE(proj["measured"][0]["on_curve"].get<bool>());
   // The curves carry their strategy's traits, so the report names no mode itself.
   // Non-reference curves first, in registry order, then the reference's.
   ASSERT_EQ(proj["modes"].size(), 5u);
@@ -303,35 +311,144 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   }
 }
 
-TEST(Project, MeasuredLinkFromTheRunsBusBandwidthOrTheLegacyKey) {
+TEST(Project, MemoryCopiesOfThreadRanksAreTheLinkOnlyWhenAskedFor) {
   nlohmann::json two = fake_run("allreduce", 2, 0.2, 0.004);
   two["bus_bandwidth_GBps"] = {{"collective", "all-reduce"}, {"algbw", 4.0}, {"busbw", 4.0}};
   nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), two}}};
   ProjectOptions o;
-  o.link = "measured";
+  // The default: a link between processes. Thread ranks (--comm local) measured memory copies.
+  try {
+    project(o, {doc}, nullptr);
+    ADD_FAILURE() << "--link measured accepted in-process memory copies";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--link memory"), std::string::npos) << e.what();
+  }
+  o.link = "memory";
   auto proj = project(o, {doc}, nullptr);
+  EXPECT_EQ(proj["link"]["kind"], "memory");
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 4.0, 1e-9);
   EXPECT_NE(proj["link"]["source"].get<std::string>().find("all-reduce busbw 4.00 GB/s at 2 ranks"),
             std::string::npos) << proj["link"]["source"];
+  EXPECT_TRUE(proj["measured"][0]["on_curve"].get<bool>());  // strong scaling: global batch 100
   // Files written before the strategy traits: allreduce runs had allreduce_bandwidth_GBps.
   doc["runs"][1].erase("bus_bandwidth_GBps");
   doc["runs"][1]["allreduce_bandwidth_GBps"] = {{"algbw", 3.0}, {"busbw", 3.0}};
   proj = project(o, {doc}, nullptr);
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 3.0, 1e-9);
+  // Over gloo (processes, TCP) the run's busbw is a measured inter-process link: the default.
+  doc["runs"][1]["comm"] = "gloo";
+  o.link = "measured";
+  proj = project(o, {doc}, nullptr);
+  EXPECT_EQ(proj["link"]["kind"], "inter-process");
+  EXPECT_EQ(proj["link"]["collectives"], "gloo");
+  EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 3.0, 1e-9);
+  // --link memory now finds no thread-rank run to take memory copies from.
+  o.link = "memory";
+  EXPECT_THROW(project(o, {doc}, nullptr), InputError);
+}
+
+TEST(Project, CollectivesGiveTheInterProcessAllReduceUnlessMemoryIsAskedFor) {
+  auto bench = [](const std::string& family, double busbw) {
+    return nlohmann::json{{"name", family + "/ranks:2/bytes:4000000/manual_time"}, {"run_type", "iteration"},
+                          {"busbw", busbw}, {"real_time", 2000.0}, {"time_unit", "us"}};
+  };
+  const nlohmann::json thread_only = {{"benchmarks", {bench("BM_AllReduce", 9.0)}}};
+  const nlohmann::json both = {{"benchmarks", {bench("BM_AllReduce", 9.0), bench("BM_AllReduceGlooRing", 2.0)}}};
+  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+  ProjectOptions o;
+  o.collectives = "gb.json";
+  EXPECT_THROW(project(o, {doc}, &thread_only), InputError);  // only in-process copies
+  auto proj = project(o, {doc}, &both);
+  EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 2.0, 1e-9);
+  EXPECT_EQ(proj["link"]["collectives"], "gloo");
+  o.link = "memory";
+  proj = project(o, {doc}, &both);
+  EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 9.0, 1e-9);
+  EXPECT_EQ(proj["link"]["collectives"], "ring");
+}
+
+// A cluster run of `p` nodes over an emulated link of `bytes_per_s` (network.link as run writes it).
+nlohmann::json fake_cluster_run(int p, double bytes_per_s, double step_s, double comm_s, double exposed_s) {
+  nlohmann::json run = fake_run("allreduce", p, step_s, comm_s);
+  run["comm"] = "gloo";
+  run["global_batch"] = 100;
+  run["phases_s"]["comm_exposed"] = exposed_s;
+  run["cluster"] = {{"link", bytes_per_s < 2e7 ? "100mbit" : "1gbit"}, {"nodes", p}};
+  run["network"] = {{"link", {{"alpha_s", 1e-4}, {"bytes_per_s", bytes_per_s}, {"collectives", "gloo"}}}};
+  return run;
+}
+
+TEST(Project, EmulatedLinkIsTheDefaultAndEachClusterRunIsJudgedOnItsOwnLink) {
+  nlohmann::json doc = {{"env", {{"cpu_cores", 4}}},
+                        {"runs", {fake_run("allreduce", 1, 0.1, 0.0), fake_cluster_run(2, 12.5e6, 0.42, 0.32, 0.32),
+                                  fake_cluster_run(2, 125e6, 0.14, 0.04, 0.02), fake_run("allreduce", 2, 0.2, 0.004)}}};
+  ProjectOptions o;
+  const auto proj = project(o, {doc}, nullptr);
+  // The slowest emulated link draws the curves; the exposed share comes from its run alone (1.0),
+  // not from the faster link's (0.5) or the thread ranks'.
+  EXPECT_EQ(proj["link"]["kind"], "emulated");
+  EXPECT_EQ(proj["link"]["name"], "emulated 100mbit");
+  EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 0.0125, 1e-12);
+  EXPECT_DOUBLE_EQ(proj["calibration"]["exposed_fraction"].get<double>(), 1.0);
+  EXPECT_EQ(proj["scaling"]["kind"], "strong");
+  ASSERT_EQ(proj["measured"].size(), 3u);
+  // Each cluster run against the model on its own link: 50 samples per rank, half a CPU each,
+  // plus a ring all-reduce of 4 MB: 2 (p-1) alpha + 2 (p-1)/p N beta.
+  const double compute = 50 * 0.09 / 100 / 0.5 + 0.01;
+  const double slow = compute + 2 * 1e-4 + 4e6 / 12.5e6;
+  const double fast = compute + 2 * 1e-4 + 4e6 / 125e6;
+  EXPECT_NEAR(proj["measured"][0]["predicted_step_time_s"].get<double>(), slow, 1e-9);
+  EXPECT_NEAR(proj["measured"][0]["relative_error"].get<double>(), slow / 0.42 - 1.0, 1e-9);
+  EXPECT_NEAR(proj["measured"][1]["predicted_step_time_s"].get<double>(), fast, 1e-9);
+  EXPECT_TRUE(proj["measured"][0]["on_curve"].get<bool>());
+  EXPECT_FALSE(proj["measured"][1]["on_curve"].get<bool>());  // another rate than the curves'
+  EXPECT_TRUE(proj["measured"][1]["model_applies"].get<bool>());
+  // Thread ranks measured memory copies: no model value, and said why.
+  EXPECT_TRUE(proj["measured"][2]["predicted_step_time_s"].is_null());
+  EXPECT_FALSE(proj["measured"][2]["model_applies"].get<bool>());
+  EXPECT_NE(proj["measured"][2]["note"].get<std::string>().find("measured over memory"), std::string::npos);
+}
+
+TEST(Project, StrongScalingSplitsTheGlobalBatchAndWeakKeepsTheRankBatch) {
+  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+  ProjectOptions o;
+  o.link = "pcie4";
+  auto proj = project(o, {doc}, nullptr);
+  // Strong: 100 samples split over p ranks, up to the last world size with a sample per rank.
+  EXPECT_EQ(proj["points"].back()["world_size"], 64);
+  for (const auto& pt : proj["points"]) {
+    EXPECT_NEAR(pt["per_rank_batch"].get<double>() * pt["world_size"].get<double>(), 100.0, 1e-9);
+    EXPECT_NEAR(pt["throughput_samples_per_s"].get<double>(), 100.0 / pt["step_time_s"].get<double>(), 1e-6);
+  }
+  o.per_rank_batch = 32;
+  proj = project(o, {doc}, nullptr);
+  EXPECT_EQ(proj["scaling"]["kind"], "weak");
+  EXPECT_EQ(proj["points"].back()["world_size"], 1024);
+  EXPECT_DOUBLE_EQ(proj["points"].back()["global_batch"].get<double>(), 32.0 * 1024);
+  o.scaling = "strong";
+  EXPECT_THROW(project(o, {doc}, nullptr), InputError);  // --per-rank-batch sets weak scaling
+  o.per_rank_batch = 0;
+  o.scaling = "sideways";
+  EXPECT_THROW(project(o, {doc}, nullptr), InputError);
 }
 
 TEST(Project, MarksRanksBeyondCoresAndNeedsOneRankRun) {
-  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}},
-                        {"runs", {fake_run("allreduce", 1, 0.1, 0.0), fake_run("ps", 4, 0.3, 0.1)}}};
+  nlohmann::json ps4 = fake_run("ps", 4, 0.3, 0.1);
+  ps4["comm"] = "gloo";
+  nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), ps4}}};
   ProjectOptions o;
-  o.link = "measured";  // no allreduce run at 2+ ranks: nothing measured the link
+  o.link = "measured";  // no run at 2+ ranks reports a bus bandwidth: nothing measured the link
   EXPECT_THROW(project(o, {doc}, nullptr), InputError);
-  o.link = "pcie5";
+  nlohmann::json ar2 = fake_run("allreduce", 2, 0.2, 0.05);
+  ar2["comm"] = "gloo";
+  doc["runs"].push_back(ar2);
   const auto proj = project(o, {doc}, nullptr);
-  ASSERT_EQ(proj["measured"].size(), 1u);
+  ASSERT_EQ(proj["measured"].size(), 2u);
   EXPECT_FALSE(proj["measured"][0]["model_applies"].get<bool>());
   EXPECT_NE(proj["measured"][0]["note"].get<std::string>().find("4 ranks on 2 cores"), std::string::npos);
+  EXPECT_TRUE(proj["measured"][1]["model_applies"].get<bool>());
 
+  o.link = "pcie5";
   nlohmann::json no_single = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("ps", 2, 0.3, 0.1)}}};
   EXPECT_THROW(project(o, {no_single}, nullptr), InputError);
 }

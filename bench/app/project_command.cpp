@@ -50,193 +50,288 @@ std::optional<double> run_busbw(const nlohmann::json& run) {
   return std::nullopt;
 }
 
-// Link from dpbench_collectives' Google Benchmark JSON: busbw of the ring all-reduce at the
-// message size closest to the gradient size (2 ranks preferred), latency from its smallest size.
-std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double param_bytes) {
-  struct Point { int ranks; double bytes, busbw, seconds; };
-  std::vector<Point> points;
-  for (const auto& b : gb.value("benchmarks", nlohmann::json::array())) {
-    const std::string name = b.value("name", "");
-    if (name.rfind("BM_AllReduce/", 0) != 0 || b.value("run_type", "iteration") != "iteration") continue;
-    Point p{0, 0, b.value("busbw", 0.0), b.value("real_time", 0.0)};
-    for (std::size_t pos = 0; pos != std::string::npos;) {
-      const std::size_t next = name.find('/', pos + 1);
-      const std::string part = name.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
-      if (part.rfind("ranks:", 0) == 0) p.ranks = std::stoi(part.substr(6));
-      if (part.rfind("bytes:", 0) == 0) p.bytes = std::stod(part.substr(6));
-      pos = next;
-    }
-    const std::string unit = b.value("time_unit", "ns");
-    p.seconds *= unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : 1.0;
-    if (p.ranks >= 2 && p.bytes > 0 && p.busbw > 0) points.push_back(p);
-  }
-  if (points.empty()) return std::nullopt;
-  const int ranks = std::min_element(points.begin(), points.end(),
-                                     [](const Point& a, const Point& b) { return a.ranks < b.ranks; })->ranks;
-  const Point* nearest = nullptr;
-  const Point* smallest = nullptr;
-  for (const auto& p : points) {
-    if (p.ranks != ranks) continue;
-    if (nearest == nullptr || std::abs(std::log(p.bytes / param_bytes)) < std::abs(std::log(nearest->bytes / param_bytes))) nearest = &p;
-    if (smallest == nullptr || p.bytes < smallest->bytes) smallest = &p;
-  }
+// What carried a run's communication, i.e. the link its step time was measured over:
+//   "emulated": the emulated cluster's shaped links (the run has network.link);
+//   "memory": rank threads of one process on the CPU (--comm local): memory copies;
+//   "inter-process": processes on one machine (--comm gloo or mpi on the CPU);
+//   "device": GPU ranks (NCCL, or device copies between GPU ranks).
+std::string run_link_kind(const nlohmann::json& run) {
+  if (run.contains("network") && run.at("network").contains("link")) return "emulated";
+  if (run.value("device", std::string("cpu")) != "cpu") return "device";
+  return run.value("comm", std::string("local")) == "local" ? "memory" : "inter-process";
+}
+
+// The link a cluster run was measured over: its network.link (the slowest probed link, alpha
+// from the round trip), with the collectives of its communicator.
+LinkModel emulated_link(const nlohmann::json& run) {
+  const auto& l = run.at("network").at("link");
   LinkModel link;
-  link.name = "measured";
-  link.beta_s_per_byte = 1.0 / (nearest->busbw * 1e9);
-  link.alpha_s = smallest->seconds / (2.0 * (ranks - 1));
-  link.source = fmt::format("dpbench_collectives: ring all-reduce busbw {:.2f} GB/s at {} ranks and {} "
-                            "bytes; latency from {} bytes", nearest->busbw, ranks,
-                            static_cast<long long>(nearest->bytes), static_cast<long long>(smallest->bytes));
+  link.name = "emulated " + run.value("cluster", nlohmann::json::object()).value("link", std::string("link"));
+  link.alpha_s = l.value("alpha_s", 0.0);
+  link.beta_s_per_byte = 1.0 / l.at("bytes_per_s").get<double>();
+  link.collectives = l.value("collectives", std::string("ring"));
+  link.source = fmt::format("emulated cluster: probed {:.1f} MB/s, alpha {:.1f} us (RTT / 2), {} collectives",
+                            1e-6 / link.beta_s_per_byte, 1e6 * link.alpha_s, link.collectives);
   return link;
 }
 
-}  // namespace
-
-void add_project_options(CLI::App& app, ProjectOptions& o) {
-  app.add_option("results", o.results, "dpbench result or sweep files (one needs a 1-rank run)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  app.add_option("--link", o.link,
-                 "measured (from --collectives or the files' bus bandwidth) or a preset: "
-                 "pcie4, pcie5, nvlink4, ib-ndr")
-      ->capture_default_str();
-  app.add_option("--collectives", o.collectives,
-                 "Google Benchmark JSON of dpbench_collectives: measured alpha and busbw")
-      ->check(CLI::ExistingFile);
-  app.add_option("--max-ranks", o.max_ranks, "Largest world size projected")->capture_default_str();
-  app.add_option("--per-rank-batch", o.per_rank_batch,
-                 "Samples per rank per step in the projection (default: the 1-rank run's batch; "
-                 "weak scaling)");
-  app.add_option("--out,-o", o.out, "Projection JSON path (default results/dpbench-projection-<time>.json)");
-  app.add_flag("--quiet,-q", o.quiet, "Only print the summary");
+// Link from dpbench_collectives' Google Benchmark JSON: busbw of the first benchmark family in
+// `families` that has results ("BM_AllReduceGlooRing", ...), at the message size closest to the
+// gradient size (the fewest ranks measured), latency from its smallest size.
+std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double param_bytes,
+                                               const std::vector<std::string>& families) {
+  struct Point { int ranks; double bytes, busbw, seconds; };
+  for (const auto& family : families) {
+    std::vector<Point> points;
+    for (const auto& b : gb.value("benchmarks", nlohmann::json::array())) {
+      const std::string name = b.value("name", "");
+      if (name.rfind(family + "/", 0) != 0 || b.value("run_type", "iteration") != "iteration") continue;
+      Point p{0, 0, b.value("busbw", 0.0), b.value("real_time", 0.0)};
+      for (std::size_t pos = 0; pos != std::string::npos;) {
+        const std::size_t next = name.find('/', pos + 1);
+        const std::string part = name.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+        if (part.rfind("ranks:", 0) == 0) p.ranks = std::stoi(part.substr(6));
+        if (part.rfind("bytes:", 0) == 0) p.bytes = std::stod(part.substr(6));
+        pos = next;
+      }
+      const std::string unit = b.value("time_unit", "ns");
+      p.seconds *= unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : 1.0;
+      if (p.ranks >= 2 && p.bytes > 0 && p.busbw > 0) points.push_back(p);
+    }
+    if (points.empty()) continue;
+    const int ranks = std::min_element(points.begin(), points.end(),
+                                       [](const Point& a, const Point& b) { return a.ranks < b.ranks; })->ranks;
+    const Point* nearest = nullptr;
+    const Point* smallest = nullptr;
+    for (const auto& p : points) {
+      if (p.ranks != ranks) continue;
+      if (nearest == nullptr || std::abs(std::log(p.bytes / param_bytes)) < std::abs(std::log(nearest->bytes / param_bytes))) nearest = &p;
+      if (smallest == nullptr || p.bytes < smallest->bytes) smallest = &p;
+    }
+    LinkModel link;
+    link.name = "measured";
+    link.beta_s_per_byte = 1.0 / (nearest->busbw * 1e9);
+    link.alpha_s = smallest->seconds / (2.0 * (ranks - 1));
+    link.collectives = family.find("Gloo") != std::string::npos ? "gloo" : "ring";
+    link.source = fmt::format("dpbench_collectives: {} busbw {:.2f} GB/s at {} ranks and {} bytes; latency "
+                              "from {} bytes", family, nearest->busbw, ranks,
+                              static_cast<long long>(nearest->bytes), static_cast<long long>(smallest->bytes));
+    return link;
+  }
+  return std::nullopt;
 }
 
-nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
-                       const nlohmann::json* collectives) {
-  if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
-  // Calibration: single-rank runs (at 1 rank every mode is plain SGD; see calibration_run).
-  int cores = 0;
+// The link the curves are drawn for, and what kind of link it is (as run_link_kind).
+struct ProjectionLink {
+  LinkModel model;
+  std::string kind;
+};
+
+// The bus bandwidth of the fewest-rank run of link kind `kind` that reports one, as a link
+// (alpha not measured: 0).
+std::optional<ProjectionLink> link_from_runs(const std::vector<const nlohmann::json*>& runs, const std::string& kind) {
+  const nlohmann::json* best = nullptr;
+  for (const auto* run : runs) {
+    if (run->at("world_size").get<int>() < 2 || run_link_kind(*run) != kind || !run_busbw(*run)) continue;
+    if (best == nullptr || run->at("world_size").get<int>() < best->at("world_size").get<int>()) best = run;
+  }
+  if (best == nullptr) return std::nullopt;
+  const double busbw = *run_busbw(*best);
+  const std::string collective = best->contains("bus_bandwidth_GBps")
+                                     ? best->at("bus_bandwidth_GBps").value("collective", std::string("collective"))
+                                     : std::string("all-reduce");
+  const std::string comm = best->value("comm", std::string("local"));
+  LinkModel link{kind == "memory" ? "memory" : "measured", 0.0, 1.0 / (busbw * 1e9),
+                 fmt::format("the result's own {} busbw {:.2f} GB/s at {} ranks over --comm {} ({}; alpha not "
+                             "measured: 0)", collective, busbw, best->at("world_size").get<int>(), comm, kind)};
+  link.collectives = comm == "gloo" ? "gloo" : "ring";
+  return ProjectionLink{link, kind};
+}
+
+// The emulated link of the files' cluster runs; the slowest when they were run at several rates.
+std::optional<ProjectionLink> link_from_cluster(const std::vector<const nlohmann::json*>& runs) {
+  std::optional<LinkModel> slowest;
+  for (const auto* run : runs) {
+    if (run_link_kind(*run) != "emulated") continue;
+    const LinkModel link = emulated_link(*run);
+    if (!slowest || link.beta_s_per_byte > slowest->beta_s_per_byte) slowest = link;
+  }
+  if (!slowest) return std::nullopt;
+  return ProjectionLink{*slowest, "emulated"};
+}
+
+// --link: a preset (a GPU interconnect's datasheet), `memory` (in-process copies between thread
+// ranks, only when asked for) or `measured`: --collectives' inter-process all-reduce, else the
+// files' emulated cluster link, else the busbw of their GPU runs, else of their inter-process
+// runs. Throws InputError when nothing of the asked kind was measured.
+ProjectionLink choose_link(const ProjectOptions& o, const std::vector<const nlohmann::json*>& runs,
+                           const nlohmann::json* collectives, double param_bytes) {
+  if (o.link != "measured" && o.link != "memory") return {link_preset(o.link), "device"};
+  const bool memory = o.link == "memory";
+  if (collectives != nullptr) {
+    const std::vector<std::string> families =
+        memory ? std::vector<std::string>{"BM_AllReduce"}
+               : std::vector<std::string>{"BM_AllReduceGlooRing", "BM_AllReduceMpi"};
+    if (auto link = link_from_collectives(*collectives, param_bytes, families)) {
+      link->name = o.link;
+      return {*link, memory ? "memory" : "inter-process"};
+    }
+    throw InputError(fmt::format(
+        "{}: no {} results with busbw{}", o.collectives, memory ? "BM_AllReduce" : "inter-process all-reduce",
+        memory ? "" : " (BM_AllReduce alone is in-process memory copies: run dpbench_collectives under mpirun, "
+                      "or pass --link memory)"));
+  }
+  if (memory) {
+    if (auto link = link_from_runs(runs, "memory")) return *link;
+    throw InputError("--link memory: no run of thread ranks (--comm local on the CPU) at 2+ ranks reports a bus "
+                     "bandwidth (an allreduce run does)");
+  }
+  for (auto found : {link_from_cluster(runs), link_from_runs(runs, "device"), link_from_runs(runs, "inter-process")}) {
+    if (found) return *found;
+  }
+  throw InputError("--link measured: the files measured no link between processes (run with --nodes N --link RATE "
+                   "or --comm gloo|mpi, pass --collectives from dpbench_collectives under mpirun, pass --link "
+                   "memory for the in-process copies of thread ranks, or a preset: pcie4|pcie5|nvlink4|ib-ndr)");
+}
+
+// Whether `run` was measured over the projection's link: the same kind, and for an emulated
+// link the same rate (probed bandwidth within 5%).
+bool on_link(const nlohmann::json& run, const ProjectionLink& link) {
+  if (run_link_kind(run) != link.kind) return false;
+  return link.kind != "emulated" ||
+         std::abs(emulated_link(run).beta_s_per_byte / link.model.beta_s_per_byte - 1.0) <= 0.05;
+}
+
+// Strong scaling: the global batch stays at `global_batch` and p ranks split it; weak scaling:
+// every rank keeps `per_rank_batch`. Measured runs are split the strong way (--batch-size is
+// the global batch), so strong is the default.
+struct Scaling {
+  bool weak = false;
+  double global_batch = 0;
+  double per_rank_batch = 0;
+  double rank_batch(int p) const { return weak ? per_rank_batch : global_batch / p; }
+  std::string text() const {
+    return weak ? fmt::format("weak: every rank keeps {:g} samples", per_rank_batch)
+                : fmt::format("strong: a global batch of {:g} split over the ranks", global_batch);
+  }
+};
+
+Scaling choose_scaling(const ProjectOptions& o, double calibration_batch) {
+  if (!o.scaling.empty() && o.scaling != "strong" && o.scaling != "weak") {
+    throw InputError(fmt::format("--scaling {}: unknown (strong or weak)", o.scaling));
+  }
+  if (o.per_rank_batch < 0) throw InputError(fmt::format("--per-rank-batch {}: must be positive", o.per_rank_batch));
+  if (o.scaling == "strong" && o.per_rank_batch > 0) {
+    throw InputError("--per-rank-batch: sets weak scaling; it does not go with --scaling strong");
+  }
+  Scaling s;
+  s.weak = o.scaling == "weak" || o.per_rank_batch > 0;
+  s.global_batch = calibration_batch;
+  s.per_rank_batch = o.per_rank_batch > 0 ? o.per_rank_batch : calibration_batch;
+  return s;
+}
+
+// The model's compute terms from a 1-rank run: per-sample time (data wait, h2d, forward,
+// backward over the global batch) and the optimizer step.
+StepModel compute_model(const nlohmann::json& run) {
+  const auto& ph = run.at("phases_s");
+  StepModel m;
+  m.per_sample_compute_s = (ph.at("data_wait").get<double>() + ph.at("h2d").get<double>() +
+                            ph.at("forward").get<double>() + ph.at("backward").get<double>()) /
+                           run.at("global_batch").get<double>();
+  m.optimizer_s = ph.at("optimizer").get<double>();
+  m.param_bytes = run.at("num_params").get<double>() * 4.0;
+  m.sample_bytes = run.value("input_features", 0.0) * 4.0;
+  m.logit_bytes = run.value("num_classes", 0.0) * 4.0;
+  return m;
+}
+
+// The files' runs: every ok run, the 1-rank ones, and the most CPU cores any file's env saw.
+struct Inputs {
   std::vector<const nlohmann::json*> runs, singles;
-  for (const auto& doc : results) {
-    cores = std::max(cores, doc.at("env").value("cpu_cores", 0));
-    for (const auto& run : doc.at("runs")) {
-      if (!ok_run(run)) continue;
-      runs.push_back(&run);
-      if (run.at("world_size") == 1) singles.push_back(&run);
+  int cores = 0;
+
+  explicit Inputs(const std::vector<nlohmann::json>& results) {
+    for (const auto& doc : results) {
+      cores = std::max(cores, doc.at("env").value("cpu_cores", 0));
+      for (const auto& run : doc.at("runs")) {
+        if (!ok_run(run)) continue;
+        runs.push_back(&run);
+        if (run.at("world_size") == 1) singles.push_back(&run);
+      }
     }
   }
-  if (singles.empty()) {
-    throw InputError(fmt::format("{}: no 1-rank run to calibrate compute from (add 1 to --ranks)",
-                                 o.results.empty() ? std::string("results") : o.results.front()));
-  }
+
   // The 1-rank run closest to `batch`, preferring num_workers 0 (its decoding cost is on the
   // critical path, as it is when ranks share one CPU) and a strategy without a reducer (whose
   // 1-rank step is plain SGD, without staging the batch for a scatter).
-  auto calibration_run = [&](double batch) {
-    const nlohmann::json* best = nullptr;
+  const nlohmann::json& calibration_run(double batch) const {
     auto score = [&](const nlohmann::json* r) {
       return std::abs(std::log(r->at("global_batch").get<double>() / batch)) * 100.0 +
              (r->at("config").value("num_workers", 0) == 0 ? 0.0 : 1.0) +
              (run_strategy(*r).has_reducer ? 0.5 : 0.0);
     };
-    for (const auto* r : singles) {
-      if (best == nullptr || score(r) < score(best)) best = r;
-    }
-    return best;
-  };
-  auto compute_model = [](const nlohmann::json& run) {
-    const auto& ph = run.at("phases_s");
-    StepModel m;
-    m.per_sample_compute_s = (ph.at("data_wait").get<double>() + ph.at("h2d").get<double>() +
-                              ph.at("forward").get<double>() + ph.at("backward").get<double>()) /
-                             run.at("global_batch").get<double>();
-    m.optimizer_s = ph.at("optimizer").get<double>();
-    m.param_bytes = run.at("num_params").get<double>() * 4.0;
-    m.sample_bytes = run.value("input_features", 0.0) * 4.0;
-    m.logit_bytes = run.value("num_classes", 0.0) * 4.0;
-    return m;
-  };
-  const double largest_batch = (*std::max_element(singles.begin(), singles.end(), [](auto* a, auto* b) {
-                                 return a->at("global_batch").template get<double>() <
-                                        b->at("global_batch").template get<double>();
-                               }))->at("global_batch").get<double>();
-  const double b = o.per_rank_batch > 0 ? o.per_rank_batch : largest_batch;
-  const nlohmann::json* base = calibration_run(b);
-  StepModel model = compute_model(*base);
-
-  std::vector<double> exposed;
-  std::optional<double> link_busbw;
-  int busbw_ranks = std::numeric_limits<int>::max();
-  std::string busbw_source;
-  for (const auto* run : runs) {
-    if (run->at("world_size").get<int>() < 2) continue;
-    // The exposed share of communication that may overlap backward, from the runs all of whose
-    // communication may (DDP's buckets).
-    const double comm = run->at("phases_s").at("comm").get<double>();
-    if (run_projection(*run).overlapped_share == 1.0 && comm > 0) {
-      exposed.push_back(std::min(1.0, run->at("phases_s").at("comm_exposed").get<double>() / comm));
-    }
-    const auto busbw = run_busbw(*run);
-    if (busbw && run->at("world_size").get<int>() < busbw_ranks) {
-      busbw_ranks = run->at("world_size").get<int>();
-      link_busbw = *busbw;
-      busbw_source = run->contains("bus_bandwidth_GBps")
-                         ? run->at("bus_bandwidth_GBps").value("collective", std::string("collective"))
-                         : std::string("all-reduce");
-    }
-  }
-  if (!exposed.empty()) model.exposed_fraction = median(exposed);
-
-  LinkModel link;
-  if (o.link != "measured") {
-    link = link_preset(o.link);
-  } else if (collectives != nullptr) {
-    auto measured = link_from_collectives(*collectives, model.param_bytes);
-    if (!measured) throw InputError(fmt::format("{}: no BM_AllReduce results with busbw", o.collectives));
-    link = *measured;
-  } else if (link_busbw) {
-    link = {"measured", 0.0, 1.0 / (*link_busbw * 1e9),
-            fmt::format("the result's own {} busbw {:.2f} GB/s at {} ranks (alpha not measured: 0)",
-                        busbw_source, *link_busbw, busbw_ranks)};
-  } else {
-    throw InputError("--link measured: no bandwidth measured (pass --collectives from dpbench_collectives, "
-                     "a result with a bus bandwidth (an allreduce run at 2+ ranks), or --link "
-                     "pcie4|pcie5|nvlink4|ib-ndr)");
+    return **std::min_element(singles.begin(), singles.end(),
+                              [&](const auto* a, const auto* b) { return score(a) < score(b); });
   }
 
-  // Every strategy's curves; the crossover of each non-reference curve with the reference
-  // strategy's default curve (its first): the world size from which the reference is more than
-  // 5% slower.
+  double largest_single_batch() const {
+    double b = 0;
+    for (const auto* r : singles) b = std::max(b, r->at("global_batch").get<double>());
+    return b;
+  }
+
+  // The median exposed share of communication over the multi-rank runs measured over `link`
+  // all of whose communication may overlap backward (DDP's buckets); 1 when there are none.
+  // (How much backward hides depends on the link, so runs over other links do not count.)
+  double exposed_fraction(const ProjectionLink& link) const {
+    std::vector<double> exposed;
+    for (const auto* run : runs) {
+      const double comm = run->at("phases_s").at("comm").get<double>();
+      if (run->at("world_size").get<int>() >= 2 && on_link(*run, link) &&
+          run_projection(*run).overlapped_share == 1.0 && comm > 0) {
+        exposed.push_back(std::min(1.0, run->at("phases_s").at("comm_exposed").get<double>() / comm));
+      }
+    }
+    return exposed.empty() ? 1.0 : median(exposed);
+  }
+};
+
+// Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
+// while every rank has a sample), and the world size from which each non-reference curve is more
+// than 5% faster than the reference strategy's default curve (its first). Fills doc's "modes",
+// "points", "crossovers" and "crossover_world_size".
+void project_curves(const ProjectOptions& o, const StepModel& model, const LinkModel& link, const Scaling& scaling,
+                    nlohmann::json& doc) {
   const auto& curves = projected_modes();
   const ProjectedCurve* reference = nullptr;
   for (const auto& c : curves) {
     if (reference == nullptr && c.strategy->reference) reference = &c;
   }
   nlohmann::json modes = nlohmann::json::array();
-  std::vector<std::optional<int>> crossing(curves.size());
   for (const auto& c : curves) {
     modes.push_back({{"mode", c.mode.key}, {"strategy", c.strategy->name}, {"label", c.label},
                      {"transport", c.mode.transport}, {"reference", c.strategy->reference}});
   }
+  std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
-  for (int p = 1; p <= o.max_ranks; p *= 2) {
+  for (int p = 1; p <= o.max_ranks && scaling.rank_batch(p) >= 1.0; p *= 2) {
+    const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
     for (std::size_t i = 0; i < curves.size(); ++i) {
       const std::string& mode = curves[i].mode.key;
       const StepPrediction pred = predict_step(model, link, mode, p, b);
-      const StepPrediction one = predict_step(model, link, mode, 1, b);
-      const double speedup = (p * b / pred.step_s) / (b / one.step_s);
+      const StepPrediction one = predict_step(model, link, mode, 1, scaling.rank_batch(1));
+      const double speedup = (p * b / pred.step_s) / (scaling.rank_batch(1) / one.step_s);
       points.push_back({{"world_size", p}, {"mode", mode}, {"step_time_s", pred.step_s},
-                        {"compute_s", pred.compute_s}, {"comm_s", pred.comm_s},
-                        {"throughput_samples_per_s", p * b / pred.step_s}, {"speedup", speedup},
-                        {"efficiency", speedup / p}});
+                        {"compute_s", pred.compute_s}, {"comm_s", pred.comm_s}, {"per_rank_batch", b},
+                        {"global_batch", p * b}, {"throughput_samples_per_s", p * b / pred.step_s},
+                        {"speedup", speedup}, {"efficiency", speedup / p}});
       step[i] = pred.step_s;
     }
-    if (reference != nullptr && p >= 2) {
+    for (std::size_t i = 0; reference != nullptr && p >= 2 && i < curves.size(); ++i) {
       const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
-      for (std::size_t i = 0; i < curves.size(); ++i) {
-        if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;
-      }
+      if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;
     }
     if (p > o.max_ranks / 2) break;
   }
@@ -246,58 +341,178 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
     crossovers.push_back({{"mode", curves[i].mode.key}, {"reference", reference->mode.key},
                           {"world_size", crossing[i] ? nlohmann::json(*crossing[i]) : nlohmann::json()}});
   }
-
-  // The model against every measured multi-rank run. Ranks of one CPU share it: each gets 1/p.
-  nlohmann::json measured = nlohmann::json::array();
-  for (const auto* run : runs) {
-    const int p = run->at("world_size").get<int>();
-    if (p < 2) continue;
-    const bool cpu = run->at("device") == "cpu";
-    const double B = run->at("global_batch").get<double>();
-    const int workers = run->at("config").value("num_workers", 0);
-    StepModel local = compute_model(*calibration_run(B));
-    local.exposed_fraction = model.exposed_fraction;
-    const StepPrediction pred =
-        predict_step(local, link, run_projection(*run).key, p, B / p, cpu ? 1.0 / p : 1.0);
-    const double actual = run->at("step_time_s").at("p50").get<double>();
-    // Ranks time-sliced on too few cores, or GPU ranks sharing a device, do not run the way
-    // the model assumes (each rank its own compute, communication over the link).
-    const bool virtual_ranks = run->value("virtual_ranks", false);
-    const bool applies = cpu ? (cores == 0 || p <= cores) : !virtual_ranks;
-    std::string note;
-    if (!applies) {
-      note = cpu ? fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores)
-                 : fmt::format("{} virtual ranks shared the GPUs: the model does not apply", p);
-    }
-    measured.push_back({{"world_size", p}, {"mode", run_projection(*run).key}, {"global_batch", B},
-                        {"num_workers", workers},
-                        {"step_time_s", actual}, {"predicted_step_time_s", pred.step_s},
-                        {"relative_error", pred.step_s / actual - 1.0}, {"model_applies", applies},
-                        {"note", note}});
-  }
-
-  nlohmann::json doc;
-  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
-  doc["created"] = utc_timestamp();
-  doc["link"] = {{"name", link.name}, {"alpha_s", link.alpha_s}, {"beta_s_per_byte", link.beta_s_per_byte},
-                 {"bandwidth_GBps", 1e-9 / link.beta_s_per_byte}, {"source", link.source}};
-  doc["calibration"] = {{"result_files", o.results},
-                        {"calibration_run", {{"mode", base->at("mode")}, {"global_batch", base->at("global_batch")},
-                                             {"num_workers", base->at("config").value("num_workers", 0)}}},
-                        {"per_sample_compute_s", model.per_sample_compute_s},
-                        {"optimizer_s", model.optimizer_s}, {"param_bytes", model.param_bytes},
-                        {"sample_bytes", model.sample_bytes}, {"logit_bytes", model.logit_bytes},
-                        {"exposed_fraction", model.exposed_fraction}, {"per_rank_batch", b},
-                        {"scaling", "weak: every rank keeps per_rank_batch samples"}};
   doc["modes"] = modes;
   doc["points"] = points;
   doc["crossovers"] = crossovers;
   // The first non-reference curve's crossover, for readers of version 1 files (which had only
   // allreduce's); `crossovers` has every curve's.
   doc["crossover_world_size"] = crossovers.empty() ? nlohmann::json() : crossovers.front()["world_size"];
-  doc["measured"] = measured;
+}
+
+// Why the model does not describe a measured run ("" when it does): its link is not the
+// projection's kind, its ranks time-sliced a CPU, or GPU ranks shared a device.
+std::string not_applicable_note(const nlohmann::json& run, const ProjectionLink& link, int cores) {
+  const int p = run.at("world_size").get<int>();
+  const std::string kind = run_link_kind(run);
+  if (kind != "emulated" && kind != link.kind) {
+    return fmt::format("measured over {} (--comm {}); the projection has no figure for that link, its link is {} ({})", kind,
+                       run.value("comm", std::string("local")), link.kind, link.model.name);
+  }
+  if (run.at("device") == "cpu" && cores > 0 && p > cores) {
+    return fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores);
+  }
+  if (run.at("device") != "cpu" && run.value("virtual_ranks", false)) {
+    return fmt::format("{} virtual ranks shared the GPUs: the model does not apply", p);
+  }
+  return "";
+}
+
+// The model against one measured multi-rank run, at the run's own batch and link (a cluster
+// run's emulated link; the projection's otherwise). Ranks of one CPU share it: each gets 1/p.
+// A run over another kind of link than the projection's gets no model value (null): the model
+// has no figure for its link. "on_curve": the run has the curves' setting (batch under their
+// scaling, num_workers, link), so it may be drawn beside them.
+nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const StepModel& model,
+                              const ProjectionLink& link, const Scaling& scaling, int calibration_workers) {
+  const int p = run.at("world_size").get<int>();
+  const double B = run.at("global_batch").get<double>();
+  const int workers = run.at("config").value("num_workers", 0);
+  const std::string kind = run_link_kind(run);
+  const LinkModel own = kind == "emulated" ? emulated_link(run) : link.model;
+  const double actual = run.at("step_time_s").at("p50").get<double>();
+  const std::string note = not_applicable_note(run, link, in.cores);
+  const bool same_batch = scaling.weak ? std::abs(B / p - scaling.per_rank_batch) < 1e-9
+                                       : std::abs(B - scaling.global_batch) < 1e-9;
+  nlohmann::json point = {{"world_size", p}, {"mode", run_projection(run).key}, {"global_batch", B},
+                          {"num_workers", workers}, {"link", kind == link.kind || kind == "emulated" ? own.name : kind},
+                          {"link_kind", kind}, {"step_time_s", actual}, {"predicted_step_time_s", nullptr},
+                          {"relative_error", nullptr}, {"model_applies", note.empty()}, {"note", note},
+                          {"on_curve", on_link(run, link) && same_batch && workers == calibration_workers}};
+  if (kind == "emulated" || kind == link.kind) {
+    StepModel local = compute_model(in.calibration_run(B));
+    local.exposed_fraction = model.exposed_fraction;
+    const bool cpu = run.at("device") == "cpu";
+    const double predicted = predict_step(local, own, run_projection(run).key, p, B / p, cpu ? 1.0 / p : 1.0).step_s;
+    point["predicted_step_time_s"] = predicted;
+    point["relative_error"] = predicted / actual - 1.0;
+  }
+  return point;
+}
+
+}  // namespace
+
+void add_project_options(CLI::App& app, ProjectOptions& o) {
+  app.add_option("results", o.results, "dpbench result or sweep files (one needs a 1-rank run)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--link", o.link,
+                 "measured: a link between processes (--collectives' inter-process all-reduce, else the "
+                 "files' emulated cluster link, else their GPU or gloo/mpi runs' busbw); memory: the "
+                 "in-process copies of thread ranks; or a preset: pcie4, pcie5, nvlink4, ib-ndr")
+      ->capture_default_str();
+  app.add_option("--collectives", o.collectives,
+                 "Google Benchmark JSON of dpbench_collectives: measured alpha and busbw")
+      ->check(CLI::ExistingFile);
+  app.add_option("--max-ranks", o.max_ranks, "Largest world size projected")->capture_default_str();
+  app.add_option("--scaling", o.scaling,
+                 "strong (default: the calibration run's global batch split over the ranks, as "
+                 "--batch-size splits it) or weak (every rank keeps --per-rank-batch)");
+  app.add_option("--per-rank-batch", o.per_rank_batch,
+                 "Samples per rank per step: weak scaling (default with --scaling weak: the "
+                 "calibration run's batch)");
+  app.add_option("--out,-o", o.out, "Projection JSON path (default results/dpbench-projection-<time>.json)");
+  app.add_flag("--quiet,-q", o.quiet, "Only print the summary");
+}
+
+nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
+                       const nlohmann::json* collectives) {
+  if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
+  const Inputs in(results);
+  if (in.singles.empty()) {
+    throw InputError(fmt::format("{}: no 1-rank run to calibrate compute from (add 1 to --ranks)",
+                                 o.results.empty() ? std::string("results") : o.results.front()));
+  }
+  const Scaling scaling = choose_scaling(o, in.largest_single_batch());
+  const nlohmann::json& base = in.calibration_run(scaling.weak ? scaling.per_rank_batch : scaling.global_batch);
+  StepModel model = compute_model(base);
+  const ProjectionLink link = choose_link(o, in.runs, collectives, model.param_bytes);
+  model.exposed_fraction = in.exposed_fraction(link);
+
+  nlohmann::json doc;
+  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
+  doc["created"] = utc_timestamp();
+  doc["link"] = {{"name", link.model.name}, {"kind", link.kind}, {"alpha_s", link.model.alpha_s},
+                 {"beta_s_per_byte", link.model.beta_s_per_byte}, {"collectives", link.model.collectives},
+                 {"bandwidth_GBps", 1e-9 / link.model.beta_s_per_byte}, {"source", link.model.source}};
+  const int calibration_workers = base.at("config").value("num_workers", 0);
+  doc["calibration"] = {{"result_files", o.results},
+                        {"calibration_run", {{"mode", base.at("mode")}, {"global_batch", base.at("global_batch")},
+                                             {"num_workers", calibration_workers}}},
+                        {"per_sample_compute_s", model.per_sample_compute_s},
+                        {"optimizer_s", model.optimizer_s}, {"param_bytes", model.param_bytes},
+                        {"sample_bytes", model.sample_bytes}, {"logit_bytes", model.logit_bytes},
+                        {"exposed_fraction", model.exposed_fraction},
+                        {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
+                        {"scaling", scaling.text()}};
+  doc["scaling"] = {{"kind", scaling.weak ? "weak" : "strong"},
+                    {"global_batch", scaling.weak ? nlohmann::json() : nlohmann::json(scaling.global_batch)},
+                    {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
+                    {"text", scaling.text()}};
+  project_curves(o, model, link.model, scaling, doc);
+  doc["measured"] = nlohmann::json::array();
+  for (const auto* run : in.runs) {
+    if (run->at("world_size").get<int>() >= 2) {
+      doc["measured"].push_back(measured_point(*run, in, model, link, scaling, calibration_workers));
+    }
+  }
   return doc;
 }
+
+namespace {
+
+// The curves' table: step ms and scaling efficiency of each mode per world size.
+void print_curves(const nlohmann::json& doc) {
+  const std::size_t n_modes = doc["modes"].size();
+  fmt::print("\n{:>6}", "ranks");
+  for (const auto& m : doc["modes"]) fmt::print("  {:>14}", m["mode"].get<std::string>());
+  fmt::print("   (step ms / scaling efficiency)\n");
+  for (std::size_t i = 0; i + n_modes <= doc["points"].size(); i += n_modes) {
+    fmt::print("{:>6}", doc["points"][i]["world_size"].get<int>());
+    for (std::size_t k = 0; k < n_modes; ++k) {
+      const auto& pt = doc["points"][i + k];
+      fmt::print("  {:>8.3f} {:>4.0f}%", 1e3 * pt["step_time_s"].get<double>(), 100.0 * pt["efficiency"].get<double>());
+    }
+    fmt::print("\n");
+  }
+}
+
+// The crossovers, then every measured run against the model, with its error.
+void print_summary(const nlohmann::json& doc) {
+  const int largest = doc["points"].empty() ? 1 : doc["points"].back()["world_size"].get<int>();
+  for (const auto& c : doc["crossovers"]) {
+    const auto mode = c["mode"].get<std::string>();
+    const auto ref = c["reference"].get<std::string>();
+    if (c["world_size"].is_null()) {
+      fmt::print("{} does not overtake {} by 5% up to {} ranks\n", mode, ref, largest);
+    } else {
+      fmt::print("{} overtakes {} (by more than 5%) from {} ranks\n", mode, ref, c["world_size"].get<int>());
+    }
+  }
+  for (const auto& m : doc["measured"]) {
+    std::string tail = m["on_curve"].get<bool>() ? "  [on the curves' setting]" : "";
+    if (!m["model_applies"].get<bool>()) tail += "  (" + m["note"].get<std::string>() + ")";
+    const std::string model = m["predicted_step_time_s"].is_null()
+                                  ? std::string("no model value")
+                                  : fmt::format("model {:.3f} ms ({:+.0f}%)", 1e3 * m["predicted_step_time_s"].get<double>(),
+                                                100.0 * m["relative_error"].get<double>());
+    fmt::print("measured {:>13} at {} ranks, batch {:>4}, workers {}, link {}: {:.3f} ms, {}{}\n",
+               m["mode"].get<std::string>(), m["world_size"].get<int>(), m["global_batch"].get<int>(),
+               m["num_workers"].get<int>(), m["link"].get<std::string>(), 1e3 * m["step_time_s"].get<double>(),
+               model, tail);
+  }
+}
+
+}  // namespace
 
 int project_command(const ProjectOptions& o) {
   std::vector<nlohmann::json> docs;
@@ -311,41 +526,13 @@ int project_command(const ProjectOptions& o) {
   if (!o.collectives.empty()) gb = read_json(o.collectives, "Google Benchmark JSON");
   const nlohmann::json doc = project(o, docs, gb ? &*gb : nullptr);
 
-  fmt::print("link: {} ({:.2f} GB/s, alpha {:.2f} us): {}\n", doc["link"]["name"].get<std::string>(),
-             doc["link"]["bandwidth_GBps"].get<double>(), 1e6 * doc["link"]["alpha_s"].get<double>(),
-             doc["link"]["source"].get<std::string>());
-  const std::size_t n_modes = doc["modes"].size();
-  if (!o.quiet) {
-    fmt::print("\n{:>6}", "ranks");
-    for (const auto& m : doc["modes"]) fmt::print("  {:>14}", m["mode"].get<std::string>());
-    fmt::print("   (step ms / scaling efficiency)\n");
-    for (std::size_t i = 0; i + n_modes <= doc["points"].size(); i += n_modes) {
-      fmt::print("{:>6}", doc["points"][i]["world_size"].get<int>());
-      for (std::size_t k = 0; k < n_modes; ++k) {
-        const auto& pt = doc["points"][i + k];
-        fmt::print("  {:>8.3f} {:>4.0f}%", 1e3 * pt["step_time_s"].get<double>(),
-                   100.0 * pt["efficiency"].get<double>());
-      }
-      fmt::print("\n");
-    }
-  }
+  fmt::print("link: {} [{}] ({:.3g} GB/s, alpha {:.2f} us): {}\n", doc["link"]["name"].get<std::string>(),
+             doc["link"]["kind"].get<std::string>(), doc["link"]["bandwidth_GBps"].get<double>(),
+             1e6 * doc["link"]["alpha_s"].get<double>(), doc["link"]["source"].get<std::string>());
+  fmt::print("scaling: {}\n", doc["scaling"]["text"].get<std::string>());
+  if (!o.quiet) print_curves(doc);
   fmt::print("\n");
-  for (const auto& c : doc["crossovers"]) {
-    const auto mode = c["mode"].get<std::string>();
-    const auto ref = c["reference"].get<std::string>();
-    if (c["world_size"].is_null()) {
-      fmt::print("{} does not overtake {} by 5% up to {} ranks\n", mode, ref, o.max_ranks);
-    } else {
-      fmt::print("{} overtakes {} (by more than 5%) from {} ranks\n", mode, ref, c["world_size"].get<int>());
-    }
-  }
-  for (const auto& m : doc["measured"]) {
-    fmt::print("measured {:>13} at {} ranks, batch {:>4}, workers {}: {:.3f} ms, model {:.3f} ms ({:+.0f}%){}\n",
-               m["mode"].get<std::string>(), m["world_size"].get<int>(), m["global_batch"].get<int>(),
-               m["num_workers"].get<int>(), 1e3 * m["step_time_s"].get<double>(),
-               1e3 * m["predicted_step_time_s"].get<double>(), 100.0 * m["relative_error"].get<double>(),
-               m["model_applies"].get<bool>() ? "" : "  (" + m["note"].get<std::string>() + ")");
-  }
+  print_summary(doc);
   const std::string out = o.out.empty() ? default_out_path("projection") : o.out;
   write_json_atomic(out, doc);
   fmt::print("projection written to {}\n", out);

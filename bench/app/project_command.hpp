@@ -2,7 +2,10 @@
 // files, prints projected step time, throughput, speedup and scaling efficiency of each mode for
 // world sizes 1, 2, 4, ... up to --max-ranks, the world size where each strategy overtakes the
 // reference strategy (the parameter server), and the model against every measured multi-rank
-// run. Writes a "dpbench-projection" JSON for the report: its "modes" carry each curve's
+// run with its error there. The link is one measured between processes (emulated cluster,
+// inter-process collectives, GPU runs) unless the user asks for in-process memory copies
+// (--link memory) or a datasheet preset; the curves scale the way the measured runs did (strong:
+// a fixed global batch) unless asked for weak scaling. Writes a "dpbench-projection" JSON for the report: its "modes" carry each curve's
 // strategy, label, transport and reference role, so the report names no mode itself.
 #pragma once
 
@@ -18,10 +21,11 @@ namespace dpbench {
 
 struct ProjectOptions {
   std::vector<std::string> results;  // dpbench result / sweep files
-  std::string link = "measured";     // or a preset: pcie4, pcie5, nvlink4, ib-ndr
+  std::string link = "measured";     // or "memory", or a preset: pcie4, pcie5, nvlink4, ib-ndr
   std::string collectives;           // Google Benchmark JSON of dpbench_collectives (measured link)
   int max_ranks = 1024;
-  double per_rank_batch = 0;         // 0: the 1-rank run's batch (weak scaling)
+  std::string scaling;               // "" or "strong": fixed global batch; "weak": fixed per-rank batch
+  double per_rank_batch = 0;         // > 0: weak scaling at this many samples per rank
   std::string out;                   // "" -> results/dpbench-projection-<time>.json
   bool quiet = false;
 };
@@ -29,7 +33,8 @@ struct ProjectOptions {
 void add_project_options(CLI::App& app, ProjectOptions& options);
 
 // The projection document for already-loaded result documents. Throws InputError naming the
-// file or option when the model cannot be calibrated (no 1-rank run, no bandwidth).
+// file or option when the model cannot be calibrated (no 1-rank run, no link of the asked kind
+// measured, an unknown --scaling or a --per-rank-batch with --scaling strong).
 nlohmann::json project(const ProjectOptions& options, const std::vector<nlohmann::json>& results,
                        const nlohmann::json* collectives);
 

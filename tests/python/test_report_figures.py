@@ -451,6 +451,23 @@ class MadeSweepTest(unittest.TestCase):
         left = drawn["projection"].axes[0]
         self.assertEqual(["ps (collective)", "ps (p2p)", "allreduce (ring)"], legend_texts(left)[:3])
 
+    def test_projection_draws_the_points_on_its_setting_each_with_its_error(self):
+        proj = projection_fixture()
+        proj["scaling"] = {"kind": "strong", "global_batch": 256, "text": "strong: a global batch of 256"}
+        for i, m in enumerate(proj["measured"]):
+            m["on_curve"] = m["world_size"] == 2  # the 4-rank points: another setting
+            m["relative_error"] = 0.01 * (i + 1)
+        with captured() as drawn:
+            fig = figures.plot_projection(proj, self.tmp)
+        left = drawn["projection"].axes[0]
+        drawn_errors = sorted(t.get_text() for t in left.texts if t.get_text().endswith("%"))
+        self.assertEqual(["+1%", "+2%", "+3%"], drawn_errors)
+        for label, error in (("allreduce (ring)", "+1%"), ("ps (collective)", "+2%"), ("ps (p2p)", "+3%")):
+            self.assertIn(f"{label} p=2: {error}", fig.caption)
+        self.assertNotIn("p=4:", fig.caption)  # (the crossover sentence says "from p=4")
+        self.assertIn("3 more measured points", fig.caption)
+        self.assertIn("strong scaling", drawn["projection"]._suptitle.get_text())
+
     def test_overlap_only_for_strategies_that_overlap_and_beyond_one_rank(self):
         doc = ordered_sweep()
         write_json(self.tmp / "r.json", doc)
