@@ -395,7 +395,7 @@ TEST_F(Cli, DefaultMainJobMeetsAcceptanceFigures) {
   for (const auto& run : doc["runs"]) {
     EXPECT_GE(run["quality"]["test_accuracy"].get<double>(), 0.84) << run["mode"];
     EXPECT_EQ(run["world_size"], 4);
-    // The exposed part of the communication is part of it (README: what the table says).
+    // The exposed part of the communication is part of it (docs/measurement.md: what the table says).
     EXPECT_LE(run["phases_s"]["comm_exposed"].get<double>(), run["phases_s"]["comm"].get<double>()) << run["mode"];
     EXPECT_GT(run["phases_s"]["comm"].get<double>(), 0.0) << run["mode"];
   }

@@ -130,7 +130,7 @@ class EmulatedCluster : public ::testing::Test {
 
 // The CI grid: every mode at three points over two node counts and two rates, each within 15 %
 // (2 nodes are left out: there sharded_ps's reduce-scatter over gloo takes ~1.8 N beta where the
-// model says 1.5, README "Emulated cluster")
+// model says 1.5, docs/emulated-cluster.md)
 // of its projection, every node's wire bytes within the TCP/IP bound of its counted bytes, the
 // probed rate within 20 % of the requested one, allreduce at >= 85 % of the ring's bound.
 TEST_F(EmulatedCluster, EveryModeMatchesItsProjectionOnAGrid) {
