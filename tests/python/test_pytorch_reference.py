@@ -13,8 +13,11 @@ so it shares no code with the script. For the CNN it also reproduces what each m
 does to BatchNorm: each rank's chunk is normalised with its own statistics and only rank 0's
 running-statistic update is kept.
 
+The options: --max-steps (dpbench's spelling) and its alias --steps give the same run, on the
+script's own synthetic data (one tiny plain run each).
+
 Not covered: the CUDA modes (no GPU here) and the script's own data (--data synthetic,
-fashion-mnist), which no bundle fixes.
+fashion-mnist) beyond that, which no bundle fixes.
 """
 import json
 import math
@@ -316,6 +319,43 @@ class BadBundle(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("--steps", proc.stderr)
         self.assertFalse(self.out.exists())
+
+    def test_option_the_bundle_fixes_is_named_as_typed(self):
+        for option in ("--max-steps", "--steps"):
+            with self.subTest(option=option):
+                proc = run_script("--start", self.dir, "--device", "cpu", option, 3,
+                                  "--out", self.out)
+                self.assertEqual(proc.returncode, 2)
+                self.assertIn(f"error: {option}: the start bundle fixes it",
+                              proc.stderr.strip().splitlines()[-1])
+                self.assertFalse(self.out.exists())
+
+
+@unittest.skipUnless(HAVE_TORCH, "PyTorch (python3-torch) and numpy are not importable")
+class StepsOption(unittest.TestCase):
+    """--max-steps, dpbench's spelling, and --steps, the script's first one, are one option."""
+
+    def test_max_steps_and_its_alias_steps_give_the_same_run(self):
+        docs = {}
+        with tempfile.TemporaryDirectory(prefix="pytorch-reference-steps-") as tmp:
+            for option in ("--max-steps", "--steps"):
+                out = pathlib.Path(tmp) / f"{option.strip('-')}.json"
+                proc = run_script("--device", "cpu", "--modes", "plain", "--hidden", 8,
+                                  "--batch-size", 16, "--synthetic-samples", 64, option, 6,
+                                  "--warmup-steps", 1, "--threads", 1, "--quiet", "--out", out,
+                                  timeout=120)
+                self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+                docs[option] = json.loads(out.read_text())
+        new, old = docs["--max-steps"], docs["--steps"]
+        for doc in (new, old):
+            self.assertEqual(doc["config"]["steps"], 6)
+            self.assertEqual(doc["runs"][0]["steps"],
+                             {"total": 6, "timed": 5, "warmup": 1, "per_epoch": 4})
+        # Same seed, same synthetic data and order, one thread: the same losses, bit for bit.
+        losses = [d["runs"][0]["quality"]["step_train_loss"] for d in (new, old)]
+        self.assertEqual(len(losses[0]), 6)
+        self.assertEqual(losses[0], losses[1])
+        self.assertEqual(new["config"], old["config"])
 
 
 if __name__ == "__main__":

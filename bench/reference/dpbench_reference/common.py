@@ -1,0 +1,44 @@
+"""Names every module of the reference shares: PyTorch (imported once, None when it cannot be
+imported, so that the command line can say so and exit 2), the constants of the model, the data
+and the result file, and InputError.
+"""
+
+from pathlib import Path
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    TORCH_IMPORT_ERROR = None
+except (ImportError, OSError) as e:  # not installed (ModuleNotFoundError), or a broken install
+    torch = dist = mp = nn = DistributedDataParallel = None
+    TORCH_IMPORT_ERROR = e
+
+PROG = "pytorch_reference"
+# bench/reference/dpbench_reference/common.py -> the repository's root.
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CUDA_MODES = ("plain", "dataparallel", "ddp")
+CPU_MODES = ("plain", "dataparallel", "ddp", "rpc_ps")
+MODES = CPU_MODES
+# The dpbench mode each PyTorch mode stands for (plain: dpbench's 1-rank runs).
+DPBENCH_EQUIVALENT = {"plain": None, "dataparallel": "ps", "ddp": "allreduce", "rpc_ps": "ps"}
+INPUT_FEATURES = 28 * 28
+NUM_CLASSES = 10
+FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
+DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+START_SCHEMA = {"name": "dpbench-start", "version": 1}
+RESULT_SCHEMA = {"name": "dpbench-pytorch-reference", "version": 2}
+# Options a start bundle fixes (by argparse dest), with the defaults they take without one.
+BUNDLE_FIXED_DEFAULTS = {
+    "hidden": [4096, 4096], "batch_size": 1024, "steps": 200, "warmup_steps": 20, "lr": 0.1,
+    "momentum": 0.9, "weight_decay": 0.0, "seed": 0, "bucket_cap_mb": 25.0, "data": "synthetic",
+    "data_dir": None, "synthetic_samples": 60000,
+}
+
+
+class InputError(Exception):
+    """Bad input (data files, a start bundle, options that only the device can check): one line,
+    exit 2."""

@@ -1,0 +1,95 @@
+"""dpbench's models in PyTorch (the MLP and the CNN, by state_dict key as dpbench's start bundle
+names them), the initial parameters every mode starts from, and the optimizer.
+"""
+
+import math
+
+from .common import nn, torch
+
+
+class MLP(nn.Module if torch is not None else object):
+    """dpbench's MLP: fc1..fcL (nn.Linear), ReLU between them, none after the last. Input
+    [batch, *] is flattened. nn.Linear's default initialisation (weights and biases uniform in
+    +-1/sqrt(fan_in), as dpbench's init_params), drawn in layer order."""
+
+    def __init__(self, in_features, hidden, classes):
+        super().__init__()
+        dims = [in_features, *hidden, classes]
+        self.depth = len(dims) - 1
+        for i in range(self.depth):
+            setattr(self, f"fc{i + 1}", nn.Linear(dims[i], dims[i + 1]))
+
+    def forward(self, x):
+        """x [batch, *] -> logits [batch, classes]."""
+        x = x.flatten(1)
+        for i in range(1, self.depth + 1):
+            x = getattr(self, f"fc{i}")(x)
+            if i < self.depth:
+                x = torch.relu(x)
+        return x
+
+
+class CNN(nn.Module if torch is not None else object):
+    """dpbench's CNN: [conv3x3 (pad 1, no bias) -> BatchNorm2d -> ReLU -> MaxPool2d(2)] x 2,
+    flatten (NCHW), fc1 -> ReLU -> fc2. Input [batch, C*H*W] or [batch, C, H, W]."""
+
+    def __init__(self, input_shape, channels, hidden, classes):
+        super().__init__()
+        c, h, w = input_shape
+        self.input_shape = tuple(input_shape)
+        self.conv1 = nn.Conv2d(c, channels[0], 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels[0], eps=1e-5, momentum=0.1)
+        self.conv2 = nn.Conv2d(channels[0], channels[1], 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels[1], eps=1e-5, momentum=0.1)
+        self.fc1 = nn.Linear(channels[1] * (h // 2 // 2) * (w // 2 // 2), hidden[0])
+        self.fc2 = nn.Linear(hidden[0], classes)
+
+    def forward(self, x):
+        """x [batch, C*H*W] or [batch, C, H, W] -> logits [batch, classes]."""
+        x = x.reshape(x.shape[0], *self.input_shape)
+        x = torch.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        x = torch.max_pool2d(torch.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def build_model(spec):
+    """spec: {"workload": "mlp"|"cnn", "input": [C, H, W], "classes", "hidden", "channels"}
+    -> an nn.Module on the CPU, initialised from the current torch seed."""
+    if spec["workload"] == "mlp":
+        return MLP(math.prod(spec["input"]), spec["hidden"], spec["classes"])
+    return CNN(spec["input"], spec["channels"], spec["hidden"], spec["classes"])
+
+
+def load_start_state(bundle, model):
+    """Copies the bundle's parameters and floating-point buffers into model (on the CPU, before
+    any .to(device)), by state_dict key."""
+    import numpy as np
+    state = model.state_dict()
+    for key in ("params", "buffers"):
+        if bundle[key] is None:
+            continue
+        path, table = bundle[key]
+        flat = np.fromfile(path, dtype="<f4")
+        with torch.no_grad():
+            for name, shape, offset in table:
+                values = flat[offset:offset + math.prod(shape)].reshape(shape)
+                state[name].copy_(torch.from_numpy(values.copy()))
+
+
+def initial_model(cfg):
+    """The model every mode starts from, on the CPU: the bundle's parameters and buffers, or
+    without a bundle the default initialisation after torch.manual_seed(seed)."""
+    bundle = cfg["start"]
+    if bundle is not None:
+        model = build_model(bundle["spec"])
+        load_start_state(bundle, model)
+        return model
+    torch.manual_seed(cfg["seed"])
+    return build_model(cfg["model"])
+
+
+def make_optimizer(cfg, model):
+    """torch.optim.SGD over model's parameters with cfg's lr, momentum and weight_decay
+    (PyTorch's SGD, dampening 0, no Nesterov)."""
+    return torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                           weight_decay=cfg["weight_decay"])
