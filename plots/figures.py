@@ -733,7 +733,7 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     crossovers = [c for c in rd.projection_crossovers(proj) if c.get("world_size")]
     for ax in (left, right):
         log2_axis(ax, [s for s in sizes if s & (s - 1) == 0] or sizes)
-        ax.set_xlim(min(sizes) / 1.2, max(max(sizes), 1024) * 1.2)
+        ax.set_xlim(min(sizes) / 1.2, max(sizes) * 1.2)
         ax.set_yscale("log")
         ax.set_xlabel("world size (ranks)")
         for crossover in sorted({c["world_size"] for c in crossovers}):
