@@ -9,29 +9,26 @@ void validate_allreduce(const TrainConfig& cfg, const Dataset& train) { validate
 
 namespace {
 
-// DDP: every bucket all-reduced as it becomes ready, then the same SGD step on every replica.
+// DDP: every bucket all-reduced as it becomes ready, then the same optimizer step on every replica.
 class AllreduceSync final : public ReplicaSync {
  public:
   explicit AllreduceSync(const ReplicaState& s)
-      : s_(s), velocity_(s.ctx, MemoryCategory::optimizer_state, s.n), reducer_(s.ctx, s.buckets.size()) {}
+      : s_(s), optimizer_(s.ctx, s.config, 0, s.n), reducer_(s.ctx, s.buckets.size()) {}
   void bucket_ready(std::size_t b) override {
     reducer_.start(b, s_.grads + s_.buckets[b].offset, s_.buckets[b].size);
   }
   void progress() override { reducer_.progress(); }
   bool overlaps_backward() const override { return true; }
   void join() override { reducer_.join(); }
-  void step() override {
-    const TrainConfig& c = s_.config;
-    s_.ctx.sgd_momentum(s_.params, s_.grads, velocity_.data(), s_.n, c.lr, c.momentum, c.weight_decay);
-  }
+  void step() override { optimizer_.step(s_.params, s_.grads); }
   void finish_step() override { reducer_.finish_step(); }
   CommStream* thread() override { return reducer_.thread(); }
-  // Every replica's momentum equals rank 0's, so rank 0's file holds it for all.
-  OptimizerShard optimizer_state() override { return {velocity_.data(), 0, s_.n}; }
+  // Every replica's optimizer state equals rank 0's, so rank 0's file holds it for all.
+  Optimizer& optimizer() override { return optimizer_; }
 
  private:
   ReplicaState s_;
-  Array<float> velocity_;
+  Optimizer optimizer_;
   GradReducer reducer_;
 };
 

@@ -135,6 +135,10 @@ class CudaRankContext final : public RankContext {
                     float weight_decay) override {
     cuda::sgd_momentum(params, grads, velocity, n, lr, momentum, weight_decay, stream());
   }
+  void adam(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
+            const cpu::AdamScalars& scalars) override {
+    cuda::adam(params, grads, exp_avg, exp_avg_sq, n, scalars, stream());
+  }
   void add_inplace(float* dst, const float* src, std::size_t n) override { cuda::add_inplace(dst, src, n, stream()); }
   void copy(float* dst, const float* src, std::size_t n) override {
     if (n > 0) cuda::memcpy_async(dst, src, n * sizeof(float), stream());

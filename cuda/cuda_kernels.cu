@@ -225,6 +225,22 @@ __global__ void sgd_momentum_kernel(float* params, const float* grads, float* ve
   }
 }
 
+__global__ void adam_kernel(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
+                            cpu::AdamScalars s) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
+    float p = params[i];
+    if (s.decay != 1.0f) p = __fmul_rn(s.decay, p);
+    float g = grads[i];
+    if (s.weight_decay != 0.0f) g = __fadd_rn(g, __fmul_rn(s.weight_decay, p));
+    const float m = __fadd_rn(__fmul_rn(s.beta1, exp_avg[i]), __fmul_rn(s.one_minus_beta1, g));
+    const float v = __fadd_rn(__fmul_rn(s.beta2, exp_avg_sq[i]), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+    params[i] = __fsub_rn(p, __fmul_rn(s.step_size, __fdiv_rn(m, denom)));
+  }
+}
+
 __global__ void add_inplace_kernel(float* y, const float* x, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] += x[i];
 }
@@ -407,6 +423,13 @@ void sgd_momentum(float* params, const float* grads, float* velocity, std::size_
   sgd_momentum_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(params, grads, velocity, n,
                                                                       lr, momentum, weight_decay);
   DPBENCH_LAUNCH_CHECK("sgd_momentum");
+}
+
+void adam(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
+          const cpu::AdamScalars& s, void* stream) {
+  if (n == 0) return;
+  adam_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(params, grads, exp_avg, exp_avg_sq, n, s);
+  DPBENCH_LAUNCH_CHECK("adam");
 }
 
 void add_inplace(float* y, const float* x, std::size_t n, void* stream) {

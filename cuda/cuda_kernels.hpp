@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "workloads/cpu_kernels.hpp"
+
 struct cublasContext;  // cuBLAS's handle type: cublasHandle_t is cublasContext*
 
 namespace dpbench::cuda {
@@ -111,6 +113,11 @@ void count_correct(const float* logits, const std::int32_t* labels, std::size_t 
 // cpu::sgd_momentum<float>.
 void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr,
                   float momentum, float weight_decay, void* stream);
+
+// Adam / AdamW with the step's scalars (cpu::adam_scalars), over n elements, as cpu::adam<float>:
+// every operation rounds separately (IEEE sqrt and division), so the result is bit-identical.
+void adam(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
+          const cpu::AdamScalars& s, void* stream);
 
 // y[i] += x[i] over n elements. As cpu::add_inplace (bit-identical).
 void add_inplace(float* y, const float* x, std::size_t n, void* stream);

@@ -9,6 +9,7 @@
 #include "workloads/distributed_sampler.hpp"
 #include "train/checkpoint.hpp"
 #include "train/models.hpp"
+#include "train/optimizer.hpp"
 #include "train/progress.hpp"
 #include "train/rank_context.hpp"
 
@@ -114,13 +115,12 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
     }
 
     // What only the reducer holds: the imbalance this mode is known for.
-    Array<float> master_params, master_grads, velocity, logits_all, dlogits_all, incoming;
+    Array<float> master_params, master_grads, logits_all, dlogits_all, incoming;
     std::unique_ptr<DataLoader> loader;  // the reducer loads the whole global batch
     std::unique_ptr<BatchStaging> staging;
     if (reducer) {
       master_params = Array<float>(ctx, MemoryCategory::parameters, n);
       master_grads = Array<float>(ctx, MemoryCategory::gradients, n);
-      velocity = Array<float>(ctx, MemoryCategory::optimizer_state, n);
       logits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
       dlogits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
       if (p2p) incoming = Array<float>(ctx, MemoryCategory::comm_buffers, n);
@@ -134,8 +134,9 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
 
     // --resume: the reducer's master parameters, buffers and momentum from the checkpoint.
     Checkpointer checkpoints(cfg, ctx, n, spe, /*writers=*/1);
-    const OptimizerShard optimizer = reducer ? OptimizerShard{velocity.data(), 0, n} : OptimizerShard{};
-    const long start = checkpoints.restore(master_params.data(), model->buffers(), model->num_buffers(), optimizer);
+    Optimizer optimizer(ctx, cfg, 0, reducer ? n : 0);  // the reducer's alone
+    const long start = checkpoints.restore(master_params.data(), model->buffers(), model->num_buffers(), optimizer.shard());
+    optimizer.resume_at(start);
     if (reducer) result.resumed_from_step = start > 0 ? start : -1;
     std::vector<long> steps_in_epoch(static_cast<std::size_t>(cfg.epochs), 0);
     for (long s = 0; s < start && s / spe < cfg.epochs; ++s) ++steps_in_epoch[static_cast<std::size_t>(s / spe)];
@@ -250,17 +251,14 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
         }
 
         // 6. the optimizer step, on the reducer only.
-        if (reducer) {
-          ctx.sgd_momentum(master_params.data(), master_grads.data(), velocity.data(), n, cfg.lr,
-                           cfg.momentum, cfg.weight_decay);
-        }
+        if (reducer) optimizer.step(master_params.data(), master_grads.data());
         timer->lap(&PhaseTimes::optimizer);
         StepRecord rec = timer->end();
         rec.phases.comm_exposed = rec.phases.comm;  // every transfer blocks this step
         if (step >= cfg.warmup_steps) me.steps.push_back(rec);
         ++steps_in_epoch[static_cast<std::size_t>(epoch)];
         progress.step_done(ctx, epoch, step);
-        checkpoints.maybe_save(step + 1, master_params.data(), model->buffers(), model->num_buffers(), optimizer,
+        checkpoints.maybe_save(step + 1, master_params.data(), model->buffers(), model->num_buffers(), optimizer.shard(),
                                me, timed_start);
       }
     }

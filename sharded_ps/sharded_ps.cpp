@@ -75,7 +75,7 @@ class ShardedSync final : public ReplicaSync {
         plain_(layout_.counts.size() == 1),
         mine_(layout_.counts[static_cast<std::size_t>(rank_)]),
         offset_(layout_.offsets[static_cast<std::size_t>(rank_)]),
-        velocity_(s.ctx, MemoryCategory::optimizer_state, mine_) {
+        optimizer_(s.ctx, s.config, offset_, mine_) {
     // One rank serves everything to itself: plain training, its own gradients are the sum.
     if (plain_) return;
     grad_sum_ = Array<float>(s.ctx, MemoryCategory::gradients, mine_);
@@ -140,12 +140,7 @@ class ShardedSync final : public ReplicaSync {
     }
   }
 
-  void step() override {
-    if (mine_ == 0) return;
-    const TrainConfig& c = s_.config;
-    const float* grads = plain_ ? s_.grads : grad_sum_.data();
-    s_.ctx.sgd_momentum(s_.params + offset_, grads, velocity_.data(), mine_, c.lr, c.momentum, c.weight_decay);
-  }
+  void step() override { optimizer_.step(s_.params + offset_, plain_ ? s_.grads : grad_sum_.data()); }
 
   bool pulls() const override { return layout_.counts.size() > 1; }
   void pull() override {
@@ -174,8 +169,8 @@ class ShardedSync final : public ReplicaSync {
     if (reducer_) reducer_->finish_step();
   }
   CommStream* thread() override { return reducer_ ? reducer_->thread() : nullptr; }
-  // Each server's momentum exists on that server only: one checkpoint shard per server.
-  OptimizerShard optimizer_state() override { return {velocity_.data(), offset_, mine_}; }
+  // Each server's optimizer state exists on that server only: one checkpoint shard per server.
+  Optimizer& optimizer() override { return optimizer_; }
   int checkpoint_writers() const override { return server_count(s_.config); }
 
  private:
@@ -187,7 +182,7 @@ class ShardedSync final : public ReplicaSync {
   std::size_t mine_;    // elements of the range this rank serves (0 off the servers)
   std::size_t offset_;  // where that range starts
   Array<float> grad_sum_;   // [mine_]: the summed gradients of the range
-  Array<float> velocity_;   // [mine_]: its momentum buffer
+  Optimizer optimizer_;     // over [offset_, + mine_): the range's optimizer state
   Array<float> incoming_;   // [mine_]: p2p receive buffer
   std::vector<std::vector<std::size_t>> bucket_counts_;  // collective: per bucket, per rank
   std::vector<float*> recv_;                             // collective: per bucket

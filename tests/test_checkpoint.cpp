@@ -41,10 +41,12 @@ constexpr std::int64_t kSamples = 480;
 struct Variant {
   std::string mode, transport, workload;
   int servers = 0;
+  std::string optimizer = "sgd";
 };
 
 std::string name_of(const Variant& v) {
-  return v.mode + "_" + v.transport + "_" + v.workload + (v.servers > 0 ? "_servers" + std::to_string(v.servers) : "");
+  return v.mode + "_" + v.transport + "_" + v.workload + (v.servers > 0 ? "_servers" + std::to_string(v.servers) : "") +
+         (v.optimizer != "sgd" ? "_" + v.optimizer : "");
 }
 
 std::unique_ptr<Dataset> dataset_for(const std::string& workload) {
@@ -57,6 +59,8 @@ TrainConfig config_for(const Variant& v) {
   c.transport = v.transport;
   c.servers = v.servers;
   c.workload = v.workload;
+  c.optimizer = v.optimizer;
+  if (v.optimizer != "sgd") c.lr = 0.01f;
   if (v.workload == "cnn") {
     c.channels = {4, 6};
     c.hidden = {16};
@@ -147,7 +151,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"sharded_ps", "collective", "mlp"}, Variant{"sharded_ps", "p2p", "mlp"},
                       Variant{"sharded_ps", "collective", "mlp", 2}, Variant{"allreduce", "collective", "mlp"},
                       Variant{"ps", "collective", "cnn"}, Variant{"sharded_ps", "collective", "cnn"},
-                      Variant{"sharded_ps", "p2p", "cnn"}, Variant{"allreduce", "collective", "cnn"}),
+                      Variant{"sharded_ps", "p2p", "cnn"}, Variant{"allreduce", "collective", "cnn"},
+                      // Adam's state (two arrays) and its step count (bias correction) resume too.
+                      Variant{"ps", "collective", "mlp", 0, "adam"}, Variant{"sharded_ps", "collective", "mlp", 0, "adamw"},
+                      Variant{"sharded_ps", "p2p", "mlp", 2, "adam"}, Variant{"allreduce", "collective", "mlp", 0, "adamw"}),
     [](const ::testing::TestParamInfo<Variant>& info) { return name_of(info.param); });
 
 class CheckpointDamage : public ::testing::Test {
@@ -248,6 +255,15 @@ TEST_F(CheckpointDamage, OtherConfigIsAnInputErrorNamingTheField) {
     FAIL() << "resumed with another seed";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("seed 11, this run has 12"), std::string::npos) << e.what();
+  }
+  // An SGD checkpoint (which names no optimizer) does not resume an Adam run.
+  config_.seed = 11;
+  config_.optimizer = "adam";
+  try {
+    (void)train(config_, *data_);
+    FAIL() << "resumed an SGD checkpoint with Adam";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer null, this run has \"adam\""), std::string::npos) << e.what();
   }
 }
 

@@ -466,6 +466,37 @@ TEST_F(Cli, ReferenceLossAgreesWithPyTorch) {
   }
 }
 
+// AdamW (decoupled weight decay) in every mode against torch.optim.AdamW in PyTorch's
+// counterparts: every step's loss within the agreement band, and the start bundle told PyTorch
+// which optimizer to run (its result records it).
+TEST_F(Cli, ReferenceLossAgreesWithPyTorchUnderAdamW) {
+  if (!torch_importable()) GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh --test installs it)";
+  if (!fashion_mnist_installed()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  const Outcome o = dpbench("--ranks 2 --mode ps,allreduce,sharded_ps --hidden 64 --batch-size 64 --optimizer adamw "
+                            "--lr 0.001 --weight-decay 0.01 --betas 0.85,0.995 --max-steps 100 --repetitions 1 "
+                            "--reference pytorch -q");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(doc["runs"][0]["config"]["optimizer"], "adamw");
+  const auto& ref = doc["reference"]["runs"];
+  ASSERT_EQ(ref.size(), 3u) << doc["reference"].dump();
+  for (const auto& r : ref) {
+    EXPECT_EQ(r["optimizer"]["name"], "adamw") << r["mode"];
+    EXPECT_NEAR(r["optimizer"]["betas"][1].get<double>(), 0.995, 1e-6) << r["mode"];
+    EXPECT_TRUE(r["loss_agreement"]["within"].get<bool>()) << r["mode"] << ": " << r["loss_agreement"].dump();
+    EXPECT_LE(r["loss_agreement"]["max_rel_diff"].get<double>(), 1e-4) << r["mode"];
+  }
+}
+
+TEST_F(Cli, OptimizerOptionsThatDoNothingAreRefused) {
+  expect_input_error(synthetic("--optimizer adam --momentum 0.5"), "--momentum: sgd's option");
+  expect_input_error(synthetic("--betas 0.9,0.99"), "--betas: adam's and adamw's option");
+  expect_input_error(synthetic("--eps 1e-6"), "--eps: adam's and adamw's option");
+  expect_input_error(synthetic("--optimizer adam --betas 0.9"), "--betas");
+  expect_input_error(synthetic("--optimizer lion"), "--optimizer lion: unknown");
+  expect_input_error(synthetic("--optimizer adamw --betas 0.9,1.5"), "--betas 0.9,1.5: each must be in [0, 1)");
+}
+
 TEST_F(Cli, ReferenceOfAnUnknownFramework) { expect_input_error(synthetic("--reference tensorflow"), "--reference"); }
 TEST_F(Cli, ReferenceWithRankBatchIsRefused) {
   if (!torch_importable()) GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh --test installs it)";

@@ -226,6 +226,26 @@ TEST_F(CudaKernels, SgdMomentumMatchesCpuBitForBit) {
   }
 }
 
+TEST_F(CudaKernels, AdamAndAdamWMatchCpuBitForBit) {
+  const std::size_t n = 1001;
+  for (const bool decoupled : {false, true}) {
+    auto params = random_floats(n, 43);
+    std::vector<float> exp_avg(n, 0.0f), exp_avg_sq(n, 0.0f);
+    const DeviceBuffer<float> d_params(params), d_exp_avg(exp_avg), d_exp_avg_sq(exp_avg_sq);
+    for (long t = 1; t <= 3; ++t) {
+      const auto grads = random_floats(n, 44 + static_cast<std::uint64_t>(t));
+      const cpu::AdamScalars s = cpu::adam_scalars(1e-3, 0.9, 0.999, 1e-8, 0.01, t, decoupled);
+      cpu::adam(params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), n, s);
+      const DeviceBuffer<float> d_grads(grads);
+      cuda::adam(d_params.get(), d_grads.get(), d_exp_avg.get(), d_exp_avg_sq.get(), n, s, stream());
+      // Separately rounded products and sums, IEEE square root and division on both sides: exact.
+      EXPECT_EQ(bit_mismatches(d_exp_avg.to_host(), exp_avg), 0u) << "exp_avg, step " << t << " " << decoupled;
+      EXPECT_EQ(bit_mismatches(d_exp_avg_sq.to_host(), exp_avg_sq), 0u) << "exp_avg_sq, step " << t;
+      EXPECT_EQ(bit_mismatches(d_params.to_host(), params), 0u) << "params, step " << t << " " << decoupled;
+    }
+  }
+}
+
 TEST_F(CudaKernels, AddInplaceMatchesCpuBitForBit) {
   const std::size_t n = 1001;
   auto y = random_floats(n, 51);

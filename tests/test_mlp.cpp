@@ -1,6 +1,7 @@
 // Tests of the MLP and its CPU kernels: gradients against central finite differences in double
 // precision, gradient-ready order (what bucketing relies on), the loss and the SGD update.
 #include <cmath>
+#include <stdexcept>
 #include <random>
 #include <vector>
 
@@ -121,6 +122,53 @@ TEST(SoftmaxCrossEntropy, LossAndGradientOfKnownLogits) {
   EXPECT_NEAR(loss, std::log(2.0), 1e-6);
   EXPECT_NEAR(d[0], 0.25f, 1e-6);
   EXPECT_NEAR(d[2], -0.5f, 1e-6);
+}
+
+// torch.optim.Adam's update in double, for the tests below: returns p after `steps` steps of the
+// same gradient g (L2 weight decay wd; decoupled: AdamW's).
+double adam_reference(double p, double g, int steps, double lr, double b1, double b2, double eps, double wd,
+                      bool decoupled) {
+  double m = 0, v = 0;
+  for (int t = 1; t <= steps; ++t) {
+    if (decoupled) p *= 1 - lr * wd;
+    const double d = decoupled ? g : g + wd * p;
+    m = b1 * m + (1 - b1) * d;
+    v = b2 * v + (1 - b2) * d * d;
+    const double mhat = m / (1 - std::pow(b1, t)), vhat = v / (1 - std::pow(b2, t));
+    p -= lr * mhat / (std::sqrt(vhat) + eps);
+  }
+  return p;
+}
+
+TEST(Adam, FirstStepMovesEveryParameterByLrTimesTheGradientsSign) {
+  // Bias correction makes step 1's m-hat = g and v-hat = g^2: the update is lr * g / (|g| + eps).
+  std::vector<float> p = {1.0f, -2.0f, 0.5f}, g = {0.5f, -3.0f, 1e-3f}, m(3, 0.0f), v(3, 0.0f);
+  cpu::adam(p.data(), g.data(), m.data(), v.data(), 3, cpu::adam_scalars(0.01, 0.9, 0.999, 1e-8, 0.0, 1, false));
+  EXPECT_NEAR(p[0], 1.0f - 0.01f, 1e-6);
+  EXPECT_NEAR(p[1], -2.0f + 0.01f, 1e-6);
+  EXPECT_NEAR(p[2], 0.5f - 0.01f, 1e-6);
+  EXPECT_FLOAT_EQ(m[1], 0.1f * -3.0f);
+  EXPECT_FLOAT_EQ(v[1], 0.001f * 9.0f);
+}
+
+TEST(Adam, TenStepsOfAdamAndAdamWMatchTheFormulaInDouble) {
+  for (const bool decoupled : {false, true}) {
+    std::vector<float> p = {0.8f}, g = {0.3f}, m = {0.0f}, v = {0.0f};
+    for (int t = 1; t <= 10; ++t) {
+      cpu::adam(p.data(), g.data(), m.data(), v.data(), 1, cpu::adam_scalars(0.05, 0.8, 0.99, 1e-6, 0.1, t, decoupled));
+    }
+    EXPECT_NEAR(p[0], adam_reference(0.8, 0.3, 10, 0.05, 0.8, 0.99, 1e-6, 0.1, decoupled), 1e-6) << decoupled;
+  }
+  // The two differ: Adam's decay goes through the running averages, AdamW's does not.
+  EXPECT_GT(std::abs(adam_reference(0.8, 0.3, 10, 0.05, 0.8, 0.99, 1e-6, 0.1, false) -
+                     adam_reference(0.8, 0.3, 10, 0.05, 0.8, 0.99, 1e-6, 0.1, true)), 1e-3);
+}
+
+TEST(Adam, AdamWWithAZeroGradientOnlyDecaysTheParameters) {
+  std::vector<float> p = {2.0f}, g = {0.0f}, m = {0.0f}, v = {0.0f};
+  cpu::adam(p.data(), g.data(), m.data(), v.data(), 1, cpu::adam_scalars(0.1, 0.9, 0.999, 1e-8, 0.5, 1, true));
+  EXPECT_FLOAT_EQ(p[0], 2.0f * 0.95f);
+  EXPECT_THROW(cpu::adam_scalars(0.1, 0.9, 0.999, 1e-8, 0.0, 0, false), std::invalid_argument);
 }
 
 TEST(SgdMomentum, TwoStepsMatchPyTorchFormula) {

@@ -112,12 +112,16 @@ void check_fingerprint(const nlohmann::json& theirs, const nlohmann::json& ours,
 }  // namespace
 
 nlohmann::json checkpoint_fingerprint(const TrainConfig& c, std::size_t num_params, long steps_per_epoch) {
-  return {{"workload", c.workload},         {"hidden", c.hidden},
-          {"channels", c.channels},         {"num_params", num_params},
-          {"world_size", c.world_size},     {"mode", c.mode},
-          {"transport", c.transport},       {"servers", c.servers},
-          {"global_batch", c.global_batch}, {"rank_batches", c.rank_batches},
-          {"seed", c.seed},                 {"steps_per_epoch", steps_per_epoch}};
+  nlohmann::json f = {{"workload", c.workload},         {"hidden", c.hidden},
+                      {"channels", c.channels},         {"num_params", num_params},
+                      {"world_size", c.world_size},     {"mode", c.mode},
+                      {"transport", c.transport},       {"servers", c.servers},
+                      {"global_batch", c.global_batch}, {"rank_batches", c.rank_batches},
+                      {"seed", c.seed},                 {"steps_per_epoch", steps_per_epoch}};
+  // SGD's files name no optimizer (as before there were others), so they still resume; an Adam
+  // state cannot resume an SGD run or the other way round.
+  if (c.optimizer != "sgd") f["optimizer"] = c.optimizer;
+  return f;
 }
 
 std::string checkpoint_path(const std::string& dir, long step, int rank) {
@@ -138,6 +142,7 @@ std::string encode_checkpoint(const CheckpointFile& f) {
                                  {"rank", f.rank},
                                  {"writers", f.writers},
                                  {"velocity_offset", f.velocity_offset},
+                                 {"optimizer_slots", f.optimizer_slots},
                                  {"blobs", blobs},
                                  {"payload_bytes", payload.size()}};
   const std::string text = header.dump();
@@ -182,9 +187,14 @@ CheckpointFile decode_checkpoint(const std::string& bytes) {
     f.rank = header.at("rank");
     f.writers = header.at("writers");
     f.velocity_offset = header.at("velocity_offset");
+    f.optimizer_slots = header.value("optimizer_slots", 1);
+    if (f.optimizer_slots < 1) throw Error(fmt::format("optimizer_slots {}: must be at least 1", f.optimizer_slots));
     f.params = read_blob<float>(header, bytes, at, payload_bytes, "params", "f32");
     f.buffers = read_blob<float>(header, bytes, at, payload_bytes, "buffers", "f32");
     f.velocity = read_blob<float>(header, bytes, at, payload_bytes, "velocity", "f32");
+    if (f.velocity.size() % static_cast<std::size_t>(f.optimizer_slots) != 0) {
+      throw Error(fmt::format("velocity: {} floats for {} optimizer slots", f.velocity.size(), f.optimizer_slots));
+    }
     f.step_losses = read_blob<double>(header, bytes, at, payload_bytes, "step_losses", "f64");
     return f;
   } catch (const nlohmann::json::exception&) {
@@ -239,22 +249,30 @@ long Checkpointer::restore(float* params, float* buffers, std::size_t num_buffer
     }
     const auto first = head.step_losses.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rank) * static_cast<std::size_t>(step));
     resumed_losses_.assign(first, first + step);
-    if (optimizer.count > 0) {
-      const CheckpointFile& own = rank < writers_ ? files[static_cast<std::size_t>(rank)] : head;
-      if (optimizer.offset < own.velocity_offset ||
-          optimizer.offset + optimizer.count > own.velocity_offset + own.velocity.size()) {
-        throw InputError(fmt::format("--resume: {} does not hold the momentum of parameters [{}, {})",
-                                     checkpoint_path(dir, step, own.rank), optimizer.offset,
-                                     optimizer.offset + optimizer.count));
-      }
-      ctx_.upload(optimizer.velocity, own.velocity.data() + (optimizer.offset - own.velocity_offset), optimizer.count);
-    }
+    if (optimizer.count > 0) restore_optimizer(rank < writers_ ? files[static_cast<std::size_t>(rank)] : head, optimizer);
     ctx_.synchronize();
     resumed_ = step;
     return step;
   }
   throw InputError(fmt::format("--resume: no valid checkpoint in {} ({} found, every one incomplete, truncated or corrupt)",
                                dir, found.size()));
+}
+
+void Checkpointer::restore_optimizer(const CheckpointFile& own, const OptimizerShard& optimizer) {
+  const std::string path = checkpoint_path(config_.checkpoint_dir, own.step, own.rank);
+  if (own.optimizer_slots != optimizer.slots) {
+    throw InputError(fmt::format("--resume: {} holds {} optimizer state arrays per parameter, --optimizer {} keeps {}",
+                                 path, own.optimizer_slots, config_.optimizer, optimizer.slots));
+  }
+  const std::size_t own_count = own.velocity.size() / static_cast<std::size_t>(own.optimizer_slots);
+  if (optimizer.offset < own.velocity_offset || optimizer.offset + optimizer.count > own.velocity_offset + own_count) {
+    throw InputError(fmt::format("--resume: {} does not hold the optimizer state of parameters [{}, {})", path,
+                                 optimizer.offset, optimizer.offset + optimizer.count));
+  }
+  for (int s = 0; s < optimizer.slots; ++s) {
+    const float* from = own.velocity.data() + static_cast<std::size_t>(s) * own_count + (optimizer.offset - own.velocity_offset);
+    ctx_.upload(optimizer.state + static_cast<std::size_t>(s) * optimizer.count, from, optimizer.count);
+  }
 }
 
 void Checkpointer::merge_losses(std::vector<double>& local_step_sums) const {
@@ -295,9 +313,10 @@ void Checkpointer::maybe_save(long steps_done, const float* params, const float*
     f.rank = rank;
     f.writers = writers_;
     f.velocity_offset = optimizer.offset;
-    f.velocity.resize(optimizer.count);
+    f.optimizer_slots = optimizer.slots;
+    f.velocity.resize(optimizer.count * static_cast<std::size_t>(optimizer.slots));
     ctx_.synchronize();
-    if (optimizer.count > 0) ctx_.download(f.velocity.data(), optimizer.velocity, optimizer.count);
+    if (optimizer.count > 0) ctx_.download(f.velocity.data(), optimizer.state, f.velocity.size());
     if (rank == 0) {
       f.params.resize(num_params_);
       f.buffers.resize(num_buffers);

@@ -7,9 +7,10 @@
 //   rank 0's file:  the parameters (the reducer's master copy in `ps`, rank 0's replica
 //                   otherwise), the BatchNorm running buffers (cnn), every rank's per-step loss
 //                   sums of steps 0..S-1 (so that a resumed run reports the same per-step and
-//                   per-epoch losses), and rank 0's optimizer state (SGD momentum);
-//   rank k's file:  (sharded_ps, k < servers) the momentum of server k's parameter range, which
-//                   no other rank holds: one shard per server, written by that server.
+//                   per-epoch losses), and rank 0's optimizer state (SGD's momentum, or Adam's
+//                   exp_avg and exp_avg_sq; Adam's step count is the checkpoint's step S);
+//   rank k's file:  (sharded_ps, k < servers) the optimizer state of server k's parameter range,
+//                   which no other rank holds: one shard per server, written by that server.
 // The data position is the step count S alone: epoch S / steps_per_epoch and step S %
 // steps_per_epoch within it. No RNG state needs saving: dpbench's sample order is a pure
 // function of (seed, epoch) (workloads/distributed_sampler.cpp, shuffled_indices) and its
@@ -42,12 +43,14 @@ class RankContext;
 
 inline constexpr int kKeepCheckpoints = 3;
 
-// The optimizer state (SGD momentum) one rank holds, in rank-device memory: the momentum of the
-// flat parameters [offset, offset + count); count 0 when the rank holds none.
+// The optimizer state one rank holds, in rank-device memory, for the flat parameters
+// [offset, offset + count): `slots` arrays of count floats, contiguous (SGD: the momentum; Adam
+// and AdamW: exp_avg, then exp_avg_sq); count 0 when the rank holds none.
 struct OptimizerShard {
-  float* velocity = nullptr;
+  float* state = nullptr;
   std::size_t offset = 0;
   std::size_t count = 0;
+  int slots = 1;
 };
 
 // What identifies the run a checkpoint belongs to: the fields above, as JSON.
@@ -62,10 +65,13 @@ struct CheckpointFile {
   long step = 0;
   int rank = 0;
   int writers = 1;
-  std::size_t velocity_offset = 0;
+  std::size_t velocity_offset = 0;  // the first parameter whose optimizer state the file holds
+  int optimizer_slots = 1;           // state arrays per parameter (header "optimizer_slots")
   std::vector<float> params;        // [num_params] in rank 0's file, else empty
   std::vector<float> buffers;       // [num_buffers] in rank 0's file, else empty
-  std::vector<float> velocity;      // the momentum of [velocity_offset, + size())
+  // The optimizer state of [velocity_offset, + size() / optimizer_slots): optimizer_slots arrays
+  // one after the other (blob "velocity", its name from when it held SGD's momentum alone).
+  std::vector<float> velocity;
   std::vector<double> step_losses;  // rank 0's file: [world_size][step] loss sums, row-major
 };
 
@@ -117,6 +123,9 @@ class Checkpointer {
   long spe_;
   int writers_;
   long resumed_ = 0;
+  // Uploads `optimizer`'s range of the state in `own` (a checkpoint file of this run). Throws
+  // InputError when the file holds another number of state arrays or not the whole range.
+  void restore_optimizer(const CheckpointFile& own, const OptimizerShard& optimizer);
   std::vector<double> resumed_losses_;  // this rank's loss sums of steps 0..resumed_-1
 };
 

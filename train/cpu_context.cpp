@@ -90,6 +90,10 @@ class CpuRankContext final : public RankContext {
                     float weight_decay) override {
     cpu::sgd_momentum(params, grads, velocity, n, lr, momentum, weight_decay);
   }
+  void adam(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
+            const cpu::AdamScalars& scalars) override {
+    cpu::adam(params, grads, exp_avg, exp_avg_sq, n, scalars);
+  }
   void add_inplace(float* dst, const float* src, std::size_t n) override { cpu::add_inplace(dst, src, n); }
   void copy(float* dst, const float* src, std::size_t n) override {
     if (n > 0) std::memcpy(dst, src, n * sizeof(float));

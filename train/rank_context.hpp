@@ -33,6 +33,7 @@
 #include "core/comm.hpp"
 #include "core/memory.hpp"
 #include "train/training.hpp"
+#include "workloads/cpu_kernels.hpp"
 #include "workloads/model.hpp"
 
 namespace dpbench {
@@ -186,6 +187,9 @@ class RankContext {
   // SGD with momentum and weight decay, PyTorch torch.optim.SGD semantics, over n elements.
   virtual void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr,
                             float momentum, float weight_decay) = 0;
+  // Adam / AdamW with one step's scalars (cpu::adam_scalars), torch.optim.Adam / AdamW semantics.
+  virtual void adam(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
+                    const cpu::AdamScalars& scalars) = 0;
   virtual void add_inplace(float* dst, const float* src, std::size_t n) = 0;  // dst += src
   virtual void copy(float* dst, const float* src, std::size_t n) = 0;
   virtual void fill_zero(float* dst, std::size_t n) = 0;

@@ -90,8 +90,9 @@ RunResult train_replicas(const TrainConfig& cfg, const TrainData& data, const Ma
     const std::unique_ptr<ReplicaSync> sync = make_sync({cfg, ctx, params.data(), grads.data(), n, buckets});
     // --resume: rank 0's parameters and buffers, every rank's momentum, from the checkpoint.
     Checkpointer checkpoints(cfg, ctx, n, spe, sync->checkpoint_writers());
-    const OptimizerShard optimizer = sync->optimizer_state();
+    const OptimizerShard optimizer = sync->optimizer().shard();
     const long start = checkpoints.restore(params.data(), model->buffers(), num_buffers, optimizer);
+    sync->optimizer().resume_at(start);
     if (rank == 0) {
       result.resumed_from_step = start > 0 ? start : -1;
       for (long s = 0; s < start && s / spe < cfg.epochs; ++s) ++steps_in_epoch[static_cast<std::size_t>(s / spe)];

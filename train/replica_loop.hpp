@@ -14,6 +14,7 @@
 #include "core/comm_stream.hpp"
 #include "train/buckets.hpp"
 #include "train/checkpoint.hpp"
+#include "train/optimizer.hpp"
 #include "train/rank_context.hpp"
 #include "train/training.hpp"
 #include "workloads/distributed_sampler.hpp"
@@ -61,8 +62,8 @@ class ReplicaSync {
   // The communication thread, for collectives that must run in order with the buckets
   // (SyncBatchNorm); null when the backend orders its own operations.
   virtual CommStream* thread() = 0;
-  // The optimizer state this rank holds, for checkpoints (train/checkpoint.hpp).
-  virtual OptimizerShard optimizer_state() = 0;
+  // The optimizer this rank steps with (its state goes into checkpoints, train/checkpoint.hpp).
+  virtual Optimizer& optimizer() = 0;
   // Ranks 0..checkpoint_writers()-1 write a checkpoint file each: rank 0 alone when every rank's
   // optimizer state is a copy of rank 0's; each server its shard when the state is partitioned.
   virtual int checkpoint_writers() const { return 1; }

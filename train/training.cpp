@@ -22,6 +22,7 @@
 #include "core/net_interface.hpp"
 #include "core/local_comm.hpp"
 #include "core/gloo_comm.hpp"
+#include "train/optimizer.hpp"
 #include "core/mpi_comm.hpp"
 #include "core/rendezvous.hpp"
 #include "train/elastic.hpp"
@@ -380,6 +381,14 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.momentum < 0.0f || config.momentum >= 1.0f) {
     throw InputError(fmt::format("--momentum {}: must be in [0, 1)", config.momentum));
   }
+  optimizer_slots(config.optimizer);  // throws on an unknown name
+  if (!(config.weight_decay >= 0.0f)) {
+    throw InputError(fmt::format("--weight-decay {}: must be >= 0", config.weight_decay));
+  }
+  if (!(config.beta1 >= 0.0f && config.beta1 < 1.0f && config.beta2 >= 0.0f && config.beta2 < 1.0f)) {
+    throw InputError(fmt::format("--betas {},{}: each must be in [0, 1)", config.beta1, config.beta2));
+  }
+  if (!(config.eps >= 0.0f)) throw InputError(fmt::format("--eps {}: must be >= 0", config.eps));
   if (config.warmup_steps < 0) {
     throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.warmup_steps));
   }

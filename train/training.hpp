@@ -49,9 +49,14 @@ struct TrainConfig {
   int epochs = 2;
   long max_steps = -1;    // stop after this many steps in total (-1: run all epochs)
   int warmup_steps = 5;   // first steps excluded from timing statistics
+  // The optimizer (train/optimizer.hpp), torch.optim's names and defaults.
+  std::string optimizer = "sgd";  // "sgd", "adam" or "adamw"
   float lr = 0.1f;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
+  float momentum = 0.9f;          // sgd
+  float weight_decay = 0.0f;      // sgd, adam: L2 added to the gradient; adamw: decoupled decay
+  float beta1 = 0.9f;             // adam, adamw: --betas
+  float beta2 = 0.999f;
+  float eps = 1e-8f;              // adam, adamw
   std::uint64_t seed = 0;
   std::vector<int> hidden = {512, 256};
   std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -102,6 +103,43 @@ void sgd_momentum(T* params, const T* grads, T* velocity, std::size_t n, T lr, T
   }
 }
 
+AdamScalars adam_scalars(double lr, double beta1, double beta2, double eps, double weight_decay, long t,
+                         bool decoupled) {
+  if (t < 1) throw std::invalid_argument("adam_scalars: step must be >= 1");
+  AdamScalars s;
+  s.beta1 = static_cast<float>(beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s.eps = static_cast<float>(eps);
+  s.weight_decay = decoupled ? 0.0f : static_cast<float>(weight_decay);
+  s.decay = decoupled ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
+  const auto step = static_cast<double>(t);
+  s.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, step)));
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, step)));
+  return s;
+}
+
+template <typename T>
+void adam(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, std::size_t n, const AdamScalars& s) {
+  const T decay = s.decay, wd = s.weight_decay, b1 = s.beta1, b2 = s.beta2, c1 = s.one_minus_beta1,
+          c2 = s.one_minus_beta2, eps = s.eps, step_size = s.step_size, bc2 = s.bias_correction2_sqrt;
+  for (std::size_t i = 0; i < n; ++i) {
+    T p = params[i];
+    if (decay != T(1)) p = decay * p;
+    T g = grads[i];
+    if (wd != T(0)) g = g + wd * p;
+    const T m = b1 * exp_avg[i] + c1 * g;
+    const T gg = g * g;
+    const T v = b2 * exp_avg_sq[i] + c2 * gg;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const T denom = std::sqrt(v) / bc2 + eps;
+    const T ratio = m / denom;
+    params[i] = p - step_size * ratio;
+  }
+}
+
 template <typename T>
 void add_inplace(T* y, const T* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
@@ -122,6 +160,7 @@ const char* blas_core_name() { return openblas_get_corename(); }
                                            std::size_t, T*, T);                                  \
   template std::size_t count_correct<T>(const T*, const std::int32_t*, std::size_t, std::size_t); \
   template void sgd_momentum<T>(T*, const T*, T*, std::size_t, T, T, T);                         \
+  template void adam<T>(T*, const T*, T*, T*, std::size_t, const AdamScalars&);                    \
   template void add_inplace<T>(T*, const T*, std::size_t);
 DPBENCH_INSTANTIATE(float)
 DPBENCH_INSTANTIATE(double)

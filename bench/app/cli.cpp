@@ -42,10 +42,26 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
       ->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
       ->capture_default_str();
-  app.add_option("--lr", c.lr, "SGD learning rate (cnn: 0.05 unless given)")->capture_default_str();
-  app.add_option("--momentum", c.momentum, "SGD momentum (PyTorch semantics, dampening 0)")
+  app.add_option("--optimizer", c.optimizer,
+                 "sgd (with momentum), adam or adamw: torch.optim.SGD / Adam / AdamW semantics")
       ->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2)")->capture_default_str();
+  app.add_option("--lr", c.lr, "Learning rate (cnn: 0.05 unless given)")->capture_default_str();
+  app.add_option("--momentum", c.momentum, "sgd: momentum (PyTorch semantics, dampening 0)")
+      ->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay,
+                 "Weight decay: L2 added to the gradient (sgd, adam), decoupled (adamw)")
+      ->capture_default_str();
+  app.add_option_function<std::vector<float>>(
+         "--betas",
+         [&c](const std::vector<float>& b) {
+           if (b.size() != 2) throw CLI::ValidationError("--betas", "two values: beta1,beta2");
+           c.beta1 = b[0];
+           c.beta2 = b[1];
+         },
+         "adam, adamw: coefficients of the running averages of the gradient and its square")
+      ->delimiter(',')
+      ->default_str("0.9,0.999");
+  app.add_option("--eps", c.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
   app.add_option("--seed", c.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "
                  "DistributedSampler shuffle (seed + epoch)")
@@ -133,6 +149,20 @@ std::string transport_help() {
   return modes + " only: collective (ps: reduce + broadcast, as DataParallel over NCCL; sharded_ps: "
                  "reduce-scatter + all-gather) or p2p (send/recv between every worker and the reducer or "
                  "servers: incast)";
+}
+
+// The optimizer's options that do nothing with the chosen optimizer are errors: --momentum with
+// adam or adamw, --betas or --eps with sgd.
+void check_optimizer_options(const CLI::App& app, const TrainConfig& c) {
+  const bool sgd = c.optimizer == "sgd";
+  if (!sgd && app.count("--momentum") > 0) {
+    throw InputError(fmt::format("--momentum: sgd's option; --optimizer {} has --betas", c.optimizer));
+  }
+  for (const char* name : {"--betas", "--eps"}) {
+    if (sgd && app.count(name) > 0) {
+      throw InputError(fmt::format("{}: adam's and adamw's option; give --optimizer adam or adamw (sgd takes --momentum)", name));
+    }
+  }
 }
 
 // --nodes and its companions: parsed and checked, and the options that cannot go with them.
@@ -238,6 +268,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
 }
 
 void finish_run_options(const CLI::App& run, RunOptions& o) {
+  check_optimizer_options(run, o.base);
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
   o.repetitions_given = run.count("--repetitions") > 0;
@@ -453,6 +484,7 @@ int dpbench_main(int argc, char** argv) {
     finish_run_options(*run, run_options);
     sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
     sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
+    if (*sweep) check_optimizer_options(*sweep, sweep_options.base);
     if (*sweep) return finish(sweep_options.nodes.empty() ? sweep_command(sweep_options) : network_sweep(*sweep, sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());

@@ -194,9 +194,12 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
         {"steps", steps},
         {"warmup_steps", config.warmup_steps},
         {"steps_per_epoch", spe},
+        {"optimizer", config.optimizer},
         {"lr", config.lr},
         {"momentum", config.momentum},
         {"weight_decay", config.weight_decay},
+        {"betas", {config.beta1, config.beta2}},
+        {"eps", config.eps},
         {"seed", config.seed},
         {"bucket_cap_mb", config.bucket_cap_mb}}},
   };
@@ -294,6 +297,11 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
   record["dpbench_mode"] = cfg.mode;
   record["dpbench_label"] = strategy.label(cfg);
   record["torch_version"] = doc["env"].value("torch", "");
+  // The optimizer PyTorch ran, as its own result file says (the start bundle chose it).
+  const nlohmann::json config = doc.value("config", nlohmann::json::object());
+  record["optimizer"] = {{"name", config.value("optimizer", "sgd")},
+                         {"betas", config.value("betas", nlohmann::json::array())},
+                         {"eps", config.value("eps", nlohmann::json())}};
   record["omp_wait_policy"] = std::getenv("OMP_WAIT_POLICY");
   record["loss_agreement"] =
       loss_agreement(run.step_train_loss, record["quality"]["step_train_loss"].get<std::vector<double>>());

@@ -7,6 +7,7 @@ their defaults, class-prototype data, numpy permutations as the sample order).
 
 Usage: make_start_bundle.py DIR [--workload mlp|cnn] [--input 1x8x8] [--hidden 32]
     [--channels 4,8] [--train 512] [--test 128] [--batch 32] [--steps 30] [--warmup 5]
+    [--optimizer sgd|adam|adamw] [--betas 0.9,0.999] [--eps 1e-8]
 """
 import argparse
 import json
@@ -75,10 +76,11 @@ def _write_split(directory, prefix, x, y):
 def make_start_bundle(directory, workload="mlp", input_shape=(1, 8, 8), classes=10,
                       hidden=(32,), channels=(4, 8), train=512, test=128, batch=32, steps=30,
                       warmup=5, lr=0.1, momentum=0.9, weight_decay=0.0, seed=0,
-                      bucket_cap_mb=25.0):
+                      bucket_cap_mb=25.0, optimizer=None, betas=None, eps=None):
     """Writes the bundle into directory (created). Data: each class has a prototype in
-    [-1, 1)^features and a sample is its prototype plus N(0, 0.5^2) noise. Returns the path of
-    start.json."""
+    [-1, 1)^features and a sample is its prototype plus N(0, 0.5^2) noise. optimizer, betas and
+    eps go into config only when given (absent, a reader takes sgd, [0.9, 0.999] and 1e-8).
+    Returns the path of start.json."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -110,6 +112,9 @@ def make_start_bundle(directory, workload="mlp", input_shape=(1, 8, 8), classes=
                    "steps_per_epoch": spe, "lr": lr, "momentum": momentum,
                    "weight_decay": weight_decay, "seed": seed, "bucket_cap_mb": bucket_cap_mb},
     }
+    optional = {"optimizer": optimizer, "betas": list(betas) if betas is not None else None,
+                "eps": eps}
+    doc["config"].update({k: v for k, v in optional.items() if v is not None})
     path = directory / "start.json"
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
@@ -128,11 +133,16 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default=None)
+    p.add_argument("--betas", default=None, help="B1,B2")
+    p.add_argument("--eps", type=float, default=None)
     a = p.parse_args()
     print(make_start_bundle(a.dir, a.workload, [int(v) for v in a.input.split("x")],
                             hidden=[int(v) for v in a.hidden.split(",")],
                             channels=[int(v) for v in a.channels.split(",")], train=a.train,
-                            test=a.test, batch=a.batch, steps=a.steps, warmup=a.warmup))
+                            test=a.test, batch=a.batch, steps=a.steps, warmup=a.warmup,
+                            optimizer=a.optimizer, eps=a.eps,
+                            betas=[float(v) for v in a.betas.split(",")] if a.betas else None))
 
 
 if __name__ == "__main__":

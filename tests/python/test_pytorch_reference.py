@@ -6,15 +6,21 @@ Run from the repository root with Debian's interpreter (it has PyTorch 1.13, CPU
     /usr/bin/python3 -m unittest -v tests/python/test_pytorch_reference.py
 Skipped when torch cannot be imported. The script runs as a subprocess with --threads 1; each
 class runs it once with every mode (2 processes each) and shares the result file; one more run
-uses 3 processes for unequal chunks. About a minute on 2 cores.
+uses 3 processes for unequal chunks; the optimizer classes add three small runs. About a
+minute and a half on 2 cores.
 
 The loop here is functional (F.linear, F.conv2d, F.batch_norm) and reads the bundle with numpy,
 so it shares no code with the script. For the CNN it also reproduces what each multi-process mode
 does to BatchNorm: each rank's chunk is normalised with its own statistics and only rank 0's
 running-statistic update is kept.
 
+The optimizer: bundles with optimizer adam and adamw (and their betas, eps) run plain, ddp,
+dataparallel and rpc_ps with torch.optim.Adam / AdamW, checked against the loop here with the same
+optimizer; bad optimizer keys are rejected.
+
 The options: --max-steps (dpbench's spelling) and its alias --steps give the same run, on the
-script's own synthetic data (one tiny plain run each).
+script's own synthetic data (one tiny plain run each); --optimizer, --betas and --eps reach the
+result's config.
 
 Not covered: the CUDA modes (no GPU here) and the script's own data (--data synthetic,
 fashion-mnist) beyond that, which no bundle fixes.
@@ -98,9 +104,23 @@ def ddp_chunks(b, world):
     return chunks
 
 
+def reference_optimizer(params, c):
+    """The optimizer start.json's config c names (absent: sgd), built here over params:
+    torch.optim.SGD, Adam or AdamW with the config's values (betas and eps defaulting as the
+    bundle's format says)."""
+    name = c.get("optimizer", "sgd")
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=c["lr"], momentum=c["momentum"],
+                               weight_decay=c["weight_decay"])
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
+    return cls(params, lr=c["lr"], betas=tuple(c.get("betas", (0.9, 0.999))),
+               eps=c.get("eps", 1e-8), weight_decay=c["weight_decay"])
+
+
 def reference_run(b, chunks_for_step, default_buffers=False):
-    """Trains the bundle's model for config.steps steps with torch.optim.SGD and mean
-    cross-entropy over each step's global batch. chunks_for_step(t) -> index tensors, one per
+    """Trains the bundle's model for config.steps steps with the bundle's optimizer
+    (reference_optimizer: torch.optim.SGD, Adam or AdamW) and mean cross-entropy over each
+    step's global batch. chunks_for_step(t) -> index tensors, one per
     rank; each chunk is forwarded separately (BatchNorm with that chunk's statistics, running
     statistics updated by chunk 0 only). default_buffers: start from running_mean 0 and
     running_var 1 instead of the bundle's buffers.
@@ -134,8 +154,7 @@ def reference_run(b, chunks_for_step, default_buffers=False):
         h = F.relu(F.linear(h.flatten(1), p["fc1.weight"], p["fc1.bias"]))
         return F.linear(h, p["fc2.weight"], p["fc2.bias"])
 
-    opt = torch.optim.SGD(list(p.values()), lr=c["lr"], momentum=c["momentum"],
-                          weight_decay=c["weight_decay"])
+    opt = reference_optimizer(list(p.values()), c)
     losses = []
     for t in range(c["steps"]):
         chunks = chunks_for_step(t)
@@ -280,6 +299,89 @@ class CnnBundle(_BundleRun):
         self.assertTrue(0.0 <= self.runs["ddp"]["quality"]["test_accuracy"] <= 1.0)
 
 
+ADAM_STEPS = 8
+
+
+@unittest.skipUnless(HAVE_TORCH, "PyTorch (python3-torch) and numpy are not importable")
+class AdamBundles(unittest.TestCase):
+    """Three MLP bundles that differ only in config.optimizer: absent (sgd), adamw (plain) and
+    adam (plain, ddp, dataparallel, rpc_ps with 2 processes), each with betas 0.8,0.99, eps 1e-6
+    and weight decay 0.05, ADAM_STEPS steps."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pytorch-reference-adam-")
+        d = pathlib.Path(cls.tmp.name)
+        cls.bundles, cls.procs, cls.runs = {}, {}, {}
+        modes = {"sgd": "plain", "adamw": "plain", "adam": "plain,ddp,dataparallel,rpc_ps"}
+        for name, mode_list in modes.items():
+            make_start_bundle(d / name, workload="mlp", input_shape=(1, 8, 8), hidden=(16,),
+                              train=256, test=64, batch=32, steps=ADAM_STEPS, warmup=2, lr=0.01,
+                              weight_decay=0.05, betas=(0.8, 0.99), eps=1e-6,
+                              optimizer=None if name == "sgd" else name)
+            cls.bundles[name] = read_bundle(d / name)
+            out = d / f"{name}.json"
+            cls.procs[name] = run_script("--start", d / name, "--device", "cpu", "--modes",
+                                         mode_list, "--world-size", WORLD, "--threads", 1,
+                                         "--timeout", 60, "--quiet", "--out", out)
+            if out.exists():
+                doc = json.loads(out.read_text())
+                cls.runs[name] = {r["mode"]: r for r in doc["runs"]}
+                cls.runs[name]["config"] = doc["config"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        for name, proc in self.procs.items():
+            self.assertEqual(proc.returncode, 0, f"{name}: {proc.stderr[-2000:]}")
+
+    def losses(self, name, mode):
+        return self.runs[name][mode]["quality"]["step_train_loss"]
+
+    def test_adamw_plain_equals_a_pytorch_loop_with_adamw_and_differs_from_sgd(self):
+        b = self.bundles["adamw"]
+        self.assertEqual(b["doc"]["config"]["optimizer"], "adamw")
+        expected, _ = reference_run(b, global_chunks(b, 1))
+        got = self.losses("adamw", "plain")
+        self.assertEqual(len(got), ADAM_STEPS)
+        self.assertLess(max_rel_diff(got, expected), 1e-6)
+        sgd = self.losses("sgd", "plain")
+        # Step 0's loss is the start's, the same for both; from step 1 the updates differ.
+        self.assertAlmostEqual(got[0], sgd[0], places=6)
+        self.assertGreater(max_rel_diff(got[1:], sgd[1:]), 1e-3)
+        # ... and the sgd bundle (no optimizer key) is the loop with torch.optim.SGD.
+        expected_sgd, _ = reference_run(self.bundles["sgd"], global_chunks(self.bundles["sgd"], 1))
+        self.assertLess(max_rel_diff(sgd, expected_sgd), 1e-6)
+
+    def test_adam_and_adamw_differ(self):
+        # Weight decay 0.05: Adam adds it to the gradient, AdamW decays the parameters.
+        self.assertGreater(max_rel_diff(self.losses("adam", "plain")[1:],
+                                        self.losses("adamw", "plain")[1:]), 1e-6)
+
+    def test_every_mode_takes_the_adam_steps(self):
+        b = self.bundles["adam"]
+        expected, _ = reference_run(b, global_chunks(b, 1))
+        self.assertLess(max_rel_diff(self.losses("adam", "plain"), expected), 1e-6)
+        for mode in ("ddp", "dataparallel", "rpc_ps"):
+            with self.subTest(mode=mode):
+                got = self.losses("adam", mode)
+                self.assertEqual(len(got), ADAM_STEPS)
+                self.assertLess(max_rel_diff(got, expected), 1e-4)
+
+    def test_result_config_records_the_optimizer(self):
+        expected = {"sgd": "sgd", "adamw": "adamw", "adam": "adam"}
+        for name, optimizer in expected.items():
+            with self.subTest(bundle=name):
+                c = self.runs[name]["config"]
+                self.assertEqual(c["optimizer"], optimizer)
+                self.assertEqual(c["betas"], [0.8, 0.99])
+                self.assertEqual(c["eps"], 1e-6)
+                self.assertEqual((c["lr"], c["momentum"], c["weight_decay"]), (0.01, 0.9, 0.05))
+
+
 @unittest.skipUnless(HAVE_TORCH, "PyTorch (python3-torch) and numpy are not importable")
 class BadBundle(unittest.TestCase):
     """A broken bundle is one line on stderr, exit 2, and no result file."""
@@ -320,6 +422,37 @@ class BadBundle(unittest.TestCase):
         self.assertIn("--steps", proc.stderr)
         self.assertFalse(self.out.exists())
 
+    def set_config(self, **values):
+        start = self.dir / "start.json"
+        doc = json.loads(start.read_text())
+        doc["config"].update(values)
+        start.write_text(json.dumps(doc))
+
+    def test_unknown_optimizer(self):
+        self.set_config(optimizer="rmsprop")
+        self.assert_rejected("config.optimizer", "rmsprop")
+
+    def test_betas_outside_zero_one(self):
+        for betas in ([1.0, 0.9], [0.9]):
+            with self.subTest(betas=betas):
+                self.set_config(betas=betas)
+                self.assert_rejected("config.betas")
+
+    def test_negative_eps(self):
+        self.set_config(eps=-1e-8)
+        self.assert_rejected("config.eps")
+
+    def test_optimizer_options_the_bundle_fixes(self):
+        for option, value in (("--optimizer", "adam"), ("--betas", "0.9,0.99"),
+                              ("--eps", "1e-6")):
+            with self.subTest(option=option):
+                proc = run_script("--start", self.dir, "--device", "cpu", option, value,
+                                  "--out", self.out)
+                self.assertEqual(proc.returncode, 2)
+                self.assertIn(f"error: {option}: the start bundle fixes it",
+                              proc.stderr.strip().splitlines()[-1])
+                self.assertFalse(self.out.exists())
+
     def test_option_the_bundle_fixes_is_named_as_typed(self):
         for option in ("--max-steps", "--steps"):
             with self.subTest(option=option):
@@ -356,6 +489,36 @@ class StepsOption(unittest.TestCase):
         self.assertEqual(len(losses[0]), 6)
         self.assertEqual(losses[0], losses[1])
         self.assertEqual(new["config"], old["config"])
+
+
+@unittest.skipUnless(HAVE_TORCH, "PyTorch (python3-torch) and numpy are not importable")
+class OptimizerOptions(unittest.TestCase):
+    """--optimizer, --betas and --eps without a bundle, as dpbench names them."""
+
+    def test_adamw_options_reach_the_config_and_run(self):
+        with tempfile.TemporaryDirectory(prefix="pytorch-reference-opt-") as tmp:
+            out = pathlib.Path(tmp) / "adamw.json"
+            proc = run_script("--device", "cpu", "--modes", "plain", "--hidden", 8,
+                              "--batch-size", 16, "--synthetic-samples", 64, "--max-steps", 4,
+                              "--warmup-steps", 1, "--threads", 1, "--optimizer", "adamw",
+                              "--betas", "0.8,0.99", "--eps", "1e-7", "--lr", "0.01",
+                              "--weight-decay", "0.1", "--quiet", "--out", out, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+            doc = json.loads(out.read_text())
+        c = doc["config"]
+        self.assertEqual((c["optimizer"], c["betas"], c["eps"], c["lr"], c["weight_decay"]),
+                         ("adamw", [0.8, 0.99], 1e-7, 0.01, 0.1))
+        losses = doc["runs"][0]["quality"]["step_train_loss"]
+        self.assertEqual(len(losses), 4)
+        self.assertTrue(all(math.isfinite(v) for v in losses))
+
+    def test_bad_optimizer_options_are_rejected(self):
+        for args, word in ((("--optimizer", "rmsprop"), "--optimizer"),
+                           (("--betas", "1,0.9"), "--betas"), (("--eps", "-1"), "--eps")):
+            with self.subTest(args=args):
+                proc = run_script("--device", "cpu", *args, timeout=60)
+                self.assertEqual(proc.returncode, 2)
+                self.assertIn(word, proc.stderr.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from .common import START_SCHEMA, InputError
+from .common import OPTIMIZER_DEFAULTS, OPTIMIZERS, START_SCHEMA, InputError
 from .model import build_model
 
 
@@ -138,7 +138,8 @@ def _read_start_bundle(start_dir):
     the format is in bench/reference/README.md). Returns a dict: spec (for build_model), params
     and buffers ((path, [(name, shape, offset)]) or None), train and test ({"x": (path, shape),
     "y": (path, shape)}; test may be None), order ((path, shape)), config (global_batch, steps,
-    warmup_steps, steps_per_epoch, lr, momentum, weight_decay, seed, bucket_cap_mb), dir.
+    warmup_steps, steps_per_epoch, lr, momentum, weight_decay, seed, bucket_cap_mb, and the
+    optional optimizer, betas, eps, filled with their defaults when absent), dir.
     The label range and the order's rows (each a permutation) are checked too.
     Raises InputError with one line naming the bundle and what is wrong."""
     import numpy as np
@@ -223,4 +224,29 @@ def _bundle_config(start_dir, c, n, epochs):
     if needed > epochs:
         raise _bundle_error(start_dir, f"order has {epochs} epoch rows, {c['steps']} steps of "
                                        f"{c['steps_per_epoch']} per epoch need {needed}")
-    return {k: c[k] for k in keys}
+    return {**{k: c[k] for k in keys}, **_optimizer_config(start_dir, c)}
+
+
+def _is_number(v):
+    """A finite int or float (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _optimizer_config(start_dir, c):
+    """config's optional optimizer keys, checked: optimizer (one of OPTIMIZERS), betas (two
+    numbers in [0, 1)), eps (a number >= 0); an absent key takes OPTIMIZER_DEFAULTS' value.
+    Returns {"optimizer", "betas" (list of two floats), "eps" (float)}."""
+    out = {k: c.get(k, v) for k, v in OPTIMIZER_DEFAULTS.items()}
+    if out["optimizer"] not in OPTIMIZERS:
+        raise _bundle_error(start_dir, f"config.optimizer: {out['optimizer']!r}, expected "
+                                       + ", ".join(repr(o) for o in OPTIMIZERS[:-1])
+                                       + f" or {OPTIMIZERS[-1]!r}")
+    betas = out["betas"]
+    if (not isinstance(betas, list) or len(betas) != 2
+            or not all(_is_number(b) and 0 <= b < 1 for b in betas)):
+        raise _bundle_error(start_dir, f"config.betas: {betas!r}, expected a list of two numbers "
+                                       "in [0, 1)")
+    if not _is_number(out["eps"]) or out["eps"] < 0:
+        raise _bundle_error(start_dir, f"config.eps: {out['eps']!r}, expected a number >= 0")
+    return {"optimizer": out["optimizer"], "betas": [float(b) for b in betas],
+            "eps": float(out["eps"])}

@@ -31,11 +31,15 @@ FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 START_SCHEMA = {"name": "dpbench-start", "version": 1}
 RESULT_SCHEMA = {"name": "dpbench-pytorch-reference", "version": 2}
+# The optimizers (dpbench's --optimizer names): torch.optim.SGD, Adam and AdamW.
+OPTIMIZERS = ("sgd", "adam", "adamw")
+# start.json's optional optimizer keys, with the values they take when absent.
+OPTIMIZER_DEFAULTS = {"optimizer": "sgd", "betas": [0.9, 0.999], "eps": 1e-8}
 # Options a start bundle fixes (by argparse dest), with the defaults they take without one.
 BUNDLE_FIXED_DEFAULTS = {
     "hidden": [4096, 4096], "batch_size": 1024, "steps": 200, "warmup_steps": 20, "lr": 0.1,
     "momentum": 0.9, "weight_decay": 0.0, "seed": 0, "bucket_cap_mb": 25.0, "data": "synthetic",
-    "data_dir": None, "synthetic_samples": 60000,
+    "data_dir": None, "synthetic_samples": 60000, **OPTIMIZER_DEFAULTS,
 }
 
 

@@ -21,7 +21,9 @@ def resolve_device(args):
 
 def build_config(args, device, bundle, host_data):
     """The run configuration every mode and process reads (picklable; `start` holds the checked
-    bundle or None). Raises InputError when the options do not fit the device or the data."""
+    bundle or None): the result file's config. optimizer ("sgd", "adam" or "adamw"), lr,
+    momentum (sgd), weight_decay, betas and eps (adam, adamw) come from the bundle or the
+    options. Raises InputError when the options do not fit the device or the data."""
     if device == "cpu" and args.precision == "tf32":
         raise InputError("--precision tf32: the CPU runs fp32 only")
     precision = args.precision or ("tf32" if device == "cuda" else "fp32")
@@ -30,7 +32,8 @@ def build_config(args, device, bundle, host_data):
         spec = bundle["spec"]
         train = dict(global_batch=c["global_batch"], steps=c["steps"],
                      warmup_steps=c["warmup_steps"], steps_per_epoch=c["steps_per_epoch"],
-                     lr=c["lr"], momentum=c["momentum"], weight_decay=c["weight_decay"],
+                     optimizer=c["optimizer"], lr=c["lr"], momentum=c["momentum"],
+                     weight_decay=c["weight_decay"], betas=list(c["betas"]), eps=c["eps"],
                      seed=c["seed"], bucket_cap_mb=c["bucket_cap_mb"])
         data = {"data": "start bundle", "data_dir": None, "synthetic_samples": None,
                 "dataset_samples": bundle["train"]["y"][1][0],
@@ -39,9 +42,10 @@ def build_config(args, device, bundle, host_data):
         spec = {"workload": "mlp", "input": [1, 28, 28], "classes": NUM_CLASSES,
                 "hidden": args.hidden, "channels": None}
         train = dict(global_batch=args.batch_size, steps=args.steps,
-                     warmup_steps=args.warmup_steps, steps_per_epoch=None, lr=args.lr,
-                     momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-                     bucket_cap_mb=args.bucket_cap_mb)
+                     warmup_steps=args.warmup_steps, steps_per_epoch=None,
+                     optimizer=args.optimizer, lr=args.lr, momentum=args.momentum,
+                     weight_decay=args.weight_decay, betas=list(args.betas), eps=args.eps,
+                     seed=args.seed, bucket_cap_mb=args.bucket_cap_mb)
         n = args.synthetic_samples if args.data == "synthetic" else host_data[0].shape[0]
         if args.batch_size > n:
             raise InputError(f"--batch-size {args.batch_size}: larger than the {n} training "
@@ -66,7 +70,6 @@ def build_config(args, device, bundle, host_data):
         **data,
         "data_placement": ("device-resident training set, one gather per step" if device == "cuda"
                            else "training set in each process's memory, one gather per step"),
-        "optimizer": "SGD",
         "loss": "CrossEntropyLoss (mean)",
         "timeout": args.timeout,
         "start": bundle,

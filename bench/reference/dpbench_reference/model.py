@@ -1,5 +1,6 @@
 """dpbench's models in PyTorch (the MLP and the CNN, by state_dict key as dpbench's start bundle
-names them), the initial parameters every mode starts from, and the optimizer.
+names them), the initial parameters every mode starts from, and the optimizer (SGD, Adam or
+AdamW).
 """
 
 import math
@@ -89,7 +90,25 @@ def initial_model(cfg):
 
 
 def make_optimizer(cfg, model):
-    """torch.optim.SGD over model's parameters with cfg's lr, momentum and weight_decay
-    (PyTorch's SGD, dampening 0, no Nesterov)."""
-    return torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
-                           weight_decay=cfg["weight_decay"])
+    """The optimizer cfg['optimizer'] names, over model's parameters:
+    sgd: torch.optim.SGD(lr, momentum, weight_decay) (dampening 0, no Nesterov);
+    adam: torch.optim.Adam(lr, betas, eps, weight_decay), weight decay added to the gradient (L2);
+    adamw: torch.optim.AdamW(lr, betas, eps, weight_decay), decoupled decay
+    (param *= 1 - lr * weight_decay). Both with bias correction, no amsgrad, and foreach=False
+    (the per-tensor loop) where the torch has the argument."""
+    name = cfg.get("optimizer", "sgd")
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                               weight_decay=cfg["weight_decay"])
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
+    return cls(model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]), eps=cfg["eps"],
+               weight_decay=cfg["weight_decay"], amsgrad=False, **_foreach_off(cls))
+
+
+def _foreach_off(cls):
+    """{"foreach": False} when the optimizer class takes foreach (torch >= 1.12), else {}."""
+    import inspect
+    try:
+        return {"foreach": False} if "foreach" in inspect.signature(cls).parameters else {}
+    except (TypeError, ValueError):
+        return {}

@@ -7,7 +7,7 @@ import argparse
 import math
 import os
 
-from .common import BUNDLE_FIXED_DEFAULTS, DEFAULT_DATA_DIR, MODES
+from .common import BUNDLE_FIXED_DEFAULTS, DEFAULT_DATA_DIR, MODES, OPTIMIZERS
 
 # Options whose dpbench spelling differs from the script's first one (argparse dest -> the
 # canonical spelling); the old spelling stays an alias. Messages name the spelling that was
@@ -57,6 +57,19 @@ def _non_negative_float(text):
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text} must be 0 or a positive number")
     return value
+
+
+def _betas(text):
+    """'0.9,0.999' -> [0.9, 0.999]: Adam's two decay rates, each in [0, 1)."""
+    parts = text.split(",")
+    try:
+        values = [float(v) for v in parts]
+    except ValueError:
+        values = None
+    if values is None or len(values) != 2 or not all(0.0 <= v < 1.0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give two numbers in [0, 1) separated by a comma, e.g. 0.9,0.999")
+    return values
 
 
 def _hidden_list(text):
@@ -150,10 +163,18 @@ def _add_data_options(p):
                         f"{DEFAULT_DATA_DIR})")
     p.add_argument("--synthetic-samples", type=_positive_int, default=None,
                    help="synthetic: training samples (default 60000, as dpbench)")
-    p.add_argument("--lr", type=_positive_float, default=None, help="SGD learning rate (0.1)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="sgd: torch.optim.SGD (default); adam: torch.optim.Adam (weight decay "
+                        "added to the gradient); adamw: torch.optim.AdamW (decoupled weight "
+                        "decay)")
+    p.add_argument("--lr", type=_positive_float, default=None, help="learning rate (0.1)")
     p.add_argument("--momentum", type=float, default=None, help="SGD momentum (0.9)")
     p.add_argument("--weight-decay", type=_non_negative_float, default=None,
-                   help="SGD weight decay (0)")
+                   help="weight decay of every optimizer (0)")
+    p.add_argument("--betas", type=_betas, default=None, metavar="B1,B2",
+                   help="adam, adamw: the moment decay rates, each in [0, 1) (0.9,0.999)")
+    p.add_argument("--eps", type=_non_negative_float, default=None,
+                   help="adam, adamw: the denominator's epsilon (1e-8)")
     p.add_argument("--seed", type=_non_negative_int, default=None,
                    help="initial parameters, synthetic data and the DistributedSampler shuffle "
                         "(default 0)")
@@ -202,7 +223,7 @@ def parse_args(argv):
     else:
         for k, v in BUNDLE_FIXED_DEFAULTS.items():
             if getattr(args, k) is None:
-                setattr(args, k, v)
+                setattr(args, k, list(v) if isinstance(v, list) else v)
         if args.warmup_steps >= args.steps:
             p.error(f"--warmup-steps {args.warmup_steps}: must be less than "
                     f"{option_name(args, 'steps')} {args.steps}")

@@ -8,8 +8,8 @@ from .common import torch
 
 
 def train_step(model, optimizer, loss_fn, x, y):
-    """Forward, mean softmax cross-entropy, backward, SGD step. Returns the loss as a 0-d device
-    tensor (not .item(): no host synchronisation inside the step beyond the caller's)."""
+    """Forward, mean softmax cross-entropy, backward, optimizer step. Returns the loss as a 0-d
+    device tensor (not .item(): no host synchronisation inside the step beyond the caller's)."""
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model(x), y)
     loss.backward()
