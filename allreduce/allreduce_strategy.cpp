@@ -22,6 +22,17 @@ double allreduce_comm_time(const StepModel& m, const LinkModel& link, const std:
 // DistributedDataParallel over gloo.
 std::string allreduce_pytorch(const TrainConfig&) { return "ddp"; }
 
+// Every rank a full replica with the whole optimizer state (DDP; ZeRO's baseline).
+std::vector<RankMemory> allreduce_memory(const MemoryInputs& in) {
+  std::vector<RankMemory> ranks;
+  for (int r = 0; r < in.config.world_size; ++r) {
+    RankMemory m = replica_memory(in, replica_rows(in.config, r));
+    m[MemoryCategory::optimizer_state] = optimizer_bytes(in.config, in.num_params);
+    ranks.push_back(m);
+  }
+  return ranks;
+}
+
 }  // namespace
 
 const Strategy& allreduce_strategy() {
@@ -33,7 +44,7 @@ const Strategy& allreduce_strategy() {
       .bus_bandwidth = &allreduce_bus_bandwidth,
       .has_reducer = false, .reference = false,
       .projected = {{"allreduce", "ring", 1.0}}, .comm_time = &allreduce_comm_time,
-      .pytorch_counterpart = &allreduce_pytorch,
+      .pytorch_counterpart = &allreduce_pytorch, .memory = &allreduce_memory,
   };
   return strategy;
 }

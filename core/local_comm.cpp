@@ -16,12 +16,11 @@ namespace dpbench {
 namespace {
 int mod(int a, int p) { return ((a % p) + p) % p; }
 
-// Slice length of the chain pipeline: at most kSliceElems, and at least 8 slices per message
-// so that the pipeline fills and a relay's two-slice scratch stays at most n/4.
-std::size_t chain_slice(std::size_t n) {
-  return std::min(LocalCommunicator::kSliceElems, std::max<std::size_t>(1, (n + 7) / 8));
-}
 }  // namespace
+
+std::size_t LocalCommunicator::chain_slice(std::size_t n) {
+  return std::min(kSliceElems, std::max<std::size_t>(1, (n + 7) / 8));
+}
 
 // ---------------------------------------------------------------------------------------------
 // LocalGroup

@@ -109,6 +109,10 @@ class LocalCommunicator final : public Communicator {
  public:
   // Slice size of the pipelined chain algorithms, in floats (128 KiB).
   static constexpr std::size_t kSliceElems = 32 * 1024;
+  // Slice length of the chain pipeline for a message of n floats: at most kSliceElems, and at
+  // least 8 slices per message so that the pipeline fills and a relay's two-slice scratch stays
+  // at most n/4.
+  static std::size_t chain_slice(std::size_t n);
 
   // Host memory. tracker: where this rank's scratch buffers are charged (comm_buffers); may be
   // null.

@@ -123,7 +123,7 @@ RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) 
       master_grads = Array<float>(ctx, MemoryCategory::gradients, n);
       logits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
       dlogits_all = Array<float>(ctx, MemoryCategory::activations, B * classes);
-      if (p2p) incoming = Array<float>(ctx, MemoryCategory::comm_buffers, n);
+      if (p2p && !plain) incoming = Array<float>(ctx, MemoryCategory::comm_buffers, n);
       const std::vector<float> initial = initial_parameters(*model, cfg);
       ctx.upload(master_params.data(), initial.data(), n);
       staging = ctx.make_staging(B, features, cfg.loader.pin_memory);

@@ -1,5 +1,8 @@
 // The `ps` strategy's traits (train/strategy.hpp): DataParallel's reducer is the reference the
 // other strategies are compared with; its transports, labels and alpha-beta terms.
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "ps/parameter_server.hpp"
@@ -27,6 +30,35 @@ double ps_comm_time(const StepModel& m, const LinkModel& link, const std::string
 // DataParallel's data flow over gloo (collective), or PyTorch's RPC parameter server (p2p).
 std::string ps_pytorch(const TrainConfig& c) { return c.transport == "p2p" ? "rpc_ps" : "dataparallel"; }
 
+// DataParallel's ranks: rank 0 the reducer (master parameters, gradients and optimizer state, the
+// whole batch's loader and gathered logits, plus its own replica and chunk), the others a replica
+// and their chunk. One rank: plain training on the master parameters, no replica.
+std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
+  const TrainConfig& c = in.config;
+  const int p = c.world_size;
+  const double n = in.num_params, B = static_cast<double>(c.global_batch), f = sizeof(float);
+  const std::vector<std::size_t> rows = c.rank_batches.empty() ? chunk_sizes(c.global_batch, p) : c.rank_batches;
+  const double group = std::max<double>(1.0, std::floor(c.coalesce_mb * 1024.0 * 1024.0 / f));
+  std::vector<RankMemory> ranks;
+  for (int r = 0; r < p; ++r) {
+    const auto b = static_cast<double>(rows[static_cast<std::size_t>(r)]);
+    RankMemory m;
+    m.role = r == 0 ? "reducer" : "worker";
+    const double replicas = p > 1 ? 1.0 : 0.0;  // the replica's parameters, gradients and chunk
+    const double master = r == 0 ? 1.0 : 0.0;
+    m[MemoryCategory::parameters] = (replicas + master) * n * f + in.buffer_floats * f;
+    m[MemoryCategory::gradients] = (replicas + master) * n * f;
+    m[MemoryCategory::optimizer_state] = master * optimizer_bytes(c, n);
+    m[MemoryCategory::activations] = in.activation_bytes(std::max(b, 1.0)) + replicas * 2.0 * b * in.classes * f +
+                                     master * 2.0 * B * in.classes * f;
+    m[MemoryCategory::data_staging] = replicas * b * in.input_floats * f + master * loader_bytes(in, B);
+    m[MemoryCategory::comm_buffers] =
+        c.transport == "p2p" ? master * replicas * n * f : chain_relay_bytes(c, r, 0, std::min(n, group));
+    ranks.push_back(m);
+  }
+  return ranks;
+}
+
 }  // namespace
 
 const Strategy& parameter_server_strategy() {
@@ -38,7 +70,7 @@ const Strategy& parameter_server_strategy() {
       .bus_bandwidth = &ps_bus_bandwidth,
       .has_reducer = true, .reference = true,
       .projected = {{"ps_collective", "collective", 0.0}, {"ps_p2p", "p2p", 0.0}}, .comm_time = &ps_comm_time,
-      .pytorch_counterpart = &ps_pytorch,
+      .pytorch_counterpart = &ps_pytorch, .memory = &ps_memory,
   };
   return strategy;
 }

@@ -40,6 +40,26 @@ double sharded_comm_time(const StepModel& m, const LinkModel& link, const std::s
 // workers that compute their own loss and push gradients, as sharded_ps with one server does.
 std::string sharded_pytorch(const TrainConfig&) { return "rpc_ps"; }
 
+// Every rank a replica; server k also holds its range's gradient sum and optimizer state (and,
+// p2p, a receive buffer of the range); one rank alone is plain training.
+std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
+  const TrainConfig& c = in.config;
+  const ShardLayout layout = shard_layout(static_cast<std::size_t>(in.num_params), c.world_size, server_count(c));
+  std::vector<RankMemory> ranks;
+  for (int r = 0; r < c.world_size; ++r) {
+    const auto mine = static_cast<double>(layout.counts[static_cast<std::size_t>(r)]);
+    RankMemory m = replica_memory(in, replica_rows(c, r));
+    m.role = mine > 0 ? "server" : "worker";
+    m[MemoryCategory::optimizer_state] = optimizer_bytes(c, mine);
+    if (c.world_size > 1) {
+      m[MemoryCategory::gradients] += mine * sizeof(float);
+      if (c.transport == "p2p") m[MemoryCategory::comm_buffers] = mine * sizeof(float);
+    }
+    ranks.push_back(m);
+  }
+  return ranks;
+}
+
 }  // namespace
 
 const Strategy& sharded_ps_strategy() {
@@ -55,6 +75,7 @@ const Strategy& sharded_ps_strategy() {
       .projected = {{"sharded_ps_collective", "collective", 0.5}, {"sharded_ps_p2p", "p2p", 0.0}},
       .comm_time = &sharded_comm_time,
       .pytorch_counterpart = &sharded_pytorch,
+      .memory = &sharded_memory,
   };
   return strategy;
 }

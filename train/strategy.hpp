@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "train/alpha_beta_model.hpp"
+#include "train/memory_model.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -65,6 +66,9 @@ struct Strategy {
   // pytorch` (a mode of bench/reference/pytorch_reference.py: "dataparallel", "rpc_ps", "ddp");
   // "" when PyTorch has none. One rank is always compared with "plain".
   std::string (*pytorch_counterpart)(const TrainConfig&) = nullptr;
+  // Every rank's bytes by category during training (train/memory_model.hpp), for
+  // in.config.world_size ranks; null when the strategy has no model.
+  std::vector<RankMemory> (*memory)(const MemoryInputs&) = nullptr;
 };
 
 }  // namespace dpbench

@@ -117,6 +117,22 @@ void Cnn::reserve(std::size_t n, std::shared_ptr<ModelOps<float>> ops) {
   max_batch_ = n;
 }
 
+std::size_t Cnn::activation_bytes(std::size_t n) const {
+  std::size_t floats = 0, ints = 0, workspace = 0, block_out = 0;
+  for (const Block* b : {&b1_, &b2_}) {
+    const std::size_t out = n * b->conv.K * b->conv.P() * b->conv.Q();
+    floats += 2 * out + out / 4 + 2 * b->conv.K;
+    ints += out / 4;
+    cpu::ConvShape s = b->conv;
+    s.N = n;
+    workspace = std::max(workspace, s.workspace_size());
+    block_out = std::max(block_out, out);
+  }
+  const std::size_t pooled1 = n * b1_.conv.K * b1_.conv.P() * b1_.conv.Q() / 4;
+  floats += workspace + 2 * n * hidden_ + n * flat_ + 2 * block_out + pooled1;
+  return floats * sizeof(float) + ints * sizeof(std::int32_t) + 2 * std::max(c1_, c2_) * sizeof(double);
+}
+
 std::vector<ParamView> Cnn::buffer_views() const {
   return {{"bn1.running_mean", {c1_}, 0, c1_},
           {"bn1.running_var", {c1_}, c1_, c1_},

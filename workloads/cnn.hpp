@@ -37,6 +37,9 @@ class Cnn final : public Model {
 
   using Model::reserve;
   void reserve(std::size_t max_batch, std::shared_ptr<ModelOps<float>> ops) override;
+  // Per block: pre- and post-BatchNorm maps, pooled map and arg-max, its statistics; the widest
+  // conv workspace; the hidden layer and flattened gradient; backward's block-sized scratch.
+  std::size_t activation_bytes(std::size_t max_batch) const override;
   // Convolutions and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's defaults);
   // BatchNorm weight 1, bias 0.
   void init_params(float* params, std::uint64_t seed) const override;

@@ -42,6 +42,16 @@ void Mlp<T>::reserve(std::size_t max_batch, std::shared_ptr<ModelOps<T>> ops) {
 }
 
 template <typename T>
+std::size_t Mlp<T>::activation_bytes(std::size_t max_batch) const {
+  std::size_t per_sample = 0, widest = 0;
+  for (std::size_t l = 0; l + 1 < layers(); ++l) {
+    per_sample += dims_[l + 1];
+    widest = std::max(widest, dims_[l + 1]);
+  }
+  return max_batch * (per_sample + 2 * widest) * sizeof(T);
+}
+
+template <typename T>
 void Mlp<T>::init_params(T* params, std::uint64_t seed) const {
   std::mt19937_64 rng(seed);
   for (std::size_t l = 0; l < layers(); ++l) {

@@ -29,6 +29,8 @@ class Mlp final : public ModelT<T> {
 
   using ModelT<T>::reserve;
   void reserve(std::size_t max_batch, std::shared_ptr<ModelOps<T>> ops) override;
+  // Each hidden layer's output, and two backward buffers of the widest hidden layer, per sample.
+  std::size_t activation_bytes(std::size_t max_batch) const override;
   // U(-1/sqrt(in), 1/sqrt(in)) for weights and biases: nn.Linear.reset_parameters().
   void init_params(T* params, std::uint64_t seed) const override;
   void forward(const T* params, const T* x, std::size_t batch, T* logits) override;

@@ -57,6 +57,9 @@ class ModelT {
   // (activations; BatchNorm buffers as parameters); every later forward() and backward() runs
   // ops' kernels. The model keeps ops alive. A second call replaces the activations.
   virtual void reserve(std::size_t max_batch, std::shared_ptr<ModelOps<T>> ops) = 0;
+  // The activation bytes reserve(max_batch) allocates (what it charges to activations), for the
+  // memory model (train/memory_model.hpp).
+  virtual std::size_t activation_bytes(std::size_t max_batch) const = 0;
   // The same on the CPU: host memory charged to `tracker` (which must outlive the model).
   void reserve(std::size_t max_batch, MemoryTracker& tracker) { reserve(max_batch, make_cpu_model_ops<T>(tracker)); }
   // Writes PyTorch's default initialisation into params[num_params()], from seed.

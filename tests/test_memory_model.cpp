@@ -1,0 +1,109 @@
+// The memory model (train/memory_model.hpp, each strategy's Strategy::memory) against the
+// tracking allocator: every rank's peak bytes of every category, to the byte, for the built-in
+// models in every mode and transport, 1-4 ranks, SGD and Adam.
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "allreduce/ddp_trainer.hpp"
+#include "bench/app/strategies.hpp"
+#include "ps/parameter_server.hpp"
+#include "sharded_ps/sharded_ps.hpp"
+#include "tests/training_fixtures.hpp"
+#include "train/memory_model.hpp"
+#include "workloads/synthetic.hpp"
+
+namespace dpbench {
+namespace {
+
+struct Case {
+  std::string workload, mode, transport;
+  int servers = 0;
+};
+
+TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
+  TrainConfig c = testing::small_train_config(k.mode, p, 60);
+  c.transport = k.transport;
+  c.servers = k.servers > 0 ? std::min(k.servers, p) : 0;
+  c.workload = k.workload;
+  c.optimizer = optimizer;
+  c.max_steps = 3;
+  c.warmup_steps = 1;
+  if (k.workload == "cnn") {
+    c.channels = {3, 5};
+    c.hidden = {12};
+  }
+  return c;
+}
+
+RunResult train(const TrainConfig& c, const Dataset& data) {
+  const TrainData td{&data, nullptr};
+  if (c.mode == "ps") return train_parameter_server(c, td);
+  if (c.mode == "sharded_ps") return train_sharded_ps(c, td);
+  return train_allreduce(c, td);
+}
+
+TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
+  const SampleShape mlp_shape{1, 1, 48}, cnn_shape{2, 8, 8};
+  const auto mlp_data = make_synthetic_dataset(mlp_shape, 10, 600, 5);
+  const auto cnn_data = make_synthetic_dataset(cnn_shape, 10, 600, 5);
+  int checked = 0;
+  for (const Case& k : {Case{"mlp", "ps", "collective"}, Case{"mlp", "ps", "p2p"}, Case{"mlp", "allreduce", "collective"},
+                        Case{"mlp", "sharded_ps", "collective"}, Case{"mlp", "sharded_ps", "p2p"},
+                        Case{"mlp", "sharded_ps", "collective", 2}, Case{"cnn", "ps", "collective"},
+                        Case{"cnn", "allreduce", "collective"}, Case{"cnn", "sharded_ps", "p2p"}}) {
+    for (int p = 1; p <= 4; ++p) {
+      for (const std::string optimizer : {"sgd", "adam"}) {
+        const TrainConfig c = case_config(k, p, optimizer);
+        const bool cnn = k.workload == "cnn";
+        const RunResult run = train(c, cnn ? *cnn_data : *mlp_data);
+        const std::vector<RankMemory> model =
+            find_strategy(c.mode).memory(builtin_memory_inputs(c, cnn ? cnn_shape : mlp_shape, 10));
+        const std::string what = fmt::format("{} {} {} servers {} at {} ranks, {}", k.workload, k.mode, k.transport,
+                                             c.servers, p, optimizer);
+        ASSERT_EQ(model.size(), run.ranks.size()) << what;
+        for (std::size_t r = 0; r < model.size(); ++r) {
+          for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
+            const auto name = std::string(category_name(static_cast<MemoryCategory>(cat)));
+            EXPECT_EQ(static_cast<std::int64_t>(model[r].bytes[static_cast<std::size_t>(cat)]),
+                      run.ranks[r].memory.peak_by_category.at(name))
+                << what << ", rank " << r << " (" << model[r].role << "), " << name;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 9 * (1 + 2 + 3 + 4) * 2 * kNumMemoryCategories);
+}
+
+// The roles the model names, and Adam's state at twice SGD's on the ranks that hold it.
+TEST(MemoryModel, RolesAndOptimizerStateOfADescribedModel) {
+  MemoryInputs in;
+  in.num_params = 335e6;
+  in.input_floats = 512;
+  in.classes = 2;
+  in.activation_bytes = [](double rows) { return rows * 1e6; };
+  in.config.world_size = 4;
+  in.config.global_batch = 32;
+  in.config.optimizer = "adamw";
+  in.config.mode = "ps";
+  const auto ps = find_strategy("ps").memory(in);
+  ASSERT_EQ(ps.size(), 4u);
+  EXPECT_EQ(ps[0].role, "reducer");
+  EXPECT_EQ(ps[1].role, "worker");
+  EXPECT_DOUBLE_EQ(ps[0].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 2 * 335e6 * 4);
+  EXPECT_DOUBLE_EQ(ps[1].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 0);
+  // The reducer's excess over a worker: master parameters, gradients and the optimizer state
+  // (4 x N floats with AdamW), the whole batch's logits and loader; more than 5 GB here.
+  EXPECT_GT(ps[0].total() - ps[1].total(), 4 * 335e6 * 4);
+  in.config.mode = "sharded_ps";
+  const auto sharded = find_strategy("sharded_ps").memory(in);
+  EXPECT_EQ(sharded[3].role, "server");
+  EXPECT_NEAR(sharded[3].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 2 * 335e6 / 4 * 4, 8);
+}
+
+}  // namespace
+}  // namespace dpbench
