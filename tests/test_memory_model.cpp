@@ -1,6 +1,7 @@
 // The memory model (train/memory_model.hpp, each strategy's Strategy::memory) against the
 // tracking allocator: every rank's peak bytes of every category, to the byte, for the built-in
 // models in every mode and transport, 1-4 ranks, SGD and Adam.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "allreduce/ddp_trainer.hpp"
+#include "core/error.hpp"
+#include "bench/app/memory_command.hpp"
 #include "bench/app/strategies.hpp"
 #include "ps/parameter_server.hpp"
 #include "sharded_ps/sharded_ps.hpp"
@@ -103,6 +106,75 @@ TEST(MemoryModel, RolesAndOptimizerStateOfADescribedModel) {
   const auto sharded = find_strategy("sharded_ps").memory(in);
   EXPECT_EQ(sharded[3].role, "server");
   EXPECT_NEAR(sharded[3].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 2 * 335e6 / 4 * 4, 8);
+}
+
+}  // namespace
+}  // namespace dpbench
+
+namespace dpbench {
+namespace {
+
+// `dpbench memory` for a described model: without activations, an allreduce replica under Adam
+// holds 4 + 4 + 8 bytes per parameter in fp32 and ZeRO's 2 + 2 + 12 in mixed precision (plus
+// its 4-byte labels: 4 per sample and loader slot); the ps
+// reducer holds the master copy beside its replica; the capacity search finds the largest
+// parameter count whose largest rank fits.
+TEST(MemoryCommand, DescribedModelPerParameterBytesAndCapacity) {
+  MemoryOptions o;
+  o.params = 1e9;
+  o.input_bytes_per_sample = 4;
+  o.output_bytes_per_sample = 0;
+  o.base.optimizer = "adam";
+  o.base.global_batch = 8;
+  o.ranks = {2};
+  o.modes = {"allreduce", "ps"};
+  o.capacity_gb = 80;
+  auto doc = memory_document(o);
+  ASSERT_EQ(doc["rows"].size(), 3u);  // allreduce replica; ps reducer, worker
+  EXPECT_DOUBLE_EQ(doc["rows"][0]["total_bytes"].get<double>(), 16e9 + 4 * 4);
+  EXPECT_EQ(doc["rows"][1]["role"], "reducer");
+  EXPECT_DOUBLE_EQ(doc["rows"][1]["total_bytes"].get<double>(), 24e9 + 8 * 4);  // 2 x (4 + 4) + 8; the batch
+  EXPECT_DOUBLE_EQ(doc["rows"][2]["total_bytes"].get<double>(), 8e9);
+  EXPECT_NEAR(doc["largest_fitting"][0]["largest_params"].get<double>(), 80e9 / 16, 0.002 * 80e9 / 16);
+  EXPECT_NEAR(doc["largest_fitting"][1]["largest_params"].get<double>(), 80e9 / 24, 0.002 * 80e9 / 24);
+  o.precision = "mixed";
+  doc = memory_document(o);
+  EXPECT_DOUBLE_EQ(doc["rows"][0]["total_bytes"].get<double>(), 16e9 + 4 * 4);  // 2 + 2 + 12
+  EXPECT_DOUBLE_EQ(doc["rows"][0]["optimizer_state"].get<double>(), 12e9);
+  o.precision = "bf17";
+  EXPECT_THROW(memory_document(o), InputError);
+}
+
+// The built-in default (the MLP on Fashion-MNIST-shaped samples) against a real run of the same
+// configuration: every rank's total, to the byte.
+TEST(MemoryCommand, BuiltInModelEqualsARunsMeasuredPeaks) {
+  const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 512, 5);
+  MemoryOptions o;
+  o.base.optimizer = "adamw";
+  o.base.global_batch = 64;
+  o.base.hidden = {32, 16};
+  o.ranks = {3};
+  o.base.global_batch = 63;
+  for (const std::string mode : {"ps", "allreduce"}) {
+    o.modes = {mode};
+    TrainConfig c = testing::small_train_config(mode, 3, 63);
+    c.hidden = o.base.hidden;
+    c.optimizer = "adamw";
+    c.max_steps = 2;
+    c.warmup_steps = 0;
+    const RunResult run = train(c, *data);
+    std::int64_t most = 0;
+    for (const auto& r : run.ranks) most = std::max(most, r.memory.peak_by_category.at("parameters") +
+                                                            r.memory.peak_by_category.at("gradients") +
+                                                            r.memory.peak_by_category.at("optimizer_state") +
+                                                            r.memory.peak_by_category.at("activations") +
+                                                            r.memory.peak_by_category.at("comm_buffers") +
+                                                            r.memory.peak_by_category.at("data_staging"));
+    double modelled = 0;
+    const nlohmann::json doc = memory_document(o);
+    for (const auto& row : doc["rows"]) modelled = std::max(modelled, row["total_bytes"].get<double>());
+    EXPECT_EQ(static_cast<std::int64_t>(modelled), most) << mode;
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/app/memory_command.hpp"
 #include "bench/app/project_command.hpp"
 #include "bench/app/run_command.hpp"
 #include "bench/app/strategies.hpp"
@@ -461,6 +462,12 @@ int dpbench_main(int argc, char** argv) {
                  "efficiency of each mode to 1024 ranks from a measured result file");
   add_project_options(*project, project_options);
 
+  MemoryOptions memory_options;
+  CLI::App* memory = app.add_subcommand(
+      "memory", "The memory model: per-rank bytes by category for each mode, role and world size, for a "
+                "built-in model or one described by its size (e.g. --params 335e6)");
+  add_memory_options(*memory, memory_options);
+
   // `dpbench --ranks 8 ...` means `dpbench run --ranks 8 ...`: the main job is the default.
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0].rfind("-", 0) == 0 && args[0] != "-h" && args[0] != "--help") {
@@ -489,6 +496,7 @@ int dpbench_main(int argc, char** argv) {
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
     if (*project) return project_command(project_options);
+    if (*memory) return memory_command(memory_options);
     return finish(run_command(run_options));
   } catch (const InputError& e) {
     // Every process of a multi-process job meets the same bad input; rank 0 says so.

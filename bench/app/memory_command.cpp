@@ -1,0 +1,206 @@
+#include "bench/app/memory_command.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "bench/app/result_json.hpp"
+#include "bench/app/strategies.hpp"
+#include "core/error.hpp"
+#include "train/memory_model.hpp"
+#include "train/optimizer.hpp"
+
+namespace dpbench {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The model's inputs for options `o` at world size p under `mode`, with `params` parameters for
+// a described model.
+MemoryInputs inputs_for(const MemoryOptions& o, const std::string& mode, int p, double params) {
+  TrainConfig c = o.base;
+  c.mode = mode;
+  c.world_size = p;
+  if (find_strategy(mode).transports.empty()) c.transport = "ring";
+  if (o.params <= 0) return builtin_memory_inputs(c, SampleShape{1, 28, 28}, 10);
+  MemoryInputs in;
+  in.num_params = params;
+  in.input_floats = (o.input_bytes_per_sample - sizeof(std::int32_t)) / sizeof(float);
+  in.classes = o.output_bytes_per_sample / sizeof(float);
+  const double per_sample = o.activation_bytes_per_sample;
+  in.activation_bytes = [per_sample](double rows) { return rows * per_sample; };
+  in.config = c;
+  return in;
+}
+
+// Mixed precision (a projection; dpbench trains in fp32): fp16 parameters, gradients and
+// activations, and an fp32 master copy of the parameters beside the optimizer state of every
+// range a rank steps, as ZeRO's accounting has it (2 + 2 + K bytes per parameter; K = 12 for
+// Adam). `stepped` is the parameter count the rank's optimizer covers.
+void to_mixed_precision(RankMemory& m, double stepped) {
+  m[MemoryCategory::parameters] /= 2;
+  m[MemoryCategory::gradients] /= 2;
+  m[MemoryCategory::activations] /= 2;
+  m[MemoryCategory::optimizer_state] += stepped * sizeof(float);
+}
+
+// Every rank's memory for `mode` at p ranks (mixed precision applied when asked).
+std::vector<RankMemory> ranks_for(const MemoryOptions& o, const std::string& mode, int p, double params) {
+  const MemoryInputs in = inputs_for(o, mode, p, params);
+  std::vector<RankMemory> ranks = find_strategy(mode).memory(in);
+  if (o.precision == "mixed") {
+    const double per_state = optimizer_slots(o.base.optimizer) * sizeof(float);
+    for (auto& m : ranks) to_mixed_precision(m, m[MemoryCategory::optimizer_state] / per_state);
+  }
+  return ranks;
+}
+
+// The largest rank of each role, in role order of first appearance.
+std::vector<RankMemory> largest_per_role(const std::vector<RankMemory>& ranks) {
+  std::vector<RankMemory> roles;
+  for (const auto& m : ranks) {
+    auto it = std::find_if(roles.begin(), roles.end(), [&](const RankMemory& r) { return r.role == m.role; });
+    if (it == roles.end()) {
+      roles.push_back(m);
+    } else if (m.total() > it->total()) {
+      *it = m;
+    }
+  }
+  return roles;
+}
+
+// The largest parameter count (to 0.1%) whose largest rank fits `capacity` bytes at p ranks.
+double largest_fitting(const MemoryOptions& o, const std::string& mode, int p, double capacity) {
+  auto peak = [&](double n) {
+    double most = 0;
+    for (const auto& m : ranks_for(o, mode, p, n)) most = std::max(most, m.total());
+    return most;
+  };
+  double lo = 0, hi = 1e6;
+  while (peak(hi) <= capacity && hi < 1e15) hi *= 2;
+  while (hi - lo > 1e-3 * hi) {
+    const double mid = (lo + hi) / 2;
+    (peak(mid) <= capacity ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void check_options(const MemoryOptions& o) {
+  if (o.precision != "fp32" && o.precision != "mixed") {
+    throw InputError(fmt::format("--precision {}: unknown (fp32 or mixed)", o.precision));
+  }
+  if (o.precision == "mixed" && o.params <= 0) {
+    throw InputError("--precision mixed: a projection for a model described by --params (dpbench trains fp32)");
+  }
+  if (o.capacity_gb > 0 && o.params <= 0) throw InputError("--capacity-gb: needs a model described by --params");
+  if (o.params > 0 && o.activation_bytes_per_sample < 0) {
+    throw InputError(fmt::format("--activation-bytes-per-sample {}: must be >= 0", o.activation_bytes_per_sample));
+  }
+  if (o.input_bytes_per_sample < sizeof(std::int32_t) || o.output_bytes_per_sample < 0) {
+    throw InputError("--input-bytes-per-sample: at least the 4-byte label; --output-bytes-per-sample: >= 0");
+  }
+  optimizer_slots(o.base.optimizer);
+  for (int p : o.ranks) {
+    if (p < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", p));
+    if (o.base.global_batch < static_cast<std::size_t>(p)) {
+      throw InputError(fmt::format("--batch-size {}: fewer samples than --ranks {}", o.base.global_batch, p));
+    }
+  }
+}
+
+nlohmann::json role_json(const RankMemory& m) {
+  nlohmann::json j = {{"role", m.role}, {"total_bytes", m.total()}};
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    j[std::string(category_name(static_cast<MemoryCategory>(c)))] = m.bytes[static_cast<std::size_t>(c)];
+  }
+  return j;
+}
+
+}  // namespace
+
+void add_memory_options(CLI::App& app, MemoryOptions& o) {
+  app.add_option("--modes,--mode", o.modes, "Modes, comma list (default: every one)")->delimiter(',');
+  app.add_option("--ranks", o.ranks, "World sizes, comma list")->delimiter(',')->capture_default_str();
+  app.add_option("--batch-size", o.base.global_batch, "Global batch (split over the ranks)")->capture_default_str();
+  app.add_option("--optimizer", o.base.optimizer, "sgd, adam or adamw")->capture_default_str();
+  app.add_option("--transport", o.base.transport, "ps, sharded_ps: collective or p2p")->capture_default_str();
+  app.add_option("--servers", o.base.servers, "sharded_ps: server ranks K (0: every rank)")->capture_default_str();
+  app.add_option("--workload", o.base.workload, "Built-in model: mlp or cnn")->capture_default_str();
+  app.add_option("--hidden", o.base.hidden, "Built-in model: hidden widths")->delimiter(',')->capture_default_str();
+  app.add_option("--params", o.params, "A model described by its size: parameter count (e.g. 335e6)");
+  app.add_option("--activation-bytes-per-sample", o.activation_bytes_per_sample,
+                 "With --params: activation bytes one sample keeps for backward (fp32)");
+  app.add_option("--input-bytes-per-sample", o.input_bytes_per_sample, "With --params: a sample's input bytes and label")
+      ->capture_default_str();
+  app.add_option("--output-bytes-per-sample", o.output_bytes_per_sample, "With --params: a sample's output (logit) bytes")
+      ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "fp32 (as dpbench trains) or mixed (a projection: fp16 weights, gradients and activations, "
+                 "fp32 master weights with the optimizer state)")
+      ->capture_default_str();
+  app.add_option("--capacity-gb", o.capacity_gb, "With --params: the largest parameter count each mode fits in this many GB");
+  app.add_option("--out,-o", o.out, "Write the dpbench-memory JSON here");
+}
+
+nlohmann::json memory_document(const MemoryOptions& o) {
+  check_options(o);
+  const std::vector<std::string> modes = o.modes.empty() ? strategy_names() : o.modes;
+  nlohmann::json rows = nlohmann::json::array(), fits = nlohmann::json::array();
+  for (const auto& mode : modes) {
+    for (int p : o.ranks) {
+      for (const auto& m : largest_per_role(ranks_for(o, mode, p, o.params))) {
+        nlohmann::json row = role_json(m);
+        row["mode"] = mode;
+        row["world_size"] = p;
+        rows.push_back(row);
+      }
+      if (o.capacity_gb > 0) {
+        fits.push_back({{"mode", mode}, {"world_size", p},
+                        {"largest_params", largest_fitting(o, mode, p, o.capacity_gb * 1e9)}});
+      }
+    }
+  }
+  return {{"schema", {{"name", "dpbench-memory"}, {"version", 1}}},
+          {"model", o.params > 0 ? nlohmann::json{{"params", o.params},
+                                                  {"activation_bytes_per_sample", o.activation_bytes_per_sample},
+                                                  {"input_bytes_per_sample", o.input_bytes_per_sample},
+                                                  {"output_bytes_per_sample", o.output_bytes_per_sample}}
+                                 : nlohmann::json{{"workload", o.base.workload}, {"hidden", o.base.hidden}}},
+          {"global_batch", o.base.global_batch}, {"optimizer", o.base.optimizer},
+          {"precision", o.precision == "mixed" ? "mixed (projection)" : "fp32"},
+          {"rows", rows}, {"largest_fitting", fits}};
+}
+
+int memory_command(const MemoryOptions& o) {
+  const nlohmann::json doc = memory_document(o);
+  fmt::print("memory model: {} parameters, global batch {}, {}, {}\n",
+             o.params > 0 ? fmt::format("{:.4g}", o.params) : o.base.workload, o.base.global_batch, o.base.optimizer,
+             doc["precision"].get<std::string>());
+  double most = 0;
+  for (const auto& r : doc["rows"]) most = std::max(most, r["total_bytes"].get<double>());
+  const bool gib = most >= kGiB;  // MiB for the small built-in models
+  const double unit = gib ? kGiB : kGiB / 1024.0;
+  fmt::print("{:>11} {:>5} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10}   ({})\n", "mode", "ranks", "role",
+             "params", "grads", "optimizer", "activations", "comm", "data", "total", gib ? "GiB" : "MiB");
+  for (const auto& r : doc["rows"]) {
+    fmt::print("{:>11} {:>5} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>10.3f} {:>10.3f} {:>10.3f}\n",
+               r["mode"].get<std::string>(), r["world_size"].get<int>(), r["role"].get<std::string>(),
+               r["parameters"].get<double>() / unit, r["gradients"].get<double>() / unit,
+               r["optimizer_state"].get<double>() / unit, r["activations"].get<double>() / unit,
+               r["comm_buffers"].get<double>() / unit, r["data_staging"].get<double>() / unit,
+               r["total_bytes"].get<double>() / unit);
+  }
+  for (const auto& f : doc["largest_fitting"]) {
+    fmt::print("{} at {} ranks fits up to {:.3g} parameters in {:g} GB\n", f["mode"].get<std::string>(),
+               f["world_size"].get<int>(), f["largest_params"].get<double>(), o.capacity_gb);
+  }
+  if (!o.out.empty()) {
+    write_json_atomic(o.out, doc);
+    fmt::print("memory model written to {}\n", o.out);
+  }
+  return 0;
+}
+
+}  // namespace dpbench
