@@ -443,6 +443,7 @@ void finish_result(RunResult& result, const TrainData& data, const std::vector<d
   result.final_train_loss = result.epoch_train_loss.empty() ? 0 : result.epoch_train_loss.back();
   result.num_params = n;
   result.input_features = data.train->shape().features();
+  result.sample_shape = data.train->shape();
   result.num_classes = static_cast<std::size_t>(data.train->num_classes());
   if (cfg.keep_final_params) {
     result.final_params.assign(params, params + n);

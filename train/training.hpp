@@ -145,6 +145,7 @@ struct RunResult {
   std::string dataset;
   std::size_t num_params = 0;
   std::size_t input_features = 0;  // floats per sample
+  SampleShape sample_shape;         // the training set's samples
   std::size_t num_classes = 0;
   long steps_total = 0;
   long steps_timed = 0;

@@ -167,6 +167,19 @@ nlohmann::json run_to_json(const RunResult& run) {
     sum += static_cast<double>(r.memory.peak_bytes);
     max = std::max(max, static_cast<double>(r.memory.peak_bytes));
   }
+  // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
+  // over --comm local, where the model holds to the byte.
+  if (c.device == "cpu" && c.comm == "local" && find_strategy(c.mode).memory != nullptr) {
+    const std::vector<RankMemory> modelled =
+        find_strategy(c.mode).memory(builtin_memory_inputs(c, run.sample_shape, run.num_classes));
+    for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
+      nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
+      for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
+        m[std::string(category_name(static_cast<MemoryCategory>(cat)))] = modelled[r].bytes[static_cast<std::size_t>(cat)];
+      }
+      per_rank_mem[r]["modelled"] = m;
+    }
+  }
   const double mean = sum / p;
   j["memory"] = {{"per_rank", per_rank_mem},
                  {"imbalance_max_over_mean", mean > 0 ? max / mean : 1.0},
