@@ -12,6 +12,8 @@ axis. The rules every figure keeps:
 - overlap: communication hidden by overlap is drawn only where report_data.hidden_comm says it
   can exist (more than one rank, a strategy that overlaps backward, a hidden part above zero);
 - limits: the y axis holds every bar and error bar whole, with headroom;
+- modelled: the memory model's figure (`dpbench memory`, --memory) says "modelled" in its title,
+  axis and caption, and stacks the categories in the measured memory figure's colours and order;
 - captions: a number the verdict also states (throughput ratios, memory imbalance, exposed
   communication) is read from the Verdict (report_data.compute_verdict, computed once by
   report.py), never recomputed; the two emulated-cluster figures quote the NetworkVerdict alike.
@@ -33,11 +35,13 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator  # noqa: E4
 
 import report_data as rd  # noqa: E402
 
-FIGURE_KEYS = ("throughput_vs_world_size", "memory_per_rank", "step_breakdown", "workers",
-               "batch_size", "collectives_busbw", "allreduce_implementations",
+FIGURE_KEYS = ("throughput_vs_world_size", "memory_per_rank", "memory_model", "step_breakdown",
+               "workers", "batch_size", "collectives_busbw", "allreduce_implementations",
                "projection",  # PNG file stems, report order; then the emulated-cluster
                "network_vs_link", "network_vs_nodes")  # figures, which such a report draws first
+# A second, third... --memory file draws memory_model_2, memory_model_3...
 MIB = 1024.0 ** 2
+GIB = 1024.0 ** 3
 DPI = 110
 PHASE_STYLE = (  # phase, legend label, colour; the order they stack in
     ("data_wait", "data wait", "#9e9e9e"),
@@ -344,6 +348,10 @@ def plot_memory_per_rank(points: list, out_dir: Path, verdict=None) -> Figure:
             bottom = [b + h for b, h in zip(bottom, heights)]
         peaks = [m["peak_bytes"] / MIB for m in p.memory_per_rank]
         ax.scatter(ranks, peaks, marker="_", s=600, color="black", zorder=3, label="peak (allocator)")
+        modelled = [(m["rank"], m["modelled"]["total_bytes"] / MIB) for m in p.memory_per_rank if "modelled" in m]
+        if modelled:  # a short tick just right of each bar, at the model's total
+            ax.hlines([y for _, y in modelled], [r + 0.38 for r, _ in modelled], [r + 0.62 for r, _ in modelled],
+                      colors="black", linewidth=2.2, zorder=4, label=MODEL_TICK_LABEL)
         mean = sum(peaks) / len(peaks)
         ax.axhline(mean, color="black", linestyle="--", linewidth=0.8, label="mean peak")
         note = f"max/mean = {p.imbalance:.2f}"
@@ -356,14 +364,253 @@ def plot_memory_per_rank(points: list, out_dir: Path, verdict=None) -> Figure:
         ax.set_xlabel("rank")
     for row in axes:
         row[0].set_ylabel("peak memory (MiB)")
-    ymax = max(max(sum((m.get(c) or 0) for c, _, _ in MEMORY_STYLE), m["peak_bytes"])
+    ymax = max(max(sum((m.get(c) or 0) for c, _, _ in MEMORY_STYLE), m["peak_bytes"],
+                   (m.get("modelled") or {}).get("total_bytes") or 0)
                for p in pts for m in p.memory_per_rank) / MIB
     axes[0][0].set_ylim(0, ymax * 1.3)
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=4, frameon=False)
+    legend: dict = {}  # every panel's entries, once each (the model's tick may be on some panels only)
+    for ax in (a for row in axes for a in row if a.get_visible()):
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(name, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=4, frameon=False)
     fig.suptitle(f"Per-rank peak memory by category ({rd.describe_fixed(fixed)})")
     fig.tight_layout(rect=(0, 0.12 / nrows, 1, 1))
-    return Figure(key, title, memory_caption(pts, fixed, verdict), save(fig, out_dir, key))
+    caption = " ".join(part for part in (memory_caption(pts, fixed, verdict), model_agreement(pts)) if part)
+    return Figure(key, title, caption, save(fig, out_dir, key))
+
+
+MODEL_TICK_LABEL = "model's total (dpbench memory)"
+
+
+def same_bytes(a, b) -> bool:
+    """True when two byte counts are equal to the byte (both known)."""
+    return a is not None and b is not None and abs(float(a) - float(b)) < 0.5
+
+
+def model_agreement(pts: list) -> str:
+    """The memory figure's sentence on the model: whether the measured bytes equal the modelled
+    ones (memory.per_rank[].modelled: every category, and the allocator's peak against the
+    model's total) on every rank drawn, else on how many they differ and where the totals differ
+    most; "" when no drawn rank carries the model's figures."""
+    ranks = [(p, m) for p in pts for m in p.memory_per_rank]
+    with_model = [(p, m) for p, m in ranks if "modelled" in m]
+    if not with_model:
+        return ""
+    differ = [(p, m) for p, m in with_model
+              if not same_bytes(m["peak_bytes"], m["modelled"]["total_bytes"])
+              or not all(same_bytes(m.get(c) or 0, m["modelled"].get(c)) for c in rd.MEMORY_CATEGORIES)]
+    lacking = len(ranks) - len(with_model)
+    tail = (f" ({lacking} drawn rank{'s have' if lacking != 1 else ' has'} no model figures: the model covers "
+            "CPU ranks over --comm local)") if lacking else ""
+    if not differ:
+        every = "every rank drawn" if not lacking else f"each of the {len(with_model)} ranks that carry it"
+        return (f"Measured equals modelled on {every}: each category and the allocator's peak against the "
+                f"model's total (the tick right of each bar), to the byte{tail}.")
+    head = (f"Measured differs from modelled on {len(differ)} of {len(with_model)} ranks (the tick right of each "
+            "bar is the model's total)")
+    worst_p, worst = max(differ, key=lambda pm: abs(pm[1]["peak_bytes"] - pm[1]["modelled"]["total_bytes"]))
+    gap = worst["peak_bytes"] - worst["modelled"]["total_bytes"]
+    if same_bytes(gap, 0):
+        return f"{head}; the totals agree, but a category does not{tail}."
+    return (f"{head}; the largest gap is {worst_p.series} rank {worst['rank']}: peak "
+            f"{size_text(worst['peak_bytes'])} against the model's {size_text(worst['modelled']['total_bytes'])} "
+            f"({'+' if gap >= 0 else '-'}{size_text(abs(gap))}){tail}.")
+
+
+def size_text(n: float) -> str:
+    """Bytes for a sentence: 5360098944 -> "4.99 GiB", 1572864 -> "1.5 MiB", 300 -> "300 B"."""
+    for unit, size, spec in (("GiB", GIB, ".2f"), ("MiB", MIB, ".1f"), ("KiB", 1024.0, ".1f")):
+        if n >= size:
+            return f"{n / size:{spec}} {unit}"
+    return f"{n:.0f} B"
+
+
+# --------------------------------------------------------------------------------------------
+# 2b. the memory model (`dpbench memory`): per-rank bytes by category, and the largest model
+
+
+def memory_unit(largest_bytes: float) -> tuple:
+    """("GiB", 2**30) when the largest bar reaches a GiB, else ("MiB", 2**20): the unit the
+    memory model's figure draws in."""
+    return ("GiB", GIB) if largest_bytes >= GIB else ("MiB", MIB)
+
+
+def params_text(n: float) -> str:
+    """335e6 -> "335M", 3.148e9 -> "3.15B", 535818 -> "536K"."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def sci_text(n: float) -> str:
+    """8.304e9 -> "8.30e9" (a parameter count in a caption)."""
+    mantissa, exponent = f"{n:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def model_text(mem: rd.MemoryModel) -> str:
+    """"335M parameters" for a model described by its size; "built-in mlp (hidden 512,256)"."""
+    if mem.params is not None:
+        return f"{params_text(mem.params)} parameters"
+    hidden = mem.model.get("hidden")
+    widths = f" (hidden {','.join(str(h) for h in hidden)})" if isinstance(hidden, list) and hidden else ""
+    return f"built-in {mem.model.get('workload', 'model')}{widths}"
+
+
+def mode_colors(modes: list, points) -> dict:
+    """{mode: colour}: the colour the other figures give the mode's (first) series, so that a
+    mode keeps its colour across the report; modes no result file ran come after them."""
+    labels = rd.series_order(points)
+    first = {}
+    for label in labels:
+        mode = next(p.mode for p in points if p.series == label)
+        first.setdefault(mode, label)
+    extra = [m for m in modes if m not in first]
+    return {m: color_for(first.get(m, m), labels + extra) for m in modes}
+
+
+def memory_model_bars(mem: rd.MemoryModel, modes: list) -> list:
+    """(world size, mode, role, row) of every bar, in drawing order: grouped by world size, then
+    the modes in the report's order, then each mode's roles in the file's order."""
+    bars = []
+    for world in sorted({r["world_size"] for r in mem.rows}):
+        for mode in modes:
+            for role in rd.memory_roles(mem, mode):
+                row = rd.memory_row(mem, mode, world, role)
+                if row is not None:
+                    bars.append((world, mode, role, row))
+    return bars
+
+
+def excess_sentence(mem: rd.MemoryModel, modes: list) -> str:
+    """"The ps reducer holds 4.99 GiB more than a ps worker at 2, 4 and 8 ranks." (each world
+    size's figure when they differ); "" when no mode has a reducer beside workers."""
+    sentences = []
+    for mode in modes:
+        excess = [(w, b) for m, w, b in rd.reducer_excess(mem, modes) if m == mode]
+        if not excess:
+            continue
+        texts = [size_text(abs(b)) + (" less" if b < 0 else " more") for _, b in excess]
+        if len(set(texts)) == 1:
+            worlds = [str(w) for w, _ in excess]
+            at = worlds[0] if len(worlds) == 1 else f"{', '.join(worlds[:-1])} and {worlds[-1]}"
+            sentences.append(f"The {mode} reducer holds {texts[0]} than a {mode} worker at {at} ranks.")
+        else:
+            sentences.append(f"The {mode} reducer holds, against a {mode} worker, "
+                             + ", ".join(f"{t} at {w} ranks" for t, (w, _) in zip(texts, excess)) + ".")
+    return " ".join(sentences)
+
+
+def fitting_sentence(mem: rd.MemoryModel, modes: list) -> str:
+    """Which mode fits the most parameters at each world size of largest_fitting, with the
+    reference's (the first mode's) figures beside it; "" without largest_fitting."""
+    best = rd.most_fitting(mem, modes)
+    if not best:
+        return ""
+    worlds = sorted(best)
+    leaders = list(dict.fromkeys(m for m, _ in best.values()))
+
+    def span(mode):
+        values = sorted((f["world_size"], float(f["largest_params"])) for f in mem.fitting if f["mode"] == mode)
+        if len(values) == 1:
+            return f"{sci_text(values[0][1])} at {values[0][0]} ranks"
+        return f"{sci_text(values[0][1])} at {values[0][0]} ranks to {sci_text(values[-1][1])} at {values[-1][0]}"
+    if len(leaders) == 1:
+        text = f"{leaders[0]} fits the most parameters at every world size ({span(leaders[0])})"
+    else:
+        text = "The most parameters fit under " + "; ".join(f"{best[w][0]} at {w} ranks ({sci_text(best[w][1])})"
+                                                              for w in worlds)
+    ref = modes[0]
+    if ref not in leaders and any(f["mode"] == ref for f in mem.fitting):
+        text += f", against {span(ref)} for {ref}"
+    return text + "."
+
+
+def plot_memory_model(mem: Optional[rd.MemoryModel], out_dir: Path, points=(), key: str = "memory_model") -> Figure:
+    """The memory model's per-rank bytes (`dpbench memory`), stacked by category in the measured
+    figure's colours and order: one bar per (mode, role) at each world size, grouped by world
+    size, the modes in the report's order (ps first). With largest_fitting, a second panel: the
+    largest parameter count that fits against world size, a line per mode (log y). Everything
+    is labelled "modelled"; the caption states the reducer's excess over a worker and which mode
+    fits the most parameters. points: the report's measured points, for the order and colours."""
+    points = list(points)
+    if mem is None:
+        return Figure(key, "Modelled per-rank memory", missing=(
+            "The modelled per-rank memory needs a memory-model file: run `dpbench memory --ranks 2,4,8 "
+            "-o memory.json` (with `--params N --capacity-gb 80` for a model described by its size) and "
+            "pass `--memory memory.json`."))
+    title = f"Modelled per-rank memory, {mem.precision}"
+    if key != "memory_model":
+        title += f", {Path(mem.source).name}"
+    if not mem.rows:
+        return Figure(key, title, missing=f"The --memory file {mem.source} has no rows: rerun `dpbench memory`.")
+    modes = rd.memory_modes(mem, points)
+    colors = mode_colors(modes, points)
+    bars = memory_model_bars(mem, modes)
+    unit, size = memory_unit(max(float(row["total_bytes"]) for *_, row in bars))
+    positions, centres, x = [], [], 0.0
+    for world in sorted({w for w, *_ in bars}):
+        start = x
+        for _ in (b for b in bars if b[0] == world):
+            positions.append(x)
+            x += 1.0
+        centres.append(((start + x - 1.0) / 2.0, f"{world} rank{'s' if world != 1 else ''}"))
+        x += 0.8
+    fitting = [f for f in mem.fitting if f["mode"] in modes]
+    width = max(6.5, 0.62 * len(bars) + 2.5)
+    if fitting:
+        fig, (ax, fit_ax) = plt.subplots(1, 2, figsize=(width + 4.6, 5.0), gridspec_kw={"width_ratios": [width, 4.6]})
+    else:
+        fig, ax = plt.subplots(figsize=(width, 5.0))
+    bottom = [0.0] * len(bars)
+    for cat, cat_label, color in MEMORY_STYLE:
+        heights = [float(row[cat]) / size for *_, row in bars]
+        ax.bar(positions, heights, bottom=bottom, color=color, width=0.75, label=cat_label)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    if len(bars) <= 24:
+        for xpos, (*_, row) in zip(positions, bars):
+            ax.text(xpos, float(row["total_bytes"]) / size, f"{float(row['total_bytes']) / size:.2f}",
+                    ha="center", va="bottom", fontsize=6.5)
+    ax.set_ylim(0, 1.12 * max(bottom + [float(row["total_bytes"]) / size for *_, row in bars]))
+    ax.set_xticks(positions)
+    ax.set_xticklabels([f"{mode}\n{role}" for _, mode, role, _ in bars], fontsize=7)
+    for tick, (_, mode, _, _) in zip(ax.get_xticklabels(), bars):
+        tick.set_color(colors[mode])
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([c for c, _ in centres])
+    top.set_xticklabels([label for _, label in centres])
+    top.tick_params(length=0)
+    ax.set_ylabel(f"modelled bytes per rank ({unit})")
+    ax.set_title("Per rank by category (the largest rank of each role)", pad=20)
+    if fitting:
+        for i, mode in enumerate(m for m in modes if any(f["mode"] == m for f in fitting)):
+            line = sorted((f for f in fitting if f["mode"] == mode), key=lambda f: f["world_size"])
+            fit_ax.plot([f["world_size"] for f in line], [float(f["largest_params"]) for f in line],
+                        marker=MARKERS[i % len(MARKERS)], color=colors[mode], label=mode)
+        log2_axis(fit_ax, [f["world_size"] for f in fitting])
+        fit_ax.set_yscale("log")
+        values = [float(f["largest_params"]) for f in fitting]
+        fit_ax.set_ylim(min(values) / 1.25, max(values) * 1.25)
+        fit_ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
+        fit_ax.yaxis.set_minor_locator(NullLocator())
+        fit_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: params_text(v)))
+        fit_ax.set_xlabel("world size (ranks)")
+        fit_ax.set_ylabel("largest parameter count that fits (modelled)")
+        fit_ax.set_title("Largest model whose largest rank fits")
+        fit_ax.legend(loc="best", fontsize=7)
+    batch = f", global batch {mem.global_batch}" if mem.global_batch is not None else ""
+    optimizer = f", {mem.optimizer}" if mem.optimizer else ""
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), frameon=False)
+    fig.suptitle(f"Modelled per-rank memory (dpbench memory): {model_text(mem)}, {mem.precision}{optimizer}{batch}")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    caption = " ".join(part for part in (
+        f"Modelled, not measured: the bytes `dpbench memory` gives the largest rank of each role "
+        f"({mem.precision}{optimizer}{batch}), stacked by category in the measured figure's colours; "
+        f"the number on each bar is its total in {unit}.",
+        excess_sentence(mem, modes), fitting_sentence(mem, modes)) if part)
+    return Figure(key, title, caption, save(fig, out_dir, key))
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,12 +3,15 @@
 
 usage: /usr/bin/python3 plots/report.py RESULT.json [RESULT.json ...] -o DIR
                                         [--collectives GBENCH.json] [--projection PROJ.json]
+                                        [--memory MEMORY.json ...]
 
 RESULT.json are `dpbench run` or `dpbench sweep` files (several are merged; repetitions of a
 point are aggregated by median; failed sweep points are listed, not plotted; the PyTorch runs of
 `dpbench run --reference pytorch` are tabled beside the dpbench runs they reproduce). --collectives is
 Google Benchmark JSON from bench/micro/dpbench_collectives; --projection is a `dpbench project`
-file. `dpbench report ...` runs this script with the same arguments.
+file; --memory is a `dpbench memory` file (the memory model per mode, world size and role; give
+it again for another, e.g. --precision mixed: each draws its own figure). `dpbench report ...`
+runs this script with the same arguments.
 
 For: putting the verdict, the run table, PyTorch on the same work, the figures (figures.py), the
 warnings, the failed points and the environment into the Jinja2 templates under plots/templates/.
@@ -49,6 +52,9 @@ def parse_args(argv) -> argparse.Namespace:
                         help="Google Benchmark JSON of dpbench_collectives; give it again to combine runs "
                              "(without mpirun: dpbench's ring; under mpirun: Open MPI's and gloo's all-reduce)")
     parser.add_argument("--projection", help="`dpbench project` JSON")
+    parser.add_argument("--memory", action="append",
+                        help="`dpbench memory` JSON (the memory model); give it again for another file, "
+                             "each drawn as its own figure")
     return parser.parse_args(argv)
 
 
@@ -245,11 +251,21 @@ def network_context(net) -> dict | None:
             "reference": net.names[net.reference], "rows": network_rows(net)}
 
 
-def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path, net=None, verdict=None) -> list:
+def memory_figures(memory: list, pts: list, out_dir: Path) -> list:
+    """The memory model's figures: one per --memory file (memory_model, then memory_model_2...),
+    or the one note saying how to produce it when none was given."""
+    if not memory:
+        return [figures.plot_memory_model(None, out_dir, pts)]
+    return [figures.plot_memory_model(mem, out_dir, pts, "memory_model" if i == 0 else f"memory_model_{i + 1}")
+            for i, mem in enumerate(memory)]
+
+
+def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path, net=None, verdict=None,
+                  memory=None) -> list:
     """Every figure of the report, in order; missing ones carry their sentence instead. net: the
     NetworkVerdict of an emulated-cluster sweep, whose two figures come first (None: neither is
     drawn nor mentioned); verdict: the report's Verdict, whose numbers the captions quote
-    (computed here when not given)."""
+    (computed here when not given); memory: the MemoryModel of each --memory file."""
     pts = results.points
     verdict = rd.compute_verdict(pts) if verdict is None else verdict
     network = [] if net is None else [figures.plot_network_vs_link(net, out_dir),
@@ -257,6 +273,7 @@ def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path, net=None, ve
     return network + [
         figures.plot_throughput_vs_world_size(pts, out_dir, verdict),
         figures.plot_memory_per_rank(pts, out_dir, verdict),
+        *memory_figures(memory or [], pts, out_dir),
         figures.plot_step_breakdown(pts, out_dir, verdict),
         figures.plot_workers(pts, out_dir),
         figures.plot_batch_size(pts, out_dir),
@@ -314,6 +331,7 @@ def build_context(results: rd.ResultSet, figs: list, coll, proj, args, net=None,
         "failed": failed_rows(results.failed), "environments": env_sections(results.envs),
         "inputs": results.files,
         "collectives_file": ", ".join(args.collectives or []), "projection_file": args.projection,
+        "memory_files": list(getattr(args, "memory", None) or []),
     }
 
 
@@ -335,6 +353,7 @@ def main(argv=None) -> int:
         results = rd.load_results(args.results)
         coll = rd.merge_collectives([rd.load_collectives(c) for c in args.collectives]) if args.collectives else None
         proj = rd.load_projection(args.projection) if args.projection else None
+        memory = [rd.load_memory(m) for m in args.memory or []]
         out_dir.mkdir(parents=True, exist_ok=True)
     except rd.InputError as e:
         print(f"report.py: error: {e}", file=sys.stderr)
@@ -344,9 +363,12 @@ def main(argv=None) -> int:
         return 2
     for key in figures.FIGURE_KEYS:  # a figure not drawn this time must not linger from the last
         (out_dir / f"{key}.png").unlink(missing_ok=True)
+    for path in out_dir.glob("memory_model_*.png"):  # a further --memory file's figure
+        if path.stem[len("memory_model_"):].isdigit():
+            path.unlink()
     net = rd.compute_network_verdict(results.network)  # once: the paragraph and captions quote it
     verdict = rd.compute_verdict(results.points)  # once: the headline, notes and captions quote it
-    figs = build_figures(results, coll, proj, out_dir, net, verdict)
+    figs = build_figures(results, coll, proj, out_dir, net, verdict, memory)
     md, html = render(build_context(results, figs, coll, proj, args, net, verdict), out_dir)
     produced = sum(1 for f in figs if f.produced)
     print(f"report: {md} and {html} ({produced} figures, {len(figs) - produced} replaced by a note)")

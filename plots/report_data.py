@@ -2,7 +2,9 @@
 
 For: dpbench result and sweep files (schema "dpbench-result"), with the PyTorch reference runs
 that `dpbench run --reference pytorch` adds to them, Google Benchmark JSON from
-bench/micro/dpbench_collectives, and `dpbench project` files (schema "dpbench-projection");
+bench/micro/dpbench_collectives, `dpbench project` files (schema "dpbench-projection") and
+`dpbench memory` files (schema "dpbench-memory": the memory model's bytes per mode, world size
+and role, and the largest parameter count that fits a capacity);
 aggregating repetitions by median; choosing which slice of a sweep a figure shows; the
 ten-second verdict that opens the report, computed once: every number a figure's caption shares
 with it (throughput ratios, memory imbalance, exposed communication) is read from the Verdict; the
@@ -30,6 +32,7 @@ import strategy_traits  # noqa: E402  (the traits of a run, legacy files include
 
 RESULT_SCHEMA = "dpbench-result"
 PROJECTION_SCHEMA = "dpbench-projection"
+MEMORY_SCHEMA = "dpbench-memory"
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm", "comm_exposed", "optimizer")
 MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations",
@@ -63,7 +66,7 @@ class Point:
     throughput: float
     step_time: dict  # p10, p50, p90, p99 in seconds
     phases: dict  # PHASES -> seconds
-    memory_per_rank: tuple  # dicts: rank, peak_bytes and MEMORY_CATEGORIES
+    memory_per_rank: tuple  # dicts: rank, peak_bytes and MEMORY_CATEGORIES (and "modelled", when recorded)
     imbalance: float
     reducer_minus_mean_bytes: float
     test_accuracy: Optional[float]
@@ -451,6 +454,12 @@ def aggregate(key: tuple, runs: list) -> Point:
         entry = {"rank": rank, "peak_bytes": median(m["peak_bytes"] for m in rows)}
         for category in MEMORY_CATEGORIES:
             entry[category] = median(m.get(category, 0) for m in rows)
+        modelled = [m.get("modelled") for m in rows]
+        if all(isinstance(m, dict) and number(m.get("total_bytes")) is not None for m in modelled):
+            # The memory model's figures for this rank (memory.per_rank[].modelled), where it applies.
+            entry["modelled"] = {key: median(number(m.get(key)) for m in modelled)
+                                 for key in MEMORY_CATEGORIES + ("total_bytes",)}
+            entry["modelled"]["role"] = str(modelled[0].get("role", ""))
         memory.append(entry)
     warnings = []
     for r in runs:
@@ -1258,3 +1267,110 @@ def load_projection(path) -> dict:
             raise InputError(f"{path}: points[{i}] needs world_size, mode and step_time_s")
     doc.setdefault("measured", [])
     return doc
+
+
+# --------------------------------------------------------------------------------------------
+# memory model (`dpbench memory`)
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """One `dpbench memory` file: the model's bytes per rank by category for each mode, world
+    size and role (the largest rank of each role), and, when it was given a capacity, the largest
+    parameter count each mode fits at each world size. Modelled, never measured."""
+
+    source: str  # the file
+    precision: str  # "fp32" or "mixed (projection)"
+    optimizer: str
+    global_batch: Optional[int]
+    model: dict  # {params, activation_bytes_per_sample, ...} or {workload, hidden}
+    rows: tuple  # dicts: mode, world_size, role, MEMORY_CATEGORIES and total_bytes, as in the file
+    fitting: tuple  # dicts: mode, world_size, largest_params
+
+    @property
+    def params(self) -> Optional[float]:
+        """The parameter count of a model described by its size (None for a built-in model)."""
+        return number(self.model.get("params"))
+
+
+def load_memory(path) -> MemoryModel:
+    """Reads a `dpbench memory` file: checks its schema and that every row has its mode, world
+    size, role and bytes (InputError naming the file otherwise)."""
+    doc = read_json(path)
+    check_schema(path, doc, MEMORY_SCHEMA)
+    rows = doc.get("rows")
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: has no rows[] array")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("mode"), str) or not isinstance(row.get("role"), str) \
+                or not isinstance(row.get("world_size"), int) \
+                or any(number(row.get(k)) is None for k in MEMORY_CATEGORIES + ("total_bytes",)):
+            raise InputError(f"{path}: rows[{i}] needs mode, world_size, role, total_bytes and "
+                             f"the bytes of {', '.join(MEMORY_CATEGORIES)}")
+    fitting = doc.get("largest_fitting", [])
+    if not isinstance(fitting, list):
+        raise InputError(f"{path}: largest_fitting is not an array")
+    for i, f in enumerate(fitting):
+        if not isinstance(f, dict) or not isinstance(f.get("mode"), str) or not isinstance(f.get("world_size"), int) \
+                or number(f.get("largest_params")) is None:
+            raise InputError(f"{path}: largest_fitting[{i}] needs mode, world_size and largest_params")
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    batch = doc.get("global_batch")
+    return MemoryModel(source=str(path), precision=str(doc.get("precision", "fp32")),
+                       optimizer=str(doc.get("optimizer", "")),
+                       global_batch=batch if isinstance(batch, int) else None, model=model,
+                       rows=tuple(rows), fitting=tuple(fitting))
+
+
+def memory_modes(mem: MemoryModel, points: Iterable = ()) -> list:
+    """The modes of a memory file in the report's one order: the reference (ps) first, then the
+    others in the order the result files name them (series_order), then those only the memory
+    file names, in its order. Whether a mode is the reference comes from the result files'
+    traits where they ran it, else from strategy_traits (the one place that knows mode names)."""
+    points = list(points)
+    in_file = list(dict.fromkeys([r["mode"] for r in mem.rows] + [f["mode"] for f in mem.fitting]))
+    measured = in_order(points, "mode") if points else []
+    reference = {p.mode: p.reference for p in points}
+
+    def key(mode):
+        ref = reference.get(mode)
+        if ref is None:
+            ref = bool(strategy_traits.legacy_traits({"mode": mode})["reference"])
+        return (not ref, measured.index(mode) if mode in measured else len(measured), in_file.index(mode))
+    return sorted(in_file, key=key)
+
+
+def memory_roles(mem: MemoryModel, mode: str) -> list:
+    """The roles of one mode in the order the file lists them ("reducer", "worker")."""
+    return list(dict.fromkeys(r["role"] for r in mem.rows if r["mode"] == mode))
+
+
+def memory_row(mem: MemoryModel, mode: str, world_size: int, role: str) -> Optional[dict]:
+    """The row of one (mode, world size, role); None when the file has none."""
+    return next((r for r in mem.rows if r["mode"] == mode and r["world_size"] == world_size
+                 and r["role"] == role), None)
+
+
+def reducer_excess(mem: MemoryModel, modes: list) -> list:
+    """(mode, world size, bytes): how much more a mode's reducer holds than its largest worker,
+    for every mode and world size with both roles, in mode order and by world size."""
+    out = []
+    for mode in modes:
+        for world in sorted({r["world_size"] for r in mem.rows if r["mode"] == mode}):
+            reducer = memory_row(mem, mode, world, "reducer")
+            worker = memory_row(mem, mode, world, "worker")
+            if reducer is not None and worker is not None:
+                out.append((mode, world, float(reducer["total_bytes"]) - float(worker["total_bytes"])))
+    return out
+
+
+def most_fitting(mem: MemoryModel, modes: list) -> dict:
+    """{world size: (mode, largest parameter count)}: the mode that fits the most parameters at
+    each world size of largest_fitting (the first in `modes` order on a tie)."""
+    out = {}
+    for world in sorted({f["world_size"] for f in mem.fitting}):
+        entries = {f["mode"]: float(f["largest_params"]) for f in mem.fitting if f["world_size"] == world}
+        best = max((m for m in modes if m in entries), key=lambda m: entries[m], default=None)
+        if best is not None:
+            out[world] = (best, entries[best])
+    return out

@@ -32,17 +32,8 @@ namespace dpbench {
 
 namespace {
 
-// Options every training command shares (not the ones a sweep varies).
-void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
-                        std::string& out, bool& quiet) {
-  app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
-      ->default_val("auto");
-  app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
-      ->capture_default_str();
-  app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
-      ->capture_default_str();
-  app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
-      ->capture_default_str();
+// The optimizer's options, torch.optim's names and defaults.
+void add_optimizer_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--optimizer", c.optimizer,
                  "sgd (with momentum), adam or adamw: torch.optim.SGD / Adam / AdamW semantics")
       ->capture_default_str();
@@ -63,6 +54,20 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
       ->delimiter(',')
       ->default_str("0.9,0.999");
   app.add_option("--eps", c.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
+}
+
+// Options every training command shares (not the ones a sweep varies).
+void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
+                        std::string& out, bool& quiet) {
+  app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
+      ->default_val("auto");
+  app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
+      ->capture_default_str();
+  app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
+      ->capture_default_str();
+  add_optimizer_options(app, c);
   app.add_option("--seed", c.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "
                  "DistributedSampler shuffle (seed + epoch)")
@@ -422,6 +427,23 @@ int finish(int code) {
 
 }  // namespace
 
+namespace {
+
+// `report` and `compare`: Python scripts whose arguments are passed on as given.
+std::pair<CLI::App*, CLI::App*> add_python_commands(CLI::App& app) {
+  CLI::App* report = app.add_subcommand(
+      "report", "Result JSON to report.md and a self-contained report.html with plots "
+                "(plots/report.py; arguments are passed on, see --help there)");
+  report->allow_extras()->prefix_command();
+  CLI::App* compare = app.add_subcommand(
+      "compare", "BASE.json NEW.json: the CI regression gate (results/compare.py): deterministic "
+                 "figures exactly, timings as in-run ratios above a noise floor; exit 1 on a regression");
+  compare->allow_extras()->prefix_command();
+  return {report, compare};
+}
+
+}  // namespace
+
 int dpbench_main(int argc, char** argv) {
   CLI::App app{
       "dpbench: what does a DataParallel parameter server cost against ring all-reduce, and why?\n"
@@ -444,17 +466,7 @@ int dpbench_main(int argc, char** argv) {
                "(defaults: 60 steps per point); one result JSON with every point");
   add_sweep_options(*sweep, sweep_options);
 
-  std::vector<std::string> report_args;
-  CLI::App* report = app.add_subcommand(
-      "report", "Result JSON to report.md and a self-contained report.html with plots "
-                "(plots/report.py; arguments are passed on, see --help there)");
-  report->allow_extras()->prefix_command();
-
-  std::vector<std::string> compare_args;
-  CLI::App* compare = app.add_subcommand(
-      "compare", "BASE.json NEW.json: the CI regression gate (results/compare.py): deterministic "
-                 "figures exactly, timings as in-run ratios above a noise floor; exit 1 on a regression");
-  compare->allow_extras()->prefix_command();
+  const auto [report, compare] = add_python_commands(app);
 
   ProjectOptions project_options;
   CLI::App* project = app.add_subcommand(

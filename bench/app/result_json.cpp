@@ -100,9 +100,76 @@ nlohmann::json config_to_json(const TrainConfig& c) {
           {"rank_batches", c.rank_batches}};
 }
 
-nlohmann::json run_to_json(const RunResult& run) {
+namespace {
+
+// The per-rank peaks by category (and the device's view on GPUs), the memory model's figures
+// beside them where it applies, the imbalance and the reducer's excess over the mean.
+nlohmann::json memory_to_json(const RunResult& run) {
   const TrainConfig& c = run.config;
   const auto p = static_cast<double>(c.world_size);
+  nlohmann::json per_rank_mem = nlohmann::json::array();
+  double sum = 0, max = 0;
+  for (const auto& r : run.ranks) {
+    nlohmann::json m = {{"rank", r.rank}, {"peak_bytes", r.memory.peak_bytes}};
+    for (const auto& [cat, bytes] : r.memory.peak_by_category) m[cat] = bytes;
+    if (r.device.device >= 0) {
+      // The device's own view (cudaMemGetInfo): all ranks on it, the CUDA context, cuBLAS, NCCL.
+      m["device"] = {{"index", r.device.device},
+                     {"used_before_bytes", r.device.used_before},
+                     {"used_after_bytes", r.device.used_after},
+                     {"total_bytes", r.device.total}};
+    }
+    per_rank_mem.push_back(m);
+    sum += static_cast<double>(r.memory.peak_bytes);
+    max = std::max(max, static_cast<double>(r.memory.peak_bytes));
+  }
+  // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
+  // over --comm local, where the model holds to the byte.
+  if (c.device == "cpu" && c.comm == "local" && find_strategy(c.mode).memory != nullptr) {
+    const std::vector<RankMemory> modelled =
+        find_strategy(c.mode).memory(builtin_memory_inputs(c, run.sample_shape, run.num_classes));
+    for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
+      nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
+      for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
+        m[std::string(category_name(static_cast<MemoryCategory>(cat)))] = modelled[r].bytes[static_cast<std::size_t>(cat)];
+      }
+      per_rank_mem[r]["modelled"] = m;
+    }
+  }
+  const double mean = sum / p;
+  return {{"per_rank", per_rank_mem},
+          {"imbalance_max_over_mean", mean > 0 ? max / mean : 1.0},
+          {"reducer_minus_mean_bytes", static_cast<double>(run.ranks.front().memory.peak_bytes) - mean}};
+}
+
+// The checkpoints of a run with --checkpoint-dir: count, write times, bytes per rank, and where
+// it resumed from.
+void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
+  const TrainConfig& c = run.config;
+  // A checkpoint's time is its slowest rank's (barrier to file in place); bytes per checkpoint.
+  std::vector<double> per_checkpoint;
+  nlohmann::json bytes = nlohmann::json::array();
+  for (const auto& r : run.ranks) {
+    if (per_checkpoint.size() < r.checkpoint_write_s.size()) per_checkpoint.resize(r.checkpoint_write_s.size(), 0.0);
+    for (std::size_t i = 0; i < r.checkpoint_write_s.size(); ++i) {
+      per_checkpoint[i] = std::max(per_checkpoint[i], r.checkpoint_write_s[i]);
+    }
+    bytes.push_back(r.checkpoint_bytes);
+  }
+  j["checkpoints"] = {{"dir", c.checkpoint_dir},
+                      {"every", c.checkpoint_every},
+                      {"count", per_checkpoint.size()},
+                      {"write_time_s", {{"total", std::accumulate(per_checkpoint.begin(), per_checkpoint.end(), 0.0)},
+                                        {"median", median(per_checkpoint)}}},
+                      {"bytes_per_rank", bytes}};
+  j["resumed_from_step"] = run.resumed_from_step >= 0 ? nlohmann::json(run.resumed_from_step) : nlohmann::json();
+  if (!run.elastic_restart.is_null()) j["elastic_restart"] = run.elastic_restart;
+}
+
+}  // namespace
+
+nlohmann::json run_to_json(const RunResult& run) {
+  const TrainConfig& c = run.config;
   nlohmann::json j;
   j["mode"] = c.mode;
   j["strategy"] = strategy_to_json(c);
@@ -151,40 +218,7 @@ nlohmann::json run_to_json(const RunResult& run) {
                                {"factor", bus->factor}, {"algbw", algbw}, {"busbw", algbw * bus->factor}};
   }
 
-  nlohmann::json per_rank_mem = nlohmann::json::array();
-  double sum = 0, max = 0;
-  for (const auto& r : run.ranks) {
-    nlohmann::json m = {{"rank", r.rank}, {"peak_bytes", r.memory.peak_bytes}};
-    for (const auto& [cat, bytes] : r.memory.peak_by_category) m[cat] = bytes;
-    if (r.device.device >= 0) {
-      // The device's own view (cudaMemGetInfo): all ranks on it, the CUDA context, cuBLAS, NCCL.
-      m["device"] = {{"index", r.device.device},
-                     {"used_before_bytes", r.device.used_before},
-                     {"used_after_bytes", r.device.used_after},
-                     {"total_bytes", r.device.total}};
-    }
-    per_rank_mem.push_back(m);
-    sum += static_cast<double>(r.memory.peak_bytes);
-    max = std::max(max, static_cast<double>(r.memory.peak_bytes));
-  }
-  // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
-  // over --comm local, where the model holds to the byte.
-  if (c.device == "cpu" && c.comm == "local" && find_strategy(c.mode).memory != nullptr) {
-    const std::vector<RankMemory> modelled =
-        find_strategy(c.mode).memory(builtin_memory_inputs(c, run.sample_shape, run.num_classes));
-    for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
-      nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
-      for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
-        m[std::string(category_name(static_cast<MemoryCategory>(cat)))] = modelled[r].bytes[static_cast<std::size_t>(cat)];
-      }
-      per_rank_mem[r]["modelled"] = m;
-    }
-  }
-  const double mean = sum / p;
-  j["memory"] = {{"per_rank", per_rank_mem},
-                 {"imbalance_max_over_mean", mean > 0 ? max / mean : 1.0},
-                 {"reducer_minus_mean_bytes",
-                  static_cast<double>(run.ranks.front().memory.peak_bytes) - mean}};
+  j["memory"] = memory_to_json(run);
 
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : run.ranks) {
@@ -199,26 +233,7 @@ nlohmann::json run_to_json(const RunResult& run) {
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   j["quality"] = quality;  // a non-finite loss is written as null
-  if (!c.checkpoint_dir.empty()) {
-    // A checkpoint's time is its slowest rank's (barrier to file in place); bytes per checkpoint.
-    std::vector<double> per_checkpoint;
-    nlohmann::json bytes = nlohmann::json::array();
-    for (const auto& r : run.ranks) {
-      if (per_checkpoint.size() < r.checkpoint_write_s.size()) per_checkpoint.resize(r.checkpoint_write_s.size(), 0.0);
-      for (std::size_t i = 0; i < r.checkpoint_write_s.size(); ++i) {
-        per_checkpoint[i] = std::max(per_checkpoint[i], r.checkpoint_write_s[i]);
-      }
-      bytes.push_back(r.checkpoint_bytes);
-    }
-    j["checkpoints"] = {{"dir", c.checkpoint_dir},
-                        {"every", c.checkpoint_every},
-                        {"count", per_checkpoint.size()},
-                        {"write_time_s", {{"total", std::accumulate(per_checkpoint.begin(), per_checkpoint.end(), 0.0)},
-                                          {"median", median(per_checkpoint)}}},
-                        {"bytes_per_rank", bytes}};
-    j["resumed_from_step"] = run.resumed_from_step >= 0 ? nlohmann::json(run.resumed_from_step) : nlohmann::json();
-    if (!run.elastic_restart.is_null()) j["elastic_restart"] = run.elastic_restart;
-  }
+  if (!c.checkpoint_dir.empty()) add_checkpoints_json(run, j);
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");

@@ -3,10 +3,12 @@
 Run from the repository root:  /usr/bin/python3 -m unittest -v tests/python/test_report.py
 
 For: the verdict computed from hand-made results with known numbers, every figure drawn from a
-rich fixture, the sentences that replace figures whose data is missing, a self-contained HTML
-(data: images only), failed sweep points, repetitions aggregated by median, the PyTorch reference
-runs (`dpbench run --reference pytorch`) tabled beside dpbench's, Google Benchmark name parsing, and a headless Chromium render that must load every image. Chromium is required:
-without it the render test fails and says how to install it.
+rich fixture (the memory model's from a --memory file; its own tests are in
+test_report_memory.py), the sentences that replace figures whose data is missing, a
+self-contained HTML (data: images only), failed sweep points, repetitions aggregated by median,
+the PyTorch reference runs (`dpbench run --reference pytorch`) tabled beside dpbench's, Google
+Benchmark name parsing, and a headless Chromium render that must load every image. Chromium is
+required: without it the render test fails and says how to install it.
 Not for: dpbench's own measurements (the GoogleTest suites under tests/ do that). The fixtures
 are built here and validated against results/schema/dpbench-result.schema.json, so they keep the
 shape real dpbench output has.
@@ -30,7 +32,7 @@ REPORT = ROOT / "plots" / "report.py"
 SCHEMA = ROOT / "results" / "schema" / "dpbench-result.schema.json"
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-ALL_FIGURES = ("throughput_vs_world_size", "memory_per_rank", "step_breakdown", "workers",
+ALL_FIGURES = ("throughput_vs_world_size", "memory_per_rank", "memory_model", "step_breakdown", "workers",
                "batch_size", "collectives_busbw", "allreduce_implementations", "projection")
 MIB = 1024 ** 2
 
@@ -182,6 +184,23 @@ def process_collectives_fixture() -> dict:
     return {"context": {"host_name": "fixture-host", "processes": "4"}, "benchmarks": benchmarks}
 
 
+def memory_model_fixture() -> dict:
+    """A `dpbench memory` file: ps (reducer, worker) and allreduce at 2 and 4 ranks, with the
+    largest parameter count each fits."""
+    def row(mode, world, role, parameters, optimizer):
+        cats = {"parameters": parameters, "gradients": parameters, "optimizer_state": optimizer,
+                "activations": 64 * MIB / world, "comm_buffers": 0.0, "data_staging": 1024.0}
+        return dict(cats, mode=mode, world_size=world, role=role, total_bytes=sum(cats.values()))
+    rows = []
+    for world in (2, 4):
+        rows += [row("ps", world, "reducer", 200 * MIB, 100 * MIB), row("ps", world, "worker", 100 * MIB, 0.0),
+                 row("allreduce", world, "replica", 100 * MIB, 100 * MIB)]
+    return {"schema": {"name": "dpbench-memory", "version": 1}, "model": {"workload": "mlp", "hidden": [512, 256]},
+            "global_batch": 256, "optimizer": "sgd", "precision": "fp32", "rows": rows,
+            "largest_fitting": [{"mode": m, "world_size": w, "largest_params": v * w ** 0.1}
+                                for m, v in (("ps", 2e9), ("allreduce", 3e9)) for w in (2, 4)]}
+
+
 def projection_fixture() -> dict:
     """A `dpbench project` file: three modes to 1024 ranks, crossover at 4."""
     points = []
@@ -224,14 +243,16 @@ def schema_check(test: unittest.TestCase, doc: dict) -> None:
 
 
 def run_report(out: Path, results: list, collectives: Path | list | None = None,
-               projection: Path | None = None) -> subprocess.CompletedProcess:
+               projection: Path | None = None, memory: Path | None = None) -> subprocess.CompletedProcess:
     """Runs plots/report.py as a user would; collectives: one file or a list, each passed with
-    its own --collectives."""
+    its own --collectives; memory: a `dpbench memory` file for --memory."""
     cmd = [sys.executable, str(REPORT), *map(str, results), "-o", str(out)]
     for c in ([] if collectives is None else collectives if isinstance(collectives, list) else [collectives]):
         cmd += ["--collectives", str(c)]
     if projection:
         cmd += ["--projection", str(projection)]
+    if memory:
+        cmd += ["--memory", str(memory)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -292,8 +313,9 @@ class RichReportTest(unittest.TestCase):
         collectives = [write_json(cls.tmp / "collectives.json", collectives_fixture()),
                        write_json(cls.tmp / "processes.json", process_collectives_fixture())]
         projection = write_json(cls.tmp / "projection.json", projection_fixture())
+        cls.memory = write_json(cls.tmp / "memory.json", memory_model_fixture())
         cls.out = cls.tmp / "report"
-        cls.proc = run_report(cls.out, [results], collectives, projection)
+        cls.proc = run_report(cls.out, [results], collectives, projection, cls.memory)
         cls.md = (cls.out / "report.md").read_text() if cls.proc.returncode == 0 else ""
         cls.html = (cls.out / "report.html").read_text() if cls.proc.returncode == 0 else ""
 
@@ -370,7 +392,7 @@ class RichReportTest(unittest.TestCase):
     def test_figures_are_byte_identical_when_rebuilt(self):
         again = self.tmp / "again"
         proc = run_report(again, [self.tmp / "sweep.json"], [self.tmp / "collectives.json", self.tmp / "processes.json"],
-                          self.tmp / "projection.json")
+                          self.tmp / "projection.json", self.memory)
         self.assertEqual(0, proc.returncode, proc.stderr)
         for key in ALL_FIGURES:
             self.assertEqual((self.out / f"{key}.png").read_bytes(), (again / f"{key}.png").read_bytes(), key)
@@ -509,12 +531,13 @@ class MissingDataTest(unittest.TestCase):
             for key in ("memory_per_rank", "step_breakdown"):
                 self.assertTrue((out / f"{key}.png").is_file(), key)
             for key in ("throughput_vs_world_size", "workers", "batch_size", "collectives_busbw",
-                        "allreduce_implementations", "projection"):
+                        "allreduce_implementations", "projection", "memory_model"):
                 self.assertFalse((out / f"{key}.png").exists(), f"{key}.png must not be drawn without data")
-            self.assertEqual(6, md.count("> Not drawn:"))
-            self.assertEqual(6, page.count('class="missing"'))
+            self.assertEqual(7, md.count("> Not drawn:"))
+            self.assertEqual(7, page.count('class="missing"'))
             for hint in ("--ranks 1,2,4", "--num-workers 0,2,4", "--batch-sizes 64,256,1024",
-                         "--collectives collectives.json", "--projection projection.json"):
+                         "--collectives collectives.json", "--projection projection.json",
+                         "-o memory.json", "--memory memory.json"):
                 self.assertIn(hint, md)
                 self.assertIn(hint, page)
             self.assertEqual(2, sum(1 for tag, _ in parse_tags(page) if tag == "img"))
