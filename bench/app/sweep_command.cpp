@@ -77,8 +77,11 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
   return points;
 }
 
-int sweep_command(const SweepOptions& o) {
-  // Whole-sweep input errors stop before anything runs; a point that cannot run is recorded.
+namespace {
+
+// The sweep's whole-grid checks (lists, modes, common options, launchers); the device it runs
+// on. Throws InputError naming the option.
+DeviceChoice check_sweep(const SweepOptions& o) {
   if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
   for (const auto* list : {&o.workloads, &o.comms, &o.modes, &o.transports}) {
     if (list->empty()) throw InputError("sweep: every grid list needs at least one value");
@@ -107,6 +110,34 @@ int sweep_command(const SweepOptions& o) {
                                    comm));
     }
   }
+  return device;
+}
+
+// One point's result entry: its run, or (InputError for a combination that cannot run, or a
+// runtime failure) a "failed" entry with the error, counted in `failed`.
+nlohmann::json run_point(TrainConfig c, const LoadedData& data, const DeviceChoice& device, bool quiet,
+                         std::size_t index, std::size_t total, std::size_t& failed) {
+  nlohmann::json entry;
+  try {
+    check_point(c, *data.train);
+    entry = run_to_json(execute_point(c, data, device));
+    entry["status"] = "ok";
+  } catch (const std::exception& e) {
+    // InputError (this point's combination cannot run) and runtime failures alike.
+    ++failed;
+    entry = {{"status", "failed"}, {"mode", c.mode}, {"strategy", strategy_to_json(c)},
+             {"world_size", c.world_size}, {"global_batch", c.global_batch},
+             {"config", config_to_json(c)}, {"error", e.what()}};
+    if (!quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
+  }
+  return entry;
+}
+
+}  // namespace
+
+int sweep_command(const SweepOptions& o) {
+  // Whole-sweep input errors stop before anything runs; a point that cannot run is recorded.
+  const DeviceChoice device = check_sweep(o);
   const bool output = is_output_process();
   const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
   if (output) check_result_path(out);  // before any training: a bad --out wastes no sweep
@@ -137,20 +168,7 @@ int sweep_command(const SweepOptions& o) {
       fmt::print(stderr, "sweep [{}/{}] {} | elapsed {}, ~{} left\n", index + 1, total,
                  point_label(point.config, rep), clock_text(elapsed), remaining);
     }
-    TrainConfig c = point.config;
-    nlohmann::json entry;
-    try {
-      check_point(c, *data.train);
-      entry = run_to_json(execute_point(c, data, device));
-      entry["status"] = "ok";
-    } catch (const std::exception& e) {
-      // InputError (this point's combination cannot run) and runtime failures alike.
-      ++failed;
-      entry = {{"status", "failed"}, {"mode", c.mode}, {"strategy", strategy_to_json(c)},
-               {"world_size", c.world_size}, {"global_batch", c.global_batch},
-               {"config", config_to_json(c)}, {"error", e.what()}};
-      if (!quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
-    }
+    nlohmann::json entry = run_point(point.config, data, device, quiet, index, total, failed);
     entry["repetition"] = rep;
     runs.push_back(std::move(entry));
     ++index;
