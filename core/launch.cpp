@@ -90,6 +90,86 @@ LaunchInfo env_launch(int requested, int world, int rank, const std::optional<in
 
 }  // namespace
 
+namespace {
+
+// The launch environment's torchrun variables (WORLD_SIZE, RANK, LOCAL_RANK), as resolve_launch
+// has checked them.
+struct LaunchEnv {
+  std::optional<int> world, rank, local;
+};
+
+// --comm nccl: a torchrun-style launch (WORLD_SIZE > 1 without mpirun), mpirun's, or threads.
+LaunchInfo nccl_launch(int requested, const std::string& device, const LaunchEnv& env) {
+  const auto& env_world = env.world;
+  const auto& env_rank = env.rank;
+  const auto& env_local = env.local;
+  const bool torchrun_style = env_world && *env_world > 1 && !mpi_launched();
+  int port = 0;
+  if (torchrun_style) {
+    for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK"}) {
+      const char* v = std::getenv(name);
+      if (v == nullptr || *v == '\0') {
+        throw InputError(fmt::format("{}: unset, but WORLD_SIZE={} without mpirun is a torchrun-style launch, "
+                                     "which needs RANK, MASTER_ADDR and MASTER_PORT (or launch with mpirun)",
+                                     name, *env_world));
+      }
+    }
+    port = *env_int("MASTER_PORT");
+    if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
+  }
+  if (device != "cuda") {
+    throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
+                     "(or use --comm local or --comm mpi on CPU)");
+  }
+  if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local, port);
+  if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
+  LaunchInfo info;
+  info.launcher = "threads";
+  info.world_size = requested > 0 ? requested : 4;
+  info.ranks_on_this_node = info.world_size;
+  return info;
+}
+
+// --comm gloo: one CPU rank per process, started by torchrun (or by hand with its variables).
+LaunchInfo gloo_launch(int requested, const std::string& device, const LaunchEnv& env) {
+  if (device == "cuda") throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
+  if (!gloo_built()) {
+    throw InputError("--comm gloo: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
+  }
+  for (const char* name : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') {
+      throw InputError(fmt::format("--comm gloo: {} is unset; start the ranks with torchrun --no_python (or set "
+                                   "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)",
+                                   name));
+    }
+  }
+  const int port = *env_int("MASTER_PORT");
+  if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
+  return env_launch(requested, *env.world, *env.rank, env.local, port);
+}
+
+// --comm mpi: one rank per process, started by mpirun (or srun); --ranks 1 runs one rank here.
+LaunchInfo mpi_comm_launch(int requested, const std::string& device, const LaunchEnv& env) {
+  const auto& env_world = env.world;
+  const auto& env_rank = env.rank;
+  if (device == "cuda") {
+    throw InputError("--comm mpi: moves host buffers; with --device cuda use --comm nccl or --comm local");
+  }
+  if (!mpi_launched() && env_world && *env_world > 1) {
+    throw InputError(fmt::format("WORLD_SIZE={}: --comm mpi starts its ranks with mpirun -np {} "
+                                 "(or srun); this process was not started by either",
+                                 *env_world, *env_world));
+  }
+  if (mpi_built() && !mpi_launched() && requested != 1) {  // without MPI, mpi_launch says so
+    throw InputError("--comm mpi: start the ranks with mpirun -np N dpbench run --comm mpi (this process was "
+                     "not started by mpirun; --ranks 1 runs one rank here)");
+  }
+  return mpi_launch(requested, env_world, env_rank);
+}
+
+}  // namespace
+
 LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device) {
   if (comm != "local" && comm != "mpi" && comm != "nccl" && comm != "gloo") {
     throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi, gloo or nccl)", comm));
@@ -117,66 +197,10 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
     return info;
   }
 
-  if (comm == "nccl") {
-    const bool torchrun_style = env_world && *env_world > 1 && !mpi_launched();
-    int port = 0;
-    if (torchrun_style) {
-      for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK"}) {
-        const char* v = std::getenv(name);
-        if (v == nullptr || *v == '\0') {
-          throw InputError(fmt::format("{}: unset, but WORLD_SIZE={} without mpirun is a torchrun-style launch, "
-                                       "which needs RANK, MASTER_ADDR and MASTER_PORT (or launch with mpirun)",
-                                       name, *env_world));
-        }
-      }
-      port = *env_int("MASTER_PORT");
-      if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
-    }
-    if (device != "cuda") {
-      throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
-                       "(or use --comm local or --comm mpi on CPU)");
-    }
-    if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local, port);
-    if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
-    info.launcher = "threads";
-    info.world_size = requested > 0 ? requested : 4;
-    info.ranks_on_this_node = info.world_size;
-    return info;
-  }
-
-  if (comm == "gloo") {
-    // One CPU rank per process, started by torchrun (or by hand with its variables).
-    if (device == "cuda") throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
-    if (!gloo_built()) {
-      throw InputError("--comm gloo: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
-    }
-    for (const char* name : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) {
-      const char* v = std::getenv(name);
-      if (v == nullptr || *v == '\0') {
-        throw InputError(fmt::format("--comm gloo: {} is unset; start the ranks with torchrun --no_python (or set "
-                                     "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)",
-                                     name));
-      }
-    }
-    const int port = *env_int("MASTER_PORT");
-    if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
-    return env_launch(requested, *env_world, *env_rank, env_local, port);
-  }
-
-  // comm == "mpi": one rank per process.
-  if (device == "cuda") {
-    throw InputError("--comm mpi: moves host buffers; with --device cuda use --comm nccl or --comm local");
-  }
-  if (!mpi_launched() && env_world && *env_world > 1) {
-    throw InputError(fmt::format("WORLD_SIZE={}: --comm mpi starts its ranks with mpirun -np {} "
-                                 "(or srun); this process was not started by either",
-                                 *env_world, *env_world));
-  }
-  if (mpi_built() && !mpi_launched() && requested != 1) {  // without MPI, mpi_launch says so
-    throw InputError("--comm mpi: start the ranks with mpirun -np N dpbench run --comm mpi (this process was "
-                     "not started by mpirun; --ranks 1 runs one rank here)");
-  }
-  return mpi_launch(requested, env_world, env_rank);
+  const LaunchEnv env{env_world, env_rank, env_local};
+  if (comm == "nccl") return nccl_launch(requested, device, env);
+  if (comm == "gloo") return gloo_launch(requested, device, env);
+  return mpi_comm_launch(requested, device, env);
 }
 
 bool is_output_process() {
