@@ -70,12 +70,7 @@ TrainConfig config_for(const Variant& v) {
   return c;
 }
 
-RunResult train(const TrainConfig& c, const Dataset& data) {
-  const TrainData td{&data, nullptr};
-  if (c.mode == "ps") return train_parameter_server(c, td);
-  if (c.mode == "sharded_ps") return train_sharded_ps(c, td);
-  return train_allreduce(c, td);
-}
+RunResult train(const TrainConfig& c, const Dataset& data) { return testing::train_mode(c, data); }
 
 // The checkpoint files in dir, by name.
 std::vector<std::string> files_in(const fs::path& dir) {

@@ -41,12 +41,7 @@ TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
   return c;
 }
 
-RunResult train(const TrainConfig& c, const Dataset& data) {
-  const TrainData td{&data, nullptr};
-  if (c.mode == "ps") return train_parameter_server(c, td);
-  if (c.mode == "sharded_ps") return train_sharded_ps(c, td);
-  return train_allreduce(c, td);
-}
+using testing::train_mode;
 
 TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
   const SampleShape mlp_shape{1, 1, 48}, cnn_shape{2, 8, 8};
@@ -61,7 +56,7 @@ TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
       for (const std::string optimizer : {"sgd", "adam"}) {
         const TrainConfig c = case_config(k, p, optimizer);
         const bool cnn = k.workload == "cnn";
-        const RunResult run = train(c, cnn ? *cnn_data : *mlp_data);
+        const RunResult run = train_mode(c, cnn ? *cnn_data : *mlp_data);
         const std::vector<RankMemory> model =
             find_strategy(c.mode).memory(builtin_memory_inputs(c, cnn ? cnn_shape : mlp_shape, 10));
         const std::string what = fmt::format("{} {} {} servers {} at {} ranks, {}", k.workload, k.mode, k.transport,
@@ -162,7 +157,7 @@ TEST(MemoryCommand, BuiltInModelEqualsARunsMeasuredPeaks) {
     c.optimizer = "adamw";
     c.max_steps = 2;
     c.warmup_steps = 0;
-    const RunResult run = train(c, *data);
+    const RunResult run = train_mode(c, *data);
     std::int64_t most = 0;
     for (const auto& r : run.ranks) most = std::max(most, r.memory.peak_by_category.at("parameters") +
                                                             r.memory.peak_by_category.at("gradients") +

@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include "allreduce/ddp_trainer.hpp"
+#include "ps/parameter_server.hpp"
+#include "sharded_ps/sharded_ps.hpp"
 #include "train/training.hpp"
 
 namespace dpbench::testing {
@@ -33,6 +36,14 @@ inline TrainConfig small_train_config(const std::string& mode, int world_size, s
   c.keep_final_params = true;
   c.timeout = std::chrono::seconds(60);
   return c;
+}
+
+// Trains `c` on `data` (no test split) with its mode's trainer: ps, sharded_ps or allreduce.
+inline RunResult train_mode(const TrainConfig& c, const Dataset& data) {
+  const TrainData td{&data, nullptr};
+  if (c.mode == "ps") return train_parameter_server(c, td);
+  if (c.mode == "sharded_ps") return train_sharded_ps(c, td);
+  return train_allreduce(c, td);
 }
 
 // ||a - b|| / ||b||, in double.
