@@ -9,25 +9,26 @@ void validate_allreduce(const TrainConfig& cfg, const Dataset& train) { validate
 
 namespace {
 
-// DDP: every bucket all-reduced as it becomes ready, then the same optimizer step on every replica.
-class AllreduceSync final : public ReplicaSync {
+// DDP: every bucket all-reduced as soon as backward readies it, then the same optimizer step on
+// every replica.
+class AllreduceRank final : public ReplicaRank {
  public:
-  explicit AllreduceSync(const ReplicaState& s)
-      : s_(s), optimizer_(s.ctx, s.config, 0, s.n), reducer_(s.ctx, s.buckets.size()) {}
-  void bucket_ready(std::size_t b) override {
-    reducer_.start(b, s_.grads + s_.buckets[b].offset, s_.buckets[b].size);
+  explicit AllreduceRank(const RankSetup& s)
+      : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), reducer_(s.ctx, buckets_.size()) {}
+
+  // Every replica's optimizer state equals rank 0's, so rank 0's checkpoint holds it for all.
+  Optimizer& optimizer() override { return optimizer_; }
+  CommStream* comm_thread() override { return reducer_.thread(); }
+
+  void start_grad_sync(std::size_t b) override {
+    reducer_.start(b, grads_.data() + buckets_[b].offset, buckets_[b].size);
   }
   void progress() override { reducer_.progress(); }
-  bool overlaps_backward() const override { return true; }
-  void join() override { reducer_.join(); }
-  void step() override { optimizer_.step(s_.params, s_.grads); }
+  void finish_grad_sync() override { reducer_.join(); }
+  void optimizer_step() override { optimizer_.step(params_.data(), grads_.data()); }
   void finish_step() override { reducer_.finish_step(); }
-  CommStream* thread() override { return reducer_.thread(); }
-  // Every replica's optimizer state equals rank 0's, so rank 0's file holds it for all.
-  Optimizer& optimizer() override { return optimizer_; }
 
  private:
-  ReplicaState s_;
   Optimizer optimizer_;
   GradReducer reducer_;
 };
@@ -36,7 +37,7 @@ class AllreduceSync final : public ReplicaSync {
 
 RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
   validate_allreduce(cfg, *data.train);
-  return train_replicas(cfg, data, [](const ReplicaState& s) { return std::make_unique<AllreduceSync>(s); });
+  return run_step_loop(cfg, data, [](const RankSetup& s) { return std::make_unique<AllreduceRank>(s); });
 }
 
 }  // namespace dpbench

@@ -7,7 +7,7 @@
 // gradient of the mean loss over the global batch, then the same SGD step.
 #pragma once
 
-#include "train/replica_loop.hpp"
+#include "train/replica_rank.hpp"
 #include "train/strategy.hpp"
 #include "train/training.hpp"
 

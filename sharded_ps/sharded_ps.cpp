@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "train/replica_loop.hpp"
+#include "train/replica_rank.hpp"
 #include "core/error.hpp"
 #include "train/grad_reducer.hpp"
 #include "train/rank_context.hpp"
@@ -64,38 +64,43 @@ void validate_sharded_ps(const TrainConfig& cfg, const Dataset& train) {
 
 namespace {
 
-// The push, server step and pull of one rank (see sharded_ps.hpp).
-class ShardedSync final : public ReplicaSync {
+// A worker with a full replica that is also server of its range (when rank < servers): push,
+// server step, pull (see sharded_ps.hpp).
+class ShardedPsRank final : public ReplicaRank {
  public:
-  ShardedSync(const ReplicaState& s, ShardLayout layout, bool p2p)
-      : s_(s),
-        layout_(std::move(layout)),
+  ShardedPsRank(const RankSetup& s, bool p2p)
+      : ReplicaRank(s),
+        layout_(shard_layout(n_, s.config.world_size, server_count(s.config))),
         p2p_(p2p),
         rank_(s.ctx.rank()),
-        plain_(layout_.counts.size() == 1),
         mine_(layout_.counts[static_cast<std::size_t>(rank_)]),
         offset_(layout_.offsets[static_cast<std::size_t>(rank_)]),
+        grad_sum_(s.ctx, MemoryCategory::gradients, mine_),
         optimizer_(s.ctx, s.config, offset_, mine_) {
-    // One rank serves everything to itself: plain training, its own gradients are the sum.
-    if (plain_) return;
-    grad_sum_ = Array<float>(s.ctx, MemoryCategory::gradients, mine_);
     if (p2p_) {
       if (mine_ > 0) incoming_ = Array<float>(s.ctx, MemoryCategory::comm_buffers, mine_);
       return;
     }
     // Each bucket is reduce-scattered over the servers' ranges it overlaps; this rank's part of
     // it lands at its place in the rank's gradient sum.
-    for (const Bucket& b : s.buckets) {
+    for (const Bucket& b : buckets_) {
       bucket_counts_.push_back(shard_counts_within(layout_, b.offset, b.size));
       const std::size_t start = std::max(b.offset, offset_);
       recv_.push_back(grad_sum_.data() + (mine_ > 0 && start < offset_ + mine_ ? start - offset_ : 0));
     }
-    reducer_.emplace(s.ctx, s.buckets.size());
+    reducer_.emplace(s.ctx, buckets_.size());
   }
 
-  void bucket_ready(std::size_t b) override {
-    if (p2p_ || plain_) return;  // p2p: pushed after backward, in join()
-    float* send = s_.grads + s_.buckets[b].offset;
+  // Each server's optimizer state exists on that server only: one checkpoint shard per server.
+  Optimizer& optimizer() override { return optimizer_; }
+  int checkpoint_writers() const override { return server_count(s_.config); }
+  // p2p pushes after backward: no bucket overlaps it.
+  const std::vector<Bucket>& buckets() const override { return p2p_ ? ModeRank::buckets() : buckets_; }
+  CommStream* comm_thread() override { return reducer_ ? reducer_->thread() : nullptr; }
+
+  // push (collective): the bucket reduce-scattered over the servers' ranges it overlaps.
+  void start_grad_sync(std::size_t b) override {
+    float* send = grads_.data() + buckets_[b].offset;
     const std::vector<std::size_t>& counts = bucket_counts_[b];
     float* recv = recv_[b];
     reducer_->start(b, [send, &counts, recv](Communicator& comm, bool nonblocking) {
@@ -109,22 +114,53 @@ class ShardedSync final : public ReplicaSync {
   void progress() override {
     if (reducer_) reducer_->progress();
   }
-  bool overlaps_backward() const override { return !p2p_ && !plain_; }
-
-  void join() override {
-    if (plain_) return;
-    if (!p2p_) {
+  void finish_grad_sync() override {
+    if (p2p_) {
+      push_p2p();
+    } else {
       reducer_->join();
+    }
+  }
+  // The server step on this rank's range.
+  void optimizer_step() override { optimizer_.step(params_.data() + offset_, grad_sum_.data()); }
+  bool syncs_params() const override { return true; }
+  // pull: every server's updated range to every worker.
+  void param_sync() override {
+    RankContext& ctx = s_.ctx;
+    Communicator& comm = ctx.comm();
+    ctx.synchronize();  // the server's step wrote its range on the compute stream
+    if (!p2p_) {
+      comm.allgatherv(params_.data(), layout_.counts);
       return;
     }
-    // Every worker sends each server its range; each server sums what it receives, one peer
-    // at a time, in (server, worker) order on every rank, so blocking sends cannot deadlock.
+    for (int k = 0; k < comm.world_size(); ++k) {
+      const std::size_t count = layout_.counts[static_cast<std::size_t>(k)];
+      float* range = params_.data() + layout_.offsets[static_cast<std::size_t>(k)];
+      if (count == 0) continue;
+      if (k != rank_) {
+        comm.recv(range, count, k);
+        continue;
+      }
+      for (int w = 0; w < comm.world_size(); ++w) {
+        if (w != rank_) comm.send(range, count, w);
+      }
+    }
+  }
+  void finish_step() override {
+    if (reducer_) reducer_->finish_step();
+  }
+
+ private:
+  // push (p2p): every worker sends each server its range; each server sums what it receives,
+  // one peer at a time, in (server, worker) order on every rank, so blocking sends cannot
+  // deadlock.
+  void push_p2p() {
     RankContext& ctx = s_.ctx;
     Communicator& comm = ctx.comm();
     ctx.synchronize();  // backward wrote the gradients
     for (int k = 0; k < comm.world_size(); ++k) {
       const std::size_t count = layout_.counts[static_cast<std::size_t>(k)];
-      const float* range = s_.grads + layout_.offsets[static_cast<std::size_t>(k)];
+      const float* range = grads_.data() + layout_.offsets[static_cast<std::size_t>(k)];
       if (count == 0) continue;
       if (k != rank_) {
         comm.send(range, count, k);
@@ -140,47 +176,11 @@ class ShardedSync final : public ReplicaSync {
     }
   }
 
-  void step() override { optimizer_.step(s_.params + offset_, plain_ ? s_.grads : grad_sum_.data()); }
-
-  bool pulls() const override { return layout_.counts.size() > 1; }
-  void pull() override {
-    RankContext& ctx = s_.ctx;
-    Communicator& comm = ctx.comm();
-    ctx.synchronize();  // the server's step wrote its range on the compute stream
-    if (!p2p_) {
-      comm.allgatherv(s_.params, layout_.counts);
-      return;
-    }
-    for (int k = 0; k < comm.world_size(); ++k) {
-      const std::size_t count = layout_.counts[static_cast<std::size_t>(k)];
-      float* range = s_.params + layout_.offsets[static_cast<std::size_t>(k)];
-      if (count == 0) continue;
-      if (k != rank_) {
-        comm.recv(range, count, k);
-        continue;
-      }
-      for (int w = 0; w < comm.world_size(); ++w) {
-        if (w != rank_) comm.send(range, count, w);
-      }
-    }
-  }
-
-  void finish_step() override {
-    if (reducer_) reducer_->finish_step();
-  }
-  CommStream* thread() override { return reducer_ ? reducer_->thread() : nullptr; }
-  // Each server's optimizer state exists on that server only: one checkpoint shard per server.
-  Optimizer& optimizer() override { return optimizer_; }
-  int checkpoint_writers() const override { return server_count(s_.config); }
-
- private:
-  ReplicaState s_;
   ShardLayout layout_;
   bool p2p_;
   int rank_;
-  bool plain_;          // one rank: no push, no pull
-  std::size_t mine_;    // elements of the range this rank serves (0 off the servers)
-  std::size_t offset_;  // where that range starts
+  std::size_t mine_;        // elements of the range this rank serves (0 off the servers)
+  std::size_t offset_;      // where that range starts
   Array<float> grad_sum_;   // [mine_]: the summed gradients of the range
   Optimizer optimizer_;     // over [offset_, + mine_): the range's optimizer state
   Array<float> incoming_;   // [mine_]: p2p receive buffer
@@ -194,9 +194,7 @@ class ShardedSync final : public ReplicaSync {
 RunResult train_sharded_ps(const TrainConfig& cfg, const TrainData& data) {
   validate_sharded_ps(cfg, *data.train);
   const bool p2p = cfg.transport == "p2p";
-  return train_replicas(cfg, data, [&cfg, p2p](const ReplicaState& s) {
-    return std::make_unique<ShardedSync>(s, shard_layout(s.n, cfg.world_size, server_count(cfg)), p2p);
-  });
+  return run_step_loop(cfg, data, [p2p](const RankSetup& s) { return std::make_unique<ShardedPsRank>(s, p2p); });
 }
 
 }  // namespace dpbench

@@ -1,7 +1,6 @@
 // Checkpoints of a training run and resuming from them (`dpbench run --checkpoint-dir D
-// --checkpoint-every N --resume`), written once for every strategy and device: a strategy calls
-// Checkpointer::restore() before its first step and maybe_save() after each step. Not for: the
-// training loops themselves (ps/parameter_server.cpp, train/replica_loop.cpp).
+// --checkpoint-every N --resume`), written once for every strategy and device: the step loop (train/step_loop.cpp) calls
+// Checkpointer::restore() before the first step and maybe_save() after each step.
 //
 // What a checkpoint after S steps holds, as PyTorch's seeds save on rank 0 (barrier, then save):
 //   rank 0's file:  the parameters (the reducer's master copy in `ps`, rank 0's replica

@@ -1,6 +1,6 @@
 // The memory model: per-rank bytes by category (core/memory.hpp's MemoryCategory) of a training
 // step, for any model size, world size and optimizer, written from what each strategy allocates
-// (ps/parameter_server.cpp, train/replica_loop.cpp, sharded_ps/sharded_ps.cpp,
+// (ps/parameter_server.cpp, train/replica_rank.cpp, sharded_ps/sharded_ps.cpp,
 // train/optimizer.cpp, workloads/dataloader.cpp). Each strategy's own terms live in its folder
 // (its Strategy::memory trait); the pieces they share are here. With N parameters, p ranks, a
 // global batch B split into local batches b, C classes, F input features and s optimizer state
@@ -62,7 +62,7 @@ MemoryInputs builtin_memory_inputs(const TrainConfig& config, const SampleShape&
 // Rank r's samples per step: its --rank-batch entry, or the global batch over the ranks.
 double replica_rows(const TrainConfig& config, int rank);
 
-// The bytes every full replica holds (train/replica_loop.cpp) with `rows` local samples:
+// The bytes every full replica holds (train/replica_rank.cpp) with `rows` local samples:
 // parameters (+ buffers), gradients, logits and their gradient, the model's activations, the
 // DataLoader's slots. No optimizer state.
 RankMemory replica_memory(const MemoryInputs& in, double rows);

@@ -1,0 +1,236 @@
+#include "train/step_loop.hpp"
+
+#include <algorithm>
+
+#include "train/batchnorm_sync.hpp"
+#include "train/checkpoint.hpp"
+#include "train/progress.hpp"
+#include "workloads/distributed_sampler.hpp"
+
+namespace dpbench {
+
+const std::vector<Bucket>& ModeRank::buckets() const {
+  static const std::vector<Bucket> none;
+  return none;
+}
+
+namespace {
+
+// One replica on one rank computing the whole global batch: DataParallel or DDP with a single
+// device, which call the module and step the optimizer with nothing to synchronise.
+class PlainRank final : public ModeRank {
+ public:
+  explicit PlainRank(const RankSetup& s)
+      : s_(s),
+        rows_(s.config.global_batch),
+        classes_(static_cast<std::size_t>(s.train.num_classes())),
+        model_(s.ctx.make_model(s.config, s.train.shape(), classes_, rows_)),
+        params_(s.ctx, MemoryCategory::parameters, model_->num_params()),
+        grads_(s.ctx, MemoryCategory::gradients, model_->num_params()),
+        logits_(s.ctx, MemoryCategory::activations, rows_ * classes_),
+        dlogits_(s.ctx, MemoryCategory::activations, rows_ * classes_),
+        optimizer_(s.ctx, s.config, 0, model_->num_params()) {
+    const std::vector<float> initial = initial_parameters(*model_, s.config);
+    s.ctx.upload(params_.data(), initial.data(), initial.size());
+  }
+
+  Model& model() override { return *model_; }
+  float* master_params() override { return params_.data(); }
+  Optimizer& optimizer() override { return optimizer_; }
+  std::size_t rows() const override { return rows_; }
+  std::size_t loaded_rows() const override { return rows_; }
+  std::size_t loss_rows() const override { return rows_; }
+  // The (seed + epoch) shuffle, cut to whole steps: DistributedSampler's order at world_size 1.
+  std::vector<std::int64_t> epoch_order(int epoch) override {
+    std::vector<std::int64_t> order = shuffled_indices(s_.train.size(), s_.config.seed + static_cast<std::uint64_t>(epoch));
+    order.resize(static_cast<std::size_t>(s_.steps_per_epoch) * rows_);
+    return order;
+  }
+
+  void forward(const StagedBatch& batch, long step, StepTimer&) override {
+    inputs_ = batch.inputs;
+    model_->forward(params_.data(), inputs_, rows_, logits_.data());
+    s_.ctx.cross_entropy(logits_.data(), batch.labels, rows_, classes_, dlogits_.data(),
+                         1.0f / static_cast<float>(rows_), step);
+  }
+  void backward(const GradReadyFn&) override {
+    model_->backward(params_.data(), inputs_, dlogits_.data(), rows_, grads_.data(), nullptr);
+    s_.ctx.synchronize();
+  }
+  void optimizer_step() override { optimizer_.step(params_.data(), grads_.data()); }
+
+ private:
+  RankSetup s_;
+  std::size_t rows_;
+  std::size_t classes_;
+  std::unique_ptr<Model> model_;
+  Array<float> params_, grads_, logits_, dlogits_;
+  Optimizer optimizer_;
+  const float* inputs_ = nullptr;  // this step's staged inputs, from forward to backward
+};
+
+// The loop's state on one rank, from the first step to the result.
+class RankLoop {
+ public:
+  RankLoop(const RankSetup& s, ModeRank& mode, RunResult& result, long total)
+      : s_(s),
+        mode_(mode),
+        result_(result),
+        me_(result.ranks[static_cast<std::size_t>(s.ctx.rank())]),
+        total_(total),
+        checkpoints_(s.config, s.ctx, mode.model().num_params(), s.steps_per_epoch, mode.checkpoint_writers()),
+        progress_(s.config, total, mode.loss_rows()),
+        steps_in_epoch_(static_cast<std::size_t>(s.config.epochs), 0),
+        launcher_(mode.buckets(), mode.model().params().size(), [this](std::size_t b) {
+          if (b == 0) first_ready_ = timer_->note();
+          mode_.start_grad_sync(b);
+        }),
+        bn_sync_(s.ctx.comm(), mode.comm_thread()) {
+    me_.rank = s.ctx.rank();
+    me_.local_batch = mode.rows();
+    if (mode.loaded_rows() > 0) {
+      DataLoaderOptions options = s.config.loader;
+      options.seed = s.config.seed;  // augmentation: from (seed, epoch, sample) only
+      loader_ = std::make_unique<DataLoader>(s.train, mode.loaded_rows(), options, s.ctx.host_tracker());
+      staging_ = s.ctx.make_staging(mode.loaded_rows(), s.train.shape().features(), s.config.loader.pin_memory);
+    }
+    if (s.config.sync_bn) mode.model().set_batchnorm_sync(&bn_sync_);
+  }
+
+  // Restores --resume's checkpoint, then trains every step left.
+  void train() {
+    Model& model = mode_.model();
+    const long start = checkpoints_.restore(mode_.master_params(), model.buffers(), model.num_buffers(),
+                                            mode_.optimizer().shard());
+    mode_.optimizer().resume_at(start);
+    if (s_.ctx.rank() == 0) result_.resumed_from_step = start > 0 ? start : -1;
+    const long spe = s_.steps_per_epoch;
+    for (long s = 0; s < start && s / spe < s_.config.epochs; ++s) ++steps_in_epoch_[static_cast<std::size_t>(s / spe)];
+    progress_.resume_at(start);
+    s_.ctx.before_first_collective();
+    mode_.start();
+    timer_ = s_.ctx.make_step_timer();
+    timed_start_ = s_.ctx.comm().stats();
+    s_.ctx.mark_timed_start();
+    const int first_epoch = static_cast<int>(start / spe);
+    step_ = start;
+    for (int epoch = first_epoch; epoch < s_.config.epochs && step_ < total_; ++epoch) {
+      // Resumed mid-epoch: the epoch's order is rebuilt from (seed, epoch) and the batches
+      // already trained on are skipped.
+      const long skip = epoch == first_epoch ? start % spe : 0;
+      start_epoch(epoch, skip);
+      for (long s = skip; s < spe && step_ < total_; ++s, ++step_) {
+        if (step_ == s_.config.warmup_steps) {
+          timed_start_ = s_.ctx.comm().stats();
+          s_.ctx.mark_timed_start();
+        }
+        const StepRecord rec = run_step();
+        if (step_ >= s_.config.warmup_steps) me_.steps.push_back(rec);
+        ++steps_in_epoch_[static_cast<std::size_t>(epoch)];
+        progress_.step_done(s_.ctx, epoch, step_);
+        checkpoints_.maybe_save(step_ + 1, mode_.master_params(), model.buffers(), model.num_buffers(),
+                                mode_.optimizer().shard(), me_, timed_start_);
+      }
+    }
+    finish_timed_rank(s_.ctx, me_, timed_start_);
+  }
+
+  // Outside the timed steps: the global training loss of every step and rank 0's evaluation.
+  void finish(const TrainData& data) {
+    std::vector<double> local = s_.ctx.step_losses(step_);
+    checkpoints_.merge_losses(local);
+    const std::vector<double> sums = mode_.global_losses(std::move(local));
+    if (s_.ctx.rank() != 0) return;
+    result_.steps_timed = static_cast<long>(me_.steps.size());
+    finish_result_on_rank(s_.ctx, result_, data, mode_.model(), mode_.master_params(), sums, s_.steps_per_epoch,
+                          steps_in_epoch_);
+  }
+
+ private:
+  void start_epoch(int epoch, long skip) {
+    if (!loader_) return;
+    std::vector<std::int64_t> order = mode_.epoch_order(epoch);
+    const std::size_t skipped = static_cast<std::size_t>(skip) * mode_.loaded_rows();
+    order.erase(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(skipped));
+    loader_->start_epoch(std::move(order), epoch);
+  }
+
+  // One step through the mode's verbs. Every communication that blocks the step is laid in
+  // comm_exposed; comm adds the part of the gradient sync that overlapped backward (from the
+  // first bucket being ready to the end of backward), so exposed <= total on every step.
+  StepRecord run_step() {
+    StepTimer& timer = *timer_;
+    maybe_inject_fault(s_.ctx.rank(), step_);
+    timer.begin();
+    maybe_delay_step(s_.config.mode);
+    const Batch* loaded = loader_ ? &loader_->next() : nullptr;
+    timer.lap(&PhaseTimes::data_wait);
+    mode_.replicate();
+    timer.lap(&PhaseTimes::comm_exposed);
+    const StagedBatch batch = loaded ? staging_->stage(*loaded, mode_.loaded_rows()) : StagedBatch{};
+    timer.lap(&PhaseTimes::h2d);
+    mode_.forward(batch, step_, timer);
+    timer.lap(&PhaseTimes::forward);
+    const bool overlaps = !mode_.buckets().empty();
+    launcher_.reset();
+    mode_.backward(overlaps ? GradReadyFn([this](std::size_t param) {
+      launcher_.mark_ready(param);
+      mode_.progress();
+    })
+                            : GradReadyFn());
+    const StepTimer::Mark backward_end = timer.lap(&PhaseTimes::backward);
+    mode_.finish_grad_sync();
+    timer.lap(&PhaseTimes::comm_exposed);
+    mode_.optimizer_step();
+    timer.lap(&PhaseTimes::optimizer);
+    if (mode_.syncs_params()) {
+      mode_.param_sync();
+      timer.lap(&PhaseTimes::comm_exposed);
+    }
+    mode_.finish_step();
+    StepRecord rec = timer.end();
+    rec.phases.comm = rec.phases.comm_exposed + (overlaps ? timer.seconds(first_ready_, backward_end) : 0.0);
+    return rec;
+  }
+
+  const RankSetup& s_;
+  ModeRank& mode_;
+  RunResult& result_;
+  RankResult& me_;
+  long total_;
+  Checkpointer checkpoints_;
+  ProgressMeter progress_;
+  std::vector<long> steps_in_epoch_;  // steps trained per epoch (rank 0's go into the result)
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<BatchStaging> staging_;
+  std::unique_ptr<StepTimer> timer_;
+  StepTimer::Mark first_ready_ = 0;
+  BucketLauncher launcher_;
+  CommBatchNormSync bn_sync_;
+  CommStats timed_start_;
+  long step_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ModeRank> make_plain_rank(const RankSetup& setup) { return std::make_unique<PlainRank>(setup); }
+
+RunResult run_step_loop(const TrainConfig& cfg, const TrainData& data, const MakeModeRank& make_rank) {
+  const Dataset& train = *data.train;
+  const long total = total_steps(cfg, train);
+  RunResult result;
+  result.config = cfg;
+  result.dataset = train.name();
+  result.steps_total = total;
+  result.ranks.resize(static_cast<std::size_t>(cfg.world_size));
+  run_rank_contexts(cfg, result.ranks, [&](RankContext& ctx) {
+    const RankSetup setup{cfg, ctx, train, steps_per_epoch(cfg, train)};
+    const std::unique_ptr<ModeRank> mode = cfg.world_size == 1 ? make_plain_rank(setup) : make_rank(setup);
+    RankLoop loop(setup, *mode, result, total);
+    loop.train();
+    loop.finish(data);
+  });
+  return result;
+}
+
+}  // namespace dpbench
