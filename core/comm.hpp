@@ -1,4 +1,4 @@
-// The communicator interface both training modes are written against: the collectives of
+// The communicator interface every training mode is written against: the collectives of
 // NCCL/MPI on float buffers, plus point-to-point send/recv, barrier and abort. Every backend
 // counts the bytes it sends and receives on behalf of its rank, so byte counts compare directly
 // across backends. Counts are in elements unless a name says bytes. Not thread-safe per rank:
@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/ring.hpp"
+
 namespace dpbench {
 
 // Bytes one rank moved through its communicator.
@@ -18,16 +20,10 @@ struct CommStats {
   std::int64_t bytes_received = 0;
 };
 
-// Elements one rank sends and receives in a collective, by the algorithm dpbench's `local`
-// backend runs. Backends whose library picks its own algorithm (MPI, NCCL) count these too, so
-// byte counts compare across backends (as nccl-tests' busbw assumes a ring).
-struct ElementCounts {
-  std::size_t sent = 0;
-  std::size_t received = 0;
-};
-// Ring all-reduce (reduce-scatter + all-gather, chunks as ring_chunk): 2(p-1)/p * n each way,
-// up to chunk rounding.
-ElementCounts ring_allreduce_counts(std::size_t n, int p, int rank);
+// Elements one rank sends and receives in a collective (ElementCounts), by the algorithm
+// dpbench's `local` backend runs. Backends whose library picks its own algorithm (MPI, NCCL)
+// count these too, so byte counts compare across backends (as nccl-tests' busbw assumes a
+// ring). The ring's own counts are in core/ring.hpp.
 // Chain reduce (towards root) or broadcast (from root) of n elements: every rank but the chain's
 // end sends n, every rank but its start receives n.
 ElementCounts chain_reduce_counts(std::size_t n, int p, int rank, int root);
@@ -40,14 +36,6 @@ ElementCounts gloo_reduce_counts(std::size_t n, int p, int rank, int root);
 // 0; virtual rank v receives n once (v > 0) and sends n to v + 2^i for every i at or above v's
 // bit length with v + 2^i < p. The root sends ceil(log2 p) n.
 ElementCounts binomial_broadcast_counts(std::size_t n, int p, int rank, int root);
-
-// Ring reduce-scatter over segments of counts[0..p) elements, rank r ending with the sum of
-// segment r: rank r sends every segment but its own and receives every segment but rank r-1's
-// (with equal segments, (p-1)/p * n each way).
-ElementCounts ring_reduce_scatter_counts(const std::vector<std::size_t>& counts, int rank);
-// Ring all-gather of segments, rank r starting with segment r: rank r sends every segment but
-// rank r+1's and receives every segment but its own.
-ElementCounts ring_allgather_counts(const std::vector<std::size_t>& counts, int rank);
 
 // Root exchange of segments counts[0..p) (scatterv from root, gatherv to root): the root moves
 // every segment but its own, every other rank its own segment. In scatterv the root sends and
@@ -74,18 +62,6 @@ Result for_each_segment(const std::vector<std::size_t>& counts, int skip, Result
 // Throws InputError unless world_size >= 1 and 0 <= rank < world_size.
 void check_world_rank(int world_size, int rank);
 
-// Offset and length of chunk i when n elements are split into p nearly equal chunks (the first
-// n % p chunks get one more). Used by the ring algorithms.
-struct Chunk {
-  std::size_t offset;
-  std::size_t length;
-};
-inline Chunk ring_chunk(std::size_t n, int p, int i) {
-  const std::size_t base = n / static_cast<std::size_t>(p);
-  const std::size_t extra = n % static_cast<std::size_t>(p);
-  const auto ui = static_cast<std::size_t>(i);
-  return {ui * base + (ui < extra ? ui : extra), base + (ui < extra ? 1 : 0)};
-}
 
 
 class Communicator {

@@ -157,33 +157,35 @@ void LocalCommunicator::publish(const void* a, const void* b) {
   group_->barrier(rank_);
 }
 
-// Reduce-scatter: at step s rank r adds chunk (r+shift-s-2) of rank r-1 into its own. Rank r-1
-// wrote that chunk in step s-1 and writes a different chunk in step s, so one barrier per step
-// is all the synchronisation needed. Afterwards rank r holds the full sum of chunk r+shift.
+// Reduce-scatter on core/ring.hpp's schedule: at step s rank r adds the chunk it receives,
+// read in place from rank r-1's buffer, into its own. Rank r-1 wrote that chunk in step s-1 and
+// writes a different chunk in step s, so one barrier per step is all the synchronisation needed.
 template <typename ChunkOf>
 void LocalCommunicator::ring_reduce_scatter(float* buf, ChunkOf chunk_of, int shift) {
   const int p = world_size();
   const int prev = mod(rank_ - 1, p);
   for (int s = 0; s < p - 1; ++s) {
-    const Chunk c = chunk_of(mod(rank_ + shift - s - 2, p));
+    const RingStep step = ring_reduce_scatter_step(rank_, p, shift, s);
+    const Chunk c = chunk_of(step.recv);
     const float* src = peer<float>(prev) + c.offset;
     ops_->add(buf + c.offset, src, buf + c.offset, c.length);
-    count(chunk_of(mod(rank_ + shift - s - 1, p)).length, c.length);
+    count(chunk_of(step.send).length, c.length);
     ops_->fence();
     group_->barrier(rank_);
   }
 }
 
-// All-gather, rank r starting with chunk r+shift: at step s it copies chunk (r+shift-s-1) from
-// rank r-1.
+// All-gather on core/ring.hpp's schedule: at step s rank r copies the chunk it receives from
+// rank r-1's buffer.
 template <typename ChunkOf>
 void LocalCommunicator::ring_all_gather(float* buf, ChunkOf chunk_of, int shift) {
   const int p = world_size();
   const int prev = mod(rank_ - 1, p);
   for (int s = 0; s < p - 1; ++s) {
-    const Chunk c = chunk_of(mod(rank_ + shift - s - 1, p));
+    const RingStep step = ring_all_gather_step(rank_, p, shift, s);
+    const Chunk c = chunk_of(step.recv);
     ops_->copy(buf + c.offset, peer<float>(prev) + c.offset, c.length);
-    count(chunk_of(mod(rank_ + shift - s, p)).length, c.length);
+    count(chunk_of(step.send).length, c.length);
     ops_->fence();
     group_->barrier(rank_);
   }
