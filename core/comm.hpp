@@ -70,7 +70,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Backend name: "local", "nccl", "mpi".
+  // Backend name: "local", "mpi", "gloo", "nccl".
   virtual std::string backend() const = 0;
 
   // In-place sum over all ranks; buf: [n] floats on every rank.

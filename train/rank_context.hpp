@@ -1,8 +1,8 @@
 // One rank's view of its device, as a synchronisation strategy sees it: the communicator, an
 // allocator that charges memory categories, the model, element-wise ops, a step timer, events
-// for ordering the communication after the compute, and batch staging. The strategies (ps/,
-// allreduce/) are written once against this interface; a device supplies an implementation and
-// a launcher that builds one context per rank (train/cpu_context.cpp here; the CUDA target
+// for ordering the communication after the compute, and batch staging. The step loop and the
+// modes (train/step_loop.hpp; ps/, allreduce/, sharded_ps/) are written once against it; a
+// device supplies an implementation and a launcher that builds one context per rank (train/cpu_context.cpp here; the CUDA target
 // registers its own at start-up, as PyTorch's reducer picks a Timer per device type in
 // reducer_cuda.cpp). Not for: kernels, streams or NCCL calls themselves (they stay behind it).
 //

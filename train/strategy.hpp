@@ -1,6 +1,6 @@
 // What a synchronisation strategy is to the rest of dpbench: its trainer and the traits that
 // `run`, `sweep`, `project`, the result file, `compare` and the report read, so that none of
-// them names a mode. Each strategy defines its own in its folder (ps/, allreduce/); the registry
+// them names a mode. Each strategy defines its own in its folder (ps/, allreduce/, sharded_ps/); the registry
 // (bench/app/strategies.cpp) lists them, one line each.
 #pragma once
 
@@ -35,7 +35,7 @@ struct Strategy {
   std::string name;         // the --mode value
   std::string description;  // one line for --help
   void (*validate)(const TrainConfig&, const Dataset&);  // throws InputError; runs before any training
-  StrategyFn train;  // on config.device, through run_rank_contexts (train/rank_context.hpp)
+  StrategyFn train;  // on config.device: run_step_loop with the mode's verbs (train/step_loop.hpp)
 
   // ---- traits ----
   // The --transport values the strategy takes, its default first; empty: it has one fixed

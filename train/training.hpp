@@ -1,7 +1,8 @@
 // What every training mode shares: the configuration of one run, the record of what it
-// measured, the launchers that run one thread (or one MPI process) per rank, evaluation. A
-// synchronisation strategy (ps/, allreduce/) is a function TrainConfig + data -> RunResult with
-// its traits (train/strategy.hpp), registered by name in bench/app/strategies.cpp.
+// measured, the launchers that run one thread (or one process) per rank, evaluation. A mode
+// (ps/, allreduce/, sharded_ps/) is a function TrainConfig + data -> RunResult that runs the
+// one step loop (train/step_loop.hpp) with its verbs, plus its traits (train/strategy.hpp),
+// registered by name in bench/app/strategies.cpp.
 #pragma once
 
 #include <array>
@@ -62,7 +63,7 @@ struct TrainConfig {
   std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
   bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
   // Samples per rank per step when they differ (uneven split); empty: global_batch split evenly
-  // (allreduce) or in torch.chunk chunks (ps). Their sum is the global batch.
+  // (allreduce, sharded_ps) or in torch.chunk chunks (ps). Their sum is the global batch.
   std::vector<std::size_t> rank_batches;
   double bucket_cap_mb = 25.0;     // allreduce: DDP bucket_cap_mb
   double first_bucket_mb = 1.0;    // allreduce: DDP's first bucket (1 MiB)

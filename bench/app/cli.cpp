@@ -217,11 +217,13 @@ void add_run_options(CLI::App& run, RunOptions& o) {
       ->capture_default_str();
   run.add_option("--comm", c.comm,
                  "Communicator backend: local (in-process ranks over dpbench's own ring and chain "
-                 "collectives) or mpi (one rank per process: mpirun -np N dpbench run --comm mpi)")
+                 "collectives), mpi (one rank per process: mpirun -np N dpbench run --comm mpi) or "
+                 "gloo (one rank per process, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
       ->capture_default_str();
   run.add_option("--batch-size", c.global_batch,
-                 "Global batch: samples per optimizer step summed over all ranks (allreduce gives "
-                 "each rank batch-size / ranks; ps scatters it in chunks of ceil(batch/ranks))")
+                 "Global batch: samples per optimizer step summed over all ranks (allreduce and "
+                 "sharded_ps give each rank batch-size / ranks; ps scatters it in chunks of "
+                 "ceil(batch/ranks))")
       ->capture_default_str();
   run.add_option("--num-workers", c.loader.num_workers,
                  "DataLoader num_workers per loading rank: worker threads (0 = load on the training thread)")
