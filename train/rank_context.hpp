@@ -2,9 +2,9 @@
 // allocator that charges memory categories, the model, element-wise ops, a step timer, events
 // for ordering the communication after the compute, and batch staging. The step loop and the
 // modes (train/step_loop.hpp; ps/, allreduce/, sharded_ps/) are written once against it; a
-// device supplies an implementation and a launcher that builds one context per rank (train/cpu_context.cpp here; the CUDA target
-// registers its own at start-up, as PyTorch's reducer picks a Timer per device type in
-// reducer_cuda.cpp). Not for: kernels, streams or NCCL calls themselves (they stay behind it).
+// device supplies an implementation and a launcher that builds one context per rank
+// (train/cpu_context.cpp here; the CUDA target registers its own at start-up, as PyTorch's
+// reducer picks a Timer per device type in reducer_cuda.cpp). Not for: kernels, streams or NCCL calls themselves (they stay behind it).
 //
 // The stream model every device follows. A rank has a compute stream and a communication
 // stream. Compute work (model, ops, staging) is ordered on the compute stream; the calls only
