@@ -4,7 +4,8 @@
 // modes (train/step_loop.hpp; ps/, allreduce/, sharded_ps/) are written once against it; a
 // device supplies an implementation and a launcher that builds one context per rank
 // (train/cpu_context.cpp here; the CUDA target registers its own at start-up, as PyTorch's
-// reducer picks a Timer per device type in reducer_cuda.cpp). Not for: kernels, streams or NCCL calls themselves (they stay behind it).
+// reducer picks a Timer per device type in reducer_cuda.cpp). Not for: kernels, streams or NCCL
+// calls themselves (they stay behind it).
 //
 // The stream model every device follows. A rank has a compute stream and a communication
 // stream. Compute work (model, ops, staging) is ordered on the compute stream; the calls only
