@@ -7,7 +7,6 @@
 
 #include "core/error.hpp"
 #include "train/step_loop.hpp"
-#include "workloads/distributed_sampler.hpp"
 
 namespace dpbench {
 
@@ -68,11 +67,7 @@ class PsRank final : public ModeRank {
   std::size_t loaded_rows() const override { return reducer_ ? batch_ : 0; }
   // The reducer's loss covers the whole batch.
   std::size_t loss_rows() const override { return batch_; }
-  std::vector<std::int64_t> epoch_order(int epoch) override {
-    std::vector<std::int64_t> order = shuffled_indices(s_.train.size(), s_.config.seed + static_cast<std::uint64_t>(epoch));
-    order.resize(static_cast<std::size_t>(s_.steps_per_epoch) * batch_);
-    return order;
-  }
+  std::vector<std::int64_t> epoch_order(int epoch) override { return global_batch_order(s_, epoch); }
 
   // replicate(): the master parameters to every replica; the buffers (BatchNorm running
   // statistics) from the reducer's replica, whose updates alone persist, as DataParallel's
@@ -157,6 +152,7 @@ class PsRank final : public ModeRank {
   std::vector<std::size_t> rows_;   // rows per replica: torch.chunk's, or --rank-batch's split
   std::size_t my_rows_;
   std::size_t features_, classes_;
+  std::vector<std::size_t> input_counts_, logit_counts_;  // scatterv / gatherv counts per rank
   std::size_t group_;               // coalesced broadcast / reduce_add elements
   std::unique_ptr<Model> model_;
   std::size_t n_;
@@ -177,6 +173,8 @@ PsRank::PsRank(const RankSetup& s)
       my_rows_(rows_[static_cast<std::size_t>(rank_)]),
       features_(s.train.shape().features()),
       classes_(static_cast<std::size_t>(s.train.num_classes())),
+      input_counts_(scaled(rows_, features_)),
+      logit_counts_(scaled(rows_, classes_)),
       group_(std::max<std::size_t>(1, static_cast<std::size_t>(s.config.coalesce_mb * 1024.0 * 1024.0) / sizeof(float))),
       model_(s.ctx.make_model(s.config, s.train.shape(), classes_, std::max<std::size_t>(my_rows_, 1))),
       n_(model_->num_params()),
@@ -200,13 +198,12 @@ void PsRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
   RankContext& ctx = s_.ctx;
   Communicator& comm = ctx.comm();
   if (reducer_) ctx.synchronize();  // the scatter reads the staged inputs
-  comm.scatterv(batch.inputs, scaled(rows_, features_), chunk_input_.data(), kReducer);
+  comm.scatterv(batch.inputs, input_counts_, chunk_input_.data(), kReducer);
   timer.lap(&PhaseTimes::comm_exposed);
   if (my_rows_ > 0) model_->forward(replica_params_.data(), chunk_input_.data(), my_rows_, chunk_logits_.data());
   ctx.synchronize();  // the gather reads the logits
   timer.lap(&PhaseTimes::forward);
-  const std::vector<std::size_t> logit_counts = scaled(rows_, classes_);
-  comm.gatherv(chunk_logits_.data(), logit_counts, logits_all_.data(), kReducer);
+  comm.gatherv(chunk_logits_.data(), logit_counts_, logits_all_.data(), kReducer);
   timer.lap(&PhaseTimes::comm_exposed);
   if (reducer_) {
     ctx.cross_entropy(logits_all_.data(), batch.labels, batch_, classes_, dlogits_all_.data(),
@@ -214,7 +211,7 @@ void PsRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
     ctx.synchronize();  // the scatter reads the logits' gradient
   }
   timer.lap(&PhaseTimes::forward);
-  comm.scatterv(dlogits_all_.data(), logit_counts, chunk_dlogits_.data(), kReducer);
+  comm.scatterv(dlogits_all_.data(), logit_counts_, chunk_dlogits_.data(), kReducer);
   timer.lap(&PhaseTimes::comm_exposed);
 }
 

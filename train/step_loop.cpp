@@ -9,6 +9,12 @@
 
 namespace dpbench {
 
+std::vector<std::int64_t> global_batch_order(const RankSetup& s, int epoch) {
+  std::vector<std::int64_t> order = shuffled_indices(s.train.size(), s.config.seed + static_cast<std::uint64_t>(epoch));
+  order.resize(static_cast<std::size_t>(s.steps_per_epoch) * s.config.global_batch);
+  return order;
+}
+
 const std::vector<Bucket>& ModeRank::buckets() const {
   static const std::vector<Bucket> none;
   return none;
@@ -40,12 +46,7 @@ class PlainRank final : public ModeRank {
   std::size_t rows() const override { return rows_; }
   std::size_t loaded_rows() const override { return rows_; }
   std::size_t loss_rows() const override { return rows_; }
-  // The (seed + epoch) shuffle, cut to whole steps: DistributedSampler's order at world_size 1.
-  std::vector<std::int64_t> epoch_order(int epoch) override {
-    std::vector<std::int64_t> order = shuffled_indices(s_.train.size(), s_.config.seed + static_cast<std::uint64_t>(epoch));
-    order.resize(static_cast<std::size_t>(s_.steps_per_epoch) * rows_);
-    return order;
-  }
+  std::vector<std::int64_t> epoch_order(int epoch) override { return global_batch_order(s_, epoch); }
 
   void forward(const StagedBatch& batch, long step, StepTimer&) override {
     inputs_ = batch.inputs;
@@ -86,6 +87,13 @@ class RankLoop {
           mode_.start_grad_sync(b);
         }),
         bn_sync_(s.ctx.comm(), mode.comm_thread()) {
+    // Backward's hook, when the mode has buckets: count the gradient, launch ready buckets.
+    if (!mode.buckets().empty()) {
+      on_grad_ready_ = [this](std::size_t param) {
+        launcher_.mark_ready(param);
+        mode_.progress();
+      };
+    }
     me_.rank = s.ctx.rank();
     me_.local_batch = mode.rows();
     if (mode.loaded_rows() > 0) {
@@ -171,13 +179,8 @@ class RankLoop {
     timer.lap(&PhaseTimes::h2d);
     mode_.forward(batch, step_, timer);
     timer.lap(&PhaseTimes::forward);
-    const bool overlaps = !mode_.buckets().empty();
     launcher_.reset();
-    mode_.backward(overlaps ? GradReadyFn([this](std::size_t param) {
-      launcher_.mark_ready(param);
-      mode_.progress();
-    })
-                            : GradReadyFn());
+    mode_.backward(on_grad_ready_);
     const StepTimer::Mark backward_end = timer.lap(&PhaseTimes::backward);
     mode_.finish_grad_sync();
     timer.lap(&PhaseTimes::comm_exposed);
@@ -189,7 +192,7 @@ class RankLoop {
     }
     mode_.finish_step();
     StepRecord rec = timer.end();
-    rec.phases.comm = rec.phases.comm_exposed + (overlaps ? timer.seconds(first_ready_, backward_end) : 0.0);
+    rec.phases.comm = rec.phases.comm_exposed + (on_grad_ready_ ? timer.seconds(first_ready_, backward_end) : 0.0);
     return rec;
   }
 
@@ -206,6 +209,7 @@ class RankLoop {
   std::unique_ptr<StepTimer> timer_;
   StepTimer::Mark first_ready_ = 0;
   BucketLauncher launcher_;
+  GradReadyFn on_grad_ready_;  // empty when the mode has no buckets (nothing overlaps backward)
   CommBatchNormSync bn_sync_;
   CommStats timed_start_;
   long step_ = 0;

@@ -98,6 +98,11 @@ struct RankSetup {
 };
 using MakeModeRank = std::function<std::unique_ptr<ModeRank>(const RankSetup&)>;
 
+// The order a rank that loads the whole global batch reads in `epoch` (DataParallel's loader,
+// and DistributedSampler's at world_size 1): the (seed + epoch) shuffle cut to whole steps,
+// setup.steps_per_epoch * config.global_batch indices.
+std::vector<std::int64_t> global_batch_order(const RankSetup& setup, int epoch);
+
 // Plain single-replica training on one rank: the whole batch, forward, backward, the optimizer,
 // no communication. What every mode runs at world_size 1.
 std::unique_ptr<ModeRank> make_plain_rank(const RankSetup& setup);
