@@ -772,7 +772,7 @@ TEST_F(CliGpu, CudaRunRecordsDevicesPrecisionAndOverlap) {
       "--bucket-cap-mb 2 --batch-size 4096 --epochs 3 --no-eval -q", 300);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
-  ASSERT_EQ(doc["runs"].size(), 2u);
+  ASSERT_EQ(doc["runs"].size(), 3u) << "ps, sharded_ps, allreduce";
   for (const auto& run : doc["runs"]) {
     EXPECT_EQ(run["device"], "cuda");
     EXPECT_EQ(run["precision"], "tf32");
@@ -783,7 +783,7 @@ TEST_F(CliGpu, CudaRunRecordsDevicesPrecisionAndOverlap) {
     }
     EXPECT_TRUE(run["config"]["pin_memory"].get<bool>());
   }
-  const auto& ar = doc["runs"][1];
+  const auto& ar = doc["runs"][2];
   ASSERT_EQ(ar["mode"], "allreduce");
   EXPECT_LT(ar["phases_s"]["comm_exposed"].get<double>(), ar["phases_s"]["comm"].get<double>());
   EXPECT_GT(ar["phases_s"]["h2d"].get<double>(), 0.0);
@@ -800,7 +800,7 @@ TEST_F(CliGpu, MainJobOnCudaMeetsAcceptanceFigures) {
   const Outcome o = run_with_timeout("", "--device cuda --ranks 4 -q", 500);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
-  ASSERT_EQ(doc["runs"].size(), 2u);
+  ASSERT_EQ(doc["runs"].size(), 3u) << "ps, sharded_ps, allreduce";
   for (const auto& run : doc["runs"]) {
     EXPECT_EQ(run["device"], "cuda");
     EXPECT_GE(run["quality"]["test_accuracy"].get<double>(), 0.84) << run["mode"];
@@ -813,7 +813,7 @@ TEST_F(CliGpu, MainJobOnCudaMeetsAcceptanceFigures) {
   // backward ends, so its all-reduce is exposed in full and comm_exposed >= comm by the host's
   // latencies. CudaRunRecordsDevicesPrecisionAndOverlap checks overlap on a model of several
   // buckets.
-  const auto& ar = doc["runs"][1];
+  const auto& ar = doc["runs"][2];
   ASSERT_EQ(ar["mode"], "allreduce");
   EXPECT_GT(ar["phases_s"]["comm"].get<double>(), 0.0);
 }
@@ -846,8 +846,9 @@ class CliGpuEnvLaunch : public CliGpu {
   static constexpr const char* kArgs =
       "--device cuda --precision fp32 --data synthetic --input 32 --synthetic-samples 4096 --hidden 64 "
       "--batch-size 64 --max-steps 20 --no-eval -q";
-  // Both ranks as background processes of one shell; rank r's stderr in err<r>.txt. Returns the
-  // shell's outcome with rank 0's exit code in exit_code and rank 1's in out.
+  // Both ranks as background processes of one shell; rank r's stdout (the table) in out<r>.txt
+  // and its stderr in err<r>.txt, so that the shell's stdout holds only the two exit codes.
+  // Returns the shell's outcome with rank 0's exit code in exit_code and rank 1's in out.
   Outcome launch_two(const std::string& extra_env, const std::string& args) {
     int port = 0;
     {
@@ -860,15 +861,15 @@ class CliGpuEnvLaunch : public CliGpu {
           "RANK={0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={1} "
           "NCCL_HOSTID=dpbench-env-host-{0} NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 {2} "
           "$(command -v timeout >/dev/null 2>&1 && echo timeout -k 10 240) {3} run {4} --comm nccl "
-          "--out {5} 2>{6} & p{0}=$!; ",
+          "--out {5} >{6} 2>{7} & p{0}=$!; ",
           r, port, extra_env, DPBENCH_BINARY, args, (tmp_.path() / fmt::format("r{}.json", r)).string(),
-          (tmp_.path() / fmt::format("err{}.txt", r)).string());
+          (tmp_.path() / fmt::format("out{}.txt", r)).string(), (tmp_.path() / fmt::format("err{}.txt", r)).string());
     }
     line += "wait $p0; e0=$?; wait $p1; echo $e0 $?";
     Outcome o = shell("bash -c '" + line + "'", tmp_.path());
     std::istringstream codes(o.out);
     int e0 = -1, e1 = -1;
-    codes >> e0 >> e1;
+    if (!(codes >> e0 >> e1)) e0 = e1 = -1;  // not two exit codes: the shell itself failed
     o.exit_code = e0;
     o.out = std::to_string(e1);
     o.err = "rank 0: " + slurp(tmp_.path() / "err0.txt") + "rank 1: " + slurp(tmp_.path() / "err1.txt");

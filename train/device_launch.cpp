@@ -77,13 +77,16 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
     if (rank >= p) {
       throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
     }
+    // The caller says how many of the job's ranks share this node's GPUs (ranks_on_this_node,
+    // LOCAL_WORLD_SIZE); without it, all of them do.
+    const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
     if (!config.master_addr.empty()) {
-      const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
       apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
                                fmt::format("--comm nccl, {} ranks on this node (LOCAL_WORLD_SIZE)", node_ranks));
       return run_env_device_rank(config, ranks, device);
     }
-    apply_nccl_launch_policy(p, gpus, device.nccl_version(), fmt::format("--comm nccl, rank {} of {}", rank, p));
+    apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
+                             fmt::format("--comm nccl, rank {} of {}, {} on this node", rank, p, node_ranks));
     CommSource source;
     source.id = &config.nccl_id;
     device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,

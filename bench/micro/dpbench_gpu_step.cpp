@@ -17,6 +17,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,13 +39,16 @@
 namespace dpbench {
 namespace {
 
-// Times one training step of `model` (not yet reserved) per iteration on GPU 0: range(0) samples
+// Times one training step of the model make_model() builds per iteration on GPU 0: range(0) samples
 // (the batch) of model.input_features() floats in [0, 1) and random labels, copied out of a
 // device-resident set of kSetBatches batches, forward, loss, backward, SGD momentum; range(1): 1
 // for tf32, 0 for fp32. step_flops: the step's GEMM FLOPs (the "flops" rate counter). Also counts
 // the step's launches (cuda::launch_count(): every kernel of dpbench's launchers and every cuBLAS
-// call) as launches_per_step. Without a usable GPU: SkipWithError with the reason.
-void time_train_steps(benchmark::State& state, Model& model, double step_flops) {
+// call) as launches_per_step. Without a usable GPU: SkipWithError with the reason. The model is
+// built here, after the allocator and cuBLAS handle its kernels hold, so that it releases its
+// activations before they go.
+void time_train_steps(benchmark::State& state, const std::function<std::unique_ptr<Model>()>& make_model,
+                      double step_flops) {
   const CudaProbe probe = probe_cuda();
   if (!probe.usable) {
     state.SkipWithError(("no CUDA device: " + probe.reason).c_str());
@@ -56,6 +61,8 @@ void time_train_steps(benchmark::State& state, Model& model, double step_flops) 
   DeviceAllocator allocator(0, tracker);
   cuda::Stream stream;
   cuda::Blas blas(stream.handle(), precision);
+  const std::unique_ptr<Model> owned = make_model();
+  Model& model = *owned;
   model.reserve(batch, make_cuda_model_ops(blas, allocator));
   const std::size_t n = model.num_params(), features = model.input_features(), classes = model.num_classes();
 
@@ -127,11 +134,11 @@ void time_train_steps(benchmark::State& state, Model& model, double step_flops) 
 void BM_CudaMlpTrainStep(benchmark::State& state) {
   const std::vector<std::size_t> dims{784, static_cast<std::size_t>(state.range(2)),
                                       static_cast<std::size_t>(state.range(3)), 10};
-  Mlp<float> model(dims);
   double weights = 0;
   for (std::size_t l = 0; l + 1 < dims.size(); ++l) weights += static_cast<double>(dims[l] * dims[l + 1]);
   const double first_layer = static_cast<double>(dims[0] * dims[1]);  // no input gradient
-  time_train_steps(state, model, static_cast<double>(state.range(0)) * (6.0 * weights - 2.0 * first_layer));
+  time_train_steps(state, [&] { return std::make_unique<Mlp<float>>(dims); },
+                   static_cast<double>(state.range(0)) * (6.0 * weights - 2.0 * first_layer));
 }
 
 BENCHMARK(BM_CudaMlpTrainStep)
@@ -150,11 +157,11 @@ BENCHMARK(BM_CudaMlpTrainStep)
 // conv 2*N*P*Q*K*C*R*S for the forward GEMM, as much for dW and dx (not the first layer), and
 // the linear layers as for the MLP.
 void BM_CudaCnnTrainStep(benchmark::State& state) {
-  Cnn model(SampleShape{1, 28, 28}, 16, 32, 128, 10);
   const double n = static_cast<double>(state.range(0));
   const double conv1 = 2.0 * n * 28 * 28 * 16 * 1 * 9, conv2 = 2.0 * n * 14 * 14 * 32 * 16 * 9;
   const double fc1 = 2.0 * n * (32 * 7 * 7) * 128, fc2 = 2.0 * n * 128 * 10;
-  time_train_steps(state, model, 2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
+  time_train_steps(state, [] { return std::make_unique<Cnn>(SampleShape{1, 28, 28}, 16, 32, 128, 10); },
+                   2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
 }
 
 BENCHMARK(BM_CudaCnnTrainStep)
