@@ -1,16 +1,24 @@
 #include "cluster/cluster_job.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -29,6 +37,8 @@ namespace {
 constexpr const char* kStageEnv = "DPBENCH_CLUSTER_STAGE";
 constexpr const char* kDescriptionPath = "/run/dpbench-cluster.json";
 constexpr int kMasterPort = 29500;  // torchrun's default; the namespaces are the run's own
+constexpr int kRdzvPort = 29400;    // torchrun's c10d rendezvous default
+constexpr int kEtcdPort = 2379;     // etcd's client port (the peer port is the next one)
 constexpr auto kProbeWindow = std::chrono::milliseconds(600);
 constexpr auto kHeartbeatInterval = std::chrono::milliseconds(1000);
 constexpr auto kHeartbeatTimeout = std::chrono::milliseconds(10000);
@@ -37,17 +47,54 @@ constexpr auto kGrace = std::chrono::seconds(10);  // after a rank failed, for t
 std::atomic<int> stop_signal{0};
 void on_signal(int sig) { stop_signal = sig; }
 
+// Whether a TCP connection to address:port succeeds now (1 s at most).
+bool tcp_connects(const std::string& address, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  timeval limit{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = inet_pton(AF_INET, address.c_str(), &to.sin_addr) == 1 &&
+                  connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) == 0;
+  close(fd);
+  return ok;
+}
+
+// The Python interpreter the torchrun script at `path` runs on: its #! line's program (the one
+// after /usr/bin/env), "python3" when it has none.
+std::string torchrun_python(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  if (!std::getline(f, line) || line.rfind("#!", 0) != 0) return "python3";
+  std::istringstream words(line.substr(2));
+  std::string program;
+  words >> program;
+  if (program.size() >= 4 && program.compare(program.size() - 4, 4, "/env") == 0) words >> program;
+  return program.empty() ? "python3" : program;
+}
+
+// This program's path (torchrun starts it by path in every node).
+std::string self_exe() {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error(fmt::format("/proc/self/exe: {}", ec.message()));
+  return path.string();
+}
+
 std::string kernel_release() {
   utsname u{};
   return uname(&u) == 0 ? u.release : "unknown";
 }
 
-// The environment of rank `rank` on `node`: this one's, less any launcher variables, plus the
-// torchrun-style ones. DPBENCH_FAULT's node=N becomes rank=<first rank of node N>.
-std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Node>& nodes, int node, int local) {
+// The environment of a process on `node` (a rank, or a torchrun agent, whose ranks inherit it):
+// this one's, less any launcher variables and DPBENCH_FAULT, plus what a rank of the cluster
+// reads: its stage, the cluster's description, its node's interface and index.
+std::vector<std::string> node_env(const std::vector<Node>& nodes, int node) {
   static const std::vector<std::string> dropped = {
       "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
-      "TORCHELASTIC_RUN_ID=", "DPBENCH_MASTER_PORT=", "GLOO_SOCKET_IFNAME=", "DPBENCH_FAULT="};
+      "TORCHELASTIC_", "DPBENCH_MASTER_PORT=", "GLOO_SOCKET_IFNAME=", "DPBENCH_FAULT=", "DPBENCH_CLUSTER_NODE="};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string v = *e;
@@ -55,6 +102,31 @@ std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Nod
     for (const auto& d : dropped) drop = drop || v.rfind(d, 0) == 0;
     if (!drop) env.push_back(v);
   }
+  env.push_back(fmt::format("{}=rank", kStageEnv));
+  env.push_back(fmt::format("{}={}", kDescriptionEnv, kDescriptionPath));
+  env.push_back("DPBENCH_NET_IFACE=" + nodes[static_cast<std::size_t>(node)].iface);
+  env.push_back(fmt::format("DPBENCH_CLUSTER_NODE={}", node));
+  return env;
+}
+
+// $DPBENCH_FAULT's node=N, if it names a node: N, else -1.
+int fault_node() {
+  const char* fault = std::getenv("DPBENCH_FAULT");
+  static const std::regex node_key(R"((^|,)node=([0-9]+)(,|$))");
+  std::cmatch m;
+  return fault != nullptr && std::regex_search(fault, m, node_key) ? std::stoi(m[2].str()) : -1;
+}
+
+// $DPBENCH_FAULT with node=N replaced by `by` ("rank=R", "local_rank=0").
+std::string fault_with(const std::string& by) {
+  static const std::regex node_key(R"((^|,)node=([0-9]+)(,|$))");
+  return std::regex_replace(std::getenv("DPBENCH_FAULT"), node_key, "$1" + by + "$3");
+}
+
+// The environment of rank `rank` on `node` under the env launcher: node_env plus the torchrun-style
+// variables. DPBENCH_FAULT's node=N becomes rank=<first rank of node N>.
+std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Node>& nodes, int node, int local) {
+  std::vector<std::string> env = node_env(nodes, node);
   const int rank = node * spec.ranks_per_node + local;
   env.push_back(fmt::format("RANK={}", rank));
   env.push_back(fmt::format("WORLD_SIZE={}", spec.world_size()));
@@ -63,21 +135,43 @@ std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Nod
   env.push_back(fmt::format("GROUP_RANK={}", node));
   env.push_back("MASTER_ADDR=" + nodes.front().hostname);
   env.push_back(fmt::format("MASTER_PORT={}", kMasterPort));
-  env.push_back(fmt::format("{}=rank", kStageEnv));
-  env.push_back(fmt::format("{}={}", kDescriptionEnv, kDescriptionPath));
-  env.push_back("DPBENCH_NET_IFACE=" + nodes[static_cast<std::size_t>(node)].iface);
-  if (const char* fault = std::getenv("DPBENCH_FAULT")) {
-    std::smatch m;
-    const std::string f = fault;
-    static const std::regex node_key(R"((^|,)node=([0-9]+)(,|$))");
-    if (std::regex_search(f, m, node_key)) {
-      const int first = std::stoi(m[2].str()) * spec.ranks_per_node;
-      env.push_back("DPBENCH_FAULT=" + std::regex_replace(f, node_key, fmt::format("$1rank={}$3", first)));
-    } else {
-      env.push_back("DPBENCH_FAULT=" + f);
+  if (std::getenv("DPBENCH_FAULT") != nullptr) {
+    const int n = fault_node();
+    env.push_back("DPBENCH_FAULT=" + (n < 0 ? std::string(std::getenv("DPBENCH_FAULT"))
+                                            : fault_with(fmt::format("rank={}", n * spec.ranks_per_node))));
+  }
+  return env;
+}
+
+// The environment of node `node`'s torchrun agent: node_env; DPBENCH_FAULT's node=N becomes
+// local_rank=0 on node N alone (the rendezvous, not the node, decides global ranks), and is left
+// out when `with_fault` is false (a node started again after its agent died).
+std::vector<std::string> agent_env(const std::vector<Node>& nodes, int node, bool with_fault) {
+  std::vector<std::string> env = node_env(nodes, node);
+  if (const char* fault = std::getenv("DPBENCH_FAULT"); fault != nullptr && with_fault) {
+    const int n = fault_node();
+    if (n < 0) {
+      env.push_back(std::string("DPBENCH_FAULT=") + fault);
+    } else if (n == node) {
+      env.push_back("DPBENCH_FAULT=" + fault_with("local_rank=0"));
     }
   }
   return env;
+}
+
+// Node `node`'s torchrun agent: `--nnodes N --nproc_per_node K` at the rendezvous `endpoint`, each
+// worker this program with `args` (torchrun's --no_python).
+std::vector<std::string> agent_argv(const ClusterSpec& spec, const std::string& torchrun, const std::string& endpoint,
+                                    const std::string& run_id, int node, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      torchrun, "--nnodes", std::to_string(spec.nodes), "--nproc_per_node", std::to_string(spec.ranks_per_node),
+      "--rdzv_backend", spec.rdzv_backend, "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
+      "--max_restarts", std::to_string(spec.max_restarts), "--monitor_interval", "1",
+      // Debian 12's torchrun (torch 1.13, Python 3.11) cannot parse its own default of 0 here.
+      "--redirects", "1", "--tee", "1", "--log_dir", fmt::format("/run/dpbench-torchrun/node{}", node),
+      "--no_python", self_exe()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
 }
 
 nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::vector<LinkProbe>& probes,
@@ -94,8 +188,14 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
                      {"probed_down_bytes_per_s", p.down_bytes_per_s},
                      {"rtt_s", p.rtt_s}});
   }
+  nlohmann::json launcher = {{"name", spec.launcher}};
+  if (spec.launcher == "torchrun") {
+    launcher["rdzv_backend"] = spec.rdzv_backend;
+    launcher["max_restarts"] = spec.max_restarts;
+  }
   return {{"nodes", spec.nodes},
           {"ranks_per_node", spec.ranks_per_node},
+          {"launcher", launcher},
           {"qdisc", c.qdisc()},
           {"kernel", kernel_release()},
           {"namespaces", how == "user" ? "private user + network namespace (unprivileged)"
@@ -106,27 +206,45 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
           {"links", links}};
 }
 
-// Waits for every rank; stops them all when one fails, a node stops answering or a signal came.
-int wait_for_ranks(const std::vector<pid_t>& pids, const std::vector<int>& node_of, const Cluster& c,
-                   const std::atomic<int>& lost_node) {
-  std::map<pid_t, int> running;
-  for (std::size_t r = 0; r < pids.size(); ++r) running[pids[r]] = static_cast<int>(r);
-  int code = 0;
+// A process the job waits for: a rank (env launcher) or a node's torchrun agent.
+struct JobProcess {
+  pid_t pid = -1;
+  int node = 0;
+  std::string what;  // "rank 3", "the torchrun agent"
+};
+
+// Waits for every process; stops them all when one fails, a node stops answering or a signal
+// came. A torchrun agent killed by a signal is a node that died: restart_node(node) starts it
+// again, up to `node_restarts` times in all (a scheduler bringing the node back), when given.
+int wait_for_job(std::vector<JobProcess> procs, const Cluster& c, const std::atomic<int>& lost_node,
+                 const std::function<pid_t(int)>& restart_node, int node_restarts) {
+  std::map<pid_t, JobProcess> running;
+  for (const auto& p : procs) running[p.pid] = p;
+  int code = 0, restarts = 0;
   std::chrono::steady_clock::time_point deadline{};
   auto kill_all = [&](int sig) {
-    for (const auto& [pid, rank] : running) kill(pid, sig);
+    for (const auto& [pid, p] : running) kill(pid, sig);
   };
   while (!running.empty()) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0 && running.count(pid) != 0) {
-      const int rank = running[pid];
+      const JobProcess p = running[pid];
       running.erase(pid);
       const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      const Node& n = c.nodes()[static_cast<std::size_t>(p.node)];
+      if (WIFSIGNALED(status) && restart_node && restarts < node_restarts && code == 0 && stop_signal == 0) {
+        ++restarts;
+        fmt::print(stderr, "dpbench: {} of node {} ({}) was killed (signal {}); starting the node's agent again "
+                   "({} of {})\n", p.what, n.index, n.hostname, WTERMSIG(status), restarts, node_restarts);
+        JobProcess again = p;
+        again.pid = restart_node(p.node);
+        running[again.pid] = again;
+        continue;
+      }
       if (rc != 0 && code == 0) {
         code = rc;
-        const Node& n = c.nodes()[static_cast<std::size_t>(node_of[static_cast<std::size_t>(rank)])];
-        fmt::print(stderr, "dpbench: rank {} on node {} ({}) exited with {}; stopping the job\n", rank, n.index,
+        fmt::print(stderr, "dpbench: {} on node {} ({}) exited with {}; stopping the job\n", p.what, n.index,
                    n.hostname, WIFEXITED(status) ? fmt::format("code {}", rc) : fmt::format("signal {}", WTERMSIG(status)));
         deadline = std::chrono::steady_clock::now() + kGrace;
       }
@@ -134,14 +252,14 @@ int wait_for_ranks(const std::vector<pid_t>& pids, const std::vector<int>& node_
     }
     if (const int lost = lost_node.load(); lost >= 0 && code == 0) {
       const Node& n = c.nodes()[static_cast<std::size_t>(lost)];
-      std::string ranks;
-      for (std::size_t r = 0; r < node_of.size(); ++r) {
-        if (node_of[r] == lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      std::string on_node;
+      for (const auto& p : procs) {
+        if (p.node == lost) on_node += (on_node.empty() ? "" : ", ") + p.what;
       }
       fmt::print(stderr,
-                 "dpbench: error: node {} ({}, {}; rank {}) stopped answering across its link for {} s "
+                 "dpbench: error: node {} ({}, {}; {}) stopped answering across its link for {} s "
                  "(link down or node gone); stopping the job\n",
-                 n.index, n.hostname, n.address, ranks,
+                 n.index, n.hostname, n.address, on_node,
                  std::chrono::duration_cast<std::chrono::seconds>(kHeartbeatTimeout).count());
       code = 1;
       kill_all(SIGKILL);
@@ -159,6 +277,61 @@ int wait_for_ranks(const std::vector<pid_t>& pids, const std::vector<int>& node_
   return code;
 }
 
+// Starts etcd on node 0 for torchelastic's etcd rendezvous (v2 API on, as it needs), its data and
+// log in the run's private /run, clients on port kEtcdPort of every address; waits until it takes
+// connections. Returns its pid; throws Error when it does not within 20 s.
+pid_t start_etcd(const Cluster& c) {
+  const Node& n = c.nodes().front();
+  const std::string etcd = find_tool("etcd");
+  const std::string command = fmt::format(
+      "exec {} --name {} --data-dir /run/dpbench-etcd --enable-v2 --listen-client-urls http://0.0.0.0:{} "
+      "--advertise-client-urls http://{}:{} --listen-peer-urls http://127.0.0.1:{} "
+      "--initial-advertise-peer-urls http://127.0.0.1:{} --initial-cluster {}=http://127.0.0.1:{} "
+      ">/run/dpbench-etcd.log 2>&1",
+      etcd, n.hostname, kEtcdPort, n.address, kEtcdPort, kEtcdPort + 1, kEtcdPort + 1, n.hostname, kEtcdPort + 1);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  const pid_t pid = c.spawn(0, {"/bin/sh", "-c", command}, env);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!tcp_connects(n.address, kEtcdPort)) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid || std::chrono::steady_clock::now() > deadline) {
+      std::ifstream log("/run/dpbench-etcd.log");
+      std::string last, line;
+      while (std::getline(log, line)) last = line.empty() ? last : line;
+      throw Error(fmt::format("etcd on node 0 did not start within 20 s: {}", last.empty() ? "no log" : last));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pid;
+}
+
+// Starts the job the torchrun way: etcd on node 0 for --rdzv-backend etcd, then one torchrun agent
+// per node, and waits for them (restarting a killed node's agent up to --max-restarts times).
+int run_torchrun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& args,
+                     const std::atomic<int>& lost_node) {
+  const std::string torchrun = find_tool("torchrun");
+  std::string endpoint = fmt::format("{}:{}", c.nodes().front().hostname, kRdzvPort);
+  pid_t etcd = -1;
+  if (spec.rdzv_backend == "etcd") {
+    etcd = start_etcd(c);
+    endpoint = fmt::format("{}:{}", c.nodes().front().hostname, kEtcdPort);
+  }
+  const std::string run_id = c.nodes().front().hostname.substr(0, c.nodes().front().hostname.find('-'));
+  auto start_agent = [&](int node, bool with_fault) {
+    return c.spawn(node, agent_argv(spec, torchrun, endpoint, run_id, node, args), agent_env(c.nodes(), node, with_fault));
+  };
+  std::vector<JobProcess> agents;
+  for (int node = 0; node < spec.nodes; ++node) agents.push_back({start_agent(node, true), node, "the torchrun agent"});
+  const int code = wait_for_job(agents, c, lost_node, [&](int node) { return start_agent(node, false); },
+                                spec.max_restarts);
+  if (etcd > 0) {
+    kill(etcd, SIGTERM);
+    waitpid(etcd, nullptr, 0);
+  }
+  return code;
+}
+
 }  // namespace
 
 std::string stage() {
@@ -168,6 +341,18 @@ std::string stage() {
 
 int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
   validate(spec);
+  if (spec.launcher == "torchrun") {
+    if (find_tool("torchrun").empty()) {
+      throw InputError("--launcher torchrun: torchrun is not installed (apt-get install python3-torch)");
+    }
+    if (spec.rdzv_backend == "etcd" && find_tool("etcd").empty()) {
+      throw InputError("--rdzv-backend etcd: etcd is not installed (apt-get install etcd-server)");
+    }
+    if (spec.rdzv_backend == "etcd" &&
+        std::system(fmt::format("{} -c 'import etcd' >/dev/null 2>&1", torchrun_python(find_tool("torchrun"))).c_str()) != 0) {
+      throw InputError("--rdzv-backend etcd: torchrun's Python cannot import etcd (apt-get install python3-etcd)");
+    }
+  }
   const Capability cap = probe_capability();
   if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
   return run_in_private_namespaces(cap.how, args, {fmt::format("{}=inner", kStageEnv),
@@ -201,17 +386,17 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
     int expected = -1;
     lost_node.compare_exchange_strong(expected, node);
   });
+  if (spec.launcher == "torchrun") return run_torchrun_job(spec, c, args, lost_node);
   std::vector<std::string> argv = {"/proc/self/exe"};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<pid_t> pids;
-  std::vector<int> node_of;
+  std::vector<JobProcess> ranks;
   for (int node = 0; node < spec.nodes; ++node) {
     for (int local = 0; local < spec.ranks_per_node; ++local) {
-      pids.push_back(c.spawn(node, argv, rank_env(spec, c.nodes(), node, local)));
-      node_of.push_back(node);
+      const int rank = node * spec.ranks_per_node + local;
+      ranks.push_back({c.spawn(node, argv, rank_env(spec, c.nodes(), node, local)), node, fmt::format("rank {}", rank)});
     }
   }
-  return wait_for_ranks(pids, node_of, c, lost_node);
+  return wait_for_job(ranks, c, lost_node, nullptr, 0);
 }
 
 nlohmann::json cluster_description() {

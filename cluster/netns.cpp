@@ -24,9 +24,6 @@ extern char** environ;
 
 namespace dpbench::cluster {
 
-namespace {
-
-// argv[0] on PATH, then in /usr/sbin and /sbin (where iproute2 lives; a user's PATH may lack them).
 std::string find_tool(const std::string& name) {
   std::string path = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
   path += ":/usr/sbin:/sbin:/usr/bin:/bin";
@@ -43,6 +40,8 @@ std::string find_tool(const std::string& name) {
   }
   return "";
 }
+
+namespace {
 
 // Null-terminated pointer arrays over strings that outlive them (for execve after fork).
 std::vector<char*> c_array(const std::vector<std::string>& strings) {

@@ -27,6 +27,10 @@ struct Capability {
 // Tries both in a short-lived child process; creates nothing that outlives it.
 Capability probe_capability();
 
+// The path of program `name` on PATH, then in /usr/sbin, /sbin, /usr/bin and /bin (where iproute2
+// lives; a user's PATH may lack them); "" when it is in none of them.
+std::string find_tool(const std::string& name);
+
 // Runs `argv` (argv[0] looked up on PATH, /usr/sbin and /sbin) and waits. Throws Error naming the
 // command and the first line of its stderr when it cannot start or exits non-zero.
 void run_tool(const std::vector<std::string>& argv);

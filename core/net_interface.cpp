@@ -44,6 +44,11 @@ std::string cluster_interface() {
   return v != nullptr ? v : "";
 }
 
+int cluster_node() {
+  const char* v = std::getenv("DPBENCH_CLUSTER_NODE");
+  return v != nullptr && *v != '\0' ? std::atoi(v) : -1;
+}
+
 std::string address_toward(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_INET;

@@ -19,6 +19,9 @@ std::optional<CommStats> interface_counters(const std::string& iface);
 // this process is not a rank of an emulated cluster.
 std::string cluster_interface();
 
+// The index of the emulated cluster's node this process runs on ($DPBENCH_CLUSTER_NODE), or -1.
+int cluster_node();
+
 // The address of this host's interface that reaches `host` (a name or an IPv4 address): the source
 // address the kernel's routing picks for it (a UDP socket connected to it; nothing is sent).
 // "127.0.0.1" for a loopback host. Throws Error naming the host when it cannot be resolved or

@@ -21,6 +21,12 @@ double to_seconds(std::chrono::system_clock::time_point t) {
   return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
+// torchrun's run id ($TORCHELASTIC_RUN_ID, --rdzv_id), "" outside torchrun.
+std::string run_id() {
+  const char* v = std::getenv("TORCHELASTIC_RUN_ID");
+  return v != nullptr ? v : "";
+}
+
 }  // namespace
 
 int restart_count() {
@@ -47,6 +53,7 @@ std::optional<std::chrono::system_clock::time_point> first_step_time() {
 void record_failure(const std::string& dir, int rank, const std::string& error) noexcept {
   try {
     const nlohmann::json record = {{"rank", rank},
+                                   {"run_id", run_id()},
                                    {"step", last_step_started()},
                                    {"time_s", to_seconds(std::chrono::system_clock::now())},
                                    {"error", error}};
@@ -57,12 +64,16 @@ void record_failure(const std::string& dir, int rank, const std::string& error) 
   }
 }
 
-nlohmann::json restart_cost(const std::string& dir, long resumed_from_step) {
-  const int attempt = restart_count();
+nlohmann::json restart_cost(const std::string& dir, long resumed_from_step, int attempt) {
   const auto first = first_step_time();
-  if (attempt == 0 || !first) return nullptr;
+  // At attempt 0 the job may still have restarted: torchrun counts a node that joined again (its
+  // agent started anew) as a membership change, not a restart. Then this job's own records (its
+  // run id, unique to the job: "none" is torchrun's default) from before this attempt's first step
+  // tell.
+  const std::string job = run_id();
+  if (!first || (attempt == 0 && (job.empty() || job == "none"))) return nullptr;
   // The lowest rank that recorded the previous attempt's failure.
-  const std::string prefix = fmt::format("failure-{}-rank", attempt - 1);
+  const std::string prefix = fmt::format("failure-{}-rank", std::max(attempt - 1, 0));
   std::optional<int> lowest;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -75,8 +86,12 @@ nlohmann::json restart_cost(const std::string& dir, long resumed_from_step) {
   try {
     std::ifstream f(std::filesystem::path(dir) / fmt::format("{}{}.json", prefix, *lowest));
     const nlohmann::json r = nlohmann::json::parse(f);
+    if (attempt == 0 && (r.value("run_id", "") != job || r.at("time_s").get<double>() >= to_seconds(*first))) {
+      return nullptr;
+    }
     const long step = r.at("step").get<long>();
-    return {{"restart_count", attempt},
+    return {{"restart_count", std::max(attempt, 1)},
+            {"counted_by", attempt > 0 ? "torchrun (TORCHELASTIC_RESTART_COUNT)" : "the job's failure record (a node rejoined)"},
             {"failed_step", step},
             {"error", r.at("error")},
             {"observed_by_rank", *lowest},

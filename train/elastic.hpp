@@ -28,10 +28,13 @@ std::optional<std::chrono::system_clock::time_point> first_step_time();
 // had started, the time, and the error it saw. Best effort: never throws.
 void record_failure(const std::string& dir, int rank, const std::string& error) noexcept;
 
-// The cost of the restart this attempt is, from the previous attempt's record (the lowest rank's)
-// and this attempt's first step: {"restart_count", "failed_step", "error", "observed_by_rank",
-// "recovery_s" (failure to the first step after the restart), "steps_redone" (failed_step -
-// resumed_from_step)}. Null when this is the first attempt or no rank recorded the failure.
-nlohmann::json restart_cost(const std::string& dir, long resumed_from_step);
+// The cost of the restart that attempt `attempt` (the job's: the highest restart count of its
+// ranks) is, from the previous attempt's record (the lowest rank's) and this process's first step:
+// {"restart_count", "failed_step", "error", "observed_by_rank", "recovery_s" (failure to the first
+// step after the restart), "steps_redone" (failed_step - resumed_from_step), "counted_by"}. At
+// attempt 0, a record of this job (same $TORCHELASTIC_RUN_ID, not "none") made before this
+// process's first step still counts: torchrun restarts the workers of every node without
+// counting when a node whose agent died joins again. Null when there is no such record.
+nlohmann::json restart_cost(const std::string& dir, long resumed_from_step, int attempt);
 
 }  // namespace dpbench

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/net_interface.hpp"
 #include "train/cpu_context.hpp"
+#include "train/elastic.hpp"
 #include "workloads/dataloader.hpp"
 
 namespace dpbench {
@@ -43,6 +44,8 @@ void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_
   ctx.record_device_view(me);
   finish_rank(me, {end.bytes_sent - timed_start.bytes_sent, end.bytes_received - timed_start.bytes_received},
               static_cast<long>(me.steps.size()), ctx.tracker());
+  me.node = cluster_node();
+  me.restart_count = restart_count();
   const auto wire_end = ctx.wire_start() ? interface_counters(cluster_interface()) : std::nullopt;
   if (wire_end && !me.steps.empty()) {
     const auto steps = static_cast<std::int64_t>(me.steps.size());

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <signal.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -232,7 +234,8 @@ nlohmann::json rank_to_json(const RankResult& r) {
           {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category},
           {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}},
           {"checkpoint_write_s", r.checkpoint_write_s}, {"checkpoint_bytes", r.checkpoint_bytes},
-          {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}}, {"wall", r.timed_wall_s}};
+          {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}}, {"wall", r.timed_wall_s},
+          {"node", r.node}, {"restart_count", r.restart_count}};
 }
 
 RankResult rank_from_json(const nlohmann::json& j) {
@@ -253,6 +256,8 @@ RankResult rank_from_json(const nlohmann::json& j) {
   r.checkpoint_write_s = j.at("checkpoint_write_s").get<std::vector<double>>();
   r.checkpoint_bytes = j.at("checkpoint_bytes");
   r.wire_per_step = {j.at("wire")[0], j.at("wire")[1]};
+  r.node = j.value("node", -1);
+  r.restart_count = j.value("restart_count", 0);
   r.timed_wall_s = j.at("wall");
   return r;
 }
@@ -260,11 +265,17 @@ RankResult rank_from_json(const nlohmann::json& j) {
 void maybe_inject_fault(int rank, long step) {
   note_step_start(step);
   static const std::optional<Fault> fault = fault_from_env();
-  if (!fault || fault->rank != rank || fault->step != step) return;
+  if (!fault || fault->step != step) return;
+  const char* local = std::getenv("LOCAL_RANK");  // checked by resolve_launch
+  if (fault->rank >= 0 ? fault->rank != rank : local == nullptr || fault->local_rank != std::atoi(local)) return;
   // Under torchrun, only the first attempt fails, so that a restart can succeed.
   if (restart_count() > 0) return;
   if (fault->kind == "throw") throw Error(fmt::format("injected fault at step {} (DPBENCH_FAULT)", step));
   if (fault->kind == "kill") std::raise(SIGKILL);
+  if (fault->kind == "kill-agent") {
+    kill(getppid(), SIGKILL);  // torchrun's agent started this process
+    std::raise(SIGKILL);
+  }
   if (fault->kind == "link-down") {
     set_interface_down(cluster_interface());  // the rank goes on; its peers lose it
     return;
@@ -306,17 +317,27 @@ std::optional<Fault> fault_from_env() {
     try {
       if (key == "rank") {
         f.rank = std::stoi(value);
+      } else if (key == "local_rank") {
+        f.local_rank = std::stoi(value);
       } else if (key == "step") {
         f.step = std::stol(value);
-      } else if (key == "kind" && (value == "throw" || value == "hang" || value == "kill" || value == "link-down")) {
+      } else if (key == "kind" && (value == "throw" || value == "hang" || value == "kill" || value == "link-down" ||
+                                   value == "kill-agent")) {
         f.kind = value;
       } else {
         throw std::invalid_argument(item);
       }
     } catch (const std::exception&) {
-      throw InputError(fmt::format("DPBENCH_FAULT={}: expected rank=R,step=S,kind=throw|hang|kill|link-down", spec));
+      throw InputError(fmt::format("DPBENCH_FAULT={}: expected rank=R|local_rank=L,step=S,kind=throw|hang|kill|link-down|kill-agent",
+                                   spec));
     }
     pos = end + 1;
+  }
+  if ((f.rank < 0) == (f.local_rank < 0)) {
+    throw InputError(fmt::format("DPBENCH_FAULT={}: give one of rank=R and local_rank=L", spec));
+  }
+  if (f.kind == "kill-agent" && std::getenv("TORCHELASTIC_RUN_ID") == nullptr) {
+    throw InputError(fmt::format("DPBENCH_FAULT={}: kind=kill-agent needs torchrun", spec));
   }
   if (f.kind == "link-down" && cluster_interface().empty()) {
     throw InputError(fmt::format("DPBENCH_FAULT={}: kind=link-down needs an emulated cluster (run --nodes)", spec));

@@ -132,6 +132,10 @@ struct RankResult {
   // On a node of an emulated cluster: bytes per timed step that the node's link interface
   // counted (frames, headers included); -1 elsewhere.
   CommStats wire_per_step{-1, -1};
+  int node = -1;  // emulated cluster: the node this rank ran on ($DPBENCH_CLUSTER_NODE); -1 elsewhere
+  // Under torchrun: its process's attempt ($TORCHELASTIC_RESTART_COUNT). A node whose agent was
+  // started again counts from 0 while the others count their restarts.
+  int restart_count = 0;
   // Wall-clock seconds from the start of this rank's first timed step to the end of its last (what
   // the timed steps took, gaps between them included).
   double timed_wall_s = 0;
@@ -235,10 +239,13 @@ RankResult rank_from_json(const nlohmann::json& json);
 
 // Fault injection for testing failure handling: DPBENCH_FAULT="rank=R,step=S,kind=K" makes rank R
 // at the start of step S throw (kind=throw), stop answering (hang), die (kill: SIGKILL) or, on a
-// node of an emulated cluster, set its node's link down and go on (link-down). In an emulated
-// cluster node=N may stand for rank=R: the first rank of node N (cluster/cluster_job.hpp).
+// node of an emulated cluster, set its node's link down and go on (link-down); under torchrun,
+// kill-agent kills the rank's torchrun agent and then the rank (a node dying). local_rank=L
+// instead of rank=R picks the rank by $LOCAL_RANK. In an emulated cluster node=N may stand for the
+// first rank of node N (cluster/cluster_job.hpp).
 struct Fault {
   int rank = -1;
+  int local_rank = -1;
   long step = -1;
   std::string kind = "throw";
 };

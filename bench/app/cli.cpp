@@ -173,10 +173,18 @@ void check_optimizer_options(const CLI::App& app, const TrainConfig& c) {
 
 // --nodes and its companions: parsed and checked, and the options that cannot go with them.
 void finish_cluster_options(const CLI::App& run, RunOptions& o) {
-  const bool any = run.count("--link") + run.count("--link-of") + run.count("--ranks-per-node") > 0;
+  const bool any = run.count("--link") + run.count("--link-of") + run.count("--ranks-per-node") +
+                       run.count("--launcher") + run.count("--rdzv-backend") + run.count("--max-restarts") >
+                   0;
   if (o.cluster.nodes == 0) {
-    if (any) throw InputError("--link, --link-of and --ranks-per-node describe an emulated cluster: give --nodes N");
+    if (any) {
+      throw InputError("--link, --link-of, --ranks-per-node, --launcher, --rdzv-backend and --max-restarts describe "
+                       "an emulated cluster: give --nodes N");
+    }
     return;
+  }
+  if (o.cluster.launcher != "torchrun" && run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
+    throw InputError("--rdzv-backend and --max-restarts are torchrun's: give --launcher torchrun");
   }
   if (o.link.empty()) throw InputError(fmt::format("--nodes {}: give the links' rate with --link RATE (e.g. 1gbit)", o.cluster.nodes));
   o.cluster.link = cluster::parse_rate(o.link, "--link");
@@ -270,6 +278,21 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                                          "straggler, 0=10gbit for a fat reducer link); repeatable")
       ->group("Emulated cluster");
   run.add_option("--ranks-per-node", o.cluster.ranks_per_node, "Emulated cluster: ranks (processes) per node")
+      ->capture_default_str()
+      ->group("Emulated cluster");
+  run.add_option("--launcher", o.cluster.launcher,
+                 "Emulated cluster: env (each rank a process given torchrun's variables) or torchrun (one "
+                 "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0)")
+      ->capture_default_str()
+      ->group("Emulated cluster");
+  run.add_option("--rdzv-backend", o.cluster.rdzv_backend,
+                 "Emulated cluster, --launcher torchrun: the rendezvous, c10d (its store in node 0's agent) or "
+                 "etcd (etcd-server with --enable-v2 on node 0; needs etcd-server and python3-etcd)")
+      ->capture_default_str()
+      ->group("Emulated cluster");
+  run.add_option("--max-restarts", o.cluster.max_restarts,
+                 "Emulated cluster, --launcher torchrun: torchrun's --max_restarts; a node whose agent was killed "
+                 "is started again as often (as a cluster's scheduler would)")
       ->capture_default_str()
       ->group("Emulated cluster");
   add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);

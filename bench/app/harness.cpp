@@ -116,13 +116,19 @@ RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const De
   const Strategy& strategy = find_strategy(cfg.mode);
   RunResult r = strategy.train(cfg, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);
-  const auto idle = std::count_if(r.ranks.begin(), r.ranks.end(), [](const RankResult& k) { return k.local_batch == 0; });
+  // Records of other processes' ranks that this process was not sent have no steps.
+  const auto idle = std::count_if(r.ranks.begin(), r.ranks.end(),
+                                  [](const RankResult& k) { return k.local_batch == 0 && !k.steps.empty(); });
   if (idle > 0) {
     r.warnings.push_back(fmt::format("{}: {} of {} ranks get no samples of a global batch of {} (they only communicate)",
                                      strategy.label(cfg), idle, cfg.world_size, cfg.global_batch));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
-  if (!cfg.checkpoint_dir.empty()) r.elastic_restart = restart_cost(cfg.checkpoint_dir, r.resumed_from_step);
+  if (!cfg.checkpoint_dir.empty()) {
+    int attempt = 0;
+    for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
+    r.elastic_restart = restart_cost(cfg.checkpoint_dir, r.resumed_from_step, attempt);
+  }
   if (r.resumed_from_step >= r.steps_total) {
     r.warnings.push_back(fmt::format("--resume: the checkpoint of step {} is the end of this {}-step run: nothing was trained",
                                      r.resumed_from_step, r.steps_total));

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "bench/app/strategies.hpp"
+#include "core/error.hpp"
 
 namespace dpbench {
 
@@ -29,18 +30,24 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
+// The node rank `rank` ran on: as it recorded it, else (records without one) rank / per_node, the
+// env launcher's placement. Under torchrun the rendezvous decides which node holds which ranks.
+int node_of(const RankResult& rank, int per_node) { return rank.node >= 0 ? rank.node : rank.rank / per_node; }
+
 nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node) {
   nlohmann::json out = nlohmann::json::array();
   for (int n = 0; n < nodes; ++n) {
-    const RankResult& first = r.ranks[static_cast<std::size_t>(n * per_node)];
+    const RankResult* first = nullptr;
     double sent = 0, received = 0;
-    for (int l = 0; l < per_node; ++l) {
-      const auto& c = r.ranks[static_cast<std::size_t>(n * per_node + l)].comm_per_step;
-      sent += static_cast<double>(c.bytes_sent);
-      received += static_cast<double>(c.bytes_received);
+    for (const auto& rank : r.ranks) {
+      if (node_of(rank, per_node) != n) continue;
+      if (first == nullptr) first = &rank;
+      sent += static_cast<double>(rank.comm_per_step.bytes_sent);
+      received += static_cast<double>(rank.comm_per_step.bytes_received);
     }
-    const double wire_sent = static_cast<double>(first.wire_per_step.bytes_sent);
-    const double wire_received = static_cast<double>(first.wire_per_step.bytes_received);
+    if (first == nullptr) throw Error(fmt::format("emulated cluster: no rank recorded node {}", n));
+    const double wire_sent = static_cast<double>(first->wire_per_step.bytes_sent);
+    const double wire_received = static_cast<double>(first->wire_per_step.bytes_received);
     nlohmann::json e = {{"node", n},
                         {"wire_sent_bytes_per_step", wire_sent},
                         {"wire_received_bytes_per_step", wire_received},
@@ -81,7 +88,7 @@ nlohmann::json per_rank(const RunResult& r, int per_node) {
   for (const auto& rank : r.ranks) {
     out.push_back(
         {{"rank", rank.rank},
-         {"node", rank.rank / per_node},
+         {"node", node_of(rank, per_node)},
          {"step_s", median_of(rank.steps, [](const StepRecord& st) { return st.step_time; })},
          {"compute_s", median_of(rank.steps,
                                  [](const StepRecord& st) {
