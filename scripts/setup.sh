@@ -4,7 +4,8 @@
 # Used by the README quick start and by .ci/run. OpenMPI and gloo are installed for the `mpi` and
 # `gloo` backends (the build still works without them); CUDA and NCCL stay optional.
 #   --test   also what only the tests need (Chromium, to render the HTML report headless;
-#            python3-torch, for the PyTorch reference and its loss-agreement test)
+#            python3-torch, for the PyTorch reference and its loss-agreement test, and torchrun;
+#            etcd-server and python3-etcd, for torchrun's etcd rendezvous on an emulated cluster)
 #   --fuzz   also clang-14 and its libFuzzer runtime (scripts/fuzz.sh)
 set -euo pipefail
 
@@ -17,7 +18,7 @@ packages=(
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )
-case " $* " in *" --test "*) packages+=(chromium python3-torch) ;; esac
+case " $* " in *" --test "*) packages+=(chromium python3-torch etcd-server python3-etcd) ;; esac
 case " $* " in *" --fuzz "*) packages+=(clang-14 libclang-rt-14-dev) ;; esac
 
 missing=()

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/fixtures.hpp"
+#include "tests/training_fixtures.hpp"
 #include "cluster/link.hpp"
 #include "cluster/netns.hpp"
 #include "core/comm.hpp"
@@ -237,6 +240,94 @@ TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
   }
 }
 
+// torchrun on every node: one agent per node (--launcher torchrun) meets at node 0's rendezvous,
+// c10d or etcd, and the job gives the parameters of 2 in-process ranks; every rank records its
+// node, and each node's wire bytes agree with its counted bytes.
+class EmulatedClusterTorchrun : public EmulatedCluster, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    EmulatedCluster::SetUp();
+    if (IsSkipped()) return;
+    if (std::system("command -v torchrun >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "torchrun is not installed (python3-torch; scripts/setup.sh --test installs it)";
+    }
+    if (GetParam() == "etcd" && (std::system("command -v etcd >/dev/null 2>&1") != 0 ||
+                                 std::system("/usr/bin/python3 -c 'import etcd' >/dev/null 2>&1") != 0)) {
+      GTEST_SKIP() << "etcd or python3-etcd is not installed (scripts/setup.sh --test installs them)";
+    }
+  }
+  // 64-256-10: 19 K parameters, 76 KB per all-reduce, so that TCP/IP headers and the agents' own
+  // rendezvous traffic are small beside the counted bytes.
+  static constexpr const char* kModel =
+      "--mode allreduce --data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 20";
+  static std::string args() { return std::string("--launcher torchrun ") + kModel; }
+  // The same job as 2 in-process ranks: its parameters.
+  std::vector<float> local_params(const std::string& steps) {
+    const std::string local = (tmp_.path() / "local").string();
+    const Outcome l = shell(fmt::format("{} run {} --max-steps {} -q --comm local --ranks 2 --save-params {} --out {}",
+                                        DPBENCH_BINARY, kModel, steps, local, (tmp_.path() / "local.json").string()),
+                            tmp_.path());
+    EXPECT_EQ(l.exit_code, 0) << l.err;
+    return read_f32(local + "-allreduce.f32");
+  }
+};
+
+TEST_P(EmulatedClusterTorchrun, AgentsOnEveryNodeMatchLocalRanks) {
+  const std::string params = (tmp_.path() / "p").string();
+  const Outcome o = run(fmt::format("--nodes 2 --link 1gbit --rdzv-backend {} {} --max-steps 20 --save-params {}",
+                                    GetParam(), args(), params));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(doc["network"]["launcher"]["name"], "torchrun");
+  EXPECT_EQ(doc["network"]["launcher"]["rdzv_backend"], GetParam());
+  const auto& run = doc["runs"][0];
+  EXPECT_EQ(run["comm"], "gloo");
+  std::set<int> nodes;
+  for (const auto& r : run["network"]["per_rank"]) nodes.insert(r["node"].get<int>());
+  EXPECT_EQ(nodes, (std::set<int>{0, 1}));
+  for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
+  const auto a = read_f32(params + "-allreduce.f32"), b = local_params("20");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  EXPECT_LT(relative_l2(a, b), 1e-5);
+}
+
+// A node dies mid-run (DPBENCH_FAULT kind=kill-agent: node 1's agent and rank killed at step 12)
+// and comes back (the job starts its agent again, --max-restarts 1): the agents meet again, every
+// rank resumes from the checkpoint of step 10, and the job ends with the parameters and per-step
+// losses of an uninterrupted run, bit for bit, recording the restart. Node 1, not node 0: c10d
+// keeps its store in node 0's agent (etcd's lives in etcd).
+TEST_P(EmulatedClusterTorchrun, ANodeRestartResumesAcrossNodes) {
+  auto job = [&](const std::string& name, const std::string& env) {
+    const fs::path dir = tmp_.path() / name;
+    const Outcome o = run(fmt::format("--nodes 2 --link 1gbit --rdzv-backend {} --max-restarts 1 {} --max-steps 25 "
+                                      "--checkpoint-every 5 --checkpoint-dir {} --resume --save-params {}",
+                                      GetParam(), args(), (dir / "ck").string(), (dir / "p").string()),
+                          env);
+    const auto doc = fs::exists(result()) ? nlohmann::json::parse(slurp(result())) : nlohmann::json();
+    fs::remove(result());
+    return std::make_pair(o, doc);
+  };
+  const auto [killed, k] = job("killed", "DPBENCH_FAULT=node=1,step=12,kind=kill-agent");
+  ASSERT_EQ(killed.exit_code, 0) << killed.err;
+  EXPECT_NE(killed.err.find("agent of node 1 ("), std::string::npos) << killed.err;
+  const auto [whole, w] = job("whole", "");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(read_f32((tmp_.path() / "killed" / "p-allreduce.f32").string()),
+            read_f32((tmp_.path() / "whole" / "p-allreduce.f32").string()));
+  const auto& kr = k["runs"][0];
+  EXPECT_EQ(kr["quality"]["step_train_loss"], w["runs"][0]["quality"]["step_train_loss"]);
+  EXPECT_EQ(kr["resumed_from_step"], 10);
+  ASSERT_TRUE(kr.contains("elastic_restart")) << kr.dump();
+  EXPECT_EQ(kr["elastic_restart"]["restart_count"], 1);
+  EXPECT_EQ(kr["elastic_restart"]["failed_step"], 12);
+  EXPECT_EQ(kr["elastic_restart"]["steps_redone"], 2);
+  EXPECT_GT(kr["elastic_restart"]["recovery_s"].get<double>(), 0.0);
+  EXPECT_FALSE(w["runs"][0].contains("elastic_restart"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Rendezvous, EmulatedClusterTorchrun, ::testing::Values("c10d", "etcd"));
+
 // SIGINT and SIGKILL of the command leave no process of the job; its namespaces go with them.
 TEST_F(EmulatedCluster, SignalsLeaveNothingBehind) {
   for (const int sig : {SIGINT, SIGKILL}) {
@@ -300,7 +391,10 @@ TEST(EmulatedClusterOptions, BadInputIsOneLineAndExitTwo) {
   TempDir tmp;
   for (const char* args : {"--link 1gbit", "--nodes 1 --link 1gbit", "--nodes 2", "--nodes 2 --link fast",
                            "--nodes 2 --link 1gbit --link-of 5=1gbit", "--nodes 2 --link 1gbit --comm local",
-                           "--nodes 2 --link 1gbit --ranks 3"}) {
+                           "--nodes 2 --link 1gbit --ranks 3", "--launcher torchrun",
+                           "--nodes 2 --link 1gbit --launcher mpirun", "--nodes 2 --link 1gbit --rdzv-backend etcd",
+                           "--nodes 2 --link 1gbit --launcher torchrun --rdzv-backend zookeeper",
+                           "--nodes 2 --link 1gbit --launcher torchrun --max-restarts 11"}) {
     const Outcome o = shell(fmt::format("{} run {} --out {}", DPBENCH_BINARY, args, (tmp.path() / "r.json").string()),
                             tmp.path());
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;

@@ -124,6 +124,20 @@ TEST_F(Launch, InProcessRankThatThrowsEndsTheRun) {
   expect_failed_run(o, "rank 1: injected fault at step 5", path("r.json"), 10);
 }
 
+// A fault spec names one rank, by rank= or local_rank=, and kill-agent needs torchrun's agent:
+// anything else is an input error, one line, exit 2, before training.
+TEST_F(Launch, BadFaultSpecIsOneLineAndExitTwo) {
+  for (const std::string spec : {"step=5,kind=throw", "rank=1,local_rank=0,step=5", "rank=1,step=5,kind=kill-agent",
+                                 "rank=1,step=5,kind=explode"}) {
+    const Outcome o = sh("DPBENCH_FAULT=" + spec + " " + std::string(DPBENCH_BINARY) + kArgs + " --ranks 2 -o " +
+                         path("r.json"));
+    EXPECT_EQ(o.exit_code, 2) << spec << "\n" << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << spec << "\n" << o.err;
+    EXPECT_NE(o.err.find("DPBENCH_FAULT=" + spec), std::string::npos) << o.err;
+    EXPECT_FALSE(fs::exists(path("r.json"))) << spec;
+  }
+}
+
 TEST_F(Launch, InProcessRankThatStopsAnsweringTimesOut) {
   const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + std::string(DPBENCH_BINARY) + kArgs +
                        " --ranks 2 --timeout 2 -o " + path("r.json"));
