@@ -3,16 +3,20 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -306,6 +310,84 @@ pid_t start_etcd(const Cluster& c) {
   return pid;
 }
 
+// Starts argv here (the switch's namespace) with `env`; it dies with this process.
+pid_t spawn_here(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
+  cargv.push_back(nullptr);
+  cenv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(fmt::format("starting {}: fork: {}", argv.front(), std::strerror(errno)));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execve(cargv[0], cargv.data(), cenv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Open MPI's remote shell into a node: `agent HOST COMMAND...` runs COMMAND (one shell line, as
+// ssh would) in HOST's network namespace, with the node's hostname and index. mpirun starts its
+// daemon (orted) on every node with it.
+std::string mpi_rsh_agent(const Cluster& c) {
+  std::string cases;
+  for (const auto& n : c.nodes()) {
+    cases += fmt::format("  {}) ns={}; node={} ;;\n", n.hostname, n.netns, n.index);
+  }
+  return fmt::format(
+      "#!/bin/sh\n"
+      "# Written by dpbench for mpirun's plm_rsh_agent inside an emulated cluster.\n"
+      "host=$1; shift\n"
+      "case $host in\n{}"
+      "  *) echo \"dpbench mpi agent: $host is not a node of this cluster\" >&2; exit 1 ;;\n"
+      "esac\n"
+      "export DPBENCH_CLUSTER_NODE=$node\n"
+      "exec {} netns exec \"$ns\" {} --uts /bin/sh -c 'hostname \"$0\" && exec /bin/sh -c \"$1\"' \"$host\" \"$*\"\n",
+      cases, find_tool("ip"), find_tool("unshare"));
+}
+
+// Starts the job with Open MPI's mpirun on the switch: its daemons go into the nodes through
+// mpi_rsh_agent, K slots per node (ranks node-major, as the env launcher places them), TCP on
+// the cluster's subnet only. Waits for it.
+int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& args,
+                   const std::atomic<int>& lost_node) {
+  const std::string hostfile = "/run/dpbench-mpi-hosts", agent = "/run/dpbench-mpi-agent";
+  std::string hosts;
+  for (const auto& n : c.nodes()) hosts += fmt::format("{} slots={}\n", n.hostname, spec.ranks_per_node);
+  write_file_atomic(hostfile, hosts.data(), hosts.size(), "mpirun's host file");
+  const std::string script = mpi_rsh_agent(c);
+  write_file_atomic(agent, script.data(), script.size(), "mpirun's remote shell");
+  if (chmod(agent.c_str(), 0755) != 0) throw Error(fmt::format("{}: chmod: {}", agent, std::strerror(errno)));
+  const std::string subnet = fmt::format("{}/{}", "198.18.0.0", kPrefixLength);
+  std::vector<std::string> argv = {find_tool("mpirun"), "-np", std::to_string(spec.world_size()), "--hostfile",
+                                   hostfile, "--map-by", "slot", "--mca", "plm_rsh_agent", agent, "--mca",
+                                   "plm_rsh_no_tree_spawn", "1", "--mca", "oob_tcp_if_include", subnet, "--mca",
+                                   "btl_tcp_if_include", subnet, "--mca", "btl", "tcp,self"};
+  std::vector<std::string> env = node_env(c.nodes(), 0);
+  env.erase(std::remove_if(env.begin(), env.end(),
+                           [](const std::string& v) { return v.rfind("DPBENCH_CLUSTER_NODE=", 0) == 0; }),
+            env.end());
+  env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");  // root of the run's own user namespace
+  env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  for (const char* name : {kStageEnv, kDescriptionEnv, "DPBENCH_NET_IFACE"}) {
+    argv.insert(argv.end(), {"-x", name});
+  }
+  if (const char* fault = std::getenv("DPBENCH_FAULT")) {
+    const int n = fault_node();
+    env.push_back("DPBENCH_FAULT=" + (n < 0 ? std::string(fault) : fault_with(fmt::format("rank={}", n * spec.ranks_per_node))));
+    argv.insert(argv.end(), {"-x", "DPBENCH_FAULT"});
+  }
+  argv.push_back(self_exe());
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::vector<JobProcess> job = {{spawn_here(argv, env), 0, "mpirun"}};
+  return wait_for_job(job, c, lost_node, nullptr, 0);
+}
+
 // Starts the job the torchrun way: etcd on node 0 for --rdzv-backend etcd, then one torchrun agent
 // per node, and waits for them (restarting a killed node's agent up to --max-restarts times).
 int run_torchrun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& args,
@@ -341,6 +423,12 @@ std::string stage() {
 
 int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
   validate(spec);
+  if (spec.launcher == "mpirun" && find_tool("mpirun").empty()) {
+    throw InputError("--launcher mpirun: mpirun is not installed (apt-get install openmpi-bin)");
+  }
+  if (spec.launcher == "mpirun" && find_tool("unshare").empty()) {
+    throw InputError("--launcher mpirun: unshare (util-linux) is not installed");
+  }
   if (spec.launcher == "torchrun") {
     if (find_tool("torchrun").empty()) {
       throw InputError("--launcher torchrun: torchrun is not installed (apt-get install python3-torch)");
@@ -387,6 +475,7 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
     lost_node.compare_exchange_strong(expected, node);
   });
   if (spec.launcher == "torchrun") return run_torchrun_job(spec, c, args, lost_node);
+  if (spec.launcher == "mpirun") return run_mpirun_job(spec, c, args, lost_node);
   std::vector<std::string> argv = {"/proc/self/exe"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<JobProcess> ranks;

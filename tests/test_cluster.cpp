@@ -23,6 +23,7 @@
 #include "core/comm.hpp"
 #include "core/error.hpp"
 #include "core/gloo_comm.hpp"
+#include "core/mpi_comm.hpp"
 #include "train/alpha_beta_model.hpp"
 
 namespace dpbench {
@@ -327,6 +328,47 @@ TEST_P(EmulatedClusterTorchrun, ANodeRestartResumesAcrossNodes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rendezvous, EmulatedClusterTorchrun, ::testing::Values("c10d", "etcd"));
+
+// Open MPI across nodes (--launcher mpirun): mpirun on the switch starts its daemons in the nodes,
+// the ranks meet over MPI's TCP transport on the cluster's subnet, and each mode's parameters
+// equal 2 in-process ranks' (relative L2 1e-5: MPI sums in its own order). Every rank records
+// its node; wire bytes agree with counted bytes for ps and allreduce.
+TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
+  if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
+  ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "built with MPI but mpirun is not on PATH";
+  const std::string model =
+      "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 20 --max-steps 20";
+  const std::string params = (tmp_.path() / "p").string(), local = (tmp_.path() / "local").string();
+  const Outcome o = run(fmt::format("--nodes 2 --link 1gbit --launcher mpirun {} --save-params {}", model, params));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(doc["network"]["launcher"]["name"], "mpirun");
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  const Outcome l = shell(fmt::format("{} run {} -q --comm local --ranks 2 --save-params {} --out {}", DPBENCH_BINARY,
+                                      model, local, (tmp_.path() / "local.json").string()),
+                          tmp_.path());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  for (const auto& run : doc["runs"]) {
+    const std::string mode = run["mode"];
+    EXPECT_EQ(run["comm"], "mpi") << mode;
+    std::set<int> nodes;
+    for (const auto& r : run["network"]["per_rank"]) nodes.insert(r["node"].get<int>());
+    EXPECT_EQ(nodes, (std::set<int>{0, 1})) << mode;
+    for (const auto& n : run["network"]["nodes"]) {
+      // sharded_ps's counts are the ring's reduce-scatter; Open MPI chose another algorithm that
+      // moved ~1.5x on one side at 2 ranks (measured 1.507): reported, as a mismatch, not hidden.
+      if (mode == "sharded_ps") {
+        EXPECT_GE(n["wire_over_counted_sent"].get<double>(), 0.95) << n.dump();
+      } else {
+        EXPECT_TRUE(n["agrees"].get<bool>()) << mode << n.dump();
+      }
+    }
+    const auto a = read_f32(params + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    ASSERT_FALSE(a.empty()) << mode;
+    EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
+  }
+}
 
 // SIGINT and SIGKILL of the command leave no process of the job; its namespaces go with them.
 TEST_F(EmulatedCluster, SignalsLeaveNothingBehind) {

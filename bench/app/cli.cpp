@@ -190,9 +190,12 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   o.cluster.link = cluster::parse_rate(o.link, "--link");
   cluster::validate(o.cluster);
   cluster::parse_link_of(o.link_of, o.cluster);
-  if (run.count("--comm") > 0 && o.base.comm != "gloo") {
+  // mpirun's ranks meet over MPI, the others' over gloo.
+  const std::string comm = o.cluster.launcher == "mpirun" ? "mpi" : "gloo";
+  if (run.count("--comm") > 0 && o.base.comm != comm) {
     throw InputError(fmt::format("--comm {}: an emulated cluster's ranks are processes on separate hosts that "
-                                 "meet over gloo (--comm gloo, the default with --nodes)", o.base.comm));
+                                 "meet over gloo (--comm gloo, the default with --nodes) or, with --launcher "
+                                 "mpirun, over MPI (--comm mpi)", o.base.comm));
   }
   if (o.ranks_given && o.base.world_size != o.cluster.world_size()) {
     throw InputError(fmt::format("--ranks {}: --nodes {} x --ranks-per-node {} makes {} ranks", o.base.world_size,
@@ -200,7 +203,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   }
   if (o.base.device == "cuda") throw InputError("--nodes: an emulated cluster trains on the CPU (--device cpu)");
   if (!o.reference.framework.empty()) throw InputError("--nodes: not with --reference");
-  o.base.comm = "gloo";
+  o.base.comm = comm;
 }
 
 }  // namespace
@@ -281,8 +284,9 @@ void add_run_options(CLI::App& run, RunOptions& o) {
       ->capture_default_str()
       ->group("Emulated cluster");
   run.add_option("--launcher", o.cluster.launcher,
-                 "Emulated cluster: env (each rank a process given torchrun's variables) or torchrun (one "
-                 "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0)")
+                 "Emulated cluster: env (each rank a process given torchrun's variables), torchrun (one "
+                 "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or "
+                 "mpirun (Open MPI, its daemons started in the nodes; --comm mpi)")
       ->capture_default_str()
       ->group("Emulated cluster");
   run.add_option("--rdzv-backend", o.cluster.rdzv_backend,
