@@ -178,6 +178,34 @@ std::vector<std::string> agent_argv(const ClusterSpec& spec, const std::string& 
   return argv;
 }
 
+// Open MPI's collective algorithms under --launcher mpirun: as far as Open MPI offers them, the
+// ones whose bytes dpbench's MPI backend counts (core/mpi_comm.cpp: ring all-reduce, blocking and
+// not (libnbc), ring reduce-scatter and all-gather, a chain reduce and broadcast, as Open MPI's
+// pipeline of 64 KiB segments), so that the wire bytes of every node can be checked against the
+// counted ones. Left to its own choice, Open MPI picks by size and rank count (at 4 ranks:
+// recursive doubling, binomial trees). Two differences remain, and the wire check reports them:
+// libnbc's MPI_Ireduce_scatter (sharded_ps's push) is a binomial reduce to rank 0 and a scatter,
+// and Open MPI's reduce chain runs in the other order than the counted one (same total bytes,
+// other nodes). Each as the OMPI_MCA_ variable, its value and its name; a variable the user set
+// is kept.
+struct MpiAlgorithm {
+  const char* variable;
+  const char* value;
+  const char* collective;
+  const char* name;
+};
+constexpr MpiAlgorithm kMpiAlgorithms[] = {
+    {"OMPI_MCA_coll_tuned_allreduce_algorithm", "4", "allreduce", "ring"},
+    {"OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", "iallreduce", "ring"},
+    {"OMPI_MCA_coll_tuned_allgather_algorithm", "4", "allgather", "ring"},
+    {"OMPI_MCA_coll_tuned_reduce_scatter_algorithm", "3", "reduce_scatter", "ring"},
+    {"OMPI_MCA_coll_tuned_allgatherv_algorithm", "3", "allgatherv", "ring"},
+    {"OMPI_MCA_coll_tuned_reduce_algorithm", "3", "reduce", "pipeline (chain, 64 KiB segments)"},
+    {"OMPI_MCA_coll_tuned_reduce_algorithm_segmentsize", "65536", nullptr, nullptr},
+    {"OMPI_MCA_coll_tuned_bcast_algorithm", "3", "bcast", "pipeline (chain, 64 KiB segments)"},
+    {"OMPI_MCA_coll_tuned_bcast_algorithm_segmentsize", "65536", nullptr, nullptr},
+};
+
 nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::vector<LinkProbe>& probes,
                         const std::string& how) {
   nlohmann::json links = nlohmann::json::array();
@@ -196,6 +224,15 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
   if (spec.launcher == "torchrun") {
     launcher["rdzv_backend"] = spec.rdzv_backend;
     launcher["max_restarts"] = spec.max_restarts;
+  }
+  if (spec.launcher == "mpirun") {
+    nlohmann::json algorithms = nlohmann::json::object();
+    for (const auto& a : kMpiAlgorithms) {
+      if (a.collective == nullptr) continue;
+      const char* own = std::getenv(a.variable);
+      algorithms[a.collective] = own != nullptr ? fmt::format("{}={} (the user's)", a.variable, own) : a.name;
+    }
+    launcher["mpi_collectives"] = algorithms;
   }
   return {{"nodes", spec.nodes},
           {"ranks_per_node", spec.ranks_per_node},
@@ -372,6 +409,12 @@ int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<
   env.erase(std::remove_if(env.begin(), env.end(),
                            [](const std::string& v) { return v.rfind("DPBENCH_CLUSTER_NODE=", 0) == 0; }),
             env.end());
+  if (std::getenv("OMPI_MCA_coll_tuned_use_dynamic_rules") == nullptr) {
+    env.push_back("OMPI_MCA_coll_tuned_use_dynamic_rules=1");
+  }
+  for (const auto& a : kMpiAlgorithms) {
+    if (std::getenv(a.variable) == nullptr) env.push_back(fmt::format("{}={}", a.variable, a.value));
+  }
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");  // root of the run's own user namespace
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
   for (const char* name : {kStageEnv, kDescriptionEnv, "DPBENCH_NET_IFACE"}) {
