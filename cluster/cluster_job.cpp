@@ -401,7 +401,10 @@ int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<
   write_file_atomic(agent, script.data(), script.size(), "mpirun's remote shell");
   if (chmod(agent.c_str(), 0755) != 0) throw Error(fmt::format("{}: chmod: {}", agent, std::strerror(errno)));
   const std::string subnet = fmt::format("{}/{}", "198.18.0.0", kPrefixLength);
-  std::vector<std::string> argv = {find_tool("mpirun"), "-np", std::to_string(spec.world_size()), "--hostfile",
+  // --leave-session-attached: the daemons stay children of their agents instead of detaching
+  // (daemonize), so that they go with the job.
+  std::vector<std::string> argv = {find_tool("mpirun"), "--leave-session-attached", "-np",
+                                   std::to_string(spec.world_size()), "--hostfile",
                                    hostfile, "--map-by", "slot", "--mca", "plm_rsh_agent", agent, "--mca",
                                    "plm_rsh_no_tree_spawn", "1", "--mca", "oob_tcp_if_include", subnet, "--mca",
                                    "btl_tcp_if_include", subnet, "--mca", "btl", "tcp,self"};

@@ -434,7 +434,8 @@ TEST(EmulatedClusterOptions, BadInputIsOneLineAndExitTwo) {
   for (const char* args : {"--link 1gbit", "--nodes 1 --link 1gbit", "--nodes 2", "--nodes 2 --link fast",
                            "--nodes 2 --link 1gbit --link-of 5=1gbit", "--nodes 2 --link 1gbit --comm local",
                            "--nodes 2 --link 1gbit --ranks 3", "--launcher torchrun",
-                           "--nodes 2 --link 1gbit --launcher mpirun", "--nodes 2 --link 1gbit --rdzv-backend etcd",
+                           "--nodes 2 --link 1gbit --launcher slurm", "--nodes 2 --link 1gbit --rdzv-backend etcd",
+                           "--nodes 2 --link 1gbit --launcher mpirun --comm gloo",
                            "--nodes 2 --link 1gbit --launcher torchrun --rdzv-backend zookeeper",
                            "--nodes 2 --link 1gbit --launcher torchrun --max-restarts 11"}) {
     const Outcome o = shell(fmt::format("{} run {} --out {}", DPBENCH_BINARY, args, (tmp.path() / "r.json").string()),

@@ -208,6 +208,40 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
 
 }  // namespace
 
+// The emulated cluster's options of `run` (group "Emulated cluster").
+static void add_cluster_options(CLI::App& run, RunOptions& o) {
+  run.add_option("--nodes", o.cluster.nodes,
+                 "Emulated cluster: run the job on N nodes of this machine (network namespaces on one "
+                 "bridge, each with its own hostname and a link shaped by tc), ranks as gloo processes "
+                 "started the torchrun way; needs --link")
+      ->group("Emulated cluster");
+  run.add_option("--link", o.link, "Emulated cluster: every node's link rate, both directions, in tc's units "
+                                   "(100mbit, 1gbit, 10gbit)")
+      ->group("Emulated cluster");
+  run.add_option("--link-of", o.link_of, "Emulated cluster: one node's own rate, NODE=RATE (e.g. 2=100mbit for a "
+                                         "straggler, 0=10gbit for a fat reducer link); repeatable")
+      ->group("Emulated cluster");
+  run.add_option("--ranks-per-node", o.cluster.ranks_per_node, "Emulated cluster: ranks (processes) per node")
+      ->capture_default_str()
+      ->group("Emulated cluster");
+  run.add_option("--launcher", o.cluster.launcher,
+                 "Emulated cluster: env (each rank a process given torchrun's variables), torchrun (one "
+                 "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or "
+                 "mpirun (Open MPI, its daemons started in the nodes; --comm mpi)")
+      ->capture_default_str()
+      ->group("Emulated cluster");
+  run.add_option("--rdzv-backend", o.cluster.rdzv_backend,
+                 "Emulated cluster, --launcher torchrun: the rendezvous, c10d (its store in node 0's agent) or "
+                 "etcd (etcd-server with --enable-v2 on node 0; needs etcd-server and python3-etcd)")
+      ->capture_default_str()
+      ->group("Emulated cluster");
+  run.add_option("--max-restarts", o.cluster.max_restarts,
+                 "Emulated cluster, --launcher torchrun: torchrun's --max_restarts; a node whose agent was killed "
+                 "is started again as often (as a cluster's scheduler would)")
+      ->capture_default_str()
+      ->group("Emulated cluster");
+}
+
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& c = o.base;
   run.add_option("--workload", c.workload,
@@ -269,36 +303,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "Runs of every mode, the modes alternating; the verdict gives each ratio to ps with its "
                  "spread over them (--checkpoint-dir and --reference run once)")
       ->capture_default_str();
-  run.add_option("--nodes", o.cluster.nodes,
-                 "Emulated cluster: run the job on N nodes of this machine (network namespaces on one "
-                 "bridge, each with its own hostname and a link shaped by tc), ranks as gloo processes "
-                 "started the torchrun way; needs --link")
-      ->group("Emulated cluster");
-  run.add_option("--link", o.link, "Emulated cluster: every node's link rate, both directions, in tc's units "
-                                   "(100mbit, 1gbit, 10gbit)")
-      ->group("Emulated cluster");
-  run.add_option("--link-of", o.link_of, "Emulated cluster: one node's own rate, NODE=RATE (e.g. 2=100mbit for a "
-                                         "straggler, 0=10gbit for a fat reducer link); repeatable")
-      ->group("Emulated cluster");
-  run.add_option("--ranks-per-node", o.cluster.ranks_per_node, "Emulated cluster: ranks (processes) per node")
-      ->capture_default_str()
-      ->group("Emulated cluster");
-  run.add_option("--launcher", o.cluster.launcher,
-                 "Emulated cluster: env (each rank a process given torchrun's variables), torchrun (one "
-                 "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or "
-                 "mpirun (Open MPI, its daemons started in the nodes; --comm mpi)")
-      ->capture_default_str()
-      ->group("Emulated cluster");
-  run.add_option("--rdzv-backend", o.cluster.rdzv_backend,
-                 "Emulated cluster, --launcher torchrun: the rendezvous, c10d (its store in node 0's agent) or "
-                 "etcd (etcd-server with --enable-v2 on node 0; needs etcd-server and python3-etcd)")
-      ->capture_default_str()
-      ->group("Emulated cluster");
-  run.add_option("--max-restarts", o.cluster.max_restarts,
-                 "Emulated cluster, --launcher torchrun: torchrun's --max_restarts; a node whose agent was killed "
-                 "is started again as often (as a cluster's scheduler would)")
-      ->capture_default_str()
-      ->group("Emulated cluster");
+  add_cluster_options(run, o);
   add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);
 }
 
