@@ -534,6 +534,12 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
   return wait_for_job(ranks, c, lost_node, nullptr, 0);
 }
 
+void die_with_parent() {
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent || parent == 1) raise(SIGKILL);  // it died before the request took
+}
+
 nlohmann::json cluster_description() {
   const char* path = std::getenv(kDescriptionEnv);
   if (path == nullptr || *path == '\0') return nullptr;

@@ -33,6 +33,11 @@ int run_job(const ClusterSpec& spec, const std::vector<std::string>& args);
 // rank's code, 1 when a node stopped answering, 128 + signal when interrupted.
 int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args);
 
+// In a rank: dies (SIGKILL) when the process that started it does (PR_SET_PDEATHSIG). torchrun's
+// agents and mpirun's daemons start their ranks without it, so a job killed with SIGKILL would
+// leave ranks that still reach each other inside the namespaces.
+void die_with_parent();
+
 // In a rank: the cluster's description written by run_inner (nodes, ranks per node, links with
 // requested and probed rates and RTT, qdisc, kernel, namespaces); null outside a cluster.
 nlohmann::json cluster_description();

@@ -371,21 +371,42 @@ TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
 }
 
 // SIGINT and SIGKILL of the command leave no process of the job; its namespaces go with them.
-TEST_F(EmulatedCluster, SignalsLeaveNothingBehind) {
+// For every launcher: the env launcher's ranks, torchrun's agents and their workers, mpirun and
+// its daemons.
+class EmulatedClusterSignals : public EmulatedCluster, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    EmulatedCluster::SetUp();
+    if (IsSkipped()) return;
+    if (GetParam() == "torchrun" && std::system("command -v torchrun >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "torchrun is not installed (python3-torch; scripts/setup.sh --test installs it)";
+    }
+    if (GetParam() == "mpirun" && !mpi_built()) {
+      GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
+    }
+  }
+};
+
+TEST_P(EmulatedClusterSignals, SignalsLeaveNothingBehind) {
+  const std::string launcher = GetParam();
   for (const int sig : {SIGINT, SIGKILL}) {
     SCOPED_TRACE(sig == SIGINT ? "SIGINT" : "SIGKILL");
     const std::string marker = (tmp_.path() / fmt::format("signal-{}.json", sig)).string();
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      execl(DPBENCH_BINARY, DPBENCH_BINARY, "run", "--nodes", "2", "--link", "100mbit", "--mode", "ps", "--epochs",
-            "100", "-q", "--no-eval", "--out", marker.c_str(), static_cast<char*>(nullptr));
+      execl(DPBENCH_BINARY, DPBENCH_BINARY, "run", "--nodes", "2", "--link", "100mbit", "--launcher", launcher.c_str(),
+            "--mode", "ps", "--epochs", "100", "-q", "--no-eval", "--out", marker.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     // "[-]-out" matches the job's "--out" but not this shell's own command line.
     const std::string count = fmt::format("pgrep -f -- '[-]-out {}' >/dev/null", marker);
-    // Until the ranks run (the first stage and the inner one, then two ranks).
-    for (int i = 0; i < 200 && shell(fmt::format("test $(pgrep -f -c -- '[-]-out {}') -ge 4", marker), tmp_.path()).exit_code != 0; ++i) {
+    // Until the ranks run (the first stage and the inner one, then two ranks, or two agents and
+    // their ranks, or mpirun and two ranks).
+    const int running = launcher == "torchrun" ? 6 : launcher == "mpirun" ? 5 : 4;
+    for (int i = 0; i < 200 && shell(fmt::format("test $(pgrep -f -c -- '[-]-out {}') -ge {}", marker, running),
+                                     tmp_.path()).exit_code != 0;
+         ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     kill(pid, sig);
@@ -401,11 +422,16 @@ TEST_F(EmulatedCluster, SignalsLeaveNothingBehind) {
       if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     EXPECT_TRUE(gone) << "processes of the job are still running";
+    // mpirun's daemons do not carry the job's arguments; they name the job's remote shell.
+    EXPECT_NE(shell("pgrep -f '[o]rted.*dpbench-mpi-agent' >/dev/null", tmp_.path()).exit_code, 0)
+        << "an orted of the job is still running";
     EXPECT_FALSE(fs::exists(marker));
     EXPECT_NE(shell("ip -o link show | grep -q 'dpb[0-9]*-'", tmp_.path()).exit_code, 0)
         << "a cluster interface is in this namespace";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Launchers, EmulatedClusterSignals, ::testing::Values("env", "torchrun", "mpirun"));
 
 // With user namespaces disabled and no capabilities, the command says so in one line, exit 2.
 TEST(EmulatedClusterRefused, WithoutNamespacesOrCapabilitiesExitsTwo) {

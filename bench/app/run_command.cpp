@@ -494,6 +494,7 @@ int run_command(const RunOptions& o) {
       return cluster::run_job(o.cluster, o.args);
     }
     if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
+    cluster::die_with_parent();  // a rank
   }
   const RunSetup s = prepare_run(o);
   const LoadedData data = load_data(o.data, o.base.seed);
