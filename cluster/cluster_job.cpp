@@ -297,6 +297,7 @@ int wait_for_job(std::vector<JobProcess> procs, const Cluster& c, const std::ato
       for (const auto& p : procs) {
         if (p.node == lost) on_node += (on_node.empty() ? "" : ", ") + p.what;
       }
+      if (on_node.empty()) on_node = "its ranks";  // mpirun runs on the switch, its ranks in the nodes
       fmt::print(stderr,
                  "dpbench: error: node {} ({}, {}; {}) stopped answering across its link for {} s "
                  "(link down or node gone); stopping the job\n",
