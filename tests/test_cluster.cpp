@@ -470,6 +470,14 @@ TEST(EmulatedClusterOptions, BadInputIsOneLineAndExitTwo) {
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << args << "\n" << o.err;
     EXPECT_FALSE(fs::exists(tmp.path() / "r.json")) << args;
   }
+  for (const char* args : {"--links 1gbit", "--launcher mpirun", "--nodes 2 --links 1gbit --launcher slurm",
+                           "--nodes 2 --links 1gbit --launcher mpirun --comms gloo"}) {
+    const Outcome o = shell(fmt::format("{} sweep {} --out {}", DPBENCH_BINARY, args, (tmp.path() / "s.json").string()),
+                            tmp.path());
+    EXPECT_EQ(o.exit_code, 2) << "sweep " << args << "\n" << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << "sweep " << args << "\n" << o.err;
+    EXPECT_FALSE(fs::exists(tmp.path() / "s.json")) << args;
+  }
 }
 
 }  // namespace

@@ -386,6 +386,11 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   sweep.add_option("--ranks-per-node", o.ranks_per_node, "Emulated cluster: ranks per node")
       ->capture_default_str()
       ->group("Emulated cluster");
+  sweep.add_option("--launcher", o.launcher,
+                   "Emulated cluster: how each point's ranks start (run --launcher): env or torchrun (gloo), "
+                   "mpirun (MPI)")
+      ->capture_default_str()
+      ->group("Emulated cluster");
   add_shared_options(sweep, o.base, o.data, o.timeout_s, o.out, o.quiet);
 }
 
@@ -415,14 +420,24 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
   if (sweep.count("--ranks") > 0) {
     throw InputError("--ranks: with --nodes the world size is the node count x --ranks-per-node");
   }
-  if (sweep.count("--comms") > 0 && o.comms != std::vector<std::string>{"gloo"}) {
-    throw InputError("--comms: an emulated cluster's ranks meet over gloo (--comms gloo, the default with --nodes)");
+  const std::string comm = o.launcher == "mpirun" ? "mpi" : "gloo";
+  if (sweep.count("--comms") > 0 && o.comms != std::vector<std::string>{comm}) {
+    throw InputError("--comms: an emulated cluster's ranks meet over gloo (--comms gloo, the default with --nodes) "
+                     "or, with --launcher mpirun, over MPI (--comms mpi)");
   }
   if (sweep.count("--num-workers") == 0) o.num_workers = {0};
   o.shared_args = shared_arguments(sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes",
-                                           "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "out",
+                                           "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "launcher", "out",
                                            "quiet"});
   return network_sweep_command(o);
+}
+
+// `sweep` without --nodes: the emulated cluster's other options are refused, not ignored.
+int local_sweep(const CLI::App& sweep, const SweepOptions& o) {
+  if (sweep.count("--links") + sweep.count("--ranks-per-node") + sweep.count("--launcher") > 0) {
+    throw InputError("--links, --ranks-per-node and --launcher describe an emulated cluster: give --nodes N,..");
+  }
+  return sweep_command(o);
 }
 
 // Where the Python tools live: $DPBENCH_HOME, else the source tree this binary was built from.
@@ -538,7 +553,7 @@ int dpbench_main(int argc, char** argv) {
     sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
     sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
     if (*sweep) check_optimizer_options(*sweep, sweep_options.base);
-    if (*sweep) return finish(sweep_options.nodes.empty() ? sweep_command(sweep_options) : network_sweep(*sweep, sweep_options));
+    if (*sweep) return finish(sweep_options.nodes.empty() ? local_sweep(*sweep, sweep_options) : network_sweep(*sweep, sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
     if (*project) return project_command(project_options);

@@ -86,7 +86,8 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
   for (const auto& a : std::vector<std::string>{
            "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")), "--transport", p.transport,
            "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
-           std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(o.ranks_per_node),
+           std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(o.ranks_per_node), "--launcher",
+           o.launcher,
            "--repetitions", "1", "-q", "--out", out}) {
     args.push_back(a);
   }
@@ -101,7 +102,7 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     c.workload = p.workload;
     c.mode = mode;
     c.transport = p.transport;
-    c.comm = "gloo";
+    c.comm = o.launcher == "mpirun" ? "mpi" : "gloo";
     c.world_size = p.nodes * o.ranks_per_node;
     c.global_batch = p.batch;
     c.loader.num_workers = p.workers;
@@ -122,6 +123,7 @@ int network_sweep_command(const SweepOptions& o) {
     spec.nodes = n;
     spec.ranks_per_node = o.ranks_per_node;
     spec.link = cluster::parse_rate(o.links.front(), "--links");
+    spec.launcher = o.launcher;
     cluster::validate(spec);
   }
   for (const auto& m : o.modes) find_strategy(m);
@@ -143,7 +145,8 @@ int network_sweep_command(const SweepOptions& o) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     const ChildRun child = run_child(run_args(o, p, point_out), point_err);
-    const nlohmann::json cluster_block = {{"nodes", p.nodes}, {"ranks_per_node", o.ranks_per_node}, {"link", p.link}};
+    const nlohmann::json cluster_block = {
+        {"nodes", p.nodes}, {"ranks_per_node", o.ranks_per_node}, {"link", p.link}, {"launcher", o.launcher}};
     if (child.exit_code != 0) {
       ++failed;
       add_failed(o, p, cluster_block, child.last_error, runs);

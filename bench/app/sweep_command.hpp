@@ -34,6 +34,7 @@ struct SweepOptions {
   std::vector<int> nodes;
   std::vector<std::string> links;
   int ranks_per_node = 1;
+  std::string launcher = "env";  // run --launcher: env or torchrun (gloo), mpirun (MPI)
   // The command line's options that a `run` takes too (data, model, steps, ...), as arguments for
   // the cluster's runs; filled by the CLI.
   std::vector<std::string> shared_args;
