@@ -113,18 +113,22 @@ std::vector<std::string> node_env(const std::vector<Node>& nodes, int node) {
   return env;
 }
 
+// The node=N item of a DPBENCH_FAULT spec.
+const std::regex& fault_node_key() {
+  static const std::regex key(R"((^|,)node=([0-9]+)(,|$))");
+  return key;
+}
+
 // $DPBENCH_FAULT's node=N, if it names a node: N, else -1.
 int fault_node() {
   const char* fault = std::getenv("DPBENCH_FAULT");
-  static const std::regex node_key(R"((^|,)node=([0-9]+)(,|$))");
   std::cmatch m;
-  return fault != nullptr && std::regex_search(fault, m, node_key) ? std::stoi(m[2].str()) : -1;
+  return fault != nullptr && std::regex_search(fault, m, fault_node_key()) ? std::stoi(m[2].str()) : -1;
 }
 
 // $DPBENCH_FAULT with node=N replaced by `by` ("rank=R", "local_rank=0").
 std::string fault_with(const std::string& by) {
-  static const std::regex node_key(R"((^|,)node=([0-9]+)(,|$))");
-  return std::regex_replace(std::getenv("DPBENCH_FAULT"), node_key, "$1" + by + "$3");
+  return std::regex_replace(std::getenv("DPBENCH_FAULT"), fault_node_key(), "$1" + by + "$3");
 }
 
 // The environment of rank `rank` on `node` under the env launcher: node_env plus the torchrun-style
@@ -344,27 +348,6 @@ pid_t start_etcd(const Cluster& c) {
       throw Error(fmt::format("etcd on node 0 did not start within 20 s: {}", last.empty() ? "no log" : last));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pid;
-}
-
-// Starts argv here (the switch's namespace) with `env`; it dies with this process.
-pid_t spawn_here(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cargv.push_back(nullptr);
-  cenv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw Error(fmt::format("starting {}: fork: {}", argv.front(), std::strerror(errno)));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    execve(cargv[0], cargv.data(), cenv.data());
-    _exit(127);
   }
   return pid;
 }

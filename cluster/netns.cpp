@@ -264,26 +264,40 @@ Cluster Cluster::build(const ClusterSpec& spec, const std::string& prefix) {
   return c;
 }
 
-pid_t Cluster::spawn(int node, const std::vector<std::string>& argv, const std::vector<std::string>& env) const {
-  const Node& n = nodes_.at(static_cast<std::size_t>(node));
+namespace {
+
+// Forks argv with the environment `env`, killed when this process dies (PR_SET_PDEATHSIG);
+// inside node `n`'s network namespace and a UTS namespace with its hostname when n is given.
+pid_t spawn_dying_with_parent(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                              const Node* n) {
   auto cargv = c_array(argv);
   auto cenv = c_array(env);
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw Error(fmt::format("starting a rank on node {}: fork: {}", node, std::strerror(errno)));
+  if (pid < 0) throw Error(fmt::format("starting {}: fork: {}", argv.front(), std::strerror(errno)));
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (setns(n.netns_fd, CLONE_NEWNET) != 0 || unshare(CLONE_NEWUTS) != 0 ||
-        sethostname(n.hostname.c_str(), n.hostname.size()) != 0) {
+    if (n != nullptr && (setns(n->netns_fd, CLONE_NEWNET) != 0 || unshare(CLONE_NEWUTS) != 0 ||
+                         sethostname(n->hostname.c_str(), n->hostname.size()) != 0)) {
       _exit(126);
     }
     execve(cargv[0], cargv.data(), cenv.data());
     _exit(127);
   }
   return pid;
+}
+
+}  // namespace
+
+pid_t Cluster::spawn(int node, const std::vector<std::string>& argv, const std::vector<std::string>& env) const {
+  return spawn_dying_with_parent(argv, env, &nodes_.at(static_cast<std::size_t>(node)));
+}
+
+pid_t spawn_here(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  return spawn_dying_with_parent(argv, env, nullptr);
 }
 
 int in_netns(int netns_fd, int (*fn)(const std::string& address), const std::string& address) {

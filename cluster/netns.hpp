@@ -85,6 +85,11 @@ class Cluster {
   std::string qdisc_ = "tbf";
 };
 
+// Starts argv here (the process's own namespaces) with the environment `env` ("NAME=value",
+// complete); it is killed when this process dies (PR_SET_PDEATHSIG). Returns its pid; throws
+// Error when fork fails.
+pid_t spawn_here(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+
 // Runs fn() on a new thread that has entered the network namespace open at netns_fd, and returns
 // its result: how a socket is made inside a node (a socket keeps the namespace it was made in).
 // Throws Error when setns fails.

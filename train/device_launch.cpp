@@ -43,6 +43,32 @@ void run_env_device_rank(const TrainConfig& config, std::vector<RankResult>& ran
       });
 }
 
+// --comm nccl, one rank of a job whose processes the caller started and gave the ncclUniqueId
+// (config.process_rank, config.nccl_id): runs it and leaves only its own record in `ranks`.
+// Throws InputError for a rank outside the world or ranks sharing a GPU NCCL refuses.
+void run_caller_launched_rank(const TrainConfig& config, std::vector<RankResult>& ranks,
+                              const DeviceLauncher& device) {
+  const int gpus = device.devices, p = config.world_size;
+  const int rank = config.process_rank;
+  if (rank >= p) {
+    throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
+  }
+  // The caller says how many of the job's ranks share this node's GPUs (ranks_on_this_node,
+  // LOCAL_WORLD_SIZE); without it, all of them do.
+  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
+  if (!config.master_addr.empty()) {
+    apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
+                             fmt::format("--comm nccl, {} ranks on this node (LOCAL_WORLD_SIZE)", node_ranks));
+    return run_env_device_rank(config, ranks, device);
+  }
+  apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
+                           fmt::format("--comm nccl, rank {} of {}, {} on this node", rank, p, node_ranks));
+  CommSource source;
+  source.id = &config.nccl_id;
+  device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
+                  ranks[static_cast<std::size_t>(rank)], source);
+}
+
 }  // namespace
 
 bool apply_nccl_launch_policy(int ranks_on_node, int devices, const std::string& nccl_version,
@@ -70,29 +96,7 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
   if (gpus < 1) throw Error("no CUDA device: cudaGetDeviceCount found none");
   const int p = config.world_size;
 
-  if (config.comm == "nccl" && config.process_rank >= 0) {
-    // One rank of a job whose processes the caller started and gave the id: run it, and leave
-    // only its own record (the caller gathers the others if it needs them).
-    const int rank = config.process_rank;
-    if (rank >= p) {
-      throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
-    }
-    // The caller says how many of the job's ranks share this node's GPUs (ranks_on_this_node,
-    // LOCAL_WORLD_SIZE); without it, all of them do.
-    const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
-    if (!config.master_addr.empty()) {
-      apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
-                               fmt::format("--comm nccl, {} ranks on this node (LOCAL_WORLD_SIZE)", node_ranks));
-      return run_env_device_rank(config, ranks, device);
-    }
-    apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
-                             fmt::format("--comm nccl, rank {} of {}, {} on this node", rank, p, node_ranks));
-    CommSource source;
-    source.id = &config.nccl_id;
-    device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
-                    ranks[static_cast<std::size_t>(rank)], source);
-    return;
-  }
+  if (config.comm == "nccl" && config.process_rank >= 0) return run_caller_launched_rank(config, ranks, device);
 
   if (config.comm == "nccl" && mpi_launched()) {
     // One rank per process: the GPU comes from the node-local rank. Rank 0 creates the id inside
