@@ -496,6 +496,8 @@ int run_command(const RunOptions& o) {
     if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
     cluster::die_with_parent();  // a rank
   }
+  // A malformed DPBENCH_FAULT is an input error here, not in whichever rank reads it first.
+  fault_from_env();
   const RunSetup s = prepare_run(o);
   const LoadedData data = load_data(o.data, o.base.seed);
   check_modes(o, s.base, data);
