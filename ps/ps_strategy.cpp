@@ -59,6 +59,37 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
   return ranks;
 }
 
+// DataParallel (torch/nn/parallel/data_parallel.py) as parameter_server.cpp runs it: the reducer
+// loads the whole batch; replicate (the parameters broadcast in coalesced groups, or sent to each
+// worker in turn under p2p); scatter of the inputs; every replica's forward; gather of the
+// logits; scatter of their gradient; backward; reduce_add (coalesced groups, or received from
+// each worker in turn); the reducer's optimizer step. Nothing overlaps.
+void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  const int p = s.world_size();
+  const TrainConfig& c = in.config;
+  const bool p2p = c.transport == "p2p";
+  const std::size_t n = in.num_params;
+  const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(c.coalesce_mb * 1024.0 * 1024.0) / sizeof(float));
+  const std::vector<std::size_t> rows = c.rank_batches.empty() ? chunk_sizes(c.global_batch, p) : c.rank_batches;
+  std::vector<std::size_t> inputs, logits;
+  for (std::size_t b : rows) {
+    inputs.push_back(b * in.input_floats);
+    logits.push_back(b * in.classes);
+  }
+  Collectives comm(s, in.engine, 0);
+  s.compute(0, 0, in.compute.at(0).data, "data");
+  for (int w = 1; p2p && w < p; ++w) comm.send_recv(n, 0, w);
+  for (std::size_t off = 0; !p2p && off < n; off += group) comm.broadcast(std::min(group, n - off), 0);
+  comm.scatterv(inputs, 0);
+  for (int r = 0; r < p; ++r) s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).forward, "forward");
+  comm.gatherv(logits, 0);
+  comm.scatterv(logits, 0);
+  for (int r = 0; r < p; ++r) s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).backward, "backward");
+  for (int w = 1; p2p && w < p; ++w) comm.send_recv(n, w, 0);
+  for (std::size_t off = 0; !p2p && off < n; off += group) comm.reduce(std::min(group, n - off), 0);
+  s.compute(0, 0, in.compute.at(0).optimizer, "optimizer");
+}
+
 }  // namespace
 
 const Strategy& parameter_server_strategy() {
@@ -70,7 +101,7 @@ const Strategy& parameter_server_strategy() {
       .bus_bandwidth = &ps_bus_bandwidth,
       .has_reducer = true, .reference = true,
       .projected = {{"ps_collective", "collective", 0.0}, {"ps_p2p", "p2p", 0.0}}, .comm_time = &ps_comm_time,
-      .pytorch_counterpart = &ps_pytorch, .memory = &ps_memory,
+      .pytorch_counterpart = &ps_pytorch, .memory = &ps_memory, .schedule = &ps_schedule,
   };
   return strategy;
 }

@@ -10,6 +10,7 @@
 
 #include "train/alpha_beta_model.hpp"
 #include "train/memory_model.hpp"
+#include "train/step_schedule.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -69,6 +70,11 @@ struct Strategy {
   // Every rank's bytes by category during training (train/memory_model.hpp), for
   // in.config.world_size ranks; null when the strategy has no model.
   std::vector<RankMemory> (*memory)(const MemoryInputs&) = nullptr;
+  // Writes one training step of in.config.world_size ranks as messages and compute phases, as
+  // the strategy's trainer runs it over in.engine's collectives (train/step_schedule.hpp): what
+  // the simulator plays (sim/) and what the byte counts are checked against; null when the
+  // strategy has none.
+  void (*schedule)(const ScheduleInputs&, StepSchedule&) = nullptr;
 };
 
 }  // namespace dpbench

@@ -8,6 +8,9 @@
 
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
+#include "sim/simulate.hpp"
+#include "train/buckets.hpp"
+#include "train/models.hpp"
 
 namespace dpbench {
 
@@ -100,10 +103,79 @@ nlohmann::json per_rank(const RunResult& r, int per_node) {
   return out;
 }
 
+// The platform of an emulated run: every node's link to the switch as probed, each direction on
+// its own (the probe's RTT to the switch halved as its latency); the ranks of one node on an
+// intra-node link of kAssumedIntraBytesPerS (not probed yet).
+constexpr double kAssumedIntraBytesPerS = 1e9;
+SimPlatform probed_platform(const nlohmann::json& network) {
+  SimPlatform pf;
+  for (const auto& l : network.at("links")) {
+    pf.nodes.push_back({l.at("probed_up_bytes_per_s").get<double>(), l.at("probed_down_bytes_per_s").get<double>(),
+                        l.at("rtt_s").get<double>() / 2.0});
+  }
+  pf.ranks_per_node = network.at("ranks_per_node").get<int>();
+  pf.intra_bytes_per_s = kAssumedIntraBytesPerS;
+  return pf;
+}
+
+double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
+  std::vector<double> v;
+  for (const auto& st : rank.steps) v.push_back(get(st.phases));
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// The run's step as its strategy's schedule (every rank's measured compute phases, medians; the
+// messages of its engine's collectives), played on the probed platform by SimGrid.
+nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, double measured) {
+  const Strategy& s = find_strategy(r.config.mode);
+  if (s.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
+  if (!simulation_available()) {
+    return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
+  }
+  ScheduleInputs in;
+  in.config = r.config;
+  in.engine = r.config.comm == "gloo" || r.config.comm == "mpi" ? r.config.comm : "local";
+  in.num_params = r.num_params;
+  in.input_floats = r.input_features;
+  in.classes = r.num_classes;
+  const auto model = make_model(r.config, r.sample_shape, r.num_classes);
+  for (const Bucket& b : assign_buckets(model->params(), sizeof(float), r.config.first_bucket_mb, r.config.bucket_cap_mb)) {
+    in.buckets.push_back({b.offset, b.size});
+  }
+  for (const auto& rank : r.ranks) {
+    in.compute.push_back({median_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
+                          median_phase(rank, [](const PhaseTimes& t) { return t.forward; }),
+                          median_phase(rank, [](const PhaseTimes& t) { return t.backward; }),
+                          median_phase(rank, [](const PhaseTimes& t) { return t.optimizer; })});
+  }
+  StepSchedule schedule(r.config.world_size);
+  s.schedule(in, schedule);
+  SimulationResult sim;
+  try {
+    sim = simulate(schedule, platform);
+  } catch (const Error& e) {  // the measured run stands; the record says why it has no simulation
+    return {{"unavailable", e.what()}};
+  }
+  return {{"simulated_step_s", sim.step_s},
+          {"error", (sim.step_s - measured) / measured},
+          {"rank_step_s", sim.rank_step_s},
+          {"engine", in.engine},
+          {"messages_per_step", sim.messages / sim.config.at("steps").get<long>()},
+          {"wall_s", sim.wall_s},
+          {"simulator", sim.config},
+          {"platform", platform.to_json()},
+          {"method", "each rank's median forward, backward, optimizer and data phases as measured; every message of "
+                     "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the "
+                     "probed links (intra-node link assumed, not probed)"}};
+}
+
 }  // namespace
 
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
   const LinkModel probed = probed_link(network);
+  const SimPlatform platform = probed_platform(network);
   const int nodes = network.at("nodes").get<int>();
   const int per_node = network.at("ranks_per_node").get<int>();
   for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -146,6 +218,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
           {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
                      "communication: the strategy's alpha-beta terms on the probed link, its overlapped "
                      "share exposed as measured"}}},
+        {"simulation", simulate_run(platform, r, measured)},
         {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0}}},
         {"nodes", node_bytes(r, nodes, per_node)},
         {"per_rank", per_rank(r, per_node)},
@@ -182,6 +255,16 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   });
   row("projection error", [](const nlohmann::json& n) {
     return fmt::format("{:+.1f} %", 100.0 * n.at("projection").at("error").get<double>());
+  });
+  row("step time simulated (SimGrid)", [](const nlohmann::json& n) {
+    const auto& sim = n.at("simulation");
+    if (!sim.contains("simulated_step_s")) return std::string("unavailable");
+    return fmt::format("{:.1f} ms", 1e3 * sim.at("simulated_step_s").get<double>());
+  });
+  row("simulation error", [](const nlohmann::json& n) {
+    const auto& sim = n.at("simulation");
+    if (!sim.contains("error")) return std::string("-");
+    return fmt::format("{:+.1f} %", 100.0 * sim.at("error").get<double>());
   });
   row("comm / bandwidth bound (ms)", [](const nlohmann::json& n) {
     const auto& b = n.at("bandwidth_bound");

@@ -1,0 +1,264 @@
+#include "core/schedule.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/ring.hpp"
+
+namespace dpbench {
+
+namespace {
+int mod(int a, int p) { return ((a % p) + p) % p; }
+constexpr double kFloat = sizeof(float);
+constexpr std::size_t kMpiSegmentElems = 65536 / sizeof(float);  // coll_tuned_*_segmentsize
+constexpr std::size_t kLocalSliceElems = 32 * 1024;              // LocalCommunicator::kSliceElems
+}  // namespace
+
+StepSchedule::StepSchedule(int world_size) {
+  if (world_size < 1) throw Error(fmt::format("schedule: world size {} must be at least 1", world_size));
+  ranks_.resize(static_cast<std::size_t>(world_size));
+}
+
+std::vector<ScheduleOp>& StepSchedule::stream_of(int rank, int stream) {
+  auto& streams = ranks_.at(static_cast<std::size_t>(rank)).streams;
+  if (streams.size() <= static_cast<std::size_t>(stream)) streams.resize(static_cast<std::size_t>(stream) + 1);
+  return streams[static_cast<std::size_t>(stream)];
+}
+
+void StepSchedule::compute(int rank, int stream, double seconds, const char* label) {
+  ScheduleOp op;
+  op.kind = ScheduleOpKind::compute;
+  op.seconds = seconds;
+  op.label = label;
+  stream_of(rank, stream).push_back(op);
+}
+
+void StepSchedule::send(int rank, int stream, int peer, double bytes) {
+  stream_of(rank, stream).push_back({ScheduleOpKind::send, peer, bytes, 0, -1, ""});
+}
+
+void StepSchedule::recv(int rank, int stream, int peer, double bytes) {
+  stream_of(rank, stream).push_back({ScheduleOpKind::recv, peer, bytes, 0, -1, ""});
+}
+
+void StepSchedule::wait_recvs(int rank, int stream) { stream_of(rank, stream).push_back({ScheduleOpKind::wait_recvs}); }
+void StepSchedule::wait_all(int rank, int stream) { stream_of(rank, stream).push_back({ScheduleOpKind::wait_all}); }
+
+int StepSchedule::new_event(int rank) { return ranks_.at(static_cast<std::size_t>(rank)).events++; }
+
+void StepSchedule::record(int rank, int stream, int event) {
+  stream_of(rank, stream).push_back({ScheduleOpKind::record, -1, 0, 0, event, ""});
+}
+
+void StepSchedule::wait_event(int rank, int stream, int event) {
+  stream_of(rank, stream).push_back({ScheduleOpKind::wait_event, -1, 0, 0, event, ""});
+}
+
+double StepSchedule::bytes_sent(int rank) const {
+  double b = 0;
+  for (const auto& stream : ranks_.at(static_cast<std::size_t>(rank)).streams) {
+    for (const auto& op : stream) b += op.kind == ScheduleOpKind::send ? op.bytes : 0.0;
+  }
+  return b;
+}
+
+double StepSchedule::bytes_received(int rank) const {
+  double b = 0;
+  for (const auto& stream : ranks_.at(static_cast<std::size_t>(rank)).streams) {
+    for (const auto& op : stream) b += op.kind == ScheduleOpKind::recv ? op.bytes : 0.0;
+  }
+  return b;
+}
+
+void StepSchedule::check_matched() const {
+  // (stream, from, to) -> the bytes of each message, in order, as sent and as received.
+  std::map<std::tuple<int, int, int>, std::pair<std::vector<double>, std::vector<double>>> flows;
+  for (int r = 0; r < world_size(); ++r) {
+    const auto& streams = ranks_[static_cast<std::size_t>(r)].streams;
+    for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+      for (const auto& op : streams[static_cast<std::size_t>(s)]) {
+        if (op.kind == ScheduleOpKind::send) flows[{s, r, op.peer}].first.push_back(op.bytes);
+        if (op.kind == ScheduleOpKind::recv) flows[{s, op.peer, r}].second.push_back(op.bytes);
+      }
+    }
+  }
+  for (const auto& [key, f] : flows) {
+    const auto [stream, from, to] = key;
+    if (f.first != f.second) {
+      throw Error(fmt::format("schedule: stream {} from rank {} to rank {}: {} sends against {} receives, or their "
+                              "bytes differ", stream, from, to, f.first.size(), f.second.size()));
+    }
+  }
+}
+
+Collectives::Collectives(StepSchedule& schedule, std::string engine, int stream)
+    : s_(schedule), engine_(std::move(engine)), stream_(stream) {
+  if (engine_ != "local" && engine_ != "mpi" && engine_ != "gloo") {
+    throw InputError(fmt::format("schedule: engine '{}' unknown (local, mpi, gloo)", engine_));
+  }
+}
+
+std::size_t Collectives::slice(std::size_t n) const {
+  if (engine_ == "mpi") return kMpiSegmentElems;
+  return std::min(kLocalSliceElems, std::max<std::size_t>(1, (n + 7) / 8));  // LocalCommunicator::chain_slice
+}
+
+// One ring half over `counts` (every rank sends to rank+1 and receives from rank-1 at each of
+// the p-1 steps), the chunk of each step as core/ring.hpp has it.
+void Collectives::ring_reduce_scatter(const std::vector<std::size_t>& counts, int shift) {
+  const int p = s_.world_size();
+  for (int step = 0; step + 1 < p; ++step) {
+    for (int r = 0; r < p; ++r) {
+      const RingStep st = ring_reduce_scatter_step(r, p, shift, step);
+      s_.send(r, stream_, mod(r + 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
+      s_.recv(r, stream_, mod(r - 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
+      s_.wait_all(r, stream_);
+    }
+  }
+}
+
+void Collectives::ring_all_gather(const std::vector<std::size_t>& counts, int shift) {
+  const int p = s_.world_size();
+  for (int step = 0; step + 1 < p; ++step) {
+    for (int r = 0; r < p; ++r) {
+      const RingStep st = ring_all_gather_step(r, p, shift, step);
+      s_.send(r, stream_, mod(r + 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
+      s_.recv(r, stream_, mod(r - 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
+      s_.wait_all(r, stream_);
+    }
+  }
+}
+
+void Collectives::allreduce(std::size_t n) {
+  const int p = s_.world_size();
+  if (p < 2 || n == 0) return;
+  std::vector<std::size_t> chunks;
+  for (int i = 0; i < p; ++i) chunks.push_back(ring_chunk(n, p, i).length);
+  ring_reduce_scatter(chunks, 1);
+  ring_all_gather(chunks, 1);
+}
+
+// The pipelined chain: position j >= 1 receives each slice from position j-1 and, unless it is
+// the chain's end, passes it on to j+1 while the next slice comes in.
+void Collectives::chain(std::size_t n, int root, bool reduce) {
+  const int p = s_.world_size();
+  if (p < 2 || n == 0) return;
+  const std::size_t len = slice(n);
+  for (int r = 0; r < p; ++r) {
+    const int pos = reduce ? mod(r - root - 1, p) : mod(r - root, p);
+    for (std::size_t off = 0; off < n; off += len) {
+      const double bytes = kFloat * static_cast<double>(std::min(len, n - off));
+      if (pos >= 1) {
+        s_.recv(r, stream_, mod(r - 1, p), bytes);
+        s_.wait_recvs(r, stream_);
+      }
+      if (pos < p - 1) s_.send(r, stream_, mod(r + 1, p), bytes);
+    }
+    s_.wait_all(r, stream_);
+  }
+}
+
+// gloo/reduce.cc: a reduce-scatter around the ring towards the lower neighbour (rank r sends
+// every chunk but its own and ends with chunk r), then every rank sends its chunk to the root.
+void Collectives::gloo_reduce(std::size_t n, int root) {
+  const int p = s_.world_size();
+  if (p < 2 || n == 0) return;
+  auto chunk = [n, p](int i) { return kFloat * static_cast<double>(ring_chunk(n, p, mod(i, p)).length); };
+  for (int step = 0; step + 1 < p; ++step) {
+    for (int r = 0; r < p; ++r) {
+      s_.send(r, stream_, mod(r - 1, p), chunk(r + step + 1));
+      s_.recv(r, stream_, mod(r + 1, p), chunk(r + step + 2));
+      s_.wait_all(r, stream_);
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    if (r == root) {
+      for (int q = 0; q < p; ++q) {
+        if (q != root) s_.recv(r, stream_, q, chunk(q));
+      }
+    } else {
+      s_.send(r, stream_, root, chunk(r));
+    }
+    s_.wait_all(r, stream_);
+  }
+}
+
+// gloo/broadcast.cc: ranks renumbered so that the root is 0; virtual rank v receives from v with
+// its top bit cleared, then starts every send to v + 2^i (i at or above v's bit length) at once.
+void Collectives::binomial_broadcast(std::size_t n, int root) {
+  const int p = s_.world_size();
+  if (p < 2 || n == 0) return;
+  const double bytes = kFloat * static_cast<double>(n);
+  for (int r = 0; r < p; ++r) {
+    const int v = mod(r - root, p);
+    int bits = 0;
+    while ((1 << bits) <= v) ++bits;
+    if (v > 0) {
+      s_.recv(r, stream_, mod(v - (1 << (bits - 1)) + root, p), bytes);
+      s_.wait_recvs(r, stream_);
+    }
+    for (int i = bits; (1 << i) < p; ++i) {
+      if (v + (1 << i) < p) s_.send(r, stream_, mod(v + (1 << i) + root, p), bytes);
+    }
+    s_.wait_all(r, stream_);
+  }
+}
+
+void Collectives::reduce(std::size_t n, int root) {
+  if (engine_ == "gloo") {
+    gloo_reduce(n, root);
+  } else {
+    chain(n, root, true);
+  }
+}
+
+void Collectives::broadcast(std::size_t n, int root) {
+  if (engine_ == "gloo") {
+    binomial_broadcast(n, root);
+  } else {
+    chain(n, root, false);
+  }
+}
+
+void Collectives::reduce_scatterv(const std::vector<std::size_t>& counts) {
+  if (s_.world_size() < 2) return;
+  if (engine_ != "gloo") return ring_reduce_scatter(counts, 0);
+  for (int r = 0; r < s_.world_size(); ++r) gloo_reduce(counts[static_cast<std::size_t>(r)], r);
+}
+
+void Collectives::allgatherv(const std::vector<std::size_t>& counts) {
+  if (s_.world_size() < 2) return;
+  ring_all_gather(counts, 0);
+}
+
+void Collectives::scatterv(const std::vector<std::size_t>& counts, int root) {
+  const int p = s_.world_size();
+  if (p < 2) return;
+  for (int r = 0; r < p; ++r) {
+    if (r == root || counts[static_cast<std::size_t>(r)] == 0) continue;
+    send_recv(counts[static_cast<std::size_t>(r)], root, r);
+  }
+}
+
+void Collectives::gatherv(const std::vector<std::size_t>& counts, int root) {
+  const int p = s_.world_size();
+  if (p < 2) return;
+  for (int r = 0; r < p; ++r) {
+    if (r == root || counts[static_cast<std::size_t>(r)] == 0) continue;
+    send_recv(counts[static_cast<std::size_t>(r)], r, root);
+  }
+}
+
+void Collectives::send_recv(std::size_t n, int from, int to) {
+  const double bytes = kFloat * static_cast<double>(n);
+  s_.send(from, stream_, to, bytes);
+  s_.wait_all(from, stream_);
+  s_.recv(to, stream_, from, bytes);
+  s_.wait_all(to, stream_);
+}
+
+}  // namespace dpbench

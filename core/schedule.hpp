@@ -1,0 +1,117 @@
+// A step's message schedule: for every rank, in-order streams of operations (compute for some
+// seconds; send or receive bytes to or from a peer; wait; record or wait for an event), the way a
+// GPU rank runs a compute stream and a communication stream. The collective builders (class
+// Collectives) write, message by message, the algorithms the engines run: the ring of
+// core/ring.hpp, the pipelined chain of the local engine and of Open MPI's pinned pipeline,
+// gloo's reduce (ring reduce-scatter + gather to the root) and binomial broadcast, and the root
+// scatter/gather. The byte counts the communicators report (core/comm.hpp) and the simulation
+// (sim/) are both read from these descriptions, so they cannot drift apart. This file holds no
+// time model of its own: a schedule is played by a simulator.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace dpbench {
+
+enum class ScheduleOpKind {
+  compute,     // spend `seconds` on the rank's processor
+  send,        // start sending `bytes` to `peer` (completes at a later wait_all)
+  recv,        // start receiving `bytes` from `peer` (completes at a later wait_recvs or wait_all)
+  wait_recvs,  // block until every receive this stream started has completed
+  wait_all,    // block until every send and receive this stream started has completed
+  record,      // mark `event` as reached (one waiter per record)
+  wait_event,  // block until `event` has been recorded once more than it was waited for
+};
+
+struct ScheduleOp {
+  ScheduleOpKind kind = ScheduleOpKind::compute;
+  int peer = -1;          // send, recv: the other rank
+  double bytes = 0;       // send, recv
+  double seconds = 0;     // compute
+  int event = -1;         // record, wait_event: an event of this rank
+  const char* label = "";  // compute: "forward", "backward", "optimizer", ...
+};
+
+// One rank's streams; stream 0 is the rank's main (compute) stream, whose end is the step's end.
+struct RankProgram {
+  std::vector<std::vector<ScheduleOp>> streams;
+  int events = 0;  // events are numbered 0..events-1
+};
+
+// The programs of every rank for one training step. Messages match in order per (stream,
+// sender, receiver): the k-th send from a to b on stream s meets the k-th receive from a at b on
+// stream s, and the two must agree on the bytes.
+class StepSchedule {
+ public:
+  // Throws Error when world_size < 1.
+  explicit StepSchedule(int world_size);
+
+  int world_size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<RankProgram>& ranks() const { return ranks_; }
+
+  void compute(int rank, int stream, double seconds, const char* label);
+  void send(int rank, int stream, int peer, double bytes);
+  void recv(int rank, int stream, int peer, double bytes);
+  void wait_recvs(int rank, int stream);
+  void wait_all(int rank, int stream);
+  int new_event(int rank);  // returns the event's number
+  void record(int rank, int stream, int event);
+  void wait_event(int rank, int stream, int event);
+
+  // Bytes rank `rank` sends / receives in the step, over every stream.
+  double bytes_sent(int rank) const;
+  double bytes_received(int rank) const;
+  // Throws Error naming the first unmatched message (a send without its receive, or bytes that
+  // disagree), so a builder's mistake is found before a simulator hangs on it.
+  void check_matched() const;
+
+ private:
+  std::vector<ScheduleOp>& stream_of(int rank, int stream);
+  std::vector<RankProgram> ranks_;
+};
+
+// The collectives of core/comm.hpp as messages, by engine:
+//   "local": ring all-reduce / reduce-scatter / all-gather; pipelined chain reduce and broadcast
+//            in slices of LocalCommunicator::chain_slice(n) (min(1 MiB of floats, n / 8));
+//   "mpi":   what the mpirun launcher pins in Open MPI (cluster/cluster_job.cpp): the same rings,
+//            chain reduce and broadcast in 64 KiB segments;
+//   "gloo":  ring all-reduce and all-gather; reduce = ring reduce-scatter, then every rank sends
+//            its chunk to the root (gloo/reduce.cc); binomial-tree broadcast (gloo/broadcast.cc);
+//            reduce-scatter over segments = one reduce per segment, to its owner, in rank order.
+// Every collective runs on stream `stream` of every rank; counts are float elements.
+class Collectives {
+ public:
+  // Throws InputError naming an unknown engine.
+  Collectives(StepSchedule& schedule, std::string engine, int stream = 0);
+
+  void allreduce(std::size_t n);
+  void reduce(std::size_t n, int root);
+  void broadcast(std::size_t n, int root);
+  void reduce_scatterv(const std::vector<std::size_t>& counts);
+  void allgatherv(const std::vector<std::size_t>& counts);
+  // Root exchange (DataParallel's scatter and gather): the root sends (receives) every other
+  // rank's segment, one rank after the other in rank order.
+  void scatterv(const std::vector<std::size_t>& counts, int root);
+  void gatherv(const std::vector<std::size_t>& counts, int root);
+  // One blocking point-to-point transfer of n floats from `from` to `to`.
+  void send_recv(std::size_t n, int from, int to);
+
+  // Ring (reduce-scatter, shift 0, or all-gather) over the chunks of `chunk(i)`; public for the
+  // builders of hierarchical variants.
+  void ring_reduce_scatter(const std::vector<std::size_t>& counts, int shift);
+  void ring_all_gather(const std::vector<std::size_t>& counts, int shift);
+
+ private:
+  void chain(std::size_t n, int root, bool reduce);
+  void gloo_reduce(std::size_t n, int root);
+  void binomial_broadcast(std::size_t n, int root);
+  std::size_t slice(std::size_t n) const;
+
+  StepSchedule& s_;
+  std::string engine_;
+  int stream_;
+};
+
+}  // namespace dpbench

@@ -1,0 +1,65 @@
+// Plays a step schedule (core/schedule.hpp) on a SimGrid platform: every rank is a host, every
+// stream of a rank an S4U actor that sleeps for its compute, sends with Mailbox::put_async and
+// receives with get_async; SimGrid's flow model shares each link between the transfers crossing
+// it (max-min fairness). dpbench writes no network model of its own: the engine runs with
+// network/model:CM02, network/crosstraffic:0 and network/TCP-gamma:0, so that a lone transfer
+// costs exactly its route's latency + bytes / bandwidth, and every correction (an engine slower
+// than the link) is dpbench's own and recorded. Built only where SimGrid was found
+// (DPBENCH_HAVE_SIMGRID); elsewhere simulate() says that simulation is unavailable.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/schedule.hpp"
+
+namespace dpbench {
+
+// One node's network interface: its link to the switch (or to its leaf switch), per direction.
+struct SimNode {
+  double up_bytes_per_s = 0;    // egress: from the node towards the switch
+  double down_bytes_per_s = 0;  // ingress
+  double latency_s = 0;         // one way, node to switch
+};
+
+// Where the ranks run and what joins them: nodes of ranks_per_node ranks (rank r on node
+// r / ranks_per_node), the ranks of one node joined by an intra-node link each (the node's
+// shared memory or NVLink), the nodes by their links to one switch, or, with nodes_per_leaf > 0,
+// to leaf switches whose uplinks (leaf_up_bytes_per_s each way) meet at a spine: a two-level
+// tree, oversubscribed when an uplink carries less than its nodes' links together.
+struct SimPlatform {
+  std::vector<SimNode> nodes;
+  int ranks_per_node = 1;
+  double intra_bytes_per_s = 0;  // each rank's link to its node (both directions)
+  double intra_latency_s = 0;
+  int nodes_per_leaf = 0;  // 0: one switch
+  double leaf_up_bytes_per_s = 0;
+  double leaf_latency_s = 0;
+
+  // Throws InputError when the platform cannot hold `world_size` ranks or a rate is not positive.
+  void check(int world_size) const;
+  nlohmann::json to_json() const;
+};
+
+struct SimulationResult {
+  double step_s = 0;                // rank 0's step time in the steady state
+  std::vector<double> rank_step_s;  // every rank's, the same way
+  double simulated_s = 0;           // simulated clock at the end
+  double wall_s = 0;                // host seconds the simulation took
+  long messages = 0;                // messages played
+  nlohmann::json config;            // the engine's model options
+};
+
+// True when this build has SimGrid.
+bool simulation_available();
+
+// Plays `steps` >= 2 consecutive repetitions of `schedule` on `platform` and returns the steady
+// step time: (end of the last step - end of the first) / (steps - 1), per rank. Runs SimGrid in
+// a child process (SimGrid's engine is one per process), so it may be called any number of times.
+// Throws Error when simulation is unavailable, the schedule's messages do not match, or the
+// simulation fails (deadlock included); InputError on a bad platform.
+SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platform, int steps = 3);
+
+}  // namespace dpbench

@@ -1,0 +1,246 @@
+// The message schedules (core/schedule.hpp) against the byte counts the communicators report, and
+// the SimGrid player (sim/) against times the closed forms give exactly: one ring, one incast with
+// a slow sender, two ranks of one node. The strategies' step schedules against their measured
+// byte counts are in test_training.cpp's neighbourhood (StepSchedule.* below).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/comm.hpp"
+#include "core/error.hpp"
+#include "core/ring.hpp"
+#include "core/schedule.hpp"
+#include "sim/simulate.hpp"
+#include "tests/training_fixtures.hpp"
+#include "train/buckets.hpp"
+#include "train/strategy.hpp"
+#include "bench/app/strategies.hpp"
+#include "workloads/synthetic.hpp"
+
+namespace dpbench {
+namespace {
+
+using CountsFn = ElementCounts (*)(int rank);
+
+// Every rank's scheduled bytes equal `expected(rank)` in floats, and every message is matched.
+void expect_counts(const StepSchedule& s, const std::function<ElementCounts(int)>& expected, const std::string& what) {
+  s.check_matched();
+  for (int r = 0; r < s.world_size(); ++r) {
+    const ElementCounts c = expected(r);
+    EXPECT_EQ(s.bytes_sent(r), 4.0 * static_cast<double>(c.sent)) << what << " rank " << r;
+    EXPECT_EQ(s.bytes_received(r), 4.0 * static_cast<double>(c.received)) << what << " rank " << r;
+  }
+}
+
+TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
+  for (const std::string engine : {"local", "mpi", "gloo"}) {
+    for (int p : {2, 3, 4, 5}) {
+      for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{300001}}) {
+        const std::string what = fmt::format("{} p={} n={}", engine, p, n);
+        for (int root : {0, p - 1}) {
+          StepSchedule reduce(p), bcast(p);
+          Collectives(reduce, engine).reduce(n, root);
+          Collectives(bcast, engine).broadcast(n, root);
+          expect_counts(reduce, [&](int r) {
+            return engine == "gloo" ? gloo_reduce_counts(n, p, r, root) : chain_reduce_counts(n, p, r, root);
+          }, "reduce " + what);
+          expect_counts(bcast, [&](int r) {
+            return engine == "gloo" ? binomial_broadcast_counts(n, p, r, root) : chain_broadcast_counts(n, p, r, root);
+          }, "broadcast " + what);
+        }
+        StepSchedule all(p);
+        Collectives(all, engine).allreduce(n);
+        expect_counts(all, [&](int r) { return ring_allreduce_counts(n, p, r); }, "allreduce " + what);
+        std::vector<std::size_t> counts;
+        for (int r = 0; r < p; ++r) counts.push_back(n / static_cast<std::size_t>(r + 1));  // uneven, one maybe 0
+        StepSchedule rs(p), ag(p), sc(p), ga(p);
+        Collectives(rs, engine).reduce_scatterv(counts);
+        Collectives(ag, engine).allgatherv(counts);
+        Collectives(sc, engine).scatterv(counts, 0);
+        Collectives(ga, engine).gatherv(counts, 0);
+        expect_counts(rs, [&](int r) {
+          if (engine != "gloo") return ring_reduce_scatter_counts(counts, r);
+          ElementCounts c;
+          for (int k = 0; k < p; ++k) {
+            const ElementCounts one = gloo_reduce_counts(counts[static_cast<std::size_t>(k)], p, r, k);
+            c.sent += one.sent;
+            c.received += one.received;
+          }
+          return c;
+        }, "reduce_scatterv " + what);
+        expect_counts(ag, [&](int r) { return ring_allgather_counts(counts, r); }, "allgatherv " + what);
+        expect_counts(sc, [&](int r) { return root_scatter_counts(counts, r, 0); }, "scatterv " + what);
+        expect_counts(ga, [&](int r) { return root_gather_counts(counts, r, 0); }, "gatherv " + what);
+      }
+    }
+  }
+}
+
+TEST(Schedule, AnUnmatchedSendIsNamed) {
+  StepSchedule s(2);
+  s.send(0, 0, 1, 100);
+  s.wait_all(0, 0);
+  try {
+    s.check_matched();
+    FAIL() << "an unmatched send passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("from rank 0 to rank 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Schedule, UnknownEngineIsAnInputError) {
+  StepSchedule s(2);
+  EXPECT_THROW(Collectives(s, "nccl"), InputError);
+}
+
+// The step schedule of every strategy moves, per rank, the bytes its trainer's communicator
+// counts in a real run (thread ranks, the local engine), for both transports and 1 to 4 ranks.
+TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
+  const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
+  for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
+    for (const std::string transport : {"collective", "p2p"}) {
+      if (mode == "allreduce" && transport == "p2p") continue;
+      for (int p : {2, 3, 4}) {
+        TrainConfig c;
+        c.mode = mode;
+        c.transport = transport;
+        c.world_size = p;
+        c.global_batch = 96;
+        c.max_steps = 3;
+        c.warmup_steps = 1;
+        c.evaluate = false;
+        c.bucket_cap_mb = 0.5;  // several buckets
+        const RunResult run = testing::train_mode(c, *data);
+        ScheduleInputs in;
+        in.config = c;
+        in.engine = "local";
+        in.num_params = run.num_params;
+        auto model = make_model(c, data->shape(), 10);
+        for (const Bucket& b : assign_buckets(model->params(), sizeof(float), c.first_bucket_mb, c.bucket_cap_mb)) {
+          in.buckets.push_back({b.offset, b.size});
+        }
+        in.input_floats = run.input_features;
+        in.classes = run.num_classes;
+        in.compute.assign(static_cast<std::size_t>(p), RankCompute{});
+        StepSchedule s(p);
+        find_strategy(mode).schedule(in, s);
+        s.check_matched();
+        for (int r = 0; r < p; ++r) {
+          const auto& counted = run.ranks[static_cast<std::size_t>(r)].comm_per_step;
+          EXPECT_EQ(s.bytes_sent(r), static_cast<double>(counted.bytes_sent)) << mode << " " << transport << " p=" << p << " rank " << r;
+          EXPECT_EQ(s.bytes_received(r), static_cast<double>(counted.bytes_received))
+              << mode << " " << transport << " p=" << p << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+// ---- the SimGrid player ----
+
+#define SKIP_WITHOUT_SIMGRID()                                                                      \
+  if (!simulation_available()) {                                                                    \
+    GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";        \
+  }
+
+SimPlatform star(int nodes, double rate, double latency) {
+  SimPlatform pf;
+  pf.nodes.assign(static_cast<std::size_t>(nodes), SimNode{rate, rate, latency});
+  return pf;
+}
+
+TEST(Simulation, RingAllReduceOnEqualLinksTakesTheClosedForm) {
+  SKIP_WITHOUT_SIMGRID();
+  const int p = 4;
+  const std::size_t n = 4'000'000;  // floats: 16 MB
+  const double rate = 12.5e6, latency = 50e-6;
+  StepSchedule s(p);
+  Collectives(s, "local").allreduce(n);
+  const SimulationResult r = simulate(s, star(p, rate, latency));
+  // 2(p-1) steps; in each, every rank sends one chunk of n/p floats over its up link and the next
+  // rank's down link, each carrying only that transfer: 2 latencies + chunk / rate.
+  const double expected = 2.0 * (p - 1) * (2.0 * latency + 4.0 * n / p / rate);
+  EXPECT_NEAR(r.step_s, expected, 1e-6 * expected);
+  EXPECT_EQ(r.messages, 3L * 2 * (p - 1) * p);
+}
+
+TEST(Simulation, IncastGivesTheFastSenderTheRestOfTheReducersLink) {
+  SKIP_WITHOUT_SIMGRID();
+  // Node 2 sends at 100 Mbit/s, node 1 at 1 Gbit/s, both to node 0 at once: max-min sharing
+  // lets node 1 use what node 2 leaves of node 0's down link, so the incast ends when node 2's
+  // own link has carried its bytes, half of "every link at the slowest rate" (2 N / 12.5 MB/s).
+  SimPlatform pf = star(3, 125e6, 0);
+  pf.nodes[2] = SimNode{12.5e6, 12.5e6, 0};
+  const double bytes = 2.1e6;
+  StepSchedule s(3);
+  s.recv(0, 0, 1, bytes);
+  s.recv(0, 0, 2, bytes);
+  s.wait_all(0, 0);
+  for (int w : {1, 2}) {
+    s.send(w, 0, 0, bytes);
+    s.wait_all(w, 0);
+  }
+  const SimulationResult r = simulate(s, pf);
+  EXPECT_NEAR(r.step_s, bytes / 12.5e6, 1e-6);
+}
+
+TEST(Simulation, RanksOfOneNodeDoNotCrossItsLink) {
+  SKIP_WITHOUT_SIMGRID();
+  SimPlatform pf = star(1, 1e6, 1e-3);  // a slow node link that an intra-node message must not touch
+  pf.ranks_per_node = 2;
+  pf.intra_bytes_per_s = 1e9;
+  pf.intra_latency_s = 1e-6;
+  StepSchedule s(2);
+  s.send(0, 0, 1, 1e6);
+  s.wait_all(0, 0);
+  s.recv(1, 0, 0, 1e6);
+  s.wait_all(1, 0);
+  const SimulationResult r = simulate(s, pf);
+  EXPECT_NEAR(r.step_s, 2e-6 + 1e6 / 1e9, 1e-7);  // both ranks' intra links, each way once
+}
+
+TEST(Simulation, BackwardHidesTheBucketsItOverlaps) {
+  SKIP_WITHOUT_SIMGRID();
+  // One rank pair, one bucket ready halfway through a 1 s backward, all-reduced in 0.2 s: the
+  // step is 1 s of backward then nothing exposed; a bucket ready at the end adds its 0.2 s.
+  auto step = [](double first_share) {
+    StepSchedule s(2);
+    for (int r = 0; r < 2; ++r) {
+      s.compute(r, 0, first_share, "backward");
+      const int ready = s.new_event(r), done = s.new_event(r);
+      s.record(r, 0, ready);
+      s.compute(r, 0, 1.0 - first_share, "backward");
+      s.wait_event(r, 1, ready);
+      s.send(r, 1, 1 - r, 1e6);
+      s.recv(r, 1, 1 - r, 1e6);
+      s.wait_all(r, 1);
+      s.record(r, 1, done);
+      s.wait_event(r, 0, done);
+    }
+    return simulate(s, star(2, 5e6, 0)).step_s;
+  };
+  EXPECT_NEAR(step(0.5), 1.0, 1e-6);
+  EXPECT_NEAR(step(1.0), 1.2, 1e-6);
+}
+
+TEST(Simulation, ADeadlockIsAnErrorNotAHang) {
+  SKIP_WITHOUT_SIMGRID();
+  StepSchedule s(2);
+  for (int r = 0; r < 2; ++r) {  // both wait for an event nobody records
+    const int e = s.new_event(r);
+    s.wait_event(r, 0, e);
+  }
+  EXPECT_THROW(simulate(s, star(2, 1e6, 0)), Error);
+}
+
+TEST(Simulation, APlatformTooSmallIsAnInputError) {
+  SKIP_WITHOUT_SIMGRID();
+  StepSchedule s(4);
+  EXPECT_THROW(simulate(s, star(2, 1e6, 0)), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench

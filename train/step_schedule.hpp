@@ -1,0 +1,46 @@
+// What a strategy needs to write one training step as messages (core/schedule.hpp): the run's
+// configuration, the engine whose collective algorithms carry the messages, the gradient buckets
+// in the order backward readies them, the sample and logit sizes, and each rank's compute phases
+// (measured on an emulated run, or modelled for a projection). Each strategy's schedule lives in
+// its folder, beside its trainer (ps/ps_strategy.cpp, ...), and is registered as its `schedule`
+// trait (train/strategy.hpp).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "train/training.hpp"
+
+namespace dpbench {
+
+// Seconds one rank spends per step outside communication.
+struct RankCompute {
+  double data = 0;       // waiting for the DataLoader and staging the batch
+  double forward = 0;    // forward with the loss
+  double backward = 0;
+  double optimizer = 0;
+};
+
+// A gradient bucket: floats [offset, offset + size) of the flat gradient buffer.
+struct ScheduleBucket {
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
+
+struct ScheduleInputs {
+  TrainConfig config;          // mode, transport, world_size, global_batch, rank_batches, servers, coalesce_mb
+  std::string engine = "gloo";  // whose collectives: "local", "mpi", "gloo" (core/schedule.hpp)
+  std::size_t num_params = 0;  // floats
+  std::vector<ScheduleBucket> buckets;  // in the order backward readies them
+  std::size_t input_floats = 0;      // per sample
+  std::size_t classes = 0;           // logits per sample
+  std::vector<RankCompute> compute;  // [world_size]
+};
+
+// The schedule's compute of rank r's backward, cut at each bucket's ready point in proportion to
+// its size, each cut followed by record(event of that bucket) on `stream`; returns the events.
+std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInputs& in, int rank, int stream);
+
+}  // namespace dpbench
