@@ -2,7 +2,8 @@
 # Installs dpbench's build and run dependencies from Debian packages. Idempotent: packages that
 # are already installed are skipped, and apt is not touched at all when nothing is missing.
 # Used by the README quick start and by .ci/run. OpenMPI and gloo are installed for the `mpi` and
-# `gloo` backends (the build still works without them); CUDA and NCCL stay optional.
+# `gloo` backends and SimGrid for the simulator (the build still works without them); CUDA and
+# NCCL stay optional.
 #   --test   also what only the tests need (Chromium, to render the HTML report headless;
 #            python3-torch, for the PyTorch reference and its loss-agreement test, and torchrun;
 #            etcd-server and python3-etcd, for torchrun's etcd rendezvous on an emulated cluster)
@@ -15,6 +16,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark-tools
   libopenmpi-dev openmpi-bin libgloo-dev
+  libsimgrid-dev
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )

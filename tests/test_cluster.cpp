@@ -479,5 +479,26 @@ TEST(EmulatedClusterOptions, BadInputIsOneLineAndExitTwo) {
   }
 }
 
+// A mode's checks that depend only on the options come before the cluster: with no `ip`, no
+// `unshare` and no tc on PATH, the answer is still the option's error, so nothing was built.
+TEST(EmulatedClusterOptions, ModeErrorsComeBeforeAnyNamespaceOrProcess) {
+  TempDir tmp;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--nodes 3 --link 1gbit", "--batch-size 256: not divisible by --ranks 3"},
+      {"--nodes 2 --ranks-per-node 3 --link 1gbit --mode sharded_ps", "not divisible by --ranks 6"},
+      {"--nodes 2 --link 1gbit --mode sharded_ps --servers 3", "--servers 3"},
+      {"--nodes 2 --link 1gbit --mode ps --transport ring", "--transport ring"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome o = shell(fmt::format("PATH=/nonexistent {} run {} --out {}", DPBENCH_BINARY, args,
+                                        (tmp.path() / "r.json").string()),
+                            tmp.path());
+    EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
+    EXPECT_NE(o.err.find(message), std::string::npos) << args << "\n" << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << args << "\n" << o.err;
+    EXPECT_FALSE(fs::exists(tmp.path() / "r.json")) << args;
+  }
+}
+
 }  // namespace
 }  // namespace dpbench

@@ -18,6 +18,7 @@
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "cluster/cluster_job.hpp"
+#include "workloads/synthetic.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/mpi_comm.hpp"
@@ -479,6 +480,23 @@ void report_runs(const RunOptions& o, const RunSetup& s, nlohmann::json config, 
   }
 }
 
+// The checks of every mode that depend on the options alone (batch divisible by the cluster's
+// ranks, --servers at most the ranks, a known --transport, ...), made before a namespace exists
+// or a process starts: against a stand-in dataset as large as the global batch, so that only the
+// checks that need the real data are left to the ranks. Throws InputError.
+void check_cluster_modes(const RunOptions& o) {
+  const int world = o.cluster.world_size();
+  const auto stand_in = make_synthetic_dataset(SampleShape{1, 1, 1}, 10,
+                                               std::max<std::int64_t>({1, static_cast<std::int64_t>(o.base.global_batch), world}), 0);
+  for (const auto& mode : o.modes) {
+    TrainConfig cfg = o.base;
+    cfg.mode = mode;
+    cfg.world_size = world;
+    if (cfg.device == "auto") cfg.device = "cpu";  // the ranks choose; the checks here do not depend on it
+    find_strategy(mode).validate(cfg, *stand_in);
+  }
+}
+
 }  // namespace
 
 int run_command(const RunOptions& o) {
@@ -491,6 +509,7 @@ int run_command(const RunOptions& o) {
     if (stage.empty()) {
       check_common_options(o.base, o.timeout_s);
       if (!o.out.empty()) check_result_path(o.out);
+      check_cluster_modes(o);
       return cluster::run_job(o.cluster, o.args);
     }
     if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
