@@ -10,7 +10,7 @@
 
 namespace dpbench::cluster {
 
-LinkRate parse_rate(const std::string& text, const std::string& option) {
+LinkRate parse_rate(const std::string& text, const std::string& option, double max_bits_per_s) {
   static const std::regex form(R"(^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$)",
                                std::regex::icase);
   std::smatch m;
@@ -30,7 +30,9 @@ LinkRate parse_rate(const std::string& text, const std::string& option) {
   if (scale == 't') factor = 1e12;
   LinkRate rate{text, std::stod(m[1].str()) * factor * (bytes ? 8.0 : 1.0)};
   if (!(rate.bits_per_s >= 1e3)) throw InputError(fmt::format("{} {}: below 1 kbit/s", option, text));
-  if (rate.bits_per_s > 100e9) throw InputError(fmt::format("{} {}: above 100 gbit/s", option, text));
+  if (rate.bits_per_s > max_bits_per_s) {
+    throw InputError(fmt::format("{} {}: above {:g} gbit/s", option, text, max_bits_per_s / 1e9));
+  }
   return rate;
 }
 

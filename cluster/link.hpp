@@ -18,8 +18,9 @@ struct LinkRate {
 
 // Parses a rate in tc's units: bit, kbit, mbit, gbit, tbit (bits per second, powers of 1000) and
 // bps, kbps, mbps, gbps, tbps (bytes per second). Throws InputError naming `option` when the text
-// is not a positive rate in one of those units, or is above 100 gbit.
-LinkRate parse_rate(const std::string& text, const std::string& option);
+// is not a positive rate in one of those units, or is above max_bits_per_s (tc's shaping: 100 gbit;
+// a simulated link may be faster).
+LinkRate parse_rate(const std::string& text, const std::string& option, double max_bits_per_s = 100e9);
 
 // What `--nodes N --link RATE --link-of I=RATE --ranks-per-node K` ask for.
 struct ClusterSpec {

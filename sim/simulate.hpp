@@ -44,7 +44,7 @@ struct SimPlatform {
 };
 
 struct SimulationResult {
-  double step_s = 0;                // rank 0's step time in the steady state
+  double step_s = 0;                // rank 0's step time in the steady state, seconds
   std::vector<double> rank_step_s;  // every rank's, the same way
   double simulated_s = 0;           // simulated clock at the end
   double wall_s = 0;                // host seconds the simulation took
@@ -55,8 +55,10 @@ struct SimulationResult {
 // True when this build has SimGrid.
 bool simulation_available();
 
-// Plays `steps` >= 2 consecutive repetitions of `schedule` on `platform` and returns the steady
-// step time: (end of the last step - end of the first) / (steps - 1), per rank. Runs SimGrid in
+// Plays `steps` >= 1 consecutive repetitions of `schedule` on `platform` and returns the steady
+// step time: (end of the last step - end of the first) / (steps - 1), per rank; with one step,
+// its end (every rank starting together at 0, which a schedule without overlap across steps
+// gives anyway). Runs SimGrid in
 // a child process (SimGrid's engine is one per process), so it may be called any number of times.
 // Throws Error when simulation is unavailable, the schedule's messages do not match, or the
 // simulation fails (deadlock included); InputError on a bad platform.

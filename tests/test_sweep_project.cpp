@@ -17,6 +17,7 @@
 #include "bench/app/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
+#include "sim/simulate.hpp"
 #include "tests/fixtures.hpp"
 
 namespace dpbench {
@@ -479,6 +480,69 @@ TEST(BlasCore, AsksForTheKernelsTheCpuSupportsOnlyAfterAPrescottFallback) {
   EXPECT_EQ(preferred_blas_core("Prescott", "avx512f_x avx2x fma"), "");  // whole words only
   EXPECT_EQ(preferred_blas_core("SkylakeX", avx512), "");               // OpenBLAS knew the CPU
   EXPECT_EQ(preferred_blas_core("Zen", avx512), "");
+}
+
+}  // namespace
+}  // namespace dpbench
+
+namespace dpbench {
+namespace {
+
+// --simulate: every point gets the simulated step of its mode's schedule. Where the schedule has
+// nothing for max-min sharing to change (ps's p2p: the reducer sends and receives each worker's
+// parameters in turn, nothing concurrent), the simulation equals the alpha-beta terms within 2 %
+// (the formula counts the batch scatter's latency once, the schedule once per rank); a straggler
+// node slows every mode's simulated step; and an oversubscribed tree slows what crosses it.
+TEST(Project, SimulateAddsEachModesSimulatedStepOnTheTopology) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  nlohmann::json doc = {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+  ProjectOptions o;
+  o.link = "ib-ndr";
+  o.max_ranks = 32;
+  o.per_rank_batch = 10;
+  o.topology.simulate = true;
+  auto at = [](const nlohmann::json& proj, const std::string& mode, int p) {
+    for (const auto& pt : proj["points"]) {
+      if (pt["mode"] == mode && pt["world_size"] == p) return pt;
+    }
+    ADD_FAILURE() << "no point " << mode << " at " << p;
+    return nlohmann::json();
+  };
+  const auto flat = project(o, {doc}, nullptr);
+  for (const auto& pt : flat["points"]) {
+    ASSERT_TRUE(pt["simulation"].contains("simulated_step_s")) << pt.dump();
+    EXPECT_GT(pt["simulation"]["simulated_step_s"].get<double>(), 0.0);
+  }
+  for (int p : {2, 8, 32}) {
+    const auto pt = at(flat, "ps_p2p", p);
+    EXPECT_NEAR(pt["simulation"]["simulated_step_s"].get<double>(), pt["step_time_s"].get<double>(),
+                0.02 * pt["step_time_s"].get<double>()) << p;
+  }
+  o.topology.node_link_of = {"3=1gbit"};
+  const auto straggler = project(o, {doc}, nullptr);
+  for (const std::string mode : {"ps_collective", "allreduce", "sharded_ps_collective"}) {
+    EXPECT_GT(at(straggler, mode, 8)["simulation"]["simulated_step_s"].get<double>(),
+              1.5 * at(flat, mode, 8)["simulation"]["simulated_step_s"].get<double>()) << mode;
+  }
+  // Leaves of 4 nodes: 4x oversubscribed, an uplink carries one node link, all a rank-ordered
+  // ring needs (one flow each way per leaf), so allreduce only pays the extra hops' latency; 16x
+  // leaves a quarter of it, and every transfer that crosses it takes 4x as long.
+  auto sim = [&](const nlohmann::json& proj, const std::string& mode) {
+    return at(proj, mode, 32)["simulation"]["simulated_step_s"].get<double>();
+  };
+  o.topology.node_link_of.clear();
+  o.topology.nodes_per_leaf = 4;
+  o.topology.oversubscription = 4;
+  const auto tree4 = project(o, {doc}, nullptr);
+  o.topology.oversubscription = 16;
+  const auto tree16 = project(o, {doc}, nullptr);
+  EXPECT_GT(sim(tree4, "allreduce"), sim(flat, "allreduce"));
+  EXPECT_LT(sim(tree4, "allreduce"), 1.05 * sim(flat, "allreduce"));
+  EXPECT_GT(sim(tree16, "allreduce"), sim(tree4, "allreduce") + 1e-4);
+  EXPECT_GT(sim(tree16, "ps_p2p"), 1.5 * sim(flat, "ps_p2p"));
+  EXPECT_EQ(tree16["topology"]["oversubscription"], 16.0);
+  o.topology.oversubscription = 0.5;
+  EXPECT_THROW(project(o, {doc}, nullptr), InputError);
 }
 
 }  // namespace

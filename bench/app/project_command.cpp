@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <optional>
 
@@ -318,6 +319,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   for (int p = 1; p <= o.max_ranks && scaling.rank_batch(p) >= 1.0; p *= 2) {
     const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
+    const SimPlatform platform = o.topology.simulate ? topology_platform(o.topology, link, p) : SimPlatform{};
     for (std::size_t i = 0; i < curves.size(); ++i) {
       const std::string& mode = curves[i].mode.key;
       const StepPrediction pred = predict_step(model, link, mode, p, b);
@@ -328,6 +330,18 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
                         {"global_batch", p * b}, {"throughput_samples_per_s", p * b / pred.step_s},
                         {"speedup", speedup}, {"efficiency", speedup / p}});
       step[i] = pred.step_s;
+    }
+    if (o.topology.simulate) {  // every curve's simulation at once: each runs in a child process
+      std::vector<std::future<nlohmann::json>> sims;
+      for (const auto& c : curves) {
+        TrainConfig config;
+        config.mode = c.strategy->name;
+        config.transport = c.mode.transport;
+        sims.push_back(std::async(std::launch::async, [&, config] {
+          return simulate_point(*c.strategy, config, model, link, platform, p, b);
+        }));
+      }
+      for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
     }
     for (std::size_t i = 0; reference != nullptr && p >= 2 && i < curves.size(); ++i) {
       const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
@@ -422,6 +436,7 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
                  "calibration run's batch)");
   app.add_option("--out,-o", o.out, "Projection JSON path (default results/dpbench-projection-<time>.json)");
   app.add_flag("--quiet,-q", o.quiet, "Only print the summary");
+  add_topology_options(app, o.topology);
 }
 
 nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
@@ -458,6 +473,16 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                     {"global_batch", scaling.weak ? nlohmann::json() : nlohmann::json(scaling.global_batch)},
                     {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
                     {"text", scaling.text()}};
+  if (o.topology.simulate) {
+    const SimPlatform largest = topology_platform(o.topology, link.model, o.max_ranks);
+    doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
+                       {"ranks_per_node", o.topology.ranks_per_node},
+                       {"nodes_per_leaf", o.topology.nodes_per_leaf},
+                       {"oversubscription", o.topology.oversubscription},
+                       {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},
+                       {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
+                                   "optimizer (sharded_ps: 1/p of it on each server)"}};
+  }
   project_curves(o, model, link.model, scaling, doc);
   doc["measured"] = nlohmann::json::array();
   for (const auto* run : in.runs) {
@@ -475,12 +500,21 @@ void print_curves(const nlohmann::json& doc) {
   const std::size_t n_modes = doc["modes"].size();
   fmt::print("\n{:>6}", "ranks");
   for (const auto& m : doc["modes"]) fmt::print("  {:>14}", m["mode"].get<std::string>());
-  fmt::print("   (step ms / scaling efficiency)\n");
+  fmt::print("   (step ms / scaling efficiency{})\n", doc.contains("topology") ? "; below each, simulated ms" : "");
   for (std::size_t i = 0; i + n_modes <= doc["points"].size(); i += n_modes) {
     fmt::print("{:>6}", doc["points"][i]["world_size"].get<int>());
     for (std::size_t k = 0; k < n_modes; ++k) {
       const auto& pt = doc["points"][i + k];
       fmt::print("  {:>8.3f} {:>4.0f}%", 1e3 * pt["step_time_s"].get<double>(), 100.0 * pt["efficiency"].get<double>());
+    }
+    fmt::print("\n");
+    if (!doc.contains("topology")) continue;
+    fmt::print("{:>6}", "sim");
+    for (std::size_t k = 0; k < n_modes; ++k) {
+      const auto& sim = doc["points"][i + k]["simulation"];
+      fmt::print("  {:>14}", sim.contains("simulated_step_s")
+                                 ? fmt::format("{:.3f}", 1e3 * sim["simulated_step_s"].get<double>())
+                                 : std::string("-"));
     }
     fmt::print("\n");
   }

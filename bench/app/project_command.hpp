@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/app/simulated_projection.hpp"
 #include "train/alpha_beta_model.hpp"
 
 namespace dpbench {
@@ -28,6 +29,7 @@ struct ProjectOptions {
   double per_rank_batch = 0;         // > 0: weak scaling at this many samples per rank
   std::string out;                   // "" -> results/dpbench-projection-<time>.json
   bool quiet = false;
+  TopologyOptions topology;          // --simulate and its topology
 };
 
 void add_project_options(CLI::App& app, ProjectOptions& options);
