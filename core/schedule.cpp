@@ -74,6 +74,22 @@ double StepSchedule::bytes_received(int rank) const {
   return b;
 }
 
+std::vector<std::pair<double, double>> StepSchedule::node_link_bytes(const std::vector<int>& node_of, int nodes) const {
+  std::vector<std::pair<double, double>> bytes(static_cast<std::size_t>(nodes), {0.0, 0.0});
+  for (int r = 0; r < world_size(); ++r) {
+    const int mine = node_of.at(static_cast<std::size_t>(r));
+    for (const auto& stream : ranks_[static_cast<std::size_t>(r)].streams) {
+      for (const auto& op : stream) {
+        if (op.kind != ScheduleOpKind::send && op.kind != ScheduleOpKind::recv) continue;
+        if (node_of.at(static_cast<std::size_t>(op.peer)) == mine) continue;
+        auto& b = bytes.at(static_cast<std::size_t>(mine));
+        (op.kind == ScheduleOpKind::send ? b.first : b.second) += op.bytes;
+      }
+    }
+  }
+  return bytes;
+}
+
 void StepSchedule::check_matched() const {
   // (stream, from, to) -> the bytes of each message, in order, as sent and as received.
   std::map<std::tuple<int, int, int>, std::pair<std::vector<double>, std::vector<double>>> flows;
@@ -144,22 +160,55 @@ void Collectives::allreduce(std::size_t n) {
 
 // The pipelined chain: position j >= 1 receives each slice from position j-1 and, unless it is
 // the chain's end, passes it on to j+1 while the next slice comes in.
+// Open MPI's pipelined reduce (coll_tuned reduce algorithm 3) runs its chain the other way round
+// the ring: towards the root through the ranks below it (dir = -1); everything else goes up.
 void Collectives::chain(std::size_t n, int root, bool reduce) {
   const int p = s_.world_size();
   if (p < 2 || n == 0) return;
   const std::size_t len = slice(n);
+  const int dir = reduce && engine_ == "mpi" ? -1 : 1;
   for (int r = 0; r < p; ++r) {
-    const int pos = reduce ? mod(r - root - 1, p) : mod(r - root, p);
+    const int pos = reduce ? mod(dir * (r - root) - 1, p) : mod(r - root, p);
     for (std::size_t off = 0; off < n; off += len) {
       const double bytes = kFloat * static_cast<double>(std::min(len, n - off));
       if (pos >= 1) {
-        s_.recv(r, stream_, mod(r - 1, p), bytes);
+        s_.recv(r, stream_, mod(r - dir, p), bytes);
         s_.wait_recvs(r, stream_);
       }
-      if (pos < p - 1) s_.send(r, stream_, mod(r + 1, p), bytes);
+      if (pos < p - 1) s_.send(r, stream_, mod(r + dir, p), bytes);
     }
     s_.wait_all(r, stream_);
   }
+}
+
+// libnbc's MPI_Ireduce_scatter (Open MPI's non-blocking reduce-scatter, which has no ring): the
+// whole vector reduced to rank 0 along a binomial tree (virtual rank v receives from v + 2^i while
+// bit i of v is clear, then sends to v - 2^i), then rank 0 sends every rank its segment.
+void Collectives::libnbc_reduce_scatterv(const std::vector<std::size_t>& counts) {
+  const int p = s_.world_size();
+  std::size_t n = 0;
+  for (std::size_t c : counts) n += c;
+  const double bytes = kFloat * static_cast<double>(n);
+  for (int r = 0; r < p && n > 0; ++r) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      if ((r & mask) != 0) {
+        s_.send(r, stream_, r - mask, bytes);
+        s_.wait_all(r, stream_);
+        break;
+      }
+      if (r + mask < p) {
+        s_.recv(r, stream_, r + mask, bytes);
+        s_.wait_recvs(r, stream_);
+      }
+    }
+  }
+  for (int r = 1; r < p; ++r) {
+    if (counts[static_cast<std::size_t>(r)] == 0) continue;
+    s_.send(0, stream_, r, kFloat * static_cast<double>(counts[static_cast<std::size_t>(r)]));
+    s_.recv(r, stream_, 0, kFloat * static_cast<double>(counts[static_cast<std::size_t>(r)]));
+    s_.wait_all(r, stream_);
+  }
+  s_.wait_all(0, stream_);
 }
 
 // gloo/reduce.cc: a reduce-scatter around the ring towards the lower neighbour (rank r sends
@@ -226,6 +275,7 @@ void Collectives::broadcast(std::size_t n, int root) {
 
 void Collectives::reduce_scatterv(const std::vector<std::size_t>& counts) {
   if (s_.world_size() < 2) return;
+  if (engine_ == "mpi") return libnbc_reduce_scatterv(counts);
   if (engine_ != "gloo") return ring_reduce_scatter(counts, 0);
   for (int r = 0; r < s_.world_size(); ++r) gloo_reduce(counts[static_cast<std::size_t>(r)], r);
 }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dpbench {
@@ -63,6 +64,10 @@ class StepSchedule {
   // Bytes rank `rank` sends / receives in the step, over every stream.
   double bytes_sent(int rank) const;
   double bytes_received(int rank) const;
+  // Bytes that cross each node's link per step, when rank r runs on node node_of[r]: out = what
+  // the node's ranks send to ranks of other nodes, in = what they receive from them (traffic
+  // between ranks of one node never crosses it). [nodes] pairs {out, in}; node_of: [world_size].
+  std::vector<std::pair<double, double>> node_link_bytes(const std::vector<int>& node_of, int nodes) const;
   // Throws Error naming the first unmatched message (a send without its receive, or bytes that
   // disagree), so a builder's mistake is found before a simulator hangs on it.
   void check_matched() const;
@@ -76,7 +81,9 @@ class StepSchedule {
 //   "local": ring all-reduce / reduce-scatter / all-gather; pipelined chain reduce and broadcast
 //            in slices of LocalCommunicator::chain_slice(n) (min(1 MiB of floats, n / 8));
 //   "mpi":   what the mpirun launcher pins in Open MPI (cluster/cluster_job.cpp): the same rings,
-//            chain reduce and broadcast in 64 KiB segments;
+//            chain reduce (the other way round the ring) and broadcast in 64 KiB segments; the
+//            reduce-scatter is libnbc's non-blocking one (sharded_ps's push), which has no ring:
+//            a binomial reduce of the whole vector to rank 0, then a scatter of the segments;
 //   "gloo":  ring all-reduce and all-gather; reduce = ring reduce-scatter, then every rank sends
 //            its chunk to the root (gloo/reduce.cc); binomial-tree broadcast (gloo/broadcast.cc);
 //            reduce-scatter over segments = one reduce per segment, to its owner, in rank order.
@@ -106,6 +113,7 @@ class Collectives {
  private:
   void chain(std::size_t n, int root, bool reduce);
   void gloo_reduce(std::size_t n, int root);
+  void libnbc_reduce_scatterv(const std::vector<std::size_t>& counts);
   void binomial_broadcast(std::size_t n, int root);
   std::size_t slice(std::size_t n) const;
 

@@ -14,11 +14,7 @@
 
 #include "core/error.hpp"
 
-#if DPBENCH_HAVE_SIMGRID
-#include <simgrid/s4u.hpp>
-#include <simgrid/version.h>
-#include <xbt/log.h>
-#endif
+#include <dlfcn.h>
 
 namespace dpbench {
 
@@ -65,179 +61,6 @@ nlohmann::json SimPlatform::to_json() const {
 
 namespace {
 
-namespace sg4 = simgrid::s4u;
-
-const char* const kModelOptions[] = {"network/model:CM02", "network/crosstraffic:0", "network/TCP-gamma:0"};
-
-// A star zone of one node: its ranks' hosts, each on its own intra-node link to the node's
-// router, which is the zone's gateway.
-std::pair<sg4::NetZone*, simgrid::kernel::routing::NetPoint*> build_node(const SimPlatform& pf, sg4::NetZone* parent,
-                                                                         int node, int first_rank, int ranks) {
-  auto* zone = sg4::create_star_zone(fmt::format("node-{}", node));
-  zone->set_parent(parent);
-  auto* gw = zone->create_router(fmt::format("node-{}-gw", node));
-  zone->add_route(gw, nullptr, nullptr, nullptr, {}, true);
-  for (int i = 0; i < ranks; ++i) {
-    const int rank = first_rank + i;
-    auto* host = zone->create_host(fmt::format("rank-{}", rank), 1e9);
-    if (pf.ranks_per_node > 1) {
-      auto* lo = zone->create_split_duplex_link(fmt::format("rank-{}-intra", rank), pf.intra_bytes_per_s);
-      lo->set_latency(pf.intra_latency_s);
-      zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
-                      {sg4::LinkInRoute(lo, sg4::LinkInRoute::Direction::UP)}, true);
-    } else {
-      zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {}, true);
-    }
-  }
-  zone->seal();
-  return {zone, gw};
-}
-
-// The node's link in `parent`'s star: up = egress, down = ingress.
-void attach(sg4::NetZone* parent, sg4::NetZone* child, simgrid::kernel::routing::NetPoint* gw, const std::string& name,
-            double up, double down, double latency) {
-  auto* link = parent->create_split_duplex_link(name, up);
-  link->get_link_up()->set_bandwidth(up);
-  link->get_link_down()->set_bandwidth(down);
-  link->set_latency(latency);
-  parent->add_route(child->get_netpoint(), nullptr, gw, nullptr, {sg4::LinkInRoute(link, sg4::LinkInRoute::Direction::UP)},
-                    true);
-}
-
-void build_platform(const SimPlatform& pf, int world_size) {
-  auto* root = sg4::create_star_zone("switch");
-  const int nodes = (world_size + pf.ranks_per_node - 1) / pf.ranks_per_node;
-  sg4::NetZone* leaf = root;
-  simgrid::kernel::routing::NetPoint* leaf_gw = nullptr;
-  for (int n = 0; n < nodes; ++n) {
-    if (pf.nodes_per_leaf > 0 && n % pf.nodes_per_leaf == 0) {
-      if (leaf != root) {
-        leaf->seal();
-        attach(root, leaf, leaf_gw, fmt::format("leaf-{}-up", n / pf.nodes_per_leaf - 1), pf.leaf_up_bytes_per_s,
-               pf.leaf_up_bytes_per_s, pf.leaf_latency_s);
-      }
-      leaf = sg4::create_star_zone(fmt::format("leaf-{}", n / pf.nodes_per_leaf));
-      leaf->set_parent(root);
-      leaf_gw = leaf->create_router(fmt::format("leaf-{}-gw", n / pf.nodes_per_leaf));
-      leaf->add_route(leaf_gw, nullptr, nullptr, nullptr, {}, true);
-    }
-    const int first = n * pf.ranks_per_node;
-    const int count = std::min(pf.ranks_per_node, world_size - first);
-    auto [zone, gw] = build_node(pf, leaf, n, first, count);
-    const SimNode& nic = pf.nodes[static_cast<std::size_t>(n)];
-    attach(leaf, zone, gw, fmt::format("node-{}-nic", n), nic.up_bytes_per_s, nic.down_bytes_per_s, nic.latency_s);
-  }
-  if (leaf != root) {
-    leaf->seal();
-    attach(root, leaf, leaf_gw, fmt::format("leaf-{}-up", (nodes - 1) / pf.nodes_per_leaf), pf.leaf_up_bytes_per_s,
-           pf.leaf_up_bytes_per_s, pf.leaf_latency_s);
-  }
-  root->seal();
-}
-
-// One stream of one rank, `steps` times over; stream 0 notes when each step ends.
-class StreamActor {
- public:
-  StreamActor(const std::vector<ScheduleOp>& ops, int rank, int stream, int steps,
-              std::vector<sg4::SemaphorePtr>& events, std::vector<double>* step_ends, long* messages)
-      : ops_(ops), rank_(rank), stream_(stream), steps_(steps), events_(events), step_ends_(step_ends),
-        messages_(messages) {}
-
-  void operator()() {
-    for (int step = 0; step < steps_; ++step) {
-      for (const ScheduleOp& op : ops_) play(op);
-      wait(sends_);
-      wait(recvs_);
-      if (step_ends_ != nullptr) step_ends_->push_back(sg4::Engine::get_clock());
-    }
-  }
-
- private:
-  sg4::Mailbox* mailbox(int from, int to) const { return sg4::Mailbox::by_name(fmt::format("{}:{}>{}", stream_, from, to)); }
-  static void wait(std::vector<sg4::CommPtr>& comms) {
-    if (!comms.empty()) sg4::Comm::wait_all(comms);
-    comms.clear();
-  }
-  void play(const ScheduleOp& op) {
-    switch (op.kind) {
-      case ScheduleOpKind::compute:
-        if (op.seconds > 0) sg4::this_actor::sleep_for(op.seconds);
-        break;
-      case ScheduleOpKind::send:
-        sends_.push_back(mailbox(rank_, op.peer)->put_async(&token_, static_cast<uint64_t>(op.bytes)));
-        ++*messages_;
-        break;
-      case ScheduleOpKind::recv:
-        sinks_.emplace_back(nullptr);
-        recvs_.push_back(mailbox(op.peer, rank_)->get_async<int>(&sinks_.back()));
-        break;
-      case ScheduleOpKind::wait_recvs:
-        wait(recvs_);
-        sinks_.clear();
-        break;
-      case ScheduleOpKind::wait_all:
-        wait(recvs_);
-        wait(sends_);
-        sinks_.clear();
-        break;
-      case ScheduleOpKind::record:
-        events_.at(static_cast<std::size_t>(op.event))->release();
-        break;
-      case ScheduleOpKind::wait_event:
-        events_.at(static_cast<std::size_t>(op.event))->acquire();
-        break;
-    }
-  }
-
-  const std::vector<ScheduleOp>& ops_;
-  int rank_, stream_, steps_;
-  std::vector<sg4::SemaphorePtr>& events_;
-  std::vector<double>* step_ends_;
-  long* messages_;
-  int token_ = 0;
-  std::vector<sg4::CommPtr> sends_, recvs_;
-  std::deque<int*> sinks_;
-};
-
-// In the child: build, play, and return the result as JSON.
-nlohmann::json run_simulation(const StepSchedule& schedule, const SimPlatform& pf, int steps) {
-  int argc = 1;
-  char name[] = "dpbench-sim";
-  char* argv[] = {name, nullptr};
-  sg4::Engine engine(&argc, argv);
-  xbt_log_control_set("root.thresh:critical");
-  for (const char* option : kModelOptions) sg4::Engine::set_config(option);
-  const int p = schedule.world_size();
-  build_platform(pf, p);
-  std::vector<std::vector<double>> ends(static_cast<std::size_t>(p));
-  std::vector<std::vector<sg4::SemaphorePtr>> events(static_cast<std::size_t>(p));
-  long messages = 0;
-  for (int r = 0; r < p; ++r) {
-    const RankProgram& prog = schedule.ranks()[static_cast<std::size_t>(r)];
-    for (int e = 0; e < prog.events; ++e) events[static_cast<std::size_t>(r)].push_back(sg4::Semaphore::create(0));
-    sg4::Host* host = engine.host_by_name(fmt::format("rank-{}", r));
-    for (std::size_t s = 0; s < std::max<std::size_t>(prog.streams.size(), 1); ++s) {
-      static const std::vector<ScheduleOp> kEmpty;
-      const auto& ops = s < prog.streams.size() ? prog.streams[s] : kEmpty;
-      sg4::Actor::create(fmt::format("rank-{}-stream-{}", r, s), host,
-                         StreamActor(ops, r, static_cast<int>(s), steps, events[static_cast<std::size_t>(r)],
-                                     s == 0 ? &ends[static_cast<std::size_t>(r)] : nullptr, &messages));
-    }
-  }
-  engine.run();
-  nlohmann::json out = {{"simulated_s", sg4::Engine::get_clock()}, {"messages", messages}};
-  nlohmann::json rank_steps = nlohmann::json::array();
-  for (int r = 0; r < p; ++r) {
-    const auto& e = ends[static_cast<std::size_t>(r)];
-    if (static_cast<int>(e.size()) != steps) {
-      throw Error(fmt::format("simulation: rank {} finished {} of {} steps (the schedule deadlocks)", r, e.size(), steps));
-    }
-    rank_steps.push_back(steps == 1 ? e.back() : (e.back() - e.front()) / (steps - 1));
-  }
-  out["rank_step_s"] = rank_steps;
-  return out;
-}
-
 // Reads everything from fd until EOF.
 std::string read_all(int fd) {
   std::string out;
@@ -252,12 +75,18 @@ std::string read_all(int fd) {
   }
 }
 
+using RunFn = int (*)(const StepSchedule*, const SimPlatform*, int, std::string*);
+
 }  // namespace
 
-bool simulation_available() { return true; }
+bool simulation_available() { return ::access(DPBENCH_SIMGRID_PLUGIN, R_OK) == 0; }
 
 SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platform, int steps) {
   if (steps < 1) throw Error(fmt::format("simulation: {} steps; at least 1", steps));
+  if (!simulation_available()) {
+    throw Error(fmt::format("simulation unavailable: the SimGrid plugin {} is missing (rebuild dpbench)",
+                            DPBENCH_SIMGRID_PLUGIN));
+  }
   platform.check(schedule.world_size());
   schedule.check_matched();
   const auto t0 = std::chrono::steady_clock::now();
@@ -268,12 +97,15 @@ SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platf
   if (pid == 0) {
     ::close(fds[0]);
     std::string text;
-    int code = 0;
-    try {
-      text = run_simulation(schedule, platform, steps).dump();
-    } catch (const std::exception& e) {
-      text = nlohmann::json{{"error", e.what()}}.dump();
-      code = 1;
+    int code = 1;
+    // RTLD_LOCAL: libsimgrid's MPI symbols stay out of this process's global scope.
+    void* plugin = ::dlopen(DPBENCH_SIMGRID_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+    const auto run = plugin != nullptr ? reinterpret_cast<RunFn>(::dlsym(plugin, "dpbench_simgrid_run")) : nullptr;
+    if (run == nullptr) {
+      const char* why = ::dlerror();
+      text = nlohmann::json{{"error", fmt::format("{}: {}", DPBENCH_SIMGRID_PLUGIN, why != nullptr ? why : "no entry point")}}.dump();
+    } else {
+      code = run(&schedule, &platform, steps, &text);
     }
     std::size_t off = 0;
     while (off < text.size()) {
@@ -302,8 +134,8 @@ SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platf
   r.simulated_s = out.at("simulated_s").get<double>();
   r.messages = out.at("messages").get<long>();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.config = {{"engine", fmt::format("SimGrid {}.{}", SIMGRID_VERSION_MAJOR, SIMGRID_VERSION_MINOR)},
-              {"options", std::vector<std::string>(std::begin(kModelOptions), std::end(kModelOptions))},
+  r.config = {{"engine", out.value("engine", std::string("SimGrid"))},
+              {"options", out.at("options")},
               {"steps", steps}};
   return r;
 }

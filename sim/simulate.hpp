@@ -4,8 +4,10 @@
 // it (max-min fairness). dpbench writes no network model of its own: the engine runs with
 // network/model:CM02, network/crosstraffic:0 and network/TCP-gamma:0, so that a lone transfer
 // costs exactly its route's latency + bytes / bandwidth, and every correction (an engine slower
-// than the link) is dpbench's own and recorded. Built only where SimGrid was found
-// (DPBENCH_HAVE_SIMGRID); elsewhere simulate() says that simulation is unavailable.
+// than the link) is dpbench's own and recorded. The SimGrid side is a plugin
+// (sim/simgrid/player.cpp, libdpbench_simgrid.so) loaded in a child process, because libsimgrid
+// also defines the MPI API. Built only where SimGrid was found (DPBENCH_HAVE_SIMGRID); elsewhere
+// simulate() says that simulation is unavailable.
 #pragma once
 
 #include <string>
@@ -52,7 +54,7 @@ struct SimulationResult {
   nlohmann::json config;            // the engine's model options
 };
 
-// True when this build has SimGrid.
+// True when this build has SimGrid and its plugin is in place.
 bool simulation_available();
 
 // Plays `steps` >= 1 consecutive repetitions of `schedule` on `platform` and returns the steady

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -37,8 +38,14 @@ double mean(const std::vector<double>& v) {
 // env launcher's placement. Under torchrun the rendezvous decides which node holds which ranks.
 int node_of(const RankResult& rank, int per_node) { return rank.node >= 0 ? rank.node : rank.rank / per_node; }
 
-nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node) {
+// Per node: the bytes its link's interface counted, the bytes its ranks' communicators counted,
+// and the bytes the run's schedule says cross the node's link (crossing: {out, in} per node, or
+// empty when the strategy has no schedule). The wire check compares the wire with the crossing
+// bytes, so it holds for several ranks per node too (their traffic to each other stays inside).
+nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node,
+                          const std::vector<std::pair<double, double>>& crossing) {
   nlohmann::json out = nlohmann::json::array();
+  auto ratio = [](double wire, double counted) { return counted > 0 ? nlohmann::json(wire / counted) : nlohmann::json(); };
   for (int n = 0; n < nodes; ++n) {
     const RankResult* first = nullptr;
     double sent = 0, received = 0;
@@ -56,22 +63,27 @@ nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node) {
                         {"wire_received_bytes_per_step", wire_received},
                         {"counted_sent_bytes_per_step", sent},
                         {"counted_received_bytes_per_step", received}};
-    auto ratio = [](double wire, double counted) { return counted > 0 ? nlohmann::json(wire / counted) : nlohmann::json(); };
     e["wire_over_counted_sent"] = ratio(wire_sent, sent);
     e["wire_over_counted_received"] = ratio(wire_received, received);
-    if (per_node > 1) {
-      e["agrees"] = nullptr;  // traffic between ranks of one node never crosses its link
-      e["note"] = "several ranks per node: their traffic to each other stays on the node";
-    } else {
-      bool agrees = wire_sent >= 0 && wire_received >= 0;
-      for (const auto* key : {"wire_over_counted_sent", "wire_over_counted_received"}) {
-        if (e[key].is_number()) {
-          const double x = e[key].get<double>();
-          agrees = agrees && x >= kWireOverCountedMin && x <= kWireOverCountedMax;
-        }
-      }
-      e["agrees"] = agrees;
+    if (crossing.empty()) {
+      e["agrees"] = nullptr;
+      e["note"] = "the strategy has no schedule to say which bytes cross the node's link";
+      out.push_back(std::move(e));
+      continue;
     }
+    const auto [cross_out, cross_in] = crossing.at(static_cast<std::size_t>(n));
+    e["schedule_sent_bytes_per_step"] = cross_out;
+    e["schedule_received_bytes_per_step"] = cross_in;
+    e["wire_over_schedule_sent"] = ratio(wire_sent, cross_out);
+    e["wire_over_schedule_received"] = ratio(wire_received, cross_in);
+    bool agrees = wire_sent >= 0 && wire_received >= 0;
+    for (const auto* key : {"wire_over_schedule_sent", "wire_over_schedule_received"}) {
+      if (e[key].is_number()) {
+        const double x = e[key].get<double>();
+        agrees = agrees && x >= kWireOverCountedMin && x <= kWireOverCountedMax;
+      }
+    }
+    e["agrees"] = agrees;
     out.push_back(std::move(e));
   }
   return out;
@@ -126,17 +138,15 @@ double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
   return v[v.size() / 2];
 }
 
-// The run's step as its strategy's schedule (every rank's measured compute phases, medians; the
-// messages of its engine's collectives), played on the probed platform by SimGrid.
-nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, double measured) {
+// The run's step as its strategy's schedule: every rank's median forward, backward, optimizer
+// and data phases as measured, and every message of its engine's collectives. Null when the
+// strategy has none.
+std::optional<StepSchedule> run_schedule(const RunResult& r, std::string& engine) {
   const Strategy& s = find_strategy(r.config.mode);
-  if (s.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
-  if (!simulation_available()) {
-    return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
-  }
+  if (s.schedule == nullptr) return std::nullopt;
   ScheduleInputs in;
   in.config = r.config;
-  in.engine = r.config.comm == "gloo" || r.config.comm == "mpi" ? r.config.comm : "local";
+  in.engine = engine = r.config.comm == "gloo" || r.config.comm == "mpi" ? r.config.comm : "local";
   in.num_params = r.num_params;
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
@@ -152,23 +162,45 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, dou
   }
   StepSchedule schedule(r.config.world_size);
   s.schedule(in, schedule);
+  return schedule;
+}
+
+// The schedule played by SimGrid on the probed platform, with its error against `measured`.
+nlohmann::json simulate_run(const SimPlatform& platform, const std::optional<StepSchedule>& schedule,
+                            const std::string& engine, double measured) {
+  if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
+  if (!simulation_available()) {
+    return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
+  }
   SimulationResult sim;
   try {
-    sim = simulate(schedule, platform);
+    sim = simulate(*schedule, platform);
   } catch (const Error& e) {  // the measured run stands; the record says why it has no simulation
     return {{"unavailable", e.what()}};
   }
   return {{"simulated_step_s", sim.step_s},
           {"error", (sim.step_s - measured) / measured},
           {"rank_step_s", sim.rank_step_s},
-          {"engine", in.engine},
+          {"engine", engine},
           {"messages_per_step", sim.messages / sim.config.at("steps").get<long>()},
           {"wall_s", sim.wall_s},
           {"simulator", sim.config},
           {"platform", platform.to_json()},
           {"method", "each rank's median forward, backward, optimizer and data phases as measured; every message of "
                      "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the "
-                     "probed links (intra-node link assumed, not probed)"}};
+                     "probed links (intra-node link assumed, not probed); engines taken to move bytes at the "
+                     "probed rate (not calibrated)"}};
+}
+
+// The per-link bandwidth bound: the time the busiest link direction needs for the bytes the
+// schedule sends across it, at its probed rate. No run can communicate faster.
+double link_bound_s(const SimPlatform& platform, const std::vector<std::pair<double, double>>& crossing) {
+  double bound = 0;
+  for (std::size_t n = 0; n < crossing.size(); ++n) {
+    bound = std::max({bound, crossing[n].first / platform.nodes.at(n).up_bytes_per_s,
+                      crossing[n].second / platform.nodes.at(n).down_bytes_per_s});
+  }
+  return bound;
 }
 
 }  // namespace
@@ -200,7 +232,13 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     LinkModel bandwidth_only = link;
     bandwidth_only.alpha_s = 0;
     const double comm_model = s.comm_time(m, link, transport, p, b);
-    const double bound = s.comm_time(m, bandwidth_only, transport, p, b);
+    std::string engine;
+    const std::optional<StepSchedule> schedule = run_schedule(r, engine);
+    std::vector<int> placement;
+    for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));
+    const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes) : std::vector<std::pair<double, double>>{};
+    // Per link when the schedule says what crosses each; else the alpha-beta terms at alpha = 0.
+    const double bound = schedule ? link_bound_s(platform, crossing) : s.comm_time(m, bandwidth_only, transport, p, b);
     const double measured = mean(step_s), compute = mean(non_comm_s), comm = mean(comm_s);
     const double exposed_fraction = comm > 0 ? (measured - compute) / comm : 1.0;
     const double share = projected_mode(s, r.config).overlapped_share;
@@ -218,9 +256,10 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
           {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
                      "communication: the strategy's alpha-beta terms on the probed link, its overlapped "
                      "share exposed as measured"}}},
-        {"simulation", simulate_run(platform, r, measured)},
-        {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0}}},
-        {"nodes", node_bytes(r, nodes, per_node)},
+        {"simulation", simulate_run(platform, schedule, engine, measured)},
+        {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0},
+                             {"per_link", schedule.has_value()}}},
+        {"nodes", node_bytes(r, nodes, per_node, crossing)},
         {"per_rank", per_rank(r, per_node)},
         {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
   }
@@ -273,10 +312,11 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   row("fraction of the bound", [](const nlohmann::json& n) {
     return fmt::format("{:.0f} %", 100.0 * n.at("bandwidth_bound").at("fraction").get<double>());
   });
-  row("wire / counted bytes (node range)", [](const nlohmann::json& n) {
+  row("wire / schedule bytes (node range)", [](const nlohmann::json& n) {
     double lo = 1e300, hi = 0;
     for (const auto& node : n.at("nodes")) {
-      for (const auto* key : {"wire_over_counted_sent", "wire_over_counted_received"}) {
+      for (const auto* key : {"wire_over_schedule_sent", "wire_over_schedule_received"}) {
+        if (!node.contains(key)) continue;
         if (!node.at(key).is_number()) continue;
         lo = std::min(lo, node.at(key).get<double>());
         hi = std::max(hi, node.at(key).get<double>());

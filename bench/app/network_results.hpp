@@ -1,7 +1,8 @@
 // What a run on an emulated cluster adds to its result: per node, the bytes its link's interface
-// counted beside the bytes dpbench's communicators counted; per run, the measured step time beside
-// the alpha-beta projection fed with the probed link, and the communication time beside the
-// strategy's bandwidth bound. Read by `dpbench run` on rank 0 of a cluster job.
+// counted beside the bytes dpbench's communicators counted and the bytes the run's schedule says
+// cross the link; per run, the measured step time beside the simulated one (the schedule played
+// by SimGrid on the probed links) and the alpha-beta projection, and the communication time beside
+// the per-link bandwidth bound. Read by `dpbench run` on rank 0 of a cluster job.
 #pragma once
 
 #include <vector>
@@ -12,7 +13,8 @@
 
 namespace dpbench {
 
-// Bounds of wire bytes over counted bytes per node and direction. Above: the payload with the
+// Bounds of wire bytes over the bytes that cross the node's link (the schedule's; with one rank per
+// node, the communicators' counts) per node and direction. Above: the payload with the
 // headers of full 1448-byte TCP segments (66 bytes: Ethernet 14, IPv4 20, TCP 32 with timestamps;
 // 4.6 %; less where the kernel counts segmentation-offloaded super-packets) plus the ACKs of the
 // other direction's data (one per two segments, 2.3 % of it) and gloo's own small messages.
@@ -28,8 +30,9 @@ inline constexpr double kWireOverCountedMax = 1.10;
 // ratios, the projection (compute as measured in the run: mean of rank 0's step time less its
 // exposed communication; communication from the strategy's alpha-beta terms, of which the share
 // the strategy overlaps with backward is exposed in the proportion the run measured) with its
-// error, and
-// the bandwidth bound (the same terms with alpha = 0) with the fraction of it the run achieved.
+// error, the simulation (sim/simulate.hpp) with its error, and the bandwidth bound (per link: the
+// busiest link direction's crossing bytes at its probed rate; for a strategy without a schedule,
+// the alpha-beta terms with alpha = 0) with the fraction of it the run achieved.
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json);
 
 // The emulated cluster's rows under the comparison table: probed links, measured and projected

@@ -545,7 +545,8 @@ int run_command(const RunOptions& o) {
   // The reference is judged against the drift between dpbench's own modes.
   std::vector<std::vector<double>> mode_losses;
   for (const auto& reps : by_mode) mode_losses.push_back(reps.front().step_train_loss);
-  const nlohmann::json band = reference ? agreement_band(mode_losses) : nlohmann::json();
+  // Only the output process (rank 0) holds the step losses; the others just wait for its reference.
+  const nlohmann::json band = reference && s.output ? agreement_band(mode_losses) : nlohmann::json();
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
   for (auto& reps : by_mode) {
