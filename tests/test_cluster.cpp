@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -24,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/gloo_comm.hpp"
 #include "core/mpi_comm.hpp"
+#include "sim/simulate.hpp"
 #include "train/alpha_beta_model.hpp"
 
 namespace dpbench {
@@ -132,19 +134,47 @@ class EmulatedCluster : public ::testing::Test {
   TempDir tmp_;
 };
 
-// The CI grid: every mode at two points (3 nodes at 200 Mbit/s, 4 at 100 Mbit/s), each within 20 %
-// (2 nodes are left out: there sharded_ps's reduce-scatter over gloo takes ~1.8 N beta where the
-// model says 1.5, docs/emulated-cluster.md)
-// of its projection, every node's wire bytes within the TCP/IP bound of its counted bytes, the
-// probed rate within 20 % of the requested one, allreduce at >= 80 % of the ring's bound. (4 nodes
-// at 200 Mbit/s are left out: there 4 ranks share the 2 cores while the link is fast, the step is
-// no longer link-bound, and two runs measured allreduce 15.1 % and 20.7 % off its projection at
-// 84 % and 78 % of the bound.)
-TEST_F(EmulatedCluster, EveryModeMatchesItsProjectionOnAGrid) {
-  for (const auto& [nodes, rate, bits] : std::vector<std::tuple<int, std::string, double>>{
-           {3, "200mbit", 200e6}, {4, "100mbit", 100e6}}) {
-    SCOPED_TRACE(fmt::format("{} nodes at {}", nodes, rate));
-    const Outcome o = run(fmt::format("--nodes {} --link {} --max-steps 25 --warmup-steps 5 --batch-size 384", nodes, rate));
+// The CI grid (label `long`): every mode at five points of the emulated cluster (3 nodes at
+// 200 Mbit/s; 4 at 100 Mbit/s; 3 at 1 Gbit/s with node 2 at 100 Mbit/s, a straggler; 2 nodes x 2
+// ranks at 200 Mbit/s; 4 at 200 Mbit/s under mpirun), each run's step as its schedule simulated
+// by SimGrid on the probed links. A simulated step off the measured one by more than 15 % fails,
+// except for the (point, mode) pairs listed in kEngineGaps: there the engine is slower than its
+// link in ways the simulation does not model yet (no engine calibration, issue 33), and the test
+// pins that the simulation still errs low by less than the stated bound, so a change that makes
+// it worse or overshoots fails too. Also at every point: each node's wire bytes within the TCP/IP
+// bound of the bytes the schedule sends across its link, no fraction of the per-link bound above
+// 105 %, and at the first two points (gloo, one rank per node) the alpha-beta projection within
+// 20 % and the probed rate within 20 % of the requested one.
+struct GridPoint {
+  std::string name, args;
+  double bits;  // the requested rate of every link but --link-of's
+};
+struct EngineGap {
+  std::string point, mode;
+  double lowest;  // the error stays in [lowest, 0)
+  const char* why;
+};
+const std::vector<EngineGap> kEngineGaps = {
+    {"2 nodes x 2 ranks", "sharded_ps", -0.30,
+     "gloo's reduce-scatter, one reduce per segment, slower than its messages need (-12.9 % and -15.3 % in two runs)"},
+    {"mpirun", "ps", -0.80, "Open MPI's pipelined chains at 20-34 % of the link (-57 % and -67 % in two runs)"},
+    {"mpirun", "sharded_ps", -0.35,
+     "libnbc's binomial reduce and scatter at 62-65 % of the link (-8.3 % and -14.3 % in two runs)"},
+    {"mpirun", "allreduce", -0.45, "Open MPI's ring at 59 % of the link (-17.7 % and -30.4 % in two runs)"},
+};
+
+TEST_F(EmulatedCluster, SimulationMatchesEveryPointOfTheGrid) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  const std::vector<GridPoint> grid = {
+      {"3 nodes", "--nodes 3 --link 200mbit --batch-size 384", 200e6},
+      {"4 nodes", "--nodes 4 --link 100mbit --batch-size 384", 100e6},
+      {"straggler", "--nodes 3 --link 1gbit --link-of 2=100mbit --batch-size 384", 1e9},
+      {"2 nodes x 2 ranks", "--nodes 2 --ranks-per-node 2 --link 200mbit --batch-size 256", 200e6},
+      {"mpirun", "--nodes 4 --link 200mbit --launcher mpirun --comm mpi --batch-size 384", 200e6},
+  };
+  for (const auto& point : grid) {
+    SCOPED_TRACE(point.name + ": " + point.args);
+    const Outcome o = run(point.args + " --max-steps 20 --warmup-steps 4");
     ASSERT_EQ(o.exit_code, 0) << o.err;
     EXPECT_EQ(shell(std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + result().string(),
                     tmp_.path())
@@ -152,23 +182,38 @@ TEST_F(EmulatedCluster, EveryModeMatchesItsProjectionOnAGrid) {
               0)
         << "the result does not match results/schema";
     const auto doc = nlohmann::json::parse(slurp(result()));
-    ASSERT_TRUE(doc.contains("network"));
-    EXPECT_EQ(doc["network"]["nodes"], nodes);
-    EXPECT_EQ(doc["config"]["launcher"], "env");
+    ASSERT_EQ(doc["runs"].size(), 3u);
+    const bool plain = point.name == "3 nodes" || point.name == "4 nodes";
     for (const auto& link : doc["network"]["links"]) {
+      if (!plain) break;
       for (const char* dir : {"probed_up_bytes_per_s", "probed_down_bytes_per_s"}) {
-        EXPECT_NEAR(link[dir].get<double>() * 8, bits, 0.2 * bits) << dir << " of node " << link["node"];
+        EXPECT_NEAR(link[dir].get<double>() * 8, point.bits, 0.2 * point.bits) << dir << " of node " << link["node"];
       }
     }
-    ASSERT_EQ(doc["runs"].size(), 3u);
     for (const auto& r : doc["runs"]) {
       const std::string mode = r["mode"];
-      EXPECT_EQ(r["world_size"], nodes) << mode;
       const auto& net = r["network"];
-      EXPECT_LT(std::abs(net["projection"]["error"].get<double>()), 0.20)
-          << mode << ": measured " << net["projection"]["measured_step_s"] << " s, projected "
-          << net["projection"]["projected_step_s"] << " s";
-      if (mode == "allreduce") EXPECT_GE(net["bandwidth_bound"]["fraction"].get<double>(), 0.80);
+      ASSERT_TRUE(net["simulation"].contains("error")) << mode << ": " << net["simulation"].dump();
+      const double error = net["simulation"]["error"].get<double>();
+      std::printf("grid: %-18s %-10s measured %7.1f ms  simulated %7.1f ms  (%+5.1f %%)  alpha-beta %+5.1f %%  of the "
+                  "bound %3.0f %%\n",
+                  point.name.c_str(), mode.c_str(), 1e3 * net["projection"]["measured_step_s"].get<double>(),
+                  1e3 * net["simulation"]["simulated_step_s"].get<double>(), 100 * error,
+                  100 * net["projection"]["error"].get<double>(), 100 * net["bandwidth_bound"]["fraction"].get<double>());
+      const auto gap = std::find_if(kEngineGaps.begin(), kEngineGaps.end(),
+                                    [&](const EngineGap& g) { return g.point == point.name && g.mode == mode; });
+      if (gap == kEngineGaps.end()) {
+        EXPECT_LE(std::abs(error), 0.15) << mode << ": simulated " << net["simulation"]["simulated_step_s"]
+                                         << " s, measured " << net["projection"]["measured_step_s"] << " s";
+      } else {
+        EXPECT_LT(error, 0.0) << mode << ": " << gap->why;
+        EXPECT_GE(error, gap->lowest) << mode << ": " << gap->why;
+      }
+      EXPECT_LE(net["bandwidth_bound"]["fraction"].get<double>(), 1.05) << mode;
+      EXPECT_TRUE(net["bandwidth_bound"]["per_link"].get<bool>()) << mode;
+      if (plain) {
+        EXPECT_LT(std::abs(net["projection"]["error"].get<double>()), 0.20) << mode;
+      }
       for (const auto& node : net["nodes"]) {
         EXPECT_TRUE(node["agrees"].get<bool>()) << mode << " node " << node["node"] << ": " << node.dump();
       }
