@@ -33,6 +33,9 @@ void SimPlatform::check(int world_size) const {
   if (ranks_per_node > 1 && !(intra_bytes_per_s > 0)) {
     throw InputError("platform: several ranks per node need a positive intra-node rate");
   }
+  if (engine_overhead_s < 0 || engine_efficiency < 0 || engine_efficiency > 1) {
+    throw InputError("platform: engine overhead must be >= 0 and efficiency in [0, 1]");
+  }
   if (nodes_per_leaf > 0 && !(leaf_up_bytes_per_s > 0)) {
     throw InputError("platform: a two-level tree needs a positive leaf uplink rate");
   }
@@ -49,6 +52,10 @@ nlohmann::json SimPlatform::to_json() const {
                       {"ranks_per_node", ranks_per_node},
                       {"intra_bytes_per_s", intra_bytes_per_s},
                       {"intra_latency_s", intra_latency_s}};
+  if (engine_efficiency > 0 || engine_overhead_s > 0) {
+    j["engine_overhead_s"] = engine_overhead_s;
+    j["engine_efficiency"] = engine_efficiency;
+  }
   if (nodes_per_leaf > 0) {
     j["nodes_per_leaf"] = nodes_per_leaf;
     j["leaf_up_bytes_per_s"] = leaf_up_bytes_per_s;

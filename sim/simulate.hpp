@@ -2,7 +2,7 @@
 // stream of a rank an S4U actor that sleeps for its compute, sends with Mailbox::put_async and
 // receives with get_async; SimGrid's flow model shares each link between the transfers crossing
 // it (max-min fairness). dpbench writes no network model of its own: the engine runs with
-// network/model:CM02, network/crosstraffic:0 and network/TCP-gamma:0, so that a lone transfer
+// network/model:CM02, network/crosstraffic:0 and network/TCP-gamma:1e30, so that a lone transfer
 // costs exactly its route's latency + bytes / bandwidth, and every correction (an engine slower
 // than the link) is dpbench's own and recorded. The SimGrid side is a plugin
 // (sim/simgrid/player.cpp, libdpbench_simgrid.so) loaded in a child process, because libsimgrid
@@ -39,6 +39,11 @@ struct SimPlatform {
   int nodes_per_leaf = 0;  // 0: one switch
   double leaf_up_bytes_per_s = 0;
   double leaf_latency_s = 0;
+  // The engine's calibration (train/engine_probe.hpp), for messages between nodes: each takes
+  // engine_overhead_s longer to arrive (latency: it holds up neither its sender nor the link), and
+  // moves at most engine_efficiency x the lower of its two nodes' link rates (0: no cap).
+  double engine_overhead_s = 0;
+  double engine_efficiency = 0;
 
   // Throws InputError when the platform cannot hold `world_size` ranks or a rate is not positive.
   void check(int world_size) const;

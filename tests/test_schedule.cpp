@@ -14,6 +14,7 @@
 #include "core/ring.hpp"
 #include "core/schedule.hpp"
 #include "sim/simulate.hpp"
+#include "train/engine_probe.hpp"
 #include "tests/training_fixtures.hpp"
 #include "train/buckets.hpp"
 #include "train/strategy.hpp"
@@ -242,6 +243,49 @@ TEST(Simulation, BackwardHidesTheBucketsItOverlaps) {
   };
   EXPECT_NEAR(step(0.5), 1.0, 1e-6);
   EXPECT_NEAR(step(1.0), 1.2, 1e-6);
+}
+
+TEST(Simulation, TheEngineCalibrationSlowsOnlyMessagesBetweenNodes) {
+  SKIP_WITHOUT_SIMGRID();
+  // Two nodes of two ranks: 1 MB from rank 0 to rank 2 (another node) and from rank 1 to rank 0
+  // (the same node, on 1 GB/s intra-node links).
+  SimPlatform pf = star(2, 10e6, 0);
+  pf.ranks_per_node = 2;
+  pf.intra_bytes_per_s = 1e9;
+  auto one = [&](const SimPlatform& platform, int from, int to) {
+    StepSchedule s(4);
+    s.send(from, 0, to, 1e6);
+    s.wait_all(from, 0);
+    s.recv(to, 0, from, 1e6);
+    s.wait_all(to, 0);
+    return simulate(s, platform).step_s;
+  };
+  EXPECT_NEAR(one(pf, 0, 2), 0.1, 1e-6);  // the node links' rate
+  SimPlatform slow = pf;
+  slow.engine_efficiency = 0.5;
+  slow.engine_overhead_s = 0.01;
+  EXPECT_NEAR(one(slow, 0, 2), 0.01 + 0.2, 1e-6);  // the overhead once, at half the rate
+  EXPECT_NEAR(one(slow, 1, 0), one(pf, 1, 0), 1e-9);
+  slow.engine_efficiency = 1.5;
+  EXPECT_THROW(one(slow, 0, 2), InputError);
+}
+
+TEST(EngineProbe, TheFittedLineGivesBackOverheadAndRate) {
+  EngineProbe p;
+  p.bytes = {65536, 524288, 2097152};
+  for (double b : p.bytes) p.one_way_s.push_back(0.002 + b / 12.5e6);
+  fit_engine_line(p);
+  EXPECT_NEAR(p.overhead_s, 0.002, 1e-9);
+  EXPECT_NEAR(p.bytes_per_s, 12.5e6, 1.0);
+  EngineProbe flat;
+  flat.bytes = {1, 2};
+  flat.one_way_s = {0.5, 0.5};
+  fit_engine_line(flat);
+  EXPECT_EQ(flat.bytes_per_s, 0.0);
+  EngineProbe one;
+  one.bytes = {1};
+  one.one_way_s = {1};
+  EXPECT_THROW(fit_engine_line(one), Error);
 }
 
 TEST(Simulation, ADeadlockIsAnErrorNotAHang) {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "core/net_interface.hpp"
 #include "train/batchnorm_sync.hpp"
 #include "train/checkpoint.hpp"
+#include "train/engine_probe.hpp"
 #include "train/progress.hpp"
 #include "workloads/distributed_sampler.hpp"
 
@@ -105,6 +107,16 @@ class RankLoop {
     if (s.config.sync_bn) mode.model().set_batchnorm_sync(&bn_sync_);
   }
 
+  // On an emulated cluster, rank 0 and the last rank (on another node) time the engine's messages
+  // before the first step (train/engine_probe.hpp: 64 KiB, 512 KiB and 2 MiB, 3 round trips
+  // each); rank 0 keeps the probe for its result's simulation. Outside the timed steps.
+  void probe_engine_on_cluster() {
+    Communicator& comm = s_.ctx.comm();
+    if (cluster_interface().empty() || comm.world_size() < 2) return;
+    const std::vector<std::size_t> floats = {16 * 1024, 128 * 1024, 512 * 1024};
+    if (auto probe = probe_engine(comm, 0, comm.world_size() - 1, floats, 3)) set_last_engine_probe(*probe);
+  }
+
   // Restores --resume's checkpoint, then trains every step left.
   void train() {
     Model& model = mode_.model();
@@ -116,6 +128,7 @@ class RankLoop {
     for (long s = 0; s < start && s / spe < s_.config.epochs; ++s) ++steps_in_epoch_[static_cast<std::size_t>(s / spe)];
     progress_.resume_at(start);
     s_.ctx.before_first_collective();
+    probe_engine_on_cluster();
     mode_.start();
     timer_ = s_.ctx.make_step_timer();
     timed_start_ = s_.ctx.comm().stats();

@@ -23,7 +23,9 @@ namespace {
 
 namespace sg4 = simgrid::s4u;
 
-const char* const kModelOptions[] = {"network/model:CM02", "network/crosstraffic:0", "network/TCP-gamma:0"};
+// TCP-gamma (the window) so large that it bounds no flow: 0 would do that too, but CM02 then also
+// drops a comm's own rate bound (Comm::set_rate, the engine calibration) on any route with latency.
+const char* const kModelOptions[] = {"network/model:CM02", "network/crosstraffic:0", "network/TCP-gamma:1e30"};
 
 // A star zone of one node: its ranks' hosts, each on its own intra-node link to the node's
 // router, which is the zone's gateway.
@@ -80,8 +82,11 @@ void build_platform(const SimPlatform& pf, int world_size) {
     const int first = n * pf.ranks_per_node;
     const int count = std::min(pf.ranks_per_node, world_size - first);
     auto [zone, gw] = build_node(pf, leaf, n, first, count);
+    // The engine's overhead per message is latency: half on each of the two node links a message
+    // between nodes crosses, so that it delays each message without holding up its sender.
     const SimNode& nic = pf.nodes[static_cast<std::size_t>(n)];
-    attach(leaf, zone, gw, fmt::format("node-{}-nic", n), nic.up_bytes_per_s, nic.down_bytes_per_s, nic.latency_s);
+    attach(leaf, zone, gw, fmt::format("node-{}-nic", n), nic.up_bytes_per_s, nic.down_bytes_per_s,
+           nic.latency_s + pf.engine_overhead_s / 2.0);
   }
   if (leaf != root) {
     leaf->seal();
@@ -94,9 +99,9 @@ void build_platform(const SimPlatform& pf, int world_size) {
 // One stream of one rank, `steps` times over; stream 0 notes when each step ends.
 class StreamActor {
  public:
-  StreamActor(const std::vector<ScheduleOp>& ops, int rank, int stream, int steps,
+  StreamActor(const std::vector<ScheduleOp>& ops, const SimPlatform& pf, int rank, int stream, int steps,
               std::vector<sg4::SemaphorePtr>& events, std::vector<double>* step_ends, long* messages)
-      : ops_(ops), rank_(rank), stream_(stream), steps_(steps), events_(events), step_ends_(step_ends),
+      : ops_(ops), pf_(pf), rank_(rank), stream_(stream), steps_(steps), events_(events), step_ends_(step_ends),
         messages_(messages) {}
 
   void operator()() {
@@ -120,13 +125,17 @@ class StreamActor {
         if (op.seconds > 0) sg4::this_actor::sleep_for(op.seconds);
         break;
       case ScheduleOpKind::send:
-        sends_.push_back(mailbox(rank_, op.peer)->put_async(&token_, static_cast<uint64_t>(op.bytes)));
+        sends_.push_back(send(op));
         ++*messages_;
         break;
-      case ScheduleOpKind::recv:
+      case ScheduleOpKind::recv: {
         sinks_.emplace_back(nullptr);
-        recvs_.push_back(mailbox(op.peer, rank_)->get_async<int>(&sinks_.back()));
+        auto comm = mailbox(op.peer, rank_)->get_init()->set_dst_data(reinterpret_cast<void**>(&sinks_.back()));
+        cap(*comm, op.peer, rank_);
+        comm->start();
+        recvs_.push_back(comm);
         break;
+      }
       case ScheduleOpKind::wait_recvs:
         wait(recvs_);
         sinks_.clear();
@@ -145,7 +154,25 @@ class StreamActor {
     }
   }
 
+  // A message to another node moves at most the engine's share of its links (its overhead is in
+  // the node links' latency: build_platform).
+  // (Set on both ends: the transfer takes the rate of whichever end SimGrid keeps.)
+  void cap(sg4::Comm& comm, int from_rank, int to_rank) const {
+    const int from = from_rank / pf_.ranks_per_node, to = to_rank / pf_.ranks_per_node;
+    if (from == to || !(pf_.engine_efficiency > 0)) return;
+    const double link = std::min(pf_.nodes[static_cast<std::size_t>(from)].up_bytes_per_s,
+                                 pf_.nodes[static_cast<std::size_t>(to)].down_bytes_per_s);
+    comm.set_rate(pf_.engine_efficiency * link);
+  }
+  sg4::CommPtr send(const ScheduleOp& op) {
+    auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes));
+    cap(*comm, rank_, op.peer);
+    comm->start();
+    return comm;
+  }
+
   const std::vector<ScheduleOp>& ops_;
+  const SimPlatform& pf_;
   int rank_, stream_, steps_;
   std::vector<sg4::SemaphorePtr>& events_;
   std::vector<double>* step_ends_;
@@ -176,7 +203,7 @@ nlohmann::json run_simulation(const StepSchedule& schedule, const SimPlatform& p
       static const std::vector<ScheduleOp> kEmpty;
       const auto& ops = s < prog.streams.size() ? prog.streams[s] : kEmpty;
       sg4::Actor::create(fmt::format("rank-{}-stream-{}", r, s), host,
-                         StreamActor(ops, r, static_cast<int>(s), steps, events[static_cast<std::size_t>(r)],
+                         StreamActor(ops, pf, r, static_cast<int>(s), steps, events[static_cast<std::size_t>(r)],
                                      s == 0 ? &ends[static_cast<std::size_t>(r)] : nullptr, &messages));
     }
   }
