@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -114,7 +115,12 @@ class StreamActor {
   }
 
  private:
-  sg4::Mailbox* mailbox(int from, int to) const { return sg4::Mailbox::by_name(fmt::format("{}:{}>{}", stream_, from, to)); }
+  // The mailbox of (this stream, from, to), looked up by name once per peer.
+  sg4::Mailbox* mailbox(int from, int to) {
+    sg4::Mailbox*& box = from == rank_ ? boxes_[0][to] : boxes_[1][from];
+    if (box == nullptr) box = sg4::Mailbox::by_name(fmt::format("{}:{}>{}", stream_, from, to));
+    return box;
+  }
   static void wait(std::vector<sg4::CommPtr>& comms) {
     if (!comms.empty()) sg4::Comm::wait_all(comms);
     comms.clear();
@@ -179,6 +185,7 @@ class StreamActor {
   long* messages_;
   int token_ = 0;
   std::vector<sg4::CommPtr> sends_, recvs_;
+  std::unordered_map<int, sg4::Mailbox*> boxes_[2];  // [0]: to a peer, [1]: from it
   std::deque<int*> sinks_;
 };
 
