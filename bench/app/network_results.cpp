@@ -244,6 +244,34 @@ double link_bound_s(const SimPlatform& platform, const std::vector<std::pair<dou
   return bound;
 }
 
+// Cells of the network table, each from one run's "network" object.
+std::string simulated_cell(const nlohmann::json& n) {
+  const auto& sim = n.at("simulation");
+  if (!sim.contains("simulated_step_s")) return std::string("unavailable");
+  return fmt::format("{:.1f} ms", 1e3 * sim.at("simulated_step_s").get<double>());
+}
+
+std::string simulation_error_cell(const nlohmann::json& n) {
+  const auto& sim = n.at("simulation");
+  if (!sim.contains("error")) return std::string("-");
+  if (!sim.contains("calibrated")) return fmt::format("{:+.1f} % (-)", 100.0 * sim.at("error").get<double>());
+  return fmt::format("{:+.1f} % ({:+.1f} %)", 100.0 * sim.at("error").get<double>(),
+                     100.0 * sim.at("calibrated").at("error").get<double>());
+}
+
+std::string wire_cell(const nlohmann::json& n) {
+  double lo = 1e300, hi = 0;
+  for (const auto& node : n.at("nodes")) {
+    for (const auto* key : {"wire_over_schedule_sent", "wire_over_schedule_received"}) {
+      if (!node.contains(key)) continue;
+      if (!node.at(key).is_number()) continue;
+      lo = std::min(lo, node.at(key).get<double>());
+      hi = std::max(hi, node.at(key).get<double>());
+    }
+  }
+  return hi == 0 ? std::string("-") : fmt::format("{:.3f} - {:.3f}", lo, hi);
+}
+
 }  // namespace
 
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
@@ -337,18 +365,8 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   row("projection error", [](const nlohmann::json& n) {
     return fmt::format("{:+.1f} %", 100.0 * n.at("projection").at("error").get<double>());
   });
-  row("step time simulated (SimGrid)", [](const nlohmann::json& n) {
-    const auto& sim = n.at("simulation");
-    if (!sim.contains("simulated_step_s")) return std::string("unavailable");
-    return fmt::format("{:.1f} ms", 1e3 * sim.at("simulated_step_s").get<double>());
-  });
-  row("simulation error (calibrated)", [](const nlohmann::json& n) {
-    const auto& sim = n.at("simulation");
-    if (!sim.contains("error")) return std::string("-");
-    if (!sim.contains("calibrated")) return fmt::format("{:+.1f} % (-)", 100.0 * sim.at("error").get<double>());
-    return fmt::format("{:+.1f} % ({:+.1f} %)", 100.0 * sim.at("error").get<double>(),
-                       100.0 * sim.at("calibrated").at("error").get<double>());
-  });
+  row("step time simulated (SimGrid)", simulated_cell);
+  row("simulation error (calibrated)", simulation_error_cell);
   row("comm / bandwidth bound (ms)", [](const nlohmann::json& n) {
     const auto& b = n.at("bandwidth_bound");
     return fmt::format("{:.1f} / {:.1f}", 1e3 * b.at("comm_s").get<double>(), 1e3 * b.at("bound_s").get<double>());
@@ -356,18 +374,7 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   row("fraction of the bound", [](const nlohmann::json& n) {
     return fmt::format("{:.0f} %", 100.0 * n.at("bandwidth_bound").at("fraction").get<double>());
   });
-  row("wire / schedule bytes (node range)", [](const nlohmann::json& n) {
-    double lo = 1e300, hi = 0;
-    for (const auto& node : n.at("nodes")) {
-      for (const auto* key : {"wire_over_schedule_sent", "wire_over_schedule_received"}) {
-        if (!node.contains(key)) continue;
-        if (!node.at(key).is_number()) continue;
-        lo = std::min(lo, node.at(key).get<double>());
-        hi = std::max(hi, node.at(key).get<double>());
-      }
-    }
-    return hi == 0 ? std::string("-") : fmt::format("{:.3f} - {:.3f}", lo, hi);
-  });
+  row("wire / schedule bytes (node range)", wire_cell);
   // Who waited for whom: each rank's median compute and communication.
   for (int rank = 0; rank < static_cast<int>(runs.front().ranks.size()); ++rank) {
     row(fmt::format("rank {} compute / comm (ms, p50)", rank), [rank](const nlohmann::json& n) {

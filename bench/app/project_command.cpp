@@ -298,6 +298,22 @@ struct Inputs {
   }
 };
 
+// --simulate: every curve's point at world size p (the last curves.size() entries of points)
+// gets its "simulation", all curves at once, each in a child process (sim/simulate.hpp).
+void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
+                     const SimPlatform& platform, int p, double b, nlohmann::json& points) {
+  std::vector<std::future<nlohmann::json>> sims;
+  for (const auto& c : curves) {
+    TrainConfig config;
+    config.mode = c.strategy->name;
+    config.transport = c.mode.transport;
+    sims.push_back(std::async(std::launch::async, [&, config] {
+      return simulate_point(*c.strategy, config, model, link, platform, p, b);
+    }));
+  }
+  for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
+}
+
 // Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
 // while every rank has a sample), and the world size from which each non-reference curve is more
 // than 5% faster than the reference strategy's default curve (its first). Fills doc's "modes",
@@ -331,18 +347,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
                         {"speedup", speedup}, {"efficiency", speedup / p}});
       step[i] = pred.step_s;
     }
-    if (o.topology.simulate) {  // every curve's simulation at once: each runs in a child process
-      std::vector<std::future<nlohmann::json>> sims;
-      for (const auto& c : curves) {
-        TrainConfig config;
-        config.mode = c.strategy->name;
-        config.transport = c.mode.transport;
-        sims.push_back(std::async(std::launch::async, [&, config] {
-          return simulate_point(*c.strategy, config, model, link, platform, p, b);
-        }));
-      }
-      for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
-    }
+    if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, points);
     for (std::size_t i = 0; reference != nullptr && p >= 2 && i < curves.size(); ++i) {
       const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
       if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;
