@@ -37,26 +37,13 @@ std::vector<RankMemory> allreduce_memory(const MemoryInputs& in) {
 // after the other; the communication stream (1) all-reduces each as soon as it is ready, while
 // backward goes on; the optimizer waits for the last bucket.
 void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
-  const int p = s.world_size();
-  std::vector<std::vector<int>> ready(static_cast<std::size_t>(p));
-  std::vector<int> done(static_cast<std::size_t>(p));
-  for (int r = 0; r < p; ++r) {
-    const RankCompute& c = in.compute.at(static_cast<std::size_t>(r));
-    s.compute(r, 0, c.data, "data");
-    s.compute(r, 0, c.forward, "forward");
-    ready[static_cast<std::size_t>(r)] = backward_with_bucket_events(s, in, r, 0);
-    done[static_cast<std::size_t>(r)] = s.new_event(r);
-  }
+  const std::vector<BucketEvents> events = replica_forward_backward(s, in);
   Collectives comm(s, in.engine, 1);
   for (std::size_t b = 0; b < in.buckets.size(); ++b) {
-    for (int r = 0; r < p; ++r) s.wait_event(r, 1, ready[static_cast<std::size_t>(r)][b]);
+    for (int r = 0; r < s.world_size(); ++r) s.wait_event(r, 1, events[static_cast<std::size_t>(r)].ready[b]);
     comm.allreduce(in.buckets[b].size);
   }
-  for (int r = 0; r < p; ++r) {
-    s.record(r, 1, done[static_cast<std::size_t>(r)]);
-    s.wait_event(r, 0, done[static_cast<std::size_t>(r)]);
-    s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).optimizer, "optimizer");
-  }
+  replica_optimizer_after_buckets(s, in, events);
 }
 
 }  // namespace

@@ -124,12 +124,12 @@ std::size_t Collectives::slice(std::size_t n) const {
 }
 
 // One ring half over `counts` (every rank sends to rank+1 and receives from rank-1 at each of
-// the p-1 steps), the chunk of each step as core/ring.hpp has it.
-void Collectives::ring_reduce_scatter(const std::vector<std::size_t>& counts, int shift) {
+// the p-1 steps), the chunk of each step as core/ring.hpp has it: step(rank, p, shift, s).
+void Collectives::ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int)) {
   const int p = s_.world_size();
-  for (int step = 0; step + 1 < p; ++step) {
+  for (int k = 0; k + 1 < p; ++k) {
     for (int r = 0; r < p; ++r) {
-      const RingStep st = ring_reduce_scatter_step(r, p, shift, step);
+      const RingStep st = step(r, p, shift, k);
       s_.send(r, stream_, mod(r + 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
       s_.recv(r, stream_, mod(r - 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
       s_.wait_all(r, stream_);
@@ -137,16 +137,12 @@ void Collectives::ring_reduce_scatter(const std::vector<std::size_t>& counts, in
   }
 }
 
+void Collectives::ring_reduce_scatter(const std::vector<std::size_t>& counts, int shift) {
+  ring_half(counts, shift, ring_reduce_scatter_step);
+}
+
 void Collectives::ring_all_gather(const std::vector<std::size_t>& counts, int shift) {
-  const int p = s_.world_size();
-  for (int step = 0; step + 1 < p; ++step) {
-    for (int r = 0; r < p; ++r) {
-      const RingStep st = ring_all_gather_step(r, p, shift, step);
-      s_.send(r, stream_, mod(r + 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
-      s_.recv(r, stream_, mod(r - 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
-      s_.wait_all(r, stream_);
-    }
-  }
+  ring_half(counts, shift, ring_all_gather_step);
 }
 
 void Collectives::allreduce(std::size_t n) {

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/ring.hpp"
+
 namespace dpbench {
 
 enum class ScheduleOpKind {
@@ -111,6 +113,7 @@ class Collectives {
   void ring_all_gather(const std::vector<std::size_t>& counts, int shift);
 
  private:
+  void ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int));
   void chain(std::size_t n, int root, bool reduce);
   void gloo_reduce(std::size_t n, int root);
   void libnbc_reduce_scatterv(const std::vector<std::size_t>& counts);

@@ -67,44 +67,33 @@ std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
 // all-gather, or each server sending to the workers in turn). As sharded_ps.cpp runs it.
 void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const int p = s.world_size();
-  const bool p2p = in.config.transport == "p2p";
   const ShardLayout layout = shard_layout(in.num_params, p, server_count(in.config));
   Collectives main(s, in.engine, 0), side(s, in.engine, 1);
-  std::vector<std::vector<int>> ready(static_cast<std::size_t>(p));
-  std::vector<int> done(static_cast<std::size_t>(p));
+  if (in.config.transport != "p2p") {
+    const std::vector<BucketEvents> events = replica_forward_backward(s, in);
+    for (std::size_t b = 0; b < in.buckets.size(); ++b) {
+      for (int r = 0; r < p; ++r) s.wait_event(r, 1, events[static_cast<std::size_t>(r)].ready[b]);
+      side.reduce_scatterv(shard_counts_within(layout, in.buckets[b].offset, in.buckets[b].size));
+    }
+    replica_optimizer_after_buckets(s, in, events);
+    return main.allgatherv(layout.counts);
+  }
   for (int r = 0; r < p; ++r) {
     const RankCompute& c = in.compute.at(static_cast<std::size_t>(r));
     s.compute(r, 0, c.data, "data");
     s.compute(r, 0, c.forward, "forward");
-    if (p2p) {
-      s.compute(r, 0, c.backward, "backward");
-    } else {
-      ready[static_cast<std::size_t>(r)] = backward_with_bucket_events(s, in, r, 0);
-      done[static_cast<std::size_t>(r)] = s.new_event(r);
+    s.compute(r, 0, c.backward, "backward");
+  }
+  // The push, server by server; each server's step; the pull, server by server.
+  for (int k = 0; k < p; ++k) {
+    for (int w = 0; w < p && layout.counts[static_cast<std::size_t>(k)] > 0; ++w) {
+      if (w != k) main.send_recv(layout.counts[static_cast<std::size_t>(k)], w, k);
     }
   }
-  for (int k = 0; p2p && k < p; ++k) {  // the push, server by server
-    const std::size_t count = layout.counts[static_cast<std::size_t>(k)];
-    for (int w = 0; w < p && count > 0; ++w) {
-      if (w != k) main.send_recv(count, w, k);
-    }
-  }
-  for (std::size_t b = 0; !p2p && b < in.buckets.size(); ++b) {
-    for (int r = 0; r < p; ++r) s.wait_event(r, 1, ready[static_cast<std::size_t>(r)][b]);
-    side.reduce_scatterv(shard_counts_within(layout, in.buckets[b].offset, in.buckets[b].size));
-  }
-  for (int r = 0; r < p; ++r) {
-    if (!p2p) {
-      s.record(r, 1, done[static_cast<std::size_t>(r)]);
-      s.wait_event(r, 0, done[static_cast<std::size_t>(r)]);
-    }
-    s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).optimizer, "optimizer");
-  }
-  if (!p2p) return main.allgatherv(layout.counts);
-  for (int k = 0; k < p; ++k) {  // the pull, server by server
-    const std::size_t count = layout.counts[static_cast<std::size_t>(k)];
-    for (int w = 0; w < p && count > 0; ++w) {
-      if (w != k) main.send_recv(count, k, w);
+  for (int r = 0; r < p; ++r) s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).optimizer, "optimizer");
+  for (int k = 0; k < p; ++k) {
+    for (int w = 0; w < p && layout.counts[static_cast<std::size_t>(k)] > 0; ++w) {
+      if (w != k) main.send_recv(layout.counts[static_cast<std::size_t>(k)], k, w);
     }
   }
 }

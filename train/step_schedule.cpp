@@ -16,4 +16,25 @@ std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInpu
   return events;
 }
 
+std::vector<BucketEvents> replica_forward_backward(StepSchedule& s, const ScheduleInputs& in) {
+  std::vector<BucketEvents> events(static_cast<std::size_t>(s.world_size()));
+  for (int r = 0; r < s.world_size(); ++r) {
+    const RankCompute& c = in.compute.at(static_cast<std::size_t>(r));
+    s.compute(r, 0, c.data, "data");
+    s.compute(r, 0, c.forward, "forward");
+    auto& e = events[static_cast<std::size_t>(r)];
+    e.ready = backward_with_bucket_events(s, in, r, 0);
+    e.done = s.new_event(r);
+  }
+  return events;
+}
+
+void replica_optimizer_after_buckets(StepSchedule& s, const ScheduleInputs& in, const std::vector<BucketEvents>& events) {
+  for (int r = 0; r < s.world_size(); ++r) {
+    s.record(r, 1, events[static_cast<std::size_t>(r)].done);
+    s.wait_event(r, 0, events[static_cast<std::size_t>(r)].done);
+    s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).optimizer, "optimizer");
+  }
+}
+
 }  // namespace dpbench

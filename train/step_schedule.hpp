@@ -43,4 +43,15 @@ struct ScheduleInputs {
 // its size, each cut followed by record(event of that bucket) on `stream`; returns the events.
 std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInputs& in, int rank, int stream);
 
+// A replica's step up to its gradients, as DDP runs it (and sharded_ps's collective push): on
+// stream 0 of every rank its data, forward and backward, each bucket's ready event recorded;
+// `done` is the event the communication stream (1) records when its last bucket is through.
+struct BucketEvents {
+  std::vector<int> ready;  // [buckets]
+  int done = -1;
+};
+std::vector<BucketEvents> replica_forward_backward(StepSchedule& s, const ScheduleInputs& in);
+// Then, on every rank: stream 1 records `done`, stream 0 waits for it and runs the optimizer.
+void replica_optimizer_after_buckets(StepSchedule& s, const ScheduleInputs& in, const std::vector<BucketEvents>& events);
+
 }  // namespace dpbench
