@@ -46,8 +46,8 @@ Problem make_problem() {
 
 // Full-batch reference: one model, all 8 samples.
 void full_batch(const Problem& p, std::vector<float>& logits, std::vector<float>& grads) {
+  MemoryTracker t;  // declared first: the model frees its buffers into it
   Cnn model(kShape, 3, 4, 6, kClasses);
-  MemoryTracker t;
   model.reserve(kBatch, t);
   logits.assign(kBatch * kClasses, 0);
   grads.assign(model.num_params(), 0);
@@ -78,8 +78,8 @@ void four_ranks(const Problem& p, bool sync, std::vector<float>& logits, std::ve
     threads.emplace_back([&, r] {
       LocalCommunicator comm(group, r, nullptr);
       CommSync bn_sync(comm);
+      MemoryTracker t;  // declared first: the model frees its buffers into it
       Cnn model(kShape, 3, 4, 6, kClasses);
-      MemoryTracker t;
       model.reserve(per, t);
       if (sync) model.set_batchnorm_sync(&bn_sync);
       const auto ur = static_cast<std::size_t>(r);
@@ -144,8 +144,8 @@ TEST(SyncBatchNorm, PerRankStatisticsDifferFromTheFullBatch) {
 
 TEST(CnnModel, EvaluationUsesRunningStatistics) {
   const Problem p = make_problem();
+  MemoryTracker t;  // declared first: the model frees its buffers into it
   Cnn model(kShape, 3, 4, 6, kClasses);
-  MemoryTracker t;
   model.reserve(kBatch, t);
   std::vector<float> train_logits(kBatch * kClasses), eval_logits(kBatch * kClasses);
   model.forward(p.params.data(), p.x.data(), kBatch, train_logits.data());
@@ -161,8 +161,8 @@ TEST(CnnModel, EvaluationUsesRunningStatistics) {
 
 TEST(CnnModel, GradientsReadyInReverseParameterOrder) {
   const Problem p = make_problem();
+  MemoryTracker t;  // declared first: the model frees its buffers into it
   Cnn model(kShape, 3, 4, 6, kClasses);
-  MemoryTracker t;
   model.reserve(kBatch, t);
   std::vector<float> logits(kBatch * kClasses), grads(model.num_params());
   model.forward(p.params.data(), p.x.data(), kBatch, logits.data());

@@ -43,8 +43,8 @@ double mean_loss(Mlp<double>& model, const Problem& pr, const std::vector<double
 }
 
 TEST(MlpGradients, MatchCentralFiniteDifferencesInDouble) {
+  MemoryTracker tracker;  // declared first: the model frees its buffers into it
   Mlp<double> model({6, 5, 4, 3});
-  MemoryTracker tracker;
   model.reserve(5, tracker);
   const Problem pr = make_problem(model);
 
@@ -73,8 +73,8 @@ TEST(MlpGradients, MatchCentralFiniteDifferencesInDouble) {
 }
 
 TEST(MlpGradients, ReadyInReverseParameterOrderOncePerParameter) {
+  MemoryTracker tracker;  // declared first: the model frees its buffers into it
   Mlp<double> model({6, 5, 4, 3});
-  MemoryTracker tracker;
   model.reserve(5, tracker);
   const Problem pr = make_problem(model);
   std::vector<double> logits(15), dlogits(15, 0.1), grads(model.num_params());
@@ -86,13 +86,13 @@ TEST(MlpGradients, ReadyInReverseParameterOrderOncePerParameter) {
 }
 
 TEST(MlpLayout, FlatBufferViewsFollowLinearLayout) {
+  MemoryTracker tracker;  // declared first: the model frees its buffers into it
   Mlp<float> model({784, 512, 256, 10});
   ASSERT_EQ(model.params().size(), 6u);
   EXPECT_EQ(model.params()[0].name, "fc1.weight");
   EXPECT_EQ(model.params()[0].shape, (std::vector<std::size_t>{512, 784}));
   EXPECT_EQ(model.params()[1].offset, 512u * 784u);
   EXPECT_EQ(model.num_params(), 784u * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
-  MemoryTracker tracker;
   model.reserve(64, tracker);
   // Two hidden activations plus two gradient scratch buffers of the widest hidden layer.
   EXPECT_EQ(tracker.current_bytes(MemoryCategory::activations),

@@ -358,8 +358,8 @@ MemoryReport memory_report(const MemoryTracker& tracker) {
 double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params,
                          const float* buffers) {
   const std::size_t features = test.shape().features();
+  MemoryTracker untracked;  // declared before the model, which frees its activations into it
   auto model = make_model(config, test.shape(), static_cast<std::size_t>(test.num_classes()));
-  MemoryTracker untracked;
   constexpr std::size_t kEvalBatch = 500;
   model->reserve(kEvalBatch, untracked);
   if (buffers != nullptr) std::copy(buffers, buffers + model->num_buffers(), model->buffers());

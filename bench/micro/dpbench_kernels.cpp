@@ -184,7 +184,8 @@ BENCHMARK(BM_SgdMomentum)->ArgName("n")->Arg(static_cast<std::int64_t>(kDefaultM
 // (the "flops" rate counter). A non-finite loss after the last step fails the benchmark.
 static void run_train_steps(benchmark::State& state, Model& model, std::size_t batch,
                             double gemm_flops) {
-  MemoryTracker tracker;
+  // Outlives every model: the caller's model frees the activations reserved here into it later.
+  static MemoryTracker tracker;
   model.reserve(batch, tracker);
   const std::size_t n = model.num_params();
   TrackedBuffer<float> params(tracker, MemoryCategory::parameters, n);
