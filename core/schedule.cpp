@@ -18,6 +18,18 @@ constexpr std::size_t kMpiSegmentElems = 65536 / sizeof(float);  // coll_tuned_*
 constexpr std::size_t kLocalSliceElems = 32 * 1024;              // LocalCommunicator::kSliceElems
 }  // namespace
 
+const char* collective_name(CollectiveKind kind) {
+  static const char* const names[kCollectiveKinds] = {"p2p",           "allreduce", "reduce",  "broadcast",
+                                                      "reduce_scatter", "allgather", "scatter", "gather"};
+  return names[static_cast<int>(kind)];
+}
+
+std::vector<std::size_t> even_counts(std::size_t n, int p) {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(std::max(p, 1)), n / static_cast<std::size_t>(std::max(p, 1)));
+  counts.back() += n % counts.size();
+  return counts;
+}
+
 StepSchedule::StepSchedule(int world_size) {
   if (world_size < 1) throw Error(fmt::format("schedule: world size {} must be at least 1", world_size));
   ranks_.resize(static_cast<std::size_t>(world_size));
@@ -38,11 +50,11 @@ void StepSchedule::compute(int rank, int stream, double seconds, const char* lab
 }
 
 void StepSchedule::send(int rank, int stream, int peer, double bytes) {
-  stream_of(rank, stream).push_back({ScheduleOpKind::send, peer, bytes, 0, -1, ""});
+  stream_of(rank, stream).push_back({ScheduleOpKind::send, peer, bytes, 0, -1, "", collective_});
 }
 
 void StepSchedule::recv(int rank, int stream, int peer, double bytes) {
-  stream_of(rank, stream).push_back({ScheduleOpKind::recv, peer, bytes, 0, -1, ""});
+  stream_of(rank, stream).push_back({ScheduleOpKind::recv, peer, bytes, 0, -1, "", collective_});
 }
 
 void StepSchedule::wait_recvs(int rank, int stream) { stream_of(rank, stream).push_back({ScheduleOpKind::wait_recvs}); }
@@ -56,6 +68,18 @@ void StepSchedule::record(int rank, int stream, int event) {
 
 void StepSchedule::wait_event(int rank, int stream, int event) {
   stream_of(rank, stream).push_back({ScheduleOpKind::wait_event, -1, 0, 0, event, ""});
+}
+
+std::vector<bool> StepSchedule::collectives_used() const {
+  std::vector<bool> used(kCollectiveKinds, false);
+  for (const auto& rank : ranks_) {
+    for (const auto& stream : rank.streams) {
+      for (const auto& op : stream) {
+        if (op.kind == ScheduleOpKind::send) used[static_cast<std::size_t>(op.collective)] = true;
+      }
+    }
+  }
+  return used;
 }
 
 double StepSchedule::bytes_sent(int rank) const {
@@ -150,8 +174,10 @@ void Collectives::allreduce(std::size_t n) {
   if (p < 2 || n == 0) return;
   std::vector<std::size_t> chunks;
   for (int i = 0; i < p; ++i) chunks.push_back(ring_chunk(n, p, i).length);
-  ring_reduce_scatter(chunks, 1);
-  ring_all_gather(chunks, 1);
+  as(CollectiveKind::allreduce, [&] {
+    ring_reduce_scatter(chunks, 1);
+    ring_all_gather(chunks, 1);
+  });
 }
 
 // The pipelined chain: position j >= 1 receives each slice from position j-1 and, unless it is
@@ -254,52 +280,78 @@ void Collectives::binomial_broadcast(std::size_t n, int root) {
 }
 
 void Collectives::reduce(std::size_t n, int root) {
-  if (engine_ == "gloo") {
-    gloo_reduce(n, root);
-  } else {
-    chain(n, root, true);
-  }
+  as(CollectiveKind::reduce, [&] {
+    if (engine_ == "gloo") {
+      gloo_reduce(n, root);
+    } else {
+      chain(n, root, true);
+    }
+  });
 }
 
 void Collectives::broadcast(std::size_t n, int root) {
-  if (engine_ == "gloo") {
-    binomial_broadcast(n, root);
-  } else {
-    chain(n, root, false);
-  }
+  as(CollectiveKind::broadcast, [&] {
+    if (engine_ == "gloo") {
+      binomial_broadcast(n, root);
+    } else {
+      chain(n, root, false);
+    }
+  });
 }
 
 void Collectives::reduce_scatterv(const std::vector<std::size_t>& counts) {
   if (s_.world_size() < 2) return;
-  if (engine_ == "mpi") return libnbc_reduce_scatterv(counts);
-  if (engine_ != "gloo") return ring_reduce_scatter(counts, 0);
-  for (int r = 0; r < s_.world_size(); ++r) gloo_reduce(counts[static_cast<std::size_t>(r)], r);
+  as(CollectiveKind::reduce_scatter, [&] {
+    if (engine_ == "mpi") return libnbc_reduce_scatterv(counts);
+    if (engine_ != "gloo") return ring_reduce_scatter(counts, 0);
+    for (int r = 0; r < s_.world_size(); ++r) gloo_reduce(counts[static_cast<std::size_t>(r)], r);
+  });
 }
 
 void Collectives::allgatherv(const std::vector<std::size_t>& counts) {
   if (s_.world_size() < 2) return;
-  ring_all_gather(counts, 0);
+  as(CollectiveKind::allgather, [&] { ring_all_gather(counts, 0); });
 }
 
 void Collectives::scatterv(const std::vector<std::size_t>& counts, int root) {
   const int p = s_.world_size();
   if (p < 2) return;
-  for (int r = 0; r < p; ++r) {
-    if (r == root || counts[static_cast<std::size_t>(r)] == 0) continue;
-    send_recv(counts[static_cast<std::size_t>(r)], root, r);
-  }
+  as(CollectiveKind::scatter, [&] {
+    for (int r = 0; r < p; ++r) {
+      if (r == root || counts[static_cast<std::size_t>(r)] == 0) continue;
+      one_transfer(counts[static_cast<std::size_t>(r)], root, r);
+    }
+  });
 }
 
 void Collectives::gatherv(const std::vector<std::size_t>& counts, int root) {
   const int p = s_.world_size();
   if (p < 2) return;
-  for (int r = 0; r < p; ++r) {
-    if (r == root || counts[static_cast<std::size_t>(r)] == 0) continue;
-    send_recv(counts[static_cast<std::size_t>(r)], r, root);
+  as(CollectiveKind::gather, [&] {
+    for (int r = 0; r < p; ++r) {
+      if (r == root || counts[static_cast<std::size_t>(r)] == 0) continue;
+      one_transfer(counts[static_cast<std::size_t>(r)], r, root);
+    }
+  });
+}
+
+void Collectives::send_recv(std::size_t n, int from, int to) { one_transfer(n, from, to); }
+
+void Collectives::run(CollectiveKind kind, std::size_t n) {
+  const std::vector<std::size_t> counts = even_counts(n, s_.world_size());
+  switch (kind) {
+    case CollectiveKind::allreduce: return allreduce(n);
+    case CollectiveKind::reduce: return reduce(n, 0);
+    case CollectiveKind::broadcast: return broadcast(n, 0);
+    case CollectiveKind::reduce_scatter: return reduce_scatterv(counts);
+    case CollectiveKind::allgather: return allgatherv(counts);
+    case CollectiveKind::scatter: return scatterv(counts, 0);
+    case CollectiveKind::gather: return gatherv(counts, 0);
+    case CollectiveKind::p2p: return;
   }
 }
 
-void Collectives::send_recv(std::size_t n, int from, int to) {
+void Collectives::one_transfer(std::size_t n, int from, int to) {
   const double bytes = kFloat * static_cast<double>(n);
   s_.send(from, stream_, to, bytes);
   s_.wait_all(from, stream_);

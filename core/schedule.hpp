@@ -28,6 +28,13 @@ enum class ScheduleOpKind {
   wait_event,  // block until `event` has been recorded once more than it was waited for
 };
 
+// The collective a message belongs to (p2p: none), so that a simulator can give each its engine's
+// calibrated speed (sim/simulate.hpp).
+enum class CollectiveKind : int { p2p, allreduce, reduce, broadcast, reduce_scatter, allgather, scatter, gather };
+inline constexpr int kCollectiveKinds = 8;
+// "p2p", "allreduce", "reduce", "broadcast", "reduce_scatter", "allgather", "scatter", "gather".
+const char* collective_name(CollectiveKind kind);
+
 struct ScheduleOp {
   ScheduleOpKind kind = ScheduleOpKind::compute;
   int peer = -1;          // send, recv: the other rank
@@ -35,7 +42,11 @@ struct ScheduleOp {
   double seconds = 0;     // compute
   int event = -1;         // record, wait_event: an event of this rank
   const char* label = "";  // compute: "forward", "backward", "optimizer", ...
+  CollectiveKind collective = CollectiveKind::p2p;  // send, recv
 };
+
+// n floats split over p segments: n / p each, the last one also the remainder. [p]
+std::vector<std::size_t> even_counts(std::size_t n, int p);
 
 // One rank's streams; stream 0 is the rank's main (compute) stream, whose end is the step's end.
 struct RankProgram {
@@ -62,6 +73,10 @@ class StepSchedule {
   int new_event(int rank);  // returns the event's number
   void record(int rank, int stream, int event);
   void wait_event(int rank, int stream, int event);
+  // The collective that the sends and receives added from now on belong to (Collectives sets it).
+  void set_collective(CollectiveKind kind) { collective_ = kind; }
+  // Which collectives the schedule's messages belong to, [kCollectiveKinds].
+  std::vector<bool> collectives_used() const;
 
   // Bytes rank `rank` sends / receives in the step, over every stream.
   double bytes_sent(int rank) const;
@@ -77,6 +92,7 @@ class StepSchedule {
  private:
   std::vector<ScheduleOp>& stream_of(int rank, int stream);
   std::vector<RankProgram> ranks_;
+  CollectiveKind collective_ = CollectiveKind::p2p;
 };
 
 // The collectives of core/comm.hpp as messages, by engine:
@@ -106,6 +122,17 @@ class Collectives {
   void gatherv(const std::vector<std::size_t>& counts, int root);
   // One blocking point-to-point transfer of n floats from `from` to `to`.
   void send_recv(std::size_t n, int from, int to);
+  // `kind` on n floats the way the engine probe runs it (train/engine_probe.hpp): root 0, the
+  // v-collectives over even_counts(n, world_size); p2p: nothing.
+  void run(CollectiveKind kind, std::size_t n);
+
+  // Runs `run` with the schedule's messages tagged as `kind`, then tags p2p again.
+  template <class F>
+  void as(CollectiveKind kind, F&& run) {
+    s_.set_collective(kind);
+    run();
+    s_.set_collective(CollectiveKind::p2p);
+  }
 
   // Ring (reduce-scatter, shift 0, or all-gather) over the chunks of `chunk(i)`; public for the
   // builders of hierarchical variants.
@@ -115,6 +142,7 @@ class Collectives {
  private:
   void ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int));
   void chain(std::size_t n, int root, bool reduce);
+  void one_transfer(std::size_t n, int from, int to);
   void gloo_reduce(std::size_t n, int root);
   void libnbc_reduce_scatterv(const std::vector<std::size_t>& counts);
   void binomial_broadcast(std::size_t n, int root);

@@ -3,7 +3,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -33,8 +35,12 @@ void SimPlatform::check(int world_size) const {
   if (ranks_per_node > 1 && !(intra_bytes_per_s > 0)) {
     throw InputError("platform: several ranks per node need a positive intra-node rate");
   }
-  if (engine_overhead_s < 0 || engine_efficiency < 0 || engine_efficiency > 1) {
-    throw InputError("platform: engine overhead must be >= 0 and efficiency in [0, 1]");
+  for (double e : engine_efficiency) {
+    if (!(e >= 0 && e <= 1)) throw InputError(fmt::format("platform: engine efficiency {} is not in [0, 1]", e));
+  }
+  if (engine_efficiency.size() > static_cast<std::size_t>(kCollectiveKinds)) {
+    throw InputError(fmt::format("platform: {} engine efficiencies for {} collective kinds", engine_efficiency.size(),
+                                 kCollectiveKinds));
   }
   if (nodes_per_leaf > 0 && !(leaf_up_bytes_per_s > 0)) {
     throw InputError("platform: a two-level tree needs a positive leaf uplink rate");
@@ -52,9 +58,10 @@ nlohmann::json SimPlatform::to_json() const {
                       {"ranks_per_node", ranks_per_node},
                       {"intra_bytes_per_s", intra_bytes_per_s},
                       {"intra_latency_s", intra_latency_s}};
-  if (engine_efficiency > 0 || engine_overhead_s > 0) {
-    j["engine_overhead_s"] = engine_overhead_s;
-    j["engine_efficiency"] = engine_efficiency;
+  for (std::size_t k = 0; k < engine_efficiency.size(); ++k) {
+    if (engine_efficiency[k] > 0) {
+      j["engine_efficiency"][collective_name(static_cast<CollectiveKind>(k))] = engine_efficiency[k];
+    }
   }
   if (nodes_per_leaf > 0) {
     j["nodes_per_leaf"] = nodes_per_leaf;
@@ -157,5 +164,41 @@ SimulationResult simulate(const StepSchedule&, const SimPlatform&, int) {
 }
 
 #endif
+
+EfficiencyFit fit_engine_efficiency(const StepSchedule& alone, const SimPlatform& platform, CollectiveKind kind,
+                                    double measured_s) {
+  EfficiencyFit fit;
+  auto time_at = [&](double e) {
+    SimPlatform pf = platform;
+    pf.engine_efficiency.assign(kCollectiveKinds, 0.0);
+    pf.engine_efficiency[static_cast<std::size_t>(kind)] = e;
+    const SimulationResult r = simulate(alone, pf, 1);
+    ++fit.simulations;
+    return *std::max_element(r.rank_step_s.begin(), r.rank_step_s.end());
+  };
+  constexpr double kLowest = 0.01;
+  fit.at_link_s = fit.fitted_s = time_at(1.0);
+  if (!(measured_s > fit.at_link_s)) return fit;
+  // Two points (e1, t1), (e2, t2) of t(e) = a + b / e give b and a; then e = b / (measured - a).
+  double e1 = 1.0, t1 = fit.at_link_s, e2 = 0.5, t2 = time_at(e2);
+  for (int round = 0; round < 3; ++round) {
+    const double b = (t2 - t1) / (1.0 / e2 - 1.0 / e1);
+    if (!(b > 0)) return fit;  // the cap changes nothing: no message of `kind` crosses a node's link
+    const double a = t1 - b / e1;
+    const double e = measured_s > a ? std::clamp(b / (measured_s - a), kLowest, 1.0) : kLowest;
+    const double t = time_at(e);
+    fit.efficiency = e;
+    fit.fitted_s = t;
+    if (std::abs(t - measured_s) <= 0.01 * measured_s || e == kLowest) break;
+    // Keep the newer point and the older one nearer the answer.
+    if (std::abs(t1 - measured_s) < std::abs(t2 - measured_s)) {
+      e2 = e1;
+      t2 = t1;
+    }
+    e1 = e;
+    t1 = t;
+  }
+  return fit;
+}
 
 }  // namespace dpbench

@@ -39,11 +39,10 @@ struct SimPlatform {
   int nodes_per_leaf = 0;  // 0: one switch
   double leaf_up_bytes_per_s = 0;
   double leaf_latency_s = 0;
-  // The engine's calibration (train/engine_probe.hpp), for messages between nodes: each takes
-  // engine_overhead_s longer to arrive (latency: it holds up neither its sender nor the link), and
-  // moves at most engine_efficiency x the lower of its two nodes' link rates (0: no cap).
-  double engine_overhead_s = 0;
-  double engine_efficiency = 0;
+  // The engine's calibration (train/engine_probe.hpp), for messages between nodes: a message of
+  // collective k moves at most engine_efficiency[k] x the lower of its two nodes' link rates
+  // (indexed by CollectiveKind; empty or 0: no cap, the link's rate).
+  std::vector<double> engine_efficiency;
 
   // Throws InputError when the platform cannot hold `world_size` ranks or a rate is not positive.
   void check(int world_size) const;
@@ -70,5 +69,20 @@ bool simulation_available();
 // Throws Error when simulation is unavailable, the schedule's messages do not match, or the
 // simulation fails (deadlock included); InputError on a bad platform.
 SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platform, int steps = 3);
+
+// The engine's calibration for one collective (train/engine_probe.hpp): the share e in
+// [0.01, 1] of the link at which the messages of `alone` (a schedule of that collective only,
+// tagged `kind`) must move between nodes for its simulated time, to the last rank's end, to equal
+// `measured_s`. e = 1 when the link's rate alone already takes measured_s or longer (the engine is
+// not the bottleneck). Found on the model t(e) = a + b / e (latency plus bytes at e x the link),
+// fitted through simulations and refined twice. Throws what simulate() throws.
+struct EfficiencyFit {
+  double efficiency = 1;
+  double at_link_s = 0;  // simulated at the link's rate
+  double fitted_s = 0;   // simulated at `efficiency`
+  int simulations = 0;
+};
+EfficiencyFit fit_engine_efficiency(const StepSchedule& alone, const SimPlatform& platform, CollectiveKind kind,
+                                    double measured_s);
 
 }  // namespace dpbench

@@ -4,13 +4,17 @@
 // byte counts are in test_training.cpp's neighbourhood (StepSchedule.* below).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
+#include <thread>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/comm.hpp"
 #include "core/error.hpp"
+#include "core/local_comm.hpp"
 #include "core/ring.hpp"
 #include "core/schedule.hpp"
 #include "sim/simulate.hpp"
@@ -147,6 +151,12 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         StepSchedule s(p);
         find_strategy(mode).schedule(in, s);
         s.check_matched();
+        // The engine probe runs exactly the collectives the schedule uses.
+        std::vector<bool> probed(kCollectiveKinds, false);
+        for (CollectiveKind k : probed_collectives(mode, transport)) probed[static_cast<std::size_t>(k)] = true;
+        std::vector<bool> used = s.collectives_used();
+        used[static_cast<std::size_t>(CollectiveKind::p2p)] = false;
+        EXPECT_EQ(used, probed) << mode << " " << transport;
         for (int r = 0; r < p; ++r) {
           const auto& counted = run.ranks[static_cast<std::size_t>(r)].comm_per_step;
           EXPECT_EQ(s.bytes_sent(r), static_cast<double>(counted.bytes_sent)) << mode << " " << transport << " p=" << p << " rank " << r;
@@ -245,47 +255,87 @@ TEST(Simulation, BackwardHidesTheBucketsItOverlaps) {
   EXPECT_NEAR(step(1.0), 1.2, 1e-6);
 }
 
-TEST(Simulation, TheEngineCalibrationSlowsOnlyMessagesBetweenNodes) {
+TEST(Simulation, TheEngineCalibrationSlowsOnlyItsCollectivesMessagesBetweenNodes) {
   SKIP_WITHOUT_SIMGRID();
   // Two nodes of two ranks: 1 MB from rank 0 to rank 2 (another node) and from rank 1 to rank 0
-  // (the same node, on 1 GB/s intra-node links).
+  // (the same node, on 1 GB/s intra-node links), tagged as one collective.
   SimPlatform pf = star(2, 10e6, 0);
   pf.ranks_per_node = 2;
   pf.intra_bytes_per_s = 1e9;
-  auto one = [&](const SimPlatform& platform, int from, int to) {
+  auto one = [&](const SimPlatform& platform, int from, int to, CollectiveKind kind) {
     StepSchedule s(4);
+    s.set_collective(kind);
     s.send(from, 0, to, 1e6);
     s.wait_all(from, 0);
     s.recv(to, 0, from, 1e6);
     s.wait_all(to, 0);
     return simulate(s, platform).step_s;
   };
-  EXPECT_NEAR(one(pf, 0, 2), 0.1, 1e-6);  // the node links' rate
+  EXPECT_NEAR(one(pf, 0, 2, CollectiveKind::reduce), 0.1, 1e-6);  // the node links' rate
   SimPlatform slow = pf;
-  slow.engine_efficiency = 0.5;
-  slow.engine_overhead_s = 0.01;
-  EXPECT_NEAR(one(slow, 0, 2), 0.01 + 0.2, 1e-6);  // the overhead once, at half the rate
-  EXPECT_NEAR(one(slow, 1, 0), one(pf, 1, 0), 1e-9);
-  slow.engine_efficiency = 1.5;
-  EXPECT_THROW(one(slow, 0, 2), InputError);
+  slow.engine_efficiency.assign(kCollectiveKinds, 0.0);
+  slow.engine_efficiency[static_cast<std::size_t>(CollectiveKind::reduce)] = 0.5;
+  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::reduce), 0.2, 1e-6);  // at half the rate
+  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::broadcast), 0.1, 1e-6);  // another collective: not capped
+  EXPECT_NEAR(one(slow, 1, 0, CollectiveKind::reduce), one(pf, 1, 0, CollectiveKind::reduce), 1e-9);
+  slow.engine_efficiency[0] = 1.5;
+  EXPECT_THROW(one(slow, 0, 2, CollectiveKind::reduce), InputError);
 }
 
-TEST(EngineProbe, TheFittedLineGivesBackOverheadAndRate) {
-  EngineProbe p;
-  p.bytes = {65536, 524288, 2097152};
-  for (double b : p.bytes) p.one_way_s.push_back(0.002 + b / 12.5e6);
-  fit_engine_line(p);
-  EXPECT_NEAR(p.overhead_s, 0.002, 1e-9);
-  EXPECT_NEAR(p.bytes_per_s, 12.5e6, 1.0);
-  EngineProbe flat;
-  flat.bytes = {1, 2};
-  flat.one_way_s = {0.5, 0.5};
-  fit_engine_line(flat);
-  EXPECT_EQ(flat.bytes_per_s, 0.0);
-  EngineProbe one;
-  one.bytes = {1};
-  one.one_way_s = {1};
-  EXPECT_THROW(fit_engine_line(one), Error);
+// The fitted share of the link makes the collective alone take the measured time: Open MPI's
+// pipelined chain reduce on 4 nodes, "measured" at 2.5x and 1.3x its time at the link's rate,
+// and an engine no slower than the link (efficiency 1).
+TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
+  SKIP_WITHOUT_SIMGRID();
+  const SimPlatform pf = star(4, 12.5e6, 50e-6);
+  StepSchedule alone(4);
+  Collectives(alone, "mpi").run(CollectiveKind::reduce, 1u << 19);
+  const EfficiencyFit at_link = fit_engine_efficiency(alone, pf, CollectiveKind::reduce, 0.0);
+  EXPECT_EQ(at_link.efficiency, 1.0);
+  EXPECT_GT(at_link.at_link_s, 4.0 * (1u << 19) / 12.5e6);  // at least the whole vector over one link
+  for (double slower : {2.5, 1.3}) {
+    const double measured = slower * at_link.at_link_s;
+    const EfficiencyFit fit = fit_engine_efficiency(alone, pf, CollectiveKind::reduce, measured);
+    EXPECT_LT(fit.efficiency, 1.0 / slower * 1.1) << slower;
+    EXPECT_NEAR(fit.fitted_s, measured, 0.02 * measured) << slower;
+    SimPlatform calibrated = pf;
+    calibrated.engine_efficiency.assign(kCollectiveKinds, 0.0);
+    calibrated.engine_efficiency[static_cast<std::size_t>(CollectiveKind::reduce)] = fit.efficiency;
+    const auto r = simulate(alone, calibrated, 1);
+    EXPECT_NEAR(*std::max_element(r.rank_step_s.begin(), r.rank_step_s.end()), measured, 0.02 * measured) << slower;
+  }
+}
+
+// The probe on three threads of one local group: every kind asked for, in order, a positive time,
+// on rank 0 only; bad sizes are input errors.
+TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
+  const std::vector<CollectiveKind> kinds = {CollectiveKind::allreduce, CollectiveKind::reduce,
+                                             CollectiveKind::broadcast, CollectiveKind::reduce_scatter,
+                                             CollectiveKind::allgather, CollectiveKind::scatter,
+                                             CollectiveKind::gather};
+  auto group = std::make_shared<LocalGroup>(3);
+  std::vector<std::optional<EngineProbe>> got(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicator comm(group, r, nullptr);
+      got[static_cast<std::size_t>(r)] = probe_engine(comm, kinds, 10001, 2);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(got[0].has_value());
+  EXPECT_FALSE(got[1].has_value());
+  EXPECT_FALSE(got[2].has_value());
+  ASSERT_EQ(got[0]->collectives.size(), kinds.size());
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    EXPECT_EQ(got[0]->collectives[i].kind, kinds[i]);
+    EXPECT_EQ(got[0]->collectives[i].floats, 10001u);
+    EXPECT_GT(got[0]->collectives[i].seconds, 0.0) << collective_name(kinds[i]);
+  }
+  auto lone = std::make_shared<LocalGroup>(2);
+  LocalCommunicator comm(lone, 0, nullptr);
+  EXPECT_THROW(probe_engine(comm, kinds, 1, 2), InputError);
+  EXPECT_THROW(probe_engine(comm, kinds, 100, 0), InputError);
 }
 
 TEST(Simulation, ADeadlockIsAnErrorNotAHang) {

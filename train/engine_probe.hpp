@@ -1,37 +1,45 @@
-// The engine's own speed on one link of an emulated cluster, measured before a run's steps: rank
-// a sends each message size to rank b, which answers with one float (ping-pong), a few times; the
-// one-way time of a size is the median round trip less half of a one-float round trip's. A line
-// t = overhead + bytes / bytes_per_s fitted to the sizes says how the engine (gloo, Open MPI over
-// TCP) moves bytes against the link's probed rate; the simulation (sim/) is calibrated with it.
-// Not for: the link itself (cluster/probe.hpp measures it with bulk TCP).
+// The engine's own speed on an emulated cluster, measured before a run's steps: every rank runs
+// each collective the run's mode uses (allreduce, reduce, broadcast, reduce-scatter, all-gather,
+// scatter, gather) on the same floats, through the same calls the mode makes (the non-blocking
+// start + wait where the communicator has them), between two barriers; rank 0 keeps the quickest
+// of a few repetitions. The simulation (sim/) plays the same collective on the probed platform and
+// finds the share of the link at which the engine's messages must move to take that long: the
+// engine's calibration (gloo, Open MPI over TCP and the local ring each move bytes at their own
+// fraction of the link). Not for: the link itself (cluster/probe.hpp measures it with bulk TCP).
 #pragma once
 
+#include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/comm.hpp"
+#include "core/schedule.hpp"
 
 namespace dpbench {
 
-struct EngineProbe {
-  int from = 0, to = 0;            // the ranks that measured
-  std::vector<double> bytes;       // message sizes
-  std::vector<double> one_way_s;   // [bytes.size()] median one-way seconds
-  double overhead_s = 0;           // fitted: seconds per message beyond its bytes
-  double bytes_per_s = 0;          // fitted: the engine's rate for long messages
+struct CollectiveProbe {
+  CollectiveKind kind = CollectiveKind::allreduce;
+  std::size_t floats = 0;  // the collective's size (v-collectives: split evenly over the ranks)
+  double seconds = 0;      // the quickest repetition, barrier to barrier, on rank 0
 };
 
-// Ranks a and b of `comm` measure (both must call it, with the same arguments; the other ranks
-// return nullopt at once); rank a returns the probe, rank b nullopt. floats: message sizes in
-// floats; reps: round trips per size (the median counts). Throws what the communicator throws.
-std::optional<EngineProbe> probe_engine(Communicator& comm, int a, int b, const std::vector<std::size_t>& floats, int reps);
+struct EngineProbe {
+  std::vector<CollectiveProbe> collectives;
+  int repetitions = 0;
+};
 
-// The least-squares line t = overhead_s + bytes / bytes_per_s through the points; bytes_per_s is
-// 0 when the times do not grow with the size. Throws Error on fewer than two points.
-void fit_engine_line(EngineProbe& probe);
+// The collectives a mode's schedule uses (core/schedule.hpp's tags, p2p left out: a transfer
+// moves at the link's rate): "ps" broadcast, scatter, gather, reduce (p2p transport: scatter and
+// gather); "sharded_ps" reduce-scatter and all-gather (p2p: none); "allreduce" allreduce. Empty
+// for any other mode.
+std::vector<CollectiveKind> probed_collectives(const std::string& mode, const std::string& transport);
 
-// The last probe this process measured (rank a's), for its result file; nullopt when none.
-const std::optional<EngineProbe>& last_engine_probe();
-void set_last_engine_probe(const EngineProbe& probe);
+// Every rank of `comm` calls it with the same arguments: each kind, once on a few floats (the
+// connections' first use), then `reps` times on `floats` floats. Returns the probe on rank 0,
+// nullopt on the others. Throws InputError when floats < world_size or reps < 1, and what the
+// communicator throws.
+std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
+                                        std::size_t floats, int reps);
 
 }  // namespace dpbench

@@ -107,14 +107,17 @@ class RankLoop {
     if (s.config.sync_bn) mode.model().set_batchnorm_sync(&bn_sync_);
   }
 
-  // On an emulated cluster, rank 0 and the last rank (on another node) time the engine's messages
-  // before the first step (train/engine_probe.hpp: 64 KiB, 512 KiB and 2 MiB, 3 round trips
-  // each); rank 0 keeps the probe for its result's simulation. Outside the timed steps.
+  // On an emulated cluster, every rank runs each collective of the mode's schedule before the
+  // first step (train/engine_probe.hpp: the gradient's floats, at most 1 Mi, quickest of 2);
+  // rank 0 keeps the probe in its result, for the calibrated simulation. Outside the timed steps.
   void probe_engine_on_cluster() {
     Communicator& comm = s_.ctx.comm();
     if (cluster_interface().empty() || comm.world_size() < 2) return;
-    const std::vector<std::size_t> floats = {16 * 1024, 128 * 1024, 512 * 1024};
-    if (auto probe = probe_engine(comm, 0, comm.world_size() - 1, floats, 3)) set_last_engine_probe(*probe);
+    const auto kinds = probed_collectives(s_.config.mode, s_.config.transport);
+    if (kinds.empty()) return;
+    const std::size_t floats =
+        std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()), std::min<std::size_t>(mode_.model().num_params(), std::size_t{1} << 20));
+    if (auto probe = probe_engine(comm, kinds, floats, 2)) result_.engine_probe = std::move(probe);
   }
 
   // Restores --resume's checkpoint, then trains every step left.

@@ -21,6 +21,7 @@
 
 #include "core/comm.hpp"
 #include "core/memory.hpp"
+#include "train/engine_probe.hpp"
 #include "workloads/dataloader.hpp"
 #include "workloads/dataset.hpp"
 
@@ -166,6 +167,9 @@ struct RunResult {
   // (train/elastic.hpp restart_cost); null otherwise.
   nlohmann::json elastic_restart;
   long resumed_from_step = -1;           // --resume: the checkpoint's step; -1: started from step 0
+  // On an emulated cluster: rank 0's probe of the engine's collectives before the first step
+  // (train/engine_probe.hpp); nullopt elsewhere.
+  std::optional<EngineProbe> engine_probe;
 };
 
 // The data of one run.

@@ -1,6 +1,7 @@
 #include "bench/app/network_results.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -11,7 +12,6 @@
 #include "core/error.hpp"
 #include "sim/simulate.hpp"
 #include "train/buckets.hpp"
-#include "train/engine_probe.hpp"
 #include "train/models.hpp"
 
 namespace dpbench {
@@ -166,69 +166,77 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, std::string& engine
   return schedule;
 }
 
-// The platform with the engine's calibration from this process's probe (train/engine_probe.hpp):
-// its overhead per message, and its long-message rate over the probed path's rate (node of rank
-// `from` up, node of rank `to` down) as the efficiency. nullopt without a usable probe.
-std::optional<SimPlatform> calibrated_platform(const SimPlatform& platform, const RunResult& r, int per_node) {
-  const auto& probe = last_engine_probe();
-  if (!probe || probe->bytes_per_s <= 0 || probe->to >= static_cast<int>(r.ranks.size())) return std::nullopt;
-  const int a = node_of(r.ranks.at(static_cast<std::size_t>(probe->from)), per_node);
-  const int b = node_of(r.ranks.at(static_cast<std::size_t>(probe->to)), per_node);
-  if (a == b) return std::nullopt;
-  const double path = std::min(platform.nodes.at(static_cast<std::size_t>(a)).up_bytes_per_s,
-                               platform.nodes.at(static_cast<std::size_t>(b)).down_bytes_per_s);
-  SimPlatform calibrated = platform;
-  calibrated.engine_overhead_s = probe->overhead_s;
-  calibrated.engine_efficiency = std::min(1.0, probe->bytes_per_s / path);
-  return calibrated;
+// The platform with the engine's calibration from the run's probe (train/engine_probe.hpp): for
+// every probed collective, the share of the link at which its messages must move between nodes
+// for SimGrid to play it alone, on the same platform, in the time the probe measured
+// (sim/simulate.hpp fit_engine_efficiency). nullopt without a probe. Throws what simulate() throws.
+struct Calibration {
+  SimPlatform platform;
+  nlohmann::json record;
+  double wall_s = 0;
+};
+std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResult& r, const std::string& engine) {
+  if (!r.engine_probe || r.engine_probe->collectives.empty()) return std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  Calibration c{platform, {}, 0};
+  c.platform.engine_efficiency.assign(kCollectiveKinds, 0.0);
+  nlohmann::json per = nlohmann::json::object();
+  for (const CollectiveProbe& probe : r.engine_probe->collectives) {
+    StepSchedule alone(r.config.world_size);
+    Collectives(alone, engine).run(probe.kind, probe.floats);
+    const EfficiencyFit fit = fit_engine_efficiency(alone, platform, probe.kind, probe.seconds);
+    c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = fit.efficiency;
+    per[collective_name(probe.kind)] = {{"floats", probe.floats},          {"measured_s", probe.seconds},
+                                        {"simulated_at_link_s", fit.at_link_s}, {"efficiency", fit.efficiency},
+                                        {"simulated_s", fit.fitted_s},     {"simulations", fit.simulations}};
+  }
+  c.record = {{"collectives", per},
+              {"repetitions", r.engine_probe->repetitions},
+              {"method", "before the first step every rank ran each collective of the mode's schedule on the "
+                         "gradient's floats (at most 1 Mi) with the run's own communicator, between two barriers, "
+                         "quickest repetition on rank 0; efficiency: the share of the link at which SimGrid, playing "
+                         "that collective alone on the probed platform, takes the measured time (1: the link alone "
+                         "takes as long)"}};
+  c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return c;
 }
 
-nlohmann::json probe_json() {
-  const auto& p = last_engine_probe();
-  if (!p) return nullptr;
-  return {{"ranks", {p->from, p->to}}, {"bytes", p->bytes}, {"one_way_s", p->one_way_s},
-          {"overhead_s", p->overhead_s}, {"bytes_per_s", p->bytes_per_s},
-          {"method", "ping-pong of each size with the run's own communicator before the first step, median of 3; "
-                     "one way = round trip less half a one-float round trip; least-squares line"}};
-}
-
-// The schedule played by SimGrid on the probed platform, the engine taken to move bytes at the
-// link's rate: the simulation's answer; beside it ("calibrated"), the same with the engine's probe
-// when there is one. Each with its error against `measured`. The probe is a few ping-pongs and
-// moved a lot between runs under Open MPI (a 64 KiB message's one-way time 0.24 ms in one run,
-// 12 ms in another), so it is recorded, not yet relied on.
-nlohmann::json simulate_run(const SimPlatform& platform, const std::optional<SimPlatform>& calibrated,
-                            const std::optional<StepSchedule>& schedule, const std::string& engine, double measured) {
+// The schedule played by SimGrid on the probed platform with the engine's calibration (each
+// collective's messages between nodes at its probed share of the link) when the run has a probe:
+// the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
+// same with every engine taken to move bytes at the link's rate.
+nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const std::optional<StepSchedule>& schedule,
+                            const std::string& engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }
   SimulationResult plain, sim;
+  std::optional<Calibration> calibration;
   try {
     plain = simulate(*schedule, platform);
-    sim = calibrated ? simulate(*schedule, *calibrated) : plain;
+    calibration = calibrate(platform, r, engine);
+    sim = calibration ? simulate(*schedule, calibration->platform) : plain;
   } catch (const Error& e) {  // the measured run stands; the record says why it has no simulation
     return {{"unavailable", e.what()}};
   }
   nlohmann::json out = {
-      {"simulated_step_s", plain.step_s},
-      {"error", (plain.step_s - measured) / measured},
-      {"rank_step_s", plain.rank_step_s},
+      {"simulated_step_s", sim.step_s},
+      {"error", (sim.step_s - measured) / measured},
+      {"rank_step_s", sim.rank_step_s},
       {"engine", engine},
+      {"calibrated", calibration.has_value()},
       {"messages_per_step", plain.messages / plain.config.at("steps").get<long>()},
-      {"wall_s", plain.wall_s + (calibrated ? sim.wall_s : 0.0)},
+      {"wall_s", plain.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0)},
       {"simulator", plain.config},
-      {"platform", platform.to_json()},
+      {"platform", calibration ? calibration->platform.to_json() : platform.to_json()},
       {"method", "each rank's median forward, backward, optimizer and data phases as measured; every message of "
                  "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the probed "
-                 "links (intra-node link assumed, not probed), the engine taken to move bytes at the link's rate"}};
-  if (calibrated) {
-    out["calibrated"] = {{"simulated_step_s", sim.step_s},
-                         {"error", (sim.step_s - measured) / measured},
-                         {"engine_overhead_s", calibrated->engine_overhead_s},
-                         {"engine_efficiency", calibrated->engine_efficiency},
-                         {"method", "the same, each message between nodes delayed by the engine's probed overhead "
-                                    "and moving at most its probed share of the link (network.engine_probe)"}};
+                 "links (intra-node link assumed, not probed); each collective's messages between nodes at the "
+                 "engine's calibrated share of the link (calibration), or at the link's rate without a probe"}};
+  if (calibration) {
+    out["calibration"] = calibration->record;
+    out["uncalibrated"] = {{"simulated_step_s", plain.step_s}, {"error", (plain.step_s - measured) / measured}};
   }
   return out;
 }
@@ -254,9 +262,9 @@ std::string simulated_cell(const nlohmann::json& n) {
 std::string simulation_error_cell(const nlohmann::json& n) {
   const auto& sim = n.at("simulation");
   if (!sim.contains("error")) return std::string("-");
-  if (!sim.contains("calibrated")) return fmt::format("{:+.1f} % (-)", 100.0 * sim.at("error").get<double>());
+  if (!sim.contains("uncalibrated")) return fmt::format("{:+.1f} % (-)", 100.0 * sim.at("error").get<double>());
   return fmt::format("{:+.1f} % ({:+.1f} %)", 100.0 * sim.at("error").get<double>(),
-                     100.0 * sim.at("calibrated").at("error").get<double>());
+                     100.0 * sim.at("uncalibrated").at("error").get<double>());
 }
 
 std::string wire_cell(const nlohmann::json& n) {
@@ -325,8 +333,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
           {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
                      "communication: the strategy's alpha-beta terms on the probed link, its overlapped "
                      "share exposed as measured"}}},
-        {"simulation", simulate_run(platform, calibrated_platform(platform, r, per_node), schedule, engine, measured)},
-        {"engine_probe", probe_json()},
+        {"simulation", simulate_run(platform, r, schedule, engine, measured)},
         {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0},
                              {"per_link", schedule.has_value()}}},
         {"nodes", node_bytes(r, nodes, per_node, crossing)},
@@ -366,7 +373,7 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
     return fmt::format("{:+.1f} %", 100.0 * n.at("projection").at("error").get<double>());
   });
   row("step time simulated (SimGrid)", simulated_cell);
-  row("simulation error (calibrated)", simulation_error_cell);
+  row("simulation error (uncalibrated)", simulation_error_cell);
   row("comm / bandwidth bound (ms)", [](const nlohmann::json& n) {
     const auto& b = n.at("bandwidth_bound");
     return fmt::format("{:.1f} / {:.1f}", 1e3 * b.at("comm_s").get<double>(), 1e3 * b.at("bound_s").get<double>());

@@ -83,11 +83,8 @@ void build_platform(const SimPlatform& pf, int world_size) {
     const int first = n * pf.ranks_per_node;
     const int count = std::min(pf.ranks_per_node, world_size - first);
     auto [zone, gw] = build_node(pf, leaf, n, first, count);
-    // The engine's overhead per message is latency: half on each of the two node links a message
-    // between nodes crosses, so that it delays each message without holding up its sender.
     const SimNode& nic = pf.nodes[static_cast<std::size_t>(n)];
-    attach(leaf, zone, gw, fmt::format("node-{}-nic", n), nic.up_bytes_per_s, nic.down_bytes_per_s,
-           nic.latency_s + pf.engine_overhead_s / 2.0);
+    attach(leaf, zone, gw, fmt::format("node-{}-nic", n), nic.up_bytes_per_s, nic.down_bytes_per_s, nic.latency_s);
   }
   if (leaf != root) {
     leaf->seal();
@@ -137,7 +134,7 @@ class StreamActor {
       case ScheduleOpKind::recv: {
         sinks_.emplace_back(nullptr);
         auto comm = mailbox(op.peer, rank_)->get_init()->set_dst_data(reinterpret_cast<void**>(&sinks_.back()));
-        cap(*comm, op.peer, rank_);
+        cap(*comm, op.peer, rank_, op.collective);
         comm->start();
         recvs_.push_back(comm);
         break;
@@ -160,19 +157,20 @@ class StreamActor {
     }
   }
 
-  // A message to another node moves at most the engine's share of its links (its overhead is in
-  // the node links' latency: build_platform).
-  // (Set on both ends: the transfer takes the rate of whichever end SimGrid keeps.)
-  void cap(sg4::Comm& comm, int from_rank, int to_rank) const {
+  // A message of collective `kind` to another node moves at most the engine's share of its links
+  // for that collective. (Set on both ends: the transfer takes the rate of whichever end SimGrid
+  // keeps.)
+  void cap(sg4::Comm& comm, int from_rank, int to_rank, CollectiveKind kind) const {
     const int from = from_rank / pf_.ranks_per_node, to = to_rank / pf_.ranks_per_node;
-    if (from == to || !(pf_.engine_efficiency > 0)) return;
+    const auto k = static_cast<std::size_t>(kind);
+    if (from == to || k >= pf_.engine_efficiency.size() || !(pf_.engine_efficiency[k] > 0)) return;
     const double link = std::min(pf_.nodes[static_cast<std::size_t>(from)].up_bytes_per_s,
                                  pf_.nodes[static_cast<std::size_t>(to)].down_bytes_per_s);
-    comm.set_rate(pf_.engine_efficiency * link);
+    comm.set_rate(pf_.engine_efficiency[k] * link);
   }
   sg4::CommPtr send(const ScheduleOp& op) {
     auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes));
-    cap(*comm, rank_, op.peer);
+    cap(*comm, rank_, op.peer, op.collective);
     comm->start();
     return comm;
   }
