@@ -35,6 +35,7 @@ void SimPlatform::check(int world_size) const {
   if (ranks_per_node > 1 && !(intra_bytes_per_s > 0)) {
     throw InputError("platform: several ranks per node need a positive intra-node rate");
   }
+  if (!(send_buffer_bytes >= 0)) throw InputError(fmt::format("platform: send buffer {} bytes is negative", send_buffer_bytes));
   for (double e : engine_efficiency) {
     if (!(e >= 0 && e <= 1)) throw InputError(fmt::format("platform: engine efficiency {} is not in [0, 1]", e));
   }
@@ -58,6 +59,7 @@ nlohmann::json SimPlatform::to_json() const {
                       {"ranks_per_node", ranks_per_node},
                       {"intra_bytes_per_s", intra_bytes_per_s},
                       {"intra_latency_s", intra_latency_s}};
+  if (send_buffer_bytes > 0) j["send_buffer_bytes"] = send_buffer_bytes;
   for (std::size_t k = 0; k < engine_efficiency.size(); ++k) {
     if (engine_efficiency[k] > 0) {
       j["engine_efficiency"][collective_name(static_cast<CollectiveKind>(k))] = engine_efficiency[k];
@@ -165,38 +167,49 @@ SimulationResult simulate(const StepSchedule&, const SimPlatform&, int) {
 
 #endif
 
-EfficiencyFit fit_engine_efficiency(const StepSchedule& alone, const SimPlatform& platform, CollectiveKind kind,
+EfficiencyFit fit_engine_efficiency(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
                                     double measured_s) {
   EfficiencyFit fit;
   auto time_at = [&](double e) {
     SimPlatform pf = platform;
-    pf.engine_efficiency.assign(kCollectiveKinds, 0.0);
+    pf.engine_efficiency.resize(kCollectiveKinds, 0.0);
     pf.engine_efficiency[static_cast<std::size_t>(kind)] = e;
-    const SimulationResult r = simulate(alone, pf, 1);
+    const SimulationResult r = simulate(schedule, pf, 1);
     ++fit.simulations;
     return *std::max_element(r.rank_step_s.begin(), r.rank_step_s.end());
   };
   constexpr double kLowest = 0.01;
   fit.at_link_s = fit.fitted_s = time_at(1.0);
   if (!(measured_s > fit.at_link_s)) return fit;
-  // Two points (e1, t1), (e2, t2) of t(e) = a + b / e give b and a; then e = b / (measured - a).
-  double e1 = 1.0, t1 = fit.at_link_s, e2 = 0.5, t2 = time_at(e2);
-  for (int round = 0; round < 3; ++round) {
-    const double b = (t2 - t1) / (1.0 / e2 - 1.0 / e1);
-    if (!(b > 0)) return fit;  // the cap changes nothing: no message of `kind` crosses a node's link
-    const double a = t1 - b / e1;
-    const double e = measured_s > a ? std::clamp(b / (measured_s - a), kLowest, 1.0) : kLowest;
-    const double t = time_at(e);
-    fit.efficiency = e;
-    fit.fitted_s = t;
-    if (std::abs(t - measured_s) <= 0.01 * measured_s || e == kLowest) break;
-    // Keep the newer point and the older one nearer the answer.
-    if (std::abs(t1 - measured_s) < std::abs(t2 - measured_s)) {
-      e2 = e1;
-      t2 = t1;
+  // t(e) does not grow with e, and is flat where the cap does not bind (a flow's fair share of its
+  // links already below it): false position on x = 1 / e, bracketed, with the Illinois
+  // modification, to 0.5 % of the measured time.
+  double x_lo = 1.0, t_lo = fit.at_link_s;  // t below the measured time
+  double x_hi = 1.0 / kLowest, t_hi = time_at(kLowest);
+  fit.efficiency = kLowest;
+  fit.fitted_s = t_hi;
+  if (t_hi <= measured_s) return fit;  // slower than a hundredth of the link: the cap's floor
+  int kept = 0;  // which end stayed the last time (Illinois: halve its weight after two in a row)
+  for (int i = 0; i < 16; ++i) {
+    double x = x_lo + (measured_s - t_lo) * (x_hi - x_lo) / (t_hi - t_lo);
+    if (!(x > x_lo && x < x_hi)) x = 0.5 * (x_lo + x_hi);
+    const double t = time_at(1.0 / x);
+    if (std::abs(t - measured_s) < std::abs(fit.fitted_s - measured_s)) {
+      fit.efficiency = 1.0 / x;
+      fit.fitted_s = t;
     }
-    e1 = e;
-    t1 = t;
+    if (std::abs(t - measured_s) <= 0.005 * measured_s) break;
+    if (t > measured_s) {
+      x_hi = x;
+      t_hi = t;
+      if (kept == -1) t_lo = measured_s - 0.5 * (measured_s - t_lo);
+      kept = -1;
+    } else {
+      x_lo = x;
+      t_lo = t;
+      if (kept == 1) t_hi = measured_s + 0.5 * (t_hi - measured_s);
+      kept = 1;
+    }
   }
   return fit;
 }

@@ -304,10 +304,20 @@ TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
     const auto r = simulate(alone, calibrated, 1);
     EXPECT_NEAR(*std::max_element(r.rank_step_s.begin(), r.rank_step_s.end()), measured, 0.02 * measured) << slower;
   }
+  // gloo's binomial broadcast from a root with two children: each flow's fair share of the root's
+  // link is half of it, so a cap above one half changes nothing (t(e) flat there).
+  StepSchedule bcast(3);
+  Collectives(bcast, "gloo").run(CollectiveKind::broadcast, 1u << 19);
+  const double flat = fit_engine_efficiency(bcast, star(3, 25e6, 0), CollectiveKind::broadcast, 0.0).at_link_s;
+  const EfficiencyFit fit = fit_engine_efficiency(bcast, star(3, 25e6, 0), CollectiveKind::broadcast, 1.15 * flat);
+  EXPECT_NEAR(fit.fitted_s, 1.15 * flat, 0.01 * flat);
+  EXPECT_GT(fit.efficiency, 0.3);
+  EXPECT_LT(fit.efficiency, 0.5);
 }
 
-// The probe on three threads of one local group: every kind asked for, in order, a positive time,
-// on rank 0 only; bad sizes are input errors.
+// The probe on three threads of one local group: every kind asked for, in order, each ending after
+// the one before it, with its own time the difference of the two; on rank 0 only; bad sizes are
+// input errors.
 TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
   const std::vector<CollectiveKind> kinds = {CollectiveKind::allreduce, CollectiveKind::reduce,
                                              CollectiveKind::broadcast, CollectiveKind::reduce_scatter,
@@ -319,7 +329,7 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
       LocalCommunicator comm(group, r, nullptr);
-      got[static_cast<std::size_t>(r)] = probe_engine(comm, kinds, 10001, 2);
+      got[static_cast<std::size_t>(r)] = probe_engine(comm, kinds, 10001, 3);
     });
   }
   for (auto& t : threads) t.join();
@@ -327,15 +337,50 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
   EXPECT_FALSE(got[1].has_value());
   EXPECT_FALSE(got[2].has_value());
   ASSERT_EQ(got[0]->collectives.size(), kinds.size());
+  EXPECT_EQ(got[0]->repetitions, 3);
   for (std::size_t i = 0; i < kinds.size(); ++i) {
     EXPECT_EQ(got[0]->collectives[i].kind, kinds[i]);
     EXPECT_EQ(got[0]->collectives[i].floats, 10001u);
-    EXPECT_GT(got[0]->collectives[i].seconds, 0.0) << collective_name(kinds[i]);
+    const auto& c = got[0]->collectives[i];
+    EXPECT_GT(c.seconds, 0.0) << collective_name(kinds[i]);
+    EXPECT_DOUBLE_EQ(c.seconds, c.end_s - (i == 0 ? 0.0 : got[0]->collectives[i - 1].end_s)) << collective_name(kinds[i]);
   }
   auto lone = std::make_shared<LocalGroup>(2);
   LocalCommunicator comm(lone, 0, nullptr);
   EXPECT_THROW(probe_engine(comm, kinds, 1, 2), InputError);
   EXPECT_THROW(probe_engine(comm, kinds, 100, 0), InputError);
+}
+
+// TCP's send buffer: the sender goes on once all but the buffer's bytes have left; the tail then
+// shares the sender's link with what it sends next. Rank 0 sends 1 MB to rank 1, then 1 MB to
+// rank 2, on 10 MB/s links with a 0.5 MB buffer: the first head alone (0.05 s), the first tail and
+// the second head together (0.15 s), the second tail alone (0.2 s, the link's time for 2 MB).
+TEST(Simulation, ASenderGoesOnOnceAllButItsSendBufferHasLeft) {
+  SKIP_WITHOUT_SIMGRID();
+  auto ends = [](double buffer, double second) {
+    SimPlatform pf = star(3, 10e6, 0);
+    pf.send_buffer_bytes = buffer;
+    StepSchedule s(3);
+    s.send(0, 0, 1, 1e6);
+    s.wait_all(0, 0);
+    if (second > 0) s.send(0, 0, 2, second);
+    s.wait_all(0, 0);
+    s.recv(1, 0, 0, 1e6);
+    s.wait_all(1, 0);
+    if (second > 0) s.recv(2, 0, 0, second);
+    s.wait_all(2, 0);
+    return simulate(s, pf, 1).rank_step_s;
+  };
+  const auto blocking = ends(0, 1e6);
+  EXPECT_NEAR(blocking[0], 0.2, 1e-6);
+  EXPECT_NEAR(blocking[1], 0.1, 1e-6);
+  const auto buffered = ends(0.5e6, 1e6);
+  EXPECT_NEAR(buffered[0], 0.15, 1e-6);
+  EXPECT_NEAR(buffered[1], 0.15, 1e-6);
+  EXPECT_NEAR(buffered[2], 0.2, 1e-6);
+  const auto whole = ends(2e6, 0);  // a message within the buffer: the sender does not wait at all
+  EXPECT_NEAR(whole[0], 0.0, 1e-9);
+  EXPECT_NEAR(whole[1], 0.1, 1e-6);
 }
 
 TEST(Simulation, ADeadlockIsAnErrorNotAHang) {

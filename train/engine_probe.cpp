@@ -49,27 +49,43 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps) {
-  const auto p = static_cast<std::size_t>(comm.world_size());
-  if (floats < p || reps < 1) {
+  const int p = comm.world_size();
+  if (floats < static_cast<std::size_t>(p) || reps < 1) {
     throw InputError(fmt::format("engine probe: {} floats over {} ranks, {} repetitions: needs a float per rank and "
                                  "a repetition",
                                  floats, p, reps));
   }
   std::vector<float> buf(floats, 0.0f), out(floats, 0.0f);
-  EngineProbe probe{{}, reps};
-  for (CollectiveKind kind : kinds) {
-    run_collective(comm, kind, buf, out, p);  // the connections' first use
-    double best = std::numeric_limits<double>::infinity();
-    for (int i = 0; i < reps; ++i) {
-      comm.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      run_collective(comm, kind, buf, out, floats);
-      comm.barrier();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  for (CollectiveKind kind : kinds) run_collective(comm, kind, buf, out, static_cast<std::size_t>(p));
+  // Every rank's exit times, [reps][kinds], seconds after its own barrier exit, gathered to rank 0.
+  const std::size_t k = kinds.size();
+  std::vector<float> mine(static_cast<std::size_t>(reps) * k, 0.0f);
+  for (int i = 0; i < reps; ++i) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t j = 0; j < k; ++j) {
+      run_collective(comm, kinds[j], buf, out, floats);
+      mine[static_cast<std::size_t>(i) * k + j] =
+          static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    probe.collectives.push_back({kind, floats, best});
   }
-  if (comm.rank() != 0) return std::nullopt;
+  comm.barrier();
+  std::vector<float> all(mine.size() * static_cast<std::size_t>(p), 0.0f);
+  comm.gatherv(mine.data(), std::vector<std::size_t>(static_cast<std::size_t>(p), mine.size()), all.data(), 0);
+  if (comm.rank() != 0 || k == 0) return std::nullopt;
+  // Each repetition's ends: the latest rank's; then the repetition of the median total.
+  std::vector<std::vector<double>> ends(static_cast<std::size_t>(reps), std::vector<double>(k, 0.0));
+  for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) {
+    for (std::size_t i = 0; i < ends.size(); ++i) {
+      for (std::size_t j = 0; j < k; ++j) ends[i][j] = std::max(ends[i][j], double{all[(r * ends.size() + i) * k + j]});
+    }
+  }
+  std::sort(ends.begin(), ends.end(), [](const auto& a, const auto& b) { return a.back() < b.back(); });
+  const std::vector<double>& median = ends[ends.size() / 2];
+  EngineProbe probe{{}, reps};
+  for (std::size_t j = 0; j < k; ++j) {
+    probe.collectives.push_back({kinds[j], floats, median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
+  }
   return probe;
 }
 

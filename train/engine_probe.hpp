@@ -1,11 +1,17 @@
-// The engine's own speed on an emulated cluster, measured before a run's steps: every rank runs
-// each collective the run's mode uses (allreduce, reduce, broadcast, reduce-scatter, all-gather,
-// scatter, gather) on the same floats, through the same calls the mode makes (the non-blocking
-// start + wait where the communicator has them), between two barriers; rank 0 keeps the quickest
-// of a few repetitions. The simulation (sim/) plays the same collective on the probed platform and
-// finds the share of the link at which the engine's messages must move to take that long: the
-// engine's calibration (gloo, Open MPI over TCP and the local ring each move bytes at their own
-// fraction of the link). Not for: the link itself (cluster/probe.hpp measures it with bulk TCP).
+// The engine's own speed on an emulated cluster, measured before a run's steps: after a barrier,
+// every rank runs the collectives the run's mode uses (allreduce, reduce, broadcast,
+// reduce-scatter, all-gather, scatter, gather) back to back in the order its step runs them, on
+// the same floats, through the same calls the mode makes (the non-blocking start + wait where the
+// communicator has them), and notes when it left each; a collective ends when its last rank left
+// it (the ranks share one host's monotonic clock). Back to back, as in a step, because that is
+// how they ran slower: a rank that leaves one collective early (its last sends still in the
+// kernel's buffers) starts the next while its peers still receive, and two flows of a shaped link
+// then contend with each other's acknowledgements. Rank 0 keeps the median repetition (by its
+// total). The simulation (sim/) plays the same sequence on the probed platform and finds, for each
+// collective in turn, the share of the link at which the engine's messages must move for it to
+// end when it did: the engine's calibration (gloo, Open MPI over TCP and the local ring each move
+// bytes at their own fraction of the link). Not for: the link itself (cluster/probe.hpp measures
+// it with bulk TCP).
 #pragma once
 
 #include <cstddef>
@@ -21,7 +27,8 @@ namespace dpbench {
 struct CollectiveProbe {
   CollectiveKind kind = CollectiveKind::allreduce;
   std::size_t floats = 0;  // the collective's size (v-collectives: split evenly over the ranks)
-  double seconds = 0;      // the quickest repetition, barrier to barrier, on rank 0
+  double end_s = 0;        // when its last rank left it, seconds after the sequence's barrier
+  double seconds = 0;      // end_s less the previous collective's end_s (the first: end_s)
 };
 
 struct EngineProbe {
@@ -35,10 +42,11 @@ struct EngineProbe {
 // for any other mode.
 std::vector<CollectiveKind> probed_collectives(const std::string& mode, const std::string& transport);
 
-// Every rank of `comm` calls it with the same arguments: each kind, once on a few floats (the
-// connections' first use), then `reps` times on `floats` floats. Returns the probe on rank 0,
-// nullopt on the others. Throws InputError when floats < world_size or reps < 1, and what the
-// communicator throws.
+// Every rank of `comm` calls it with the same arguments: each kind once on a few floats (the
+// connections' first use), then `reps` times the sequence of `kinds` on `floats` floats, each
+// time after a barrier. Returns the probe (the median repetition) on rank 0, nullopt on the
+// others. Throws InputError when floats < world_size or reps < 1, and what the communicator
+// throws.
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps);
 

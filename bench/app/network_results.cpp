@@ -118,8 +118,12 @@ nlohmann::json per_rank(const RunResult& r, int per_node) {
 
 // The platform of an emulated run: every node's link to the switch as probed, each direction on
 // its own (the probe's RTT to the switch halved as its latency); the ranks of one node on an
-// intra-node link of kAssumedIntraBytesPerS (not probed yet).
+// intra-node link of kAssumedIntraBytesPerS (not probed yet); TCP's send buffer as Linux grows it
+// on these links: about twice the bytes in flight, which tbf's 50 ms queue (cluster/link.cpp)
+// makes 50 ms of the link, so 0.1 s of the slowest link, at most tcp_wmem's 4 MiB.
 constexpr double kAssumedIntraBytesPerS = 1e9;
+constexpr double kMaxSendBufferBytes = 4 * 1024 * 1024;  // Linux's tcp_wmem maximum
+constexpr double kSendBufferSeconds = 0.1;
 SimPlatform probed_platform(const nlohmann::json& network) {
   SimPlatform pf;
   for (const auto& l : network.at("links")) {
@@ -128,6 +132,9 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   }
   pf.ranks_per_node = network.at("ranks_per_node").get<int>();
   pf.intra_bytes_per_s = kAssumedIntraBytesPerS;
+  double slowest = 0;
+  for (const auto& n : pf.nodes) slowest = slowest == 0 ? n.up_bytes_per_s : std::min(slowest, n.up_bytes_per_s);
+  pf.send_buffer_bytes = std::min(kMaxSendBufferBytes, kSendBufferSeconds * slowest);
   return pf;
 }
 
@@ -167,9 +174,10 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, std::string& engine
 }
 
 // The platform with the engine's calibration from the run's probe (train/engine_probe.hpp): for
-// every probed collective, the share of the link at which its messages must move between nodes
-// for SimGrid to play it alone, on the same platform, in the time the probe measured
-// (sim/simulate.hpp fit_engine_efficiency). nullopt without a probe. Throws what simulate() throws.
+// each probed collective in turn, the share of the link at which its messages must move between
+// nodes for SimGrid, playing the probe's sequence up to it on the same platform, to end it when
+// the probe saw it end (sim/simulate.hpp fit_engine_efficiency). nullopt without a probe. Throws
+// what simulate() throws.
 struct Calibration {
   SimPlatform platform;
   nlohmann::json record;
@@ -180,23 +188,26 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   const auto t0 = std::chrono::steady_clock::now();
   Calibration c{platform, {}, 0};
   c.platform.engine_efficiency.assign(kCollectiveKinds, 0.0);
-  nlohmann::json per = nlohmann::json::object();
+  nlohmann::json per = nlohmann::json::array();
+  StepSchedule prefix(r.config.world_size);
+  Collectives collectives(prefix, engine);
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
-    StepSchedule alone(r.config.world_size);
-    Collectives(alone, engine).run(probe.kind, probe.floats);
-    const EfficiencyFit fit = fit_engine_efficiency(alone, platform, probe.kind, probe.seconds);
+    collectives.run(probe.kind, probe.floats);
+    const EfficiencyFit fit = fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
     c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = fit.efficiency;
-    per[collective_name(probe.kind)] = {{"floats", probe.floats},          {"measured_s", probe.seconds},
-                                        {"simulated_at_link_s", fit.at_link_s}, {"efficiency", fit.efficiency},
-                                        {"simulated_s", fit.fitted_s},     {"simulations", fit.simulations}};
+    per.push_back({{"collective", collective_name(probe.kind)}, {"floats", probe.floats},
+                   {"measured_s", probe.seconds}, {"measured_end_s", probe.end_s},
+                   {"simulated_end_at_link_s", fit.at_link_s}, {"efficiency", fit.efficiency},
+                   {"simulated_end_s", fit.fitted_s}, {"simulations", fit.simulations}});
   }
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},
-              {"method", "before the first step every rank ran each collective of the mode's schedule on the "
-                         "gradient's floats (at most 1 Mi) with the run's own communicator, between two barriers, "
-                         "quickest repetition on rank 0; efficiency: the share of the link at which SimGrid, playing "
-                         "that collective alone on the probed platform, takes the measured time (1: the link alone "
-                         "takes as long)"}};
+              {"method", "before the first step every rank ran the collectives of the mode's schedule back to back "
+                         "in the step's order on the gradient's floats (at most 1 Mi) with the run's own "
+                         "communicator, after a barrier; each ends when its last rank left it; the median repetition. "
+                         "Efficiency: the share of the link at which SimGrid, playing the sequence up to that "
+                         "collective on the probed platform, ends it when the probe did (1: the link alone takes as "
+                         "long)"}};
   c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;
 }

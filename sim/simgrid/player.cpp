@@ -107,6 +107,7 @@ class StreamActor {
       for (const ScheduleOp& op : ops_) play(op);
       wait(sends_);
       wait(recvs_);
+      wait(heads_);
       if (step_ends_ != nullptr) step_ends_->push_back(sg4::Engine::get_clock());
     }
   }
@@ -118,9 +119,46 @@ class StreamActor {
     if (box == nullptr) box = sg4::Mailbox::by_name(fmt::format("{}:{}>{}", stream_, from, to));
     return box;
   }
-  static void wait(std::vector<sg4::CommPtr>& comms) {
-    if (!comms.empty()) sg4::Comm::wait_all(comms);
-    comms.clear();
+  // Blocks until every comm of `comms` has completed; a message's tail (the last
+  // send_buffer_bytes, see send()) starts the moment its head completes, even while the stream
+  // waits for something else.
+  void wait(std::vector<sg4::CommPtr>& comms) {
+    if (&comms == &heads_ || heads_.empty()) {
+      if (&comms == &heads_) {
+        while (!heads_.empty()) release_tail(sg4::Comm::wait_any(heads_));
+      } else if (!comms.empty()) {
+        sg4::Comm::wait_all(comms);
+      }
+      comms.clear();
+      return;
+    }
+    std::vector<sg4::CommPtr> both;
+    while (!comms.empty()) {
+      both = comms;
+      both.insert(both.end(), heads_.begin(), heads_.end());
+      const auto i = static_cast<std::size_t>(sg4::Comm::wait_any(both));
+      if (i < comms.size()) {
+        comms.erase(comms.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        release_tail(static_cast<ssize_t>(i - comms.size()));
+      }
+    }
+  }
+  // The head heads_[i] has left: its tail goes on its own (detached), the sender no longer waits.
+  void release_tail(ssize_t i) {
+    const auto at = static_cast<std::size_t>(i);
+    auto comm = mailbox(rank_, tails_[at].first)->put_init(&token_, static_cast<uint64_t>(tails_[at].second));
+    cap(*comm, rank_, tails_[at].first, tail_kinds_[at]);
+    comm->detach();
+    heads_.erase(heads_.begin() + i);
+    tails_.erase(tails_.begin() + i);
+    tail_kinds_.erase(tail_kinds_.begin() + i);
+  }
+  // The bytes of a message between nodes that the sender's kernel holds, so that the sender goes
+  // on before they have left (0: a send completes when the receiver has everything).
+  double buffered(int from_rank, int to_rank, double bytes) const {
+    if (!(pf_.send_buffer_bytes > 0) || from_rank / pf_.ranks_per_node == to_rank / pf_.ranks_per_node) return 0.0;
+    return std::min(bytes, pf_.send_buffer_bytes);
   }
   void play(const ScheduleOp& op) {
     switch (op.kind) {
@@ -128,15 +166,20 @@ class StreamActor {
         if (op.seconds > 0) sg4::this_actor::sleep_for(op.seconds);
         break;
       case ScheduleOpKind::send:
-        sends_.push_back(send(op));
+        send(op);
         ++*messages_;
         break;
       case ScheduleOpKind::recv: {
-        sinks_.emplace_back(nullptr);
-        auto comm = mailbox(op.peer, rank_)->get_init()->set_dst_data(reinterpret_cast<void**>(&sinks_.back()));
-        cap(*comm, op.peer, rank_, op.collective);
-        comm->start();
-        recvs_.push_back(comm);
+        // A message the sender splits (send()) arrives as its head, then its tail.
+        const double tail = buffered(op.peer, rank_, op.bytes);
+        const int parts = tail > 0 && tail < op.bytes ? 2 : 1;
+        for (int i = 0; i < parts; ++i) {
+          sinks_.emplace_back(nullptr);
+          auto comm = mailbox(op.peer, rank_)->get_init()->set_dst_data(reinterpret_cast<void**>(&sinks_.back()));
+          cap(*comm, op.peer, rank_, op.collective);
+          comm->start();
+          recvs_.push_back(comm);
+        }
         break;
       }
       case ScheduleOpKind::wait_recvs:
@@ -146,6 +189,7 @@ class StreamActor {
       case ScheduleOpKind::wait_all:
         wait(recvs_);
         wait(sends_);
+        wait(heads_);
         sinks_.clear();
         break;
       case ScheduleOpKind::record:
@@ -168,11 +212,27 @@ class StreamActor {
                                  pf_.nodes[static_cast<std::size_t>(to)].down_bytes_per_s);
     comm.set_rate(pf_.engine_efficiency[k] * link);
   }
-  sg4::CommPtr send(const ScheduleOp& op) {
-    auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes));
+  // A message between nodes leaves as its head (all but its last send_buffer_bytes), which the
+  // sender waits for, then its tail, which the sender's kernel sends on its own while the sender
+  // goes on (TCP's send buffer); a message no larger than the buffer leaves at once, detached.
+  void send(const ScheduleOp& op) {
+    const double tail = buffered(rank_, op.peer, op.bytes);
+    if (tail >= op.bytes && tail > 0) {
+      auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes));
+      cap(*comm, rank_, op.peer, op.collective);
+      comm->detach();
+      return;
+    }
+    auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes - tail));
     cap(*comm, rank_, op.peer, op.collective);
     comm->start();
-    return comm;
+    if (tail > 0) {
+      heads_.push_back(comm);
+      tails_.emplace_back(op.peer, tail);
+      tail_kinds_.push_back(op.collective);
+    } else {
+      sends_.push_back(comm);
+    }
   }
 
   const std::vector<ScheduleOp>& ops_;
@@ -183,6 +243,9 @@ class StreamActor {
   long* messages_;
   int token_ = 0;
   std::vector<sg4::CommPtr> sends_, recvs_;
+  std::vector<sg4::CommPtr> heads_;                // heads of split messages, not yet left
+  std::vector<std::pair<int, double>> tails_;      // [heads_]: peer, bytes
+  std::vector<CollectiveKind> tail_kinds_;         // [heads_]
   std::unordered_map<int, sg4::Mailbox*> boxes_[2];  // [0]: to a peer, [1]: from it
   std::deque<int*> sinks_;
 };
