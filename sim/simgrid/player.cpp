@@ -27,6 +27,9 @@ namespace sg4 = simgrid::s4u;
 // TCP-gamma (the window) so large that it bounds no flow: 0 would do that too, but CM02 then also
 // drops a comm's own rate bound (Comm::set_rate, the engine calibration) on any route with latency.
 const char* const kModelOptions[] = {"network/model:CM02", "network/crosstraffic:0", "network/TCP-gamma:1e30"};
+// Speed only: raw context switches and small actor stacks (a stream's actor needs little), which
+// took the 1,024-rank projection from 61.5 s to 56.1 s on 2 cores.
+const char* const kContextOptions[] = {"contexts/factory:raw", "contexts/stack-size:128"};
 
 // A star zone of one node: its ranks' hosts, each on its own intra-node link to the node's
 // router, which is the zone's gateway.
@@ -258,6 +261,7 @@ nlohmann::json run_simulation(const StepSchedule& schedule, const SimPlatform& p
   sg4::Engine engine(&argc, argv);
   xbt_log_control_set("root.thresh:critical");
   for (const char* option : kModelOptions) sg4::Engine::set_config(option);
+  for (const char* option : kContextOptions) sg4::Engine::set_config(option);
   const int p = schedule.world_size();
   build_platform(pf, p);
   std::vector<std::vector<double>> ends(static_cast<std::size_t>(p));
