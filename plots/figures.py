@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 import matplotlib
+import matplotlib.patches
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
@@ -38,7 +39,8 @@ import report_data as rd  # noqa: E402
 FIGURE_KEYS = ("throughput_vs_world_size", "memory_per_rank", "memory_model", "step_breakdown",
                "workers", "batch_size", "collectives_busbw", "allreduce_implementations",
                "projection",  # PNG file stems, report order; then the emulated-cluster
-               "network_vs_link", "network_vs_nodes")  # figures, which such a report draws first
+               "network_vs_link", "network_vs_nodes", "network_simulation")  # figures, which such a
+# report draws first
 # A second, third... --memory file draws memory_model_2, memory_model_3...
 MIB = 1024.0 ** 2
 GIB = 1024.0 ** 3
@@ -1140,3 +1142,58 @@ def plot_network_vs_nodes(net: rd.NetworkVerdict, out_dir: Path) -> Figure:
         ax.set_title(rd.rate_text(rate))
     finish_network_figure(fig, net, labels)
     return Figure(key, title, network_caption(net, net.node_sentences), save(fig, out_dir, key))
+
+
+def plot_network_simulation(net: rd.NetworkVerdict, out_dir: Path) -> Figure:
+    """The step time of every emulated-cluster point, one panel per strategy: measured, SimGrid's
+    simulation of the run's message schedule (the engine calibrated by its probe) and the
+    alpha-beta formula, side by side; the caption gives each model's median and largest error
+    over the runs drawn."""
+    key, title = "network_simulation", "Step time: measured, simulated, alpha-beta"
+    pts = [p for p in net.points if p.measured_step_s is not None]
+    if not any(p.simulated_step_s is not None for p in pts):
+        return Figure(key, title, missing=(
+            "The simulated step needs emulated-cluster runs of a dpbench built with SimGrid "
+            "(libsimgrid-dev): each run then records network.simulation."))
+    labels = list(net.modes)
+    places = sorted({(p.nodes, p.link_bits_per_s) for p in pts})
+    fig, axes = plt.subplots(1, len(labels), figsize=(max(4.2, 0.9 * len(places) + 1.6) * len(labels) / 1.4, 4.0),
+                             squeeze=False)
+    width = 0.27
+    for ax, label in zip(axes[0], labels):
+        color = color_for(label, labels)
+        line = {(p.nodes, p.link_bits_per_s): p for p in pts if p.label == label}
+        xs = list(range(len(places)))
+        for offset, attr, style in ((-width, "measured_step_s", {"color": color}),
+                                    (0.0, "simulated_step_s", {"color": color, "alpha": 0.45, "hatch": "//"}),
+                                    (width, "projected_step_s", {"color": "white", "edgecolor": "#555555"})):
+            ys = [getattr(line[k], attr) if k in line and getattr(line[k], attr) is not None else 0.0 for k in places]
+            ax.bar([x + offset for x in xs], [1e3 * y for y in ys], width, **style)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{n}\n{rd.rate_text(r)}" for n, r in places])
+        ax.set_xlabel("nodes, link rate")
+        ax.set_ylabel("step time (ms)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(label)
+    handles = [matplotlib.patches.Patch(color="#777777", label="measured (median)"),
+               matplotlib.patches.Patch(facecolor="#777777", alpha=0.45, hatch="//", label="simulated (SimGrid)"),
+               matplotlib.patches.Patch(facecolor="white", edgecolor="#555555", label="alpha-beta formula")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False)
+    fig.suptitle(f"{title} ({net.setting})")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return Figure(key, title, simulation_caption(pts), save(fig, out_dir, key))
+
+
+def simulation_caption(pts: list) -> str:
+    """How to read the simulation figure, and each model's median and largest |error| over the
+    points drawn (error: model / measured - 1, on the medians)."""
+    parts = ["Bars per point and strategy: the measured step time (median over repetitions), SimGrid's "
+             "simulation of the run's message schedule on the probed links with the engine calibrated by its "
+             "probe, and the alpha-beta formula."]
+    for name, attr in (("simulated", "simulated_step_s"), ("alpha-beta", "projected_step_s")):
+        errors = sorted(abs(getattr(p, attr) / p.measured_step_s - 1) for p in pts if getattr(p, attr) is not None)
+        if errors:
+            parts.append(f"{name}: median |error| {100 * errors[len(errors) // 2]:.1f}%, largest "
+                         f"{100 * errors[-1]:.1f}% over {len(errors)} point{'s' if len(errors) != 1 else ''}.")
+    return " ".join(parts)
+

@@ -17,7 +17,8 @@ For: putting the verdict, the run table, PyTorch on the same work, the figures (
 warnings, the failed points and the environment into the Jinja2 templates under plots/templates/.
 A file from an emulated-cluster sweep (`dpbench sweep --nodes --links`) also gets the network
 verdict (ratios to ps per node count and link rate, crossovers, projection error), its table, and
-two figures drawn first: throughput against link rate and against node count. The HTML embeds
+three figures drawn first: throughput against link rate and against node count, and the step
+time measured, simulated (SimGrid) and by the alpha-beta formula side by side. The HTML embeds
 every figure as a base64 data: URI, so it needs no other file. Both verdicts are computed once, in
 main(): the opening sentence and every caption that states one of its numbers read the same
 record, and strategies appear in one order everywhere (ps, the reference, first).
@@ -269,7 +270,8 @@ def build_figures(results: rd.ResultSet, coll, proj, out_dir: Path, net=None, ve
     pts = results.points
     verdict = rd.compute_verdict(pts) if verdict is None else verdict
     network = [] if net is None else [figures.plot_network_vs_link(net, out_dir),
-                                      figures.plot_network_vs_nodes(net, out_dir)]
+                                      figures.plot_network_vs_nodes(net, out_dir),
+                                      figures.plot_network_simulation(net, out_dir)]
     return network + [
         figures.plot_throughput_vs_world_size(pts, out_dir, verdict),
         figures.plot_memory_per_rank(pts, out_dir, verdict),

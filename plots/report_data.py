@@ -130,6 +130,14 @@ class NetworkPoint:
     throughput_max: float
     projected_throughput: Optional[float]  # median over repetitions; None without a projection
     projection_errors: tuple  # network.projection.error of each repetition that has one
+    # Step times (s, medians over repetitions; None where no run recorded one): measured
+    # (network.projection.measured_step_s), the alpha-beta formula's (projected_step_s) and
+    # SimGrid's simulation of the run's schedule (network.simulation.simulated_step_s), with the
+    # simulation's error of each repetition that has one.
+    measured_step_s: Optional[float] = None
+    projected_step_s: Optional[float] = None
+    simulated_step_s: Optional[float] = None
+    simulation_errors: tuple = ()
 
     @property
     def setting(self) -> tuple:
@@ -909,19 +917,30 @@ def aggregate_network(key: tuple, runs: list, order: int) -> NetworkPoint:
     mode, label, reference, variant, batch, workers, per_node, nodes, link, rate = key
     throughputs = [float(r["throughput_samples_per_s"]) for r in runs]
     projected, errors = [], []
+    steps: dict = {"measured": [], "projected": [], "simulated": []}
+    sim_errors = []
     for r in runs:
         projection = ((r.get("network") or {}).get("projection")) or {}
+        simulation = ((r.get("network") or {}).get("simulation")) or {}
         step = number(projection.get("projected_step_s"))
         if step is not None and step > 0:
             projected.append(batch / step)
         if number(projection.get("error")) is not None:
             errors.append(float(projection["error"]))
+        for name, value in (("measured", projection.get("measured_step_s")), ("projected", step),
+                            ("simulated", simulation.get("simulated_step_s"))):
+            if number(value) is not None and float(value) > 0:
+                steps[name].append(float(value))
+        if number(simulation.get("error")) is not None:
+            sim_errors.append(float(simulation["error"]))
     return NetworkPoint(mode=mode, label=label, reference=reference, order=order, variant=variant,
                         global_batch=batch, num_workers=workers, ranks_per_node=per_node, nodes=nodes,
                         link=link, link_bits_per_s=rate, repetitions=len(runs),
                         throughput=statistics.median(throughputs), throughput_min=min(throughputs),
                         throughput_max=max(throughputs), projected_throughput=median(projected),
-                        projection_errors=tuple(errors))
+                        projection_errors=tuple(errors), measured_step_s=median(steps["measured"]),
+                        projected_step_s=median(steps["projected"]),
+                        simulated_step_s=median(steps["simulated"]), simulation_errors=tuple(sim_errors))
 
 
 def network_modes(points: Iterable) -> list:

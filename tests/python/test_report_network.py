@@ -302,6 +302,40 @@ class NetworkVerdictTest(unittest.TestCase):
         self.assertEqual(0, proc.returncode, proc.stderr)
         self.assertIn("bars from min to max", (out / "report.md").read_text())
 
+    def test_simulation_figure_draws_the_three_step_times_and_their_errors(self):
+        # The fixture predates the simulation: each run gets one, simulated = measured x a factor
+        # that differs per run, so the caption's median and largest error must come from the JSON.
+        doc = copy.deepcopy(self.doc)
+        errors = []
+        for i, run in enumerate(doc["runs"]):
+            measured = run["network"]["projection"]["measured_step_s"]
+            factor = 1 + 0.01 * ((i * 7) % 13 - 6)
+            run["network"]["simulation"] = {"simulated_step_s": measured * factor, "error": factor - 1,
+                                            "engine": "gloo", "simulator": {}, "platform": {}}
+            errors.append(abs(factor - 1))
+        errors.sort()
+        out = self.tmp / "out"
+        proc = run_report(out, [write_json(self.tmp / "simulated.json", doc)])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        md = (out / "report.md").read_text()
+        path = out / "network_simulation.png"
+        self.assertTrue(path.is_file() and path.read_bytes().startswith(PNG_MAGIC))
+        self.assertIn("![Step time: measured, simulated, alpha-beta](network_simulation.png)", md)
+        after = md.split("](network_simulation.png)")[1]
+        caption = re.search(r"^\*(.*)\*$", after, re.M).group(1)
+        self.assertIn(f"simulated: median |error| {100 * errors[len(errors) // 2]:.1f}%, largest "
+                      f"{100 * errors[-1]:.1f}% over {len(errors)} points", caption)
+        alpha_beta = sorted(abs(r["network"]["projection"]["projected_step_s"] /
+                                r["network"]["projection"]["measured_step_s"] - 1) for r in doc["runs"])
+        self.assertIn(f"alpha-beta: median |error| {100 * alpha_beta[len(alpha_beta) // 2]:.1f}%", caption)
+        # Without any simulation in the files, a sentence says what to build.
+        plain = self.tmp / "plain"
+        proc = run_report(plain, [write_json(self.tmp / "plain.json", self.doc)])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        self.assertFalse((plain / "network_simulation.png").exists())
+        self.assertIn("> Not drawn: The simulated step needs emulated-cluster runs of a dpbench built with SimGrid",
+                      (plain / "report.md").read_text())
+
     def test_one_link_rate_leaves_the_link_figure_a_sentence(self):
         doc = copy.deepcopy(self.doc)
         doc["runs"] = [r for r in doc["runs"] if r["cluster"]["link"] == "1gbit"]
