@@ -345,6 +345,19 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
     EXPECT_GT(c.seconds, 0.0) << collective_name(kinds[i]);
     EXPECT_DOUBLE_EQ(c.seconds, c.end_s - (i == 0 ? 0.0 : got[0]->collectives[i - 1].end_s)) << collective_name(kinds[i]);
   }
+  // Quick sequences repeat up to the cap while they take less than min_seconds together.
+  auto many = std::make_shared<LocalGroup>(2);
+  std::vector<std::optional<EngineProbe>> more(2);
+  std::vector<std::thread> pair;
+  for (int r = 0; r < 2; ++r) {
+    pair.emplace_back([&, r] {
+      LocalCommunicator comm(many, r, nullptr);
+      more[static_cast<std::size_t>(r)] = probe_engine(comm, {CollectiveKind::allreduce}, 64, 3, 1e9);
+    });
+  }
+  for (auto& t : pair) t.join();
+  ASSERT_TRUE(more[0].has_value());
+  EXPECT_EQ(more[0]->repetitions, kMaxRepetitions);
   auto lone = std::make_shared<LocalGroup>(2);
   LocalCommunicator comm(lone, 0, nullptr);
   EXPECT_THROW(probe_engine(comm, kinds, 1, 2), InputError);

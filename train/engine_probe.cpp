@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
@@ -48,7 +49,7 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 }
 
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
-                                        std::size_t floats, int reps) {
+                                        std::size_t floats, int reps, double min_seconds) {
   const int p = comm.world_size();
   if (floats < static_cast<std::size_t>(p) || reps < 1) {
     throw InputError(fmt::format("engine probe: {} floats over {} ranks, {} repetitions: needs a float per rank and "
@@ -59,22 +60,31 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   for (CollectiveKind kind : kinds) run_collective(comm, kind, buf, out, static_cast<std::size_t>(p));
   // Every rank's exit times, [reps][kinds], seconds after its own barrier exit, gathered to rank 0.
   const std::size_t k = kinds.size();
-  std::vector<float> mine(static_cast<std::size_t>(reps) * k, 0.0f);
-  for (int i = 0; i < reps; ++i) {
+  std::vector<float> mine;
+  auto repetition = [&] {
     comm.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     for (std::size_t j = 0; j < k; ++j) {
       run_collective(comm, kinds[j], buf, out, floats);
-      mine[static_cast<std::size_t>(i) * k + j] =
-          static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      mine.push_back(static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
     }
+  };
+  repetition();
+  // Short sequences (fast links) repeat until min_seconds, as rank 0 counts them, at most
+  // kMaxRepetitions times.
+  float first = k > 0 ? mine.back() : 0.0f;
+  comm.broadcast(&first, 1, 0);
+  if (min_seconds > 0 && first > 0) {
+    reps = std::max(reps, static_cast<int>(std::min<double>(kMaxRepetitions, std::ceil(min_seconds / first))));
   }
+  for (int i = 1; i < reps; ++i) repetition();
   comm.barrier();
   std::vector<float> all(mine.size() * static_cast<std::size_t>(p), 0.0f);
   comm.gatherv(mine.data(), std::vector<std::size_t>(static_cast<std::size_t>(p), mine.size()), all.data(), 0);
   if (comm.rank() != 0 || k == 0) return std::nullopt;
   // Each repetition's ends: the latest rank's; then the repetition of the median total.
   std::vector<std::vector<double>> ends(static_cast<std::size_t>(reps), std::vector<double>(k, 0.0));
+  if (all.size() != ends.size() * k * static_cast<std::size_t>(p)) throw Error("engine probe: the ranks ran different repetitions");
   for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) {
     for (std::size_t i = 0; i < ends.size(); ++i) {
       for (std::size_t j = 0; j < k; ++j) ends[i][j] = std::max(ends[i][j], double{all[(r * ends.size() + i) * k + j]});

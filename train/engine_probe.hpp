@@ -44,10 +44,12 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 
 // Every rank of `comm` calls it with the same arguments: each kind once on a few floats (the
 // connections' first use), then `reps` times the sequence of `kinds` on `floats` floats, each
-// time after a barrier. Returns the probe (the median repetition) on rank 0, nullopt on the
+// time after a barrier; more times (at most kMaxRepetitions) while the repetitions, at the first
+// one's time on rank 0, take less than min_seconds together. Returns the probe (the median repetition) on rank 0, nullopt on the
 // others. Throws InputError when floats < world_size or reps < 1, and what the communicator
 // throws.
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
-                                        std::size_t floats, int reps);
+                                        std::size_t floats, int reps, double min_seconds = 0);
+inline constexpr int kMaxRepetitions = 15;
 
 }  // namespace dpbench
