@@ -315,24 +315,32 @@ TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
   EXPECT_LT(fit.efficiency, 0.5);
 }
 
+// probe_engine on p threads of one local group; each rank's answer.
+std::vector<std::optional<EngineProbe>> probe_on_threads(int p, const std::vector<CollectiveKind>& kinds,
+                                                         std::size_t floats, int reps, double min_seconds) {
+  auto group = std::make_shared<LocalGroup>(p);
+  std::vector<std::optional<EngineProbe>> got(static_cast<std::size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicator comm(group, r, nullptr);
+      got[static_cast<std::size_t>(r)] = probe_engine(comm, kinds, floats, reps, min_seconds);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return got;
+}
+
 // The probe on three threads of one local group: every kind asked for, in order, each ending after
-// the one before it, with its own time the difference of the two; on rank 0 only; bad sizes are
+// the one before it, with its own time the difference of the two; on rank 0 only; quick
+// sequences repeated up to the cap while they take less than min_seconds together; bad sizes are
 // input errors.
 TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
   const std::vector<CollectiveKind> kinds = {CollectiveKind::allreduce, CollectiveKind::reduce,
                                              CollectiveKind::broadcast, CollectiveKind::reduce_scatter,
                                              CollectiveKind::allgather, CollectiveKind::scatter,
                                              CollectiveKind::gather};
-  auto group = std::make_shared<LocalGroup>(3);
-  std::vector<std::optional<EngineProbe>> got(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      LocalCommunicator comm(group, r, nullptr);
-      got[static_cast<std::size_t>(r)] = probe_engine(comm, kinds, 10001, 3);
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto got = probe_on_threads(3, kinds, 10001, 3, 0.0);
   ASSERT_TRUE(got[0].has_value());
   EXPECT_FALSE(got[1].has_value());
   EXPECT_FALSE(got[2].has_value());
@@ -345,17 +353,7 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
     EXPECT_GT(c.seconds, 0.0) << collective_name(kinds[i]);
     EXPECT_DOUBLE_EQ(c.seconds, c.end_s - (i == 0 ? 0.0 : got[0]->collectives[i - 1].end_s)) << collective_name(kinds[i]);
   }
-  // Quick sequences repeat up to the cap while they take less than min_seconds together.
-  auto many = std::make_shared<LocalGroup>(2);
-  std::vector<std::optional<EngineProbe>> more(2);
-  std::vector<std::thread> pair;
-  for (int r = 0; r < 2; ++r) {
-    pair.emplace_back([&, r] {
-      LocalCommunicator comm(many, r, nullptr);
-      more[static_cast<std::size_t>(r)] = probe_engine(comm, {CollectiveKind::allreduce}, 64, 3, 1e9);
-    });
-  }
-  for (auto& t : pair) t.join();
+  const auto more = probe_on_threads(2, {CollectiveKind::allreduce}, 64, 3, 1e9);
   ASSERT_TRUE(more[0].has_value());
   EXPECT_EQ(more[0]->repetitions, kMaxRepetitions);
   auto lone = std::make_shared<LocalGroup>(2);
