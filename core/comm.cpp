@@ -6,22 +6,19 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/ring.hpp"
 
 namespace dpbench {
 
-namespace {
-int mod(int a, int p) { return ((a % p) + p) % p; }
-}  // namespace
-
 ElementCounts chain_reduce_counts(std::size_t n, int p, int rank, int root) {
   if (p < 2) return {};
-  const int pos = mod(rank - root - 1, p);  // the chain ends at the root
+  const int pos = ring_mod(rank - root - 1, p);  // the chain ends at the root
   return {pos < p - 1 ? n : 0, pos > 0 ? n : 0};
 }
 
 ElementCounts chain_broadcast_counts(std::size_t n, int p, int rank, int root) {
   if (p < 2) return {};
-  const int pos = mod(rank - root, p);  // the chain starts at the root
+  const int pos = ring_mod(rank - root, p);  // the chain starts at the root
   return {pos < p - 1 ? n : 0, pos > 0 ? n : 0};
 }
 
@@ -31,7 +28,7 @@ ElementCounts gloo_reduce_counts(std::size_t n, int p, int rank, int root) {
   for (int i = 0; i < p; ++i) {
     const std::size_t chunk = ring_chunk(n, p, i).length;
     if (i != rank) c.sent += chunk;                 // reduce-scatter: every chunk but its own
-    if (i != mod(rank + 1, p)) c.received += chunk;  // ... and from its neighbour, all but one
+    if (i != ring_mod(rank + 1, p)) c.received += chunk;  // ... and from its neighbour, all but one
     if (rank == root && i != root) c.received += chunk;  // gather to root
   }
   if (rank != root) c.sent += ring_chunk(n, p, rank).length;
@@ -40,7 +37,7 @@ ElementCounts gloo_reduce_counts(std::size_t n, int p, int rank, int root) {
 
 ElementCounts binomial_broadcast_counts(std::size_t n, int p, int rank, int root) {
   if (p < 2 || n == 0) return {};
-  const int v = mod(rank - root, p);
+  const int v = ring_mod(rank - root, p);
   int bits = 0;  // v's bit length
   while ((1 << bits) <= v) ++bits;
   ElementCounts c{0, v > 0 ? n : 0};

@@ -10,13 +10,9 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/ring.hpp"
 
 namespace dpbench {
-
-namespace {
-int mod(int a, int p) { return ((a % p) + p) % p; }
-
-}  // namespace
 
 std::size_t LocalCommunicator::chain_slice(std::size_t n) {
   return std::min(kSliceElems, std::max<std::size_t>(1, (n + 7) / 8));
@@ -163,7 +159,7 @@ void LocalCommunicator::publish(const void* a, const void* b) {
 template <typename ChunkOf>
 void LocalCommunicator::ring_reduce_scatter(float* buf, ChunkOf chunk_of, int shift) {
   const int p = world_size();
-  const int prev = mod(rank_ - 1, p);
+  const int prev = ring_mod(rank_ - 1, p);
   for (int s = 0; s < p - 1; ++s) {
     const RingStep step = ring_reduce_scatter_step(rank_, p, shift, s);
     const Chunk c = chunk_of(step.recv);
@@ -180,7 +176,7 @@ void LocalCommunicator::ring_reduce_scatter(float* buf, ChunkOf chunk_of, int sh
 template <typename ChunkOf>
 void LocalCommunicator::ring_all_gather(float* buf, ChunkOf chunk_of, int shift) {
   const int p = world_size();
-  const int prev = mod(rank_ - 1, p);
+  const int prev = ring_mod(rank_ - 1, p);
   for (int s = 0; s < p - 1; ++s) {
     const RingStep step = ring_all_gather_step(rank_, p, shift, s);
     const Chunk c = chunk_of(step.recv);
@@ -273,11 +269,11 @@ void LocalCommunicator::reduce_sum(float* buf, std::size_t n, int root) {
   const int p = world_size();
   if (p == 1 || n == 0) return;
   const std::size_t slice = chain_slice(n);
-  const int pos = mod(rank_ - root - 1, p);
+  const int pos = ring_mod(rank_ - root - 1, p);
   const bool relay = pos > 0 && pos < p - 1;
   float* my_scratch = relay ? ops_->scratch(2 * slice) : nullptr;
   publish(buf, my_scratch);
-  const int prev = mod(rank_ - 1, p);
+  const int prev = ring_mod(rank_ - 1, p);
   chain_pipeline(n, pos, [&](long k, std::size_t off, std::size_t len) {
     const std::size_t parity = static_cast<std::size_t>(k % 2) * slice;
     const float* in = pos == 1 ? peer<float>(prev, 0) + off : peer<float>(prev, 1) + parity;
@@ -294,8 +290,8 @@ void LocalCommunicator::broadcast(float* buf, std::size_t n, int root) {
   const int p = world_size();
   if (p == 1 || n == 0) return;
   publish(buf);
-  const int prev = mod(rank_ - 1, p);
-  chain_pipeline(n, mod(rank_ - root, p), [&](long, std::size_t off, std::size_t len) {
+  const int prev = ring_mod(rank_ - 1, p);
+  chain_pipeline(n, ring_mod(rank_ - root, p), [&](long, std::size_t off, std::size_t len) {
     ops_->copy(buf + off, peer<float>(prev) + off, len);
   });
 }

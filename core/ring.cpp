@@ -3,7 +3,6 @@
 namespace dpbench {
 
 namespace {
-int mod(int a, int p) { return ((a % p) + p) % p; }
 
 // The elements a ring half moves on `rank` over its p-1 steps, chunk i of length length(i).
 template <typename StepFn, typename LengthFn>
@@ -19,11 +18,11 @@ ElementCounts half_counts(int rank, int p, int shift, StepFn step, LengthFn leng
 }  // namespace
 
 RingStep ring_reduce_scatter_step(int rank, int p, int shift, int s) {
-  return {mod(rank + shift - s - 1, p), mod(rank + shift - s - 2, p)};
+  return {ring_mod(rank + shift - s - 1, p), ring_mod(rank + shift - s - 2, p)};
 }
 
 RingStep ring_all_gather_step(int rank, int p, int shift, int s) {
-  return {mod(rank + shift - s, p), mod(rank + shift - s - 1, p)};
+  return {ring_mod(rank + shift - s, p), ring_mod(rank + shift - s - 1, p)};
 }
 
 ElementCounts ring_allreduce_counts(std::size_t n, int p, int rank) {

@@ -18,6 +18,9 @@ struct ElementCounts {
   std::size_t received = 0;
 };
 
+// a mod p in [0, p) for any a (ranks around a ring: rank - 1 of rank 0 is p - 1). p > 0.
+inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
+
 // Offset and length of chunk i when n elements are split into p nearly equal chunks (the first
 // n % p chunks get one more).
 struct Chunk {

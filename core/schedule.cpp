@@ -12,7 +12,6 @@
 namespace dpbench {
 
 namespace {
-int mod(int a, int p) { return ((a % p) + p) % p; }
 constexpr double kFloat = sizeof(float);
 constexpr std::size_t kMpiSegmentElems = 65536 / sizeof(float);  // coll_tuned_*_segmentsize
 constexpr std::size_t kLocalSliceElems = 32 * 1024;              // LocalCommunicator::kSliceElems
@@ -154,8 +153,8 @@ void Collectives::ring_half(const std::vector<std::size_t>& counts, int shift, R
   for (int k = 0; k + 1 < p; ++k) {
     for (int r = 0; r < p; ++r) {
       const RingStep st = step(r, p, shift, k);
-      s_.send(r, stream_, mod(r + 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
-      s_.recv(r, stream_, mod(r - 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
+      s_.send(r, stream_, ring_mod(r + 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
+      s_.recv(r, stream_, ring_mod(r - 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
       s_.wait_all(r, stream_);
     }
   }
@@ -190,14 +189,14 @@ void Collectives::chain(std::size_t n, int root, bool reduce) {
   const std::size_t len = slice(n);
   const int dir = reduce && engine_ == "mpi" ? -1 : 1;
   for (int r = 0; r < p; ++r) {
-    const int pos = reduce ? mod(dir * (r - root) - 1, p) : mod(r - root, p);
+    const int pos = reduce ? ring_mod(dir * (r - root) - 1, p) : ring_mod(r - root, p);
     for (std::size_t off = 0; off < n; off += len) {
       const double bytes = kFloat * static_cast<double>(std::min(len, n - off));
       if (pos >= 1) {
-        s_.recv(r, stream_, mod(r - dir, p), bytes);
+        s_.recv(r, stream_, ring_mod(r - dir, p), bytes);
         s_.wait_recvs(r, stream_);
       }
-      if (pos < p - 1) s_.send(r, stream_, mod(r + dir, p), bytes);
+      if (pos < p - 1) s_.send(r, stream_, ring_mod(r + dir, p), bytes);
     }
     s_.wait_all(r, stream_);
   }
@@ -238,11 +237,11 @@ void Collectives::libnbc_reduce_scatterv(const std::vector<std::size_t>& counts)
 void Collectives::gloo_reduce(std::size_t n, int root) {
   const int p = s_.world_size();
   if (p < 2 || n == 0) return;
-  auto chunk = [n, p](int i) { return kFloat * static_cast<double>(ring_chunk(n, p, mod(i, p)).length); };
+  auto chunk = [n, p](int i) { return kFloat * static_cast<double>(ring_chunk(n, p, ring_mod(i, p)).length); };
   for (int step = 0; step + 1 < p; ++step) {
     for (int r = 0; r < p; ++r) {
-      s_.send(r, stream_, mod(r - 1, p), chunk(r + step + 1));
-      s_.recv(r, stream_, mod(r + 1, p), chunk(r + step + 2));
+      s_.send(r, stream_, ring_mod(r - 1, p), chunk(r + step + 1));
+      s_.recv(r, stream_, ring_mod(r + 1, p), chunk(r + step + 2));
       s_.wait_all(r, stream_);
     }
   }
@@ -265,15 +264,15 @@ void Collectives::binomial_broadcast(std::size_t n, int root) {
   if (p < 2 || n == 0) return;
   const double bytes = kFloat * static_cast<double>(n);
   for (int r = 0; r < p; ++r) {
-    const int v = mod(r - root, p);
+    const int v = ring_mod(r - root, p);
     int bits = 0;
     while ((1 << bits) <= v) ++bits;
     if (v > 0) {
-      s_.recv(r, stream_, mod(v - (1 << (bits - 1)) + root, p), bytes);
+      s_.recv(r, stream_, ring_mod(v - (1 << (bits - 1)) + root, p), bytes);
       s_.wait_recvs(r, stream_);
     }
     for (int i = bits; (1 << i) < p; ++i) {
-      if (v + (1 << i) < p) s_.send(r, stream_, mod(v + (1 << i) + root, p), bytes);
+      if (v + (1 << i) < p) s_.send(r, stream_, ring_mod(v + (1 << i) + root, p), bytes);
     }
     s_.wait_all(r, stream_);
   }

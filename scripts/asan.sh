@@ -4,7 +4,8 @@
 # the `fuzz` preset's tree (clang-14, ASan + UBSan, CPU only), which scripts/fuzz.sh then reuses
 # for the fuzz targets, so that CI compiles the libraries once for both. The runs of the dpbench
 # command as a child process and the long acceptance runs are left to the release suite
-# (scripts/sanitizer-excluded.txt): under ASan they take minutes. (The `debug` preset is the same
+# (scripts/sanitizer-excluded.txt): under ASan they take minutes. One shard per core
+# (scripts/gtest-shards.sh). (The `debug` preset is the same
 # sanitizers under gcc at -O0, for stepping through a report.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,4 @@ cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j"$(nproc)" --target dpbench dpbench_tests
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}"
-./build/fuzz/tests/dpbench_tests --gtest_brief=1 --gtest_filter="-$(grep -v '^#' scripts/sanitizer-excluded.txt | paste -sd:)"
+bash scripts/gtest-shards.sh ./build/fuzz/tests/dpbench_tests --gtest_brief=1 --gtest_filter="-$(grep -v '^#' scripts/sanitizer-excluded.txt | paste -sd:)"

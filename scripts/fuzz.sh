@@ -5,7 +5,8 @@
 # coverage-increasing inputs go to build/fuzz/corpus/<target>/, outside the tree. An input that
 # crashes a target, leaks, runs out of memory or hangs is copied to fuzz/regressions/<target>/
 # (so that ctest's fuzz.replay.<target> replays it from then on; commit it with the fix) and the
-# script exits 1. Prints one line per target: seconds, executions, result.
+# script exits 1. Runs one target per core at a time. Prints one line per target: seconds,
+# executions, result.
 #   --seconds N   time per target (a long run: --seconds 3600)
 #   TARGET...     only these (fashion_mnist, rendezvous_message, run_options, sample_shape)
 set -euo pipefail
@@ -33,25 +34,21 @@ cmake --build --preset fuzz -j"$(nproc)"
 # Leaks fail a run; UBSan stops at the first report (also compiled in: -fno-sanitize-recover).
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}"
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-  bin=build/fuzz/fuzz/fuzz_$t
-  work=build/fuzz/corpus/$t
-  artifacts=build/fuzz/artifacts/$t
-  log=build/fuzz/$t.log
+# One target: fuzzes it, keeps a crashing input, writes its summary line to build/fuzz/$t.result
+# (a first word FAILED when it failed).
+fuzz_target() {
+  local t=$1
+  local bin=build/fuzz/fuzz/fuzz_$t work=build/fuzz/corpus/$t artifacts=build/fuzz/artifacts/$t
+  local log=build/fuzz/$t.log status=0 result=ok execs a
   mkdir -p "$work" "$artifacts" "fuzz/regressions/$t"
   rm -f "$artifacts"/*
   echo "fuzz.sh: $t for ${seconds} s (log: $log)"
-  status=0
   # -timeout: one input running over 10 s is a hang; -rss_limit_mb: over 2 GiB is out of memory.
   "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "$work" "fuzz/corpus/$t" "fuzz/regressions/$t" >"$log" 2>&1 || status=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  result=ok
   if [ "$status" -ne 0 ] || [ -n "$(ls -A "$artifacts")" ]; then
     result="FAILED (exit $status)"
-    failed+=("$t")
     for a in "$artifacts"/*; do
       [ -e "$a" ] || continue
       cp "$a" "fuzz/regressions/$t/"
@@ -59,10 +56,21 @@ for t in "${targets[@]}"; do
     done
     grep -m1 -E "ERROR: |runtime error|fuzz check failed|terminate called" "$log" >&2 || tail -20 "$log" >&2
   fi
-  summary+=("$(printf '%-20s %6s s  %12s execs  %s' "$t" "$seconds" "${execs:-?}" "$result")")
-done
+  printf '%-20s %6s s  %12s execs  %s\n' "$t" "$seconds" "${execs:-?}" "$result" >"build/fuzz/$t.result"
+}
 
-printf '%s\n' "${summary[@]}"
+# The targets side by side, one per core (each libFuzzer process runs on one).
+rm -f build/fuzz/*.result
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+  fuzz_target "$t" &
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  cat "build/fuzz/$t.result"
+  grep -q '  FAILED' "build/fuzz/$t.result" && failed+=("$t")
+done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: ${failed[*]} failed; the inputs are in fuzz/regressions/ (logs in build/fuzz/*.log)" >&2
   exit 1

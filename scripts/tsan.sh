@@ -8,10 +8,11 @@
 # (scripts/sanitizer-excluded.txt). Libraries that are not instrumented (libzmq) are suppressed,
 # each entry with its reason, in scripts/tsan.supp. Left to the release suite: the long acceptance runs (ctest label
 # `long`, tests/CMakeLists.txt), ten times slower under TSan. A race makes TSan report and the
-# run exit non-zero. Builds the `tsan` preset (CPU only).
+# run exit non-zero. Builds the `tsan` preset's test binary (CPU only) and runs it one shard per
+# core (scripts/gtest-shards.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j"$(nproc)"
+cmake --build --preset tsan -j"$(nproc)" --target dpbench_tests
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}"
-./build/tsan/tests/dpbench_tests --gtest_brief=1 --gtest_filter="-$(cat scripts/sanitizer-excluded.txt | grep -v '^#' | paste -sd:)"
+bash scripts/gtest-shards.sh ./build/tsan/tests/dpbench_tests --gtest_brief=1 --gtest_filter="-$(cat scripts/sanitizer-excluded.txt | grep -v '^#' | paste -sd:)"

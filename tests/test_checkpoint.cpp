@@ -335,7 +335,7 @@ TEST(CheckpointFormat, RoundTripsAndDetectsDamage) {
 
 // ---- the command line, in-process ranks and mpirun
 
-struct Outcome {
+struct CheckpointOutcome {
   int exit_code = -1;
   std::string err;
 };
@@ -343,7 +343,7 @@ struct Outcome {
 class CheckpointCli : public ::testing::Test {
  protected:
   std::string path(const std::string& name) const { return (tmp_.path() / name).string(); }
-  Outcome sh(const std::string& command) {
+  CheckpointOutcome sh(const std::string& command) {
     const std::string err = path("stderr.txt");
     const int status = std::system((command + " >/dev/null 2>" + err).c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(err)};
@@ -373,7 +373,7 @@ TEST_F(CheckpointCli, ResultRecordsCheckpointsAndAllInvalidExitsTwo) {
   EXPECT_FALSE(c.contains("resumed_from_step"));
 
   for (const long step : {5L, 10L}) fs::resize_file(checkpoint_path(path("ck"), step, 1), 64);
-  const Outcome o = sh(kRun + ckpt + " --resume -o " + path("d.json"));
+  const CheckpointOutcome o = sh(kRun + ckpt + " --resume -o " + path("d.json"));
   EXPECT_EQ(o.exit_code, 2) << o.err;
   const std::string last = o.err.substr(o.err.rfind('\n', o.err.size() - 2) + 1);
   EXPECT_NE(last.find("no valid checkpoint in " + path("ck")), std::string::npos) << o.err;
@@ -386,11 +386,11 @@ TEST_F(CheckpointCli, RunEndedByAFailedRankResumesFromItsLastCheckpoint) {
   const std::string run = kRun + " --mode allreduce --ranks 3";
   const std::string ckpt = " --checkpoint-dir " + path("ck") + " --checkpoint-every 4";
   ASSERT_EQ(sh(run + " -o " + path("whole.json") + " --save-params " + path("whole")).exit_code, 0);
-  const Outcome failed = sh("DPBENCH_FAULT=rank=1,step=10,kind=throw " + run + ckpt + " -o " + path("a.json"));
+  const CheckpointOutcome failed = sh("DPBENCH_FAULT=rank=1,step=10,kind=throw " + run + ckpt + " -o " + path("a.json"));
   EXPECT_EQ(failed.exit_code, 1) << failed.err;
   EXPECT_NE(failed.err.find("injected fault"), std::string::npos) << failed.err;
   EXPECT_TRUE(fs::exists(checkpoint_path(path("ck"), 8, 0)));
-  const Outcome o = sh(run + ckpt + " --resume -o " + path("b.json") + " --save-params " + path("resumed"));
+  const CheckpointOutcome o = sh(run + ckpt + " --resume -o " + path("b.json") + " --save-params " + path("resumed"));
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto whole = nlohmann::json::parse(slurp(path("whole.json")))["runs"][0];
   const auto resumed = nlohmann::json::parse(slurp(path("b.json")))["runs"][0];
@@ -405,7 +405,7 @@ TEST_F(CheckpointCli, RunEndedByAFailedRankResumesFromItsLastCheckpoint) {
 TEST_F(CheckpointCli, OptionsAreChecked) {
   EXPECT_EQ(sh(kRun + " --mode ps --checkpoint-every 5").exit_code, 2);
   EXPECT_EQ(sh(kRun + " --mode ps --resume").exit_code, 2);
-  const Outcome two = sh(kRun + " --mode ps,allreduce --checkpoint-dir " + path("ck") + " --checkpoint-every 5");
+  const CheckpointOutcome two = sh(kRun + " --mode ps,allreduce --checkpoint-dir " + path("ck") + " --checkpoint-every 5");
   EXPECT_EQ(two.exit_code, 2);
   EXPECT_NE(two.err.find("give one --mode"), std::string::npos) << two.err;
 }
@@ -424,7 +424,7 @@ TEST_F(CheckpointCli, MpiStoppedAndResumedJobEqualsUninterruptedBitwise) {
     ASSERT_EQ(sh(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json"))
                   .exit_code, 0) << mode;
     EXPECT_EQ(fs::exists(checkpoint_path(dir, 12, 1)), mode == "sharded_ps") << mode;
-    const Outcome o = sh(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") + " --save-params " +
+    const CheckpointOutcome o = sh(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") + " --save-params " +
                          path("resumed"));
     ASSERT_EQ(o.exit_code, 0) << mode << o.err;
     const auto whole = nlohmann::json::parse(slurp(path("whole.json")))["runs"][0];
@@ -469,14 +469,14 @@ TEST_F(CheckpointCli, GlooStoppedAndResumedJobEqualsUninterruptedBitwise) {
     const std::string transport = variant == mode ? "" : " --transport p2p";
     const std::string run = " --mode " + mode + transport;
     const std::string dir = path("ck-" + mode + (transport.empty() ? "" : "-p2p"));
-    const Outcome w = job(run + " -o " + path("whole.json") + " --save-params " + path("whole"));
+    const CheckpointOutcome w = job(run + " -o " + path("whole.json") + " --save-params " + path("whole"));
     ASSERT_EQ(w.exit_code, 0) << variant << w.err;
     EXPECT_LT(exit_delay(path("whole.json")), 5.0) << variant;
-    const Outcome a = job(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json"));
+    const CheckpointOutcome a = job(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json"));
     ASSERT_EQ(a.exit_code, 0) << variant << a.err;
     EXPECT_TRUE(fs::exists(checkpoint_path(dir, 12, 0))) << variant;
     EXPECT_EQ(fs::exists(checkpoint_path(dir, 12, 1)), mode == "sharded_ps") << variant;
-    const Outcome o = job(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") + " --save-params " +
+    const CheckpointOutcome o = job(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") + " --save-params " +
                           path("resumed"));
     ASSERT_EQ(o.exit_code, 0) << variant << o.err;
     const auto whole = nlohmann::json::parse(slurp(path("whole.json")))["runs"][0];

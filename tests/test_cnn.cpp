@@ -18,16 +18,16 @@
 namespace dpbench {
 namespace {
 
-constexpr std::size_t kBatch = 8, kClasses = 5;
+constexpr std::size_t kBatch = 8, kCnnClasses = 5;
 const SampleShape kShape{2, 8, 8};
 
-struct Problem {
+struct CnnProblem {
   std::vector<float> params, x, dlogits;
 };
 
-Problem make_problem() {
-  Cnn model(kShape, 3, 4, 6, kClasses);
-  Problem p;
+CnnProblem make_problem() {
+  Cnn model(kShape, 3, 4, 6, kCnnClasses);
+  CnnProblem p;
   p.params.resize(model.num_params());
   model.init_params(p.params.data(), 3);
   std::mt19937_64 rng(9);
@@ -39,17 +39,17 @@ Problem make_problem() {
   }
   p.x.resize(kBatch * kShape.features());
   for (float& v : p.x) v = normal(rng);
-  p.dlogits.resize(kBatch * kClasses);
+  p.dlogits.resize(kBatch * kCnnClasses);
   for (float& v : p.dlogits) v = normal(rng) / static_cast<float>(kBatch);
   return p;
 }
 
 // Full-batch reference: one model, all 8 samples.
-void full_batch(const Problem& p, std::vector<float>& logits, std::vector<float>& grads) {
+void full_batch(const CnnProblem& p, std::vector<float>& logits, std::vector<float>& grads) {
   MemoryTracker t;  // declared first: the model frees its buffers into it
-  Cnn model(kShape, 3, 4, 6, kClasses);
+  Cnn model(kShape, 3, 4, 6, kCnnClasses);
   model.reserve(kBatch, t);
-  logits.assign(kBatch * kClasses, 0);
+  logits.assign(kBatch * kCnnClasses, 0);
   grads.assign(model.num_params(), 0);
   model.forward(p.params.data(), p.x.data(), kBatch, logits.data());
   model.backward(p.params.data(), p.x.data(), p.dlogits.data(), kBatch, grads.data(), nullptr);
@@ -67,11 +67,11 @@ class CommSync final : public BatchNormSync {
 };
 
 // 4 ranks with 2 samples each; returns each rank's logits rows in order and the sum of grads.
-void four_ranks(const Problem& p, bool sync, std::vector<float>& logits, std::vector<float>& grads) {
+void four_ranks(const CnnProblem& p, bool sync, std::vector<float>& logits, std::vector<float>& grads) {
   constexpr int kRanks = 4;
   const std::size_t per = kBatch / kRanks, f = kShape.features();
   auto group = std::make_shared<LocalGroup>(kRanks);
-  logits.assign(kBatch * kClasses, 0);
+  logits.assign(kBatch * kCnnClasses, 0);
   std::vector<std::vector<float>> rank_grads(kRanks);
   std::vector<std::thread> threads;
   for (int r = 0; r < kRanks; ++r) {
@@ -79,13 +79,13 @@ void four_ranks(const Problem& p, bool sync, std::vector<float>& logits, std::ve
       LocalCommunicator comm(group, r, nullptr);
       CommSync bn_sync(comm);
       MemoryTracker t;  // declared first: the model frees its buffers into it
-      Cnn model(kShape, 3, 4, 6, kClasses);
+      Cnn model(kShape, 3, 4, 6, kCnnClasses);
       model.reserve(per, t);
       if (sync) model.set_batchnorm_sync(&bn_sync);
       const auto ur = static_cast<std::size_t>(r);
       rank_grads[ur].assign(model.num_params(), 0);
-      model.forward(p.params.data(), p.x.data() + ur * per * f, per, logits.data() + ur * per * kClasses);
-      model.backward(p.params.data(), p.x.data() + ur * per * f, p.dlogits.data() + ur * per * kClasses, per,
+      model.forward(p.params.data(), p.x.data() + ur * per * f, per, logits.data() + ur * per * kCnnClasses);
+      model.backward(p.params.data(), p.x.data() + ur * per * f, p.dlogits.data() + ur * per * kCnnClasses, per,
                      rank_grads[ur].data(), nullptr);
     });
   }
@@ -106,7 +106,7 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(SyncBatchNorm, FourRanksMatchPlainBatchNormOnTheConcatenatedBatch) {
-  const Problem p = make_problem();
+  const CnnProblem p = make_problem();
   std::vector<float> ref_logits, ref_grads, logits, grads;
   full_batch(p, ref_logits, ref_grads);
   four_ranks(p, /*sync=*/true, logits, grads);
@@ -135,7 +135,7 @@ TEST(SyncBatchNorm, PackedRowsCombineIntoTheSumsOverEveryRank) {
 }
 
 TEST(SyncBatchNorm, PerRankStatisticsDifferFromTheFullBatch) {
-  const Problem p = make_problem();
+  const CnnProblem p = make_problem();
   std::vector<float> ref_logits, ref_grads, logits, grads;
   full_batch(p, ref_logits, ref_grads);
   four_ranks(p, /*sync=*/false, logits, grads);
@@ -143,11 +143,11 @@ TEST(SyncBatchNorm, PerRankStatisticsDifferFromTheFullBatch) {
 }
 
 TEST(CnnModel, EvaluationUsesRunningStatistics) {
-  const Problem p = make_problem();
+  const CnnProblem p = make_problem();
   MemoryTracker t;  // declared first: the model frees its buffers into it
-  Cnn model(kShape, 3, 4, 6, kClasses);
+  Cnn model(kShape, 3, 4, 6, kCnnClasses);
   model.reserve(kBatch, t);
-  std::vector<float> train_logits(kBatch * kClasses), eval_logits(kBatch * kClasses);
+  std::vector<float> train_logits(kBatch * kCnnClasses), eval_logits(kBatch * kCnnClasses);
   model.forward(p.params.data(), p.x.data(), kBatch, train_logits.data());
   // One training step moved running_mean from 0 by momentum * batch mean.
   EXPECT_NE(model.buffers()[0], 0.0f);
@@ -160,11 +160,11 @@ TEST(CnnModel, EvaluationUsesRunningStatistics) {
 }
 
 TEST(CnnModel, GradientsReadyInReverseParameterOrder) {
-  const Problem p = make_problem();
+  const CnnProblem p = make_problem();
   MemoryTracker t;  // declared first: the model frees its buffers into it
-  Cnn model(kShape, 3, 4, 6, kClasses);
+  Cnn model(kShape, 3, 4, 6, kCnnClasses);
   model.reserve(kBatch, t);
-  std::vector<float> logits(kBatch * kClasses), grads(model.num_params());
+  std::vector<float> logits(kBatch * kCnnClasses), grads(model.num_params());
   model.forward(p.params.data(), p.x.data(), kBatch, logits.data());
   std::vector<std::size_t> order;
   model.backward(p.params.data(), p.x.data(), p.dlogits.data(), kBatch, grads.data(),

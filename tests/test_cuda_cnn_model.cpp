@@ -39,7 +39,7 @@ using testing::random_floats;
 constexpr double kFp32Tolerance = 1e-5;
 
 const SampleShape kShape{1, 8, 8};
-constexpr std::size_t kC1 = 4, kC2 = 6, kHidden = 16, kClasses = 5, kBatch = 6;
+constexpr std::size_t kC1 = 4, kC2 = 6, kHidden = 16, kCudaCnnClasses = 5, kBatch = 6;
 constexpr std::uint64_t kSeed = 1234;
 
 // Infinity when the lengths differ or got holds a NaN (an output never written).
@@ -121,11 +121,11 @@ class TwinDeviceSync final : public BatchNormSync {
 class CudaCnnModel : public testing::CudaStreamTest {
  protected:
   void make_models(std::size_t reserve_batch = kBatch) {
-    cpu_ = std::make_unique<Cnn>(kShape, kC1, kC2, kHidden, kClasses);
+    cpu_ = std::make_unique<Cnn>(kShape, kC1, kC2, kHidden, kCudaCnnClasses);
     cpu_->reserve(kBatch, host_tracker_);
     allocator_ = std::make_unique<DeviceAllocator>(current_device(), device_tracker_);
     blas_ = std::make_unique<cuda::Blas>(stream(), cuda::Precision::fp32);
-    gpu_ = std::make_unique<Cnn>(kShape, kC1, kC2, kHidden, kClasses);
+    gpu_ = std::make_unique<Cnn>(kShape, kC1, kC2, kHidden, kCudaCnnClasses);
     gpu_->reserve(reserve_batch, make_cuda_model_ops(*blas_, *allocator_));
     params_.resize(cpu_->num_params());
     cpu_->init_params(params_.data(), kSeed);
@@ -151,16 +151,16 @@ class CudaCnnModel : public testing::CudaStreamTest {
 void expect_step_matches(Cnn& cpu, Model& gpu, const std::vector<float>& params,
                          const float* d_params, std::uint64_t seed) {
   const auto x = random_floats(kBatch * kShape.features(), seed);
-  const auto dlogits = random_floats(kBatch * kClasses, seed + 1, 0.1f);
+  const auto dlogits = random_floats(kBatch * kCudaCnnClasses, seed + 1, 0.1f);
 
-  std::vector<float> logits(kBatch * kClasses), grads(cpu.num_params());
+  std::vector<float> logits(kBatch * kCudaCnnClasses), grads(cpu.num_params());
   std::vector<std::size_t> cpu_order, gpu_order;
   cpu.forward(params.data(), x.data(), kBatch, logits.data());
   cpu.backward(params.data(), x.data(), dlogits.data(), kBatch, grads.data(),
                [&](std::size_t i) { cpu_order.push_back(i); });
 
   const DeviceBuffer<float> d_x(x), d_dlogits(dlogits);
-  DeviceBuffer<float> d_logits(kBatch * kClasses), d_grads(cpu.num_params());  // 0xFF: NaN
+  DeviceBuffer<float> d_logits(kBatch * kCudaCnnClasses), d_grads(cpu.num_params());  // 0xFF: NaN
   gpu.forward(d_params, d_x.get(), kBatch, d_logits.get());
   gpu.backward(d_params, d_x.get(), d_dlogits.get(), kBatch, d_grads.get(),
                [&](std::size_t i) { gpu_order.push_back(i); });
@@ -219,9 +219,9 @@ TEST_F(CudaCnnModel, EvalModeUsesRunningStatistics) {
   // Before any forward: running_mean 0, running_var 1 on both.
   expect_buffers_match(*cpu_, *gpu_);
   const auto x = random_floats(kBatch * kShape.features(), 31, 1.0f, 0.5f);
-  std::vector<float> logits(kBatch * kClasses);
+  std::vector<float> logits(kBatch * kCudaCnnClasses);
   const DeviceBuffer<float> d_x(x);
-  DeviceBuffer<float> d_logits(kBatch * kClasses);
+  DeviceBuffer<float> d_logits(kBatch * kCudaCnnClasses);
   cpu_->forward(params_.data(), x.data(), kBatch, logits.data());
   gpu_->forward(d_params_->get(), d_x.get(), kBatch, d_logits.get());
   expect_buffers_match(*cpu_, *gpu_);  // one momentum-0.1 update from the batch statistics
@@ -261,8 +261,8 @@ TEST_F(CudaCnnModel, LaunchesPerStepDoNotDependOnTheBatch) {
   make_models();
   auto launches = [&](std::size_t n) {
     const DeviceBuffer<float> d_x(random_floats(n * kShape.features(), 61));
-    const DeviceBuffer<float> d_dlogits(random_floats(n * kClasses, 62, 0.1f));
-    DeviceBuffer<float> d_logits(n * kClasses), d_grads(gpu_->num_params());
+    const DeviceBuffer<float> d_dlogits(random_floats(n * kCudaCnnClasses, 62, 0.1f));
+    DeviceBuffer<float> d_logits(n * kCudaCnnClasses), d_grads(gpu_->num_params());
     const std::uint64_t before = cuda::launch_count();
     gpu_->forward(d_params_->get(), d_x.get(), n, d_logits.get());
     gpu_->backward(d_params_->get(), d_x.get(), d_dlogits.get(), n, d_grads.get(), {});
@@ -276,8 +276,8 @@ TEST_F(CudaCnnModel, LaunchesPerStepDoNotDependOnTheBatch) {
 TEST_F(CudaCnnModel, BatchBeyondReservedThrows) {
   make_models(4);
   const DeviceBuffer<float> d_x(random_floats(5 * kShape.features(), 51));
-  const DeviceBuffer<float> d_dlogits(random_floats(5 * kClasses, 52));
-  DeviceBuffer<float> d_logits(5 * kClasses), d_grads(gpu_->num_params());
+  const DeviceBuffer<float> d_dlogits(random_floats(5 * kCudaCnnClasses, 52));
+  DeviceBuffer<float> d_logits(5 * kCudaCnnClasses), d_grads(gpu_->num_params());
   EXPECT_THROW(gpu_->forward(d_params_->get(), d_x.get(), 5, d_logits.get()), Error);
   EXPECT_THROW(gpu_->backward(d_params_->get(), d_x.get(), d_dlogits.get(), 5, d_grads.get(), {}),
                Error);

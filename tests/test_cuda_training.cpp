@@ -35,7 +35,7 @@ namespace dpbench {
 namespace {
 
 constexpr std::size_t kFeatures = 48;
-constexpr std::size_t kClasses = 10;
+constexpr std::size_t kCudaTrainingClasses = 10;
 
 class CudaTraining : public ::testing::Test {
  protected:
@@ -43,7 +43,7 @@ class CudaTraining : public ::testing::Test {
     const CudaProbe probe = probe_cuda();
     if (!probe.built_with_cuda) GTEST_SKIP() << "built without CUDA";
     if (!probe.usable) GTEST_SKIP() << "no CUDA device: " << probe.reason;
-    data_ = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, 2048, 5);
+    data_ = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 2048, 5);
   }
   TrainData data() const { return {data_.get(), nullptr}; }
   std::unique_ptr<Dataset> data_;
@@ -131,7 +131,7 @@ TEST_F(CudaTraining, PsP2pMatchesPsCollective) {
 
 TEST_F(CudaTraining, UnevenRankBatchesMatchOneRank) {
   // 20 steps of 256 samples in one epoch: 5120 samples at least (the fixture's 2048 give 8 steps).
-  const auto big = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, 8192, 5);
+  const auto big = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 8192, 5);
   const TrainData td{big.get(), nullptr};
   TrainConfig uneven = gpu_config("allreduce", 4, 256);
   uneven.rank_batches = {96, 96, 32, 32};
@@ -177,7 +177,7 @@ TEST_F(CudaTraining, AllreduceOverlapsBackward) {
   c.warmup_steps = 5;
   // Precondition: several buckets, and bucket 0 (the last layers' parameters) leaves layer 2
   // (parameters 2 and 3) and layer 1 to be computed while it is reduced.
-  const auto model = make_model(c, data_->shape(), kClasses);
+  const auto model = make_model(c, data_->shape(), kCudaTrainingClasses);
   const std::vector<Bucket> buckets =
       assign_buckets(model->params(), sizeof(float), c.first_bucket_mb, c.bucket_cap_mb);
   ASSERT_GE(buckets.size(), 2u);
@@ -232,7 +232,7 @@ TEST_F(CudaTraining, NcclTwoRanksMatchLocal) {
 // with SyncBatchNorm. Parameters and BatchNorm running statistics both. Tolerance as in
 // GpuModesMatchCpuModes (fp32 sums in another order).
 TEST_F(CudaTraining, CnnMatchesCpu) {
-  auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kClasses, 1024, 3);
+  auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kCudaTrainingClasses, 1024, 3);
   const TrainData td{images.get(), nullptr};
   for (const std::string variant : {"ps", "allreduce", "allreduce sync_bn"}) {
     const bool ps = variant == "ps";
@@ -315,7 +315,7 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
   c.process_rank = rank;
   c.ranks_on_this_node = 1;  // its own NCCL host (NCCL_HOSTID): the two ranks do not share a communicator's GPU
   c.nccl_id = testing::from_hex(hex);
-  const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, 2048, 5);
+  const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 2048, 5);
   const TrainData td{data.get(), nullptr};
   const RunResult r = mode == "ps" ? train_parameter_server(c, td) : train_allreduce(c, td);
   if (rank != 0) return;

@@ -27,7 +27,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr const char* kHost = "127.0.0.1";
+constexpr const char* kDeviceLaunchHost = "127.0.0.1";
 
 TEST(DevicePlacement, RanksOnDeviceCountsRoundRobinPlacement) {
   EXPECT_EQ(ranks_on_device(5, 2, 0), 3);
@@ -112,7 +112,7 @@ struct RankOutcome {
   std::string error;
 };
 std::vector<RankOutcome> run_job(int p, const std::function<void(int, const std::string&, RankResult&)>& rank_main) {
-  Rendezvous root(kHost, 0, p, 0, 20s);
+  Rendezvous root(kDeviceLaunchHost, 0, p, 0, 20s);
   std::vector<RankOutcome> out(static_cast<std::size_t>(p));
   auto one = [&](Rendezvous& rv) {
     const int r = rv.rank();
@@ -131,7 +131,7 @@ std::vector<RankOutcome> run_job(int p, const std::function<void(int, const std:
   std::vector<std::future<void>> peers;
   for (int r = 1; r < p; ++r) {
     peers.push_back(std::async(std::launch::async, [&, r] {
-      Rendezvous rv(kHost, root.port(), p, r, 20s);
+      Rendezvous rv(kDeviceLaunchHost, root.port(), p, r, 20s);
       one(rv);
     }));
   }

@@ -29,19 +29,19 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-constexpr const char* kHost = "127.0.0.1";
+constexpr const char* kGlooHost = "127.0.0.1";
 
 // Runs fn(rank, communicator) on world_size threads, each with its own Rendezvous (rank 0's on a
 // port it picks) and gloo communicator; everything is destroyed before it returns. Rethrows the
 // first rank's exception.
 void with_gloo_ranks(int world_size, const std::function<void(int, Communicator&)>& fn) {
-  auto root = std::make_unique<Rendezvous>(kHost, 0, world_size, 0, 30s);
+  auto root = std::make_unique<Rendezvous>(kGlooHost, 0, world_size, 0, 30s);
   const int port = root->port();
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < world_size; ++r) {
     ranks.push_back(std::async(std::launch::async, [&, r] {
-      std::unique_ptr<Rendezvous> own = r == 0 ? std::move(root) : std::make_unique<Rendezvous>(kHost, port, world_size, r, 30s);
-      auto comm = make_gloo_communicator(*own, "test", kHost, 30s);
+      std::unique_ptr<Rendezvous> own = r == 0 ? std::move(root) : std::make_unique<Rendezvous>(kGlooHost, port, world_size, r, 30s);
+      auto comm = make_gloo_communicator(*own, "test", kGlooHost, 30s);
       fn(r, *comm);
       comm->barrier();  // no rank closes its connections while a peer still uses them
     }));

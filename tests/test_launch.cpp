@@ -26,7 +26,7 @@ namespace {
 
 using namespace dpbench::testing;  // NOLINT: test fixtures
 
-struct Outcome {
+struct LaunchOutcome {
   int exit_code = -1;
   std::string err;
   double seconds = 0;
@@ -51,11 +51,11 @@ class Launch : public ::testing::Test {
   std::string path(const std::string& name) const { return (tmp_.path() / name).string(); }
 
  protected:
-  Outcome sh(const std::string& command) {
+  LaunchOutcome sh(const std::string& command) {
     const fs::path err = tmp_.path() / "stderr.txt";
     const auto t0 = std::chrono::steady_clock::now();
     const int status = std::system((command + " >/dev/null 2>" + err.string()).c_str());
-    Outcome o;
+    LaunchOutcome o;
     o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     o.err = slurp(err);
@@ -108,7 +108,7 @@ TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
 
 // The contract for a failed run: non-zero exit within the timeout, the failing rank named, no
 // result file (and no temporary one).
-void expect_failed_run(const Outcome& o, const std::string& needle, const std::string& result, double limit_s) {
+void expect_failed_run(const LaunchOutcome& o, const std::string& needle, const std::string& result, double limit_s) {
   EXPECT_NE(o.exit_code, 0) << o.err;
   EXPECT_NE(o.err.find(needle), std::string::npos) << o.err;
   EXPECT_LT(o.seconds, limit_s) << o.err;
@@ -117,7 +117,7 @@ void expect_failed_run(const Outcome& o, const std::string& needle, const std::s
 }
 
 TEST_F(Launch, InProcessRankThatThrowsEndsTheRun) {
-  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + std::string(DPBENCH_BINARY) + kArgs +
+  const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + std::string(DPBENCH_BINARY) + kArgs +
                        " --ranks 2 --timeout 10 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
@@ -129,7 +129,7 @@ TEST_F(Launch, InProcessRankThatThrowsEndsTheRun) {
 TEST_F(Launch, BadFaultSpecIsOneLineAndExitTwo) {
   for (const std::string spec : {"step=5,kind=throw", "rank=1,local_rank=0,step=5", "rank=1,step=5,kind=kill-agent",
                                  "rank=1,step=5,kind=explode"}) {
-    const Outcome o = sh("DPBENCH_FAULT=" + spec + " " + std::string(DPBENCH_BINARY) + kArgs + " --ranks 2 -o " +
+    const LaunchOutcome o = sh("DPBENCH_FAULT=" + spec + " " + std::string(DPBENCH_BINARY) + kArgs + " --ranks 2 -o " +
                          path("r.json"));
     EXPECT_EQ(o.exit_code, 2) << spec << "\n" << o.err;
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << spec << "\n" << o.err;
@@ -139,7 +139,7 @@ TEST_F(Launch, BadFaultSpecIsOneLineAndExitTwo) {
 }
 
 TEST_F(Launch, InProcessRankThatStopsAnsweringTimesOut) {
-  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + std::string(DPBENCH_BINARY) + kArgs +
+  const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + std::string(DPBENCH_BINARY) + kArgs +
                        " --ranks 2 --timeout 2 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   expect_failed_run(o, "rank(s) 1 stopped answering", path("r.json"), 2 + 2 + 5);
@@ -147,7 +147,7 @@ TEST_F(Launch, InProcessRankThatStopsAnsweringTimesOut) {
 
 TEST_F(Launch, MpiRankThatThrowsAbortsTheJob) {
   REQUIRE_MPI();
-  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
+  const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
                        " --comm mpi --timeout 10 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   expect_failed_run(o, "dpbench: failed: rank 1: injected fault at step 5", path("r.json"), 10);
@@ -155,14 +155,14 @@ TEST_F(Launch, MpiRankThatThrowsAbortsTheJob) {
 
 TEST_F(Launch, MpiRankThatDiesEndsTheJob) {
   REQUIRE_MPI();
-  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=kill " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
+  const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=kill " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
                        " --comm mpi --timeout 10 -o " + path("r.json"));
   expect_failed_run(o, "rank 1", path("r.json"), 10);  // mpirun names the rank it lost
 }
 
 TEST_F(Launch, MpiRankThatStopsAnsweringIsAbortedByTheWatchdog) {
   REQUIRE_MPI();
-  const Outcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
+  const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
                        " --comm mpi --timeout 3 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   expect_failed_run(o, "rank 1 stopped answering", path("r.json"), 3 + 10);
@@ -170,7 +170,7 @@ TEST_F(Launch, MpiRankThatStopsAnsweringIsAbortedByTheWatchdog) {
 
 TEST_F(Launch, WorldSizeMismatchUnderMpirun) {
   REQUIRE_MPI();
-  const Outcome o = sh(kMpirun + "2 " + DPBENCH_BINARY + kArgs + " --comm mpi --ranks 3 -o " + path("r.json"));
+  const LaunchOutcome o = sh(kMpirun + "2 " + DPBENCH_BINARY + kArgs + " --comm mpi --ranks 3 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 2) << o.err;
   EXPECT_NE(o.err.find("dpbench: error: world size mismatch: --ranks 3 but the launcher started 2 processes"),
             std::string::npos) << o.err;
@@ -178,7 +178,7 @@ TEST_F(Launch, WorldSizeMismatchUnderMpirun) {
 }
 
 // Launch errors that need no launcher: one line, exit 2, no result file.
-void expect_launch_error(Launch& t, const Outcome& o, const std::string& needle) {
+void expect_launch_error(Launch& t, const LaunchOutcome& o, const std::string& needle) {
   EXPECT_EQ(o.exit_code, 2) << o.err;
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
   EXPECT_NE(o.err.find(needle), std::string::npos) << o.err;

@@ -14,14 +14,14 @@
 namespace dpbench {
 namespace {
 
-struct Problem {
+struct MlpProblem {
   std::vector<double> params, x;
   std::vector<std::int32_t> labels;
   std::size_t batch = 5;
 };
 
-Problem make_problem(const Mlp<double>& model) {
-  Problem pr;
+MlpProblem make_problem(const Mlp<double>& model) {
+  MlpProblem pr;
   std::mt19937_64 rng(42);
   std::normal_distribution<double> normal(0.0, 1.0);
   pr.params.resize(model.num_params());
@@ -34,7 +34,7 @@ Problem make_problem(const Mlp<double>& model) {
   return pr;
 }
 
-double mean_loss(Mlp<double>& model, const Problem& pr, const std::vector<double>& params) {
+double mean_loss(Mlp<double>& model, const MlpProblem& pr, const std::vector<double>& params) {
   std::vector<double> logits(pr.batch * model.num_classes());
   model.forward(params.data(), pr.x.data(), pr.batch, logits.data());
   return cpu::softmax_cross_entropy(logits.data(), pr.labels.data(), pr.batch, model.num_classes(),
@@ -46,7 +46,7 @@ TEST(MlpGradients, MatchCentralFiniteDifferencesInDouble) {
   MemoryTracker tracker;  // declared first: the model frees its buffers into it
   Mlp<double> model({6, 5, 4, 3});
   model.reserve(5, tracker);
-  const Problem pr = make_problem(model);
+  const MlpProblem pr = make_problem(model);
 
   std::vector<double> logits(pr.batch * 3), dlogits(pr.batch * 3), grads(model.num_params());
   model.forward(pr.params.data(), pr.x.data(), pr.batch, logits.data());
@@ -76,7 +76,7 @@ TEST(MlpGradients, ReadyInReverseParameterOrderOncePerParameter) {
   MemoryTracker tracker;  // declared first: the model frees its buffers into it
   Mlp<double> model({6, 5, 4, 3});
   model.reserve(5, tracker);
-  const Problem pr = make_problem(model);
+  const MlpProblem pr = make_problem(model);
   std::vector<double> logits(15), dlogits(15, 0.1), grads(model.num_params());
   model.forward(pr.params.data(), pr.x.data(), pr.batch, logits.data());
   std::vector<std::size_t> order;

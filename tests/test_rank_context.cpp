@@ -136,11 +136,11 @@ namespace dpbench {
 namespace {
 
 int g_pinned_allocs = 0;
-void* counting_allocate(std::size_t bytes) {
+void* context_counting_allocate(std::size_t bytes) {
   ++g_pinned_allocs;
   return ::operator new(bytes);
 }
-void counting_release(void* p) noexcept { ::operator delete(p); }
+void context_counting_release(void* p) noexcept { ::operator delete(p); }
 
 // pin_memory's host half: the batch's first rows copied into buffers from the given memory and
 // charged to data_staging; without such memory, the loader's own buffers.
@@ -152,7 +152,7 @@ TEST(PinnedBatch, CopiesTheFirstRowsIntoPinnedBuffersOrPassesTheBatchThrough) {
   for (std::size_t i = 0; i < 12; ++i) batch.inputs.data()[i] = static_cast<float>(i);
   for (std::int32_t i = 0; i < 4; ++i) batch.labels.data()[i] = 10 + i;
 
-  const HostMemory counting{&counting_allocate, &counting_release};
+  const HostMemory counting{&context_counting_allocate, &context_counting_release};
   g_pinned_allocs = 0;
   PinnedBatch pinned(host_tracker, &counting, 4, 3);
   EXPECT_EQ(g_pinned_allocs, 2);

@@ -194,7 +194,7 @@ TEST(Rendezvous, MalformedAndForeignMessagesAreDroppedAndTheRunCompletes) {
     for (const auto& f : frames) buffers.push_back(zmq::buffer(f));
     ASSERT_TRUE(zmq::send_multipart(stray, buffers));
   }
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   auto peers = start_peers(p, root.port(), [&](Rendezvous& rv) {
     std::this_thread::sleep_for(500ms);  // the strays arrive first
     EXPECT_EQ(rv.broadcast("run 1", ""), "bytes of rank 0");
@@ -204,7 +204,7 @@ TEST(Rendezvous, MalformedAndForeignMessagesAreDroppedAndTheRunCompletes) {
   EXPECT_EQ(root.broadcast("run 1", "bytes of rank 0"), "bytes of rank 0");
   const auto all = root.gather("run 1", "record of rank 0");
   for (auto& f : peers) f.get();
-  const std::string warnings = testing::internal::GetCapturedStderr();
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
   close(raw);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
   EXPECT_EQ(all, (std::vector<std::string>{"record of rank 0", "record of rank 1"}));
@@ -315,7 +315,7 @@ TEST(Rendezvous, ATakenPortAndBadArgumentsAreErrors) {
 
 // A torchrun-style launch of --comm nccl resolves from the environment (no GPU is needed for
 // that), and its mistakes are one-line InputErrors.
-class EnvLaunch : public testing::Test {
+class EnvLaunch : public ::testing::Test {
  protected:
   void SetUp() override {
     if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) GTEST_SKIP() << "running under mpirun";

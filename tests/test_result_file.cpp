@@ -20,7 +20,7 @@ namespace {
 
 using namespace dpbench::testing;  // NOLINT: test fixtures
 
-struct Outcome {
+struct ResultFileOutcome {
   int exit_code = -1;
   std::string err;
 };
@@ -30,7 +30,7 @@ class ResultFile : public ::testing::Test {
   // `dpbench run` on a tiny synthetic job writing to `out`, after `prefix` (shell words run
   // first in the same shell, e.g. limits). Not quiet: a training line on stderr shows that
   // training started.
-  Outcome run(const fs::path& out, const std::string& prefix = "") {
+  ResultFileOutcome run(const fs::path& out, const std::string& prefix = "") {
     const fs::path err = tmp_.path() / "stderr.txt";
     const std::string line = prefix + std::string(DPBENCH_BINARY) +
                              " run --data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 32 "
@@ -50,7 +50,7 @@ class ResultFile : public ::testing::Test {
 TEST_F(ResultFile, DirectoryIsRefusedBeforeTraining) {
   const fs::path dir = tmp_.path() / "a-directory";
   fs::create_directories(dir);
-  const Outcome o = run(dir);
+  const ResultFileOutcome o = run(dir);
   EXPECT_EQ(o.exit_code, 2) << o.err;
   EXPECT_NE(o.err.find("is a directory"), std::string::npos) << o.err;
   EXPECT_EQ(o.err.find("training"), std::string::npos) << "the check came after training:\n" << o.err;
@@ -61,7 +61,7 @@ TEST_F(ResultFile, DirectoryIsRefusedBeforeTraining) {
 TEST_F(ResultFile, FifoIsRefusedAndKept) {
   const fs::path fifo = tmp_.path() / "pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const Outcome o = run(fifo);
+  const ResultFileOutcome o = run(fifo);
   EXPECT_EQ(o.exit_code, 2) << o.err;
   EXPECT_NE(o.err.find("is a FIFO"), std::string::npos) << o.err;
   EXPECT_TRUE(fs::is_fifo(fifo));
@@ -73,7 +73,7 @@ TEST_F(ResultFile, SymlinkIsWrittenThroughAndStays) {
   std::ofstream(target) << "old";
   const fs::path link = tmp_.path() / "latest.json";
   fs::create_symlink(target, link);
-  const Outcome o = run(link);
+  const ResultFileOutcome o = run(link);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_NE(slurp(target).find("\"schema\""), std::string::npos);
@@ -84,7 +84,7 @@ TEST_F(ResultFile, DanglingSymlinkCreatesItsTarget) {
   const fs::path target = tmp_.path() / "new-target.json";
   const fs::path link = tmp_.path() / "link.json";
   fs::create_symlink(target, link);
-  const Outcome o = run(link);
+  const ResultFileOutcome o = run(link);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_TRUE(fs::is_regular_file(target));
@@ -92,7 +92,7 @@ TEST_F(ResultFile, DanglingSymlinkCreatesItsTarget) {
 
 TEST_F(ResultFile, MissingParentDirectoriesAreCreated) {
   const fs::path out = tmp_.path() / "a" / "b" / "result.json";
-  const Outcome o = run(out);
+  const ResultFileOutcome o = run(out);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(fs::is_regular_file(out));
   // Created with the user's umask, not mkstemp's 0600.
@@ -107,7 +107,7 @@ TEST_F(ResultFile, MissingParentDirectoriesAreCreated) {
 TEST_F(ResultFile, FailedWriteIsAnIoErrorAndKeepsThePreviousFile) {
   const fs::path out = tmp_.path() / "result.json";
   std::ofstream(out) << "previous result";
-  const Outcome o = run(out, "trap '' XFSZ; ulimit -f 1; ");
+  const ResultFileOutcome o = run(out, "trap '' XFSZ; ulimit -f 1; ");
   EXPECT_EQ(o.exit_code, 3) << o.err;
   EXPECT_NE(o.err.find(out.string()), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("File too large"), std::string::npos) << o.err;

@@ -25,10 +25,10 @@ namespace dpbench {
 namespace {
 
 constexpr std::size_t kFeatures = 48;
-constexpr std::size_t kClasses = 10;
+constexpr std::size_t kTrainingClasses = 10;
 
 std::unique_ptr<Dataset> small_dataset(std::int64_t n = 2048) {
-  return make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kClasses, n, 5);
+  return make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kTrainingClasses, n, 5);
 }
 
 TrainConfig small_config(const std::string& mode, int world_size, std::size_t batch) {
@@ -113,7 +113,7 @@ TEST(Agreement, UnevenRankBatchesMatchOneRankWithTheSameGlobalBatch) {
 // reducer's replica) and allreduce see the same batches and keep the same statistics, moved
 // away from their initial values (mean 0, variance 1).
 TEST(Agreement, CnnRunningStatisticsAreKeptAndAgreeAtOneRank) {
-  const auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kClasses, 1024, 3);
+  const auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kTrainingClasses, 1024, 3);
   const TrainData td{images.get(), nullptr};
   auto cnn = [](const std::string& mode) {
     TrainConfig c = small_config(mode, 1, 32);
@@ -192,7 +192,7 @@ TEST(ByteCounts, PsP2pReducerMovesPMinusOneTimesNEachWay) {
   const auto f = static_cast<std::int64_t>(sizeof(float));
   const auto n = static_cast<std::int64_t>(r.num_params);
   const std::int64_t others = static_cast<std::int64_t>(B) - 3;  // rows not kept by the reducer
-  const std::int64_t F = kFeatures, C = kClasses;
+  const std::int64_t F = kFeatures, C = kTrainingClasses;
   // Reducer: parameters out to p-1 workers, their gradients in; plus inputs and d(logits) out
   // and logits in for the rows it scatters.
   EXPECT_EQ(r.ranks[0].comm_per_step.bytes_sent, f * ((p - 1) * n + others * F + others * C));
