@@ -20,11 +20,14 @@ The substitution (short_run), and nothing else, makes a documented training run 
     becomes `--max-steps min(N, 3)` (added when absent), `--warmup-steps 1`, `--repetitions 1`
     and `--no-eval` replace or join the command's own; `--checkpoint-every N` becomes
     `min(N, 2)`, so that the short run writes a checkpoint and a `--resume` continues from it.
+  - `project --simulate`: `--max-ranks N` becomes `--max-ranks min(N, 64)` (the simulation of
+    every point up to 1,024 ranks takes about 50 s; its cost is measured in docs/projection.md).
   - The program (`dpbench`, `./build/release/dpbench`, also as a launcher's argument) becomes
     the binary under test: $DPBENCH_BINARY, else build/release/dpbench of this checkout.
   - Every block runs in a fresh temporary working directory, its commands in order (relative
-    `--out`, `--checkpoint-dir` and the default results/ land there); an absolute `--out`/`-o`
-    is moved into that directory.
+    `--out`, `--checkpoint-dir` and the default results/ land there; the repository's
+    results/measured/ is linked in as results/measured, for the files documented commands read);
+    an absolute `--out`/`-o` is moved into that directory.
   - mpirun is allowed to run as root and to oversubscribe the cores (OMPI_ALLOW_RUN_AS_ROOT,
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM, OMPI_MCA_rmaps_base_oversubscribe in its environment).
 Other subcommands (memory, project, report, compare) run as written.
@@ -48,6 +51,7 @@ BINARY = os.environ.get("DPBENCH_BINARY", str(ROOT / "build" / "release" / "dpbe
 MAX_STEPS = 3
 WARMUP_STEPS = 1
 CHECKPOINT_EVERY = 2
+SIMULATED_RANKS = 64  # `project --simulate`'s --max-ranks at most (1,024 takes about 50 s)
 # Seconds one command may take (the fast file's commands take about a second each).
 TIMEOUT_S = {"fast": 120, "long": 240}
 # Only the commands whose `path:line` this regular expression finds (e.g. docs/launchers.md:16),
@@ -272,6 +276,10 @@ def short_run(argv, workdir):
         if every is not None:
             args += ["--checkpoint-every", str(min(int(every), CHECKPOINT_EVERY))]
         args += ["--max-steps", str(steps), "--warmup-steps", str(WARMUP_STEPS), "--repetitions", "1", "--no-eval"]
+    if sub == "project" and "--simulate" in args:
+        max_ranks = _take(args, ["--max-ranks"])
+        if max_ranks is not None:
+            args += ["--max-ranks", str(min(int(max_ranks), SIMULATED_RANKS))]
     out = _option(args, ["--out", "-o"])
     if out is not None:
         value = _take(args, ["--out", "-o"])
@@ -358,6 +366,9 @@ def run_all(test, commands, kind):
         blocks.setdefault((c.path, c.block), []).append(c)
     for cmds in blocks.values():
         with tempfile.TemporaryDirectory(prefix="dpbench-doc-test-") as workdir:
+            # The repository's measured results, read by documented `project` and `report` lines.
+            os.makedirs(os.path.join(workdir, "results"))
+            os.symlink(ROOT / "results" / "measured", os.path.join(workdir, "results", "measured"))
             for c in cmds:
                 if c.skip_reason:
                     print(f"doc-test: not run: {c.where} (skip: {c.skip_reason}): {c.text}", file=sys.stderr)
