@@ -133,22 +133,30 @@ std::string fault_with(const std::string& by) {
 
 // The environment of rank `rank` on `node` under the env launcher: node_env plus the torchrun-style
 // variables. DPBENCH_FAULT's node=N becomes rank=<first rank of node N>.
+// Under the tcp launcher only LOCAL_RANK and LOCAL_WORLD_SIZE: the rest is on the command line.
 std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Node>& nodes, int node, int local) {
   std::vector<std::string> env = node_env(nodes, node);
   const int rank = node * spec.ranks_per_node + local;
-  env.push_back(fmt::format("RANK={}", rank));
-  env.push_back(fmt::format("WORLD_SIZE={}", spec.world_size()));
   env.push_back(fmt::format("LOCAL_RANK={}", local));
   env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", spec.ranks_per_node));
-  env.push_back(fmt::format("GROUP_RANK={}", node));
-  env.push_back("MASTER_ADDR=" + nodes.front().hostname);
-  env.push_back(fmt::format("MASTER_PORT={}", kMasterPort));
+  if (spec.launcher != "tcp") {
+    env.push_back(fmt::format("RANK={}", rank));
+    env.push_back(fmt::format("WORLD_SIZE={}", spec.world_size()));
+    env.push_back(fmt::format("GROUP_RANK={}", node));
+    env.push_back("MASTER_ADDR=" + nodes.front().hostname);
+    env.push_back(fmt::format("MASTER_PORT={}", kMasterPort));
+  }
   if (std::getenv("DPBENCH_FAULT") != nullptr) {
     const int n = fault_node();
     env.push_back("DPBENCH_FAULT=" + (n < 0 ? std::string(std::getenv("DPBENCH_FAULT"))
                                             : fault_with(fmt::format("rank={}", n * spec.ranks_per_node))));
   }
   return env;
+}
+
+// --launcher tcp's --init-method: rank 0's address on node 0 and the rendezvous port.
+std::string tcp_init_method(const Cluster& c) {
+  return fmt::format("tcp://{}:{}", c.nodes().front().hostname, kMasterPort);
 }
 
 // The environment of node `node`'s torchrun agent: node_env; DPBENCH_FAULT's node=N becomes
@@ -225,6 +233,7 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
                      {"rtt_s", p.rtt_s}});
   }
   nlohmann::json launcher = {{"name", spec.launcher}};
+  if (spec.launcher == "tcp") launcher["init_method"] = tcp_init_method(c);
   if (spec.launcher == "torchrun") {
     launcher["rdzv_backend"] = spec.rdzv_backend;
     launcher["max_restarts"] = spec.max_restarts;
@@ -512,7 +521,11 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
   for (int node = 0; node < spec.nodes; ++node) {
     for (int local = 0; local < spec.ranks_per_node; ++local) {
       const int rank = node * spec.ranks_per_node + local;
-      ranks.push_back({c.spawn(node, argv, rank_env(spec, c.nodes(), node, local)), node, fmt::format("rank {}", rank)});
+      std::vector<std::string> rank_argv = argv;
+      if (spec.launcher == "tcp") {  // PyTorch's explicit form: the world size is the cluster's
+        rank_argv.insert(rank_argv.end(), {"--init-method", tcp_init_method(c), "--rank", std::to_string(rank)});
+      }
+      ranks.push_back({c.spawn(node, rank_argv, rank_env(spec, c.nodes(), node, local)), node, fmt::format("rank {}", rank)});
     }
   }
   return wait_for_job(ranks, c, lost_node, nullptr, 0);

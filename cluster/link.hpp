@@ -28,7 +28,8 @@ struct ClusterSpec {
   int ranks_per_node = 1;
   LinkRate link;            // every node's link, both directions
   std::map<int, LinkRate> link_of;  // per-node overrides, node index -> rate
-  // How ranks start: "env" (each rank a process given torchrun's variables), "torchrun" (one
+  // How ranks start: "env" (each rank a process given torchrun's variables), "tcp" (each rank a
+  // process given --init-method tcp://node0:port --rank R, PyTorch's explicit form), "torchrun" (one
   // torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or
   // "mpirun" (Open MPI's mpirun on the switch, starting its daemons in the nodes; --comm mpi).
   std::string launcher = "env";
@@ -44,7 +45,7 @@ struct ClusterSpec {
 // is not I=RATE or I is not a node of the cluster (0 <= I < nodes).
 void parse_link_of(const std::vector<std::string>& values, ClusterSpec& spec);
 
-// Checks the spec: 2..64 nodes, 1..16 ranks per node, a link rate, launcher env, torchrun or mpirun,
+// Checks the spec: 2..64 nodes, 1..16 ranks per node, a link rate, launcher env, tcp, torchrun or mpirun,
 // rendezvous c10d or etcd (torchrun only), 0..10 restarts (torchrun only). Throws InputError naming
 // the option.
 void validate(const ClusterSpec& spec);

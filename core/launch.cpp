@@ -54,7 +54,8 @@ LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const 
 }
 // One rank per process, started by the user's launcher with torchrun-style variables: ranks meet
 // at MASTER_ADDR:MASTER_PORT.
-LaunchInfo env_launch(int requested, int world, int rank, const std::optional<int>& env_local, int port) {
+LaunchInfo env_launch(int requested, int world, int rank, const std::optional<int>& env_local, int port,
+                      const std::string& master_addr) {
   if (requested > 0 && requested != world) {
     throw InputError(fmt::format("world size mismatch: --ranks {} but WORLD_SIZE={}", requested, world));
   }
@@ -73,7 +74,7 @@ LaunchInfo env_launch(int requested, int world, int rank, const std::optional<in
     throw InputError(fmt::format("LOCAL_RANK={}: out of range for {} ranks on this node", info.local_rank,
                                  info.ranks_on_this_node));
   }
-  info.master_addr = std::getenv("MASTER_ADDR");
+  info.master_addr = master_addr;
   info.master_port = port;
   // Under torchrun (it sets TORCHELASTIC_RUN_ID) the agent's own store may already listen on
   // MASTER_PORT: dpbench's rendezvous takes the next port, or DPBENCH_MASTER_PORT when set.
@@ -98,6 +99,14 @@ struct LaunchEnv {
   std::optional<int> world, rank, local;
 };
 
+// --comm nccl trains GPU ranks: InputError otherwise.
+void check_nccl(const std::string& device) {
+  if (device != "cuda") {
+    throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
+                     "(or use --comm local or --comm mpi on CPU)");
+  }
+}
+
 // --comm nccl: a torchrun-style launch (WORLD_SIZE > 1 without mpirun), mpirun's, or threads.
 LaunchInfo nccl_launch(int requested, const std::string& device, const LaunchEnv& env) {
   const auto& env_world = env.world;
@@ -117,11 +126,8 @@ LaunchInfo nccl_launch(int requested, const std::string& device, const LaunchEnv
     port = *env_int("MASTER_PORT");
     if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
   }
-  if (device != "cuda") {
-    throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
-                     "(or use --comm local or --comm mpi on CPU)");
-  }
-  if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local, port);
+  check_nccl(device);
+  if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local, port, std::getenv("MASTER_ADDR"));
   if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
   LaunchInfo info;
   info.launcher = "threads";
@@ -130,12 +136,17 @@ LaunchInfo nccl_launch(int requested, const std::string& device, const LaunchEnv
   return info;
 }
 
-// --comm gloo: one CPU rank per process, started by torchrun (or by hand with its variables).
-LaunchInfo gloo_launch(int requested, const std::string& device, const LaunchEnv& env) {
+// --comm gloo trains CPU ranks, in a build with gloo: InputError otherwise.
+void check_gloo(const std::string& device) {
   if (device == "cuda") throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
   if (!gloo_built()) {
     throw InputError("--comm gloo: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
   }
+}
+
+// --comm gloo: one CPU rank per process, started by torchrun (or by hand with its variables).
+LaunchInfo gloo_launch(int requested, const std::string& device, const LaunchEnv& env) {
+  check_gloo(device);
   for (const char* name : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') {
@@ -146,7 +157,7 @@ LaunchInfo gloo_launch(int requested, const std::string& device, const LaunchEnv
   }
   const int port = *env_int("MASTER_PORT");
   if (port < 1 || port > 65535) throw InputError(fmt::format("MASTER_PORT={}: not a TCP port (1..65535)", port));
-  return env_launch(requested, *env.world, *env.rank, env.local, port);
+  return env_launch(requested, *env.world, *env.rank, env.local, port, std::getenv("MASTER_ADDR"));
 }
 
 // --comm mpi: one rank per process, started by mpirun (or srun); --ranks 1 runs one rank here.
@@ -168,15 +179,114 @@ LaunchInfo mpi_comm_launch(int requested, const std::string& device, const Launc
   return mpi_launch(requested, env_world, env_rank);
 }
 
+// A TCP port given as text: InputError naming `what` unless it is an integer in 1..65535.
+int parse_port(const std::string& text, const std::string& what) {
+  std::size_t used = 0;
+  int port = 0;
+  try {
+    port = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || port < 1 || port > 65535) {
+    throw InputError(fmt::format("{}: the port is not a TCP port (1..65535)", what));
+  }
+  return port;
+}
+
+// --init-method env://: PyTorch's default; --rank and --world-size, when given, win over RANK and
+// WORLD_SIZE.
+LaunchInfo env_init_launch(int requested, const ExplicitInit& init, const LaunchEnv& env) {
+  const int world = requested > 0 ? requested : env.world.value_or(0);
+  const int rank = init.rank >= 0 ? init.rank : env.rank.value_or(-1);
+  if (world < 1) throw InputError("--init-method env://: WORLD_SIZE is unset; set it or give --world-size N");
+  if (rank < 0) throw InputError("--init-method env://: RANK is unset; set it or give --rank R");
+  if (rank >= world) throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, world));
+  for (const char* name : {"MASTER_ADDR", "MASTER_PORT"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') {
+      throw InputError(fmt::format("--init-method env://: {} is unset (rank 0's address and port), or use "
+                                   "--init-method tcp://ADDR:PORT",
+                                   name));
+    }
+  }
+  const int port = parse_port(std::getenv("MASTER_PORT"), fmt::format("MASTER_PORT={}", std::getenv("MASTER_PORT")));
+  return env_launch(world, world, rank, env.local, port, std::getenv("MASTER_ADDR"));
+}
+
+// --init-method tcp://ADDR:PORT with --rank and --world-size: rank 0 listens on ADDR:PORT.
+LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const LaunchEnv& env) {
+  const std::string& url = init.init_method;
+  const std::string hostport = url.substr(std::string("tcp://").size());
+  const std::size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw InputError(fmt::format("--init-method {}: expected tcp://ADDR:PORT (rank 0's address and port)", url));
+  }
+  const int port = parse_port(hostport.substr(colon + 1), "--init-method " + url);
+  if (init.rank < 0 || requested < 1) {
+    throw InputError(fmt::format("--init-method {}: give --rank R and --world-size N (every process its own "
+                                 "rank, all the same world size)",
+                                 url));
+  }
+  const auto local_world = env_int("LOCAL_WORLD_SIZE");
+  LaunchInfo info;
+  info.multi_process = true;
+  info.launcher = "tcp";
+  info.world_size = requested;
+  info.rank = init.rank;
+  info.local_rank = env.local.value_or(0);
+  info.ranks_on_this_node = local_world.value_or(1);
+  if (info.ranks_on_this_node < 1 || info.ranks_on_this_node > info.world_size) {
+    throw InputError(fmt::format("LOCAL_WORLD_SIZE={}: out of range for --world-size {}", info.ranks_on_this_node,
+                                 info.world_size));
+  }
+  if (info.local_rank >= info.ranks_on_this_node) {
+    throw InputError(fmt::format("LOCAL_RANK={}: out of range for {} rank{} on this node", info.local_rank,
+                                 info.ranks_on_this_node, info.ranks_on_this_node == 1 ? "" : "s"));
+  }
+  info.master_addr = hostport.substr(0, colon);
+  info.master_port = port;
+  env_output_rank = info.rank;
+  return info;
+}
+
+// --init-method or --rank: PyTorch's explicit form (ExplicitInit), over gloo or NCCL.
+LaunchInfo explicit_launch(const std::string& comm, int requested, const std::string& device,
+                           const ExplicitInit& init, const LaunchEnv& env) {
+  const std::string url = init.init_method.empty() ? "env://" : init.init_method;
+  if (comm != "gloo" && comm != "nccl") {
+    throw InputError(fmt::format("--init-method {}: one rank per process over gloo (--comm gloo) or NCCL "
+                                 "(--comm nccl); --comm {} starts its ranks {}",
+                                 url, comm, comm == "local" ? "as threads of one process" : "with mpirun"));
+  }
+  if (comm == "gloo") check_gloo(device);
+  if (comm == "nccl") check_nccl(device);
+  if (init.rank >= 0 && requested > 0 && init.rank >= requested) {
+    throw InputError(fmt::format("--rank {}: out of range for --world-size {} (0..{})", init.rank, requested,
+                                 requested - 1));
+  }
+  if (url == "env://") return env_init_launch(requested, init, env);
+  if (url.rfind("tcp://", 0) == 0) return tcp_init_launch(requested, init, env);
+  throw InputError(fmt::format("--init-method {}: expected env:// or tcp://ADDR:PORT (PyTorch's file:// is not "
+                               "offered)",
+                               url));
+}
+
 }  // namespace
 
-LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device) {
+LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device,
+                          const ExplicitInit& init) {
   if (comm != "local" && comm != "mpi" && comm != "nccl" && comm != "gloo") {
     throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi, gloo or nccl)", comm));
   }
   const auto env_world = env_int("WORLD_SIZE");
   const auto env_rank = env_int("RANK");
   const auto env_local = env_int("LOCAL_RANK");
+  if (init.rank < -1) throw InputError(fmt::format("--rank {}: must be >= 0", init.rank));
+  if (!init.init_method.empty() || init.rank >= 0) {
+    if (env_local && *env_local < 0) throw InputError(fmt::format("LOCAL_RANK={}: must be >= 0", *env_local));
+    return explicit_launch(comm, requested, device, init, LaunchEnv{env_world, env_rank, env_local});
+  }
   if (env_world && *env_world < 1) throw InputError(fmt::format("WORLD_SIZE={}: must be at least 1", *env_world));
   if (env_rank && (*env_rank < 0 || *env_rank >= env_world.value_or(requested > 0 ? requested : 1))) {
     throw InputError(fmt::format("RANK={}: out of range for a world size of {}", *env_rank,

@@ -14,9 +14,23 @@ struct LaunchInfo {
   int rank = 0;                // this process's rank (0 for in-process ranks)
   int local_rank = 0;          // among the ranks of this node
   int ranks_on_this_node = 1;  // ranks sharing this machine's cores
-  std::string launcher;        // "threads", "mpirun", "env" (torchrun-style variables)
-  std::string master_addr;     // env: rank 0's address (MASTER_ADDR)
-  int master_port = 0;         // env: rank 0's rendezvous port (MASTER_PORT)
+  std::string launcher;        // "threads", "mpirun", "env" (torchrun-style variables), "tcp" (--init-method tcp://)
+  std::string master_addr;     // env, tcp: rank 0's address (MASTER_ADDR)
+  int master_port = 0;         // env, tcp: rank 0's rendezvous port (MASTER_PORT)
+};
+
+// PyTorch's explicit initialisation, torch.distributed.init_process_group(init_method=URL,
+// rank=R, world_size=N), as options: --init-method URL and --rank R (the world size is --world-size,
+// resolve_launch's requested_world_size). One process per rank, over gloo or NCCL.
+//   env://          MASTER_ADDR and MASTER_PORT from the environment; RANK and WORLD_SIZE too,
+//                   unless --rank and --world-size give them (PyTorch's default init_method)
+//   tcp://ADDR:PORT rank 0 listens on PORT of ADDR (a name or an IPv4 address), every other rank
+//                   connects there; --rank and --world-size required
+// LOCAL_RANK and LOCAL_WORLD_SIZE, when set, place the rank on its node (its GPU); else it is the
+// only rank of its node. PyTorch's file:// (a shared file as the store) is not offered.
+struct ExplicitInit {
+  std::string init_method;  // "" (no --init-method), "env://" or "tcp://ADDR:PORT"
+  int rank = -1;            // --rank; -1: not given
 };
 
 // comm: the --comm value; requested_world_size: --ranks, or 0 when not given (take the
@@ -30,7 +44,11 @@ struct LaunchInfo {
 // rank per process meeting at MASTER_ADDR:MASTER_PORT (core/rendezvous.hpp): RANK is required,
 // LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to WORLD_SIZE; InputError when RANK,
 // MASTER_ADDR or MASTER_PORT is unset, or MASTER_PORT is not a port.
-LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device);
+// With --init-method or --rank (`init`), the launch is explicit (see ExplicitInit): InputError for
+// --comm local or mpi, an unknown scheme, a tcp:// without a host or port, a missing --rank or
+// --world-size for tcp://, a missing variable for env://, a rank out of range.
+LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device,
+                          const ExplicitInit& init = {});
 
 // Whether this process prints tables and writes result files (rank 0 of a multi-process job,
 // once resolve_launch has seen the launch).

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -579,6 +581,57 @@ TEST_F(Cli, GlooUnderTorchrunMatchesLocalRanks) {
       }
     }
   }
+}
+
+// PyTorch's explicit form on one machine, one command per process: --init-method
+// tcp://127.0.0.1:PORT with --rank and --world-size. Two processes give the parameters of two
+// in-process ranks in every mode (relative L2 < 1e-5) and rank 0 alone writes the result, its
+// launcher "tcp". A peer that never comes ends rank 0 within --timeout, naming rank 1, with no
+// result file; a rank out of range is one line and exit 2.
+TEST_F(Cli, InitMethodTcpProcessesMatchLocalRanks) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  const std::string args =
+      "--data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 20 --max-steps 20 -q";
+  const std::string tcp = (tmp_.path() / "tcp").string(), local = (tmp_.path() / "local").string();
+  const fs::path out = tmp_.path() / "tcp.json", out1 = tmp_.path() / "rank1.json";
+  const std::string rank = fmt::format("timeout -k 5 120 {} run {} --comm gloo --world-size 2 --init-method "
+                                       "tcp://127.0.0.1:{} --rank",
+                                       DPBENCH_BINARY, args, 31600 + (getpid() % 1000));
+  const Outcome t = shell(fmt::format("{} 1 --out {} & p=$!; {} 0 --save-params {} --out {}; s=$?; wait $p && exit $s",
+                                      rank, out1.string(), rank, tcp, out.string()),
+                          tmp_.path());
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_FALSE(fs::exists(out1)) << "rank 1 wrote a result file";
+  const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + local);
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const auto doc = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(doc["config"]["launcher"], "tcp");
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  for (const auto& run : doc["runs"]) {
+    const std::string mode = run["mode"];
+    EXPECT_EQ(run["world_size"], 2) << mode;
+    const auto a = read_f32(tcp + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    ASSERT_FALSE(a.empty()) << mode;
+    EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
+  }
+
+  const fs::path lonely = tmp_.path() / "lonely.json";
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome alone = shell(fmt::format("{} run {} --comm gloo --world-size 2 --init-method tcp://127.0.0.1:{} "
+                                          "--rank 0 --timeout 3 --out {}",
+                                          DPBENCH_BINARY, args, 32600 + (getpid() % 1000), lonely.string()),
+                              tmp_.path());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.err.find("rank 1"), std::string::npos) << alone.err;
+  EXPECT_LT(seconds, 30.0) << alone.err;
+  EXPECT_FALSE(fs::exists(lonely));
+
+  const Outcome wrong = dpbench(args + " --comm gloo --world-size 2 --init-method tcp://127.0.0.1:29999 --rank 2");
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("--rank 2: out of range for --world-size 2"), std::string::npos) << wrong.err;
+  EXPECT_EQ(std::count(wrong.err.begin(), wrong.err.end(), '\n'), 1) << wrong.err;
 }
 
 // The two-node form on one machine: two torchrun agents (--nnodes 2, one process each) meet at a

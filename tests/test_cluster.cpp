@@ -214,9 +214,10 @@ TEST_F(EmulatedCluster, SimulationMatchesEveryPointOfTheGrid) {
 
 // The regression gate on link-bound timings: two sweeps of the same point compare clean at a 5 %
 // floor (10 % cap), and allreduce slowed by 15 % of its step (DPBENCH_STEP_DELAY) is a regression.
+// The sweeps run the two modes of the judged ratio (allreduce's throughput over ps's) only.
 TEST_F(EmulatedCluster, GateCatchesAFifteenPercentSlowdownAndPassesAnAaRerun) {
   const std::string sweep = fmt::format("timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
-                                        "--max-steps 40 --warmup-steps 5 --repetitions 2 --no-eval -q -o ",
+                                        "--modes ps,allreduce --max-steps 40 --warmup-steps 5 --repetitions 2 --no-eval -q -o ",
                                         DPBENCH_BINARY);
   const fs::path a = tmp_.path() / "a.json", b = tmp_.path() / "b.json", c = tmp_.path() / "c.json";
   ASSERT_EQ(shell(sweep + a.string(), tmp_.path()).exit_code, 0);
@@ -399,6 +400,40 @@ TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
         EXPECT_TRUE(n["agrees"].get<bool>()) << mode << n.dump();
       }
     }
+    const auto a = read_f32(params + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    ASSERT_FALSE(a.empty()) << mode;
+    EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
+  }
+}
+
+// PyTorch's explicit form across nodes (--launcher tcp): each rank a process on its own node given
+// --init-method tcp://node0:PORT and --rank (the world size is the cluster's), meeting over gloo;
+// each mode's parameters equal 3 in-process ranks' (relative L2 1e-5: gloo sums in its own
+// order), every rank records its own node, and each node's wire bytes agree with the counted ones.
+TEST_F(EmulatedCluster, InitMethodTcpAcrossNodesMatchesLocalRanks) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  const std::string model =
+      "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 30 --max-steps 20";
+  const std::string params = (tmp_.path() / "p").string(), local = (tmp_.path() / "local").string();
+  const Outcome o = run(fmt::format("--nodes 3 --link 1gbit --launcher tcp {} --save-params {}", model, params));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(doc["network"]["launcher"]["name"], "tcp");
+  EXPECT_EQ(doc["network"]["launcher"]["init_method"].get<std::string>().rfind("tcp://", 0), 0u);
+  EXPECT_EQ(doc["config"]["launcher"], "tcp");
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  const Outcome l = shell(fmt::format("{} run {} -q --comm local --ranks 3 --save-params {} --out {}", DPBENCH_BINARY,
+                                      model, local, (tmp_.path() / "local.json").string()),
+                          tmp_.path());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  for (const auto& run : doc["runs"]) {
+    const std::string mode = run["mode"];
+    EXPECT_EQ(run["comm"], "gloo") << mode;
+    std::set<int> nodes;
+    for (const auto& r : run["network"]["per_rank"]) nodes.insert(r["node"].get<int>());
+    EXPECT_EQ(nodes, (std::set<int>{0, 1, 2})) << mode;
+    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << mode << n.dump();
     const auto a = read_f32(params + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
     ASSERT_EQ(a.size(), b.size()) << mode;
     ASSERT_FALSE(a.empty()) << mode;

@@ -368,5 +368,63 @@ TEST_F(EnvLaunch, MistakesAreOneLineInputErrors) {
   EXPECT_NE(error_of([] { resolve_launch("nccl", 0, "cpu"); }).find("--device cuda"), std::string::npos);
 }
 
+// --init-method tcp://ADDR:PORT takes the rank and world size from the options (RANK and WORLD_SIZE
+// in the environment do not count), rank 0's address and port from the URL, the node from
+// LOCAL_RANK and LOCAL_WORLD_SIZE (else the rank is alone on its node). env:// is PyTorch's
+// default: the environment, with --rank and --world-size winning.
+TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
+  setenv("RANK", "5", 1);
+  setenv("WORLD_SIZE", "8", 1);
+  LaunchInfo info = resolve_launch("nccl", 3, "cuda", ExplicitInit{"tcp://node0:23456", 2});
+  EXPECT_TRUE(info.multi_process);
+  EXPECT_EQ(info.launcher, "tcp");
+  EXPECT_EQ(info.world_size, 3);
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.local_rank, 0);
+  EXPECT_EQ(info.ranks_on_this_node, 1);
+  EXPECT_EQ(info.master_addr, "node0");
+  EXPECT_EQ(info.master_port, 23456);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("LOCAL_WORLD_SIZE", "2", 1);
+  info = resolve_launch("nccl", 3, "cuda", ExplicitInit{"tcp://10.0.0.1:29500", 0});
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.ranks_on_this_node, 2);
+  EXPECT_EQ(info.master_addr, "10.0.0.1");
+  unsetenv("LOCAL_RANK");
+  unsetenv("LOCAL_WORLD_SIZE");
+  setenv("MASTER_ADDR", "node1", 1);
+  setenv("MASTER_PORT", "29501", 1);
+  info = resolve_launch("nccl", 0, "cuda", ExplicitInit{"env://", -1});
+  EXPECT_EQ(info.launcher, "env");
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.master_addr, "node1");
+  EXPECT_EQ(info.master_port, 29501);
+  info = resolve_launch("nccl", 2, "cuda", ExplicitInit{"", 1});  // --rank alone: env://
+  EXPECT_EQ(info.world_size, 2);
+  EXPECT_EQ(info.rank, 1);
+}
+
+TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
+  const auto error = [](const std::string& comm, int world, const ExplicitInit& init) {
+    return error_of([&] { resolve_launch(comm, world, comm == "gloo" || comm == "local" ? "cpu" : "cuda", init); });
+  };
+  const std::string url = "tcp://node0:23456";
+  EXPECT_NE(error("nccl", 2, {url, -1}).find("give --rank R and --world-size N"), std::string::npos);
+  EXPECT_NE(error("nccl", 0, {url, 0}).find("give --rank R and --world-size N"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {url, 2}).find("--rank 2: out of range for --world-size 2 (0..1)"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"tcp://node0", 0}).find("expected tcp://ADDR:PORT"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"tcp://:23456", 0}).find("expected tcp://ADDR:PORT"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"tcp://node0:99999", 0}).find("not a TCP port"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"tcp://node0:12ab", 0}).find("not a TCP port"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"file:///tmp/rdzv", 0}).find("file:// is not offered"), std::string::npos);
+  EXPECT_NE(error("local", 2, {url, 0}).find("--comm local starts its ranks as threads"), std::string::npos);
+  EXPECT_NE(error("mpi", 2, {url, 0}).find("--comm mpi starts its ranks with mpirun"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"env://", 0}).find("MASTER_ADDR is unset"), std::string::npos);
+  EXPECT_NE(error("nccl", 0, {"env://", 0}).find("WORLD_SIZE is unset"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"", -2}).find("--rank -2: must be >= 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_launch("nccl", 2, "cpu", {url, 0}); }).find("--device cuda"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dpbench

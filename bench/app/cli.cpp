@@ -20,6 +20,7 @@
 #include "bench/app/run_command.hpp"
 #include "bench/app/strategies.hpp"
 #include "bench/app/sweep_command.hpp"
+#include "cluster/cluster_job.hpp"
 #include "cluster/link.hpp"
 #include "core/error.hpp"
 #include "core/launch.hpp"
@@ -183,6 +184,12 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     }
     return;
   }
+  // The ranks of --launcher tcp get --init-method tcp://... and --rank from the cluster; the world
+  // size is the cluster's.
+  if (run.count("--init-method") + run.count("--rank") > 0 && cluster::stage() != "rank") {
+    throw InputError("--init-method and --rank: an emulated cluster's launcher gives each rank its own "
+                     "(--launcher tcp: tcp:// to node 0 and --rank)");
+  }
   if (o.cluster.launcher != "torchrun" && run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
     throw InputError("--rdzv-backend and --max-restarts are torchrun's: give --launcher torchrun");
   }
@@ -200,6 +207,10 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   if (o.ranks_given && o.base.world_size != o.cluster.world_size()) {
     throw InputError(fmt::format("--ranks {}: --nodes {} x --ranks-per-node {} makes {} ranks", o.base.world_size,
                                  o.cluster.nodes, o.cluster.ranks_per_node, o.cluster.world_size()));
+  }
+  if (o.cluster.launcher == "tcp") {
+    o.base.world_size = o.cluster.world_size();
+    o.ranks_given = true;
   }
   if (o.base.device == "cuda") throw InputError("--nodes: an emulated cluster trains on the CPU (--device cpu)");
   if (!o.reference.framework.empty()) throw InputError("--nodes: not with --reference");
@@ -225,7 +236,8 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
       ->capture_default_str()
       ->group("Emulated cluster");
   run.add_option("--launcher", o.cluster.launcher,
-                 "Emulated cluster: env (each rank a process given torchrun's variables), torchrun (one "
+                 "Emulated cluster: env (each rank a process given torchrun's variables), tcp (each rank a "
+                 "process given --init-method tcp://NODE0:PORT --rank R, PyTorch's explicit form), torchrun (one "
                  "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or "
                  "mpirun (Open MPI, its daemons started in the nodes; --comm mpi)")
       ->capture_default_str()
@@ -260,6 +272,13 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--ranks,--world-size", c.world_size,
                  "world_size: number of ranks (in-process threads, one replica each)")
       ->capture_default_str();
+  run.add_option("--init-method", o.init.init_method,
+                 "PyTorch's init_process_group(init_method=...), one command per process: tcp://ADDR:PORT "
+                 "(rank 0 listens there; with --rank R and --world-size N) or env:// (MASTER_ADDR, "
+                 "MASTER_PORT, and RANK, WORLD_SIZE unless --rank, --world-size give them); --comm gloo "
+                 "or nccl. LOCAL_RANK and LOCAL_WORLD_SIZE, when set, place the rank on its node");
+  run.add_option("--rank", o.init.rank, "This process's rank, with --init-method (0 to world_size - 1)")
+      ->check(CLI::NonNegativeNumber);
   run.add_option("--comm", c.comm,
                  "Communicator backend: local (in-process ranks over dpbench's own ring and chain "
                  "collectives), mpi (one rank per process: mpirun -np N dpbench run --comm mpi) or "
@@ -387,7 +406,7 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->capture_default_str()
       ->group("Emulated cluster");
   sweep.add_option("--launcher", o.launcher,
-                   "Emulated cluster: how each point's ranks start (run --launcher): env or torchrun (gloo), "
+                   "Emulated cluster: how each point's ranks start (run --launcher): env, tcp or torchrun (gloo), "
                    "mpirun (MPI)")
       ->capture_default_str()
       ->group("Emulated cluster");

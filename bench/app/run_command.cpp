@@ -328,7 +328,7 @@ RunSetup prepare_run(const RunOptions& o) {
   RunSetup s;
   s.device = choose_device(o.base.device, o.base.comm == "mpi" || o.base.comm == "gloo");
   check_common_options(o.base, o.timeout_s);
-  s.launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, s.device.device);
+  s.launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, s.device.device, o.init);
   s.output = is_output_process();
   s.quiet = o.quiet || !s.output;
   s.out = o.out.empty() ? default_out_path("run") : o.out;
@@ -343,7 +343,7 @@ RunSetup prepare_run(const RunOptions& o) {
   TrainConfig& base = s.base;
   base = o.base;
   base.world_size = s.launch.world_size;
-  if (s.launch.launcher == "env") {
+  if (!s.launch.master_addr.empty()) {  // env or tcp: the ranks meet at rank 0's address
     base.process_rank = s.launch.rank;
     base.master_addr = s.launch.master_addr;
     base.master_port = s.launch.master_port;

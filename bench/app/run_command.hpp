@@ -9,6 +9,7 @@
 #include "bench/app/reference.hpp"
 #include "bench/app/strategies.hpp"
 #include "cluster/link.hpp"
+#include "core/launch.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -18,6 +19,7 @@ struct RunOptions {
   std::vector<std::string> modes = strategy_names();  // default: every registered strategy
   DataOptions data;
   bool ranks_given = false;                       // --ranks on the command line (else the launcher's)
+  ExplicitInit init;                              // --init-method, --rank: PyTorch's explicit form
   double timeout_s = 300;                         // sets base.timeout
   std::string out;                                // "" -> results/dpbench-run-<time>.json
   std::string save_params;                        // "" or PREFIX: PREFIX-<mode>.f32
