@@ -10,7 +10,8 @@
 #       Copy .gpu/ along with the checkout to the GPU machine.
 #
 #   bash scripts/gpu-check.sh run
-#       On the GPU machine, from the checkout: runs the GPU test suites, a short `dpbench run` on
+#       On the GPU machine, from the checkout: runs the GPU test suites, the CPU's bitwise pin
+#       (StepLoopPin, under OPENBLAS_CORETYPE=Haswell, on this other CPU), a short `dpbench run` on
 #       CUDA and the single-GPU step benchmark, printing one PASS or FAIL line per stage. A stage
 #       fails on a non-zero exit; the benchmark stage also when a benchmark reported an error
 #       (Google Benchmark exits 0 then). Without a usable GPU the test suites report their GPU
@@ -162,6 +163,11 @@ run_checks() {
   [ -x "$dest/run" ] || { echo "gpu-check: no bundle in $dest (run 'bundle' on the build machine)" >&2; exit 2; }
   stage tests '' \
     dpbench_tests --gtest_filter='Cuda*:CliGpu*:DeviceMemory*:Nccl*'
+  # The bitwise pin (tests/test_step_loop_pin.cpp) on this machine's CPU, another model than the
+  # build machine's: the same CRCs must hold under OpenBLAS's Haswell kernels on any x86-64 CPU
+  # with AVX2 and FMA.
+  OPENBLAS_CORETYPE=Haswell stage cpu-pin '' \
+    dpbench_tests --gtest_filter='StepLoopPin.*'
   stage dpbench-run '' \
     dpbench run --device cuda --data synthetic --max-steps 200
   stage gpu-step 'ERROR OCCURRED' \

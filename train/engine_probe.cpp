@@ -1,8 +1,10 @@
 #include "train/engine_probe.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -58,36 +60,63 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   }
   std::vector<float> buf(floats, 0.0f), out(floats, 0.0f);
   for (CollectiveKind kind : kinds) run_collective(comm, kind, buf, out, static_cast<std::size_t>(p));
-  // Every rank's exit times, [reps][kinds], seconds after its own barrier exit, gathered to rank 0.
+  // Every rank's times, [reps][1 + kinds]: when it left the repetition's barrier, then when it
+  // left each collective, seconds after its own reference `ref`; gathered to rank 0 with the
+  // references, which put them on the host's one monotonic clock.
   const std::size_t k = kinds.size();
+  const auto ref = std::chrono::steady_clock::now();
+  const auto since_ref = [&ref] {
+    return static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - ref).count());
+  };
   std::vector<float> mine;
   auto repetition = [&] {
     comm.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
+    mine.push_back(since_ref());
     for (std::size_t j = 0; j < k; ++j) {
       run_collective(comm, kinds[j], buf, out, floats);
-      mine.push_back(static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      mine.push_back(since_ref());
     }
   };
   repetition();
   // Short sequences (fast links) repeat until min_seconds, as rank 0 counts them, at most
   // kMaxRepetitions times.
-  float first = k > 0 ? mine.back() : 0.0f;
+  float first = k > 0 ? mine.back() - mine.front() : 0.0f;
   comm.broadcast(&first, 1, 0);
   if (min_seconds > 0 && first > 0) {
     reps = std::max(reps, static_cast<int>(std::min<double>(kMaxRepetitions, std::ceil(min_seconds / first))));
   }
   for (int i = 1; i < reps; ++i) repetition();
   comm.barrier();
-  std::vector<float> all(mine.size() * static_cast<std::size_t>(p), 0.0f);
-  comm.gatherv(mine.data(), std::vector<std::size_t>(static_cast<std::size_t>(p), mine.size()), all.data(), 0);
+  const auto ps = static_cast<std::size_t>(p);
+  std::vector<float> all(mine.size() * ps, 0.0f);
+  comm.gatherv(mine.data(), std::vector<std::size_t>(ps, mine.size()), all.data(), 0);
+  // The references as the bits of a double each (two floats' worth, copied, never summed).
+  const double ref_s = std::chrono::duration<double>(ref.time_since_epoch()).count();
+  std::array<float, 2> ref_bits{};
+  std::memcpy(ref_bits.data(), &ref_s, sizeof ref_s);
+  std::vector<float> refs(2 * ps, 0.0f);
+  comm.gatherv(ref_bits.data(), std::vector<std::size_t>(ps, 2), refs.data(), 0);
   if (comm.rank() != 0 || k == 0) return std::nullopt;
-  // Each repetition's ends: the latest rank's; then the repetition of the median total.
-  std::vector<std::vector<double>> ends(static_cast<std::size_t>(reps), std::vector<double>(k, 0.0));
-  if (all.size() != ends.size() * k * static_cast<std::size_t>(p)) throw Error("engine probe: the ranks ran different repetitions");
-  for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) {
-    for (std::size_t i = 0; i < ends.size(); ++i) {
-      for (std::size_t j = 0; j < k; ++j) ends[i][j] = std::max(ends[i][j], double{all[(r * ends.size() + i) * k + j]});
+  // Each repetition starts when its last rank left the barrier (every rank is in the sequence from
+  // then on, as every rank is at 0 in the simulation) and each collective ends when its last rank
+  // left it; then the repetition of the median total.
+  const std::size_t per = mine.size(), n = static_cast<std::size_t>(reps);
+  if (all.size() != n * (k + 1) * ps || per != n * (k + 1)) throw Error("engine probe: the ranks ran different repetitions");
+  std::vector<double> offset(ps, 0.0);
+  for (std::size_t r = 0; r < ps; ++r) {
+    double other = 0;
+    std::memcpy(&other, &refs[2 * r], sizeof other);
+    offset[r] = other - ref_s;
+  }
+  const auto at = [&](std::size_t r, std::size_t i, std::size_t j) { return offset[r] + all[r * per + i * (k + 1) + j]; };
+  std::vector<std::vector<double>> ends(n, std::vector<double>(k, 0.0));
+  for (std::size_t i = 0; i < n; ++i) {
+    double start = -std::numeric_limits<double>::infinity();
+    for (std::size_t r = 0; r < ps; ++r) start = std::max(start, at(r, i, 0));
+    for (std::size_t j = 0; j < k; ++j) {
+      double end = -std::numeric_limits<double>::infinity();
+      for (std::size_t r = 0; r < ps; ++r) end = std::max(end, at(r, i, j + 1));
+      ends[i][j] = std::max(0.0, end - start);
     }
   }
   std::sort(ends.begin(), ends.end(), [](const auto& a, const auto& b) { return a.back() < b.back(); });

@@ -2,8 +2,9 @@
 // every rank runs the collectives the run's mode uses (allreduce, reduce, broadcast,
 // reduce-scatter, all-gather, scatter, gather) back to back in the order its step runs them, on
 // the same floats, through the same calls the mode makes (the non-blocking start + wait where the
-// communicator has them), and notes when it left each; a collective ends when its last rank left
-// it (the ranks share one host's monotonic clock). Back to back, as in a step, because that is
+// communicator has them), and notes when it left the barrier and each collective; the sequence
+// starts when its last rank left the barrier (as the simulation starts every rank at 0) and a
+// collective ends when its last rank left it (the ranks share one host's monotonic clock). Back to back, as in a step, because that is
 // how they ran slower: a rank that leaves one collective early (its last sends still in the
 // kernel's buffers) starts the next while its peers still receive, and two flows of a shaped link
 // then contend with each other's acknowledgements. Rank 0 keeps the median repetition (by its
@@ -27,7 +28,7 @@ namespace dpbench {
 struct CollectiveProbe {
   CollectiveKind kind = CollectiveKind::allreduce;
   std::size_t floats = 0;  // the collective's size (v-collectives: split evenly over the ranks)
-  double end_s = 0;        // when its last rank left it, seconds after the sequence's barrier
+  double end_s = 0;        // when its last rank left it, seconds after the last rank left the sequence's barrier
   double seconds = 0;      // end_s less the previous collective's end_s (the first: end_s)
 };
 

@@ -204,7 +204,8 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
               {"repetitions", r.engine_probe->repetitions},
               {"method", "before the first step every rank ran the collectives of the mode's schedule back to back "
                          "in the step's order on the gradient's floats (at most 1 Mi) with the run's own "
-                         "communicator, after a barrier; each ends when its last rank left it; the median repetition. "
+                         "communicator, after a barrier; from when the last rank left the barrier, each ends when its "
+                         "last rank left it; the median repetition. "
                          "Efficiency: the share of the link at which SimGrid, playing the sequence up to that "
                          "collective on the probed platform, ends it when the probe did (1: the link alone takes as "
                          "long)"}};
