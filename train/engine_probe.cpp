@@ -37,6 +37,34 @@ void run_collective(Communicator& comm, CollectiveKind kind, std::vector<float>&
     case CollectiveKind::p2p: break;
   }
 }
+// Rank 0's reading of the gathered times (`all`: per rank [reps][1 + k] seconds after its own
+// reference; `refs`: each rank's reference as a double's bits; `ref_s`: rank 0's). Each repetition
+// starts when its last rank left the barrier (every rank is in the sequence from then on, as every
+// rank is at 0 in the simulation) and each collective ends when its last rank left it. Returns the
+// k ends of the repetition with the median total.
+std::vector<double> median_ends(const std::vector<float>& all, const std::vector<float>& refs, double ref_s,
+                                std::size_t ps, std::size_t n, std::size_t k) {
+  const std::size_t per = n * (k + 1);
+  std::vector<double> offset(ps, 0.0);
+  for (std::size_t r = 0; r < ps; ++r) {
+    double other = 0;
+    std::memcpy(&other, &refs[2 * r], sizeof other);
+    offset[r] = other - ref_s;
+  }
+  const auto at = [&](std::size_t r, std::size_t i, std::size_t j) { return offset[r] + all[r * per + i * (k + 1) + j]; };
+  std::vector<std::vector<double>> ends(n, std::vector<double>(k, 0.0));
+  for (std::size_t i = 0; i < n; ++i) {
+    double start = -std::numeric_limits<double>::infinity();
+    for (std::size_t r = 0; r < ps; ++r) start = std::max(start, at(r, i, 0));
+    for (std::size_t j = 0; j < k; ++j) {
+      double end = -std::numeric_limits<double>::infinity();
+      for (std::size_t r = 0; r < ps; ++r) end = std::max(end, at(r, i, j + 1));
+      ends[i][j] = std::max(0.0, end - start);
+    }
+  }
+  std::sort(ends.begin(), ends.end(), [](const auto& x, const auto& y) { return x.back() < y.back(); });
+  return ends[ends.size() / 2];
+}
 }  // namespace
 
 std::vector<CollectiveKind> probed_collectives(const std::string& mode, const std::string& transport) {
@@ -97,30 +125,10 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   std::vector<float> refs(2 * ps, 0.0f);
   comm.gatherv(ref_bits.data(), std::vector<std::size_t>(ps, 2), refs.data(), 0);
   if (comm.rank() != 0 || k == 0) return std::nullopt;
-  // Each repetition starts when its last rank left the barrier (every rank is in the sequence from
-  // then on, as every rank is at 0 in the simulation) and each collective ends when its last rank
-  // left it; then the repetition of the median total.
-  const std::size_t per = mine.size(), n = static_cast<std::size_t>(reps);
-  if (all.size() != n * (k + 1) * ps || per != n * (k + 1)) throw Error("engine probe: the ranks ran different repetitions");
-  std::vector<double> offset(ps, 0.0);
-  for (std::size_t r = 0; r < ps; ++r) {
-    double other = 0;
-    std::memcpy(&other, &refs[2 * r], sizeof other);
-    offset[r] = other - ref_s;
+  if (all.size() != static_cast<std::size_t>(reps) * (k + 1) * ps || mine.size() != static_cast<std::size_t>(reps) * (k + 1)) {
+    throw Error("engine probe: the ranks ran different repetitions");
   }
-  const auto at = [&](std::size_t r, std::size_t i, std::size_t j) { return offset[r] + all[r * per + i * (k + 1) + j]; };
-  std::vector<std::vector<double>> ends(n, std::vector<double>(k, 0.0));
-  for (std::size_t i = 0; i < n; ++i) {
-    double start = -std::numeric_limits<double>::infinity();
-    for (std::size_t r = 0; r < ps; ++r) start = std::max(start, at(r, i, 0));
-    for (std::size_t j = 0; j < k; ++j) {
-      double end = -std::numeric_limits<double>::infinity();
-      for (std::size_t r = 0; r < ps; ++r) end = std::max(end, at(r, i, j + 1));
-      ends[i][j] = std::max(0.0, end - start);
-    }
-  }
-  std::sort(ends.begin(), ends.end(), [](const auto& a, const auto& b) { return a.back() < b.back(); });
-  const std::vector<double>& median = ends[ends.size() / 2];
+  const std::vector<double> median = median_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k);
   EngineProbe probe{{}, reps};
   for (std::size_t j = 0; j < k; ++j) {
     probe.collectives.push_back({kinds[j], floats, median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
