@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cmath>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <deque>
 #include <memory>
 #include <string>
@@ -108,6 +110,10 @@ SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platf
   const auto t0 = std::chrono::steady_clock::now();
   int fds[2];
   if (::pipe(fds) != 0) throw Error(fmt::format("simulation: pipe: {}", std::strerror(errno)));
+  // The child inherits stdio's buffers, and SimGrid flushes stdout: text this process had not yet
+  // written (a summary table on a redirected stdout) would be written once per simulation.
+  std::cout.flush();
+  std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(fmt::format("simulation: fork: {}", std::strerror(errno)));
   if (pid == 0) {
