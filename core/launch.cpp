@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -250,6 +251,57 @@ LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const Launch
   return info;
 }
 
+// The first set one of Slurm's variables `names`, or nullptr.
+const char* slurm_env(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return nullptr;
+}
+
+// One rank per process started by srun: Slurm's variables in place of torchrun's (launch.hpp).
+LaunchInfo srun_launch(int requested) {
+  const auto step_tasks = env_int("SLURM_STEP_NUM_TASKS");
+  const auto world = step_tasks ? step_tasks : env_int("SLURM_NTASKS");
+  const auto rank = env_int("SLURM_PROCID");
+  if (!world || *world < 1) throw InputError("srun: SLURM_STEP_NUM_TASKS and SLURM_NTASKS are unset or below 1");
+  if (*rank < 0 || *rank >= *world) {
+    throw InputError(fmt::format("SLURM_PROCID={}: out of range for {} tasks", *rank, *world));
+  }
+  if (requested > 0 && requested != *world) {
+    throw InputError(fmt::format("world size mismatch: --ranks {} but srun started {} tasks", requested, *world));
+  }
+  const char* nodes = slurm_env({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  if (nodes == nullptr) throw InputError("srun: SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are unset (rank 0's node)");
+  LaunchInfo info;
+  info.multi_process = true;
+  info.launcher = "srun";
+  info.world_size = *world;
+  info.rank = *rank;
+  info.local_rank = env_int("SLURM_LOCALID").value_or(0);
+  const char* per_node = slurm_env({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  info.ranks_on_this_node = per_node != nullptr ? slurm_tasks_on_node(per_node, env_int("SLURM_NODEID").value_or(0)) : 1;
+  if (info.local_rank < 0 || info.local_rank >= info.ranks_on_this_node) {
+    throw InputError(fmt::format("SLURM_LOCALID={}: out of range for {} task{} on this node", info.local_rank,
+                                 info.ranks_on_this_node, info.ranks_on_this_node == 1 ? "" : "s"));
+  }
+  info.master_addr = slurm_first_host(nodes);
+  if (const char* port = std::getenv("MASTER_PORT"); port != nullptr && *port != '\0') {
+    info.master_port = parse_port(port, fmt::format("MASTER_PORT={}", port));
+  } else {
+    const char* job = slurm_env({"SLURM_JOB_ID", "SLURM_JOBID"});
+    if (job == nullptr) throw InputError("srun: SLURM_JOB_ID and MASTER_PORT are unset (the port rank 0 listens on)");
+    const std::string id(job);
+    if (id.find_first_not_of("0123456789") != std::string::npos) {
+      throw InputError(fmt::format("SLURM_JOB_ID={}: not a job number; set MASTER_PORT", id));
+    }
+    info.master_port = 15000 + std::stoi(id.substr(id.size() > 4 ? id.size() - 4 : 0));
+  }
+  env_output_rank = info.rank;
+  return info;
+}
+
 // --init-method or --rank: PyTorch's explicit form (ExplicitInit), over gloo or NCCL.
 LaunchInfo explicit_launch(const std::string& comm, int requested, const std::string& device,
                            const ExplicitInit& init, const LaunchEnv& env) {
@@ -274,6 +326,46 @@ LaunchInfo explicit_launch(const std::string& comm, int requested, const std::st
 
 }  // namespace
 
+std::string slurm_first_host(const std::string& host_list) {
+  std::string host;
+  std::size_t i = 0;
+  while (i < host_list.size() && host_list[i] != ',') {
+    if (host_list[i] != '[') {
+      host += host_list[i++];
+      continue;
+    }
+    const std::size_t close = host_list.find(']', i);
+    if (close == std::string::npos) throw InputError(fmt::format("host list {}: unclosed '['", host_list));
+    const std::string range = host_list.substr(i + 1, close - i - 1);
+    const std::string first = range.substr(0, range.find_first_of(",-"));
+    if (first.empty()) throw InputError(fmt::format("host list {}: empty range", host_list));
+    host += first;
+    i = close + 1;
+  }
+  if (host.empty()) throw InputError(fmt::format("host list '{}': no host", host_list));
+  return host;
+}
+
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node) {
+  static const std::regex item(R"(^([0-9]+)(\(x([0-9]+)\))?$)");
+  int first = 0;  // the first node of the current item
+  std::size_t pos = 0;
+  while (pos <= tasks_per_node.size()) {
+    const std::size_t end = std::min(tasks_per_node.find(',', pos), tasks_per_node.size());
+    std::smatch m;
+    const std::string part = tasks_per_node.substr(pos, end - pos);
+    if (!std::regex_match(part, m, item)) {
+      throw InputError(fmt::format("tasks per node {}: expected N or N(xK) items separated by commas", tasks_per_node));
+    }
+    const int count = m[3].matched ? std::stoi(m[3].str()) : 1;
+    if (node < first + count) return std::stoi(m[1].str());
+    first += count;
+    pos = end + 1;
+  }
+  throw InputError(fmt::format("SLURM_NODEID={}: beyond the {} node{} of tasks per node {}", node, first,
+                               first == 1 ? "" : "s", tasks_per_node));
+}
+
 LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device,
                           const ExplicitInit& init) {
   if (comm != "local" && comm != "mpi" && comm != "nccl" && comm != "gloo") {
@@ -293,6 +385,20 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
                                  env_world.value_or(requested > 0 ? requested : 1)));
   }
   if (env_local && *env_local < 0) throw InputError(fmt::format("LOCAL_RANK={}: must be >= 0", *env_local));
+
+  // srun started this process (and not mpirun, whose MPI is --comm mpi's): Slurm's variables.
+  const bool srun_started = !env_world && !env_rank && std::getenv("SLURM_PROCID") != nullptr && !mpi_launched();
+  const std::optional<int> srun_tasks = srun_started ? env_int("SLURM_STEP_NUM_TASKS") : std::nullopt;
+  if (comm == "local" && srun_tasks && *srun_tasks > 1) {
+    throw InputError(fmt::format("SLURM_STEP_NUM_TASKS={}: --comm local runs every rank as a thread of one process; "
+                                 "with srun use --comm gloo (CPU) or --comm nccl (GPU), one task per rank",
+                                 *srun_tasks));
+  }
+  if (srun_started && (comm == "gloo" || (comm == "nccl" && srun_tasks.value_or(1) > 1))) {
+    if (comm == "gloo") check_gloo(device);
+    if (comm == "nccl") check_nccl(device);
+    return srun_launch(requested);
+  }
 
   LaunchInfo info;
   if (comm == "local") {

@@ -14,7 +14,8 @@ struct LaunchInfo {
   int rank = 0;                // this process's rank (0 for in-process ranks)
   int local_rank = 0;          // among the ranks of this node
   int ranks_on_this_node = 1;  // ranks sharing this machine's cores
-  std::string launcher;        // "threads", "mpirun", "env" (torchrun-style variables), "tcp" (--init-method tcp://)
+  std::string launcher;        // "threads", "mpirun", "env" (torchrun-style variables), "tcp" (--init-method tcp://),
+                               // "srun" (Slurm's variables)
   std::string master_addr;     // env, tcp: rank 0's address (MASTER_ADDR)
   int master_port = 0;         // env, tcp: rank 0's rendezvous port (MASTER_PORT)
 };
@@ -49,6 +50,24 @@ struct ExplicitInit {
 // --world-size for tcp://, a missing variable for env://, a rank out of range.
 LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device,
                           const ExplicitInit& init = {});
+
+// A rank started by srun (Slurm) over gloo or NCCL reads Slurm's variables where torchrun's are
+// unset, as PyTorch Lightning's SLURMEnvironment does (lightning/fabric/plugins/environments/
+// slurm.py): RANK = SLURM_PROCID, WORLD_SIZE = SLURM_STEP_NUM_TASKS (else SLURM_NTASKS),
+// LOCAL_RANK = SLURM_LOCALID, its node's rank count from SLURM_STEP_TASKS_PER_NODE at
+// SLURM_NODEID, MASTER_ADDR = the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST),
+// MASTER_PORT = MASTER_PORT when set, else 15000 + the last four digits of SLURM_JOB_ID (every
+// task of a job computes the same port). resolve_launch takes this path when SLURM_PROCID is set
+// and RANK and WORLD_SIZE are not; InputError names the variable that is missing or malformed.
+
+// The first host of a Slurm host list: "node[01-04,07],gpu3" gives "node01", "rack[1-2]-n[5-6]"
+// gives "rack1-n5" (each bracket's first number, its zero padding kept). InputError on an empty
+// list or an unclosed bracket.
+std::string slurm_first_host(const std::string& host_list);
+
+// The task count of node `node` in Slurm's tasks-per-node form, "2(x3),1" (nodes 0-2 run 2 tasks,
+// node 3 runs 1). InputError on a malformed list or a node beyond it.
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node);
 
 // Whether this process prints tables and writes result files (rank 0 of a multi-process job,
 // once resolve_launch has seen the launch).

@@ -583,6 +583,41 @@ TEST_F(Cli, GlooUnderTorchrunMatchesLocalRanks) {
   }
 }
 
+// Two tasks as srun starts them (Slurm's variables only, no torchrun variables, no wrapper) give
+// the parameters of two in-process ranks in every mode, and the result names the launcher srun.
+TEST_F(Cli, SrunTasksMatchLocalRanks) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  const std::string args =
+      "--data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 20 --max-steps 20 -q";
+  const std::string srun = (tmp_.path() / "srun").string(), local = (tmp_.path() / "local").string();
+  const fs::path out = tmp_.path() / "srun.json";
+  const auto task = [&](int rank, const std::string& tail) {
+    return fmt::format("env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT SLURM_JOB_ID={} SLURM_PROCID={} "
+                       "SLURM_LOCALID={} SLURM_NODEID=0 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 "
+                       "SLURM_STEP_TASKS_PER_NODE=2 SLURM_STEP_NODELIST=127.0.0.1 timeout -k 5 120 {} run {} "
+                       "--comm gloo {}",
+                       33000 + getpid() % 1000, rank, rank, DPBENCH_BINARY, args, tail);
+  };
+  const Outcome t = shell(fmt::format("{} & p=$!; {}; s=$?; wait $p && exit $s", task(1, "--out rank1.json"),
+                                      task(0, "--save-params " + srun + " --out " + out.string())),
+                          tmp_.path());
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_FALSE(fs::exists(tmp_.path() / "rank1.json")) << "rank 1 wrote a result file";
+  const Outcome l = dpbench(args + " --comm local --ranks 2 --save-params " + local);
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const auto doc = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(doc["config"]["launcher"], "srun");
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  for (const auto& run : doc["runs"]) {
+    const std::string mode = run["mode"];
+    EXPECT_EQ(run["world_size"], 2) << mode;
+    const auto a = read_f32(srun + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    ASSERT_FALSE(a.empty()) << mode;
+    EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
+  }
+}
+
 // PyTorch's explicit form on one machine, one command per process: --init-method
 // tcp://127.0.0.1:PORT with --rank and --world-size. Two processes give the parameters of two
 // in-process ranks in every mode (relative L2 < 1e-5) and rank 0 alone writes the result, its

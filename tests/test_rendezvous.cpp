@@ -19,6 +19,7 @@
 #include <zmq_addon.hpp>
 
 #include "core/error.hpp"
+#include "core/gloo_comm.hpp"
 #include "core/launch.hpp"
 #include "core/rendezvous.hpp"
 
@@ -327,8 +328,11 @@ class EnvLaunch : public ::testing::Test {
   static std::string error(int ranks) {
     return error_of([&] { resolve_launch("nccl", ranks, "cuda"); });
   }
-  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                           "MASTER_ADDR", "MASTER_PORT"};
+  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                           "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
+                                           "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE",
+                                           "SLURM_TASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+                                           "SLURM_NODELIST", "SLURM_JOB_ID", "SLURM_JOBID"};
 };
 
 TEST_F(EnvLaunch, ResolvesRankAndRendezvousFromTheEnvironment) {
@@ -424,6 +428,92 @@ TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
   EXPECT_NE(error("nccl", 0, {"env://", 0}).find("WORLD_SIZE is unset"), std::string::npos);
   EXPECT_NE(error("nccl", 2, {"", -2}).find("--rank -2: must be >= 0"), std::string::npos);
   EXPECT_NE(error_of([&] { resolve_launch("nccl", 2, "cpu", {url, 0}); }).find("--device cuda"), std::string::npos);
+}
+
+// Slurm's host lists and tasks-per-node counts, as srun sets them.
+TEST(SlurmVariables, FirstHostAndTasksOnANode) {
+  EXPECT_EQ(slurm_first_host("node07"), "node07");
+  EXPECT_EQ(slurm_first_host("node[07-09,12],gpu3"), "node07");
+  EXPECT_EQ(slurm_first_host("gpu3,node[1-2]"), "gpu3");
+  EXPECT_EQ(slurm_first_host("rack[2-3]-n[05,09]"), "rack2-n05");
+  EXPECT_EQ(slurm_first_host("n[10,4]"), "n10");  // the list's order, not the lowest number
+  EXPECT_THROW(slurm_first_host("node[1-2"), InputError);
+  EXPECT_THROW(slurm_first_host(""), InputError);
+  EXPECT_THROW(slurm_first_host("n[]"), InputError);
+  EXPECT_EQ(slurm_tasks_on_node("4", 0), 4);
+  EXPECT_EQ(slurm_tasks_on_node("2(x3),1", 0), 2);
+  EXPECT_EQ(slurm_tasks_on_node("2(x3),1", 2), 2);
+  EXPECT_EQ(slurm_tasks_on_node("2(x3),1", 3), 1);
+  EXPECT_EQ(slurm_tasks_on_node("3,1(x2),5", 3), 5);
+  EXPECT_THROW(slurm_tasks_on_node("2(x3),1", 4), InputError);
+  EXPECT_THROW(slurm_tasks_on_node("2(x)", 0), InputError);
+  EXPECT_THROW(slurm_tasks_on_node("", 0), InputError);
+}
+
+// A task started by `srun -N2 -n4` reads Slurm's variables: rank, world, its node's tasks, rank
+// 0's node and a port from the job number; MASTER_PORT and torchrun's variables win.
+TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
+  setenv("SLURM_PROCID", "3", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_NODEID", "1", 1);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "2(x2)", 1);
+  setenv("SLURM_STEP_NODELIST", "node[07-08]", 1);
+  setenv("SLURM_JOB_NODELIST", "node[01-08]", 1);
+  setenv("SLURM_JOB_ID", "1234567", 1);
+  LaunchInfo info = resolve_launch("nccl", 0, "cuda");
+  EXPECT_TRUE(info.multi_process);
+  EXPECT_EQ(info.launcher, "srun");
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.ranks_on_this_node, 2);
+  EXPECT_EQ(info.master_addr, "node07");  // the step's first node, not the allocation's
+  EXPECT_EQ(info.master_port, 15000 + 4567);
+  setenv("MASTER_PORT", "29500", 1);
+  EXPECT_EQ(resolve_launch("nccl", 4, "cuda").master_port, 29500);
+  if (gloo_built()) EXPECT_EQ(resolve_launch("gloo", 0, "cpu").launcher, "srun");
+  // torchrun's variables, set by the user's own wrapper, take precedence.
+  setenv("RANK", "2", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("MASTER_ADDR", "node1", 1);
+  info = resolve_launch("nccl", 0, "cuda");
+  EXPECT_EQ(info.launcher, "env");
+  EXPECT_EQ(info.rank, 2);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  // One task of --comm nccl trains its ranks as threads, as without srun.
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_STEP_NUM_TASKS", "1", 1);
+  info = resolve_launch("nccl", 2, "cuda");
+  EXPECT_EQ(info.launcher, "threads");
+  EXPECT_EQ(info.world_size, 2);
+}
+
+TEST_F(EnvLaunch, SrunMistakesAreOneLineInputErrors) {
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_STEP_NUM_TASKS", "2", 1);
+  setenv("SLURM_STEP_NODELIST", "n[1-2]", 1);
+  setenv("SLURM_JOB_ID", "77", 1);
+  EXPECT_EQ(resolve_launch("nccl", 2, "cuda").master_port, 15077);
+  EXPECT_NE(error(3).find("world size mismatch: --ranks 3 but srun started 2 tasks"), std::string::npos);
+  EXPECT_NE(error_of([] { resolve_launch("local", 2, "cpu"); }).find("SLURM_STEP_NUM_TASKS=2: --comm local"),
+            std::string::npos);
+  setenv("SLURM_PROCID", "2", 1);
+  EXPECT_NE(error(0).find("SLURM_PROCID=2: out of range for 2 tasks"), std::string::npos);
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_JOB_ID", "12_3", 1);
+  EXPECT_NE(error(0).find("SLURM_JOB_ID=12_3: not a job number; set MASTER_PORT"), std::string::npos);
+  unsetenv("SLURM_JOB_ID");
+  EXPECT_NE(error(0).find("SLURM_JOB_ID and MASTER_PORT are unset"), std::string::npos);
+  setenv("MASTER_PORT", "29500", 1);
+  unsetenv("SLURM_STEP_NODELIST");
+  EXPECT_NE(error(0).find("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are unset"), std::string::npos);
+  setenv("SLURM_JOB_NODELIST", "n[1-2]", 1);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  EXPECT_NE(error(0).find("SLURM_LOCALID=1: out of range for 1 task on this node"), std::string::npos);
 }
 
 }  // namespace
