@@ -81,6 +81,39 @@ int enter_namespaces(const std::string& how, const std::string& uid_map, const s
   return 0;
 }
 
+std::atomic<pid_t> namespace_init{0};
+void forward_to_init(int sig) {
+  const pid_t pid = namespace_init.load();
+  if (pid > 0) kill(pid, sig);
+}
+
+// In a child that entered the run's namespaces: a new PID namespace, whose first process (PID 1,
+// with its own /proc) returns 0 from here to exec the stage. This process stays outside as its
+// parent: it closes `close_fd`, passes SIGINT and SIGTERM on, and exits with PID 1's status
+// (never returns). When PID 1 ends, the kernel kills every process left in the namespace, however
+// it was started (slurmd's slurmstepd daemonizes away from its parent). Returns an errno on failure.
+int enter_pid_namespace(int close_fd) {
+  if (unshare(CLONE_NEWPID) != 0) return errno;
+  const pid_t init = fork();
+  if (init < 0) return errno;
+  if (init == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // (getppid() is 0 here: the parent is outside the namespace)
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) return errno;
+    return 0;
+  }
+  close(close_fd);
+  namespace_init = init;
+  struct sigaction sa {};
+  sa.sa_handler = forward_to_init;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int status = 0;
+  while (waitpid(init, &status, 0) < 0 && errno == EINTR) {
+  }
+  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
 // Whether a child can enter the namespaces of `how` (and make a bridge there, for "root").
 bool can_enter(const std::string& how) {
   const std::string uid_map = fmt::format("0 {} 1", getuid());
@@ -102,13 +135,20 @@ void forward_signal(int sig) {
 
 }  // namespace
 
-Capability probe_capability() {
+Capability probe_capability(bool root_only) {
   Capability c;
   std::vector<std::string> missing;
   for (const char* tool : {"ip", "tc"}) {
     if (find_tool(tool).empty()) missing.push_back(fmt::format("`{}` (iproute2) is not installed", tool));
   }
-  if (missing.empty()) {
+  if (missing.empty() && root_only) {
+    if (can_enter("root")) {
+      c.how = "root";
+    } else {
+      missing.push_back("--launcher srun needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN): Slurm's daemons drop their "
+                        "supplementary groups, which an unprivileged user namespace forbids");
+    }
+  } else if (missing.empty()) {
     if (can_enter("user")) {
       c.how = "user";
     } else if (can_enter("root")) {
@@ -157,7 +197,7 @@ void run_tool(const std::vector<std::string>& argv) {
 }
 
 int run_in_private_namespaces(const std::string& how, const std::vector<std::string>& args,
-                              const std::vector<std::string>& env_add) {
+                              const std::vector<std::string>& env_add, bool pid_namespace) {
   std::vector<std::string> argv = {"/proc/self/exe"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<std::string> env;
@@ -176,6 +216,7 @@ int run_in_private_namespaces(const std::string& how, const std::vector<std::str
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     int err = enter_namespaces(how, uid_map, gid_map);
+    if (err == 0 && pid_namespace) err = enter_pid_namespace(status_pipe[1]);
     if (err == 0) {
       execve(cargv[0], cargv.data(), cenv.data());
       err = errno;

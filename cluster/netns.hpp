@@ -24,8 +24,10 @@ struct Capability {
   std::string how;
   std::string missing;
 };
-// Tries both in a short-lived child process; creates nothing that outlives it.
-Capability probe_capability();
+// Tries both in a short-lived child process; creates nothing that outlives it. root_only: "root"
+// or nothing (Slurm's daemons drop their supplementary groups, which a user namespace made by an
+// unprivileged process forbids).
+Capability probe_capability(bool root_only = false);
 
 // The path of program `name` on PATH, then in /usr/sbin, /sbin, /usr/bin and /bin (where iproute2
 // lives; a user's PATH may lack them); "" when it is in none of them.
@@ -38,10 +40,12 @@ void run_tool(const std::vector<std::string>& argv);
 // Starts this program again (/proc/self/exe with `args`) in a child process that is alone in new
 // user (when how == "user"), network, mount and UTS namespaces, with `env_add` ("NAME=value")
 // added to the environment; the child dies with this process (PR_SET_PDEATHSIG). Waits for it,
-// passing SIGINT and SIGTERM on, and returns its exit code (128 + signal when killed). Throws
-// Error when the namespaces cannot be made.
+// passing SIGINT and SIGTERM on, and returns its exit code (128 + signal when killed). With
+// pid_namespace, the program is the first process (PID 1) of a new PID namespace with its own
+// /proc, so that every process of the job ends with it, including daemons that detach from their
+// parent (Slurm's). Throws Error when the namespaces cannot be made.
 int run_in_private_namespaces(const std::string& how, const std::vector<std::string>& args,
-                              const std::vector<std::string>& env_add);
+                              const std::vector<std::string>& env_add, bool pid_namespace = false);
 
 // One node of a built cluster.
 struct Node {

@@ -46,7 +46,11 @@ std::string cluster_interface() {
 
 int cluster_node() {
   const char* v = std::getenv("DPBENCH_CLUSTER_NODE");
-  return v != nullptr && *v != '\0' ? std::atoi(v) : -1;
+  if (v != nullptr && *v != '\0') return std::atoi(v);
+  // Under the cluster's srun, every task has srun's environment: its node is Slurm's node index
+  // (the nodes are in slurm.conf in their order).
+  const char* slurm = std::getenv("SLURM_NODEID");
+  return !cluster_interface().empty() && slurm != nullptr && *slurm != '\0' ? std::atoi(slurm) : -1;
 }
 
 std::string address_toward(const std::string& host) {

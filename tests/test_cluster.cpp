@@ -383,6 +383,44 @@ INSTANTIATE_TEST_SUITE_P(Rendezvous, EmulatedClusterTorchrun, ::testing::Values(
 // the ranks meet over MPI's TCP transport on the cluster's subnet, and each mode's parameters
 // equal 2 in-process ranks' (relative L2 1e-5: MPI sums in its own order). Every rank records
 // its node; wire bytes agree with counted bytes for ps and allreduce.
+// Slurm on the emulated cluster (--launcher srun): slurmctld on node 0, a slurmd in every node,
+// the job started with srun, each task reading Slurm's variables (no wrapper). Every mode gives
+// the parameters of 3 in-process ranks, every rank records its node, each node's wire bytes agree
+// with the schedule's, and no Slurm daemon outlives the run.
+TEST_F(EmulatedCluster, SrunAcrossNodesMatchesLocalRanks) {
+  for (const char* tool : {"srun", "sinfo", "slurmctld", "slurmd", "munged"}) {
+    if (cluster::find_tool(tool).empty()) {
+      GTEST_SKIP() << tool << " is not installed (scripts/setup.sh --test installs slurmctld, slurmd, slurm-client, munge)";
+    }
+  }
+  if (geteuid() != 0) GTEST_SKIP() << "--launcher srun needs root: Slurm's daemons drop supplementary groups";
+  const std::string model =
+      "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 30 --max-steps 20";
+  const std::string params = (tmp_.path() / "p").string(), local = (tmp_.path() / "local").string();
+  const Outcome o = run(fmt::format("--nodes 3 --link 1gbit --launcher srun {} --save-params {}", model, params));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const Outcome l = shell(fmt::format("{} run {} -q --comm local --ranks 3 --save-params {} --out {}", DPBENCH_BINARY,
+                                      model, local, (tmp_.path() / "local.json").string()),
+                          tmp_.path());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  EXPECT_EQ(doc["network"]["launcher"]["name"], "srun");
+  EXPECT_EQ(doc["config"]["launcher"], "srun");
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  for (const auto& run : doc["runs"]) {
+    const std::string mode = run["mode"];
+    std::vector<int> nodes;
+    for (const auto& r : run["network"]["per_rank"]) nodes.push_back(r["node"].get<int>());
+    EXPECT_EQ(nodes, (std::vector<int>{0, 1, 2})) << mode;
+    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << mode << n.dump();
+    const auto a = read_f32(params + "-" + mode + ".f32"), b = read_f32(local + "-" + mode + ".f32");
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    ASSERT_FALSE(a.empty()) << mode;
+    EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
+  }
+  EXPECT_NE(std::system("pgrep -f /run/dpbench-slur[m]/ >/dev/null"), 0) << "a Slurm daemon of the run outlived it";
+}
+
 TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
   if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
   ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "built with MPI but mpirun is not on PATH";
@@ -468,6 +506,10 @@ class EmulatedClusterSignals : public EmulatedCluster, public ::testing::WithPar
     if (GetParam() == "mpirun" && !mpi_built()) {
       GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
     }
+    if (GetParam() == "srun" && (cluster::find_tool("slurmd").empty() || cluster::find_tool("munged").empty())) {
+      GTEST_SKIP() << "Slurm is not installed (scripts/setup.sh --test installs slurmctld, slurmd, slurm-client, munge)";
+    }
+    if (GetParam() == "srun" && geteuid() != 0) GTEST_SKIP() << "--launcher srun needs root";
   }
 };
 
@@ -486,8 +528,9 @@ TEST_P(EmulatedClusterSignals, SignalsLeaveNothingBehind) {
     // "[-]-out" matches the job's "--out" but not this shell's own command line.
     const std::string count = fmt::format("pgrep -f -- '[-]-out {}' >/dev/null", marker);
     // Until the ranks run (the first stage and the inner one, then two ranks, or two agents and
-    // their ranks, or mpirun and two ranks).
-    const int running = launcher == "torchrun" ? 6 : launcher == "mpirun" ? 5 : 4;
+    // their ranks, or mpirun and two ranks, or the PID namespace's parent, srun and its helper and
+    // two ranks).
+    const int running = launcher == "torchrun" ? 6 : launcher == "mpirun" ? 5 : launcher == "srun" ? 7 : 4;
     for (int i = 0; i < 200 && shell(fmt::format("test $(pgrep -f -c -- '[-]-out {}') -ge {}", marker, running),
                                      tmp_.path()).exit_code != 0;
          ++i) {
@@ -502,7 +545,7 @@ TEST_P(EmulatedClusterSignals, SignalsLeaveNothingBehind) {
     }
     bool gone = false;
     // mpirun's daemons do not carry the job's arguments; they name the job's remote shell.
-    const std::string daemons = "pgrep -f '[o]rted.*dpbench-mpi-agent' >/dev/null";
+    const std::string daemons = "pgrep -f '[o]rted.*dpbench-mpi-agent|/run/dpbench-slur[m]/|[s]lurmstepd' >/dev/null";
     for (int i = 0; i < 100 && !gone; ++i) {
       gone = std::system(count.c_str()) != 0 && std::system(daemons.c_str()) != 0;
       if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -514,7 +557,7 @@ TEST_P(EmulatedClusterSignals, SignalsLeaveNothingBehind) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Launchers, EmulatedClusterSignals, ::testing::Values("env", "torchrun", "mpirun"));
+INSTANTIATE_TEST_SUITE_P(Launchers, EmulatedClusterSignals, ::testing::Values("env", "torchrun", "mpirun", "srun"));
 
 // With user namespaces disabled and no capabilities, the command says so in one line, exit 2.
 TEST(EmulatedClusterRefused, WithoutNamespacesOrCapabilitiesExitsTwo) {

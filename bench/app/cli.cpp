@@ -238,8 +238,9 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
   run.add_option("--launcher", o.cluster.launcher,
                  "Emulated cluster: env (each rank a process given torchrun's variables), tcp (each rank a "
                  "process given --init-method tcp://NODE0:PORT --rank R, PyTorch's explicit form), torchrun (one "
-                 "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or "
-                 "mpirun (Open MPI, its daemons started in the nodes; --comm mpi)")
+                 "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0), "
+                 "mpirun (Open MPI, its daemons started in the nodes; --comm mpi) or srun (Slurm: slurmctld on "
+                 "node 0, a slurmd in every node, the job started with srun; needs root)")
       ->capture_default_str()
       ->group("Emulated cluster");
   run.add_option("--rdzv-backend", o.cluster.rdzv_backend,
@@ -406,8 +407,8 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->capture_default_str()
       ->group("Emulated cluster");
   sweep.add_option("--launcher", o.launcher,
-                   "Emulated cluster: how each point's ranks start (run --launcher): env, tcp or torchrun (gloo), "
-                   "mpirun (MPI)")
+                   "Emulated cluster: how each point's ranks start (run --launcher): env, tcp, torchrun or srun "
+                   "(gloo), mpirun (MPI)")
       ->capture_default_str()
       ->group("Emulated cluster");
   add_shared_options(sweep, o.base, o.data, o.timeout_s, o.out, o.quiet);
