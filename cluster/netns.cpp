@@ -81,10 +81,26 @@ int enter_namespaces(const std::string& how, const std::string& uid_map, const s
   return 0;
 }
 
-std::atomic<pid_t> namespace_init{0};
-void forward_to_init(int sig) {
-  const pid_t pid = namespace_init.load();
+std::atomic<pid_t> forward_to{0};
+void forward_signal(int sig) {
+  const pid_t pid = forward_to.load();
   if (pid > 0) kill(pid, sig);
+}
+
+// Waits for child `pid`, passing SIGINT and SIGTERM on to it; its exit code (128 + signal when
+// killed).
+int wait_passing_signals(pid_t pid) {
+  forward_to = pid;
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  forward_to = 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // In a child that entered the run's namespaces: a new PID namespace, whose first process (PID 1,
@@ -102,16 +118,7 @@ int enter_pid_namespace(int close_fd) {
     return 0;
   }
   close(close_fd);
-  namespace_init = init;
-  struct sigaction sa {};
-  sa.sa_handler = forward_to_init;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  int status = 0;
-  while (waitpid(init, &status, 0) < 0 && errno == EINTR) {
-  }
-  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  _exit(wait_passing_signals(init));
 }
 
 // Whether a child can enter the namespaces of `how` (and make a bridge there, for "root").
@@ -127,11 +134,6 @@ bool can_enter(const std::string& how) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-std::atomic<pid_t> forward_to{0};
-void forward_signal(int sig) {
-  const pid_t pid = forward_to.load();
-  if (pid > 0) kill(pid, sig);
-}
 
 }  // namespace
 
@@ -232,17 +234,7 @@ int run_in_private_namespaces(const std::string& how, const std::vector<std::str
     waitpid(pid, nullptr, 0);
     throw Error(fmt::format("cannot enter the emulated cluster's namespaces ({}): {}", how, std::strerror(err)));
   }
-  forward_to = pid;
-  struct sigaction sa {};
-  sa.sa_handler = forward_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  forward_to = 0;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return wait_passing_signals(pid);
 }
 
 Cluster::Cluster(Cluster&& other) noexcept
