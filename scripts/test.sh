@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start 2: install, build, then run the fast suite with ctest: every unit, property and
-# small integration test (`ctest -LE long`, about 6 minutes of ctest on a 2-core machine; the
+# small integration test (`ctest -LE long`, about 4 minutes of ctest on a 2-core machine; the
 # figures are in docs/building.md). The long acceptance runs (label `long`: full-epoch accuracy,
 # the PyTorch loss agreement, the regression gate's cluster runs, the projection grid) run in CI
 # (.ci/run), or here with `--long`.
