@@ -492,7 +492,7 @@ std::string last_line(const std::string& path, const std::string& fallback) {
 // node's network namespace, with its hostname), gone when this object is.
 class SlurmDaemons {
  public:
-  SlurmDaemons(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& env) : c_(c) {
+  SlurmDaemons(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& env) {
     std::filesystem::create_directories(std::string(kSlurmDir) + "/state");
     std::filesystem::permissions(kSlurmDir, std::filesystem::perms::owner_all);
     for (const auto& n : c.nodes()) std::filesystem::create_directories(fmt::format("{}/spool/{}", kSlurmDir, n.hostname));
@@ -567,7 +567,6 @@ class SlurmDaemons {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  const Cluster& c_;
   std::vector<pid_t> pids_;
 };
 

@@ -266,6 +266,7 @@ LaunchInfo srun_launch(int requested) {
   const auto world = step_tasks ? step_tasks : env_int("SLURM_NTASKS");
   const auto rank = env_int("SLURM_PROCID");
   if (!world || *world < 1) throw InputError("srun: SLURM_STEP_NUM_TASKS and SLURM_NTASKS are unset or below 1");
+  if (!rank) throw InputError("srun: SLURM_PROCID is empty");
   if (*rank < 0 || *rank >= *world) {
     throw InputError(fmt::format("SLURM_PROCID={}: out of range for {} tasks", *rank, *world));
   }

@@ -502,6 +502,8 @@ TEST_F(EnvLaunch, SrunMistakesAreOneLineInputErrors) {
             std::string::npos);
   setenv("SLURM_PROCID", "2", 1);
   EXPECT_NE(error(0).find("SLURM_PROCID=2: out of range for 2 tasks"), std::string::npos);
+  setenv("SLURM_PROCID", "", 1);
+  EXPECT_NE(error(0).find("SLURM_PROCID is empty"), std::string::npos);
   setenv("SLURM_PROCID", "1", 1);
   setenv("SLURM_JOB_ID", "12_3", 1);
   EXPECT_NE(error(0).find("SLURM_JOB_ID=12_3: not a job number; set MASTER_PORT"), std::string::npos);
