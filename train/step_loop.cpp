@@ -109,7 +109,7 @@ class RankLoop {
 
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
   // before the first step (train/engine_probe.hpp: the gradient's floats, at most 1 Mi, the
-  // median of 3 repetitions, more on fast links until 0.3 s);
+  // median of 5 repetitions, more on fast links until 0.3 s);
   // rank 0 keeps the probe in its result, for the calibrated simulation. Outside the timed steps.
   void probe_engine_on_cluster() {
     Communicator& comm = s_.ctx.comm();
@@ -118,7 +118,7 @@ class RankLoop {
     if (kinds.empty()) return;
     const std::size_t floats =
         std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()), std::min<std::size_t>(mode_.model().num_params(), std::size_t{1} << 20));
-    if (auto probe = probe_engine(comm, kinds, floats, 3, 0.3)) result_.engine_probe = std::move(probe);
+    if (auto probe = probe_engine(comm, kinds, floats, 5, 0.3)) result_.engine_probe = std::move(probe);
   }
 
   // Restores --resume's checkpoint, then trains every step left.
