@@ -7,7 +7,9 @@ namespace dpbench {
 namespace {
 
 std::string ring_transport(const TrainConfig&) { return "ring"; }
-std::string allreduce_label(const TrainConfig&) { return "allreduce (ring)"; }
+std::string allreduce_label(const TrainConfig& c) {
+  return c.hierarchy == "node" ? "allreduce (ring, node hierarchy)" : "allreduce (ring)";
+}
 
 // The gradient all-reduce: algbw counts the gradient bytes, busbw = algbw * 2(p-1)/p.
 std::optional<BusBandwidth> allreduce_bus_bandwidth(const TrainConfig& c, double param_bytes) {
@@ -39,6 +41,7 @@ std::vector<RankMemory> allreduce_memory(const MemoryInputs& in) {
 void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const std::vector<BucketEvents> events = replica_forward_backward(s, in);
   Collectives comm(s, in.engine, 1);
+  if (in.config.hierarchy == "node") comm.set_node_hierarchy(hierarchy_ranks_per_node(in.config));
   for (std::size_t b = 0; b < in.buckets.size(); ++b) {
     for (int r = 0; r < s.world_size(); ++r) s.wait_event(r, 1, events[static_cast<std::size_t>(r)].ready[b]);
     comm.allreduce(in.buckets[b].size);

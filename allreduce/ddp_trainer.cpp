@@ -1,11 +1,24 @@
 #include "allreduce/ddp_trainer.hpp"
 
+#include <fmt/format.h>
+
+#include "core/hierarchical.hpp"
 #include "train/grad_reducer.hpp"
 #include "train/rank_context.hpp"
 
 namespace dpbench {
 
-void validate_allreduce(const TrainConfig& cfg, const Dataset& train) { validate_replicas(cfg, train); }
+void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
+  validate_replicas(cfg, train);
+  if (cfg.hierarchy != "node") return;
+  if (cfg.device != "cpu") {
+    throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", cfg.device));
+  }
+  const int k = hierarchy_ranks_per_node(cfg);
+  if (k < 1 || cfg.world_size % k != 0) {
+    throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", cfg.world_size, k));
+  }
+}
 
 namespace {
 
@@ -21,7 +34,16 @@ class AllreduceRank final : public ReplicaRank {
   CommStream* comm_thread() override { return reducer_.thread(); }
 
   void start_grad_sync(std::size_t b) override {
-    reducer_.start(b, grads_.data() + buckets_[b].offset, buckets_[b].size);
+    float* grads = grads_.data() + buckets_[b].offset;
+    const std::size_t n = buckets_[b].size;
+    if (hierarchy_k_ == 0) {
+      reducer_.start(b, grads, n);
+      return;
+    }
+    // Blocking on every backend: on the communication thread where there is one, else here.
+    reducer_.start(b, [this, grads, n](Communicator& comm, bool) {
+      hierarchical_allreduce_sum(comm, grads, n, hierarchy_k_, scratch_);
+    });
   }
   void progress() override { reducer_.progress(); }
   void finish_grad_sync() override { reducer_.join(); }
@@ -31,6 +53,9 @@ class AllreduceRank final : public ReplicaRank {
  private:
   Optimizer optimizer_;
   GradReducer reducer_;
+  // Ranks per node of --hierarchy node; 0: the flat ring.
+  int hierarchy_k_ = s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0;
+  std::vector<float> scratch_;  // one received chunk of the hierarchical all-reduce
 };
 
 }  // namespace

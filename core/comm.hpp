@@ -100,6 +100,10 @@ class Communicator {
   // Blocking point-to-point transfer of n floats; returns when the peer has the data.
   virtual void send(const float* buf, std::size_t n, int dst) = 0;
   virtual void recv(float* buf, std::size_t n, int src) = 0;
+  // Sends send: [send_n] to dst while receiving recv: [recv_n] from src (MPI_Sendrecv); returns
+  // when both are done. Ranks may form a cycle (every rank of a ring at one step) without
+  // deadlock. send and recv must not overlap; dst may equal src.
+  virtual void sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n, int src) = 0;
   virtual void barrier() = 0;
   // Ends the group: every rank blocked now or later in this communicator throws Aborted(reason).
   virtual void abort(const std::string& reason) = 0;

@@ -340,8 +340,7 @@ void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t
   group_->barrier(rank_);
 }
 
-void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
-  check_peer(dst, "send", "destination");
+LocalGroup::Mailbox& LocalCommunicator::post(const float* buf, std::size_t n, int dst) {
   const int p = world_size();
   ops_->fence();  // buf is complete before the receiver may read it
   auto& box = group_->mailboxes_[static_cast<std::size_t>(rank_ * p + dst)];
@@ -352,11 +351,30 @@ void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
   box.full = true;
   box.taken = false;
   group_->cv_.notify_all();
+  return box;
+}
+
+void LocalCommunicator::wait_taken(LocalGroup::Mailbox& box, std::size_t n) {
+  std::unique_lock<std::mutex> lock(group_->mutex_);
   group_->wait_locked(lock, rank_, [] { return std::string("send"); }, [&] { return box.taken; });
   box.full = false;
   box.data = nullptr;
   group_->cv_.notify_all();
   count(n, 0);
+}
+
+void LocalCommunicator::send(const float* buf, std::size_t n, int dst) {
+  check_peer(dst, "send", "destination");
+  wait_taken(post(buf, n, dst), n);
+}
+
+void LocalCommunicator::sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n,
+                                 int src) {
+  check_peer(dst, "sendrecv", "destination");
+  check_peer(src, "sendrecv", "source");
+  LocalGroup::Mailbox& box = post(send, send_n, dst);
+  this->recv(recv, recv_n, src);
+  wait_taken(box, send_n);
 }
 
 void LocalCommunicator::recv(float* buf, std::size_t n, int src) {

@@ -11,7 +11,8 @@
 //                  most kSliceElems and at most n/8 (as NCCL's ring reduce/broadcast): each rank
 //                  moves n elements at most once; relay ranks hold a two-slice scratch buffer.
 //   scatterv/gatherv: every rank copies its part from/to the root.
-//   send/recv: rendezvous mailboxes (the sender returns once the receiver has copied).
+//   send/recv: rendezvous mailboxes (the sender returns once the receiver has copied);
+//              sendrecv posts its send, receives, then waits for its send to be taken.
 // The same algorithms run on host memory (CPU ranks) or on device memory (GPU ranks, one thread
 // per rank, several ranks possibly sharing one GPU): a LocalMemOps moves and adds the floats,
 // with memcpy and loops on the host, or with cudaMemcpyPeerAsync and reduction kernels on the
@@ -136,11 +137,15 @@ class LocalCommunicator final : public Communicator {
                int root) override;
   void send(const float* buf, std::size_t n, int dst) override;
   void recv(float* buf, std::size_t n, int src) override;
+  void sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n, int src) override;
   void barrier() override { group_->barrier(rank_); }
   void abort(const std::string& reason) override { group_->abort(reason); }
 
  private:
   void publish(const void* a, const void* b = nullptr);
+  // send's halves: post buf in the mailbox to dst; wait until dst has copied it.
+  LocalGroup::Mailbox& post(const float* buf, std::size_t n, int dst);
+  void wait_taken(LocalGroup::Mailbox& box, std::size_t n);
   template <typename T>
   T* peer(int r, int k = 0) const {
     return static_cast<T*>(group_->slots_[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)]);

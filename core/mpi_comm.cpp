@@ -210,6 +210,19 @@ class MpiCommunicator final : public Communicator {
     }
     count(0, n);
   }
+  void sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n, int src) override {
+    Call call(*this, "MPI_Sendrecv");
+    MPI_Status status;
+    check(MPI_Sendrecv(send, as_int(send_n, "MPI_Sendrecv"), MPI_FLOAT, dst, kTag, recv, as_int(recv_n, "MPI_Sendrecv"),
+                       MPI_FLOAT, src, kTag, MPI_COMM_WORLD, &status),
+          "MPI_Sendrecv");
+    int got = 0;
+    MPI_Get_count(&status, MPI_FLOAT, &got);
+    if (static_cast<std::size_t>(got) != recv_n) {
+      throw Error(fmt::format("rank {}: MPI_Sendrecv: expected {} floats from rank {}, got {}", g_rank, recv_n, src, got));
+    }
+    count(send_n, recv_n);
+  }
   void barrier() override {
     Call call(*this, "MPI_Barrier");
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");

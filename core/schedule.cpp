@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/hierarchical.hpp"
 #include "core/ring.hpp"
 
 namespace dpbench {
@@ -148,29 +149,60 @@ std::size_t Collectives::slice(std::size_t n) const {
 
 // One ring half over `counts` (every rank sends to rank+1 and receives from rank-1 at each of
 // the p-1 steps), the chunk of each step as core/ring.hpp has it: step(rank, p, shift, s).
-void Collectives::ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int)) {
-  const int p = s_.world_size();
+void Collectives::ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int),
+                            const std::vector<int>& members) {
+  const int p = static_cast<int>(members.size());
+  const auto rank = [&members, p](int pos) { return members[static_cast<std::size_t>(ring_mod(pos, p))]; };
   for (int k = 0; k + 1 < p; ++k) {
-    for (int r = 0; r < p; ++r) {
-      const RingStep st = step(r, p, shift, k);
-      s_.send(r, stream_, ring_mod(r + 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
-      s_.recv(r, stream_, ring_mod(r - 1, p), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
+    for (int pos = 0; pos < p; ++pos) {
+      const RingStep st = step(pos, p, shift, k);
+      const int r = rank(pos);
+      s_.send(r, stream_, rank(pos + 1), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
+      s_.recv(r, stream_, rank(pos - 1), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
       s_.wait_all(r, stream_);
     }
   }
 }
 
+std::vector<int> Collectives::all_ranks() const {
+  std::vector<int> out(static_cast<std::size_t>(s_.world_size()));
+  for (int r = 0; r < s_.world_size(); ++r) out[static_cast<std::size_t>(r)] = r;
+  return out;
+}
+
 void Collectives::ring_reduce_scatter(const std::vector<std::size_t>& counts, int shift) {
-  ring_half(counts, shift, ring_reduce_scatter_step);
+  ring_half(counts, shift, ring_reduce_scatter_step, all_ranks());
 }
 
 void Collectives::ring_all_gather(const std::vector<std::size_t>& counts, int shift) {
-  ring_half(counts, shift, ring_all_gather_step);
+  ring_half(counts, shift, ring_all_gather_step, all_ranks());
+}
+
+// core/hierarchical.hpp's three phases, every node's rings one after the other (each rank is in
+// one ring per phase, so its messages keep their order).
+void Collectives::hierarchical_allreduce(std::size_t n, int ranks_per_node) {
+  const int p = s_.world_size();
+  if (p < 2 || n == 0) return;
+  const int k = ranks_per_node;
+  const int nodes = p / k;
+  std::vector<std::size_t> node_chunks;
+  for (int l = 0; l < k; ++l) node_chunks.push_back(ring_chunk(n, k, l).length);
+  as(CollectiveKind::allreduce, [&] {
+    for (int node = 0; node < nodes; ++node) ring_half(node_chunks, 0, ring_reduce_scatter_step, node_ring(p, k, node * k));
+    for (int l = 0; l < k; ++l) {
+      std::vector<std::size_t> sub;
+      for (int i = 0; i < nodes; ++i) sub.push_back(ring_chunk(node_chunks[static_cast<std::size_t>(l)], nodes, i).length);
+      ring_half(sub, 1, ring_reduce_scatter_step, cross_node_ring(p, k, l));
+      ring_half(sub, 1, ring_all_gather_step, cross_node_ring(p, k, l));
+    }
+    for (int node = 0; node < nodes; ++node) ring_half(node_chunks, 0, ring_all_gather_step, node_ring(p, k, node * k));
+  });
 }
 
 void Collectives::allreduce(std::size_t n) {
   const int p = s_.world_size();
   if (p < 2 || n == 0) return;
+  if (hierarchy_ > 0) return hierarchical_allreduce(n, hierarchy_);
   std::vector<std::size_t> chunks;
   for (int i = 0; i < p; ++i) chunks.push_back(ring_chunk(n, p, i).length);
   as(CollectiveKind::allreduce, [&] {

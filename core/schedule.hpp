@@ -138,9 +138,19 @@ class Collectives {
   // builders of hierarchical variants.
   void ring_reduce_scatter(const std::vector<std::size_t>& counts, int shift);
   void ring_all_gather(const std::vector<std::size_t>& counts, int shift);
+  // core/hierarchical.hpp's all-reduce of n floats over nodes of ranks_per_node ranks (tagged
+  // allreduce), whatever the engine: dpbench runs it over sendrecv on every backend.
+  void hierarchical_allreduce(std::size_t n, int ranks_per_node);
+  // From now on allreduce() (and run()'s) is the hierarchical one over nodes of ranks_per_node
+  // ranks (--hierarchy node); 0: the engine's flat ring again.
+  void set_node_hierarchy(int ranks_per_node) { hierarchy_ = ranks_per_node; }
 
  private:
-  void ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int));
+  // A ring half among `members` in ring order (position i sends to i+1), core/ring.hpp's steps
+  // by position.
+  void ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int),
+                 const std::vector<int>& members);
+  std::vector<int> all_ranks() const;
   void chain(std::size_t n, int root, bool reduce);
   void one_transfer(std::size_t n, int from, int to);
   void gloo_reduce(std::size_t n, int root);
@@ -151,6 +161,7 @@ class Collectives {
   StepSchedule& s_;
   std::string engine_;
   int stream_;
+  int hierarchy_ = 0;
 };
 
 }  // namespace dpbench

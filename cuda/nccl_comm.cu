@@ -89,6 +89,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                int root) override;
   void send(const float* buf, std::size_t n, int dst) override;
   void recv(float* buf, std::size_t n, int src) override;
+  void sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n, int src) override;
   void barrier() override;
   void abort(const std::string& reason) override { calls_.abort(reason); }
 
@@ -413,6 +414,20 @@ void NcclCommunicatorImpl::recv(float* buf, std::size_t n, int src) {
     wait_stream("recv");
   }
   count(0, n);
+}
+
+// ncclSend and ncclRecv in one group, so that a ring of them does not deadlock.
+void NcclCommunicatorImpl::sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n,
+                                    int src) {
+  check_peer(dst, "sendrecv", "destination");
+  check_peer(src, "sendrecv", "source");
+  const auto lock = enter();
+  NCCL_CHECK(ncclGroupStart());
+  if (send_n > 0) NCCL_CHECK(ncclSend(send, send_n, ncclFloat, dst, comm_, stream_));
+  if (recv_n > 0) NCCL_CHECK(ncclRecv(recv, recv_n, ncclFloat, src, comm_, stream_));
+  NCCL_CHECK(ncclGroupEnd());
+  wait_stream("sendrecv");
+  count(send_n, recv_n);
 }
 
 // An all-reduce of one float: returns once every rank has entered it. Not counted as traffic,

@@ -120,15 +120,20 @@ TEST(Schedule, UnknownEngineIsAnInputError) {
 }
 
 // The step schedule of every strategy moves, per rank, the bytes its trainer's communicator
-// counts in a real run (thread ranks, the local engine), for both transports and 1 to 4 ranks.
+// counts in a real run (thread ranks, the local engine), for both transports, 2 to 4 ranks, and
+// allreduce under --hierarchy node.
 TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
-  for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
+  for (const std::string mode : {"ps", "sharded_ps", "allreduce", "allreduce --hierarchy node"}) {
     for (const std::string transport : {"collective", "p2p"}) {
-      if (mode == "allreduce" && transport == "p2p") continue;
+      if (mode.starts_with("allreduce") && transport == "p2p") continue;
       for (int p : {2, 3, 4}) {
         TrainConfig c;
-        c.mode = mode;
+        c.mode = mode.substr(0, mode.find(' '));
+        if (mode.ends_with("node")) {
+          c.hierarchy = "node";
+          c.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
+        }
         c.transport = transport;
         c.world_size = p;
         c.global_batch = 96;
@@ -149,11 +154,11 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         in.classes = run.num_classes;
         in.compute.assign(static_cast<std::size_t>(p), RankCompute{});
         StepSchedule s(p);
-        find_strategy(mode).schedule(in, s);
+        find_strategy(c.mode).schedule(in, s);
         s.check_matched();
         // The engine probe runs exactly the collectives the schedule uses.
         std::vector<bool> probed(kCollectiveKinds, false);
-        for (CollectiveKind k : probed_collectives(mode, transport)) probed[static_cast<std::size_t>(k)] = true;
+        for (CollectiveKind k : probed_collectives(c.mode, transport)) probed[static_cast<std::size_t>(k)] = true;
         std::vector<bool> used = s.collectives_used();
         used[static_cast<std::size_t>(CollectiveKind::p2p)] = false;
         EXPECT_EQ(used, probed) << mode << " " << transport;

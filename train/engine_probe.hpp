@@ -49,8 +49,11 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 // one's time on rank 0, take less than min_seconds together. Returns the probe (the median repetition) on rank 0, nullopt on the
 // others. Throws InputError when floats < world_size or reps < 1, and what the communicator
 // throws.
+// hierarchy_ranks_per_node > 0: the allreduce is core/hierarchical.hpp's over nodes of that many
+// ranks (--hierarchy node), as the step runs it.
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
-                                        std::size_t floats, int reps, double min_seconds = 0);
+                                        std::size_t floats, int reps, double min_seconds = 0,
+                                        int hierarchy_ranks_per_node = 0);
 inline constexpr int kMaxRepetitions = 15;
 
 }  // namespace dpbench

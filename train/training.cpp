@@ -413,6 +413,12 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.warmup_steps < 0) {
     throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.warmup_steps));
   }
+  if (config.hierarchy != "none" && config.hierarchy != "node") {
+    throw InputError(fmt::format("--hierarchy {}: must be none or node", config.hierarchy));
+  }
+  if (config.hierarchy == "node" && config.mode != "allreduce") {
+    throw InputError(fmt::format("--hierarchy node: only the allreduce mode has a hierarchical variant, not {} (give --mode allreduce)", config.mode));
+  }
   if (!config.rank_batches.empty()) {
     const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
     std::size_t sum = 0;  // checked: entries near 2^64 must not wrap around to the global batch

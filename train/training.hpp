@@ -68,6 +68,9 @@ struct TrainConfig {
   std::vector<std::size_t> rank_batches;
   double bucket_cap_mb = 25.0;     // allreduce: DDP bucket_cap_mb
   double first_bucket_mb = 1.0;    // allreduce: DDP's first bucket (1 MiB)
+  // allreduce: "none" (one ring over every rank) or "node" (core/hierarchical.hpp: inside each
+  // node of ranks_on_this_node ranks, then one ring per local rank across the nodes).
+  std::string hierarchy = "none";
   int servers = 0;                 // sharded_ps: server ranks 0..servers-1 (0: every rank)
   double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
   DataLoaderOptions loader;
@@ -97,6 +100,12 @@ struct TrainConfig {
   int local_rank = -1;
   int ranks_on_this_node = 0;  // with local_rank: more than the GPUs makes virtual ranks
 };
+
+// The ranks per node of a --hierarchy node run: ranks_on_this_node when the launch set it, else
+// every rank (one process's threads share one node).
+inline int hierarchy_ranks_per_node(const TrainConfig& c) {
+  return c.ranks_on_this_node > 0 ? c.ranks_on_this_node : c.world_size;
+}
 
 // Seconds spent in each phase of one step on one rank.
 struct PhaseTimes {

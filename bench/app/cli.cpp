@@ -92,6 +92,11 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                  "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
                  "all-reduce start before backward ends")
       ->capture_default_str();
+  app.add_option("--hierarchy", c.hierarchy,
+                 "allreduce: none (one ring over every rank) or node (ring reduce-scatter inside each node, "
+                 "one ring per local rank across the nodes, all-gather inside the node; host buffers)")
+      ->check(CLI::IsMember({"none", "node"}))
+      ->capture_default_str();
   app.add_option("--servers", c.servers,
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")

@@ -86,6 +86,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
           {"hidden", c.hidden},
           {"bucket_cap_mb", c.bucket_cap_mb},
           {"first_bucket_mb", c.first_bucket_mb},
+          {"hierarchy", c.hierarchy},
           {"servers", c.servers},
           {"coalesce_mb", c.coalesce_mb},
           {"num_workers", c.loader.num_workers},

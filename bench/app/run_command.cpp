@@ -348,8 +348,10 @@ RunSetup prepare_run(const RunOptions& o) {
     base.master_addr = s.launch.master_addr;
     base.master_port = s.launch.master_port;
     base.local_rank = s.launch.local_rank;
-    base.ranks_on_this_node = s.launch.ranks_on_this_node;
   }
+  // The ranks of this node (LOCAL_WORLD_SIZE, Open MPI's local size, Slurm's tasks on the node):
+  // their GPUs, and the nodes of --hierarchy node.
+  if (s.launch.multi_process) base.ranks_on_this_node = s.launch.ranks_on_this_node;
   base.keep_final_params = !o.save_params.empty();
   if (!o.init_params.empty()) base.initial_params = read_init_params(o.init_params);
   base.device = s.device.device;

@@ -1,0 +1,35 @@
+// The hierarchical all-reduce for nodes of several ranks, as NCCL runs its rings over a node's
+// GPUs and Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE reduces inside the node first, so that only
+// 2(N-1)/N of the vector crosses each node's link per all-reduce (N nodes) instead of the flat
+// ring's 2(p-1)/p from the rank at the node's edge. Ranks r = node * K + local (K ranks per node,
+// world_size = N * K, the emulated cluster's and mpirun's by-slot placement):
+//   1. inside each node, a ring reduce-scatter over K chunks (ring_chunk(n, K, l)): local rank
+//      l ends with its node's sum of chunk l;
+//   2. K rings across the nodes, one per local rank: local rank l of every node all-reduces
+//      chunk l (ring reduce-scatter + all-gather over ring_chunk(chunk, N, i), shift 1);
+//   3. inside each node, a ring all-gather of the K chunks.
+// Every step is one Communicator::sendrecv to the next rank of its ring and from the previous
+// one, adding on the host. Core/schedule.hpp's Collectives::hierarchical_allreduce writes the
+// same messages.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/comm.hpp"
+
+namespace dpbench {
+
+// The ranks of rank's node-local ring (its node's K ranks) and of its cross-node ring (local
+// rank l of every node), in ring order. Throws InputError unless 1 <= ranks_per_node and
+// world_size is a multiple of it.
+std::vector<int> node_ring(int world_size, int ranks_per_node, int rank);
+std::vector<int> cross_node_ring(int world_size, int ranks_per_node, int rank);
+
+// In-place sum over all ranks of buf: [n] host floats, by the three phases above; scratch holds
+// one received chunk (resized as needed). Every rank calls it with the same n and
+// ranks_per_node. Throws InputError as node_ring does, and what the communicator throws.
+void hierarchical_allreduce_sum(Communicator& comm, float* buf, std::size_t n, int ranks_per_node,
+                                std::vector<float>& scratch);
+
+}  // namespace dpbench

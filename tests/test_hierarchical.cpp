@@ -1,0 +1,150 @@
+// Tests of the hierarchical all-reduce (core/hierarchical.hpp) and of --hierarchy node in the
+// allreduce mode: exact sums on integer-valued floats for several node layouts, every rank's
+// bytes equal to its schedule's (core/schedule.hpp), 2(N-1)/N of the vector across each node's
+// link where the flat ring sends 2(p-1)/p from the node's edge rank, training losses equal to the
+// flat ring's within float tolerance, and bad layouts refused.
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/hierarchical.hpp"
+#include "core/local_comm.hpp"
+#include "core/schedule.hpp"
+#include "train/training.hpp"
+#include "tests/training_fixtures.hpp"
+#include "workloads/synthetic.hpp"
+
+namespace dpbench {
+namespace {
+
+// Integer-valued input of rank r, element i: sums over ranks are exact in float.
+float hier_value(int r, std::size_t i) { return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 17) % 89) - 44.0f; }
+
+struct NodeLayout {
+  int p, k;
+};
+
+TEST(HierarchicalAllreduce, SumsExactlyAndMovesTheScheduledBytes) {
+  for (const NodeLayout layout : {NodeLayout{2, 2}, NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
+      auto group = std::make_shared<LocalGroup>(layout.p);
+      std::vector<std::vector<float>> out(static_cast<std::size_t>(layout.p));
+      std::vector<CommStats> stats(static_cast<std::size_t>(layout.p));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < layout.p; ++r) {
+        threads.emplace_back([&, r] {
+          LocalCommunicator comm(group, r, nullptr);
+          std::vector<float> buf(n), scratch;
+          for (std::size_t i = 0; i < n; ++i) buf[i] = hier_value(r, i);
+          hierarchical_allreduce_sum(comm, buf.data(), n, layout.k, scratch);
+          out[static_cast<std::size_t>(r)] = buf;
+          stats[static_cast<std::size_t>(r)] = comm.stats();
+        });
+      }
+      for (auto& t : threads) t.join();
+      StepSchedule s(layout.p);
+      Collectives(s, "gloo").hierarchical_allreduce(n, layout.k);
+      s.check_matched();
+      for (int r = 0; r < layout.p; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        for (std::size_t i = 0; i < n; ++i) {
+          float sum = 0;
+          for (int q = 0; q < layout.p; ++q) sum += hier_value(q, i);
+          ASSERT_EQ(out[ur][i], sum) << "p=" << layout.p << " k=" << layout.k << " n=" << n << " rank " << r << " i=" << i;
+        }
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r)) << "p=" << layout.p << " k=" << layout.k << " n=" << n;
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_received), s.bytes_received(r)) << "p=" << layout.p << " k=" << layout.k;
+      }
+    }
+  }
+}
+
+// Each node's link carries 2(N-1)/N of the vector each way (N nodes); the flat ring over the same
+// ranks puts 2(p-1)/p of it on the node's edge rank.
+TEST(HierarchicalAllreduce, EachNodeLinkCarriesTwoNMinusOneOverNOfTheVector) {
+  const std::size_t n = 1200;
+  const double bytes = 4.0 * n;
+  for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{8, 2}, NodeLayout{6, 3}}) {
+    const int nodes = layout.p / layout.k;
+    std::vector<int> node_of;
+    for (int r = 0; r < layout.p; ++r) node_of.push_back(r / layout.k);
+    StepSchedule hier(layout.p), flat(layout.p);
+    Collectives(hier, "gloo").hierarchical_allreduce(n, layout.k);
+    Collectives(flat, "gloo").allreduce(n);
+    for (const auto& [out, in] : hier.node_link_bytes(node_of, nodes)) {
+      EXPECT_DOUBLE_EQ(out, 2.0 * (nodes - 1) / nodes * bytes) << "p=" << layout.p << " k=" << layout.k;
+      EXPECT_DOUBLE_EQ(in, 2.0 * (nodes - 1) / nodes * bytes);
+    }
+    for (const auto& [out, in] : flat.node_link_bytes(node_of, nodes)) {
+      EXPECT_DOUBLE_EQ(out, 2.0 * (layout.p - 1) / layout.p * bytes) << "p=" << layout.p << " k=" << layout.k;
+    }
+  }
+}
+
+TEST(HierarchicalAllreduce, RingsFollowTheNodeLayout) {
+  EXPECT_EQ(node_ring(6, 3, 4), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(cross_node_ring(6, 3, 4), (std::vector<int>{1, 4}));
+  EXPECT_EQ(cross_node_ring(8, 2, 3), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_THROW(node_ring(6, 4, 0), InputError);
+  EXPECT_THROW(cross_node_ring(4, 0, 0), InputError);
+}
+
+TrainConfig hier_config(int p, int k) {
+  TrainConfig c;
+  c.mode = "allreduce";
+  c.world_size = p;
+  c.ranks_on_this_node = k;
+  c.global_batch = 96;
+  c.max_steps = 6;
+  c.warmup_steps = 1;
+  c.evaluate = false;
+  c.bucket_cap_mb = 0.5;  // several buckets
+  c.keep_final_params = true;
+  return c;
+}
+
+// Training under --hierarchy node: the per-step losses and the final parameters of the flat ring
+// within float tolerance (the sums run in another order). Its counted bytes against its schedule:
+// StepSchedule.EveryStrategyMovesTheBytesItsRunCounts.
+TEST(HierarchicalAllreduce, TrainsAsTheFlatRingDoes) {
+  const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
+  TrainConfig flat = hier_config(4, 2);
+  TrainConfig hier = flat;
+  hier.hierarchy = "node";
+  const RunResult a = testing::train_mode(flat, *data);
+  const RunResult b = testing::train_mode(hier, *data);
+  ASSERT_EQ(a.step_train_loss.size(), 6u);
+  ASSERT_EQ(a.step_train_loss.size(), b.step_train_loss.size());
+  for (std::size_t i = 0; i < a.step_train_loss.size(); ++i) {
+    EXPECT_NEAR(b.step_train_loss[i], a.step_train_loss[i], 1e-5 * std::abs(a.step_train_loss[i])) << "step " << i;
+  }
+  ASSERT_EQ(a.final_params.size(), b.final_params.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.final_params.size(); ++i) {
+    diff += std::pow(a.final_params[i] - b.final_params[i], 2);
+    norm += std::pow(a.final_params[i], 2);
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+  EXPECT_GT(std::sqrt(diff / norm), 0.0);  // the hierarchy ran: its sums take another order
+}
+
+TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
+  const auto data = make_synthetic_dataset(SampleShape{1, 8, 8}, 10, 256, 3);
+  TrainConfig c = hier_config(4, 3);
+  c.hierarchy = "node";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);  // 4 ranks in nodes of 3
+  c = hier_config(4, 2);
+  c.hierarchy = "rack";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);
+  c.hierarchy = "node";
+  c.mode = "ps";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench
