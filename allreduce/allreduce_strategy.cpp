@@ -8,7 +8,10 @@ namespace {
 
 std::string ring_transport(const TrainConfig&) { return "ring"; }
 std::string allreduce_label(const TrainConfig& c) {
-  return c.hierarchy == "node" ? "allreduce (ring, node hierarchy)" : "allreduce (ring)";
+  std::string how = "ring";
+  if (c.hierarchy == "node") how += ", node hierarchy";
+  if (c.comm_hook != "allreduce") how += ", " + c.comm_hook;
+  return "allreduce (" + how + ")";
 }
 
 // The gradient all-reduce: algbw counts the gradient bytes, busbw = algbw * 2(p-1)/p.
@@ -41,7 +44,9 @@ std::vector<RankMemory> allreduce_memory(const MemoryInputs& in) {
 void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const std::vector<BucketEvents> events = replica_forward_backward(s, in);
   Collectives comm(s, in.engine, 1);
-  if (in.config.hierarchy == "node") comm.set_node_hierarchy(hierarchy_ranks_per_node(in.config));
+  const BucketAllreduce how = bucket_allreduce(in.config);
+  comm.set_node_hierarchy(how.ranks_per_node);
+  comm.set_wire_format(how.format);
   for (std::size_t b = 0; b < in.buckets.size(); ++b) {
     for (int r = 0; r < s.world_size(); ++r) s.wait_event(r, 1, events[static_cast<std::size_t>(r)].ready[b]);
     comm.allreduce(in.buckets[b].size);

@@ -10,6 +10,10 @@ namespace dpbench {
 
 void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
   validate_replicas(cfg, train);
+  if (cfg.comm_hook != "allreduce" && cfg.device != "cpu") {
+    throw InputError(fmt::format("--comm-hook {}: packs and adds on the host; run it with --device cpu, not {}",
+                                 cfg.comm_hook, cfg.device));
+  }
   if (cfg.hierarchy != "node") return;
   if (cfg.device != "cpu") {
     throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", cfg.device));
@@ -36,13 +40,13 @@ class AllreduceRank final : public ReplicaRank {
   void start_grad_sync(std::size_t b) override {
     float* grads = grads_.data() + buckets_[b].offset;
     const std::size_t n = buckets_[b].size;
-    if (hierarchy_k_ == 0) {
+    if (how_.ranks_per_node == 0) {
       reducer_.start(b, grads, n);
       return;
     }
     // Blocking on every backend: on the communication thread where there is one, else here.
     reducer_.start(b, [this, grads, n](Communicator& comm, bool) {
-      hierarchical_allreduce_sum(comm, grads, n, hierarchy_k_, scratch_);
+      hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format);
     });
   }
   void progress() override { reducer_.progress(); }
@@ -53,9 +57,9 @@ class AllreduceRank final : public ReplicaRank {
  private:
   Optimizer optimizer_;
   GradReducer reducer_;
-  // Ranks per node of --hierarchy node; 0: the flat ring.
-  int hierarchy_k_ = s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0;
-  std::vector<float> scratch_;  // one received chunk of the hierarchical all-reduce
+  // --hierarchy node and --comm-hook: core/hierarchical.hpp's rings; else the backend's own.
+  BucketAllreduce how_ = bucket_allreduce(s_.config);
+  std::vector<float> scratch_;  // one received chunk of those rings
 };
 
 }  // namespace

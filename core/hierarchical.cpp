@@ -2,7 +2,14 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "core/ring.hpp"
@@ -18,10 +25,11 @@ void check_layout(int world_size, int ranks_per_node) {
 }
 
 // One half of a ring among `members` (this rank at position pos) over chunks chunk_of(i) of
-// buf: reduce-scatter (adds what it receives) or all-gather (copies it), core/ring.hpp's steps.
-template <typename ChunkOf>
+// buf: reduce-scatter (add(own, received, length) folds in what it receives) or all-gather
+// (copies it), core/ring.hpp's steps.
+template <typename ChunkOf, typename Add>
 void ring_half(Communicator& comm, float* buf, const std::vector<int>& members, int pos, int shift, bool reduce,
-               ChunkOf chunk_of, std::vector<float>& scratch) {
+               ChunkOf chunk_of, std::vector<float>& scratch, Add add) {
   const int p = static_cast<int>(members.size());
   const int next = members[static_cast<std::size_t>(ring_mod(pos + 1, p))];
   const int prev = members[static_cast<std::size_t>(ring_mod(pos - 1, p))];
@@ -35,9 +43,142 @@ void ring_half(Communicator& comm, float* buf, const std::vector<int>& members, 
     }
     if (scratch.size() < in.length) scratch.resize(in.length);
     comm.sendrecv(buf + out.offset, out.length, next, scratch.data(), in.length, prev);
-    float* own = buf + in.offset;
-    for (std::size_t i = 0; i < in.length; ++i) own[i] = scratch[i] + own[i];
+    add(buf + in.offset, scratch.data(), in.length);
   }
+}
+
+// The three phases on `slots` floats of buf, summing with add.
+template <typename Add>
+void three_phases(Communicator& comm, float* buf, std::size_t slots, int k, std::vector<float>& scratch, Add add) {
+  const int p = comm.world_size();
+  const int rank = comm.rank();
+  const std::vector<int> local = node_ring(p, k, rank);
+  const std::vector<int> across = cross_node_ring(p, k, rank);
+  const int l = rank % k;
+  const auto node_chunk = [slots, k](int i) { return ring_chunk(slots, k, i); };
+  ring_half(comm, buf, local, l, 0, true, node_chunk, scratch, add);
+  const Chunk mine = node_chunk(l);
+  const int nodes = static_cast<int>(across.size());
+  const auto sub_chunk = [&mine, nodes](int i) {
+    const Chunk c = ring_chunk(mine.length, nodes, i);
+    return Chunk{mine.offset + c.offset, c.length};
+  };
+  const int node = rank / k;
+  ring_half(comm, buf, across, node, 1, true, sub_chunk, scratch, add);
+  ring_half(comm, buf, across, node, 1, false, sub_chunk, scratch, add);
+  ring_half(comm, buf, local, l, 0, false, node_chunk, scratch, add);
+}
+
+// IEEE half and bfloat16 <-> float, round to nearest even (PyTorch's Tensor.to(float16) and
+// c10::BFloat16).
+std::uint16_t to_fp16(float f) {
+  const auto h = static_cast<_Float16>(f);
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, &h, sizeof bits);
+  return bits;
+}
+float from_fp16(std::uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, sizeof bits);
+  return static_cast<float>(h);
+}
+std::uint16_t to_bf16(float f) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  if (std::isnan(f)) return 0x7FC0;
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+float from_bf16(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f = 0;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// The 16-bit values of n floats, element i at 16-bit position i of the slots' bytes (two to a
+// float slot, the last half slot zero when n is odd).
+std::uint16_t half_at(const float* slots, std::size_t i) {
+  std::uint16_t h = 0;
+  std::memcpy(&h, reinterpret_cast<const unsigned char*>(slots) + 2 * i, sizeof h);
+  return h;
+}
+void set_half(float* slots, std::size_t i, std::uint16_t h) {
+  std::memcpy(reinterpret_cast<unsigned char*>(slots) + 2 * i, &h, sizeof h);
+}
+
+template <std::uint16_t (*To)(float), float (*From)(std::uint16_t)>
+struct Scalar16 {
+  static void pack(const float* in, std::size_t n, float* slots) {
+    for (std::size_t i = 0; i < n; ++i) set_half(slots, i, To(in[i]));
+  }
+  static void unpack(const float* slots, std::size_t n, float* out) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = From(half_at(slots, i));
+  }
+  // own += in over `halves` 16-bit values, each sum rounded back to 16 bits (gloo's float16 sum).
+  static void add(float* own, const float* in, std::size_t halves) {
+    for (std::size_t i = 0; i < halves; ++i) set_half(own, i, To(From(half_at(in, i)) + From(half_at(own, i))));
+  }
+};
+using ScalarFp16 = Scalar16<to_fp16, from_fp16>;
+using Bf16 = Scalar16<to_bf16, from_bf16>;
+
+// fp16 with the F16C conversions, eight at a time (the same rounding, to nearest even); the
+// scalar tail and CPUs without F16C take ScalarFp16's.
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void f16c_pack(const float* in, std::size_t n, float* slots) {
+  auto* out = reinterpret_cast<unsigned char*>(slots);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) set_half(slots, i, to_fp16(in[i]));
+}
+__attribute__((target("avx,f16c"))) void f16c_unpack(const float* slots, std::size_t n, float* out) {
+  const auto* in = reinterpret_cast<const unsigned char*>(slots);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
+  }
+  for (; i < n; ++i) out[i] = from_fp16(half_at(slots, i));
+}
+__attribute__((target("avx,f16c"))) void f16c_add(float* own, const float* in, std::size_t halves) {
+  auto* o = reinterpret_cast<unsigned char*>(own);
+  const auto* r = reinterpret_cast<const unsigned char*>(in);
+  std::size_t i = 0;
+  for (; i + 8 <= halves; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 2 * i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i), _mm256_cvtps_ph(_mm256_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < halves; ++i) set_half(own, i, to_fp16(from_fp16(half_at(in, i)) + from_fp16(half_at(own, i))));
+}
+bool has_f16c() { return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"); }
+#else
+void f16c_pack(const float* in, std::size_t n, float* slots) { ScalarFp16::pack(in, n, slots); }
+void f16c_unpack(const float* slots, std::size_t n, float* out) { ScalarFp16::unpack(slots, n, out); }
+void f16c_add(float* own, const float* in, std::size_t halves) { ScalarFp16::add(own, in, halves); }
+bool has_f16c() { return false; }
+#endif
+
+struct Fp16 {
+  static void pack(const float* in, std::size_t n, float* slots) {
+    return has_f16c() ? f16c_pack(in, n, slots) : ScalarFp16::pack(in, n, slots);
+  }
+  static void unpack(const float* slots, std::size_t n, float* out) {
+    return has_f16c() ? f16c_unpack(slots, n, out) : ScalarFp16::unpack(slots, n, out);
+  }
+  static void add(float* own, const float* in, std::size_t halves) {
+    return has_f16c() ? f16c_add(own, in, halves) : ScalarFp16::add(own, in, halves);
+  }
+};
+
+template <typename Format>
+void compressed(Communicator& comm, float* buf, std::size_t n, int k, std::vector<float>& scratch) {
+  std::vector<float> slots(wire_slots(n, WireFormat::fp16), 0.0f);
+  Format::pack(buf, n, slots.data());
+  three_phases(comm, slots.data(), slots.size(), k, scratch,
+               [](float* own, const float* in, std::size_t len) { Format::add(own, in, 2 * len); });
+  Format::unpack(slots.data(), n, buf);
 }
 
 }  // namespace
@@ -57,27 +198,28 @@ std::vector<int> cross_node_ring(int world_size, int ranks_per_node, int rank) {
   return out;
 }
 
+WireFormat wire_format(const std::string& name) {
+  if (name == "fp32") return WireFormat::fp32;
+  if (name == "fp16") return WireFormat::fp16;
+  if (name == "bf16") return WireFormat::bf16;
+  throw InputError(fmt::format("wire format {}: must be fp32, fp16 or bf16", name));
+}
+
+std::size_t wire_slots(std::size_t n, WireFormat format) { return format == WireFormat::fp32 ? n : (n + 1) / 2; }
+
 void hierarchical_allreduce_sum(Communicator& comm, float* buf, std::size_t n, int ranks_per_node,
-                                std::vector<float>& scratch) {
+                                std::vector<float>& scratch, WireFormat format) {
   const int p = comm.world_size();
-  const int rank = comm.rank();
-  const std::vector<int> local = node_ring(p, ranks_per_node, rank);
-  const std::vector<int> across = cross_node_ring(p, ranks_per_node, rank);
+  check_layout(p, ranks_per_node);
   if (p < 2 || n == 0) return;
-  const int k = ranks_per_node;
-  const int l = rank % k;
-  const auto node_chunk = [n, k](int i) { return ring_chunk(n, k, i); };
-  ring_half(comm, buf, local, l, 0, true, node_chunk, scratch);
-  const Chunk mine = node_chunk(l);
-  const int nodes = static_cast<int>(across.size());
-  const auto sub_chunk = [&mine, nodes](int i) {
-    const Chunk c = ring_chunk(mine.length, nodes, i);
-    return Chunk{mine.offset + c.offset, c.length};
-  };
-  const int node = rank / k;
-  ring_half(comm, buf, across, node, 1, true, sub_chunk, scratch);
-  ring_half(comm, buf, across, node, 1, false, sub_chunk, scratch);
-  ring_half(comm, buf, local, l, 0, false, node_chunk, scratch);
+  switch (format) {
+    case WireFormat::fp32:
+      return three_phases(comm, buf, n, ranks_per_node, scratch, [](float* own, const float* in, std::size_t len) {
+        for (std::size_t i = 0; i < len; ++i) own[i] = in[i] + own[i];
+      });
+    case WireFormat::fp16: return compressed<Fp16>(comm, buf, n, ranks_per_node, scratch);
+    case WireFormat::bf16: return compressed<Bf16>(comm, buf, n, ranks_per_node, scratch);
+  }
 }
 
 }  // namespace dpbench

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "core/comm.hpp"
@@ -26,10 +27,22 @@ namespace dpbench {
 std::vector<int> node_ring(int world_size, int ranks_per_node, int rank);
 std::vector<int> cross_node_ring(int world_size, int ranks_per_node, int rank);
 
-// In-place sum over all ranks of buf: [n] host floats, by the three phases above; scratch holds
-// one received chunk (resized as needed). Every rank calls it with the same n and
-// ranks_per_node. Throws InputError as node_ring does, and what the communicator throws.
+// How the floats travel: as they are, or rounded (to nearest even) to IEEE half or bfloat16 and
+// packed two to a float slot, each sum of the reduce-scatter rounded back to 16 bits as gloo sums
+// float16 tensors (PyTorch's fp16_compress_hook and bf16_compress_hook,
+// torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py: half the bytes).
+enum class WireFormat { fp32, fp16, bf16 };
+// "fp32", "fp16" or "bf16"; InputError otherwise.
+WireFormat wire_format(const std::string& name);
+// The float slots n floats take on the wire: n, or ceil(n / 2) packed.
+std::size_t wire_slots(std::size_t n, WireFormat format);
+
+// In-place sum over all ranks of buf: [n] host floats, by the three phases above on
+// wire_slots(n, format) slots; scratch holds one received chunk (resized as needed). Every rank
+// calls it with the same n, ranks_per_node and format; ranks_per_node = world_size is one flat
+// ring (reduce-scatter then all-gather). Throws InputError as node_ring does, and what the
+// communicator throws.
 void hierarchical_allreduce_sum(Communicator& comm, float* buf, std::size_t n, int ranks_per_node,
-                                std::vector<float>& scratch);
+                                std::vector<float>& scratch, WireFormat format = WireFormat::fp32);
 
 }  // namespace dpbench

@@ -202,6 +202,7 @@ void Collectives::hierarchical_allreduce(std::size_t n, int ranks_per_node) {
 void Collectives::allreduce(std::size_t n) {
   const int p = s_.world_size();
   if (p < 2 || n == 0) return;
+  if (format_ != WireFormat::fp32) return hierarchical_allreduce(wire_slots(n, format_), hierarchy_ > 0 ? hierarchy_ : p);
   if (hierarchy_ > 0) return hierarchical_allreduce(n, hierarchy_);
   std::vector<std::size_t> chunks;
   for (int i = 0; i < p; ++i) chunks.push_back(ring_chunk(n, p, i).length);

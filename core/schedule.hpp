@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/hierarchical.hpp"
 #include "core/ring.hpp"
 
 namespace dpbench {
@@ -144,6 +145,9 @@ class Collectives {
   // From now on allreduce() (and run()'s) is the hierarchical one over nodes of ranks_per_node
   // ranks (--hierarchy node); 0: the engine's flat ring again.
   void set_node_hierarchy(int ranks_per_node) { hierarchy_ = ranks_per_node; }
+  // From now on allreduce() moves its floats as `format` (--comm-hook fp16, bf16): packed, over
+  // core/hierarchical.hpp's rings (one node of every rank unless a node hierarchy is set).
+  void set_wire_format(WireFormat format) { format_ = format; }
 
  private:
   // A ring half among `members` in ring order (position i sends to i+1), core/ring.hpp's steps
@@ -162,6 +166,7 @@ class Collectives {
   std::string engine_;
   int stream_;
   int hierarchy_ = 0;
+  WireFormat format_ = WireFormat::fp32;
 };
 
 }  // namespace dpbench

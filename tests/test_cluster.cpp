@@ -486,6 +486,33 @@ TEST_F(EmulatedCluster, NodeHierarchyPutsTwoNMinusOneOverNOfTheGradientOnEachLin
   }
 }
 
+// --comm-hook fp16 on 2 nodes: each node's link carries half the gradient's bytes per step (the
+// flat ring's 2(p-1)/p = 1x, in 16 bits), by the schedule and on the wire, and the final loss is
+// the uncompressed hook's within 1e-3.
+TEST_F(EmulatedCluster, Fp16HookHalvesTheBytesOnEachLink) {
+  const std::string model =
+      "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 40 --max-steps 20";
+  const Outcome o = run(fmt::format("--nodes 2 --link 200mbit --mode allreduce --comm-hook fp16 {}", model));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 1u);
+  const auto& run = doc["runs"][0];
+  EXPECT_EQ(run["config"]["comm_hook"], "fp16");
+  const double half = 2.0 * run["num_params"].get<double>();
+  for (const auto& n : run["network"]["nodes"]) {
+    EXPECT_NEAR(n["schedule_sent_bytes_per_step"].get<double>(), half, 16.0) << n.dump();
+    EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
+  }
+  const Outcome l = shell(fmt::format("{} run {} -q --mode allreduce --comm local --ranks 2 --no-eval --out {}", DPBENCH_BINARY,
+                                      model, (tmp_.path() / "plain.json").string()),
+                          tmp_.path());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const auto plain = nlohmann::json::parse(slurp(tmp_.path() / "plain.json"));
+  const double a = run["quality"]["final_train_loss"].get<double>();
+  const double b = plain["runs"][0]["quality"]["final_train_loss"].get<double>();
+  EXPECT_NEAR(a, b, 1e-3 * b);
+}
+
 TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
   if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
   ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "built with MPI but mpirun is not on PATH";

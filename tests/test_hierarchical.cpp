@@ -4,7 +4,10 @@
 // link where the flat ring sends 2(p-1)/p from the node's edge rank, training losses equal to the
 // flat ring's within float tolerance, and bad layouts refused.
 #include <cmath>
+#include <cstdint>
+#include <algorithm>
 #include <functional>
+#include <utility>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -86,6 +89,104 @@ TEST(HierarchicalAllreduce, EachNodeLinkCarriesTwoNMinusOneOverNOfTheVector) {
   }
 }
 
+// fp16 and bf16 on the wire: integer-valued inputs small enough that every partial sum is exact
+// in both sum exactly, in half the bytes (each rank's counted bytes its schedule's); a value
+// neither format holds comes back rounded to it (relative error at most 2^-11 and 2^-8).
+TEST(CompressedAllreduce, SumsInSixteenBitsOverHalfTheBytes) {
+  for (const WireFormat format : {WireFormat::fp16, WireFormat::bf16}) {
+    for (const NodeLayout layout : {NodeLayout{2, 2}, NodeLayout{4, 2}, NodeLayout{4, 4}, NodeLayout{6, 3}}) {
+      const std::size_t n = 1001;
+      auto group = std::make_shared<LocalGroup>(layout.p);
+      std::vector<std::vector<float>> out(static_cast<std::size_t>(layout.p));
+      std::vector<CommStats> stats(static_cast<std::size_t>(layout.p));
+      const auto small = [](int r, std::size_t i) { return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 3) % 33) - 16.0f; };
+      std::vector<std::thread> threads;
+      for (int r = 0; r < layout.p; ++r) {
+        threads.emplace_back([&, r] {
+          LocalCommunicator comm(group, r, nullptr);
+          std::vector<float> buf(n), scratch;
+          for (std::size_t i = 0; i < n; ++i) buf[i] = small(r, i);
+          hierarchical_allreduce_sum(comm, buf.data(), n, layout.k, scratch, format);
+          out[static_cast<std::size_t>(r)] = buf;
+          stats[static_cast<std::size_t>(r)] = comm.stats();
+        });
+      }
+      for (auto& t : threads) t.join();
+      StepSchedule s(layout.p), plain(layout.p);
+      Collectives c(s, "gloo");
+      c.set_node_hierarchy(layout.k);
+      c.set_wire_format(format);
+      c.allreduce(n);
+      Collectives(plain, "gloo").hierarchical_allreduce(n, layout.k);
+      for (int r = 0; r < layout.p; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        for (std::size_t i = 0; i < n; ++i) {
+          float sum = 0;
+          for (int q = 0; q < layout.p; ++q) sum += small(q, i);
+          ASSERT_EQ(out[ur][i], sum) << "p=" << layout.p << " k=" << layout.k << " rank " << r << " i=" << i;
+        }
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r));
+        EXPECT_NEAR(s.bytes_sent(r), 0.5 * plain.bytes_sent(r), 8.0 * layout.p) << "p=" << layout.p << " k=" << layout.k;
+      }
+    }
+  }
+  for (const auto& [format, bound] : {std::pair{WireFormat::fp16, 0x1p-11}, std::pair{WireFormat::bf16, 0x1p-8}}) {
+    auto group = std::make_shared<LocalGroup>(2);
+    std::vector<float> got(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        LocalCommunicator comm(group, r, nullptr);
+        std::vector<float> buf = {r == 0 ? 1.0f / 3.0f : 0.0f, 0.0f}, scratch;
+        hierarchical_allreduce_sum(comm, buf.data(), 2, 2, scratch, format);
+        got[static_cast<std::size_t>(r)] = buf[0];
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_NE(got[0], 1.0f / 3.0f);
+    EXPECT_LE(std::abs(got[0] - 1.0f / 3.0f), bound / 3.0);
+    EXPECT_EQ(got[0], got[1]);
+  }
+  EXPECT_THROW(wire_format("int8"), InputError);
+}
+
+// fp16 on two ranks, values across fp16's range (subnormals, ties, beyond 65504): each element is
+// fp16(fp16(a) + fp16(b)), as the compiler's own _Float16 rounds it, whichever conversion ran.
+TEST(CompressedAllreduce, Fp16RoundsAsIeeeHalfDoes) {
+  const std::size_t n = 4099;
+  std::vector<std::vector<float>> in(2, std::vector<float>(n));
+  std::uint32_t x = 12345;
+  for (auto& v : in) {
+    for (std::size_t i = 0; i < n; ++i) {
+      x = x * 1664525u + 1013904223u;
+      const float mant = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+      v[i] = std::ldexp(mant, static_cast<int>(x % 48) - 30);  // 2^-31 .. 2^17
+    }
+  }
+  auto group = std::make_shared<LocalGroup>(2);
+  std::vector<std::vector<float>> out(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicator comm(group, r, nullptr);
+      std::vector<float> buf = in[static_cast<std::size_t>(r)], scratch;
+      hierarchical_allreduce_sum(comm, buf.data(), n, 2, scratch, WireFormat::fp16);
+      out[static_cast<std::size_t>(r)] = buf;
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto h = [](float f) { return static_cast<float>(static_cast<_Float16>(f)); };
+    const float want = h(h(in[0][i]) + h(in[1][i]));
+    for (int r = 0; r < 2; ++r) {
+      const float got = out[static_cast<std::size_t>(r)][i];
+      wrong += (std::isnan(want) ? !std::isnan(got) : got != want) ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
 TEST(HierarchicalAllreduce, RingsFollowTheNodeLayout) {
   EXPECT_EQ(node_ring(6, 3, 4), (std::vector<int>{3, 4, 5}));
   EXPECT_EQ(cross_node_ring(6, 3, 4), (std::vector<int>{1, 4}));
@@ -133,6 +234,26 @@ TEST(HierarchicalAllreduce, TrainsAsTheFlatRingDoes) {
   EXPECT_GT(std::sqrt(diff / norm), 0.0);  // the hierarchy ran: its sums take another order
 }
 
+// --comm-hook fp16 and bf16: the per-step losses within 1e-3 of the uncompressed hook's
+// (gradients rounded to 16 bits), and not equal to them.
+TEST(CompressedAllreduce, TrainsWithinABandOfTheUncompressedHook) {
+  const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
+  TrainConfig plain = hier_config(4, 0);
+  const RunResult a = testing::train_mode(plain, *data);
+  for (const char* hook : {"fp16", "bf16"}) {
+    TrainConfig c = plain;
+    c.comm_hook = hook;
+    const RunResult b = testing::train_mode(c, *data);
+    ASSERT_EQ(a.step_train_loss.size(), b.step_train_loss.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < a.step_train_loss.size(); ++i) {
+      worst = std::max(worst, std::abs(b.step_train_loss[i] - a.step_train_loss[i]) / std::abs(a.step_train_loss[i]));
+    }
+    EXPECT_LT(worst, 1e-3) << hook;
+    EXPECT_NE(a.final_params, b.final_params) << hook;
+  }
+}
+
 TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   const auto data = make_synthetic_dataset(SampleShape{1, 8, 8}, 10, 256, 3);
   TrainConfig c = hier_config(4, 3);
@@ -143,6 +264,12 @@ TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c.hierarchy = "node";
   c.mode = "ps";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);
+  c = hier_config(4, 2);
+  c.comm_hook = "int8";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);
+  c.comm_hook = "fp16";
+  c.mode = "sharded_ps";
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
 }
 

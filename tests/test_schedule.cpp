@@ -121,16 +121,19 @@ TEST(Schedule, UnknownEngineIsAnInputError) {
 
 // The step schedule of every strategy moves, per rank, the bytes its trainer's communicator
 // counts in a real run (thread ranks, the local engine), for both transports, 2 to 4 ranks, and
-// allreduce under --hierarchy node.
+// allreduce under --hierarchy node and --comm-hook fp16 / bf16.
 TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
-  for (const std::string mode : {"ps", "sharded_ps", "allreduce", "allreduce --hierarchy node"}) {
+  for (const std::string mode : {"ps", "sharded_ps", "allreduce", "allreduce --hierarchy node", "allreduce --comm-hook fp16",
+                                  "allreduce --hierarchy node --comm-hook bf16"}) {
     for (const std::string transport : {"collective", "p2p"}) {
       if (mode.starts_with("allreduce") && transport == "p2p") continue;
       for (int p : {2, 3, 4}) {
         TrainConfig c;
         c.mode = mode.substr(0, mode.find(' '));
-        if (mode.ends_with("node")) {
+        if (mode.find("fp16") != std::string::npos) c.comm_hook = "fp16";
+        if (mode.find("bf16") != std::string::npos) c.comm_hook = "bf16";
+        if (mode.find("node") != std::string::npos) {
           c.hierarchy = "node";
           c.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
         }

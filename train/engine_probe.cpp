@@ -19,12 +19,12 @@ namespace {
 // call it: the allreduce and the reduce-scatter through their non-blocking start where the
 // communicator has one (DDP's buckets, sharded_ps's push).
 void run_collective(Communicator& comm, CollectiveKind kind, std::vector<float>& buf, std::vector<float>& out,
-                    std::size_t n, int hierarchy) {
+                    std::size_t n, int hierarchy, WireFormat format) {
   const std::vector<std::size_t> counts = even_counts(n, comm.world_size());
   switch (kind) {
     case CollectiveKind::allreduce:
       if (hierarchy > 0) {
-        hierarchical_allreduce_sum(comm, buf.data(), n, hierarchy, out);
+        hierarchical_allreduce_sum(comm, buf.data(), n, hierarchy, out, format);
         break;
       }
       comm.allreduce_sum_start(buf.data(), n);
@@ -84,7 +84,8 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 }
 
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
-                                        std::size_t floats, int reps, double min_seconds, int hierarchy) {
+                                        std::size_t floats, int reps, double min_seconds, int hierarchy,
+                                        WireFormat format) {
   const int p = comm.world_size();
   if (floats < static_cast<std::size_t>(p) || reps < 1) {
     throw InputError(fmt::format("engine probe: {} floats over {} ranks, {} repetitions: needs a float per rank and "
@@ -92,7 +93,7 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
                                  floats, p, reps));
   }
   std::vector<float> buf(floats, 0.0f), out(floats, 0.0f);
-  for (CollectiveKind kind : kinds) run_collective(comm, kind, buf, out, static_cast<std::size_t>(p), hierarchy);
+  for (CollectiveKind kind : kinds) run_collective(comm, kind, buf, out, static_cast<std::size_t>(p), hierarchy, format);
   // Every rank's times, [reps][1 + kinds]: when it left the repetition's barrier, then when it
   // left each collective, seconds after its own reference `ref`; gathered to rank 0 with the
   // references, which put them on the host's one monotonic clock.
@@ -106,7 +107,7 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
     comm.barrier();
     mine.push_back(since_ref());
     for (std::size_t j = 0; j < k; ++j) {
-      run_collective(comm, kinds[j], buf, out, floats, hierarchy);
+      run_collective(comm, kinds[j], buf, out, floats, hierarchy, format);
       mine.push_back(since_ref());
     }
   };

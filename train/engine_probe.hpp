@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/comm.hpp"
+#include "core/hierarchical.hpp"
 #include "core/schedule.hpp"
 
 namespace dpbench {
@@ -50,10 +51,10 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 // others. Throws InputError when floats < world_size or reps < 1, and what the communicator
 // throws.
 // hierarchy_ranks_per_node > 0: the allreduce is core/hierarchical.hpp's over nodes of that many
-// ranks (--hierarchy node), as the step runs it.
+// ranks in `format` (--hierarchy node, --comm-hook), as the step runs it.
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps, double min_seconds = 0,
-                                        int hierarchy_ranks_per_node = 0);
+                                        int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);
 inline constexpr int kMaxRepetitions = 15;
 
 }  // namespace dpbench

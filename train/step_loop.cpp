@@ -118,8 +118,8 @@ class RankLoop {
     if (kinds.empty()) return;
     const std::size_t floats =
         std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()), std::min<std::size_t>(mode_.model().num_params(), std::size_t{1} << 20));
-    if (auto probe = probe_engine(comm, kinds, floats, 5, 0.3,
-                                   s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0)) result_.engine_probe = std::move(probe);
+    if (auto probe = probe_engine(comm, kinds, floats, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,
+                                   bucket_allreduce(s_.config).format)) result_.engine_probe = std::move(probe);
   }
 
   // Restores --resume's checkpoint, then trains every step left.

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/comm.hpp"
+#include "core/hierarchical.hpp"
 #include "core/memory.hpp"
 #include "train/engine_probe.hpp"
 #include "workloads/dataloader.hpp"
@@ -71,6 +72,10 @@ struct TrainConfig {
   // allreduce: "none" (one ring over every rank) or "node" (core/hierarchical.hpp: inside each
   // node of ranks_on_this_node ranks, then one ring per local rank across the nodes).
   std::string hierarchy = "none";
+  // allreduce: DDP's communication hook, PyTorch's names: "allreduce" (allreduce_hook, the
+  // default), "fp16" (fp16_compress_hook) or "bf16" (bf16_compress_hook): the bucket crosses the
+  // wire in 16 bits (core/hierarchical.hpp's WireFormat).
+  std::string comm_hook = "allreduce";
   int servers = 0;                 // sharded_ps: server ranks 0..servers-1 (0: every rank)
   double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
   DataLoaderOptions loader;
@@ -105,6 +110,19 @@ struct TrainConfig {
 // every rank (one process's threads share one node).
 inline int hierarchy_ranks_per_node(const TrainConfig& c) {
   return c.ranks_on_this_node > 0 ? c.ranks_on_this_node : c.world_size;
+}
+
+// How the allreduce mode sums a bucket: ranks_per_node 0 is the backend's own all-reduce; else
+// core/hierarchical.hpp's rings over nodes of that many ranks (the world size: one flat ring) with
+// the hook's wire format.
+struct BucketAllreduce {
+  int ranks_per_node = 0;
+  WireFormat format = WireFormat::fp32;
+};
+inline BucketAllreduce bucket_allreduce(const TrainConfig& c) {
+  const WireFormat format = c.comm_hook == "allreduce" ? WireFormat::fp32 : wire_format(c.comm_hook);
+  if (c.hierarchy == "node") return {hierarchy_ranks_per_node(c), format};
+  return {format == WireFormat::fp32 ? 0 : c.world_size, format};
 }
 
 // Seconds spent in each phase of one step on one rank.

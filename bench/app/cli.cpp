@@ -97,6 +97,11 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                  "one ring per local rank across the nodes, all-gather inside the node; host buffers)")
       ->check(CLI::IsMember({"none", "node"}))
       ->capture_default_str();
+  app.add_option("--comm-hook", c.comm_hook,
+                 "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
+                 "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; host buffers")
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}))
+      ->capture_default_str();
   app.add_option("--servers", c.servers,
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")

@@ -191,7 +191,9 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   nlohmann::json per = nlohmann::json::array();
   StepSchedule prefix(r.config.world_size);
   Collectives collectives(prefix, engine);
-  if (r.config.hierarchy == "node") collectives.set_node_hierarchy(hierarchy_ranks_per_node(r.config));
+  const BucketAllreduce how = bucket_allreduce(r.config);
+  collectives.set_node_hierarchy(how.ranks_per_node);
+  collectives.set_wire_format(how.format);
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
     collectives.run(probe.kind, probe.floats);
     const EfficiencyFit fit = fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);

@@ -87,6 +87,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
           {"bucket_cap_mb", c.bucket_cap_mb},
           {"first_bucket_mb", c.first_bucket_mb},
           {"hierarchy", c.hierarchy},
+          {"comm_hook", c.comm_hook},
           {"servers", c.servers},
           {"coalesce_mb", c.coalesce_mb},
           {"num_workers", c.loader.num_workers},
