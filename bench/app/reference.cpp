@@ -201,7 +201,8 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
         {"betas", {config.beta1, config.beta2}},
         {"eps", config.eps},
         {"seed", config.seed},
-        {"bucket_cap_mb", config.bucket_cap_mb}}},
+        {"bucket_cap_mb", config.bucket_cap_mb},
+        {"comm_hook", config.comm_hook}}},
   };
   std::ofstream f(dir / "start.json", std::ios::trunc);
   f << start.dump(2) << "\n";
@@ -283,7 +284,16 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   const int code = spawn_and_wait(args, log);
   if (code != 0 || !fs::exists(out)) {
-    const std::string why = last_line(log);
+    // A mode the harness skipped or saw fail names why in its result file's warnings.
+    std::string why = last_line(log);
+    if (fs::exists(out)) {
+      std::ifstream in(out);
+      const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+      if (doc.is_object() && doc.contains("warnings") && doc["warnings"].is_array() && !doc["warnings"].empty() &&
+          doc["warnings"][0].is_string()) {
+        why = doc["warnings"][0].get<std::string>();
+      }
+    }
     throw Error(fmt::format("--reference pytorch: {} {} failed (exit {}){}{}", mode, cfg.mode, code,
                             why.empty() ? "" : ": ", why));
   }

@@ -25,6 +25,11 @@ struct ReferenceOptions {
 
 // Relative tolerance of the per-step training loss between dpbench and its reference.
 inline constexpr double kReferenceLossTolerance = 1e-4;
+// The band of a run under a compression hook (--comm-hook): fp16 1e-3, bf16 (7 bits of mantissa)
+// 1e-2; 0 for the uncompressed allreduce hook.
+inline double comm_hook_tolerance(const std::string& hook) {
+  return hook == "fp16" ? 1e-3 : hook == "bf16" ? 1e-2 : 0.0;
+}
 
 // Checks, before any training, that the reference can run this configuration: a known framework,
 // a python that imports torch, and no option the reference does not reproduce (--rank-batch,

@@ -224,7 +224,16 @@ def _bundle_config(start_dir, c, n, epochs):
     if needed > epochs:
         raise _bundle_error(start_dir, f"order has {epochs} epoch rows, {c['steps']} steps of "
                                        f"{c['steps_per_epoch']} per epoch need {needed}")
-    return {**{k: c[k] for k in keys}, **_optimizer_config(start_dir, c)}
+    hook = c.get("comm_hook", "allreduce")
+    if hook not in COMM_HOOKS:
+        raise _bundle_error(start_dir, f"config.comm_hook: {hook!r}, expected "
+                                       + ", ".join(repr(h) for h in COMM_HOOKS))
+    return {**{k: c[k] for k in keys}, **_optimizer_config(start_dir, c), "comm_hook": hook}
+
+
+# DDP communication hooks by their names in default_hooks (allreduce_hook, fp16_compress_hook,
+# bf16_compress_hook), as dpbench's --comm-hook spells them.
+COMM_HOOKS = ("allreduce", "fp16", "bf16")
 
 
 def _is_number(v):

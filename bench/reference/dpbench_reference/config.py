@@ -34,7 +34,7 @@ def build_config(args, device, bundle, host_data):
                      warmup_steps=c["warmup_steps"], steps_per_epoch=c["steps_per_epoch"],
                      optimizer=c["optimizer"], lr=c["lr"], momentum=c["momentum"],
                      weight_decay=c["weight_decay"], betas=list(c["betas"]), eps=c["eps"],
-                     seed=c["seed"], bucket_cap_mb=c["bucket_cap_mb"])
+                     seed=c["seed"], bucket_cap_mb=c["bucket_cap_mb"], comm_hook=c["comm_hook"])
         data = {"data": "start bundle", "data_dir": None, "synthetic_samples": None,
                 "dataset_samples": bundle["train"]["y"][1][0],
                 "test_samples": bundle["test"]["y"][1][0] if bundle["test"] else None}
@@ -45,7 +45,7 @@ def build_config(args, device, bundle, host_data):
                      warmup_steps=args.warmup_steps, steps_per_epoch=None,
                      optimizer=args.optimizer, lr=args.lr, momentum=args.momentum,
                      weight_decay=args.weight_decay, betas=list(args.betas), eps=args.eps,
-                     seed=args.seed, bucket_cap_mb=args.bucket_cap_mb)
+                     seed=args.seed, bucket_cap_mb=args.bucket_cap_mb, comm_hook="allreduce")
         n = args.synthetic_samples if args.data == "synthetic" else host_data[0].shape[0]
         if args.batch_size > n:
             raise InputError(f"--batch-size {args.batch_size}: larger than the {n} training "
@@ -96,6 +96,9 @@ def mode_plan(args, cfg, mode, gpu_count):
         if mode == "ddp" and cfg["global_batch"] % world_size != 0:
             return None, (f"ddp skipped: batch {cfg['global_batch']} does not split evenly over "
                           f"{world_size} ranks")
+        if mode == "ddp" and cpu and cfg.get("comm_hook") == "bf16":
+            return None, ("ddp skipped: bf16_compress_hook needs a bfloat16 all_reduce, which "
+                          f"PyTorch {torch.__version__}'s gloo lacks (Invalid scalar type)")
         if cpu and mode in ("dataparallel", "rpc_ps"):
             idle = chunk_sizes(cfg["global_batch"], world_size).count(0)
             if idle:
