@@ -313,7 +313,8 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
       comm_s.push_back(st.phases.comm);
     }
     StepModel m;
-    m.param_bytes = static_cast<double>(r.num_params) * 4.0;
+    // The gradient's bytes as they cross the wire: 16 bits each under a compression hook.
+    m.param_bytes = static_cast<double>(r.num_params) * (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
     m.sample_bytes = static_cast<double>(r.input_features) * 4.0;
     m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;
     const int p = r.config.world_size;
@@ -323,14 +324,19 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     link.collectives = r.config.comm == "gloo" ? "gloo" : "ring";
     LinkModel bandwidth_only = link;
     bandwidth_only.alpha_s = 0;
-    const double comm_model = s.comm_time(m, link, transport, p, b);
+    // Under --hierarchy node the ring that crosses the links is the nodes' (2(N-1)/N of the
+    // gradient per link); the alpha-beta terms leave the intra-node phases out.
+    const int ring_p = r.config.hierarchy == "node" ? nodes : p;
+    const double comm_model = ring_p >= 2 ? s.comm_time(m, link, transport, ring_p, b) : 0.0;
     std::string engine;
     const std::optional<StepSchedule> schedule = run_schedule(r, engine);
     std::vector<int> placement;
     for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));
     const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes) : std::vector<std::pair<double, double>>{};
     // Per link when the schedule says what crosses each; else the alpha-beta terms at alpha = 0.
-    const double bound = schedule ? link_bound_s(platform, crossing) : s.comm_time(m, bandwidth_only, transport, p, b);
+    const double bound = schedule     ? link_bound_s(platform, crossing)
+                         : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
+                                       : 0.0;
     const double measured = mean(step_s), compute = mean(non_comm_s), comm = mean(comm_s);
     const double exposed_fraction = comm > 0 ? (measured - compute) / comm : 1.0;
     const double share = projected_mode(s, r.config).overlapped_share;
