@@ -32,24 +32,44 @@ struct NodeLayout {
   int p, k;
 };
 
+// hierarchical_allreduce_sum on p threads of one local group, rank r starting from inputs[r];
+// each rank's result and byte counts.
+struct RanksOut {
+  std::vector<std::vector<float>> out;
+  std::vector<CommStats> stats;
+};
+RanksOut allreduce_on_threads(const std::vector<std::vector<float>>& inputs, int k, WireFormat format) {
+  const int p = static_cast<int>(inputs.size());
+  auto group = std::make_shared<LocalGroup>(p);
+  RanksOut got{std::vector<std::vector<float>>(inputs.size()), std::vector<CommStats>(inputs.size())};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      const auto ur = static_cast<std::size_t>(r);
+      LocalCommunicator comm(group, r, nullptr);
+      std::vector<float> buf = inputs[ur], scratch;
+      hierarchical_allreduce_sum(comm, buf.data(), buf.size(), k, scratch, format);
+      got.out[ur] = buf;
+      got.stats[ur] = comm.stats();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return got;
+}
+// inputs[r][i] = f(r, i), p ranks of n floats.
+template <typename F>
+std::vector<std::vector<float>> rank_inputs(int p, std::size_t n, F f) {
+  std::vector<std::vector<float>> in(static_cast<std::size_t>(p), std::vector<float>(n));
+  for (int r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < n; ++i) in[static_cast<std::size_t>(r)][i] = f(r, i);
+  }
+  return in;
+}
+
 TEST(HierarchicalAllreduce, SumsExactlyAndMovesTheScheduledBytes) {
   for (const NodeLayout layout : {NodeLayout{2, 2}, NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
-      auto group = std::make_shared<LocalGroup>(layout.p);
-      std::vector<std::vector<float>> out(static_cast<std::size_t>(layout.p));
-      std::vector<CommStats> stats(static_cast<std::size_t>(layout.p));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < layout.p; ++r) {
-        threads.emplace_back([&, r] {
-          LocalCommunicator comm(group, r, nullptr);
-          std::vector<float> buf(n), scratch;
-          for (std::size_t i = 0; i < n; ++i) buf[i] = hier_value(r, i);
-          hierarchical_allreduce_sum(comm, buf.data(), n, layout.k, scratch);
-          out[static_cast<std::size_t>(r)] = buf;
-          stats[static_cast<std::size_t>(r)] = comm.stats();
-        });
-      }
-      for (auto& t : threads) t.join();
+      const auto [out, stats] = allreduce_on_threads(rank_inputs(layout.p, n, hier_value), layout.k, WireFormat::fp32);
       StepSchedule s(layout.p);
       Collectives(s, "gloo").hierarchical_allreduce(n, layout.k);
       s.check_matched();
@@ -96,22 +116,8 @@ TEST(CompressedAllreduce, SumsInSixteenBitsOverHalfTheBytes) {
   for (const WireFormat format : {WireFormat::fp16, WireFormat::bf16}) {
     for (const NodeLayout layout : {NodeLayout{2, 2}, NodeLayout{4, 2}, NodeLayout{4, 4}, NodeLayout{6, 3}}) {
       const std::size_t n = 1001;
-      auto group = std::make_shared<LocalGroup>(layout.p);
-      std::vector<std::vector<float>> out(static_cast<std::size_t>(layout.p));
-      std::vector<CommStats> stats(static_cast<std::size_t>(layout.p));
       const auto small = [](int r, std::size_t i) { return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 3) % 33) - 16.0f; };
-      std::vector<std::thread> threads;
-      for (int r = 0; r < layout.p; ++r) {
-        threads.emplace_back([&, r] {
-          LocalCommunicator comm(group, r, nullptr);
-          std::vector<float> buf(n), scratch;
-          for (std::size_t i = 0; i < n; ++i) buf[i] = small(r, i);
-          hierarchical_allreduce_sum(comm, buf.data(), n, layout.k, scratch, format);
-          out[static_cast<std::size_t>(r)] = buf;
-          stats[static_cast<std::size_t>(r)] = comm.stats();
-        });
-      }
-      for (auto& t : threads) t.join();
+      const auto [out, stats] = allreduce_on_threads(rank_inputs(layout.p, n, small), layout.k, format);
       StepSchedule s(layout.p), plain(layout.p);
       Collectives c(s, "gloo");
       c.set_node_hierarchy(layout.k);
@@ -131,18 +137,8 @@ TEST(CompressedAllreduce, SumsInSixteenBitsOverHalfTheBytes) {
     }
   }
   for (const auto& [format, bound] : {std::pair{WireFormat::fp16, 0x1p-11}, std::pair{WireFormat::bf16, 0x1p-8}}) {
-    auto group = std::make_shared<LocalGroup>(2);
-    std::vector<float> got(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        LocalCommunicator comm(group, r, nullptr);
-        std::vector<float> buf = {r == 0 ? 1.0f / 3.0f : 0.0f, 0.0f}, scratch;
-        hierarchical_allreduce_sum(comm, buf.data(), 2, 2, scratch, format);
-        got[static_cast<std::size_t>(r)] = buf[0];
-      });
-    }
-    for (auto& t : threads) t.join();
+    const RanksOut r = allreduce_on_threads({{1.0f / 3.0f, 0.0f}, {0.0f, 0.0f}}, 2, format);
+    const std::vector<float> got = {r.out[0][0], r.out[1][0]};
     EXPECT_NE(got[0], 1.0f / 3.0f);
     EXPECT_LE(std::abs(got[0] - 1.0f / 3.0f), bound / 3.0);
     EXPECT_EQ(got[0], got[1]);
@@ -163,18 +159,7 @@ TEST(CompressedAllreduce, Fp16RoundsAsIeeeHalfDoes) {
       v[i] = std::ldexp(mant, static_cast<int>(x % 48) - 30);  // 2^-31 .. 2^17
     }
   }
-  auto group = std::make_shared<LocalGroup>(2);
-  std::vector<std::vector<float>> out(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      LocalCommunicator comm(group, r, nullptr);
-      std::vector<float> buf = in[static_cast<std::size_t>(r)], scratch;
-      hierarchical_allreduce_sum(comm, buf.data(), n, 2, scratch, WireFormat::fp16);
-      out[static_cast<std::size_t>(r)] = buf;
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::vector<float>> out = allreduce_on_threads(in, 2, WireFormat::fp16).out;
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto h = [](float f) { return static_cast<float>(static_cast<_Float16>(f)); };

@@ -297,6 +297,18 @@ std::string wire_cell(const nlohmann::json& n) {
 
 }  // namespace
 
+namespace {
+// The run's bytes for the alpha-beta terms; the gradient's as they cross the wire (16 bits each
+// under a compression hook).
+StepModel wire_step_model(const RunResult& r) {
+  StepModel m;
+  m.param_bytes = static_cast<double>(r.num_params) * (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
+  m.sample_bytes = static_cast<double>(r.input_features) * 4.0;
+  m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;
+  return m;
+}
+}  // namespace
+
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
   const LinkModel probed = probed_link(network);
   const SimPlatform platform = probed_platform(network);
@@ -312,11 +324,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
       non_comm_s.push_back(st.step_time - st.phases.comm_exposed);
       comm_s.push_back(st.phases.comm);
     }
-    StepModel m;
-    // The gradient's bytes as they cross the wire: 16 bits each under a compression hook.
-    m.param_bytes = static_cast<double>(r.num_params) * (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
-    m.sample_bytes = static_cast<double>(r.input_features) * 4.0;
-    m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;
+    const StepModel m = wire_step_model(r);
     const int p = r.config.world_size;
     const double b = static_cast<double>(r.config.global_batch) / p;
     const std::string transport = s.transport(r.config);

@@ -249,6 +249,22 @@ nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vec
           {"within", worst <= kReferenceLossTolerance}};
 }
 
+namespace {
+// Why the harness failed: the first of its result file's warnings (a mode it skipped or saw fail
+// names why there), else its log's last line.
+std::string harness_failure(const std::string& log, const std::string& out) {
+  if (fs::exists(out)) {
+    std::ifstream in(out);
+    const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+    if (doc.is_object() && doc.contains("warnings") && doc["warnings"].is_array() && !doc["warnings"].empty() &&
+        doc["warnings"][0].is_string()) {
+      return doc["warnings"][0].get<std::string>();
+    }
+  }
+  return last_line(log);
+}
+}  // namespace
+
 nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start_dir, const RunResult& run,
                              int threads) {
   const TrainConfig& cfg = run.config;
@@ -284,16 +300,7 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   const int code = spawn_and_wait(args, log);
   if (code != 0 || !fs::exists(out)) {
-    // A mode the harness skipped or saw fail names why in its result file's warnings.
-    std::string why = last_line(log);
-    if (fs::exists(out)) {
-      std::ifstream in(out);
-      const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-      if (doc.is_object() && doc.contains("warnings") && doc["warnings"].is_array() && !doc["warnings"].empty() &&
-          doc["warnings"][0].is_string()) {
-        why = doc["warnings"][0].get<std::string>();
-      }
-    }
+    const std::string why = harness_failure(log, out);
     throw Error(fmt::format("--reference pytorch: {} {} failed (exit {}){}{}", mode, cfg.mode, code,
                             why.empty() ? "" : ": ", why));
   }
