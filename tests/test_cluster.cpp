@@ -513,6 +513,21 @@ TEST_F(EmulatedCluster, Fp16HookHalvesTheBytesOnEachLink) {
   EXPECT_NEAR(a, b, 1e-3 * b);
 }
 
+// A sweep of the allreduce mode alone on the emulated cluster (no mode takes --transport, so the
+// sweep passes none) under --comm-hook fp16: every point runs, and records the hook.
+TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHook) {
+  const Outcome o = shell(fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --modes allreduce --comm-hook fp16 "
+                                      "--data synthetic --input 64 --synthetic-samples 600 --hidden 64 --batch-sizes 40 "
+                                      "--max-steps 6 --warmup-steps 1 --repetitions 1 --no-eval -q -o {}",
+                                      DPBENCH_BINARY, result().string()),
+                          tmp_.path());
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 1u);
+  EXPECT_EQ(doc["runs"][0].value("status", std::string("ok")), "ok") << doc["runs"][0].dump();
+  EXPECT_EQ(doc["runs"][0]["config"]["comm_hook"], "fp16");
+}
+
 TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
   if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
   ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "built with MPI but mpirun is not on PATH";

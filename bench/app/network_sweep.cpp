@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -83,8 +84,12 @@ std::vector<Point> grid(const SweepOptions& o) {
 std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const std::string& out) {
   std::vector<std::string> args = {"run"};
   args.insert(args.end(), o.shared_args.begin(), o.shared_args.end());
+  // --transport only where a mode takes one (`run` refuses it otherwise: allreduce alone).
+  if (std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return !find_strategy(m).transports.empty(); })) {
+    args.insert(args.end(), {"--transport", p.transport});
+  }
   for (const auto& a : std::vector<std::string>{
-           "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")), "--transport", p.transport,
+           "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")),
            "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
            std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(o.ranks_per_node), "--launcher",
            o.launcher,
