@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -69,19 +70,7 @@ void three_phases(Communicator& comm, float* buf, std::size_t slots, int k, std:
   ring_half(comm, buf, local, l, 0, false, node_chunk, scratch, add);
 }
 
-// IEEE half and bfloat16 <-> float, round to nearest even (PyTorch's Tensor.to(float16) and
-// c10::BFloat16).
-std::uint16_t to_fp16(float f) {
-  const auto h = static_cast<_Float16>(f);
-  std::uint16_t bits = 0;
-  std::memcpy(&bits, &h, sizeof bits);
-  return bits;
-}
-float from_fp16(std::uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, sizeof bits);
-  return static_cast<float>(h);
-}
+// bfloat16 <-> float, round to nearest even (c10::BFloat16); fp16's are public (fp16_bits).
 std::uint16_t to_bf16(float f) {
   std::uint32_t bits = 0;
   std::memcpy(&bits, &f, sizeof bits);
@@ -119,7 +108,7 @@ struct Scalar16 {
     for (std::size_t i = 0; i < halves; ++i) set_half(own, i, To(From(half_at(in, i)) + From(half_at(own, i))));
   }
 };
-using ScalarFp16 = Scalar16<to_fp16, from_fp16>;
+using ScalarFp16 = Scalar16<fp16_bits, fp16_value>;
 using Bf16 = Scalar16<to_bf16, from_bf16>;
 
 // fp16 with the F16C conversions, eight at a time (the same rounding, to nearest even); the
@@ -131,7 +120,7 @@ __attribute__((target("avx,f16c"))) void f16c_pack(const float* in, std::size_t 
   for (; i + 8 <= n; i += 8) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) set_half(slots, i, to_fp16(in[i]));
+  for (; i < n; ++i) set_half(slots, i, fp16_bits(in[i]));
 }
 __attribute__((target("avx,f16c"))) void f16c_unpack(const float* slots, std::size_t n, float* out) {
   const auto* in = reinterpret_cast<const unsigned char*>(slots);
@@ -139,7 +128,7 @@ __attribute__((target("avx,f16c"))) void f16c_unpack(const float* slots, std::si
   for (; i + 8 <= n; i += 8) {
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
   }
-  for (; i < n; ++i) out[i] = from_fp16(half_at(slots, i));
+  for (; i < n; ++i) out[i] = fp16_value(half_at(slots, i));
 }
 __attribute__((target("avx,f16c"))) void f16c_add(float* own, const float* in, std::size_t halves) {
   auto* o = reinterpret_cast<unsigned char*>(own);
@@ -150,25 +139,23 @@ __attribute__((target("avx,f16c"))) void f16c_add(float* own, const float* in, s
     const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * i)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i), _mm256_cvtps_ph(_mm256_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < halves; ++i) set_half(own, i, to_fp16(from_fp16(half_at(in, i)) + from_fp16(half_at(own, i))));
+  for (; i < halves; ++i) set_half(own, i, fp16_bits(fp16_value(half_at(in, i)) + fp16_value(half_at(own, i))));
 }
-bool has_f16c() { return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"); }
 #else
 void f16c_pack(const float* in, std::size_t n, float* slots) { ScalarFp16::pack(in, n, slots); }
 void f16c_unpack(const float* slots, std::size_t n, float* out) { ScalarFp16::unpack(slots, n, out); }
 void f16c_add(float* own, const float* in, std::size_t halves) { ScalarFp16::add(own, in, halves); }
-bool has_f16c() { return false; }
 #endif
 
 struct Fp16 {
   static void pack(const float* in, std::size_t n, float* slots) {
-    return has_f16c() ? f16c_pack(in, n, slots) : ScalarFp16::pack(in, n, slots);
+    return cpu_has_f16c() ? f16c_pack(in, n, slots) : ScalarFp16::pack(in, n, slots);
   }
   static void unpack(const float* slots, std::size_t n, float* out) {
-    return has_f16c() ? f16c_unpack(slots, n, out) : ScalarFp16::unpack(slots, n, out);
+    return cpu_has_f16c() ? f16c_unpack(slots, n, out) : ScalarFp16::unpack(slots, n, out);
   }
   static void add(float* own, const float* in, std::size_t halves) {
-    return has_f16c() ? f16c_add(own, in, halves) : ScalarFp16::add(own, in, halves);
+    return cpu_has_f16c() ? f16c_add(own, in, halves) : ScalarFp16::add(own, in, halves);
   }
 };
 
@@ -196,6 +183,73 @@ std::vector<int> cross_node_ring(int world_size, int ranks_per_node, int rank) {
   std::vector<int> out;
   for (int node = 0; node < world_size / ranks_per_node; ++node) out.push_back(node * ranks_per_node + rank % ranks_per_node);
   return out;
+}
+
+// Giesen's float_to_half_fast3_rtne and half_to_float (public domain): round to nearest even,
+// overflow to infinity, NaN kept NaN, subnormals by a float addition of a magic number.
+std::uint16_t fp16_bits(float f) {
+  constexpr std::uint32_t f32_infinity = 255u << 23;
+  constexpr std::uint32_t f16_max = (127u + 16u) << 23;  // 65536: everything above rounds to inf
+  constexpr std::uint32_t denorm_magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  std::uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  const std::uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  std::uint16_t out = 0;
+  if (u >= f16_max) {
+    out = u > f32_infinity ? 0x7E00 : 0x7C00;
+  } else if (u < (113u << 23)) {  // below 2^-14: a subnormal half (or zero)
+    float magic = 0, v = 0;
+    std::memcpy(&magic, &denorm_magic_bits, sizeof magic);
+    std::memcpy(&v, &u, sizeof v);
+    v += magic;
+    std::memcpy(&u, &v, sizeof u);
+    out = static_cast<std::uint16_t>(u - denorm_magic_bits);
+  } else {
+    const std::uint32_t odd = (u >> 13) & 1u;
+    u += (static_cast<std::uint32_t>(15 - 127) << 23) + 0xFFFu + odd;
+    out = static_cast<std::uint16_t>(u >> 13);
+  }
+  return static_cast<std::uint16_t>(out | (sign >> 16));
+}
+
+float fp16_value(std::uint16_t h) {
+  constexpr std::uint32_t shifted_exp = 0x7C00u << 13;
+  std::uint32_t o = (static_cast<std::uint32_t>(h) & 0x7FFFu) << 13;
+  const std::uint32_t exp = shifted_exp & o;
+  o += (127u - 15u) << 23;
+  if (exp == shifted_exp) {
+    o += (128u - 16u) << 23;  // infinity or NaN
+  } else if (exp == 0) {      // zero or subnormal: renormalise
+    o += 1u << 23;
+    constexpr std::uint32_t magic_bits = 113u << 23;
+    float v = 0, magic = 0;
+    std::memcpy(&v, &o, sizeof v);
+    std::memcpy(&magic, &magic_bits, sizeof magic);
+    v -= magic;
+    std::memcpy(&o, &v, sizeof o);
+  }
+  o |= (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
+  float f = 0;
+  std::memcpy(&f, &o, sizeof f);
+  return f;
+}
+
+bool cpu_has_f16c() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    const bool avx = (c & bit_AVX) != 0, f16c = (c & bit_F16C) != 0, osxsave = (c & bit_OSXSAVE) != 0;
+    if (!(avx && f16c && osxsave)) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;  // the OS saves the SSE and AVX registers
+  }();
+  return has;
+#else
+  return false;
+#endif
 }
 
 WireFormat wire_format(const std::string& name) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,14 @@ enum class WireFormat { fp32, fp16, bf16 };
 WireFormat wire_format(const std::string& name);
 // The float slots n floats take on the wire: n, or ceil(n / 2) packed.
 std::size_t wire_slots(std::size_t n, WireFormat format);
+
+// IEEE half <-> float: fp16_bits rounds to nearest even (overflow to infinity, NaN to a quiet
+// NaN), fp16_value is exact. What the fp16 hook uses where the CPU has no F16C instructions.
+std::uint16_t fp16_bits(float f);
+float fp16_value(std::uint16_t bits);
+// Whether this CPU has the F16C conversions (and the OS the AVX state they use); the fp16 hook
+// packs, unpacks and adds eight at a time with them, with the same results.
+bool cpu_has_f16c();
 
 // In-place sum over all ranks of buf: [n] host floats, by the three phases above on
 // wire_slots(n, format) slots; scratch holds one received chunk (resized as needed). Every rank

@@ -5,6 +5,8 @@
 // flat ring's within float tolerance, and bad layouts refused.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <algorithm>
 #include <functional>
 #include <utility>
@@ -13,6 +15,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "core/error.hpp"
 #include "core/hierarchical.hpp"
@@ -146,9 +152,55 @@ TEST(CompressedAllreduce, SumsInSixteenBitsOverHalfTheBytes) {
   EXPECT_THROW(wire_format("int8"), InputError);
 }
 
+// The CPU's own F16C conversions, the reference the fp16 tests hold dpbench's to.
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) std::uint16_t f16c_bits(float f) {
+  return static_cast<std::uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float f16c_value(std::uint16_t h) { return _cvtsh_ss(h); }
+#else
+std::uint16_t f16c_bits(float) { return 0; }
+float f16c_value(std::uint16_t) { return 0; }
+#endif
+
+#define SKIP_WITHOUT_F16C() \
+  if (!cpu_has_f16c()) GTEST_SKIP() << "this CPU has no F16C instructions to check the fp16 conversions against"
+
+// The software conversions (CPUs without F16C, and the tails of the F16C loops) against F16C:
+// every one of the 65,536 halves widened, and 2^20 floats across fp16's range (subnormals,
+// ties, overflow, NaN, infinities) rounded, bit for bit.
+TEST(CompressedAllreduce, SoftwareFp16IsTheCpusBitForBit) {
+  SKIP_WITHOUT_F16C();
+  std::size_t wrong = 0;
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float a = fp16_value(static_cast<std::uint16_t>(h)), b = f16c_value(static_cast<std::uint16_t>(h));
+    wrong += (std::isnan(b) ? !std::isnan(a) : std::memcmp(&a, &b, sizeof a) != 0) ? 1 : 0;
+  }
+  EXPECT_EQ(wrong, 0u) << "halves widened differently";
+  std::uint32_t x = 7;
+  std::vector<float> probes = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e9f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
+                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(), 1.0f + 0x1p-11f, 1.0f + 0x1.8p-11f};
+  for (int i = 0; i < (1 << 20); ++i) {
+    x = x * 1664525u + 1013904223u;
+    float f = 0;
+    std::memcpy(&f, &x, sizeof f);
+    if (std::abs(f) > 0x1p-30f && std::abs(f) < 0x1p17f) probes.push_back(f);
+    probes.push_back(std::ldexp(static_cast<float>(x >> 8) / 16777216.0f - 0.5f, static_cast<int>(x % 48) - 30));
+  }
+  wrong = 0;
+  for (const float f : probes) {
+    const std::uint16_t a = fp16_bits(f), b = f16c_bits(f);
+    const bool both_nan = (a & 0x7C00) == 0x7C00 && (a & 0x3FF) != 0 && (b & 0x7C00) == 0x7C00 && (b & 0x3FF) != 0;
+    wrong += (a != b && !both_nan) ? 1 : 0;
+  }
+  EXPECT_EQ(wrong, 0u) << "floats rounded differently, of " << probes.size();
+}
+
 // fp16 on two ranks, values across fp16's range (subnormals, ties, beyond 65504): each element is
-// fp16(fp16(a) + fp16(b)), as the compiler's own _Float16 rounds it, whichever conversion ran.
+// fp16(fp16(a) + fp16(b)), as the CPU's F16C instructions round it.
 TEST(CompressedAllreduce, Fp16RoundsAsIeeeHalfDoes) {
+  SKIP_WITHOUT_F16C();
   const std::size_t n = 4099;
   std::vector<std::vector<float>> in(2, std::vector<float>(n));
   std::uint32_t x = 12345;
@@ -162,7 +214,7 @@ TEST(CompressedAllreduce, Fp16RoundsAsIeeeHalfDoes) {
   const std::vector<std::vector<float>> out = allreduce_on_threads(in, 2, WireFormat::fp16).out;
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const auto h = [](float f) { return static_cast<float>(static_cast<_Float16>(f)); };
+    const auto h = [](float f) { return f16c_value(f16c_bits(f)); };
     const float want = h(h(in[0][i]) + h(in[1][i]));
     for (int r = 0; r < 2; ++r) {
       const float got = out[static_cast<std::size_t>(r)][i];
