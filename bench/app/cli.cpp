@@ -57,6 +57,20 @@ void add_optimizer_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--eps", c.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
 }
 
+// allreduce's gradient synchronisation: the node hierarchy and the communication hook.
+void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
+  app.add_option("--hierarchy", c.hierarchy,
+                 "allreduce: none (one ring over every rank) or node (ring reduce-scatter inside each node, "
+                 "one ring per local rank across the nodes, all-gather inside the node; host buffers)")
+      ->check(CLI::IsMember({"none", "node"}))
+      ->capture_default_str();
+  app.add_option("--comm-hook", c.comm_hook,
+                 "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
+                 "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; host buffers")
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}))
+      ->capture_default_str();
+}
+
 // Options every training command shares (not the ones a sweep varies).
 void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
                         std::string& out, bool& quiet) {
@@ -92,16 +106,7 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                  "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
                  "all-reduce start before backward ends")
       ->capture_default_str();
-  app.add_option("--hierarchy", c.hierarchy,
-                 "allreduce: none (one ring over every rank) or node (ring reduce-scatter inside each node, "
-                 "one ring per local rank across the nodes, all-gather inside the node; host buffers)")
-      ->check(CLI::IsMember({"none", "node"}))
-      ->capture_default_str();
-  app.add_option("--comm-hook", c.comm_hook,
-                 "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
-                 "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; host buffers")
-      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}))
-      ->capture_default_str();
+  add_allreduce_sync_options(app, c);
   app.add_option("--servers", c.servers,
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")

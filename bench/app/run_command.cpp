@@ -166,6 +166,17 @@ void print_notes(const std::vector<RunResult>& runs) {
   for (const auto& n : notes) fmt::print("Note: {}.\n", n);
 }
 
+// Says which runs were judged at a compression hook's wider band than `band`.
+void print_hook_tolerances(const std::vector<nlohmann::json>& reference, double band) {
+  for (const auto& r : reference) {
+    const double tolerance = r["loss_agreement"]["tolerance"].get<double>();
+    if (tolerance > band) {
+      fmt::print("{} rounds its gradients to 16 bits on both sides: judged at {:.0e}.\n", r["dpbench_label"].get<std::string>(),
+                 tolerance);
+    }
+  }
+}
+
 // PyTorch's runs beside the dpbench runs they reproduce: one pair of columns per pair.
 void print_reference_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs,
                            const nlohmann::json& reference) {
@@ -232,13 +243,7 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
                               : std::string("not measured: one mode");
   fmt::print("Agreement band {:.1e}: {:g} x the float32 drift ({}), at least {:.0e}; (!) marks a run outside it.\n",
              band["band"].get<double>(), band["margin"].get<double>(), own, band["floor"].get<double>());
-  for (const auto& r : reference) {
-    const double tolerance = r["loss_agreement"]["tolerance"].get<double>();
-    if (tolerance > band["band"].get<double>()) {
-      fmt::print("{} rounds its gradients to 16 bits on both sides: judged at {:.0e}.\n", r["dpbench_label"].get<std::string>(),
-                 tolerance);
-    }
-  }
+  print_hook_tolerances(reference, band["band"].get<double>());
 }
 
 // Runs PyTorch's counterpart of dpbench run `r` (after it, on the output process) and adds its
