@@ -370,6 +370,43 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
   EXPECT_THROW(probe_engine(comm, kinds, 100, 0), InputError);
 }
 
+// The intra-node probe on four threads: with two ranks per node, rank 0 alone returns the round
+// trips of ranks 0 and 1, the latency (half one float's) and the rate (2 x the message over the
+// rest of its round trip); with one rank
+// per node nobody probes; no floats or no repetition is an input error.
+TEST(EngineProbe, RanksZeroAndOneTimeATransferInsideTheirNode) {
+  auto on_threads = [](int p, int per_node, std::size_t floats) {
+    auto group = std::make_shared<LocalGroup>(p);
+    std::vector<std::optional<IntraNodeProbe>> got(static_cast<std::size_t>(p));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < p; ++r) {
+      threads.emplace_back([&, r] {
+        LocalCommunicator comm(group, r, nullptr);
+        got[static_cast<std::size_t>(r)] = probe_intra_node(comm, per_node, floats, 3);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return got;
+  };
+  const std::size_t floats = std::size_t{1} << 20;
+  const auto got = on_threads(4, 2, floats);
+  ASSERT_TRUE(got[0].has_value());
+  for (int r = 1; r < 4; ++r) EXPECT_FALSE(got[static_cast<std::size_t>(r)].has_value()) << "rank " << r;
+  EXPECT_EQ(got[0]->floats, floats);
+  EXPECT_EQ(got[0]->repetitions, 3);
+  EXPECT_GT(got[0]->seconds, 0.0);
+  EXPECT_GT(got[0]->latency_s, 0.0);
+  EXPECT_LT(2.0 * got[0]->latency_s, got[0]->seconds) << "one float's round trip is shorter than 4 MiB's";
+  EXPECT_DOUBLE_EQ(got[0]->bytes_per_s,
+                   2.0 * 4.0 * static_cast<double>(floats) / (got[0]->seconds - 2.0 * got[0]->latency_s));
+  EXPECT_GT(got[0]->bytes_per_s, 50e6) << "two threads copying 4 MiB each way";
+  for (const auto& g : on_threads(4, 1, floats)) EXPECT_FALSE(g.has_value());
+  auto lone = std::make_shared<LocalGroup>(2);
+  LocalCommunicator comm(lone, 0, nullptr);
+  EXPECT_THROW(probe_intra_node(comm, 2, 0, 3), InputError);
+  EXPECT_THROW(probe_intra_node(comm, 2, 16, 0), InputError);
+}
+
 // TCP's send buffer: the sender goes on once all but the buffer's bytes have left; the tail then
 // shares the sender's link with what it sends next. Rank 0 sends 1 MB to rank 1, then 1 MB to
 // rank 2, on 10 MB/s links with a 0.5 MB buffer: the first head alone (0.05 s), the first tail and

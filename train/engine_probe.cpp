@@ -135,10 +135,60 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
     throw Error("engine probe: the ranks ran different repetitions");
   }
   const std::vector<double> median = median_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k);
-  EngineProbe probe{{}, reps};
+  EngineProbe probe{{}, reps, std::nullopt};
   for (std::size_t j = 0; j < k; ++j) {
     probe.collectives.push_back({kinds[j], floats, median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
   }
+  return probe;
+}
+
+std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps) {
+  if (floats == 0 || reps < 1) {
+    throw InputError(fmt::format("intra-node probe: {} floats, {} repetitions: needs both", floats, reps));
+  }
+  const int p = comm.world_size();
+  if (ranks_per_node < 2 || p < 2) return std::nullopt;
+  const int me = comm.rank();
+  // Local ranks 2i and 2i + 1 of every node pair up (a node's odd last rank sits out).
+  const int partner = me % 2 == 0 ? me + 1 : me - 1;
+  const bool paired = partner < p && partner / ranks_per_node == me / ranks_per_node;
+  std::vector<float> send(paired ? floats : 0, 1.0f), recv(paired ? floats : 0, 0.0f);
+  // One round trip of n floats: the lower rank of the pair sends first.
+  auto round_trip = [&](std::size_t n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (me < partner) {
+      comm.send(send.data(), n, partner);
+      comm.recv(recv.data(), n, partner);
+    } else {
+      comm.recv(recv.data(), n, partner);
+      comm.send(send.data(), n, partner);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> small, large;
+  for (int i = 0; i <= reps; ++i) {
+    comm.barrier();
+    if (!paired) continue;
+    const double one = round_trip(1);
+    const double all = round_trip(floats);
+    if (i > 0) {
+      small.push_back(one);
+      large.push_back(all);
+    }
+  }
+  comm.barrier();
+  if (me != 0) return std::nullopt;
+  const auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  IntraNodeProbe probe;
+  probe.floats = floats;
+  probe.seconds = median(large);
+  probe.latency_s = median(small) / 2.0;
+  const double bytes = 2.0 * static_cast<double>(floats * sizeof(float));
+  probe.bytes_per_s = bytes / (probe.seconds > 2.0 * probe.latency_s ? probe.seconds - 2.0 * probe.latency_s : probe.seconds);
+  probe.repetitions = reps;
   return probe;
 }
 

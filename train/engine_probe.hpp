@@ -33,9 +33,22 @@ struct CollectiveProbe {
   double seconds = 0;      // end_s less the previous collective's end_s (the first: end_s)
 };
 
+// Two ranks of one node sending each other a message in turn (a ping-pong of Communicator's
+// blocking send and recv), the engine's transfer inside a node, as latency + bytes / rate: the
+// latency half the round trip of one float, the rate 2 x floats x 4 bytes over the round trip of
+// `floats` less the two latencies (over the whole round trip where that is not positive).
+struct IntraNodeProbe {
+  std::size_t floats = 0;
+  double seconds = 0;    // the median round trip of `floats`
+  double latency_s = 0;  // one way: half the median round trip of one float
+  double bytes_per_s = 0;
+  int repetitions = 0;
+};
+
 struct EngineProbe {
   std::vector<CollectiveProbe> collectives;
   int repetitions = 0;
+  std::optional<IntraNodeProbe> intra_node;  // with two ranks or more on node 0
 };
 
 // The collectives a mode's schedule uses (core/schedule.hpp's tags, p2p left out: a transfer
@@ -56,5 +69,13 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
                                         std::size_t floats, int reps, double min_seconds = 0,
                                         int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);
 inline constexpr int kMaxRepetitions = 15;
+
+// Every rank of `comm` calls it: when ranks_per_node >= 2 (rank r sits on node r /
+// ranks_per_node), local ranks 2i and 2i + 1 of every node ping-pong one float, then `floats`
+// floats, after a barrier, `reps` times (once more first, unmeasured: the connections' first use),
+// all pairs at once, as every rank of a step communicates; rank 0 returns its pair's median round
+// trips. Returns nullopt on every rank but 0 and when ranks_per_node < 2 or the world has one
+// rank. Throws InputError when floats or reps is 0, and what the communicator throws.
+std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps);
 
 }  // namespace dpbench

@@ -109,17 +109,31 @@ class RankLoop {
 
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
   // before the first step (train/engine_probe.hpp: the gradient's floats, at most 1 Mi, the
-  // median of 5 repetitions, more on fast links until 0.3 s);
+  // median of 5 repetitions, more on fast links until 0.3 s), then, with two ranks or more per
+  // node, ranks 0 and 1 time a transfer inside node 0 (the same floats, 5 repetitions);
   // rank 0 keeps the probe in its result, for the calibrated simulation. Outside the timed steps.
   void probe_engine_on_cluster() {
     Communicator& comm = s_.ctx.comm();
     if (cluster_interface().empty() || comm.world_size() < 2) return;
     const auto kinds = probed_collectives(s_.config.mode, s_.config.transport);
-    if (kinds.empty()) return;
+    // Node 0's rank count, as rank 0 has it, so that every rank takes the same probes.
+    float node0_ranks = static_cast<float>(s_.config.ranks_on_this_node);
+    comm.broadcast(&node0_ranks, 1, 0);
+    const int per_node = static_cast<int>(node0_ranks);
+    if (kinds.empty() && per_node < 2) return;
     const std::size_t floats =
         std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()), std::min<std::size_t>(mode_.model().num_params(), std::size_t{1} << 20));
-    if (auto probe = probe_engine(comm, kinds, floats, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,
-                                   bucket_allreduce(s_.config).format)) result_.engine_probe = std::move(probe);
+    std::optional<EngineProbe> probe;
+    if (!kinds.empty()) {
+      probe = probe_engine(comm, kinds, floats, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,
+                           bucket_allreduce(s_.config).format);
+    }
+    auto intra = probe_intra_node(comm, per_node, floats, 5);
+    if (comm.rank() == 0) {
+      if (!probe) probe = EngineProbe{};
+      probe->intra_node = intra;
+      result_.engine_probe = std::move(probe);
+    }
   }
 
   // Restores --resume's checkpoint, then trains every step left.

@@ -118,7 +118,7 @@ nlohmann::json per_rank(const RunResult& r, int per_node) {
 
 // The platform of an emulated run: every node's link to the switch as probed, each direction on
 // its own (the probe's RTT to the switch halved as its latency); the ranks of one node on an
-// intra-node link of kAssumedIntraBytesPerS (not probed yet); TCP's send buffer as Linux grows it
+// intra-node link of kAssumedIntraBytesPerS until a run's probe replaces it (intra_node_platform); TCP's send buffer as Linux grows it
 // on these links: about twice the bytes in flight, which tbf's 50 ms queue (cluster/link.cpp)
 // makes 50 ms of the link, so 0.1 s of the slowest link, at most tcp_wmem's 4 MiB.
 constexpr double kAssumedIntraBytesPerS = 1e9;
@@ -136,6 +136,23 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   for (const auto& n : pf.nodes) slowest = slowest == 0 ? n.up_bytes_per_s : std::min(slowest, n.up_bytes_per_s);
   pf.send_buffer_bytes = std::min(kMaxSendBufferBytes, kSendBufferSeconds * slowest);
   return pf;
+}
+
+// `platform` with the run's probed intra-node rate (train/engine_probe.hpp probe_intra_node),
+// where it has one, and the record of where that rate came from.
+std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& platform, const RunResult& r) {
+  SimPlatform pf = platform;
+  if (pf.ranks_per_node < 2) return {pf, nullptr};
+  if (r.engine_probe && r.engine_probe->intra_node) {
+    const IntraNodeProbe& probe = *r.engine_probe->intra_node;
+    pf.intra_bytes_per_s = probe.bytes_per_s;
+    pf.intra_latency_s = probe.latency_s / 2.0;  // a route inside a node crosses two ranks' links
+    return {pf,
+            {{"bytes_per_s", probe.bytes_per_s}, {"latency_s", probe.latency_s}, {"floats", probe.floats}, {"seconds", probe.seconds},
+             {"repetitions", probe.repetitions}, {"source", "probed: local ranks 0 and 1 of every node sent each "
+                                                            "other one float, then the floats, in turn with the run's communicator; rank 0's median round trips"}}};
+  }
+  return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
 }
 
 double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
@@ -247,7 +264,7 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, con
       {"platform", calibration ? calibration->platform.to_json() : platform.to_json()},
       {"method", "each rank's median forward, backward, optimizer and data phases as measured; every message of "
                  "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the probed "
-                 "links (intra-node link assumed, not probed); each collective's messages between nodes at the "
+                 "links and the probed intra-node link (intra_node); each collective's messages between nodes at the "
                  "engine's calibrated share of the link (calibration), or at the link's rate without a probe"}};
   if (calibration) {
     out["calibration"] = calibration->record;
@@ -346,6 +363,9 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
                          : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
                                        : 0.0;
     const double measured = mean(step_s), compute = mean(non_comm_s), comm = mean(comm_s);
+    const auto [run_platform, intra] = intra_node_platform(platform, r);
+    nlohmann::json simulation = simulate_run(run_platform, r, schedule, engine, measured);
+    if (!intra.is_null()) simulation["intra_node"] = intra;
     const double exposed_fraction = comm > 0 ? (measured - compute) / comm : 1.0;
     const double share = projected_mode(s, r.config).overlapped_share;
     const double projected = compute + comm_model * (1.0 - share * (1.0 - exposed_fraction));
@@ -362,7 +382,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
           {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
                      "communication: the strategy's alpha-beta terms on the probed link, its overlapped "
                      "share exposed as measured"}}},
-        {"simulation", simulate_run(platform, r, schedule, engine, measured)},
+        {"simulation", simulation},
         {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0},
                              {"per_link", schedule.has_value()}}},
         {"nodes", node_bytes(r, nodes, per_node, crossing)},
@@ -411,6 +431,15 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
     return fmt::format("{:.0f} %", 100.0 * n.at("bandwidth_bound").at("fraction").get<double>());
   });
   row("wire / schedule bytes (node range)", wire_cell);
+  if (network.at("ranks_per_node").get<int>() > 1) {
+    row("intra-node link (simulated)", [](const nlohmann::json& n) -> std::string {
+      const auto& sim = n.at("simulation");
+      if (!sim.contains("intra_node")) return "-";
+      const auto& intra = sim.at("intra_node");
+      return fmt::format("{:.2f} GB/s {}", intra.at("bytes_per_s").get<double>() / 1e9,
+                         intra.contains("seconds") ? "probed" : "assumed");
+    });
+  }
   // Who waited for whom: each rank's median compute and communication.
   for (int rank = 0; rank < static_cast<int>(runs.front().ranks.size()); ++rank) {
     row(fmt::format("rank {} compute / comm (ms, p50)", rank), [rank](const nlohmann::json& n) {
