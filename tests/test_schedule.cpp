@@ -189,6 +189,38 @@ SimPlatform star(int nodes, double rate, double latency) {
   return pf;
 }
 
+// A two-level tree routes every rank through its own node's NIC and its own intra-node link.
+// 4 nodes, 2 per leaf, non-blocking uplinks: 0 -> 2 and 1 -> 3 cross the spine at once, each on
+// its own NIC (0.1 s for 1 MB at 10 MB/s; through one shared NIC, 0.2 s). Nodes of 2 ranks on
+// 1 MB/s intra-node links, a leaf each: rank 1's 1 MB to rank 3 crosses both ranks' intra-node
+// links (1 s; 0.01 s on the NICs alone).
+TEST(Simulation, TwoLeavesRouteEachNodeThroughItsOwnNic) {
+  SKIP_WITHOUT_SIMGRID();
+  auto pair_of_sends = [](StepSchedule& s, int from, int to) {
+    s.send(from, 0, to, 1e6);
+    s.wait_all(from, 0);
+    s.recv(to, 0, from, 1e6);
+    s.wait_all(to, 0);
+  };
+  SimPlatform tree = star(4, 10e6, 0);
+  tree.nodes_per_leaf = 2;
+  tree.leaf_up_bytes_per_s = 20e6;
+  StepSchedule across(4);
+  pair_of_sends(across, 0, 2);
+  pair_of_sends(across, 1, 3);
+  const auto ends = simulate(across, tree, 1).rank_step_s;
+  EXPECT_NEAR(ends[2], 0.1, 1e-6);
+  EXPECT_NEAR(ends[3], 0.1, 1e-6);
+  SimPlatform nodes = star(2, 100e6, 0);
+  nodes.ranks_per_node = 2;
+  nodes.intra_bytes_per_s = 1e6;
+  nodes.nodes_per_leaf = 1;
+  nodes.leaf_up_bytes_per_s = 100e6;
+  StepSchedule one(4);
+  pair_of_sends(one, 1, 3);
+  EXPECT_NEAR(simulate(one, nodes, 1).rank_step_s[3], 1.0, 1e-6);
+}
+
 TEST(Simulation, RingAllReduceOnEqualLinksTakesTheClosedForm) {
   SKIP_WITHOUT_SIMGRID();
   const int p = 4;

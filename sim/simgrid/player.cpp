@@ -66,6 +66,21 @@ void attach(sg4::NetZone* parent, sg4::NetZone* child, simgrid::kernel::routing:
                     true);
 }
 
+// A leaf switch's gateway: a router in a zone of its own inside the leaf, at the depth of the
+// ranks' node zones. (SimGrid 3.32 resolves a route from a host two zones down to a router of
+// the leaf itself in the leaf's table under the host's own index, not its node zone's: every rank
+// of a leaf then left it through the NIC of whichever node had that index, without its intra-node
+// link. Simulation.TwoLeavesRouteEachNodeThroughItsOwnNic pins the routes.)
+simgrid::kernel::routing::NetPoint* leaf_gateway(sg4::NetZone* leaf, int index) {
+  auto* zone = sg4::create_star_zone(fmt::format("leaf-{}-uplink", index));
+  zone->set_parent(leaf);
+  auto* gw = zone->create_router(fmt::format("leaf-{}-gw", index));
+  zone->add_route(gw, nullptr, nullptr, nullptr, {}, true);
+  zone->seal();
+  leaf->add_route(zone->get_netpoint(), nullptr, gw, nullptr, {}, true);
+  return gw;
+}
+
 void build_platform(const SimPlatform& pf, int world_size) {
   auto* root = sg4::create_star_zone("switch");
   const int nodes = (world_size + pf.ranks_per_node - 1) / pf.ranks_per_node;
@@ -80,8 +95,7 @@ void build_platform(const SimPlatform& pf, int world_size) {
       }
       leaf = sg4::create_star_zone(fmt::format("leaf-{}", n / pf.nodes_per_leaf));
       leaf->set_parent(root);
-      leaf_gw = leaf->create_router(fmt::format("leaf-{}-gw", n / pf.nodes_per_leaf));
-      leaf->add_route(leaf_gw, nullptr, nullptr, nullptr, {}, true);
+      leaf_gw = leaf_gateway(leaf, n / pf.nodes_per_leaf);
     }
     const int first = n * pf.ranks_per_node;
     const int count = std::min(pf.ranks_per_node, world_size - first);
