@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "bench/app/strategies.hpp"
 #include "bench/app/blas_core.hpp"
 #include "bench/app/project_command.hpp"
+#include "bench/app/simulated_projection.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
@@ -543,6 +545,111 @@ TEST(Project, SimulateAddsEachModesSimulatedStepOnTheTopology) {
   EXPECT_EQ(tree16["topology"]["oversubscription"], 16.0);
   o.topology.oversubscription = 0.5;
   EXPECT_THROW(project(o, {doc}, nullptr), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench
+
+namespace dpbench {
+namespace {
+
+// --topology fills what the user left unset from the datasheet node; a name it does not know, or
+// a preset without --simulate, is an input error naming it.
+TEST(Project, TopologyPresetFillsOnlyWhatTheUserLeftUnset) {
+  TopologyOptions dgx;
+  dgx.simulate = true;
+  dgx.preset = "dgx-h100";
+  apply_topology_preset(dgx, false, false, false);
+  EXPECT_EQ(dgx.ranks_per_node, 8);
+  EXPECT_EQ(dgx.node_link, "3200gbit");
+  EXPECT_EQ(dgx.intra_link, "2960gbit");
+  TopologyOptions mine;
+  mine.simulate = true;
+  mine.preset = "h100-8gpu-400g";
+  mine.ranks_per_node = 4;
+  mine.node_link = "200gbit";
+  apply_topology_preset(mine, true, false, true);
+  EXPECT_EQ(mine.ranks_per_node, 4);
+  EXPECT_EQ(mine.node_link, "200gbit");
+  EXPECT_EQ(mine.intra_link, "2960gbit");
+  EXPECT_NE(topology_preset_source("dgx-h100").get<std::string>().find("DGX H100"), std::string::npos);
+  EXPECT_TRUE(topology_preset_source("").is_null());
+  TopologyOptions unknown;
+  unknown.simulate = true;
+  unknown.preset = "dgx-b300";
+  EXPECT_THROW(apply_topology_preset(unknown, false, false, false), InputError);
+  TopologyOptions without;
+  without.preset = "dgx-h100";
+  EXPECT_THROW(apply_topology_preset(without, false, false, false), InputError);
+  TopologyOptions what_if_only;
+  what_if_only.what_if = true;
+  EXPECT_THROW(apply_topology_preset(what_if_only, false, false, false), InputError);
+}
+
+// --what-if on 1 Gbit/s NICs, leaves of 2 nodes 8x oversubscribed: the non-blocking tree is
+// faster for what crosses the uplinks, and each finding's figures are the points' own; on one
+// switch the straggler slows every mode and ps p2p's reducer NIC saturates (every worker's
+// gradient goes through it).
+TEST(Project, WhatIfNamesTheReducersNicTheOrderAndTheStragglersCost) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  nlohmann::json doc = {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+  ProjectOptions o;
+  o.link = "ib-ndr";
+  o.max_ranks = 16;
+  o.per_rank_batch = 10;
+  o.topology.simulate = true;
+  o.topology.node_link = "1gbit";
+  o.topology.nodes_per_leaf = 2;
+  o.topology.oversubscription = 8;
+  o.topology.what_if = true;
+  const auto proj = project(o, {doc}, nullptr);
+  std::map<std::string, nlohmann::json> at16;
+  for (const auto& pt : proj["points"]) {
+    if (pt["world_size"] == 16) at16[pt["mode"].get<std::string>()] = pt["simulation"];
+  }
+  ASSERT_EQ(at16.size(), 5u);
+  EXPECT_LT(at16["ps_p2p"]["non_blocking_step_s"].get<double>(), at16["ps_p2p"]["simulated_step_s"].get<double>());
+  std::map<std::string, int> kinds;
+  for (const auto& f : proj["findings"]) {
+    ++kinds[f["kind"].get<std::string>()];
+    EXPECT_FALSE(f["text"].get<std::string>().empty());
+    if (f["kind"] == "nic_saturation") {
+      EXPECT_DOUBLE_EQ(f["time_fraction_at_largest"].get<double>(),
+                       at16[f["mode"].get<std::string>()]["node0_nic_time_fraction"].get<double>());
+    }
+    if (f["kind"] == "straggler_cost") {
+      EXPECT_EQ(f["world_size"], 16);
+      for (const auto& [mode, sim] : at16) {
+        EXPECT_DOUBLE_EQ(f["costs"][mode].get<double>(),
+                         sim["straggler_step_s"].get<double>() / sim["simulated_step_s"].get<double>() - 1.0)
+            << mode;
+      }
+    }
+  }
+  EXPECT_EQ(kinds["nic_saturation"], 2) << proj["findings"].dump();  // ps collective and p2p
+  EXPECT_EQ(kinds["oversubscription_order"], 1);
+  EXPECT_EQ(kinds["straggler_cost"], 1);
+  // On one switch (no uplink slower than the straggler's half rate) the straggler slows every
+  // mode, and there is no oversubscription to judge.
+  o.topology.nodes_per_leaf = 0;
+  const auto star = project(o, {doc}, nullptr);
+  for (const auto& pt : star["points"]) {
+    if (pt["world_size"] != 16) continue;
+    EXPECT_GT(pt["simulation"]["straggler_step_s"].get<double>(), pt["simulation"]["simulated_step_s"].get<double>())
+        << pt["mode"];
+    EXPECT_FALSE(pt["simulation"].contains("non_blocking_step_s"));
+  }
+  // There ps p2p's reducer NIC is the bottleneck (in the tree, the uplinks were); the collective's
+  // tree reduce spreads the sums over the ranks.
+  bool saturated = false;
+  for (const auto& f : star["findings"]) {
+    EXPECT_NE(f["kind"], "oversubscription_order");
+    if (f["kind"] == "nic_saturation" && f["mode"] == "ps_p2p") {
+      saturated = !f["world_size"].is_null() && f["time_fraction_at_largest"].get<double>() >= kNicSaturated;
+      EXPECT_TRUE(saturated) << f.dump();
+    }
+  }
+  EXPECT_TRUE(saturated) << star["findings"].dump();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "bench/app/memory_command.hpp"
 #include "bench/app/project_command.hpp"
+#include "bench/app/simulated_projection.hpp"
 #include "bench/app/run_command.hpp"
 #include "bench/app/strategies.hpp"
 #include "bench/app/sweep_command.hpp"
@@ -591,7 +592,11 @@ int dpbench_main(int argc, char** argv) {
     if (*sweep) return finish(sweep_options.nodes.empty() ? local_sweep(*sweep, sweep_options) : network_sweep(*sweep, sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
-    if (*project) return project_command(project_options);
+    if (*project) {
+      apply_topology_preset(project_options.topology, project->count("--ranks-per-node") > 0,
+                            project->count("--intra-link") > 0, project->count("--node-link") > 0);
+      return project_command(project_options);
+    }
     if (*memory) return memory_command(memory_options);
     return finish(run_command(run_options));
   } catch (const InputError& e) {

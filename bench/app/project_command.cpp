@@ -301,14 +301,14 @@ struct Inputs {
 // --simulate: every curve's point at world size p (the last curves.size() entries of points)
 // gets its "simulation", all curves at once, each in a child process (sim/simulate.hpp).
 void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
-                     const SimPlatform& platform, int p, double b, nlohmann::json& points) {
+                     const SimPlatform& platform, int p, double b, bool what_if, nlohmann::json& points) {
   std::vector<std::future<nlohmann::json>> sims;
   for (const auto& c : curves) {
     TrainConfig config;
     config.mode = c.strategy->name;
     config.transport = c.mode.transport;
     sims.push_back(std::async(std::launch::async, [&, config] {
-      return simulate_point(*c.strategy, config, model, link, platform, p, b);
+      return simulate_point(*c.strategy, config, model, link, platform, p, b, what_if);
     }));
   }
   for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
@@ -347,7 +347,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
                         {"speedup", speedup}, {"efficiency", speedup / p}});
       step[i] = pred.step_s;
     }
-    if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, points);
+    if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, o.topology.what_if, points);
     for (std::size_t i = 0; reference != nullptr && p >= 2 && i < curves.size(); ++i) {
       const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
       if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;
@@ -363,6 +363,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   doc["modes"] = modes;
   doc["points"] = points;
   doc["crossovers"] = crossovers;
+  if (o.topology.simulate) doc["findings"] = simulation_findings(points, modes, o.topology);
   // The first non-reference curve's crossover, for readers of version 1 files (which had only
   // allreduce's); `crossovers` has every curve's.
   doc["crossover_world_size"] = crossovers.empty() ? nlohmann::json() : crossovers.front()["world_size"];
@@ -484,6 +485,9 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                        {"ranks_per_node", o.topology.ranks_per_node},
                        {"nodes_per_leaf", o.topology.nodes_per_leaf},
                        {"oversubscription", o.topology.oversubscription},
+                       {"preset", o.topology.preset.empty() ? nlohmann::json() : nlohmann::json(o.topology.preset)},
+                       {"preset_source", topology_preset_source(o.topology.preset)},
+                       {"what_if", o.topology.what_if},
                        {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},
                        {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
                                    "optimizer (sharded_ps: 1/p of it on each server)"}};
@@ -527,6 +531,7 @@ void print_curves(const nlohmann::json& doc) {
 
 // The crossovers, then every measured run against the model, with its error.
 void print_summary(const nlohmann::json& doc) {
+  for (const auto& f : doc.value("findings", nlohmann::json::array())) fmt::print("{}\n", f["text"].get<std::string>());
   const int largest = doc["points"].empty() ? 1 : doc["points"].back()["world_size"].get<int>();
   for (const auto& c : doc["crossovers"]) {
     const auto mode = c["mode"].get<std::string>();

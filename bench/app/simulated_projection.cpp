@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 #include <regex>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -32,7 +35,57 @@ std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& c) {
   }
   return buckets;
 }
+// Node 0's NIC: the time its link needs for the step's bytes out and then in, each at its rate,
+// over `step_s`. (ps's reducer gathers, then broadcasts: one direction after the other, so a NIC
+// that bounds the step needs about the whole step. Modes that send and receive at once can exceed 1.)
+double nic_time_fraction(const StepSchedule& schedule, const SimPlatform& pf, int p, double step_s) {
+  std::vector<int> placement(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) placement[static_cast<std::size_t>(r)] = r / pf.ranks_per_node;
+  const int nodes = (p + pf.ranks_per_node - 1) / pf.ranks_per_node;
+  if (nodes < 2 || !(step_s > 0)) return 0.0;
+  const auto crossing = schedule.node_link_bytes(placement, nodes);
+  const SimNode& nic = pf.nodes.front();
+  return (crossing.front().first / nic.up_bytes_per_s + crossing.front().second / nic.down_bytes_per_s) / step_s;
+}
 }  // namespace
+
+const std::vector<TopologyPreset>& topology_presets() {
+  static const std::vector<TopologyPreset> presets = {
+      {"dgx-h100", 8, "2960gbit", "3200gbit",
+       "NVIDIA DGX H100 datasheet: 8 H100 SXM5 on NVLink 4 (900 GB/s bidirectional per GPU; here 370 GB/s, "
+       "the nvlink4 link preset's ring busbw), 8 single-port ConnectX-7 at 400 Gb/s for the compute fabric"},
+      {"h100-8gpu-400g", 8, "2960gbit", "400gbit",
+       "8 H100 SXM5 on NVLink 4 as dgx-h100, sharing one 400 Gb/s NIC (ConnectX-7 NDR) per node"},
+      {"a100-pcie-8gpu-100g", 8, "200gbit", "100gbit",
+       "8 A100 PCIe on PCIe 4.0 x16 (32 GB/s each way by the PCIe 4.0 spec; here 25 GB/s achievable, the pcie4 link "
+       "preset), one 100 Gb/s NIC per node"},
+  };
+  return presets;
+}
+
+nlohmann::json topology_preset_source(const std::string& name) {
+  for (const auto& t : topology_presets()) {
+    if (t.name == name) return t.source;
+  }
+  return nullptr;
+}
+
+void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set) {
+  if (!o.simulate && (!o.preset.empty() || o.what_if)) {
+    throw InputError(fmt::format("{}: needs --simulate", o.preset.empty() ? "--what-if" : "--topology " + o.preset));
+  }
+  if (o.preset.empty()) return;
+  const auto& all = topology_presets();
+  const auto it = std::find_if(all.begin(), all.end(), [&](const TopologyPreset& t) { return t.name == o.preset; });
+  if (it == all.end()) {
+    std::string names;
+    for (const auto& t : all) names += (names.empty() ? "" : ", ") + t.name;
+    throw InputError(fmt::format("--topology {}: unknown preset (known: {})", o.preset, names));
+  }
+  if (!ranks_per_node_set) o.ranks_per_node = it->ranks_per_node;
+  if (!intra_link_set) o.intra_link = it->intra_link;
+  if (!node_link_set) o.node_link = it->node_link;
+}
 
 void add_topology_options(CLI::App& app, TopologyOptions& o) {
   app.add_flag("--simulate", o.simulate,
@@ -47,6 +100,12 @@ void add_topology_options(CLI::App& app, TopologyOptions& o) {
   app.add_option("--oversubscription", o.oversubscription,
                  "--simulate: a leaf's nodes' bandwidth over its uplink's (1: non-blocking)")->capture_default_str();
   app.add_option("--node-link-of", o.node_link_of, "--simulate: I=RATE, node I's NIC (a straggler, a fat server)");
+  app.add_option("--topology", o.preset,
+                 "--simulate: a datasheet node: dgx-h100, h100-8gpu-400g, a100-pcie-8gpu-100g (sets --ranks-per-node, "
+                 "--intra-link and --node-link where not given)");
+  app.add_flag("--what-if", o.what_if,
+               "--simulate: also simulate every point with non-blocking uplinks and with the last node's NIC at half "
+               "its rate, and name where oversubscription reorders the modes and what the straggler costs each");
 }
 
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size) {
@@ -82,7 +141,8 @@ SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, i
 }
 
 nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
-                              const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch) {
+                              const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
+                              bool what_if) {
   if (strategy.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
   if (!simulation_available()) return {{"unavailable", "this dpbench was built without SimGrid"}};
   ScheduleInputs in;
@@ -101,10 +161,143 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   strategy.schedule(in, schedule);
   try {
     const SimulationResult r = simulate(schedule, platform, 1);
-    return {{"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages}};
+    nlohmann::json out = {{"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages},
+                          {"node0_nic_time_fraction", nic_time_fraction(schedule, platform, p, r.step_s)}};
+    if (!what_if) return out;
+    const int nodes = static_cast<int>(platform.nodes.size());
+    if (platform.nodes_per_leaf > 0 && platform.nodes_per_leaf < nodes) {
+      SimPlatform open = platform;
+      double fastest = 0;
+      for (const SimNode& n : platform.nodes) fastest = std::max(fastest, n.up_bytes_per_s);
+      open.leaf_up_bytes_per_s = platform.nodes_per_leaf * fastest;
+      if (open.leaf_up_bytes_per_s > platform.leaf_up_bytes_per_s) out["non_blocking_step_s"] = simulate(schedule, open, 1).step_s;
+    }
+    if (nodes >= 2) {
+      SimPlatform slow = platform;
+      slow.nodes.back().up_bytes_per_s *= kWhatIfStragglerShare;
+      slow.nodes.back().down_bytes_per_s *= kWhatIfStragglerShare;
+      out["straggler_step_s"] = simulate(schedule, slow, 1).step_s;
+    }
+    return out;
   } catch (const Error& e) {
     return {{"unavailable", e.what()}};
   }
+}
+
+namespace {
+using Json = nlohmann::json;
+
+std::string mode_label(const Json& modes, const std::string& key) {
+  for (const auto& m : modes) {
+    if (m.at("mode") == key) return m.value("label", key);
+  }
+  return key;
+}
+
+// The simulated figure `field` of a point, if it has one.
+std::optional<double> sim_value(const Json& pt, const char* field) {
+  if (!pt.contains("simulation") || !pt["simulation"].contains(field)) return std::nullopt;
+  return pt["simulation"][field].get<double>();
+}
+
+// Where each ps curve's reducer NIC first carries kNicSaturated of the step.
+void nic_findings(const Json& points, const Json& modes, Json& out) {
+  for (const auto& m : modes) {
+    if (m.at("strategy") != "ps") continue;
+    const std::string key = m.at("mode");
+    std::optional<int> from;
+    double last = 0;
+    int largest = 0;
+    for (const auto& pt : points) {
+      const auto busy = pt.at("mode") == key ? sim_value(pt, "node0_nic_time_fraction") : std::nullopt;
+      if (!busy) continue;
+      largest = pt.at("world_size").get<int>();
+      last = *busy;
+      if (!from && *busy >= kNicSaturated) from = largest;
+    }
+    if (largest == 0) continue;
+    const std::string label = mode_label(modes, key);
+    out.push_back({{"kind", "nic_saturation"}, {"mode", key}, {"world_size", from ? Json(*from) : Json()},
+                   {"time_fraction_at_largest", last}, {"largest_world_size", largest},
+                   {"text", from ? fmt::format("{}: the reducer's NIC (node 0) needs {:.0f} % of the simulated step or "
+                                               "more for its bytes from {} ranks on ({:.0f} % at {})",
+                                               label, 100 * kNicSaturated, *from, 100 * last, largest)
+                                 : fmt::format("{}: the reducer's NIC (node 0) needs less than {:.0f} % of the "
+                                               "simulated step for its bytes up to {} ranks ({:.0f} % there)",
+                                               label, 100 * kNicSaturated, largest, 100 * last)}});
+  }
+}
+
+// The first world size at which some pair of modes is ordered the other way round (each apart
+// by more than 5 %) with non-blocking uplinks than with the oversubscribed ones.
+void oversubscription_finding(const Json& points, const Json& modes, const TopologyOptions& o, Json& out) {
+  std::map<int, std::vector<std::tuple<std::string, double, double>>> by_size;  // mode, oversubscribed, non-blocking
+  for (const auto& pt : points) {
+    const auto os = sim_value(pt, "simulated_step_s");
+    const auto nb = sim_value(pt, "non_blocking_step_s");
+    if (os && nb) by_size[pt.at("world_size").get<int>()].emplace_back(pt.at("mode").get<std::string>(), *os, *nb);
+  }
+  if (by_size.empty()) return;
+  const auto apart = [](double a, double b) { return std::abs(a - b) > 0.05 * std::min(a, b); };
+  for (const auto& [p, row] : by_size) {
+    std::vector<std::string> flips;
+    for (const auto& [a, os_a, nb_a] : row) {
+      for (const auto& [b, os_b, nb_b] : row) {
+        if (nb_a < nb_b && os_a > os_b && apart(nb_a, nb_b) && apart(os_a, os_b)) {
+          flips.push_back(fmt::format("{} falls behind {} ({:.2f} vs {:.2f} ms non-blocking, {:.2f} vs {:.2f} ms "
+                                      "oversubscribed)",
+                                      mode_label(modes, a), mode_label(modes, b), 1e3 * nb_a, 1e3 * nb_b, 1e3 * os_a,
+                                      1e3 * os_b));
+        }
+      }
+    }
+    if (flips.empty()) continue;
+    std::string text;
+    for (const auto& f : flips) text += (text.empty() ? "" : "; ") + f;
+    out.push_back({{"kind", "oversubscription_order"}, {"world_size", p}, {"oversubscription", o.oversubscription},
+                   {"text", fmt::format("{:g}x oversubscribed uplinks change the order of the modes from {} ranks on: {}",
+                                        o.oversubscription, p, text)}});
+    return;
+  }
+  out.push_back({{"kind", "oversubscription_order"}, {"world_size", nullptr}, {"oversubscription", o.oversubscription},
+                 {"text", fmt::format("{:g}x oversubscribed uplinks leave the order of the modes as non-blocking ones "
+                                      "give it at every simulated size (up to {} ranks)",
+                                      o.oversubscription, by_size.rbegin()->first)}});
+}
+
+// What the straggler costs each mode at the largest world size that has its variant.
+void straggler_finding(const Json& points, const Json& modes, Json& out) {
+  int largest = 0;
+  for (const auto& pt : points) {
+    if (sim_value(pt, "straggler_step_s")) largest = std::max(largest, pt.at("world_size").get<int>());
+  }
+  if (largest == 0) return;
+  Json costs = Json::object();
+  std::string text;
+  for (const auto& pt : points) {
+    const auto base = sim_value(pt, "simulated_step_s");
+    const auto slow = sim_value(pt, "straggler_step_s");
+    if (pt.at("world_size") != largest || !base || !slow) continue;
+    const std::string key = pt.at("mode");
+    costs[key] = *slow / *base - 1.0;
+    text += fmt::format("{}{} {:+.0f} %", text.empty() ? "" : ", ", mode_label(modes, key), 100 * (*slow / *base - 1.0));
+  }
+  out.push_back({{"kind", "straggler_cost"}, {"world_size", largest}, {"nic_share", kWhatIfStragglerShare},
+                 {"costs", costs},
+                 {"text", fmt::format("one straggler (the last node's NIC at {:.0f} % of its rate) at {} ranks costs "
+                                      "each mode's simulated step: {}",
+                                      100 * kWhatIfStragglerShare, largest, text)}});
+}
+}  // namespace
+
+nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& modes, const TopologyOptions& o) {
+  Json out = Json::array();
+  nic_findings(points, modes, out);
+  if (o.what_if) {
+    oversubscription_finding(points, modes, o, out);
+    straggler_finding(points, modes, out);
+  }
+  return out;
 }
 
 }  // namespace dpbench

@@ -28,18 +28,54 @@ struct TopologyOptions {
   int nodes_per_leaf = 0;                 // 0: every node on one switch
   double oversubscription = 1.0;          // leaf uplink = nodes_per_leaf x node link / this
   std::vector<std::string> node_link_of;  // "I=RATE"
+  std::string preset;                     // --topology: a datasheet node (topology_presets())
+  bool what_if = false;                   // --what-if: non-blocking and straggler variants
 };
 
+// A node as its datasheet describes it: ranks (GPUs) per node, each GPU's link inside the node and
+// the node's NICs together, as rates in tc's units.
+struct TopologyPreset {
+  std::string name;
+  int ranks_per_node;
+  std::string intra_link;
+  std::string node_link;
+  std::string source;
+};
+const std::vector<TopologyPreset>& topology_presets();
+// The datasheet a preset stands for; null for "" or an unknown name.
+nlohmann::json topology_preset_source(const std::string& name);
+
+// The straggler of --what-if: the last node's NIC at this share of its rate.
+inline constexpr double kWhatIfStragglerShare = 0.5;
+// A NIC whose bytes need this share of the simulated step or more is saturated (the findings'
+// threshold).
+inline constexpr double kNicSaturated = 0.9;
+
 void add_topology_options(CLI::App& app, TopologyOptions& options);
+
+// Applies --topology's preset to the options the user left unset (ranks per node, --intra-link,
+// --node-link). Throws InputError naming an unknown preset.
+void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set);
 
 // The platform of `world_size` ranks. Throws InputError naming the option at fault.
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size);
 
 // The simulated step of `strategy` (with config's transport) at world size p, every rank
 // computing per_rank_batch samples, over `platform`; engine "gloo" when the link's collectives
-// are gloo's, else the ring engine ("local"). Returns {"simulated_step_s", "wall_s", "messages"}
-// or {"unavailable": why}.
+// are gloo's, else the ring engine ("local"). Returns {"simulated_step_s", "wall_s", "messages",
+// "node0_nic_time_fraction"} (node 0's NIC: the time its link needs for the step's bytes out,
+// then in, over the simulated step; node 0 holds ps's reducer) or {"unavailable": why}.
+// With `what_if`, also "non_blocking_step_s" (the tree's uplinks at their nodes' full rate, when
+// oversubscribed) and "straggler_step_s" (the last node's NIC at kWhatIfStragglerShare, with 2
+// nodes or more).
 nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
-                              const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch);
+                              const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
+                              bool what_if = false);
+
+// What the simulated points say, as sentences with their figures: where ps's reducer NIC
+// saturates (its bytes need >= kNicSaturated of the step), and with --what-if where the oversubscribed
+// tree orders the modes differently from a non-blocking one and what one straggler costs each
+// mode at the largest world size. `points` and `modes` as `dpbench project` writes them.
+nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& modes, const TopologyOptions& o);
 
 }  // namespace dpbench
