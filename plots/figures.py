@@ -961,23 +961,12 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
         line = sorted((p for p in pts if p["mode"] == mode), key=lambda p: p["world_size"])
         color = color_for(label, labels)
         left.plot([p["world_size"] for p in line], [p["step_time_s"] * 1e3 for p in line], color=color, label=label)
+        draw_simulated(left, line, color)
         if all("speedup" in p for p in line):
             right.plot([p["world_size"] for p in line], [p["speedup"] for p in line], color=color, label=label)
-        for m in (m for m in overlay if m.get("mode") == mode):
-            applies = m.get("model_applies", True)
-            left.scatter([m["world_size"]], [m["step_time_s"] * 1e3], s=34, zorder=3, edgecolors=color,
-                         facecolors=color if applies else "none")
-            if rd.number(m.get("predicted_step_time_s")) is not None:
-                left.scatter([m["world_size"]], [m["predicted_step_time_s"] * 1e3], marker="x", s=30,
-                             color=color, zorder=3)
-            if point_error(m) is not None:
-                left.annotate(point_error(m), (m["world_size"], m["step_time_s"] * 1e3), textcoords="offset points",
-                              xytext=(5, 3), fontsize=7, color=color)
-    where = f" ({setting})" if setting else ""
-    left.scatter([], [], color="black", s=34, label=f"measured{where}")
-    left.scatter([], [], facecolors="none", edgecolors="black", s=34, label="measured, model does not apply")
-    if any(rd.number(m.get("predicted_step_time_s")) is not None for m in overlay):
-        left.scatter([], [], marker="x", color="black", s=30, label="model at the measured setting")
+        draw_measured(left, [m for m in overlay if m.get("mode") == mode], color)
+    simulated = any(simulated_step(p) is not None for p in pts)
+    projection_legend(left, overlay, setting, simulated)
     right.plot(sizes, sizes, color="#999999", linestyle=":", label="ideal (speedup = p)")
     crossovers = [c for c in rd.projection_crossovers(proj) if c.get("world_size")]
     for ax in (left, right):
@@ -990,21 +979,102 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
             ax.text(crossover, 0.5, f"crossover p={crossover} ", transform=ax.get_xaxis_transform(),
                     rotation=90, va="center", ha="right")
     left.set_ylabel("step time (ms)")
-    left.set_title("Projected step time")
+    left.set_title("Projected and simulated step time" if simulated else "Projected step time")
     right.set_ylabel("speedup over 1 rank")
     right.set_title("Projected speedup")
     left.legend(loc="upper left", fontsize=7)
     right.legend(loc="upper left", fontsize=7)
     scaling = (proj.get("scaling") or {}).get("kind")
-    fig.suptitle(f"Alpha-beta projection ({link_text(proj.get('link', {}))}"
-                 f"{f'; {scaling} scaling' if scaling else ''})")
+    fig.suptitle(f"{'Alpha-beta projection and SimGrid simulation' if simulated else 'Alpha-beta projection'} "
+                 f"({link_text(proj.get('link', {}))}{f'; {scaling} scaling' if scaling else ''})")
     fig.tight_layout()
+    return Figure(key, title, projection_caption(proj, overlay, crossovers, simulated), save(fig, out_dir, key))
+
+
+def draw_measured(ax, measured: list, color: str) -> None:
+    """One mode's measured points (hollow where the model does not apply), the model's value at
+    each (a cross) and the model's error beside it."""
+    for m in measured:
+        applies = m.get("model_applies", True)
+        ax.scatter([m["world_size"]], [m["step_time_s"] * 1e3], s=34, zorder=3, edgecolors=color,
+                   facecolors=color if applies else "none")
+        if rd.number(m.get("predicted_step_time_s")) is not None:
+            ax.scatter([m["world_size"]], [m["predicted_step_time_s"] * 1e3], marker="x", s=30,
+                       color=color, zorder=3)
+        if point_error(m) is not None:
+            ax.annotate(point_error(m), (m["world_size"], m["step_time_s"] * 1e3), textcoords="offset points",
+                        xytext=(5, 3), fontsize=7, color=color)
+
+
+def projection_legend(ax, overlay: list, setting: str, simulated: bool) -> None:
+    """The step-time panel's legend entries after the modes: the measured dots, the model's
+    crosses where there are any, and the dashed simulated lines where there are any."""
+    where = f" ({setting})" if setting else ""
+    ax.scatter([], [], color="black", s=34, label=f"measured{where}")
+    ax.scatter([], [], facecolors="none", edgecolors="black", s=34, label="measured, model does not apply")
+    if any(rd.number(m.get("predicted_step_time_s")) is not None for m in overlay):
+        ax.scatter([], [], marker="x", color="black", s=30, label="model at the measured setting")
+    if simulated:
+        ax.plot([], [], color="black", linestyle="--", marker="o", markersize=2.5, label="simulated (SimGrid), dashed")
+
+
+def simulated_step(p: dict) -> Optional[float]:
+    """A projected point's simulated step time in seconds (`simulation.simulated_step_s` of
+    `dpbench project --simulate`), or None where it was not or could not be simulated."""
+    sim = p.get("simulation")
+    return rd.number(sim.get("simulated_step_s")) if isinstance(sim, dict) else None
+
+
+def draw_simulated(ax, line: list, color: str) -> None:
+    """One mode's simulated step time (ms) as a dashed line with small markers in its colour,
+    through the points of `line` (sorted by world size) that have one."""
+    sim = [(p["world_size"], simulated_step(p)) for p in line if simulated_step(p) is not None]
+    if sim:
+        ax.plot([x for x, _ in sim], [1e3 * y for _, y in sim], color=color, linestyle="--", marker="o",
+                markersize=2.5, linewidth=1.1)
+
+
+def projection_caption(proj: dict, overlay: list, crossovers: list, simulated: bool) -> str:
+    """The projection's caption: where the curves part, the model's error at the measured points,
+    what the dashed lines are (with --simulate) and the file's findings, in its order."""
     cross = "; ".join(f"{rd.projection_label(proj, c['mode'])} pulls ahead of "
                       f"{rd.projection_label(proj, c['reference'])} from p={c['world_size']}"
                       for c in crossovers) or "the modes do not cross in this range"
     caption = (f"Read where the curves part: {cross}. Check the dots against the crosses: "
                f"{model_error_text(proj, overlay)}.")
-    return Figure(key, title, caption, save(fig, out_dir, key))
+    if simulated:
+        topology = topology_text(proj.get("topology"))
+        caption += (" Dashed lines: SimGrid's simulation of each mode's message schedule on the described "
+                    f"topology{f' ({topology})' if topology else ''}.")
+        missing = [p for p in proj.get("points", []) if simulated_step(p) is None]
+        if missing:
+            caption += (f" {len(missing)} point{'s' if len(missing) != 1 else ''} could not be simulated "
+                        f"({unavailable_text(proj, missing[0])}).")
+    texts = [f["text"].strip().rstrip(".") for f in proj.get("findings") or []]
+    if texts:
+        caption += " What the simulation finds: " + "; ".join(texts) + "."
+    return caption
+
+
+def topology_text(topo) -> str:
+    """"preset h100-8gpu-400g, 8 ranks per node, 4 nodes per leaf, uplinks 4x oversubscribed"
+    from the projection's `topology` object, or "" without one."""
+    if not isinstance(topo, dict):
+        return ""
+    parts = [f"preset {topo['preset']}"] if topo.get("preset") else []
+    for field, unit in (("ranks_per_node", "ranks per node"), ("nodes_per_leaf", "nodes per leaf")):
+        if rd.number(topo.get(field)) is not None:
+            parts.append(f"{topo[field]:g} {unit}")
+    if (rd.number(topo.get("oversubscription")) or 1) > 1:
+        parts.append(f"uplinks {topo['oversubscription']:g}x oversubscribed")
+    return ", ".join(parts)
+
+
+def unavailable_text(proj: dict, p: dict) -> str:
+    """"allreduce (ring) p=1024: why" for a point without a simulated step."""
+    sim = p.get("simulation")
+    why = sim.get("unavailable") if isinstance(sim, dict) else None
+    return f"{rd.projection_label(proj, p['mode'])} p={p['world_size']}: {why or 'not simulated'}"
 
 
 def link_text(link: dict) -> str:

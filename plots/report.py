@@ -18,10 +18,12 @@ warnings, the failed points and the environment into the Jinja2 templates under 
 A file from an emulated-cluster sweep (`dpbench sweep --nodes --links`) also gets the network
 verdict (ratios to ps per node count and link rate, crossovers, projection error), its table, and
 three figures drawn first: throughput against link rate and against node count, and the step
-time measured, simulated (SimGrid) and by the alpha-beta formula side by side. The HTML embeds
-every figure as a base64 data: URI, so it needs no other file. Both verdicts are computed once, in
-main(): the opening sentence and every caption that states one of its numbers read the same
-record, and strategies appear in one order everywhere (ps, the reference, first).
+time measured, simulated (SimGrid) and by the alpha-beta formula side by side. A --projection
+file from `dpbench project --simulate` gets its findings listed under the projection figure, whose
+dashed lines are the simulated step times. The HTML embeds every figure as a base64 data: URI, so
+it needs no other file. Both verdicts are computed once, in main(): the opening sentence and every
+caption that states one of its numbers read the same record, and strategies appear in one order
+everywhere (ps, the reference, first).
 Not for: measuring anything, or reading anything but the JSON files named on the command line.
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the file).
@@ -252,6 +254,18 @@ def network_context(net) -> dict | None:
             "reference": net.names[net.reference], "rows": network_rows(net)}
 
 
+def findings_context(proj) -> dict | None:
+    """The projection's findings (`dpbench project --simulate`: where the reducer's NIC saturates,
+    where oversubscription reorders the modes, what one straggler costs each mode) as the
+    template's record: the topology they were simulated on and each sentence, in the file's
+    order. None without a projection or without findings."""
+    findings = (proj or {}).get("findings") or []
+    if not findings:
+        return None
+    return {"topology": figures.topology_text(proj.get("topology")),
+            "items": [f["text"].strip().rstrip(".") + "." for f in findings]}
+
+
 def memory_figures(memory: list, pts: list, out_dir: Path) -> list:
     """The memory model's figures: one per --memory file (memory_model, then memory_model_2...),
     or the one note saying how to produce it when none was given."""
@@ -333,6 +347,7 @@ def build_context(results: rd.ResultSet, figs: list, coll, proj, args, net=None,
         "failed": failed_rows(results.failed), "environments": env_sections(results.envs),
         "inputs": results.files,
         "collectives_file": ", ".join(args.collectives or []), "projection_file": args.projection,
+        "findings": findings_context(proj),
         "memory_files": list(getattr(args, "memory", None) or []),
     }
 

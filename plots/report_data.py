@@ -1276,16 +1276,33 @@ def projection_crossovers(proj: dict) -> list:
 
 
 def load_projection(path) -> dict:
-    """Reads a `dpbench project` file; checks its schema and that it has points."""
+    """Reads a `dpbench project` file; checks its schema, that it has points and, where
+    `--simulate` wrote them, that each point's simulation and the topology are objects (or null)
+    and the findings a list of objects with a text (InputError naming the file otherwise)."""
     doc = read_json(path)
     check_schema(path, doc, PROJECTION_SCHEMA)
     if not isinstance(doc.get("points"), list):
         raise InputError(f"{path}: has no points[] array")
     for i, p in enumerate(doc["points"]):
-        if not all(k in p for k in ("world_size", "mode", "step_time_s")):
+        if not isinstance(p, dict) or not all(k in p for k in ("world_size", "mode", "step_time_s")):
             raise InputError(f"{path}: points[{i}] needs world_size, mode and step_time_s")
+        if not isinstance(p.get("simulation", {}), (dict, type(None))):
+            raise InputError(f"{path}: points[{i}].simulation is not an object")
+    if not isinstance(doc.get("topology", {}), (dict, type(None))):
+        raise InputError(f"{path}: topology is not an object")
+    check_findings(path, doc.get("findings", []))
     doc.setdefault("measured", [])
     return doc
+
+
+def check_findings(path, findings) -> None:
+    """Raises InputError unless a projection's `findings` is a list of objects, each with its
+    sentence as a string `text`."""
+    if not isinstance(findings, list):
+        raise InputError(f"{path}: findings is not a list")
+    for i, f in enumerate(findings):
+        if not isinstance(f, dict) or not isinstance(f.get("text"), str):
+            raise InputError(f"{path}: findings[{i}] needs a text string")
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <deque>
 #include <memory>
+#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -23,6 +24,15 @@
 namespace dpbench {
 
 void SimPlatform::check(int world_size) const {
+  if (!platform_file.empty()) {
+    if (!std::ifstream(platform_file).good()) {
+      throw InputError(fmt::format("platform file {}: cannot be read", platform_file));
+    }
+    if (!engine_efficiency.empty() || send_buffer_bytes > 0) {
+      throw InputError(fmt::format("platform file {}: takes no engine calibration or send buffer", platform_file));
+    }
+    return;
+  }
   if (ranks_per_node < 1) throw InputError(fmt::format("platform: {} ranks per node", ranks_per_node));
   const long capacity = static_cast<long>(nodes.size()) * ranks_per_node;
   if (capacity < world_size) {
@@ -57,6 +67,7 @@ nlohmann::json SimPlatform::to_json() const {
                  {"down_bytes_per_s", node.down_bytes_per_s},
                  {"latency_s", node.latency_s}});
   }
+  if (!platform_file.empty()) return {{"platform_file", platform_file}};
   nlohmann::json j = {{"nodes", n},
                       {"ranks_per_node", ranks_per_node},
                       {"intra_bytes_per_s", intra_bytes_per_s},

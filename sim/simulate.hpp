@@ -46,8 +46,13 @@ struct SimPlatform {
   // TCP's send buffer: of a message between nodes, the sender waits only until all but its last
   // send_buffer_bytes have left (the kernel sends those on its own); 0: until the receiver has all.
   double send_buffer_bytes = 0;
+  // A SimGrid platform file (XML, SimGrid's DTD 4.1) instead of the fields above: rank r runs on
+  // its r-th host in natural name order (node-2 before node-10); the engine runs uncapped and
+  // sends wait for their receivers (no engine_efficiency, no send buffer). "": build from fields.
+  std::string platform_file;
 
-  // Throws InputError when the platform cannot hold `world_size` ranks or a rate is not positive.
+  // Throws InputError when the platform cannot hold `world_size` ranks or a rate is not positive
+  // (with a platform file: when it cannot be read; its host count is checked when it is loaded).
   void check(int world_size) const;
   nlohmann::json to_json() const;
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "core/schedule.hpp"
 #include "sim/simulate.hpp"
 #include "train/engine_probe.hpp"
+#include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"
 #include "train/buckets.hpp"
 #include "train/strategy.hpp"
@@ -219,6 +221,53 @@ TEST(Simulation, TwoLeavesRouteEachNodeThroughItsOwnNic) {
   StepSchedule one(4);
   pair_of_sends(one, 1, 3);
   EXPECT_NEAR(simulate(one, nodes, 1).rank_step_s[3], 1.0, 1e-6);
+}
+
+// A SimGrid platform file: rank r on its r-th host in natural name order (node-2, node-9,
+// node-10; by plain string order node-10 would come first and rank 0's send would take the slow
+// link); more ranks than hosts, or a file that is not there, are errors.
+TEST(Simulation, PlatformFilePutsRankROnItsRthHostInNaturalOrder) {
+  SKIP_WITHOUT_SIMGRID();
+  TempDir dir;
+  const auto file = dir.path() / "three.xml";
+  std::ofstream(file) << R"(<?xml version='1.0'?>
+<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
+<platform version="4.1">
+  <zone id="world" routing="Full">
+    <host id="node-10" speed="1Gf"/>
+    <host id="node-2" speed="1Gf"/>
+    <host id="node-9" speed="1Gf"/>
+    <link id="fast" bandwidth="100MBps" latency="0"/>
+    <link id="slow" bandwidth="10MBps" latency="0"/>
+    <route src="node-2" dst="node-9"><link_ctn id="fast"/></route>
+    <route src="node-2" dst="node-10"><link_ctn id="slow"/></route>
+    <route src="node-9" dst="node-10"><link_ctn id="slow"/></route>
+  </zone>
+</platform>
+)";
+  SimPlatform pf;
+  pf.platform_file = file.string();
+  StepSchedule s(3);
+  s.send(0, 0, 1, 1e6);  // node-2 -> node-9: 0.01 s
+  s.wait_all(0, 0);
+  s.recv(1, 0, 0, 1e6);
+  s.wait_all(1, 0);
+  s.send(1, 0, 2, 1e6);  // then node-9 -> node-10: 0.1 s more
+  s.wait_all(1, 0);
+  s.recv(2, 0, 1, 1e6);
+  s.wait_all(2, 0);
+  const auto ends = simulate(s, pf, 1).rank_step_s;
+  EXPECT_NEAR(ends[0], 0.01, 1e-6);
+  EXPECT_NEAR(ends[2], 0.11, 1e-6);
+  EXPECT_EQ(pf.to_json()["platform_file"], file.string());
+  try {
+    simulate(StepSchedule(4), pf, 1);
+    ADD_FAILURE() << "4 ranks on 3 hosts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 hosts, fewer than the 4 ranks"), std::string::npos) << e.what();
+  }
+  pf.platform_file = (dir.path() / "missing.xml").string();
+  EXPECT_THROW(simulate(StepSchedule(1), pf, 1), InputError);
 }
 
 TEST(Simulation, RingAllReduceOnEqualLinksTakesTheClosedForm) {

@@ -584,6 +584,35 @@ TEST(Project, TopologyPresetFillsOnlyWhatTheUserLeftUnset) {
   TopologyOptions what_if_only;
   what_if_only.what_if = true;
   EXPECT_THROW(apply_topology_preset(what_if_only, false, false, false), InputError);
+  // --platform replaces the described topology: beside any of its options, it is refused.
+  TopologyOptions file;
+  file.simulate = true;
+  file.platform_file = "platform.xml";
+  EXPECT_NO_THROW(apply_topology_preset(file, false, false, false, false));
+  EXPECT_THROW(apply_topology_preset(file, false, false, false, true), InputError);
+  file.what_if = true;
+  EXPECT_THROW(apply_topology_preset(file, false, false, false, false), InputError);
+}
+
+// A --platform file SimGrid cannot parse is an input error before any point is simulated.
+TEST(Project, UnreadablePlatformFileIsAnInputError) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  TempDir dir;
+  const auto bad = dir.path() / "bad.xml";
+  std::ofstream(bad) << "<platform version=\"4.1\"><zone id=\"w\" routing=\"Full\">";
+  nlohmann::json doc = {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+  ProjectOptions o;
+  o.link = "ib-ndr";
+  o.max_ranks = 4;
+  o.per_rank_batch = 10;
+  o.topology.simulate = true;
+  o.topology.platform_file = bad.string();
+  try {
+    project(o, {doc}, nullptr);
+    ADD_FAILURE() << "a malformed platform file was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--platform " + bad.string()), std::string::npos) << e.what();
+  }
 }
 
 // --what-if on 1 Gbit/s NICs, leaves of 2 nodes 8x oversubscribed: the non-blocking tree is

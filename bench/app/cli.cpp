@@ -593,8 +593,13 @@ int dpbench_main(int argc, char** argv) {
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
     if (*project) {
+      std::size_t described = 0;
+      for (const char* name : {"--ranks-per-node", "--intra-link", "--node-link", "--nodes-per-leaf",
+                               "--oversubscription", "--node-link-of"}) {
+        described += project->count(name);
+      }
       apply_topology_preset(project_options.topology, project->count("--ranks-per-node") > 0,
-                            project->count("--intra-link") > 0, project->count("--node-link") > 0);
+                            project->count("--intra-link") > 0, project->count("--node-link") > 0, described > 0);
       return project_command(project_options);
     }
     if (*memory) return memory_command(memory_options);

@@ -314,6 +314,18 @@ void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel&
   for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
 }
 
+// A --platform file SimGrid cannot load is bad input, found before any point is simulated: one
+// rank with nothing to do is played on it. (Fewer hosts than a point's ranks leaves that point
+// unsimulated, with the reason.)
+void check_platform_file(const SimPlatform& platform) {
+  if (platform.platform_file.empty() || !simulation_available()) return;
+  try {
+    simulate(StepSchedule(1), platform, 1);
+  } catch (const Error& e) {
+    throw InputError(fmt::format("--platform {}: {}", platform.platform_file, e.what()));
+  }
+}
+
 // Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
 // while every rank has a sample), and the world size from which each non-reference curve is more
 // than 5% faster than the reference strategy's default curve (its first). Fills doc's "modes",
@@ -481,6 +493,7 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                     {"text", scaling.text()}};
   if (o.topology.simulate) {
     const SimPlatform largest = topology_platform(o.topology, link.model, o.max_ranks);
+    check_platform_file(largest);
     doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
                        {"ranks_per_node", o.topology.ranks_per_node},
                        {"nodes_per_leaf", o.topology.nodes_per_leaf},
@@ -488,6 +501,8 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                        {"preset", o.topology.preset.empty() ? nlohmann::json() : nlohmann::json(o.topology.preset)},
                        {"preset_source", topology_preset_source(o.topology.preset)},
                        {"what_if", o.topology.what_if},
+                       {"platform_file", o.topology.platform_file.empty() ? nlohmann::json()
+                                                                          : nlohmann::json(o.topology.platform_file)},
                        {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},
                        {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
                                    "optimizer (sharded_ps: 1/p of it on each server)"}};

@@ -42,7 +42,7 @@ double nic_time_fraction(const StepSchedule& schedule, const SimPlatform& pf, in
   std::vector<int> placement(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) placement[static_cast<std::size_t>(r)] = r / pf.ranks_per_node;
   const int nodes = (p + pf.ranks_per_node - 1) / pf.ranks_per_node;
-  if (nodes < 2 || !(step_s > 0)) return 0.0;
+  if (nodes < 2 || !(step_s > 0) || pf.nodes.empty()) return 0.0;
   const auto crossing = schedule.node_link_bytes(placement, nodes);
   const SimNode& nic = pf.nodes.front();
   return (crossing.front().first / nic.up_bytes_per_s + crossing.front().second / nic.down_bytes_per_s) / step_s;
@@ -70,9 +70,18 @@ nlohmann::json topology_preset_source(const std::string& name) {
   return nullptr;
 }
 
-void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set) {
-  if (!o.simulate && (!o.preset.empty() || o.what_if)) {
-    throw InputError(fmt::format("{}: needs --simulate", o.preset.empty() ? "--what-if" : "--topology " + o.preset));
+void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set,
+                           bool described_set) {
+  if (!o.simulate && (!o.preset.empty() || o.what_if || !o.platform_file.empty())) {
+    throw InputError(fmt::format("{}: needs --simulate", !o.platform_file.empty() ? "--platform " + o.platform_file
+                                                         : o.preset.empty()        ? std::string("--what-if")
+                                                                                   : "--topology " + o.preset));
+  }
+  if (!o.platform_file.empty() && (!o.preset.empty() || o.what_if || described_set)) {
+    throw InputError(fmt::format("--platform {}: the file describes the whole platform; drop --topology, --what-if, "
+                                 "--ranks-per-node, --node-link, --intra-link, --nodes-per-leaf, --oversubscription "
+                                 "and --node-link-of",
+                                 o.platform_file));
   }
   if (o.preset.empty()) return;
   const auto& all = topology_presets();
@@ -103,12 +112,21 @@ void add_topology_options(CLI::App& app, TopologyOptions& o) {
   app.add_option("--topology", o.preset,
                  "--simulate: a datasheet node: dgx-h100, h100-8gpu-400g, a100-pcie-8gpu-100g (sets --ranks-per-node, "
                  "--intra-link and --node-link where not given)");
+  app.add_option("--platform", o.platform_file,
+                 "--simulate: a SimGrid platform file (XML) instead of the options above; rank r on its r-th host in "
+                 "natural name order")
+      ->check(CLI::ExistingFile);
   app.add_flag("--what-if", o.what_if,
                "--simulate: also simulate every point with non-blocking uplinks and with the last node's NIC at half "
                "its rate, and name where oversubscription reorders the modes and what the straggler costs each");
 }
 
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size) {
+  if (!o.platform_file.empty()) {
+    SimPlatform pf;
+    pf.platform_file = o.platform_file;
+    return pf;
+  }
   if (o.ranks_per_node < 1) throw InputError(fmt::format("--ranks-per-node {}: must be at least 1", o.ranks_per_node));
   if (o.nodes_per_leaf < 0) throw InputError(fmt::format("--nodes-per-leaf {}: must be >= 0", o.nodes_per_leaf));
   if (!(o.oversubscription >= 1.0)) {
@@ -161,8 +179,8 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   strategy.schedule(in, schedule);
   try {
     const SimulationResult r = simulate(schedule, platform, 1);
-    nlohmann::json out = {{"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages},
-                          {"node0_nic_time_fraction", nic_time_fraction(schedule, platform, p, r.step_s)}};
+    nlohmann::json out = {{"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages}};
+    if (!platform.nodes.empty()) out["node0_nic_time_fraction"] = nic_time_fraction(schedule, platform, p, r.step_s);
     if (!what_if) return out;
     const int nodes = static_cast<int>(platform.nodes.size());
     if (platform.nodes_per_leaf > 0 && platform.nodes_per_leaf < nodes) {

@@ -30,6 +30,7 @@ struct TopologyOptions {
   std::vector<std::string> node_link_of;  // "I=RATE"
   std::string preset;                     // --topology: a datasheet node (topology_presets())
   bool what_if = false;                   // --what-if: non-blocking and straggler variants
+  std::string platform_file;              // --platform: a SimGrid XML platform instead of the above
 };
 
 // A node as its datasheet describes it: ranks (GPUs) per node, each GPU's link inside the node and
@@ -54,8 +55,11 @@ inline constexpr double kNicSaturated = 0.9;
 void add_topology_options(CLI::App& app, TopologyOptions& options);
 
 // Applies --topology's preset to the options the user left unset (ranks per node, --intra-link,
-// --node-link). Throws InputError naming an unknown preset.
-void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set);
+// --node-link). Throws InputError naming an unknown preset, --topology or --what-if without
+// --simulate, and --platform beside --topology, --what-if or any option that describes a
+// topology (`described_set`).
+void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set,
+                           bool described_set = false);
 
 // The platform of `world_size` ranks. Throws InputError naming the option at fault.
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size);

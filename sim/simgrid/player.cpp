@@ -4,6 +4,7 @@
 // symbols never meet the parent's. Uses only header-defined parts of dpbench (the schedule's
 // accessors, the platform's fields, the error types).
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <memory>
 #include <string>
@@ -109,6 +110,50 @@ void build_platform(const SimPlatform& pf, int world_size) {
            pf.leaf_up_bytes_per_s, pf.leaf_latency_s);
   }
   root->seal();
+}
+
+// a < b in natural order: runs of digits compare as numbers (node-2 before node-10).
+bool natural_less(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      std::size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei]))) ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
+      const std::string x = a.substr(i, ei - i), y = b.substr(j, ej - j);
+      const std::size_t zx = x.find_first_not_of('0'), zy = y.find_first_not_of('0');
+      const std::string nx = zx == std::string::npos ? "" : x.substr(zx), ny = zy == std::string::npos ? "" : y.substr(zy);
+      if (nx.size() != ny.size()) return nx.size() < ny.size();
+      if (nx != ny) return nx < ny;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// The hosts ranks 0..p-1 run on: built from the platform's fields, or the first p hosts of its
+// platform file in natural name order. Throws Error when the file has fewer than p hosts.
+std::vector<sg4::Host*> rank_hosts(sg4::Engine& engine, const SimPlatform& pf, int p) {
+  std::vector<sg4::Host*> hosts;
+  if (pf.platform_file.empty()) {
+    build_platform(pf, p);
+    for (int r = 0; r < p; ++r) hosts.push_back(engine.host_by_name(fmt::format("rank-{}", r)));
+    return hosts;
+  }
+  engine.load_platform(pf.platform_file);
+  hosts = engine.get_all_hosts();
+  std::sort(hosts.begin(), hosts.end(),
+            [](const sg4::Host* a, const sg4::Host* b) { return natural_less(a->get_name(), b->get_name()); });
+  if (static_cast<int>(hosts.size()) < p) {
+    throw Error(fmt::format("platform file {}: {} hosts, fewer than the {} ranks", pf.platform_file, hosts.size(), p));
+  }
+  hosts.resize(static_cast<std::size_t>(p));
+  return hosts;
 }
 
 // One stream of one rank, `steps` times over; stream 0 notes when each step ends.
@@ -277,14 +322,14 @@ nlohmann::json run_simulation(const StepSchedule& schedule, const SimPlatform& p
   for (const char* option : kModelOptions) sg4::Engine::set_config(option);
   for (const char* option : kContextOptions) sg4::Engine::set_config(option);
   const int p = schedule.world_size();
-  build_platform(pf, p);
+  const std::vector<sg4::Host*> hosts = rank_hosts(engine, pf, p);
   std::vector<std::vector<double>> ends(static_cast<std::size_t>(p));
   std::vector<std::vector<sg4::SemaphorePtr>> events(static_cast<std::size_t>(p));
   long messages = 0;
   for (int r = 0; r < p; ++r) {
     const RankProgram& prog = schedule.ranks()[static_cast<std::size_t>(r)];
     for (int e = 0; e < prog.events; ++e) events[static_cast<std::size_t>(r)].push_back(sg4::Semaphore::create(0));
-    sg4::Host* host = engine.host_by_name(fmt::format("rank-{}", r));
+    sg4::Host* host = hosts[static_cast<std::size_t>(r)];
     for (std::size_t s = 0; s < std::max<std::size_t>(prog.streams.size(), 1); ++s) {
       static const std::vector<ScheduleOp> kEmpty;
       const auto& ops = s < prog.streams.size() ? prog.streams[s] : kEmpty;

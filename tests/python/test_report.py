@@ -6,7 +6,8 @@ For: the verdict computed from hand-made results with known numbers, every figur
 rich fixture (the memory model's from a --memory file; its own tests are in
 test_report_memory.py), the sentences that replace figures whose data is missing, a
 self-contained HTML (data: images only), failed sweep points, repetitions aggregated by median,
-the PyTorch reference runs (`dpbench run --reference pytorch`) tabled beside dpbench's, Google
+the PyTorch reference runs (`dpbench run --reference pytorch`) tabled beside dpbench's, the
+findings of a `dpbench project --simulate` file listed under the projection figure, Google
 Benchmark name parsing, and a headless Chromium render that must load every image. Chromium is
 required: without it the render test fails and says how to install it.
 Not for: dpbench's own measurements (the GoogleTest suites under tests/ do that). The fixtures
@@ -221,6 +222,34 @@ def projection_fixture() -> dict:
             "link": {"name": "pcie4", "alpha_s": 5e-6, "beta_s_per_byte": beta},
             "calibration": {"calibration_run": {"global_batch": 256, "mode": "allreduce", "num_workers": 0}},
             "points": points, "crossover_world_size": 4, "measured": measured}
+
+
+def simulated_projection_fixture() -> dict:
+    """A small `dpbench project --simulate` file: ps (p2p) and allreduce at 1, 2 and 4 ranks,
+    every point simulated but allreduce's at 4 ranks (unavailable there), a topology and two
+    findings."""
+    points = []
+    for p in (1, 2, 4):
+        for mode, comm in (("ps_p2p", 0.004 * (p - 1)), ("allreduce", 0.002 * (p - 1) / p)):
+            step = 0.01 + comm
+            sim = ({"unavailable": "SimGrid gave up"} if (mode, p) == ("allreduce", 4) else
+                   {"simulated_step_s": 0.0105 + 1.5 * comm, "wall_s": 0.1, "messages": 4 * (p - 1),
+                    "node0_nic_time_fraction": 0.2 * (p - 1)})
+            points.append({"world_size": p, "mode": mode, "step_time_s": step, "speedup": p * 0.01 / step,
+                           "efficiency": 0.01 / step, "simulation": sim})
+    findings = [
+        {"kind": "nic_saturation", "mode": "ps_p2p", "world_size": 4, "time_fraction_at_largest": 0.96,
+         "largest_world_size": 4, "text": "ps (p2p): the reducer's NIC (node 0) needs 90 % of the simulated "
+                                          "step or more for its bytes from 4 ranks on (96 % at 4)"},
+        {"kind": "straggler_cost", "world_size": 4, "nic_share": 0.5, "costs": {"ps_p2p": 0.21, "allreduce": 0.04},
+         "text": "one straggler (the last node's NIC at 50 % of its rate) at 4 ranks costs each mode's "
+                 "simulated step: ps (p2p) +21 %, allreduce (ring) +4 %"}]
+    topology = {"ranks_per_node": 2, "nodes_per_leaf": 2, "oversubscription": 2.0, "preset": "fixture-preset",
+                "preset_source": "two ranks per node on a made-up NIC", "what_if": True,
+                "platform_at_max_ranks": {}, "simulator": "SimGrid (sim/simulate.hpp)", "compute": "per rank"}
+    return {"schema": {"name": "dpbench-projection", "version": 1},
+            "link": {"name": "pcie4", "alpha_s": 5e-6, "beta_s_per_byte": 1 / 25e9},
+            "points": points, "measured": [], "findings": findings, "topology": topology}
 
 
 # --------------------------------------------------------------------------------------------
@@ -465,6 +494,47 @@ class MadeUpStrategyTest(unittest.TestCase):
     def test_reducer_caption_and_projection_crossover_use_the_traits(self):
         self.assertIn("the dp_baseline reducer peaks at 1.90x the mean rank", self.md)
         self.assertIn("ring_sync (ring) pulls ahead of dp_baseline (chain) from p=8", self.md)
+
+
+class ProjectionFindingsTest(unittest.TestCase):
+    """A projection from `dpbench project --simulate`: its findings listed under the figure."""
+
+    def test_findings_listed_in_markdown_and_html(self):
+        proj = simulated_projection_fixture()
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            results = write_json(tmp / "r.json", document([make_run("ps", 2, 256, 0, 1000.0),
+                                                           make_run("allreduce", 2, 256, 0, 1500.0)]))
+            proc = run_report(tmp / "out", [results], projection=write_json(tmp / "p.json", proj))
+            self.assertEqual(0, proc.returncode, proc.stderr)
+            md = (tmp / "out" / "report.md").read_text()
+            page = html.unescape((tmp / "out" / "report.html").read_text())
+        heading = "Projection at scale: what the simulation finds"
+        section = md.split(f"#### {heading}")[1].split("\n## ")[0]
+        self.assertEqual([f["text"] + "." for f in proj["findings"]], re.findall(r"^- (.*)$", section, re.M))
+        self.assertIn("fixture-preset", section)
+        self.assertIn(heading, page)
+        for f in proj["findings"]:
+            self.assertIn(f"<li>{f['text']}.</li>", page)
+
+    def test_no_findings_no_section(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            results = write_json(tmp / "r.json", document([make_run("ps", 2, 256, 0, 1000.0)]))
+            proc = run_report(tmp / "out", [results], projection=write_json(tmp / "p.json", projection_fixture()))
+            self.assertEqual(0, proc.returncode, proc.stderr)
+            self.assertNotIn("what the simulation finds", (tmp / "out" / "report.md").read_text())
+
+    def test_findings_without_text_exit_2_naming_the_file(self):
+        proj = simulated_projection_fixture()
+        del proj["findings"][1]["text"]
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            results = write_json(tmp / "r.json", document([make_run("ps", 2, 256, 0, 1000.0)]))
+            proc = run_report(tmp / "out", [results], projection=write_json(tmp / "bad-proj.json", proj))
+        self.assertEqual(2, proc.returncode)
+        self.assertIn("bad-proj.json", proc.stderr)
+        self.assertIn("findings[1]", proc.stderr)
 
 
 class VerdictTest(unittest.TestCase):

@@ -16,7 +16,10 @@ from the result JSON itself:
   whose strategy.overlaps_backward is true, where comm - comm_exposed > 0 (and the caption says so);
 - captions quote the verdict: the memory imbalance, the throughput ratios and the exposed-comm
   shares are the same strings in the caption as in the verdict;
-- files without repetitions or without optional fields still give a report.
+- files without repetitions or without optional fields still give a report;
+- a `dpbench project --simulate` file: each mode's simulated step time as a dashed line in its
+  colour, only through the points that have one, and the findings quoted in the caption, in order;
+  load_projection rejects findings that are not a list of objects with a text.
 Data: tests/python/data/ci-sweep-3-repetitions.json (the committed CI sweep: ps, sharded_ps and
 allreduce at 1 and 2 ranks, 3 repetitions each; per-step losses stripped) and hand-made sweeps
 built with test_report's fixtures.
@@ -46,7 +49,8 @@ sys.path.insert(0, str(ROOT / "plots"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import figures  # noqa: E402
 import report_data  # noqa: E402
-from test_report import document, failed_run, make_run, projection_fixture, with_strategy  # noqa: E402
+from test_report import (document, failed_run, make_run, projection_fixture, simulated_projection_fixture,  # noqa: E402
+                         with_strategy)
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,6 +227,17 @@ def write_json(path: Path, doc: dict) -> Path:
     """Writes doc to path and returns the path."""
     path.write_text(json.dumps(doc))
     return path
+
+
+def dashed_lines(ax) -> list:
+    """(colour, x data, y data) of every dashed line of an axes that runs along x (the crossover
+    marks, dashed too, are vertical and left out)."""
+    out = []
+    for line in ax.get_lines():
+        xs, ys = [float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()]
+        if line.get_linestyle() == "--" and len(set(xs)) > 1:
+            out.append((line.get_color(), xs, ys))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,6 +482,56 @@ class MadeSweepTest(unittest.TestCase):
         self.assertNotIn("p=4:", fig.caption)  # (the crossover sentence says "from p=4")
         self.assertIn("3 more measured points", fig.caption)
         self.assertIn("strong scaling", drawn["projection"]._suptitle.get_text())
+
+    def test_projection_draws_the_simulation_dashed_and_its_findings_in_the_caption(self):
+        proj = simulated_projection_fixture()
+        expected = {}  # mode: [(world size, simulated ms)], the points that have one
+        for p in sorted(proj["points"], key=lambda p: p["world_size"]):
+            if "simulated_step_s" in p["simulation"]:
+                expected.setdefault(p["mode"], []).append((p["world_size"], 1e3 * p["simulation"]["simulated_step_s"]))
+        self.assertEqual([1, 2], [x for x, _ in expected["allreduce"]])  # not simulated at 4 ranks
+        with captured() as drawn:
+            fig = figures.plot_projection(proj, self.tmp)
+        left = drawn["projection"].axes[0]
+        solid = {line.get_label(): line.get_color() for line in left.get_lines() if line.get_linestyle() == "-"}
+        dashed = dashed_lines(left)
+        self.assertEqual(2, len(dashed))
+        for mode, label in (("ps_p2p", "ps (p2p)"), ("allreduce", "allreduce (ring)")):
+            match = [d for d in dashed if len(d[1]) == len(expected[mode])
+                     and all(abs(y - ms) < 1e-9 and x == w for (w, ms), x, y in zip(expected[mode], d[1], d[2]))]
+            self.assertEqual(1, len(match), f"{mode}: no dashed line through its simulated step times")
+            self.assertEqual(solid[label], match[0][0], f"{mode}: the dashed line has the mode's colour")
+        self.assertEqual(1, legend_texts(left).count("simulated (SimGrid), dashed"))
+        self.assertIn("SimGrid simulation", drawn["projection"]._suptitle.get_text())
+        texts = [f["text"] for f in proj["findings"]]
+        for text in texts:
+            self.assertIn(text, fig.caption)
+        self.assertLess(fig.caption.index(texts[0]), fig.caption.index(texts[1]))
+        self.assertIn("Dashed lines: SimGrid's simulation of each mode's message schedule", fig.caption)
+        self.assertIn("preset fixture-preset", fig.caption)
+        self.assertIn("allreduce (ring) p=4: SimGrid gave up", fig.caption)
+
+    def test_projection_without_simulation_draws_no_dashed_line(self):
+        with captured() as drawn:
+            fig = figures.plot_projection(projection_fixture(), self.tmp)
+        left = drawn["projection"].axes[0]
+        self.assertEqual([], dashed_lines(left))
+        self.assertNotIn("simulated (SimGrid), dashed", legend_texts(left))
+        self.assertTrue(drawn["projection"]._suptitle.get_text().startswith("Alpha-beta projection ("))
+        self.assertNotIn("Dashed lines", fig.caption)
+
+    def test_load_projection_checks_the_findings(self):
+        good = simulated_projection_fixture()
+        loaded = report_data.load_projection(write_json(self.tmp / "good.json", good))
+        self.assertEqual(good["findings"], loaded["findings"])
+        bad = (({"text": "one"}, "findings is not a list"), ([{"text": "one"}, "two"], "findings[1]"),
+               ([{"kind": "nic_saturation"}], "findings[0]"), ([{"text": "one"}, {"text": 3}], "findings[1]"))
+        for i, (findings, said) in enumerate(bad):
+            path = write_json(self.tmp / f"bad-{i}.json", dict(good, findings=findings))
+            with self.assertRaises(report_data.InputError) as raised:
+                report_data.load_projection(path)
+            self.assertIn(path.name, str(raised.exception))
+            self.assertIn(said, str(raised.exception))
 
     def test_overlap_only_for_strategies_that_overlap_and_beyond_one_rank(self):
         doc = ordered_sweep()
