@@ -187,7 +187,10 @@ std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per
   probe.seconds = median(large);
   probe.latency_s = median(small) / 2.0;
   const double bytes = 2.0 * static_cast<double>(floats * sizeof(float));
-  probe.bytes_per_s = bytes / (probe.seconds > 2.0 * probe.latency_s ? probe.seconds - 2.0 * probe.latency_s : probe.seconds);
+  // The two latencies come off the round trip only where they are a small part of it: a one-float
+  // round trip that waited out a time slice would leave next to nothing, and a rate far too high.
+  const bool latency_small = 2.0 * probe.latency_s < 0.5 * probe.seconds;
+  probe.bytes_per_s = bytes / (latency_small ? probe.seconds - 2.0 * probe.latency_s : probe.seconds);
   probe.repetitions = reps;
   return probe;
 }

@@ -36,7 +36,7 @@ struct CollectiveProbe {
 // Two ranks of one node sending each other a message in turn (a ping-pong of Communicator's
 // blocking send and recv), the engine's transfer inside a node, as latency + bytes / rate: the
 // latency half the round trip of one float, the rate 2 x floats x 4 bytes over the round trip of
-// `floats` less the two latencies (over the whole round trip where that is not positive).
+// `floats` less the two latencies (over the whole round trip where they are half of it or more).
 struct IntraNodeProbe {
   std::size_t floats = 0;
   double seconds = 0;    // the median round trip of `floats`
@@ -76,6 +76,9 @@ inline constexpr int kMaxRepetitions = 15;
 // all pairs at once, as every rank of a step communicates; rank 0 returns its pair's median round
 // trips. Returns nullopt on every rank but 0 and when ranks_per_node < 2 or the world has one
 // rank. Throws InputError when floats or reps is 0, and what the communicator throws.
+// The intra-node probe's message at least (16 MiB): long enough that the copy, not the
+// round trip's latency, sets its time.
+inline constexpr std::size_t kIntraNodeProbeFloats = std::size_t{1} << 22;
 std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps);
 
 }  // namespace dpbench

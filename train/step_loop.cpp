@@ -110,7 +110,7 @@ class RankLoop {
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
   // before the first step (train/engine_probe.hpp: the gradient's floats, at most 1 Mi, the
   // median of 5 repetitions, more on fast links until 0.3 s), then, with two ranks or more per
-  // node, ranks 0 and 1 time a transfer inside node 0 (the same floats, 5 repetitions);
+  // node, local ranks 0 and 1 of every node ping-pong (at least kIntraNodeProbeFloats, 5 repetitions);
   // rank 0 keeps the probe in its result, for the calibrated simulation. Outside the timed steps.
   void probe_engine_on_cluster() {
     Communicator& comm = s_.ctx.comm();
@@ -128,7 +128,7 @@ class RankLoop {
       probe = probe_engine(comm, kinds, floats, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,
                            bucket_allreduce(s_.config).format);
     }
-    auto intra = probe_intra_node(comm, per_node, floats, 5);
+    auto intra = probe_intra_node(comm, per_node, std::max<std::size_t>(floats, kIntraNodeProbeFloats), 5);
     if (comm.rank() == 0) {
       if (!probe) probe = EngineProbe{};
       probe->intra_node = intra;

@@ -273,6 +273,16 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, con
   return out;
 }
 
+// simulate_run on `platform` with the run's own intra-node probe in it, and where that came from.
+nlohmann::json simulate_run_on_its_platform(const SimPlatform& platform, const RunResult& r,
+                                            const std::optional<StepSchedule>& schedule, const std::string& engine,
+                                            double measured) {
+  const auto [run_platform, intra] = intra_node_platform(platform, r);
+  nlohmann::json simulation = simulate_run(run_platform, r, schedule, engine, measured);
+  if (!intra.is_null()) simulation["intra_node"] = intra;
+  return simulation;
+}
+
 // The per-link bandwidth bound: the time the busiest link direction needs for the bytes the
 // schedule sends across it, at its probed rate. No run can communicate faster.
 double link_bound_s(const SimPlatform& platform, const std::vector<std::pair<double, double>>& crossing) {
@@ -363,9 +373,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
                          : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
                                        : 0.0;
     const double measured = mean(step_s), compute = mean(non_comm_s), comm = mean(comm_s);
-    const auto [run_platform, intra] = intra_node_platform(platform, r);
-    nlohmann::json simulation = simulate_run(run_platform, r, schedule, engine, measured);
-    if (!intra.is_null()) simulation["intra_node"] = intra;
+
     const double exposed_fraction = comm > 0 ? (measured - compute) / comm : 1.0;
     const double share = projected_mode(s, r.config).overlapped_share;
     const double projected = compute + comm_model * (1.0 - share * (1.0 - exposed_fraction));
@@ -382,7 +390,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
           {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
                      "communication: the strategy's alpha-beta terms on the probed link, its overlapped "
                      "share exposed as measured"}}},
-        {"simulation", simulation},
+        {"simulation", simulate_run_on_its_platform(platform, r, schedule, engine, measured)},
         {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0},
                              {"per_link", schedule.has_value()}}},
         {"nodes", node_bytes(r, nodes, per_node, crossing)},

@@ -70,19 +70,30 @@ nlohmann::json topology_preset_source(const std::string& name) {
   return nullptr;
 }
 
-void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set,
-                           bool described_set) {
-  if (!o.simulate && (!o.preset.empty() || o.what_if || !o.platform_file.empty())) {
-    throw InputError(fmt::format("{}: needs --simulate", !o.platform_file.empty() ? "--platform " + o.platform_file
-                                                         : o.preset.empty()        ? std::string("--what-if")
-                                                                                   : "--topology " + o.preset));
+namespace {
+// --topology, --what-if and --platform need --simulate; --platform stands alone.
+void check_topology_combination(const TopologyOptions& o, bool described_set) {
+  std::string option;
+  if (!o.platform_file.empty()) {
+    option = "--platform " + o.platform_file;
+  } else if (!o.preset.empty()) {
+    option = "--topology " + o.preset;
+  } else if (o.what_if) {
+    option = "--what-if";
   }
+  if (!o.simulate && !option.empty()) throw InputError(fmt::format("{}: needs --simulate", option));
   if (!o.platform_file.empty() && (!o.preset.empty() || o.what_if || described_set)) {
-    throw InputError(fmt::format("--platform {}: the file describes the whole platform; drop --topology, --what-if, "
+    throw InputError(fmt::format("{}: the file describes the whole platform; drop --topology, --what-if, "
                                  "--ranks-per-node, --node-link, --intra-link, --nodes-per-leaf, --oversubscription "
                                  "and --node-link-of",
-                                 o.platform_file));
+                                 option));
   }
+}
+}  // namespace
+
+void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set,
+                           bool described_set) {
+  check_topology_combination(o, described_set);
   if (o.preset.empty()) return;
   const auto& all = topology_presets();
   const auto it = std::find_if(all.begin(), all.end(), [&](const TopologyPreset& t) { return t.name == o.preset; });
