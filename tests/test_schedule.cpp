@@ -404,20 +404,27 @@ TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
   EXPECT_LT(fit.efficiency, 0.5);
 }
 
-// probe_engine on p threads of one local group; each rank's answer.
-std::vector<std::optional<EngineProbe>> probe_on_threads(int p, const std::vector<CollectiveKind>& kinds,
-                                                         std::size_t floats, int reps, double min_seconds) {
+// fn(comm) on p threads of one local group; each rank's answer, by rank.
+template <typename T, typename Fn>
+std::vector<T> on_local_threads(int p, Fn fn) {
   auto group = std::make_shared<LocalGroup>(p);
-  std::vector<std::optional<EngineProbe>> got(static_cast<std::size_t>(p));
+  std::vector<T> got(static_cast<std::size_t>(p));
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {
       LocalCommunicator comm(group, r, nullptr);
-      got[static_cast<std::size_t>(r)] = probe_engine(comm, kinds, floats, reps, min_seconds);
+      got[static_cast<std::size_t>(r)] = fn(comm);
     });
   }
   for (auto& t : threads) t.join();
   return got;
+}
+
+// probe_engine on p threads of one local group; each rank's answer.
+std::vector<std::optional<EngineProbe>> probe_on_threads(int p, const std::vector<CollectiveKind>& kinds,
+                                                         std::size_t floats, int reps, double min_seconds) {
+  return on_local_threads<std::optional<EngineProbe>>(
+      p, [&](Communicator& comm) { return probe_engine(comm, kinds, floats, reps, min_seconds); });
 }
 
 // The probe on three threads of one local group: every kind asked for, in order, each ending after
@@ -457,17 +464,8 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
 // per node nobody probes; no floats or no repetition is an input error.
 TEST(EngineProbe, RanksZeroAndOneTimeATransferInsideTheirNode) {
   auto on_threads = [](int p, int per_node, std::size_t floats) {
-    auto group = std::make_shared<LocalGroup>(p);
-    std::vector<std::optional<IntraNodeProbe>> got(static_cast<std::size_t>(p));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < p; ++r) {
-      threads.emplace_back([&, r] {
-        LocalCommunicator comm(group, r, nullptr);
-        got[static_cast<std::size_t>(r)] = probe_intra_node(comm, per_node, floats, 3);
-      });
-    }
-    for (auto& t : threads) t.join();
-    return got;
+    return on_local_threads<std::optional<IntraNodeProbe>>(
+        p, [&](Communicator& comm) { return probe_intra_node(comm, per_node, floats, 3); });
   };
   const std::size_t floats = std::size_t{1} << 20;
   const auto got = on_threads(4, 2, floats);

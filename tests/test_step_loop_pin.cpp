@@ -131,7 +131,14 @@ TEST(StepLoopPin, EveryModeFinalParametersBitwiseEqualToBeforeTheRedesign) {
     ASSERT_NE(found, pins().end()) << "OpenBLAS runs core " << core << ", which has no pins: run the test with "
                                    << "OPENBLAS_CORETYPE=Haswell (ctest sets it)";
   }
+  // DPBENCH_PIN_CASES=TEXT runs only the cases whose name contains TEXT (for slow checks, such as
+  // the pins under an emulated CPU: `qemu-x86_64 -cpu EPYC-Rome`); it says how many ran.
+  const char* only = std::getenv("DPBENCH_PIN_CASES");
+  int ran = 0, all = 0;
   for (const PinCase& pc : pin_cases()) {
+    ++all;
+    if (only != nullptr && pc.name.find(only) == std::string::npos) continue;
+    ++ran;
     const std::uint32_t crc = final_state_crc(pc);
     if (print) std::printf("          {\"%s\", 0x%08xu},\n", pc.name.c_str(), crc);
     if (found == pins().end()) continue;
@@ -140,6 +147,8 @@ TEST(StepLoopPin, EveryModeFinalParametersBitwiseEqualToBeforeTheRedesign) {
     EXPECT_EQ(crc, pin->second) << pc.name << ": final parameters differ from the pinned ones";
   }
   if (print) std::printf("      }},\n");
+  if (only != nullptr) std::printf("DPBENCH_PIN_CASES=%s: %d of %d cases ran (OpenBLAS core %s)\n", only, ran, all, core.c_str());
+  EXPECT_GT(ran, 0) << "DPBENCH_PIN_CASES=" << (only != nullptr ? only : "") << " matches no case";
 }
 
 }  // namespace

@@ -495,14 +495,24 @@ namespace {
 // parameters in turn, nothing concurrent), the simulation equals the alpha-beta terms within 2 %
 // (the formula counts the batch scatter's latency once, the schedule once per rank); a straggler
 // node slows every mode's simulated step; and an oversubscribed tree slows what crosses it.
-TEST(Project, SimulateAddsEachModesSimulatedStepOnTheTopology) {
-  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
-  nlohmann::json doc = {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+// A 1-rank allreduce run (0.1 s a step, batch 100) to calibrate on, and --simulate's options up
+// to max_ranks over ib-ndr, 10 samples per rank.
+nlohmann::json one_rank_calibration() {
+  return {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+}
+ProjectOptions simulated_project_options(int max_ranks) {
   ProjectOptions o;
   o.link = "ib-ndr";
-  o.max_ranks = 32;
+  o.max_ranks = max_ranks;
   o.per_rank_batch = 10;
   o.topology.simulate = true;
+  return o;
+}
+
+TEST(Project, SimulateAddsEachModesSimulatedStepOnTheTopology) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  const nlohmann::json doc = one_rank_calibration();
+  ProjectOptions o = simulated_project_options(32);
   auto at = [](const nlohmann::json& proj, const std::string& mode, int p) {
     for (const auto& pt : proj["points"]) {
       if (pt["mode"] == mode && pt["world_size"] == p) return pt;
@@ -600,12 +610,8 @@ TEST(Project, UnreadablePlatformFileIsAnInputError) {
   TempDir dir;
   const auto bad = dir.path() / "bad.xml";
   std::ofstream(bad) << "<platform version=\"4.1\"><zone id=\"w\" routing=\"Full\">";
-  nlohmann::json doc = {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
-  ProjectOptions o;
-  o.link = "ib-ndr";
-  o.max_ranks = 4;
-  o.per_rank_batch = 10;
-  o.topology.simulate = true;
+  const nlohmann::json doc = one_rank_calibration();
+  ProjectOptions o = simulated_project_options(4);
   o.topology.platform_file = bad.string();
   try {
     project(o, {doc}, nullptr);
@@ -621,12 +627,8 @@ TEST(Project, UnreadablePlatformFileIsAnInputError) {
 // gradient goes through it).
 TEST(Project, WhatIfNamesTheReducersNicTheOrderAndTheStragglersCost) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
-  nlohmann::json doc = {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
-  ProjectOptions o;
-  o.link = "ib-ndr";
-  o.max_ranks = 16;
-  o.per_rank_batch = 10;
-  o.topology.simulate = true;
+  const nlohmann::json doc = one_rank_calibration();
+  ProjectOptions o = simulated_project_options(16);
   o.topology.node_link = "1gbit";
   o.topology.nodes_per_leaf = 2;
   o.topology.oversubscription = 8;
