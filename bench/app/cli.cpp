@@ -527,6 +527,19 @@ std::pair<CLI::App*, CLI::App*> add_python_commands(CLI::App& app) {
   return {report, compare};
 }
 
+// `project`: --topology's preset fills the topology options the command line left unset, then
+// the projection runs.
+int project_main(const CLI::App& project, ProjectOptions& o) {
+  std::size_t described = 0;
+  for (const char* name : {"--ranks-per-node", "--intra-link", "--node-link", "--nodes-per-leaf", "--oversubscription",
+                           "--node-link-of"}) {
+    described += project.count(name);
+  }
+  apply_topology_preset(o.topology, project.count("--ranks-per-node") > 0, project.count("--intra-link") > 0,
+                        project.count("--node-link") > 0, described > 0);
+  return project_command(o);
+}
+
 }  // namespace
 
 int dpbench_main(int argc, char** argv) {
@@ -592,16 +605,7 @@ int dpbench_main(int argc, char** argv) {
     if (*sweep) return finish(sweep_options.nodes.empty() ? local_sweep(*sweep, sweep_options) : network_sweep(*sweep, sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
-    if (*project) {
-      std::size_t described = 0;
-      for (const char* name : {"--ranks-per-node", "--intra-link", "--node-link", "--nodes-per-leaf",
-                               "--oversubscription", "--node-link-of"}) {
-        described += project->count(name);
-      }
-      apply_topology_preset(project_options.topology, project->count("--ranks-per-node") > 0,
-                            project->count("--intra-link") > 0, project->count("--node-link") > 0, described > 0);
-      return project_command(project_options);
-    }
+    if (*project) return project_main(*project, project_options);
     if (*memory) return memory_command(memory_options);
     return finish(run_command(run_options));
   } catch (const InputError& e) {
