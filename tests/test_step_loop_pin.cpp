@@ -10,6 +10,10 @@
 // with that reason. The Haswell pins were recorded from commit 5c02d31's step loop, whose results
 // matched the pins recorded before the redesign (commit 909e130) on the machine that has them
 // (OpenBLAS core Prescott). DPBENCH_PRINT_PINS=1 prints the lines of the current core.
+//
+// The bits also depend on how many threads OpenBLAS splits a GEMM over (by default one per core:
+// on a 16-core machine every case differed), so the test runs OpenBLAS on kPinBlasThreads threads,
+// the count the pins were recorded with, whatever the machine's core count.
 #include <cblas.h>
 
 #include <cstdio>
@@ -74,6 +78,21 @@ std::uint32_t final_state_crc(const PinCase& pc) {
   return static_cast<std::uint32_t>(crc);
 }
 
+// OpenBLAS threads of the recorded pins (the 2-core machine's default).
+constexpr int kPinBlasThreads = 2;
+
+// Sets OpenBLAS's thread count for its lifetime, then restores the previous one.
+class BlasThreads {
+ public:
+  explicit BlasThreads(int threads) : before_(openblas_get_num_threads()) { openblas_set_num_threads(threads); }
+  ~BlasThreads() { openblas_set_num_threads(before_); }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  int before_;
+};
+
 // OpenBLAS core name -> case name -> CRC-32 (OPENBLAS_CORETYPE=Haswell; see the file's head).
 const std::map<std::string, std::map<std::string, std::uint32_t>>& pins() {
   static const std::map<std::string, std::map<std::string, std::uint32_t>> table = {
@@ -126,6 +145,8 @@ TEST(StepLoopPin, EveryModeFinalParametersBitwiseEqualToBeforeTheRedesign) {
   GTEST_SKIP() << "the pins are of OpenBLAS's x86-64 Haswell kernels; this is not an x86-64 CPU";
 #endif
   if (print) std::printf("      {\"%s\", {\n", core.c_str());
+  const BlasThreads threads(kPinBlasThreads);
+  ASSERT_EQ(openblas_get_num_threads(), kPinBlasThreads) << "OpenBLAS did not take " << kPinBlasThreads << " threads";
   const auto found = pins().find(core);
   if (!print) {
     ASSERT_NE(found, pins().end()) << "OpenBLAS runs core " << core << ", which has no pins: run the test with "
