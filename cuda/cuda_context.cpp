@@ -70,38 +70,89 @@ class CudaStepTimer final : public StepTimer {
 // into page-locked staging buffers, so that the host-to-device copy is asynchronous (DataLoader's
 // pin_memory=True); without, it is copied from the loader's pageable memory (cudaMemcpyAsync then
 // blocks the host for the copy). Device buffers are charged to data_staging on the rank's
-// tracker, pinned ones to its host tracker. The buffers are reused: the previous copy must have
-// completed (every step ends with its compute stream reached).
+// tracker, pinned ones to its host tracker.
+//
+// With pin_memory the staging holds two slots (pinned and device buffers each) and a copy stream:
+// prefetch() copies the next batch into the slot the current step does not read, on the copy
+// stream, after the compute stream has released that slot (an event recorded when the step
+// before took its batch); take_prefetched() makes the compute stream wait for the copy. stage()
+// copies on the compute stream into the other slot. Without pin_memory: one slot, no prefetch.
 class CudaStaging final : public BatchStaging {
  public:
   CudaStaging(DeviceAllocator& allocator, MemoryTracker& host_tracker, void* stream, std::size_t max_rows,
               std::size_t features, bool pin_memory, FailureGuard& guard)
-      : guard_(guard),
-        stream_(stream),
-        features_(features),
-        pinned_(host_tracker, pin_memory ? &cuda::pinned_memory() : nullptr, max_rows, features),
-        inputs_(allocator, MemoryCategory::data_staging, max_rows * features),
-        labels_(allocator, MemoryCategory::data_staging, max_rows) {}
+      : guard_(guard), stream_(stream), features_(features), max_rows_(max_rows) {
+    for (int i = 0; i < (pin_memory ? 2 : 1); ++i) {
+      slots_.emplace_back(allocator, host_tracker, pin_memory ? &cuda::pinned_memory() : nullptr, max_rows, features);
+    }
+    if (pin_memory) copy_stream_.emplace();
+  }
 
   StagedBatch stage(const Batch& batch, std::size_t rows) override {
-    check_rows(batch, rows, labels_.size());
-    const StagedBatch host = pinned_.stage(batch, rows);
-    if (rows > 0) {
-      cuda::memcpy_async(inputs_.data(), host.inputs, rows * features_ * sizeof(float), stream_);
-      cuda::memcpy_async(labels_.data(), host.labels, rows * sizeof(std::int32_t), stream_);
-    }
-    return {inputs_.data(), labels_.data()};
+    check_rows(batch, rows, max_rows_);
+    if (pending_) slots_[other()].copied.wait_on(stream_);  // a prefetch not taken: let it land first
+    pending_ = false;
+    Slot& slot = switch_to(other());
+    copy(slot, batch, rows, stream_);
+    return slot.staged();
+  }
+  bool prefetches() const override { return copy_stream_.has_value(); }
+  void prefetch(const Batch& batch, std::size_t rows) override {
+    if (!prefetches()) BatchStaging::prefetch(batch, rows);
+    check_rows(batch, rows, max_rows_);
+    Slot& slot = slots_[other()];
+    slot.copied.synchronize();  // its pinned buffers are no longer being read (long since, in practice)
+    slot.released.wait_on(copy_stream_->handle());
+    copy(slot, batch, rows, copy_stream_->handle());
+    slot.copied.record(copy_stream_->handle());
+    pending_ = true;
+  }
+  StagedBatch take_prefetched() override {
+    if (!pending_) return BatchStaging::take_prefetched();
+    pending_ = false;
+    Slot& slot = switch_to(other());
+    slot.copied.wait_on(stream_);
+    return slot.staged();
   }
   // Freeing page-locked memory synchronises the device: a failing rank aborts its communicators first.
   ~CudaStaging() override { guard_.before_sync_destroy(); }
 
  private:
+  struct Slot {
+    Slot(DeviceAllocator& allocator, MemoryTracker& host_tracker, const HostMemory* pinned, std::size_t max_rows,
+         std::size_t features)
+        : pinned(host_tracker, pinned, max_rows, features),
+          inputs(allocator, MemoryCategory::data_staging, max_rows * features),
+          labels(allocator, MemoryCategory::data_staging, max_rows) {}
+    StagedBatch staged() const { return {inputs.data(), labels.data()}; }
+    PinnedBatch pinned;
+    DeviceBuffer<float> inputs;
+    DeviceBuffer<std::int32_t> labels;
+    cuda::Event copied{cuda::Event::Timing::off};    // the last copy into `inputs`, `labels`
+    cuda::Event released{cuda::Event::Timing::off};  // the compute stream's last read of them
+  };
+
+  std::size_t other() const { return slots_.size() == 1 ? 0 : 1 - current_; }
+  // Slot i becomes the one the compute stream reads; the one it read before is released.
+  Slot& switch_to(std::size_t i) {
+    if (i != current_) slots_[current_].released.record(stream_);
+    current_ = i;
+    return slots_[i];
+  }
+  void copy(Slot& slot, const Batch& batch, std::size_t rows, void* stream) {
+    const StagedBatch host = slot.pinned.stage(batch, rows);
+    if (rows == 0) return;
+    cuda::memcpy_async(slot.inputs.data(), host.inputs, rows * features_ * sizeof(float), stream);
+    cuda::memcpy_async(slot.labels.data(), host.labels, rows * sizeof(std::int32_t), stream);
+  }
+
   FailureGuard& guard_;
   void* stream_;
-  std::size_t features_;
-  PinnedBatch pinned_;
-  DeviceBuffer<float> inputs_;
-  DeviceBuffer<std::int32_t> labels_;
+  std::size_t features_, max_rows_;
+  std::deque<Slot> slots_;  // deque: slots hold events and buffers that stay put
+  std::optional<cuda::Stream> copy_stream_;
+  std::size_t current_ = 0;
+  bool pending_ = false;
 };
 
 // One GPU rank's context. Every pointer is valid for the duration of the rank's body.

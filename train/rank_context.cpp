@@ -54,6 +54,10 @@ void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_
   }
 }
 
+void BatchStaging::prefetch(const Batch&, std::size_t) { throw Error("device batch: this staging does not prefetch"); }
+
+StagedBatch BatchStaging::take_prefetched() { throw Error("device batch: no prefetched batch to take"); }
+
 void BatchStaging::check_rows(const Batch& batch, std::size_t rows, std::size_t max_rows) {
   if (rows > max_rows || rows > batch.size) {
     throw Error(fmt::format("device batch: {} rows do not fit (staging {}, batch {})", rows, max_rows, batch.size));

@@ -90,13 +90,26 @@ struct StagedBatch {
 
 // Moves loader batches to the device: nothing on the CPU (the loader's buffers are used in
 // place); on GPUs a host-to-device copy on the compute stream, through page-locked buffers with
-// pin_memory.
+// pin_memory. A staging that prefetches (GPUs with pin_memory) also copies the next step's batch
+// on a stream of its own while the current step computes (the CUDA prefetcher of NVIDIA's
+// ImageNet example, apex's data_prefetcher): prefetch() starts the copy, take_prefetched()
+// hands it to the next step, and the step loop calls them within an epoch only.
 class BatchStaging {
  public:
   virtual ~BatchStaging() = default;
   // The first `rows` samples of `batch` (rows <= the staging's max_rows), valid until the next
-  // stage() call and until `batch` is reused. The copy is enqueued on the compute stream.
+  // stage() or take_prefetched() call and until `batch` is reused. The copy is enqueued on the
+  // compute stream.
   virtual StagedBatch stage(const Batch& batch, std::size_t rows) = 0;
+  // Whether prefetch() overlaps the next batch's copy with the current step.
+  virtual bool prefetches() const { return false; }
+  // Starts copying the first `rows` samples of `batch` for the next step, into buffers the current
+  // step does not read; `batch` may be reused once it returns. Throws Error as stage() does, and
+  // Error("... does not prefetch") unless prefetches().
+  virtual void prefetch(const Batch& batch, std::size_t rows);
+  // The batch the last prefetch() copied; the compute stream's later work waits for its copy.
+  // Valid as stage()'s result. Throws Error if no prefetch() is pending.
+  virtual StagedBatch take_prefetched();
 
  protected:
   // Throws Error("device batch: R rows do not fit (staging S, batch B)") unless rows fit both

@@ -164,7 +164,7 @@ class RankLoop {
           timed_start_ = s_.ctx.comm().stats();
           s_.ctx.mark_timed_start();
         }
-        const StepRecord rec = run_step();
+        const StepRecord rec = run_step(s + 1 < spe && step_ + 1 < total_);
         if (step_ >= s_.config.warmup_steps) me_.steps.push_back(rec);
         ++steps_in_epoch_[static_cast<std::size_t>(epoch)];
         progress_.step_done(s_.ctx, epoch, step_);
@@ -198,19 +198,34 @@ class RankLoop {
   // One step through the mode's verbs. Every communication that blocks the step is laid in
   // comm_exposed; comm adds the part of the gradient sync that overlapped backward (from the
   // first bucket being ready to the end of backward), so exposed <= total on every step.
-  StepRecord run_step() {
+  // Where the staging prefetches (GPUs with pin_memory) and `next_in_epoch`, the next step's
+  // batch is loaded and its copy started once forward is enqueued; the time the compute stream
+  // then waits for the host is data wait.
+  StepRecord run_step(bool next_in_epoch) {
     StepTimer& timer = *timer_;
     maybe_inject_fault(s_.ctx.rank(), step_);
     timer.begin();
     maybe_delay_step(s_.config.mode);
-    const Batch* loaded = loader_ ? &loader_->next() : nullptr;
+    const bool prefetched = prefetched_;
+    const Batch* loaded = loader_ && !prefetched ? &loader_->next() : nullptr;
     timer.lap(&PhaseTimes::data_wait);
     mode_.replicate();
     timer.lap(&PhaseTimes::comm_exposed);
-    const StagedBatch batch = loaded ? staging_->stage(*loaded, mode_.loaded_rows()) : StagedBatch{};
+    StagedBatch batch;
+    if (prefetched) {
+      batch = staging_->take_prefetched();
+      prefetched_ = false;
+    } else if (loaded) {
+      batch = staging_->stage(*loaded, mode_.loaded_rows());
+    }
     timer.lap(&PhaseTimes::h2d);
     mode_.forward(batch, step_, timer);
     timer.lap(&PhaseTimes::forward);
+    if (loader_ && next_in_epoch && staging_->prefetches()) {
+      staging_->prefetch(loader_->next(), mode_.loaded_rows());
+      prefetched_ = true;
+      timer.lap(&PhaseTimes::data_wait);
+    }
     launcher_.reset();
     mode_.backward(on_grad_ready_);
     const StepTimer::Mark backward_end = timer.lap(&PhaseTimes::backward);
@@ -240,6 +255,7 @@ class RankLoop {
   std::unique_ptr<BatchStaging> staging_;
   std::unique_ptr<StepTimer> timer_;
   StepTimer::Mark first_ready_ = 0;
+  bool prefetched_ = false;  // the staging holds the next step's batch (BatchStaging::prefetch)
   BucketLauncher launcher_;
   GradReadyFn on_grad_ready_;  // empty when the mode has no buckets (nothing overlaps backward)
   CommBatchNormSync bn_sync_;

@@ -119,9 +119,10 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                "DataLoader persistent_workers: keep the worker threads alive between epochs");
   app.add_flag_callback("--pin-memory", [&d] { d.pin_memory = 1; },
                         "DataLoader pin_memory: page-locked staging for asynchronous host-to-device "
-                        "copies (default on with --device cuda; no effect when training on CPU)");
+                        "copies, each step's batch loaded and copied on its own stream while the step "
+                        "before computes (default on with --device cuda; no effect when training on CPU)");
   app.add_flag_callback("--no-pin-memory", [&d] { d.pin_memory = 0; },
-                        "Copy batches to the GPU from pageable memory (synchronous copies)");
+                        "Copy batches to the GPU from pageable memory (synchronous copies, no prefetch)");
   app.add_option("--precision", c.precision,
                  "cuda: cuBLAS math for the GEMMs, tf32 (tensor cores, PyTorch's allow_tf32) or fp32")
       ->capture_default_str();

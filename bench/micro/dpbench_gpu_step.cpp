@@ -39,10 +39,28 @@
 namespace dpbench {
 namespace {
 
+// The card's dense peak in TFLOP/s for `precision` from NVIDIA's datasheets (tensor-core TF32
+// without sparsity, i.e. half the datasheet's sparse figure; FP32 on the CUDA cores), matched on
+// the device name; 0 for a card not listed. H100 SXM5 and H200 SXM: 494.7 TF32, 66.9 FP32; H100
+// PCIe: 378 and 51; A100: 156 and 19.5.
+double datasheet_peak_tflops(const std::string& name, cuda::Precision precision) {
+  struct Peak {
+    const char* name_part;
+    double tf32, fp32;
+  };
+  static const Peak kPeaks[] = {{"H200", 494.7, 66.9}, {"H100 PCIe", 378.0, 51.0}, {"H100", 494.7, 66.9},
+                                {"A100", 156.0, 19.5}};
+  for (const Peak& p : kPeaks) {
+    if (name.find(p.name_part) != std::string::npos) return precision == cuda::Precision::tf32 ? p.tf32 : p.fp32;
+  }
+  return 0.0;
+}
+
 // Times one training step of the model make_model() builds per iteration on GPU 0: range(0) samples
 // (the batch) of model.input_features() floats in [0, 1) and random labels, copied out of a
 // device-resident set of kSetBatches batches, forward, loss, backward, SGD momentum; range(1): 1
-// for tf32, 0 for fp32. step_flops: the step's GEMM FLOPs (the "flops" rate counter). Also counts
+// for tf32, 0 for fp32. step_flops: the step's GEMM FLOPs (the "flops" rate counter, and
+// of_peak: that rate over the card's datasheet peak, datasheet_peak_tflops, where listed). Also counts
 // the step's launches (cuda::launch_count(): every kernel of dpbench's launchers and every cuBLAS
 // call) as launches_per_step. Without a usable GPU: SkipWithError with the reason. The model is
 // built here, after the allocator and cuBLAS handle its kernels hold, so that it releases its
@@ -124,6 +142,13 @@ void time_train_steps(benchmark::State& state, const std::function<std::unique_p
   state.counters["step_p50_ms"] = 1e3 * p50;
   state.counters["samples_per_s_p50"] = p50 > 0 ? static_cast<double>(batch) / p50 : 0.0;
   state.counters["gpu_ms"] = benchmark::Counter(1e3 * gpu_s, benchmark::Counter::kAvgIterations);
+  const double peak = datasheet_peak_tflops(probe.gpus.front().name, precision);
+  double timed_s = 0;
+  for (double w : wall) timed_s += w;
+  if (peak > 0 && timed_s > 0) {
+    state.counters["peak_tflops"] = peak;
+    state.counters["of_peak"] = step_flops * static_cast<double>(wall.size()) / timed_s / (peak * 1e12);
+  }
   state.SetLabel(std::string(cuda::to_string(precision)) + " " + probe.gpus.front().name);
 }
 
