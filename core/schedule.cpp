@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -115,19 +116,25 @@ std::vector<std::pair<double, double>> StepSchedule::node_link_bytes(const std::
 }
 
 void StepSchedule::check_matched() const {
-  // (stream, from, to) -> the bytes of each message, in order, as sent and as received.
-  std::map<std::tuple<int, int, int>, std::pair<std::vector<double>, std::vector<double>>> flows;
+  // (stream, from, to) -> the bytes of each message, in order, as sent and as received. Hashed
+  // (a std::map of tuples was 2 % of a 1,024-rank projection, with a million pairs).
+  const auto key = [](int stream, int from, int to) {
+    return (static_cast<std::uint64_t>(stream) << 42) | (static_cast<std::uint64_t>(from) << 21) |
+           static_cast<std::uint64_t>(to);
+  };
+  std::unordered_map<std::uint64_t, std::pair<std::vector<double>, std::vector<double>>> flows;
   for (int r = 0; r < world_size(); ++r) {
     const auto& streams = ranks_[static_cast<std::size_t>(r)].streams;
     for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
       for (const auto& op : streams[static_cast<std::size_t>(s)]) {
-        if (op.kind == ScheduleOpKind::send) flows[{s, r, op.peer}].first.push_back(op.bytes);
-        if (op.kind == ScheduleOpKind::recv) flows[{s, op.peer, r}].second.push_back(op.bytes);
+        if (op.kind == ScheduleOpKind::send) flows[key(s, r, op.peer)].first.push_back(op.bytes);
+        if (op.kind == ScheduleOpKind::recv) flows[key(s, op.peer, r)].second.push_back(op.bytes);
       }
     }
   }
-  for (const auto& [key, f] : flows) {
-    const auto [stream, from, to] = key;
+  for (const auto& [k, f] : flows) {
+    const auto stream = static_cast<int>(k >> 42), from = static_cast<int>((k >> 21) & 0x1fffff),
+               to = static_cast<int>(k & 0x1fffff);
     if (f.first != f.second) {
       throw Error(fmt::format("schedule: stream {} from rank {} to rank {}: {} sends against {} receives, or their "
                               "bytes differ", stream, from, to, f.first.size(), f.second.size()));
