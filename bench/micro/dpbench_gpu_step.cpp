@@ -21,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -56,6 +57,63 @@ double datasheet_peak_tflops(const std::string& name, cuda::Precision precision)
   return 0.0;
 }
 
+// Batches of the device-resident training set; each step copies the next one into its batch.
+constexpr std::size_t kSetBatches = 4;
+
+// `rows` samples of `features` floats in [0, 1) and labels in [0, classes), seeded.
+std::pair<std::vector<float>, std::vector<std::int32_t>> random_set(std::size_t rows, std::size_t features,
+                                                                    std::size_t classes) {
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::vector<float> x(rows * features);
+  for (float& v : x) v = pixel(rng);
+  std::vector<std::int32_t> y(rows);
+  for (auto& label : y) label = static_cast<std::int32_t>(rng() % classes);
+  return {std::move(x), std::move(y)};
+}
+
+// One step's device buffers: parameters, gradients and momentum [n], the device-resident set
+// (kSetBatches batches), this step's batch, logits and their gradient [batch, classes], the loss.
+struct StepBuffers {
+  StepBuffers(DeviceAllocator& a, std::size_t n, std::size_t batch, std::size_t features, std::size_t classes)
+      : params(a, MemoryCategory::parameters, n),
+        grads(a, MemoryCategory::gradients, n),
+        velocity(a, MemoryCategory::optimizer_state, n),
+        set_x(a, MemoryCategory::data_staging, kSetBatches * batch * features),
+        set_y(a, MemoryCategory::data_staging, kSetBatches * batch),
+        x(a, MemoryCategory::data_staging, batch * features),
+        y(a, MemoryCategory::data_staging, batch),
+        logits(a, MemoryCategory::activations, batch * classes),
+        dlogits(a, MemoryCategory::activations, batch * classes),
+        loss(a, MemoryCategory::activations, 1) {}
+  DeviceBuffer<float> params, grads, velocity, set_x;
+  DeviceBuffer<std::int32_t> set_y;
+  DeviceBuffer<float> x;
+  DeviceBuffer<std::int32_t> y;
+  DeviceBuffer<float> logits, dlogits, loss;
+};
+
+// samples/s and flops (rates over the iterations), step_p50_ms and samples_per_s_p50 (the median
+// of `wall`, each step's seconds).
+void set_step_counters(benchmark::State& state, std::size_t batch, double step_flops, std::vector<double> wall) {
+  state.counters["samples_per_s"] =
+      benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["flops"] = benchmark::Counter(step_flops, benchmark::Counter::kIsIterationInvariantRate);
+  const double p50 = median(wall);
+  state.counters["step_p50_ms"] = 1e3 * p50;
+  state.counters["samples_per_s_p50"] = p50 > 0 ? static_cast<double>(batch) / p50 : 0.0;
+}
+
+// peak_tflops and of_peak (the steps' GEMM FLOP rate over the peak; `wall`: each step's
+// seconds), unless the peak is unknown (0).
+void set_peak_counters(benchmark::State& state, double peak_tflops, double step_flops, const std::vector<double>& wall) {
+  double timed_s = 0;
+  for (double w : wall) timed_s += w;
+  if (!(peak_tflops > 0) || !(timed_s > 0)) return;
+  state.counters["peak_tflops"] = peak_tflops;
+  state.counters["of_peak"] = step_flops * static_cast<double>(wall.size()) / timed_s / (peak_tflops * 1e12);
+}
+
 // Times one training step of the model make_model() builds per iteration on GPU 0: range(0) samples
 // (the batch) of model.input_features() floats in [0, 1) and random labels, copied out of a
 // device-resident set of kSetBatches batches, forward, loss, backward, SGD momentum; range(1): 1
@@ -86,26 +144,11 @@ void time_train_steps(benchmark::State& state, const std::function<std::unique_p
 
   std::vector<float> host_params(n);
   model.init_params(host_params.data(), 0);
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  // A device-resident training set of kSetBatches batches; each step copies the next one into x, y.
-  constexpr std::size_t kSetBatches = 4;
   const std::size_t batch_floats = batch * features;
-  std::vector<float> host_x(kSetBatches * batch_floats);
-  for (float& v : host_x) v = pixel(rng);
-  std::vector<std::int32_t> host_y(kSetBatches * batch);
-  for (auto& y : host_y) y = static_cast<std::int32_t>(rng() % classes);
+  const auto [host_x, host_y] = random_set(kSetBatches * batch, features, classes);
 
-  DeviceBuffer<float> params(allocator, MemoryCategory::parameters, n);
-  DeviceBuffer<float> grads(allocator, MemoryCategory::gradients, n);
-  DeviceBuffer<float> velocity(allocator, MemoryCategory::optimizer_state, n);
-  DeviceBuffer<float> set_x(allocator, MemoryCategory::data_staging, host_x.size());
-  DeviceBuffer<std::int32_t> set_y(allocator, MemoryCategory::data_staging, host_y.size());
-  DeviceBuffer<float> x(allocator, MemoryCategory::data_staging, batch_floats);
-  DeviceBuffer<std::int32_t> y(allocator, MemoryCategory::data_staging, batch);
-  DeviceBuffer<float> logits(allocator, MemoryCategory::activations, batch * classes);
-  DeviceBuffer<float> dlogits(allocator, MemoryCategory::activations, batch * classes);
-  DeviceBuffer<float> loss(allocator, MemoryCategory::activations, 1);
+  StepBuffers d(allocator, n, batch, features, classes);
+  auto& [params, grads, velocity, set_x, set_y, x, y, logits, dlogits, loss] = d;
   params.copy_from_host(host_params, stream.handle());
   set_x.copy_from_host(host_x, stream.handle());
   set_y.copy_from_host(host_y, stream.handle());
@@ -135,20 +178,9 @@ void time_train_steps(benchmark::State& state, const std::function<std::unique_p
   }
   const double steps = static_cast<double>(std::max<std::size_t>(step, 1));
   state.counters["launches_per_step"] = static_cast<double>(cuda::launch_count() - launches_before) / steps;
-  state.counters["samples_per_s"] =
-      benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["flops"] = benchmark::Counter(step_flops, benchmark::Counter::kIsIterationInvariantRate);
-  const double p50 = median(wall);
-  state.counters["step_p50_ms"] = 1e3 * p50;
-  state.counters["samples_per_s_p50"] = p50 > 0 ? static_cast<double>(batch) / p50 : 0.0;
   state.counters["gpu_ms"] = benchmark::Counter(1e3 * gpu_s, benchmark::Counter::kAvgIterations);
-  const double peak = datasheet_peak_tflops(probe.gpus.front().name, precision);
-  double timed_s = 0;
-  for (double w : wall) timed_s += w;
-  if (peak > 0 && timed_s > 0) {
-    state.counters["peak_tflops"] = peak;
-    state.counters["of_peak"] = step_flops * static_cast<double>(wall.size()) / timed_s / (peak * 1e12);
-  }
+  set_step_counters(state, batch, step_flops, wall);
+  set_peak_counters(state, datasheet_peak_tflops(probe.gpus.front().name, precision), step_flops, wall);
   state.SetLabel(std::string(cuda::to_string(precision)) + " " + probe.gpus.front().name);
 }
 
