@@ -117,6 +117,33 @@ void Event::record(void* stream) {
   DPBENCH_CUDA_CHECK("Event::record", cudaEventRecord(as_event(event_), as_stream(stream)));
 }
 
+Graph::Graph(void* stream, const std::function<void()>& enqueue) {
+  DPBENCH_CUDA_CHECK("Graph", cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeRelaxed));
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue();
+  } catch (...) {
+    if (cudaStreamEndCapture(as_stream(stream), &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  DPBENCH_CUDA_CHECK("Graph", cudaStreamEndCapture(as_stream(stream), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check_cuda(made, "Graph", "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
+  exec_ = exec;
+}
+
+Graph::~Graph() {
+  if (exec_ != nullptr && cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)) != cudaSuccess) cudaGetLastError();
+}
+
+void Graph::launch(void* stream) const {
+  DPBENCH_CUDA_CHECK("Graph::launch", cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), as_stream(stream)));
+  detail::note_launch();
+}
+
 void Event::wait_on(void* stream) const {
   DPBENCH_CUDA_CHECK("Event::wait_on", cudaStreamWaitEvent(as_stream(stream), as_event(event_), 0));
 }

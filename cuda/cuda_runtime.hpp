@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <utility>
 
 #include "core/memory.hpp"
@@ -67,6 +68,30 @@ class Event {
 
  private:
   void* event_ = nullptr;
+};
+
+// A CUDA graph of the work one capture enqueued on a stream, instantiated for replay: the
+// launches of a whole step become one cudaGraphLaunch (PyTorch's torch.cuda.graph does the same).
+// Move-only.
+class Graph {
+ public:
+  // Captures what `enqueue` puts on `stream` (a non-default stream; cudaStreamBeginCapture in
+  // relaxed mode, so nothing it enqueues runs now), then instantiates it. Run `enqueue` once
+  // outside a capture first, so that libraries allocate their workspaces. Throws Error naming the
+  // failing call (e.g. work that cannot be captured); `enqueue`'s own exception ends the capture
+  // and is rethrown.
+  Graph(void* stream, const std::function<void()>& enqueue);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  Graph(Graph&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+  Graph& operator=(Graph&&) = delete;
+  // Enqueues the captured work on `stream` (cudaGraphLaunch), counted as one launch in
+  // launch_count().
+  void launch(void* stream) const;
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t
 };
 
 // Copies `bytes` from src to dst on `stream`; either may be host or device memory of any device

@@ -11,7 +11,9 @@
 // host having synchronised with the step's end, each iteration one sample (UseManualTime). The
 // reported time is Google Benchmark's mean of them; step_p50_ms and samples_per_s_p50 are the
 // medians the reference reports; gpu_ms is the CUDA-event time of the step on the stream.
-// Counters: samples/s and the GEMMs' FLOP/s (each benchmark states its FLOPs per step).
+// Counters: samples/s and the GEMMs' FLOP/s (each benchmark states its FLOPs per step), and the
+// FLOP/s over the card's datasheet peak. Rows with graph:1 replay each step as a CUDA graph
+// captured from the same launches (one launch per step instead of 18 or 49).
 // Without a usable GPU every benchmark reports "no CUDA device: <reason>" as its error.
 #include <algorithm>
 #include <chrono>
@@ -114,6 +116,47 @@ void set_peak_counters(benchmark::State& state, double peak_tflops, double step_
   state.counters["of_peak"] = step_flops * static_cast<double>(wall.size()) / timed_s / (peak_tflops * 1e12);
 }
 
+// The benchmark's loop: iteration i runs step b = i % kSetBatches (enqueue(b), or with `graph`
+// the replay of a CUDA graph captured from enqueue(b) before the loop, after one step outside a
+// capture) between two events on `stream`, waits for it and records its wall time as the
+// iteration's (SetIterationTime). Sets launches_per_step (a graph's replay counts one) and gpu_ms
+// (the events' time). Returns each step's wall seconds. Throws cuda's Error (e.g. a capture
+// failing).
+std::vector<double> run_timed_steps(benchmark::State& state, cuda::Stream& stream,
+                                    const std::function<void(std::size_t)>& enqueue, bool graph) {
+  std::vector<cuda::Graph> graphs;
+  if (graph) {
+    enqueue(0);
+    stream.synchronize();
+    for (std::size_t b = 0; b < kSetBatches; ++b) graphs.emplace_back(stream.handle(), [&] { enqueue(b); });
+  }
+  cuda::Event start, stop;
+  std::vector<double> wall;
+  double gpu_s = 0;
+  std::size_t step = 0;
+  const std::uint64_t launches_before = cuda::launch_count();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    start.record(stream.handle());
+    const std::size_t b = step++ % kSetBatches;
+    if (graphs.empty()) {
+      enqueue(b);
+    } else {
+      graphs[b].launch(stream.handle());
+    }
+    stop.record(stream.handle());
+    stop.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(seconds);
+    wall.push_back(seconds);
+    gpu_s += static_cast<double>(cuda::Event::elapsed_ms(start, stop)) / 1e3;
+  }
+  const double steps = static_cast<double>(std::max<std::size_t>(step, 1));
+  state.counters["launches_per_step"] = static_cast<double>(cuda::launch_count() - launches_before) / steps;
+  state.counters["gpu_ms"] = benchmark::Counter(1e3 * gpu_s, benchmark::Counter::kAvgIterations);
+  return wall;
+}
+
 // Times one training step of the model make_model() builds per iteration on GPU 0: range(0) samples
 // (the batch) of model.input_features() floats in [0, 1) and random labels, copied out of a
 // device-resident set of kSetBatches batches, forward, loss, backward, SGD momentum; range(1): 1
@@ -122,9 +165,10 @@ void set_peak_counters(benchmark::State& state, double peak_tflops, double step_
 // the step's launches (cuda::launch_count(): every kernel of dpbench's launchers and every cuBLAS
 // call) as launches_per_step. Without a usable GPU: SkipWithError with the reason. The model is
 // built here, after the allocator and cuBLAS handle its kernels hold, so that it releases its
-// activations before they go.
+// activations before they go. With `graph`, each step replays a CUDA graph of its launches
+// (run_timed_steps); a step that cannot be captured reports the error.
 void time_train_steps(benchmark::State& state, const std::function<std::unique_ptr<Model>()>& make_model,
-                      double step_flops) {
+                      double step_flops, bool graph) {
   const CudaProbe probe = probe_cuda();
   if (!probe.usable) {
     state.SkipWithError(("no CUDA device: " + probe.reason).c_str());
@@ -153,15 +197,8 @@ void time_train_steps(benchmark::State& state, const std::function<std::unique_p
   set_x.copy_from_host(host_x, stream.handle());
   set_y.copy_from_host(host_y, stream.handle());
 
-  cuda::Event start, stop;
-  std::vector<double> wall;
-  double gpu_s = 0;
-  std::size_t step = 0;
-  const std::uint64_t launches_before = cuda::launch_count();
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    start.record(stream.handle());
-    const std::size_t b = step++ % kSetBatches;
+  // One step on batch b of the set, enqueued on the stream.
+  const auto enqueue = [&](std::size_t b) {
     cuda::memcpy_async(x.data(), set_x.data() + b * batch_floats, batch_floats * sizeof(float), stream.handle());
     cuda::memcpy_async(y.data(), set_y.data() + b * batch, batch * sizeof(std::int32_t), stream.handle());
     model.forward(params.data(), x.data(), batch, logits.data());
@@ -169,23 +206,21 @@ void time_train_steps(benchmark::State& state, const std::function<std::unique_p
                                 1.0f / static_cast<float>(batch), loss.data(), stream.handle());
     model.backward(params.data(), x.data(), dlogits.data(), batch, grads.data(), nullptr);
     cuda::sgd_momentum(params.data(), grads.data(), velocity.data(), n, 0.01f, 0.9f, 0.0f, stream.handle());
-    stop.record(stream.handle());
-    stop.synchronize();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(seconds);
-    wall.push_back(seconds);
-    gpu_s += static_cast<double>(cuda::Event::elapsed_ms(start, stop)) / 1e3;
+  };
+  std::vector<double> wall;
+  try {
+    wall = run_timed_steps(state, stream, enqueue, graph);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
   }
-  const double steps = static_cast<double>(std::max<std::size_t>(step, 1));
-  state.counters["launches_per_step"] = static_cast<double>(cuda::launch_count() - launches_before) / steps;
-  state.counters["gpu_ms"] = benchmark::Counter(1e3 * gpu_s, benchmark::Counter::kAvgIterations);
   set_step_counters(state, batch, step_flops, wall);
   set_peak_counters(state, datasheet_peak_tflops(probe.gpus.front().name, precision), step_flops, wall);
   state.SetLabel(std::string(cuda::to_string(precision)) + " " + probe.gpus.front().name);
 }
 
 // One MLP training step per iteration. range(0): batch; range(1): 1 for tf32, 0 for fp32;
-// range(2), range(3): the two hidden widths. FLOPs per step: 2 * batch * weights for the forward
+// range(2), range(3): the two hidden widths; range(4): 1 to replay the step as a CUDA graph. FLOPs per step: 2 * batch * weights for the forward
 // and as much for each of the weight and input gradients, but no input gradient for the first
 // layer.
 void BM_CudaMlpTrainStep(benchmark::State& state) {
@@ -195,20 +230,23 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
   for (std::size_t l = 0; l + 1 < dims.size(); ++l) weights += static_cast<double>(dims[l] * dims[l + 1]);
   const double first_layer = static_cast<double>(dims[0] * dims[1]);  // no input gradient
   time_train_steps(state, [&] { return std::make_unique<Mlp<float>>(dims); },
-                   static_cast<double>(state.range(0)) * (6.0 * weights - 2.0 * first_layer));
+                   static_cast<double>(state.range(0)) * (6.0 * weights - 2.0 * first_layer), state.range(4) != 0);
 }
 
 BENCHMARK(BM_CudaMlpTrainStep)
-    ->ArgNames({"batch", "tf32", "h1", "h2"})
-    ->Args({1024, 1, 4096, 4096})
-    ->Args({1024, 0, 4096, 4096})
-    ->Args({256, 1, 512, 256})
+    ->ArgNames({"batch", "tf32", "h1", "h2", "graph"})
+    ->Args({1024, 1, 4096, 4096, 0})
+    ->Args({1024, 0, 4096, 4096, 0})
+    ->Args({256, 1, 512, 256, 0})
+    ->Args({1024, 1, 4096, 4096, 1})
+    ->Args({256, 1, 512, 256, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinWarmUpTime(0.5);
 
 // One training step of the default CNN of `dpbench run --workload cnn` (1x28x28, channels 16 and
-// 32, hidden 128, 10 classes) per iteration. range(0): batch; range(1): 1 for tf32, 0 for fp32.
+// 32, hidden 128, 10 classes) per iteration. range(0): batch; range(1): 1 for tf32, 0 for fp32;
+// range(2): 1 to replay the step as a CUDA graph.
 // Its convolutions run over the whole batch (workloads/conv_layout.hpp), so launches_per_step is
 // the same for every batch whose convolutions fit one chunk (up to 486 samples here). FLOPs: per
 // conv 2*N*P*Q*K*C*R*S for the forward GEMM, as much for dW and dx (not the first layer), and
@@ -218,14 +256,16 @@ void BM_CudaCnnTrainStep(benchmark::State& state) {
   const double conv1 = 2.0 * n * 28 * 28 * 16 * 1 * 9, conv2 = 2.0 * n * 14 * 14 * 32 * 16 * 9;
   const double fc1 = 2.0 * n * (32 * 7 * 7) * 128, fc2 = 2.0 * n * 128 * 10;
   time_train_steps(state, [] { return std::make_unique<Cnn>(SampleShape{1, 28, 28}, 16, 32, 128, 10); },
-                   2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
+                   2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2, state.range(2) != 0);
 }
 
 BENCHMARK(BM_CudaCnnTrainStep)
-    ->ArgNames({"batch", "tf32"})
-    ->Args({64, 1})
-    ->Args({256, 1})
-    ->Args({256, 0})
+    ->ArgNames({"batch", "tf32", "graph"})
+    ->Args({64, 1, 0})
+    ->Args({256, 1, 0})
+    ->Args({256, 0, 0})
+    ->Args({64, 1, 1})
+    ->Args({256, 1, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinWarmUpTime(0.5);
