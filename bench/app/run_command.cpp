@@ -211,7 +211,13 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
   auto number = [](const nlohmann::json& v, const char* format, double scale) {
     return v.is_number() ? fmt::format(fmt::runtime(format), scale * v.get<double>()) : std::string("-");
   };
-  // The median step's rate on both sides: the reference script reports that one.
+  // Both throughputs on both sides: over the timed steps' wall time (dpbench's DataLoader and
+  // whatever runs between steps included, as the reference's loop includes its own), and at the
+  // median step.
+  row("throughput (samples/s, wall time)", [&](const Column& c) {
+    return number((*c.doc)[c.run != nullptr ? "throughput_samples_per_s" : "throughput_wall_samples_per_s"], "{:.0f}",
+                  1.0);
+  });
   row("throughput (samples/s, median step)", [&](const Column& c) {
     return number((*c.doc)[c.run != nullptr ? "throughput_median_step_samples_per_s" : "throughput_samples_per_s"], "{:.0f}",
                   1.0);

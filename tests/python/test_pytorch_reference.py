@@ -266,6 +266,19 @@ class MlpBundle(_BundleRun):
                                        places=12)
                 self.assertTrue(0.0 <= r["quality"]["test_accuracy"] <= 1.0)
 
+    def test_wall_time_throughput_covers_every_timed_step(self):
+        # The timed span runs from the first timed step's start to the last one's end, so it holds
+        # every timed step; its throughput is dpbench's definition (timed samples / that span).
+        for mode, r in self.runs.items():
+            with self.subTest(mode=mode):
+                samples = r["step_time_s"]["samples"]
+                self.assertGreaterEqual(r["timed_wall_s"], sum(samples))
+                self.assertLess(r["timed_wall_s"], sum(samples) + 5.0)
+                batch = self.bundle["doc"]["config"]["global_batch"]
+                self.assertAlmostEqual(r["throughput_wall_samples_per_s"],
+                                       len(samples) * batch / r["timed_wall_s"], places=6)
+                self.assertEqual(r["throughput_median_step_samples_per_s"], r["throughput_samples_per_s"])
+
 
 @unittest.skipUnless(HAVE_TORCH, "PyTorch (python3-torch) and numpy are not importable")
 class CnnBundle(_BundleRun):

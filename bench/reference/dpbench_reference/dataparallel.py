@@ -162,9 +162,9 @@ def dataparallel_rank(rank, world_size, cfg, init_method):
         problem = Problem(cfg, dev, need_data=rank == 0, need_test=rank == 0,
                           steps_per_epoch=spe)
         flow = _DataParallelFlow(rank, world_size, cfg, problem)
-        times, losses = timed_steps(cfg, problem.order, flow.step)
+        times, losses, wall = timed_steps(cfg, problem.order, flow.step)
         accuracy = evaluate(problem.model, problem.test_x, problem.test_y) if rank == 0 else None
-        result = rank_result(rank, times, flow.b, problem, losses, accuracy)
+        result = rank_result(rank, times, wall, flow.b, problem, losses, accuracy)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -14,9 +14,9 @@ from .runtime import peak_rss_bytes
 from .training import cuda_sync, evaluate, no_sync, timed_steps, train_step
 
 
-def rank_result(rank, times, local_batch, problem, step_losses, test_accuracy=None):
+def rank_result(rank, times, timed_wall_s, local_batch, problem, step_losses, test_accuracy=None):
     """A CPU rank's result dict (peak RSS taken now)."""
-    return {"rank": rank, "times": times, "local_batch": local_batch,
+    return {"rank": rank, "times": times, "timed_wall_s": timed_wall_s, "local_batch": local_batch,
             "num_params": problem.num_params(), "peak_rss_bytes": peak_rss_bytes(),
             "dataset_bytes": problem.dataset_bytes, "step_losses": step_losses,
             "test_accuracy": test_accuracy}
@@ -37,8 +37,8 @@ def run_cuda_plain(cfg, host_data, threads):
         idx = problem.order.global_batch_indices(t)
         return train_step(model, optimizer, loss_fn, problem.x[idx], problem.y[idx])
 
-    times, losses = timed_steps(cfg, problem.order, step, cuda_sync([dev]))
-    rank = {"rank": 0, "times": times, "local_batch": cfg["global_batch"],
+    times, losses, wall = timed_steps(cfg, problem.order, step, cuda_sync([dev]))
+    rank = {"rank": 0, "times": times, "timed_wall_s": wall, "local_batch": cfg["global_batch"],
             "num_params": problem.num_params(), "peak_bytes": torch.cuda.max_memory_allocated(dev),
             "dataset_bytes": problem.dataset_bytes, "threads": threads,
             "test_accuracy": evaluate(model, problem.test_x, problem.test_y)}
@@ -64,7 +64,7 @@ def run_cuda_dataparallel(cfg, host_data, world_size, threads):
         idx = problem.order.global_batch_indices(t)
         return train_step(dp_model, optimizer, loss_fn, problem.x[idx], problem.y[idx])
 
-    times, losses = timed_steps(cfg, problem.order, step, cuda_sync(devices))
+    times, losses, wall = timed_steps(cfg, problem.order, step, cuda_sync(devices))
     local = chunk_sizes(cfg["global_batch"], world_size)
     warnings = []
     idle = sum(1 for b in local if b == 0)
@@ -74,7 +74,7 @@ def run_cuda_dataparallel(cfg, host_data, world_size, threads):
     peaks = [torch.cuda.max_memory_allocated(d) for d in devices]  # before the evaluation
     accuracy = evaluate(model, problem.test_x, problem.test_y)
     # One thread times the step for every replica, so every rank carries rank 0's samples.
-    ranks = [{"rank": r, "times": times, "local_batch": local[r],
+    ranks = [{"rank": r, "times": times, "timed_wall_s": wall, "local_batch": local[r],
               "num_params": problem.num_params(), "peak_bytes": peaks[r],
               "dataset_bytes": problem.dataset_bytes if r == 0 else 0,
               "threads": threads, "test_accuracy": accuracy}
@@ -94,9 +94,9 @@ def plain_rank(rank, world_size, cfg, init_method):
         idx = problem.order.global_batch_indices(t)
         return train_step(model, optimizer, loss_fn, problem.x[idx], problem.y[idx])
 
-    times, losses = timed_steps(cfg, problem.order, step)
+    times, losses, wall = timed_steps(cfg, problem.order, step)
     accuracy = evaluate(model, problem.test_x, problem.test_y)
-    return [rank_result(0, times, cfg["global_batch"], problem, losses, accuracy)]
+    return [rank_result(0, times, wall, cfg["global_batch"], problem, losses, accuracy)]
 
 
 def init_process_group(cfg, rank, world_size, init_method):
@@ -138,11 +138,11 @@ def ddp_rank(rank, world_size, cfg, init_method):
             idx = problem.order.ddp_batch_indices(t, rank, world_size)
             return train_step(ddp_model, optimizer, loss_fn, problem.x[idx], problem.y[idx])
 
-        times, losses = timed_steps(cfg, problem.order, step,
-                                    cuda_sync([dev]) if cuda else no_sync)
+        times, losses, wall = timed_steps(cfg, problem.order, step,
+                                          cuda_sync([dev]) if cuda else no_sync)
         peak = torch.cuda.max_memory_allocated(dev) if cuda else None  # before the evaluation
         accuracy = evaluate(problem.model, problem.test_x, problem.test_y) if rank == 0 else None
-        result = rank_result(rank, times, local_batch, problem, losses, accuracy)
+        result = rank_result(rank, times, wall, local_batch, problem, losses, accuracy)
         if cuda:
             result["peak_bytes"] = peak
         dist.barrier(device_ids=[rank] if cuda else None)

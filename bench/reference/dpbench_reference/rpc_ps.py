@@ -121,10 +121,10 @@ def rpc_ps_rank(rank, world_size, cfg, init_method):
                     p.copy_(v)
             return step_loss if rank == 0 else loss_value
 
-        times, losses = timed_steps(cfg, problem.order, step)
+        times, losses, wall = timed_steps(cfg, problem.order, step)
         # Trainer 0's model: the server's final parameters, trainer 0's BatchNorm statistics.
         accuracy = evaluate(model, problem.test_x, problem.test_y) if rank == 0 else None
-        result = rank_result(rank, times, b, problem, losses, accuracy)
+        result = rank_result(rank, times, wall, b, problem, losses, accuracy)
         graceful = True
     finally:
         # Graceful: wait for the other trainers' outstanding calls; after an error, do not wait.

@@ -35,19 +35,25 @@ def timed_steps(cfg, order, step, sync=no_sync):
     time (time.perf_counter) ends after sync() (CUDA: a synchronize of every device involved).
     The epoch's shuffle is done before the timer starts.
     Returns (step_times_s of the steps after the warm-up, [loss as float or None] for every
-    step)."""
+    step, timed_wall_s): the last is the wall-clock time from the start of the first timed step
+    to the end of the last, what happens between steps included, as dpbench's timed_wall_s
+    (0.0 when no step is timed)."""
     times, losses = [], []
+    first = last = None
     sync()
     for t in range(cfg["steps"]):
         order.prepare(t)
         t0 = time.perf_counter()
         loss = step(t)
         sync()
-        elapsed = time.perf_counter() - t0
+        end = time.perf_counter()
         if t >= cfg["warmup_steps"]:
-            times.append(elapsed)
+            times.append(end - t0)
+            first = t0 if first is None else first
+            last = end
         losses.append(loss)
-    return times, [None if v is None else float(v) for v in losses]
+    wall = last - first if first is not None else 0.0
+    return times, [None if v is None else float(v) for v in losses], wall
 
 
 def evaluate(model, x, y, batch=1024):
