@@ -72,22 +72,9 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
 }
 
-// Options every training command shares (not the ones a sweep varies).
-void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
-                        std::string& out, bool& quiet) {
-  app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
-      ->default_val("auto");
-  app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
-      ->capture_default_str();
-  app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
-      ->capture_default_str();
-  app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
-      ->capture_default_str();
-  add_optimizer_options(app, c);
-  app.add_option("--seed", c.seed,
-                 "Seed of the initial parameters (broadcast from rank 0) and of the "
-                 "DistributedSampler shuffle (seed + epoch)")
-      ->capture_default_str();
+// The model's shape (--hidden, --channels, --sync-bn) and the modes' own knobs (DDP's buckets and
+// gradient sync, sharded_ps's servers), for add_shared_options.
+void add_model_and_mode_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--hidden", c.hidden,
                  "Hidden layer widths of the MLP, comma list (cnn: the width of its one hidden "
                  "linear layer, default 128)")
@@ -112,6 +99,25 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")
       ->capture_default_str();
+}
+
+// Options every training command shares (not the ones a sweep varies).
+void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
+                        std::string& out, bool& quiet) {
+  app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
+      ->default_val("auto");
+  app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
+      ->capture_default_str();
+  app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
+      ->capture_default_str();
+  add_optimizer_options(app, c);
+  app.add_option("--seed", c.seed,
+                 "Seed of the initial parameters (broadcast from rank 0) and of the "
+                 "DistributedSampler shuffle (seed + epoch)")
+      ->capture_default_str();
+  add_model_and_mode_options(app, c);
   app.add_option("--prefetch-factor", c.loader.prefetch_factor,
                  "DataLoader prefetch_factor: batches loaded in advance per worker")
       ->capture_default_str();

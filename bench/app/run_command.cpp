@@ -177,16 +177,32 @@ void print_hook_tolerances(const std::vector<nlohmann::json>& reference, double 
   }
 }
 
-// PyTorch's runs beside the dpbench runs they reproduce: one pair of columns per pair.
-void print_reference_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs,
-                           const nlohmann::json& reference) {
-  if (reference.empty()) return;
-  struct Column {
-    std::string label;
-    const RunResult* run;           // a dpbench run, or null
-    const nlohmann::json* doc;      // its document, or the reference record
-  };
-  std::vector<Column> columns;
+// The reference table's notes: what memory each side measures, the loss-agreement band and the
+// hooks' tolerances.
+void print_reference_footer(const nlohmann::json& reference) {
+  fmt::print("dpbench's memory is its allocator's peak per rank; PyTorch's is the process's peak RSS.\n");
+  const auto& band = reference.front()["loss_agreement"]["band"];
+  const std::string own = band["own_drift"].is_number()
+                              ? fmt::format("{:.1e}, the largest step-loss difference between dpbench's own modes, "
+                                            "which differ only in reduction order",
+                                            band["own_drift"].get<double>())
+                              : std::string("not measured: one mode");
+  fmt::print("Agreement band {:.1e}: {:g} x the float32 drift ({}), at least {:.0e}; (!) marks a run outside it.\n",
+             band["band"].get<double>(), band["margin"].get<double>(), own, band["floor"].get<double>());
+  print_hook_tolerances(reference, band["band"].get<double>());
+}
+
+// One column of the reference table: a dpbench run or PyTorch's record.
+struct ReferenceColumn {
+  std::string label;
+  const RunResult* run;       // a dpbench run, or null
+  const nlohmann::json* doc;  // its document, or the reference record
+};
+
+// For every reference record, the dpbench runs of its mode, then the record.
+std::vector<ReferenceColumn> reference_columns(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs,
+                                               const nlohmann::json& reference) {
+  std::vector<ReferenceColumn> columns;
   for (const auto& rec : reference) {
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (runs[i].config.mode != rec["dpbench_mode"].get<std::string>()) continue;
@@ -196,6 +212,15 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
                                    rec["threads_per_process"].get<int>()),
                        nullptr, &rec});
   }
+  return columns;
+}
+
+// PyTorch's runs beside the dpbench runs they reproduce: one pair of columns per pair.
+void print_reference_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs,
+                           const nlohmann::json& reference) {
+  if (reference.empty()) return;
+  const std::vector<ReferenceColumn> columns = reference_columns(runs, docs, reference);
+  using Column = ReferenceColumn;
   std::size_t width = 22;
   for (const auto& c : columns) width = std::max(width, c.label.size() + 2);
   constexpr int kLabel = 34;
@@ -240,16 +265,7 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
     const auto& a = (*c.doc)["loss_agreement"];
     return fmt::format("{:.1e}{}", a["max_rel_diff"].get<double>(), a["within"].get<bool>() ? "" : " (!)");
   });
-  fmt::print("dpbench's memory is its allocator's peak per rank; PyTorch's is the process's peak RSS.\n");
-  const auto& band = reference.front()["loss_agreement"]["band"];
-  const std::string own = band["own_drift"].is_number()
-                              ? fmt::format("{:.1e}, the largest step-loss difference between dpbench's own modes, "
-                                            "which differ only in reduction order",
-                                            band["own_drift"].get<double>())
-                              : std::string("not measured: one mode");
-  fmt::print("Agreement band {:.1e}: {:g} x the float32 drift ({}), at least {:.0e}; (!) marks a run outside it.\n",
-             band["band"].get<double>(), band["margin"].get<double>(), own, band["floor"].get<double>());
-  print_hook_tolerances(reference, band["band"].get<double>());
+  print_reference_footer(reference);
 }
 
 // Runs PyTorch's counterpart of dpbench run `r` (after it, on the output process) and adds its
