@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <unistd.h>
@@ -56,19 +58,24 @@ std::string verdict_clause(const std::string& mode, const nlohmann::json& doc) {
 
 void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs);
 
-void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
-  constexpr int kLabel = 34;
-  // Columns as wide as the longest run label, with two spaces between them.
-  std::size_t kCol = 22;
-  for (const auto& r : runs) kCol = std::max(kCol, run_label(r).size() + 2);
-  fmt::print("\n{:<{}}", "", kLabel);
-  for (const auto& r : runs) fmt::print("{:>{}}", run_label(r), kCol);
-  fmt::print("\n");
-  auto row = [&](const std::string& label, auto cell) {
+// One row of the run table at a time: the label, then cell(i) for each of `runs` columns.
+class TableRows {
+ public:
+  static constexpr int kLabel = 34;
+  TableRows(std::size_t runs, std::size_t column) : runs_(runs), column_(column) {}
+  template <typename Cell>
+  void operator()(const std::string& label, Cell cell) const {
     fmt::print("{:<{}}", label, kLabel);
-    for (std::size_t i = 0; i < runs.size(); ++i) fmt::print("{:>{}}", cell(i), kCol);
+    for (std::size_t i = 0; i < runs_; ++i) fmt::print("{:>{}}", cell(i), column_);
     fmt::print("\n");
-  };
+  }
+
+ private:
+  std::size_t runs_, column_;
+};
+
+// The table's throughput, step time and phase rows.
+void print_timing_rows(const TableRows& row, const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
   row("throughput (samples/s, wall time)",
       [&](std::size_t i) { return fmt::format("{:.0f}", docs[i]["throughput_samples_per_s"].get<double>()); });
   row("  at the median step (samples/s)", [&](std::size_t i) {
@@ -99,6 +106,11 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
       return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["h2d"].get<double>());
     });
   }
+}
+
+// The table's memory and communication rows.
+void print_memory_and_comm_rows(const TableRows& row, const std::vector<RunResult>& runs,
+                                const std::vector<nlohmann::json>& docs) {
   row("peak memory rank 0 (MiB)", [&](std::size_t i) {
     return fmt::format("{:.2f}", mib(static_cast<double>(runs[i].ranks.front().memory.peak_bytes)));
   });
@@ -121,6 +133,18 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
     return fmt::format("{:.2f} / {:.2f}", mib(static_cast<double>(c.bytes_sent)),
                        mib(static_cast<double>(c.bytes_received)));
   });
+}
+
+void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
+  // Columns as wide as the longest run label, with two spaces between them.
+  std::size_t column = 22;
+  for (const auto& r : runs) column = std::max(column, run_label(r).size() + 2);
+  fmt::print("\n{:<{}}", "", TableRows::kLabel);
+  for (const auto& r : runs) fmt::print("{:>{}}", run_label(r), column);
+  fmt::print("\n");
+  const TableRows row(runs.size(), column);
+  print_timing_rows(row, runs, docs);
+  print_memory_and_comm_rows(row, runs, docs);
   row("final train loss", [&](std::size_t i) { return fmt::format("{:.4f}", runs[i].final_train_loss); });
   row("test accuracy", [&](std::size_t i) {
     return runs[i].test_accuracy >= 0 ? fmt::format("{:.2f} %", 100.0 * runs[i].test_accuracy)
@@ -535,24 +559,58 @@ void check_cluster_modes(const RunOptions& o) {
   }
 }
 
+// On an emulated cluster (--nodes), the job's first two stages: the user's command checks the
+// options and starts the job, the inner stage starts the ranks; returns their exit code. A rank
+// (the third stage) and a run without --nodes get nullopt and go on.
+std::optional<int> run_cluster_stage(const RunOptions& o) {
+  if (o.cluster.nodes <= 0) return std::nullopt;
+  const std::string stage = cluster::stage();
+  if (stage.empty()) {
+    check_common_options(o.base, o.timeout_s);
+    if (!o.out.empty()) check_result_path(o.out);
+    check_cluster_modes(o);
+    return cluster::run_job(o.cluster, o.args);
+  }
+  if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
+  cluster::die_with_parent();  // a rank
+  return std::nullopt;
+}
+
+// The result's config: the base configuration with the run's modes, repetitions, data, launcher,
+// reference and --init-params.
+nlohmann::json run_config_json(const RunOptions& o, const RunSetup& s, const LoadedData& data) {
+  nlohmann::json config = config_to_json(s.base);
+  config.erase("mode");
+  config["modes"] = o.modes;
+  config["repetitions"] = s.repetitions;
+  add_data_config(config, o.data, data);
+  config["launcher"] = s.launch.launcher;
+  if (!o.reference.framework.empty()) config["reference"] = o.reference.framework;
+  if (!o.init_params.empty()) config["init_params"] = o.init_params;
+  return config;
+}
+
+// Says on stderr which reference runs' step losses left the agreement band; true if any did.
+bool report_disagreements(const nlohmann::json& reference_runs) {
+  bool disagree = false;
+  for (const auto& rec : reference_runs) {
+    const auto& a = rec["loss_agreement"];
+    if (a["within"].get<bool>()) continue;
+    disagree = true;
+    fmt::print(stderr, "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
+               "beyond the band of {:.1e}\n", rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
+               a["max_rel_diff"].get<double>(), a["at_step"].get<long>(), a["tolerance"].get<double>());
+  }
+  return disagree;
+}
+
 }  // namespace
 
 int run_command(const RunOptions& o) {
   // Validate everything cheap before loading data or training.
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
   for (const auto& m : o.modes) find_strategy(m);
-  if (o.cluster.nodes > 0) {
-    // The emulated cluster's first two stages start processes; the third is one of its ranks.
-    const std::string stage = cluster::stage();
-    if (stage.empty()) {
-      check_common_options(o.base, o.timeout_s);
-      if (!o.out.empty()) check_result_path(o.out);
-      check_cluster_modes(o);
-      return cluster::run_job(o.cluster, o.args);
-    }
-    if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
-    cluster::die_with_parent();  // a rank
-  }
+  if (const std::optional<int> code = run_cluster_stage(o)) return *code;
   // A malformed DPBENCH_FAULT is an input error here, not in whichever rank reads it first.
   fault_from_env();
   const RunSetup s = prepare_run(o);
@@ -600,25 +658,9 @@ int run_command(const RunOptions& o) {
     runs.push_back(r);
   }
 
-  nlohmann::json config = config_to_json(s.base);
-  config.erase("mode");
-  config["modes"] = o.modes;
-  config["repetitions"] = s.repetitions;
-  add_data_config(config, o.data, data);
-  config["launcher"] = s.launch.launcher;
-  if (reference) config["reference"] = o.reference.framework;
-  if (!o.init_params.empty()) config["init_params"] = o.init_params;
   if (!s.output) return 0;  // rank 0 of a multi-process job reports for every rank
-  report_runs(o, s, std::move(config), runs, docs, reference_runs, reference_failures);
-  bool disagree = false;
-  for (const auto& rec : reference_runs) {
-    const auto& a = rec["loss_agreement"];
-    if (a["within"].get<bool>()) continue;
-    disagree = true;
-    fmt::print(stderr, "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
-               "beyond the band of {:.1e}\n", rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
-               a["max_rel_diff"].get<double>(), a["at_step"].get<long>(), a["tolerance"].get<double>());
-  }
+  report_runs(o, s, run_config_json(o, s, data), runs, docs, reference_runs, reference_failures);
+  const bool disagree = report_disagreements(reference_runs);
   return reference_failures.empty() && !disagree ? 0 : 1;
 }
 
