@@ -49,7 +49,13 @@ void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
   comm.set_wire_format(how.format);
   for (std::size_t b = 0; b < in.buckets.size(); ++b) {
     for (int r = 0; r < s.world_size(); ++r) s.wait_event(r, 1, events[static_cast<std::size_t>(r)].ready[b]);
-    comm.allreduce(in.buckets[b].size);
+    if (in.buckets[b].allreduces.empty()) {
+      comm.allreduce(in.buckets[b].size);
+      continue;
+    }
+    for (const std::size_t n : in.buckets[b].allreduces) {
+      if (n > 0) comm.allreduce(n);
+    }
   }
   replica_optimizer_after_buckets(s, in, events);
 }

@@ -1,7 +1,10 @@
 #include "allreduce/ddp_trainer.hpp"
 
+#include <optional>
+
 #include <fmt/format.h>
 
+#include "allreduce/powersgd.hpp"
 #include "core/hierarchical.hpp"
 #include "train/grad_reducer.hpp"
 #include "train/rank_context.hpp"
@@ -13,6 +16,20 @@ void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
   if (cfg.comm_hook != "allreduce" && cfg.device != "cpu") {
     throw InputError(fmt::format("--comm-hook {}: packs and adds on the host; run it with --device cpu, not {}",
                                  cfg.comm_hook, cfg.device));
+  }
+  if (powersgd_rank(cfg.comm_hook) > 0) {
+    if (cfg.start_powersgd_iter < 2) {
+      throw InputError(fmt::format("--start-powersgd-iter {}: must be at least 2 (PyTorch's PowerSGDState with error "
+                                   "feedback and warm start)", cfg.start_powersgd_iter));
+    }
+    if (cfg.start_powersgd_iter > cfg.warmup_steps) {
+      throw InputError(fmt::format("--start-powersgd-iter {}: the timed steps would mix uncompressed and compressed "
+                                   "steps; give at most --warmup-steps ({})", cfg.start_powersgd_iter, cfg.warmup_steps));
+    }
+    if (cfg.checkpoint_every > 0 || cfg.resume) {
+      throw InputError(fmt::format("--comm-hook {}: checkpoints do not hold PowerSGD's error feedback and Q matrices; "
+                                   "run it without --checkpoint-every and --resume", cfg.comm_hook));
+    }
   }
   if (cfg.hierarchy != "node") return;
   if (cfg.device != "cpu") {
@@ -31,15 +48,28 @@ namespace {
 class AllreduceRank final : public ReplicaRank {
  public:
   explicit AllreduceRank(const RankSetup& s)
-      : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), reducer_(s.ctx, buckets_.size()) {}
+      : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), reducer_(s.ctx, buckets_.size()) {
+    if (const int rank = powersgd_rank(s.config.comm_hook); rank > 0) {
+      powersgd_.emplace(model_->params(), buckets_, rank, s.config.seed, how_.ranks_per_node);
+    }
+  }
 
   // Every replica's optimizer state equals rank 0's, so rank 0's checkpoint holds it for all.
   Optimizer& optimizer() override { return optimizer_; }
   CommStream* comm_thread() override { return reducer_.thread(); }
 
+  void forward(const StagedBatch& batch, long step, StepTimer& timer) override {
+    step_ = step;
+    ReplicaRank::forward(batch, step, timer);
+  }
+
   void start_grad_sync(std::size_t b) override {
     float* grads = grads_.data() + buckets_[b].offset;
     const std::size_t n = buckets_[b].size;
+    if (powersgd_ && step_ >= s_.config.start_powersgd_iter) {
+      reducer_.start(b, [this, b, grads](Communicator& comm, bool) { powersgd_->reduce(comm, b, grads); });
+      return;
+    }
     if (how_.ranks_per_node == 0) {
       reducer_.start(b, grads, n);
       return;
@@ -60,6 +90,8 @@ class AllreduceRank final : public ReplicaRank {
   // --hierarchy node and --comm-hook: core/hierarchical.hpp's rings; else the backend's own.
   BucketAllreduce how_ = bucket_allreduce(s_.config);
   std::vector<float> scratch_;  // one received chunk of those rings
+  std::optional<PowerSgdHook> powersgd_;  // --comm-hook powersgd:R
+  long step_ = 0;                          // the step being run
 };
 
 }  // namespace

@@ -27,6 +27,9 @@ struct RankCompute {
 struct ScheduleBucket {
   std::size_t offset = 0;
   std::size_t size = 0;
+  // The all-reduces a compressing hook runs for the bucket instead of one of `size` floats
+  // (allreduce --comm-hook powersgd:R: its uncompressed tensors, Ps, Qs); empty: none.
+  std::vector<std::size_t> allreduces;
 };
 
 struct ScheduleInputs {

@@ -416,8 +416,9 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.hierarchy != "none" && config.hierarchy != "node") {
     throw InputError(fmt::format("--hierarchy {}: must be none or node", config.hierarchy));
   }
-  if (config.comm_hook != "allreduce" && config.comm_hook != "fp16" && config.comm_hook != "bf16") {
-    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16 or bf16", config.comm_hook));
+  if (config.comm_hook != "allreduce" && config.comm_hook != "fp16" && config.comm_hook != "bf16" &&
+      config.comm_hook.rfind("powersgd", 0) != 0) {
+    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", config.comm_hook));
   }
   if (config.comm_hook != "allreduce" && config.mode != "allreduce") {
     throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",

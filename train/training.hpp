@@ -75,7 +75,12 @@ struct TrainConfig {
   // allreduce: DDP's communication hook, PyTorch's names: "allreduce" (allreduce_hook, the
   // default), "fp16" (fp16_compress_hook) or "bf16" (bf16_compress_hook): the bucket crosses the
   // wire in 16 bits (core/hierarchical.hpp's WireFormat).
+  // "powersgd:R" (powerSGD_hook, allreduce/powersgd.hpp): rank-R PowerSGD with error feedback and
+  // warm start, from step start_powersgd_iter on (PyTorch's start_powerSGD_iter; its default, 1000,
+  // is a training-accuracy choice: a benchmark measures the compressed step, so 2, the least
+  // PyTorch allows with error feedback).
   std::string comm_hook = "allreduce";
+  long start_powersgd_iter = 2;
   int servers = 0;                 // sharded_ps: server ranks 0..servers-1 (0: every rank)
   double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
   DataLoaderOptions loader;
@@ -120,8 +125,10 @@ struct BucketAllreduce {
   WireFormat format = WireFormat::fp32;
 };
 inline BucketAllreduce bucket_allreduce(const TrainConfig& c) {
-  const WireFormat format = c.comm_hook == "allreduce" ? WireFormat::fp32 : wire_format(c.comm_hook);
+  const bool packed = c.comm_hook == "fp16" || c.comm_hook == "bf16";
+  const WireFormat format = packed ? wire_format(c.comm_hook) : WireFormat::fp32;
   if (c.hierarchy == "node") return {hierarchy_ranks_per_node(c), format};
+  if (c.comm_hook.rfind("powersgd", 0) == 0) return {c.world_size, format};  // the project's ring
   return {format == WireFormat::fp32 ? 0 : c.world_size, format};
 }
 

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "allreduce/powersgd.hpp"
 #include "bench/app/memory_command.hpp"
 #include "bench/app/project_command.hpp"
 #include "bench/app/simulated_projection.hpp"
@@ -67,8 +68,24 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--comm-hook", c.comm_hook,
                  "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
-                 "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; host buffers")
-      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}))
+                 "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
+                 "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "allreduce" || v == "fp16" || v == "bf16") return {};
+            if (v.rfind("powersgd", 0) != 0) return "must be allreduce, fp16, bf16 or powersgd:R";
+            try {
+              powersgd_rank(v);
+            } catch (const InputError&) {
+              return "powersgd needs its rank: powersgd:R, R a positive integer";
+            }
+            return {};
+          },
+          "HOOK", "comm hook"))
+      ->capture_default_str();
+  app.add_option("--start-powersgd-iter", c.start_powersgd_iter,
+                 "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
+                 "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are. At most --warmup-steps")
       ->capture_default_str();
 }
 

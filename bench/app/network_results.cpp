@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/powersgd.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "sim/simulate.hpp"
@@ -176,8 +177,12 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, std::string& engine
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
   const auto model = make_model(r.config, r.sample_shape, r.num_classes);
+  const int powersgd = powersgd_rank(r.config.comm_hook);
   for (const Bucket& b : assign_buckets(model->params(), sizeof(float), r.config.first_bucket_mb, r.config.bucket_cap_mb)) {
-    in.buckets.push_back({b.offset, b.size});
+    in.buckets.push_back({b.offset, b.size, {}});
+    if (powersgd == 0) continue;
+    const PowerSgdMessages m = powersgd_messages(powersgd_tensors(model->params(), b, powersgd));
+    in.buckets.back().allreduces = {m.uncompressed, m.p, m.q};
   }
   for (const auto& rank : r.ranks) {
     in.compute.push_back({median_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
@@ -326,10 +331,19 @@ std::string wire_cell(const nlohmann::json& n) {
 
 namespace {
 // The run's bytes for the alpha-beta terms; the gradient's as they cross the wire (16 bits each
-// under a compression hook).
+// under a 16-bit hook; PowerSGD's uncompressed tensors, Ps and Qs under powersgd:R).
 StepModel wire_step_model(const RunResult& r) {
   StepModel m;
   m.param_bytes = static_cast<double>(r.num_params) * (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
+  if (const int rank = powersgd_rank(r.config.comm_hook); rank > 0) {
+    const auto model = make_model(r.config, r.sample_shape, r.num_classes);
+    double floats = 0;
+    for (const Bucket& b : assign_buckets(model->params(), sizeof(float), r.config.first_bucket_mb, r.config.bucket_cap_mb)) {
+      const PowerSgdMessages msg = powersgd_messages(powersgd_tensors(model->params(), b, rank));
+      floats += static_cast<double>(msg.uncompressed + msg.p + msg.q);
+    }
+    m.param_bytes = floats * 4.0;
+  }
   m.sample_bytes = static_cast<double>(r.input_features) * 4.0;
   m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;
   return m;

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/powersgd.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "train/models.hpp"
@@ -86,6 +87,23 @@ nlohmann::json tensor_views(const std::vector<ParamView>& views) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& v : views) out.push_back({{"name", v.name}, {"shape", v.shape}, {"offset", v.offset}});
   return out;
+}
+
+// --comm-hook powersgd:R: the initial Q [cols, r] of every parameter PowerSGD compresses, in
+// parameter order, written to dir/powersgd_q.f32; its tensor table (names of the parameters).
+nlohmann::json write_powersgd_q(const fs::path& dir, const Model& model, int rank, std::uint64_t seed) {
+  Bucket all;
+  for (std::size_t i = 0; i < model.params().size(); ++i) all.params.push_back(i);
+  std::vector<float> qs;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const PowerSgdTensor& t : powersgd_tensors(model.params(), all, rank)) {
+    if (!t.compressed) continue;
+    tensors.push_back({{"name", model.params()[t.param].name}, {"shape", {t.cols, t.rank}}, {"offset", qs.size()}});
+    const std::vector<float> q = powersgd_initial_q(t, seed);
+    qs.insert(qs.end(), q.begin(), q.end());
+  }
+  write_raw(dir, "powersgd_q.f32", qs.data(), qs.size());
+  return {{"file", "powersgd_q.f32"}, {"dtype", "float32"}, {"count", qs.size()}, {"rank", rank}, {"tensors", tensors}};
 }
 
 // A dataset's samples as the model sees them ([N, features] floats) and its labels ([N] int64),
@@ -204,6 +222,10 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
         {"bucket_cap_mb", config.bucket_cap_mb},
         {"comm_hook", config.comm_hook}}},
   };
+  if (const int rank = powersgd_rank(config.comm_hook); rank > 0) {
+    start["config"]["start_powersgd_iter"] = config.start_powersgd_iter;
+    start["powersgd_q"] = write_powersgd_q(dir, *model, rank, config.seed);
+  }
   std::ofstream f(dir / "start.json", std::ios::trunc);
   f << start.dump(2) << "\n";
   f.close();

@@ -88,6 +88,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
           {"first_bucket_mb", c.first_bucket_mb},
           {"hierarchy", c.hierarchy},
           {"comm_hook", c.comm_hook},
+          {"start_powersgd_iter", c.start_powersgd_iter},
           {"servers", c.servers},
           {"coalesce_mb", c.coalesce_mb},
           {"num_workers", c.loader.num_workers},

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/powersgd.hpp"
 #include "cluster/link.hpp"
 #include "core/error.hpp"
 
@@ -29,7 +30,7 @@ std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& c) {
   double cap = c.first_bucket_mb;
   while (end > 0) {
     const auto size = std::min(end, std::max<std::size_t>(1, static_cast<std::size_t>(cap * 1024 * 1024 / 4)));
-    buckets.push_back({end - size, size});
+    buckets.push_back({end - size, size, {}});
     end -= size;
     cap = c.bucket_cap_mb;
   }
@@ -174,6 +175,9 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
                               bool what_if) {
   if (strategy.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
   if (!simulation_available()) return {{"unavailable", "this dpbench was built without SimGrid"}};
+  if (powersgd_rank(config.comm_hook) > 0) {
+    return {{"unavailable", "PowerSGD's messages follow the tensor shapes, which a projection does not know"}};
+  }
   ScheduleInputs in;
   in.config = config;
   in.config.world_size = p;

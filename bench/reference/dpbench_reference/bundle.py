@@ -7,6 +7,7 @@ naming the bundle) on a bundle it cannot use.
 
 import json
 import math
+import re
 from pathlib import Path
 
 from .common import OPTIMIZER_DEFAULTS, OPTIMIZERS, START_SCHEMA, InputError
@@ -195,6 +196,11 @@ def _read_start_bundle(start_dir):
             raise _bundle_error(start_dir, f"order row {e} is not a permutation of [0, {n})")
     bundle["order"] = order
     bundle["config"] = _bundle_config(start_dir, doc.get("config"), n, order[1][0])
+    rank = powersgd_rank(bundle["config"]["comm_hook"])
+    bundle["powersgd_q"] = None
+    if rank:
+        bundle["powersgd_q"] = _check_tensor_table(start_dir, "powersgd_q", doc.get("powersgd_q"),
+                                                   powersgd_q_shapes(model, rank))
     return bundle
 
 
@@ -225,15 +231,42 @@ def _bundle_config(start_dir, c, n, epochs):
         raise _bundle_error(start_dir, f"order has {epochs} epoch rows, {c['steps']} steps of "
                                        f"{c['steps_per_epoch']} per epoch need {needed}")
     hook = c.get("comm_hook", "allreduce")
-    if hook not in COMM_HOOKS:
+    if hook not in COMM_HOOKS and powersgd_rank(hook) == 0:
         raise _bundle_error(start_dir, f"config.comm_hook: {hook!r}, expected "
-                                       + ", ".join(repr(h) for h in COMM_HOOKS))
-    return {**{k: c[k] for k in keys}, **_optimizer_config(start_dir, c), "comm_hook": hook}
+                                       + ", ".join(repr(h) for h in COMM_HOOKS) + " or 'powersgd:R'")
+    out = {**{k: c[k] for k in keys}, **_optimizer_config(start_dir, c), "comm_hook": hook}
+    if powersgd_rank(hook):
+        start = c.get("start_powersgd_iter")
+        if not isinstance(start, int) or isinstance(start, bool) or start < 2:
+            raise _bundle_error(start_dir, f"config.start_powersgd_iter: {start!r}, expected an "
+                                           "integer >= 2 under powersgd")
+        out["start_powersgd_iter"] = start
+    return out
 
 
 # DDP communication hooks by their names in default_hooks (allreduce_hook, fp16_compress_hook,
-# bf16_compress_hook), as dpbench's --comm-hook spells them.
+# bf16_compress_hook), as dpbench's --comm-hook spells them; and powersgd:R (powerSGD_hook).
 COMM_HOOKS = ("allreduce", "fp16", "bf16")
+
+
+def powersgd_rank(hook):
+    """R of a hook named 'powersgd:R' (R a positive integer); 0 for any other name."""
+    m = re.fullmatch(r"powersgd:([1-9][0-9]{0,5})", hook) if isinstance(hook, str) else None
+    return int(m.group(1)) if m else 0
+
+
+def powersgd_q_shapes(model, rank):
+    """{parameter name: [cols, r]} of the parameters PowerSGD compresses, by PyTorch's own rule
+    (powerSGD_hook's _should_compress, min_compression_rate 2, on the [shape[0], -1] view)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
+    shapes = {}
+    for name, p in model.named_parameters():
+        rows = p.shape[0] if p.dim() > 0 else 1
+        cols = p.numel() // rows
+        r = min(rows, cols, rank)
+        if _should_compress(rows, cols, r, 2)[0]:
+            shapes[name] = [cols, r]
+    return shapes
 
 
 def _is_number(v):

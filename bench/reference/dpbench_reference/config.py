@@ -34,7 +34,8 @@ def build_config(args, device, bundle, host_data):
                      warmup_steps=c["warmup_steps"], steps_per_epoch=c["steps_per_epoch"],
                      optimizer=c["optimizer"], lr=c["lr"], momentum=c["momentum"],
                      weight_decay=c["weight_decay"], betas=list(c["betas"]), eps=c["eps"],
-                     seed=c["seed"], bucket_cap_mb=c["bucket_cap_mb"], comm_hook=c["comm_hook"])
+                     seed=c["seed"], bucket_cap_mb=c["bucket_cap_mb"], comm_hook=c["comm_hook"],
+                     start_powersgd_iter=c.get("start_powersgd_iter"))
         data = {"data": "start bundle", "data_dir": None, "synthetic_samples": None,
                 "dataset_samples": bundle["train"]["y"][1][0],
                 "test_samples": bundle["test"]["y"][1][0] if bundle["test"] else None}

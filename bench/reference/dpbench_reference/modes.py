@@ -6,6 +6,7 @@ CPU's DataParallel flow and parameter server.
 
 import datetime
 
+from .comm_hooks import register_comm_hook
 from .common import DistributedDataParallel, dist, nn, torch
 from .data import Problem, chunk_sizes, steps_per_epoch
 from .model import make_optimizer
@@ -127,9 +128,7 @@ def ddp_rank(rank, world_size, cfg, init_method):
             problem.model, device_ids=[rank] if cuda else None,
             output_device=rank if cuda else None, bucket_cap_mb=cfg["bucket_cap_mb"],
             broadcast_buffers=True)
-        if cfg.get("comm_hook", "allreduce") != "allreduce":
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            ddp_model.register_comm_hook(None, getattr(default_hooks, f"{cfg['comm_hook']}_compress_hook"))
+        register_comm_hook(ddp_model, cfg)
         optimizer = make_optimizer(cfg, ddp_model)
         loss_fn = nn.CrossEntropyLoss()
         local_batch = cfg["global_batch"] // world_size

@@ -5,6 +5,7 @@ ranks' results handed back through files, and the mode's run record.
 import json
 import os
 import socket
+import sys
 import tempfile
 
 from .common import mp
@@ -41,7 +42,9 @@ def spawn_ranks(cfg, mode, world_size, threads):
 
 def _rank_main(rank, mode, world_size, cfg, threads, init_method, result_dir):
     """Entry of one spawned process: sets its threads (and precision), runs the mode's rank
-    function, which returns its result dict(s), and writes them to result_dir/rank<r>.json."""
+    function, which returns its result dict(s), writes them to result_dir/rank<r>.json and ends
+    the process with os._exit(0), skipping the interpreter's teardown (see comm_hooks.py: a DDP
+    model with a Python comm hook can deadlock PyTorch 1.13 when it is destroyed)."""
     thread_info = set_threads(threads) if threads is not None else current_threads()
     if cfg["device"] == "cuda":
         set_precision(cfg["precision"])
@@ -52,6 +55,9 @@ def _rank_main(rank, mode, world_size, cfg, threads, init_method, result_dir):
         result.setdefault("threads", thread_info)
         with open(os.path.join(result_dir, f"rank{result['rank']}.json"), "w") as f:
             json.dump(result, f)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_spawned(cfg, mode, world_size, threads):

@@ -1,0 +1,176 @@
+#include "allreduce/powersgd.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/hierarchical.hpp"
+
+namespace dpbench {
+
+int powersgd_rank(const std::string& hook) {
+  const std::string prefix = "powersgd";
+  if (hook.rfind(prefix, 0) != 0) return 0;
+  const std::string rest = hook.substr(prefix.size());
+  if (rest.size() < 2 || rest[0] != ':' || rest.find_first_not_of("0123456789", 1) != std::string::npos ||
+      rest.size() > 7) {
+    throw InputError(fmt::format("--comm-hook {}: PowerSGD needs its rank, powersgd:R with R a positive integer "
+                                 "(matrix_approximation_rank)", hook));
+  }
+  const int r = std::stoi(rest.substr(1));
+  if (r < 1) throw InputError(fmt::format("--comm-hook {}: the rank must be at least 1", hook));
+  return r;
+}
+
+std::vector<PowerSgdTensor> powersgd_tensors(const std::vector<ParamView>& params, const Bucket& bucket, int rank) {
+  std::vector<PowerSgdTensor> out;
+  for (const std::size_t i : bucket.params) {
+    const ParamView& v = params.at(i);
+    PowerSgdTensor t;
+    t.param = i;
+    t.offset = v.offset;
+    t.rows = v.shape.empty() ? 1 : v.shape[0];
+    t.cols = t.rows == 0 ? 0 : v.size / t.rows;
+    t.rank = std::min({t.rows, t.cols, static_cast<std::size_t>(rank)});
+    // _should_compress with min_compression_rate 2. A 1-D tensor is a [n, 1] matrix: rank 1, never
+    // compressed, as in PyTorch.
+    t.compressed = (t.rows + t.cols) * t.rank * 2 < t.rows * t.cols;
+    out.push_back(t);
+  }
+  return out;
+}
+
+PowerSgdMessages powersgd_messages(const std::vector<PowerSgdTensor>& tensors) {
+  PowerSgdMessages m;
+  for (const PowerSgdTensor& t : tensors) {
+    if (t.compressed) {
+      m.p += t.rows * t.rank;
+      m.q += t.cols * t.rank;
+    } else {
+      m.uncompressed += t.rows * t.cols;
+    }
+  }
+  return m;
+}
+
+std::vector<float> powersgd_initial_q(const PowerSgdTensor& t, std::uint64_t seed) {
+  // Box-Muller over a per-parameter mt19937_64 stream: the same on every platform.
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + t.param + 1);
+  auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53; };  // (0, 1]
+  std::vector<float> q(t.cols * t.rank);
+  for (std::size_t i = 0; i < q.size(); i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(uniform()));
+    const double angle = 2.0 * M_PI * uniform();
+    q[i] = static_cast<float>(radius * std::cos(angle));
+    if (i + 1 < q.size()) q[i + 1] = static_cast<float>(radius * std::sin(angle));
+  }
+  return q;
+}
+
+void orthogonalize_columns(float* m, std::size_t rows, std::size_t cols) {
+  for (std::size_t i = 0; i < cols; ++i) {
+    float norm2 = 0;
+    for (std::size_t r = 0; r < rows; ++r) norm2 += m[r * cols + i] * m[r * cols + i];
+    const float norm = std::sqrt(norm2);
+    for (std::size_t r = 0; r < rows; ++r) m[r * cols + i] = norm > 0 ? m[r * cols + i] / norm : 0.0f;
+    for (std::size_t j = i + 1; j < cols; ++j) {
+      float dot = 0;
+      for (std::size_t r = 0; r < rows; ++r) dot += m[r * cols + i] * m[r * cols + j];
+      for (std::size_t r = 0; r < rows; ++r) m[r * cols + j] -= dot * m[r * cols + i];
+    }
+  }
+}
+
+PowerSgdHook::PowerSgdHook(const std::vector<ParamView>& params, const std::vector<Bucket>& buckets, int rank,
+                           std::uint64_t seed, int ranks_per_node)
+    : seed_(seed), ranks_per_node_(ranks_per_node) {
+  for (const Bucket& b : buckets) {
+    BucketState s;
+    s.tensors = powersgd_tensors(params, b, rank);
+    for (PowerSgdTensor& t : s.tensors) t.offset -= b.offset;  // within the bucket
+    s.size = b.size;
+    buckets_.push_back(std::move(s));
+  }
+}
+
+void PowerSgdHook::orthogonalize_all(const BucketState& s, float* memory, bool p_side) const {
+  for (const PowerSgdTensor& t : s.tensors) {
+    if (!t.compressed) continue;
+    const std::size_t rows = p_side ? t.rows : t.cols;
+    orthogonalize_columns(memory, rows, t.rank);
+    memory += rows * t.rank;
+  }
+}
+
+void PowerSgdHook::reduce(Communicator& comm, std::size_t b, float* grads) {
+  BucketState& s = buckets_.at(b);
+  const auto world = static_cast<float>(comm.world_size());
+  const PowerSgdMessages sizes = powersgd_messages(s.tensors);
+  if (!s.started) {  // the first compressed step: zero error, the initial Qs
+    s.error.assign(s.size, 0.0f);
+    s.p.assign(sizes.p, 0.0f);
+    s.q.clear();
+    for (const PowerSgdTensor& t : s.tensors) {
+      if (!t.compressed) continue;
+      const std::vector<float> q = powersgd_initial_q(t, seed_);
+      s.q.insert(s.q.end(), q.begin(), q.end());
+    }
+    s.uncompressed.resize(sizes.uncompressed);
+    s.started = true;
+  }
+  for (std::size_t i = 0; i < s.size; ++i) grads[i] = grads[i] * world + s.error[i];
+  s.input.assign(grads, grads + s.size);
+
+  // Uncompressed tensors, contiguous, summed and averaged.
+  std::size_t at = 0;
+  for (const PowerSgdTensor& t : s.tensors) {
+    if (t.compressed) continue;
+    std::copy_n(grads + t.offset, t.rows * t.cols, s.uncompressed.begin() + static_cast<std::ptrdiff_t>(at));
+    at += t.rows * t.cols;
+  }
+  hierarchical_allreduce_sum(comm, s.uncompressed.data(), s.uncompressed.size(), ranks_per_node_, scratch_);
+  at = 0;
+  for (const PowerSgdTensor& t : s.tensors) {
+    if (t.compressed) continue;
+    for (std::size_t i = 0; i < t.rows * t.cols; ++i) grads[t.offset + i] = s.uncompressed[at + i] / world;
+    at += t.rows * t.cols;
+  }
+
+  // P = M Q, summed, orthogonalised; Q = M^T P, summed, averaged; M = P Q^T.
+  orthogonalize_all(s, s.q.data(), false);
+  auto each_compressed = [&](auto&& f) {
+    std::size_t p_at = 0, q_at = 0;
+    for (const PowerSgdTensor& t : s.tensors) {
+      if (!t.compressed) continue;
+      f(t, grads + t.offset, s.p.data() + p_at, s.q.data() + q_at);
+      p_at += t.rows * t.rank;
+      q_at += t.cols * t.rank;
+    }
+  };
+  auto gemm = [](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k, const float* a,
+                 std::size_t lda, const float* bm, std::size_t ldb, float* c) {
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+                static_cast<int>(lda), bm, static_cast<int>(ldb), 0.0f, c, static_cast<int>(n));
+  };
+  each_compressed([&](const PowerSgdTensor& t, const float* m, float* p, const float* q) {
+    gemm(CblasNoTrans, CblasNoTrans, t.rows, t.rank, t.cols, m, t.cols, q, t.rank, p);
+  });
+  hierarchical_allreduce_sum(comm, s.p.data(), s.p.size(), ranks_per_node_, scratch_);
+  orthogonalize_all(s, s.p.data(), true);
+  each_compressed([&](const PowerSgdTensor& t, const float* m, const float* p, float* q) {
+    gemm(CblasTrans, CblasNoTrans, t.cols, t.rank, t.rows, m, t.cols, p, t.rank, q);
+  });
+  hierarchical_allreduce_sum(comm, s.q.data(), s.q.size(), ranks_per_node_, scratch_);
+  for (float& x : s.q) x /= world;
+  each_compressed([&](const PowerSgdTensor& t, float* m, const float* p, const float* q) {
+    gemm(CblasNoTrans, CblasTrans, t.rows, t.cols, t.rank, p, t.rank, q, t.rank, m);
+  });
+  for (std::size_t i = 0; i < s.size; ++i) s.error[i] = s.input[i] - grads[i];
+}
+
+}  // namespace dpbench
