@@ -96,6 +96,18 @@ class AllreduceRank final : public ReplicaRank {
 
 }  // namespace
 
+std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& params, const TrainConfig& cfg) {
+  const int powersgd = powersgd_rank(cfg.comm_hook);
+  std::vector<ScheduleBucket> out;
+  for (const Bucket& b : assign_buckets(params, sizeof(float), cfg.first_bucket_mb, cfg.bucket_cap_mb)) {
+    out.push_back({b.offset, b.size, {}});
+    if (powersgd == 0) continue;
+    const PowerSgdMessages m = powersgd_messages(powersgd_tensors(params, b, powersgd));
+    out.back().allreduces = {m.uncompressed, m.p, m.q};
+  }
+  return out;
+}
+
 RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
   validate_allreduce(cfg, *data.train);
   return run_step_loop(cfg, data, [](const RankSetup& s) { return std::make_unique<AllreduceRank>(s); });

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "train/replica_rank.hpp"
+#include "train/step_schedule.hpp"
 #include "train/strategy.hpp"
 #include "train/training.hpp"
 
@@ -19,6 +20,10 @@ void validate_allreduce(const TrainConfig& config, const Dataset& train);
 // Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
 // Throws as validate_allreduce does, and Error if a rank fails.
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
+
+// DDP's buckets over `params` (config's bucket caps) as a step schedule takes them
+// (train/step_schedule.hpp), each with PowerSGD's three all-reduces under --comm-hook powersgd:R.
+std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& params, const TrainConfig& config);
 
 // The strategy's registry entry: trainer and traits (allreduce/allreduce_strategy.cpp).
 const Strategy& allreduce_strategy();

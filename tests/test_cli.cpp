@@ -490,6 +490,53 @@ TEST_F(Cli, ReferenceLossAgreesWithPyTorchUnderAdamW) {
   }
 }
 
+// Under DDP communication hooks, against PyTorch's own on the same start: powersgd:4 on 3 ranks
+// (powerSGD_hook with the start bundle's initial Qs, error feedback, warm start; QR on PyTorch's
+// side, Gram-Schmidt on dpbench's) within the reference's 1e-4, and fp16 (fp16_compress_hook) on 2
+// within 1e-3 (both round to half in their own sum order). The PowerSGD run's bytes are those of
+// its compressed messages, so it did compress.
+TEST_F(Cli, ReferenceLossAgreesUnderCommHooks) {
+  if (!torch_importable()) GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh --test installs it)";
+  const std::string common = "--data synthetic --input 64 --synthetic-samples 2000 --hidden 64 --epochs 1 "
+                             "--mode allreduce --max-steps 30 --no-eval --reference pytorch -q ";
+  struct Case {
+    std::string args;
+    double tolerance;
+  };
+  for (const Case& c : {Case{"--ranks 3 --batch-size 96 --comm-hook powersgd:4", 1e-4},
+                        Case{"--ranks 2 --batch-size 64 --comm-hook fp16", 1e-3}}) {
+    const Outcome o = dpbench(common + c.args);
+    ASSERT_EQ(o.exit_code, 0) << c.args << ": " << o.err;
+    const auto doc = nlohmann::json::parse(slurp(result()));
+    const auto& ref = doc["reference"]["runs"];
+    ASSERT_EQ(ref.size(), 1u) << doc["reference"].dump();
+    EXPECT_EQ(ref[0]["mode"], "ddp");
+    EXPECT_TRUE(ref[0]["loss_agreement"]["within"].get<bool>()) << c.args << ": " << ref[0]["loss_agreement"].dump();
+    EXPECT_LE(ref[0]["loss_agreement"]["max_rel_diff"].get<double>(), c.tolerance) << c.args;
+    const auto& run = doc["runs"][0];
+    if (c.args.find("powersgd") != std::string::npos) {
+      EXPECT_EQ(run["config"]["start_powersgd_iter"], 2);
+      // fc1 [64, 64] and fc2 [10, 64] compressed: biases 74, Ps 74 * 4, Qs 128 * 4 floats, 882 in
+      // all, against 4,810 uncompressed; each crosses a ring of 3 (2 * 2 / 3 of it sent).
+      const double sent = run["comm_bytes_per_step"]["per_rank"][0]["sent"].get<double>();
+      EXPECT_NEAR(sent, 4.0 / 3.0 * 4.0 * 882.0, 16.0) << run["comm_bytes_per_step"].dump();
+      EXPECT_EQ(run["num_params"].get<double>(), 4810.0);
+    }
+  }
+}
+
+TEST_F(Cli, PowerSgdOptionsThatCannotWorkAreRefused) {
+  expect_input_error(synthetic("--comm-hook powersgd"), "--comm-hook");
+  expect_input_error(synthetic("--comm-hook powersgd:0"), "--comm-hook");
+  expect_input_error(synthetic("--mode allreduce --ranks 2 --comm-hook powersgd:2 --start-powersgd-iter 1"),
+                     "--start-powersgd-iter 1: must be at least 2");
+  expect_input_error(synthetic("--mode allreduce --ranks 2 --comm-hook powersgd:2 --start-powersgd-iter 9 --warmup-steps 5"),
+                     "give at most --warmup-steps (5)");
+  expect_input_error(synthetic("--mode ps --ranks 2 --comm-hook powersgd:2"), "only the allreduce mode has communication hooks");
+  expect_input_error(synthetic("--mode allreduce --ranks 2 --comm-hook powersgd:2 --checkpoint-every 5 --checkpoint-dir ck"),
+                     "checkpoints do not hold PowerSGD's error feedback");
+}
+
 TEST_F(Cli, OptimizerOptionsThatDoNothingAreRefused) {
   expect_input_error(synthetic("--optimizer adam --momentum 0.5"), "--momentum: sgd's option");
   expect_input_error(synthetic("--betas 0.9,0.99"), "--betas: adam's and adamw's option");

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/ddp_trainer.hpp"
 #include "core/comm.hpp"
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
@@ -123,11 +124,12 @@ TEST(Schedule, UnknownEngineIsAnInputError) {
 
 // The step schedule of every strategy moves, per rank, the bytes its trainer's communicator
 // counts in a real run (thread ranks, the local engine), for both transports, 2 to 4 ranks, and
-// allreduce under --hierarchy node and --comm-hook fp16 / bf16.
+// allreduce under --hierarchy node and --comm-hook fp16 / bf16 / powersgd.
 TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
   for (const std::string mode : {"ps", "sharded_ps", "allreduce", "allreduce --hierarchy node", "allreduce --comm-hook fp16",
-                                  "allreduce --hierarchy node --comm-hook bf16"}) {
+                                  "allreduce --hierarchy node --comm-hook bf16", "allreduce --comm-hook powersgd:4",
+                                  "allreduce --hierarchy node --comm-hook powersgd:1"}) {
     for (const std::string transport : {"collective", "p2p"}) {
       if (mode.starts_with("allreduce") && transport == "p2p") continue;
       for (int p : {2, 3, 4}) {
@@ -135,6 +137,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         c.mode = mode.substr(0, mode.find(' '));
         if (mode.find("fp16") != std::string::npos) c.comm_hook = "fp16";
         if (mode.find("bf16") != std::string::npos) c.comm_hook = "bf16";
+        if (const auto at = mode.find("powersgd"); at != std::string::npos) c.comm_hook = mode.substr(at);
         if (mode.find("node") != std::string::npos) {
           c.hierarchy = "node";
           c.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
@@ -142,8 +145,8 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         c.transport = transport;
         c.world_size = p;
         c.global_batch = 96;
-        c.max_steps = 3;
-        c.warmup_steps = 1;
+        c.max_steps = c.comm_hook.starts_with("powersgd") ? 4 : 3;
+        c.warmup_steps = c.comm_hook.starts_with("powersgd") ? 2 : 1;  // the timed steps compress
         c.evaluate = false;
         c.bucket_cap_mb = 0.5;  // several buckets
         const RunResult run = testing::train_mode(c, *data);
@@ -152,9 +155,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         in.engine = "local";
         in.num_params = run.num_params;
         auto model = make_model(c, data->shape(), 10);
-        for (const Bucket& b : assign_buckets(model->params(), sizeof(float), c.first_bucket_mb, c.bucket_cap_mb)) {
-          in.buckets.push_back({b.offset, b.size});
-        }
+        in.buckets = ddp_schedule_buckets(model->params(), c);
         in.input_floats = run.input_features;
         in.classes = run.num_classes;
         in.compute.assign(static_cast<std::size_t>(p), RankCompute{});

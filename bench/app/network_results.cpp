@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/ddp_trainer.hpp"
 #include "allreduce/powersgd.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
@@ -177,13 +178,7 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, std::string& engine
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
   const auto model = make_model(r.config, r.sample_shape, r.num_classes);
-  const int powersgd = powersgd_rank(r.config.comm_hook);
-  for (const Bucket& b : assign_buckets(model->params(), sizeof(float), r.config.first_bucket_mb, r.config.bucket_cap_mb)) {
-    in.buckets.push_back({b.offset, b.size, {}});
-    if (powersgd == 0) continue;
-    const PowerSgdMessages m = powersgd_messages(powersgd_tensors(model->params(), b, powersgd));
-    in.buckets.back().allreduces = {m.uncompressed, m.p, m.q};
-  }
+  in.buckets = ddp_schedule_buckets(model->params(), r.config);
   for (const auto& rank : r.ranks) {
     in.compute.push_back({median_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
                           median_phase(rank, [](const PhaseTimes& t) { return t.forward; }),
@@ -338,9 +333,8 @@ StepModel wire_step_model(const RunResult& r) {
   if (const int rank = powersgd_rank(r.config.comm_hook); rank > 0) {
     const auto model = make_model(r.config, r.sample_shape, r.num_classes);
     double floats = 0;
-    for (const Bucket& b : assign_buckets(model->params(), sizeof(float), r.config.first_bucket_mb, r.config.bucket_cap_mb)) {
-      const PowerSgdMessages msg = powersgd_messages(powersgd_tensors(model->params(), b, rank));
-      floats += static_cast<double>(msg.uncompressed + msg.p + msg.q);
+    for (const ScheduleBucket& b : ddp_schedule_buckets(model->params(), r.config)) {
+      for (const std::size_t n : b.allreduces) floats += static_cast<double>(n);
     }
     m.param_bytes = floats * 4.0;
   }
