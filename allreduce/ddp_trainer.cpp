@@ -79,6 +79,19 @@ class AllreduceRank final : public ReplicaRank {
       hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format);
     });
   }
+  // Under PowerSGD, the mean size of the all-reduces of a compressed step.
+  std::size_t probe_floats() override {
+    if (!powersgd_) return model_->num_params();
+    std::size_t floats = 0, count = 0;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      const PowerSgdMessages m = powersgd_messages(powersgd_->tensors(b));
+      for (const std::size_t n : {m.uncompressed, m.p, m.q}) {
+        floats += n;
+        count += n > 0 ? 1 : 0;
+      }
+    }
+    return count > 0 ? floats / count : model_->num_params();
+  }
   void progress() override { reducer_.progress(); }
   void finish_grad_sync() override { reducer_.join(); }
   void optimizer_step() override { optimizer_.step(params_.data(), grads_.data()); }

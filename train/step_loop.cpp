@@ -108,7 +108,7 @@ class RankLoop {
   }
 
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
-  // before the first step (train/engine_probe.hpp: the gradient's floats, at most 1 Mi, the
+  // before the first step (train/engine_probe.hpp: ModeRank::probe_floats, at most 1 Mi, the
   // median of 5 repetitions, more on fast links until 0.3 s), then, with two ranks or more per
   // node, local ranks 0 and 1 of every node ping-pong (at least kIntraNodeProbeFloats, 5 repetitions);
   // rank 0 keeps the probe in its result, for the calibrated simulation. Outside the timed steps.
@@ -122,7 +122,7 @@ class RankLoop {
     const int per_node = static_cast<int>(node0_ranks);
     if (kinds.empty() && per_node < 2) return;
     const std::size_t floats =
-        std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()), std::min<std::size_t>(mode_.model().num_params(), std::size_t{1} << 20));
+        std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()), std::min<std::size_t>(mode_.probe_floats(), std::size_t{1} << 20));
     std::optional<EngineProbe> probe;
     if (!kinds.empty()) {
       probe = probe_engine(comm, kinds, floats, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,

@@ -64,6 +64,9 @@ class ModeRank {
   // The communication thread SyncBatchNorm's collectives share with the buckets; null when the
   // backend orders its own operations.
   virtual CommStream* comm_thread() { return nullptr; }
+  // The floats of a typical collective of the step, for the engine probe: the gradient's, unless
+  // the mode's gradient sync sends smaller messages (a compressing hook).
+  virtual std::size_t probe_floats() { return model().num_params(); }
   // Before the first step, after a checkpoint was restored: every replica starts equal.
   virtual void start() {}
 
