@@ -30,37 +30,53 @@ inline std::string cuda_failure(cudaError_t err, const char* call, const char* f
   throw Error(fmt::format("cuda: {}: {} at {}", launcher, cause, source_location(file, line)));
 }
 
-inline void check_cuda(cudaError_t err, const char* launcher, const char* call, const char* file,
-                int line) {
-  if (err == cudaSuccess) return;
-  throw Error(fmt::format("cuda: {}: {}", launcher, cuda_failure(err, call, file, line)));
+// Who reports a failed call, and how: report_failure(where, what) for each kind of `where`, found
+// by overload (or argument-dependent lookup for a caller's own type, as the NCCL backend's, which
+// aborts its communicator first). Each throws Error.
+//   const char* launcher: "cuda: <launcher>: <what>" (the kernels' launchers, the runtime);
+//   OnDevice{d}:          "device <d>: <what>" (the allocator).
+[[noreturn]] inline void report_failure(const char* launcher, const std::string& what) {
+  throw Error(fmt::format("cuda: {}: {}", launcher, what));
+}
+struct OnDevice {
+  int device;
+};
+[[noreturn]] inline void report_failure(OnDevice where, const std::string& what) {
+  throw Error(fmt::format("device {}: {}", where.device, what));
 }
 
-inline void check_cublas(cublasStatus_t status, const char* launcher, const char* call,
-                  const char* file, int line) {
+// The checks behind the one macro per library below: nothing on success, else report_failure
+// with "<call>: <cause> at <file>:<line>".
+template <typename Where>
+void check_cuda(cudaError_t err, Where&& where, const char* call, const char* file, int line) {
+  if (err == cudaSuccess) return;
+  report_failure(where, cuda_failure(err, call, file, line));
+}
+
+template <typename Where>
+void check_cublas(cublasStatus_t status, Where&& where, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  fail(launcher,
-       fmt::format("{}: {} ({})", call_name(call), cublasGetStatusName(status),
-                   cublasGetStatusString(status)),
-       file, line);
+  report_failure(where, fmt::format("{}: {} ({}) at {}", call_name(call), cublasGetStatusName(status),
+                                    cublasGetStatusString(status), source_location(file, line)));
 }
 
 // Adds one to the calling thread's launch_count() (cuda/cuda_kernels.hpp).
 void note_launch() noexcept;
 
-// After a kernel launch: counted in launch_count(); a refused launch (bad configuration, no
-// device, no kernel image for this GPU) is reported here; a fault while the kernel runs surfaces
-// at the next sync.
-inline void check_launch(const char* launcher, const char* file, int line) {
+// A kernel launch, as a call to check: counted in launch_count(), and CUDA's last error (a refused
+// launch: bad configuration, no device, no kernel image for this GPU). A fault while the kernel
+// runs surfaces at the next sync. DPBENCH_CUDA_CHECK(launcher, kernel_launched()) after each launch.
+inline cudaError_t kernel_launched() {
   note_launch();
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail(launcher, cudaGetErrorString(err), file, line);
+  return cudaGetLastError();
 }
 
-#define DPBENCH_CUDA_CHECK(launcher, call) check_cuda((call), (launcher), #call, __FILE__, __LINE__)
-#define DPBENCH_CUBLAS_CHECK(launcher, call) \
-  check_cublas((call), (launcher), #call, __FILE__, __LINE__)
-#define DPBENCH_LAUNCH_CHECK(launcher) check_launch((launcher), __FILE__, __LINE__)
+// One check macro per library: DPBENCH_CUDA_CHECK (the runtime, kernel launches included),
+// DPBENCH_CUBLAS_CHECK, and DPBENCH_NCCL_CHECK (cuda/nccl_comm.cu, its only user).
+#define DPBENCH_CUDA_CHECK(where, call) \
+  ::dpbench::cuda::detail::check_cuda((call), (where), #call, __FILE__, __LINE__)
+#define DPBENCH_CUBLAS_CHECK(where, call) \
+  ::dpbench::cuda::detail::check_cublas((call), (where), #call, __FILE__, __LINE__)
 
 inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 

@@ -417,7 +417,7 @@ void launch_chunk_kernel(Kernel kernel, std::size_t total, const char* launcher,
                          Args... args) {
   if (total == 0) return;
   kernel<<<grid_for(total), kBlock, 0, as_stream(stream)>>>(args...);
-  DPBENCH_LAUNCH_CHECK(launcher);
+  DPBENCH_CUDA_CHECK(launcher, kernel_launched());
 }
 
 // Totals per channel of x [N, C, HW] by a Term: channel_partials_kernel's 2-D grid into
@@ -428,9 +428,9 @@ void reduce_channels(Term term, std::size_t N, std::size_t C, std::size_t HW, do
   const std::size_t slices = reduce_slices(N * HW);
   channel_partials_kernel<<<grid_for_channels(C, slices, launcher), kReduceBlock, 0,
                             as_stream(stream)>>>(term, N, C, HW, slices, partials);
-  DPBENCH_LAUNCH_CHECK(launcher);
+  DPBENCH_CUDA_CHECK(launcher, kernel_launched());
   finish(slices);
-  DPBENCH_LAUNCH_CHECK(launcher);
+  DPBENCH_CUDA_CHECK(launcher, kernel_launched());
 }
 
 }  // namespace
@@ -499,7 +499,7 @@ void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::siz
   if (n_out == 0) return;
   maxpool2x2_forward_kernel<<<grid_for(n_out), kBlock, 0, as_stream(stream)>>>(x, y, argmax,
                                                                                 n_out, H, W);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
 void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N,
@@ -510,13 +510,13 @@ void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx,
   if (n_out == 0) return;
   maxpool2x2_backward_kernel<<<grid_for(n_out), kBlock, 0, as_stream(stream)>>>(dy, argmax, dx,
                                                                                  n_out, H, W);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
 void relu_inplace(float* y, std::size_t n, void* stream) {
   if (n == 0) return;
   relu_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(y, n);
-  DPBENCH_LAUNCH_CHECK("relu_inplace");
+  DPBENCH_CUDA_CHECK("relu_inplace", kernel_launched());
 }
 
 void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
@@ -538,7 +538,7 @@ void batchnorm_finalize_stats(const double* sum, const double* sumsq, double cou
   if (C == 0) return;
   batchnorm_finalize_stats_kernel<<<grid_for(C), kBlock, 0, as_stream(stream)>>>(
       sum, sumsq, count, C, eps, momentum, mean, invstd, running_mean, running_var);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
 void batchnorm_normalize(const float* x, const float* mean, const float* invstd,
@@ -549,7 +549,7 @@ void batchnorm_normalize(const float* x, const float* mean, const float* invstd,
   batchnorm_normalize_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(x, mean, invstd,
                                                                              gamma, beta, y, n,
                                                                              C, HW);
-  DPBENCH_LAUNCH_CHECK("batchnorm_normalize");
+  DPBENCH_CUDA_CHECK("batchnorm_normalize", kernel_launched());
 }
 
 void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
@@ -576,7 +576,7 @@ void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean
   if (n == 0) return;
   batchnorm_backward_elemt_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(
       dy, x, mean, invstd, gamma, sum_dy, sum_dy_xmu, count, dx, n, C, HW);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
 // ---- ModelLaunchers: each a launcher above (or in cuda_kernels.cu) on blas_'s stream ----------

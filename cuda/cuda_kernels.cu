@@ -364,7 +364,7 @@ void linear_forward(Blas& blas, const float* x, const float* W, const float* b, 
   gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, W, in, x, in, 0.0f, y, out, stream);
   const std::size_t n = batch * out;
   bias_relu_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(y, b, n, out, relu);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
 void linear_backward(Blas& blas, const float* x, const float* W, const float* dy, float* dx,
@@ -382,7 +382,7 @@ void linear_backward(Blas& blas, const float* x, const float* W, const float* dy
     const dim3 block(kColTile, kRowLanes);
     const unsigned grid = static_cast<unsigned>((out + kColTile - 1) / kColTile);
     column_sum_kernel<<<grid, block, 0, as_stream(stream)>>>(dy, db, batch, out);
-    DPBENCH_LAUNCH_CHECK(kLauncher);
+    DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
   }
   // out == 0 makes this an empty sum: gemm() writes zeros to dx, as OpenBLAS does.
   if (dx != nullptr) {
@@ -394,7 +394,7 @@ void linear_backward(Blas& blas, const float* x, const float* W, const float* dy
 void relu_backward_inplace(const float* y, float* dy, std::size_t n, void* stream) {
   if (n == 0) return;
   relu_backward_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(y, dy, n);
-  DPBENCH_LAUNCH_CHECK("relu_backward_inplace");
+  DPBENCH_CUDA_CHECK("relu_backward_inplace", kernel_launched());
 }
 
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std::size_t batch,
@@ -405,7 +405,7 @@ void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std:
   if (classes == 0) throw Error(fmt::format("cuda: {}: zero classes", kLauncher));
   softmax_cross_entropy_kernel<<<grid_for_rows(batch, kLauncher), kBlock, 0, as_stream(stream)>>>(
       logits, labels, batch, classes, dlogits, grad_scale, loss_sum);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
 void count_correct(const float* logits, const std::int32_t* labels, std::size_t batch,
@@ -414,7 +414,7 @@ void count_correct(const float* logits, const std::int32_t* labels, std::size_t 
   if (batch == 0 || classes == 0) return;  // no arg-max, so nothing is correct
   count_correct_kernel<<<grid_for_rows(batch, kLauncher), kBlock, 0, as_stream(stream)>>>(
       logits, labels, batch, classes, correct);
-  DPBENCH_LAUNCH_CHECK(kLauncher);
+  DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
 void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr,
@@ -422,32 +422,32 @@ void sgd_momentum(float* params, const float* grads, float* velocity, std::size_
   if (n == 0) return;
   sgd_momentum_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(params, grads, velocity, n,
                                                                       lr, momentum, weight_decay);
-  DPBENCH_LAUNCH_CHECK("sgd_momentum");
+  DPBENCH_CUDA_CHECK("sgd_momentum", kernel_launched());
 }
 
 void adam(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
           const cpu::AdamScalars& s, void* stream) {
   if (n == 0) return;
   adam_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(params, grads, exp_avg, exp_avg_sq, n, s);
-  DPBENCH_LAUNCH_CHECK("adam");
+  DPBENCH_CUDA_CHECK("adam", kernel_launched());
 }
 
 void add_inplace(float* y, const float* x, std::size_t n, void* stream) {
   if (n == 0) return;
   add_inplace_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(y, x, n);
-  DPBENCH_LAUNCH_CHECK("add_inplace");
+  DPBENCH_CUDA_CHECK("add_inplace", kernel_launched());
 }
 
 void add(float* out, const float* a, const float* b, std::size_t n, void* stream) {
   if (n == 0) return;
   add_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(out, a, b, n);
-  DPBENCH_LAUNCH_CHECK("add");
+  DPBENCH_CUDA_CHECK("add", kernel_launched());
 }
 
 void scale_inplace(float* y, float alpha, std::size_t n, void* stream) {
   if (n == 0) return;
   scale_inplace_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(y, alpha, n);
-  DPBENCH_LAUNCH_CHECK("scale_inplace");
+  DPBENCH_CUDA_CHECK("scale_inplace", kernel_launched());
 }
 
 }  // namespace dpbench::cuda

@@ -15,14 +15,8 @@ namespace dpbench {
 
 namespace {
 
-// Throws Error("device D: <call>: <cause> at <file>:<line>") for a failed call, after clearing
-// CUDA's last error so that it does not resurface in an unrelated call.
-void check_cuda(cudaError_t err, int device, const char* call, const char* file, int line) {
-  if (err == cudaSuccess) return;
-  throw Error(fmt::format("device {}: {}", device, cuda::detail::cuda_failure(err, call, file, line)));
-}
-
-#define DEVMEM_CUDA_CHECK(device, call) check_cuda((call), (device), #call, __FILE__, __LINE__)
+// A failed call throws Error("device D: <call>: <cause> at <file>:<line>").
+cuda::detail::OnDevice on(int device) { return {device}; }
 
 // Makes `device` current for the guard's lifetime, then restores the caller's device.
 class DeviceGuard {
@@ -32,7 +26,7 @@ class DeviceGuard {
       cudaGetLastError();
       previous_ = -1;
     }
-    if (previous_ != device) DEVMEM_CUDA_CHECK(device, cudaSetDevice(device));
+    if (previous_ != device) DPBENCH_CUDA_CHECK(on(device), cudaSetDevice(device));
     switched_ = previous_ >= 0 && previous_ != device;
   }
   ~DeviceGuard() {
@@ -75,13 +69,13 @@ class CudaMemoryBackend final : public MemoryBackend {
       cudaGetLastError();
       return nullptr;
     }
-    check_cuda(err, device_, "cudaMalloc", __FILE__, __LINE__);
+    cuda::detail::check_cuda(err, on(device_), "cudaMalloc", __FILE__, __LINE__);
     return ptr;
   }
 
   void raw_free(void* ptr) override {
     DeviceGuard guard(device_);
-    DEVMEM_CUDA_CHECK(device_, cudaFree(ptr));
+    DPBENCH_CUDA_CHECK(on(device_), cudaFree(ptr));
   }
 
   std::string memory_view() noexcept override {
@@ -102,13 +96,13 @@ class CudaMemoryBackend final : public MemoryBackend {
     if (ptr == nullptr || bytes == 0) return;
     DeviceGuard guard(device_);
     if (async) {
-      DEVMEM_CUDA_CHECK(device_, cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)));
+      DPBENCH_CUDA_CHECK(on(device_), cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)));
     } else {
       // cudaMemset on device memory may return before the zeros land, and work on a
       // non-blocking stream is not ordered after it: wait for the default stream so that the
       // buffer is zero on return, whichever stream uses it next.
-      DEVMEM_CUDA_CHECK(device_, cudaMemset(ptr, 0, bytes));
-      DEVMEM_CUDA_CHECK(device_, cudaStreamSynchronize(nullptr));
+      DPBENCH_CUDA_CHECK(on(device_), cudaMemset(ptr, 0, bytes));
+      DPBENCH_CUDA_CHECK(on(device_), cudaStreamSynchronize(nullptr));
     }
   }
 
@@ -119,16 +113,16 @@ class CudaMemoryBackend final : public MemoryBackend {
     if (bytes == 0) return;
     DeviceGuard guard(device_);
     const auto s = static_cast<cudaStream_t>(stream);
-    DEVMEM_CUDA_CHECK(device_, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
-    DEVMEM_CUDA_CHECK(device_, cudaStreamSynchronize(s));
+    DPBENCH_CUDA_CHECK(on(device_), cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    DPBENCH_CUDA_CHECK(on(device_), cudaStreamSynchronize(s));
   }
 
   void copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream) override {
     if (bytes == 0) return;
     DeviceGuard guard(device_);
     const auto s = static_cast<cudaStream_t>(stream);
-    DEVMEM_CUDA_CHECK(device_, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    DEVMEM_CUDA_CHECK(device_, cudaStreamSynchronize(s));
+    DPBENCH_CUDA_CHECK(on(device_), cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    DPBENCH_CUDA_CHECK(on(device_), cudaStreamSynchronize(s));
   }
 
  private:
@@ -145,7 +139,7 @@ DeviceMemInfo device_mem_info(int device) {
   DeviceGuard guard(device);
   std::size_t free_b = 0;
   std::size_t total_b = 0;
-  DEVMEM_CUDA_CHECK(device, cudaMemGetInfo(&free_b, &total_b));
+  DPBENCH_CUDA_CHECK(on(device), cudaMemGetInfo(&free_b, &total_b));
   return {static_cast<std::int64_t>(free_b), static_cast<std::int64_t>(total_b)};
 }
 

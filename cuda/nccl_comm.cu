@@ -47,10 +47,11 @@ std::string nccl_cause(ncclResult_t result) {
 
 }  // namespace
 
-// Check macros (llm.c / nccl-tests style): a failed call aborts the communicator and throws
-// Error("rank R: <call>: <cause> at <file>:<line>"). Member functions of NcclCommunicatorImpl only.
-#define CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
-#define NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
+// NCCL's check macro (nccl-tests style), where = the NcclCommunicatorImpl: a failed call aborts
+// the communicator and throws Error("rank R: <call>: <cause> at <file>:<line>"); a nonblocking
+// call still in progress is waited for. CUDA calls use DPBENCH_CUDA_CHECK(*this, call), reported
+// the same way (report_failure below).
+#define DPBENCH_NCCL_CHECK(where, call) (where).check_nccl((call), #call, __FILE__, __LINE__)
 
 namespace {
 
@@ -102,7 +103,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // Starts a call: holds the call lock for its duration; throws Aborted if abort() came first.
   std::unique_lock<std::mutex> enter() { return calls_.enter(); }
 
-  void check_cuda(cudaError_t err, const char* call, const char* file, int line);
+  // A failed CUDA call (DPBENCH_CUDA_CHECK(*this, call)): aborts the communicator, throws
+  // "rank R: <what>".
+  [[noreturn]] void fail(const std::string& what) { calls_.fail(fmt::format("rank {}: {}", rank_, what)); }
+  [[noreturn]] friend void report_failure(NcclCommunicatorImpl& where, const std::string& what) { where.fail(what); }
   void check_nccl(ncclResult_t result, const char* call, const char* file, int line);
   // Enqueues the NCCL calls of enqueue() (which returns the first failure) as one
   // group. The group is closed even when a call fails, so NCCL's per-thread group state stays
@@ -136,15 +140,15 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
 void NcclCommunicatorImpl::init(const NcclUniqueIdBytes& id) {
   const auto lock = calls_.lock();
-  CUDA_CHECK(cudaSetDevice(device_));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
-  CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  DPBENCH_CUDA_CHECK(*this, cudaSetDevice(device_));
+  DPBENCH_CUDA_CHECK(*this, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  DPBENCH_CUDA_CHECK(*this, cudaMalloc(&barrier_scratch_, sizeof(float)));
+  DPBENCH_CUDA_CHECK(*this, cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
+  DPBENCH_CUDA_CHECK(*this, cudaStreamSynchronize(stream_));
   ncclUniqueId uid;
   std::memcpy(uid.internal, id.data(), sizeof(uid.internal));
   // On failure NCCL leaves comm_ null (blocking) or a communicator to abort (non-blocking).
-  NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, uid, rank_));
+  DPBENCH_NCCL_CHECK(*this, ncclCommInitRank(&comm_, world_size_, uid, rank_));
 }
 
 NcclCommunicatorImpl::~NcclCommunicatorImpl() {
@@ -176,11 +180,6 @@ NcclCommunicatorImpl::~NcclCommunicatorImpl() {
 // ---------------------------------------------------------------------------------------------
 // Failure handling
 
-void NcclCommunicatorImpl::check_cuda(cudaError_t err, const char* call, const char* file,
-                                      int line) {
-  if (err == cudaSuccess) return;
-  calls_.fail(fmt::format("rank {}: {}", rank_, cuda::detail::cuda_failure(err, call, file, line)));
-}
 
 void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, const char* file,
                                       int line) {
@@ -240,7 +239,7 @@ void NcclCommunicatorImpl::p2p_group(Enqueue enqueue, const char* file, int line
 void NcclCommunicatorImpl::allreduce_sum(float* buf, std::size_t n) {
   const auto lock = enter();
   if (n == 0) return;
-  NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  DPBENCH_NCCL_CHECK(*this, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
   wait_stream("allreduce");
   count(ring_allreduce_counts(n, world_size_, rank_));
 }
@@ -248,7 +247,7 @@ void NcclCommunicatorImpl::allreduce_sum(float* buf, std::size_t n) {
 void NcclCommunicatorImpl::allreduce_sum_start(float* buf, std::size_t n) {
   const auto lock = enter();
   if (n == 0) return;
-  NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  DPBENCH_NCCL_CHECK(*this, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
   count(ring_allreduce_counts(n, world_size_, rank_));
 }
 
@@ -263,7 +262,7 @@ void NcclCommunicatorImpl::reduce_sum(float* buf, std::size_t n, int root) {
   check_root(root, "reduce");
   const auto lock = enter();
   if (n == 0) return;
-  NCCL_CHECK(ncclReduce(buf, buf, n, ncclFloat, ncclSum, root, comm_, stream_));
+  DPBENCH_NCCL_CHECK(*this, ncclReduce(buf, buf, n, ncclFloat, ncclSum, root, comm_, stream_));
   wait_stream("reduce");
   count(chain_reduce_counts(n, world_size_, rank_, root));
 }
@@ -273,7 +272,7 @@ void NcclCommunicatorImpl::broadcast(float* buf, std::size_t n, int root) {
   check_root(root, "broadcast");
   const auto lock = enter();
   if (n == 0) return;
-  NCCL_CHECK(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_));
+  DPBENCH_NCCL_CHECK(*this, ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_));
   wait_stream("broadcast");
   count(chain_broadcast_counts(n, world_size_, rank_, root));
 }
@@ -281,7 +280,7 @@ void NcclCommunicatorImpl::broadcast(float* buf, std::size_t n, int root) {
 void NcclCommunicatorImpl::allgather(const float* send, float* recv, std::size_t n) {
   const auto lock = enter();
   if (n == 0) return;
-  NCCL_CHECK(ncclAllGather(send, recv, n, ncclFloat, comm_, stream_));
+  DPBENCH_NCCL_CHECK(*this, ncclAllGather(send, recv, n, ncclFloat, comm_, stream_));
   wait_stream("allgather");
   const std::size_t others = static_cast<std::size_t>(world_size_ - 1) * n;
   count(others, others);
@@ -291,7 +290,7 @@ void NcclCommunicatorImpl::enqueue_reduce_scatterv(float* send, const std::vecto
                                                    float* recv) {
   check_counts(counts, "reduce_scatter");
   if (equal_counts(counts)) {
-    if (counts[0] > 0) NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream_));
+    if (counts[0] > 0) DPBENCH_NCCL_CHECK(*this, ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream_));
     return;
   }
   p2p_group(  // recvbuff is written on the root only
@@ -325,7 +324,7 @@ void NcclCommunicatorImpl::allgatherv(float* buf, const std::vector<std::size_t>
   const auto lock = enter();
   if (equal_counts(counts)) {
     if (counts[0] > 0) {
-      NCCL_CHECK(ncclAllGather(buf + counts[0] * static_cast<std::size_t>(rank_), buf, counts[0], ncclFloat,
+      DPBENCH_NCCL_CHECK(*this, ncclAllGather(buf + counts[0] * static_cast<std::size_t>(rank_), buf, counts[0], ncclFloat,
                                comm_, stream_));
     }
   } else {
@@ -352,7 +351,7 @@ void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::si
   const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
   if (rank_ == root) {
     if (mine > 0) {
-      CUDA_CHECK(cudaMemcpyAsync(recv, send + offsets[static_cast<std::size_t>(rank_)],
+      DPBENCH_CUDA_CHECK(*this, cudaMemcpyAsync(recv, send + offsets[static_cast<std::size_t>(rank_)],
                                  mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     }
     p2p_group(
@@ -363,7 +362,7 @@ void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::si
         },
         __FILE__, __LINE__);
   } else if (mine > 0) {
-    NCCL_CHECK(ncclRecv(recv, mine, ncclFloat, root, comm_, stream_));
+    DPBENCH_NCCL_CHECK(*this, ncclRecv(recv, mine, ncclFloat, root, comm_, stream_));
   }
   wait_stream("scatter");
   count(root_scatter_counts(counts, rank_, root));
@@ -379,7 +378,7 @@ void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::siz
   const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
   if (rank_ == root) {
     if (mine > 0) {
-      CUDA_CHECK(cudaMemcpyAsync(recv + offsets[static_cast<std::size_t>(rank_)], send,
+      DPBENCH_CUDA_CHECK(*this, cudaMemcpyAsync(recv + offsets[static_cast<std::size_t>(rank_)], send,
                                  mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     }
     p2p_group(
@@ -390,7 +389,7 @@ void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::siz
         },
         __FILE__, __LINE__);
   } else if (mine > 0) {
-    NCCL_CHECK(ncclSend(send, mine, ncclFloat, root, comm_, stream_));
+    DPBENCH_NCCL_CHECK(*this, ncclSend(send, mine, ncclFloat, root, comm_, stream_));
   }
   wait_stream("gather");
   count(root_gather_counts(counts, rank_, root));
@@ -400,7 +399,7 @@ void NcclCommunicatorImpl::send(const float* buf, std::size_t n, int dst) {
   check_peer(dst, "send", "destination");
   const auto lock = enter();
   if (n > 0) {
-    NCCL_CHECK(ncclSend(buf, n, ncclFloat, dst, comm_, stream_));
+    DPBENCH_NCCL_CHECK(*this, ncclSend(buf, n, ncclFloat, dst, comm_, stream_));
     wait_stream("send");
   }
   count(n, 0);
@@ -410,7 +409,7 @@ void NcclCommunicatorImpl::recv(float* buf, std::size_t n, int src) {
   check_peer(src, "recv", "source");
   const auto lock = enter();
   if (n > 0) {
-    NCCL_CHECK(ncclRecv(buf, n, ncclFloat, src, comm_, stream_));
+    DPBENCH_NCCL_CHECK(*this, ncclRecv(buf, n, ncclFloat, src, comm_, stream_));
     wait_stream("recv");
   }
   count(0, n);
@@ -422,10 +421,10 @@ void NcclCommunicatorImpl::sendrecv(const float* send, std::size_t send_n, int d
   check_peer(dst, "sendrecv", "destination");
   check_peer(src, "sendrecv", "source");
   const auto lock = enter();
-  NCCL_CHECK(ncclGroupStart());
-  if (send_n > 0) NCCL_CHECK(ncclSend(send, send_n, ncclFloat, dst, comm_, stream_));
-  if (recv_n > 0) NCCL_CHECK(ncclRecv(recv, recv_n, ncclFloat, src, comm_, stream_));
-  NCCL_CHECK(ncclGroupEnd());
+  DPBENCH_NCCL_CHECK(*this, ncclGroupStart());
+  if (send_n > 0) DPBENCH_NCCL_CHECK(*this, ncclSend(send, send_n, ncclFloat, dst, comm_, stream_));
+  if (recv_n > 0) DPBENCH_NCCL_CHECK(*this, ncclRecv(recv, recv_n, ncclFloat, src, comm_, stream_));
+  DPBENCH_NCCL_CHECK(*this, ncclGroupEnd());
   wait_stream("sendrecv");
   count(send_n, recv_n);
 }
@@ -434,7 +433,7 @@ void NcclCommunicatorImpl::sendrecv(const float* send, std::size_t send_n, int d
 // as the `local` barrier is not.
 void NcclCommunicatorImpl::barrier() {
   const auto lock = enter();
-  NCCL_CHECK(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat, ncclSum, comm_,
+  DPBENCH_NCCL_CHECK(*this, ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat, ncclSum, comm_,
                            stream_));
   wait_stream("barrier");
 }
