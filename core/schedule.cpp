@@ -99,20 +99,33 @@ double StepSchedule::bytes_received(int rank) const {
   return b;
 }
 
-std::vector<std::pair<double, double>> StepSchedule::node_link_bytes(const std::vector<int>& node_of, int nodes) const {
-  std::vector<std::pair<double, double>> bytes(static_cast<std::size_t>(nodes), {0.0, 0.0});
-  for (int r = 0; r < world_size(); ++r) {
-    const int mine = node_of.at(static_cast<std::size_t>(r));
-    for (const auto& stream : ranks_[static_cast<std::size_t>(r)].streams) {
+namespace {
+// Per node, {out, in}: the sum of count(op) over the sends and receives between nodes.
+template <typename Count>
+std::vector<std::pair<double, double>> per_node_link(const std::vector<RankProgram>& ranks, const std::vector<int>& node_of,
+                                                     int nodes, Count count) {
+  std::vector<std::pair<double, double>> sums(static_cast<std::size_t>(nodes), {0.0, 0.0});
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const int mine = node_of.at(r);
+    for (const auto& stream : ranks[r].streams) {
       for (const auto& op : stream) {
         if (op.kind != ScheduleOpKind::send && op.kind != ScheduleOpKind::recv) continue;
         if (node_of.at(static_cast<std::size_t>(op.peer)) == mine) continue;
-        auto& b = bytes.at(static_cast<std::size_t>(mine));
-        (op.kind == ScheduleOpKind::send ? b.first : b.second) += op.bytes;
+        auto& b = sums.at(static_cast<std::size_t>(mine));
+        (op.kind == ScheduleOpKind::send ? b.first : b.second) += count(op);
       }
     }
   }
-  return bytes;
+  return sums;
+}
+}  // namespace
+
+std::vector<std::pair<double, double>> StepSchedule::node_link_bytes(const std::vector<int>& node_of, int nodes) const {
+  return per_node_link(ranks_, node_of, nodes, [](const ScheduleOp& op) { return op.bytes; });
+}
+
+std::vector<std::pair<double, double>> StepSchedule::node_link_messages(const std::vector<int>& node_of, int nodes) const {
+  return per_node_link(ranks_, node_of, nodes, [](const ScheduleOp&) { return 1.0; });
 }
 
 void StepSchedule::check_matched() const {

@@ -86,6 +86,8 @@ class StepSchedule {
   // the node's ranks send to ranks of other nodes, in = what they receive from them (traffic
   // between ranks of one node never crosses it). [nodes] pairs {out, in}; node_of: [world_size].
   std::vector<std::pair<double, double>> node_link_bytes(const std::vector<int>& node_of, int nodes) const;
+  // The same count in messages: {out, in} per node.
+  std::vector<std::pair<double, double>> node_link_messages(const std::vector<int>& node_of, int nodes) const;
   // Throws Error naming the first unmatched message (a send without its receive, or bytes that
   // disagree), so a builder's mistake is found before a simulator hangs on it.
   void check_matched() const;

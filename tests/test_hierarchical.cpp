@@ -94,7 +94,7 @@ TEST(HierarchicalAllreduce, SumsExactlyAndMovesTheScheduledBytes) {
 }
 
 // Each node's link carries 2(N-1)/N of the vector each way (N nodes); the flat ring over the same
-// ranks puts 2(p-1)/p of it on the node's edge rank.
+// ranks puts 2(p-1)/p of it on the node's edge rank. And the messages that cross it.
 TEST(HierarchicalAllreduce, EachNodeLinkCarriesTwoNMinusOneOverNOfTheVector) {
   const std::size_t n = 1200;
   const double bytes = 4.0 * n;
@@ -111,6 +111,16 @@ TEST(HierarchicalAllreduce, EachNodeLinkCarriesTwoNMinusOneOverNOfTheVector) {
     }
     for (const auto& [out, in] : flat.node_link_bytes(node_of, nodes)) {
       EXPECT_DOUBLE_EQ(out, 2.0 * (layout.p - 1) / layout.p * bytes) << "p=" << layout.p << " k=" << layout.k;
+    }
+    // Messages across the link: the nodes' rings run K of them (one per local rank), each
+    // 2(N-1) steps; the flat ring's edge rank sends 2(p-1), its neighbour on the next node gets them.
+    for (const auto& [out, in] : hier.node_link_messages(node_of, nodes)) {
+      EXPECT_DOUBLE_EQ(out, 2.0 * (nodes - 1) * layout.k) << "p=" << layout.p << " k=" << layout.k;
+      EXPECT_DOUBLE_EQ(in, 2.0 * (nodes - 1) * layout.k);
+    }
+    for (const auto& [out, in] : flat.node_link_messages(node_of, nodes)) {
+      EXPECT_DOUBLE_EQ(out, 2.0 * (layout.p - 1)) << "p=" << layout.p << " k=" << layout.k;
+      EXPECT_DOUBLE_EQ(in, 2.0 * (layout.p - 1));
     }
   }
 }

@@ -43,10 +43,13 @@ int node_of(const RankResult& rank, int per_node) { return rank.node >= 0 ? rank
 
 // Per node: the bytes its link's interface counted, the bytes its ranks' communicators counted,
 // and the bytes the run's schedule says cross the node's link (crossing: {out, in} per node, or
-// empty when the strategy has no schedule). The wire check compares the wire with the crossing
-// bytes, so it holds for several ranks per node too (their traffic to each other stays inside).
+// empty when the strategy has no schedule), and the messages that carry them. The wire check
+// compares the wire with the crossing bytes (within kWireOverCountedMin, and kWireOverCountedMax
+// plus kWirePerMessageBytes per message), so it holds for several ranks per node too (their
+// traffic to each other stays inside).
 nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node,
-                          const std::vector<std::pair<double, double>>& crossing) {
+                          const std::vector<std::pair<double, double>>& crossing,
+                          const std::vector<std::pair<double, double>>& messages) {
   nlohmann::json out = nlohmann::json::array();
   auto ratio = [](double wire, double counted) { return counted > 0 ? nlohmann::json(wire / counted) : nlohmann::json(); };
   for (int n = 0; n < nodes; ++n) {
@@ -79,12 +82,15 @@ nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node,
     e["schedule_received_bytes_per_step"] = cross_in;
     e["wire_over_schedule_sent"] = ratio(wire_sent, cross_out);
     e["wire_over_schedule_received"] = ratio(wire_received, cross_in);
-    bool agrees = wire_sent >= 0 && wire_received >= 0;
+    const auto [messages_out, messages_in] = messages.at(static_cast<std::size_t>(n));
+    const double allowance = kWirePerMessageBytes * (messages_out + messages_in);
+    e["schedule_messages_per_step"] = {{"out", messages_out}, {"in", messages_in}};
+    e["wire_allowed_sent_bytes_per_step"] = kWireOverCountedMax * cross_out + allowance;
+    e["wire_allowed_received_bytes_per_step"] = kWireOverCountedMax * cross_in + allowance;
+    bool agrees = wire_sent >= 0 && wire_received >= 0 && wire_sent <= kWireOverCountedMax * cross_out + allowance &&
+                  wire_received <= kWireOverCountedMax * cross_in + allowance;
     for (const auto* key : {"wire_over_schedule_sent", "wire_over_schedule_received"}) {
-      if (e[key].is_number()) {
-        const double x = e[key].get<double>();
-        agrees = agrees && x >= kWireOverCountedMin && x <= kWireOverCountedMax;
-      }
+      if (e[key].is_number()) agrees = agrees && e[key].get<double>() >= kWireOverCountedMin;
     }
     e["agrees"] = agrees;
     out.push_back(std::move(e));
@@ -376,6 +382,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     std::vector<int> placement;
     for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));
     const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes) : std::vector<std::pair<double, double>>{};
+    const auto messages = schedule ? schedule->node_link_messages(placement, nodes) : std::vector<std::pair<double, double>>{};
     // Per link when the schedule says what crosses each; else the alpha-beta terms at alpha = 0.
     const double bound = schedule     ? link_bound_s(platform, crossing)
                          : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
@@ -401,7 +408,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
         {"simulation", simulate_run_on_its_platform(platform, r, schedule, engine, measured)},
         {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0},
                              {"per_link", schedule.has_value()}}},
-        {"nodes", node_bytes(r, nodes, per_node, crossing)},
+        {"nodes", node_bytes(r, nodes, per_node, crossing, messages)},
         {"per_rank", per_rank(r, per_node)},
         {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
   }

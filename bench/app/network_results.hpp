@@ -23,6 +23,11 @@ namespace dpbench {
 // 0.95 to 1.10.
 inline constexpr double kWireOverCountedMin = 0.95;
 inline constexpr double kWireOverCountedMax = 1.10;
+// Beyond that share, per message crossing the node's link (either way) where the schedule says
+// which do: the header of the message's last, partly filled segment (66 bytes) going out, or the
+// ACK this node returns for a message coming in (66 bytes). Small messages (PowerSGD's, cut by a
+// ring into a few hundred bytes) carry that much more than 10 % over their payload.
+inline constexpr double kWirePerMessageBytes = 132.0;
 
 // Adds a "network" object to every run document in runs_json (parallel to `runs`), from the
 // cluster's description `network` (cluster/cluster_job.hpp): the link the model used (slowest
