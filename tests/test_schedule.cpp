@@ -469,7 +469,13 @@ TEST(EngineProbe, RanksZeroAndOneTimeATransferInsideTheirNode) {
         p, [&](Communicator& comm) { return probe_intra_node(comm, per_node, floats, 3); });
   };
   const std::size_t floats = std::size_t{1} << 20;
-  const auto got = on_threads(4, 2, floats);
+  // On a loaded machine (the suite runs 3 jobs on 2 cores) one float's round trip can wait out a
+  // time slice and take longer than 4 MiB's: the probe is taken again, up to 3 times, until it
+  // does not.
+  auto got = on_threads(4, 2, floats);
+  for (int again = 0; again < 2 && got[0] && 2.0 * got[0]->latency_s >= got[0]->seconds; ++again) {
+    got = on_threads(4, 2, floats);
+  }
   ASSERT_TRUE(got[0].has_value());
   for (int r = 1; r < 4; ++r) EXPECT_FALSE(got[static_cast<std::size_t>(r)].has_value()) << "rank " << r;
   EXPECT_EQ(got[0]->floats, floats);
