@@ -107,42 +107,53 @@ void PowerSgdHook::orthogonalize_all(const BucketState& s, float* memory, bool p
   }
 }
 
-void PowerSgdHook::reduce(Communicator& comm, std::size_t b, float* grads) {
-  BucketState& s = buckets_.at(b);
-  const auto world = static_cast<float>(comm.world_size());
-  const PowerSgdMessages sizes = powersgd_messages(s.tensors);
-  if (!s.started) {  // the first compressed step: zero error, the initial Qs
-    s.error.assign(s.size, 0.0f);
-    s.p.assign(sizes.p, 0.0f);
-    s.q.clear();
-    for (const PowerSgdTensor& t : s.tensors) {
-      if (!t.compressed) continue;
-      const std::vector<float> q = powersgd_initial_q(t, seed_);
-      s.q.insert(s.q.end(), q.begin(), q.end());
-    }
-    s.uncompressed.resize(sizes.uncompressed);
-    s.started = true;
-  }
-  for (std::size_t i = 0; i < s.size; ++i) grads[i] = grads[i] * world + s.error[i];
-  s.input.assign(grads, grads + s.size);
+namespace {
 
-  // Uncompressed tensors, contiguous, summed and averaged.
+// C [m, n] = op(A) . op(B), row-major.
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k, const float* a,
+          std::size_t lda, const float* b, std::size_t ldb, float* c) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c, static_cast<int>(n));
+}
+
+}  // namespace
+
+void PowerSgdHook::sum(Communicator& comm, std::vector<float>& v) {
+  if (!v.empty()) hierarchical_allreduce_sum(comm, v.data(), v.size(), ranks_per_node_, scratch_);
+}
+
+void PowerSgdHook::start(BucketState& s) const {
+  const PowerSgdMessages sizes = powersgd_messages(s.tensors);
+  s.error.assign(s.size, 0.0f);
+  s.p.assign(sizes.p, 0.0f);
+  s.q.clear();
+  for (const PowerSgdTensor& t : s.tensors) {
+    if (!t.compressed) continue;
+    const std::vector<float> q = powersgd_initial_q(t, seed_);
+    s.q.insert(s.q.end(), q.begin(), q.end());
+  }
+  s.uncompressed.resize(sizes.uncompressed);
+  s.started = true;
+}
+
+void PowerSgdHook::average_uncompressed(Communicator& comm, BucketState& s, float* grads) {
+  const auto world = static_cast<float>(comm.world_size());
   std::size_t at = 0;
   for (const PowerSgdTensor& t : s.tensors) {
     if (t.compressed) continue;
     std::copy_n(grads + t.offset, t.rows * t.cols, s.uncompressed.begin() + static_cast<std::ptrdiff_t>(at));
     at += t.rows * t.cols;
   }
-  hierarchical_allreduce_sum(comm, s.uncompressed.data(), s.uncompressed.size(), ranks_per_node_, scratch_);
+  sum(comm, s.uncompressed);
   at = 0;
   for (const PowerSgdTensor& t : s.tensors) {
     if (t.compressed) continue;
     for (std::size_t i = 0; i < t.rows * t.cols; ++i) grads[t.offset + i] = s.uncompressed[at + i] / world;
     at += t.rows * t.cols;
   }
+}
 
-  // P = M Q, summed, orthogonalised; Q = M^T P, summed, averaged; M = P Q^T.
-  orthogonalize_all(s, s.q.data(), false);
+void PowerSgdHook::power_step(Communicator& comm, BucketState& s, float* grads) {
   auto each_compressed = [&](auto&& f) {
     std::size_t p_at = 0, q_at = 0;
     for (const PowerSgdTensor& t : s.tensors) {
@@ -152,24 +163,31 @@ void PowerSgdHook::reduce(Communicator& comm, std::size_t b, float* grads) {
       q_at += t.cols * t.rank;
     }
   };
-  auto gemm = [](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k, const float* a,
-                 std::size_t lda, const float* bm, std::size_t ldb, float* c) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-                static_cast<int>(lda), bm, static_cast<int>(ldb), 0.0f, c, static_cast<int>(n));
-  };
-  each_compressed([&](const PowerSgdTensor& t, const float* m, float* p, const float* q) {
-    gemm(CblasNoTrans, CblasNoTrans, t.rows, t.rank, t.cols, m, t.cols, q, t.rank, p);
+  orthogonalize_all(s, s.q.data(), false);
+  each_compressed([](const PowerSgdTensor& t, const float* m, float* p, const float* q) {
+    gemm(CblasNoTrans, CblasNoTrans, t.rows, t.rank, t.cols, m, t.cols, q, t.rank, p);  // P = M Q
   });
-  hierarchical_allreduce_sum(comm, s.p.data(), s.p.size(), ranks_per_node_, scratch_);
+  sum(comm, s.p);
   orthogonalize_all(s, s.p.data(), true);
-  each_compressed([&](const PowerSgdTensor& t, const float* m, const float* p, float* q) {
-    gemm(CblasTrans, CblasNoTrans, t.cols, t.rank, t.rows, m, t.cols, p, t.rank, q);
+  each_compressed([](const PowerSgdTensor& t, const float* m, const float* p, float* q) {
+    gemm(CblasTrans, CblasNoTrans, t.cols, t.rank, t.rows, m, t.cols, p, t.rank, q);  // Q = M^T P
   });
-  hierarchical_allreduce_sum(comm, s.q.data(), s.q.size(), ranks_per_node_, scratch_);
+  sum(comm, s.q);
+  const auto world = static_cast<float>(comm.world_size());
   for (float& x : s.q) x /= world;
-  each_compressed([&](const PowerSgdTensor& t, float* m, const float* p, const float* q) {
-    gemm(CblasNoTrans, CblasTrans, t.rows, t.cols, t.rank, p, t.rank, q, t.rank, m);
+  each_compressed([](const PowerSgdTensor& t, float* m, const float* p, const float* q) {
+    gemm(CblasNoTrans, CblasTrans, t.rows, t.cols, t.rank, p, t.rank, q, t.rank, m);  // M = P Q^T
   });
+}
+
+void PowerSgdHook::reduce(Communicator& comm, std::size_t b, float* grads) {
+  BucketState& s = buckets_.at(b);
+  if (!s.started) start(s);  // the first compressed step: zero error, the initial Qs
+  const auto world = static_cast<float>(comm.world_size());
+  for (std::size_t i = 0; i < s.size; ++i) grads[i] = grads[i] * world + s.error[i];
+  s.input.assign(grads, grads + s.size);
+  average_uncompressed(comm, s, grads);
+  power_step(comm, s, grads);
   for (std::size_t i = 0; i < s.size; ++i) s.error[i] = s.input[i] - grads[i];
 }
 

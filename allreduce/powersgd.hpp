@@ -84,6 +84,14 @@ class PowerSgdHook {
     bool started = false;
   };
   void orthogonalize_all(const BucketState& s, float* memory, bool p_side) const;
+  // Zero error, the initial Qs, the buffers (the bucket's first compressed step).
+  void start(BucketState& s) const;
+  // The uncompressed tensors, gathered, summed over the ranks and written back averaged.
+  void average_uncompressed(Communicator& comm, BucketState& s, float* grads);
+  // P = M Q summed and orthogonalised; Q = M^T P summed and averaged; M = P Q^T.
+  void power_step(Communicator& comm, BucketState& s, float* grads);
+  // In-place sum over the ranks (nothing for an empty vector).
+  void sum(Communicator& comm, std::vector<float>& v);
   std::vector<BucketState> buckets_;
   std::uint64_t seed_;
   int ranks_per_node_;

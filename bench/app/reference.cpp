@@ -160,6 +160,28 @@ void check_reference(const ReferenceOptions& o, const TrainConfig& base) {
   }
 }
 
+namespace {
+// start.json's config: the steps (warm-up included) and steps per epoch, the optimizer and DDP's
+// settings (PowerSGD's first compressed step under --comm-hook powersgd:R).
+nlohmann::json bundle_config(const TrainConfig& config, long steps, long spe) {
+  nlohmann::json c = {{"global_batch", config.global_batch},
+                      {"steps", steps},
+                      {"warmup_steps", config.warmup_steps},
+                      {"steps_per_epoch", spe},
+                      {"optimizer", config.optimizer},
+                      {"lr", config.lr},
+                      {"momentum", config.momentum},
+                      {"weight_decay", config.weight_decay},
+                      {"betas", {config.beta1, config.beta2}},
+                      {"eps", config.eps},
+                      {"seed", config.seed},
+                      {"bucket_cap_mb", config.bucket_cap_mb},
+                      {"comm_hook", config.comm_hook}};
+  if (powersgd_rank(config.comm_hook) > 0) c["start_powersgd_iter"] = config.start_powersgd_iter;
+  return c;
+}
+}  // namespace
+
 void write_start_bundle(const std::string& dir_name, const TrainConfig& config, const LoadedData& data) {
   const fs::path dir(dir_name);
   std::error_code ec;
@@ -207,23 +229,9 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
       {"train", write_split(dir, "train", train)},
       {"test", data.test != nullptr ? write_split(dir, "test", *data.test) : nlohmann::json()},
       {"order", {{"file", "order.i64"}, {"dtype", "int64"}, {"shape", {epochs, n}}}},
-      {"config",
-       {{"global_batch", config.global_batch},
-        {"steps", steps},
-        {"warmup_steps", config.warmup_steps},
-        {"steps_per_epoch", spe},
-        {"optimizer", config.optimizer},
-        {"lr", config.lr},
-        {"momentum", config.momentum},
-        {"weight_decay", config.weight_decay},
-        {"betas", {config.beta1, config.beta2}},
-        {"eps", config.eps},
-        {"seed", config.seed},
-        {"bucket_cap_mb", config.bucket_cap_mb},
-        {"comm_hook", config.comm_hook}}},
+      {"config", bundle_config(config, steps, spe)},
   };
   if (const int rank = powersgd_rank(config.comm_hook); rank > 0) {
-    start["config"]["start_powersgd_iter"] = config.start_powersgd_iter;
     start["powersgd_q"] = write_powersgd_q(dir, *model, rank, config.seed);
   }
   std::ofstream f(dir / "start.json", std::ios::trunc);
