@@ -441,6 +441,19 @@ class BadBundle(unittest.TestCase):
         doc["config"].update(values)
         start.write_text(json.dumps(doc))
 
+    def test_powersgd_needs_its_start_step_and_its_q_table(self):
+        self.set_config(comm_hook="powersgd:2")
+        self.assert_rejected("config.start_powersgd_iter")
+        self.set_config(comm_hook="powersgd:2", start_powersgd_iter=2)
+        self.assert_rejected("powersgd_q", "needs file")
+        # fc1 [8, 64] compresses at rank 2 by PyTorch's own rule: a table without it is refused.
+        start = self.dir / "start.json"
+        doc = json.loads(start.read_text())
+        doc["powersgd_q"] = {"file": "powersgd_q.f32", "dtype": "float32", "count": 0, "rank": 2,
+                             "tensors": []}
+        start.write_text(json.dumps(doc))
+        self.assert_rejected("powersgd_q", "fc1.weight", "missing")
+
     def test_unknown_optimizer(self):
         self.set_config(optimizer="rmsprop")
         self.assert_rejected("config.optimizer", "rmsprop")
