@@ -525,18 +525,30 @@ TEST_F(EmulatedCluster, Fp16HookHalvesTheBytesOnEachLink) {
 }
 
 // A sweep of the allreduce mode alone on the emulated cluster (no mode takes --transport, so the
-// sweep passes none) under --comm-hook fp16: every point runs, and records the hook.
-TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHook) {
-  const Outcome o = shell(fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --modes allreduce --comm-hook fp16 "
-                                      "--data synthetic --input 64 --synthetic-samples 600 --hidden 64 --batch-sizes 40 "
-                                      "--max-steps 6 --warmup-steps 1 --repetitions 1 --no-eval -q -o {}",
+// sweep passes none) over --comm-hooks allreduce,fp16,powersgd:2: one job per hook, each run
+// recording its hook, and every node's wire bytes agreeing with the hook's schedule.
+TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
+  const Outcome o = shell(fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --modes allreduce "
+                                      "--comm-hooks allreduce,fp16,powersgd:2 --data synthetic --input 64 "
+                                      "--synthetic-samples 600 --hidden 64 --batch-sizes 40 --max-steps 6 --warmup-steps 2 "
+                                      "--repetitions 1 --no-eval -q -o {}",
                                       DPBENCH_BINARY, result().string()),
                           tmp_.path());
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
-  ASSERT_EQ(doc["runs"].size(), 1u);
-  EXPECT_EQ(doc["runs"][0].value("status", std::string("ok")), "ok") << doc["runs"][0].dump();
-  EXPECT_EQ(doc["runs"][0]["config"]["comm_hook"], "fp16");
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  std::vector<std::string> hooks;
+  for (const auto& run : doc["runs"]) {
+    EXPECT_EQ(run.value("status", std::string("ok")), "ok") << run.dump();
+    hooks.push_back(run["config"]["comm_hook"].get<std::string>());
+    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << hooks.back() << ": " << n.dump();
+  }
+  EXPECT_EQ(hooks, (std::vector<std::string>{"allreduce", "fp16", "powersgd:2"}));
+  EXPECT_EQ(doc["config"]["sweep"]["comm_hooks"].size(), 3u);
+  // Bytes per step on a node's link: fp16 half the plain hook's; PowerSGD far fewer.
+  auto sent = [&](std::size_t i) { return doc["runs"][i]["network"]["nodes"][0]["schedule_sent_bytes_per_step"].get<double>(); };
+  EXPECT_NEAR(sent(1), sent(0) / 2.0, 16.0);
+  EXPECT_LT(sent(2), sent(0) / 4.0);
 }
 
 TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {

@@ -59,6 +59,18 @@ void add_optimizer_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--eps", c.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
 }
 
+// "" for a communication hook dpbench has, else what is wrong with the name (a CLI11 validator).
+std::string comm_hook_error(std::string& v) {
+  if (v == "allreduce" || v == "fp16" || v == "bf16") return {};
+  if (v.rfind("powersgd", 0) != 0) return "must be allreduce, fp16, bf16 or powersgd:R";
+  try {
+    powersgd_rank(v);
+  } catch (const InputError&) {
+    return "powersgd needs its rank: powersgd:R, R a positive integer";
+  }
+  return {};
+}
+
 // allreduce's gradient synchronisation: the node hierarchy and the communication hook.
 void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--hierarchy", c.hierarchy,
@@ -70,18 +82,7 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
                  "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
                  "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
                  "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            if (v == "allreduce" || v == "fp16" || v == "bf16") return {};
-            if (v.rfind("powersgd", 0) != 0) return "must be allreduce, fp16, bf16 or powersgd:R";
-            try {
-              powersgd_rank(v);
-            } catch (const InputError&) {
-              return "powersgd needs its rank: powersgd:R, R a positive integer";
-            }
-            return {};
-          },
-          "HOOK", "comm hook"))
+      ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
       ->capture_default_str();
   app.add_option("--start-powersgd-iter", c.start_powersgd_iter,
                  "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
@@ -452,6 +453,12 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->capture_default_str()
       ->group("Emulated cluster");
   add_shared_options(sweep, o.base, o.data, o.timeout_s, o.out, o.quiet);
+  sweep.add_option("--comm-hooks", o.comm_hooks,
+                   "allreduce: DDP communication hooks to sweep, comma list (allreduce, fp16, bf16, powersgd:R); "
+                   "each hook but allreduce runs the allreduce mode alone, the other modes run with allreduce")
+      ->delimiter(',')
+      ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
+      ->excludes("--comm-hook");
 }
 
 // The options given to `app` that `run` takes too, as command-line arguments: every given option
@@ -488,7 +495,7 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
   if (sweep.count("--num-workers") == 0) o.num_workers = {0};
   o.shared_args = shared_arguments(sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes",
                                            "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "launcher", "out",
-                                           "quiet"});
+                                           "quiet", "comm-hooks"});
   return network_sweep_command(o);
 }
 
@@ -626,6 +633,10 @@ int dpbench_main(int argc, char** argv) {
     sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
     sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
     if (*sweep) check_optimizer_options(*sweep, sweep_options.base);
+    if (*sweep && !sweep_options.comm_hooks.empty() &&
+        std::find(sweep_options.modes.begin(), sweep_options.modes.end(), "allreduce") == sweep_options.modes.end()) {
+      throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
+    }
     if (*sweep) return finish(sweep_options.nodes.empty() ? local_sweep(*sweep, sweep_options) : network_sweep(*sweep, sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());

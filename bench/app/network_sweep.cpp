@@ -65,10 +65,20 @@ struct Point {
   std::string workload, transport, link;
   int nodes, workers, rep;
   std::size_t batch;
+  std::string hook;  // --comm-hooks: this job's hook; "" without the axis
 };
 
-// The grid, repetitions innermost, so that each (nodes, link) point's repetitions run in a row.
+// The modes a point's job runs: every --modes value, or under a --comm-hooks hook other than
+// allreduce's own, the allreduce mode alone.
+std::vector<std::string> point_modes(const SweepOptions& o, const Point& p) {
+  if (p.hook.empty() || p.hook == "allreduce") return o.modes;
+  return {"allreduce"};
+}
+
+// The grid, repetitions innermost, so that each (nodes, link) point's repetitions run in a row;
+// with --comm-hooks, one job per hook at every point.
 std::vector<Point> grid(const SweepOptions& o) {
+  const std::vector<std::string> hooks = o.comm_hooks.empty() ? std::vector<std::string>{""} : o.comm_hooks;
   std::vector<Point> points;
   for (const auto& w : o.workloads)
     for (const auto& t : o.transports)
@@ -76,7 +86,8 @@ std::vector<Point> grid(const SweepOptions& o) {
         for (const std::size_t b : o.batch_sizes)
           for (const int n : o.nodes)
             for (const auto& l : o.links)
-              for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, x, rep, b});
+              for (const auto& h : hooks)
+                for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, x, rep, b, h});
   return points;
 }
 
@@ -85,11 +96,13 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
   std::vector<std::string> args = {"run"};
   args.insert(args.end(), o.shared_args.begin(), o.shared_args.end());
   // --transport only where a mode takes one (`run` refuses it otherwise: allreduce alone).
-  if (std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return !find_strategy(m).transports.empty(); })) {
+  const std::vector<std::string> modes = point_modes(o, p);
+  if (std::any_of(modes.begin(), modes.end(), [](const std::string& m) { return !find_strategy(m).transports.empty(); })) {
     args.insert(args.end(), {"--transport", p.transport});
   }
+  if (!p.hook.empty()) args.insert(args.end(), {"--comm-hook", p.hook});
   for (const auto& a : std::vector<std::string>{
-           "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(o.modes, ",")),
+           "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(modes, ",")),
            "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
            std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(o.ranks_per_node), "--launcher",
            o.launcher,
@@ -102,10 +115,11 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
 // A failed point's entries, one per mode, with the config compare matches them by.
 void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& cluster_block, const std::string& error,
                 nlohmann::json& runs) {
-  for (const auto& mode : o.modes) {
+  for (const auto& mode : point_modes(o, p)) {
     TrainConfig c = o.base;
     c.workload = p.workload;
     c.mode = mode;
+    if (!p.hook.empty()) c.comm_hook = p.hook;
     c.transport = p.transport;
     c.comm = o.launcher == "mpirun" ? "mpi" : "gloo";
     c.world_size = p.nodes * o.ranks_per_node;
@@ -145,8 +159,9 @@ int network_sweep_command(const SweepOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   for (const Point& p : points) {
     if (!o.quiet) {
-      fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={} rep={} | elapsed {:.0f} s\n",
-                 ++index, points.size(), p.workload, p.nodes, o.ranks_per_node, p.link, p.batch, p.workers, p.rep,
+      fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={}{} rep={} | elapsed {:.0f} s\n",
+                 ++index, points.size(), p.workload, p.nodes, o.ranks_per_node, p.link, p.batch, p.workers,
+                 p.hook.empty() ? "" : " hook=" + p.hook, p.rep,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     const ChildRun child = run_child(run_args(o, p, point_out), point_err);
@@ -184,6 +199,10 @@ int network_sweep_command(const SweepOptions& o) {
                      {"repetitions", o.repetitions}, {"nodes", o.nodes}, {"links", o.links},
                      {"ranks", world_sizes}, {"comms", {"gloo"}},
                      {"ranks_per_node", o.ranks_per_node}};
+  if (!o.comm_hooks.empty()) {
+    config.erase("comm_hook");
+    config["sweep"]["comm_hooks"] = o.comm_hooks;
+  }
   write_json_atomic(out, make_document(std::move(config), std::move(runs)));
   fmt::print("sweep: {} points ({} failed) in {:.0f} s; results written to {}\n", points.size(), failed,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), out);

@@ -19,12 +19,13 @@ std::string clock_text(double seconds) {
   return fmt::format("{}:{:02d}", s / 60, s % 60);
 }
 
-// "ps/p2p mlp ranks=2 batch=256 workers=0 rep=1": the transport only for strategies that take one.
+// "ps/p2p mlp ranks=2 batch=256 workers=0 rep=1": the transport only for strategies that take one,
+// a hook other than allreduce's own ("allreduce/fp16 ...").
 std::string point_label(const TrainConfig& c, int rep) {
   const bool takes_transport = !find_strategy(c.mode).transports.empty();
-  return fmt::format("{}{} {} ranks={} batch={} workers={} rep={}", c.mode,
-                     takes_transport ? "/" + c.transport : "", c.workload, c.world_size,
-                     c.global_batch, c.loader.num_workers, rep);
+  return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", c.mode,
+                     takes_transport ? "/" + c.transport : "", c.comm_hook != "allreduce" ? "/" + c.comm_hook : "",
+                     c.workload, c.world_size, c.global_batch, c.loader.num_workers, rep);
 }
 }  // namespace
 
@@ -54,22 +55,35 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
 
   // What every group runs per repetition: every --transports value for a strategy that takes a
   // transport, the base config's for the others (which ignore it).
-  std::vector<std::pair<std::string, std::string>> variants;
+  // With --comm-hooks, the allreduce mode once per hook, the others with `allreduce` only.
+  struct Variant {
+    std::string mode, transport, hook;
+  };
+  std::vector<Variant> variants;
   for (const auto& mode : o.modes) {
-    if (find_strategy(mode).transports.empty()) {
-      variants.emplace_back(mode, o.base.transport);
+    std::vector<std::string> hooks = {o.base.comm_hook};
+    if (!o.comm_hooks.empty()) hooks = mode == "allreduce" ? o.comm_hooks : std::vector<std::string>{"allreduce"};
+    if (mode != "allreduce" && !o.comm_hooks.empty() &&
+        std::find(o.comm_hooks.begin(), o.comm_hooks.end(), "allreduce") == o.comm_hooks.end()) {
       continue;
     }
-    for (const auto& t : o.transports) variants.emplace_back(mode, t);
+    for (const auto& hook : hooks) {
+      if (find_strategy(mode).transports.empty()) {
+        variants.push_back({mode, o.base.transport, hook});
+        continue;
+      }
+      for (const auto& t : o.transports) variants.push_back({mode, t, hook});
+    }
   }
 
   std::vector<SweepPoint> points;
   for (const auto& g : groups) {
     for (int rep = 0; rep < o.repetitions; ++rep) {
-      for (const auto& [mode, transport] : variants) {
+      for (const Variant& v : variants) {
         TrainConfig c = g;
-        c.mode = mode;
-        c.transport = transport;
+        c.mode = v.mode;
+        c.transport = v.transport;
+        c.comm_hook = v.hook;
         points.push_back({std::move(c), rep});
       }
     }
@@ -183,6 +197,10 @@ int sweep_command(const SweepOptions& o) {
                      {"transports", o.transports}, {"ranks", o.ranks},
                      {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
                      {"repetitions", o.repetitions}};
+  if (!o.comm_hooks.empty()) {
+    config.erase("comm_hook");
+    config["sweep"]["comm_hooks"] = o.comm_hooks;
+  }
   add_data_config(config, o.data, data);
   if (!output) return 0;
   write_json_atomic(out, make_document(std::move(config), std::move(runs)));

@@ -23,6 +23,10 @@ struct SweepOptions {
   std::vector<int> ranks = {1, 2, 4};
   std::vector<std::size_t> batch_sizes = {64, 256};
   std::vector<int> num_workers = {0, 2};
+  // allreduce's DDP communication hooks as an axis (--comm-hooks): empty, not swept (the base
+  // config's --comm-hook). A hook other than `allreduce` adds the allreduce mode under it alone;
+  // the other modes run once, with `allreduce` (so list it to keep them).
+  std::vector<std::string> comm_hooks;
   int repetitions = 1;
   bool cnn_default_hidden = false;  // --hidden not given: cnn points use 128
   bool cnn_default_lr = false;      // --lr not given: cnn points use 0.05
