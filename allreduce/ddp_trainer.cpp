@@ -22,10 +22,6 @@ void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
       throw InputError(fmt::format("--start-powersgd-iter {}: must be at least 2 (PyTorch's PowerSGDState with error "
                                    "feedback and warm start)", cfg.start_powersgd_iter));
     }
-    if (cfg.start_powersgd_iter > cfg.warmup_steps) {
-      throw InputError(fmt::format("--start-powersgd-iter {}: the timed steps would mix uncompressed and compressed "
-                                   "steps; give at most --warmup-steps ({})", cfg.start_powersgd_iter, cfg.warmup_steps));
-    }
     if (cfg.checkpoint_every > 0 || cfg.resume) {
       throw InputError(fmt::format("--comm-hook {}: checkpoints do not hold PowerSGD's error feedback and Q matrices; "
                                    "run it without --checkpoint-every and --resume", cfg.comm_hook));

@@ -86,7 +86,8 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--start-powersgd-iter", c.start_powersgd_iter,
                  "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
-                 "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are. At most --warmup-steps")
+                 "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are (after the warm-up: a "
+                 "warning, the timed steps mix both)")
       ->capture_default_str();
 }
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/powersgd.hpp"
 #include "bench/app/env_info.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
@@ -128,6 +129,12 @@ RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const De
     int attempt = 0;
     for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
     r.elastic_restart = restart_cost(cfg.checkpoint_dir, r.resumed_from_step, attempt);
+  }
+  if (powersgd_rank(cfg.comm_hook) > 0 && cfg.start_powersgd_iter > cfg.warmup_steps) {
+    r.warnings.push_back(fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "
+                                     "uncompressed, so per-step times and bytes mix both",
+                                     cfg.start_powersgd_iter, cfg.warmup_steps));
+    fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
   if (r.resumed_from_step >= r.steps_total) {
     r.warnings.push_back(fmt::format("--resume: the checkpoint of step {} is the end of this {}-step run: nothing was trained",
