@@ -98,7 +98,10 @@ def run_rows(points: list) -> list:
     rows = []
     for p in points:
         rows.append({
-            "mode": p.mode, "transport": p.transport, "variant": p.series.partition(" [")[2].rstrip("]"),
+            # The label's parenthesis: the transport and what the label names besides (a hook,
+            # the node hierarchy): "allreduce (ring, fp16)" -> "ring, fp16".
+            "mode": p.mode, "transport": p.label.partition(" (")[2].rstrip(")") or p.transport,
+            "variant": p.series.partition(" [")[2].rstrip("]"),
             "ranks": p.world_size, "batch": p.global_batch, "workers": p.num_workers,
             "reps": p.repetitions, "throughput": f"{p.throughput:,.0f}",
             "p50": ms_text(p.step_time.get("p50")), "p90": ms_text(p.step_time.get("p90")),

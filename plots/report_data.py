@@ -244,12 +244,17 @@ def run_transport(run: dict) -> str:
     return str(strategy_traits.run_traits(run)["transport"] or "")
 
 
+# Config keys a strategy's label already names ("allreduce (ring, fp16)"): runs that differ only
+# in them are series of one figure (sweep --comm-hooks), not separate experiments.
+LABELLED_KEYS = ("comm_hook",)
+
+
 def run_variant(run: dict) -> tuple:
     """Hashable description of everything but the sweep axes: the experiment the run belongs to.
     Only these keys count, so that a failed point (which has fewer fields) finds its siblings."""
     config = run.get("config", {})
     items = [(k, json.dumps(v, sort_keys=True)) for k, v in sorted(config.items())
-             if k not in AXIS_KEYS and k not in ("seed",)]
+             if k not in AXIS_KEYS and k not in LABELLED_KEYS and k not in ("seed",)]
     return tuple(items)
 
 

@@ -276,6 +276,25 @@ class NetworkVerdictTest(unittest.TestCase):
         # allreduce still beats ps everywhere: no crossover of theirs is named.
         self.assertFalse([c for c in net.link_crossovers + net.node_crossovers if "allreduce/ps" in c])
 
+    def test_comm_hooks_are_series_of_one_experiment(self):
+        # A sweep over --comm-hooks: the allreduce runs again under fp16, 2x faster. Each hook is
+        # a series of its own (the label names it), in the same experiment (variant) as the plain
+        # hook, so the figures against link rate and node count draw them side by side.
+        doc = copy.deepcopy(self.doc)
+        for run in [r for r in self.doc["runs"] if r["mode"] == "allreduce"]:
+            hooked = copy.deepcopy(run)
+            hooked["config"]["comm_hook"] = "fp16"
+            hooked["strategy"]["label"] = "allreduce (ring, fp16)"  # as dpbench records it
+            hooked["throughput_samples_per_s"] *= 2
+            doc["runs"].append(hooked)
+        net = self.verdict(doc)
+        allreduce = [p for p in net.points if p.mode == "allreduce"]
+        self.assertEqual({"allreduce (ring)", "allreduce (ring, fp16)"}, {p.label for p in allreduce})
+        self.assertEqual(1, len({p.variant for p in allreduce}))
+        plain = next(p for p in allreduce if p.label == "allreduce (ring)" and p.nodes == 4 and p.link == "100mbit")
+        fp16 = next(p for p in allreduce if p.label != plain.label and p.nodes == 4 and p.link == "100mbit")
+        self.assertAlmostEqual(2 * plain.throughput, fp16.throughput)
+
     def test_repetitions_aggregate_to_median_with_min_and_max(self):
         doc = copy.deepcopy(self.doc)
         extra = []
