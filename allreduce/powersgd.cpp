@@ -1,7 +1,5 @@
 #include "allreduce/powersgd.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -10,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/hierarchical.hpp"
+#include "workloads/blas_gemm.hpp"
 
 namespace dpbench {
 
@@ -107,17 +106,6 @@ void PowerSgdHook::orthogonalize_all(const BucketState& s, float* memory, bool p
   }
 }
 
-namespace {
-
-// C [m, n] = op(A) . op(B), row-major.
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t m, std::size_t n, std::size_t k, const float* a,
-          std::size_t lda, const float* b, std::size_t ldb, float* c) {
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c, static_cast<int>(n));
-}
-
-}  // namespace
-
 void PowerSgdHook::sum(Communicator& comm, std::vector<float>& v) {
   if (!v.empty()) hierarchical_allreduce_sum(comm, v.data(), v.size(), ranks_per_node_, scratch_);
 }
@@ -154,6 +142,7 @@ void PowerSgdHook::average_uncompressed(Communicator& comm, BucketState& s, floa
 }
 
 void PowerSgdHook::power_step(Communicator& comm, BucketState& s, float* grads) {
+  using cpu::detail::gemm;  // row-major sgemm through OpenBLAS
   auto each_compressed = [&](auto&& f) {
     std::size_t p_at = 0, q_at = 0;
     for (const PowerSgdTensor& t : s.tensors) {
@@ -165,18 +154,18 @@ void PowerSgdHook::power_step(Communicator& comm, BucketState& s, float* grads) 
   };
   orthogonalize_all(s, s.q.data(), false);
   each_compressed([](const PowerSgdTensor& t, const float* m, float* p, const float* q) {
-    gemm(CblasNoTrans, CblasNoTrans, t.rows, t.rank, t.cols, m, t.cols, q, t.rank, p);  // P = M Q
+    gemm(CblasNoTrans, CblasNoTrans, t.rows, t.rank, t.cols, m, t.cols, q, t.rank, 0.0f, p, t.rank);  // P = M Q
   });
   sum(comm, s.p);
   orthogonalize_all(s, s.p.data(), true);
   each_compressed([](const PowerSgdTensor& t, const float* m, const float* p, float* q) {
-    gemm(CblasTrans, CblasNoTrans, t.cols, t.rank, t.rows, m, t.cols, p, t.rank, q);  // Q = M^T P
+    gemm(CblasTrans, CblasNoTrans, t.cols, t.rank, t.rows, m, t.cols, p, t.rank, 0.0f, q, t.rank);  // Q = M^T P
   });
   sum(comm, s.q);
   const auto world = static_cast<float>(comm.world_size());
   for (float& x : s.q) x /= world;
   each_compressed([](const PowerSgdTensor& t, float* m, const float* p, const float* q) {
-    gemm(CblasNoTrans, CblasTrans, t.rows, t.cols, t.rank, p, t.rank, q, t.rank, m);  // M = P Q^T
+    gemm(CblasNoTrans, CblasTrans, t.rows, t.cols, t.rank, p, t.rank, q, t.rank, 0.0f, m, t.cols);  // M = P Q^T
   });
 }
 

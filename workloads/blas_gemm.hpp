@@ -1,6 +1,7 @@
 // Row-major GEMM through CBLAS (OpenBLAS) for float and double, for the CPU kernels:
 // C[m, n] = A[m, k] (or its transpose) . B[k, n] (or its transpose) + beta * C. Internal to the
-// kernel files; counts are element counts that fit int (the callers check).
+// kernel files and PowerSGD (allreduce/powersgd.cpp); counts are element counts that fit int (the
+// callers check).
 #pragma once
 
 #include <cblas.h>
