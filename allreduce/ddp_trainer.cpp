@@ -27,14 +27,7 @@ void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
                                    "run it without --checkpoint-every and --resume", cfg.comm_hook));
     }
   }
-  if (cfg.hierarchy != "node") return;
-  if (cfg.device != "cpu") {
-    throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", cfg.device));
-  }
-  const int k = hierarchy_ranks_per_node(cfg);
-  if (k < 1 || cfg.world_size % k != 0) {
-    throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", cfg.world_size, k));
-  }
+  validate_node_hierarchy(cfg);
 }
 
 namespace {

@@ -168,6 +168,37 @@ void compressed(Communicator& comm, float* buf, std::size_t n, int k, std::vecto
   Format::unpack(slots.data(), n, buf);
 }
 
+// Where the segments of hierarchical_segment_order lie: spans[l] is local rank l's span over
+// the nodes, segments[l][i] the segment of node i's local rank l inside buf.
+struct SegmentSpans {
+  std::vector<Chunk> spans;
+  std::vector<std::vector<Chunk>> segments;
+};
+SegmentSpans segment_spans(const std::vector<std::size_t>& counts, int p, int k) {
+  check_layout(p, k);
+  if (counts.size() != static_cast<std::size_t>(p)) {
+    throw InputError(fmt::format("hierarchy: {} counts for {} ranks", counts.size(), p));
+  }
+  const int nodes = p / k;
+  SegmentSpans out{std::vector<Chunk>(static_cast<std::size_t>(k)),
+                   std::vector<std::vector<Chunk>>(static_cast<std::size_t>(k))};
+  std::size_t offset = 0;
+  for (int l = 0; l < k; ++l) {
+    const std::size_t start = offset;
+    for (int i = 0; i < nodes; ++i) {
+      const std::size_t n = counts[static_cast<std::size_t>(i * k + l)];
+      out.segments[static_cast<std::size_t>(l)].push_back(Chunk{offset, n});
+      offset += n;
+    }
+    out.spans[static_cast<std::size_t>(l)] = Chunk{start, offset - start};
+  }
+  return out;
+}
+
+void add_floats(float* own, const float* in, std::size_t len) {
+  for (std::size_t i = 0; i < len; ++i) own[i] = in[i] + own[i];
+}
+
 }  // namespace
 
 std::vector<int> node_ring(int world_size, int ranks_per_node, int rank) {
@@ -268,12 +299,43 @@ void hierarchical_allreduce_sum(Communicator& comm, float* buf, std::size_t n, i
   if (p < 2 || n == 0) return;
   switch (format) {
     case WireFormat::fp32:
-      return three_phases(comm, buf, n, ranks_per_node, scratch, [](float* own, const float* in, std::size_t len) {
-        for (std::size_t i = 0; i < len; ++i) own[i] = in[i] + own[i];
-      });
+      return three_phases(comm, buf, n, ranks_per_node, scratch, add_floats);
     case WireFormat::fp16: return compressed<Fp16>(comm, buf, n, ranks_per_node, scratch);
     case WireFormat::bf16: return compressed<Bf16>(comm, buf, n, ranks_per_node, scratch);
   }
+}
+
+std::vector<int> hierarchical_segment_order(int world_size, int ranks_per_node) {
+  check_layout(world_size, ranks_per_node);
+  std::vector<int> out;
+  for (int l = 0; l < ranks_per_node; ++l) {
+    for (int i = 0; i < world_size / ranks_per_node; ++i) out.push_back(i * ranks_per_node + l);
+  }
+  return out;
+}
+
+void hierarchical_reduce_scatterv_sum(Communicator& comm, float* buf, const std::vector<std::size_t>& counts,
+                                      int ranks_per_node, std::vector<float>& scratch) {
+  const int p = comm.world_size(), rank = comm.rank(), k = ranks_per_node;
+  const SegmentSpans at = segment_spans(counts, p, k);
+  if (p < 2) return;
+  const int l = rank % k;
+  const auto span = [&at](int j) { return at.spans[static_cast<std::size_t>(j)]; };
+  const auto segment = [&at, l](int i) { return at.segments[static_cast<std::size_t>(l)][static_cast<std::size_t>(i)]; };
+  ring_half(comm, buf, node_ring(p, k, rank), l, 0, true, span, scratch, add_floats);
+  ring_half(comm, buf, cross_node_ring(p, k, rank), rank / k, 0, true, segment, scratch, add_floats);
+}
+
+void hierarchical_allgatherv(Communicator& comm, float* buf, const std::vector<std::size_t>& counts, int ranks_per_node) {
+  const int p = comm.world_size(), rank = comm.rank(), k = ranks_per_node;
+  const SegmentSpans at = segment_spans(counts, p, k);
+  if (p < 2) return;
+  const int l = rank % k;
+  const auto span = [&at](int j) { return at.spans[static_cast<std::size_t>(j)]; };
+  const auto segment = [&at, l](int i) { return at.segments[static_cast<std::size_t>(l)][static_cast<std::size_t>(i)]; };
+  std::vector<float> unused;
+  ring_half(comm, buf, cross_node_ring(p, k, rank), rank / k, 0, false, segment, unused, add_floats);
+  ring_half(comm, buf, node_ring(p, k, rank), l, 0, false, span, unused, add_floats);
 }
 
 }  // namespace dpbench

@@ -54,4 +54,26 @@ bool cpu_has_f16c();
 void hierarchical_allreduce_sum(Communicator& comm, float* buf, std::size_t n, int ranks_per_node,
                                 std::vector<float>& scratch, WireFormat format = WireFormat::fp32);
 
+// sharded_ps --hierarchy node (BytePS's reduction inside the machine before the push and
+// broadcast after the pull, Jiang et al., OSDI 2020): every rank serves one segment, and the
+// segments lie in the buffer in node-local-major order, local rank 0 of nodes 0..N-1 first, then
+// local rank 1 of every node, ..., so that the segments of a node's local rank l form one span.
+// The ranks in that order: position l * N + i holds rank i * K + l. Throws as node_ring does.
+std::vector<int> hierarchical_segment_order(int world_size, int ranks_per_node);
+
+// Reduce-scatter over per-rank segments: buf holds the segments of every rank in
+// hierarchical_segment_order, counts[r] floats for rank r (counts indexed by rank, a count may be
+// 0), on every rank. Afterwards rank r's segment of buf holds the sum over ranks of that segment;
+// the rest of buf is left as scratch. Phases: inside each node a ring reduce-scatter over the K
+// spans (local rank l ends with its node's sum of span l), then one ring per local rank l across
+// the nodes over span l's N segments, so (N-1)/N of the vector crosses each node's link.
+// scratch holds one received chunk. Throws InputError on a bad layout or counts.size() !=
+// world_size, and what the communicator throws.
+void hierarchical_reduce_scatterv_sum(Communicator& comm, float* buf, const std::vector<std::size_t>& counts,
+                                      int ranks_per_node, std::vector<float>& scratch);
+// All-gather over the same segments: rank r's segment of buf reaches every rank's buf, across
+// the nodes first (one ring per local rank), then inside each node. Throws as above.
+void hierarchical_allgatherv(Communicator& comm, float* buf, const std::vector<std::size_t>& counts,
+                             int ranks_per_node);
+
 }  // namespace dpbench

@@ -354,6 +354,7 @@ void Collectives::broadcast(std::size_t n, int root) {
 void Collectives::reduce_scatterv(const std::vector<std::size_t>& counts) {
   if (s_.world_size() < 2) return;
   as(CollectiveKind::reduce_scatter, [&] {
+    if (hierarchy_ > 0) return node_segment_rings(counts, ring_reduce_scatter_step);
     if (engine_ == "mpi") return libnbc_reduce_scatterv(counts);
     if (engine_ != "gloo") return ring_reduce_scatter(counts, 0);
     for (int r = 0; r < s_.world_size(); ++r) gloo_reduce(counts[static_cast<std::size_t>(r)], r);
@@ -362,7 +363,36 @@ void Collectives::reduce_scatterv(const std::vector<std::size_t>& counts) {
 
 void Collectives::allgatherv(const std::vector<std::size_t>& counts) {
   if (s_.world_size() < 2) return;
-  as(CollectiveKind::allgather, [&] { ring_all_gather(counts, 0); });
+  as(CollectiveKind::allgather, [&] {
+    if (hierarchy_ > 0) return node_segment_rings(counts, ring_all_gather_step);
+    ring_all_gather(counts, 0);
+  });
+}
+
+// core/hierarchical.hpp's reduce-scatter (inside the nodes, then across them) or all-gather
+// (across, then inside) over per-rank segments in hierarchical_segment_order; every node's rings
+// of a phase one after the other.
+void Collectives::node_segment_rings(const std::vector<std::size_t>& counts, RingStep (*step)(int, int, int, int)) {
+  const int p = s_.world_size(), k = hierarchy_, nodes = p / k;
+  std::vector<std::size_t> spans(static_cast<std::size_t>(k), 0);
+  std::vector<std::vector<std::size_t>> segments(static_cast<std::size_t>(k));
+  for (int r = 0; r < p; ++r) {
+    spans[static_cast<std::size_t>(r % k)] += counts.at(static_cast<std::size_t>(r));
+    segments[static_cast<std::size_t>(r % k)].push_back(counts[static_cast<std::size_t>(r)]);  // node r / k
+  }
+  const auto inside = [&] {
+    for (int node = 0; node < nodes; ++node) ring_half(spans, 0, step, node_ring(p, k, node * k));
+  };
+  const auto across = [&] {
+    for (int l = 0; l < k; ++l) ring_half(segments[static_cast<std::size_t>(l)], 0, step, cross_node_ring(p, k, l));
+  };
+  if (step == ring_reduce_scatter_step) {
+    inside();
+    across();
+  } else {
+    across();
+    inside();
+  }
 }
 
 void Collectives::scatterv(const std::vector<std::size_t>& counts, int root) {

@@ -144,8 +144,9 @@ class Collectives {
   // core/hierarchical.hpp's all-reduce of n floats over nodes of ranks_per_node ranks (tagged
   // allreduce), whatever the engine: dpbench runs it over sendrecv on every backend.
   void hierarchical_allreduce(std::size_t n, int ranks_per_node);
-  // From now on allreduce() (and run()'s) is the hierarchical one over nodes of ranks_per_node
-  // ranks (--hierarchy node); 0: the engine's flat ring again.
+  // From now on allreduce(), reduce_scatterv() and allgatherv() (and run()'s) are the
+  // hierarchical ones over nodes of ranks_per_node ranks (--hierarchy node; the v-collectives'
+  // segments in hierarchical_segment_order); 0: the engine's flat ones again.
   void set_node_hierarchy(int ranks_per_node) { hierarchy_ = ranks_per_node; }
   // From now on allreduce() moves its floats as `format` (--comm-hook fp16, bf16): packed, over
   // core/hierarchical.hpp's rings (one node of every rank unless a node hierarchy is set).
@@ -157,6 +158,7 @@ class Collectives {
   void ring_half(const std::vector<std::size_t>& counts, int shift, RingStep (*step)(int, int, int, int),
                  const std::vector<int>& members);
   std::vector<int> all_ranks() const;
+  void node_segment_rings(const std::vector<std::size_t>& counts, RingStep (*step)(int, int, int, int));
   void chain(std::size_t n, int root, bool reduce);
   void one_transfer(std::size_t n, int from, int to);
   void gloo_reduce(std::size_t n, int root);

@@ -7,6 +7,7 @@
 
 #include "train/replica_rank.hpp"
 #include "core/error.hpp"
+#include "core/hierarchical.hpp"
 #include "train/grad_reducer.hpp"
 #include "train/rank_context.hpp"
 
@@ -22,6 +23,20 @@ ShardLayout shard_layout(std::size_t n, int world_size, int servers) {
     const Chunk c = ring_chunk(n, servers, k);
     layout.counts[static_cast<std::size_t>(k)] = c.length;
     layout.offsets[static_cast<std::size_t>(k)] = c.offset;
+  }
+  return layout;
+}
+
+ShardLayout shard_layout_for(const TrainConfig& c, std::size_t n) {
+  if (c.hierarchy != "node") return shard_layout(n, c.world_size, server_count(c));
+  const int p = c.world_size;
+  const std::vector<int> order = hierarchical_segment_order(p, hierarchy_ranks_per_node(c));
+  ShardLayout layout{std::vector<std::size_t>(static_cast<std::size_t>(p), 0),
+                     std::vector<std::size_t>(static_cast<std::size_t>(p), 0)};
+  for (int q = 0; q < p; ++q) {
+    const Chunk chunk = ring_chunk(n, p, q);
+    layout.counts[static_cast<std::size_t>(order[static_cast<std::size_t>(q)])] = chunk.length;
+    layout.offsets[static_cast<std::size_t>(order[static_cast<std::size_t>(q)])] = chunk.offset;
   }
   return layout;
 }
@@ -60,6 +75,16 @@ void validate_sharded_ps(const TrainConfig& cfg, const Dataset& train) {
     throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {} (0: every rank)", cfg.servers,
                                  cfg.world_size));
   }
+  if (cfg.hierarchy != "node") return;
+  if (cfg.transport != "collective") {
+    throw InputError(fmt::format("--hierarchy node: sharded_ps reduces inside the node with the collective "
+                                 "transport, not {}", cfg.transport));
+  }
+  if (server_count(cfg) != cfg.world_size) {
+    throw InputError(fmt::format("--hierarchy node: every rank serves a range; --servers {} of {} ranks is not "
+                                 "supported (give --servers 0)", cfg.servers, cfg.world_size));
+  }
+  validate_node_hierarchy(cfg);
 }
 
 namespace {
@@ -70,7 +95,7 @@ class ShardedPsRank final : public ReplicaRank {
  public:
   ShardedPsRank(const RankSetup& s, bool p2p)
       : ReplicaRank(s),
-        layout_(shard_layout(n_, s.config.world_size, server_count(s.config))),
+        layout_(shard_layout_for(s.config, n_)),
         p2p_(p2p),
         rank_(s.ctx.rank()),
         mine_(layout_.counts[static_cast<std::size_t>(rank_)]),
@@ -103,6 +128,16 @@ class ShardedPsRank final : public ReplicaRank {
     float* send = grads_.data() + buckets_[b].offset;
     const std::vector<std::size_t>& counts = bucket_counts_[b];
     float* recv = recv_[b];
+    if (node_ranks_ > 0) {
+      // In place in the bucket: this rank's segment of it (at its place in the gradient
+      // vector) then holds the sum; blocking, on the communication thread.
+      const float* own = grads_.data() + std::max(buckets_[b].offset, offset_);
+      reducer_->start(b, [this, send, &counts, own, recv](Communicator& comm, bool) {
+        hierarchical_reduce_scatterv_sum(comm, send, counts, node_ranks_, scratch_);
+        std::copy_n(own, counts[static_cast<std::size_t>(rank_)], recv);
+      });
+      return;
+    }
     reducer_->start(b, [send, &counts, recv](Communicator& comm, bool nonblocking) {
       if (nonblocking) {
         comm.reduce_scatterv_sum_start(send, counts, recv);
@@ -129,6 +164,7 @@ class ShardedPsRank final : public ReplicaRank {
     RankContext& ctx = s_.ctx;
     Communicator& comm = ctx.comm();
     ctx.synchronize();  // the server's step wrote its range on the compute stream
+    if (node_ranks_ > 0) return hierarchical_allgatherv(comm, params_.data(), layout_.counts, node_ranks_);
     if (!p2p_) {
       comm.allgatherv(params_.data(), layout_.counts);
       return;
@@ -187,6 +223,10 @@ class ShardedPsRank final : public ReplicaRank {
   std::vector<std::vector<std::size_t>> bucket_counts_;  // collective: per bucket, per rank
   std::vector<float*> recv_;                             // collective: per bucket
   std::optional<GradReducer> reducer_;                   // collective
+  // --hierarchy node: ranks per node of core/hierarchical.hpp's rings (0: the backend's flat
+  // collectives), and one received chunk of them.
+  int node_ranks_ = s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0;
+  std::vector<float> scratch_;
 };
 
 }  // namespace

@@ -12,6 +12,11 @@
 //          local_batch / global_batch, as in `allreduce`, so the update is the same);
 //   pull:  every worker gets every updated range back (in-place all-gather over the ranges, or
 //          a send from each server to each worker), blocking, before the next step.
+// --hierarchy node (collective, every rank a server): BytePS's reduction inside the machine. The
+// ranges follow core/hierarchical.hpp's segment order; each bucket's push is reduced inside the
+// node first, then across the nodes by one ring per local rank, and the pull gathers across the
+// nodes, then inside them: (N-1)/N of the gradient crosses each node's link per push and per pull
+// (N nodes), where the flat ring's edge rank sends (p-1)/p of it.
 // Per rank and step, with n parameters, s_r the range of rank r (0 off the servers):
 //   collective: sends 2n - s_r - s_{r+1}, receives 2n - s_{r-1} - s_r elements (indices mod p;
 //               with K = p, 2(p-1)/p n each way up to rounding: ring all-reduce's traffic);
@@ -36,6 +41,12 @@ struct ShardLayout {
 };
 ShardLayout shard_layout(std::size_t n, int world_size, int servers);
 
+// The servers' ranges of a run: shard_layout(n, world_size, server_count(config)); under
+// --hierarchy node (every rank a server), rank hierarchical_segment_order[q] owns ring_chunk(n,
+// world_size, q) (core/hierarchical.hpp), so that each local rank's ranges over the nodes are one
+// span. Throws as shard_layout does.
+ShardLayout shard_layout_for(const TrainConfig& config, std::size_t n);
+
 // The part of the range [offset, offset + size) each rank serves: world_size counts that add up
 // to size.
 std::vector<std::size_t> shard_counts_within(const ShardLayout& layout, std::size_t offset, std::size_t size);
@@ -48,7 +59,8 @@ ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, const 
 int server_count(const TrainConfig& config);
 
 // Throws InputError on a config this mode cannot run with this data: allreduce's checks, an
-// unknown --transport, --servers outside 0..world_size.
+// unknown --transport, --servers outside 0..world_size; under --hierarchy node, the p2p
+// transport, fewer servers than ranks, and validate_node_hierarchy's checks.
 void validate_sharded_ps(const TrainConfig& config, const Dataset& train);
 
 // Trains on config.device. Throws as validate_sharded_ps does, and Error if a rank fails.

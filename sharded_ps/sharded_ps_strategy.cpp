@@ -16,7 +16,7 @@ std::string sharded_label(const TrainConfig& c) {
   if (c.servers > 0 && c.servers < c.world_size) {
     return fmt::format("sharded_ps ({}, {} servers)", c.transport, c.servers);
   }
-  return fmt::format("sharded_ps ({})", c.transport);
+  return fmt::format("sharded_ps ({}{})", c.transport, c.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
 // With every rank a server, the push is a reduce-scatter and the pull an all-gather of the
@@ -44,7 +44,7 @@ std::string sharded_pytorch(const TrainConfig&) { return "rpc_ps"; }
 // p2p, a receive buffer of the range); one rank alone is plain training.
 std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
   const TrainConfig& c = in.config;
-  const ShardLayout layout = shard_layout(static_cast<std::size_t>(in.num_params), c.world_size, server_count(c));
+  const ShardLayout layout = shard_layout_for(c, static_cast<std::size_t>(in.num_params));
   std::vector<RankMemory> ranks;
   for (int r = 0; r < c.world_size; ++r) {
     const auto mine = static_cast<double>(layout.counts[static_cast<std::size_t>(r)]);
@@ -67,8 +67,11 @@ std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
 // all-gather, or each server sending to the workers in turn). As sharded_ps.cpp runs it.
 void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const int p = s.world_size();
-  const ShardLayout layout = shard_layout(in.num_params, p, server_count(in.config));
+  const ShardLayout layout = shard_layout_for(in.config, in.num_params);
   Collectives main(s, in.engine, 0), side(s, in.engine, 1);
+  const int node_ranks = in.config.hierarchy == "node" ? hierarchy_ranks_per_node(in.config) : 0;
+  main.set_node_hierarchy(node_ranks);
+  side.set_node_hierarchy(node_ranks);
   if (in.config.transport != "p2p") {
     const std::vector<BucketEvents> events = replica_forward_backward(s, in);
     for (std::size_t b = 0; b < in.buckets.size(); ++b) {

@@ -2,7 +2,9 @@
 // allreduce mode: exact sums on integer-valued floats for several node layouts, every rank's
 // bytes equal to its schedule's (core/schedule.hpp), 2(N-1)/N of the vector across each node's
 // link where the flat ring sends 2(p-1)/p from the node's edge rank, training losses equal to the
-// flat ring's within float tolerance, and bad layouts refused.
+// flat ring's within float tolerance, and bad layouts refused. The same for sharded_ps's
+// hierarchical push (reduce-scatter) and pull (all-gather): exact sums per segment, (N-1)/N of
+// the vector across each node's link per phase, losses equal to the flat sharded_ps's.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -234,6 +236,117 @@ TEST(CompressedAllreduce, Fp16RoundsAsIeeeHalfDoes) {
   EXPECT_EQ(wrong, 0u);
 }
 
+// hierarchical_reduce_scatterv_sum then hierarchical_allgatherv on p threads: the first's
+// segment of each rank (after the reduce-scatter) and the whole buffer after the all-gather.
+struct ScatterGatherOut {
+  std::vector<std::vector<float>> segment, gathered;
+  std::vector<CommStats> scatter_stats, gather_stats;
+};
+ScatterGatherOut scatter_gather_on_threads(const std::vector<std::vector<float>>& inputs,
+                                           const std::vector<std::size_t>& counts, int k) {
+  const int p = static_cast<int>(inputs.size());
+  const std::vector<int> order = hierarchical_segment_order(p, k);
+  auto group = std::make_shared<LocalGroup>(p);
+  const auto up = static_cast<std::size_t>(p);
+  ScatterGatherOut got{std::vector<std::vector<float>>(up), std::vector<std::vector<float>>(up), std::vector<CommStats>(up),
+                       std::vector<CommStats>(up)};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      const auto ur = static_cast<std::size_t>(r);
+      LocalCommunicator comm(group, r, nullptr);
+      std::vector<float> buf = inputs[ur], scratch;
+      hierarchical_reduce_scatterv_sum(comm, buf.data(), counts, k, scratch);
+      std::size_t at = 0;
+      for (std::size_t q = 0; order[q] != r; ++q) at += counts[static_cast<std::size_t>(order[q])];
+      got.segment[ur].assign(buf.begin() + static_cast<std::ptrdiff_t>(at),
+                             buf.begin() + static_cast<std::ptrdiff_t>(at + counts[ur]));
+      got.scatter_stats[ur] = comm.stats();
+      comm.reset_stats();
+      // Every rank's segment now holds rank r's own values, the rest zeros: the gather fills it.
+      std::vector<float> mine(buf.size(), 0.0f);
+      std::copy(inputs[ur].begin() + static_cast<std::ptrdiff_t>(at),
+                inputs[ur].begin() + static_cast<std::ptrdiff_t>(at + counts[ur]), mine.begin() + static_cast<std::ptrdiff_t>(at));
+      hierarchical_allgatherv(comm, mine.data(), counts, k);
+      got.gathered[ur] = mine;
+      got.gather_stats[ur] = comm.stats();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return got;
+}
+
+// sharded_ps --hierarchy node's push and pull: every rank's segment holds the exact sum of that
+// segment (integer-valued floats), the all-gather gives every rank every rank's segment, zero
+// counts included; each rank's bytes equal its schedule's for both.
+TEST(HierarchicalReduceScatter, SumsEachRanksSegmentAndGathersThemBack) {
+  for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
+    for (const std::size_t unit : {std::size_t{0}, std::size_t{1}, std::size_t{37}}) {
+      std::vector<std::size_t> counts;
+      for (int r = 0; r < layout.p; ++r) counts.push_back(unit * static_cast<std::size_t>(r % 3) + (r == 1 ? 2 : 0));
+      std::size_t n = 0;
+      for (std::size_t c : counts) n += c;
+      const auto inputs = rank_inputs(layout.p, n, hier_value);
+      const ScatterGatherOut got = scatter_gather_on_threads(inputs, counts, layout.k);
+      const std::vector<int> order = hierarchical_segment_order(layout.p, layout.k);
+      StepSchedule scatter(layout.p), gather(layout.p);
+      Collectives rs(scatter, "gloo"), ag(gather, "gloo");
+      rs.set_node_hierarchy(layout.k);
+      ag.set_node_hierarchy(layout.k);
+      rs.reduce_scatterv(counts);
+      ag.allgatherv(counts);
+      scatter.check_matched();
+      gather.check_matched();
+      std::vector<float> owners(n);  // the input of the rank that owns each element
+      std::size_t at = 0;
+      for (int q = 0; q < layout.p; ++q) {
+        const auto owner = static_cast<std::size_t>(order[static_cast<std::size_t>(q)]);
+        for (std::size_t i = 0; i < counts[owner]; ++i, ++at) {
+          float sum = 0;
+          for (int r = 0; r < layout.p; ++r) sum += hier_value(r, at);
+          ASSERT_EQ(got.segment[owner][i], sum) << "p=" << layout.p << " k=" << layout.k << " rank " << owner << " i=" << i;
+          owners[at] = inputs[owner][at];
+        }
+      }
+      for (int r = 0; r < layout.p; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        EXPECT_EQ(got.gathered[ur], owners) << "p=" << layout.p << " k=" << layout.k << " rank " << r;
+        EXPECT_EQ(static_cast<double>(got.scatter_stats[ur].bytes_sent), scatter.bytes_sent(r)) << "p=" << layout.p << " k=" << layout.k;
+        EXPECT_EQ(static_cast<double>(got.scatter_stats[ur].bytes_received), scatter.bytes_received(r)) << "p=" << layout.p;
+        EXPECT_EQ(static_cast<double>(got.gather_stats[ur].bytes_sent), gather.bytes_sent(r)) << "p=" << layout.p << " k=" << layout.k;
+        EXPECT_EQ(static_cast<double>(got.gather_stats[ur].bytes_received), gather.bytes_received(r)) << "p=" << layout.p;
+      }
+    }
+  }
+  EXPECT_EQ(hierarchical_segment_order(6, 2), (std::vector<int>{0, 2, 4, 1, 3, 5}));
+  EXPECT_THROW(hierarchical_segment_order(6, 4), InputError);
+}
+
+// The push and the pull each put (N-1)/N of the vector on every node's link, each way; the flat
+// ring (gloo's reduce per segment for the push) puts more on it.
+TEST(HierarchicalReduceScatter, EachNodeLinkCarriesNMinusOneOverNOfTheVectorEachWay) {
+  const std::size_t n = 1200;
+  for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{8, 2}, NodeLayout{6, 3}}) {
+    const int nodes = layout.p / layout.k;
+    std::vector<int> node_of;
+    for (int r = 0; r < layout.p; ++r) node_of.push_back(r / layout.k);
+    const std::vector<std::size_t> counts = even_counts(n, layout.p);
+    StepSchedule hier(layout.p), flat(layout.p);
+    Collectives h(hier, "local"), f(flat, "local");
+    h.set_node_hierarchy(layout.k);
+    h.reduce_scatterv(counts);
+    h.allgatherv(counts);
+    f.reduce_scatterv(counts);
+    f.allgatherv(counts);
+    const auto flat_bytes = flat.node_link_bytes(node_of, nodes);
+    for (const auto& [out, in] : hier.node_link_bytes(node_of, nodes)) {
+      EXPECT_DOUBLE_EQ(out, 2.0 * (nodes - 1) / nodes * 4.0 * n) << "p=" << layout.p << " k=" << layout.k;
+      EXPECT_DOUBLE_EQ(in, 2.0 * (nodes - 1) / nodes * 4.0 * n);
+      EXPECT_LT(out, flat_bytes.front().first);
+    }
+  }
+}
+
 TEST(HierarchicalAllreduce, RingsFollowTheNodeLayout) {
   EXPECT_EQ(node_ring(6, 3, 4), (std::vector<int>{3, 4, 5}));
   EXPECT_EQ(cross_node_ring(6, 3, 4), (std::vector<int>{1, 4}));
@@ -281,6 +394,35 @@ TEST(HierarchicalAllreduce, TrainsAsTheFlatRingDoes) {
   EXPECT_GT(std::sqrt(diff / norm), 0.0);  // the hierarchy ran: its sums take another order
 }
 
+// sharded_ps --hierarchy node: the flat sharded_ps's per-step losses and final parameters within
+// float tolerance (sums in another order, ranges laid out differently). Counted bytes against
+// the schedule: StepSchedule.EveryStrategyMovesTheBytesItsRunCounts.
+TEST(HierarchicalShardedPs, TrainsAsTheFlatShardedPsDoes) {
+  const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
+  for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{6, 3}}) {
+    TrainConfig flat = hier_config(layout.p, layout.k);
+    flat.mode = "sharded_ps";
+    TrainConfig hier = flat;
+    hier.hierarchy = "node";
+    const RunResult a = testing::train_mode(flat, *data);
+    const RunResult b = testing::train_mode(hier, *data);
+    ASSERT_EQ(a.step_train_loss.size(), 6u);
+    ASSERT_EQ(a.step_train_loss.size(), b.step_train_loss.size());
+    for (std::size_t i = 0; i < a.step_train_loss.size(); ++i) {
+      EXPECT_NEAR(b.step_train_loss[i], a.step_train_loss[i], 1e-5 * std::abs(a.step_train_loss[i])) << "step " << i;
+    }
+    ASSERT_EQ(a.final_params.size(), b.final_params.size());
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < a.final_params.size(); ++i) {
+      diff += std::pow(a.final_params[i] - b.final_params[i], 2);
+      norm += std::pow(a.final_params[i], 2);
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "p=" << layout.p;
+    EXPECT_GT(std::sqrt(diff / norm), 0.0) << "p=" << layout.p;  // the hierarchy ran
+    EXPECT_EQ(b.ranks.size(), static_cast<std::size_t>(layout.p));
+  }
+}
+
 // --comm-hook fp16 and bf16: the per-step losses within 1e-3 of the uncompressed hook's
 // (gradients rounded to 16 bits), and not equal to them.
 TEST(CompressedAllreduce, TrainsWithinABandOfTheUncompressedHook) {
@@ -311,6 +453,15 @@ TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c.hierarchy = "node";
   c.mode = "ps";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);
+  c.mode = "sharded_ps";
+  c.transport = "p2p";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);  // no node reduction in p2p
+  c.transport = "collective";
+  c.servers = 2;
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);  // every rank serves a range
+  c.servers = 0;
+  c.ranks_on_this_node = 3;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c = hier_config(4, 2);
   c.comm_hook = "int8";

@@ -33,10 +33,20 @@ void run_collective(Communicator& comm, CollectiveKind kind, std::vector<float>&
     case CollectiveKind::reduce: comm.reduce_sum(buf.data(), n, 0); break;
     case CollectiveKind::broadcast: comm.broadcast(buf.data(), n, 0); break;
     case CollectiveKind::reduce_scatter:
+      if (hierarchy > 0) {
+        hierarchical_reduce_scatterv_sum(comm, buf.data(), counts, hierarchy, out);
+        break;
+      }
       comm.reduce_scatterv_sum_start(buf.data(), counts, out.data());
       comm.wait_all();
       break;
-    case CollectiveKind::allgather: comm.allgatherv(buf.data(), counts); break;
+    case CollectiveKind::allgather:
+      if (hierarchy > 0) {
+        hierarchical_allgatherv(comm, buf.data(), counts, hierarchy);
+        break;
+      }
+      comm.allgatherv(buf.data(), counts);
+      break;
     case CollectiveKind::scatter: comm.scatterv(buf.data(), counts, out.data(), 0); break;
     case CollectiveKind::gather: comm.gatherv(buf.data(), counts, out.data(), 0); break;
     case CollectiveKind::p2p: break;

@@ -64,7 +64,8 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 // others. Throws InputError when floats < world_size or reps < 1, and what the communicator
 // throws.
 // hierarchy_ranks_per_node > 0: the allreduce is core/hierarchical.hpp's over nodes of that many
-// ranks in `format` (--hierarchy node, --comm-hook), as the step runs it.
+// ranks in `format` (--hierarchy node, --comm-hook), and so are the reduce-scatter and all-gather
+// (sharded_ps --hierarchy node), as the step runs them.
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps, double min_seconds = 0,
                                         int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);

@@ -424,8 +424,9 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
     throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
                                  config.comm_hook, config.mode));
   }
-  if (config.hierarchy == "node" && config.mode != "allreduce") {
-    throw InputError(fmt::format("--hierarchy node: only the allreduce mode has a hierarchical variant, not {} (give --mode allreduce)", config.mode));
+  if (config.hierarchy == "node" && config.mode != "allreduce" && config.mode != "sharded_ps") {
+    throw InputError(fmt::format("--hierarchy node: only the allreduce and sharded_ps modes have a hierarchical "
+                                 "variant, not {}", config.mode));
   }
   if (!config.rank_batches.empty()) {
     const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
@@ -452,6 +453,17 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
     throw InputError(fmt::format("--device {}: unknown device (choose cpu or cuda)", config.device));
   }
   allows_tf32(config.precision);
+}
+
+void validate_node_hierarchy(const TrainConfig& cfg) {
+  if (cfg.hierarchy != "node") return;
+  if (cfg.device != "cpu") {
+    throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", cfg.device));
+  }
+  const int k = hierarchy_ranks_per_node(cfg);
+  if (k < 1 || cfg.world_size % k != 0) {
+    throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", cfg.world_size, k));
+  }
 }
 
 bool allows_tf32(const std::string& precision) {

@@ -116,6 +116,9 @@ struct TrainConfig {
 inline int hierarchy_ranks_per_node(const TrainConfig& c) {
   return c.ranks_on_this_node > 0 ? c.ranks_on_this_node : c.world_size;
 }
+// --hierarchy node's checks, for the modes that have it: host buffers (--device cpu) and a world
+// size that nodes of hierarchy_ranks_per_node ranks make up. Throws InputError naming the option.
+void validate_node_hierarchy(const TrainConfig& config);
 
 // How the allreduce mode sums a bucket: ranks_per_node 0 is the backend's own all-reduce; else
 // core/hierarchical.hpp's rings over nodes of that many ranks (the world size: one flat ring) with
