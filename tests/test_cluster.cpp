@@ -447,53 +447,56 @@ TEST_F(EmulatedCluster, SrunAcrossNodesMatchesLocalRanks) {
   EXPECT_NE(std::system("pgrep -f /run/dpbench-slur[m]/ >/dev/null"), 0) << "a Slurm daemon of the run outlived it";
 }
 
-// --hierarchy node on 2 nodes x 2 ranks (gloo, and Open MPI under mpirun): each node's link
-// carries 2(N-1)/N = 1x the gradient bytes per step each way by the schedule, the wire agrees,
-// and the final parameters are the flat ring's of 4 in-process ranks (relative L2 1e-5: the
-// sums run in another order). The step times are printed, not judged (this suite shares the
+// --hierarchy node on 2 nodes x 2 ranks (allreduce over gloo and Open MPI under mpirun;
+// sharded_ps over gloo): each node's link carries 2(N-1)/N = 1x the gradient bytes per step each
+// way by the schedule (allreduce's rings; sharded_ps's push and pull, (N-1)/N each), the wire
+// agrees, and the final parameters are the flat mode's of 4 in-process ranks (relative L2 1e-5:
+// the sums run in another order). The step times are printed, not judged (this suite shares the
 // cores; the README's table has the figures).
 TEST_F(EmulatedCluster, NodeHierarchyPutsTwoNMinusOneOverNOfTheGradientOnEachLink) {
   const std::string model =
       "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 40 --max-steps 20";
-  const std::string local = (tmp_.path() / "local").string();
-  const Outcome l = shell(fmt::format("{} run {} -q --mode allreduce --comm local --ranks 4 --save-params {} --out {}",
-                                      DPBENCH_BINARY, model, local, (tmp_.path() / "local.json").string()),
-                          tmp_.path());
-  ASSERT_EQ(l.exit_code, 0) << l.err;
-  const auto b = read_f32(local + "-allreduce.f32");
-  std::vector<std::string> launchers = {"env"};
-  if (mpi_built()) launchers.push_back("mpirun --comm mpi");
-  for (const std::string& launcher : launchers) {
-    SCOPED_TRACE(launcher);
-    const std::string params = (tmp_.path() / "p").string();
-    const Outcome o = run(fmt::format("--nodes 2 --ranks-per-node 2 --link 200mbit --launcher {} --mode allreduce "
-                                      "--hierarchy node {} --save-params {}",
-                                      launcher, model, params));
-    ASSERT_EQ(o.exit_code, 0) << o.err;
-    const auto doc = nlohmann::json::parse(slurp(result()));
-    ASSERT_EQ(doc["runs"].size(), 1u);
-    const auto& run = doc["runs"][0];
-    EXPECT_EQ(run["config"]["hierarchy"], "node");
-    const double gradient = 4.0 * run["num_params"].get<double>();
-    for (const auto& n : run["network"]["nodes"]) {
-      EXPECT_DOUBLE_EQ(n["schedule_sent_bytes_per_step"].get<double>(), gradient) << n.dump();
-      EXPECT_DOUBLE_EQ(n["schedule_received_bytes_per_step"].get<double>(), gradient) << n.dump();
-      EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
+  for (const std::string mode : {"allreduce", "sharded_ps"}) {
+    const std::string local = (tmp_.path() / ("local-" + mode)).string();
+    const Outcome l = shell(fmt::format("{} run {} -q --mode {} --comm local --ranks 4 --save-params {} --out {}",
+                                        DPBENCH_BINARY, model, mode, local, (tmp_.path() / "local.json").string()),
+                            tmp_.path());
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    const auto b = read_f32(local + "-" + mode + ".f32");
+    std::vector<std::string> launchers = {"env"};
+    if (mpi_built() && mode == "allreduce") launchers.push_back("mpirun --comm mpi");
+    for (const std::string& launcher : launchers) {
+      SCOPED_TRACE(mode + " " + launcher);
+      const std::string params = (tmp_.path() / "p").string();
+      const Outcome o = run(fmt::format("--nodes 2 --ranks-per-node 2 --link 200mbit --launcher {} --mode {} "
+                                        "--hierarchy node {} --save-params {}",
+                                        launcher, mode, model, params));
+      ASSERT_EQ(o.exit_code, 0) << o.err;
+      const auto doc = nlohmann::json::parse(slurp(result()));
+      ASSERT_EQ(doc["runs"].size(), 1u);
+      const auto& run = doc["runs"][0];
+      EXPECT_EQ(run["config"]["hierarchy"], "node");
+      const double gradient = 4.0 * run["num_params"].get<double>();
+      for (const auto& n : run["network"]["nodes"]) {
+        EXPECT_DOUBLE_EQ(n["schedule_sent_bytes_per_step"].get<double>(), gradient) << n.dump();
+        EXPECT_DOUBLE_EQ(n["schedule_received_bytes_per_step"].get<double>(), gradient) << n.dump();
+        EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
+      }
+      // The intra-node link the simulation used was probed by this run's engine (gloo, Open MPI),
+      // faster than the node's link under gloo (Open MPI's busy-polling ranks, four on two cores,
+      // may wait out each other's time slices in the ping-pong: no bound there).
+      const auto& intra = run["network"]["simulation"]["intra_node"];
+      EXPECT_EQ(intra["source"].get<std::string>().rfind("probed", 0), 0u) << intra.dump();
+      if (launcher == "env") EXPECT_GT(intra["bytes_per_s"].get<double>(), 4 * 200e6 / 8) << intra.dump();
+      std::printf("hierarchy (%s, %s): step %.1f ms, simulated %.1f ms, intra-node link probed at %.2f GB/s\n",
+                  mode.c_str(), launcher.c_str(), 1e3 * run["step_time_s"]["p50"].get<double>(),
+                  1e3 * run["network"]["simulation"]["simulated_step_s"].get<double>(),
+                  intra["bytes_per_s"].get<double>() / 1e9);
+      const auto a = read_f32(params + "-" + mode + ".f32");
+      ASSERT_EQ(a.size(), b.size());
+      ASSERT_FALSE(a.empty());
+      EXPECT_LT(relative_l2(a, b), 1e-5);
     }
-    // The intra-node link the simulation used was probed by this run's engine (gloo, Open MPI),
-    // faster than the node's link under gloo (Open MPI's busy-polling ranks, four on two cores,
-    // may wait out each other's time slices in the ping-pong: no bound there).
-    const auto& intra = run["network"]["simulation"]["intra_node"];
-    EXPECT_EQ(intra["source"].get<std::string>().rfind("probed", 0), 0u) << intra.dump();
-    if (launcher == "env") EXPECT_GT(intra["bytes_per_s"].get<double>(), 4 * 200e6 / 8) << intra.dump();
-    std::printf("hierarchy (%s): step %.1f ms, simulated %.1f ms, intra-node link probed at %.2f GB/s\n", launcher.c_str(),
-                1e3 * run["step_time_s"]["p50"].get<double>(),
-                1e3 * run["network"]["simulation"]["simulated_step_s"].get<double>(),
-                intra["bytes_per_s"].get<double>() / 1e9);
-    const auto a = read_f32(params + "-allreduce.f32");
-    ASSERT_EQ(a.size(), b.size());
-    ASSERT_FALSE(a.empty());
-    EXPECT_LT(relative_l2(a, b), 1e-5);
   }
 }
 
