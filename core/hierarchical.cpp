@@ -338,4 +338,51 @@ void hierarchical_allgatherv(Communicator& comm, float* buf, const std::vector<s
   ring_half(comm, buf, node_ring(p, k, rank), l, 0, false, span, unused, add_floats);
 }
 
+std::vector<std::size_t> hierarchical_segment_counts(std::size_t n, int world_size, int ranks_per_node) {
+  const std::vector<int> order = hierarchical_segment_order(world_size, ranks_per_node);
+  std::vector<std::size_t> counts(order.size(), 0);
+  for (std::size_t q = 0; q < order.size(); ++q) {
+    counts[static_cast<std::size_t>(order[q])] = ring_chunk(n, world_size, static_cast<int>(q)).length;
+  }
+  return counts;
+}
+
+namespace {
+// Rank 0 and every other rank's segment of buf (hierarchical_segment_counts' layout): each rank
+// sends its own to rank 0 (gather) or receives it from rank 0 (scatter), rank 0 taking them in
+// rank order.
+void root_segments(Communicator& comm, float* buf, const std::vector<std::size_t>& counts, int k, bool gather) {
+  const int p = comm.world_size(), rank = comm.rank();
+  std::vector<std::size_t> offset(counts.size(), 0);
+  std::size_t at = 0;
+  for (const int r : hierarchical_segment_order(p, k)) {
+    offset[static_cast<std::size_t>(r)] = at;
+    at += counts[static_cast<std::size_t>(r)];
+  }
+  for (int r = 1; r < p; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    if (counts[ur] == 0 || (rank != 0 && rank != r)) continue;
+    float* segment = buf + offset[ur];
+    if (rank == 0) {
+      gather ? comm.recv(segment, counts[ur], r) : comm.send(segment, counts[ur], r);
+    } else {
+      gather ? comm.send(segment, counts[ur], 0) : comm.recv(segment, counts[ur], 0);
+    }
+  }
+}
+}  // namespace
+
+void hierarchical_reduce_sum(Communicator& comm, float* buf, std::size_t n, int ranks_per_node,
+                             std::vector<float>& scratch) {
+  const std::vector<std::size_t> counts = hierarchical_segment_counts(n, comm.world_size(), ranks_per_node);
+  hierarchical_reduce_scatterv_sum(comm, buf, counts, ranks_per_node, scratch);
+  root_segments(comm, buf, counts, ranks_per_node, true);
+}
+
+void hierarchical_broadcast(Communicator& comm, float* buf, std::size_t n, int ranks_per_node) {
+  const std::vector<std::size_t> counts = hierarchical_segment_counts(n, comm.world_size(), ranks_per_node);
+  root_segments(comm, buf, counts, ranks_per_node, false);
+  hierarchical_allgatherv(comm, buf, counts, ranks_per_node);
+}
+
 }  // namespace dpbench

@@ -76,4 +76,20 @@ void hierarchical_reduce_scatterv_sum(Communicator& comm, float* buf, const std:
 void hierarchical_allgatherv(Communicator& comm, float* buf, const std::vector<std::size_t>& counts,
                              int ranks_per_node);
 
+// The per-rank counts of n floats cut into world_size balanced segments in
+// hierarchical_segment_order: rank order[q] gets ring_chunk(n, world_size, q).length. [world_size]
+// entries, indexed by rank. Throws as node_ring does.
+std::vector<std::size_t> hierarchical_segment_counts(std::size_t n, int world_size, int ranks_per_node);
+
+// ps --hierarchy node (a per-node pre-reduction before the gradients cross to the root, and the
+// parameters crossing once per node on their way back): the sum of every rank's buf: [n] lands
+// in rank 0's buf by hierarchical_reduce_scatterv_sum over hierarchical_segment_counts, then every
+// other rank sending its summed segment to rank 0 (gloo's reduce, per node and across nodes); the
+// other ranks' buf is left as scratch. Broadcast: rank 0 sends every other rank its segment, then
+// hierarchical_allgatherv (a scatter then an all-gather, van de Geijn's broadcast). Every rank
+// calls them with the same n and ranks_per_node. Throws as hierarchical_reduce_scatterv_sum does.
+void hierarchical_reduce_sum(Communicator& comm, float* buf, std::size_t n, int ranks_per_node,
+                             std::vector<float>& scratch);
+void hierarchical_broadcast(Communicator& comm, float* buf, std::size_t n, int ranks_per_node);
+
 }  // namespace dpbench

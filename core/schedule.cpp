@@ -333,6 +333,7 @@ void Collectives::binomial_broadcast(std::size_t n, int root) {
 
 void Collectives::reduce(std::size_t n, int root) {
   as(CollectiveKind::reduce, [&] {
+    if (hierarchy_ > 0 && s_.world_size() > 1) return node_reduce_or_broadcast(n, root, true);
     if (engine_ == "gloo") {
       gloo_reduce(n, root);
     } else {
@@ -343,6 +344,7 @@ void Collectives::reduce(std::size_t n, int root) {
 
 void Collectives::broadcast(std::size_t n, int root) {
   as(CollectiveKind::broadcast, [&] {
+    if (hierarchy_ > 0 && s_.world_size() > 1) return node_reduce_or_broadcast(n, root, false);
     if (engine_ == "gloo") {
       binomial_broadcast(n, root);
     } else {
@@ -367,6 +369,24 @@ void Collectives::allgatherv(const std::vector<std::size_t>& counts) {
     if (hierarchy_ > 0) return node_segment_rings(counts, ring_all_gather_step);
     ring_all_gather(counts, 0);
   });
+}
+
+// core/hierarchical.hpp's reduce (the segment reduce-scatter, then every rank's segment to
+// rank 0 in rank order) or broadcast (the segments from rank 0, then the segment all-gather).
+void Collectives::node_reduce_or_broadcast(std::size_t n, int root, bool reduce) {
+  if (root != 0) throw Error(fmt::format("schedule: the node hierarchy reduces to and broadcasts from rank 0, not {}", root));
+  const int p = s_.world_size();
+  const std::vector<std::size_t> counts = hierarchical_segment_counts(n, p, hierarchy_);
+  if (!reduce) {
+    for (int r = 1; r < p; ++r) {
+      if (counts[static_cast<std::size_t>(r)] > 0) one_transfer(counts[static_cast<std::size_t>(r)], 0, r);
+    }
+    return node_segment_rings(counts, ring_all_gather_step);
+  }
+  node_segment_rings(counts, ring_reduce_scatter_step);
+  for (int r = 1; r < p; ++r) {
+    if (counts[static_cast<std::size_t>(r)] > 0) one_transfer(counts[static_cast<std::size_t>(r)], r, 0);
+  }
 }
 
 // core/hierarchical.hpp's reduce-scatter (inside the nodes, then across them) or all-gather

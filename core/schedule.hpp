@@ -144,9 +144,10 @@ class Collectives {
   // core/hierarchical.hpp's all-reduce of n floats over nodes of ranks_per_node ranks (tagged
   // allreduce), whatever the engine: dpbench runs it over sendrecv on every backend.
   void hierarchical_allreduce(std::size_t n, int ranks_per_node);
-  // From now on allreduce(), reduce_scatterv() and allgatherv() (and run()'s) are the
-  // hierarchical ones over nodes of ranks_per_node ranks (--hierarchy node; the v-collectives'
-  // segments in hierarchical_segment_order); 0: the engine's flat ones again.
+  // From now on allreduce(), reduce_scatterv(), allgatherv(), reduce() and broadcast() (and
+  // run()'s) are core/hierarchical.hpp's over nodes of ranks_per_node ranks (--hierarchy node;
+  // the v-collectives' segments in hierarchical_segment_order; reduce and broadcast with root 0
+  // only); 0: the engine's flat ones again.
   void set_node_hierarchy(int ranks_per_node) { hierarchy_ = ranks_per_node; }
   // From now on allreduce() moves its floats as `format` (--comm-hook fp16, bf16): packed, over
   // core/hierarchical.hpp's rings (one node of every rank unless a node hierarchy is set).
@@ -159,6 +160,7 @@ class Collectives {
                  const std::vector<int>& members);
   std::vector<int> all_ranks() const;
   void node_segment_rings(const std::vector<std::size_t>& counts, RingStep (*step)(int, int, int, int));
+  void node_reduce_or_broadcast(std::size_t n, int root, bool reduce);
   void chain(std::size_t n, int root, bool reduce);
   void one_transfer(std::size_t n, int from, int to);
   void gloo_reduce(std::size_t n, int root);

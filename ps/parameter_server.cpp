@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/hierarchical.hpp"
 #include "train/step_loop.hpp"
 
 namespace dpbench {
@@ -48,6 +49,11 @@ void validate_parameter_server(const TrainConfig& cfg, const Dataset& train) {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)",
                                  cfg.transport));
   }
+  if (cfg.hierarchy == "node" && cfg.transport != "collective") {
+    throw InputError(fmt::format("--hierarchy node: ps reduces inside the node with the collective transport, not {}",
+                                 cfg.transport));
+  }
+  validate_node_hierarchy(cfg);
 }
 
 namespace {
@@ -78,7 +84,10 @@ class PsRank final : public ModeRank {
       broadcast_p2p();
     } else {
       float* buf = reducer_ ? master_params_.data() : replica_params_.data();
-      for_each_group(n_, group_, [&](std::size_t off, std::size_t len) { comm.broadcast(buf + off, len, kReducer); });
+      for_each_group(n_, group_, [&](std::size_t off, std::size_t len) {
+        if (node_ranks_ > 0) return hierarchical_broadcast(comm, buf + off, len, node_ranks_);
+        comm.broadcast(buf + off, len, kReducer);
+      });
     }
     if (reducer_) s_.ctx.copy(replica_params_.data(), master_params_.data(), n_);
     if (model_->num_buffers() > 0) {
@@ -112,6 +121,7 @@ class PsRank final : public ModeRank {
     }
     float* buf = reducer_ ? master_grads_.data() : replica_grads_.data();
     for_each_group(n_, group_, [&](std::size_t off, std::size_t len) {
+      if (node_ranks_ > 0) return hierarchical_reduce_sum(s_.ctx.comm(), buf + off, len, node_ranks_, scratch_);
       s_.ctx.comm().reduce_sum(buf + off, len, kReducer);
     });
   }
@@ -161,6 +171,10 @@ class PsRank final : public ModeRank {
   // What only the reducer holds: the imbalance this mode is known for.
   Array<float> master_params_, master_grads_, logits_all_, dlogits_all_, incoming_;
   Optimizer optimizer_;
+  // --hierarchy node: ranks per node of core/hierarchical.hpp's reduce and broadcast (0: the
+  // backend's), and one received chunk of its rings.
+  int node_ranks_ = s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0;
+  std::vector<float> scratch_;
 };
 
 PsRank::PsRank(const RankSetup& s)

@@ -12,7 +12,13 @@
 //   6. the reducer alone applies SGD with momentum to the master parameters.
 // Transports for steps 2 and 5: "collective" (the communicator's reduce and broadcast, what
 // DataParallel does through NCCL) or "p2p" (each worker sends its gradients to, and receives the
-// parameters from, the reducer: the classic parameter-server incast).
+// parameters from, the reducer: the classic parameter-server incast). --hierarchy node
+// (collective): a per-node pre-reduction, core/hierarchical.hpp's reduce and broadcast: the
+// gradients are summed inside each node before they cross its link (a reduce-scatter inside the
+// node, one ring per local rank across the nodes, each rank's summed segment to rank 0), and the
+// parameters come back as segments from rank 0 and an all-gather across then inside the nodes:
+// per step, (2N-1)/N n floats each way on each node's link but rank 0's, 3(N-1)/N n on rank 0's
+// (N nodes).
 #pragma once
 
 #include <cstddef>

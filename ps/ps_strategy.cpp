@@ -12,7 +12,9 @@ namespace dpbench {
 namespace {
 
 std::string ps_transport(const TrainConfig& c) { return c.transport; }
-std::string ps_label(const TrainConfig& c) { return fmt::format("ps ({})", c.transport); }
+std::string ps_label(const TrainConfig& c) {
+  return fmt::format("ps ({}{})", c.transport, c.hierarchy == "node" ? ", node hierarchy" : "");
+}
 
 // None: its comm time mixes the reduce and broadcast with the batch scatter and gather, so no
 // one collective's bandwidth can be read off it.
@@ -52,8 +54,10 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
     m[MemoryCategory::activations] = in.activation_bytes(std::max(b, 1.0)) + replicas * 2.0 * b * in.classes * f +
                                      master * 2.0 * B * in.classes * f;
     m[MemoryCategory::data_staging] = replicas * b * in.input_floats * f + master * loader_bytes(in, B);
-    m[MemoryCategory::comm_buffers] =
-        c.transport == "p2p" ? master * replicas * n * f : chain_relay_bytes(c, r, 0, std::min(n, group));
+    // The local backend's chain relay; the node hierarchy's rings relay nothing.
+    m[MemoryCategory::comm_buffers] = c.transport == "p2p"   ? master * replicas * n * f
+                                      : c.hierarchy == "node" ? 0.0
+                                                              : chain_relay_bytes(c, r, 0, std::min(n, group));
     ranks.push_back(m);
   }
   return ranks;
@@ -77,6 +81,7 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
     logits.push_back(b * in.classes);
   }
   Collectives comm(s, in.engine, 0);
+  comm.set_node_hierarchy(c.hierarchy == "node" ? hierarchy_ranks_per_node(c) : 0);
   s.compute(0, 0, in.compute.at(0).data, "data");
   for (int w = 1; p2p && w < p; ++w) comm.send_recv(n, 0, w);
   for (std::size_t off = 0; !p2p && off < n; off += group) comm.broadcast(std::min(group, n - off), 0);

@@ -29,14 +29,12 @@ ShardLayout shard_layout(std::size_t n, int world_size, int servers) {
 
 ShardLayout shard_layout_for(const TrainConfig& c, std::size_t n) {
   if (c.hierarchy != "node") return shard_layout(n, c.world_size, server_count(c));
-  const int p = c.world_size;
-  const std::vector<int> order = hierarchical_segment_order(p, hierarchy_ranks_per_node(c));
-  ShardLayout layout{std::vector<std::size_t>(static_cast<std::size_t>(p), 0),
-                     std::vector<std::size_t>(static_cast<std::size_t>(p), 0)};
-  for (int q = 0; q < p; ++q) {
-    const Chunk chunk = ring_chunk(n, p, q);
-    layout.counts[static_cast<std::size_t>(order[static_cast<std::size_t>(q)])] = chunk.length;
-    layout.offsets[static_cast<std::size_t>(order[static_cast<std::size_t>(q)])] = chunk.offset;
+  const int k = hierarchy_ranks_per_node(c);
+  ShardLayout layout{hierarchical_segment_counts(n, c.world_size, k), std::vector<std::size_t>(static_cast<std::size_t>(c.world_size), 0)};
+  std::size_t at = 0;
+  for (const int r : hierarchical_segment_order(c.world_size, k)) {
+    layout.offsets[static_cast<std::size_t>(r)] = at;
+    at += layout.counts[static_cast<std::size_t>(r)];
   }
   return layout;
 }

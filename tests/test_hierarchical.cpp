@@ -322,6 +322,77 @@ TEST(HierarchicalReduceScatter, SumsEachRanksSegmentAndGathersThemBack) {
   EXPECT_THROW(hierarchical_segment_order(6, 4), InputError);
 }
 
+// ps --hierarchy node's reduce to rank 0 and broadcast from it: rank 0 gets the exact sum, every
+// rank rank 0's vector, each rank's bytes its schedule's; per reduce + broadcast each node link
+// but rank 0's carries (2N-1)/N n floats each way, rank 0's 3(N-1)/N n, less in all than the flat
+// gloo reduce and broadcast put on the links.
+TEST(HierarchicalReduce, SumsOnRankZeroAndBroadcastsFromIt) {
+  for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
+      const int p = layout.p;
+      const auto inputs = rank_inputs(p, n, hier_value);
+      auto group = std::make_shared<LocalGroup>(p);
+      std::vector<std::vector<float>> reduced(static_cast<std::size_t>(p)), broadcast(static_cast<std::size_t>(p));
+      std::vector<CommStats> stats(static_cast<std::size_t>(p));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < p; ++r) {
+        threads.emplace_back([&, r] {
+          const auto ur = static_cast<std::size_t>(r);
+          LocalCommunicator comm(group, r, nullptr);
+          std::vector<float> buf = inputs[ur], scratch;
+          hierarchical_reduce_sum(comm, buf.data(), n, layout.k, scratch);
+          reduced[ur] = buf;
+          std::vector<float> b = r == 0 ? inputs[1 % p] : std::vector<float>(n, 0.0f);
+          hierarchical_broadcast(comm, b.data(), n, layout.k);
+          broadcast[ur] = b;
+          stats[ur] = comm.stats();
+        });
+      }
+      for (auto& t : threads) t.join();
+      StepSchedule s(p);
+      Collectives c(s, "gloo");
+      c.set_node_hierarchy(layout.k);
+      c.reduce(n, 0);
+      c.broadcast(n, 0);
+      s.check_matched();
+      for (std::size_t i = 0; i < n; ++i) {
+        float sum = 0;
+        for (int q = 0; q < p; ++q) sum += hier_value(q, i);
+        ASSERT_EQ(reduced[0][i], sum) << "p=" << p << " k=" << layout.k << " n=" << n << " i=" << i;
+      }
+      for (int r = 0; r < p; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        EXPECT_EQ(broadcast[ur], inputs[1 % p]) << "p=" << p << " k=" << layout.k << " rank " << r;
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r)) << "p=" << p << " k=" << layout.k << " n=" << n;
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_received), s.bytes_received(r)) << "p=" << p << " k=" << layout.k;
+      }
+      if (n != 1001 || layout.k == 1 || layout.k == p) continue;
+      const int nodes = p / layout.k;
+      std::vector<int> node_of;
+      for (int r = 0; r < p; ++r) node_of.push_back(r / layout.k);
+      StepSchedule flat(p);
+      Collectives f(flat, "gloo");
+      f.reduce(n, 0);
+      f.broadcast(n, 0);
+      const auto hier_links = s.node_link_bytes(node_of, nodes), flat_links = flat.node_link_bytes(node_of, nodes);
+      for (int node = 0; node < nodes; ++node) {
+        // Rank 0's node: the rings' (N-1)/N n each way twice, and the other nodes' segments in
+        // and out; every other node: the rings', and its own segments (n/N) out and in.
+        const double floats = node == 0 ? 3.0 * (nodes - 1) / nodes * n : (2.0 * nodes - 1) / nodes * n;
+        const auto& [out, in] = hier_links[static_cast<std::size_t>(node)];
+        EXPECT_NEAR(out, 4.0 * floats, 4.0 * p) << "p=" << p << " k=" << layout.k << " node " << node;
+        EXPECT_NEAR(in, 4.0 * floats, 4.0 * p) << "p=" << p << " k=" << layout.k << " node " << node;
+      }
+      double hier_total = 0, flat_total = 0;
+      for (std::size_t node = 0; node < hier_links.size(); ++node) {
+        hier_total += hier_links[node].first + hier_links[node].second;
+        flat_total += flat_links[node].first + flat_links[node].second;
+      }
+      EXPECT_LT(hier_total, flat_total) << "p=" << p << " k=" << layout.k;
+    }
+  }
+}
+
 // The push and the pull each put (N-1)/N of the vector on every node's link, each way; the flat
 // ring (gloo's reduce per segment for the push) puts more on it.
 TEST(HierarchicalReduceScatter, EachNodeLinkCarriesNMinusOneOverNOfTheVectorEachWay) {
@@ -394,14 +465,17 @@ TEST(HierarchicalAllreduce, TrainsAsTheFlatRingDoes) {
   EXPECT_GT(std::sqrt(diff / norm), 0.0);  // the hierarchy ran: its sums take another order
 }
 
-// sharded_ps --hierarchy node: the flat sharded_ps's per-step losses and final parameters within
-// float tolerance (sums in another order, ranges laid out differently). Counted bytes against
-// the schedule: StepSchedule.EveryStrategyMovesTheBytesItsRunCounts.
-TEST(HierarchicalShardedPs, TrainsAsTheFlatShardedPsDoes) {
+// sharded_ps and ps --hierarchy node: the flat mode's per-step losses and final parameters within
+// float tolerance (sums in another order; sharded_ps's ranges laid out differently). Counted
+// bytes against the schedule: StepSchedule.EveryStrategyMovesTheBytesItsRunCounts.
+TEST(HierarchicalParameterServers, TrainAsTheFlatModesDo) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
   for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{6, 3}}) {
+   for (const char* mode : {"sharded_ps", "ps"}) {
+    SCOPED_TRACE(mode);
     TrainConfig flat = hier_config(layout.p, layout.k);
-    flat.mode = "sharded_ps";
+    flat.mode = mode;
+    flat.coalesce_mb = 0.5;  // ps: several groups
     TrainConfig hier = flat;
     hier.hierarchy = "node";
     const RunResult a = testing::train_mode(flat, *data);
@@ -420,6 +494,7 @@ TEST(HierarchicalShardedPs, TrainsAsTheFlatShardedPsDoes) {
     EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "p=" << layout.p;
     EXPECT_GT(std::sqrt(diff / norm), 0.0) << "p=" << layout.p;  // the hierarchy ran
     EXPECT_EQ(b.ranks.size(), static_cast<std::size_t>(layout.p));
+   }
   }
 }
 
@@ -453,10 +528,10 @@ TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c.hierarchy = "node";
   c.mode = "ps";
-  EXPECT_THROW(testing::train_mode(c, *data), InputError);
-  c.mode = "sharded_ps";
   c.transport = "p2p";
   EXPECT_THROW(testing::train_mode(c, *data), InputError);  // no node reduction in p2p
+  c.mode = "sharded_ps";
+  EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c.transport = "collective";
   c.servers = 2;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);  // every rank serves a range

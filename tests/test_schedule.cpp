@@ -129,7 +129,8 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
   for (const std::string mode : {"ps", "sharded_ps", "allreduce", "allreduce --hierarchy node", "allreduce --comm-hook fp16",
                                   "allreduce --hierarchy node --comm-hook bf16", "allreduce --comm-hook powersgd:4",
-                                  "allreduce --hierarchy node --comm-hook powersgd:1", "sharded_ps --hierarchy node"}) {
+                                  "allreduce --hierarchy node --comm-hook powersgd:1", "sharded_ps --hierarchy node",
+                                  "ps --hierarchy node"}) {
     for (const std::string transport : {"collective", "p2p"}) {
       if ((mode.starts_with("allreduce") || mode.find("node") != std::string::npos) && transport == "p2p") continue;
       for (int p : {2, 3, 4}) {

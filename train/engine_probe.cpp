@@ -30,8 +30,20 @@ void run_collective(Communicator& comm, CollectiveKind kind, std::vector<float>&
       comm.allreduce_sum_start(buf.data(), n);
       comm.wait_all();
       break;
-    case CollectiveKind::reduce: comm.reduce_sum(buf.data(), n, 0); break;
-    case CollectiveKind::broadcast: comm.broadcast(buf.data(), n, 0); break;
+    case CollectiveKind::reduce:
+      if (hierarchy > 0) {
+        hierarchical_reduce_sum(comm, buf.data(), n, hierarchy, out);
+        break;
+      }
+      comm.reduce_sum(buf.data(), n, 0);
+      break;
+    case CollectiveKind::broadcast:
+      if (hierarchy > 0) {
+        hierarchical_broadcast(comm, buf.data(), n, hierarchy);
+        break;
+      }
+      comm.broadcast(buf.data(), n, 0);
+      break;
     case CollectiveKind::reduce_scatter:
       if (hierarchy > 0) {
         hierarchical_reduce_scatterv_sum(comm, buf.data(), counts, hierarchy, out);

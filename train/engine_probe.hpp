@@ -65,7 +65,7 @@ std::vector<CollectiveKind> probed_collectives(const std::string& mode, const st
 // throws.
 // hierarchy_ranks_per_node > 0: the allreduce is core/hierarchical.hpp's over nodes of that many
 // ranks in `format` (--hierarchy node, --comm-hook), and so are the reduce-scatter and all-gather
-// (sharded_ps --hierarchy node), as the step runs them.
+// (sharded_ps --hierarchy node) and the reduce and broadcast (ps), as the steps run them.
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps, double min_seconds = 0,
                                         int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);

@@ -424,10 +424,6 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
     throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
                                  config.comm_hook, config.mode));
   }
-  if (config.hierarchy == "node" && config.mode != "allreduce" && config.mode != "sharded_ps") {
-    throw InputError(fmt::format("--hierarchy node: only the allreduce and sharded_ps modes have a hierarchical "
-                                 "variant, not {}", config.mode));
-  }
   if (!config.rank_batches.empty()) {
     const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
     std::size_t sum = 0;  // checked: entries near 2^64 must not wrap around to the global batch
