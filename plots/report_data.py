@@ -246,7 +246,7 @@ def run_transport(run: dict) -> str:
 
 # Config keys a strategy's label already names ("allreduce (ring, fp16)"): runs that differ only
 # in them are series of one figure (sweep --comm-hooks), not separate experiments.
-LABELLED_KEYS = ("comm_hook",)
+LABELLED_KEYS = ("comm_hook", "hierarchy")
 
 
 def run_variant(run: dict) -> tuple:
@@ -961,7 +961,8 @@ def network_modes(points: Iterable) -> list:
 def network_slice(points: list) -> tuple:
     """(setting, points) of the one batch / workers / ranks-per-node / config the network figures
     and verdict show: the one with the most (nodes, link) points, then the most strategies, the
-    largest batch and the fewest workers. ((), []) without points."""
+    largest batch, the fewest workers and the most ranks per node (where the node hierarchy
+    differs from the flat collectives). ((), []) without points."""
     groups: dict = {}
     for p in points:
         groups.setdefault(p.setting, []).append(p)
@@ -971,7 +972,7 @@ def network_slice(points: list) -> tuple:
     def score(setting):
         pts = groups[setting]
         return (len({(p.nodes, p.link_bits_per_s) for p in pts}), len({p.label for p in pts}),
-                setting[1], -setting[2])
+                setting[1], -setting[2], setting[3])
     best = max(groups, key=score)
     return best, groups[best]
 

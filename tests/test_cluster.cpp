@@ -558,6 +558,37 @@ TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
   EXPECT_LT(sent(2), sent(0) / 4.0);
 }
 
+// A sweep over --ranks-per-node 1,2 with --hierarchies node (ps, whose pre-reduction is the
+// newest): one job per ranks-per-node value, each run's cluster block and world size its own,
+// the hierarchy recorded, and every node's wire bytes agreeing with the schedule.
+TEST_F(EmulatedCluster, SweepOverRanksPerNodeAndHierarchies) {
+  const Outcome o = shell(fmt::format("timeout -k 5 300 {} sweep --nodes 2 --ranks-per-node 1,2 --links 1gbit --modes ps "
+                                      "--hierarchies node --data synthetic --input 64 --synthetic-samples 600 --hidden 64 "
+                                      "--batch-sizes 40 --max-steps 6 --warmup-steps 2 --repetitions 1 --no-eval -q -o {}",
+                                      DPBENCH_BINARY, result().string()),
+                          tmp_.path());
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& run = doc["runs"][i];
+    EXPECT_EQ(run.value("status", std::string("ok")), "ok") << run.dump();
+    EXPECT_EQ(run["cluster"]["ranks_per_node"].get<int>(), static_cast<int>(i) + 1);
+    EXPECT_EQ(run["world_size"].get<int>(), 2 * (static_cast<int>(i) + 1));
+    EXPECT_EQ(run["config"]["hierarchy"], "node");
+    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
+  }
+  EXPECT_EQ(doc["config"]["sweep"]["ranks_per_node"], (std::vector<int>{1, 2}));
+  EXPECT_EQ(doc["config"]["sweep"]["hierarchies"], (std::vector<std::string>{"node"}));
+  // Without --nodes the hierarchies have no nodes to follow: one line, exit 2.
+  const Outcome bad = shell(fmt::format("{} sweep --hierarchies node --modes ps -o {}", DPBENCH_BINARY,
+                                        (tmp_.path() / "bad.json").string()),
+                            tmp_.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--hierarchies"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path() / "bad.json"));
+}
+
 TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
   if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
   ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "built with MPI but mpirun is not on PATH";

@@ -71,11 +71,12 @@ std::string comm_hook_error(std::string& v) {
   return {};
 }
 
-// allreduce's gradient synchronisation: the node hierarchy and the communication hook.
+// The gradient synchronisation: the node hierarchy (every mode) and allreduce's communication hook.
 void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--hierarchy", c.hierarchy,
-                 "allreduce: none (one ring over every rank) or node (ring reduce-scatter inside each node, "
-                 "one ring per local rank across the nodes, all-gather inside the node; host buffers)")
+                 "none (the flat collectives over every rank) or node (reduce inside each node first, one ring per "
+                 "local rank across the nodes: allreduce's all-reduce, sharded_ps's push and pull, ps's reduce and "
+                 "broadcast; collective transport, host buffers)")
       ->check(CLI::IsMember({"none", "node"}))
       ->capture_default_str();
   app.add_option("--comm-hook", c.comm_hook,
@@ -445,7 +446,8 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   sweep.add_option("--links", o.links, "Emulated cluster: link rates, comma list (100mbit,1gbit,10gbit)")
       ->delimiter(',')
       ->group("Emulated cluster");
-  sweep.add_option("--ranks-per-node", o.ranks_per_node, "Emulated cluster: ranks per node")
+  sweep.add_option("--ranks-per-node", o.ranks_per_node, "Emulated cluster: ranks per node, comma list")
+      ->delimiter(',')
       ->capture_default_str()
       ->group("Emulated cluster");
   sweep.add_option("--launcher", o.launcher,
@@ -460,6 +462,12 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->delimiter(',')
       ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
       ->excludes("--comm-hook");
+  sweep.add_option("--hierarchies", o.hierarchies,
+                   "Node hierarchies to sweep, comma list (none, node; see --hierarchy): one job per value at every "
+                   "point, each mode in turn")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "node"}))
+      ->excludes("--hierarchy");
 }
 
 // The options given to `app` that `run` takes too, as command-line arguments: every given option
@@ -496,7 +504,7 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
   if (sweep.count("--num-workers") == 0) o.num_workers = {0};
   o.shared_args = shared_arguments(sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes",
                                            "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "launcher", "out",
-                                           "quiet", "comm-hooks"});
+                                           "quiet", "comm-hooks", "hierarchies"});
   return network_sweep_command(o);
 }
 
@@ -504,6 +512,9 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
 int local_sweep(const CLI::App& sweep, const SweepOptions& o) {
   if (sweep.count("--links") + sweep.count("--ranks-per-node") + sweep.count("--launcher") > 0) {
     throw InputError("--links, --ranks-per-node and --launcher describe an emulated cluster: give --nodes N,..");
+  }
+  if (sweep.count("--hierarchies") > 0) {
+    throw InputError("--hierarchies: the node hierarchy needs nodes: give --nodes N,.. --ranks-per-node K,..");
   }
   return sweep_command(o);
 }

@@ -63,9 +63,10 @@ ChildRun run_child(const std::vector<std::string>& args, const std::string& err_
 // One cluster job of the sweep.
 struct Point {
   std::string workload, transport, link;
-  int nodes, workers, rep;
+  int nodes, per_node, workers, rep;
   std::size_t batch;
-  std::string hook;  // --comm-hooks: this job's hook; "" without the axis
+  std::string hook;       // --comm-hooks: this job's hook; "" without the axis
+  std::string hierarchy;  // --hierarchies: this job's; "" without the axis
 };
 
 // The modes a point's job runs: every --modes value, or under a --comm-hooks hook other than
@@ -75,19 +76,23 @@ std::vector<std::string> point_modes(const SweepOptions& o, const Point& p) {
   return {"allreduce"};
 }
 
-// The grid, repetitions innermost, so that each (nodes, link) point's repetitions run in a row;
-// with --comm-hooks, one job per hook at every point.
+// The grid, repetitions innermost, so that each (nodes, ranks per node, link) point's
+// repetitions run in a row; with --comm-hooks and --hierarchies, one job per hook and hierarchy at
+// every point.
 std::vector<Point> grid(const SweepOptions& o) {
-  const std::vector<std::string> hooks = o.comm_hooks.empty() ? std::vector<std::string>{""} : o.comm_hooks;
+  const auto or_unset = [](const std::vector<std::string>& axis) { return axis.empty() ? std::vector<std::string>{""} : axis; };
+  const std::vector<std::string> hooks = or_unset(o.comm_hooks), hierarchies = or_unset(o.hierarchies);
   std::vector<Point> points;
   for (const auto& w : o.workloads)
     for (const auto& t : o.transports)
       for (const int x : o.num_workers)
         for (const std::size_t b : o.batch_sizes)
           for (const int n : o.nodes)
-            for (const auto& l : o.links)
-              for (const auto& h : hooks)
-                for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, x, rep, b, h});
+            for (const int k : o.ranks_per_node)
+              for (const auto& l : o.links)
+                for (const auto& hier : hierarchies)
+                  for (const auto& h : hooks)
+                    for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, k, x, rep, b, h, hier});
   return points;
 }
 
@@ -101,10 +106,11 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
     args.insert(args.end(), {"--transport", p.transport});
   }
   if (!p.hook.empty()) args.insert(args.end(), {"--comm-hook", p.hook});
+  if (!p.hierarchy.empty()) args.insert(args.end(), {"--hierarchy", p.hierarchy});
   for (const auto& a : std::vector<std::string>{
            "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(modes, ",")),
            "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
-           std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(o.ranks_per_node), "--launcher",
+           std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(p.per_node), "--launcher",
            o.launcher,
            "--repetitions", "1", "-q", "--out", out}) {
     args.push_back(a);
@@ -120,9 +126,10 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     c.workload = p.workload;
     c.mode = mode;
     if (!p.hook.empty()) c.comm_hook = p.hook;
+    if (!p.hierarchy.empty()) c.hierarchy = p.hierarchy;
     c.transport = p.transport;
     c.comm = o.launcher == "mpirun" ? "mpi" : "gloo";
-    c.world_size = p.nodes * o.ranks_per_node;
+    c.world_size = p.nodes * p.per_node;
     c.global_batch = p.batch;
     c.loader.num_workers = p.workers;
     runs.push_back({{"status", "failed"}, {"mode", mode}, {"strategy", strategy_to_json(c)},
@@ -133,40 +140,78 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
 
 }  // namespace
 
-int network_sweep_command(const SweepOptions& o) {
+namespace {
+
+// The sweep's axes checked before any job runs: every (nodes, ranks per node) makes a cluster,
+// every link rate parses, every mode exists, and this machine can host a cluster. Throws
+// InputError.
+void check_network_sweep(const SweepOptions& o) {
   if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
   if (o.links.empty()) throw InputError("--nodes: give the link rates to sweep with --links (e.g. 100mbit,1gbit)");
   for (const auto& l : o.links) cluster::parse_rate(l, "--links");
   for (const int n : o.nodes) {
-    cluster::ClusterSpec spec;
-    spec.nodes = n;
-    spec.ranks_per_node = o.ranks_per_node;
-    spec.link = cluster::parse_rate(o.links.front(), "--links");
-    spec.launcher = o.launcher;
-    cluster::validate(spec);
+    for (const int k : o.ranks_per_node) {
+      cluster::ClusterSpec spec;
+      spec.nodes = n;
+      spec.ranks_per_node = k;
+      spec.link = cluster::parse_rate(o.links.front(), "--links");
+      spec.launcher = o.launcher;
+      cluster::validate(spec);
+    }
   }
   for (const auto& m : o.modes) find_strategy(m);
   const cluster::Capability cap = cluster::probe_capability();
   if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
+}
+
+// The sweep's own config block: the first job's config less the varied keys, and the axes.
+nlohmann::json sweep_config(const SweepOptions& o, nlohmann::json config) {
+  if (config.is_null()) config = nlohmann::json::object();
+  for (const char* varied : {"modes", "world_size", "global_batch", "num_workers", "workload", "transport"}) {
+    config.erase(varied);
+  }
+  config["launcher"] = "emulated cluster";
+  std::vector<int> world_sizes;
+  for (const int n : o.nodes) {
+    for (const int k : o.ranks_per_node) world_sizes.push_back(n * k);
+  }
+  config["sweep"] = {{"workloads", o.workloads}, {"modes", o.modes}, {"transports", o.transports},
+                     {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
+                     {"repetitions", o.repetitions}, {"nodes", o.nodes}, {"links", o.links},
+                     {"ranks", world_sizes}, {"comms", {"gloo"}},
+                     {"ranks_per_node", o.ranks_per_node}};
+  if (!o.comm_hooks.empty()) {
+    config.erase("comm_hook");
+    config["sweep"]["comm_hooks"] = o.comm_hooks;
+  }
+  if (!o.hierarchies.empty()) {
+    config.erase("hierarchy");
+    config["sweep"]["hierarchies"] = o.hierarchies;
+  }
+  return config;
+}
+
+}  // namespace
+
+int network_sweep_command(const SweepOptions& o) {
+  check_network_sweep(o);
   const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
   check_result_path(out);
   const std::string point_out = out + ".point.json", point_err = out + ".point.err";
-
   const std::vector<Point> points = grid(o);
-
   nlohmann::json runs = nlohmann::json::array(), config;
   std::size_t index = 0, failed = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const Point& p : points) {
     if (!o.quiet) {
-      fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={}{} rep={} | elapsed {:.0f} s\n",
-                 ++index, points.size(), p.workload, p.nodes, o.ranks_per_node, p.link, p.batch, p.workers,
-                 p.hook.empty() ? "" : " hook=" + p.hook, p.rep,
+      fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={}{}{} rep={} | elapsed {:.0f} s\n",
+                 ++index, points.size(), p.workload, p.nodes, p.per_node, p.link, p.batch, p.workers,
+                 p.hierarchy.empty() ? "" : " hierarchy=" + p.hierarchy, p.hook.empty() ? "" : " hook=" + p.hook, p.rep,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     const ChildRun child = run_child(run_args(o, p, point_out), point_err);
     const nlohmann::json cluster_block = {
-        {"nodes", p.nodes}, {"ranks_per_node", o.ranks_per_node}, {"link", p.link}, {"launcher", o.launcher}};
+        {"nodes", p.nodes}, {"ranks_per_node", p.per_node}, {"link", p.link}, {"launcher", o.launcher}};
     if (child.exit_code != 0) {
       ++failed;
       add_failed(o, p, cluster_block, child.last_error, runs);
@@ -187,23 +232,7 @@ int network_sweep_command(const SweepOptions& o) {
   std::error_code ec;
   std::filesystem::remove(point_out, ec);
   std::filesystem::remove(point_err, ec);
-  if (config.is_null()) config = nlohmann::json::object();
-  for (const char* varied : {"modes", "world_size", "global_batch", "num_workers", "workload", "transport"}) {
-    config.erase(varied);
-  }
-  config["launcher"] = "emulated cluster";
-  std::vector<int> world_sizes;
-  for (const int n : o.nodes) world_sizes.push_back(n * o.ranks_per_node);
-  config["sweep"] = {{"workloads", o.workloads}, {"modes", o.modes}, {"transports", o.transports},
-                     {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
-                     {"repetitions", o.repetitions}, {"nodes", o.nodes}, {"links", o.links},
-                     {"ranks", world_sizes}, {"comms", {"gloo"}},
-                     {"ranks_per_node", o.ranks_per_node}};
-  if (!o.comm_hooks.empty()) {
-    config.erase("comm_hook");
-    config["sweep"]["comm_hooks"] = o.comm_hooks;
-  }
-  write_json_atomic(out, make_document(std::move(config), std::move(runs)));
+  write_json_atomic(out, make_document(sweep_config(o, std::move(config)), std::move(runs)));
   fmt::print("sweep: {} points ({} failed) in {:.0f} s; results written to {}\n", points.size(), failed,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), out);
   return 0;

@@ -37,7 +37,10 @@ struct SweepOptions {
   // --link L` per (nodes, link, batch size, repetition), every mode in turn inside it.
   std::vector<int> nodes;
   std::vector<std::string> links;
-  int ranks_per_node = 1;
+  std::vector<int> ranks_per_node = {1};
+  // --hierarchies: the node hierarchies as an axis (one job per value); empty, not swept (the
+  // base config's --hierarchy).
+  std::vector<std::string> hierarchies;
   std::string launcher = "env";  // run --launcher: env or torchrun (gloo), mpirun (MPI)
   // The command line's options that a `run` takes too (data, model, steps, ...), as arguments for
   // the cluster's runs; filled by the CLI.
