@@ -262,6 +262,34 @@ class CudaRankContext final : public RankContext {
   cuda::Event comm_done_{cuda::Event::Timing::off};  // ordering only
 };
 
+// The rank's communicator: over the local group, with a communication stream of its own
+// (created in local_comm_stream), or over NCCL on NCCL's stream. comm_stream gets that stream's
+// handle. Throws what the communicator's constructor throws.
+std::unique_ptr<Communicator> make_gpu_communicator(const TrainConfig& config, int rank, int device,
+                                                   DeviceAllocator& allocator, const CommSource& source,
+                                                   std::optional<cuda::Stream>& local_comm_stream, void*& comm_stream) {
+  if (source.group) {
+    local_comm_stream.emplace();
+    comm_stream = local_comm_stream->handle();
+    return std::make_unique<LocalCommunicator>(source.group, rank,
+                                               make_cuda_mem_ops(device, allocator, comm_stream, source.peer_devices));
+  }
+  auto nccl = make_nccl_communicator(*source.id, config.world_size, rank, device, config.timeout);
+  comm_stream = nccl->comm_stream_handle();
+  return nccl;
+}
+
+// Best effort after a failure: the work already queued on the rank's streams finishes before
+// its buffers go back to the system; a stream that fails too (a sticky CUDA error) is ignored,
+// the original error is the one to report.
+void drain_streams(cuda::Stream& compute, std::optional<cuda::Stream>& local_comm_stream) noexcept {
+  try {
+    compute.synchronize();
+    if (local_comm_stream) local_comm_stream->synchronize();
+  } catch (const std::exception&) {
+  }
+}
+
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
 // in reverse: the rank's buffers (inside body) go before the communicator, streams and allocator.
 void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_rank, RankResult& result,
@@ -272,18 +300,9 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   DeviceAllocator allocator(device, tracker);
   cuda::Stream compute;
   std::optional<cuda::Stream> local_comm_stream;
-  std::unique_ptr<Communicator> comm;
   void* comm_stream = nullptr;
-  if (source.group) {
-    local_comm_stream.emplace();
-    comm_stream = local_comm_stream->handle();
-    comm = std::make_unique<LocalCommunicator>(source.group, rank,
-                                               make_cuda_mem_ops(device, allocator, comm_stream, source.peer_devices));
-  } else {
-    auto nccl = make_nccl_communicator(*source.id, config.world_size, rank, device, config.timeout);
-    comm_stream = nccl->comm_stream_handle();
-    comm = std::move(nccl);
-  }
+  std::unique_ptr<Communicator> comm =
+      make_gpu_communicator(config, rank, device, allocator, source, local_comm_stream, comm_stream);
   struct Unregister {
     const CommSource& source;
     int rank;
@@ -333,13 +352,7 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
     const std::string reason = fmt::format("rank {}: {}", rank, e.what());
     if (!source.group) comm->abort(reason);
     if (source.nccl_threads != nullptr) source.nccl_threads->abort(reason);
-    // Best effort: let the work already queued finish before its buffers go back to the system.
-    try {
-      compute.synchronize();
-      if (local_comm_stream) local_comm_stream->synchronize();
-    } catch (const std::exception&) {
-      // the stream failed too (a sticky CUDA error): the original error is the one to report
-    }
+    drain_streams(compute, local_comm_stream);
     throw;
   }
 }

@@ -281,6 +281,23 @@ void Checkpointer::merge_losses(std::vector<double>& local_step_sums) const {
   }
 }
 
+namespace {
+// Writes this rank's checkpoint of steps_done into dir (atomically); then this rank's files of
+// later steps, which belong to a run that went further and was not resumed from them, go, and of
+// the rest the newest kKeepCheckpoints stay. Throws IoError naming the file.
+void write_and_prune(const std::string& dir, long steps_done, int rank, const std::string& bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string path = checkpoint_path(dir, steps_done, rank);
+  write_file_atomic(path, bytes.data(), bytes.size(), fmt::format("--checkpoint-dir {}", path));
+  int kept = 0;
+  for (const auto& [step, ranks] : list_checkpoints(dir)) {
+    if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) continue;
+    if (step > steps_done || ++kept > kKeepCheckpoints) fs::remove(checkpoint_path(dir, step, rank), ec);
+  }
+}
+}  // namespace
+
 void Checkpointer::maybe_save(long steps_done, const float* params, const float* buffers, std::size_t num_buffers,
                               const OptimizerShard& optimizer, RankResult& me, CommStats& timed_start) {
   if (config_.checkpoint_dir.empty() || config_.checkpoint_every <= 0 || steps_done % config_.checkpoint_every != 0 ||
@@ -328,18 +345,8 @@ void Checkpointer::maybe_save(long steps_done, const float* params, const float*
       if (!all.empty()) std::memcpy(f.step_losses.data(), all.data(), all.size() * sizeof(float));
     }
     const std::string bytes = encode_checkpoint(f);
-    std::error_code ec;
-    fs::create_directories(config_.checkpoint_dir, ec);
-    const std::string path = checkpoint_path(config_.checkpoint_dir, steps_done, rank);
-    write_file_atomic(path, bytes.data(), bytes.size(), fmt::format("--checkpoint-dir {}", path));
+    write_and_prune(config_.checkpoint_dir, steps_done, rank, bytes);
     me.checkpoint_bytes = static_cast<std::int64_t>(bytes.size());
-    // This rank's files of later steps belong to a run that went further and was not resumed
-    // from them; of the rest, the newest kKeepCheckpoints stay.
-    int kept = 0;
-    for (const auto& [step, ranks] : list_checkpoints(config_.checkpoint_dir)) {
-      if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) continue;
-      if (step > steps_done || ++kept > kKeepCheckpoints) fs::remove(checkpoint_path(config_.checkpoint_dir, step, rank), ec);
-    }
   }
   me.checkpoint_write_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const CommStats after = comm.stats();

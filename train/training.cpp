@@ -149,76 +149,101 @@ void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const 
   });
 }
 
-void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main_fn) {
-  const auto p = static_cast<std::size_t>(group.world_size());
+namespace {
+
+// run_rank_threads' shared state: which ranks have finished, and the first failure.
+struct RankThreads {
+  explicit RankThreads(std::size_t p) : done(p, 0) {}
+
+  // Keeps the first failure and aborts the group, so that the other ranks stop.
+  void fail(LocalGroup& group, int rank, const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!first_error) {
+        first_error = std::current_exception();
+        first_rank = rank;
+        first_message = e.what();
+      }
+    }
+    group.abort(fmt::format("rank {}: {}", rank, e.what()));
+  }
+  void finish(int rank) {
+    std::lock_guard<std::mutex> lock(mutex);
+    done[static_cast<std::size_t>(rank)] = 1;
+    ++finished;
+    done_cv.notify_all();
+  }
+  // Every rank finishes, or the group aborts: then the others get a moment to notice.
+  void wait(LocalGroup& group) {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (finished < done.size() && !group.aborted()) done_cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (finished < done.size()) done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished == done.size(); });
+  }
+  // Joins the finished ranks' threads and detaches the others (stuck outside the communicator,
+  // they cannot be interrupted); true when one was left behind.
+  bool join_or_detach(std::vector<std::thread>& threads) {
+    bool abandoned = false;
+    for (std::size_t r = 0; r < threads.size(); ++r) {
+      std::unique_lock<std::mutex> lock(mutex);
+      const bool finished_rank = done[r] != 0;
+      lock.unlock();
+      if (finished_rank) {
+        threads[r].join();
+      } else {
+        threads[r].detach();
+        abandoned = true;
+      }
+    }
+    return abandoned;
+  }
+  // The first failure again: an InputError as it is, anything else as an Error naming the rank.
+  void rethrow(LocalGroup& group) {
+    if (first_error) {
+      try {
+        std::rethrow_exception(first_error);
+      } catch (const InputError&) {
+        throw;  // user input: the message already names the input
+      } catch (const std::exception&) {
+        throw Error(fmt::format("rank {}: {}", first_rank, first_message));
+      }
+    }
+    if (group.aborted()) throw Error(group.abort_reason());
+  }
+
   std::mutex mutex;
   std::condition_variable done_cv;
-  std::vector<char> done(p, 0);
+  std::vector<char> done;
   std::size_t finished = 0;
   std::exception_ptr first_error;
   int first_rank = -1;
   std::string first_message;
+};
 
+}  // namespace
+
+void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main_fn) {
+  RankThreads state(static_cast<std::size_t>(group.world_size()));
   auto rank_main = [&](int rank) {
     try {
       rank_main_fn(rank);
     } catch (const Aborted&) {
       // A peer failed first (or a wait timed out); that is the error reported.
     } catch (const std::exception& e) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!first_error) {
-          first_error = std::current_exception();
-          first_rank = rank;
-          first_message = e.what();
-        }
-      }
-      group.abort(fmt::format("rank {}: {}", rank, e.what()));
+      state.fail(group, rank, e);
     }
-    std::lock_guard<std::mutex> lock(mutex);
-    done[static_cast<std::size_t>(rank)] = 1;
-    ++finished;
-    done_cv.notify_all();
+    state.finish(rank);
   };
-
   std::vector<std::thread> threads;
-  threads.reserve(p);
+  threads.reserve(state.done.size());
   for (int r = 0; r < group.world_size(); ++r) threads.emplace_back(rank_main, r);
-  {
-    // Every rank finishes, or the group aborts: then give the others a moment to notice and
-    // leave behind any rank that is stuck outside the communicator (it cannot be interrupted).
-    std::unique_lock<std::mutex> lock(mutex);
-    while (finished < p && !group.aborted()) done_cv.wait_for(lock, std::chrono::milliseconds(50));
-    if (finished < p) done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished == p; });
-  }
-  bool abandoned = false;
-  for (std::size_t r = 0; r < p; ++r) {
-    std::unique_lock<std::mutex> lock(mutex);
-    const bool finished_rank = done[r] != 0;
-    lock.unlock();
-    if (finished_rank) {
-      threads[r].join();
-    } else {
-      threads[r].detach();  // never returns; the process exits with the error below
-      abandoned = true;
-    }
-  }
-  if (abandoned) {
+  state.wait(group);
+  if (state.join_or_detach(threads)) {
     // The stuck thread still references this frame's state: leave now, without unwinding.
     std::fprintf(stderr, "dpbench: failed: %s\n", group.abort_reason().c_str());
     std::fflush(stderr);
     std::_Exit(1);
   }
-  if (first_error) {
-    try {
-      std::rethrow_exception(first_error);
-    } catch (const InputError&) {
-      throw;  // user input: the message already names the input
-    } catch (const std::exception&) {
-      throw Error(fmt::format("rank {}: {}", first_rank, first_message));
-    }
-  }
-  if (group.aborted()) throw Error(group.abort_reason());
+  state.rethrow(group);
 }
 
 nlohmann::json rank_to_json(const RankResult& r) {
@@ -384,6 +409,65 @@ long steps_per_epoch(const TrainConfig& config, const Dataset& train) {
   return static_cast<long>(static_cast<std::size_t>(train.size()) / config.global_batch);
 }
 
+namespace {
+
+// The optimizer's hyperparameters: --lr, --momentum, --optimizer, --weight-decay, --betas, --eps.
+void validate_optimizer(const TrainConfig& config) {
+  if (!(config.lr > 0.0f)) throw InputError(fmt::format("--lr {}: must be positive", config.lr));
+  if (config.momentum < 0.0f || config.momentum >= 1.0f) {
+    throw InputError(fmt::format("--momentum {}: must be in [0, 1)", config.momentum));
+  }
+  optimizer_slots(config.optimizer);  // throws on an unknown name
+  if (!(config.weight_decay >= 0.0f)) {
+    throw InputError(fmt::format("--weight-decay {}: must be >= 0", config.weight_decay));
+  }
+  if (!(config.beta1 >= 0.0f && config.beta1 < 1.0f && config.beta2 >= 0.0f && config.beta2 < 1.0f)) {
+    throw InputError(fmt::format("--betas {},{}: each must be in [0, 1)", config.beta1, config.beta2));
+  }
+  if (!(config.eps >= 0.0f)) throw InputError(fmt::format("--eps {}: must be >= 0", config.eps));
+}
+
+// The gradient synchronisation's names: --hierarchy, and --comm-hook (allreduce's alone).
+void validate_sync_names(const TrainConfig& config) {
+  if (config.hierarchy != "none" && config.hierarchy != "node") {
+    throw InputError(fmt::format("--hierarchy {}: must be none or node", config.hierarchy));
+  }
+  if (config.comm_hook != "allreduce" && config.comm_hook != "fp16" && config.comm_hook != "bf16" &&
+      config.comm_hook.rfind("powersgd", 0) != 0) {
+    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", config.comm_hook));
+  }
+  if (config.comm_hook != "allreduce" && config.mode != "allreduce") {
+    throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
+                                 config.comm_hook, config.mode));
+  }
+}
+
+// --rank-batch: one positive entry per rank, summing to the global batch (without wrapping).
+void validate_rank_batches(const TrainConfig& config) {
+  if (config.rank_batches.empty()) return;
+  const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
+  std::size_t sum = 0;  // checked: entries near 2^64 must not wrap around to the global batch
+  for (std::size_t b : config.rank_batches) {
+    if (b > std::numeric_limits<std::size_t>::max() - sum) {
+      throw InputError(fmt::format("--rank-batch {}: sums to more than 2^64", list));
+    }
+    sum += b;
+  }
+  if (config.rank_batches.size() != static_cast<std::size_t>(config.world_size)) {
+    throw InputError(fmt::format("--rank-batch {}: {} entries for --ranks {}", list,
+                                 config.rank_batches.size(), config.world_size));
+  }
+  if (std::find(config.rank_batches.begin(), config.rank_batches.end(), 0u) != config.rank_batches.end()) {
+    throw InputError(fmt::format("--rank-batch {}: every rank needs at least one sample", list));
+  }
+  if (sum != config.global_batch) {
+    throw InputError(fmt::format("--rank-batch {}: sums to {}, but the global batch is {}", list, sum,
+                                 config.global_batch));
+  }
+}
+
+}  // namespace
+
 void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.world_size < 1) {
     throw InputError(fmt::format("--ranks {}: must be at least 1", config.world_size));
@@ -398,53 +482,12 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
                                  config.global_batch, train.size(), train.name()));
   }
   if (config.epochs < 1) throw InputError(fmt::format("--epochs {}: must be at least 1", config.epochs));
-  if (!(config.lr > 0.0f)) throw InputError(fmt::format("--lr {}: must be positive", config.lr));
-  if (config.momentum < 0.0f || config.momentum >= 1.0f) {
-    throw InputError(fmt::format("--momentum {}: must be in [0, 1)", config.momentum));
-  }
-  optimizer_slots(config.optimizer);  // throws on an unknown name
-  if (!(config.weight_decay >= 0.0f)) {
-    throw InputError(fmt::format("--weight-decay {}: must be >= 0", config.weight_decay));
-  }
-  if (!(config.beta1 >= 0.0f && config.beta1 < 1.0f && config.beta2 >= 0.0f && config.beta2 < 1.0f)) {
-    throw InputError(fmt::format("--betas {},{}: each must be in [0, 1)", config.beta1, config.beta2));
-  }
-  if (!(config.eps >= 0.0f)) throw InputError(fmt::format("--eps {}: must be >= 0", config.eps));
+  validate_optimizer(config);
   if (config.warmup_steps < 0) {
     throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.warmup_steps));
   }
-  if (config.hierarchy != "none" && config.hierarchy != "node") {
-    throw InputError(fmt::format("--hierarchy {}: must be none or node", config.hierarchy));
-  }
-  if (config.comm_hook != "allreduce" && config.comm_hook != "fp16" && config.comm_hook != "bf16" &&
-      config.comm_hook.rfind("powersgd", 0) != 0) {
-    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", config.comm_hook));
-  }
-  if (config.comm_hook != "allreduce" && config.mode != "allreduce") {
-    throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
-                                 config.comm_hook, config.mode));
-  }
-  if (!config.rank_batches.empty()) {
-    const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
-    std::size_t sum = 0;  // checked: entries near 2^64 must not wrap around to the global batch
-    for (std::size_t b : config.rank_batches) {
-      if (b > std::numeric_limits<std::size_t>::max() - sum) {
-        throw InputError(fmt::format("--rank-batch {}: sums to more than 2^64", list));
-      }
-      sum += b;
-    }
-    if (config.rank_batches.size() != static_cast<std::size_t>(config.world_size)) {
-      throw InputError(fmt::format("--rank-batch {}: {} entries for --ranks {}", list,
-                                   config.rank_batches.size(), config.world_size));
-    }
-    if (std::find(config.rank_batches.begin(), config.rank_batches.end(), 0u) != config.rank_batches.end()) {
-      throw InputError(fmt::format("--rank-batch {}: every rank needs at least one sample", list));
-    }
-    if (sum != config.global_batch) {
-      throw InputError(fmt::format("--rank-batch {}: sums to {}, but the global batch is {}", list, sum,
-                                   config.global_batch));
-    }
-  }
+  validate_sync_names(config);
+  validate_rank_batches(config);
   if (config.device != "cpu" && config.device != "cuda") {
     throw InputError(fmt::format("--device {}: unknown device (choose cpu or cuda)", config.device));
   }

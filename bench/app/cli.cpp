@@ -298,6 +298,32 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
       ->group("Emulated cluster");
 }
 
+// `run`'s checkpoints (--checkpoint-dir, --checkpoint-every, --resume) and its PyTorch reference
+// (--reference and its interpreter and start bundle).
+void add_checkpoint_and_reference_options(CLI::App& run, RunOptions& o) {
+  TrainConfig& c = o.base;
+  run.add_option("--checkpoint-dir", c.checkpoint_dir,
+                 "Directory of checkpoints: parameters, optimizer state (momentum), BatchNorm buffers, "
+                 "the step reached and the per-step losses, written atomically with a CRC-32 (rank 0; "
+                 "sharded_ps: one shard per server). One --mode");
+  run.add_option("--checkpoint-every", c.checkpoint_every,
+                 "Write a checkpoint after every N optimizer steps (with --checkpoint-dir)");
+  run.add_flag("--resume", c.resume,
+               "Continue from the newest valid checkpoint in --checkpoint-dir (a damaged one is skipped "
+               "with a warning; none there: start from step 0)");
+  run.add_option("--reference", o.reference.framework,
+                 "Train each mode's PyTorch counterpart too, from the same parameters on the same samples "
+                 "in the same order, alternating with dpbench's runs, in the same result file: pytorch "
+                 "(bench/reference/pytorch_reference.py; DataParallel's flow over gloo for ps, DDP over gloo "
+                 "for allreduce, the RPC parameter server for ps p2p and sharded_ps, plain PyTorch for one rank)")
+      ->check(CLI::IsMember({"pytorch"}));
+  run.add_option("--reference-python", o.reference.python,
+                 "Python interpreter for --reference (default /usr/bin/python3, Debian's, with python3-torch)");
+  run.add_option("--reference-start", o.reference.start_dir,
+                 "Keep the start bundle --reference writes (parameters, data, sample order) in this directory "
+                 "(default: a temporary directory, removed at the end)");
+}
+
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& c = o.base;
   run.add_option("--workload", c.workload,
@@ -342,26 +368,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--init-params", o.init_params,
                  "Start from these parameters instead of the model's initialisation from --seed: raw "
                  "float32 in parameter order, as --save-params writes them");
-  run.add_option("--checkpoint-dir", c.checkpoint_dir,
-                 "Directory of checkpoints: parameters, optimizer state (momentum), BatchNorm buffers, "
-                 "the step reached and the per-step losses, written atomically with a CRC-32 (rank 0; "
-                 "sharded_ps: one shard per server). One --mode");
-  run.add_option("--checkpoint-every", c.checkpoint_every,
-                 "Write a checkpoint after every N optimizer steps (with --checkpoint-dir)");
-  run.add_flag("--resume", c.resume,
-               "Continue from the newest valid checkpoint in --checkpoint-dir (a damaged one is skipped "
-               "with a warning; none there: start from step 0)");
-  run.add_option("--reference", o.reference.framework,
-                 "Train each mode's PyTorch counterpart too, from the same parameters on the same samples "
-                 "in the same order, alternating with dpbench's runs, in the same result file: pytorch "
-                 "(bench/reference/pytorch_reference.py; DataParallel's flow over gloo for ps, DDP over gloo "
-                 "for allreduce, the RPC parameter server for ps p2p and sharded_ps, plain PyTorch for one rank)")
-      ->check(CLI::IsMember({"pytorch"}));
-  run.add_option("--reference-python", o.reference.python,
-                 "Python interpreter for --reference (default /usr/bin/python3, Debian's, with python3-torch)");
-  run.add_option("--reference-start", o.reference.start_dir,
-                 "Keep the start bundle --reference writes (parameters, data, sample order) in this directory "
-                 "(default: a temporary directory, removed at the end)");
+  add_checkpoint_and_reference_options(run, o);
   run.add_option("--repetitions", o.repetitions,
                  "Runs of every mode, the modes alternating; the verdict gives each ratio to ps with its "
                  "spread over them (--checkpoint-dir and --reference run once)")
@@ -583,6 +590,36 @@ int project_main(const CLI::App& project, ProjectOptions& o) {
   return project_command(o);
 }
 
+// `sweep`: the options that depend on what was given, then the in-process or the emulated
+// cluster's sweep. Throws InputError.
+int sweep_main(const CLI::App& sweep, SweepOptions& o) {
+  o.cnn_default_hidden = sweep.count("--hidden") == 0;
+  o.cnn_default_lr = sweep.count("--lr") == 0;
+  check_optimizer_options(sweep, o.base);
+  if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), "allreduce") == o.modes.end()) {
+    throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
+  }
+  return o.nodes.empty() ? local_sweep(sweep, o) : network_sweep(sweep, o);
+}
+
+// Runs a command and turns what it throws into the exit codes: 2 for bad input (said by rank 0
+// alone: every process of a job meets it), 3 for a file that could not be written, 1 otherwise.
+template <typename Command>
+int with_exit_codes(Command&& command) {
+  try {
+    return command();
+  } catch (const InputError& e) {
+    if (is_output_process()) fmt::print(stderr, "dpbench: error: {}\n", e.what());
+    return finish(2);
+  } catch (const IoError& e) {
+    fmt::print(stderr, "dpbench: error: {}\n", e.what());
+    return finish(3);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dpbench: failed: {}\n", e.what());
+    return finish(1);
+  }
+}
+
 }  // namespace
 
 int dpbench_main(int argc, char** argv) {
@@ -640,32 +677,15 @@ int dpbench_main(int argc, char** argv) {
     return 2;
   }
 
-  try {
+  return with_exit_codes([&] {
     finish_run_options(*run, run_options);
-    sweep_options.cnn_default_hidden = sweep->count("--hidden") == 0;
-    sweep_options.cnn_default_lr = sweep->count("--lr") == 0;
-    if (*sweep) check_optimizer_options(*sweep, sweep_options.base);
-    if (*sweep && !sweep_options.comm_hooks.empty() &&
-        std::find(sweep_options.modes.begin(), sweep_options.modes.end(), "allreduce") == sweep_options.modes.end()) {
-      throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
-    }
-    if (*sweep) return finish(sweep_options.nodes.empty() ? local_sweep(*sweep, sweep_options) : network_sweep(*sweep, sweep_options));
+    if (*sweep) return finish(sweep_main(*sweep, sweep_options));
     if (*report) return run_python("plots/report.py", report->remaining());
     if (*compare) return run_python("results/compare.py", compare->remaining());
     if (*project) return project_main(*project, project_options);
     if (*memory) return memory_command(memory_options);
     return finish(run_command(run_options));
-  } catch (const InputError& e) {
-    // Every process of a multi-process job meets the same bad input; rank 0 says so.
-    if (is_output_process()) fmt::print(stderr, "dpbench: error: {}\n", e.what());
-    return finish(2);
-  } catch (const IoError& e) {
-    fmt::print(stderr, "dpbench: error: {}\n", e.what());
-    return finish(3);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "dpbench: failed: {}\n", e.what());
-    return finish(1);
-  }
+  });
 }
 
 }  // namespace dpbench

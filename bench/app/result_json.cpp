@@ -169,6 +169,26 @@ void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
   if (!run.elastic_restart.is_null()) j["elastic_restart"] = run.elastic_restart;
 }
 
+// Traffic, counted by each rank's communicator over the timed steps, and the bus bandwidth of
+// the strategy's collective, nccl-tests definitions: algbw = bytes / comm time, busbw = algbw *
+// the strategy's factor (only for strategies that declare one). Needs j["phases_s"].
+void add_traffic_json(const RunResult& run, nlohmann::json& j) {
+  const TrainConfig& c = run.config;
+  nlohmann::json per_rank_comm = nlohmann::json::array();
+  for (const auto& r : run.ranks) {
+    per_rank_comm.push_back({{"rank", r.rank}, {"sent", r.comm_per_step.bytes_sent},
+                             {"received", r.comm_per_step.bytes_received}});
+  }
+  j["comm_bytes_per_step"] = {{"per_rank", per_rank_comm}};
+  const double comm_s = j["phases_s"]["comm"].get<double>();
+  const auto bus = find_strategy(c.mode).bus_bandwidth(c, static_cast<double>(run.num_params * sizeof(float)));
+  if (bus && comm_s > 0 && c.world_size > 1) {
+    const double algbw = bus->bytes / comm_s / 1e9;
+    j["bus_bandwidth_GBps"] = {{"collective", bus->collective}, {"bytes", bus->bytes},
+                               {"factor", bus->factor}, {"algbw", algbw}, {"busbw", algbw * bus->factor}};
+  }
+}
+
 }  // namespace
 
 nlohmann::json run_to_json(const RunResult& run) {
@@ -204,23 +224,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["stall_ratio_p90_p50"] = p50 > 0 ? quantile(times, 0.90) / p50 : 0.0;
   j["phases_s"] = phase_medians(run.ranks.front().steps);
 
-  // Traffic, counted by each rank's communicator over the timed steps.
-  nlohmann::json per_rank_comm = nlohmann::json::array();
-  for (const auto& r : run.ranks) {
-    per_rank_comm.push_back({{"rank", r.rank}, {"sent", r.comm_per_step.bytes_sent},
-                             {"received", r.comm_per_step.bytes_received}});
-  }
-  j["comm_bytes_per_step"] = {{"per_rank", per_rank_comm}};
-  // Bus bandwidth of the strategy's collective, nccl-tests definitions: algbw = bytes / comm time,
-  // busbw = algbw * the strategy's factor. Only for strategies that declare one.
-  const double comm_s = j["phases_s"]["comm"].get<double>();
-  const auto bus = find_strategy(c.mode).bus_bandwidth(c, static_cast<double>(run.num_params * sizeof(float)));
-  if (bus && comm_s > 0 && c.world_size > 1) {
-    const double algbw = bus->bytes / comm_s / 1e9;
-    j["bus_bandwidth_GBps"] = {{"collective", bus->collective}, {"bytes", bus->bytes},
-                               {"factor", bus->factor}, {"algbw", algbw}, {"busbw", algbw * bus->factor}};
-  }
-
+  add_traffic_json(run, j);
   j["memory"] = memory_to_json(run);
 
   nlohmann::json ranks = nlohmann::json::array();
