@@ -249,12 +249,36 @@ def network_rows(net: rd.NetworkVerdict) -> list:
     return rows
 
 
+def target_rows(net: rd.NetworkVerdict) -> list:
+    """One row per (nodes, link) of the time to the target loss: each strategy's steps to it and
+    their time in seconds ("12 steps, 3.41 s"); the fastest in bold."""
+    rows = []
+    for nodes in net.nodes:
+        for rate in net.rates:
+            at = net.time_to_target.get((nodes, rate))
+            if not at:
+                continue
+            fastest = min(seconds for _, seconds in at.values())
+            cells = []
+            for label in net.modes:
+                if label not in at:
+                    cells.append("-")
+                    continue
+                steps, seconds = at[label]
+                text = f"{plural(steps, 'step')}, {seconds:.2f} s"
+                cells.append(f"**{text}**" if seconds == fastest else text)
+            rows.append({"nodes": nodes, "link": rd.rate_text(rate), "cells": cells})
+    return rows
+
+
 def network_context(net) -> dict | None:
     """The network section's template record (None without emulated-cluster runs)."""
     if net is None:
         return None
     return {"paragraph": net.paragraph, "modes": [net.names[m] for m in net.modes],
-            "reference": net.names[net.reference], "rows": network_rows(net)}
+            "reference": net.names[net.reference], "rows": network_rows(net),
+            "target_loss": None if net.target_loss is None else f"{net.target_loss:.4f}",
+            "target_rows": target_rows(net), "loss_window": rd.LOSS_WINDOW}
 
 
 def findings_context(proj) -> dict | None:

@@ -138,6 +138,9 @@ class NetworkPoint:
     projected_step_s: Optional[float] = None
     simulated_step_s: Optional[float] = None
     simulation_errors: tuple = ()
+    # The first repetition's per-step training losses (quality.step_train_loss, warm-up steps
+    # included; None for a non-finite one); () where the run recorded none.
+    step_losses: tuple = ()
 
     @property
     def setting(self) -> tuple:
@@ -924,6 +927,8 @@ def aggregate_network(key: tuple, runs: list, order: int) -> NetworkPoint:
     projected, errors = [], []
     steps: dict = {"measured": [], "projected": [], "simulated": []}
     sim_errors = []
+    losses = ((runs[0].get("quality") or {}).get("step_train_loss")) or []
+    step_losses = tuple(float(v) if number(v) is not None else None for v in losses)
     for r in runs:
         projection = ((r.get("network") or {}).get("projection")) or {}
         simulation = ((r.get("network") or {}).get("simulation")) or {}
@@ -945,7 +950,8 @@ def aggregate_network(key: tuple, runs: list, order: int) -> NetworkPoint:
                         throughput_max=max(throughputs), projected_throughput=median(projected),
                         projection_errors=tuple(errors), measured_step_s=median(steps["measured"]),
                         projected_step_s=median(steps["projected"]),
-                        simulated_step_s=median(steps["simulated"]), simulation_errors=tuple(sim_errors))
+                        simulated_step_s=median(steps["simulated"]), simulation_errors=tuple(sim_errors),
+                        step_losses=step_losses)
 
 
 def network_modes(points: Iterable) -> list:
@@ -1000,6 +1006,38 @@ class NetworkVerdict:
     error_count: int  # runs with a projection error
     error_text: str
     paragraph: str  # the verdict: ratios, crossovers, projection error
+    # Time to a target loss (time_to_target): the training loss (trailing mean) every point of
+    # the slice reached, and per (nodes, bit/s) and label the steps to it and their time (s);
+    # None / {} when a point recorded no per-step losses or no measured step.
+    target_loss: Optional[float] = None
+    time_to_target: dict = field(default_factory=dict)
+
+
+LOSS_WINDOW = 5  # steps of the trailing mean time_to_target compares: one batch's loss is noisy
+
+
+def trailing_mean(losses: tuple, window: int = LOSS_WINDOW) -> list:
+    """The mean of each step's loss and the window - 1 before it (fewer at the start)."""
+    return [statistics.fmean(losses[max(0, i - window + 1):i + 1]) for i in range(len(losses))]
+
+
+def time_to_target(pts: list) -> tuple:
+    """(target, {(nodes, bit/s): {label: (steps, seconds)}}) over the points of one slice, on the
+    trailing mean of LOSS_WINDOW per-step training losses: the target is the highest of the
+    points' last means (so that every point reached it); a point's steps are those until its mean
+    first fell to the target, warm-up included, and its seconds those steps at its median measured
+    step time (stale or compressed gradients converge differently, so throughput alone does not
+    order them). (None, {}) when a point has no per-step losses, a non-finite one, or no measured
+    step time."""
+    if not pts or any(not p.step_losses or None in p.step_losses or p.measured_step_s is None for p in pts):
+        return None, {}
+    means = {id(p): trailing_mean(p.step_losses) for p in pts}
+    target = max(m[-1] for m in means.values())
+    out: dict = {}
+    for p in pts:
+        steps = next(i + 1 for i, loss in enumerate(means[id(p)]) if loss <= target)
+        out.setdefault((p.nodes, p.link_bits_per_s), {})[p.label] = (steps, steps * p.measured_step_s)
+    return target, out
 
 
 def percent_text(fraction: float) -> str:
@@ -1130,12 +1168,14 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
         error_text = "No run recorded a projection (network.projection), so no projected line is drawn."
     paragraph = " ".join([f"Throughput on the emulated cluster ({setting_text}) as a ratio to {ref_name}'s."]
                          + list(link_sentences.values()) + [crossover_text, error_text])
+    target, to_target = time_to_target(pts)
     return NetworkVerdict(points=pts, modes=modes, names=names, reference=reference, setting=setting_text,
                           nodes=node_counts, rates=rates, throughput=throughput, ratios=ratios,
                           link_sentences=link_sentences, node_sentences=node_sentences,
                           link_crossovers=link_cross, node_crossovers=node_cross,
                           crossover_text=crossover_text, error_range=error_range,
-                          error_count=len(errors), error_text=error_text, paragraph=paragraph)
+                          error_count=len(errors), error_text=error_text, paragraph=paragraph,
+                          target_loss=target, time_to_target=to_target)
 
 
 # --------------------------------------------------------------------------------------------

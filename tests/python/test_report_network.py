@@ -295,6 +295,36 @@ class NetworkVerdictTest(unittest.TestCase):
         fp16 = next(p for p in allreduce if p.label != plain.label and p.nodes == 4 and p.link == "100mbit")
         self.assertAlmostEqual(2 * plain.throughput, fp16.throughput)
 
+    def test_time_to_target_loss_counts_steps_at_the_measured_step_time(self):
+        # Every run falls 0.1 per step from 2.0; sharded_ps at half that pace. On the trailing
+        # 5-step mean, sharded_ps ends highest: that is the target, which it reaches at its last
+        # step and the others where their mean first gets there.
+        doc = copy.deepcopy(self.doc)
+        for run in doc["runs"]:
+            pace = 0.05 if run["mode"] == "sharded_ps" else 0.1
+            run["quality"]["step_train_loss"] = [2.0 - pace * i for i in range(12)]
+        net = self.verdict(doc)
+        means = report_data.trailing_mean(tuple(2.0 - 0.05 * i for i in range(12)))
+        self.assertAlmostEqual(means[-1], net.target_loss)
+        plain = report_data.trailing_mean(tuple(2.0 - 0.1 * i for i in range(12)))
+        steps = next(i + 1 for i, m in enumerate(plain) if m <= net.target_loss)
+        self.assertLess(steps, 12)
+        for p in net.points:
+            got_steps, seconds = net.time_to_target[(p.nodes, p.link_bits_per_s)][p.label]
+            self.assertEqual(12 if p.mode == "sharded_ps" else steps, got_steps, p.label)
+            self.assertAlmostEqual(got_steps * p.measured_step_s, seconds)
+        # The report prints the table, the target and a bold fastest per row.
+        out = self.tmp / "report"
+        proc = run_report(out, [write_json(self.tmp / "losses.json", doc)])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        md = (out / "report.md").read_text()
+        self.assertIn(f"Time to the training loss every run reached ({net.target_loss:.4f}", md)
+        self.assertIn(f"| 2 | 100 Mbit/s |", md)
+        self.assertIn("12 steps, ", md)
+        # A run without per-step losses leaves the table out.
+        del doc["runs"][0]["quality"]["step_train_loss"]
+        self.assertIsNone(self.verdict(doc).target_loss)
+
     def test_repetitions_aggregate_to_median_with_min_and_max(self):
         doc = copy.deepcopy(self.doc)
         extra = []
