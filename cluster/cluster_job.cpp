@@ -267,6 +267,21 @@ struct JobProcess {
   std::string what;  // "rank 3", "the torchrun agent"
 };
 
+// Says on stderr that node `lost` stopped answering, naming the job's processes on it.
+void report_lost_node(const std::vector<JobProcess>& procs, const Cluster& c, int lost) {
+  const Node& n = c.nodes()[static_cast<std::size_t>(lost)];
+  std::string on_node;
+  for (const auto& p : procs) {
+    if (p.node == lost) on_node += (on_node.empty() ? "" : ", ") + p.what;
+  }
+  if (on_node.empty()) on_node = "its ranks";  // mpirun runs on the switch, its ranks in the nodes
+  fmt::print(stderr,
+             "dpbench: error: node {} ({}, {}; {}) stopped answering across its link for {} s "
+             "(link down or node gone); stopping the job\n",
+             n.index, n.hostname, n.address, on_node,
+             std::chrono::duration_cast<std::chrono::seconds>(kHeartbeatTimeout).count());
+}
+
 // Waits for every process; stops them all when one fails, a node stops answering or a signal
 // came. A torchrun agent killed by a signal is a node that died: restart_node(node) starts it
 // again, up to `node_restarts` times in all (a scheduler bringing the node back), when given.
@@ -305,17 +320,7 @@ int wait_for_job(std::vector<JobProcess> procs, const Cluster& c, const std::ato
       continue;
     }
     if (const int lost = lost_node.load(); lost >= 0 && code == 0) {
-      const Node& n = c.nodes()[static_cast<std::size_t>(lost)];
-      std::string on_node;
-      for (const auto& p : procs) {
-        if (p.node == lost) on_node += (on_node.empty() ? "" : ", ") + p.what;
-      }
-      if (on_node.empty()) on_node = "its ranks";  // mpirun runs on the switch, its ranks in the nodes
-      fmt::print(stderr,
-                 "dpbench: error: node {} ({}, {}; {}) stopped answering across its link for {} s "
-                 "(link down or node gone); stopping the job\n",
-                 n.index, n.hostname, n.address, on_node,
-                 std::chrono::duration_cast<std::chrono::seconds>(kHeartbeatTimeout).count());
+      report_lost_node(procs, c, lost);
       code = 1;
       kill_all(SIGKILL);
     }

@@ -290,6 +290,21 @@ void drain_streams(cuda::Stream& compute, std::optional<cuda::Stream>& local_com
   }
 }
 
+// Registers the rank's communicator with the launch (CommSource::on_live) while it lives, so
+// that a failing peer can abort it.
+struct LiveCommunicator {
+  LiveCommunicator(const CommSource& s, int r, Communicator* comm) : source(s), rank(r) {
+    if (source.on_live) source.on_live(rank, comm);
+  }
+  ~LiveCommunicator() {
+    if (source.on_live) source.on_live(rank, nullptr);
+  }
+  LiveCommunicator(const LiveCommunicator&) = delete;
+  LiveCommunicator& operator=(const LiveCommunicator&) = delete;
+  const CommSource& source;
+  int rank;
+};
+
 // Builds one rank's context on `device`, runs body, and fills result.device. Destruction runs
 // in reverse: the rank's buffers (inside body) go before the communicator, streams and allocator.
 void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_rank, RankResult& result,
@@ -303,14 +318,7 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   void* comm_stream = nullptr;
   std::unique_ptr<Communicator> comm =
       make_gpu_communicator(config, rank, device, allocator, source, local_comm_stream, comm_stream);
-  struct Unregister {
-    const CommSource& source;
-    int rank;
-    ~Unregister() {
-      if (source.on_live) source.on_live(rank, nullptr);
-    }
-  } unregister{source, rank};
-  if (source.on_live) source.on_live(rank, comm.get());
+  const LiveCommunicator live{source, rank, comm.get()};
   // Built before anything whose destruction synchronises the device: when the rank throws, its
   // NCCL communicator (and its thread peers') are aborted before cuBLAS's handle or pinned
   // staging go (train/failure_guard.hpp); the catch below names the error.

@@ -106,6 +106,29 @@ std::string read_all(int fd) {
 
 using RunFn = int (*)(const StepSchedule*, const SimPlatform*, int, std::string*);
 
+// The forked child of simulate(): loads the SimGrid plugin, plays the schedule, writes the
+// plugin's JSON (or {"error": ...}) to fd and exits with the plugin's code. Never returns.
+[[noreturn]] void simulate_in_child(const StepSchedule& schedule, const SimPlatform& platform, int steps, int fd) {
+  std::string text;
+  int code = 1;
+  // RTLD_LOCAL: libsimgrid's MPI symbols stay out of this process's global scope.
+  void* plugin = ::dlopen(DPBENCH_SIMGRID_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  const auto run = plugin != nullptr ? reinterpret_cast<RunFn>(::dlsym(plugin, "dpbench_simgrid_run")) : nullptr;
+  if (run == nullptr) {
+    const char* why = ::dlerror();
+    text = nlohmann::json{{"error", fmt::format("{}: {}", DPBENCH_SIMGRID_PLUGIN, why != nullptr ? why : "no entry point")}}.dump();
+  } else {
+    code = run(&schedule, &platform, steps, &text);
+  }
+  std::size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t put = ::write(fd, text.data() + off, text.size() - off);
+    if (put <= 0) break;
+    off += static_cast<std::size_t>(put);
+  }
+  ::_exit(code);
+}
+
 }  // namespace
 
 bool simulation_available() { return ::access(DPBENCH_SIMGRID_PLUGIN, R_OK) == 0; }
@@ -129,24 +152,7 @@ SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platf
   if (pid < 0) throw Error(fmt::format("simulation: fork: {}", std::strerror(errno)));
   if (pid == 0) {
     ::close(fds[0]);
-    std::string text;
-    int code = 1;
-    // RTLD_LOCAL: libsimgrid's MPI symbols stay out of this process's global scope.
-    void* plugin = ::dlopen(DPBENCH_SIMGRID_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-    const auto run = plugin != nullptr ? reinterpret_cast<RunFn>(::dlsym(plugin, "dpbench_simgrid_run")) : nullptr;
-    if (run == nullptr) {
-      const char* why = ::dlerror();
-      text = nlohmann::json{{"error", fmt::format("{}: {}", DPBENCH_SIMGRID_PLUGIN, why != nullptr ? why : "no entry point")}}.dump();
-    } else {
-      code = run(&schedule, &platform, steps, &text);
-    }
-    std::size_t off = 0;
-    while (off < text.size()) {
-      const ssize_t put = ::write(fds[1], text.data() + off, text.size() - off);
-      if (put <= 0) break;
-      off += static_cast<std::size_t>(put);
-    }
-    ::_exit(code);
+    simulate_in_child(schedule, platform, steps, fds[1]);
   }
   ::close(fds[1]);
   const std::string text = read_all(fds[0]);

@@ -456,25 +456,26 @@ TEST_F(EmulatedCluster, SrunAcrossNodesMatchesLocalRanks) {
 TEST_F(EmulatedCluster, NodeHierarchyPutsTwoNMinusOneOverNOfTheGradientOnEachLink) {
   const std::string model =
       "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 40 --max-steps 20";
-  for (const std::string mode : {"allreduce", "sharded_ps", "ps"}) {
-    const std::string local = (tmp_.path() / ("local-" + mode)).string();
-    const Outcome l = shell(fmt::format("{} run {} -q --mode {} --comm local --ranks 4 --save-params {} --out {}",
-                                        DPBENCH_BINARY, model, mode, local, (tmp_.path() / "local.json").string()),
-                            tmp_.path());
-    ASSERT_EQ(l.exit_code, 0) << l.err;
-    const auto b = read_f32(local + "-" + mode + ".f32");
-    std::vector<std::string> launchers = {"env"};
-    if (mpi_built() && mode == "allreduce") launchers.push_back("mpirun --comm mpi");
-    for (const std::string& launcher : launchers) {
-      SCOPED_TRACE(mode + " " + launcher);
-      const std::string params = (tmp_.path() / "p").string();
-      const Outcome o = run(fmt::format("--nodes 2 --ranks-per-node 2 --link 200mbit --launcher {} --mode {} "
-                                        "--hierarchy node {} --save-params {}",
-                                        launcher, mode, model, params));
-      ASSERT_EQ(o.exit_code, 0) << o.err;
-      const auto doc = nlohmann::json::parse(slurp(result()));
-      ASSERT_EQ(doc["runs"].size(), 1u);
-      const auto& run = doc["runs"][0];
+  const std::string local = (tmp_.path() / "local").string();
+  const Outcome l = shell(fmt::format("{} run {} -q --mode allreduce,sharded_ps,ps --comm local --ranks 4 --save-params {} "
+                                      "--out {}", DPBENCH_BINARY, model, local, (tmp_.path() / "local.json").string()),
+                          tmp_.path());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  // One job runs every mode over gloo; Open MPI runs allreduce.
+  std::vector<std::pair<std::string, std::string>> jobs = {{"env", "allreduce,sharded_ps,ps"}};
+  if (mpi_built()) jobs.emplace_back("mpirun --comm mpi", "allreduce");
+  for (const auto& [launcher, modes] : jobs) {
+    SCOPED_TRACE(launcher);
+    const std::string params = (tmp_.path() / "p").string();
+    const Outcome o = run(fmt::format("--nodes 2 --ranks-per-node 2 --link 200mbit --launcher {} --mode {} "
+                                      "--hierarchy node {} --save-params {}",
+                                      launcher, modes, model, params));
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    const auto doc = nlohmann::json::parse(slurp(result()));
+    ASSERT_EQ(doc["runs"].size(), launcher == "env" ? 3u : 1u);
+    for (const auto& run : doc["runs"]) {
+      const std::string mode = run["mode"];
+      SCOPED_TRACE(mode);
       EXPECT_EQ(run["config"]["hierarchy"], "node");
       const double gradient = 4.0 * run["num_params"].get<double>();
       for (const auto& n : run["network"]["nodes"]) {
@@ -497,6 +498,7 @@ TEST_F(EmulatedCluster, NodeHierarchyPutsTwoNMinusOneOverNOfTheGradientOnEachLin
                   1e3 * run["network"]["simulation"]["simulated_step_s"].get<double>(),
                   intra["bytes_per_s"].get<double>() / 1e9);
       const auto a = read_f32(params + "-" + mode + ".f32");
+      const auto b = read_f32(local + "-" + mode + ".f32");
       ASSERT_EQ(a.size(), b.size());
       ASSERT_FALSE(a.empty());
       EXPECT_LT(relative_l2(a, b), 1e-5);

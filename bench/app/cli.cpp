@@ -427,6 +427,8 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
 namespace {
 
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
+  o.base.epochs = 1;  // a sweep's points are short: one epoch, 60 steps, unless given
+  o.base.max_steps = 60;
   sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")->delimiter(',')->capture_default_str();
   sweep.add_option("--comms", o.comms, "Communicator backends, comma list")->delimiter(',')->capture_default_str();
   sweep.add_option("--modes,--mode", o.modes, std::string("Modes, comma list: ") + mode_help())
@@ -602,6 +604,16 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
   return o.nodes.empty() ? local_sweep(sweep, o) : network_sweep(sweep, o);
 }
 
+// The command line's arguments after the program name; `dpbench --ranks 8 ...` means `dpbench
+// run --ranks 8 ...`: the main job is the default.
+std::vector<std::string> main_arguments(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0].rfind("-", 0) == 0 && args[0] != "-h" && args[0] != "--help") {
+    args.insert(args.begin(), "run");
+  }
+  return args;
+}
+
 // Runs a command and turns what it throws into the exit codes: 2 for bad input (said by rank 0
 // alone: every process of a job meets it), 3 for a file that could not be written, 1 otherwise.
 template <typename Command>
@@ -637,8 +649,6 @@ int dpbench_main(int argc, char** argv) {
   add_run_options(*run, run_options);
 
   SweepOptions sweep_options;
-  sweep_options.base.epochs = 1;
-  sweep_options.base.max_steps = 60;
   CLI::App* sweep = app.add_subcommand(
       "sweep", "A grid over modes, transports, world sizes, batch sizes and num_workers "
                "(defaults: 60 steps per point); one result JSON with every point");
@@ -658,11 +668,7 @@ int dpbench_main(int argc, char** argv) {
                 "built-in model or one described by its size (e.g. --params 335e6)");
   add_memory_options(*memory, memory_options);
 
-  // `dpbench --ranks 8 ...` means `dpbench run --ranks 8 ...`: the main job is the default.
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0].rfind("-", 0) == 0 && args[0] != "-h" && args[0] != "--help") {
-    args.insert(args.begin(), "run");
-  }
+  std::vector<std::string> args = main_arguments(argc, argv);
   run_options.args = args;  // as given: an emulated cluster's ranks start with them (parse consumes args)
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments back to front
 

@@ -348,6 +348,20 @@ StepModel wire_step_model(const RunResult& r) {
   m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;
   return m;
 }
+// Rank 0's mean step time over the timed steps, that less its exposed communication (the
+// compute the projection keeps as measured), and its mean communication time; seconds.
+struct StepMeans {
+  double step_s, compute_s, comm_s;
+};
+StepMeans step_means(const RunResult& r) {
+  std::vector<double> step_s, non_comm_s, comm_s;
+  for (const auto& st : r.ranks.front().steps) {
+    step_s.push_back(st.step_time);
+    non_comm_s.push_back(st.step_time - st.phases.comm_exposed);
+    comm_s.push_back(st.phases.comm);
+  }
+  return {mean(step_s), mean(non_comm_s), mean(comm_s)};
+}
 }  // namespace
 
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
@@ -358,13 +372,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunResult& r = runs[i];
     const Strategy& s = find_strategy(r.config.mode);
-    const auto& steps = r.ranks.front().steps;
-    std::vector<double> step_s, non_comm_s, comm_s;
-    for (const auto& st : steps) {
-      step_s.push_back(st.step_time);
-      non_comm_s.push_back(st.step_time - st.phases.comm_exposed);
-      comm_s.push_back(st.phases.comm);
-    }
+    const StepMeans means = step_means(r);
     const StepModel m = wire_step_model(r);
     const int p = r.config.world_size;
     const double b = static_cast<double>(r.config.global_batch) / p;
@@ -387,7 +395,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const double bound = schedule     ? link_bound_s(platform, crossing)
                          : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
                                        : 0.0;
-    const double measured = mean(step_s), compute = mean(non_comm_s), comm = mean(comm_s);
+    const double measured = means.step_s, compute = means.compute_s, comm = means.comm_s;
 
     const double exposed_fraction = comm > 0 ? (measured - compute) / comm : 1.0;
     const double share = projected_mode(s, r.config).overlapped_share;

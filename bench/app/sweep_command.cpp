@@ -27,6 +27,31 @@ std::string point_label(const TrainConfig& c, int rep) {
                      takes_transport ? "/" + c.transport : "", c.comm_hook != "allreduce" ? "/" + c.comm_hook : "",
                      c.workload, c.world_size, c.global_batch, c.loader.num_workers, rep);
 }
+// What every group of the grid runs per repetition: every --transports value for a strategy
+// that takes a transport, the base config's for the others (which ignore it). With --comm-hooks,
+// the allreduce mode once per hook, the others with `allreduce` only.
+struct SweepVariant {
+  std::string mode, transport, hook;
+};
+std::vector<SweepVariant> sweep_variants(const SweepOptions& o) {
+  std::vector<SweepVariant> variants;
+  for (const auto& mode : o.modes) {
+    std::vector<std::string> hooks = {o.base.comm_hook};
+    if (!o.comm_hooks.empty()) hooks = mode == "allreduce" ? o.comm_hooks : std::vector<std::string>{"allreduce"};
+    if (mode != "allreduce" && !o.comm_hooks.empty() &&
+        std::find(o.comm_hooks.begin(), o.comm_hooks.end(), "allreduce") == o.comm_hooks.end()) {
+      continue;
+    }
+    for (const auto& hook : hooks) {
+      if (find_strategy(mode).transports.empty()) {
+        variants.push_back({mode, o.base.transport, hook});
+        continue;
+      }
+      for (const auto& t : o.transports) variants.push_back({mode, t, hook});
+    }
+  }
+  return variants;
+}
 }  // namespace
 
 std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
@@ -53,33 +78,11 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
   expand(o.batch_sizes, [](TrainConfig& c, std::size_t v) { c.global_batch = v; });
   expand(o.num_workers, [](TrainConfig& c, int v) { c.loader.num_workers = v; });
 
-  // What every group runs per repetition: every --transports value for a strategy that takes a
-  // transport, the base config's for the others (which ignore it).
-  // With --comm-hooks, the allreduce mode once per hook, the others with `allreduce` only.
-  struct Variant {
-    std::string mode, transport, hook;
-  };
-  std::vector<Variant> variants;
-  for (const auto& mode : o.modes) {
-    std::vector<std::string> hooks = {o.base.comm_hook};
-    if (!o.comm_hooks.empty()) hooks = mode == "allreduce" ? o.comm_hooks : std::vector<std::string>{"allreduce"};
-    if (mode != "allreduce" && !o.comm_hooks.empty() &&
-        std::find(o.comm_hooks.begin(), o.comm_hooks.end(), "allreduce") == o.comm_hooks.end()) {
-      continue;
-    }
-    for (const auto& hook : hooks) {
-      if (find_strategy(mode).transports.empty()) {
-        variants.push_back({mode, o.base.transport, hook});
-        continue;
-      }
-      for (const auto& t : o.transports) variants.push_back({mode, t, hook});
-    }
-  }
-
+  const std::vector<SweepVariant> variants = sweep_variants(o);
   std::vector<SweepPoint> points;
   for (const auto& g : groups) {
     for (int rep = 0; rep < o.repetitions; ++rep) {
-      for (const Variant& v : variants) {
+      for (const SweepVariant& v : variants) {
         TrainConfig c = g;
         c.mode = v.mode;
         c.transport = v.transport;
