@@ -314,28 +314,38 @@ std::vector<int> hierarchical_segment_order(int world_size, int ranks_per_node) 
   return out;
 }
 
-void hierarchical_reduce_scatterv_sum(Communicator& comm, float* buf, const std::vector<std::size_t>& counts,
-                                      int ranks_per_node, std::vector<float>& scratch) {
-  const int p = comm.world_size(), rank = comm.rank(), k = ranks_per_node;
+namespace {
+// The two rings of the segment collectives: inside the node over the K spans, and across the
+// nodes over the N segments of this local rank's span; the reduce-scatter runs inside first, the
+// all-gather across first.
+void segment_rings(Communicator& comm, float* buf, const std::vector<std::size_t>& counts, int k, bool reduce,
+                   std::vector<float>& scratch) {
+  const int p = comm.world_size(), rank = comm.rank();
   const SegmentSpans at = segment_spans(counts, p, k);
   if (p < 2) return;
   const int l = rank % k;
   const auto span = [&at](int j) { return at.spans[static_cast<std::size_t>(j)]; };
   const auto segment = [&at, l](int i) { return at.segments[static_cast<std::size_t>(l)][static_cast<std::size_t>(i)]; };
-  ring_half(comm, buf, node_ring(p, k, rank), l, 0, true, span, scratch, add_floats);
-  ring_half(comm, buf, cross_node_ring(p, k, rank), rank / k, 0, true, segment, scratch, add_floats);
+  const auto inside = [&] { ring_half(comm, buf, node_ring(p, k, rank), l, 0, reduce, span, scratch, add_floats); };
+  const auto across = [&] { ring_half(comm, buf, cross_node_ring(p, k, rank), rank / k, 0, reduce, segment, scratch, add_floats); };
+  if (reduce) {
+    inside();
+    across();
+  } else {
+    across();
+    inside();
+  }
+}
+}  // namespace
+
+void hierarchical_reduce_scatterv_sum(Communicator& comm, float* buf, const std::vector<std::size_t>& counts,
+                                      int ranks_per_node, std::vector<float>& scratch) {
+  segment_rings(comm, buf, counts, ranks_per_node, true, scratch);
 }
 
 void hierarchical_allgatherv(Communicator& comm, float* buf, const std::vector<std::size_t>& counts, int ranks_per_node) {
-  const int p = comm.world_size(), rank = comm.rank(), k = ranks_per_node;
-  const SegmentSpans at = segment_spans(counts, p, k);
-  if (p < 2) return;
-  const int l = rank % k;
-  const auto span = [&at](int j) { return at.spans[static_cast<std::size_t>(j)]; };
-  const auto segment = [&at, l](int i) { return at.segments[static_cast<std::size_t>(l)][static_cast<std::size_t>(i)]; };
   std::vector<float> unused;
-  ring_half(comm, buf, cross_node_ring(p, k, rank), rank / k, 0, false, segment, unused, add_floats);
-  ring_half(comm, buf, node_ring(p, k, rank), l, 0, false, span, unused, add_floats);
+  segment_rings(comm, buf, counts, ranks_per_node, false, unused);
 }
 
 std::vector<std::size_t> hierarchical_segment_counts(std::size_t n, int world_size, int ranks_per_node) {
