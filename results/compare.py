@@ -330,7 +330,9 @@ def run_key(run, doc=None):
 
     Each field is read from the run, else from the run's config (failed runs carry only their
     config), else from the file's config. A run without a transport (a failed point) is keyed
-    by its strategy's transport (its traits), which is what its ok runs report.
+    by its strategy's transport (its traits), which is what its ok runs report. A hook other
+    than `allreduce` and the node hierarchy join the transport ("ring, fp16, node hierarchy");
+    files without them key as before.
     """
     cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
     top = doc.get("config", {}) if isinstance(doc, dict) and isinstance(doc.get("config"), dict) \
@@ -346,6 +348,13 @@ def run_key(run, doc=None):
     transport = run.get("transport")
     if transport is None:
         transport = run_traits(run, doc)["transport"]
+    # Runs that differ only in allreduce's communication hook or in the node hierarchy (sweep
+    # --comm-hooks, --hierarchies) are told apart as their labels tell them: "ring, fp16".
+    variant = [] if field("comm_hook", "allreduce") == "allreduce" else [str(field("comm_hook"))]
+    if field("hierarchy", "none") == "node":
+        variant.append("node hierarchy")
+    if variant:
+        transport = ", ".join([str(transport)] + variant)
     num_workers = cfg.get("num_workers", run.get("num_workers", top.get("num_workers")))
     repetition = run.get("repetition", cfg.get("repetition", 0))
     return (mode, transport, field("comm"), field("device"), field("workload"),

@@ -565,6 +565,29 @@ class StrategyTraitTests(unittest.TestCase):
         self.assertEqual(compare.run_key(failed, doc), compare.run_key(ok, doc))
         self.assertEqual(compare.run_key(failed, doc)[1], "ring")  # not config's "collective"
 
+    def test_hooks_and_the_node_hierarchy_are_keys_of_their_own(self):
+        # A sweep over --comm-hooks and --hierarchies: the runs differ only in those; each keeps
+        # its own key (matched to its own kind, not in file order), a plain run keys as before.
+        doc = self.made_up_doc(10.0, 8.0, 5.0)
+        plain = doc["runs"][1]
+        fp16, node = copy.deepcopy(plain), copy.deepcopy(plain)
+        fp16["config"]["comm_hook"] = "fp16"
+        node["config"]["hierarchy"] = "node"
+        keys = [compare.run_key(r, doc) for r in (plain, fp16, node)]
+        self.assertEqual([k[1] for k in keys], ["ring", "ring, fp16", "ring, node hierarchy"])
+        # Half fp16's throughput in the new file, its runs listed first there: a regression of the
+        # fp16 runs, not of the plain ones.
+        base = copy.deepcopy(doc)
+        base["runs"] += [fp16]
+        new = copy.deepcopy(base)
+        slower = new["runs"].pop()
+        set_samples(slower, [10e-3] * 20)
+        new["runs"].insert(0, slower)
+        report = compare.compare(base, new)
+        self.assertEqual(report.exit_code, 1, report.markdown())
+        self.assertTrue(all("fp16" in r.figure or "fp16" in r.run for r in report.regressions),
+                        [(r.run, r.figure) for r in report.regressions])
+
     def test_no_reference_no_ratio(self):
         doc = self.made_up_doc(10.0, 8.0, 5.0)
         doc["runs"][0]["strategy"]["reference"] = False
