@@ -654,7 +654,7 @@ int dpbench_main(int argc, char** argv) {
                "(defaults: 60 steps per point); one result JSON with every point");
   add_sweep_options(*sweep, sweep_options);
 
-  const auto [report, compare] = add_python_commands(app);
+  const std::pair<CLI::App*, CLI::App*> python = add_python_commands(app);  // report, compare
 
   ProjectOptions project_options;
   CLI::App* project = app.add_subcommand(
@@ -686,8 +686,8 @@ int dpbench_main(int argc, char** argv) {
   return with_exit_codes([&] {
     finish_run_options(*run, run_options);
     if (*sweep) return finish(sweep_main(*sweep, sweep_options));
-    if (*report) return run_python("plots/report.py", report->remaining());
-    if (*compare) return run_python("results/compare.py", compare->remaining());
+    if (*python.first) return run_python("plots/report.py", python.first->remaining());
+    if (*python.second) return run_python("results/compare.py", python.second->remaining());
     if (*project) return project_main(*project, project_options);
     if (*memory) return memory_command(memory_options);
     return finish(run_command(run_options));
