@@ -8,6 +8,7 @@
 #include "train/replica_rank.hpp"
 #include "core/error.hpp"
 #include "core/hierarchical.hpp"
+#include "sharded_ps/stale_sync.hpp"
 #include "train/grad_reducer.hpp"
 #include "train/rank_context.hpp"
 
@@ -64,6 +65,29 @@ ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, const 
 
 int server_count(const TrainConfig& c) { return c.servers == 0 ? c.world_size : c.servers; }
 
+namespace {
+
+// --staleness S > 0 (stale_sync.hpp): host buffers, the collective transport's flat push and
+// pull, no checkpoints (a checkpoint would need every push in flight).
+void validate_staleness(const TrainConfig& cfg) {
+  if (cfg.staleness == 0) return;
+  const std::string option = fmt::format("--staleness {}", cfg.staleness);
+  if (cfg.device != "cpu") {
+    throw InputError(fmt::format("{}: the servers step on the communication thread, on the host; run it with --device cpu", option));
+  }
+  if (cfg.transport != "collective") {
+    throw InputError(fmt::format("{}: pushes and pulls are the collective transport's; give --transport collective, not {}",
+                                 option, cfg.transport));
+  }
+  if (cfg.hierarchy != "none") throw InputError(fmt::format("{}: not with --hierarchy {}", option, cfg.hierarchy));
+  if (!cfg.checkpoint_dir.empty()) {
+    throw InputError(fmt::format("{}: no checkpoints (pushes are in flight at every step); drop --checkpoint-dir", option));
+  }
+  if (cfg.sync_bn) throw InputError(fmt::format("{}: --sync-bn is allreduce's", option));
+}
+
+}  // namespace
+
 void validate_sharded_ps(const TrainConfig& cfg, const Dataset& train) {
   validate_replicas(cfg, train);
   if (cfg.transport != "collective" && cfg.transport != "p2p") {
@@ -73,6 +97,7 @@ void validate_sharded_ps(const TrainConfig& cfg, const Dataset& train) {
     throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {} (0: every rank)", cfg.servers,
                                  cfg.world_size));
   }
+  validate_staleness(cfg);
   if (cfg.hierarchy != "node") return;
   if (cfg.transport != "collective") {
     throw InputError(fmt::format("--hierarchy node: sharded_ps reduces inside the node with the collective "
@@ -231,6 +256,7 @@ class ShardedPsRank final : public ReplicaRank {
 
 RunResult train_sharded_ps(const TrainConfig& cfg, const TrainData& data) {
   validate_sharded_ps(cfg, *data.train);
+  if (cfg.staleness > 0) return run_step_loop(cfg, data, make_stale_sync_rank);
   const bool p2p = cfg.transport == "p2p";
   return run_step_loop(cfg, data, [p2p](const RankSetup& s) { return std::make_unique<ShardedPsRank>(s, p2p); });
 }

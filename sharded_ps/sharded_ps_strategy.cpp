@@ -16,6 +16,7 @@ std::string sharded_label(const TrainConfig& c) {
   if (c.servers > 0 && c.servers < c.world_size) {
     return fmt::format("sharded_ps ({}, {} servers)", c.transport, c.servers);
   }
+  if (c.staleness > 0) return fmt::format("sharded_ps ({}, staleness {})", c.transport, c.staleness);
   return fmt::format("sharded_ps ({}{})", c.transport, c.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
@@ -54,6 +55,10 @@ std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
     if (c.world_size > 1) {
       m[MemoryCategory::gradients] += mine * sizeof(float);
       if (c.transport == "p2p") m[MemoryCategory::comm_buffers] = mine * sizeof(float);
+      // --staleness S: S + 1 parameter versions and S + 1 pushes in flight (stale_sync.hpp).
+      const double slots = c.staleness > 0 ? c.staleness + 1.0 : 0.0;
+      m[MemoryCategory::parameters] += slots * in.num_params * sizeof(float);
+      m[MemoryCategory::comm_buffers] += slots * in.num_params * sizeof(float);
     }
     ranks.push_back(m);
   }

@@ -106,6 +106,28 @@ TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
   }
 }
 
+// sharded_ps --staleness under its replay schedule: every rank's pushes and pulls on its MPI
+// communication thread (MPI_THREAD_MULTIPLE), the same parameters and the same staleness histogram
+// as in-process ranks.
+TEST_F(Launch, MpiStaleSyncReplayMatchesInProcessRanks) {
+  REQUIRE_MPI();
+  const std::string args = kArgs + " --mode sharded_ps --staleness 2 --staleness-replay 5";
+  ASSERT_EQ(sh(kMpirun + "3 " + DPBENCH_BINARY + args + " --comm mpi -o " + path("mpi.json") + " --save-params " +
+               path("mpi")).exit_code, 0);
+  ASSERT_EQ(sh(std::string(DPBENCH_BINARY) + args + " --ranks 3 -o " + path("local.json") + " --save-params " +
+               path("local")).exit_code, 0);
+  const auto a = read_f32(path("mpi-sharded_ps.f32")), b = read_f32(path("local-sharded_ps.f32"));
+  ASSERT_GT(a.size(), 1000u);
+  EXPECT_LT(relative_l2(a, b), 1e-5);
+  const auto mpi = nlohmann::json::parse(slurp(path("mpi.json"))), local = nlohmann::json::parse(slurp(path("local.json")));
+  const auto& histogram = mpi["runs"][0]["staleness"]["histogram"];
+  EXPECT_EQ(histogram, local["runs"][0]["staleness"]["histogram"]);
+  long steps = 0;
+  for (const auto& count : histogram) steps += count.get<long>();
+  EXPECT_EQ(steps, 3 * (20 - 5));  // every timed step of every rank
+  EXPECT_EQ(mpi["runs"][0]["staleness"]["bound"], 2);
+}
+
 // The contract for a failed run: non-zero exit within the timeout, the failing rank named, no
 // result file (and no temporary one).
 void expect_failed_run(const LaunchOutcome& o, const std::string& needle, const std::string& result, double limit_s) {

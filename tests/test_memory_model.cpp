@@ -25,6 +25,7 @@ struct Case {
   std::string workload, mode, transport;
   int servers = 0;
   bool node_hierarchy = false;  // --hierarchy node over nodes of 2 ranks (1 at odd world sizes)
+  int staleness = 0;            // sharded_ps --staleness
 };
 
 TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
@@ -35,6 +36,7 @@ TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
   c.optimizer = optimizer;
   c.max_steps = 3;
   c.warmup_steps = 1;
+  c.staleness = k.staleness;
   if (k.node_hierarchy) {
     c.hierarchy = "node";
     c.ranks_on_this_node = p % 2 == 0 ? 2 : 1;
@@ -57,7 +59,8 @@ TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
                         Case{"mlp", "sharded_ps", "collective"}, Case{"mlp", "sharded_ps", "p2p"},
                         Case{"mlp", "sharded_ps", "collective", 2}, Case{"cnn", "ps", "collective"},
                         Case{"cnn", "allreduce", "collective"}, Case{"cnn", "sharded_ps", "p2p"},
-                        Case{"mlp", "sharded_ps", "collective", 0, true}, Case{"mlp", "ps", "collective", 0, true}}) {
+                        Case{"mlp", "sharded_ps", "collective", 0, true}, Case{"mlp", "ps", "collective", 0, true},
+                        Case{"mlp", "sharded_ps", "collective", 0, false, 2}, Case{"cnn", "sharded_ps", "collective", 3, false, 1}}) {
     for (int p = 1; p <= 4; ++p) {
       for (const std::string optimizer : {"sgd", "adam"}) {
         const TrainConfig c = case_config(k, p, optimizer);
@@ -65,8 +68,8 @@ TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
         const RunResult run = train_mode(c, cnn ? *cnn_data : *mlp_data);
         const std::vector<RankMemory> model =
             find_strategy(c.mode).memory(builtin_memory_inputs(c, cnn ? cnn_shape : mlp_shape, 10));
-        const std::string what = fmt::format("{} {} {} servers {} hierarchy {} at {} ranks, {}", k.workload, k.mode,
-                                             k.transport, c.servers, c.hierarchy, p, optimizer);
+        const std::string what = fmt::format("{} {} {} servers {} hierarchy {} staleness {} at {} ranks, {}", k.workload,
+                                             k.mode, k.transport, c.servers, c.hierarchy, c.staleness, p, optimizer);
         ASSERT_EQ(model.size(), run.ranks.size()) << what;
         for (std::size_t r = 0; r < model.size(); ++r) {
           for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
@@ -80,7 +83,7 @@ TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
       }
     }
   }
-  EXPECT_EQ(checked, 11 * (1 + 2 + 3 + 4) * 2 * kNumMemoryCategories);
+  EXPECT_EQ(checked, 13 * (1 + 2 + 3 + 4) * 2 * kNumMemoryCategories);
 }
 
 // The roles the model names, and Adam's state at twice SGD's on the ranks that hold it.

@@ -173,6 +173,7 @@ class RankLoop {
       }
     }
     finish_timed_rank(s_.ctx, me_, timed_start_);
+    me_.step_staleness = mode_.step_staleness();
   }
 
   // Outside the timed steps: the global training loss of every step and rank 0's evaluation.

@@ -87,6 +87,10 @@ class ModeRank {
   // After the step's compute has used the buffers: the backend's bookkeeping.
   virtual void finish_step() {}
 
+  // Per step (every step, warm-up included): how many versions older than the step the
+  // parameters it computed on were (sharded_ps --staleness); empty for a synchronous mode.
+  virtual std::vector<int> step_staleness() const { return {}; }
+
   // After the last step, on every rank: the training loss sums of every step over the global
   // batch, from this rank's (`local`); only rank 0's return value is used.
   virtual std::vector<double> global_losses(std::vector<double> local) { return local; }

@@ -260,7 +260,7 @@ nlohmann::json rank_to_json(const RankResult& r) {
           {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}},
           {"checkpoint_write_s", r.checkpoint_write_s}, {"checkpoint_bytes", r.checkpoint_bytes},
           {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}}, {"wall", r.timed_wall_s},
-          {"node", r.node}, {"restart_count", r.restart_count}};
+          {"node", r.node}, {"restart_count", r.restart_count}, {"staleness", r.step_staleness}};
 }
 
 RankResult rank_from_json(const nlohmann::json& j) {
@@ -283,6 +283,7 @@ RankResult rank_from_json(const nlohmann::json& j) {
   r.wire_per_step = {j.at("wire")[0], j.at("wire")[1]};
   r.node = j.value("node", -1);
   r.restart_count = j.value("restart_count", 0);
+  r.step_staleness = j.value("staleness", std::vector<int>{});
   r.timed_wall_s = j.at("wall");
   return r;
 }
@@ -439,6 +440,15 @@ void validate_sync_names(const TrainConfig& config) {
   if (config.comm_hook != "allreduce" && config.mode != "allreduce") {
     throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
                                  config.comm_hook, config.mode));
+  }
+  if (config.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", config.staleness));
+  if (config.staleness > 0 && config.mode != "sharded_ps") {
+    throw InputError(fmt::format("--staleness {}: only sharded_ps has a bounded-staleness mode, not {} (give --mode sharded_ps)",
+                                 config.staleness, config.mode));
+  }
+  if (config.staleness_replay >= 0 && config.staleness == 0) {
+    throw InputError(fmt::format("--staleness-replay {}: replays a bounded-staleness run; give --staleness S > 0",
+                                 config.staleness_replay));
   }
 }
 

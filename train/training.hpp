@@ -82,6 +82,11 @@ struct TrainConfig {
   std::string comm_hook = "allreduce";
   long start_powersgd_iter = 2;
   int servers = 0;                 // sharded_ps: server ranks 0..servers-1 (0: every rank)
+  // sharded_ps: the staleness bound S of stale-synchronous parallel (sharded_ps/stale_sync.hpp;
+  // 0: synchronous), and the seed of its deterministic replay schedule (-1: the newest version
+  // that has arrived, as timing gives it).
+  int staleness = 0;
+  std::int64_t staleness_replay = -1;
   double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
   DataLoaderOptions loader;
   bool evaluate = true;            // measure test accuracy after training
@@ -181,6 +186,9 @@ struct RankResult {
   DeviceView device;
   std::vector<double> checkpoint_write_s;  // seconds this rank spent on each checkpoint it took part in
   std::int64_t checkpoint_bytes = 0;       // bytes of the file this rank writes per checkpoint (0: none)
+  // sharded_ps --staleness: per step (warm-up included), how many versions older than the step
+  // the parameters it computed on were; empty otherwise.
+  std::vector<int> step_staleness;
 };
 
 struct RunResult {

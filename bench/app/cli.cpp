@@ -119,6 +119,16 @@ void add_model_and_mode_options(CLI::App& app, TrainConfig& c) {
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")
       ->capture_default_str();
+  app.add_option("--staleness", c.staleness,
+                 "sharded_ps: stale-synchronous parallel (SSP, Ho et al. 2013): a worker computes on the newest "
+                 "parameters it has and runs up to S steps ahead of the slowest, its pushes and pulls on its "
+                 "communication thread; 0 = synchronous (collective transport, --device cpu)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--staleness-replay", c.staleness_replay,
+                 "sharded_ps --staleness S: deterministic replay, each worker computing at step t on version t - d, "
+                 "d drawn from this seed (uniform in 0..S): reproducible, for tests and replays")
+      ->check(CLI::NonNegativeNumber);
 }
 
 // Options every training command shares (not the ones a sweep varies).

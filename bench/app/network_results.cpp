@@ -12,6 +12,7 @@
 #include "allreduce/powersgd.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
+#include "sharded_ps/stale_sync.hpp"
 #include "sim/simulate.hpp"
 #include "train/buckets.hpp"
 #include "train/models.hpp"
@@ -246,6 +247,7 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
 nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const std::optional<StepSchedule>& schedule,
                             const std::string& engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
+  if (r.config.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }

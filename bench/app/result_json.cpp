@@ -15,6 +15,7 @@
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
+#include "sharded_ps/stale_sync.hpp"
 
 namespace dpbench {
 
@@ -90,6 +91,8 @@ nlohmann::json config_to_json(const TrainConfig& c) {
           {"comm_hook", c.comm_hook},
           {"start_powersgd_iter", c.start_powersgd_iter},
           {"servers", c.servers},
+          {"staleness", c.staleness},
+          {"staleness_replay", c.staleness_replay},
           {"coalesce_mb", c.coalesce_mb},
           {"num_workers", c.loader.num_workers},
           {"prefetch_factor", c.loader.prefetch_factor},
@@ -189,6 +192,30 @@ void add_traffic_json(const RunResult& run, nlohmann::json& j) {
   }
 }
 
+// sharded_ps --staleness: the bound, the replay seed, and the histogram of the timed steps'
+// staleness over every rank (how many versions old the parameters each step computed on were),
+// with every rank's own.
+void add_staleness_json(const RunResult& run, nlohmann::json& j) {
+  const TrainConfig& c = run.config;
+  std::vector<std::vector<int>> all;
+  nlohmann::json per_rank = nlohmann::json::array();
+  double sum = 0, count = 0;
+  for (const RankResult& r : run.ranks) {
+    all.push_back(r.step_staleness);
+    per_rank.push_back(staleness_histogram({r.step_staleness}, c.warmup_steps, c.staleness));
+  }
+  const std::vector<long> histogram = staleness_histogram(all, c.warmup_steps, c.staleness);
+  for (std::size_t s = 0; s < histogram.size(); ++s) {
+    sum += static_cast<double>(s) * static_cast<double>(histogram[s]);
+    count += static_cast<double>(histogram[s]);
+  }
+  j["staleness"] = {{"bound", c.staleness},
+                    {"replay_seed", c.staleness_replay >= 0 ? nlohmann::json(c.staleness_replay) : nlohmann::json()},
+                    {"histogram", histogram},
+                    {"mean", count > 0 ? sum / count : 0.0},
+                    {"per_rank_histogram", per_rank}};
+}
+
 }  // namespace
 
 nlohmann::json run_to_json(const RunResult& run) {
@@ -241,6 +268,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   j["quality"] = quality;  // a non-finite loss is written as null
   if (!c.checkpoint_dir.empty()) add_checkpoints_json(run, j);
+  if (c.staleness > 0) add_staleness_json(run, j);
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");

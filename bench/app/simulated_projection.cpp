@@ -12,6 +12,7 @@
 #include "allreduce/powersgd.hpp"
 #include "cluster/link.hpp"
 #include "core/error.hpp"
+#include "sharded_ps/stale_sync.hpp"
 
 namespace dpbench {
 
@@ -174,6 +175,7 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
                               const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
                               bool what_if) {
   if (strategy.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
+  if (config.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
   if (!simulation_available()) return {{"unavailable", "this dpbench was built without SimGrid"}};
   if (powersgd_rank(config.comm_hook) > 0) {
     return {{"unavailable", "PowerSGD's messages follow the tensor shapes, which a projection does not know"}};

@@ -1,0 +1,181 @@
+// Tests of sharded_ps --staleness (sharded_ps/stale_sync.hpp): the replay schedule, SSP's update
+// rule computed here step by step from the model against the trained parameters, reproducibility,
+// the staleness bound under a real straggler, the result's histogram and the refusals.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "sharded_ps/sharded_ps.hpp"
+#include "sharded_ps/stale_sync.hpp"
+#include "train/models.hpp"
+#include "training_fixtures.hpp"
+#include "workloads/cpu_kernels.hpp"
+#include "workloads/synthetic.hpp"
+#include "workloads/distributed_sampler.hpp"
+#include "train/replica_rank.hpp"
+
+namespace dpbench {
+namespace {
+
+using testing::relative_l2;
+
+std::unique_ptr<Dataset> mlp_data() { return make_synthetic_dataset(SampleShape{1, 1, 48}, 10, 2048, 5); }
+
+TrainConfig stale(int p, std::size_t batch, int bound, std::int64_t replay) {
+  TrainConfig c = testing::small_train_config("sharded_ps", p, batch);
+  c.staleness = bound;
+  c.staleness_replay = replay;
+  c.max_steps = 12;
+  return c;
+}
+
+TEST(StaleSync, ReplayScheduleStaysWithinTheBoundAndUsesEveryValue) {
+  std::vector<int> seen(4, 0);
+  for (long t = 0; t < 200; ++t) {
+    for (int r = 0; r < 3; ++r) {
+      const int d = ssp_replay_staleness(9, r, t, 3);
+      ASSERT_GE(d, 0);
+      ASSERT_LE(d, std::min<long>(3, t));
+      ++seen[static_cast<std::size_t>(d)];
+      EXPECT_EQ(d, ssp_replay_staleness(9, r, t, 3));  // a function of its arguments
+    }
+  }
+  for (int s = 0; s <= 3; ++s) EXPECT_GT(seen[static_cast<std::size_t>(s)], 100) << "staleness " << s;
+  EXPECT_EQ(ssp_replay_staleness(9, 0, 0, 3), 0);  // step 0 has only version 0
+  int differ = 0;
+  for (long t = 3; t < 50; ++t) differ += ssp_replay_staleness(9, 1, t, 3) != ssp_replay_staleness(10, 1, t, 3);
+  EXPECT_GT(differ, 10);  // the seed matters
+}
+
+// SSP's rule, from the model alone: version t + 1 = SGD with momentum on version t and the sum
+// over workers w of w's gradient at step t, computed on version t - d(w, t) with w's
+// DistributedSampler batch of step t.
+std::vector<float> ssp_reference(const TrainConfig& c, const Dataset& data) {
+  MemoryTracker tracker;
+  const auto classes = static_cast<std::size_t>(data.num_classes());
+  const std::size_t local = c.global_batch / static_cast<std::size_t>(c.world_size);
+  auto model = make_model(c, data.shape(), classes);
+  model->reserve(local, tracker);
+  const std::size_t n = model->num_params(), features = data.shape().features();
+  const long spe = static_cast<long>(data.size() / static_cast<std::int64_t>(c.global_batch));
+  std::vector<std::vector<std::int64_t>> order;
+  for (int w = 0; w < c.world_size; ++w) {
+    DistributedSampler sampler(data.size(), c.world_size, w, true, c.seed);
+    order.push_back(ddp_epoch_indices(c, data, sampler, 0, 0, local, spe));
+  }
+  std::vector<std::vector<float>> versions = {initial_parameters(*model, c)};
+  std::vector<float> velocity(n, 0.0f), sum(n), grads(n), x(local * features), logits(local * classes),
+      dlogits(local * classes);
+  std::vector<std::int32_t> labels(local);
+  for (long t = 0; t < c.max_steps; ++t) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int w = 0; w < c.world_size; ++w) {
+      const std::vector<float>& at = versions[static_cast<std::size_t>(t - ssp_replay_staleness(
+                                                  static_cast<std::uint64_t>(c.staleness_replay), w, t, c.staleness))];
+      for (std::size_t i = 0; i < local; ++i) {
+        const std::int64_t index = order[static_cast<std::size_t>(w)][static_cast<std::size_t>(t) * local + i];
+        labels[i] = data.load(index, x.data() + i * features);
+      }
+      model->forward(at.data(), x.data(), local, logits.data());
+      cpu::softmax_cross_entropy(logits.data(), labels.data(), local, classes, dlogits.data(),
+                                 1.0f / static_cast<float>(c.global_batch));
+      model->backward(at.data(), x.data(), dlogits.data(), local, grads.data(), nullptr);
+      for (std::size_t i = 0; i < n; ++i) sum[i] += grads[i];
+    }
+    std::vector<float> next = versions.back();
+    cpu::sgd_momentum(next.data(), sum.data(), velocity.data(), n, c.lr, c.momentum, c.weight_decay);
+    versions.push_back(std::move(next));
+  }
+  return versions.back();
+}
+
+TEST(StaleSync, ReplayFollowsSspsUpdateRule) {
+  const auto data = mlp_data();
+  const TrainData td{data.get(), nullptr};
+  for (const int p : {2, 3}) {
+    const TrainConfig c = stale(p, 48, 2, 7);
+    const RunResult run = train_sharded_ps(c, td);
+    const std::vector<float> expected = ssp_reference(c, *data);
+    // Only the order of the servers' sums differs from the reference's.
+    EXPECT_LT(relative_l2(run.final_params, expected), 1e-5) << p << " ranks";
+    TrainConfig sync = c;
+    sync.staleness = 0;
+    sync.staleness_replay = -1;
+    EXPECT_GT(relative_l2(train_sharded_ps(sync, td).final_params, expected), 1e-3) << "stale = synchronous?";
+  }
+}
+
+TEST(StaleSync, ReplayIsBitwiseReproducibleAndTheHistogramIsTheSchedules) {
+  const auto data = mlp_data();
+  const TrainData td{data.get(), nullptr};
+  const TrainConfig c = stale(4, 64, 3, 21);
+  const RunResult a = train_sharded_ps(c, td), b = train_sharded_ps(c, td);
+  EXPECT_EQ(a.final_params, b.final_params);
+  TrainConfig other = c;
+  other.staleness_replay = 22;
+  EXPECT_NE(train_sharded_ps(other, td).final_params, a.final_params);
+  std::vector<long> expected(4, 0);
+  for (const RankResult& r : a.ranks) {
+    ASSERT_EQ(r.step_staleness.size(), 12u);
+    for (long t = 0; t < 12; ++t) {
+      EXPECT_EQ(r.step_staleness[static_cast<std::size_t>(t)], ssp_replay_staleness(21, r.rank, t, 3));
+      if (t >= c.warmup_steps) ++expected[static_cast<std::size_t>(ssp_replay_staleness(21, r.rank, t, 3))];
+    }
+  }
+  std::vector<std::vector<int>> all;
+  for (const RankResult& r : a.ranks) all.push_back(r.step_staleness);
+  EXPECT_EQ(staleness_histogram(all, c.warmup_steps, 3), expected);
+}
+
+// A rank with 13 times the others' batch: without replay the fast ranks run ahead of it, never
+// more than the bound, and the straggler itself hardly ever waits.
+TEST(StaleSync, FastWorkersRunAheadOfAStragglerByAtMostTheBound) {
+  const auto data = mlp_data();
+  const TrainData td{data.get(), nullptr};
+  TrainConfig c = stale(4, 128, 2, -1);
+  c.rank_batches = {8, 8, 8, 104};
+  c.max_steps = 16;
+  const RunResult run = train_sharded_ps(c, td);
+  long ahead = 0;
+  for (const RankResult& r : run.ranks) {
+    ASSERT_EQ(r.step_staleness.size(), 16u);
+    EXPECT_EQ(r.step_staleness.front(), 0);
+    for (const int s : r.step_staleness) {
+      EXPECT_GE(s, 0);
+      EXPECT_LE(s, 2);
+      if (r.rank < 3) ahead += s == 2;
+    }
+  }
+  EXPECT_GT(ahead, 3 * 16 / 2) << "the fast ranks waited for the straggler at most steps";
+  EXPECT_TRUE(std::isfinite(run.final_train_loss));
+}
+
+TEST(StaleSync, RefusesWhatItCannotRun) {
+  const auto data = mlp_data();
+  const TrainData td{data.get(), nullptr};
+  TrainConfig c = stale(4, 64, 2, -1);
+  c.transport = "p2p";
+  EXPECT_THROW(train_sharded_ps(c, td), InputError);
+  c = stale(4, 64, 2, -1);
+  c.checkpoint_dir = "/tmp/x";
+  EXPECT_THROW(train_sharded_ps(c, td), InputError);
+  c = stale(4, 64, 2, -1);
+  c.hierarchy = "node";
+  EXPECT_THROW(train_sharded_ps(c, td), InputError);
+  c = stale(4, 64, -1, -1);
+  EXPECT_THROW(train_sharded_ps(c, td), InputError);
+  c = stale(4, 64, 0, 3);  // a replay of nothing
+  EXPECT_THROW(train_sharded_ps(c, td), InputError);
+  TrainConfig a = testing::small_train_config("allreduce", 4, 64);
+  a.staleness = 2;
+  EXPECT_THROW(testing::train_mode(a, *data), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench
