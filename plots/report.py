@@ -251,18 +251,22 @@ def network_rows(net: rd.NetworkVerdict) -> list:
 
 def target_rows(net: rd.NetworkVerdict) -> list:
     """One row per (nodes, link) of the time to the target loss: each strategy's steps to it and
-    their time in seconds ("12 steps, 3.41 s"); the fastest in bold."""
+    their time in seconds ("12 steps, 3.41 s"), "not reached" for a run whose loss never fell to
+    it; the fastest in bold."""
     rows = []
     for nodes in net.nodes:
         for rate in net.rates:
             at = net.time_to_target.get((nodes, rate))
-            if not at:
+            if not at or all(v is None for v in at.values()):
                 continue
-            fastest = min(seconds for _, seconds in at.values())
+            fastest = min(v[1] for v in at.values() if v is not None)
             cells = []
             for label in net.modes:
                 if label not in at:
                     cells.append("-")
+                    continue
+                if at[label] is None:
+                    cells.append("not reached")
                     continue
                 steps, seconds = at[label]
                 text = f"{plural(steps, 'step')}, {seconds:.2f} s"
@@ -278,7 +282,8 @@ def network_context(net) -> dict | None:
     return {"paragraph": net.paragraph, "modes": [net.names[m] for m in net.modes],
             "reference": net.names[net.reference], "rows": network_rows(net),
             "target_loss": None if net.target_loss is None else f"{net.target_loss:.4f}",
-            "target_rows": target_rows(net), "loss_window": rd.LOSS_WINDOW}
+            "target_rows": target_rows(net), "target_text": " ".join(rd.target_sentences(net)),
+            "loss_window": rd.LOSS_WINDOW}
 
 
 def findings_context(proj) -> dict | None:

@@ -20,6 +20,7 @@ dpbench. Nothing here reads anything but the JSON files it is given.
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 import sys
@@ -137,6 +138,8 @@ class NetworkPoint:
     measured_step_s: Optional[float] = None
     projected_step_s: Optional[float] = None
     simulated_step_s: Optional[float] = None
+    # Nodes whose link was not the point's rate (run --link-of: a straggler), as (node, bit/s).
+    link_of: tuple = ()
     simulation_errors: tuple = ()
     # The first repetition's per-step training losses (quality.step_train_loss, warm-up steps
     # included; None for a non-finite one); () where the run recorded none.
@@ -249,7 +252,7 @@ def run_transport(run: dict) -> str:
 
 # Config keys a strategy's label already names ("allreduce (ring, fp16)"): runs that differ only
 # in them are series of one figure (sweep --comm-hooks), not separate experiments.
-LABELLED_KEYS = ("comm_hook", "hierarchy")
+LABELLED_KEYS = ("comm_hook", "hierarchy", "staleness", "staleness_replay")
 
 
 def run_variant(run: dict) -> tuple:
@@ -951,7 +954,17 @@ def aggregate_network(key: tuple, runs: list, order: int) -> NetworkPoint:
                         projection_errors=tuple(errors), measured_step_s=median(steps["measured"]),
                         projected_step_s=median(steps["projected"]),
                         simulated_step_s=median(steps["simulated"]), simulation_errors=tuple(sim_errors),
-                        step_losses=step_losses)
+                        step_losses=step_losses, link_of=link_overrides(runs[0], rate))
+
+
+def link_overrides(run: dict, rate: float) -> tuple:
+    """The nodes of the run's cluster block whose requested rate is not `rate`, as (node, bit/s)."""
+    out = []
+    for link in ((run.get("cluster") or {}).get("links")) or []:
+        bits = number(link.get("requested_bits_per_s")) if isinstance(link, dict) else None
+        if bits is not None and bits != rate and number(link.get("node")) is not None:
+            out.append((int(link["node"]), float(bits)))
+    return tuple(sorted(out))
 
 
 def network_modes(points: Iterable) -> list:
@@ -1021,23 +1034,59 @@ def trailing_mean(losses: tuple, window: int = LOSS_WINDOW) -> list:
     return [statistics.fmean(losses[max(0, i - window + 1):i + 1]) for i in range(len(losses))]
 
 
+def learned(means: list) -> bool:
+    """Whether a run's trailing-mean loss ended below where it started (finite throughout): a run
+    that diverged (stale updates with momentum, a too-large --lr) does not set the target."""
+    return all(math.isfinite(m) for m in means) and means[-1] < means[0]
+
+
 def time_to_target(pts: list) -> tuple:
-    """(target, {(nodes, bit/s): {label: (steps, seconds)}}) over the points of one slice, on the
-    trailing mean of LOSS_WINDOW per-step training losses: the target is the highest of the
-    points' last means (so that every point reached it); a point's steps are those until its mean
-    first fell to the target, warm-up included, and its seconds those steps at its median measured
-    step time (stale or compressed gradients converge differently, so throughput alone does not
-    order them). (None, {}) when a point has no per-step losses, a non-finite one, or no measured
-    step time."""
-    if not pts or any(not p.step_losses or None in p.step_losses or p.measured_step_s is None for p in pts):
+    """(target, {(nodes, bit/s): {label: (steps, seconds) or None}}) over the points of one slice,
+    on the trailing mean of LOSS_WINDOW per-step training losses: the target is the highest of the
+    last means of the points that learned (learned(): so that every one of them reached it); a
+    point's steps are those until its mean first fell to the target, warm-up included, and its
+    seconds those steps at its median measured step time (stale or compressed gradients converge
+    differently, so throughput alone does not order them). A point that did not learn and never
+    fell to the target maps to None. (None, {}) when a point has no per-step losses or no measured
+    step time, or no point learned."""
+    if not pts or any(not p.step_losses or p.measured_step_s is None for p in pts):
         return None, {}
-    means = {id(p): trailing_mean(p.step_losses) for p in pts}
-    target = max(m[-1] for m in means.values())
+    means = {id(p): trailing_mean(tuple(math.nan if x is None else x for x in p.step_losses)) for p in pts}
+    finals = [m[-1] for m in means.values() if learned(m)]
+    if not finals:
+        return None, {}
+    target = max(finals)
     out: dict = {}
     for p in pts:
-        steps = next(i + 1 for i, loss in enumerate(means[id(p)]) if loss <= target)
-        out.setdefault((p.nodes, p.link_bits_per_s), {})[p.label] = (steps, steps * p.measured_step_s)
+        steps = next((i + 1 for i, loss in enumerate(means[id(p)]) if loss <= target), None)
+        out.setdefault((p.nodes, p.link_bits_per_s), {})[p.label] = \
+            None if steps is None else (steps, steps * p.measured_step_s)
     return target, out
+
+
+def target_sentences(net) -> list:
+    """Per (nodes, link) with a time to the target: the runs in the order they got there, then
+    those that did not ("At 3 nodes and 1 Gbit/s, allreduce (ring) reached it first (6.41 s),
+    then sharded_ps (collective) (7.99 s, 1.25x as long); not reached: ...")."""
+    out = []
+    for nodes in net.nodes:
+        for rate in net.rates:
+            at = net.time_to_target.get((nodes, rate))
+            if not at:
+                continue
+            reached = sorted(((v[1], net.names.get(label, label)) for label, v in at.items() if v is not None))
+            missed = [net.names.get(label, label) for label, v in at.items() if v is None]
+            if not reached:
+                continue
+            first_s, first = reached[0]
+            parts = [f"At {nodes} nodes and {rate_text(rate)}, {first} reached it first ({first_s:.2f} s)"]
+            if len(reached) > 1:
+                parts[0] += ", then " + ", ".join(f"{name} ({sec:.2f} s, {sec / first_s:.2f}x as long)"
+                                                  for sec, name in reached[1:])
+            if missed:
+                parts.append("not reached: " + ", ".join(missed))
+            out.append("; ".join(parts) + ".")
+    return out
 
 
 def percent_text(fraction: float) -> str:
@@ -1116,6 +1165,9 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
     variant, batch, workers, per_node = setting
     setting_text = (f"batch {batch}, {workers} worker{'s' if workers != 1 else ''}, "
                     f"{per_node} rank{'s' if per_node != 1 else ''} per node")
+    overrides = sorted({o for p in pts for o in p.link_of})
+    if overrides:
+        setting_text += ", " + ", ".join(f"node {n}'s link at {rate_text(b)}" for n, b in overrides)
     node_counts = sorted({p.nodes for p in pts})
     rates = sorted({p.link_bits_per_s for p in pts})
     throughput: dict = {}

@@ -331,7 +331,8 @@ def run_key(run, doc=None):
     Each field is read from the run, else from the run's config (failed runs carry only their
     config), else from the file's config. A run without a transport (a failed point) is keyed
     by its strategy's transport (its traits), which is what its ok runs report. A hook other
-    than `allreduce` and the node hierarchy join the transport ("ring, fp16, node hierarchy");
+    than `allreduce`, the node hierarchy and a staleness bound join the transport ("ring, fp16,
+    node hierarchy", "collective, staleness 2");
     files without them key as before.
     """
     cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
@@ -353,6 +354,8 @@ def run_key(run, doc=None):
     variant = [] if field("comm_hook", "allreduce") == "allreduce" else [str(field("comm_hook"))]
     if field("hierarchy", "none") == "node":
         variant.append("node hierarchy")
+    if (field("staleness", 0) or 0) > 0:
+        variant.append(f"staleness {field('staleness')}")
     if variant:
         transport = ", ".join([str(transport)] + variant)
     num_workers = cfg.get("num_workers", run.get("num_workers", top.get("num_workers")))

@@ -487,6 +487,16 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->delimiter(',')
       ->check(CLI::IsMember({"none", "node"}))
       ->excludes("--hierarchy");
+  sweep.add_option("--stalenesses", o.stalenesses,
+                   "sharded_ps: staleness bounds to sweep, comma list (see --staleness): one job per value at every "
+                   "point; 0 runs every mode, a bound above 0 sharded_ps alone")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber)
+      ->excludes("--staleness");
+  sweep.add_option("--link-of", o.link_of,
+                   "Emulated cluster: one node's own rate in every job, NODE=RATE (run --link-of; e.g. 2=100mbit for a "
+                   "straggler); repeatable")
+      ->group("Emulated cluster");
 }
 
 // The options given to `app` that `run` takes too, as command-line arguments: every given option
@@ -523,7 +533,7 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
   if (sweep.count("--num-workers") == 0) o.num_workers = {0};
   o.shared_args = shared_arguments(sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes",
                                            "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "launcher", "out",
-                                           "quiet", "comm-hooks", "hierarchies"});
+                                           "quiet", "comm-hooks", "hierarchies", "stalenesses", "link-of"});
   return network_sweep_command(o);
 }
 
@@ -534,6 +544,9 @@ int local_sweep(const CLI::App& sweep, const SweepOptions& o) {
   }
   if (sweep.count("--hierarchies") > 0) {
     throw InputError("--hierarchies: the node hierarchy needs nodes: give --nodes N,.. --ranks-per-node K,..");
+  }
+  if (sweep.count("--stalenesses") + sweep.count("--link-of") > 0) {
+    throw InputError("--stalenesses and --link-of sweep an emulated cluster: give --nodes N,.. --links RATE,..");
   }
   return sweep_command(o);
 }

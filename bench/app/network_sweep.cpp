@@ -67,11 +67,13 @@ struct Point {
   std::size_t batch;
   std::string hook;       // --comm-hooks: this job's hook; "" without the axis
   std::string hierarchy;  // --hierarchies: this job's; "" without the axis
+  int staleness = -1;     // --stalenesses: this job's; -1 without the axis
 };
 
-// The modes a point's job runs: every --modes value, or under a --comm-hooks hook other than
-// allreduce's own, the allreduce mode alone.
+// The modes a point's job runs: every --modes value; under a --comm-hooks hook other than
+// allreduce's own, the allreduce mode alone; under a --stalenesses bound above 0, sharded_ps alone.
 std::vector<std::string> point_modes(const SweepOptions& o, const Point& p) {
+  if (p.staleness > 0) return {"sharded_ps"};
   if (p.hook.empty() || p.hook == "allreduce") return o.modes;
   return {"allreduce"};
 }
@@ -82,6 +84,7 @@ std::vector<std::string> point_modes(const SweepOptions& o, const Point& p) {
 std::vector<Point> grid(const SweepOptions& o) {
   const auto or_unset = [](const std::vector<std::string>& axis) { return axis.empty() ? std::vector<std::string>{""} : axis; };
   const std::vector<std::string> hooks = or_unset(o.comm_hooks), hierarchies = or_unset(o.hierarchies);
+  const std::vector<int> stalenesses = o.stalenesses.empty() ? std::vector<int>{-1} : o.stalenesses;
   std::vector<Point> points;
   for (const auto& w : o.workloads)
     for (const auto& t : o.transports)
@@ -92,7 +95,11 @@ std::vector<Point> grid(const SweepOptions& o) {
               for (const auto& l : o.links)
                 for (const auto& hier : hierarchies)
                   for (const auto& h : hooks)
-                    for (int rep = 0; rep < o.repetitions; ++rep) points.push_back({w, t, l, n, k, x, rep, b, h, hier});
+                    for (const int st : stalenesses)
+                      for (int rep = 0; rep < o.repetitions; ++rep) {
+                        if (st > 0 && !h.empty() && h != "allreduce") continue;  // a hook is allreduce's alone
+                        points.push_back({w, t, l, n, k, x, rep, b, h, hier, st});
+                      }
   return points;
 }
 
@@ -107,6 +114,8 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
   }
   if (!p.hook.empty()) args.insert(args.end(), {"--comm-hook", p.hook});
   if (!p.hierarchy.empty()) args.insert(args.end(), {"--hierarchy", p.hierarchy});
+  if (p.staleness >= 0) args.insert(args.end(), {"--staleness", std::to_string(p.staleness)});
+  for (const auto& l : o.link_of) args.insert(args.end(), {"--link-of", l});
   for (const auto& a : std::vector<std::string>{
            "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(modes, ",")),
            "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
@@ -127,6 +136,7 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     c.mode = mode;
     if (!p.hook.empty()) c.comm_hook = p.hook;
     if (!p.hierarchy.empty()) c.hierarchy = p.hierarchy;
+    if (p.staleness >= 0) c.staleness = mode == "sharded_ps" ? p.staleness : 0;
     c.transport = p.transport;
     c.comm = o.launcher == "mpirun" ? "mpi" : "gloo";
     c.world_size = p.nodes * p.per_node;
@@ -156,6 +166,7 @@ void check_network_sweep(const SweepOptions& o) {
       spec.ranks_per_node = k;
       spec.link = cluster::parse_rate(o.links.front(), "--links");
       spec.launcher = o.launcher;
+      cluster::parse_link_of(o.link_of, spec);
       cluster::validate(spec);
     }
   }
@@ -188,6 +199,11 @@ nlohmann::json sweep_config(const SweepOptions& o, nlohmann::json config) {
     config.erase("hierarchy");
     config["sweep"]["hierarchies"] = o.hierarchies;
   }
+  if (!o.stalenesses.empty()) {
+    config.erase("staleness");
+    config["sweep"]["stalenesses"] = o.stalenesses;
+  }
+  if (!o.link_of.empty()) config["sweep"]["link_of"] = o.link_of;
   return config;
 }
 
@@ -206,7 +222,9 @@ int network_sweep_command(const SweepOptions& o) {
     if (!o.quiet) {
       fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={}{}{} rep={} | elapsed {:.0f} s\n",
                  ++index, points.size(), p.workload, p.nodes, p.per_node, p.link, p.batch, p.workers,
-                 p.hierarchy.empty() ? "" : " hierarchy=" + p.hierarchy, p.hook.empty() ? "" : " hook=" + p.hook, p.rep,
+                 p.hierarchy.empty() ? "" : " hierarchy=" + p.hierarchy,
+                 (p.hook.empty() ? "" : " hook=" + p.hook) + (p.staleness < 0 ? "" : " staleness=" + std::to_string(p.staleness)),
+                 p.rep,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     const ChildRun child = run_child(run_args(o, p, point_out), point_err);

@@ -41,6 +41,11 @@ struct SweepOptions {
   // --hierarchies: the node hierarchies as an axis (one job per value); empty, not swept (the
   // base config's --hierarchy).
   std::vector<std::string> hierarchies;
+  // --stalenesses: sharded_ps's staleness bounds as an axis (one job per value; a bound above 0
+  // runs sharded_ps alone); empty, not swept (the base config's --staleness).
+  std::vector<int> stalenesses;
+  // --link-of NODE=RATE: nodes whose link differs from --links' (a straggler), in every job.
+  std::vector<std::string> link_of;
   std::string launcher = "env";  // run --launcher: env or torchrun (gloo), mpirun (MPI)
   // The command line's options that a `run` takes too (data, model, steps, ...), as arguments for
   // the cluster's runs; filled by the CLI.

@@ -295,6 +295,17 @@ class NetworkVerdictTest(unittest.TestCase):
         fp16 = next(p for p in allreduce if p.label != plain.label and p.nodes == 4 and p.link == "100mbit")
         self.assertAlmostEqual(2 * plain.throughput, fp16.throughput)
 
+    def test_a_straggler_link_is_named_in_the_setting(self):
+        # A sweep with --link-of 1=10mbit: every run's cluster block lists node 1 at its own rate.
+        doc = copy.deepcopy(self.doc)
+        for run in doc["runs"]:
+            block = run["cluster"]
+            bits = {"100mbit": 1e8, "1gbit": 1e9}[block["link"]]
+            block["links"] = [{"node": n, "requested_bits_per_s": 1e7 if n == 1 else bits}
+                              for n in range(block["nodes"])]
+        self.assertIn("node 1's link at 10 Mbit/s", self.verdict(doc).setting)
+        self.assertNotIn("link at", self.verdict(self.doc).setting)
+
     def test_time_to_target_loss_counts_steps_at_the_measured_step_time(self):
         # Every run falls 0.1 per step from 2.0; sharded_ps at half that pace. On the trailing
         # 5-step mean, sharded_ps ends highest: that is the target, which it reaches at its last
@@ -318,9 +329,28 @@ class NetworkVerdictTest(unittest.TestCase):
         proc = run_report(out, [write_json(self.tmp / "losses.json", doc)])
         self.assertEqual(0, proc.returncode, proc.stderr)
         md = (out / "report.md").read_text()
-        self.assertIn(f"Time to the training loss every run reached ({net.target_loss:.4f}", md)
+        self.assertIn(f"Time to the training loss every run that learned reached ({net.target_loss:.4f}", md)
         self.assertIn(f"| 2 | 100 Mbit/s |", md)
         self.assertIn("12 steps, ", md)
+        # A run that diverged (a stale sharded_ps with momentum) does not set the target, however
+        # high its last mean: it is "not reached", and the others keep their steps.
+        diverged = copy.deepcopy(doc)
+        for run in diverged["runs"]:
+            if run["mode"] == "sharded_ps":
+                run["quality"]["step_train_loss"] = [2.0 + 3.0 * i for i in range(12)]
+        net = self.verdict(diverged)
+        self.assertAlmostEqual(plain[-1], net.target_loss)
+        for p in net.points:
+            got = net.time_to_target[(p.nodes, p.link_bits_per_s)][p.label]
+            if p.mode == "sharded_ps":
+                self.assertIsNone(got, p.label)
+            else:
+                self.assertEqual(12, got[0], p.label)
+        proc = run_report(out, [write_json(self.tmp / "diverged.json", diverged)])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        md = (out / "report.md").read_text()
+        self.assertIn("not reached", md)
+        self.assertIn("; not reached: sharded_ps", md)  # the sentence under the table names it
         # A run without per-step losses leaves the table out.
         del doc["runs"][0]["quality"]["step_train_loss"]
         self.assertIsNone(self.verdict(doc).target_loss)
