@@ -489,7 +489,8 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->excludes("--hierarchy");
   sweep.add_option("--stalenesses", o.stalenesses,
                    "sharded_ps: staleness bounds to sweep, comma list (see --staleness): one job per value at every "
-                   "point; 0 runs every mode, a bound above 0 sharded_ps alone")
+                   "point; 0 runs every mode, a bound above 0 sharded_ps alone (not under a --comm-hooks hook or --hierarchies "
+                   "node)")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber)
       ->excludes("--staleness");

@@ -97,7 +97,8 @@ std::vector<Point> grid(const SweepOptions& o) {
                   for (const auto& h : hooks)
                     for (const int st : stalenesses)
                       for (int rep = 0; rep < o.repetitions; ++rep) {
-                        if (st > 0 && !h.empty() && h != "allreduce") continue;  // a hook is allreduce's alone
+                        // A hook is allreduce's alone; a staleness bound runs with the flat push and pull.
+                        if (st > 0 && ((!h.empty() && h != "allreduce") || hier == "node")) continue;
                         points.push_back({w, t, l, n, k, x, rep, b, h, hier, st});
                       }
   return points;
