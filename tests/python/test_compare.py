@@ -573,8 +573,12 @@ class StrategyTraitTests(unittest.TestCase):
         fp16, node = copy.deepcopy(plain), copy.deepcopy(plain)
         fp16["config"]["comm_hook"] = "fp16"
         node["config"]["hierarchy"] = "node"
-        keys = [compare.run_key(r, doc) for r in (plain, fp16, node)]
-        self.assertEqual([k[1] for k in keys], ["ring", "ring, fp16", "ring, node hierarchy"])
+        stale = copy.deepcopy(plain)
+        stale["config"]["staleness"] = 2
+        keys = [compare.run_key(r, doc) for r in (plain, fp16, node, stale)]
+        self.assertEqual([k[1] for k in keys], ["ring", "ring, fp16", "ring, node hierarchy", "ring, staleness 2"])
+        plain["config"]["staleness"] = 0  # a synchronous run that records the bound keys as before
+        self.assertEqual(compare.run_key(plain, doc)[1], "ring")
         # Half fp16's throughput in the new file, its runs listed first there: a regression of the
         # fp16 runs, not of the plain ones.
         base = copy.deepcopy(doc)
