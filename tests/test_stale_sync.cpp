@@ -25,9 +25,9 @@ namespace {
 
 using testing::relative_l2;
 
-std::unique_ptr<Dataset> mlp_data() { return make_synthetic_dataset(SampleShape{1, 1, 48}, 10, 2048, 5); }
+std::unique_ptr<Dataset> stale_sync_data() { return make_synthetic_dataset(SampleShape{1, 1, 48}, 10, 2048, 5); }
 
-TrainConfig stale(int p, std::size_t batch, int bound, std::int64_t replay) {
+TrainConfig stale_config(int p, std::size_t batch, int bound, std::int64_t replay) {
   TrainConfig c = testing::small_train_config("sharded_ps", p, batch);
   c.staleness = bound;
   c.staleness_replay = replay;
@@ -96,10 +96,10 @@ std::vector<float> ssp_reference(const TrainConfig& c, const Dataset& data) {
 }
 
 TEST(StaleSync, ReplayFollowsSspsUpdateRule) {
-  const auto data = mlp_data();
+  const auto data = stale_sync_data();
   const TrainData td{data.get(), nullptr};
   for (const int p : {2, 3}) {
-    const TrainConfig c = stale(p, 48, 2, 7);
+    const TrainConfig c = stale_config(p, 48, 2, 7);
     const RunResult run = train_sharded_ps(c, td);
     const std::vector<float> expected = ssp_reference(c, *data);
     // Only the order of the servers' sums differs from the reference's.
@@ -112,9 +112,9 @@ TEST(StaleSync, ReplayFollowsSspsUpdateRule) {
 }
 
 TEST(StaleSync, ReplayIsBitwiseReproducibleAndTheHistogramIsTheSchedules) {
-  const auto data = mlp_data();
+  const auto data = stale_sync_data();
   const TrainData td{data.get(), nullptr};
-  const TrainConfig c = stale(4, 64, 3, 21);
+  const TrainConfig c = stale_config(4, 64, 3, 21);
   const RunResult a = train_sharded_ps(c, td), b = train_sharded_ps(c, td);
   EXPECT_EQ(a.final_params, b.final_params);
   TrainConfig other = c;
@@ -136,9 +136,9 @@ TEST(StaleSync, ReplayIsBitwiseReproducibleAndTheHistogramIsTheSchedules) {
 // A rank with 13 times the others' batch: without replay the fast ranks run ahead of it, never
 // more than the bound, and the straggler itself hardly ever waits.
 TEST(StaleSync, FastWorkersRunAheadOfAStragglerByAtMostTheBound) {
-  const auto data = mlp_data();
+  const auto data = stale_sync_data();
   const TrainData td{data.get(), nullptr};
-  TrainConfig c = stale(4, 128, 2, -1);
+  TrainConfig c = stale_config(4, 128, 2, -1);
   c.rank_batches = {8, 8, 8, 104};
   c.max_steps = 16;
   const RunResult run = train_sharded_ps(c, td);
@@ -157,20 +157,20 @@ TEST(StaleSync, FastWorkersRunAheadOfAStragglerByAtMostTheBound) {
 }
 
 TEST(StaleSync, RefusesWhatItCannotRun) {
-  const auto data = mlp_data();
+  const auto data = stale_sync_data();
   const TrainData td{data.get(), nullptr};
-  TrainConfig c = stale(4, 64, 2, -1);
+  TrainConfig c = stale_config(4, 64, 2, -1);
   c.transport = "p2p";
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
-  c = stale(4, 64, 2, -1);
+  c = stale_config(4, 64, 2, -1);
   c.checkpoint_dir = "/tmp/x";
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
-  c = stale(4, 64, 2, -1);
+  c = stale_config(4, 64, 2, -1);
   c.hierarchy = "node";
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
-  c = stale(4, 64, -1, -1);
+  c = stale_config(4, 64, -1, -1);
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
-  c = stale(4, 64, 0, 3);  // a replay of nothing
+  c = stale_config(4, 64, 0, 3);  // a replay of nothing
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   TrainConfig a = testing::small_train_config("allreduce", 4, 64);
   a.staleness = 2;
