@@ -239,9 +239,11 @@ TEST_F(EmulatedCluster, SimulationMatchesEveryPointOfTheGrid) {
 }
 
 // The regression gate on link-bound timings: two sweeps of the same point compare clean at a 5 %
-// floor (10 % cap), and allreduce slowed by 15 % of its step (DPBENCH_STEP_DELAY) is a regression.
+// floor (10 % cap), and allreduce slowed by 30 % of its step (DPBENCH_STEP_DELAY) is a regression.
+// 30 %, not less: the floor rises to twice a ratio's spread (up to 10 %), and on 2 shared cores a
+// 15 % delay once measured -9.6 %.
 // The sweeps run the two modes of the judged ratio (allreduce's throughput over ps's) only.
-TEST_F(EmulatedCluster, GateCatchesAFifteenPercentSlowdownAndPassesAnAaRerun) {
+TEST_F(EmulatedCluster, GateCatchesAThirtyPercentSlowdownAndPassesAnAaRerun) {
   const std::string sweep = fmt::format("timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
                                         "--modes ps,allreduce --max-steps 20 --warmup-steps 4 --repetitions 2 --no-eval -q -o ",
                                         DPBENCH_BINARY);
@@ -254,7 +256,7 @@ TEST_F(EmulatedCluster, GateCatchesAFifteenPercentSlowdownAndPassesAnAaRerun) {
     if (r["mode"] == "allreduce" && r["repetition"] == 0) allreduce_step = r["step_time_s"]["p50"].get<double>();
   }
   ASSERT_GT(allreduce_step, 0);
-  const std::string delay = fmt::format("DPBENCH_STEP_DELAY=mode=allreduce,ms={:.1f} ", 0.15 * allreduce_step * 1e3);
+  const std::string delay = fmt::format("DPBENCH_STEP_DELAY=mode=allreduce,ms={:.1f} ", 0.30 * allreduce_step * 1e3);
   ASSERT_EQ(shell(delay + sweep + c.string(), tmp_.path()).exit_code, 0);
   const std::string compare = fmt::format("{} compare --noise-cap 10 --noise-floor 5 ", DPBENCH_BINARY);
   const Outcome aa = shell(compare + a.string() + " " + b.string(), tmp_.path());
