@@ -60,8 +60,8 @@ class StaleSyncRank final : public ReplicaRank {
     }
   }
 
+  // The server's state of its range (checkpoints are refused under --staleness).
   Optimizer& optimizer() override { return optimizer_; }
-  int checkpoint_writers() const override { return server_count(s_.config); }
   // The push starts after backward: no bucket overlaps it.
   const std::vector<Bucket>& buckets() const override { return ModeRank::buckets(); }
 

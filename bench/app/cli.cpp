@@ -436,6 +436,8 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
 
 namespace {
 
+void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o);
+
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   o.base.epochs = 1;  // a sweep's points are short: one epoch, 60 steps, unless given
   o.base.max_steps = 60;
@@ -475,6 +477,12 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->capture_default_str()
       ->group("Emulated cluster");
   add_shared_options(sweep, o.base, o.data, o.timeout_s, o.out, o.quiet);
+  add_sweep_variant_options(sweep, o);
+}
+
+// The variants of a mode a sweep runs as axes (one job per value on an emulated cluster):
+// allreduce's hooks, the node hierarchy, sharded_ps's staleness bound; and a straggler's link.
+void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o) {
   sweep.add_option("--comm-hooks", o.comm_hooks,
                    "allreduce: DDP communication hooks to sweep, comma list (allreduce, fp16, bf16, powersgd:R); "
                    "each hook but allreduce runs the allreduce mode alone, the other modes run with allreduce")
