@@ -576,7 +576,7 @@ class SlurmDaemons {
 };
 
 // Starts the job with Slurm: the daemons (SlurmDaemons), then `srun -N nodes -n world` from node 0,
-// each task in its node with Slurm's variables (core/launch.hpp reads them: no torchrun variables,
+// each task in its node with Slurm's variables (launch/resolve.hpp reads them: no torchrun variables,
 // no wrapper). Waits for srun; the daemons stop when it is done.
 int run_srun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& args,
                  const std::atomic<int>& lost_node) {

@@ -3,7 +3,7 @@
 // ops and staging are enqueued on the compute stream, step timing uses CUDA events on it, and
 // the gradient reducer's ordering is events between the compute stream and the communicator's
 // stream. Which ranks run where, and how the ncclUniqueId reaches them, is
-// train/device_launch.hpp's (device-independent, CPU-tested); this file builds one rank: its
+// launch/device_launch.hpp's (device-independent, CPU-tested); this file builds one rank: its
 // communicator ("local" over device copies, cuda/cuda_local_ops.hpp, or NCCL), streams,
 // allocator, cuBLAS handle and context. Ranks sharing a GPU are flagged virtual in the result.
 #include "cuda/register.hpp"
@@ -24,7 +24,7 @@
 #include "cuda/cuda_runtime.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/nccl_comm.hpp"
-#include "train/device_launch.hpp"
+#include "launch/device_launch.hpp"
 #include "train/failure_guard.hpp"
 #include "train/models.hpp"
 #include "train/rank_context.hpp"
@@ -365,17 +365,17 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   }
 }
 
-// The "cuda" launcher (run_rank_contexts): train/device_launch.hpp's launch over this node's
+// The "cuda" launcher (run_rank_contexts): launch/device_launch.hpp's launch over this node's
 // GPUs, each rank run by run_gpu_rank. Throws as launch_device_ranks.
 void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body) {
   DeviceLauncher gpus;
   gpus.devices = cuda::device_count();
   gpus.nccl_version = [] { return nccl_version(); };
   gpus.create_id = [] { return nccl_create_unique_id(); };
-  gpus.run_rank = [&](int rank, int device, bool virtual_rank, RankResult& result, const CommSource& source) {
-    run_gpu_rank(config, rank, device, virtual_rank, result, source, body);
+  gpus.run_rank = [&](int rank, int device, bool virtual_rank, const CommSource& source) {
+    run_gpu_rank(config, rank, device, virtual_rank, ranks.at(static_cast<std::size_t>(rank)), source, body);
   };
-  launch_device_ranks(config, ranks, gpus);
+  launch_device_ranks(launch_spec(config), rank_records(ranks), gpus);
 }
 
 }  // namespace

@@ -339,9 +339,9 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
   TrainConfig c = gpu_config(mode, p, 64);
   c.comm = "nccl";
   c.timeout = std::chrono::seconds(60);  // well inside the parent's 180 s: a stall reports NCCL's reason
-  c.process_rank = rank;
-  c.ranks_on_this_node = 1;  // its own NCCL host (NCCL_HOSTID): the two ranks do not share a communicator's GPU
-  c.nccl_id = testing::from_hex(hex);
+  c.process.rank = rank;
+  c.process.ranks_on_this_node = 1;  // its own NCCL host (NCCL_HOSTID): the two ranks do not share a communicator's GPU
+  c.process.nccl_id = testing::from_hex(hex);
   const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 2048, 5);
   const TrainData td{data.get(), nullptr};
   const RunResult r = mode == "ps" ? train_parameter_server(c, td) : train_allreduce(c, td);

@@ -18,7 +18,7 @@
 #include "core/error.hpp"
 #include "core/local_comm.hpp"
 #include "core/rendezvous.hpp"
-#include "train/device_launch.hpp"
+#include "launch/device_launch.hpp"
 #include "train/failure_guard.hpp"
 #include "train/training.hpp"
 
@@ -120,7 +120,7 @@ std::vector<RankOutcome> run_job(int p, const std::function<void(int, const std:
     o.ranks.resize(static_cast<std::size_t>(p));
     try {
       run_rendezvous_rank(
-          rv, "run 1", o.ranks, [] { return std::string("id\0bytes", 8); },
+          rv, "run 1", rank_records(o.ranks), [] { return std::string("id\0bytes", 8); },
           [&](const std::string& payload) { rank_main(r, payload, o.ranks[static_cast<std::size_t>(r)]); });
     } catch (const InputError& e) {
       o.error = std::string("InputError: ") + e.what();
@@ -223,7 +223,7 @@ struct FakeDevice {
       id[127] = static_cast<char>(ids_created);
       return id;
     };
-    d.run_rank = [this](int rank, int device, bool virtual_rank, RankResult&, const CommSource& source) {
+    d.run_rank = [this](int rank, int device, bool virtual_rank, const CommSource& source) {
       if (rank == fail_rank) throw Error("kernel fault");
       if (source.shared_gpu_barrier) {
         source.shared_gpu_barrier(rank);  // as the CUDA rank does before its first collective
@@ -257,7 +257,7 @@ TrainConfig launch_config(const std::string& comm, int world_size) {
 TEST(DeviceLaunch, LocalRanksAreThreadsPlacedRoundRobinAndVirtualWhenDevicesAreShared) {
   FakeDevice fake;
   std::vector<RankResult> ranks(5);
-  launch_device_ranks(launch_config("local", 5), ranks, fake.launcher(2));
+  launch_device_ranks(launch_spec(launch_config("local", 5)), rank_records(ranks), fake.launcher(2));
   ASSERT_EQ(fake.runs.size(), 5u);
   for (int r = 0; r < 5; ++r) {
     EXPECT_EQ(fake.of(r).device, r % 2);
@@ -271,7 +271,7 @@ TEST(DeviceLaunch, LocalRanksAreThreadsPlacedRoundRobinAndVirtualWhenDevicesAreS
 TEST(DeviceLaunch, NcclThreadsShareOneIdAndRegisterForAborts) {
   FakeDevice fake;
   std::vector<RankResult> ranks(2);
-  launch_device_ranks(launch_config("nccl", 2), ranks, fake.launcher(4));
+  launch_device_ranks(launch_spec(launch_config("nccl", 2)), rank_records(ranks), fake.launcher(4));
   ASSERT_EQ(fake.runs.size(), 2u);
   EXPECT_EQ(fake.ids_created, 1);
   for (int r = 0; r < 2; ++r) {
@@ -289,7 +289,7 @@ TEST(DeviceLaunch, NcclRanksSharingAGpuNeedNccl2Point30) {
   FakeDevice old_nccl;
   std::vector<RankResult> ranks(3);
   try {
-    launch_device_ranks(launch_config("nccl", 3), ranks, old_nccl.launcher(2, "2.28.9"));
+    launch_device_ranks(launch_spec(launch_config("nccl", 3)), rank_records(ranks), old_nccl.launcher(2, "2.28.9"));
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("--comm nccl --ranks 3: 3 rank(s) on 2 GPU(s) here, and NCCL 2.28.9 refuses"),
@@ -298,7 +298,7 @@ TEST(DeviceLaunch, NcclRanksSharingAGpuNeedNccl2Point30) {
   }
   EXPECT_TRUE(old_nccl.runs.empty());
   FakeDevice new_nccl;
-  launch_device_ranks(launch_config("nccl", 3), ranks, new_nccl.launcher(2, "2.30.1"));
+  launch_device_ranks(launch_spec(launch_config("nccl", 3)), rank_records(ranks), new_nccl.launcher(2, "2.30.1"));
   EXPECT_EQ(new_nccl.runs.size(), 3u);
   EXPECT_TRUE(new_nccl.of(2).virtual_rank);
   EXPECT_EQ(new_nccl.barriers, 3);  // every rank met once, sharing its GPU or not
@@ -308,12 +308,12 @@ TEST(DeviceLaunch, NcclRanksSharingAGpuNeedNccl2Point30) {
 TEST(DeviceLaunch, AGivenProcessRankFollowsTheSharedGpuRuleToo) {
   FakeDevice fake;
   TrainConfig c = launch_config("nccl", 4);
-  c.process_rank = 1;
+  c.process.rank = 1;
   std::vector<RankResult> ranks(4);
-  EXPECT_THROW(launch_device_ranks(c, ranks, fake.launcher(2, "2.28.9")), InputError);
+  EXPECT_THROW(launch_device_ranks(launch_spec(c), rank_records(ranks), fake.launcher(2, "2.28.9")), InputError);
   EXPECT_TRUE(fake.runs.empty());
   c.world_size = 2;  // a GPU per rank: any NCCL will do
-  launch_device_ranks(c, ranks, fake.launcher(2, "2.28.9"));
+  launch_device_ranks(launch_spec(c), rank_records(ranks), fake.launcher(2, "2.28.9"));
   EXPECT_EQ(fake.runs.size(), 1u);
 }
 
@@ -326,7 +326,7 @@ TEST(DeviceLaunch, NcclMultiRankGpuEnableIsSetWhateverTheFirstPointsShape) {
   EXPECT_EQ(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), nullptr);
   FakeDevice fake;
   std::vector<RankResult> ranks(2);
-  launch_device_ranks(launch_config("nccl", 2), ranks, fake.launcher(4, "2.30.1"));  // no sharing
+  launch_device_ranks(launch_spec(launch_config("nccl", 2)), rank_records(ranks), fake.launcher(4, "2.30.1"));  // no sharing
   ASSERT_NE(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), nullptr);
   EXPECT_STREQ(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), "1");
   EXPECT_EQ(fake.barriers, 0);  // nobody shares: no meeting
@@ -339,24 +339,24 @@ TEST(DeviceLaunch, NcclMultiRankGpuEnableIsSetWhateverTheFirstPointsShape) {
 TEST(DeviceLaunch, AGivenProcessRankRunsAloneWithTheGivenId) {
   FakeDevice fake;
   TrainConfig c = launch_config("nccl", 4);
-  c.process_rank = 3;
-  c.nccl_id[0] = 'G';
+  c.process.rank = 3;
+  c.process.nccl_id[0] = 'G';
   std::vector<RankResult> ranks(4);
-  launch_device_ranks(c, ranks, fake.launcher(2, "2.30.1"));
+  launch_device_ranks(launch_spec(c), rank_records(ranks), fake.launcher(2, "2.30.1"));
   ASSERT_EQ(fake.runs.size(), 1u);
   EXPECT_EQ(fake.of(3).device, 1);
   EXPECT_TRUE(fake.of(3).virtual_rank);  // ranks 1 and 3 share GPU 1
   EXPECT_EQ(fake.of(3).id[0], 'G');
   EXPECT_EQ(fake.ids_created, 0);
-  c.process_rank = 4;
-  EXPECT_THROW(launch_device_ranks(c, ranks, fake.launcher(2, "2.30.1")), InputError);
+  c.process.rank = 4;
+  EXPECT_THROW(launch_device_ranks(launch_spec(c), rank_records(ranks), fake.launcher(2, "2.30.1")), InputError);
 }
 
 TEST(DeviceLaunch, RefusesHostBackendsAndMachinesWithoutDevices) {
   FakeDevice fake;
   std::vector<RankResult> ranks(2);
-  EXPECT_THROW(launch_device_ranks(launch_config("mpi", 2), ranks, fake.launcher(2)), InputError);
-  EXPECT_THROW(launch_device_ranks(launch_config("local", 2), ranks, fake.launcher(0)), Error);
+  EXPECT_THROW(launch_device_ranks(launch_spec(launch_config("mpi", 2)), rank_records(ranks), fake.launcher(2)), InputError);
+  EXPECT_THROW(launch_device_ranks(launch_spec(launch_config("local", 2)), rank_records(ranks), fake.launcher(0)), Error);
   EXPECT_TRUE(fake.runs.empty());
 }
 
@@ -365,7 +365,7 @@ TEST(DeviceLaunch, AFailingRankIsRethrownWithItsRank) {
   fake.fail_rank = 1;
   std::vector<RankResult> ranks(2);
   try {
-    launch_device_ranks(launch_config("local", 2), ranks, fake.launcher(2));
+    launch_device_ranks(launch_spec(launch_config("local", 2)), rank_records(ranks), fake.launcher(2));
     FAIL() << "expected Error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "rank 1: kernel fault");

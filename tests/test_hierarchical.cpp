@@ -431,7 +431,7 @@ TrainConfig hier_config(int p, int k) {
   TrainConfig c;
   c.mode = "allreduce";
   c.world_size = p;
-  c.ranks_on_this_node = k;
+  c.process.ranks_on_this_node = k;
   c.global_batch = 96;
   c.max_steps = 6;
   c.warmup_steps = 1;
@@ -527,7 +527,7 @@ TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   c.servers = 2;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);  // every rank serves a range
   c.servers = 0;
-  c.ranks_on_this_node = 3;
+  c.process.ranks_on_this_node = 3;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c = hier_config(4, 2);
   c.comm_hook = "int8";

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/launch.hpp"
+#include "launch/resolve.hpp"
 #include "core/mpi_comm.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"
@@ -255,7 +255,7 @@ TEST(LaunchResolve, BackendsMatchTheirDevice) {
   const LaunchInfo nccl = resolve_launch("nccl", 2, "cuda");
   EXPECT_EQ(nccl.world_size, 2);
   EXPECT_FALSE(nccl.multi_process);
-  EXPECT_EQ(nccl.launcher, "threads");
+  EXPECT_EQ(nccl.launcher, LauncherKind::threads);
   auto message = [](const std::string& comm, const std::string& device) {
     try {
       resolve_launch(comm, 2, device);

@@ -39,7 +39,7 @@ TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
   c.staleness = k.staleness;
   if (k.node_hierarchy) {
     c.hierarchy = "node";
-    c.ranks_on_this_node = p % 2 == 0 ? 2 : 1;
+    c.process.ranks_on_this_node = p % 2 == 0 ? 2 : 1;
   }
   if (k.workload == "cnn") {
     c.channels = {3, 5};

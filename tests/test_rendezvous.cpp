@@ -20,7 +20,7 @@
 
 #include "core/error.hpp"
 #include "core/gloo_comm.hpp"
-#include "core/launch.hpp"
+#include "launch/resolve.hpp"
 #include "core/rendezvous.hpp"
 
 namespace dpbench {
@@ -342,7 +342,7 @@ TEST_F(EnvLaunch, ResolvesRankAndRendezvousFromTheEnvironment) {
   setenv("MASTER_PORT", "29500", 1);
   LaunchInfo info = resolve_launch("nccl", 0, "cuda");
   EXPECT_TRUE(info.multi_process);
-  EXPECT_EQ(info.launcher, "env");
+  EXPECT_EQ(info.launcher, LauncherKind::env);
   EXPECT_EQ(info.world_size, 4);
   EXPECT_EQ(info.rank, 0);
   EXPECT_EQ(info.local_rank, 0);
@@ -381,7 +381,7 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   setenv("WORLD_SIZE", "8", 1);
   LaunchInfo info = resolve_launch("nccl", 3, "cuda", ExplicitInit{"tcp://node0:23456", 2});
   EXPECT_TRUE(info.multi_process);
-  EXPECT_EQ(info.launcher, "tcp");
+  EXPECT_EQ(info.launcher, LauncherKind::tcp);
   EXPECT_EQ(info.world_size, 3);
   EXPECT_EQ(info.rank, 2);
   EXPECT_EQ(info.local_rank, 0);
@@ -399,7 +399,7 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   setenv("MASTER_ADDR", "node1", 1);
   setenv("MASTER_PORT", "29501", 1);
   info = resolve_launch("nccl", 0, "cuda", ExplicitInit{"env://", -1});
-  EXPECT_EQ(info.launcher, "env");
+  EXPECT_EQ(info.launcher, LauncherKind::env);
   EXPECT_EQ(info.world_size, 8);
   EXPECT_EQ(info.rank, 5);
   EXPECT_EQ(info.master_addr, "node1");
@@ -464,7 +464,7 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   setenv("SLURM_JOB_ID", "1234567", 1);
   LaunchInfo info = resolve_launch("nccl", 0, "cuda");
   EXPECT_TRUE(info.multi_process);
-  EXPECT_EQ(info.launcher, "srun");
+  EXPECT_EQ(info.launcher, LauncherKind::srun);
   EXPECT_EQ(info.world_size, 4);
   EXPECT_EQ(info.rank, 3);
   EXPECT_EQ(info.local_rank, 1);
@@ -473,13 +473,13 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   EXPECT_EQ(info.master_port, 15000 + 4567);
   setenv("MASTER_PORT", "29500", 1);
   EXPECT_EQ(resolve_launch("nccl", 4, "cuda").master_port, 29500);
-  if (gloo_built()) EXPECT_EQ(resolve_launch("gloo", 0, "cpu").launcher, "srun");
+  if (gloo_built()) EXPECT_EQ(resolve_launch("gloo", 0, "cpu").launcher, LauncherKind::srun);
   // torchrun's variables, set by the user's own wrapper, take precedence.
   setenv("RANK", "2", 1);
   setenv("WORLD_SIZE", "4", 1);
   setenv("MASTER_ADDR", "node1", 1);
   info = resolve_launch("nccl", 0, "cuda");
-  EXPECT_EQ(info.launcher, "env");
+  EXPECT_EQ(info.launcher, LauncherKind::env);
   EXPECT_EQ(info.rank, 2);
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
@@ -487,7 +487,7 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   setenv("SLURM_PROCID", "0", 1);
   setenv("SLURM_STEP_NUM_TASKS", "1", 1);
   info = resolve_launch("nccl", 2, "cuda");
-  EXPECT_EQ(info.launcher, "threads");
+  EXPECT_EQ(info.launcher, LauncherKind::threads);
   EXPECT_EQ(info.world_size, 2);
 }
 

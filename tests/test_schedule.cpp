@@ -141,7 +141,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         if (const auto at = mode.find("powersgd"); at != std::string::npos) c.comm_hook = mode.substr(at);
         if (mode.find("node") != std::string::npos) {
           c.hierarchy = "node";
-          c.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
+          c.process.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
         }
         c.transport = transport;
         c.world_size = p;

@@ -117,7 +117,7 @@ class RankLoop {
     if (cluster_interface().empty() || comm.world_size() < 2) return;
     const auto kinds = probed_collectives(s_.config.mode, s_.config.transport);
     // Node 0's rank count, as rank 0 has it, so that every rank takes the same probes.
-    float node0_ranks = static_cast<float>(s_.config.ranks_on_this_node);
+    float node0_ranks = static_cast<float>(s_.config.process.ranks_on_this_node);
     comm.broadcast(&node0_ranks, 1, 0);
     const int per_node = static_cast<int>(node0_ranks);
     if (kinds.empty() && per_node < 2) return;

@@ -21,229 +21,41 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "launch/names.hpp"
 #include "core/net_interface.hpp"
-#include "core/local_comm.hpp"
-#include "core/gloo_comm.hpp"
 #include "train/optimizer.hpp"
-#include "core/mpi_comm.hpp"
-#include "core/rendezvous.hpp"
 #include "train/elastic.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "train/models.hpp"
 
 namespace dpbench {
 
-namespace {
-// "rank R: what", unless what already starts with "rank R:".
-std::string with_rank(int rank, const std::string& what) {
-  const std::string prefix = fmt::format("rank {}:", rank);
-  return what.rfind(prefix, 0) == 0 ? what : fmt::format("rank {}: {}", rank, what);
-}
-}  // namespace
-
-void run_mpi_process(const TrainConfig& config, std::vector<RankResult>& ranks,
-                     const std::function<void(int rank)>& rank_main) {
-  MpiRuntime::init();
-  if (config.world_size != MpiRuntime::size()) {
-    throw InputError(fmt::format("world size mismatch: world_size {} but the launcher started {} processes",
-                                 config.world_size, MpiRuntime::size()));
+LaunchSpec launch_spec(const TrainConfig& config) {
+  LaunchSpec spec;
+  spec.comm = parse_backend(config.comm);
+  spec.world_size = config.world_size;
+  spec.timeout = config.timeout;
+  spec.process = config.process;
+  if (!config.checkpoint_dir.empty()) {
+    // What the next attempt of an elastic restart measures its recovery from.
+    spec.on_rank_failure = [dir = config.checkpoint_dir](int rank, const std::string& what) {
+      record_failure(dir, rank, what);
+    };
   }
-  const int rank = MpiRuntime::rank();
-  try {
-    rank_main(rank);
-  } catch (const InputError& e) {
-    MpiRuntime::abort(2, "dpbench: error: " + with_rank(rank, e.what()));
-  } catch (const std::exception& e) {
-    MpiRuntime::abort(1, "dpbench: failed: " + with_rank(rank, e.what()));
-  }
-  const auto all = mpi_gather_strings(rank_to_json(ranks[static_cast<std::size_t>(rank)]).dump(), 0);
-  for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
+  return spec;
 }
 
-void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks,
-                     const std::function<std::string()>& rank0_payload,
-                     const std::function<void(const std::string& payload)>& rank_main) {
-  Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, config.world_size,
-                                              config.process_rank, config.timeout);
-  // Every process runs the same sequence of runs (one per mode), so the n-th run has one tag.
-  static std::atomic<int> runs{0};
-  run_rendezvous_rank(rendezvous, fmt::format("run {}", ++runs), ranks, rank0_payload, rank_main);
-}
-
-void run_rendezvous_rank(Rendezvous& rendezvous, const std::string& tag, std::vector<RankResult>& ranks,
-                         const std::function<std::string()>& rank0_payload,
-                         const std::function<void(const std::string& payload)>& rank_main) {
-  const int rank = rendezvous.rank();
-  try {
-    const std::string payload = rendezvous.broadcast(tag, rank == 0 ? rank0_payload() : std::string());
-    rank_main(payload);
-  } catch (const InputError& e) {
-    rendezvous.fail(with_rank(rank, e.what()));
-    throw InputError(with_rank(rank, e.what()));
-  } catch (const std::exception& e) {
-    const std::string mine = with_rank(rank, e.what());
-    rendezvous.fail(mine);
-    // Rank 0 is usually failing because another rank did: name that one first.
-    if (auto first = rendezvous.peer_failure(std::chrono::seconds(1))) {
-      throw Error(fmt::format("{} (and then {})", *first, mine));
-    }
-    throw Error(mine);
-  }
-  const auto all = rendezvous.gather(tag, rank_to_json(ranks[static_cast<std::size_t>(rank)]).dump());
-  for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = rank_from_json(nlohmann::json::parse(all[r]));
-}
-
-CommAbortRegistry::CommAbortRegistry(LocalGroup& group)
-    : group_(group), live_(static_cast<std::size_t>(group.world_size()), nullptr) {
-  group_.set_abort_hook([this](const std::string& reason) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (Communicator* c : live_) {
-      if (c != nullptr) c->abort(reason);
-    }
-  });
-}
-
-void CommAbortRegistry::set(int rank, Communicator* comm) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  live_.at(static_cast<std::size_t>(rank)) = comm;
-  // A peer that failed before this rank registered has run the hook already (the group is
-  // marked aborted before the hook runs): abort this communicator here instead.
-  if (comm != nullptr && group_.aborted()) comm->abort(group_.abort_reason());
+RecordCodec rank_records(std::vector<RankResult>& ranks) {
+  return {[&ranks](int rank) { return rank_to_json(ranks.at(static_cast<std::size_t>(rank))).dump(); },
+          [&ranks](int rank, const std::string& bytes) {
+            ranks.at(static_cast<std::size_t>(rank)) = rank_from_json(nlohmann::json::parse(bytes));
+          }};
 }
 
 void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body) {
-  if (config.comm == "mpi") {
-    return run_mpi_process(config, ranks, [&](int rank) {
-      MemoryTracker tracker;
-      auto comm = make_mpi_communicator(config.timeout);
-      body(rank, *comm, tracker);
-    });
-  }
-  if (config.comm == "gloo") {
-    // One rank per process (torchrun): the ranks meet at MASTER_ADDR:MASTER_PORT, where gloo's
-    // mesh is connected too; every process runs the same runs, so the n-th has one tag.
-    static std::atomic<int> gloo_runs{0};
-    const std::string tag = fmt::format("gloo {}", ++gloo_runs);
-    return run_env_process(config, ranks, [] { return std::string(); }, [&](const std::string&) {
-      MemoryTracker tracker;
-      Rendezvous& rendezvous = process_rendezvous(config.master_addr, config.master_port, config.world_size,
-                                                  config.process_rank, config.timeout);
-      auto comm = make_gloo_communicator(rendezvous, tag, config.master_addr, config.timeout);
-      try {
-        body(config.process_rank, *comm, tracker);
-      } catch (const std::exception& e) {
-        // What the next attempt of an elastic restart measures its recovery from.
-        if (!config.checkpoint_dir.empty()) record_failure(config.checkpoint_dir, config.process_rank, e.what());
-        throw;
-      }
-    });
-  }
-  if (config.comm != "local") {
-    throw InputError(fmt::format("--comm {}: not available for CPU training (choose local, mpi or gloo)", config.comm));
-  }
-  auto group = std::make_shared<LocalGroup>(config.world_size, config.timeout);
-  run_rank_threads(*group, [&](int rank) {
-    MemoryTracker tracker;
-    LocalCommunicator comm(group, rank, &tracker);
-    body(rank, comm, tracker);
-  });
-}
-
-namespace {
-
-// run_rank_threads' shared state: which ranks have finished, and the first failure.
-struct RankThreads {
-  explicit RankThreads(std::size_t p) : done(p, 0) {}
-
-  // Keeps the first failure and aborts the group, so that the other ranks stop.
-  void fail(LocalGroup& group, int rank, const std::exception& e) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!first_error) {
-        first_error = std::current_exception();
-        first_rank = rank;
-        first_message = e.what();
-      }
-    }
-    group.abort(fmt::format("rank {}: {}", rank, e.what()));
-  }
-  void finish(int rank) {
-    std::lock_guard<std::mutex> lock(mutex);
-    done[static_cast<std::size_t>(rank)] = 1;
-    ++finished;
-    done_cv.notify_all();
-  }
-  // Every rank finishes, or the group aborts: then the others get a moment to notice.
-  void wait(LocalGroup& group) {
-    std::unique_lock<std::mutex> lock(mutex);
-    while (finished < done.size() && !group.aborted()) done_cv.wait_for(lock, std::chrono::milliseconds(50));
-    if (finished < done.size()) done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished == done.size(); });
-  }
-  // Joins the finished ranks' threads and detaches the others (stuck outside the communicator,
-  // they cannot be interrupted); true when one was left behind.
-  bool join_or_detach(std::vector<std::thread>& threads) {
-    bool abandoned = false;
-    for (std::size_t r = 0; r < threads.size(); ++r) {
-      std::unique_lock<std::mutex> lock(mutex);
-      const bool finished_rank = done[r] != 0;
-      lock.unlock();
-      if (finished_rank) {
-        threads[r].join();
-      } else {
-        threads[r].detach();
-        abandoned = true;
-      }
-    }
-    return abandoned;
-  }
-  // The first failure again: an InputError as it is, anything else as an Error naming the rank.
-  void rethrow(LocalGroup& group) {
-    if (first_error) {
-      try {
-        std::rethrow_exception(first_error);
-      } catch (const InputError&) {
-        throw;  // user input: the message already names the input
-      } catch (const std::exception&) {
-        throw Error(fmt::format("rank {}: {}", first_rank, first_message));
-      }
-    }
-    if (group.aborted()) throw Error(group.abort_reason());
-  }
-
-  std::mutex mutex;
-  std::condition_variable done_cv;
-  std::vector<char> done;
-  std::size_t finished = 0;
-  std::exception_ptr first_error;
-  int first_rank = -1;
-  std::string first_message;
-};
-
-}  // namespace
-
-void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main_fn) {
-  RankThreads state(static_cast<std::size_t>(group.world_size()));
-  auto rank_main = [&](int rank) {
-    try {
-      rank_main_fn(rank);
-    } catch (const Aborted&) {
-      // A peer failed first (or a wait timed out); that is the error reported.
-    } catch (const std::exception& e) {
-      state.fail(group, rank, e);
-    }
-    state.finish(rank);
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(state.done.size());
-  for (int r = 0; r < group.world_size(); ++r) threads.emplace_back(rank_main, r);
-  state.wait(group);
-  if (state.join_or_detach(threads)) {
-    // The stuck thread still references this frame's state: leave now, without unwinding.
-    std::fprintf(stderr, "dpbench: failed: %s\n", group.abort_reason().c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  state.rethrow(group);
+  const LaunchSpec spec = launch_spec(config);
+  const RecordCodec records = rank_records(ranks);
+  make_launcher(spec, records)->run(body);
 }
 
 nlohmann::json rank_to_json(const RankResult& r) {

@@ -22,6 +22,7 @@
 #include "core/comm.hpp"
 #include "core/hierarchical.hpp"
 #include "core/memory.hpp"
+#include "launch/rank_launch.hpp"
 #include "train/engine_probe.hpp"
 #include "workloads/dataloader.hpp"
 #include "workloads/dataset.hpp"
@@ -102,24 +103,15 @@ struct TrainConfig {
   ProgressFn progress;             // called on rank 0 every progress_interval_s and after the last step
   double progress_interval_s = 0.5;
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
-  // nccl with one rank per process started by the caller rather than mpirun (a test harness or
-  // a launcher that shares the ncclUniqueId itself, e.g. two processes on one GPU with distinct
-  // NCCL_HOSTID): this process's rank, and the job's ncclUniqueId bytes. -1: not such a launch.
-  int process_rank = -1;
-  std::array<char, 128> nccl_id{};
-  // nccl in a torchrun-style launch (process_rank set, one rank per process): where the ranks
-  // meet to share the ncclUniqueId and gather results (core/rendezvous.hpp), and this process's
-  // node-local rank (its GPU is local_rank % GPUs). Empty master_addr: the id is in nccl_id.
-  std::string master_addr;
-  int master_port = 0;
-  int local_rank = -1;
-  int ranks_on_this_node = 0;  // with local_rank: more than the GPUs makes virtual ranks
+  // This process's identity in a multi-process job (launch/rank_launch.hpp), filled from the
+  // launcher (launch/resolve.hpp), never from the user's options; defaults: every rank a thread.
+  ProcessIdentity process;
 };
 
 // The ranks per node of a --hierarchy node run: ranks_on_this_node when the launch set it, else
 // every rank (one process's threads share one node).
 inline int hierarchy_ranks_per_node(const TrainConfig& c) {
-  return c.ranks_on_this_node > 0 ? c.ranks_on_this_node : c.world_size;
+  return c.process.ranks_on_this_node > 0 ? c.process.ranks_on_this_node : c.world_size;
 }
 // --hierarchy node's checks, for the modes that have it: host buffers (--device cpu) and a world
 // size that nodes of hierarchy_ranks_per_node ranks make up. Throws InputError naming the option.
@@ -227,60 +219,16 @@ using StrategyFn = RunResult (*)(const TrainConfig&, const TrainData&);
 
 using RankBody = std::function<void(int rank, Communicator& comm, MemoryTracker& tracker)>;
 
-// Runs body(rank, comm, tracker) for every rank of the run and leaves each rank's record in
-// ranks[rank] on the output process.
-//   comm "local": world_size threads of one in-process group. If a rank throws, the group is
-//     aborted (peers blocked in collectives throw Aborted) and the first rank's exception is
-//     rethrown with "rank R: " prepended (InputError stays InputError). A rank stuck outside the
-//     communicator (it stopped answering) makes its peers time out; the process then prints the
-//     reason, naming the ranks that never arrived, and exits 1.
-//   comm "mpi": this process's rank only; a failure prints one line and ends the whole job with
-//     MPI_Abort (exit 1, or 2 for bad input); afterwards every rank's record is gathered to rank 0.
+// Runs body(rank, comm, tracker) for every rank of the run this process owns and leaves each
+// rank's record in ranks[rank] on the output process: the launch room's launcher for
+// config.comm (launch/rank_launch.hpp's RankLauncher says how each fails).
 void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body);
 
-// The machinery of run_ranks, for launchers that build their own per-rank state (GPU ranks,
-// cuda/cuda_context.cpp):
-//   run_rank_threads: rank_main(rank) on group.world_size() threads, with run_ranks' failure
-//     handling for "local" (abort the group on the first exception and rethrow it with the rank
-//     prepended; exit 1 naming the silent ranks when a rank cannot be interrupted).
-//   run_mpi_process: rank_main(this process's rank) under mpirun, ending the job with MPI_Abort
-//     on a failure, then gathering every rank's record in `ranks` to rank 0.
-class LocalGroup;
-void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main);
-void run_mpi_process(const TrainConfig& config, std::vector<RankResult>& ranks,
-                     const std::function<void(int rank)>& rank_main);
-
-// The machinery of a device whose communicators live outside the launcher's LocalGroup (GPU
-// ranks as threads with NCCL communicators, cuda/cuda_context.cpp), written once here:
-//   run_env_process: one rank of a torchrun-style launch (config.master_addr set,
-//     config.process_rank this process's rank). Rank 0's rank0_payload() (an ncclUniqueId's
-//     bytes) reaches every rank through the process's rendezvous at MASTER_ADDR:MASTER_PORT
-//     (core/rendezvous.hpp; the n-th run of the process has tag "run n"), rank_main(payload)
-//     runs the rank, and every rank's record reaches rank 0's `ranks` the same way. A failing
-//     rank tells the others through the rendezvous, then rethrows with "rank R: " prepended
-//     (InputError stays InputError); rank 0 failing after another rank did names that one first.
-//   run_rendezvous_rank: the same on a given rendezvous and tag (what run_env_process calls).
-//   CommAbortRegistry: hooks into a LocalGroup so that aborting the group (a rank failed, a
-//     timeout) aborts every communicator registered with set(rank, comm); one registered after
-//     the group was aborted is aborted at once. set(rank, nullptr) before a communicator dies.
-class Rendezvous;
-void run_env_process(const TrainConfig& config, std::vector<RankResult>& ranks,
-                     const std::function<std::string()>& rank0_payload,
-                     const std::function<void(const std::string& payload)>& rank_main);
-void run_rendezvous_rank(Rendezvous& rendezvous, const std::string& tag, std::vector<RankResult>& ranks,
-                         const std::function<std::string()>& rank0_payload,
-                         const std::function<void(const std::string& payload)>& rank_main);
-class CommAbortRegistry {
- public:
-  // The group must outlive the registry, and the registry every rank's use of the group.
-  explicit CommAbortRegistry(LocalGroup& group);
-  void set(int rank, Communicator* comm);
-
- private:
-  LocalGroup& group_;
-  std::mutex mutex_;
-  std::vector<Communicator*> live_;  // by rank; guarded by mutex_
-};
+// What the launch room needs of a run (its backend, world size, timeout, process identity, and
+// the elastic failure record under --checkpoint-dir), and how its records cross processes
+// (rank_to_json of ranks[rank], and back into ranks[rank]). The codec refers to `ranks`.
+LaunchSpec launch_spec(const TrainConfig& config);
+RecordCodec rank_records(std::vector<RankResult>& ranks);
 
 // A rank's record as JSON and back (for gathering records across processes).
 nlohmann::json rank_to_json(const RankResult& rank);

@@ -25,7 +25,7 @@
 #include "cluster/cluster_job.hpp"
 #include "cluster/link.hpp"
 #include "core/error.hpp"
-#include "core/launch.hpp"
+#include "launch/resolve.hpp"
 #include "core/mpi_comm.hpp"
 #include "train/training.hpp"
 

@@ -15,7 +15,7 @@
 
 #include "bench/app/harness.hpp"
 #include "bench/app/network_results.hpp"
-#include "core/launch.hpp"
+#include "launch/resolve.hpp"
 #include "bench/app/result_file.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
@@ -320,7 +320,7 @@ void add_reference_run(const ReferenceOptions& options, const std::string& start
   agreement["within"] = agreement["max_rel_diff"].get<double>() <= tolerance;
   agreement["band"] = band;
   rec["launch"] = fmt::format("dpbench: {} ranks as {}; PyTorch: {} processes", r.config.world_size,
-                              launch.multi_process ? "processes (" + launch.launcher + ")"
+                              launch.multi_process ? "processes (" + std::string(name(launch.launcher)) + ")"
                                                    : std::string("threads of one process"),
                               rec["processes"].get<int>());
   if (!quiet) {
@@ -403,15 +403,7 @@ RunSetup prepare_run(const RunOptions& o) {
   TrainConfig& base = s.base;
   base = o.base;
   base.world_size = s.launch.world_size;
-  if (!s.launch.master_addr.empty()) {  // env or tcp: the ranks meet at rank 0's address
-    base.process_rank = s.launch.rank;
-    base.master_addr = s.launch.master_addr;
-    base.master_port = s.launch.master_port;
-    base.local_rank = s.launch.local_rank;
-  }
-  // The ranks of this node (LOCAL_WORLD_SIZE, Open MPI's local size, Slurm's tasks on the node):
-  // their GPUs, and the nodes of --hierarchy node.
-  if (s.launch.multi_process) base.ranks_on_this_node = s.launch.ranks_on_this_node;
+  base.process = process_identity(s.launch);
   base.keep_final_params = !o.save_params.empty();
   if (!o.init_params.empty()) base.initial_params = read_init_params(o.init_params);
   base.device = s.device.device;
@@ -440,7 +432,7 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, const std::strin
   const std::string repetition = s.repetitions > 1 ? fmt::format(", repetition {}/{}", rep + 1, s.repetitions) : "";
   if (!s.quiet) {
     fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", cfg.workload,
-               data.train->name(), cfg.world_size, cfg.device, s.launch.launcher, mode, repetition);
+               data.train->name(), cfg.world_size, cfg.device, name(s.launch.launcher), mode, repetition);
   }
   const bool terminal = isatty(STDERR_FILENO) != 0;
   if (!s.quiet) {
@@ -584,7 +576,7 @@ nlohmann::json run_config_json(const RunOptions& o, const RunSetup& s, const Loa
   config["modes"] = o.modes;
   config["repetitions"] = s.repetitions;
   add_data_config(config, o.data, data);
-  config["launcher"] = s.launch.launcher;
+  config["launcher"] = std::string(name(s.launch.launcher));
   if (!o.reference.framework.empty()) config["reference"] = o.reference.framework;
   if (!o.init_params.empty()) config["init_params"] = o.init_params;
   return config;

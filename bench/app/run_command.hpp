@@ -9,7 +9,7 @@
 #include "bench/app/reference.hpp"
 #include "bench/app/strategies.hpp"
 #include "cluster/link.hpp"
-#include "core/launch.hpp"
+#include "launch/resolve.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {

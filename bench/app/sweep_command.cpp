@@ -9,7 +9,7 @@
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
-#include "core/launch.hpp"
+#include "launch/resolve.hpp"
 
 namespace dpbench {
 

@@ -1,7 +1,7 @@
 """The build's layers, checked on every #include: a folder may include its own headers and those
 of lower layers only.
 
-    core (runtime) -> workloads, cluster, sim -> train -> strategies (ps, allreduce, sharded_ps, ...), cuda -> bench
+    core (runtime) -> workloads, cluster, sim, launch -> train -> strategies (ps, allreduce, sharded_ps, ...), cuda -> bench
 
 The strategies and cuda/ are siblings: a strategy never sees CUDA, the CUDA target never sees a
 strategy, and no strategy sees another. A strategy is a top-level folder holding a
@@ -20,6 +20,7 @@ LAYERS = {
     "workloads": 1,
     "cluster": 1,
     "sim": 1,
+    "launch": 1,
     "train": 2,
     "cuda": 3,
     "bench": 4,

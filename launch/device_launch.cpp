@@ -1,4 +1,4 @@
-#include "train/device_launch.hpp"
+#include "launch/device_launch.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -18,13 +18,14 @@ namespace {
 
 // One rank of a torchrun-style launch (run_env_process: the id and the records go through the
 // rendezvous at MASTER_ADDR:MASTER_PORT), on device local_rank % devices.
-void run_env_device_rank(const TrainConfig& config, std::vector<RankResult>& ranks, const DeviceLauncher& device) {
-  const int rank = config.process_rank;
-  const int local_rank = config.local_rank >= 0 ? config.local_rank : rank;
-  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : config.world_size;
+void run_env_device_rank(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device) {
+  const ProcessIdentity& me = spec.process;
+  const int rank = me.rank;
+  const int local_rank = me.local_rank >= 0 ? me.local_rank : rank;
+  const int node_ranks = me.ranks_on_this_node > 0 ? me.ranks_on_this_node : spec.world_size;
   const int gpus = device.devices;
   run_env_process(
-      config, ranks,
+      spec, records,
       [&] {
         const CommIdBytes id = device.create_id();
         return std::string(id.data(), id.size());
@@ -38,35 +39,33 @@ void run_env_device_rank(const TrainConfig& config, std::vector<RankResult>& ran
         std::memcpy(id.data(), shared.data(), id.size());
         CommSource source;
         source.id = &id;
-        device.run_rank(rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1,
-                        ranks[static_cast<std::size_t>(rank)], source);
+        device.run_rank(rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1, source);
       });
 }
 
 // --comm nccl, one rank of a job whose processes the caller started and gave the ncclUniqueId
-// (config.process_rank, config.nccl_id): runs it and leaves only its own record in `ranks`.
+// (spec.process.rank, spec.process.nccl_id): runs it and leaves only its own record.
 // Throws InputError for a rank outside the world or ranks sharing a GPU NCCL refuses.
-void run_caller_launched_rank(const TrainConfig& config, std::vector<RankResult>& ranks,
-                              const DeviceLauncher& device) {
-  const int gpus = device.devices, p = config.world_size;
-  const int rank = config.process_rank;
+void run_caller_launched_rank(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device) {
+  const int gpus = device.devices, p = spec.world_size;
+  const ProcessIdentity& me = spec.process;
+  const int rank = me.rank;
   if (rank >= p) {
     throw InputError(fmt::format("rank {}: out of range for a world size of {}", rank, p));
   }
   // The caller says how many of the job's ranks share this node's GPUs (ranks_on_this_node,
   // LOCAL_WORLD_SIZE); without it, all of them do.
-  const int node_ranks = config.ranks_on_this_node > 0 ? config.ranks_on_this_node : p;
-  if (!config.master_addr.empty()) {
+  const int node_ranks = me.ranks_on_this_node > 0 ? me.ranks_on_this_node : p;
+  if (!me.master_addr.empty()) {
     apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
                              fmt::format("--comm nccl, {} ranks on this node (LOCAL_WORLD_SIZE)", node_ranks));
-    return run_env_device_rank(config, ranks, device);
+    return run_env_device_rank(spec, records, device);
   }
   apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
                            fmt::format("--comm nccl, rank {} of {}, {} on this node", rank, p, node_ranks));
   CommSource source;
-  source.id = &config.nccl_id;
-  device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
-                  ranks[static_cast<std::size_t>(rank)], source);
+  source.id = &me.nccl_id;
+  device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1, source);
 }
 
 }  // namespace
@@ -87,18 +86,19 @@ bool apply_nccl_launch_policy(int ranks_on_node, int devices, const std::string&
   return shared;
 }
 
-void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const DeviceLauncher& device) {
-  if (config.comm != "local" && config.comm != "nccl") {
+void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device) {
+  if (spec.comm != Backend::local && spec.comm != Backend::nccl) {
     throw InputError(fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl",
-                                 config.comm));
+                                 name(spec.comm)));
   }
   const int gpus = device.devices;
   if (gpus < 1) throw Error("no CUDA device: cudaGetDeviceCount found none");
-  const int p = config.world_size;
+  const int p = spec.world_size;
+  const bool nccl = spec.comm == Backend::nccl;
 
-  if (config.comm == "nccl" && config.process_rank >= 0) return run_caller_launched_rank(config, ranks, device);
+  if (nccl && spec.process.rank >= 0) return run_caller_launched_rank(spec, records, device);
 
-  if (config.comm == "nccl" && mpi_launched()) {
+  if (nccl && mpi_launched()) {
     // One rank per process: the GPU comes from the node-local rank. Rank 0 creates the id inside
     // run_mpi_process, so that a failure there ends the job with MPI_Abort rather than leaving
     // the other ranks in MPI_Bcast.
@@ -108,7 +108,7 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
         MpiRuntime::local_size(), gpus, device.nccl_version(),
         fmt::format("mpirun --comm nccl, {} processes on this node", MpiRuntime::local_size()));
     const bool shared = ranks_on_device(MpiRuntime::local_size(), gpus, local_rank % gpus) > 1;
-    run_mpi_process(config, ranks, [&](int rank) {
+    run_mpi_process(spec, records, [&](int rank) {
       CommIdBytes id{};
       if (rank == 0) id = device.create_id();
       mpi_broadcast_bytes(id.data(), id.size(), 0);
@@ -117,17 +117,17 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
       // Every process meets, sharing or not, when any GPU of this node is shared: an MPI barrier
       // needs every rank.
       if (any_shared) source.shared_gpu_barrier = [](int) { mpi_idle_barrier(); };
-      device.run_rank(rank, local_rank % gpus, shared, ranks[static_cast<std::size_t>(rank)], source);
+      device.run_rank(rank, local_rank % gpus, shared, source);
     });
     return;
   }
 
-  const bool shared = config.comm == "nccl" &&
-                      apply_nccl_launch_policy(p, gpus, device.nccl_version(), fmt::format("--comm nccl --ranks {}", p));
-  auto group = std::make_shared<LocalGroup>(p, config.timeout);
+  const bool shared =
+      nccl && apply_nccl_launch_policy(p, gpus, device.nccl_version(), fmt::format("--comm nccl --ranks {}", p));
+  auto group = std::make_shared<LocalGroup>(p, spec.timeout);
   CommIdBytes id{};
   CommSource source;
-  if (config.comm == "nccl") {
+  if (nccl) {
     id = device.create_id();
     source.id = &id;
     source.nccl_threads = group.get();
@@ -138,13 +138,12 @@ void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ran
   }
   // NCCL communicators live outside the group: the group's abort reaches them through the registry.
   std::optional<CommAbortRegistry> live;
-  if (config.comm == "nccl") {
+  if (nccl) {
     live.emplace(*group);
     source.on_live = [&](int rank, Communicator* comm) { live->set(rank, comm); };
   }
   run_rank_threads(*group, [&](int rank) {
-    device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1,
-                    ranks[static_cast<std::size_t>(rank)], source);
+    device.run_rank(rank, rank % gpus, ranks_on_device(p, gpus, rank % gpus) > 1, source);
   });
 }
 

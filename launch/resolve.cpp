@@ -1,4 +1,4 @@
-#include "core/launch.hpp"
+#include "launch/resolve.hpp"
 
 #include <cstdlib>
 #include <optional>
@@ -35,7 +35,7 @@ LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const 
   MpiRuntime::init();  // InputError when the build has no MPI
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = "mpirun";
+  info.launcher = LauncherKind::mpirun;
   info.world_size = MpiRuntime::size();
   info.rank = MpiRuntime::rank();
   info.local_rank = MpiRuntime::local_rank();
@@ -66,7 +66,7 @@ LaunchInfo env_launch(int requested, int world, int rank, const std::optional<in
   }
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = "env";
+  info.launcher = LauncherKind::env;
   info.world_size = world;
   info.rank = rank;
   info.local_rank = env_local.value_or(rank);
@@ -131,7 +131,7 @@ LaunchInfo nccl_launch(int requested, const std::string& device, const LaunchEnv
   if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local, port, std::getenv("MASTER_ADDR"));
   if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
   LaunchInfo info;
-  info.launcher = "threads";
+  info.launcher = LauncherKind::threads;
   info.world_size = requested > 0 ? requested : 4;
   info.ranks_on_this_node = info.world_size;
   return info;
@@ -232,7 +232,7 @@ LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const Launch
   const auto local_world = env_int("LOCAL_WORLD_SIZE");
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = "tcp";
+  info.launcher = LauncherKind::tcp;
   info.world_size = requested;
   info.rank = init.rank;
   info.local_rank = env.local.value_or(0);
@@ -277,7 +277,7 @@ LaunchInfo srun_launch(int requested) {
   if (nodes == nullptr) throw InputError("srun: SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are unset (rank 0's node)");
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = "srun";
+  info.launcher = LauncherKind::srun;
   info.world_size = *world;
   info.rank = *rank;
   info.local_rank = env_int("SLURM_LOCALID").value_or(0);
@@ -304,16 +304,16 @@ LaunchInfo srun_launch(int requested) {
 }
 
 // --init-method or --rank: PyTorch's explicit form (ExplicitInit), over gloo or NCCL.
-LaunchInfo explicit_launch(const std::string& comm, int requested, const std::string& device,
+LaunchInfo explicit_launch(Backend comm, int requested, const std::string& device,
                            const ExplicitInit& init, const LaunchEnv& env) {
   const std::string url = init.init_method.empty() ? "env://" : init.init_method;
-  if (comm != "gloo" && comm != "nccl") {
+  if (comm != Backend::gloo && comm != Backend::nccl) {
     throw InputError(fmt::format("--init-method {}: one rank per process over gloo (--comm gloo) or NCCL "
                                  "(--comm nccl); --comm {} starts its ranks {}",
-                                 url, comm, comm == "local" ? "as threads of one process" : "with mpirun"));
+                                 url, name(comm), comm == Backend::local ? "as threads of one process" : "with mpirun"));
   }
-  if (comm == "gloo") check_gloo(device);
-  if (comm == "nccl") check_nccl(device);
+  if (comm == Backend::gloo) check_gloo(device);
+  if (comm == Backend::nccl) check_nccl(device);
   if (init.rank >= 0 && requested > 0 && init.rank >= requested) {
     throw InputError(fmt::format("--rank {}: out of range for --world-size {} (0..{})", init.rank, requested,
                                  requested - 1));
@@ -367,11 +367,9 @@ int slurm_tasks_on_node(const std::string& tasks_per_node, int node) {
                                first == 1 ? "" : "s", tasks_per_node));
 }
 
-LaunchInfo resolve_launch(const std::string& comm, int requested, const std::string& device,
+LaunchInfo resolve_launch(const std::string& comm_name, int requested, const std::string& device,
                           const ExplicitInit& init) {
-  if (comm != "local" && comm != "mpi" && comm != "nccl" && comm != "gloo") {
-    throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi, gloo or nccl)", comm));
-  }
+  const Backend comm = parse_backend(comm_name);
   const auto env_world = env_int("WORLD_SIZE");
   const auto env_rank = env_int("RANK");
   const auto env_local = env_int("LOCAL_RANK");
@@ -390,34 +388,46 @@ LaunchInfo resolve_launch(const std::string& comm, int requested, const std::str
   // srun started this process (and not mpirun, whose MPI is --comm mpi's): Slurm's variables.
   const bool srun_started = !env_world && !env_rank && std::getenv("SLURM_PROCID") != nullptr && !mpi_launched();
   const std::optional<int> srun_tasks = srun_started ? env_int("SLURM_STEP_NUM_TASKS") : std::nullopt;
-  if (comm == "local" && srun_tasks && *srun_tasks > 1) {
+  if (comm == Backend::local && srun_tasks && *srun_tasks > 1) {
     throw InputError(fmt::format("SLURM_STEP_NUM_TASKS={}: --comm local runs every rank as a thread of one process; "
                                  "with srun use --comm gloo (CPU) or --comm nccl (GPU), one task per rank",
                                  *srun_tasks));
   }
-  if (srun_started && (comm == "gloo" || (comm == "nccl" && srun_tasks.value_or(1) > 1))) {
-    if (comm == "gloo") check_gloo(device);
-    if (comm == "nccl") check_nccl(device);
+  if (srun_started && (comm == Backend::gloo || (comm == Backend::nccl && srun_tasks.value_or(1) > 1))) {
+    if (comm == Backend::gloo) check_gloo(device);
+    if (comm == Backend::nccl) check_nccl(device);
     return srun_launch(requested);
   }
 
   LaunchInfo info;
-  if (comm == "local") {
+  if (comm == Backend::local) {
     if (env_world && *env_world > 1) {
       throw InputError(fmt::format("WORLD_SIZE={}: --comm local runs every rank as a thread of one "
                                    "process; start several processes with mpirun and --comm mpi",
                                    *env_world));
     }
-    info.launcher = "threads";
+    info.launcher = LauncherKind::threads;
     info.world_size = requested > 0 ? requested : 4;
     info.ranks_on_this_node = info.world_size;
     return info;
   }
 
   const LaunchEnv env{env_world, env_rank, env_local};
-  if (comm == "nccl") return nccl_launch(requested, device, env);
-  if (comm == "gloo") return gloo_launch(requested, device, env);
+  if (comm == Backend::nccl) return nccl_launch(requested, device, env);
+  if (comm == Backend::gloo) return gloo_launch(requested, device, env);
   return mpi_comm_launch(requested, device, env);
+}
+
+ProcessIdentity process_identity(const LaunchInfo& launch) {
+  ProcessIdentity id;
+  if (!launch.master_addr.empty()) {
+    id.rank = launch.rank;
+    id.master_addr = launch.master_addr;
+    id.master_port = launch.master_port;
+    id.local_rank = launch.local_rank;
+  }
+  if (launch.multi_process) id.ranks_on_this_node = launch.ranks_on_this_node;
+  return id;
 }
 
 bool is_output_process() {

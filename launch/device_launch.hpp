@@ -5,7 +5,7 @@
 // (mpirun, a torchrun-style launch, or a rank the caller names), how the id reaches every rank
 // and how a failing rank's peers are aborted. Written once here, with no CUDA in it, so that the
 // CUDA target supplies only how one rank runs (cuda/cuda_context.cpp) and CPU tests can drive
-// every path with a fake device. Not for: the CPU device (train/cpu_context.cpp, run_ranks).
+// every path with a fake device. The CPU device's launchers: launch/rank_launch.hpp.
 #pragma once
 
 #include <array>
@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "core/comm.hpp"
-#include "train/training.hpp"
+#include "launch/rank_launch.hpp"
 
 namespace dpbench {
 
 class LocalGroup;
 
-// An ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES = 128), as TrainConfig::nccl_id holds them.
+// An ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES = 128), as ProcessIdentity::nccl_id holds them.
 using CommIdBytes = std::array<char, 128>;
 
 // How one rank gets its communicator: the local group (on a GPU over device copies), or NCCL
@@ -51,22 +51,21 @@ struct DeviceLauncher {
   // ncclGetUniqueId's bytes; called on rank 0 (or this process) once per run. Throws on failure.
   std::function<CommIdBytes()> create_id;
   // Runs `rank` on `device` (virtual_rank: other ranks of this run share the device) with its
-  // communicator from `source`, filling `result`; throws what the rank threw.
-  std::function<void(int rank, int device, bool virtual_rank, RankResult& result, const CommSource& source)>
-      run_rank;
+  // communicator from `source`, filling the rank's record (the one the RecordCodec encodes);
+  // throws what the rank threw.
+  std::function<void(int rank, int device, bool virtual_rank, const CommSource& source)> run_rank;
 };
 
-// Runs every rank of the run this process owns on `device` and leaves each rank's record in
-// ranks[rank] on the output process, as run_rank_contexts describes: config.comm "local" or
-// "nccl"; ranks as threads, this process's rank under mpirun (rank 0 makes the id, MPI
-// broadcasts it; the GPU is the node-local rank's), a torchrun-style launch (config.master_addr
-// set: the id and the records go through the rendezvous), or config.process_rank with
-// config.nccl_id. Failures as run_ranks: the first failing rank's error, rethrown with its
-// rank; the other ranks' communicators aborted. Throws InputError for a backend other than local
-// or nccl (it moves host buffers), a process_rank out of range, or nccl ranks as threads sharing
-// a device with an NCCL that refuses that (before 2.30: "Duplicate GPU detected"); Error when
-// device.devices < 1.
-void launch_device_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const DeviceLauncher& device);
+// Runs every rank of the run this process owns on `device` and leaves each rank's record on the
+// output process (through `records` across processes): spec.comm local or nccl; ranks as threads,
+// this process's rank under mpirun (rank 0 makes the id, MPI broadcasts it; the GPU is the
+// node-local rank's), a rendezvous launch (spec.process.master_addr set: the id and the records go
+// through the rendezvous), or spec.process.rank with spec.process.nccl_id. Failures as the CPU
+// launchers (launch/rank_launch.hpp): the first failing rank's error, rethrown with its rank; the
+// other ranks' communicators aborted. Throws InputError for a backend other than local or nccl (it
+// moves host buffers), a process rank out of range, or nccl ranks as threads sharing a device with
+// an NCCL that refuses that (before 2.30: "Duplicate GPU detected"); Error when device.devices < 1.
+void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device);
 
 // NCCL's launch policy, applied the same way by every launch path (threads, mpirun,
 // torchrun-style, a rank the caller names), before any NCCL call but the version query:

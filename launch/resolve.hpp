@@ -6,6 +6,9 @@
 
 #include <string>
 
+#include "launch/names.hpp"
+#include "launch/rank_launch.hpp"
+
 namespace dpbench {
 
 struct LaunchInfo {
@@ -14,8 +17,7 @@ struct LaunchInfo {
   int rank = 0;                // this process's rank (0 for in-process ranks)
   int local_rank = 0;          // among the ranks of this node
   int ranks_on_this_node = 1;  // ranks sharing this machine's cores
-  std::string launcher;        // "threads", "mpirun", "env" (torchrun-style variables), "tcp" (--init-method tcp://),
-                               // "srun" (Slurm's variables)
+  LauncherKind launcher = LauncherKind::threads;
   std::string master_addr;     // env, tcp: rank 0's address (MASTER_ADDR)
   int master_port = 0;         // env, tcp: rank 0's rendezvous port (MASTER_PORT)
 };
@@ -68,6 +70,12 @@ std::string slurm_first_host(const std::string& host_list);
 // The task count of node `node` in Slurm's tasks-per-node form, "2(x3),1" (nodes 0-2 run 2 tasks,
 // node 3 runs 1). InputError on a malformed list or a node beyond it.
 int slurm_tasks_on_node(const std::string& tasks_per_node, int node);
+
+// The identity a run's ranks are given from a resolved launch: rank, rank 0's address and port and
+// the local rank where the ranks meet at a rendezvous (env, tcp, file, srun); the ranks sharing
+// this node for every multi-process launch (LOCAL_WORLD_SIZE, Open MPI's local size, Slurm's tasks
+// on the node: their GPUs, and the nodes of --hierarchy node); the defaults otherwise.
+ProcessIdentity process_identity(const LaunchInfo& launch);
 
 // Whether this process prints tables and writes result files (rank 0 of a multi-process job,
 // once resolve_launch has seen the launch).

@@ -1,0 +1,49 @@
+#include "launch/names.hpp"
+
+#include <array>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace dpbench {
+
+namespace {
+constexpr std::array<std::pair<Backend, std::string_view>, 4> kBackends{{
+    {Backend::local, "local"}, {Backend::mpi, "mpi"}, {Backend::gloo, "gloo"}, {Backend::nccl, "nccl"}}};
+constexpr std::array<std::pair<LauncherKind, std::string_view>, 6> kLaunchers{{{LauncherKind::threads, "threads"},
+                                                                          {LauncherKind::mpirun, "mpirun"},
+                                                                          {LauncherKind::env, "env"},
+                                                                          {LauncherKind::tcp, "tcp"},
+                                                                          {LauncherKind::file, "file"},
+                                                                          {LauncherKind::srun, "srun"}}};
+
+template <typename Table, typename E>
+std::string_view lookup(const Table& table, E value) {
+  for (const auto& [v, text] : table) {
+    if (v == value) return text;
+  }
+  return "?";
+}
+}  // namespace
+
+Backend parse_backend(std::string_view text) {
+  for (const auto& [v, spelling] : kBackends) {
+    if (spelling == text) return v;
+  }
+  throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi, gloo or nccl)", text));
+}
+
+LauncherKind parse_launcher(std::string_view text, std::string_view option) {
+  for (const auto& [v, spelling] : kLaunchers) {
+    if (spelling == text) return v;
+  }
+  throw InputError(
+      fmt::format("{} {}: unknown launcher (choose threads, mpirun, env, tcp, file or srun)", option, text));
+}
+
+std::string_view name(Backend backend) { return lookup(kBackends, backend); }
+std::string_view name(LauncherKind launcher) { return lookup(kLaunchers, launcher); }
+
+}  // namespace dpbench
