@@ -51,6 +51,9 @@ constexpr auto kGrace = std::chrono::seconds(10);  // after a rank failed, for t
 std::atomic<int> stop_signal{0};
 void on_signal(int sig) { stop_signal = sig; }
 
+// Whether the cluster's ranks are given PyTorch's explicit form, --init-method and --rank.
+bool explicit_init(const ClusterSpec& spec) { return spec.launcher == "tcp" || spec.launcher == "file"; }
+
 // Whether a TCP connection to address:port succeeds now (1 s at most).
 bool tcp_connects(const std::string& address, int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -133,13 +136,14 @@ std::string fault_with(const std::string& by) {
 
 // The environment of rank `rank` on `node` under the env launcher: node_env plus the torchrun-style
 // variables. DPBENCH_FAULT's node=N becomes rank=<first rank of node N>.
-// Under the tcp launcher only LOCAL_RANK and LOCAL_WORLD_SIZE: the rest is on the command line.
+// Under the tcp and file launchers only LOCAL_RANK and LOCAL_WORLD_SIZE: the rest is on the command
+// line.
 std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Node>& nodes, int node, int local) {
   std::vector<std::string> env = node_env(nodes, node);
   const int rank = node * spec.ranks_per_node + local;
   env.push_back(fmt::format("LOCAL_RANK={}", local));
   env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", spec.ranks_per_node));
-  if (spec.launcher != "tcp") {
+  if (!explicit_init(spec)) {
     env.push_back(fmt::format("RANK={}", rank));
     env.push_back(fmt::format("WORLD_SIZE={}", spec.world_size()));
     env.push_back(fmt::format("GROUP_RANK={}", node));
@@ -154,8 +158,11 @@ std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Nod
   return env;
 }
 
-// --launcher tcp's --init-method: rank 0's address on node 0 and the rendezvous port.
-std::string tcp_init_method(const Cluster& c) {
+// --launcher tcp's and file's --init-method: rank 0's address on node 0 and the rendezvous port,
+// or a file in the cluster's private /run (a tmpfs every node sees, gone with the cluster) named
+// after this job's process.
+std::string explicit_init_method(const ClusterSpec& spec, const Cluster& c) {
+  if (spec.launcher == "file") return fmt::format("file:///run/dpbench-{}.init", getpid());
   return fmt::format("tcp://{}:{}", c.nodes().front().hostname, kMasterPort);
 }
 
@@ -233,7 +240,7 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
                      {"rtt_s", p.rtt_s}});
   }
   nlohmann::json launcher = {{"name", spec.launcher}};
-  if (spec.launcher == "tcp") launcher["init_method"] = tcp_init_method(c);
+  if (explicit_init(spec)) launcher["init_method"] = explicit_init_method(spec, c);
   if (spec.launcher == "torchrun") {
     launcher["rdzv_backend"] = spec.rdzv_backend;
     launcher["max_restarts"] = spec.max_restarts;
@@ -679,8 +686,9 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
     for (int local = 0; local < spec.ranks_per_node; ++local) {
       const int rank = node * spec.ranks_per_node + local;
       std::vector<std::string> rank_argv = argv;
-      if (spec.launcher == "tcp") {  // PyTorch's explicit form: the world size is the cluster's
-        rank_argv.insert(rank_argv.end(), {"--init-method", tcp_init_method(c), "--rank", std::to_string(rank)});
+      if (explicit_init(spec)) {  // PyTorch's explicit form: the world size is the cluster's
+        rank_argv.insert(rank_argv.end(),
+                         {"--init-method", explicit_init_method(spec, c), "--rank", std::to_string(rank)});
       }
       ranks.push_back({c.spawn(node, rank_argv, rank_env(spec, c.nodes(), node, local)), node, fmt::format("rank {}", rank)});
     }

@@ -29,7 +29,8 @@ struct ClusterSpec {
   LinkRate link;            // every node's link, both directions
   std::map<int, LinkRate> link_of;  // per-node overrides, node index -> rate
   // How ranks start: "env" (each rank a process given torchrun's variables), "tcp" (each rank a
-  // process given --init-method tcp://node0:port --rank R, PyTorch's explicit form), "torchrun" (one
+  // process given --init-method tcp://node0:port --rank R, PyTorch's explicit form), "file" (the
+  // same with --init-method file://PATH, a file in the cluster's private /run), "torchrun" (one
   // torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or
   // "mpirun" (Open MPI's mpirun on the switch, starting its daemons in the nodes; --comm mpi).
   std::string launcher = "env";

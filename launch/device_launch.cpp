@@ -56,7 +56,7 @@ void run_caller_launched_rank(const LaunchSpec& spec, const RecordCodec& records
   // The caller says how many of the job's ranks share this node's GPUs (ranks_on_this_node,
   // LOCAL_WORLD_SIZE); without it, all of them do.
   const int node_ranks = me.ranks_on_this_node > 0 ? me.ranks_on_this_node : p;
-  if (!me.master_addr.empty()) {
+  if (me.meets_at_rendezvous()) {
     apply_nccl_launch_policy(node_ranks, gpus, device.nccl_version(),
                              fmt::format("--comm nccl, {} ranks on this node (LOCAL_WORLD_SIZE)", node_ranks));
     return run_env_device_rank(spec, records, device);

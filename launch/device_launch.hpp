@@ -59,7 +59,7 @@ struct DeviceLauncher {
 // Runs every rank of the run this process owns on `device` and leaves each rank's record on the
 // output process (through `records` across processes): spec.comm local or nccl; ranks as threads,
 // this process's rank under mpirun (rank 0 makes the id, MPI broadcasts it; the GPU is the
-// node-local rank's), a rendezvous launch (spec.process.master_addr set: the id and the records go
+// node-local rank's), a rendezvous launch (spec.process.meets_at_rendezvous(): the id and the records go
 // through the rendezvous), or spec.process.rank with spec.process.nccl_id. Failures as the CPU
 // launchers (launch/rank_launch.hpp): the first failing rank's error, rethrown with its rank; the
 // other ranks' communicators aborted. Throws InputError for a backend other than local or nccl (it

@@ -27,8 +27,9 @@ std::string file_init_local_address();
 void publish_file_init_address(const std::string& path, const FileInitAddress& where);
 
 // Ranks other than 0: the address in path, polling every 20 ms until it exists and parses. Throws
-// Error naming the path and rank 0 when nothing arrives within timeout, InputError when the file
-// holds something else than "address port".
+// Error naming the path and rank 0 when nothing arrives within timeout, and naming the path when
+// the file holds something else than "address port" (an Error, not an InputError: only this rank
+// meets it, and a rank other than 0 says its InputErrors to nobody, as they are rank 0's to say).
 FileInitAddress wait_for_file_init_address(const std::string& path, std::chrono::milliseconds timeout);
 
 }  // namespace dpbench

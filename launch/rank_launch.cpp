@@ -14,6 +14,7 @@
 #include "core/local_comm.hpp"
 #include "core/mpi_comm.hpp"
 #include "core/rendezvous.hpp"
+#include "launch/file_init.hpp"
 
 namespace dpbench {
 
@@ -43,11 +44,32 @@ void run_mpi_process(const LaunchSpec& spec, const RecordCodec& records, const s
   for (std::size_t r = 0; r < all.size(); ++r) records.decode(static_cast<int>(r), all[r]);
 }
 
+RankMeeting meet_ranks(const LaunchSpec& spec) {
+  const ProcessIdentity& me = spec.process;
+  if (me.init_file.empty()) {
+    return {process_rendezvous(me.master_addr, me.master_port, spec.world_size, me.rank, spec.timeout),
+            me.master_addr};
+  }
+  static std::mutex mutex;
+  static std::string master_addr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (me.rank == 0) {
+    const std::string here = master_addr.empty() ? file_init_local_address() : master_addr;
+    Rendezvous& rendezvous = process_rendezvous(here, 0, spec.world_size, 0, spec.timeout);
+    if (master_addr.empty()) publish_file_init_address(me.init_file, {here, rendezvous.port()});
+    master_addr = here;
+    return {rendezvous, master_addr};
+  }
+  static FileInitAddress rank0;
+  if (rank0.address.empty()) rank0 = wait_for_file_init_address(me.init_file, spec.timeout);
+  master_addr = rank0.address;
+  return {process_rendezvous(rank0.address, rank0.port, spec.world_size, me.rank, spec.timeout), master_addr};
+}
+
 void run_env_process(const LaunchSpec& spec, const RecordCodec& records,
                      const std::function<std::string()>& rank0_payload,
                      const std::function<void(const std::string& payload)>& rank_main) {
-  Rendezvous& rendezvous = process_rendezvous(spec.process.master_addr, spec.process.master_port, spec.world_size,
-                                              spec.process.rank, spec.timeout);
+  Rendezvous& rendezvous = meet_ranks(spec).rendezvous;
   // Every process runs the same sequence of runs (one per mode), so the n-th run has one tag.
   static std::atomic<int> runs{0};
   run_rendezvous_rank(rendezvous, fmt::format("run {}", ++runs), records, rank0_payload, rank_main);
@@ -239,9 +261,8 @@ class RendezvousRank final : public Launcher {
     const ProcessIdentity& me = spec_.process;
     run_env_process(spec_, records_, [] { return std::string(); }, [&](const std::string&) {
       MemoryTracker tracker;
-      Rendezvous& rendezvous =
-          process_rendezvous(me.master_addr, me.master_port, spec_.world_size, me.rank, spec_.timeout);
-      auto comm = make_gloo_communicator(rendezvous, tag, me.master_addr, spec_.timeout);
+      const RankMeeting meeting = meet_ranks(spec_);
+      auto comm = make_gloo_communicator(meeting.rendezvous, tag, meeting.master_addr, spec_.timeout);
       try {
         main(me.rank, *comm, tracker);
       } catch (const std::exception& e) {

@@ -33,11 +33,16 @@ struct ProcessIdentity {
   // nccl started by a caller that shares the id itself: the job's ncclUniqueId bytes
   // (NCCL_UNIQUE_ID_BYTES = 128), used when master_addr is empty.
   std::array<char, 128> nccl_id{};
-  // Where the ranks meet (core/rendezvous.hpp): rank 0's address and port; empty: no rendezvous.
+  // Where the ranks meet (core/rendezvous.hpp): rank 0's address and port, or the file that says
+  // where rank 0 listens (--init-method file://, launch/file_init.hpp); both empty: no rendezvous.
   std::string master_addr;
   int master_port = 0;
+  std::string init_file;
   int local_rank = -1;         // among the ranks of this node (a GPU rank's device: local_rank % GPUs)
   int ranks_on_this_node = 0;  // ranks sharing this node; 0: not known (every rank of the run)
+
+  // Whether the ranks meet at a rendezvous (gloo; nccl one rank per process without mpirun).
+  bool meets_at_rendezvous() const { return !master_addr.empty() || !init_file.empty(); }
 };
 
 // What the launch room needs of a run.
@@ -68,7 +73,7 @@ using RankMain = std::function<void(int rank, Communicator& comm, MemoryTracker&
 //     makes its peers time out; the process then prints the reason and exits 1.
 //   mpi: this process's rank only (mpirun); a failure prints one line and ends the job with
 //     MPI_Abort (exit 1, or 2 for bad input); then every record is gathered to rank 0.
-//   gloo: this process's rank (process.rank); the ranks meet at process.master_addr:master_port,
+//   gloo: this process's rank (process.rank); the ranks meet at the rendezvous (meet_ranks),
 //     where gloo's mesh connects too; a failing rank tells the others through the rendezvous.
 class Launcher {
  public:
@@ -87,7 +92,11 @@ std::unique_ptr<Launcher> make_launcher(const LaunchSpec& spec, const RecordCode
 //   run_mpi_process: rank_main(this process's rank) under mpirun, ending the job with MPI_Abort
 //     on a failure, then gathering every rank's record to rank 0. InputError when MPI's world
 //     size differs from spec.world_size.
-//   run_env_process: one rank of a rendezvous launch (spec.process.master_addr set). Rank 0's
+//   meet_ranks: this process's rendezvous (core/rendezvous.hpp's process_rendezvous) and rank 0's
+//     address: at process.master_addr:master_port; with process.init_file, rank 0 listens on a
+//     free port and publishes its address there, the others read it (launch/file_init.hpp). The
+//     first call decides; later calls return the same.
+//   run_env_process: one rank of a rendezvous launch (spec.process.meets_at_rendezvous()). Rank 0's
 //     rank0_payload() (an ncclUniqueId's bytes) reaches every rank through the process's
 //     rendezvous (core/rendezvous.hpp; the n-th run of the process has tag "run n"),
 //     rank_main(payload) runs the rank, and every record reaches rank 0 the same way. A failing
@@ -97,6 +106,11 @@ std::unique_ptr<Launcher> make_launcher(const LaunchSpec& spec, const RecordCode
 //   CommAbortRegistry: hooks into a LocalGroup so that aborting the group (a rank failed, a
 //     timeout) aborts every communicator registered with set(rank, comm); one registered after
 //     the group was aborted is aborted at once. set(rank, nullptr) before a communicator dies.
+struct RankMeeting {
+  Rendezvous& rendezvous;
+  std::string master_addr;  // rank 0's address (gloo's mesh picks its own address toward it)
+};
+RankMeeting meet_ranks(const LaunchSpec& spec);
 void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main);
 void run_mpi_process(const LaunchSpec& spec, const RecordCodec& records, const std::function<void(int rank)>& rank_main);
 void run_env_process(const LaunchSpec& spec, const RecordCodec& records,

@@ -215,15 +215,11 @@ LaunchInfo env_init_launch(int requested, const ExplicitInit& init, const Launch
   return env_launch(world, world, rank, env.local, port, std::getenv("MASTER_ADDR"));
 }
 
-// --init-method tcp://ADDR:PORT with --rank and --world-size: rank 0 listens on ADDR:PORT.
-LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const LaunchEnv& env) {
+// One rank per process of an explicit launch (--init-method tcp:// or file://, with --rank and
+// --world-size): its place on its node from LOCAL_RANK and LOCAL_WORLD_SIZE (else the only rank of
+// its node). InputError for a missing --rank or --world-size, or a local rank out of range.
+LaunchInfo explicit_rank(int requested, const ExplicitInit& init, const LaunchEnv& env, LauncherKind kind) {
   const std::string& url = init.init_method;
-  const std::string hostport = url.substr(std::string("tcp://").size());
-  const std::size_t colon = hostport.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    throw InputError(fmt::format("--init-method {}: expected tcp://ADDR:PORT (rank 0's address and port)", url));
-  }
-  const int port = parse_port(hostport.substr(colon + 1), "--init-method " + url);
   if (init.rank < 0 || requested < 1) {
     throw InputError(fmt::format("--init-method {}: give --rank R and --world-size N (every process its own "
                                  "rank, all the same world size)",
@@ -232,7 +228,7 @@ LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const Launch
   const auto local_world = env_int("LOCAL_WORLD_SIZE");
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = LauncherKind::tcp;
+  info.launcher = kind;
   info.world_size = requested;
   info.rank = init.rank;
   info.local_rank = env.local.value_or(0);
@@ -245,9 +241,36 @@ LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const Launch
     throw InputError(fmt::format("LOCAL_RANK={}: out of range for {} rank{} on this node", info.local_rank,
                                  info.ranks_on_this_node, info.ranks_on_this_node == 1 ? "" : "s"));
   }
+  env_output_rank = info.rank;
+  return info;
+}
+
+// --init-method tcp://ADDR:PORT with --rank and --world-size: rank 0 listens on ADDR:PORT.
+LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const LaunchEnv& env) {
+  const std::string& url = init.init_method;
+  const std::string hostport = url.substr(std::string("tcp://").size());
+  const std::size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw InputError(fmt::format("--init-method {}: expected tcp://ADDR:PORT (rank 0's address and port)", url));
+  }
+  const int port = parse_port(hostport.substr(colon + 1), "--init-method " + url);
+  LaunchInfo info = explicit_rank(requested, init, env, LauncherKind::tcp);
   info.master_addr = hostport.substr(0, colon);
   info.master_port = port;
-  env_output_rank = info.rank;
+  return info;
+}
+
+// --init-method file://PATH with --rank and --world-size: the ranks meet through PATH
+// (launch/file_init.hpp).
+LaunchInfo file_init_launch(int requested, const ExplicitInit& init, const LaunchEnv& env) {
+  const std::string path = init.init_method.substr(std::string("file://").size());
+  if (path.empty() || path.back() == '/') {
+    throw InputError(fmt::format("--init-method {}: expected file://PATH (a file on a filesystem every rank "
+                                 "sees, e.g. file:///shared/job42.init)",
+                                 init.init_method));
+  }
+  LaunchInfo info = explicit_rank(requested, init, env, LauncherKind::file);
+  info.init_file = path;
   return info;
 }
 
@@ -320,9 +343,8 @@ LaunchInfo explicit_launch(Backend comm, int requested, const std::string& devic
   }
   if (url == "env://") return env_init_launch(requested, init, env);
   if (url.rfind("tcp://", 0) == 0) return tcp_init_launch(requested, init, env);
-  throw InputError(fmt::format("--init-method {}: expected env:// or tcp://ADDR:PORT (PyTorch's file:// is not "
-                               "offered)",
-                               url));
+  if (url.rfind("file://", 0) == 0) return file_init_launch(requested, init, env);
+  throw InputError(fmt::format("--init-method {}: expected env://, tcp://ADDR:PORT or file://PATH", url));
 }
 
 }  // namespace
@@ -420,8 +442,9 @@ LaunchInfo resolve_launch(const std::string& comm_name, int requested, const std
 
 ProcessIdentity process_identity(const LaunchInfo& launch) {
   ProcessIdentity id;
-  if (!launch.master_addr.empty()) {
+  if (!launch.master_addr.empty() || !launch.init_file.empty()) {
     id.rank = launch.rank;
+    id.init_file = launch.init_file;
     id.master_addr = launch.master_addr;
     id.master_port = launch.master_port;
     id.local_rank = launch.local_rank;

@@ -18,6 +18,7 @@ struct LaunchInfo {
   int local_rank = 0;          // among the ranks of this node
   int ranks_on_this_node = 1;  // ranks sharing this machine's cores
   LauncherKind launcher = LauncherKind::threads;
+  std::string init_file;       // file: the file the ranks meet through (launch/file_init.hpp)
   std::string master_addr;     // env, tcp: rank 0's address (MASTER_ADDR)
   int master_port = 0;         // env, tcp: rank 0's rendezvous port (MASTER_PORT)
 };
@@ -29,10 +30,12 @@ struct LaunchInfo {
 //                   unless --rank and --world-size give them (PyTorch's default init_method)
 //   tcp://ADDR:PORT rank 0 listens on PORT of ADDR (a name or an IPv4 address), every other rank
 //                   connects there; --rank and --world-size required
+//   file://PATH     the ranks meet through PATH on a filesystem they all see (launch/file_init.hpp);
+//                   --rank and --world-size required
 // LOCAL_RANK and LOCAL_WORLD_SIZE, when set, place the rank on its node (its GPU); else it is the
-// only rank of its node. PyTorch's file:// (a shared file as the store) is not offered.
+// only rank of its node.
 struct ExplicitInit {
-  std::string init_method;  // "" (no --init-method), "env://" or "tcp://ADDR:PORT"
+  std::string init_method;  // "" (no --init-method), "env://", "tcp://ADDR:PORT" or "file://PATH"
   int rank = -1;            // --rank; -1: not given
 };
 

@@ -727,6 +727,45 @@ TEST_F(Cli, InitMethodTcpProcessesMatchLocalRanks) {
   EXPECT_EQ(std::count(wrong.err.begin(), wrong.err.end(), '\n'), 1) << wrong.err;
 }
 
+// --init-method file://PATH's mistakes: a rank whose rank 0 never writes the file ends within
+// --timeout naming the file and rank 0, with no result file; a file holding something else is one
+// line and exit 1 (only that rank meets it); an empty path or a missing --world-size is one line
+// and exit 2.
+TEST_F(Cli, InitMethodFileMistakesEndInOneLine) {
+  if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  const std::string args =
+      "--data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 20 --max-steps 20 -q";
+  const fs::path never = tmp_.path() / "never.init", lonely = tmp_.path() / "lonely.json";
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome alone = shell(fmt::format("{} run {} --comm gloo --world-size 2 --init-method file://{} --rank 1 "
+                                          "--timeout 2 --out {}",
+                                          DPBENCH_BINARY, args, never.string(), lonely.string()),
+                              tmp_.path());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(alone.exit_code, 1) << alone.err;
+  EXPECT_NE(alone.err.find("file://" + never.string() + ": rank 0 did not write its address there within 2 s"),
+            std::string::npos)
+      << alone.err;
+  EXPECT_LT(seconds, 30.0) << alone.err;
+  EXPECT_FALSE(fs::exists(lonely));
+
+  const fs::path other = tmp_.path() / "other.init";
+  std::ofstream(other) << "not an address\n";
+  const Outcome garbage =
+      dpbench(fmt::format("{} --comm gloo --world-size 2 --init-method file://{} --rank 1", args, other.string()));
+  EXPECT_EQ(garbage.exit_code, 1) << garbage.err;
+  EXPECT_NE(garbage.err.find("not rank 0's 'ADDRESS PORT'"), std::string::npos) << garbage.err;
+  EXPECT_EQ(std::count(garbage.err.begin(), garbage.err.end(), '\n'), 1) << garbage.err;
+
+  for (const std::string& bad : {std::string("--world-size 2 --init-method file:// --rank 0"),
+                                 fmt::format("--init-method file://{} --rank 0", other.string())}) {
+    const Outcome o = dpbench(args + " --comm gloo " + bad);
+    EXPECT_EQ(o.exit_code, 2) << bad << o.err;
+    EXPECT_NE(o.err.find("--init-method file://"), std::string::npos) << bad << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << bad << o.err;
+  }
+}
+
 // The two-node form on one machine: two torchrun agents (--nnodes 2, one process each) meet at a
 // c10d rendezvous endpoint, and the job gives the parameters of 2 in-process ranks. Both agents
 // exit 0; the one result file comes from global rank 0.

@@ -630,21 +630,27 @@ TEST_F(EmulatedCluster, MpirunAcrossNodesMatchesLocalRanks) {
   }
 }
 
-// PyTorch's explicit form across nodes (--launcher tcp): each rank a process on its own node given
-// --init-method tcp://node0:PORT and --rank (the world size is the cluster's), meeting over gloo;
-// each mode's parameters equal 3 in-process ranks' (relative L2 1e-5: gloo sums in its own
-// order), every rank records its own node, and each node's wire bytes agree with the counted ones.
-TEST_F(EmulatedCluster, InitMethodTcpAcrossNodesMatchesLocalRanks) {
+// PyTorch's explicit form across nodes (--launcher tcp, --launcher file): each rank a process on
+// its own node given --init-method tcp://node0:PORT (or file:///run/..., a file every node sees,
+// where rank 0 writes the address it listens on) and --rank (the world size is the cluster's),
+// meeting over gloo; each mode's parameters equal 3 in-process ranks' (relative L2 1e-5: gloo sums
+// in its own order), every rank records its own node, and each node's wire bytes agree with the
+// counted ones.
+class EmulatedClusterInitMethod : public EmulatedCluster, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(EmulatedClusterInitMethod, AcrossNodesMatchesLocalRanks) {
   if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";
+  const std::string launcher = GetParam();
   const std::string model =
       "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 30 --max-steps 20";
   const std::string params = (tmp_.path() / "p").string(), local = (tmp_.path() / "local").string();
-  const Outcome o = run(fmt::format("--nodes 3 --link 1gbit --launcher tcp {} --save-params {}", model, params));
+  const Outcome o =
+      run(fmt::format("--nodes 3 --link 1gbit --launcher {} {} --save-params {}", launcher, model, params));
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
-  EXPECT_EQ(doc["network"]["launcher"]["name"], "tcp");
-  EXPECT_EQ(doc["network"]["launcher"]["init_method"].get<std::string>().rfind("tcp://", 0), 0u);
-  EXPECT_EQ(doc["config"]["launcher"], "tcp");
+  EXPECT_EQ(doc["network"]["launcher"]["name"], launcher);
+  EXPECT_EQ(doc["network"]["launcher"]["init_method"].get<std::string>().rfind(launcher + "://", 0), 0u);
+  EXPECT_EQ(doc["config"]["launcher"], launcher);
   ASSERT_EQ(doc["runs"].size(), 3u);
   const Outcome l = shell(fmt::format("{} run {} -q --comm local --ranks 3 --save-params {} --out {}", DPBENCH_BINARY,
                                       model, local, (tmp_.path() / "local.json").string()),
@@ -663,6 +669,9 @@ TEST_F(EmulatedCluster, InitMethodTcpAcrossNodesMatchesLocalRanks) {
     EXPECT_LT(relative_l2(a, b), 1e-5) << mode;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EmulatedCluster, EmulatedClusterInitMethod, ::testing::Values("tcp", "file"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // SIGINT and SIGKILL of the command leave no process of the job; its namespaces go with them.
 // For every launcher: the env launcher's ranks, torchrun's agents and their workers, mpirun and

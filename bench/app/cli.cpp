@@ -241,7 +241,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   // size is the cluster's.
   if (run.count("--init-method") + run.count("--rank") > 0 && cluster::stage() != "rank") {
     throw InputError("--init-method and --rank: an emulated cluster's launcher gives each rank its own "
-                     "(--launcher tcp: tcp:// to node 0 and --rank)");
+                     "(--launcher tcp: tcp:// to node 0 and --rank; --launcher file: file://PATH and --rank)");
   }
   if (o.cluster.launcher != "torchrun" && run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
     throw InputError("--rdzv-backend and --max-restarts are torchrun's: give --launcher torchrun");
@@ -261,7 +261,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     throw InputError(fmt::format("--ranks {}: --nodes {} x --ranks-per-node {} makes {} ranks", o.base.world_size,
                                  o.cluster.nodes, o.cluster.ranks_per_node, o.cluster.world_size()));
   }
-  if (o.cluster.launcher == "tcp") {
+  if (o.cluster.launcher == "tcp" || o.cluster.launcher == "file") {
     o.base.world_size = o.cluster.world_size();
     o.ranks_given = true;
   }
@@ -290,7 +290,8 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
       ->group("Emulated cluster");
   run.add_option("--launcher", o.cluster.launcher,
                  "Emulated cluster: env (each rank a process given torchrun's variables), tcp (each rank a "
-                 "process given --init-method tcp://NODE0:PORT --rank R, PyTorch's explicit form), torchrun (one "
+                 "process given --init-method tcp://NODE0:PORT --rank R, PyTorch's explicit form), file (the same "
+                 "with --init-method file://PATH, a file every node sees), torchrun (one "
                  "torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0), "
                  "mpirun (Open MPI, its daemons started in the nodes; --comm mpi) or srun (Slurm: slurmctld on "
                  "node 0, a slurmd in every node, the job started with srun; needs root)")
@@ -354,7 +355,8 @@ void add_run_options(CLI::App& run, RunOptions& o) {
       ->capture_default_str();
   run.add_option("--init-method", o.init.init_method,
                  "PyTorch's init_process_group(init_method=...), one command per process: tcp://ADDR:PORT "
-                 "(rank 0 listens there; with --rank R and --world-size N) or env:// (MASTER_ADDR, "
+                 "(rank 0 listens there; with --rank R and --world-size N), file://PATH (the ranks meet "
+                 "through a file every process sees; with --rank R and --world-size N) or env:// (MASTER_ADDR, "
                  "MASTER_PORT, and RANK, WORLD_SIZE unless --rank, --world-size give them); --comm gloo "
                  "or nccl. LOCAL_RANK and LOCAL_WORLD_SIZE, when set, place the rank on its node");
   run.add_option("--rank", o.init.rank, "This process's rank, with --init-method (0 to world_size - 1)")
@@ -472,7 +474,7 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->capture_default_str()
       ->group("Emulated cluster");
   sweep.add_option("--launcher", o.launcher,
-                   "Emulated cluster: how each point's ranks start (run --launcher): env, tcp, torchrun or srun "
+                   "Emulated cluster: how each point's ranks start (run --launcher): env, tcp, file, torchrun or srun "
                    "(gloo), mpirun (MPI)")
       ->capture_default_str()
       ->group("Emulated cluster");
