@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 
@@ -45,5 +46,8 @@ LauncherKind parse_launcher(std::string_view text, std::string_view option) {
 
 std::string_view name(Backend backend) { return lookup(kBackends, backend); }
 std::string_view name(LauncherKind launcher) { return lookup(kLaunchers, launcher); }
+
+void to_json(nlohmann::json& j, Backend backend) { j = std::string(name(backend)); }
+void from_json(const nlohmann::json& j, Backend& backend) { backend = parse_backend(j.get<std::string>()); }
 
 }  // namespace dpbench

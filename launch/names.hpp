@@ -6,6 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include <fmt/format.h>
+#include <nlohmann/json_fwd.hpp>
+
 namespace dpbench {
 
 // --comm: torch.distributed's backend names, plus `local` (the ranks as threads of one process).
@@ -36,4 +39,18 @@ LauncherKind parse_launcher(std::string_view text, std::string_view option);
 std::string_view name(Backend backend);
 std::string_view name(LauncherKind launcher);
 
+// A backend in JSON is its name (never its number); reading one parses it (InputError when it
+// names none).
+void to_json(nlohmann::json& j, Backend backend);
+void from_json(const nlohmann::json& j, Backend& backend);
+
 }  // namespace dpbench
+
+// fmt prints a backend as its name.
+template <>
+struct fmt::formatter<dpbench::Backend> : fmt::formatter<std::string_view> {
+  template <typename Context>
+  auto format(dpbench::Backend b, Context& ctx) const {
+    return fmt::formatter<std::string_view>::format(dpbench::name(b), ctx);
+  }
+};

@@ -391,7 +391,10 @@ int slurm_tasks_on_node(const std::string& tasks_per_node, int node) {
 
 LaunchInfo resolve_launch(const std::string& comm_name, int requested, const std::string& device,
                           const ExplicitInit& init) {
-  const Backend comm = parse_backend(comm_name);
+  return resolve_launch(parse_backend(comm_name), requested, device, init);
+}
+
+LaunchInfo resolve_launch(Backend comm, int requested, const std::string& device, const ExplicitInit& init) {
   const auto env_world = env_int("WORLD_SIZE");
   const auto env_rank = env_int("RANK");
   const auto env_local = env_int("LOCAL_RANK");

@@ -53,6 +53,9 @@ struct ExplicitInit {
 // With --init-method or --rank (`init`), the launch is explicit (see ExplicitInit): InputError for
 // --comm local or mpi, an unknown scheme, a tcp:// without a host or port, a missing --rank or
 // --world-size for tcp://, a missing variable for env://, a rank out of range.
+LaunchInfo resolve_launch(Backend comm, int requested_world_size, const std::string& device,
+                          const ExplicitInit& init = {});
+// The same for a backend's name: InputError when it names none (launch/names.hpp).
 LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device,
                           const ExplicitInit& init = {});
 

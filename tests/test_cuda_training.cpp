@@ -228,7 +228,7 @@ TEST_F(CudaTraining, NcclOneRankMatchesLocalOneRank) {
   GTEST_SKIP() << "built without NCCL";
 #endif
   TrainConfig nccl = gpu_config("allreduce", 1, 64);
-  nccl.comm = "nccl";
+  nccl.comm = Backend::nccl;
   const RunResult a = train_allreduce(nccl, data());
   const RunResult b = train_allreduce(gpu_config("allreduce", 1, 64), data());
   expect_trained(a);
@@ -245,7 +245,7 @@ TEST_F(CudaTraining, NcclTwoRanksMatchLocal) {
   if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs for 2 in-process NCCL ranks (one GPU here)";
   for (const std::string mode : {"ps", "allreduce"}) {
     TrainConfig nccl = gpu_config(mode, 2, 64);
-    nccl.comm = "nccl";
+    nccl.comm = Backend::nccl;
     const TrainConfig local = gpu_config(mode, 2, 64);
     const RunResult a = mode == "ps" ? train_parameter_server(nccl, data()) : train_allreduce(nccl, data());
     const RunResult b = mode == "ps" ? train_parameter_server(local, data()) : train_allreduce(local, data());
@@ -337,7 +337,7 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
   fields >> mode >> rank >> p >> hex >> out;
   ASSERT_TRUE(fields && rank >= 0 && p > rank) << kTrainChild << "=" << spec;
   TrainConfig c = gpu_config(mode, p, 64);
-  c.comm = "nccl";
+  c.comm = Backend::nccl;
   c.timeout = std::chrono::seconds(60);  // well inside the parent's 180 s: a stall reports NCCL's reason
   c.process.rank = rank;
   c.process.ranks_on_this_node = 1;  // its own NCCL host (NCCL_HOSTID): the two ranks do not share a communicator's GPU

@@ -248,7 +248,7 @@ struct FakeDevice {
 
 TrainConfig launch_config(const std::string& comm, int world_size) {
   TrainConfig c;
-  c.comm = comm;
+  c.comm = parse_backend(comm);
   c.world_size = world_size;
   c.timeout = 10s;
   return c;

@@ -57,7 +57,7 @@ RankMemory replica_memory(const MemoryInputs& in, double rows) {
 double chain_relay_bytes(const TrainConfig& c, int rank, int root, double largest) {
   const int p = c.world_size;
   const int pos = ((rank - root - 1) % p + p) % p;
-  if (c.comm != "local" || pos == 0 || pos == p - 1 || largest <= 0) return 0.0;
+  if (c.comm != Backend::local || pos == 0 || pos == p - 1 || largest <= 0) return 0.0;
   const auto n = static_cast<std::size_t>(largest);
   return 2.0 * static_cast<double>(LocalCommunicator::chain_slice(n)) * sizeof(float);
 }

@@ -32,7 +32,7 @@ namespace dpbench {
 
 LaunchSpec launch_spec(const TrainConfig& config) {
   LaunchSpec spec;
-  spec.comm = parse_backend(config.comm);
+  spec.comm = config.comm;
   spec.world_size = config.world_size;
   spec.timeout = config.timeout;
   spec.process = config.process;

@@ -251,7 +251,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   cluster::validate(o.cluster);
   cluster::parse_link_of(o.link_of, o.cluster);
   // mpirun's ranks meet over MPI, the others' over gloo.
-  const std::string comm = o.cluster.launcher == "mpirun" ? "mpi" : "gloo";
+  const Backend comm = o.cluster.launcher == "mpirun" ? Backend::mpi : Backend::gloo;
   if (run.count("--comm") > 0 && o.base.comm != comm) {
     throw InputError(fmt::format("--comm {}: an emulated cluster's ranks are processes on separate hosts that "
                                  "meet over gloo (--comm gloo, the default with --nodes) or, with --launcher "
@@ -361,7 +361,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "or nccl. LOCAL_RANK and LOCAL_WORLD_SIZE, when set, place the rank on its node");
   run.add_option("--rank", o.init.rank, "This process's rank, with --init-method (0 to world_size - 1)")
       ->check(CLI::NonNegativeNumber);
-  run.add_option("--comm", c.comm,
+  run.add_option("--comm", o.comm,
                  "Communicator backend: local (in-process ranks over dpbench's own ring and chain "
                  "collectives), mpi (one rank per process: mpirun -np N dpbench run --comm mpi) or "
                  "gloo (one rank per process, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
@@ -390,6 +390,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
 }
 
 void finish_run_options(const CLI::App& run, RunOptions& o) {
+  o.base.comm = parse_backend(o.comm);
   check_optimizer_options(run, o.base);
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;

@@ -104,8 +104,8 @@ void check_point(const TrainConfig& c, const Dataset& train) {
 }
 
 int ranks_on_this_node(const TrainConfig& cfg) {
-  if (cfg.comm == "mpi" && MpiRuntime::active()) return MpiRuntime::local_size();
-  if (cfg.comm == "gloo" && cfg.process.ranks_on_this_node > 0) return cfg.process.ranks_on_this_node;  // LOCAL_WORLD_SIZE
+  if (cfg.comm == Backend::mpi && MpiRuntime::active()) return MpiRuntime::local_size();
+  if (cfg.comm == Backend::gloo && cfg.process.ranks_on_this_node > 0) return cfg.process.ranks_on_this_node;  // LOCAL_WORLD_SIZE
   return cfg.world_size;
 }
 

@@ -180,7 +180,8 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, std::string& engine
   if (s.schedule == nullptr) return std::nullopt;
   ScheduleInputs in;
   in.config = r.config;
-  in.engine = engine = r.config.comm == "gloo" || r.config.comm == "mpi" ? r.config.comm : "local";
+  in.engine = engine = std::string(name(r.config.comm == Backend::gloo || r.config.comm == Backend::mpi ? r.config.comm
+                                                                                                     : Backend::local));
   in.num_params = r.num_params;
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
@@ -380,7 +381,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const double b = static_cast<double>(r.config.global_batch) / p;
     const std::string transport = s.transport(r.config);
     LinkModel link = probed;  // with the engine's collective algorithms
-    link.collectives = r.config.comm == "gloo" ? "gloo" : "ring";
+    link.collectives = r.config.comm == Backend::gloo ? "gloo" : "ring";
     LinkModel bandwidth_only = link;
     bandwidth_only.alpha_s = 0;
     // Under --hierarchy node the ring that crosses the links is the nodes' (2(N-1)/N of the

@@ -139,7 +139,7 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     if (!p.hierarchy.empty()) c.hierarchy = p.hierarchy;
     if (p.staleness >= 0) c.staleness = mode == "sharded_ps" ? p.staleness : 0;
     c.transport = p.transport;
-    c.comm = o.launcher == "mpirun" ? "mpi" : "gloo";
+    c.comm = o.launcher == "mpirun" ? Backend::mpi : Backend::gloo;
     c.world_size = p.nodes * p.per_node;
     c.global_batch = p.batch;
     c.loader.num_workers = p.workers;

@@ -131,7 +131,7 @@ nlohmann::json memory_to_json(const RunResult& run) {
   }
   // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
   // over --comm local, where the model holds to the byte.
-  if (c.device == "cpu" && c.comm == "local" && find_strategy(c.mode).memory != nullptr) {
+  if (c.device == "cpu" && c.comm == Backend::local && find_strategy(c.mode).memory != nullptr) {
     const std::vector<RankMemory> modelled =
         find_strategy(c.mode).memory(builtin_memory_inputs(c, run.sample_shape, run.num_classes));
     for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {

@@ -386,7 +386,7 @@ struct RunSetup {
 // data is loaded, a bad --out or option wastes no run). Throws InputError.
 RunSetup prepare_run(const RunOptions& o) {
   RunSetup s;
-  s.device = choose_device(o.base.device, o.base.comm == "mpi" || o.base.comm == "gloo");
+  s.device = choose_device(o.base.device, o.base.comm == Backend::mpi || o.base.comm == Backend::gloo);
   check_common_options(o.base, o.timeout_s);
   s.launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, s.device.device, o.init);
   s.output = is_output_process();

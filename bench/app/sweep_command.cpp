@@ -73,7 +73,7 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
     if (v == "cnn" && o.cnn_default_hidden) c.hidden = {128};
     if (v == "cnn" && o.cnn_default_lr) c.lr = 0.05f;
   });
-  expand(o.comms, [](TrainConfig& c, const std::string& v) { c.comm = v; });
+  expand(o.comms, [](TrainConfig& c, const std::string& v) { c.comm = parse_backend(v); });
   expand(o.ranks, [](TrainConfig& c, int v) { c.world_size = v; });
   expand(o.batch_sizes, [](TrainConfig& c, std::size_t v) { c.global_batch = v; });
   expand(o.num_workers, [](TrainConfig& c, int v) { c.loader.num_workers = v; });
