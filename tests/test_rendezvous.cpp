@@ -407,6 +407,16 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   info = resolve_launch("nccl", 2, "cuda", ExplicitInit{"", 1});  // --rank alone: env://
   EXPECT_EQ(info.world_size, 2);
   EXPECT_EQ(info.rank, 1);
+  info = resolve_launch("nccl", 3, "cuda", ExplicitInit{"file:///shared/job.init", 2});
+  EXPECT_EQ(info.launcher, LauncherKind::file);
+  EXPECT_EQ(info.init_file, "/shared/job.init");
+  EXPECT_TRUE(info.master_addr.empty());
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.world_size, 3);
+  const ProcessIdentity id = process_identity(info);
+  EXPECT_EQ(id.rank, 2);
+  EXPECT_EQ(id.init_file, "/shared/job.init");
+  EXPECT_TRUE(id.meets_at_rendezvous());
 }
 
 TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
@@ -421,7 +431,11 @@ TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
   EXPECT_NE(error("nccl", 2, {"tcp://:23456", 0}).find("expected tcp://ADDR:PORT"), std::string::npos);
   EXPECT_NE(error("nccl", 2, {"tcp://node0:99999", 0}).find("not a TCP port"), std::string::npos);
   EXPECT_NE(error("nccl", 2, {"tcp://node0:12ab", 0}).find("not a TCP port"), std::string::npos);
-  EXPECT_NE(error("nccl", 2, {"file:///tmp/rdzv", 0}).find("file:// is not offered"), std::string::npos);
+  EXPECT_NE(error("nccl", 0, {"file:///tmp/rdzv", 0}).find("give --rank R and --world-size N"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"file://", 0}).find("expected file://PATH"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"file:///tmp/", 0}).find("expected file://PATH"), std::string::npos);
+  EXPECT_NE(error("nccl", 2, {"udp://node0:1", 0}).find("expected env://, tcp://ADDR:PORT or file://PATH"),
+            std::string::npos);
   EXPECT_NE(error("local", 2, {url, 0}).find("--comm local starts its ranks as threads"), std::string::npos);
   EXPECT_NE(error("mpi", 2, {url, 0}).find("--comm mpi starts its ranks with mpirun"), std::string::npos);
   EXPECT_NE(error("nccl", 2, {"env://", 0}).find("MASTER_ADDR is unset"), std::string::npos);
