@@ -6,7 +6,6 @@
 #include <string>
 #include <string_view>
 
-#include <fmt/format.h>
 #include <nlohmann/json_fwd.hpp>
 
 namespace dpbench {
@@ -45,12 +44,3 @@ void to_json(nlohmann::json& j, Backend backend);
 void from_json(const nlohmann::json& j, Backend& backend);
 
 }  // namespace dpbench
-
-// fmt prints a backend as its name.
-template <>
-struct fmt::formatter<dpbench::Backend> : fmt::formatter<std::string_view> {
-  template <typename Context>
-  auto format(dpbench::Backend b, Context& ctx) const {
-    return fmt::formatter<std::string_view>::format(dpbench::name(b), ctx);
-  }
-};

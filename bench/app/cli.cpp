@@ -255,7 +255,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   if (run.count("--comm") > 0 && o.base.comm != comm) {
     throw InputError(fmt::format("--comm {}: an emulated cluster's ranks are processes on separate hosts that "
                                  "meet over gloo (--comm gloo, the default with --nodes) or, with --launcher "
-                                 "mpirun, over MPI (--comm mpi)", o.base.comm));
+                                 "mpirun, over MPI (--comm mpi)", name(o.base.comm)));
   }
   if (o.ranks_given && o.base.world_size != o.cluster.world_size()) {
     throw InputError(fmt::format("--ranks {}: --nodes {} x --ranks-per-node {} makes {} ranks", o.base.world_size,

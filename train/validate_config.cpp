@@ -1,0 +1,128 @@
+// A run configuration's checks, before any rank starts (train/training.hpp: validate_config,
+// validate_node_hierarchy, allows_tf32): each mistake is one InputError naming the option.
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+#include "train/optimizer.hpp"
+#include "train/training.hpp"
+
+namespace dpbench {
+
+namespace {
+
+// The optimizer's hyperparameters: --lr, --momentum, --optimizer, --weight-decay, --betas, --eps.
+void validate_optimizer(const TrainConfig& config) {
+  if (!(config.lr > 0.0f)) throw InputError(fmt::format("--lr {}: must be positive", config.lr));
+  if (config.momentum < 0.0f || config.momentum >= 1.0f) {
+    throw InputError(fmt::format("--momentum {}: must be in [0, 1)", config.momentum));
+  }
+  optimizer_slots(config.optimizer);  // throws on an unknown name
+  if (!(config.weight_decay >= 0.0f)) {
+    throw InputError(fmt::format("--weight-decay {}: must be >= 0", config.weight_decay));
+  }
+  if (!(config.beta1 >= 0.0f && config.beta1 < 1.0f && config.beta2 >= 0.0f && config.beta2 < 1.0f)) {
+    throw InputError(fmt::format("--betas {},{}: each must be in [0, 1)", config.beta1, config.beta2));
+  }
+  if (!(config.eps >= 0.0f)) throw InputError(fmt::format("--eps {}: must be >= 0", config.eps));
+}
+
+// The gradient synchronisation's names: --hierarchy, and --comm-hook (allreduce's alone).
+void validate_sync_names(const TrainConfig& config) {
+  if (config.hierarchy != "none" && config.hierarchy != "node") {
+    throw InputError(fmt::format("--hierarchy {}: must be none or node", config.hierarchy));
+  }
+  if (config.comm_hook != "allreduce" && config.comm_hook != "fp16" && config.comm_hook != "bf16" &&
+      config.comm_hook.rfind("powersgd", 0) != 0) {
+    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", config.comm_hook));
+  }
+  if (config.comm_hook != "allreduce" && config.mode != "allreduce") {
+    throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
+                                 config.comm_hook, config.mode));
+  }
+  if (config.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", config.staleness));
+  if (config.staleness > 0 && config.mode != "sharded_ps") {
+    throw InputError(fmt::format("--staleness {}: only sharded_ps has a bounded-staleness mode, not {} (give --mode sharded_ps)",
+                                 config.staleness, config.mode));
+  }
+  if (config.staleness_replay >= 0 && config.staleness == 0) {
+    throw InputError(fmt::format("--staleness-replay {}: replays a bounded-staleness run; give --staleness S > 0",
+                                 config.staleness_replay));
+  }
+}
+
+// --rank-batch: one positive entry per rank, summing to the global batch (without wrapping).
+void validate_rank_batches(const TrainConfig& config) {
+  if (config.rank_batches.empty()) return;
+  const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
+  std::size_t sum = 0;  // checked: entries near 2^64 must not wrap around to the global batch
+  for (std::size_t b : config.rank_batches) {
+    if (b > std::numeric_limits<std::size_t>::max() - sum) {
+      throw InputError(fmt::format("--rank-batch {}: sums to more than 2^64", list));
+    }
+    sum += b;
+  }
+  if (config.rank_batches.size() != static_cast<std::size_t>(config.world_size)) {
+    throw InputError(fmt::format("--rank-batch {}: {} entries for --ranks {}", list,
+                                 config.rank_batches.size(), config.world_size));
+  }
+  if (std::find(config.rank_batches.begin(), config.rank_batches.end(), 0u) != config.rank_batches.end()) {
+    throw InputError(fmt::format("--rank-batch {}: every rank needs at least one sample", list));
+  }
+  if (sum != config.global_batch) {
+    throw InputError(fmt::format("--rank-batch {}: sums to {}, but the global batch is {}", list, sum,
+                                 config.global_batch));
+  }
+}
+
+}  // namespace
+
+void validate_config(const TrainConfig& config, const Dataset& train) {
+  if (config.world_size < 1) {
+    throw InputError(fmt::format("--ranks {}: must be at least 1", config.world_size));
+  }
+  if (config.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
+  if (static_cast<std::int64_t>(config.world_size) > train.size()) {
+    throw InputError(fmt::format("--ranks {}: more ranks than the {} training samples of {}",
+                                 config.world_size, train.size(), train.name()));
+  }
+  if (static_cast<std::int64_t>(config.global_batch) > train.size()) {
+    throw InputError(fmt::format("--batch-size {}: larger than the {} training samples of {}",
+                                 config.global_batch, train.size(), train.name()));
+  }
+  if (config.epochs < 1) throw InputError(fmt::format("--epochs {}: must be at least 1", config.epochs));
+  validate_optimizer(config);
+  if (config.warmup_steps < 0) {
+    throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.warmup_steps));
+  }
+  validate_sync_names(config);
+  validate_rank_batches(config);
+  if (config.device != "cpu" && config.device != "cuda") {
+    throw InputError(fmt::format("--device {}: unknown device (choose cpu or cuda)", config.device));
+  }
+  allows_tf32(config.precision);
+}
+
+void validate_node_hierarchy(const TrainConfig& cfg) {
+  if (cfg.hierarchy != "node") return;
+  if (cfg.device != "cpu") {
+    throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", cfg.device));
+  }
+  const int k = hierarchy_ranks_per_node(cfg);
+  if (k < 1 || cfg.world_size % k != 0) {
+    throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", cfg.world_size, k));
+  }
+}
+
+bool allows_tf32(const std::string& precision) {
+  if (precision != "fp32" && precision != "tf32") {
+    throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", precision));
+  }
+  return precision == "tf32";
+}
+
+}  // namespace dpbench
