@@ -108,13 +108,7 @@ std::uint32_t file_crc(const std::string& path) {
 }
 
 TEST(StepLoopPin, EveryLauncherAtTwoRanksGivesThePinnedParameters) {
-#if defined(__x86_64__)
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    GTEST_SKIP() << "this CPU has no AVX2 + FMA, so it cannot run the pinned OpenBLAS Haswell kernels";
-  }
-#else
-  GTEST_SKIP() << "the pins are of OpenBLAS's x86-64 Haswell kernels; this is not an x86-64 CPU";
-#endif
+  if (const std::string why = haswell_kernels_unavailable(); !why.empty()) GTEST_SKIP() << why;
   // DPBENCH_PRINT_PINS=1 prints each launcher's CRCs instead of only checking them.
   const bool print = std::getenv("DPBENCH_PRINT_PINS") != nullptr;
   const TempDir tmp;

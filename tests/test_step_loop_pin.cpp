@@ -137,13 +137,7 @@ const std::map<std::string, std::map<std::string, std::uint32_t>>& pins() {
 TEST(StepLoopPin, EveryModeFinalParametersBitwiseEqualToBeforeTheRedesign) {
   const std::string core = openblas_get_corename();
   const bool print = std::getenv("DPBENCH_PRINT_PINS") != nullptr;
-#if defined(__x86_64__)
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    GTEST_SKIP() << "this CPU has no AVX2 + FMA, so it cannot run the pinned OpenBLAS Haswell kernels";
-  }
-#else
-  GTEST_SKIP() << "the pins are of OpenBLAS's x86-64 Haswell kernels; this is not an x86-64 CPU";
-#endif
+  if (const std::string why = dpbench::testing::haswell_kernels_unavailable(); !why.empty()) GTEST_SKIP() << why;
   if (print) std::printf("      {\"%s\", {\n", core.c_str());
   const BlasThreads threads(kPinBlasThreads);
   ASSERT_EQ(openblas_get_num_threads(), kPinBlasThreads) << "OpenBLAS did not take " << kPinBlasThreads << " threads";

@@ -66,4 +66,17 @@ inline std::vector<float> read_f32(const std::string& path) {
   return v;
 }
 
+// Why this machine cannot run OpenBLAS's x86-64 Haswell kernels, which the bitwise pins are
+// of (AVX2 and FMA), or "" when it can.
+inline std::string haswell_kernels_unavailable() {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    return "this CPU has no AVX2 + FMA, so it cannot run the pinned OpenBLAS Haswell kernels";
+  }
+  return "";
+#else
+  return "the pins are of OpenBLAS's x86-64 Haswell kernels; this is not an x86-64 CPU";
+#endif
+}
+
 }  // namespace dpbench::testing
