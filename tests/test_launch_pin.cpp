@@ -125,7 +125,6 @@ TEST(StepLoopPin, EveryLauncherAtTwoRanksGivesThePinnedParameters) {
       EXPECT_EQ(crc, pin->second) << c.launcher << " " << mode << ": final parameters differ from the pinned ones";
     }
   }
-  EXPECT_GE(cases.size(), 1u);
 }
 
 }  // namespace
