@@ -243,28 +243,45 @@ TEST_F(EmulatedCluster, SimulationMatchesEveryPointOfTheGrid) {
 // 30 %, not less: the floor rises to twice a ratio's spread (up to 10 %), and on 2 shared cores a
 // 15 % delay once measured -9.6 %.
 // The sweeps run the two modes of the judged ratio (allreduce's throughput over ps's) only.
+// As in scripts/ci_gate.sh, a verdict that is not the expected one is taken again from three
+// fresh sweeps, and the second is judged: on 2 shared cores the ratio's spread across a sweep's
+// two repetitions once came out at 10.1 %, above the cap, and left the slowdown unjudged.
 TEST_F(EmulatedCluster, GateCatchesAThirtyPercentSlowdownAndPassesAnAaRerun) {
   const std::string sweep = fmt::format("timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
                                         "--modes ps,allreduce --max-steps 20 --warmup-steps 4 --repetitions 2 --no-eval -q -o ",
                                         DPBENCH_BINARY);
-  const fs::path a = tmp_.path() / "a.json", b = tmp_.path() / "b.json", c = tmp_.path() / "c.json";
-  ASSERT_EQ(shell(sweep + a.string(), tmp_.path()).exit_code, 0);
-  ASSERT_EQ(shell(sweep + b.string(), tmp_.path()).exit_code, 0);
-  const auto doc = nlohmann::json::parse(slurp(a));
-  double allreduce_step = 0;
-  for (const auto& r : doc["runs"]) {
-    if (r["mode"] == "allreduce" && r["repetition"] == 0) allreduce_step = r["step_time_s"]["p50"].get<double>();
-  }
-  ASSERT_GT(allreduce_step, 0);
-  const std::string delay = fmt::format("DPBENCH_STEP_DELAY=mode=allreduce,ms={:.1f} ", 0.30 * allreduce_step * 1e3);
-  ASSERT_EQ(shell(delay + sweep + c.string(), tmp_.path()).exit_code, 0);
   const std::string compare = fmt::format("{} compare --noise-cap 10 --noise-floor 5 ", DPBENCH_BINARY);
-  const Outcome aa = shell(compare + a.string() + " " + b.string(), tmp_.path());
-  EXPECT_EQ(aa.exit_code, 0) << aa.out << aa.err;
-  const Outcome slow = shell(compare + a.string() + " " + c.string(), tmp_.path());
-  EXPECT_EQ(slow.exit_code, 1) << slow.out << slow.err;
-  EXPECT_NE(slow.out.find("allreduce/ring / ps/collective"), std::string::npos) << slow.out;
-  EXPECT_NE(slow.out.find("REGRESSION"), std::string::npos) << slow.out;
+  const fs::path a = tmp_.path() / "a.json", b = tmp_.path() / "b.json", c = tmp_.path() / "c.json";
+  struct Verdicts {
+    Outcome aa, slow;
+    bool expected() const {
+      return aa.exit_code == 0 && slow.exit_code == 1 && slow.out.find("REGRESSION") != std::string::npos;
+    }
+  };
+  const auto attempt = [&]() -> Verdicts {
+    // A sweep that fails is reported in the A/A verdict's place, with its output.
+    if (Outcome o = shell(sweep + a.string(), tmp_.path()); o.exit_code != 0) return {o, {}};
+    if (Outcome o = shell(sweep + b.string(), tmp_.path()); o.exit_code != 0) return {o, {}};
+    const auto doc = nlohmann::json::parse(slurp(a));
+    double allreduce_step = 0;
+    for (const auto& r : doc["runs"]) {
+      if (r["mode"] == "allreduce" && r["repetition"] == 0) allreduce_step = r["step_time_s"]["p50"].get<double>();
+    }
+    if (allreduce_step <= 0) return {{-1, "", "no allreduce step time in " + a.string()}, {}};
+    const std::string delay = fmt::format("DPBENCH_STEP_DELAY=mode=allreduce,ms={:.1f} ", 0.30 * allreduce_step * 1e3);
+    if (Outcome o = shell(delay + sweep + c.string(), tmp_.path()); o.exit_code != 0) return {o, {}};
+    return {shell(compare + a.string() + " " + b.string(), tmp_.path()), shell(compare + a.string() + " " + c.string(), tmp_.path())};
+  };
+  Verdicts v = attempt();
+  if (!v.expected()) {
+    std::printf("gate: the first verdicts were not the expected ones (A/A exit %d, slowed exit %d); three sweeps again\n",
+                v.aa.exit_code, v.slow.exit_code);
+    v = attempt();
+  }
+  EXPECT_EQ(v.aa.exit_code, 0) << v.aa.out << v.aa.err;
+  EXPECT_EQ(v.slow.exit_code, 1) << v.slow.out << v.slow.err;
+  EXPECT_NE(v.slow.out.find("allreduce/ring / ps/collective"), std::string::npos) << v.slow.out;
+  EXPECT_NE(v.slow.out.find("REGRESSION"), std::string::npos) << v.slow.out;
 }
 
 // A node's link goes down mid-run: the heartbeat notices within its 10 s, every process ends,
