@@ -239,18 +239,19 @@ TEST_F(EmulatedCluster, SimulationMatchesEveryPointOfTheGrid) {
 }
 
 // The regression gate on link-bound timings: two sweeps of the same point compare clean at a 5 %
-// floor (10 % cap), and allreduce slowed by 30 % of its step (DPBENCH_STEP_DELAY) is a regression.
-// 30 %, not less: the floor rises to twice a ratio's spread (up to 10 %), and on 2 shared cores a
-// 15 % delay once measured -9.6 %.
+// floor, and allreduce slowed by 30 % of its step (DPBENCH_STEP_DELAY, about -23 % of its
+// throughput) is a regression. The floor rises to twice a ratio's spread, up to a cap of 15 %:
+// these sweeps (20 steps, 2 repetitions) are shorter than the CI gate's (120 steps, 3 repetitions,
+// cap 10 %), and on 2 shared cores their ratio's spread came out above 10 % in two CI runs,
+// leaving the slowdown unjudged. 30 %, not less: on 2 shared cores a 15 % delay once measured -9.6 %.
 // The sweeps run the two modes of the judged ratio (allreduce's throughput over ps's) only.
 // As in scripts/ci_gate.sh, a verdict that is not the expected one is taken again from three
-// fresh sweeps, and the second is judged: on 2 shared cores the ratio's spread across a sweep's
-// two repetitions once came out at 10.1 %, above the cap, and left the slowdown unjudged.
+// fresh sweeps, and the second is judged.
 TEST_F(EmulatedCluster, GateCatchesAThirtyPercentSlowdownAndPassesAnAaRerun) {
   const std::string sweep = fmt::format("timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
                                         "--modes ps,allreduce --max-steps 20 --warmup-steps 4 --repetitions 2 --no-eval -q -o ",
                                         DPBENCH_BINARY);
-  const std::string compare = fmt::format("{} compare --noise-cap 10 --noise-floor 5 ", DPBENCH_BINARY);
+  const std::string compare = fmt::format("{} compare --noise-cap 15 --noise-floor 5 ", DPBENCH_BINARY);
   const fs::path a = tmp_.path() / "a.json", b = tmp_.path() / "b.json", c = tmp_.path() / "c.json";
   struct Verdicts {
     Outcome aa, slow;
