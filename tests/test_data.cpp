@@ -175,7 +175,7 @@ struct Epoch {
 Epoch run_epoch(const Dataset& ds, const std::vector<std::int64_t>& indices, std::size_t bs,
                 int workers, int prefetch) {
   MemoryTracker tracker;
-  DataLoader loader(ds, indices, bs, DataLoaderOptions{workers, prefetch}, tracker);
+  DataLoader loader(ds, indices, bs, DataLoaderOptions{workers, prefetch}, 0, tracker);
   Epoch e;
   for (std::size_t b = 0; b < loader.num_batches(); ++b) {
     const Batch& batch = loader.next();
@@ -218,7 +218,7 @@ TEST(DataLoader, NumBatchesDropsIncompleteLastBatch) {
   const std::vector<std::int64_t> indices = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
   for (int workers : {0, 2}) {
     MemoryTracker tracker;
-    DataLoader loader(*ds, indices, 3, DataLoaderOptions{workers, 2}, tracker);
+    DataLoader loader(*ds, indices, 3, DataLoaderOptions{workers, 2}, 0, tracker);
     EXPECT_EQ(loader.num_batches(), 3u);
     const Batch* last = nullptr;
     for (int b = 0; b < 3; ++b) last = &loader.next();
@@ -237,14 +237,14 @@ TEST(DataLoader, ChargesSlotsToDataStaging) {
   for (std::int64_t i = 0; i < 64; ++i) indices[static_cast<std::size_t>(i)] = i;
   MemoryTracker tracker;
   {
-    DataLoader loader(*ds, indices, 4, DataLoaderOptions{3, 2}, tracker);
+    DataLoader loader(*ds, indices, 4, DataLoaderOptions{3, 2}, 0, tracker);
     // 6 slots of 4 x 24 floats + 4 labels.
     EXPECT_EQ(tracker.current_bytes(MemoryCategory::data_staging), 6 * (4 * 24 * 4 + 4 * 4));
     loader.next();
   }
   EXPECT_EQ(tracker.current_bytes(MemoryCategory::data_staging), 0);
   {
-    DataLoader loader(*ds, indices, 4, DataLoaderOptions{0, 2}, tracker);
+    DataLoader loader(*ds, indices, 4, DataLoaderOptions{0, 2}, 0, tracker);
     EXPECT_EQ(tracker.current_bytes(MemoryCategory::data_staging), 4 * 24 * 4 + 4 * 4);
   }
 }
@@ -252,10 +252,10 @@ TEST(DataLoader, ChargesSlotsToDataStaging) {
 TEST(DataLoader, RejectsBadOptions) {
   const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 1, 3}, 5, 20, 1);
   MemoryTracker tracker;
-  EXPECT_THROW(DataLoader(*ds, {0, 1}, 0, DataLoaderOptions{}, tracker), InputError);
-  EXPECT_THROW(DataLoader(*ds, {0, 1}, 1, DataLoaderOptions{-1, 2}, tracker), InputError);
-  EXPECT_THROW(DataLoader(*ds, {0, 1}, 1, DataLoaderOptions{2, 0}, tracker), InputError);
-  EXPECT_THROW(DataLoader(*ds, {0, 20}, 1, DataLoaderOptions{}, tracker), InputError);
+  EXPECT_THROW(DataLoader(*ds, {0, 1}, 0, DataLoaderOptions{}, 0, tracker), InputError);
+  EXPECT_THROW(DataLoader(*ds, {0, 1}, 1, DataLoaderOptions{-1, 2}, 0, tracker), InputError);
+  EXPECT_THROW(DataLoader(*ds, {0, 1}, 1, DataLoaderOptions{2, 0}, 0, tracker), InputError);
+  EXPECT_THROW(DataLoader(*ds, {0, 20}, 1, DataLoaderOptions{}, 0, tracker), InputError);
 }
 
 // A dataset whose load() sleeps, to keep workers busy; or throws for one index.
@@ -291,7 +291,7 @@ TEST(DataLoader, DestroyWithUnconsumedBatchesReturnsPromptly) {
   for (std::int64_t i = 0; i < 4000; ++i) indices[static_cast<std::size_t>(i)] = i;
   for (int consumed : {0, 1, 3}) {
     MemoryTracker tracker;
-    auto loader = std::make_unique<DataLoader>(ds, indices, 16, DataLoaderOptions{4, 2}, tracker);
+    auto loader = std::make_unique<DataLoader>(ds, indices, 16, DataLoaderOptions{4, 2}, 0, tracker);
     for (int b = 0; b < consumed; ++b) EXPECT_EQ(loader->next().index, b);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the workers get busy
     const auto t0 = std::chrono::steady_clock::now();
@@ -309,7 +309,7 @@ TEST(DataLoader, RethrowsDatasetException) {
   for (std::int64_t i = 0; i < 100; ++i) indices[static_cast<std::size_t>(i)] = i;
   for (int workers : {0, 1, 4}) {
     MemoryTracker tracker;
-    DataLoader loader(ds, indices, 10, DataLoaderOptions{workers, 2}, tracker);
+    DataLoader loader(ds, indices, 10, DataLoaderOptions{workers, 2}, 0, tracker);
     std::size_t delivered = 0;
     std::string message;
     try {
@@ -334,10 +334,10 @@ TEST(DataLoader, RethrowsDatasetException) {
 
 // Every batch of `epochs` epochs over the same indices through one two-phase loader.
 std::vector<Epoch> run_epochs(const Dataset& ds, const std::vector<std::int64_t>& indices,
-                              std::size_t bs, DataLoaderOptions options, int epochs,
+                              std::size_t bs, DataLoaderOptions options, std::uint64_t seed, int epochs,
                               std::size_t* threads = nullptr) {
   MemoryTracker tracker;
-  DataLoader loader(ds, bs, options, tracker);
+  DataLoader loader(ds, bs, options, seed, tracker);
   std::vector<Epoch> out;
   for (int ep = 0; ep < epochs; ++ep) {
     loader.start_epoch(indices, ep);
@@ -368,15 +368,13 @@ bool same_bits(const Epoch& a, const Epoch& b) {
   return true;
 }
 
-DataLoaderOptions loader_options(int workers, bool persistent, int padding, bool hflip,
-                                 std::uint64_t seed) {
+DataLoaderOptions loader_options(int workers, bool persistent, int padding, bool hflip) {
   DataLoaderOptions o;
   o.num_workers = workers;
   o.prefetch_factor = 2;
   o.persistent_workers = persistent;
   o.crop_padding = padding;
   o.hflip = hflip;
-  o.seed = seed;
   return o;
 }
 
@@ -385,12 +383,12 @@ TEST(DataLoader, AugmentationIdenticalForAnyWorkersAndEpochwise) {
   const std::vector<std::int64_t> indices = shuffled_indices(120, 9);
   const std::size_t bs = 8;  // 15 batches
   const std::vector<Epoch> ref =
-      run_epochs(*ds, indices, bs, loader_options(0, false, 2, true, 5), 3);
+      run_epochs(*ds, indices, bs, loader_options(0, false, 2, true), 5, 3);
   ASSERT_EQ(ref.size(), 3u);
   for (int workers : {1, 4}) {
     for (bool persistent : {false, true}) {
       const std::vector<Epoch> e =
-          run_epochs(*ds, indices, bs, loader_options(workers, persistent, 2, true, 5), 3);
+          run_epochs(*ds, indices, bs, loader_options(workers, persistent, 2, true), 5, 3);
       for (int ep = 0; ep < 3; ++ep) {
         EXPECT_TRUE(same_bits(e[ep], ref[ep]))
             << "num_workers " << workers << ", persistent " << persistent << ", epoch " << ep;
@@ -399,20 +397,20 @@ TEST(DataLoader, AugmentationIdenticalForAnyWorkersAndEpochwise) {
   }
   // The 5-argument constructor is epoch 0.
   MemoryTracker tracker;
-  DataLoader loader(*ds, indices, bs, loader_options(3, false, 2, true, 5), tracker);
+  DataLoader loader(*ds, indices, bs, loader_options(3, false, 2, true), 5, tracker);
   const Batch& first = loader.next();
   EXPECT_EQ(std::vector<float>(first.inputs.begin(), first.inputs.end()), ref[0].inputs[0]);
 
   // Augmentation does something, differs across epochs and seeds, and leaves labels alone.
   const std::vector<Epoch> plain =
-      run_epochs(*ds, indices, bs, loader_options(0, false, 0, false, 5), 1);
+      run_epochs(*ds, indices, bs, loader_options(0, false, 0, false), 5, 1);
   EXPECT_FALSE(same_bits(ref[0], plain[0]));
   EXPECT_FALSE(same_bits(ref[0], ref[1]));
   EXPECT_FALSE(same_bits(ref[1], ref[2]));
   EXPECT_EQ(ref[0].labels, plain[0].labels);
   EXPECT_EQ(ref[1].labels, plain[0].labels);
   const std::vector<Epoch> other_seed =
-      run_epochs(*ds, indices, bs, loader_options(2, true, 2, true, 6), 1);
+      run_epochs(*ds, indices, bs, loader_options(2, true, 2, true), 6, 1);
   EXPECT_FALSE(same_bits(ref[0], other_seed[0]));
 }
 
@@ -483,7 +481,7 @@ TEST(DataLoader, RandomCropIsAShiftedCopyWithZeroPadding) {
   for (int padding : {1, 2}) {
     for (int workers : {0, 3}) {
       MemoryTracker tracker;
-      DataLoader loader(ds, 16, loader_options(workers, false, padding, false, 11), tracker);
+      DataLoader loader(ds, 16, loader_options(workers, false, padding, false), 11, tracker);
       loader.start_epoch(indices, 0);
       std::set<std::pair<int, int>> offsets;
       for (std::size_t b = 0; b < loader.num_batches(); ++b) {
@@ -511,7 +509,7 @@ TEST(DataLoader, HorizontalFlipIsIdentityOrMirror) {
   std::vector<std::int64_t> indices(200);
   for (std::int64_t i = 0; i < 200; ++i) indices[static_cast<std::size_t>(i)] = 199 - i;
   MemoryTracker tracker;
-  DataLoader loader(ds, indices, 10, loader_options(2, true, 0, true, 3), tracker);
+  DataLoader loader(ds, indices, 10, loader_options(2, true, 0, true), 3, tracker);
   int identity = 0, mirror = 0;
   for (std::size_t b = 0; b < loader.num_batches(); ++b) {
     const Batch& batch = loader.next();
@@ -533,7 +531,7 @@ TEST(DataLoader, CropAndFlipTransformEveryChannelAlike) {
   std::vector<std::int64_t> indices(120);
   for (std::int64_t i = 0; i < 120; ++i) indices[static_cast<std::size_t>(i)] = 3 * i;
   MemoryTracker tracker;
-  DataLoader loader(ds, indices, 12, loader_options(1, false, 1, true, 8), tracker);
+  DataLoader loader(ds, indices, 12, loader_options(1, false, 1, true), 8, tracker);
   std::set<std::tuple<int, int, bool>> seen;
   for (std::size_t b = 0; b < loader.num_batches(); ++b) {
     const Batch& batch = loader.next();
@@ -551,16 +549,16 @@ TEST(DataLoader, PersistentWorkersStartOncePerLoader) {
   const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 2, 3}, 4, 90, 2);
   const std::vector<std::int64_t> indices = shuffled_indices(90, 1);
   const std::vector<Epoch> ref =
-      run_epochs(*ds, indices, 6, loader_options(0, false, 0, false, 0), 1);
+      run_epochs(*ds, indices, 6, loader_options(0, false, 0, false), 0, 1);
   for (bool persistent : {true, false}) {
     std::size_t threads = 0;
     const std::vector<Epoch> e =
-        run_epochs(*ds, indices, 6, loader_options(3, persistent, 0, false, 0), 3, &threads);
+        run_epochs(*ds, indices, 6, loader_options(3, persistent, 0, false), 0, 3, &threads);
     EXPECT_EQ(threads, persistent ? 3u : 9u);
     for (const Epoch& ep : e) EXPECT_TRUE(same_bits(ep, ref[0])) << "persistent " << persistent;
   }
   std::size_t threads = 0;
-  run_epochs(*ds, indices, 6, loader_options(0, true, 0, false, 0), 3, &threads);
+  run_epochs(*ds, indices, 6, loader_options(0, true, 0, false), 0, 3, &threads);
   EXPECT_EQ(threads, 0u);
 }
 
@@ -570,7 +568,7 @@ TEST(DataLoader, StagingAllocatedOnceAcrossEpochs) {
   const std::int64_t slot = 4 * 24 * 4 + 4 * 4;
   for (bool persistent : {true, false}) {
     MemoryTracker tracker;
-    DataLoader loader(*ds, 4, loader_options(3, persistent, 1, true, 0), tracker);
+    DataLoader loader(*ds, 4, loader_options(3, persistent, 1, true), 0, tracker);
     EXPECT_EQ(tracker.current_bytes(MemoryCategory::data_staging), 6 * slot);
     for (int ep = 0; ep < 3; ++ep) {
       loader.start_epoch(indices, ep);
@@ -587,7 +585,7 @@ TEST(DataLoader, NextBeforeStartEpochThrows) {
   for (int workers : {0, 2}) {
     for (bool persistent : {false, true}) {
       MemoryTracker tracker;
-      DataLoader loader(*ds, 2, loader_options(workers, persistent, 0, false, 0), tracker);
+      DataLoader loader(*ds, 2, loader_options(workers, persistent, 0, false), 0, tracker);
       EXPECT_EQ(loader.num_batches(), 0u);
       EXPECT_EQ(loader.threads_started(), 0u);
       EXPECT_THROW(loader.next(), Error);
@@ -607,10 +605,10 @@ TEST(DataLoader, RejectsBadAugmentationOptions) {
   MemoryTracker tracker;
   DataLoaderOptions o;
   o.crop_padding = -1;
-  EXPECT_THROW(DataLoader(*ds, 1, o, tracker), InputError);
+  EXPECT_THROW(DataLoader(*ds, 1, o, 0, tracker), InputError);
   o.crop_padding = 0;
   o.decode_cost_us = -5;
-  EXPECT_THROW(DataLoader(*ds, 1, o, tracker), InputError);
+  EXPECT_THROW(DataLoader(*ds, 1, o, 0, tracker), InputError);
 }
 
 TEST(DataLoader, StartEpochDropsUnconsumedBatches) {
@@ -625,8 +623,8 @@ TEST(DataLoader, StartEpochDropsUnconsumedBatches) {
     for (bool persistent : {false, true}) {
       const std::int64_t loads_before = ds.loads();
       MemoryTracker tracker;
-      DataLoaderOptions o = loader_options(workers, persistent, 0, false, 0);
-      DataLoader loader(ds, 16, o, tracker);
+      DataLoaderOptions o = loader_options(workers, persistent, 0, false);
+      DataLoader loader(ds, 16, o, 0, tracker);
       for (int consumed : {0, 1, 3}) {
         loader.start_epoch(first, consumed);
         for (int b = 0; b < consumed; ++b) EXPECT_EQ(loader.next().index, b);
@@ -666,7 +664,7 @@ TEST(DataLoader, WorkerErrorLosesOnlyThatEpoch) {
   for (int workers : {0, 1, 4}) {
     for (bool persistent : {false, true}) {
       MemoryTracker tracker;
-      DataLoader loader(ds, 10, loader_options(workers, persistent, 0, false, 0), tracker);
+      DataLoader loader(ds, 10, loader_options(workers, persistent, 0, false), 0, tracker);
       loader.start_epoch(bad, 0);
       EXPECT_THROW(
           for (std::size_t b = 0; b < loader.num_batches(); ++b) loader.next(),
@@ -683,11 +681,11 @@ TEST(DataLoader, DecodeCostLeavesBatchesUnchanged) {
   const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 4, 4}, 5, 64, 3);
   const std::vector<std::int64_t> indices = shuffled_indices(64, 5);
   const std::vector<Epoch> ref =
-      run_epochs(*ds, indices, 8, loader_options(0, false, 1, true, 2), 2);
+      run_epochs(*ds, indices, 8, loader_options(0, false, 1, true), 2, 2);
   for (int workers : {0, 2}) {
-    DataLoaderOptions o = loader_options(workers, workers > 0, 1, true, 2);
+    DataLoaderOptions o = loader_options(workers, workers > 0, 1, true);
     o.decode_cost_us = 30;
-    const std::vector<Epoch> e = run_epochs(*ds, indices, 8, o, 2);
+    const std::vector<Epoch> e = run_epochs(*ds, indices, 8, o, 2, 2);
     EXPECT_TRUE(same_bits(e[0], ref[0])) << "num_workers " << workers;
     EXPECT_TRUE(same_bits(e[1], ref[1])) << "num_workers " << workers;
   }

@@ -73,8 +73,8 @@ void shift_plane(float* plane, int h, int w, int oy, int ox) {
 }  // namespace
 
 DataLoader::DataLoader(const Dataset& dataset, std::size_t batch_size, DataLoaderOptions options,
-                       MemoryTracker& tracker)
-    : dataset_(dataset), batch_size_(batch_size), options_(options), shape_(dataset.shape()) {
+                       std::uint64_t seed, MemoryTracker& tracker)
+    : dataset_(dataset), batch_size_(batch_size), options_(options), seed_(seed), shape_(dataset.shape()) {
   if (batch_size < 1) throw InputError("DataLoader: batch size must be >= 1");
   if (options.num_workers < 0) {
     throw InputError(fmt::format("DataLoader: num_workers {} must be >= 0", options.num_workers));
@@ -112,8 +112,9 @@ DataLoader::DataLoader(const Dataset& dataset, std::size_t batch_size, DataLoade
 }
 
 DataLoader::DataLoader(const Dataset& dataset, std::vector<std::int64_t> indices,
-                       std::size_t batch_size, DataLoaderOptions options, MemoryTracker& tracker)
-    : DataLoader(dataset, batch_size, options, tracker) {
+                       std::size_t batch_size, DataLoaderOptions options, std::uint64_t seed,
+                       MemoryTracker& tracker)
+    : DataLoader(dataset, batch_size, options, seed, tracker) {
   start_epoch(std::move(indices), 0);  // a throw here runs ~DataLoader (delegating constructor)
 }
 
@@ -186,7 +187,7 @@ void DataLoader::augment(float* sample, std::int64_t index, std::int64_t epoch) 
   const int p = options_.crop_padding;
   if (p == 0 && !options_.hflip) return;
   const std::uint64_t key =
-      mix64(mix64(mix64(options_.seed) ^ static_cast<std::uint64_t>(epoch)) ^
+      mix64(mix64(mix64(seed_) ^ static_cast<std::uint64_t>(epoch)) ^
             static_cast<std::uint64_t>(index));
   const int c = shape_.channels, h = shape_.height, w = shape_.width;
   const std::size_t plane = static_cast<std::size_t>(h) * static_cast<std::size_t>(w);

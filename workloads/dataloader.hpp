@@ -50,9 +50,6 @@ struct DataLoaderOptions {
   int crop_padding = 0;
   // Random horizontal flip with p = 0.5 (RandomHorizontalFlip), applied after the crop.
   bool hflip = false;
-  // Augmentation randomness comes from a hash of (seed, epoch, sample index) only, so the
-  // batches do not depend on num_workers or on timing.
-  std::uint64_t seed = 0;
   // Page-locked staging for asynchronous host-to-device copies. On CPU-only runs it has no
   // effect: staging buffers are ordinary host memory and batches are consumed in place.
   bool pin_memory = false;
@@ -71,12 +68,13 @@ class DataLoader {
   // A loader with no epoch yet: call start_epoch() before next(). Allocates the staging slots
   // (num_workers * prefetch_factor batches, or 1 when num_workers == 0). Throws InputError if
   // batch_size < 1, num_workers < 0, prefetch_factor < 1 (with workers), decode_cost_us < 0 or
-  // crop_padding < 0.
-  DataLoader(const Dataset& dataset, std::size_t batch_size, DataLoaderOptions options,
+  // crop_padding < 0. Augmentation randomness comes from a hash of (seed, epoch, sample index)
+  // only (the run's --seed), so the batches do not depend on num_workers or on timing.
+  DataLoader(const Dataset& dataset, std::size_t batch_size, DataLoaderOptions options, std::uint64_t seed,
              MemoryTracker& tracker);
   // The constructor above followed by start_epoch(indices, 0).
   DataLoader(const Dataset& dataset, std::vector<std::int64_t> indices, std::size_t batch_size,
-             DataLoaderOptions options, MemoryTracker& tracker);
+             DataLoaderOptions options, std::uint64_t seed, MemoryTracker& tracker);
   ~DataLoader();  // stops and joins the workers
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -111,6 +109,7 @@ class DataLoader {
   const Dataset& dataset_;
   std::size_t batch_size_;
   DataLoaderOptions options_;
+  std::uint64_t seed_;  // of the augmentation
   SampleShape shape_;
 
   // Current epoch. Written by start_epoch() only while no worker is inside an epoch (busy_ == 0,

@@ -62,7 +62,7 @@ static void BM_DataLoader(benchmark::State& state) {
     options.num_workers = num_workers;
     options.prefetch_factor = 2;
     options.decode_cost_us = decode_us;
-    DataLoader loader(dataset, indices, kBatchSize, options, tracker);
+    DataLoader loader(dataset, indices, kBatchSize, options, /*seed=*/0, tracker);
     const Batch* batch = nullptr;
     for (std::size_t b = 0; b < per_iteration; ++b) batch = &loader.next();  // warm-up round
     for (auto _ : state) {
