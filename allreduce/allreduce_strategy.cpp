@@ -7,16 +7,16 @@ namespace dpbench {
 namespace {
 
 std::string ring_transport(const TrainConfig&) { return "ring"; }
-std::string allreduce_label(const TrainConfig& c) {
+std::string allreduce_label(const TrainConfig& config) {
   std::string how = "ring";
-  if (c.hierarchy == "node") how += ", node hierarchy";
-  if (c.comm_hook != "allreduce") how += ", " + c.comm_hook;
+  if (config.hierarchy == "node") how += ", node hierarchy";
+  if (config.comm_hook != "allreduce") how += ", " + config.comm_hook;
   return "allreduce (" + how + ")";
 }
 
 // The gradient all-reduce: algbw counts the gradient bytes, busbw = algbw * 2(p-1)/p.
-std::optional<BusBandwidth> allreduce_bus_bandwidth(const TrainConfig& c, double param_bytes) {
-  const double p = c.world_size;
+std::optional<BusBandwidth> allreduce_bus_bandwidth(const TrainConfig& config, double param_bytes) {
+  const double p = config.world_size;
   return BusBandwidth{"all-reduce", param_bytes, 2.0 * (p - 1.0) / p};
 }
 

@@ -11,23 +11,23 @@
 
 namespace dpbench {
 
-void validate_allreduce(const TrainConfig& cfg, const Dataset& train) {
-  validate_replicas(cfg, train);
-  if (cfg.comm_hook != "allreduce" && cfg.device != "cpu") {
+void validate_allreduce(const TrainConfig& config, const Dataset& train) {
+  validate_replicas(config, train);
+  if (config.comm_hook != "allreduce" && config.device != "cpu") {
     throw InputError(fmt::format("--comm-hook {}: packs and adds on the host; run it with --device cpu, not {}",
-                                 cfg.comm_hook, cfg.device));
+                                 config.comm_hook, config.device));
   }
-  if (powersgd_rank(cfg.comm_hook) > 0) {
-    if (cfg.start_powersgd_iter < 2) {
+  if (powersgd_rank(config.comm_hook) > 0) {
+    if (config.start_powersgd_iter < 2) {
       throw InputError(fmt::format("--start-powersgd-iter {}: must be at least 2 (PyTorch's PowerSGDState with error "
-                                   "feedback and warm start)", cfg.start_powersgd_iter));
+                                   "feedback and warm start)", config.start_powersgd_iter));
     }
-    if (cfg.checkpoint_every > 0 || cfg.resume) {
+    if (config.checkpoint_every > 0 || config.resume) {
       throw InputError(fmt::format("--comm-hook {}: checkpoints do not hold PowerSGD's error feedback and Q matrices; "
-                                   "run it without --checkpoint-every and --resume", cfg.comm_hook));
+                                   "run it without --checkpoint-every and --resume", config.comm_hook));
     }
   }
-  validate_node_hierarchy(cfg);
+  validate_node_hierarchy(config);
 }
 
 namespace {
@@ -98,10 +98,10 @@ class AllreduceRank final : public ReplicaRank {
 
 }  // namespace
 
-std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& params, const TrainConfig& cfg) {
-  const int powersgd = powersgd_rank(cfg.comm_hook);
+std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& params, const TrainConfig& config) {
+  const int powersgd = powersgd_rank(config.comm_hook);
   std::vector<ScheduleBucket> out;
-  for (const Bucket& b : assign_buckets(params, sizeof(float), cfg.first_bucket_mb, cfg.bucket_cap_mb)) {
+  for (const Bucket& b : assign_buckets(params, sizeof(float), config.first_bucket_mb, config.bucket_cap_mb)) {
     out.push_back({b.offset, b.size, {}});
     if (powersgd == 0) continue;
     const PowerSgdMessages m = powersgd_messages(powersgd_tensors(params, b, powersgd));
@@ -110,9 +110,9 @@ std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& p
   return out;
 }
 
-RunResult train_allreduce(const TrainConfig& cfg, const TrainData& data) {
-  validate_allreduce(cfg, *data.train);
-  return run_step_loop(cfg, data, [](const RankSetup& s) { return std::make_unique<AllreduceRank>(s); });
+RunResult train_allreduce(const TrainConfig& config, const TrainData& data) {
+  validate_allreduce(config, *data.train);
+  return run_step_loop(config, data, [](const RankSetup& s) { return std::make_unique<AllreduceRank>(s); });
 }
 
 }  // namespace dpbench

@@ -51,9 +51,6 @@ constexpr auto kGrace = std::chrono::seconds(10);  // after a rank failed, for t
 std::atomic<int> stop_signal{0};
 void on_signal(int sig) { stop_signal = sig; }
 
-// Whether the cluster's ranks are given PyTorch's explicit form, --init-method and --rank.
-bool explicit_init(const ClusterSpec& spec) { return spec.launcher == "tcp" || spec.launcher == "file"; }
-
 // Whether a TCP connection to address:port succeeds now (1 s at most).
 bool tcp_connects(const std::string& address, int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -143,7 +140,7 @@ std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Nod
   const int rank = node * spec.ranks_per_node + local;
   env.push_back(fmt::format("LOCAL_RANK={}", local));
   env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", spec.ranks_per_node));
-  if (!explicit_init(spec)) {
+  if (!explicit_init(spec.launcher)) {
     env.push_back(fmt::format("RANK={}", rank));
     env.push_back(fmt::format("WORLD_SIZE={}", spec.world_size()));
     env.push_back(fmt::format("GROUP_RANK={}", node));
@@ -162,7 +159,7 @@ std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Nod
 // or a file in the cluster's private /run (a tmpfs every node sees, gone with the cluster) named
 // after this job's process.
 std::string explicit_init_method(const ClusterSpec& spec, const Cluster& c) {
-  if (spec.launcher == "file") return fmt::format("file:///run/dpbench-{}.init", getpid());
+  if (spec.launcher == ClusterLauncher::file) return fmt::format("file:///run/dpbench-{}.init", getpid());
   return fmt::format("tcp://{}:{}", c.nodes().front().hostname, kMasterPort);
 }
 
@@ -240,12 +237,12 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
                      {"rtt_s", p.rtt_s}});
   }
   nlohmann::json launcher = {{"name", spec.launcher}};
-  if (explicit_init(spec)) launcher["init_method"] = explicit_init_method(spec, c);
-  if (spec.launcher == "torchrun") {
+  if (explicit_init(spec.launcher)) launcher["init_method"] = explicit_init_method(spec, c);
+  if (spec.launcher == ClusterLauncher::torchrun) {
     launcher["rdzv_backend"] = spec.rdzv_backend;
     launcher["max_restarts"] = spec.max_restarts;
   }
-  if (spec.launcher == "mpirun") {
+  if (spec.launcher == ClusterLauncher::mpirun) {
     nlohmann::json algorithms = nlohmann::json::object();
     for (const auto& a : kMpiAlgorithms) {
       if (a.collective == nullptr) continue;
@@ -615,13 +612,13 @@ std::string stage() {
 
 int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
   validate(spec);
-  if (spec.launcher == "mpirun" && find_tool("mpirun").empty()) {
+  if (spec.launcher == ClusterLauncher::mpirun && find_tool("mpirun").empty()) {
     throw InputError("--launcher mpirun: mpirun is not installed (apt-get install openmpi-bin)");
   }
-  if (spec.launcher == "mpirun" && find_tool("unshare").empty()) {
+  if (spec.launcher == ClusterLauncher::mpirun && find_tool("unshare").empty()) {
     throw InputError("--launcher mpirun: unshare (util-linux) is not installed");
   }
-  if (spec.launcher == "torchrun") {
+  if (spec.launcher == ClusterLauncher::torchrun) {
     if (find_tool("torchrun").empty()) {
       throw InputError("--launcher torchrun: torchrun is not installed (apt-get install python3-torch)");
     }
@@ -633,7 +630,7 @@ int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
       throw InputError("--rdzv-backend etcd: torchrun's Python cannot import etcd (apt-get install python3-etcd)");
     }
   }
-  if (spec.launcher == "srun") {
+  if (spec.launcher == ClusterLauncher::srun) {
     for (const char* tool : {"srun", "sinfo", "slurmctld", "slurmd", "munged"}) {
       if (find_tool(tool).empty()) {
         throw InputError(fmt::format("--launcher srun: {} is not installed (apt-get install slurmctld slurmd "
@@ -642,11 +639,11 @@ int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
       }
     }
   }
-  const Capability cap = probe_capability(spec.launcher == "srun");
+  const Capability cap = probe_capability(spec.launcher == ClusterLauncher::srun);
   if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
   return run_in_private_namespaces(cap.how, args,
                                    {fmt::format("{}=inner", kStageEnv), fmt::format("DPBENCH_CLUSTER_HOW={}", cap.how)},
-                                   spec.launcher == "srun");
+                                   spec.launcher == ClusterLauncher::srun);
 }
 
 int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
@@ -676,9 +673,9 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
     int expected = -1;
     lost_node.compare_exchange_strong(expected, node);
   });
-  if (spec.launcher == "torchrun") return run_torchrun_job(spec, c, args, lost_node);
-  if (spec.launcher == "mpirun") return run_mpirun_job(spec, c, args, lost_node);
-  if (spec.launcher == "srun") return run_srun_job(spec, c, args, lost_node);
+  if (spec.launcher == ClusterLauncher::torchrun) return run_torchrun_job(spec, c, args, lost_node);
+  if (spec.launcher == ClusterLauncher::mpirun) return run_mpirun_job(spec, c, args, lost_node);
+  if (spec.launcher == ClusterLauncher::srun) return run_srun_job(spec, c, args, lost_node);
   std::vector<std::string> argv = {"/proc/self/exe"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<JobProcess> ranks;
@@ -686,7 +683,7 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
     for (int local = 0; local < spec.ranks_per_node; ++local) {
       const int rank = node * spec.ranks_per_node + local;
       std::vector<std::string> rank_argv = argv;
-      if (explicit_init(spec)) {  // PyTorch's explicit form: the world size is the cluster's
+      if (explicit_init(spec.launcher)) {  // PyTorch's explicit form: the world size is the cluster's
         rank_argv.insert(rank_argv.end(),
                          {"--init-method", explicit_init_method(spec, c), "--rank", std::to_string(rank)});
       }

@@ -65,10 +65,6 @@ void validate(const ClusterSpec& spec) {
     throw InputError(fmt::format("--ranks-per-node {}: must be 1 to 16", spec.ranks_per_node));
   }
   if (spec.link.bits_per_s <= 0) throw InputError("--nodes: give the links' rate with --link RATE (e.g. 1gbit)");
-  if (spec.launcher != "env" && spec.launcher != "tcp" && spec.launcher != "file" && spec.launcher != "torchrun" &&
-      spec.launcher != "mpirun" && spec.launcher != "srun") {
-    throw InputError(fmt::format("--launcher {}: expected env, tcp, file, torchrun, mpirun or srun", spec.launcher));
-  }
   if (spec.rdzv_backend != "c10d" && spec.rdzv_backend != "etcd") {
     throw InputError(fmt::format("--rdzv-backend {}: expected c10d or etcd", spec.rdzv_backend));
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "launch/names.hpp"
+
 namespace dpbench::cluster {
 
 // A link rate as tc(8) writes it: "200mbit", "1gbit", "10gbit", "500kbit", "100mbps" (bytes).
@@ -28,12 +30,7 @@ struct ClusterSpec {
   int ranks_per_node = 1;
   LinkRate link;            // every node's link, both directions
   std::map<int, LinkRate> link_of;  // per-node overrides, node index -> rate
-  // How ranks start: "env" (each rank a process given torchrun's variables), "tcp" (each rank a
-  // process given --init-method tcp://node0:port --rank R, PyTorch's explicit form), "file" (the
-  // same with --init-method file://PATH, a file in the cluster's private /run), "torchrun" (one
-  // torchrun agent per node, --nnodes N --nproc_per_node K, meeting at a rendezvous on node 0) or
-  // "mpirun" (Open MPI's mpirun on the switch, starting its daemons in the nodes; --comm mpi).
-  std::string launcher = "env";
+  ClusterLauncher launcher = ClusterLauncher::env;  // how ranks start (launch/names.hpp)
   std::string rdzv_backend = "c10d";  // torchrun: c10d (its store in node 0's agent) or etcd (etcd on node 0)
   int max_restarts = 0;  // torchrun's --max_restarts; also how often a node whose agent died is started again
 
@@ -46,8 +43,7 @@ struct ClusterSpec {
 // is not I=RATE or I is not a node of the cluster (0 <= I < nodes).
 void parse_link_of(const std::vector<std::string>& values, ClusterSpec& spec);
 
-// Checks the spec: 2..64 nodes, 1..16 ranks per node, a link rate, launcher env, tcp, torchrun or mpirun,
-// rendezvous c10d or etcd (torchrun only), 0..10 restarts (torchrun only). Throws InputError naming
+// Checks the spec: 2..64 nodes, 1..16 ranks per node, a link rate, rendezvous c10d or etcd (torchrun only), 0..10 restarts (torchrun only). Throws InputError naming
 // the option.
 void validate(const ClusterSpec& spec);
 

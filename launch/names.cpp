@@ -19,6 +19,13 @@ constexpr std::array<std::pair<LauncherKind, std::string_view>, 6> kLaunchers{{{
                                                                           {LauncherKind::tcp, "tcp"},
                                                                           {LauncherKind::file, "file"},
                                                                           {LauncherKind::srun, "srun"}}};
+constexpr std::array<std::pair<ClusterLauncher, std::string_view>, 6> kClusterLaunchers{{
+    {ClusterLauncher::env, "env"},
+    {ClusterLauncher::tcp, "tcp"},
+    {ClusterLauncher::file, "file"},
+    {ClusterLauncher::torchrun, "torchrun"},
+    {ClusterLauncher::mpirun, "mpirun"},
+    {ClusterLauncher::srun, "srun"}}};
 
 template <typename Table, typename E>
 std::string_view lookup(const Table& table, E value) {
@@ -44,10 +51,26 @@ LauncherKind parse_launcher(std::string_view text, std::string_view option) {
       fmt::format("{} {}: unknown launcher (choose threads, mpirun, env, tcp, file or srun)", option, text));
 }
 
+ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view option) {
+  for (const auto& [v, spelling] : kClusterLaunchers) {
+    if (spelling == text) return v;
+  }
+  throw InputError(fmt::format("{} {}: expected env, tcp, file, torchrun, mpirun or srun", option, text));
+}
+
 std::string_view name(Backend backend) { return lookup(kBackends, backend); }
 std::string_view name(LauncherKind launcher) { return lookup(kLaunchers, launcher); }
+std::string_view name(ClusterLauncher launcher) { return lookup(kClusterLaunchers, launcher); }
+
+Backend cluster_backend(ClusterLauncher launcher) {
+  return launcher == ClusterLauncher::mpirun ? Backend::mpi : Backend::gloo;
+}
+bool explicit_init(ClusterLauncher launcher) {
+  return launcher == ClusterLauncher::tcp || launcher == ClusterLauncher::file;
+}
 
 void to_json(nlohmann::json& j, Backend backend) { j = std::string(name(backend)); }
 void from_json(const nlohmann::json& j, Backend& backend) { backend = parse_backend(j.get<std::string>()); }
+void to_json(nlohmann::json& j, ClusterLauncher launcher) { j = std::string(name(launcher)); }
 
 }  // namespace dpbench

@@ -28,19 +28,39 @@ enum class LauncherKind {
   srun,     // Slurm's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, ...)
 };
 
+// How an emulated cluster (run/sweep --nodes) starts its ranks: --launcher.
+enum class ClusterLauncher {
+  env,       // each rank a process given torchrun's variables
+  tcp,       // each rank a process given --init-method tcp://NODE0:PORT --rank R (PyTorch's explicit form)
+  file,      // the same with --init-method file://PATH, a file in the cluster's private /run
+  torchrun,  // one torchrun agent per node, meeting at a rendezvous on node 0
+  mpirun,    // Open MPI's mpirun on the switch, its daemons started in the nodes
+  srun,      // Slurm: slurmctld on the switch, a slurmd in every node, the job started with srun
+};
+
 // The backend named `text`; InputError "--comm X: unknown backend (choose local, mpi, gloo or
 // nccl)" otherwise.
 Backend parse_backend(std::string_view text);
 // The launcher named `text` ("threads", "mpirun", "env", "tcp", "file", "srun"); InputError
 // naming `option` and the choices otherwise.
 LauncherKind parse_launcher(std::string_view text, std::string_view option);
-// The spellings parse_backend and parse_launcher accept.
+// The cluster launcher named `text` ("env", "tcp", "file", "torchrun", "mpirun", "srun");
+// InputError naming `option` and the choices otherwise.
+ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view option);
+// The spellings parse_backend, parse_launcher and parse_cluster_launcher accept.
 std::string_view name(Backend backend);
 std::string_view name(LauncherKind launcher);
+std::string_view name(ClusterLauncher launcher);
+
+// The backend an emulated cluster's ranks meet over: mpi under mpirun, gloo under the others.
+Backend cluster_backend(ClusterLauncher launcher);
+// Whether the cluster's ranks are given PyTorch's explicit form (--init-method and --rank): tcp, file.
+bool explicit_init(ClusterLauncher launcher);
 
 // A backend in JSON is its name (never its number); reading one parses it (InputError when it
 // names none).
 void to_json(nlohmann::json& j, Backend backend);
 void from_json(const nlohmann::json& j, Backend& backend);
+void to_json(nlohmann::json& j, ClusterLauncher launcher);
 
 }  // namespace dpbench

@@ -39,21 +39,21 @@ std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size) {
   return sizes;
 }
 
-void validate_parameter_server(const TrainConfig& cfg, const Dataset& train) {
-  validate_config(cfg, train);
-  if (cfg.sync_bn) {
+void validate_parameter_server(const TrainConfig& config, const Dataset& train) {
+  validate_config(config, train);
+  if (config.sync_bn) {
     throw InputError("--sync-bn: not available in ps mode (DataParallel normalises each replica's chunk "
                      "with its own statistics); use --mode allreduce");
   }
-  if (cfg.transport != "collective" && cfg.transport != "p2p") {
+  if (config.transport != "collective" && config.transport != "p2p") {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)",
-                                 cfg.transport));
+                                 config.transport));
   }
-  if (cfg.hierarchy == "node" && cfg.transport != "collective") {
+  if (config.hierarchy == "node" && config.transport != "collective") {
     throw InputError(fmt::format("--hierarchy node: ps reduces inside the node with the collective transport, not {}",
-                                 cfg.transport));
+                                 config.transport));
   }
-  validate_node_hierarchy(cfg);
+  validate_node_hierarchy(config);
 }
 
 namespace {
@@ -231,9 +231,9 @@ void PsRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
 
 }  // namespace
 
-RunResult train_parameter_server(const TrainConfig& cfg, const TrainData& data) {
-  validate_parameter_server(cfg, *data.train);
-  return run_step_loop(cfg, data, [](const RankSetup& s) { return std::make_unique<PsRank>(s); });
+RunResult train_parameter_server(const TrainConfig& config, const TrainData& data) {
+  validate_parameter_server(config, *data.train);
+  return run_step_loop(config, data, [](const RankSetup& s) { return std::make_unique<PsRank>(s); });
 }
 
 }  // namespace dpbench

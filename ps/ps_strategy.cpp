@@ -11,9 +11,9 @@ namespace dpbench {
 
 namespace {
 
-std::string ps_transport(const TrainConfig& c) { return c.transport; }
-std::string ps_label(const TrainConfig& c) {
-  return fmt::format("ps ({}{})", c.transport, c.hierarchy == "node" ? ", node hierarchy" : "");
+std::string ps_transport(const TrainConfig& config) { return config.transport; }
+std::string ps_label(const TrainConfig& config) {
+  return fmt::format("ps ({}{})", config.transport, config.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
 // None: its comm time mixes the reduce and broadcast with the batch scatter and gather, so no
@@ -30,17 +30,17 @@ double ps_comm_time(const StepModel& m, const LinkModel& link, const std::string
 }
 
 // DataParallel's data flow over gloo (collective), or PyTorch's RPC parameter server (p2p).
-std::string ps_pytorch(const TrainConfig& c) { return c.transport == "p2p" ? "rpc_ps" : "dataparallel"; }
+std::string ps_pytorch(const TrainConfig& config) { return config.transport == "p2p" ? "rpc_ps" : "dataparallel"; }
 
 // DataParallel's ranks: rank 0 the reducer (master parameters, gradients and optimizer state, the
 // whole batch's loader and gathered logits, plus its own replica and chunk), the others a replica
 // and their chunk. One rank: plain training on the master parameters, no replica.
 std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
-  const TrainConfig& c = in.config;
-  const int p = c.world_size;
-  const double n = in.num_params, B = static_cast<double>(c.global_batch), f = sizeof(float);
-  const std::vector<std::size_t> rows = c.rank_batches.empty() ? chunk_sizes(c.global_batch, p) : c.rank_batches;
-  const double group = std::max<double>(1.0, std::floor(c.coalesce_mb * 1024.0 * 1024.0 / f));
+  const TrainConfig& config = in.config;
+  const int p = config.world_size;
+  const double n = in.num_params, B = static_cast<double>(config.global_batch), f = sizeof(float);
+  const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p) : config.rank_batches;
+  const double group = std::max<double>(1.0, std::floor(config.coalesce_mb * 1024.0 * 1024.0 / f));
   std::vector<RankMemory> ranks;
   for (int r = 0; r < p; ++r) {
     const auto b = static_cast<double>(rows[static_cast<std::size_t>(r)]);
@@ -50,14 +50,14 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
     const double master = r == 0 ? 1.0 : 0.0;
     m[MemoryCategory::parameters] = (replicas + master) * n * f + in.buffer_floats * f;
     m[MemoryCategory::gradients] = (replicas + master) * n * f;
-    m[MemoryCategory::optimizer_state] = master * optimizer_bytes(c, n);
+    m[MemoryCategory::optimizer_state] = master * optimizer_bytes(config, n);
     m[MemoryCategory::activations] = in.activation_bytes(std::max(b, 1.0)) + replicas * 2.0 * b * in.classes * f +
                                      master * 2.0 * B * in.classes * f;
     m[MemoryCategory::data_staging] = replicas * b * in.input_floats * f + master * loader_bytes(in, B);
     // The local backend's chain relay; the node hierarchy's rings relay nothing.
-    m[MemoryCategory::comm_buffers] = c.transport == "p2p"   ? master * replicas * n * f
-                                      : c.hierarchy == "node" ? 0.0
-                                                              : chain_relay_bytes(c, r, 0, std::min(n, group));
+    m[MemoryCategory::comm_buffers] = config.transport == "p2p"   ? master * replicas * n * f
+                                      : config.hierarchy == "node" ? 0.0
+                                                              : chain_relay_bytes(config, r, 0, std::min(n, group));
     ranks.push_back(m);
   }
   return ranks;
@@ -70,18 +70,18 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
 // each worker in turn); the reducer's optimizer step. Nothing overlaps.
 void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const int p = s.world_size();
-  const TrainConfig& c = in.config;
-  const bool p2p = c.transport == "p2p";
+  const TrainConfig& config = in.config;
+  const bool p2p = config.transport == "p2p";
   const std::size_t n = in.num_params;
-  const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(c.coalesce_mb * 1024.0 * 1024.0) / sizeof(float));
-  const std::vector<std::size_t> rows = c.rank_batches.empty() ? chunk_sizes(c.global_batch, p) : c.rank_batches;
+  const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(config.coalesce_mb * 1024.0 * 1024.0) / sizeof(float));
+  const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p) : config.rank_batches;
   std::vector<std::size_t> inputs, logits;
   for (std::size_t b : rows) {
     inputs.push_back(b * in.input_floats);
     logits.push_back(b * in.classes);
   }
   Collectives comm(s, in.engine, 0);
-  comm.set_node_hierarchy(c.hierarchy == "node" ? hierarchy_ranks_per_node(c) : 0);
+  comm.set_node_hierarchy(config.hierarchy == "node" ? hierarchy_ranks_per_node(config) : 0);
   s.compute(0, 0, in.compute.at(0).data, "data");
   for (int w = 1; p2p && w < p; ++w) comm.send_recv(n, 0, w);
   for (std::size_t off = 0; !p2p && off < n; off += group) comm.broadcast(std::min(group, n - off), 0);

@@ -28,12 +28,12 @@ ShardLayout shard_layout(std::size_t n, int world_size, int servers) {
   return layout;
 }
 
-ShardLayout shard_layout_for(const TrainConfig& c, std::size_t n) {
-  if (c.hierarchy != "node") return shard_layout(n, c.world_size, server_count(c));
-  const int k = hierarchy_ranks_per_node(c);
-  ShardLayout layout{hierarchical_segment_counts(n, c.world_size, k), std::vector<std::size_t>(static_cast<std::size_t>(c.world_size), 0)};
+ShardLayout shard_layout_for(const TrainConfig& config, std::size_t n) {
+  if (config.hierarchy != "node") return shard_layout(n, config.world_size, server_count(config));
+  const int k = hierarchy_ranks_per_node(config);
+  ShardLayout layout{hierarchical_segment_counts(n, config.world_size, k), std::vector<std::size_t>(static_cast<std::size_t>(config.world_size), 0)};
   std::size_t at = 0;
-  for (const int r : hierarchical_segment_order(c.world_size, k)) {
+  for (const int r : hierarchical_segment_order(config.world_size, k)) {
     layout.offsets[static_cast<std::size_t>(r)] = at;
     at += layout.counts[static_cast<std::size_t>(r)];
   }
@@ -63,51 +63,51 @@ ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, const 
   return {2 * n - at(rank) - at(rank + 1), 2 * n - at(rank - 1) - at(rank)};
 }
 
-int server_count(const TrainConfig& c) { return c.servers == 0 ? c.world_size : c.servers; }
+int server_count(const TrainConfig& config) { return config.servers == 0 ? config.world_size : config.servers; }
 
 namespace {
 
 // --staleness S > 0 (stale_sync.hpp): host buffers, the collective transport's flat push and
 // pull, no checkpoints (a checkpoint would need every push in flight).
-void validate_staleness(const TrainConfig& cfg) {
-  if (cfg.staleness == 0) return;
-  const std::string option = fmt::format("--staleness {}", cfg.staleness);
-  if (cfg.device != "cpu") {
+void validate_staleness(const TrainConfig& config) {
+  if (config.staleness == 0) return;
+  const std::string option = fmt::format("--staleness {}", config.staleness);
+  if (config.device != "cpu") {
     throw InputError(fmt::format("{}: the servers step on the communication thread, on the host; run it with --device cpu", option));
   }
-  if (cfg.transport != "collective") {
+  if (config.transport != "collective") {
     throw InputError(fmt::format("{}: pushes and pulls are the collective transport's; give --transport collective, not {}",
-                                 option, cfg.transport));
+                                 option, config.transport));
   }
-  if (cfg.hierarchy != "none") throw InputError(fmt::format("{}: not with --hierarchy {}", option, cfg.hierarchy));
-  if (!cfg.checkpoint_dir.empty()) {
+  if (config.hierarchy != "none") throw InputError(fmt::format("{}: not with --hierarchy {}", option, config.hierarchy));
+  if (!config.checkpoint_dir.empty()) {
     throw InputError(fmt::format("{}: no checkpoints (pushes are in flight at every step); drop --checkpoint-dir", option));
   }
-  if (cfg.sync_bn) throw InputError(fmt::format("{}: --sync-bn is allreduce's", option));
+  if (config.sync_bn) throw InputError(fmt::format("{}: --sync-bn is allreduce's", option));
 }
 
 }  // namespace
 
-void validate_sharded_ps(const TrainConfig& cfg, const Dataset& train) {
-  validate_replicas(cfg, train);
-  if (cfg.transport != "collective" && cfg.transport != "p2p") {
-    throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)", cfg.transport));
+void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
+  validate_replicas(config, train);
+  if (config.transport != "collective" && config.transport != "p2p") {
+    throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)", config.transport));
   }
-  if (cfg.servers < 0 || cfg.servers > cfg.world_size) {
-    throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {} (0: every rank)", cfg.servers,
-                                 cfg.world_size));
+  if (config.servers < 0 || config.servers > config.world_size) {
+    throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {} (0: every rank)", config.servers,
+                                 config.world_size));
   }
-  validate_staleness(cfg);
-  if (cfg.hierarchy != "node") return;
-  if (cfg.transport != "collective") {
+  validate_staleness(config);
+  if (config.hierarchy != "node") return;
+  if (config.transport != "collective") {
     throw InputError(fmt::format("--hierarchy node: sharded_ps reduces inside the node with the collective "
-                                 "transport, not {}", cfg.transport));
+                                 "transport, not {}", config.transport));
   }
-  if (server_count(cfg) != cfg.world_size) {
+  if (server_count(config) != config.world_size) {
     throw InputError(fmt::format("--hierarchy node: every rank serves a range; --servers {} of {} ranks is not "
-                                 "supported (give --servers 0)", cfg.servers, cfg.world_size));
+                                 "supported (give --servers 0)", config.servers, config.world_size));
   }
-  validate_node_hierarchy(cfg);
+  validate_node_hierarchy(config);
 }
 
 namespace {
@@ -254,11 +254,11 @@ class ShardedPsRank final : public ReplicaRank {
 
 }  // namespace
 
-RunResult train_sharded_ps(const TrainConfig& cfg, const TrainData& data) {
-  validate_sharded_ps(cfg, *data.train);
-  if (cfg.staleness > 0) return run_step_loop(cfg, data, make_stale_sync_rank);
-  const bool p2p = cfg.transport == "p2p";
-  return run_step_loop(cfg, data, [p2p](const RankSetup& s) { return std::make_unique<ShardedPsRank>(s, p2p); });
+RunResult train_sharded_ps(const TrainConfig& config, const TrainData& data) {
+  validate_sharded_ps(config, *data.train);
+  if (config.staleness > 0) return run_step_loop(config, data, make_stale_sync_rank);
+  const bool p2p = config.transport == "p2p";
+  return run_step_loop(config, data, [p2p](const RankSetup& s) { return std::make_unique<ShardedPsRank>(s, p2p); });
 }
 
 }  // namespace dpbench

@@ -9,23 +9,23 @@ namespace dpbench {
 
 namespace {
 
-std::string sharded_transport(const TrainConfig& c) { return c.transport; }
+std::string sharded_transport(const TrainConfig& config) { return config.transport; }
 
 // "sharded_ps (collective)"; the server count when not every rank is one.
-std::string sharded_label(const TrainConfig& c) {
-  if (c.servers > 0 && c.servers < c.world_size) {
-    return fmt::format("sharded_ps ({}, {} servers)", c.transport, c.servers);
+std::string sharded_label(const TrainConfig& config) {
+  if (config.servers > 0 && config.servers < config.world_size) {
+    return fmt::format("sharded_ps ({}, {} servers)", config.transport, config.servers);
   }
-  if (c.staleness > 0) return fmt::format("sharded_ps ({}, staleness {})", c.transport, c.staleness);
-  return fmt::format("sharded_ps ({}{})", c.transport, c.hierarchy == "node" ? ", node hierarchy" : "");
+  if (config.staleness > 0) return fmt::format("sharded_ps ({}, staleness {})", config.transport, config.staleness);
+  return fmt::format("sharded_ps ({}{})", config.transport, config.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
 // With every rank a server, the push is a reduce-scatter and the pull an all-gather of the
 // parameters: all-reduce's traffic, so busbw = algbw * 2(p-1)/p as for a ring all-reduce.
 // None with fewer servers, whose links carry more than the others'.
-std::optional<BusBandwidth> sharded_bus_bandwidth(const TrainConfig& c, double param_bytes) {
-  if (server_count(c) != c.world_size) return std::nullopt;
-  const double p = c.world_size;
+std::optional<BusBandwidth> sharded_bus_bandwidth(const TrainConfig& config, double param_bytes) {
+  if (server_count(config) != config.world_size) return std::nullopt;
+  const double p = config.world_size;
   return BusBandwidth{"reduce-scatter + all-gather", param_bytes, 2.0 * (p - 1.0) / p};
 }
 
@@ -44,19 +44,19 @@ std::string sharded_pytorch(const TrainConfig&) { return "rpc_ps"; }
 // Every rank a replica; server k also holds its range's gradient sum and optimizer state (and,
 // p2p, a receive buffer of the range); one rank alone is plain training.
 std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
-  const TrainConfig& c = in.config;
-  const ShardLayout layout = shard_layout_for(c, static_cast<std::size_t>(in.num_params));
+  const TrainConfig& config = in.config;
+  const ShardLayout layout = shard_layout_for(config, static_cast<std::size_t>(in.num_params));
   std::vector<RankMemory> ranks;
-  for (int r = 0; r < c.world_size; ++r) {
+  for (int r = 0; r < config.world_size; ++r) {
     const auto mine = static_cast<double>(layout.counts[static_cast<std::size_t>(r)]);
-    RankMemory m = replica_memory(in, replica_rows(c, r));
+    RankMemory m = replica_memory(in, replica_rows(config, r));
     m.role = mine > 0 ? "server" : "worker";
-    m[MemoryCategory::optimizer_state] = optimizer_bytes(c, mine);
-    if (c.world_size > 1) {
+    m[MemoryCategory::optimizer_state] = optimizer_bytes(config, mine);
+    if (config.world_size > 1) {
       m[MemoryCategory::gradients] += mine * sizeof(float);
-      if (c.transport == "p2p") m[MemoryCategory::comm_buffers] = mine * sizeof(float);
+      if (config.transport == "p2p") m[MemoryCategory::comm_buffers] = mine * sizeof(float);
       // --staleness S: S + 1 parameter versions and S + 1 pushes in flight (stale_sync.hpp).
-      const double slots = c.staleness > 0 ? c.staleness + 1.0 : 0.0;
+      const double slots = config.staleness > 0 ? config.staleness + 1.0 : 0.0;
       m[MemoryCategory::parameters] += slots * in.num_params * sizeof(float);
       m[MemoryCategory::comm_buffers] += slots * in.num_params * sizeof(float);
     }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "launch/names.hpp"
 #include "launch/resolve.hpp"
 #include "core/mpi_comm.hpp"
 #include "tests/fixtures.hpp"
@@ -69,6 +70,34 @@ class Launch : public ::testing::Test {
   }
   TempDir tmp_;
 };
+
+// The launch room's names: every spelling parses back to its value, JSON writes the spelling, an
+// unknown one is one line naming the option and the choices, and the cluster's launchers say
+// which backend their ranks meet over and which take PyTorch's explicit form.
+TEST(LaunchNames, EverySpellingRoundTripsAndAnUnknownOneIsNamed) {
+  for (Backend b : {Backend::local, Backend::mpi, Backend::gloo, Backend::nccl}) EXPECT_EQ(parse_backend(name(b)), b);
+  for (LauncherKind k : {LauncherKind::threads, LauncherKind::mpirun, LauncherKind::env, LauncherKind::tcp,
+                         LauncherKind::file, LauncherKind::srun}) {
+    EXPECT_EQ(parse_launcher(name(k), "--x"), k);
+  }
+  const std::vector<ClusterLauncher> cluster = {ClusterLauncher::env,      ClusterLauncher::tcp,    ClusterLauncher::file,
+                                                ClusterLauncher::torchrun, ClusterLauncher::mpirun, ClusterLauncher::srun};
+  for (ClusterLauncher l : cluster) {
+    EXPECT_EQ(parse_cluster_launcher(name(l), "--launcher"), l);
+    EXPECT_EQ(nlohmann::json(l).get<std::string>(), name(l));
+    EXPECT_EQ(cluster_backend(l), l == ClusterLauncher::mpirun ? Backend::mpi : Backend::gloo) << name(l);
+    EXPECT_EQ(explicit_init(l), l == ClusterLauncher::tcp || l == ClusterLauncher::file) << name(l);
+  }
+  EXPECT_EQ(name(ClusterLauncher::torchrun), "torchrun");
+  try {
+    parse_cluster_launcher("slurm", "--launcher");
+    ADD_FAILURE() << "--launcher slurm parsed";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--launcher slurm: expected env, tcp, file, torchrun, mpirun or srun");
+  }
+  EXPECT_THROW(parse_backend("ucc"), InputError);
+  EXPECT_THROW(parse_launcher("threads ", "--x"), InputError);
+}
 
 TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
   REQUIRE_MPI();

@@ -111,16 +111,16 @@ void check_fingerprint(const nlohmann::json& theirs, const nlohmann::json& ours,
 
 }  // namespace
 
-nlohmann::json checkpoint_fingerprint(const TrainConfig& c, std::size_t num_params, long steps_per_epoch) {
-  nlohmann::json f = {{"workload", c.workload},         {"hidden", c.hidden},
-                      {"channels", c.channels},         {"num_params", num_params},
-                      {"world_size", c.world_size},     {"mode", c.mode},
-                      {"transport", c.transport},       {"servers", c.servers},
-                      {"global_batch", c.global_batch}, {"rank_batches", c.rank_batches},
-                      {"seed", c.seed},                 {"steps_per_epoch", steps_per_epoch}};
+nlohmann::json checkpoint_fingerprint(const TrainConfig& config, std::size_t num_params, long steps_per_epoch) {
+  nlohmann::json f = {{"workload", config.workload},         {"hidden", config.hidden},
+                      {"channels", config.channels},         {"num_params", num_params},
+                      {"world_size", config.world_size},     {"mode", config.mode},
+                      {"transport", config.transport},       {"servers", config.servers},
+                      {"global_batch", config.global_batch}, {"rank_batches", config.rank_batches},
+                      {"seed", config.seed},                 {"steps_per_epoch", steps_per_epoch}};
   // SGD's files name no optimizer (as before there were others), so they still resume; an Adam
   // state cannot resume an SGD run or the other way round.
-  if (c.optimizer != "sgd") f["optimizer"] = c.optimizer;
+  if (config.optimizer != "sgd") f["optimizer"] = config.optimizer;
   return f;
 }
 

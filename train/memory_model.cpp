@@ -29,9 +29,9 @@ MemoryInputs builtin_memory_inputs(const TrainConfig& config, const SampleShape&
   return in;
 }
 
-double replica_rows(const TrainConfig& c, int rank) {
-  if (!c.rank_batches.empty()) return static_cast<double>(c.rank_batches.at(static_cast<std::size_t>(rank)));
-  return static_cast<double>(c.global_batch / static_cast<std::size_t>(c.world_size));
+double replica_rows(const TrainConfig& config, int rank) {
+  if (!config.rank_batches.empty()) return static_cast<double>(config.rank_batches.at(static_cast<std::size_t>(rank)));
+  return static_cast<double>(config.global_batch / static_cast<std::size_t>(config.world_size));
 }
 
 double loader_bytes(const MemoryInputs& in, double rows) {
@@ -40,8 +40,8 @@ double loader_bytes(const MemoryInputs& in, double rows) {
   return slots * rows * (in.input_floats * sizeof(float) + sizeof(std::int32_t));
 }
 
-double optimizer_bytes(const TrainConfig& c, double count) {
-  return optimizer_slots(c.optimizer) * count * sizeof(float);
+double optimizer_bytes(const TrainConfig& config, double count) {
+  return optimizer_slots(config.optimizer) * count * sizeof(float);
 }
 
 RankMemory replica_memory(const MemoryInputs& in, double rows) {
@@ -54,10 +54,10 @@ RankMemory replica_memory(const MemoryInputs& in, double rows) {
   return m;
 }
 
-double chain_relay_bytes(const TrainConfig& c, int rank, int root, double largest) {
-  const int p = c.world_size;
+double chain_relay_bytes(const TrainConfig& config, int rank, int root, double largest) {
+  const int p = config.world_size;
   const int pos = ((rank - root - 1) % p + p) % p;
-  if (c.comm != Backend::local || pos == 0 || pos == p - 1 || largest <= 0) return 0.0;
+  if (config.comm != Backend::local || pos == 0 || pos == p - 1 || largest <= 0) return 0.0;
   const auto n = static_cast<std::size_t>(largest);
   return 2.0 * static_cast<double>(LocalCommunicator::chain_slice(n)) * sizeof(float);
 }

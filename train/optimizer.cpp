@@ -24,13 +24,13 @@ Optimizer::Optimizer(RankContext& ctx, const TrainConfig& config, std::size_t of
 void Optimizer::step(float* params, const float* grads) {
   ++steps_;
   if (count_ == 0) return;
-  const TrainConfig& c = config_;
+  const TrainConfig& config = config_;
   if (slots_ == 1) {
-    ctx_.sgd_momentum(params, grads, state_.data(), count_, c.lr, c.momentum, c.weight_decay);
+    ctx_.sgd_momentum(params, grads, state_.data(), count_, config.lr, config.momentum, config.weight_decay);
     return;
   }
   const cpu::AdamScalars s =
-      cpu::adam_scalars(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, steps_, c.optimizer == "adamw");
+      cpu::adam_scalars(config.lr, config.beta1, config.beta2, config.eps, config.weight_decay, steps_, config.optimizer == "adamw");
   ctx_.adam(params, grads, state_.data(), state_.data() + count_, count_, s);
 }
 

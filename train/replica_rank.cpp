@@ -9,26 +9,26 @@
 
 namespace dpbench {
 
-void validate_replicas(const TrainConfig& cfg, const Dataset& train) {
-  validate_config(cfg, train);
-  if (cfg.rank_batches.empty() && cfg.global_batch % static_cast<std::size_t>(cfg.world_size) != 0) {
+void validate_replicas(const TrainConfig& config, const Dataset& train) {
+  validate_config(config, train);
+  if (config.rank_batches.empty() && config.global_batch % static_cast<std::size_t>(config.world_size) != 0) {
     throw InputError(fmt::format(
         "--batch-size {}: not divisible by --ranks {} ({} mode gives every rank "
         "global_batch / world_size samples)",
-        cfg.global_batch, cfg.world_size, cfg.mode));
+        config.global_batch, config.world_size, config.mode));
   }
-  if (!(cfg.bucket_cap_mb > 0)) {
-    throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", cfg.bucket_cap_mb));
+  if (!(config.bucket_cap_mb > 0)) {
+    throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", config.bucket_cap_mb));
   }
-  if (!(cfg.first_bucket_mb > 0)) {
-    throw InputError(fmt::format("--first-bucket-mb {}: must be positive", cfg.first_bucket_mb));
+  if (!(config.first_bucket_mb > 0)) {
+    throw InputError(fmt::format("--first-bucket-mb {}: must be positive", config.first_bucket_mb));
   }
 }
 
-std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& cfg, const Dataset& train,
+std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& config, const Dataset& train,
                                             DistributedSampler& sampler, int epoch,
                                             std::size_t offset_in_batch, std::size_t local_batch, long spe) {
-  if (cfg.rank_batches.empty()) {
+  if (config.rank_batches.empty()) {
     sampler.set_epoch(epoch);
     std::vector<std::int64_t> indices = sampler.indices();
     indices.resize(static_cast<std::size_t>(spe) * local_batch);
@@ -36,15 +36,15 @@ std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& cfg, const Datase
   }
   // Uneven split: the data is partitioned in proportion to the rank batches, rank r taking its
   // slice of every global batch, so the ranks together see the 1-rank run's batches.
-  return proportional_shard(shuffled_indices(train.size(), cfg.seed + static_cast<std::uint64_t>(epoch)),
-                            cfg.global_batch, offset_in_batch, local_batch, spe);
+  return proportional_shard(shuffled_indices(train.size(), config.seed + static_cast<std::uint64_t>(epoch)),
+                            config.global_batch, offset_in_batch, local_batch, spe);
 }
 
 namespace {
 // Every rank's batch: even, or the uneven split of --rank-batch.
-std::vector<std::size_t> rank_batches(const TrainConfig& cfg) {
-  const auto p = static_cast<std::size_t>(cfg.world_size);
-  return cfg.rank_batches.empty() ? std::vector<std::size_t>(p, cfg.global_batch / p) : cfg.rank_batches;
+std::vector<std::size_t> rank_batches(const TrainConfig& config) {
+  const auto p = static_cast<std::size_t>(config.world_size);
+  return config.rank_batches.empty() ? std::vector<std::size_t>(p, config.global_batch / p) : config.rank_batches;
 }
 }  // namespace
 

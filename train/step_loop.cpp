@@ -99,9 +99,9 @@ class RankLoop {
     me_.rank = s.ctx.rank();
     me_.local_batch = mode.rows();
     if (mode.loaded_rows() > 0) {
-      DataLoaderOptions options = s.config.loader;
-      options.seed = s.config.seed;  // augmentation: from (seed, epoch, sample) only
-      loader_ = std::make_unique<DataLoader>(s.train, mode.loaded_rows(), options, s.ctx.host_tracker());
+      // augmentation: from (seed, epoch, sample) only
+      loader_ = std::make_unique<DataLoader>(s.train, mode.loaded_rows(), s.config.loader, s.config.seed,
+                                             s.ctx.host_tracker());
       staging_ = s.ctx.make_staging(mode.loaded_rows(), s.train.shape().features(), s.config.loader.pin_memory);
     }
     if (s.config.sync_bn) mode.model().set_batchnorm_sync(&bn_sync_);
@@ -268,17 +268,17 @@ class RankLoop {
 
 std::unique_ptr<ModeRank> make_plain_rank(const RankSetup& setup) { return std::make_unique<PlainRank>(setup); }
 
-RunResult run_step_loop(const TrainConfig& cfg, const TrainData& data, const MakeModeRank& make_rank) {
+RunResult run_step_loop(const TrainConfig& config, const TrainData& data, const MakeModeRank& make_rank) {
   const Dataset& train = *data.train;
-  const long total = total_steps(cfg, train);
+  const long total = total_steps(config, train);
   RunResult result;
-  result.config = cfg;
+  result.config = config;
   result.dataset = train.name();
   result.steps_total = total;
-  result.ranks.resize(static_cast<std::size_t>(cfg.world_size));
-  run_rank_contexts(cfg, result.ranks, [&](RankContext& ctx) {
-    const RankSetup setup{cfg, ctx, train, steps_per_epoch(cfg, train)};
-    const std::unique_ptr<ModeRank> mode = cfg.world_size == 1 ? make_plain_rank(setup) : make_rank(setup);
+  result.ranks.resize(static_cast<std::size_t>(config.world_size));
+  run_rank_contexts(config, result.ranks, [&](RankContext& ctx) {
+    const RankSetup setup{config, ctx, train, steps_per_epoch(config, train)};
+    const std::unique_ptr<ModeRank> mode = config.world_size == 1 ? make_plain_rank(setup) : make_rank(setup);
     RankLoop loop(setup, *mode, result, total);
     loop.train();
     loop.finish(data);

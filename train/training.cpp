@@ -230,23 +230,23 @@ long total_steps(const TrainConfig& config, const Dataset& train) {
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
                    const std::vector<long>& steps_in_epoch, const float* params, std::size_t n,
                    const float* buffers, std::size_t num_buffers) {
-  const TrainConfig& cfg = result.config;
+  const TrainConfig& config = result.config;
   for (std::size_t e = 0; e < loss_sums.size() && e < steps_in_epoch.size(); ++e) {
     if (steps_in_epoch[e] == 0) continue;
     result.epoch_train_loss.push_back(
-        loss_sums[e] / static_cast<double>(steps_in_epoch[e] * static_cast<long>(cfg.global_batch)));
+        loss_sums[e] / static_cast<double>(steps_in_epoch[e] * static_cast<long>(config.global_batch)));
   }
   result.final_train_loss = result.epoch_train_loss.empty() ? 0 : result.epoch_train_loss.back();
   result.num_params = n;
   result.input_features = data.train->shape().features();
   result.sample_shape = data.train->shape();
   result.num_classes = static_cast<std::size_t>(data.train->num_classes());
-  if (cfg.keep_final_params) {
+  if (config.keep_final_params) {
     result.final_params.assign(params, params + n);
     if (buffers != nullptr) result.final_buffers.assign(buffers, buffers + num_buffers);
   }
-  if (cfg.evaluate && data.test != nullptr) {
-    result.test_accuracy = evaluate_accuracy(cfg, *data.test, params, buffers);
+  if (config.evaluate && data.test != nullptr) {
+    result.test_accuracy = evaluate_accuracy(config, *data.test, params, buffers);
   }
 }
 

@@ -61,7 +61,7 @@ struct TrainConfig {
   float beta1 = 0.9f;             // adam, adamw: --betas
   float beta2 = 0.999f;
   float eps = 1e-8f;              // adam, adamw
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0;         // model initialisation, DistributedSampler shuffle, augmentation (--seed)
   std::vector<int> hidden = {512, 256};
   std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
   bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
@@ -110,8 +110,8 @@ struct TrainConfig {
 
 // The ranks per node of a --hierarchy node run: ranks_on_this_node when the launch set it, else
 // every rank (one process's threads share one node).
-inline int hierarchy_ranks_per_node(const TrainConfig& c) {
-  return c.process.ranks_on_this_node > 0 ? c.process.ranks_on_this_node : c.world_size;
+inline int hierarchy_ranks_per_node(const TrainConfig& config) {
+  return config.process.ranks_on_this_node > 0 ? config.process.ranks_on_this_node : config.world_size;
 }
 // --hierarchy node's checks, for the modes that have it: host buffers (--device cpu) and a world
 // size that nodes of hierarchy_ranks_per_node ranks make up. Throws InputError naming the option.
@@ -124,12 +124,12 @@ struct BucketAllreduce {
   int ranks_per_node = 0;
   WireFormat format = WireFormat::fp32;
 };
-inline BucketAllreduce bucket_allreduce(const TrainConfig& c) {
-  const bool packed = c.comm_hook == "fp16" || c.comm_hook == "bf16";
-  const WireFormat format = packed ? wire_format(c.comm_hook) : WireFormat::fp32;
-  if (c.hierarchy == "node") return {hierarchy_ranks_per_node(c), format};
-  if (c.comm_hook.rfind("powersgd", 0) == 0) return {c.world_size, format};  // the project's ring
-  return {format == WireFormat::fp32 ? 0 : c.world_size, format};
+inline BucketAllreduce bucket_allreduce(const TrainConfig& config) {
+  const bool packed = config.comm_hook == "fp16" || config.comm_hook == "bf16";
+  const WireFormat format = packed ? wire_format(config.comm_hook) : WireFormat::fp32;
+  if (config.hierarchy == "node") return {hierarchy_ranks_per_node(config), format};
+  if (config.comm_hook.rfind("powersgd", 0) == 0) return {config.world_size, format};  // the project's ring
+  return {format == WireFormat::fp32 ? 0 : config.world_size, format};
 }
 
 // Seconds spent in each phase of one step on one rank.

@@ -107,14 +107,14 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   allows_tf32(config.precision);
 }
 
-void validate_node_hierarchy(const TrainConfig& cfg) {
-  if (cfg.hierarchy != "node") return;
-  if (cfg.device != "cpu") {
-    throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", cfg.device));
+void validate_node_hierarchy(const TrainConfig& config) {
+  if (config.hierarchy != "node") return;
+  if (config.device != "cpu") {
+    throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", config.device));
   }
-  const int k = hierarchy_ranks_per_node(cfg);
-  if (k < 1 || cfg.world_size % k != 0) {
-    throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", cfg.world_size, k));
+  const int k = hierarchy_ranks_per_node(config);
+  if (k < 1 || config.world_size % k != 0) {
+    throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", config.world_size, k));
   }
 }
 

@@ -36,27 +36,27 @@ namespace dpbench {
 namespace {
 
 // The optimizer's options, torch.optim's names and defaults.
-void add_optimizer_options(CLI::App& app, TrainConfig& c) {
-  app.add_option("--optimizer", c.optimizer,
+void add_optimizer_options(CLI::App& app, TrainConfig& config) {
+  app.add_option("--optimizer", config.optimizer,
                  "sgd (with momentum), adam or adamw: torch.optim.SGD / Adam / AdamW semantics")
       ->capture_default_str();
-  app.add_option("--lr", c.lr, "Learning rate (cnn: 0.05 unless given)")->capture_default_str();
-  app.add_option("--momentum", c.momentum, "sgd: momentum (PyTorch semantics, dampening 0)")
+  app.add_option("--lr", config.lr, "Learning rate (cnn: 0.05 unless given)")->capture_default_str();
+  app.add_option("--momentum", config.momentum, "sgd: momentum (PyTorch semantics, dampening 0)")
       ->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay,
+  app.add_option("--weight-decay", config.weight_decay,
                  "Weight decay: L2 added to the gradient (sgd, adam), decoupled (adamw)")
       ->capture_default_str();
   app.add_option_function<std::vector<float>>(
          "--betas",
-         [&c](const std::vector<float>& b) {
+         [&config](const std::vector<float>& b) {
            if (b.size() != 2) throw CLI::ValidationError("--betas", "two values: beta1,beta2");
-           c.beta1 = b[0];
-           c.beta2 = b[1];
+           config.beta1 = b[0];
+           config.beta2 = b[1];
          },
          "adam, adamw: coefficients of the running averages of the gradient and its square")
       ->delimiter(',')
       ->default_str("0.9,0.999");
-  app.add_option("--eps", c.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
+  app.add_option("--eps", config.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
 }
 
 // "" for a communication hook dpbench has, else what is wrong with the name (a CLI11 validator).
@@ -72,20 +72,20 @@ std::string comm_hook_error(std::string& v) {
 }
 
 // The gradient synchronisation: the node hierarchy (every mode) and allreduce's communication hook.
-void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
-  app.add_option("--hierarchy", c.hierarchy,
+void add_allreduce_sync_options(CLI::App& app, TrainConfig& config) {
+  app.add_option("--hierarchy", config.hierarchy,
                  "none (the flat collectives over every rank) or node (reduce inside each node first, one ring per "
                  "local rank across the nodes: allreduce's all-reduce, sharded_ps's push and pull, ps's reduce and "
                  "broadcast; collective transport, host buffers)")
       ->check(CLI::IsMember({"none", "node"}))
       ->capture_default_str();
-  app.add_option("--comm-hook", c.comm_hook,
+  app.add_option("--comm-hook", config.comm_hook,
                  "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
                  "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
                  "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
       ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
       ->capture_default_str();
-  app.add_option("--start-powersgd-iter", c.start_powersgd_iter,
+  app.add_option("--start-powersgd-iter", config.start_powersgd_iter,
                  "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
                  "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are (after the warm-up: a "
                  "warning, the timed steps mix both)")
@@ -94,64 +94,64 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& c) {
 
 // The model's shape (--hidden, --channels, --sync-bn) and the modes' own knobs (DDP's buckets and
 // gradient sync, sharded_ps's servers), for add_shared_options.
-void add_model_and_mode_options(CLI::App& app, TrainConfig& c) {
-  app.add_option("--hidden", c.hidden,
+void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
+  app.add_option("--hidden", config.hidden,
                  "Hidden layer widths of the MLP, comma list (cnn: the width of its one hidden "
                  "linear layer, default 128)")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--channels", c.channels, "cnn: output channels of its two 3x3 conv layers")
+  app.add_option("--channels", config.channels, "cnn: output channels of its two 3x3 conv layers")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_flag("--sync-bn", c.sync_bn,
+  app.add_flag("--sync-bn", config.sync_bn,
                "cnn, allreduce mode: SyncBatchNorm (statistics all-gathered across ranks, gradient "
                "sums all-reduced) instead of per-rank BatchNorm statistics");
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb,
+  app.add_option("--bucket-cap-mb", config.bucket_cap_mb,
                  "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
       ->capture_default_str();
-  app.add_option("--first-bucket-mb", c.first_bucket_mb,
+  app.add_option("--first-bucket-mb", config.first_bucket_mb,
                  "allreduce: size of DDP's first gradient bucket in MiB (PyTorch's "
                  "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
                  "all-reduce start before backward ends")
       ->capture_default_str();
-  add_allreduce_sync_options(app, c);
-  app.add_option("--servers", c.servers,
+  add_allreduce_sync_options(app, config);
+  app.add_option("--servers", config.servers,
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")
       ->capture_default_str();
-  app.add_option("--staleness", c.staleness,
+  app.add_option("--staleness", config.staleness,
                  "sharded_ps: stale-synchronous parallel (SSP, Ho et al. 2013): a worker computes on the newest "
                  "parameters it has and runs up to S steps ahead of the slowest, its pushes and pulls on its "
                  "communication thread; 0 = synchronous (collective transport, --device cpu)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--staleness-replay", c.staleness_replay,
+  app.add_option("--staleness-replay", config.staleness_replay,
                  "sharded_ps --staleness S: deterministic replay, each worker computing at step t on version t - d, "
                  "d drawn from this seed (uniform in 0..S): reproducible, for tests and replays")
       ->check(CLI::NonNegativeNumber);
 }
 
 // Options every training command shares (not the ones a sweep varies).
-void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& timeout_s,
+void add_shared_options(CLI::App& app, TrainConfig& config, DataOptions& d, double& timeout_s,
                         std::string& out, bool& quiet) {
-  app.add_option("--device", c.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
+  app.add_option("--device", config.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
       ->default_val("auto");
-  app.add_option("--epochs", c.epochs, "Passes over the training set (cnn: 3 unless given)")
+  app.add_option("--epochs", config.epochs, "Passes over the training set (cnn: 3 unless given)")
       ->capture_default_str();
-  app.add_option("--max-steps", c.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
+  app.add_option("--max-steps", config.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
       ->capture_default_str();
-  app.add_option("--warmup-steps", c.warmup_steps, "Steps excluded from timing statistics")
+  app.add_option("--warmup-steps", config.warmup_steps, "Steps excluded from timing statistics")
       ->capture_default_str();
-  add_optimizer_options(app, c);
-  app.add_option("--seed", c.seed,
+  add_optimizer_options(app, config);
+  app.add_option("--seed", config.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "
                  "DistributedSampler shuffle (seed + epoch)")
       ->capture_default_str();
-  add_model_and_mode_options(app, c);
-  app.add_option("--prefetch-factor", c.loader.prefetch_factor,
+  add_model_and_mode_options(app, config);
+  app.add_option("--prefetch-factor", config.loader.prefetch_factor,
                  "DataLoader prefetch_factor: batches loaded in advance per worker")
       ->capture_default_str();
-  app.add_flag("--persistent-workers", c.loader.persistent_workers,
+  app.add_flag("--persistent-workers", config.loader.persistent_workers,
                "DataLoader persistent_workers: keep the worker threads alive between epochs");
   app.add_flag_callback("--pin-memory", [&d] { d.pin_memory = 1; },
                         "DataLoader pin_memory: page-locked staging for asynchronous host-to-device "
@@ -159,18 +159,18 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                         "before computes (default on with --device cuda; no effect when training on CPU)");
   app.add_flag_callback("--no-pin-memory", [&d] { d.pin_memory = 0; },
                         "Copy batches to the GPU from pageable memory (synchronous copies, no prefetch)");
-  app.add_option("--precision", c.precision,
+  app.add_option("--precision", config.precision,
                  "cuda: cuBLAS math for the GEMMs, tf32 (tensor cores, PyTorch's allow_tf32) or fp32")
       ->capture_default_str();
-  app.add_option("--decode-cost-us", c.loader.decode_cost_us,
+  app.add_option("--decode-cost-us", config.loader.decode_cost_us,
                  "Emulated decoding: every loaded sample costs this many microseconds of the loading "
                  "thread's CPU time, so the effect of --num-workers is measurable")
       ->capture_default_str();
-  app.add_option("--crop-padding", c.loader.crop_padding,
+  app.add_option("--crop-padding", config.loader.crop_padding,
                  "Augmentation: random crop with this zero padding (torchvision RandomCrop; 0 = off), "
                  "seeded per sample so results do not depend on --num-workers")
       ->capture_default_str();
-  app.add_flag("--hflip", c.loader.hflip, "Augmentation: random horizontal flip (p = 0.5), seeded per sample");
+  app.add_flag("--hflip", config.loader.hflip, "Augmentation: random horizontal flip (p = 0.5), seeded per sample");
   app.add_option("--data", d.data, "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic")
       ->capture_default_str();
   app.add_option("--data-dir", d.data_dir,
@@ -185,7 +185,7 @@ void add_shared_options(CLI::App& app, TrainConfig& c, DataOptions& d, double& t
                  "Seconds a rank waits for its peers before the whole run is aborted")
       ->capture_default_str();
   app.add_option("--out,-o", out, "Result JSON path (default results/dpbench-<command>-<time>.json)");
-  app.add_flag("--no-eval", [&c](std::int64_t) { c.evaluate = false; }, "Skip the test-set evaluation");
+  app.add_flag("--no-eval", [&config](std::int64_t) { config.evaluate = false; }, "Skip the test-set evaluation");
   app.add_flag("--quiet,-q", quiet, "Only print the table / summary");
 }
 
@@ -213,10 +213,10 @@ std::string transport_help() {
 
 // The optimizer's options that do nothing with the chosen optimizer are errors: --momentum with
 // adam or adamw, --betas or --eps with sgd.
-void check_optimizer_options(const CLI::App& app, const TrainConfig& c) {
-  const bool sgd = c.optimizer == "sgd";
+void check_optimizer_options(const CLI::App& app, const TrainConfig& config) {
+  const bool sgd = config.optimizer == "sgd";
   if (!sgd && app.count("--momentum") > 0) {
-    throw InputError(fmt::format("--momentum: sgd's option; --optimizer {} has --betas", c.optimizer));
+    throw InputError(fmt::format("--momentum: sgd's option; --optimizer {} has --betas", config.optimizer));
   }
   for (const char* name : {"--betas", "--eps"}) {
     if (sgd && app.count(name) > 0) {
@@ -237,13 +237,14 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     }
     return;
   }
+  o.cluster.launcher = parse_cluster_launcher(o.launcher, "--launcher");
   // The ranks of --launcher tcp get --init-method tcp://... and --rank from the cluster; the world
   // size is the cluster's.
   if (run.count("--init-method") + run.count("--rank") > 0 && cluster::stage() != "rank") {
     throw InputError("--init-method and --rank: an emulated cluster's launcher gives each rank its own "
                      "(--launcher tcp: tcp:// to node 0 and --rank; --launcher file: file://PATH and --rank)");
   }
-  if (o.cluster.launcher != "torchrun" && run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
+  if (o.cluster.launcher != ClusterLauncher::torchrun && run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
     throw InputError("--rdzv-backend and --max-restarts are torchrun's: give --launcher torchrun");
   }
   if (o.link.empty()) throw InputError(fmt::format("--nodes {}: give the links' rate with --link RATE (e.g. 1gbit)", o.cluster.nodes));
@@ -251,7 +252,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   cluster::validate(o.cluster);
   cluster::parse_link_of(o.link_of, o.cluster);
   // mpirun's ranks meet over MPI, the others' over gloo.
-  const Backend comm = o.cluster.launcher == "mpirun" ? Backend::mpi : Backend::gloo;
+  const Backend comm = cluster_backend(o.cluster.launcher);
   if (run.count("--comm") > 0 && o.base.comm != comm) {
     throw InputError(fmt::format("--comm {}: an emulated cluster's ranks are processes on separate hosts that "
                                  "meet over gloo (--comm gloo, the default with --nodes) or, with --launcher "
@@ -261,7 +262,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     throw InputError(fmt::format("--ranks {}: --nodes {} x --ranks-per-node {} makes {} ranks", o.base.world_size,
                                  o.cluster.nodes, o.cluster.ranks_per_node, o.cluster.world_size()));
   }
-  if (o.cluster.launcher == "tcp" || o.cluster.launcher == "file") {
+  if (explicit_init(o.cluster.launcher)) {
     o.base.world_size = o.cluster.world_size();
     o.ranks_given = true;
   }
@@ -288,7 +289,7 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
   run.add_option("--ranks-per-node", o.cluster.ranks_per_node, "Emulated cluster: ranks (processes) per node")
       ->capture_default_str()
       ->group("Emulated cluster");
-  run.add_option("--launcher", o.cluster.launcher,
+  run.add_option("--launcher", o.launcher,
                  "Emulated cluster: env (each rank a process given torchrun's variables), tcp (each rank a "
                  "process given --init-method tcp://NODE0:PORT --rank R, PyTorch's explicit form), file (the same "
                  "with --init-method file://PATH, a file every node sees), torchrun (one "
@@ -312,14 +313,14 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
 // `run`'s checkpoints (--checkpoint-dir, --checkpoint-every, --resume) and its PyTorch reference
 // (--reference and its interpreter and start bundle).
 void add_checkpoint_and_reference_options(CLI::App& run, RunOptions& o) {
-  TrainConfig& c = o.base;
-  run.add_option("--checkpoint-dir", c.checkpoint_dir,
+  TrainConfig& config = o.base;
+  run.add_option("--checkpoint-dir", config.checkpoint_dir,
                  "Directory of checkpoints: parameters, optimizer state (momentum), BatchNorm buffers, "
                  "the step reached and the per-step losses, written atomically with a CRC-32 (rank 0; "
                  "sharded_ps: one shard per server). One --mode");
-  run.add_option("--checkpoint-every", c.checkpoint_every,
+  run.add_option("--checkpoint-every", config.checkpoint_every,
                  "Write a checkpoint after every N optimizer steps (with --checkpoint-dir)");
-  run.add_flag("--resume", c.resume,
+  run.add_flag("--resume", config.resume,
                "Continue from the newest valid checkpoint in --checkpoint-dir (a damaged one is skipped "
                "with a warning; none there: start from step 0)");
   run.add_option("--reference", o.reference.framework,
@@ -336,12 +337,12 @@ void add_checkpoint_and_reference_options(CLI::App& run, RunOptions& o) {
 }
 
 void add_run_options(CLI::App& run, RunOptions& o) {
-  TrainConfig& c = o.base;
-  run.add_option("--workload", c.workload,
+  TrainConfig& config = o.base;
+  run.add_option("--workload", config.workload,
                  "Model to train: mlp (Linear/ReLU stack) or cnn ([conv3x3-BatchNorm-ReLU-maxpool] x2, "
                  "linear, linear)")
       ->capture_default_str();
-  run.add_option("--rank-batch", c.rank_batches,
+  run.add_option("--rank-batch", config.rank_batches,
                  "Uneven split: samples per rank per step, comma list (e.g. 96,96,32,32 for GPUs of "
                  "different speed); the global batch is their sum; gradients are weighted by each "
                  "rank's sample count")
@@ -349,8 +350,8 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--mode", o.modes, std::string("Synchronisation modes to compare, comma list: ") + mode_help())
       ->delimiter(',')
       ->capture_default_str();
-  run.add_option("--transport", c.transport, transport_help())->capture_default_str();
-  run.add_option("--ranks,--world-size", c.world_size,
+  run.add_option("--transport", config.transport, transport_help())->capture_default_str();
+  run.add_option("--ranks,--world-size", config.world_size,
                  "world_size: number of ranks (in-process threads, one replica each)")
       ->capture_default_str();
   run.add_option("--init-method", o.init.init_method,
@@ -366,12 +367,12 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "collectives), mpi (one rank per process: mpirun -np N dpbench run --comm mpi) or "
                  "gloo (one rank per process, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
       ->capture_default_str();
-  run.add_option("--batch-size", c.global_batch,
+  run.add_option("--batch-size", config.global_batch,
                  "Global batch: samples per optimizer step summed over all ranks (allreduce and "
                  "sharded_ps give each rank batch-size / ranks; ps scatters it in chunks of "
                  "ceil(batch/ranks))")
       ->capture_default_str();
-  run.add_option("--num-workers", c.loader.num_workers,
+  run.add_option("--num-workers", config.loader.num_workers,
                  "DataLoader num_workers per loading rank: worker threads (0 = load on the training thread)")
       ->capture_default_str();
   run.add_option("--save-params", o.save_params,
@@ -386,7 +387,7 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "spread over them (--checkpoint-dir and --reference run once)")
       ->capture_default_str();
   add_cluster_options(run, o);
-  add_shared_options(run, c, o.data, o.timeout_s, o.out, o.quiet);
+  add_shared_options(run, config, o.data, o.timeout_s, o.out, o.quiet);
 }
 
 void finish_run_options(const CLI::App& run, RunOptions& o) {
@@ -408,20 +409,20 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
     if (run.count("--lr") == 0) o.base.lr = 0.05f;
     if (run.count("--epochs") == 0) o.base.epochs = 3;
   }
-  const TrainConfig& c = o.base;
-  if (c.checkpoint_every < 0) {
-    throw InputError(fmt::format("--checkpoint-every {}: must be positive", c.checkpoint_every));
+  const TrainConfig& config = o.base;
+  if (config.checkpoint_every < 0) {
+    throw InputError(fmt::format("--checkpoint-every {}: must be positive", config.checkpoint_every));
   }
-  if (c.checkpoint_dir.empty() && (c.checkpoint_every > 0 || c.resume)) {
-    throw InputError(fmt::format("{}: needs --checkpoint-dir", c.resume ? "--resume" : "--checkpoint-every"));
+  if (config.checkpoint_dir.empty() && (config.checkpoint_every > 0 || config.resume)) {
+    throw InputError(fmt::format("{}: needs --checkpoint-dir", config.resume ? "--resume" : "--checkpoint-every"));
   }
-  if (!c.checkpoint_dir.empty()) {
-    if (c.checkpoint_every == 0 && !c.resume) {
-      throw InputError(fmt::format("--checkpoint-dir {}: give --checkpoint-every N, --resume, or both", c.checkpoint_dir));
+  if (!config.checkpoint_dir.empty()) {
+    if (config.checkpoint_every == 0 && !config.resume) {
+      throw InputError(fmt::format("--checkpoint-dir {}: give --checkpoint-every N, --resume, or both", config.checkpoint_dir));
     }
     if (o.modes.size() != 1) {
       throw InputError(fmt::format("--checkpoint-dir {}: checkpoints one mode; give one --mode (got {})",
-                                   c.checkpoint_dir, fmt::join(o.modes, ",")));
+                                   config.checkpoint_dir, fmt::join(o.modes, ",")));
     }
     if (!o.reference.framework.empty()) throw InputError("--checkpoint-dir: not with --reference");
   }
@@ -537,7 +538,8 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
   if (sweep.count("--ranks") > 0) {
     throw InputError("--ranks: with --nodes the world size is the node count x --ranks-per-node");
   }
-  const std::string comm = o.launcher == "mpirun" ? "mpi" : "gloo";
+  o.cluster_launcher = parse_cluster_launcher(o.launcher, "--launcher");
+  const std::string comm(name(cluster_backend(o.cluster_launcher)));
   if (sweep.count("--comms") > 0 && o.comms != std::vector<std::string>{comm}) {
     throw InputError("--comms: an emulated cluster's ranks meet over gloo (--comms gloo, the default with --nodes) "
                      "or, with --launcher mpirun, over MPI (--comms mpi)");

@@ -68,72 +68,72 @@ LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
   throw InputError(fmt::format("--data {}: unknown data source (choose fashion-mnist or synthetic)", o.data));
 }
 
-void check_common_options(const TrainConfig& c, double timeout_s) {
-  if (c.world_size < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", c.world_size));
-  if (c.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
-  if (c.loader.num_workers < 0) {
-    throw InputError(fmt::format("--num-workers {}: must be >= 0", c.loader.num_workers));
+void check_common_options(const TrainConfig& config, double timeout_s) {
+  if (config.world_size < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", config.world_size));
+  if (config.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
+  if (config.loader.num_workers < 0) {
+    throw InputError(fmt::format("--num-workers {}: must be >= 0", config.loader.num_workers));
   }
-  if (c.loader.prefetch_factor < 1) {
-    throw InputError(fmt::format("--prefetch-factor {}: must be >= 1", c.loader.prefetch_factor));
+  if (config.loader.prefetch_factor < 1) {
+    throw InputError(fmt::format("--prefetch-factor {}: must be >= 1", config.loader.prefetch_factor));
   }
-  if (c.max_steps == 0 || c.max_steps < -1) {
-    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", c.max_steps));
+  if (config.max_steps == 0 || config.max_steps < -1) {
+    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", config.max_steps));
   }
   // Bounded so that the milliseconds the run converts it to fit (1e300 was undefined behaviour).
   constexpr double kMaxTimeoutS = 1e9;
   if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS) {
     throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
   }
-  make_model(c, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
-  if (c.sync_bn && c.workload != "cnn") {
+  make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
+  if (config.sync_bn && config.workload != "cnn") {
     throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
-                                 c.workload));
+                                 config.workload));
   }
-  allows_tf32(c.precision);
+  allows_tf32(config.precision);
 }
 
-void check_point(const TrainConfig& c, const Dataset& train) {
-  find_strategy(c.mode).validate(c, train);
-  make_model(c, train.shape(), static_cast<std::size_t>(train.num_classes()));  // a shape it cannot take
-  const long steps = total_steps(c, train);
-  if (c.warmup_steps >= steps) {
+void check_point(const TrainConfig& config, const Dataset& train) {
+  find_strategy(config.mode).validate(config, train);
+  make_model(config, train.shape(), static_cast<std::size_t>(train.num_classes()));  // a shape it cannot take
+  const long steps = total_steps(config, train);
+  if (config.warmup_steps >= steps) {
     throw InputError(fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps",
-                                 c.warmup_steps, steps));
+                                 config.warmup_steps, steps));
   }
 }
 
-int ranks_on_this_node(const TrainConfig& cfg) {
-  if (cfg.comm == Backend::mpi && MpiRuntime::active()) return MpiRuntime::local_size();
-  if (cfg.comm == Backend::gloo && cfg.process.ranks_on_this_node > 0) return cfg.process.ranks_on_this_node;  // LOCAL_WORLD_SIZE
-  return cfg.world_size;
+int ranks_on_this_node(const TrainConfig& config) {
+  if (config.comm == Backend::mpi && MpiRuntime::active()) return MpiRuntime::local_size();
+  if (config.comm == Backend::gloo && config.process.ranks_on_this_node > 0) return config.process.ranks_on_this_node;  // LOCAL_WORLD_SIZE
+  return config.world_size;
 }
 
-RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const DeviceChoice& device) {
+RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device) {
   const unsigned cores = cpu_cores();
-  const auto local = static_cast<unsigned>(std::max(1, ranks_on_this_node(cfg)));
+  const auto local = static_cast<unsigned>(std::max(1, ranks_on_this_node(config)));
   // Give each rank on this machine an equal share of the cores for its GEMMs.
   cpu::set_blas_threads(static_cast<int>(std::max(1u, cores / local)));
-  const Strategy& strategy = find_strategy(cfg.mode);
-  RunResult r = strategy.train(cfg, data.view());
+  const Strategy& strategy = find_strategy(config.mode);
+  RunResult r = strategy.train(config, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);
   // Records of other processes' ranks that this process was not sent have no steps.
   const auto idle = std::count_if(r.ranks.begin(), r.ranks.end(),
                                   [](const RankResult& k) { return k.local_batch == 0 && !k.steps.empty(); });
   if (idle > 0) {
     r.warnings.push_back(fmt::format("{}: {} of {} ranks get no samples of a global batch of {} (they only communicate)",
-                                     strategy.label(cfg), idle, cfg.world_size, cfg.global_batch));
+                                     strategy.label(config), idle, config.world_size, config.global_batch));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
-  if (!cfg.checkpoint_dir.empty()) {
+  if (!config.checkpoint_dir.empty()) {
     int attempt = 0;
     for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
-    r.elastic_restart = restart_cost(cfg.checkpoint_dir, r.resumed_from_step, attempt);
+    r.elastic_restart = restart_cost(config.checkpoint_dir, r.resumed_from_step, attempt);
   }
-  if (powersgd_rank(cfg.comm_hook) > 0 && cfg.start_powersgd_iter > cfg.warmup_steps) {
+  if (powersgd_rank(config.comm_hook) > 0 && config.start_powersgd_iter > config.warmup_steps) {
     r.warnings.push_back(fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "
                                      "uncompressed, so per-step times and bytes mix both",
-                                     cfg.start_powersgd_iter, cfg.warmup_steps));
+                                     config.start_powersgd_iter, config.warmup_steps));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
   if (r.resumed_from_step >= r.steps_total) {
@@ -141,12 +141,12 @@ RunResult execute_point(const TrainConfig& cfg, const LoadedData& data, const De
                                      r.resumed_from_step, r.steps_total));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
-  if (cfg.device != "cpu") {
+  if (config.device != "cpu") {
     const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(), [](const RankResult& k) { return k.device.virtual_rank; });
     if (shared) {
       r.warnings.push_back(fmt::format(
           "virtual ranks: {} ranks share {} GPU(s) on this node; results check correctness, and step times "
-          "include the ranks contending for one device", cfg.world_size, probe_cuda().gpus.size()));
+          "include the ranks contending for one device", config.world_size, probe_cuda().gpus.size()));
       fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
     }
   } else if (local > cores) {

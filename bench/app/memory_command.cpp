@@ -20,18 +20,18 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // The model's inputs for options `o` at world size p under `mode`, with `params` parameters for
 // a described model.
 MemoryInputs inputs_for(const MemoryOptions& o, const std::string& mode, int p, double params) {
-  TrainConfig c = o.base;
-  c.mode = mode;
-  c.world_size = p;
-  if (find_strategy(mode).transports.empty()) c.transport = "ring";
-  if (o.params <= 0) return builtin_memory_inputs(c, SampleShape{1, 28, 28}, 10);
+  TrainConfig config = o.base;
+  config.mode = mode;
+  config.world_size = p;
+  if (find_strategy(mode).transports.empty()) config.transport = "ring";
+  if (o.params <= 0) return builtin_memory_inputs(config, SampleShape{1, 28, 28}, 10);
   MemoryInputs in;
   in.num_params = params;
   in.input_floats = (o.input_bytes_per_sample - sizeof(std::int32_t)) / sizeof(float);
   in.classes = o.output_bytes_per_sample / sizeof(float);
   const double per_sample = o.activation_bytes_per_sample;
   in.activation_bytes = [per_sample](double rows) { return rows * per_sample; };
-  in.config = c;
+  in.config = config;
   return in;
 }
 

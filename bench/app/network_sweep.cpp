@@ -121,7 +121,7 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
            "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(modes, ",")),
            "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
            std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(p.per_node), "--launcher",
-           o.launcher,
+           std::string(name(o.cluster_launcher)),
            "--repetitions", "1", "-q", "--out", out}) {
     args.push_back(a);
   }
@@ -132,19 +132,19 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
 void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& cluster_block, const std::string& error,
                 nlohmann::json& runs) {
   for (const auto& mode : point_modes(o, p)) {
-    TrainConfig c = o.base;
-    c.workload = p.workload;
-    c.mode = mode;
-    if (!p.hook.empty()) c.comm_hook = p.hook;
-    if (!p.hierarchy.empty()) c.hierarchy = p.hierarchy;
-    if (p.staleness >= 0) c.staleness = mode == "sharded_ps" ? p.staleness : 0;
-    c.transport = p.transport;
-    c.comm = o.launcher == "mpirun" ? Backend::mpi : Backend::gloo;
-    c.world_size = p.nodes * p.per_node;
-    c.global_batch = p.batch;
-    c.loader.num_workers = p.workers;
-    runs.push_back({{"status", "failed"}, {"mode", mode}, {"strategy", strategy_to_json(c)},
-                    {"world_size", c.world_size}, {"global_batch", p.batch}, {"config", config_to_json(c)},
+    TrainConfig config = o.base;
+    config.workload = p.workload;
+    config.mode = mode;
+    if (!p.hook.empty()) config.comm_hook = p.hook;
+    if (!p.hierarchy.empty()) config.hierarchy = p.hierarchy;
+    if (p.staleness >= 0) config.staleness = mode == "sharded_ps" ? p.staleness : 0;
+    config.transport = p.transport;
+    config.comm = cluster_backend(o.cluster_launcher);
+    config.world_size = p.nodes * p.per_node;
+    config.global_batch = p.batch;
+    config.loader.num_workers = p.workers;
+    runs.push_back({{"status", "failed"}, {"mode", mode}, {"strategy", strategy_to_json(config)},
+                    {"world_size", config.world_size}, {"global_batch", p.batch}, {"config", config_to_json(config)},
                     {"repetition", p.rep}, {"cluster", cluster_block}, {"error", error}});
   }
 }
@@ -166,7 +166,7 @@ void check_network_sweep(const SweepOptions& o) {
       spec.nodes = n;
       spec.ranks_per_node = k;
       spec.link = cluster::parse_rate(o.links.front(), "--links");
-      spec.launcher = o.launcher;
+      spec.launcher = o.cluster_launcher;
       cluster::parse_link_of(o.link_of, spec);
       cluster::validate(spec);
     }
@@ -230,7 +230,7 @@ int network_sweep_command(const SweepOptions& o) {
     }
     const ChildRun child = run_child(run_args(o, p, point_out), point_err);
     const nlohmann::json cluster_block = {
-        {"nodes", p.nodes}, {"ranks_per_node", p.per_node}, {"link", p.link}, {"launcher", o.launcher}};
+        {"nodes", p.nodes}, {"ranks_per_node", p.per_node}, {"link", p.link}, {"launcher", o.cluster_launcher}};
     if (child.exit_code != 0) {
       ++failed;
       add_failed(o, p, cluster_block, child.last_error, runs);

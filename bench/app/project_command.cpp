@@ -36,10 +36,10 @@ const Strategy& run_strategy(const nlohmann::json& run) { return find_strategy(r
 
 // The projection curve a measured run belongs to: its strategy's curve for its transport.
 const ProjectedMode& run_projection(const nlohmann::json& run) {
-  TrainConfig c;
-  c.mode = run.at("mode").get<std::string>();
-  c.transport = run.value("transport", c.transport);
-  return projected_mode(run_strategy(run), c);
+  TrainConfig config;
+  config.mode = run.at("mode").get<std::string>();
+  config.transport = run.value("transport", config.transport);
+  return projected_mode(run_strategy(run), config);
 }
 
 // The run's bus bandwidth in GB/s, if it reports one. Files written before the strategy traits

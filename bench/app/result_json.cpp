@@ -53,57 +53,57 @@ double wall_throughput(const RunResult& run) {
   return static_cast<double>(r0.steps.size()) * static_cast<double>(run.config.global_batch) / r0.timed_wall_s;
 }
 
-nlohmann::json strategy_to_json(const TrainConfig& c) {
-  const Strategy& s = find_strategy(c.mode);
-  const auto bus = s.bus_bandwidth(c, 0.0);
+nlohmann::json strategy_to_json(const TrainConfig& config) {
+  const Strategy& s = find_strategy(config.mode);
+  const auto bus = s.bus_bandwidth(config, 0.0);
   return {{"name", s.name},
-          {"label", s.label(c)},
-          {"transport", s.transport(c)},
+          {"label", s.label(config)},
+          {"transport", s.transport(config)},
           {"reference", s.reference},
-          {"overlaps_backward", overlaps_backward(s, c)},
+          {"overlaps_backward", overlaps_backward(s, config)},
           {"has_reducer", s.has_reducer},
-          {"projection", projected_key(s, c)},
+          {"projection", projected_key(s, config)},
           {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
 }
 
-nlohmann::json config_to_json(const TrainConfig& c) {
-  return {{"workload", c.workload},
-          {"mode", c.mode},
-          {"transport", c.transport},
-          {"comm", c.comm},
-          {"device", c.device},
-          {"world_size", c.world_size},
-          {"global_batch", c.global_batch},
-          {"epochs", c.epochs},
-          {"max_steps", c.max_steps},
-          {"warmup_steps", c.warmup_steps},
-          {"optimizer", c.optimizer},
-          {"lr", c.lr},
-          {"momentum", c.momentum},
-          {"weight_decay", c.weight_decay},
-          {"betas", {c.beta1, c.beta2}},
-          {"eps", c.eps},
-          {"seed", c.seed},
-          {"hidden", c.hidden},
-          {"bucket_cap_mb", c.bucket_cap_mb},
-          {"first_bucket_mb", c.first_bucket_mb},
-          {"hierarchy", c.hierarchy},
-          {"comm_hook", c.comm_hook},
-          {"start_powersgd_iter", c.start_powersgd_iter},
-          {"servers", c.servers},
-          {"staleness", c.staleness},
-          {"staleness_replay", c.staleness_replay},
-          {"coalesce_mb", c.coalesce_mb},
-          {"num_workers", c.loader.num_workers},
-          {"prefetch_factor", c.loader.prefetch_factor},
-          {"persistent_workers", c.loader.persistent_workers},
-          {"pin_memory", c.loader.pin_memory},
-          {"decode_cost_us", c.loader.decode_cost_us},
-          {"crop_padding", c.loader.crop_padding},
-          {"hflip", c.loader.hflip},
-          {"channels", c.channels},
-          {"sync_bn", c.sync_bn},
-          {"rank_batches", c.rank_batches}};
+nlohmann::json config_to_json(const TrainConfig& config) {
+  return {{"workload", config.workload},
+          {"mode", config.mode},
+          {"transport", config.transport},
+          {"comm", config.comm},
+          {"device", config.device},
+          {"world_size", config.world_size},
+          {"global_batch", config.global_batch},
+          {"epochs", config.epochs},
+          {"max_steps", config.max_steps},
+          {"warmup_steps", config.warmup_steps},
+          {"optimizer", config.optimizer},
+          {"lr", config.lr},
+          {"momentum", config.momentum},
+          {"weight_decay", config.weight_decay},
+          {"betas", {config.beta1, config.beta2}},
+          {"eps", config.eps},
+          {"seed", config.seed},
+          {"hidden", config.hidden},
+          {"bucket_cap_mb", config.bucket_cap_mb},
+          {"first_bucket_mb", config.first_bucket_mb},
+          {"hierarchy", config.hierarchy},
+          {"comm_hook", config.comm_hook},
+          {"start_powersgd_iter", config.start_powersgd_iter},
+          {"servers", config.servers},
+          {"staleness", config.staleness},
+          {"staleness_replay", config.staleness_replay},
+          {"coalesce_mb", config.coalesce_mb},
+          {"num_workers", config.loader.num_workers},
+          {"prefetch_factor", config.loader.prefetch_factor},
+          {"persistent_workers", config.loader.persistent_workers},
+          {"pin_memory", config.loader.pin_memory},
+          {"decode_cost_us", config.loader.decode_cost_us},
+          {"crop_padding", config.loader.crop_padding},
+          {"hflip", config.loader.hflip},
+          {"channels", config.channels},
+          {"sync_bn", config.sync_bn},
+          {"rank_batches", config.rank_batches}};
 }
 
 namespace {
@@ -111,8 +111,8 @@ namespace {
 // The per-rank peaks by category (and the device's view on GPUs), the memory model's figures
 // beside them where it applies, the imbalance and the reducer's excess over the mean.
 nlohmann::json memory_to_json(const RunResult& run) {
-  const TrainConfig& c = run.config;
-  const auto p = static_cast<double>(c.world_size);
+  const TrainConfig& config = run.config;
+  const auto p = static_cast<double>(config.world_size);
   nlohmann::json per_rank_mem = nlohmann::json::array();
   double sum = 0, max = 0;
   for (const auto& r : run.ranks) {
@@ -131,9 +131,9 @@ nlohmann::json memory_to_json(const RunResult& run) {
   }
   // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
   // over --comm local, where the model holds to the byte.
-  if (c.device == "cpu" && c.comm == Backend::local && find_strategy(c.mode).memory != nullptr) {
+  if (config.device == "cpu" && config.comm == Backend::local && find_strategy(config.mode).memory != nullptr) {
     const std::vector<RankMemory> modelled =
-        find_strategy(c.mode).memory(builtin_memory_inputs(c, run.sample_shape, run.num_classes));
+        find_strategy(config.mode).memory(builtin_memory_inputs(config, run.sample_shape, run.num_classes));
     for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
       nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
       for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
@@ -151,7 +151,7 @@ nlohmann::json memory_to_json(const RunResult& run) {
 // The checkpoints of a run with --checkpoint-dir: count, write times, bytes per rank, and where
 // it resumed from.
 void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
-  const TrainConfig& c = run.config;
+  const TrainConfig& config = run.config;
   // A checkpoint's time is its slowest rank's (barrier to file in place); bytes per checkpoint.
   std::vector<double> per_checkpoint;
   nlohmann::json bytes = nlohmann::json::array();
@@ -162,8 +162,8 @@ void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
     }
     bytes.push_back(r.checkpoint_bytes);
   }
-  j["checkpoints"] = {{"dir", c.checkpoint_dir},
-                      {"every", c.checkpoint_every},
+  j["checkpoints"] = {{"dir", config.checkpoint_dir},
+                      {"every", config.checkpoint_every},
                       {"count", per_checkpoint.size()},
                       {"write_time_s", {{"total", std::accumulate(per_checkpoint.begin(), per_checkpoint.end(), 0.0)},
                                         {"median", median(per_checkpoint)}}},
@@ -176,7 +176,7 @@ void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
 // the strategy's collective, nccl-tests definitions: algbw = bytes / comm time, busbw = algbw *
 // the strategy's factor (only for strategies that declare one). Needs j["phases_s"].
 void add_traffic_json(const RunResult& run, nlohmann::json& j) {
-  const TrainConfig& c = run.config;
+  const TrainConfig& config = run.config;
   nlohmann::json per_rank_comm = nlohmann::json::array();
   for (const auto& r : run.ranks) {
     per_rank_comm.push_back({{"rank", r.rank}, {"sent", r.comm_per_step.bytes_sent},
@@ -184,8 +184,8 @@ void add_traffic_json(const RunResult& run, nlohmann::json& j) {
   }
   j["comm_bytes_per_step"] = {{"per_rank", per_rank_comm}};
   const double comm_s = j["phases_s"]["comm"].get<double>();
-  const auto bus = find_strategy(c.mode).bus_bandwidth(c, static_cast<double>(run.num_params * sizeof(float)));
-  if (bus && comm_s > 0 && c.world_size > 1) {
+  const auto bus = find_strategy(config.mode).bus_bandwidth(config, static_cast<double>(run.num_params * sizeof(float)));
+  if (bus && comm_s > 0 && config.world_size > 1) {
     const double algbw = bus->bytes / comm_s / 1e9;
     j["bus_bandwidth_GBps"] = {{"collective", bus->collective}, {"bytes", bus->bytes},
                                {"factor", bus->factor}, {"algbw", algbw}, {"busbw", algbw * bus->factor}};
@@ -196,21 +196,21 @@ void add_traffic_json(const RunResult& run, nlohmann::json& j) {
 // staleness over every rank (how many versions old the parameters each step computed on were),
 // with every rank's own.
 void add_staleness_json(const RunResult& run, nlohmann::json& j) {
-  const TrainConfig& c = run.config;
+  const TrainConfig& config = run.config;
   std::vector<std::vector<int>> all;
   nlohmann::json per_rank = nlohmann::json::array();
   double sum = 0, count = 0;
   for (const RankResult& r : run.ranks) {
     all.push_back(r.step_staleness);
-    per_rank.push_back(staleness_histogram({r.step_staleness}, c.warmup_steps, c.staleness));
+    per_rank.push_back(staleness_histogram({r.step_staleness}, config.warmup_steps, config.staleness));
   }
-  const std::vector<long> histogram = staleness_histogram(all, c.warmup_steps, c.staleness);
+  const std::vector<long> histogram = staleness_histogram(all, config.warmup_steps, config.staleness);
   for (std::size_t s = 0; s < histogram.size(); ++s) {
     sum += static_cast<double>(s) * static_cast<double>(histogram[s]);
     count += static_cast<double>(histogram[s]);
   }
-  j["staleness"] = {{"bound", c.staleness},
-                    {"replay_seed", c.staleness_replay >= 0 ? nlohmann::json(c.staleness_replay) : nlohmann::json()},
+  j["staleness"] = {{"bound", config.staleness},
+                    {"replay_seed", config.staleness_replay >= 0 ? nlohmann::json(config.staleness_replay) : nlohmann::json()},
                     {"histogram", histogram},
                     {"mean", count > 0 ? sum / count : 0.0},
                     {"per_rank_histogram", per_rank}};
@@ -219,26 +219,26 @@ void add_staleness_json(const RunResult& run, nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json run_to_json(const RunResult& run) {
-  const TrainConfig& c = run.config;
+  const TrainConfig& config = run.config;
   nlohmann::json j;
-  j["mode"] = c.mode;
-  j["strategy"] = strategy_to_json(c);
+  j["mode"] = config.mode;
+  j["strategy"] = strategy_to_json(config);
   j["transport"] = j["strategy"]["transport"];
-  j["comm"] = c.comm;
-  j["device"] = c.device;
-  j["workload"] = c.workload;
+  j["comm"] = config.comm;
+  j["device"] = config.device;
+  j["workload"] = config.workload;
   j["dataset"] = run.dataset;
-  j["world_size"] = c.world_size;
-  j["global_batch"] = c.global_batch;
+  j["world_size"] = config.world_size;
+  j["global_batch"] = config.global_batch;
   j["num_params"] = run.num_params;
   j["input_features"] = run.input_features;
   j["num_classes"] = run.num_classes;
   // GPU ranks sharing a device (more ranks than GPUs on a node); CPU ranks are threads.
   j["virtual_ranks"] = std::any_of(run.ranks.begin(), run.ranks.end(),
                                    [](const RankResult& r) { return r.device.virtual_rank; });
-  if (c.device == "cuda") j["precision"] = c.precision;
-  j["config"] = config_to_json(c);
-  j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", c.warmup_steps}};
+  if (config.device == "cuda") j["precision"] = config.precision;
+  j["config"] = config_to_json(config);
+  j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", config.warmup_steps}};
 
   const std::vector<double> times = rank0_step_times(run);
   j["throughput_samples_per_s"] = wall_throughput(run);
@@ -267,8 +267,8 @@ nlohmann::json run_to_json(const RunResult& run) {
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   j["quality"] = quality;  // a non-finite loss is written as null
-  if (!c.checkpoint_dir.empty()) add_checkpoints_json(run, j);
-  if (c.staleness > 0) add_staleness_json(run, j);
+  if (!config.checkpoint_dir.empty()) add_checkpoints_json(run, j);
+  if (config.staleness > 0) add_staleness_json(run, j);
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");

@@ -415,9 +415,9 @@ RunSetup prepare_run(const RunOptions& o) {
 // Checks every mode against the data, and --init-params against the model. Throws InputError.
 void check_modes(const RunOptions& o, const TrainConfig& base, const LoadedData& data) {
   for (const auto& mode : o.modes) {
-    TrainConfig cfg = base;
-    cfg.mode = mode;
-    check_point(cfg, *data.train);
+    TrainConfig config = base;
+    config.mode = mode;
+    check_point(config, *data.train);
   }
   if (base.initial_params != nullptr) {
     (void)initial_parameters(*make_model(base, data.train->shape(), static_cast<std::size_t>(data.train->num_classes())),
@@ -427,18 +427,18 @@ void check_modes(const RunOptions& o, const TrainConfig& base, const LoadedData&
 
 // Trains `mode` once, with a progress line on stderr unless quiet.
 RunResult train_mode(const RunSetup& s, const LoadedData& data, const std::string& mode, int rep) {
-  TrainConfig cfg = s.base;
-  cfg.mode = mode;
+  TrainConfig config = s.base;
+  config.mode = mode;
   const std::string repetition = s.repetitions > 1 ? fmt::format(", repetition {}/{}", rep + 1, s.repetitions) : "";
   if (!s.quiet) {
-    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", cfg.workload,
-               data.train->name(), cfg.world_size, cfg.device, name(s.launch.launcher), mode, repetition);
+    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", config.workload,
+               data.train->name(), config.world_size, config.device, name(s.launch.launcher), mode, repetition);
   }
   const bool terminal = isatty(STDERR_FILENO) != 0;
   if (!s.quiet) {
     // One line updated in place on a terminal; a plain line every 10 s otherwise (logs).
-    cfg.progress_interval_s = terminal ? 0.5 : 10.0;
-    cfg.progress = [terminal, mode](const Progress& p) {
+    config.progress_interval_s = terminal ? 0.5 : 10.0;
+    config.progress = [terminal, mode](const Progress& p) {
       const std::string line =
           fmt::format("dpbench: {} epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s ETA {:.0f} s", mode,
                       p.epoch + 1, p.epochs, p.step, p.total_steps, p.loss, p.samples_per_s, p.eta_s);
@@ -450,7 +450,7 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, const std::strin
     };
   }
   const auto t0 = std::chrono::steady_clock::now();
-  RunResult r = execute_point(cfg, data, s.device);
+  RunResult r = execute_point(config, data, s.device);
   if (!s.quiet && terminal) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
   if (!s.quiet) {
     const std::string accuracy =
@@ -543,11 +543,11 @@ void check_cluster_modes(const RunOptions& o) {
   const auto stand_in = make_synthetic_dataset(SampleShape{1, 1, 1}, 10,
                                                std::max<std::int64_t>({1, static_cast<std::int64_t>(o.base.global_batch), world}), 0);
   for (const auto& mode : o.modes) {
-    TrainConfig cfg = o.base;
-    cfg.mode = mode;
-    cfg.world_size = world;
-    if (cfg.device == "auto") cfg.device = "cpu";  // the ranks choose; the checks here do not depend on it
-    find_strategy(mode).validate(cfg, *stand_in);
+    TrainConfig config = o.base;
+    config.mode = mode;
+    config.world_size = world;
+    if (config.device == "auto") config.device = "cpu";  // the ranks choose; the checks here do not depend on it
+    find_strategy(mode).validate(config, *stand_in);
   }
 }
 

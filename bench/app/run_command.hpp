@@ -21,6 +21,7 @@ struct RunOptions {
   bool ranks_given = false;                       // --ranks on the command line (else the launcher's)
   ExplicitInit init;                              // --init-method, --rank: PyTorch's explicit form
   std::string comm = "local";                     // --comm as given; parsed into base.comm
+  std::string launcher = "env";                   // --launcher as given; parsed into cluster.launcher
   double timeout_s = 300;                         // sets base.timeout
   std::string out;                                // "" -> results/dpbench-run-<time>.json
   std::string save_params;                        // "" or PREFIX: PREFIX-<mode>.f32

@@ -25,15 +25,15 @@ double bytes_per_s(const std::string& text, const std::string& option) {
 
 // DDP's buckets over a flat gradient of n floats, as the projection knows no tensor shapes: the
 // first 1 MiB of the last parameters, then bucket_cap_mb at a time towards the first.
-std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& c) {
+std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& config) {
   std::vector<ScheduleBucket> buckets;
   std::size_t end = n;
-  double cap = c.first_bucket_mb;
+  double cap = config.first_bucket_mb;
   while (end > 0) {
     const auto size = std::min(end, std::max<std::size_t>(1, static_cast<std::size_t>(cap * 1024 * 1024 / 4)));
     buckets.push_back({end - size, size, {}});
     end -= size;
-    cap = c.bucket_cap_mb;
+    cap = config.bucket_cap_mb;
   }
   return buckets;
 }

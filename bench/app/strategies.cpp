@@ -64,10 +64,10 @@ const std::vector<ProjectedCurve>& projected_modes() {
       for (const auto& s : strategies()) {
         if (s.reference != reference) continue;
         for (const auto& m : s.projected) {
-          TrainConfig c;
-          c.mode = s.name;
-          c.transport = m.transport;
-          out.push_back({&s, m, s.label(c)});
+          TrainConfig config;
+          config.mode = s.name;
+          config.transport = m.transport;
+          out.push_back({&s, m, s.label(config)});
         }
       }
     }

@@ -21,11 +21,11 @@ std::string clock_text(double seconds) {
 
 // "ps/p2p mlp ranks=2 batch=256 workers=0 rep=1": the transport only for strategies that take one,
 // a hook other than allreduce's own ("allreduce/fp16 ...").
-std::string point_label(const TrainConfig& c, int rep) {
-  const bool takes_transport = !find_strategy(c.mode).transports.empty();
-  return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", c.mode,
-                     takes_transport ? "/" + c.transport : "", c.comm_hook != "allreduce" ? "/" + c.comm_hook : "",
-                     c.workload, c.world_size, c.global_batch, c.loader.num_workers, rep);
+std::string point_label(const TrainConfig& config, int rep) {
+  const bool takes_transport = !find_strategy(config.mode).transports.empty();
+  return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", config.mode,
+                     takes_transport ? "/" + config.transport : "", config.comm_hook != "allreduce" ? "/" + config.comm_hook : "",
+                     config.workload, config.world_size, config.global_batch, config.loader.num_workers, rep);
 }
 // What every group of the grid runs per repetition: every --transports value for a strategy
 // that takes a transport, the base config's for the others (which ignore it). With --comm-hooks,
@@ -61,33 +61,33 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
     std::vector<TrainConfig> next;
     for (const auto& g : groups) {
       for (const auto& v : values) {
-        TrainConfig c = g;
-        set(c, v);
-        next.push_back(std::move(c));
+        TrainConfig config = g;
+        set(config, v);
+        next.push_back(std::move(config));
       }
     }
     groups = std::move(next);
   };
-  expand(o.workloads, [&o](TrainConfig& c, const std::string& v) {
-    c.workload = v;
-    if (v == "cnn" && o.cnn_default_hidden) c.hidden = {128};
-    if (v == "cnn" && o.cnn_default_lr) c.lr = 0.05f;
+  expand(o.workloads, [&o](TrainConfig& config, const std::string& v) {
+    config.workload = v;
+    if (v == "cnn" && o.cnn_default_hidden) config.hidden = {128};
+    if (v == "cnn" && o.cnn_default_lr) config.lr = 0.05f;
   });
-  expand(o.comms, [](TrainConfig& c, const std::string& v) { c.comm = parse_backend(v); });
-  expand(o.ranks, [](TrainConfig& c, int v) { c.world_size = v; });
-  expand(o.batch_sizes, [](TrainConfig& c, std::size_t v) { c.global_batch = v; });
-  expand(o.num_workers, [](TrainConfig& c, int v) { c.loader.num_workers = v; });
+  expand(o.comms, [](TrainConfig& config, const std::string& v) { config.comm = parse_backend(v); });
+  expand(o.ranks, [](TrainConfig& config, int v) { config.world_size = v; });
+  expand(o.batch_sizes, [](TrainConfig& config, std::size_t v) { config.global_batch = v; });
+  expand(o.num_workers, [](TrainConfig& config, int v) { config.loader.num_workers = v; });
 
   const std::vector<SweepVariant> variants = sweep_variants(o);
   std::vector<SweepPoint> points;
   for (const auto& g : groups) {
     for (int rep = 0; rep < o.repetitions; ++rep) {
       for (const SweepVariant& v : variants) {
-        TrainConfig c = g;
-        c.mode = v.mode;
-        c.transport = v.transport;
-        c.comm_hook = v.hook;
-        points.push_back({std::move(c), rep});
+        TrainConfig config = g;
+        config.mode = v.mode;
+        config.transport = v.transport;
+        config.comm_hook = v.hook;
+        points.push_back({std::move(config), rep});
       }
     }
   }
@@ -111,9 +111,9 @@ DeviceChoice check_sweep(const SweepOptions& o) {
                                               return c == "mpi" || c == "gloo";
                                             }));
   for (const auto& w : o.workloads) {
-    TrainConfig c = o.base;
-    c.workload = w;
-    check_common_options(c, o.timeout_s);
+    TrainConfig config = o.base;
+    config.workload = w;
+    check_common_options(config, o.timeout_s);
   }
   for (const auto& comm : o.comms) {
     if (comm == "mpi") {
@@ -132,19 +132,19 @@ DeviceChoice check_sweep(const SweepOptions& o) {
 
 // One point's result entry: its run, or (InputError for a combination that cannot run, or a
 // runtime failure) a "failed" entry with the error, counted in `failed`.
-nlohmann::json run_point(TrainConfig c, const LoadedData& data, const DeviceChoice& device, bool quiet,
+nlohmann::json run_point(TrainConfig config, const LoadedData& data, const DeviceChoice& device, bool quiet,
                          std::size_t index, std::size_t total, std::size_t& failed) {
   nlohmann::json entry;
   try {
-    check_point(c, *data.train);
-    entry = run_to_json(execute_point(c, data, device));
+    check_point(config, *data.train);
+    entry = run_to_json(execute_point(config, data, device));
     entry["status"] = "ok";
   } catch (const std::exception& e) {
     // InputError (this point's combination cannot run) and runtime failures alike.
     ++failed;
-    entry = {{"status", "failed"}, {"mode", c.mode}, {"strategy", strategy_to_json(c)},
-             {"world_size", c.world_size}, {"global_batch", c.global_batch},
-             {"config", config_to_json(c)}, {"error", e.what()}};
+    entry = {{"status", "failed"}, {"mode", config.mode}, {"strategy", strategy_to_json(config)},
+             {"world_size", config.world_size}, {"global_batch", config.global_batch},
+             {"config", config_to_json(config)}, {"error", e.what()}};
     if (!quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
   }
   return entry;

@@ -9,6 +9,7 @@
 
 #include "bench/app/harness.hpp"
 #include "bench/app/strategies.hpp"
+#include "launch/names.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -46,7 +47,8 @@ struct SweepOptions {
   std::vector<int> stalenesses;
   // --link-of NODE=RATE: nodes whose link differs from --links' (a straggler), in every job.
   std::vector<std::string> link_of;
-  std::string launcher = "env";  // run --launcher: env or torchrun (gloo), mpirun (MPI)
+  std::string launcher = "env";  // run --launcher as given; parsed into cluster_launcher
+  ClusterLauncher cluster_launcher = ClusterLauncher::env;
   // The command line's options that a `run` takes too (data, model, steps, ...), as arguments for
   // the cluster's runs; filled by the CLI.
   std::vector<std::string> shared_args;
