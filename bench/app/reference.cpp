@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "allreduce/powersgd.hpp"
+#include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "train/models.hpp"
@@ -164,19 +165,10 @@ namespace {
 // start.json's config: the steps (warm-up included) and steps per epoch, the optimizer and DDP's
 // settings (PowerSGD's first compressed step under --comm-hook powersgd:R).
 nlohmann::json bundle_config(const TrainConfig& config, long steps, long spe) {
-  nlohmann::json c = {{"global_batch", config.global_batch},
-                      {"steps", steps},
-                      {"warmup_steps", config.warmup_steps},
-                      {"steps_per_epoch", spe},
-                      {"optimizer", config.optimizer},
-                      {"lr", config.lr},
-                      {"momentum", config.momentum},
-                      {"weight_decay", config.weight_decay},
-                      {"betas", {config.beta1, config.beta2}},
-                      {"eps", config.eps},
-                      {"seed", config.seed},
-                      {"bucket_cap_mb", config.bucket_cap_mb},
-                      {"comm_hook", config.comm_hook}};
+  nlohmann::json c = {{"global_batch", config.global_batch}, {"steps", steps},
+                      {"warmup_steps", config.warmup_steps},   {"steps_per_epoch", spe},
+                      {"bucket_cap_mb", config.bucket_cap_mb}, {"comm_hook", config.comm_hook}};
+  c.update(optimizer_to_json(config));
   if (powersgd_rank(config.comm_hook) > 0) c["start_powersgd_iter"] = config.start_powersgd_iter;
   return c;
 }

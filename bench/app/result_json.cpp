@@ -66,8 +66,14 @@ nlohmann::json strategy_to_json(const TrainConfig& config) {
           {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
 }
 
+nlohmann::json optimizer_to_json(const TrainConfig& config) {
+  return {{"optimizer", config.optimizer},         {"lr", config.lr},   {"momentum", config.momentum},
+          {"weight_decay", config.weight_decay},   {"betas", {config.beta1, config.beta2}},
+          {"eps", config.eps},                     {"seed", config.seed}};
+}
+
 nlohmann::json config_to_json(const TrainConfig& config) {
-  return {{"workload", config.workload},
+  nlohmann::json j = {{"workload", config.workload},
           {"mode", config.mode},
           {"transport", config.transport},
           {"comm", config.comm},
@@ -77,13 +83,6 @@ nlohmann::json config_to_json(const TrainConfig& config) {
           {"epochs", config.epochs},
           {"max_steps", config.max_steps},
           {"warmup_steps", config.warmup_steps},
-          {"optimizer", config.optimizer},
-          {"lr", config.lr},
-          {"momentum", config.momentum},
-          {"weight_decay", config.weight_decay},
-          {"betas", {config.beta1, config.beta2}},
-          {"eps", config.eps},
-          {"seed", config.seed},
           {"hidden", config.hidden},
           {"bucket_cap_mb", config.bucket_cap_mb},
           {"first_bucket_mb", config.first_bucket_mb},
@@ -104,6 +103,8 @@ nlohmann::json config_to_json(const TrainConfig& config) {
           {"channels", config.channels},
           {"sync_bn", config.sync_bn},
           {"rank_batches", config.rank_batches}};
+  j.update(optimizer_to_json(config));
+  return j;
 }
 
 namespace {

@@ -26,6 +26,9 @@ nlohmann::json strategy_to_json(const TrainConfig& config);
 
 // The config block of a TrainConfig (every option that shaped the run).
 nlohmann::json config_to_json(const TrainConfig& config);
+// The optimizer's part of it, which the PyTorch reference's start bundle carries too: optimizer,
+// lr, momentum, weight_decay, betas, eps, seed.
+nlohmann::json optimizer_to_json(const TrainConfig& config);
 
 // Median of per-step throughput (global_batch / step_time) in samples/s; 0 without steps.
 double median_throughput(const RunResult& run);
