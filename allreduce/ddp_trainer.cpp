@@ -22,7 +22,7 @@ void validate_allreduce(const TrainConfig& config, const Dataset& train) {
       throw InputError(fmt::format("--start-powersgd-iter {}: must be at least 2 (PyTorch's PowerSGDState with error "
                                    "feedback and warm start)", config.start_powersgd_iter));
     }
-    if (config.checkpoint_every > 0 || config.resume) {
+    if (config.checkpoint.every > 0 || config.checkpoint.resume) {
       throw InputError(fmt::format("--comm-hook {}: checkpoints do not hold PowerSGD's error feedback and Q matrices; "
                                    "run it without --checkpoint-every and --resume", config.comm_hook));
     }

@@ -80,7 +80,7 @@ void validate_staleness(const TrainConfig& config) {
                                  option, config.transport));
   }
   if (config.hierarchy != "none") throw InputError(fmt::format("{}: not with --hierarchy {}", option, config.hierarchy));
-  if (!config.checkpoint_dir.empty()) {
+  if (!config.checkpoint.dir.empty()) {
     throw InputError(fmt::format("{}: no checkpoints (pushes are in flight at every step); drop --checkpoint-dir", option));
   }
   if (config.sync_bn) throw InputError(fmt::format("{}: --sync-bn is allreduce's", option));

@@ -110,8 +110,8 @@ TEST_P(ResumeEquality, StoppedAndResumedRunEqualsUninterruptedBitwise) {
 
   TempDir tmp;
   TrainConfig first = base;
-  first.checkpoint_dir = tmp.path().string();
-  first.checkpoint_every = 4;
+  first.checkpoint.dir = tmp.path().string();
+  first.checkpoint.every = 4;
   first.max_steps = 14;
   const RunResult stopped = train(first, *data);
   ASSERT_EQ(stopped.step_train_loss.size(), 14u);
@@ -123,7 +123,7 @@ TEST_P(ResumeEquality, StoppedAndResumedRunEqualsUninterruptedBitwise) {
   const int writers = v.mode == "sharded_ps" ? (v.servers > 0 ? v.servers : 3) : 1;
   for (const int step : {4, 8, 12}) {
     for (int r = 0; r < 3; ++r) {
-      EXPECT_EQ(fs::exists(checkpoint_path(first.checkpoint_dir, step, r)), r < writers) << step << " rank " << r;
+      EXPECT_EQ(fs::exists(checkpoint_path(first.checkpoint.dir, step, r)), r < writers) << step << " rank " << r;
     }
   }
   for (int r = 0; r < 3; ++r) {
@@ -132,9 +132,9 @@ TEST_P(ResumeEquality, StoppedAndResumedRunEqualsUninterruptedBitwise) {
   }
 
   TrainConfig second = base;
-  second.checkpoint_dir = first.checkpoint_dir;
-  second.checkpoint_every = 4;
-  second.resume = true;
+  second.checkpoint.dir = first.checkpoint.dir;
+  second.checkpoint.every = 4;
+  second.checkpoint.resume = true;
   const RunResult resumed = train(second, *data);
   EXPECT_EQ(resumed.resumed_from_step, 12);
   expect_same_run(resumed, whole, name_of(v));
@@ -158,14 +158,14 @@ class CheckpointDamage : public ::testing::Test {
     data_ = dataset_for("mlp");
     whole_ = train(config_for(variant_), *data_);
     config_ = config_for(variant_);
-    config_.checkpoint_dir = tmp_.path().string();
-    config_.checkpoint_every = 4;
+    config_.checkpoint.dir = tmp_.path().string();
+    config_.checkpoint.every = 4;
     config_.max_steps = 14;  // checkpoints after 4, 8, 12
     (void)train(config_, *data_);
     config_.max_steps = -1;
-    config_.resume = true;
+    config_.checkpoint.resume = true;
   }
-  std::string file(long step, int rank = 0) const { return checkpoint_path(config_.checkpoint_dir, step, rank); }
+  std::string file(long step, int rank = 0) const { return checkpoint_path(config_.checkpoint.dir, step, rank); }
   static void truncate(const std::string& path, std::uintmax_t keep) { fs::resize_file(path, keep); }
   static void flip_byte(const std::string& path, std::uintmax_t at) {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -229,7 +229,7 @@ TEST_F(CheckpointDamage, NoValidCheckpointIsAnInputErrorNamingTheDirectory) {
   } catch (const InputError& e) {
     (void)::testing::internal::GetCapturedStderr();
     const std::string what = e.what();
-    EXPECT_NE(what.find("no valid checkpoint in " + config_.checkpoint_dir), std::string::npos) << what;
+    EXPECT_NE(what.find("no valid checkpoint in " + config_.checkpoint.dir), std::string::npos) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
   }
 }
@@ -267,8 +267,8 @@ TEST(Checkpoint, EmptyDirectoryStartsFromStepZero) {
   const auto data = dataset_for(v.workload);
   TempDir tmp;
   TrainConfig c = config_for(v);
-  c.checkpoint_dir = tmp.path().string();
-  c.resume = true;  // and no --checkpoint-every: nothing written
+  c.checkpoint.dir = tmp.path().string();
+  c.checkpoint.resume = true;  // and no --checkpoint-every: nothing written
   const RunResult r = train(c, *data);
   EXPECT_EQ(r.resumed_from_step, -1);
   expect_same_run(r, train(config_for(v), *data), "fresh");
@@ -282,8 +282,8 @@ TEST(Checkpoint, SavesLeaveNoTemporaryFileAndKeepTheNewestThree) {
   const auto data = dataset_for(v.workload);
   TempDir tmp;
   TrainConfig c = config_for(v);
-  c.checkpoint_dir = tmp.path().string();
-  c.checkpoint_every = 3;  // after 3, 6, ..., 18
+  c.checkpoint.dir = tmp.path().string();
+  c.checkpoint.every = 3;  // after 3, 6, ..., 18
   (void)train(c, *data);
   EXPECT_EQ(files_in(tmp.path()), (std::vector<std::string>{"ckpt-000000012-rank0.dpbc", "ckpt-000000015-rank0.dpbc",
                                                            "ckpt-000000018-rank0.dpbc"}));

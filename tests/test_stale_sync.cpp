@@ -163,7 +163,7 @@ TEST(StaleSync, RefusesWhatItCannotRun) {
   c.transport = "p2p";
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   c = stale_config(4, 64, 2, -1);
-  c.checkpoint_dir = "/tmp/x";
+  c.checkpoint.dir = "/tmp/x";
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   c = stale_config(4, 64, 2, -1);
   c.hierarchy = "node";

@@ -207,8 +207,8 @@ Checkpointer::Checkpointer(const TrainConfig& config, RankContext& ctx, std::siz
     : config_(config), ctx_(ctx), num_params_(num_params), spe_(steps_per_epoch), writers_(writers) {}
 
 long Checkpointer::restore(float* params, float* buffers, std::size_t num_buffers, const OptimizerShard& optimizer) {
-  if (config_.checkpoint_dir.empty() || !config_.resume) return 0;
-  const std::string& dir = config_.checkpoint_dir;
+  if (config_.checkpoint.dir.empty() || !config_.checkpoint.resume) return 0;
+  const std::string& dir = config_.checkpoint.dir;
   const int rank = ctx_.rank();
   const auto found = list_checkpoints(dir);
   if (found.empty()) return 0;  // nothing to resume: a fresh start
@@ -259,7 +259,7 @@ long Checkpointer::restore(float* params, float* buffers, std::size_t num_buffer
 }
 
 void Checkpointer::restore_optimizer(const CheckpointFile& own, const OptimizerShard& optimizer) {
-  const std::string path = checkpoint_path(config_.checkpoint_dir, own.step, own.rank);
+  const std::string path = checkpoint_path(config_.checkpoint.dir, own.step, own.rank);
   if (own.optimizer_slots != optimizer.slots) {
     throw InputError(fmt::format("--resume: {} holds {} optimizer state arrays per parameter, --optimizer {} keeps {}",
                                  path, own.optimizer_slots, config_.optimizer, optimizer.slots));
@@ -300,7 +300,7 @@ void write_and_prune(const std::string& dir, long steps_done, int rank, const st
 
 void Checkpointer::maybe_save(long steps_done, const float* params, const float* buffers, std::size_t num_buffers,
                               const OptimizerShard& optimizer, RankResult& me, CommStats& timed_start) {
-  if (config_.checkpoint_dir.empty() || config_.checkpoint_every <= 0 || steps_done % config_.checkpoint_every != 0 ||
+  if (config_.checkpoint.dir.empty() || config_.checkpoint.every <= 0 || steps_done % config_.checkpoint.every != 0 ||
       steps_done <= resumed_) {
     return;
   }
@@ -345,7 +345,7 @@ void Checkpointer::maybe_save(long steps_done, const float* params, const float*
       if (!all.empty()) std::memcpy(f.step_losses.data(), all.data(), all.size() * sizeof(float));
     }
     const std::string bytes = encode_checkpoint(f);
-    write_and_prune(config_.checkpoint_dir, steps_done, rank, bytes);
+    write_and_prune(config_.checkpoint.dir, steps_done, rank, bytes);
     me.checkpoint_bytes = static_cast<std::int64_t>(bytes.size());
   }
   me.checkpoint_write_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

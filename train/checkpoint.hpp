@@ -85,11 +85,11 @@ CheckpointFile decode_checkpoint(const std::string& bytes);
 // the run at the same point (maybe_save's barrier and gather are collectives).
 class Checkpointer {
  public:
-  // The context must outlive the checkpointer. Nothing happens unless config.checkpoint_dir is set.
+  // The context must outlive the checkpointer. Nothing happens unless config.checkpoint.dir is set.
   Checkpointer(const TrainConfig& config, RankContext& ctx, std::size_t num_params, long steps_per_epoch,
                int writers);
 
-  // With config.resume: the newest valid checkpoint in the directory is loaded into this rank's
+  // With config.checkpoint.resume: the newest valid checkpoint in the directory is loaded into this rank's
   // memory (`params` [num_params] and `buffers` [num_buffers] on rank 0 only, may be null
   // elsewhere; `optimizer`'s range from this rank's file, or from rank 0's when this rank writes
   // none, as `allreduce` replicas share rank 0's momentum). A checkpoint whose files are
@@ -105,7 +105,7 @@ class Checkpointer {
   // checkpoint's. Does nothing when the run did not resume.
   void merge_losses(std::vector<double>& local_step_sums) const;
 
-  // After `steps_done` steps: when a checkpoint is due (every config.checkpoint_every steps), all
+  // After `steps_done` steps: when a checkpoint is due (every config.checkpoint.every steps), all
   // ranks meet at a barrier, every rank's loss sums are gathered to rank 0, and the writers
   // write their files (same arguments as restore()). Records the seconds and bytes in `me`, and
   // moves `timed_start` by the bytes the checkpoint's collectives moved, so that the run's

@@ -36,9 +36,9 @@ LaunchSpec launch_spec(const TrainConfig& config) {
   spec.world_size = config.world_size;
   spec.timeout = config.timeout;
   spec.process = config.process;
-  if (!config.checkpoint_dir.empty()) {
+  if (!config.checkpoint.dir.empty()) {
     // What the next attempt of an elastic restart measures its recovery from.
-    spec.on_rank_failure = [dir = config.checkpoint_dir](int rank, const std::string& what) {
+    spec.on_rank_failure = [dir = config.checkpoint.dir](int rank, const std::string& what) {
       record_failure(dir, rank, what);
     };
   }

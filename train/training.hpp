@@ -41,6 +41,14 @@ struct Progress {
 };
 using ProgressFn = std::function<void(const Progress&)>;
 
+// Checkpoints (train/checkpoint.hpp): written to `dir` after every `every` steps (0: never); with
+// `resume`, training continues from the newest valid one there.
+struct CheckpointConfig {
+  std::string dir;
+  long every = 0;
+  bool resume = false;
+};
+
 struct TrainConfig {
   std::string workload = "mlp";
   std::string mode = "allreduce";     // a registered strategy: "ps", "sharded_ps" or "allreduce"
@@ -95,11 +103,7 @@ struct TrainConfig {
   // Initial parameters in the model's flat order (--init-params); null: the model's own
   // initialisation from seed.
   std::shared_ptr<const std::vector<float>> initial_params;
-  // Checkpoints (train/checkpoint.hpp): written to checkpoint_dir after every checkpoint_every
-  // steps (0: never); with resume, training continues from the newest valid one there.
-  std::string checkpoint_dir;
-  long checkpoint_every = 0;
-  bool resume = false;
+  CheckpointConfig checkpoint;     // --checkpoint-dir, --checkpoint-every, --resume
   ProgressFn progress;             // called on rank 0 every progress_interval_s and after the last step
   double progress_interval_s = 0.5;
   std::chrono::milliseconds timeout = std::chrono::seconds(300);

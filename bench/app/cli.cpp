@@ -314,13 +314,13 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
 // (--reference and its interpreter and start bundle).
 void add_checkpoint_and_reference_options(CLI::App& run, RunOptions& o) {
   TrainConfig& config = o.base;
-  run.add_option("--checkpoint-dir", config.checkpoint_dir,
+  run.add_option("--checkpoint-dir", config.checkpoint.dir,
                  "Directory of checkpoints: parameters, optimizer state (momentum), BatchNorm buffers, "
                  "the step reached and the per-step losses, written atomically with a CRC-32 (rank 0; "
                  "sharded_ps: one shard per server). One --mode");
-  run.add_option("--checkpoint-every", config.checkpoint_every,
+  run.add_option("--checkpoint-every", config.checkpoint.every,
                  "Write a checkpoint after every N optimizer steps (with --checkpoint-dir)");
-  run.add_flag("--resume", config.resume,
+  run.add_flag("--resume", config.checkpoint.resume,
                "Continue from the newest valid checkpoint in --checkpoint-dir (a damaged one is skipped "
                "with a warning; none there: start from step 0)");
   run.add_option("--reference", o.reference.framework,
@@ -410,19 +410,19 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
     if (run.count("--epochs") == 0) o.base.epochs = 3;
   }
   const TrainConfig& config = o.base;
-  if (config.checkpoint_every < 0) {
-    throw InputError(fmt::format("--checkpoint-every {}: must be positive", config.checkpoint_every));
+  if (config.checkpoint.every < 0) {
+    throw InputError(fmt::format("--checkpoint-every {}: must be positive", config.checkpoint.every));
   }
-  if (config.checkpoint_dir.empty() && (config.checkpoint_every > 0 || config.resume)) {
-    throw InputError(fmt::format("{}: needs --checkpoint-dir", config.resume ? "--resume" : "--checkpoint-every"));
+  if (config.checkpoint.dir.empty() && (config.checkpoint.every > 0 || config.checkpoint.resume)) {
+    throw InputError(fmt::format("{}: needs --checkpoint-dir", config.checkpoint.resume ? "--resume" : "--checkpoint-every"));
   }
-  if (!config.checkpoint_dir.empty()) {
-    if (config.checkpoint_every == 0 && !config.resume) {
-      throw InputError(fmt::format("--checkpoint-dir {}: give --checkpoint-every N, --resume, or both", config.checkpoint_dir));
+  if (!config.checkpoint.dir.empty()) {
+    if (config.checkpoint.every == 0 && !config.checkpoint.resume) {
+      throw InputError(fmt::format("--checkpoint-dir {}: give --checkpoint-every N, --resume, or both", config.checkpoint.dir));
     }
     if (o.modes.size() != 1) {
       throw InputError(fmt::format("--checkpoint-dir {}: checkpoints one mode; give one --mode (got {})",
-                                   config.checkpoint_dir, fmt::join(o.modes, ",")));
+                                   config.checkpoint.dir, fmt::join(o.modes, ",")));
     }
     if (!o.reference.framework.empty()) throw InputError("--checkpoint-dir: not with --reference");
   }

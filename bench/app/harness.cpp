@@ -125,10 +125,10 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
                                      strategy.label(config), idle, config.world_size, config.global_batch));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
-  if (!config.checkpoint_dir.empty()) {
+  if (!config.checkpoint.dir.empty()) {
     int attempt = 0;
     for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
-    r.elastic_restart = restart_cost(config.checkpoint_dir, r.resumed_from_step, attempt);
+    r.elastic_restart = restart_cost(config.checkpoint.dir, r.resumed_from_step, attempt);
   }
   if (powersgd_rank(config.comm_hook) > 0 && config.start_powersgd_iter > config.warmup_steps) {
     r.warnings.push_back(fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "

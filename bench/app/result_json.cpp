@@ -163,8 +163,8 @@ void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
     }
     bytes.push_back(r.checkpoint_bytes);
   }
-  j["checkpoints"] = {{"dir", config.checkpoint_dir},
-                      {"every", config.checkpoint_every},
+  j["checkpoints"] = {{"dir", config.checkpoint.dir},
+                      {"every", config.checkpoint.every},
                       {"count", per_checkpoint.size()},
                       {"write_time_s", {{"total", std::accumulate(per_checkpoint.begin(), per_checkpoint.end(), 0.0)},
                                         {"median", median(per_checkpoint)}}},
@@ -268,7 +268,7 @@ nlohmann::json run_to_json(const RunResult& run) {
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   j["quality"] = quality;  // a non-finite loss is written as null
-  if (!config.checkpoint_dir.empty()) add_checkpoints_json(run, j);
+  if (!config.checkpoint.dir.empty()) add_checkpoints_json(run, j);
   if (config.staleness > 0) add_staleness_json(run, j);
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {

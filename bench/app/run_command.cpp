@@ -394,7 +394,7 @@ RunSetup prepare_run(const RunOptions& o) {
   s.out = o.out.empty() ? default_out_path("run") : o.out;
   if (s.output) check_result_path(s.out);
   // Checkpoints and the PyTorch reference belong to one run of each mode.
-  const bool single = !o.base.checkpoint_dir.empty() || !o.reference.framework.empty();
+  const bool single = !o.base.checkpoint.dir.empty() || !o.reference.framework.empty();
   if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
   if (single && o.repetitions_given && o.repetitions > 1) {
     throw InputError(fmt::format("--repetitions {}: --checkpoint-dir and --reference run each mode once", o.repetitions));
