@@ -1,6 +1,7 @@
 #include "launch/names.hpp"
 
 #include <array>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -34,27 +35,30 @@ std::string_view lookup(const Table& table, E value) {
   }
   return "?";
 }
+
+// The value spelled `text` in `table`, or nullopt.
+template <typename Table>
+auto find_spelling(const Table& table, std::string_view text) -> std::optional<typename Table::value_type::first_type> {
+  for (const auto& [v, spelling] : table) {
+    if (spelling == text) return v;
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 Backend parse_backend(std::string_view text) {
-  for (const auto& [v, spelling] : kBackends) {
-    if (spelling == text) return v;
-  }
+  if (const auto v = find_spelling(kBackends, text)) return *v;
   throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi, gloo or nccl)", text));
 }
 
 LauncherKind parse_launcher(std::string_view text, std::string_view option) {
-  for (const auto& [v, spelling] : kLaunchers) {
-    if (spelling == text) return v;
-  }
+  if (const auto v = find_spelling(kLaunchers, text)) return *v;
   throw InputError(
       fmt::format("{} {}: unknown launcher (choose threads, mpirun, env, tcp, file or srun)", option, text));
 }
 
 ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view option) {
-  for (const auto& [v, spelling] : kClusterLaunchers) {
-    if (spelling == text) return v;
-  }
+  if (const auto v = find_spelling(kClusterLaunchers, text)) return *v;
   throw InputError(fmt::format("{} {}: expected env, tcp, file, torchrun, mpirun or srun", option, text));
 }
 
