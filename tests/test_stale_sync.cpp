@@ -133,8 +133,8 @@ TEST(StaleSync, ReplayIsBitwiseReproducibleAndTheHistogramIsTheSchedules) {
   EXPECT_EQ(staleness_histogram(all, c.warmup_steps, 3), expected);
 }
 
-// A rank with 13 times the others' batch: without replay the fast ranks run ahead of it, never
-// more than the bound, and the straggler itself hardly ever waits.
+// A rank with 13 times the others' batch: without replay the fast ranks run ahead of it (at the
+// bound in at least a quarter of their steps), never more than the bound.
 TEST(StaleSync, FastWorkersRunAheadOfAStragglerByAtMostTheBound) {
   const auto data = stale_sync_data();
   const TrainData td{data.get(), nullptr};
@@ -152,7 +152,9 @@ TEST(StaleSync, FastWorkersRunAheadOfAStragglerByAtMostTheBound) {
       if (r.rank < 3) ahead += s == 2;
     }
   }
-  EXPECT_GT(ahead, 3 * 16 / 2) << "the fast ranks waited for the straggler at most steps";
+  // At most 3 x 14 rank-steps can be at the bound (steps 0 and 1 cannot); a synchronous server
+  // gives 0. A quiet machine gives most of them; with three ctest jobs on 2 cores one CI run gave 23.
+  EXPECT_GE(ahead, 3 * 16 / 4) << "the fast ranks waited for the straggler at most steps";
   EXPECT_TRUE(std::isfinite(run.final_train_loss));
 }
 
