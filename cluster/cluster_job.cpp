@@ -31,6 +31,7 @@
 #include "cluster/probe.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "launch/resolve.hpp"
 
 extern char** environ;
 

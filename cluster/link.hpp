@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/names.hpp"
+#include "core/names.hpp"
 
 namespace dpbench::cluster {
 
@@ -30,7 +30,7 @@ struct ClusterSpec {
   int ranks_per_node = 1;
   LinkRate link;            // every node's link, both directions
   std::map<int, LinkRate> link_of;  // per-node overrides, node index -> rate
-  ClusterLauncher launcher = ClusterLauncher::env;  // how ranks start (launch/names.hpp)
+  ClusterLauncher launcher = ClusterLauncher::env;  // how ranks start (core/names.hpp)
   std::string rdzv_backend = "c10d";  // torchrun: c10d (its store in node 0's agent) or etcd (etcd on node 0)
   int max_restarts = 0;  // torchrun's --max_restarts; also how often a node whose agent died is started again
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/ring.hpp"
 
 namespace dpbench {
@@ -70,8 +71,8 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Backend name: "local", "mpi", "gloo", "nccl".
-  virtual std::string backend() const = 0;
+  // Which backend this is (core/names.hpp).
+  virtual Backend backend() const = 0;
 
   // In-place sum over all ranks; buf: [n] floats on every rank.
   virtual void allreduce_sum(float* buf, std::size_t n) = 0;

@@ -137,7 +137,7 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
-  std::string backend() const override { return "gloo"; }
+  Backend backend() const override { return Backend::gloo; }
   const std::shared_ptr<gloo::rendezvous::Context>& context() const { return context_; }
 
   void allreduce_sum(float* buf, std::size_t n) override {
@@ -396,7 +396,7 @@ std::unique_ptr<GlooAllreduce> make_gloo_allreduce(Communicator& comm, GlooAllre
                                                    std::size_t n) {
   auto* gloo_comm = dynamic_cast<GlooCommunicator*>(&comm);
   if (gloo_comm == nullptr) {
-    throw InputError(fmt::format("gloo all-reduce: needs a gloo communicator, got the '{}' backend's", comm.backend()));
+    throw InputError(fmt::format("gloo all-reduce: needs a gloo communicator, got the '{}' backend's", name(comm.backend())));
   }
   if (n > static_cast<std::size_t>(INT_MAX)) {
     throw InputError(fmt::format("gloo all-reduce: {} floats is above gloo's limit of {}", n, INT_MAX));

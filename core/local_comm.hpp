@@ -123,7 +123,7 @@ class LocalCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return group_->world_size(); }
-  std::string backend() const override { return "local"; }
+  Backend backend() const override { return Backend::local; }
 
   void allreduce_sum(float* buf, std::size_t n) override;
   void reduce_sum(float* buf, std::size_t n, int root) override;

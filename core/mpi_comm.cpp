@@ -130,7 +130,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return g_rank; }
   int world_size() const override { return g_size; }
-  std::string backend() const override { return "mpi"; }
+  Backend backend() const override { return Backend::mpi; }
 
   void allreduce_sum(float* buf, std::size_t n) override {
     if (g_size == 1 || n == 0) return;

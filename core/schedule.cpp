@@ -155,15 +155,15 @@ void StepSchedule::check_matched() const {
   }
 }
 
-Collectives::Collectives(StepSchedule& schedule, std::string engine, int stream)
-    : s_(schedule), engine_(std::move(engine)), stream_(stream) {
-  if (engine_ != "local" && engine_ != "mpi" && engine_ != "gloo") {
-    throw InputError(fmt::format("schedule: engine '{}' unknown (local, mpi, gloo)", engine_));
+Collectives::Collectives(StepSchedule& schedule, Backend engine, int stream)
+    : s_(schedule), engine_(engine), stream_(stream) {
+  if (engine_ != Backend::local && engine_ != Backend::mpi && engine_ != Backend::gloo) {
+    throw InputError(fmt::format("schedule: engine '{}' has no schedule (local, mpi, gloo)", name(engine_)));
   }
 }
 
 std::size_t Collectives::slice(std::size_t n) const {
-  if (engine_ == "mpi") return kMpiSegmentElems;
+  if (engine_ == Backend::mpi) return kMpiSegmentElems;
   return std::min(kLocalSliceElems, std::max<std::size_t>(1, (n + 7) / 8));  // LocalCommunicator::chain_slice
 }
 
@@ -240,7 +240,7 @@ void Collectives::chain(std::size_t n, int root, bool reduce) {
   const int p = s_.world_size();
   if (p < 2 || n == 0) return;
   const std::size_t len = slice(n);
-  const int dir = reduce && engine_ == "mpi" ? -1 : 1;
+  const int dir = reduce && engine_ == Backend::mpi ? -1 : 1;
   for (int r = 0; r < p; ++r) {
     const int pos = reduce ? ring_mod(dir * (r - root) - 1, p) : ring_mod(r - root, p);
     for (std::size_t off = 0; off < n; off += len) {
@@ -334,7 +334,7 @@ void Collectives::binomial_broadcast(std::size_t n, int root) {
 void Collectives::reduce(std::size_t n, int root) {
   as(CollectiveKind::reduce, [&] {
     if (hierarchy_ > 0 && s_.world_size() > 1) return node_reduce_or_broadcast(n, root, true);
-    if (engine_ == "gloo") {
+    if (engine_ == Backend::gloo) {
       gloo_reduce(n, root);
     } else {
       chain(n, root, true);
@@ -345,7 +345,7 @@ void Collectives::reduce(std::size_t n, int root) {
 void Collectives::broadcast(std::size_t n, int root) {
   as(CollectiveKind::broadcast, [&] {
     if (hierarchy_ > 0 && s_.world_size() > 1) return node_reduce_or_broadcast(n, root, false);
-    if (engine_ == "gloo") {
+    if (engine_ == Backend::gloo) {
       binomial_broadcast(n, root);
     } else {
       chain(n, root, false);
@@ -357,8 +357,8 @@ void Collectives::reduce_scatterv(const std::vector<std::size_t>& counts) {
   if (s_.world_size() < 2) return;
   as(CollectiveKind::reduce_scatter, [&] {
     if (hierarchy_ > 0) return node_segment_rings(counts, ring_reduce_scatter_step);
-    if (engine_ == "mpi") return libnbc_reduce_scatterv(counts);
-    if (engine_ != "gloo") return ring_reduce_scatter(counts, 0);
+    if (engine_ == Backend::mpi) return libnbc_reduce_scatterv(counts);
+    if (engine_ != Backend::gloo) return ring_reduce_scatter(counts, 0);
     for (int r = 0; r < s_.world_size(); ++r) gloo_reduce(counts[static_cast<std::size_t>(r)], r);
   });
 }

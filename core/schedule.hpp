@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/hierarchical.hpp"
+#include "core/names.hpp"
 #include "core/ring.hpp"
 
 namespace dpbench {
@@ -98,21 +99,35 @@ class StepSchedule {
   CollectiveKind collective_ = CollectiveKind::p2p;
 };
 
-// The collectives of core/comm.hpp as messages, by engine:
-//   "local": ring all-reduce / reduce-scatter / all-gather; pipelined chain reduce and broadcast
+// The engine whose algorithms carry a backend's collectives in a schedule: mpi's and gloo's their
+// own, every other backend's the local ring's.
+inline Backend schedule_engine(Backend comm) {
+  return comm == Backend::mpi || comm == Backend::gloo ? comm : Backend::local;
+}
+// The collectives family of a backend (LinkModel::collectives): gloo's own, the ring otherwise.
+inline CollectiveFamily collective_family(Backend comm) {
+  return comm == Backend::gloo ? CollectiveFamily::gloo : CollectiveFamily::ring;
+}
+// The engine a family's schedule is played with: gloo, or the local ring.
+inline Backend family_engine(CollectiveFamily family) {
+  return family == CollectiveFamily::gloo ? Backend::gloo : Backend::local;
+}
+
+// The collectives of core/comm.hpp as messages, by engine (the backend whose algorithms run them):
+//   local: ring all-reduce / reduce-scatter / all-gather; pipelined chain reduce and broadcast
 //            in slices of LocalCommunicator::chain_slice(n) (min(1 MiB of floats, n / 8));
-//   "mpi":   what the mpirun launcher pins in Open MPI (cluster/cluster_job.cpp): the same rings,
+//   mpi:   what the mpirun launcher pins in Open MPI (cluster/cluster_job.cpp): the same rings,
 //            chain reduce (the other way round the ring) and broadcast in 64 KiB segments; the
 //            reduce-scatter is libnbc's non-blocking one (sharded_ps's push), which has no ring:
 //            a binomial reduce of the whole vector to rank 0, then a scatter of the segments;
-//   "gloo":  ring all-reduce and all-gather; reduce = ring reduce-scatter, then every rank sends
+//   gloo:  ring all-reduce and all-gather; reduce = ring reduce-scatter, then every rank sends
 //            its chunk to the root (gloo/reduce.cc); binomial-tree broadcast (gloo/broadcast.cc);
 //            reduce-scatter over segments = one reduce per segment, to its owner, in rank order.
 // Every collective runs on stream `stream` of every rank; counts are float elements.
 class Collectives {
  public:
-  // Throws InputError naming an unknown engine.
-  Collectives(StepSchedule& schedule, std::string engine, int stream = 0);
+  // Throws InputError for an engine without a schedule (nccl).
+  Collectives(StepSchedule& schedule, Backend engine, int stream = 0);
 
   void allreduce(std::size_t n);
   void reduce(std::size_t n, int root);
@@ -169,7 +184,7 @@ class Collectives {
   std::size_t slice(std::size_t n) const;
 
   StepSchedule& s_;
-  std::string engine_;
+  Backend engine_;
   int stream_;
   int hierarchy_ = 0;
   WireFormat format_ = WireFormat::fp32;

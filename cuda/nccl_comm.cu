@@ -73,7 +73,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  std::string backend() const override { return "nccl"; }
+  Backend backend() const override { return Backend::nccl; }
   void* comm_stream_handle() const override { return stream_; }
   int device() const override { return device_; }
 

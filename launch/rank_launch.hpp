@@ -1,5 +1,5 @@
 // The launch room: how the ranks of one run start, meet and report, written once for every way a
-// job starts (launch/names.hpp's LauncherKind) and every device. A run hands the room a LaunchSpec
+// job starts (core/names.hpp's LauncherKind) and every device. A run hands the room a LaunchSpec
 // (its backend, world size, timeout and this process's identity, which launch/resolve.hpp filled
 // from the launcher) and a RecordCodec (how a rank's record crosses a process boundary); the room
 // runs the ranks this process owns and leaves every rank's record on the output process. Training
@@ -16,7 +16,7 @@
 
 #include "core/comm.hpp"
 #include "core/memory.hpp"
-#include "launch/names.hpp"
+#include "core/names.hpp"
 
 namespace dpbench {
 

@@ -461,4 +461,11 @@ bool is_output_process() {
   return !MpiRuntime::active() || MpiRuntime::rank() == 0;
 }
 
+Backend cluster_backend(ClusterLauncher launcher) {
+  return launcher == ClusterLauncher::mpirun ? Backend::mpi : Backend::gloo;
+}
+bool explicit_init(ClusterLauncher launcher) {
+  return launcher == ClusterLauncher::tcp || launcher == ClusterLauncher::file;
+}
+
 }  // namespace dpbench

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "launch/names.hpp"
+#include "core/names.hpp"
 #include "launch/rank_launch.hpp"
 
 namespace dpbench {
@@ -55,7 +55,7 @@ struct ExplicitInit {
 // --world-size for tcp://, a missing variable for env://, a rank out of range.
 LaunchInfo resolve_launch(Backend comm, int requested_world_size, const std::string& device,
                           const ExplicitInit& init = {});
-// The same for a backend's name: InputError when it names none (launch/names.hpp).
+// The same for a backend's name: InputError when it names none (core/names.hpp).
 LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device,
                           const ExplicitInit& init = {});
 
@@ -86,5 +86,10 @@ ProcessIdentity process_identity(const LaunchInfo& launch);
 // Whether this process prints tables and writes result files (rank 0 of a multi-process job,
 // once resolve_launch has seen the launch).
 bool is_output_process();
+
+// The backend an emulated cluster's ranks meet over: mpi under mpirun, gloo under the others.
+Backend cluster_backend(ClusterLauncher launcher);
+// Whether the cluster's ranks are given PyTorch's explicit form (--init-method and --rank): tcp, file.
+bool explicit_init(ClusterLauncher launcher);
 
 }  // namespace dpbench

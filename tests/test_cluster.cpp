@@ -102,7 +102,7 @@ TEST(GlooCounts, BroadcastIsABinomialTreeFromTheRoot) {
 
 TEST(GlooCollectiveModel, CostsFollowTheAlgorithms) {
   LinkModel link{"test", 0.0, 1.0, "unit"};  // 1 s per byte
-  link.collectives = "gloo";
+  link.collectives = CollectiveFamily::gloo;
   EXPECT_DOUBLE_EQ(broadcast_s(link, 2, 1.0), 1.0);
   EXPECT_DOUBLE_EQ(broadcast_s(link, 3, 1.0), 2.0);  // the root's two sends share its link
   EXPECT_DOUBLE_EQ(broadcast_s(link, 4, 1.0), 3.0);  // then rank 1 forwards to 3
@@ -110,11 +110,11 @@ TEST(GlooCollectiveModel, CostsFollowTheAlgorithms) {
   EXPECT_DOUBLE_EQ(reduce_s(link, 4, 1.0), 1.5);     // 3/4 reduce-scatter + 3/4 gathered
   EXPECT_DOUBLE_EQ(reduce_scatter_s(link, 4, 1.0), 1.5);
   EXPECT_DOUBLE_EQ(allgather_s(link, 4, 1.0), 0.75);
-  link.collectives = "ring";
+  link.collectives = CollectiveFamily::ring;
   EXPECT_DOUBLE_EQ(broadcast_s(link, 8, 1.0), 1.0);  // a pipelined chain
   EXPECT_DOUBLE_EQ(reduce_scatter_s(link, 4, 1.0), 0.75);
-  link.collectives = "tree";
-  EXPECT_THROW(broadcast_s(link, 4, 1.0), Error);
+  // A project file naming another family is one line.
+  EXPECT_THROW(nlohmann::json("tree").get<CollectiveFamily>(), InputError);
 }
 
 // Whole jobs on an emulated cluster.

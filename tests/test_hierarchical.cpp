@@ -80,7 +80,7 @@ TEST(HierarchicalAllreduce, SumsExactlyAndMovesTheScheduledBytes) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
       const auto [out, stats] = allreduce_on_threads(rank_inputs(layout.p, n, hier_value), layout.k, WireFormat::fp32);
       StepSchedule s(layout.p);
-      Collectives(s, "gloo").hierarchical_allreduce(n, layout.k);
+      Collectives(s, Backend::gloo).hierarchical_allreduce(n, layout.k);
       s.check_matched();
       for (int r = 0; r < layout.p; ++r) {
         const auto ur = static_cast<std::size_t>(r);
@@ -106,8 +106,8 @@ TEST(HierarchicalAllreduce, EachNodeLinkCarriesTwoNMinusOneOverNOfTheVector) {
     std::vector<int> node_of;
     for (int r = 0; r < layout.p; ++r) node_of.push_back(r / layout.k);
     StepSchedule hier(layout.p), flat(layout.p);
-    Collectives(hier, "gloo").hierarchical_allreduce(n, layout.k);
-    Collectives(flat, "gloo").allreduce(n);
+    Collectives(hier, Backend::gloo).hierarchical_allreduce(n, layout.k);
+    Collectives(flat, Backend::gloo).allreduce(n);
     for (const auto& [out, in] : hier.node_link_bytes(node_of, nodes)) {
       EXPECT_DOUBLE_EQ(out, 2.0 * (nodes - 1) / nodes * bytes) << "p=" << layout.p << " k=" << layout.k;
       EXPECT_DOUBLE_EQ(in, 2.0 * (nodes - 1) / nodes * bytes);
@@ -138,11 +138,11 @@ TEST(CompressedAllreduce, SumsInSixteenBitsOverHalfTheBytes) {
       const auto small = [](int r, std::size_t i) { return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 3) % 33) - 16.0f; };
       const auto [out, stats] = allreduce_on_threads(rank_inputs(layout.p, n, small), layout.k, format);
       StepSchedule s(layout.p), plain(layout.p);
-      Collectives c(s, "gloo");
+      Collectives c(s, Backend::gloo);
       c.set_node_hierarchy(layout.k);
       c.set_wire_format(format);
       c.allreduce(n);
-      Collectives(plain, "gloo").hierarchical_allreduce(n, layout.k);
+      Collectives(plain, Backend::gloo).hierarchical_allreduce(n, layout.k);
       for (int r = 0; r < layout.p; ++r) {
         const auto ur = static_cast<std::size_t>(r);
         for (std::size_t i = 0; i < n; ++i) {
@@ -291,7 +291,7 @@ TEST(HierarchicalReduceScatter, SumsEachRanksSegmentAndGathersThemBack) {
       const ScatterGatherOut got = scatter_gather_on_threads(inputs, counts, layout.k);
       const std::vector<int> order = hierarchical_segment_order(layout.p, layout.k);
       StepSchedule scatter(layout.p), gather(layout.p);
-      Collectives rs(scatter, "gloo"), ag(gather, "gloo");
+      Collectives rs(scatter, Backend::gloo), ag(gather, Backend::gloo);
       rs.set_node_hierarchy(layout.k);
       ag.set_node_hierarchy(layout.k);
       rs.reduce_scatterv(counts);
@@ -351,7 +351,7 @@ TEST(HierarchicalReduce, SumsOnRankZeroAndBroadcastsFromIt) {
       }
       for (auto& t : threads) t.join();
       StepSchedule s(p);
-      Collectives c(s, "gloo");
+      Collectives c(s, Backend::gloo);
       c.set_node_hierarchy(layout.k);
       c.reduce(n, 0);
       c.broadcast(n, 0);
@@ -372,7 +372,7 @@ TEST(HierarchicalReduce, SumsOnRankZeroAndBroadcastsFromIt) {
       std::vector<int> node_of;
       for (int r = 0; r < p; ++r) node_of.push_back(r / layout.k);
       StepSchedule flat(p);
-      Collectives f(flat, "gloo");
+      Collectives f(flat, Backend::gloo);
       f.reduce(n, 0);
       f.broadcast(n, 0);
       const auto hier_links = s.node_link_bytes(node_of, nodes), flat_links = flat.node_link_bytes(node_of, nodes);
@@ -404,7 +404,7 @@ TEST(HierarchicalReduceScatter, EachNodeLinkCarriesNMinusOneOverNOfTheVectorEach
     for (int r = 0; r < layout.p; ++r) node_of.push_back(r / layout.k);
     const std::vector<std::size_t> counts = even_counts(n, layout.p);
     StepSchedule hier(layout.p), flat(layout.p);
-    Collectives h(hier, "local"), f(flat, "local");
+    Collectives h(hier, Backend::local), f(flat, Backend::local);
     h.set_node_hierarchy(layout.k);
     h.reduce_scatterv(counts);
     h.allgatherv(counts);

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "launch/names.hpp"
+#include "core/names.hpp"
 #include "launch/resolve.hpp"
 #include "core/mpi_comm.hpp"
 #include "tests/fixtures.hpp"

@@ -520,7 +520,7 @@ class NcclOneRank : public NcclGpuTest {};
 
 TEST_F(NcclOneRank, ReportsBackendDeviceAndStream) {
   auto comm = one_rank();
-  EXPECT_EQ(comm->backend(), "nccl");
+  EXPECT_EQ(comm->backend(), Backend::nccl);
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_EQ(comm->world_size(), 1);
   EXPECT_EQ(comm->device(), 0);

@@ -44,10 +44,10 @@ void expect_counts(const StepSchedule& s, const std::function<ElementCounts(int)
 }
 
 TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
-  for (const std::string engine : {"local", "mpi", "gloo"}) {
+  for (const Backend engine : {Backend::local, Backend::mpi, Backend::gloo}) {
     for (int p : {2, 3, 4, 5}) {
       for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{300001}}) {
-        const std::string what = fmt::format("{} p={} n={}", engine, p, n);
+        const std::string what = fmt::format("{} p={} n={}", name(engine), p, n);
         for (int root : {0, p - 1}) {
           StepSchedule reduce(p), bcast(p);
           Collectives(reduce, engine).reduce(n, root);
@@ -56,12 +56,12 @@ TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
           // every rank mirrored (r -> -r mod p).
           auto mirror = [p](int r) { return (p - r) % p; };
           expect_counts(reduce, [&](int r) {
-            if (engine == "gloo") return gloo_reduce_counts(n, p, r, root);
-            if (engine == "mpi") return chain_reduce_counts(n, p, mirror(r), mirror(root));
+            if (engine == Backend::gloo) return gloo_reduce_counts(n, p, r, root);
+            if (engine == Backend::mpi) return chain_reduce_counts(n, p, mirror(r), mirror(root));
             return chain_reduce_counts(n, p, r, root);
           }, "reduce " + what);
           expect_counts(bcast, [&](int r) {
-            return engine == "gloo" ? binomial_broadcast_counts(n, p, r, root) : chain_broadcast_counts(n, p, r, root);
+            return engine == Backend::gloo ? binomial_broadcast_counts(n, p, r, root) : chain_broadcast_counts(n, p, r, root);
           }, "broadcast " + what);
         }
         StepSchedule all(p);
@@ -75,7 +75,7 @@ TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
         Collectives(sc, engine).scatterv(counts, 0);
         Collectives(ga, engine).gatherv(counts, 0);
         expect_counts(rs, [&](int r) {
-          if (engine == "mpi") {  // libnbc: binomial reduce of everything to rank 0, then a scatter
+          if (engine == Backend::mpi) {  // libnbc: binomial reduce of everything to rank 0, then a scatter
             const std::size_t all = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
             ElementCounts c;
             for (int mask = 1; mask < p; mask <<= 1) {
@@ -88,7 +88,7 @@ TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
             const ElementCounts scatter = root_scatter_counts(counts, r, 0);
             return ElementCounts{c.sent + scatter.sent, c.received + scatter.received};
           }
-          if (engine != "gloo") return ring_reduce_scatter_counts(counts, r);
+          if (engine != Backend::gloo) return ring_reduce_scatter_counts(counts, r);
           ElementCounts c;
           for (int k = 0; k < p; ++k) {
             const ElementCounts one = gloo_reduce_counts(counts[static_cast<std::size_t>(k)], p, r, k);
@@ -119,7 +119,7 @@ TEST(Schedule, AnUnmatchedSendIsNamed) {
 
 TEST(Schedule, UnknownEngineIsAnInputError) {
   StepSchedule s(2);
-  EXPECT_THROW(Collectives(s, "nccl"), InputError);
+  EXPECT_THROW(Collectives(s, Backend::nccl), InputError);
 }
 
 // The step schedule of every strategy moves, per rank, the bytes its trainer's communicator
@@ -153,7 +153,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         const RunResult run = testing::train_mode(c, *data);
         ScheduleInputs in;
         in.config = c;
-        in.engine = "local";
+        in.engine = Backend::local;
         in.num_params = run.num_params;
         auto model = make_model(c, data->shape(), 10);
         in.buckets = ddp_schedule_buckets(model->params(), c);
@@ -278,7 +278,7 @@ TEST(Simulation, RingAllReduceOnEqualLinksTakesTheClosedForm) {
   const std::size_t n = 4'000'000;  // floats: 16 MB
   const double rate = 12.5e6, latency = 50e-6;
   StepSchedule s(p);
-  Collectives(s, "local").allreduce(n);
+  Collectives(s, Backend::local).allreduce(n);
   const SimulationResult r = simulate(s, star(p, rate, latency));
   // 2(p-1) steps; in each, every rank sends one chunk of n/p floats over its up link and the next
   // rank's down link, each carrying only that transfer: 2 latencies + chunk / rate.
@@ -380,7 +380,7 @@ TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
   SKIP_WITHOUT_SIMGRID();
   const SimPlatform pf = star(4, 12.5e6, 50e-6);
   StepSchedule alone(4);
-  Collectives(alone, "mpi").run(CollectiveKind::reduce, 1u << 19);
+  Collectives(alone, Backend::mpi).run(CollectiveKind::reduce, 1u << 19);
   const EfficiencyFit at_link = fit_engine_efficiency(alone, pf, CollectiveKind::reduce, 0.0);
   EXPECT_EQ(at_link.efficiency, 1.0);
   EXPECT_GT(at_link.at_link_s, 4.0 * (1u << 19) / 12.5e6);  // at least the whole vector over one link
@@ -398,7 +398,7 @@ TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
   // gloo's binomial broadcast from a root with two children: each flow's fair share of the root's
   // link is half of it, so a cap above one half changes nothing (t(e) flat there).
   StepSchedule bcast(3);
-  Collectives(bcast, "gloo").run(CollectiveKind::broadcast, 1u << 19);
+  Collectives(bcast, Backend::gloo).run(CollectiveKind::broadcast, 1u << 19);
   const double flat = fit_engine_efficiency(bcast, star(3, 25e6, 0), CollectiveKind::broadcast, 0.0).at_link_s;
   const EfficiencyFit fit = fit_engine_efficiency(bcast, star(3, 25e6, 0), CollectiveKind::broadcast, 1.15 * flat);
   EXPECT_NEAR(fit.fitted_s, 1.15 * flat, 0.01 * flat);

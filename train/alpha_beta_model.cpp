@@ -29,11 +29,7 @@ double pipelined_root_s(const LinkModel& link, int p, double bytes) {
 }
 
 namespace {
-bool gloo_collectives(const LinkModel& link) {
-  if (link.collectives == "gloo") return true;
-  if (link.collectives == "ring") return false;
-  throw Error(fmt::format("link {}: unknown collectives '{}' (ring or gloo)", link.name, link.collectives));
-}
+bool gloo_collectives(const LinkModel& link) { return link.collectives == CollectiveFamily::gloo; }
 int ceil_log2(int p) {
   int d = 0;
   while ((1 << d) < p) ++d;

@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include "core/names.hpp"
+
 namespace dpbench {
 
 struct LinkModel {
@@ -21,12 +23,12 @@ struct LinkModel {
   double alpha_s = 0;          // per-message latency, seconds
   double beta_s_per_byte = 0;  // 1 / bandwidth
   std::string source;          // where the numbers come from
-  // Whose collective algorithms run over the link: "ring" (dpbench's own and the model of MPI and
+  // Whose collective algorithms run over the link: ring (dpbench's own and the model of MPI and
   // NCCL: ring all-reduce, reduce-scatter and all-gather, pipelined chain reduce and broadcast)
-  // or "gloo" (gloo's: ring all-reduce and all-gather; reduce = ring reduce-scatter + gather to
+  // or gloo (gloo's: ring all-reduce and all-gather; reduce = ring reduce-scatter + gather to
   // the root; binomial-tree broadcast; reduce-scatter over uneven segments = one reduce per
   // segment). See reduce_s and the functions after it.
-  std::string collectives = "ring";
+  CollectiveFamily collectives = CollectiveFamily::ring;
 };
 
 // Datasheet-based presets: pcie4 (25 GB/s achievable), pcie5 (50 GB/s), nvlink4 (370 GB/s ring

@@ -34,7 +34,7 @@ struct ScheduleBucket {
 
 struct ScheduleInputs {
   TrainConfig config;          // mode, transport, world_size, global_batch, rank_batches, servers, coalesce_mb
-  std::string engine = "gloo";  // whose collectives: "local", "mpi", "gloo" (core/schedule.hpp)
+  Backend engine = Backend::gloo;  // whose collectives: local, mpi, gloo (core/schedule.hpp)
   std::size_t num_params = 0;  // floats
   std::vector<ScheduleBucket> buckets;  // in the order backward readies them
   std::size_t input_floats = 0;      // per sample

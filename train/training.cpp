@@ -21,7 +21,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
-#include "launch/names.hpp"
+#include "core/names.hpp"
 #include "core/net_interface.hpp"
 #include "train/optimizer.hpp"
 #include "train/elastic.hpp"

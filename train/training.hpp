@@ -53,7 +53,7 @@ struct TrainConfig {
   std::string workload = "mlp";
   std::string mode = "allreduce";     // a registered strategy: "ps", "sharded_ps" or "allreduce"
   std::string transport = "collective";  // ps, sharded_ps: "collective" or "p2p"
-  Backend comm = Backend::local;  // --comm (launch/names.hpp)
+  Backend comm = Backend::local;  // --comm (core/names.hpp)
   std::string device = "cpu";
   std::string precision = "tf32";  // cuda: cuBLAS math, "fp32" or "tf32" (cuda::Precision)
   int world_size = 4;

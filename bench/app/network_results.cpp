@@ -175,13 +175,13 @@ double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
 // The run's step as its strategy's schedule: every rank's median forward, backward, optimizer
 // and data phases as measured, and every message of its engine's collectives. Null when the
 // strategy has none.
-std::optional<StepSchedule> run_schedule(const RunResult& r, std::string& engine) {
+std::optional<StepSchedule> run_schedule(const RunResult& r, Backend& engine) {
   const Strategy& s = find_strategy(r.config.mode);
   if (s.schedule == nullptr) return std::nullopt;
   ScheduleInputs in;
   in.config = r.config;
-  in.engine = engine = std::string(name(r.config.comm == Backend::gloo || r.config.comm == Backend::mpi ? r.config.comm
-                                                                                                     : Backend::local));
+  in.engine = schedule_engine(r.config.comm);
+  engine = in.engine;
   in.num_params = r.num_params;
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
@@ -208,7 +208,7 @@ struct Calibration {
   nlohmann::json record;
   double wall_s = 0;
 };
-std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResult& r, const std::string& engine) {
+std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResult& r, Backend engine) {
   if (!r.engine_probe || r.engine_probe->collectives.empty()) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
   Calibration c{platform, {}, 0};
@@ -246,7 +246,7 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
 // the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
 // same with every engine taken to move bytes at the link's rate.
 nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const std::optional<StepSchedule>& schedule,
-                            const std::string& engine, double measured) {
+                            Backend engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
   if (r.config.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
   if (!simulation_available()) {
@@ -284,7 +284,7 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, con
 
 // simulate_run on `platform` with the run's own intra-node probe in it, and where that came from.
 nlohmann::json simulate_run_on_its_platform(const SimPlatform& platform, const RunResult& r,
-                                            const std::optional<StepSchedule>& schedule, const std::string& engine,
+                                            const std::optional<StepSchedule>& schedule, Backend engine,
                                             double measured) {
   const auto [run_platform, intra] = intra_node_platform(platform, r);
   nlohmann::json simulation = simulate_run(run_platform, r, schedule, engine, measured);
@@ -381,14 +381,14 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const double b = static_cast<double>(r.config.global_batch) / p;
     const std::string transport = s.transport(r.config);
     LinkModel link = probed;  // with the engine's collective algorithms
-    link.collectives = r.config.comm == Backend::gloo ? "gloo" : "ring";
+    link.collectives = collective_family(r.config.comm);
     LinkModel bandwidth_only = link;
     bandwidth_only.alpha_s = 0;
     // Under --hierarchy node the ring that crosses the links is the nodes' (2(N-1)/N of the
     // gradient per link); the alpha-beta terms leave the intra-node phases out.
     const int ring_p = r.config.hierarchy == "node" ? nodes : p;
     const double comm_model = ring_p >= 2 ? s.comm_time(m, link, transport, ring_p, b) : 0.0;
-    std::string engine;
+    Backend engine = Backend::local;
     const std::optional<StepSchedule> schedule = run_schedule(r, engine);
     std::vector<int> placement;
     for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));

@@ -21,6 +21,7 @@
 #include "cluster/link.hpp"
 #include "cluster/netns.hpp"
 #include "core/error.hpp"
+#include "launch/resolve.hpp"
 
 extern char** environ;
 

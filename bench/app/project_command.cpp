@@ -58,8 +58,8 @@ std::optional<double> run_busbw(const nlohmann::json& run) {
 //   "device": GPU ranks (NCCL, or device copies between GPU ranks).
 std::string run_link_kind(const nlohmann::json& run) {
   if (run.contains("network") && run.at("network").contains("link")) return "emulated";
-  if (run.value("device", std::string("cpu")) != "cpu") return "device";
-  return run.value("comm", std::string("local")) == "local" ? "memory" : "inter-process";
+  if (run.value("device", DeviceKind::cpu) != DeviceKind::cpu) return "device";
+  return run.value("comm", Backend::local) == Backend::local ? "memory" : "inter-process";
 }
 
 // The link a cluster run was measured over: its network.link (the slowest probed link, alpha
@@ -70,9 +70,9 @@ LinkModel emulated_link(const nlohmann::json& run) {
   link.name = "emulated " + run.value("cluster", nlohmann::json::object()).value("link", std::string("link"));
   link.alpha_s = l.value("alpha_s", 0.0);
   link.beta_s_per_byte = 1.0 / l.at("bytes_per_s").get<double>();
-  link.collectives = l.value("collectives", std::string("ring"));
+  link.collectives = l.value("collectives", CollectiveFamily::ring);
   link.source = fmt::format("emulated cluster: probed {:.1f} MB/s, alpha {:.1f} us (RTT / 2), {} collectives",
-                            1e-6 / link.beta_s_per_byte, 1e6 * link.alpha_s, link.collectives);
+                            1e-6 / link.beta_s_per_byte, 1e6 * link.alpha_s, name(link.collectives));
   return link;
 }
 
@@ -113,7 +113,7 @@ std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double 
     link.name = "measured";
     link.beta_s_per_byte = 1.0 / (nearest->busbw * 1e9);
     link.alpha_s = smallest->seconds / (2.0 * (ranks - 1));
-    link.collectives = family.find("Gloo") != std::string::npos ? "gloo" : "ring";
+    link.collectives = family.find("Gloo") != std::string::npos ? CollectiveFamily::gloo : CollectiveFamily::ring;
     link.source = fmt::format("dpbench_collectives: {} busbw {:.2f} GB/s at {} ranks and {} bytes; latency "
                               "from {} bytes", family, nearest->busbw, ranks,
                               static_cast<long long>(nearest->bytes), static_cast<long long>(smallest->bytes));
@@ -141,11 +141,11 @@ std::optional<ProjectionLink> link_from_runs(const std::vector<const nlohmann::j
   const std::string collective = best->contains("bus_bandwidth_GBps")
                                      ? best->at("bus_bandwidth_GBps").value("collective", std::string("collective"))
                                      : std::string("all-reduce");
-  const std::string comm = best->value("comm", std::string("local"));
+  const Backend comm = best->value("comm", Backend::local);
   LinkModel link{kind == "memory" ? "memory" : "measured", 0.0, 1.0 / (busbw * 1e9),
                  fmt::format("the result's own {} busbw {:.2f} GB/s at {} ranks over --comm {} ({}; alpha not "
-                             "measured: 0)", collective, busbw, best->at("world_size").get<int>(), comm, kind)};
-  link.collectives = comm == "gloo" ? "gloo" : "ring";
+                             "measured: 0)", collective, busbw, best->at("world_size").get<int>(), name(comm), kind)};
+  link.collectives = collective_family(comm);
   return ProjectionLink{link, kind};
 }
 
@@ -390,7 +390,7 @@ std::string not_applicable_note(const nlohmann::json& run, const ProjectionLink&
     return fmt::format("measured over {} (--comm {}); the projection has no figure for that link, its link is {} ({})", kind,
                        run.value("comm", std::string("local")), link.kind, link.model.name);
   }
-  if (run.at("device") == "cpu" && cores > 0 && p > cores) {
+  if (run.at("device").get<DeviceKind>() == DeviceKind::cpu && cores > 0 && p > cores) {
     return fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores);
   }
   if (run.at("device") != "cpu" && run.value("virtual_ranks", false)) {

@@ -184,7 +184,7 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   in.config = config;
   in.config.world_size = p;
   in.config.global_batch = static_cast<std::size_t>(std::llround(per_rank_batch * p));
-  in.engine = link.collectives == "gloo" ? "gloo" : "local";
+  in.engine = family_engine(link.collectives);
   in.num_params = static_cast<std::size_t>(model.param_bytes / 4.0);
   in.buckets = flat_buckets(in.num_params, in.config);
   in.input_floats = static_cast<std::size_t>(model.sample_bytes / 4.0);

@@ -108,7 +108,8 @@ DeviceChoice check_sweep(const SweepOptions& o) {
   }
   for (const auto& m : o.modes) find_strategy(m);
   const DeviceChoice device = choose_device(o.base.device, std::any_of(o.comms.begin(), o.comms.end(), [](const std::string& c) {
-                                              return c == "mpi" || c == "gloo";
+                                              const Backend b = parse_backend(c);
+                                              return b == Backend::mpi || b == Backend::gloo;
                                             }));
   for (const auto& w : o.workloads) {
     TrainConfig config = o.base;
@@ -116,7 +117,7 @@ DeviceChoice check_sweep(const SweepOptions& o) {
     check_common_options(config, o.timeout_s);
   }
   for (const auto& comm : o.comms) {
-    if (comm == "mpi") {
+    if (parse_backend(comm) == Backend::mpi) {
       if (o.ranks.size() != 1) {
         throw InputError("--comms mpi: the launcher fixes the world size; give one --ranks value (mpirun -np)");
       }

@@ -9,7 +9,7 @@
 
 #include "bench/app/harness.hpp"
 #include "bench/app/strategies.hpp"
-#include "launch/names.hpp"
+#include "core/names.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {

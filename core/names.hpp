@@ -1,0 +1,120 @@
+// dpbench's vocabulary, parsed in one place: the mode a run trains under (--mode), its transport
+// (--transport), the communication backend its ranks talk over (--comm), its device (--device)
+// and cuBLAS precision (--precision), and the way its processes were started (the result's
+// config.launcher, run/sweep --launcher). Every other file compares these enums; only
+// core/names.cpp knows their spellings. In JSON each is written as its name, never its number.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dpbench {
+
+// --mode: the synchronisation strategies (train/strategy.hpp; each folder's *_strategy.cpp).
+enum class Mode {
+  ps,          // DataParallel's flow: rank 0, the reducer, holds the master state (ps/)
+  sharded_ps,  // BytePS-style sharded parameter server (sharded_ps/)
+  allreduce,   // DistributedDataParallel: ring all-reduce of gradient buckets (allreduce/)
+};
+
+// How a run's gradients and parameters travel (--transport; Strategy::transports).
+enum class Transport {
+  collective,  // ps, sharded_ps: the backend's collectives (reduce/broadcast, reduce-scatter/all-gather)
+  p2p,         // ps, sharded_ps: point-to-point sends between workers and the root or servers
+  ring,        // allreduce: the ring all-reduce (its only transport)
+};
+
+// --device: where ranks compute.
+enum class DeviceKind {
+  cpu,
+  cuda,
+};
+
+// --precision: cuBLAS math on CUDA ranks (CUBLAS_DEFAULT_MATH or CUBLAS_TF32_TENSOR_OP_MATH).
+enum class Precision {
+  fp32,
+  tf32,
+};
+
+// Whose collective algorithms run over a link (LinkModel::collectives): `ring` (dpbench's own
+// and the model of MPI and NCCL) or `gloo` (train/alpha_beta_model.hpp).
+enum class CollectiveFamily {
+  ring,
+  gloo,
+};
+
+// --comm: torch.distributed's backend names, plus `local` (the ranks as threads of one process).
+enum class Backend {
+  local,  // threads of this process, one in-process group (host or device copies)
+  mpi,    // one rank per process, started by mpirun (or srun with PMI)
+  gloo,   // one CPU rank per process, meeting at rank 0's rendezvous
+  nccl,   // GPU ranks: threads, or one per process (mpirun, torchrun, srun, --init-method)
+};
+
+// How this process's ranks came to be (LaunchInfo::launcher, the result's config.launcher).
+enum class LauncherKind {
+  threads,  // every rank a thread of this process
+  mpirun,   // one rank per process, world and rank from MPI
+  env,      // torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): env://
+  tcp,      // --init-method tcp://ADDR:PORT with --rank and --world-size
+  file,     // --init-method file://PATH with --rank and --world-size
+  srun,     // Slurm's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, ...)
+};
+
+// How an emulated cluster (run/sweep --nodes) starts its ranks: --launcher.
+enum class ClusterLauncher {
+  env,       // each rank a process given torchrun's variables
+  tcp,       // each rank a process given --init-method tcp://NODE0:PORT --rank R (PyTorch's explicit form)
+  file,      // the same with --init-method file://PATH, a file in the cluster's private /run
+  torchrun,  // one torchrun agent per node, meeting at a rendezvous on node 0
+  mpirun,    // Open MPI's mpirun on the switch, its daemons started in the nodes
+  srun,      // Slurm: slurmctld on the switch, a slurmd in every node, the job started with srun
+};
+
+// The mode, transport, device, precision named `text`; InputError naming `option`, `text` and
+// the choices otherwise ("--mode bogus: unknown mode (choose ps, sharded_ps or allreduce)").
+Mode parse_mode(std::string_view text, std::string_view option = "--mode");
+Transport parse_transport(std::string_view text, std::string_view option = "--transport");
+DeviceKind parse_device(std::string_view text, std::string_view option = "--device");
+Precision parse_precision(std::string_view text, std::string_view option = "--precision");
+std::string_view name(Mode mode);
+std::string_view name(Transport transport);
+std::string_view name(DeviceKind device);
+std::string_view name(Precision precision);
+// The family named `text` ("ring", "gloo"); InputError naming `option` otherwise.
+CollectiveFamily parse_collective_family(std::string_view text, std::string_view option = "collectives");
+std::string_view name(CollectiveFamily family);
+
+// The backend named `text`; InputError "--comm X: unknown backend (choose local, mpi, gloo or
+// nccl)" otherwise.
+Backend parse_backend(std::string_view text);
+// The launcher named `text` ("threads", "mpirun", "env", "tcp", "file", "srun"); InputError
+// naming `option` and the choices otherwise.
+LauncherKind parse_launcher(std::string_view text, std::string_view option);
+// The cluster launcher named `text` ("env", "tcp", "file", "torchrun", "mpirun", "srun");
+// InputError naming `option` and the choices otherwise.
+ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view option);
+// The spellings parse_backend, parse_launcher and parse_cluster_launcher accept.
+std::string_view name(Backend backend);
+std::string_view name(LauncherKind launcher);
+std::string_view name(ClusterLauncher launcher);
+
+// In JSON each is its name (never its number); reading one parses it (InputError when it names
+// none).
+void to_json(nlohmann::json& j, Mode mode);
+void from_json(const nlohmann::json& j, Mode& mode);
+void to_json(nlohmann::json& j, Transport transport);
+void from_json(const nlohmann::json& j, Transport& transport);
+void to_json(nlohmann::json& j, DeviceKind device);
+void from_json(const nlohmann::json& j, DeviceKind& device);
+void to_json(nlohmann::json& j, Precision precision);
+void from_json(const nlohmann::json& j, Precision& precision);
+void to_json(nlohmann::json& j, CollectiveFamily family);
+void from_json(const nlohmann::json& j, CollectiveFamily& family);
+void to_json(nlohmann::json& j, Backend backend);
+void from_json(const nlohmann::json& j, Backend& backend);
+void to_json(nlohmann::json& j, ClusterLauncher launcher);
+
+}  // namespace dpbench
