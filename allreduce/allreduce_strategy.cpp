@@ -6,7 +6,7 @@ namespace dpbench {
 
 namespace {
 
-std::string ring_transport(const TrainConfig&) { return "ring"; }
+Transport ring_transport(const TrainConfig&) { return Transport::ring; }
 std::string allreduce_label(const TrainConfig& config) {
   std::string how = "ring";
   if (config.hierarchy == "node") how += ", node hierarchy";
@@ -20,7 +20,7 @@ std::optional<BusBandwidth> allreduce_bus_bandwidth(const TrainConfig& config, d
   return BusBandwidth{"all-reduce", param_bytes, 2.0 * (p - 1.0) / p};
 }
 
-double allreduce_comm_time(const StepModel& m, const LinkModel& link, const std::string&, int p, double) {
+double allreduce_comm_time(const StepModel& m, const LinkModel& link, Transport, int p, double) {
   return ring_allreduce_s(link, p, m.param_bytes);
 }
 
@@ -64,13 +64,13 @@ void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
 
 const Strategy& allreduce_strategy() {
   static const Strategy strategy{
-      .name = "allreduce",
+      .mode = Mode::allreduce,
       .description = "DistributedDataParallel: bucketed ring all-reduce overlapping backward",
       .validate = &validate_allreduce, .train = &train_allreduce,
       .transports = {}, .transport = &ring_transport, .label = &allreduce_label,
       .bus_bandwidth = &allreduce_bus_bandwidth,
       .has_reducer = false, .reference = false,
-      .projected = {{"allreduce", "ring", 1.0}}, .comm_time = &allreduce_comm_time,
+      .projected = {{"allreduce", Transport::ring, 1.0}}, .comm_time = &allreduce_comm_time,
       .pytorch_counterpart = &allreduce_pytorch, .memory = &allreduce_memory, .schedule = &allreduce_schedule,
   };
   return strategy;

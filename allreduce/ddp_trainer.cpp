@@ -13,7 +13,7 @@ namespace dpbench {
 
 void validate_allreduce(const TrainConfig& config, const Dataset& train) {
   validate_replicas(config, train);
-  if (config.comm_hook != "allreduce" && config.device != "cpu") {
+  if (config.comm_hook != "allreduce" && config.device != DeviceKind::cpu) {
     throw InputError(fmt::format("--comm-hook {}: packs and adds on the host; run it with --device cpu, not {}",
                                  config.comm_hook, config.device));
   }

@@ -23,19 +23,19 @@ CudaProbe probe_cuda() {
   return probe;
 }
 
-DeviceChoice choose_device(const std::string& requested, bool host_comm) {
-  if (requested == "cpu") return {"cpu", ""};
-  if (requested != "auto" && requested != "cuda") {
-    throw InputError(fmt::format("--device {}: unknown device (choose auto, cpu or cuda)", requested));
+DeviceChoice choose_device(std::optional<DeviceKind> requested, bool host_comm) {
+  if (requested == DeviceKind::cpu) return {DeviceKind::cpu, ""};
+  if (!requested && host_comm) {
+    return {DeviceKind::cpu, "device auto: using cpu (--comm mpi and gloo move host buffers)"};
   }
-  if (requested == "auto" && host_comm) return {"cpu", "device auto: using cpu (--comm mpi and gloo move host buffers)"};
   const CudaProbe probe = probe_cuda();
-  if (requested == "cuda") {
+  if (requested == DeviceKind::cuda) {
     if (!probe.usable) throw InputError(fmt::format("--device cuda: no CUDA device: {}", probe.reason));
-    return {"cuda", ""};
+    return {DeviceKind::cuda, ""};
   }
-  if (!probe.usable) return {"cpu", fmt::format("device auto: using cpu (no CUDA device: {})", probe.reason)};
-  return {"cuda", fmt::format("device auto: using cuda ({} GPU(s), {})", probe.gpus.size(), probe.gpus.front().name)};
+  if (!probe.usable) return {DeviceKind::cpu, fmt::format("device auto: using cpu (no CUDA device: {})", probe.reason)};
+  return {DeviceKind::cuda,
+          fmt::format("device auto: using cuda ({} GPU(s), {})", probe.gpus.size(), probe.gpus.front().name)};
 }
 
 int ranks_on_device(int ranks, int devices, int device) { return (ranks - device + devices - 1) / devices; }

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/names.hpp"
 
 namespace dpbench {
 
@@ -34,14 +37,14 @@ using CudaProbeFn = CudaProbe (*)();
 void register_cuda_probe(CudaProbeFn probe);
 
 struct DeviceChoice {
-  std::string device;  // "cpu" or "cuda"
+  DeviceKind device = DeviceKind::cpu;
   std::string note;    // what was chosen and why, for the log and the result's warnings
 };
 
-// requested: "auto", "cpu" or "cuda". host_comm: the run uses a backend that moves host buffers
-// (--comm mpi or gloo), so "auto" means the CPU. Throws InputError for an unknown name or for "cuda" when
-// no CUDA device can be used ("--device cuda: no CUDA device: <reason>").
-DeviceChoice choose_device(const std::string& requested, bool host_comm = false);
+// requested: cpu or cuda, or nullopt for auto (parse_device_request). host_comm: the run uses a
+// backend that moves host buffers (--comm mpi or gloo), so auto means the CPU. Throws InputError
+// for cuda when no CUDA device can be used ("--device cuda: no CUDA device: <reason>").
+DeviceChoice choose_device(std::optional<DeviceKind> requested, bool host_comm = false);
 
 // Placement of ranks on devices (rank r on device r % devices): how many of `ranks` run on
 // `device`. More than one makes them virtual ranks. E.g. ranks_on_device(5, 2, 0) == 3.

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <optional>
+#include <ostream>
 #include <utility>
 
 #include <fmt/format.h>
@@ -81,6 +82,11 @@ Transport parse_transport(std::string_view text, std::string_view option) {
 DeviceKind parse_device(std::string_view text, std::string_view option) {
   return parse_in(kDevices, text, option, "device");
 }
+std::optional<DeviceKind> parse_device_request(std::string_view text) {
+  if (text == "auto") return std::nullopt;
+  if (const auto v = find_spelling(kDevices, text)) return *v;
+  throw InputError(fmt::format("--device {}: unknown device (choose auto, cpu or cuda)", text));
+}
 Precision parse_precision(std::string_view text, std::string_view option) {
   return parse_in(kPrecisions, text, option, "precision");
 }
@@ -93,9 +99,8 @@ CollectiveFamily parse_collective_family(std::string_view text, std::string_view
 }
 std::string_view name(CollectiveFamily family) { return lookup(kFamilies, family); }
 
-Backend parse_backend(std::string_view text) {
-  if (const auto v = find_spelling(kBackends, text)) return *v;
-  throw InputError(fmt::format("--comm {}: unknown backend (choose local, mpi, gloo or nccl)", text));
+Backend parse_backend(std::string_view text, std::string_view option) {
+  return parse_in(kBackends, text, option, "backend");
 }
 
 LauncherKind parse_launcher(std::string_view text, std::string_view option) {
@@ -113,6 +118,12 @@ std::string_view name(Backend backend) { return lookup(kBackends, backend); }
 std::string_view name(LauncherKind launcher) { return lookup(kLaunchers, launcher); }
 std::string_view name(ClusterLauncher launcher) { return lookup(kClusterLaunchers, launcher); }
 
+
+std::ostream& operator<<(std::ostream& os, Mode mode) { return os << name(mode); }
+std::ostream& operator<<(std::ostream& os, Transport transport) { return os << name(transport); }
+std::ostream& operator<<(std::ostream& os, DeviceKind device) { return os << name(device); }
+std::ostream& operator<<(std::ostream& os, Precision precision) { return os << name(precision); }
+std::ostream& operator<<(std::ostream& os, Backend backend) { return os << name(backend); }
 
 void to_json(nlohmann::json& j, Mode mode) { j = std::string(name(mode)); }
 void from_json(const nlohmann::json& j, Mode& mode) { mode = parse_mode(j.get<std::string>(), "mode"); }

@@ -5,9 +5,15 @@
 // core/names.cpp knows their spellings. In JSON each is written as its name, never its number.
 #pragma once
 
+#include <iosfwd>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include <concepts>
+#include <type_traits>
+
+#include <fmt/core.h>
 #include <nlohmann/json_fwd.hpp>
 
 namespace dpbench {
@@ -78,6 +84,8 @@ enum class ClusterLauncher {
 Mode parse_mode(std::string_view text, std::string_view option = "--mode");
 Transport parse_transport(std::string_view text, std::string_view option = "--transport");
 DeviceKind parse_device(std::string_view text, std::string_view option = "--device");
+// --device as a request: "auto" (nullopt: choose_device picks), "cpu" or "cuda".
+std::optional<DeviceKind> parse_device_request(std::string_view text);
 Precision parse_precision(std::string_view text, std::string_view option = "--precision");
 std::string_view name(Mode mode);
 std::string_view name(Transport transport);
@@ -89,7 +97,7 @@ std::string_view name(CollectiveFamily family);
 
 // The backend named `text`; InputError "--comm X: unknown backend (choose local, mpi, gloo or
 // nccl)" otherwise.
-Backend parse_backend(std::string_view text);
+Backend parse_backend(std::string_view text, std::string_view option = "--comm");
 // The launcher named `text` ("threads", "mpirun", "env", "tcp", "file", "srun"); InputError
 // naming `option` and the choices otherwise.
 LauncherKind parse_launcher(std::string_view text, std::string_view option);
@@ -100,6 +108,13 @@ ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view o
 std::string_view name(Backend backend);
 std::string_view name(LauncherKind launcher);
 std::string_view name(ClusterLauncher launcher);
+
+// Each as its name on a stream (test messages, logs).
+std::ostream& operator<<(std::ostream& os, Mode mode);
+std::ostream& operator<<(std::ostream& os, Transport transport);
+std::ostream& operator<<(std::ostream& os, DeviceKind device);
+std::ostream& operator<<(std::ostream& os, Precision precision);
+std::ostream& operator<<(std::ostream& os, Backend backend);
 
 // In JSON each is its name (never its number); reading one parses it (InputError when it names
 // none).
@@ -118,3 +133,18 @@ void from_json(const nlohmann::json& j, Backend& backend);
 void to_json(nlohmann::json& j, ClusterLauncher launcher);
 
 }  // namespace dpbench
+
+// fmt prints each as its name: fmt::format("{}", Mode::ps) is "ps". (Not in nvcc's front end,
+// which does not take the constrained specialization; .cu files print name(value).)
+#ifndef __CUDACC__
+template <typename E>
+  requires std::is_enum_v<E> && requires(E e) {
+    { dpbench::name(e) } -> std::same_as<std::string_view>;
+  }
+struct fmt::formatter<E, char> : fmt::formatter<std::string_view, char> {
+  template <typename Context>
+  auto format(E value, Context& ctx) const {
+    return fmt::formatter<std::string_view, char>::format(dpbench::name(value), ctx);
+  }
+};
+#endif

@@ -333,7 +333,7 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   if (source.shared_gpu_barrier) shared_gpu_barrier = [&] { source.shared_gpu_barrier(rank); };
 
   try {
-    cuda::Blas blas(compute.handle(), allows_tf32(config.precision) ? cuda::Precision::tf32 : cuda::Precision::fp32);
+    cuda::Blas blas(compute.handle(), config.precision);
     struct AbortBeforeBlasDestroy {  // destroyed before blas: cublasDestroy synchronises
       FailureGuard& guard;
       ~AbortBeforeBlasDestroy() { guard.before_sync_destroy(); }
@@ -382,7 +382,7 @@ void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, c
 
 void register_cuda_device() {
   register_cuda_probe(&probe_cuda_runtime);
-  register_rank_launcher("cuda", &run_cuda_ranks);
+  register_rank_launcher(DeviceKind::cuda, &run_cuda_ranks);
 }
 
 }  // namespace dpbench

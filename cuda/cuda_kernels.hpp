@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/names.hpp"
 #include "workloads/cpu_kernels.hpp"
 
 struct cublasContext;  // cuBLAS's handle type: cublasHandle_t is cublasContext*
@@ -33,16 +34,10 @@ bool available();
 // step's launches.
 std::uint64_t launch_count();
 
-// How cuBLAS multiplies float matrices.
+// How cuBLAS multiplies float matrices (dpbench::Precision, core/names.hpp; --precision):
 //   fp32: CUBLAS_COMPUTE_32F, IEEE single precision throughout.
 //   tf32: CUBLAS_COMPUTE_32F_FAST_TF32, inputs rounded to TF32 (10-bit mantissa) for the tensor
 //         cores, products accumulated in fp32; what PyTorch's allow_tf32 = True does.
-enum class Precision { fp32, tf32 };
-
-// "fp32" / "tf32", for logs and results.
-inline const char* to_string(Precision precision) {
-  return precision == Precision::tf32 ? "tf32" : "fp32";
-}
 
 // One cuBLAS handle, created on the current device and bound to a stream; destroyed with the
 // object. Not thread-safe: one Blas per thread (cuBLAS's own rule for handles).

@@ -35,8 +35,7 @@ const dpbench::Dataset& tiny_train_set() {
 void check_like_run_command(const dpbench::RunOptions& o) {
   using namespace dpbench;
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
-  for (const auto& m : o.modes) find_strategy(m);
-  const DeviceChoice device = choose_device(o.base.device, o.base.comm == Backend::mpi);
+  const DeviceChoice device = choose_device(o.device, o.base.comm == Backend::mpi);
   check_common_options(o.base, o.timeout_s);
   if (o.data.data == "synthetic") parse_sample_shape(o.data.input_shape);
   for (const auto& mode : o.modes) {

@@ -101,15 +101,15 @@ struct LaunchEnv {
 };
 
 // --comm nccl trains GPU ranks: InputError otherwise.
-void check_nccl(const std::string& device) {
-  if (device != "cuda") {
+void check_nccl(DeviceKind device) {
+  if (device != DeviceKind::cuda) {
     throw InputError("--comm nccl: NCCL moves GPU buffers; train on GPUs with --device cuda "
                      "(or use --comm local or --comm mpi on CPU)");
   }
 }
 
 // --comm nccl: a torchrun-style launch (WORLD_SIZE > 1 without mpirun), mpirun's, or threads.
-LaunchInfo nccl_launch(int requested, const std::string& device, const LaunchEnv& env) {
+LaunchInfo nccl_launch(int requested, DeviceKind device, const LaunchEnv& env) {
   const auto& env_world = env.world;
   const auto& env_rank = env.rank;
   const auto& env_local = env.local;
@@ -138,15 +138,15 @@ LaunchInfo nccl_launch(int requested, const std::string& device, const LaunchEnv
 }
 
 // --comm gloo trains CPU ranks, in a build with gloo: InputError otherwise.
-void check_gloo(const std::string& device) {
-  if (device == "cuda") throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
+void check_gloo(DeviceKind device) {
+  if (device == DeviceKind::cuda) throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
   if (!gloo_built()) {
     throw InputError("--comm gloo: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
   }
 }
 
 // --comm gloo: one CPU rank per process, started by torchrun (or by hand with its variables).
-LaunchInfo gloo_launch(int requested, const std::string& device, const LaunchEnv& env) {
+LaunchInfo gloo_launch(int requested, DeviceKind device, const LaunchEnv& env) {
   check_gloo(device);
   for (const char* name : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) {
     const char* v = std::getenv(name);
@@ -162,10 +162,10 @@ LaunchInfo gloo_launch(int requested, const std::string& device, const LaunchEnv
 }
 
 // --comm mpi: one rank per process, started by mpirun (or srun); --ranks 1 runs one rank here.
-LaunchInfo mpi_comm_launch(int requested, const std::string& device, const LaunchEnv& env) {
+LaunchInfo mpi_comm_launch(int requested, DeviceKind device, const LaunchEnv& env) {
   const auto& env_world = env.world;
   const auto& env_rank = env.rank;
-  if (device == "cuda") {
+  if (device == DeviceKind::cuda) {
     throw InputError("--comm mpi: moves host buffers; with --device cuda use --comm nccl or --comm local");
   }
   if (!mpi_launched() && env_world && *env_world > 1) {
@@ -327,7 +327,7 @@ LaunchInfo srun_launch(int requested) {
 }
 
 // --init-method or --rank: PyTorch's explicit form (ExplicitInit), over gloo or NCCL.
-LaunchInfo explicit_launch(Backend comm, int requested, const std::string& device,
+LaunchInfo explicit_launch(Backend comm, int requested, DeviceKind device,
                            const ExplicitInit& init, const LaunchEnv& env) {
   const std::string url = init.init_method.empty() ? "env://" : init.init_method;
   if (comm != Backend::gloo && comm != Backend::nccl) {
@@ -389,12 +389,8 @@ int slurm_tasks_on_node(const std::string& tasks_per_node, int node) {
                                first == 1 ? "" : "s", tasks_per_node));
 }
 
-LaunchInfo resolve_launch(const std::string& comm_name, int requested, const std::string& device,
-                          const ExplicitInit& init) {
-  return resolve_launch(parse_backend(comm_name), requested, device, init);
-}
 
-LaunchInfo resolve_launch(Backend comm, int requested, const std::string& device, const ExplicitInit& init) {
+LaunchInfo resolve_launch(Backend comm, int requested, DeviceKind device, const ExplicitInit& init) {
   const auto env_world = env_int("WORLD_SIZE");
   const auto env_rank = env_int("RANK");
   const auto env_local = env_int("LOCAL_RANK");

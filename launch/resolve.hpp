@@ -53,10 +53,7 @@ struct ExplicitInit {
 // With --init-method or --rank (`init`), the launch is explicit (see ExplicitInit): InputError for
 // --comm local or mpi, an unknown scheme, a tcp:// without a host or port, a missing --rank or
 // --world-size for tcp://, a missing variable for env://, a rank out of range.
-LaunchInfo resolve_launch(Backend comm, int requested_world_size, const std::string& device,
-                          const ExplicitInit& init = {});
-// The same for a backend's name: InputError when it names none (core/names.hpp).
-LaunchInfo resolve_launch(const std::string& comm, int requested_world_size, const std::string& device,
+LaunchInfo resolve_launch(Backend comm, int requested_world_size, DeviceKind device,
                           const ExplicitInit& init = {});
 
 // A rank started by srun (Slurm) over gloo or NCCL reads Slurm's variables where torchrun's are

@@ -45,11 +45,11 @@ void validate_parameter_server(const TrainConfig& config, const Dataset& train) 
     throw InputError("--sync-bn: not available in ps mode (DataParallel normalises each replica's chunk "
                      "with its own statistics); use --mode allreduce");
   }
-  if (config.transport != "collective" && config.transport != "p2p") {
+  if (config.transport != Transport::collective && config.transport != Transport::p2p) {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)",
                                  config.transport));
   }
-  if (config.hierarchy == "node" && config.transport != "collective") {
+  if (config.hierarchy == "node" && config.transport != Transport::collective) {
     throw InputError(fmt::format("--hierarchy node: ps reduces inside the node with the collective transport, not {}",
                                  config.transport));
   }
@@ -181,7 +181,7 @@ PsRank::PsRank(const RankSetup& s)
     : s_(s),
       rank_(s.ctx.rank()),
       reducer_(rank_ == kReducer),
-      p2p_(s.config.transport == "p2p"),
+      p2p_(s.config.transport == Transport::p2p),
       batch_(s.config.global_batch),
       rows_(s.config.rank_batches.empty() ? chunk_sizes(batch_, s.config.world_size) : s.config.rank_batches),
       my_rows_(rows_[static_cast<std::size_t>(rank_)]),

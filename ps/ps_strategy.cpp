@@ -11,9 +11,9 @@ namespace dpbench {
 
 namespace {
 
-std::string ps_transport(const TrainConfig& config) { return config.transport; }
+Transport ps_transport(const TrainConfig& config) { return config.transport; }
 std::string ps_label(const TrainConfig& config) {
-  return fmt::format("ps ({}{})", config.transport, config.hierarchy == "node" ? ", node hierarchy" : "");
+  return fmt::format("ps ({}{})", name(config.transport), config.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
 // None: its comm time mixes the reduce and broadcast with the batch scatter and gather, so no
@@ -22,15 +22,15 @@ std::optional<BusBandwidth> ps_bus_bandwidth(const TrainConfig&, double) { retur
 
 // Gradients reduced to and parameters broadcast from rank 0 through its link, plus the batch
 // scatter / logit gather of DataParallel; nothing overlaps.
-double ps_comm_time(const StepModel& m, const LinkModel& link, const std::string& transport, int p, double b) {
+double ps_comm_time(const StepModel& m, const LinkModel& link, Transport transport, int p, double b) {
   const double n = m.param_bytes;
   const double params_and_grads =
-      transport == "p2p" ? 2.0 * incast_s(link, p, n) : reduce_s(link, p, n) + broadcast_s(link, p, n);
+      transport == Transport::p2p ? 2.0 * incast_s(link, p, n) : reduce_s(link, p, n) + broadcast_s(link, p, n);
   return params_and_grads + root_batch_traffic_s(m, link, p, b);
 }
 
 // DataParallel's data flow over gloo (collective), or PyTorch's RPC parameter server (p2p).
-std::string ps_pytorch(const TrainConfig& config) { return config.transport == "p2p" ? "rpc_ps" : "dataparallel"; }
+std::string ps_pytorch(const TrainConfig& config) { return config.transport == Transport::p2p ? "rpc_ps" : "dataparallel"; }
 
 // DataParallel's ranks: rank 0 the reducer (master parameters, gradients and optimizer state, the
 // whole batch's loader and gathered logits, plus its own replica and chunk), the others a replica
@@ -55,7 +55,7 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
                                      master * 2.0 * B * in.classes * f;
     m[MemoryCategory::data_staging] = replicas * b * in.input_floats * f + master * loader_bytes(in, B);
     // The local backend's chain relay; the node hierarchy's rings relay nothing.
-    m[MemoryCategory::comm_buffers] = config.transport == "p2p"   ? master * replicas * n * f
+    m[MemoryCategory::comm_buffers] = config.transport == Transport::p2p   ? master * replicas * n * f
                                       : config.hierarchy == "node" ? 0.0
                                                               : chain_relay_bytes(config, r, 0, std::min(n, group));
     ranks.push_back(m);
@@ -71,7 +71,7 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
 void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const int p = s.world_size();
   const TrainConfig& config = in.config;
-  const bool p2p = config.transport == "p2p";
+  const bool p2p = config.transport == Transport::p2p;
   const std::size_t n = in.num_params;
   const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(config.coalesce_mb * 1024.0 * 1024.0) / sizeof(float));
   const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p) : config.rank_batches;
@@ -99,13 +99,13 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
 
 const Strategy& parameter_server_strategy() {
   static const Strategy strategy{
-      .name = "ps",
+      .mode = Mode::ps,
       .description = "DataParallel: rank 0 reduces gradients, steps the optimizer, broadcasts parameters",
       .validate = &validate_parameter_server, .train = &train_parameter_server,
-      .transports = {"collective", "p2p"}, .transport = &ps_transport, .label = &ps_label,
+      .transports = {Transport::collective, Transport::p2p}, .transport = &ps_transport, .label = &ps_label,
       .bus_bandwidth = &ps_bus_bandwidth,
       .has_reducer = true, .reference = true,
-      .projected = {{"ps_collective", "collective", 0.0}, {"ps_p2p", "p2p", 0.0}}, .comm_time = &ps_comm_time,
+      .projected = {{"ps_collective", Transport::collective, 0.0}, {"ps_p2p", Transport::p2p, 0.0}}, .comm_time = &ps_comm_time,
       .pytorch_counterpart = &ps_pytorch, .memory = &ps_memory, .schedule = &ps_schedule,
   };
   return strategy;

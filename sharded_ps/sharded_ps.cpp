@@ -50,13 +50,13 @@ std::vector<std::size_t> shard_counts_within(const ShardLayout& layout, std::siz
   return out;
 }
 
-ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, const std::string& transport) {
+ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, Transport transport) {
   const auto p = static_cast<int>(layout.counts.size());
   if (p < 2) return {};
   std::size_t n = 0;
   for (std::size_t c : layout.counts) n += c;
   const auto at = [&](int r) { return layout.counts[static_cast<std::size_t>(((r % p) + p) % p)]; };
-  if (transport == "p2p") {
+  if (transport == Transport::p2p) {
     const std::size_t both = n + static_cast<std::size_t>(p - 2) * at(rank);
     return {both, both};
   }
@@ -72,10 +72,10 @@ namespace {
 void validate_staleness(const TrainConfig& config) {
   if (config.staleness == 0) return;
   const std::string option = fmt::format("--staleness {}", config.staleness);
-  if (config.device != "cpu") {
+  if (config.device != DeviceKind::cpu) {
     throw InputError(fmt::format("{}: the servers step on the communication thread, on the host; run it with --device cpu", option));
   }
-  if (config.transport != "collective") {
+  if (config.transport != Transport::collective) {
     throw InputError(fmt::format("{}: pushes and pulls are the collective transport's; give --transport collective, not {}",
                                  option, config.transport));
   }
@@ -90,7 +90,7 @@ void validate_staleness(const TrainConfig& config) {
 
 void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
   validate_replicas(config, train);
-  if (config.transport != "collective" && config.transport != "p2p") {
+  if (config.transport != Transport::collective && config.transport != Transport::p2p) {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)", config.transport));
   }
   if (config.servers < 0 || config.servers > config.world_size) {
@@ -99,7 +99,7 @@ void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
   }
   validate_staleness(config);
   if (config.hierarchy != "node") return;
-  if (config.transport != "collective") {
+  if (config.transport != Transport::collective) {
     throw InputError(fmt::format("--hierarchy node: sharded_ps reduces inside the node with the collective "
                                  "transport, not {}", config.transport));
   }
@@ -257,7 +257,7 @@ class ShardedPsRank final : public ReplicaRank {
 RunResult train_sharded_ps(const TrainConfig& config, const TrainData& data) {
   validate_sharded_ps(config, *data.train);
   if (config.staleness > 0) return run_step_loop(config, data, make_stale_sync_rank);
-  const bool p2p = config.transport == "p2p";
+  const bool p2p = config.transport == Transport::p2p;
   return run_step_loop(config, data, [p2p](const RankSetup& s) { return std::make_unique<ShardedPsRank>(s, p2p); });
 }
 

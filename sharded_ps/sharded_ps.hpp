@@ -53,7 +53,7 @@ std::vector<std::size_t> shard_counts_within(const ShardLayout& layout, std::siz
 
 // Elements rank `rank` sends and receives in one step's push and pull under `transport`
 // ("collective" or "p2p"): the formulas above. The BatchNorm buffers' broadcast is not included.
-ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, const std::string& transport);
+ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, Transport transport);
 
 // The number of servers a config asks for: config.servers, or world_size when it is 0.
 int server_count(const TrainConfig& config);

@@ -9,15 +9,15 @@ namespace dpbench {
 
 namespace {
 
-std::string sharded_transport(const TrainConfig& config) { return config.transport; }
+Transport sharded_transport(const TrainConfig& config) { return config.transport; }
 
 // "sharded_ps (collective)"; the server count when not every rank is one.
 std::string sharded_label(const TrainConfig& config) {
   if (config.servers > 0 && config.servers < config.world_size) {
-    return fmt::format("sharded_ps ({}, {} servers)", config.transport, config.servers);
+    return fmt::format("sharded_ps ({}, {} servers)", name(config.transport), config.servers);
   }
-  if (config.staleness > 0) return fmt::format("sharded_ps ({}, staleness {})", config.transport, config.staleness);
-  return fmt::format("sharded_ps ({}{})", config.transport, config.hierarchy == "node" ? ", node hierarchy" : "");
+  if (config.staleness > 0) return fmt::format("sharded_ps ({}, staleness {})", name(config.transport), config.staleness);
+  return fmt::format("sharded_ps ({}{})", name(config.transport), config.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
 // With every rank a server, the push is a reduce-scatter and the pull an all-gather of the
@@ -31,9 +31,9 @@ std::optional<BusBandwidth> sharded_bus_bandwidth(const TrainConfig& config, dou
 
 // K = p servers. collective: reduce-scatter + all-gather (a ring: 2(p-1) alpha + 2(p-1)/p N beta);
 // p2p: each server's link takes p-1 pushes of N/p and gives p-1 pulls of N/p.
-double sharded_comm_time(const StepModel& m, const LinkModel& link, const std::string& transport, int p, double) {
+double sharded_comm_time(const StepModel& m, const LinkModel& link, Transport transport, int p, double) {
   const double n = m.param_bytes;
-  if (transport == "p2p") return 2.0 * incast_s(link, p, n / p);
+  if (transport == Transport::p2p) return 2.0 * incast_s(link, p, n / p);
   return reduce_scatter_s(link, p, n) + allgather_s(link, p, n);
 }
 
@@ -54,7 +54,7 @@ std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
     m[MemoryCategory::optimizer_state] = optimizer_bytes(config, mine);
     if (config.world_size > 1) {
       m[MemoryCategory::gradients] += mine * sizeof(float);
-      if (config.transport == "p2p") m[MemoryCategory::comm_buffers] = mine * sizeof(float);
+      if (config.transport == Transport::p2p) m[MemoryCategory::comm_buffers] = mine * sizeof(float);
       // --staleness S: S + 1 parameter versions and S + 1 pushes in flight (stale_sync.hpp).
       const double slots = config.staleness > 0 ? config.staleness + 1.0 : 0.0;
       m[MemoryCategory::parameters] += slots * in.num_params * sizeof(float);
@@ -77,7 +77,7 @@ void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const int node_ranks = in.config.hierarchy == "node" ? hierarchy_ranks_per_node(in.config) : 0;
   main.set_node_hierarchy(node_ranks);
   side.set_node_hierarchy(node_ranks);
-  if (in.config.transport != "p2p") {
+  if (in.config.transport != Transport::p2p) {
     const std::vector<BucketEvents> events = replica_forward_backward(s, in);
     for (std::size_t b = 0; b < in.buckets.size(); ++b) {
       for (int r = 0; r < p; ++r) s.wait_event(r, 1, events[static_cast<std::size_t>(r)].ready[b]);
@@ -110,15 +110,15 @@ void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
 
 const Strategy& sharded_ps_strategy() {
   static const Strategy strategy{
-      .name = "sharded_ps",
+      .mode = Mode::sharded_ps,
       .description = "sharded parameter server (BytePS): every rank serves 1/K of the parameters and "
                      "their optimizer state; push gradients, step, pull parameters",
       .validate = &validate_sharded_ps, .train = &train_sharded_ps,
-      .transports = {"collective", "p2p"}, .transport = &sharded_transport, .label = &sharded_label,
+      .transports = {Transport::collective, Transport::p2p}, .transport = &sharded_transport, .label = &sharded_label,
       .bus_bandwidth = &sharded_bus_bandwidth,
       .has_reducer = false, .reference = false,
       // The collective push overlaps backward, the pull never does: half of its time may hide.
-      .projected = {{"sharded_ps_collective", "collective", 0.5}, {"sharded_ps_p2p", "p2p", 0.0}},
+      .projected = {{"sharded_ps_collective", Transport::collective, 0.5}, {"sharded_ps_p2p", Transport::p2p, 0.0}},
       .comm_time = &sharded_comm_time,
       .pytorch_counterpart = &sharded_pytorch,
       .memory = &sharded_memory,

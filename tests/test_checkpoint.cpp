@@ -56,7 +56,7 @@ std::unique_ptr<Dataset> dataset_for(const std::string& workload) {
 
 TrainConfig config_for(const Variant& v) {
   TrainConfig c = small_train_config(v.mode, 3, 48);
-  c.transport = v.transport;
+  c.transport = parse_transport(v.transport);
   c.servers = v.servers;
   c.workload = v.workload;
   c.optimizer = v.optimizer;

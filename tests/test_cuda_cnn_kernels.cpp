@@ -33,7 +33,6 @@
 namespace dpbench {
 namespace {
 
-using cuda::Precision;
 
 // ---------------------------------------------------------------------------------------------
 // Tolerances (relative error = max |gpu - cpu| / max |cpu| over the tensor).
@@ -114,7 +113,7 @@ TEST_F(CudaCnnKernels, Conv2dForwardMatchesCpu) {
   DeviceBuffer<float> d_col(kShape.workspace_size());
   for (const Precision precision : {Precision::fp32, Precision::tf32}) {
     for (const bool bias : {true, false}) {
-      SCOPED_TRACE(std::string(cuda::to_string(precision)) + (bias ? " bias" : " no bias"));
+      SCOPED_TRACE(std::string(name(precision)) + (bias ? " bias" : " no bias"));
       std::vector<float> want(y_size(kShape));
       cpu::conv2d_forward(x.data(), w.data(), bias ? b.data() : nullptr, want.data(), kShape,
                           col.data());
@@ -158,7 +157,7 @@ TEST_F(CudaCnnKernels, Conv2dBackwardMatchesCpu) {
   DeviceBuffer<float> d_col(kShape.workspace_size());
   DeviceBuffer<double> d_partials(cuda::reduce_partials_size(kShape.K));
   for (const Precision precision : {Precision::fp32, Precision::tf32}) {
-    SCOPED_TRACE(cuda::to_string(precision));
+    SCOPED_TRACE(std::string(name(precision)));
     DeviceBuffer<float> d_dx(x_size(kShape)), d_dw(w_size(kShape)), d_db(kShape.K);
     cuda::Blas blas(stream(), precision);
     cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), d_dx.get(), d_dw.get(),

@@ -124,7 +124,7 @@ class CudaCnnModel : public testing::CudaStreamTest {
     cpu_ = std::make_unique<Cnn>(kShape, kC1, kC2, kHidden, kCudaCnnClasses);
     cpu_->reserve(kBatch, host_tracker_);
     allocator_ = std::make_unique<DeviceAllocator>(current_device(), device_tracker_);
-    blas_ = std::make_unique<cuda::Blas>(stream(), cuda::Precision::fp32);
+    blas_ = std::make_unique<cuda::Blas>(stream(), Precision::fp32);
     gpu_ = std::make_unique<Cnn>(kShape, kC1, kC2, kHidden, kCudaCnnClasses);
     gpu_->reserve(reserve_batch, make_cuda_model_ops(*blas_, *allocator_));
     params_.resize(cpu_->num_params());

@@ -52,8 +52,8 @@ class CudaTraining : public ::testing::Test {
 // fp32 cuBLAS math, so that GPU and CPU runs differ only by the order of floating-point sums.
 TrainConfig gpu_config(const std::string& mode, int world_size, std::size_t batch) {
   TrainConfig c = testing::small_train_config(mode, world_size, batch);
-  c.device = "cuda";
-  c.precision = "fp32";
+  c.device = DeviceKind::cuda;
+  c.precision = Precision::fp32;
   c.loader.pin_memory = true;
   return c;
 }
@@ -84,20 +84,20 @@ TEST_F(CudaTraining, PsAndAllreduceAgreeAfter20Steps) {
 TEST_F(CudaTraining, GpuModesMatchCpuModes) {
   // Every registered strategy, under each of its transports.
   for (const Strategy& s : strategies()) {
-    std::vector<std::string> transports = s.transports;
-    if (transports.empty()) transports = {"collective"};
-    for (const std::string& transport : transports) {
-      TrainConfig gpu = gpu_config(s.name, 2, 64);
+    std::vector<Transport> transports = s.transports;
+    if (transports.empty()) transports = {Transport::collective};
+    for (const Transport transport : transports) {
+      TrainConfig gpu = gpu_config(std::string(name(s.mode)), 2, 64);
       gpu.transport = transport;
       TrainConfig cpu = gpu;
-      cpu.device = "cpu";
+      cpu.device = DeviceKind::cpu;
       cpu.loader.pin_memory = false;
       const RunResult g = s.train(gpu, data());
       const RunResult c = s.train(cpu, data());
       expect_trained(g);
       expect_trained(c);
-      EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << s.name << " " << transport;
-      EXPECT_NEAR(g.final_train_loss, c.final_train_loss, 1e-3) << s.name << " " << transport;
+      EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << s.mode << " " << transport;
+      EXPECT_NEAR(g.final_train_loss, c.final_train_loss, 1e-3) << s.mode << " " << transport;
     }
   }
 }
@@ -148,7 +148,7 @@ TEST_F(CudaTraining, PrefetchedBatchesMatchPageableUploadsAcrossEpochs) {
 
 TEST_F(CudaTraining, PsP2pMatchesPsCollective) {
   TrainConfig p2p = gpu_config("ps", 3, 60);
-  p2p.transport = "p2p";
+  p2p.transport = Transport::p2p;
   const RunResult a = train_parameter_server(p2p, data());
   const RunResult b = train_parameter_server(gpu_config("ps", 3, 60), data());
   expect_trained(a);
@@ -269,7 +269,7 @@ TEST_F(CudaTraining, CnnMatchesCpu) {
     gpu.hidden = {16};
     gpu.sync_bn = variant == "allreduce sync_bn";
     TrainConfig cpu = gpu;
-    cpu.device = "cpu";
+    cpu.device = DeviceKind::cpu;
     const RunResult g = ps ? train_parameter_server(gpu, td) : train_allreduce(gpu, td);
     const RunResult c = ps ? train_parameter_server(cpu, td) : train_allreduce(cpu, td);
     expect_trained(g);
@@ -355,11 +355,9 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
 
 TEST(CudaTrainingConfig, BadPrecisionIsAnInputError) {
   TrainConfig c;
-  c.device = "cuda";
-  c.precision = "bf16";
-  auto data = make_synthetic_dataset(SampleShape{1, 1, 8}, 2, 1024, 1);
+  c.device = DeviceKind::cuda;
   try {
-    train_allreduce(c, TrainData{data.get(), nullptr});
+    c.precision = parse_precision("bf16");
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("--precision bf16"), std::string::npos) << e.what();

@@ -429,7 +429,7 @@ TEST(HierarchicalAllreduce, RingsFollowTheNodeLayout) {
 
 TrainConfig hier_config(int p, int k) {
   TrainConfig c;
-  c.mode = "allreduce";
+  c.mode = Mode::allreduce;
   c.world_size = p;
   c.process.ranks_on_this_node = k;
   c.global_batch = 96;
@@ -482,7 +482,7 @@ TEST(HierarchicalParameterServers, TrainAsTheFlatModesDo) {
     for (const char* mode : {"sharded_ps", "ps"}) {
       SCOPED_TRACE(fmt::format("{} p={} k={}", mode, layout.p, layout.k));
       TrainConfig flat = hier_config(layout.p, layout.k);
-      flat.mode = mode;
+      flat.mode = parse_mode(mode);
       flat.coalesce_mb = 0.5;  // ps: several groups
       expect_hierarchy_trains_as_flat(flat, *data);
     }
@@ -518,12 +518,12 @@ TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   c.hierarchy = "rack";
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c.hierarchy = "node";
-  c.mode = "ps";
-  c.transport = "p2p";
+  c.mode = Mode::ps;
+  c.transport = Transport::p2p;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);  // no node reduction in p2p
-  c.mode = "sharded_ps";
+  c.mode = Mode::sharded_ps;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
-  c.transport = "collective";
+  c.transport = Transport::collective;
   c.servers = 2;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);  // every rank serves a range
   c.servers = 0;
@@ -533,7 +533,7 @@ TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   c.comm_hook = "int8";
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c.comm_hook = "fp16";
-  c.mode = "sharded_ps";
+  c.mode = Mode::sharded_ps;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -97,6 +98,40 @@ TEST(LaunchNames, EverySpellingRoundTripsAndAnUnknownOneIsNamed) {
   }
   EXPECT_THROW(parse_backend("ucc"), InputError);
   EXPECT_THROW(parse_launcher("threads ", "--x"), InputError);
+}
+
+// The run's vocabulary (core/names.hpp): each value's spelling parses back to it, JSON and fmt
+// write the spelling, and a wrong one is a one-line InputError naming the option and the choices.
+TEST(RunNames, EverySpellingRoundTripsAndAnUnknownOneIsNamed) {
+  for (Mode m : {Mode::ps, Mode::sharded_ps, Mode::allreduce}) {
+    EXPECT_EQ(parse_mode(name(m)), m);
+    EXPECT_EQ(nlohmann::json(m).get<Mode>(), m);
+    EXPECT_EQ(fmt::format("{}", m), name(m));
+  }
+  for (Transport t : {Transport::collective, Transport::p2p, Transport::ring}) EXPECT_EQ(parse_transport(name(t)), t);
+  for (DeviceKind d : {DeviceKind::cpu, DeviceKind::cuda}) EXPECT_EQ(parse_device_request(name(d)), d);
+  EXPECT_EQ(parse_device_request("auto"), std::nullopt);
+  for (Precision p : {Precision::fp32, Precision::tf32}) EXPECT_EQ(parse_precision(name(p)), p);
+  for (CollectiveFamily f : {CollectiveFamily::ring, CollectiveFamily::gloo}) {
+    EXPECT_EQ(nlohmann::json(f).get<CollectiveFamily>(), f);
+  }
+  EXPECT_EQ(nlohmann::json(Mode::sharded_ps).dump(), "\"sharded_ps\"");
+  const auto message = [](auto parse) {
+    try {
+      parse();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("parsed");
+  };
+  EXPECT_EQ(message([] { parse_mode("dp"); }), "--mode dp: unknown mode (choose ps, sharded_ps or allreduce)");
+  EXPECT_EQ(message([] { parse_transport("rdma", "--transports"); }),
+            "--transports rdma: unknown transport (choose collective, p2p or ring)");
+  EXPECT_EQ(message([] { parse_device_request("tpu"); }), "--device tpu: unknown device (choose auto, cpu or cuda)");
+  EXPECT_EQ(message([] { parse_precision("bf16"); }), "--precision bf16: unknown precision (choose fp32 or tf32)");
+  EXPECT_EQ(message([] { parse_backend("ucc"); }), "--comm ucc: unknown backend (choose local, mpi, gloo or nccl)");
+  EXPECT_EQ(message([] { nlohmann::json("tree").get<CollectiveFamily>(); }),
+            "collectives tree: unknown collectives (choose ring or gloo)");
 }
 
 TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
@@ -262,7 +297,7 @@ TEST_F(Launch, MpiWorldSizeWithoutALauncher) {
 TEST(LaunchResolve, MpiInABuildWithoutMpiIsAnInputError) {
   if (mpi_built()) GTEST_SKIP() << "this build has MPI; the CPU-only presets (cpu, debug) check this";
   try {
-    resolve_launch("mpi", 2, "cpu");
+    resolve_launch(Backend::mpi, 2, DeviceKind::cpu);
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("this build has no MPI"), std::string::npos) << e.what();
@@ -270,10 +305,10 @@ TEST(LaunchResolve, MpiInABuildWithoutMpiIsAnInputError) {
 }
 
 TEST(LaunchResolve, LocalTakesRequestedOrDefaultWorldSize) {
-  EXPECT_EQ(resolve_launch("local", 3, "cpu").world_size, 3);
-  EXPECT_EQ(resolve_launch("local", 0, "cpu").world_size, 4);
-  EXPECT_FALSE(resolve_launch("local", 3, "cpu").multi_process);
-  EXPECT_THROW(resolve_launch("gloo", 2, "cpu"), InputError);
+  EXPECT_EQ(resolve_launch(Backend::local, 3, DeviceKind::cpu).world_size, 3);
+  EXPECT_EQ(resolve_launch(Backend::local, 0, DeviceKind::cpu).world_size, 4);
+  EXPECT_FALSE(resolve_launch(Backend::local, 3, DeviceKind::cpu).multi_process);
+  EXPECT_THROW(resolve_launch(Backend::gloo, 2, DeviceKind::cpu), InputError);
 }
 
 // The backend/device pairs: NCCL moves device buffers, MPI host buffers. Without mpirun, NCCL
@@ -281,13 +316,13 @@ TEST(LaunchResolve, LocalTakesRequestedOrDefaultWorldSize) {
 TEST(LaunchResolve, BackendsMatchTheirDevice) {
   const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE");
   if (launched != nullptr) GTEST_SKIP() << "running under mpirun";
-  const LaunchInfo nccl = resolve_launch("nccl", 2, "cuda");
+  const LaunchInfo nccl = resolve_launch(Backend::nccl, 2, DeviceKind::cuda);
   EXPECT_EQ(nccl.world_size, 2);
   EXPECT_FALSE(nccl.multi_process);
   EXPECT_EQ(nccl.launcher, LauncherKind::threads);
   auto message = [](const std::string& comm, const std::string& device) {
     try {
-      resolve_launch(comm, 2, device);
+      resolve_launch(parse_backend(comm), 2, parse_device(device));
     } catch (const InputError& e) {
       return std::string(e.what());
     }

@@ -30,7 +30,7 @@ struct Case {
 
 TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
   TrainConfig c = testing::small_train_config(k.mode, p, 60);
-  c.transport = k.transport;
+  c.transport = parse_transport(k.transport);
   c.servers = k.servers > 0 ? std::min(k.servers, p) : 0;
   c.workload = k.workload;
   c.optimizer = optimizer;
@@ -96,8 +96,8 @@ TEST(MemoryModel, RolesAndOptimizerStateOfADescribedModel) {
   in.config.world_size = 4;
   in.config.global_batch = 32;
   in.config.optimizer = "adamw";
-  in.config.mode = "ps";
-  const auto ps = find_strategy("ps").memory(in);
+  in.config.mode = Mode::ps;
+  const auto ps = find_strategy(Mode::ps).memory(in);
   ASSERT_EQ(ps.size(), 4u);
   EXPECT_EQ(ps[0].role, "reducer");
   EXPECT_EQ(ps[1].role, "worker");
@@ -106,8 +106,8 @@ TEST(MemoryModel, RolesAndOptimizerStateOfADescribedModel) {
   // The reducer's excess over a worker: master parameters, gradients and the optimizer state
   // (4 x N floats with AdamW), the whole batch's logits and loader; more than 5 GB here.
   EXPECT_GT(ps[0].total() - ps[1].total(), 4 * 335e6 * 4);
-  in.config.mode = "sharded_ps";
-  const auto sharded = find_strategy("sharded_ps").memory(in);
+  in.config.mode = Mode::sharded_ps;
+  const auto sharded = find_strategy(Mode::sharded_ps).memory(in);
   EXPECT_EQ(sharded[3].role, "server");
   EXPECT_NEAR(sharded[3].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 2 * 335e6 / 4 * 4, 8);
 }
@@ -131,7 +131,7 @@ TEST(MemoryCommand, DescribedModelPerParameterBytesAndCapacity) {
   o.base.optimizer = "adam";
   o.base.global_batch = 8;
   o.ranks = {2};
-  o.modes = {"allreduce", "ps"};
+  o.modes = {Mode::allreduce, Mode::ps};
   o.capacity_gb = 80;
   auto doc = memory_document(o);
   ASSERT_EQ(doc["rows"].size(), 3u);  // allreduce replica; ps reducer, worker
@@ -160,7 +160,7 @@ TEST(MemoryCommand, BuiltInModelEqualsARunsMeasuredPeaks) {
   o.ranks = {3};
   o.base.global_batch = 63;
   for (const std::string mode : {"ps", "allreduce"}) {
-    o.modes = {mode};
+    o.modes = {parse_mode(mode)};
     TrainConfig c = testing::small_train_config(mode, 3, 63);
     c.hidden = o.base.hidden;
     c.optimizer = "adamw";

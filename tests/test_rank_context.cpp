@@ -123,10 +123,12 @@ TEST(StepTimes, ExposedCommunicationNeverExceedsTotal) {
 }
 
 TEST(RankContext, UnknownDeviceIsAnInputError) {
-  TrainConfig c = context_config(1);
-  c.device = "tpu";
-  std::vector<RankResult> ranks(1);
-  EXPECT_THROW(run_rank_contexts(c, ranks, [](RankContext&) {}), InputError);
+  try {
+    (void)parse_device("tpu");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--device tpu: unknown device (choose cpu or cuda)");
+  }
 }
 
 }  // namespace

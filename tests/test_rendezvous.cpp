@@ -326,7 +326,7 @@ class EnvLaunch : public ::testing::Test {
     for (const char* name : kNames) unsetenv(name);
   }
   static std::string error(int ranks) {
-    return error_of([&] { resolve_launch("nccl", ranks, "cuda"); });
+    return error_of([&] { resolve_launch(Backend::nccl, ranks, DeviceKind::cuda); });
   }
   static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                                            "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
@@ -340,7 +340,7 @@ TEST_F(EnvLaunch, ResolvesRankAndRendezvousFromTheEnvironment) {
   setenv("RANK", "0", 1);
   setenv("MASTER_ADDR", "node0", 1);
   setenv("MASTER_PORT", "29500", 1);
-  LaunchInfo info = resolve_launch("nccl", 0, "cuda");
+  LaunchInfo info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda);
   EXPECT_TRUE(info.multi_process);
   EXPECT_EQ(info.launcher, LauncherKind::env);
   EXPECT_EQ(info.world_size, 4);
@@ -351,7 +351,7 @@ TEST_F(EnvLaunch, ResolvesRankAndRendezvousFromTheEnvironment) {
   EXPECT_EQ(info.master_port, 29500);
   setenv("LOCAL_RANK", "1", 1);
   setenv("LOCAL_WORLD_SIZE", "2", 1);
-  info = resolve_launch("nccl", 4, "cuda");
+  info = resolve_launch(Backend::nccl, 4, DeviceKind::cuda);
   EXPECT_EQ(info.local_rank, 1);
   EXPECT_EQ(info.ranks_on_this_node, 2);
 }
@@ -369,7 +369,7 @@ TEST_F(EnvLaunch, MistakesAreOneLineInputErrors) {
   setenv("LOCAL_WORLD_SIZE", "1", 1);
   EXPECT_NE(error(0).find("LOCAL_RANK=1: out of range for 1 ranks on this node"), std::string::npos) << error(0);
   unsetenv("LOCAL_WORLD_SIZE");
-  EXPECT_NE(error_of([] { resolve_launch("nccl", 0, "cpu"); }).find("--device cuda"), std::string::npos);
+  EXPECT_NE(error_of([] { resolve_launch(Backend::nccl, 0, DeviceKind::cpu); }).find("--device cuda"), std::string::npos);
 }
 
 // --init-method tcp://ADDR:PORT takes the rank and world size from the options (RANK and WORLD_SIZE
@@ -379,7 +379,7 @@ TEST_F(EnvLaunch, MistakesAreOneLineInputErrors) {
 TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   setenv("RANK", "5", 1);
   setenv("WORLD_SIZE", "8", 1);
-  LaunchInfo info = resolve_launch("nccl", 3, "cuda", ExplicitInit{"tcp://node0:23456", 2});
+  LaunchInfo info = resolve_launch(Backend::nccl, 3, DeviceKind::cuda, ExplicitInit{"tcp://node0:23456", 2});
   EXPECT_TRUE(info.multi_process);
   EXPECT_EQ(info.launcher, LauncherKind::tcp);
   EXPECT_EQ(info.world_size, 3);
@@ -390,7 +390,7 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   EXPECT_EQ(info.master_port, 23456);
   setenv("LOCAL_RANK", "1", 1);
   setenv("LOCAL_WORLD_SIZE", "2", 1);
-  info = resolve_launch("nccl", 3, "cuda", ExplicitInit{"tcp://10.0.0.1:29500", 0});
+  info = resolve_launch(Backend::nccl, 3, DeviceKind::cuda, ExplicitInit{"tcp://10.0.0.1:29500", 0});
   EXPECT_EQ(info.local_rank, 1);
   EXPECT_EQ(info.ranks_on_this_node, 2);
   EXPECT_EQ(info.master_addr, "10.0.0.1");
@@ -398,16 +398,16 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   unsetenv("LOCAL_WORLD_SIZE");
   setenv("MASTER_ADDR", "node1", 1);
   setenv("MASTER_PORT", "29501", 1);
-  info = resolve_launch("nccl", 0, "cuda", ExplicitInit{"env://", -1});
+  info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda, ExplicitInit{"env://", -1});
   EXPECT_EQ(info.launcher, LauncherKind::env);
   EXPECT_EQ(info.world_size, 8);
   EXPECT_EQ(info.rank, 5);
   EXPECT_EQ(info.master_addr, "node1");
   EXPECT_EQ(info.master_port, 29501);
-  info = resolve_launch("nccl", 2, "cuda", ExplicitInit{"", 1});  // --rank alone: env://
+  info = resolve_launch(Backend::nccl, 2, DeviceKind::cuda, ExplicitInit{"", 1});  // --rank alone: env://
   EXPECT_EQ(info.world_size, 2);
   EXPECT_EQ(info.rank, 1);
-  info = resolve_launch("nccl", 3, "cuda", ExplicitInit{"file:///shared/job.init", 2});
+  info = resolve_launch(Backend::nccl, 3, DeviceKind::cuda, ExplicitInit{"file:///shared/job.init", 2});
   EXPECT_EQ(info.launcher, LauncherKind::file);
   EXPECT_EQ(info.init_file, "/shared/job.init");
   EXPECT_TRUE(info.master_addr.empty());
@@ -421,7 +421,7 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
 
 TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
   const auto error = [](const std::string& comm, int world, const ExplicitInit& init) {
-    return error_of([&] { resolve_launch(comm, world, comm == "gloo" || comm == "local" ? "cpu" : "cuda", init); });
+    return error_of([&] { resolve_launch(parse_backend(comm), world, comm == "gloo" || comm == "local" ? DeviceKind::cpu : DeviceKind::cuda, init); });
   };
   const std::string url = "tcp://node0:23456";
   EXPECT_NE(error("nccl", 2, {url, -1}).find("give --rank R and --world-size N"), std::string::npos);
@@ -441,7 +441,7 @@ TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
   EXPECT_NE(error("nccl", 2, {"env://", 0}).find("MASTER_ADDR is unset"), std::string::npos);
   EXPECT_NE(error("nccl", 0, {"env://", 0}).find("WORLD_SIZE is unset"), std::string::npos);
   EXPECT_NE(error("nccl", 2, {"", -2}).find("--rank -2: must be >= 0"), std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_launch("nccl", 2, "cpu", {url, 0}); }).find("--device cuda"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_launch(Backend::nccl, 2, DeviceKind::cpu, {url, 0}); }).find("--device cuda"), std::string::npos);
 }
 
 // Slurm's host lists and tasks-per-node counts, as srun sets them.
@@ -476,7 +476,7 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   setenv("SLURM_STEP_NODELIST", "node[07-08]", 1);
   setenv("SLURM_JOB_NODELIST", "node[01-08]", 1);
   setenv("SLURM_JOB_ID", "1234567", 1);
-  LaunchInfo info = resolve_launch("nccl", 0, "cuda");
+  LaunchInfo info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda);
   EXPECT_TRUE(info.multi_process);
   EXPECT_EQ(info.launcher, LauncherKind::srun);
   EXPECT_EQ(info.world_size, 4);
@@ -486,13 +486,13 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   EXPECT_EQ(info.master_addr, "node07");  // the step's first node, not the allocation's
   EXPECT_EQ(info.master_port, 15000 + 4567);
   setenv("MASTER_PORT", "29500", 1);
-  EXPECT_EQ(resolve_launch("nccl", 4, "cuda").master_port, 29500);
-  if (gloo_built()) EXPECT_EQ(resolve_launch("gloo", 0, "cpu").launcher, LauncherKind::srun);
+  EXPECT_EQ(resolve_launch(Backend::nccl, 4, DeviceKind::cuda).master_port, 29500);
+  if (gloo_built()) EXPECT_EQ(resolve_launch(Backend::gloo, 0, DeviceKind::cpu).launcher, LauncherKind::srun);
   // torchrun's variables, set by the user's own wrapper, take precedence.
   setenv("RANK", "2", 1);
   setenv("WORLD_SIZE", "4", 1);
   setenv("MASTER_ADDR", "node1", 1);
-  info = resolve_launch("nccl", 0, "cuda");
+  info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda);
   EXPECT_EQ(info.launcher, LauncherKind::env);
   EXPECT_EQ(info.rank, 2);
   unsetenv("RANK");
@@ -500,7 +500,7 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   // One task of --comm nccl trains its ranks as threads, as without srun.
   setenv("SLURM_PROCID", "0", 1);
   setenv("SLURM_STEP_NUM_TASKS", "1", 1);
-  info = resolve_launch("nccl", 2, "cuda");
+  info = resolve_launch(Backend::nccl, 2, DeviceKind::cuda);
   EXPECT_EQ(info.launcher, LauncherKind::threads);
   EXPECT_EQ(info.world_size, 2);
 }
@@ -510,9 +510,9 @@ TEST_F(EnvLaunch, SrunMistakesAreOneLineInputErrors) {
   setenv("SLURM_STEP_NUM_TASKS", "2", 1);
   setenv("SLURM_STEP_NODELIST", "n[1-2]", 1);
   setenv("SLURM_JOB_ID", "77", 1);
-  EXPECT_EQ(resolve_launch("nccl", 2, "cuda").master_port, 15077);
+  EXPECT_EQ(resolve_launch(Backend::nccl, 2, DeviceKind::cuda).master_port, 15077);
   EXPECT_NE(error(3).find("world size mismatch: --ranks 3 but srun started 2 tasks"), std::string::npos);
-  EXPECT_NE(error_of([] { resolve_launch("local", 2, "cpu"); }).find("SLURM_STEP_NUM_TASKS=2: --comm local"),
+  EXPECT_NE(error_of([] { resolve_launch(Backend::local, 2, DeviceKind::cpu); }).find("SLURM_STEP_NUM_TASKS=2: --comm local"),
             std::string::npos);
   setenv("SLURM_PROCID", "2", 1);
   EXPECT_NE(error(0).find("SLURM_PROCID=2: out of range for 2 tasks"), std::string::npos);

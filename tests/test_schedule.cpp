@@ -135,7 +135,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
       if ((mode.starts_with("allreduce") || mode.find("node") != std::string::npos) && transport == "p2p") continue;
       for (int p : {2, 3, 4}) {
         TrainConfig c;
-        c.mode = mode.substr(0, mode.find(' '));
+        c.mode = parse_mode(mode.substr(0, mode.find(' ')));
         if (mode.find("fp16") != std::string::npos) c.comm_hook = "fp16";
         if (mode.find("bf16") != std::string::npos) c.comm_hook = "bf16";
         if (const auto at = mode.find("powersgd"); at != std::string::npos) c.comm_hook = mode.substr(at);
@@ -143,7 +143,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
           c.hierarchy = "node";
           c.process.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
         }
-        c.transport = transport;
+        c.transport = parse_transport(transport);
         c.world_size = p;
         c.global_batch = 96;
         c.max_steps = c.comm_hook.starts_with("powersgd") ? 4 : 3;
@@ -165,7 +165,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         s.check_matched();
         // The engine probe runs exactly the collectives the schedule uses.
         std::vector<bool> probed(kCollectiveKinds, false);
-        for (CollectiveKind k : probed_collectives(c.mode, transport)) probed[static_cast<std::size_t>(k)] = true;
+        for (CollectiveKind k : probed_collectives(c.mode, parse_transport(transport))) probed[static_cast<std::size_t>(k)] = true;
         std::vector<bool> used = s.collectives_used();
         used[static_cast<std::size_t>(CollectiveKind::p2p)] = false;
         EXPECT_EQ(used, probed) << mode << " " << transport;

@@ -26,7 +26,7 @@ std::unique_ptr<Dataset> mlp_data() {
 
 TrainConfig sharded(int p, std::size_t batch, const std::string& transport, int servers = 0) {
   TrainConfig c = testing::small_train_config("sharded_ps", p, batch);
-  c.transport = transport;
+  c.transport = parse_transport(transport);
   c.servers = servers;
   return c;
 }
@@ -77,7 +77,7 @@ TEST(ShardedPs, CnnMatchesAllreduceWithBatchNormBuffers) {
     c.workload = "cnn";
     c.channels = {4, 6};
     c.hidden = {16};
-    c.transport = transport;
+    c.transport = parse_transport(transport);
     return c;
   };
   const RunResult ar = train_allreduce(cnn("allreduce", "collective"), td);
@@ -98,7 +98,7 @@ TEST(ShardedPs, BytesPerRankPerStepEqualTheFormulas) {
       const ShardLayout layout = shard_layout(r.num_params, k.p, k.servers == 0 ? k.p : k.servers);
       std::int64_t total = 0;
       for (int rank = 0; rank < k.p; ++rank) {
-        const ElementCounts f = sharded_ps_step_counts(layout, rank, transport);
+        const ElementCounts f = sharded_ps_step_counts(layout, rank, parse_transport(transport));
         const auto& got = r.ranks[static_cast<std::size_t>(rank)].comm_per_step;
         EXPECT_EQ(got.bytes_sent, static_cast<std::int64_t>(f.sent * sizeof(float)))
             << transport << " p=" << k.p << " K=" << k.servers << " rank " << rank;
@@ -115,11 +115,11 @@ TEST(ShardedPs, BytesPerRankPerStepEqualTheFormulas) {
   // The formulas themselves, at K = p: 2(p-1)/p n each way up to rounding (collective), and
   // n + (p-2) n/p (p2p); at K = 1 the server's link carries p-1 times the parameters each way.
   const ShardLayout even = shard_layout(1200, 4, 4);
-  EXPECT_EQ(sharded_ps_step_counts(even, 1, "collective").sent, 1800u);
-  EXPECT_EQ(sharded_ps_step_counts(even, 1, "p2p").sent, 1800u);
+  EXPECT_EQ(sharded_ps_step_counts(even, 1, Transport::collective).sent, 1800u);
+  EXPECT_EQ(sharded_ps_step_counts(even, 1, Transport::p2p).sent, 1800u);
   const ShardLayout one = shard_layout(1200, 4, 1);
-  EXPECT_EQ(sharded_ps_step_counts(one, 0, "p2p").received, 3u * 1200);
-  EXPECT_EQ(sharded_ps_step_counts(one, 2, "p2p").received, 1200u);
+  EXPECT_EQ(sharded_ps_step_counts(one, 0, Transport::p2p).received, 3u * 1200);
+  EXPECT_EQ(sharded_ps_step_counts(one, 2, Transport::p2p).received, 1200u);
 }
 
 TEST(ShardedPs, MemoryIsSplitAcrossTheServers) {

@@ -162,7 +162,7 @@ TEST(StaleSync, RefusesWhatItCannotRun) {
   const auto data = stale_sync_data();
   const TrainData td{data.get(), nullptr};
   TrainConfig c = stale_config(4, 64, 2, -1);
-  c.transport = "p2p";
+  c.transport = Transport::p2p;
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   c = stale_config(4, 64, 2, -1);
   c.checkpoint.dir = "/tmp/x";

@@ -58,8 +58,8 @@ std::vector<PinCase> pin_cases() {
 std::uint32_t final_state_crc(const PinCase& pc) {
   TrainConfig c;  // the defaults: SGD lr 0.1 momentum 0.9, seed 0, batch 256, warm-up 5
   c.workload = pc.workload;
-  c.mode = pc.mode;
-  c.transport = pc.transport;
+  c.mode = parse_mode(pc.mode);
+  c.transport = parse_transport(pc.transport);
   c.world_size = pc.world_size;
   c.max_steps = 12;
   c.evaluate = false;

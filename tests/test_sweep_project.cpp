@@ -29,8 +29,8 @@ using namespace dpbench::testing;  // NOLINT: test fixtures
 
 TEST(Sweep, GridExpandsTransportsForPsOnly) {
   SweepOptions o;
-  o.modes = {"ps", "allreduce"};
-  o.transports = {"collective", "p2p"};
+  o.modes = {Mode::ps, Mode::allreduce};
+  o.transports = {Transport::collective, Transport::p2p};
   o.ranks = {1, 2, 4};
   o.batch_sizes = {64, 256};
   o.num_workers = {0, 2};
@@ -40,19 +40,19 @@ TEST(Sweep, GridExpandsTransportsForPsOnly) {
   ASSERT_EQ(points.size(), 3u * 2 * 2 * 3 * 2);
   int p2p = 0, allreduce = 0;
   for (const auto& p : points) {
-    if (p.config.mode == "ps" && p.config.transport == "p2p") ++p2p;
-    if (p.config.mode == "allreduce") ++allreduce;
+    if (p.config.mode == Mode::ps && p.config.transport == Transport::p2p) ++p2p;
+    if (p.config.mode == Mode::allreduce) ++allreduce;
   }
   EXPECT_EQ(p2p, 24);
   EXPECT_EQ(allreduce, 24);
   EXPECT_EQ(points.front().config.world_size, 1);
   EXPECT_EQ(points.back().config.world_size, 4);
   // Modes alternate inside each repetition: ps/collective, ps/p2p, allreduce, then again.
-  EXPECT_EQ(points[0].config.transport, "collective");
-  EXPECT_EQ(points[1].config.transport, "p2p");
-  EXPECT_EQ(points[2].config.mode, "allreduce");
+  EXPECT_EQ(points[0].config.transport, Transport::collective);
+  EXPECT_EQ(points[1].config.transport, Transport::p2p);
+  EXPECT_EQ(points[2].config.mode, Mode::allreduce);
   EXPECT_EQ(points[2].repetition, 0);
-  EXPECT_EQ(points[3].config.mode, "ps");
+  EXPECT_EQ(points[3].config.mode, Mode::ps);
   EXPECT_EQ(points[3].repetition, 1);
 }
 
@@ -147,41 +147,41 @@ TEST(StrategyTraits, RegistryHasOneReferenceAndEveryTraitFilled) {
   int references = 0;
   for (const auto& s : strategies()) {
     references += s.reference ? 1 : 0;
-    EXPECT_NE(s.transport, nullptr) << s.name;
-    EXPECT_NE(s.label, nullptr) << s.name;
-    EXPECT_NE(s.bus_bandwidth, nullptr) << s.name;
-    EXPECT_NE(s.comm_time, nullptr) << s.name;
-    EXPECT_FALSE(s.projected.empty()) << s.name;
+    EXPECT_NE(s.transport, nullptr) << s.mode;
+    EXPECT_NE(s.label, nullptr) << s.mode;
+    EXPECT_NE(s.bus_bandwidth, nullptr) << s.mode;
+    EXPECT_NE(s.comm_time, nullptr) << s.mode;
+    EXPECT_FALSE(s.projected.empty()) << s.mode;
     // Every transport the strategy takes has a projection curve.
     for (const auto& t : s.transports) {
       TrainConfig c;
-      c.mode = s.name;
+      c.mode = s.mode;
       c.transport = t;
-      EXPECT_NO_THROW(projected_key(s, c)) << s.name << " " << t;
+      EXPECT_NO_THROW(projected_key(s, c)) << s.mode << " " << t;
     }
   }
   EXPECT_EQ(references, 1);
-  EXPECT_EQ(reference_strategy().name, "ps");
+  EXPECT_EQ(reference_strategy().mode, Mode::ps);
 }
 
 TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   TrainConfig c;
   c.world_size = 4;
-  c.mode = "ps";
-  c.transport = "p2p";
-  const Strategy& ps = find_strategy("ps");
+  c.mode = Mode::ps;
+  c.transport = Transport::p2p;
+  const Strategy& ps = find_strategy(Mode::ps);
   EXPECT_EQ(ps.label(c), "ps (p2p)");
-  EXPECT_EQ(ps.transport(c), "p2p");
+  EXPECT_EQ(ps.transport(c), Transport::p2p);
   EXPECT_EQ(projected_key(ps, c), "ps_p2p");
   EXPECT_FALSE(ps.bus_bandwidth(c, 4e6).has_value());
   EXPECT_FALSE(overlaps_backward(ps, c));
   EXPECT_TRUE(ps.has_reducer);
 
-  c.mode = "allreduce";  // the transport option is ps's: allreduce runs its ring whatever it says
-  const Strategy& ar = find_strategy("allreduce");
+  c.mode = Mode::allreduce;  // the transport option is ps's: allreduce runs its ring whatever it says
+  const Strategy& ar = find_strategy(Mode::allreduce);
   EXPECT_TRUE(ar.transports.empty());
   EXPECT_EQ(ar.label(c), "allreduce (ring)");
-  EXPECT_EQ(ar.transport(c), "ring");
+  EXPECT_EQ(ar.transport(c), Transport::ring);
   EXPECT_EQ(projected_key(ar, c), "allreduce");
   const auto bus = ar.bus_bandwidth(c, 4e6);
   ASSERT_TRUE(bus.has_value());
@@ -191,9 +191,9 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   EXPECT_TRUE(overlaps_backward(ar, c));
   EXPECT_FALSE(ar.reference);
 
-  c.mode = "sharded_ps";
-  c.transport = "collective";
-  const Strategy& sp = find_strategy("sharded_ps");
+  c.mode = Mode::sharded_ps;
+  c.transport = Transport::collective;
+  const Strategy& sp = find_strategy(Mode::sharded_ps);
   EXPECT_EQ(sp.label(c), "sharded_ps (collective)");
   EXPECT_EQ(projected_key(sp, c), "sharded_ps_collective");
   EXPECT_TRUE(overlaps_backward(sp, c));  // the push overlaps backward
@@ -201,7 +201,7 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   ASSERT_TRUE(sbus.has_value());  // K = p: all-reduce's traffic
   EXPECT_DOUBLE_EQ(sbus->factor, 1.5);
   EXPECT_FALSE(sp.has_reducer);
-  c.transport = "p2p";
+  c.transport = Transport::p2p;
   EXPECT_FALSE(overlaps_backward(sp, c));  // pushed after backward
   c.servers = 2;
   EXPECT_EQ(sp.label(c), "sharded_ps (p2p, 2 servers)");
@@ -211,8 +211,8 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
 TEST(StrategyTraits, RunEntryCarriesTheTraits) {
   TrainConfig c;
   c.world_size = 4;
-  c.mode = "ps";
-  c.transport = "collective";
+  c.mode = Mode::ps;
+  c.transport = Transport::collective;
   const auto ps = strategy_to_json(c);
   EXPECT_EQ(ps["name"], "ps");
   EXPECT_EQ(ps["label"], "ps (collective)");
@@ -222,15 +222,14 @@ TEST(StrategyTraits, RunEntryCarriesTheTraits) {
   EXPECT_TRUE(ps["has_reducer"].get<bool>());
   EXPECT_FALSE(ps["overlaps_backward"].get<bool>());
   EXPECT_TRUE(ps["busbw_factor"].is_null());
-  c.mode = "allreduce";
+  c.mode = Mode::allreduce;
   const auto ar = strategy_to_json(c);
   EXPECT_EQ(ar["label"], "allreduce (ring)");
   EXPECT_EQ(ar["transport"], "ring");
   EXPECT_FALSE(ar["reference"].get<bool>());
   EXPECT_TRUE(ar["overlaps_backward"].get<bool>());
   EXPECT_DOUBLE_EQ(ar["busbw_factor"].get<double>(), 1.5);
-  c.mode = "carrier_pigeon";
-  EXPECT_THROW(strategy_to_json(c), InputError);
+  EXPECT_THROW((void)parse_mode("carrier_pigeon"), InputError);
 }
 
 TEST(AlphaBeta, PresetsAndUnknownLink) {

@@ -59,7 +59,7 @@ TEST(Agreement, PsP2pMatchesPsCollective) {
   const auto data = small_dataset();
   const TrainData td{data.get(), nullptr};
   TrainConfig p2p = small_config("ps", 3, 60);
-  p2p.transport = "p2p";
+  p2p.transport = Transport::p2p;
   const RunResult a = train_parameter_server(p2p, td);
   const RunResult b = train_parameter_server(small_config("ps", 3, 60), td);
   EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
@@ -156,7 +156,7 @@ TEST(Memory, ReducerHoldsMasterStateBeyondEveryWorker) {
   const auto data = small_dataset();
   for (const std::string transport : {"collective", "p2p"}) {
     TrainConfig c = small_config("ps", 4, 64);
-    c.transport = transport;
+    c.transport = parse_transport(transport);
     const RunResult r = train_parameter_server(c, TrainData{data.get(), nullptr});
     const auto master_bytes = static_cast<std::int64_t>(3 * r.num_params * sizeof(float));
     for (std::size_t w = 1; w < r.ranks.size(); ++w) {
@@ -187,7 +187,7 @@ TEST(ByteCounts, PsP2pReducerMovesPMinusOneTimesNEachWay) {
   const int p = 4;
   const std::size_t B = 10;  // chunks 3,3,3,1
   TrainConfig c = small_config("ps", p, B);
-  c.transport = "p2p";
+  c.transport = Transport::p2p;
   const RunResult r = train_parameter_server(c, TrainData{data.get(), nullptr});
   const auto f = static_cast<std::int64_t>(sizeof(float));
   const auto n = static_cast<std::int64_t>(r.num_params);
@@ -247,7 +247,7 @@ TEST(Failures, FailingRankEndsRunWithRankNamedNoHang) {
     if (mode == "allreduce" && transport == "p2p") continue;
     TrainConfig c = small_config(mode, 4, 64);
     c.max_steps = -1;
-    c.transport = transport;
+    c.transport = parse_transport(transport);
     const auto t0 = std::chrono::steady_clock::now();
     try {
       if (mode == "ps") {
@@ -311,10 +311,10 @@ TEST(Memory, AdamStateIsTwiceSgdsInEveryMode) {
   const auto n_bytes = static_cast<std::int64_t>(ps.num_params * sizeof(float));
   EXPECT_EQ(state(ps, 0), 2 * n_bytes);
   EXPECT_EQ(state(ps, 1), 0);
-  c.mode = "allreduce";
+  c.mode = Mode::allreduce;
   const RunResult ar = train_allreduce(c, td);
   for (std::size_t r = 0; r < 3; ++r) EXPECT_EQ(state(ar, r), 2 * n_bytes) << r;
-  c.mode = "sharded_ps";
+  c.mode = Mode::sharded_ps;
   const RunResult sharded = train_sharded_ps(c, td);
   std::int64_t sum = 0;
   for (std::size_t r = 0; r < 3; ++r) sum += state(sharded, r);
@@ -329,8 +329,7 @@ TEST(Config, BadValuesAreInputErrors) {
   EXPECT_THROW(train_parameter_server(small_config("ps", 101, 8), td), InputError);   // ranks > samples
   EXPECT_THROW(train_allreduce(small_config("allreduce", 3, 8), td), InputError);     // 8 % 3 != 0
   TrainConfig bad_transport = small_config("ps", 2, 8);
-  bad_transport.transport = "carrier-pigeon";
-  EXPECT_THROW(train_parameter_server(bad_transport, td), InputError);
+  EXPECT_THROW((void)parse_transport("carrier-pigeon"), InputError);
   for (const auto& spoil : std::vector<std::function<void(TrainConfig&)>>{
            [](TrainConfig& c) { c.optimizer = "rmsprop"; }, [](TrainConfig& c) { c.beta1 = 1.0f; },
            [](TrainConfig& c) { c.beta2 = -0.1f; }, [](TrainConfig& c) { c.eps = -1e-8f; },
@@ -406,7 +405,7 @@ TEST(Trains, MlpOnFashionMnistReachesThePinnedLossBandInEveryMode) {
   std::map<std::string, RunResult> runs;
   for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
     TrainConfig c;
-    c.mode = mode;
+    c.mode = parse_mode(mode);
     c.world_size = 2;
     c.max_steps = 120;
     c.warmup_steps = 1;

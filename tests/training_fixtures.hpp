@@ -22,7 +22,7 @@ namespace dpbench::testing {
 // momentum, seed 11, no evaluation, rank 0's final parameters kept.
 inline TrainConfig small_train_config(const std::string& mode, int world_size, std::size_t batch) {
   TrainConfig c;
-  c.mode = mode;
+  c.mode = parse_mode(mode);
   c.world_size = world_size;
   c.global_batch = batch;
   c.hidden = {32, 24};
@@ -41,8 +41,8 @@ inline TrainConfig small_train_config(const std::string& mode, int world_size, s
 // Trains `c` on `data` (no test split) with its mode's trainer: ps, sharded_ps or allreduce.
 inline RunResult train_mode(const TrainConfig& c, const Dataset& data) {
   const TrainData td{&data, nullptr};
-  if (c.mode == "ps") return train_parameter_server(c, td);
-  if (c.mode == "sharded_ps") return train_sharded_ps(c, td);
+  if (c.mode == Mode::ps) return train_parameter_server(c, td);
+  if (c.mode == Mode::sharded_ps) return train_sharded_ps(c, td);
   return train_allreduce(c, td);
 }
 

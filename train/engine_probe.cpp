@@ -94,14 +94,17 @@ std::vector<double> median_ends(const std::vector<float>& all, const std::vector
 }
 }  // namespace
 
-std::vector<CollectiveKind> probed_collectives(const std::string& mode, const std::string& transport) {
+std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport) {
   using K = CollectiveKind;
-  const bool p2p = transport == "p2p";
-  if (mode == "ps") {
-    return p2p ? std::vector<K>{K::scatter, K::gather} : std::vector<K>{K::broadcast, K::scatter, K::gather, K::reduce};
+  const bool p2p = transport == Transport::p2p;
+  switch (mode) {
+    case Mode::ps:
+      return p2p ? std::vector<K>{K::scatter, K::gather} : std::vector<K>{K::broadcast, K::scatter, K::gather, K::reduce};
+    case Mode::sharded_ps:
+      return p2p ? std::vector<K>{} : std::vector<K>{K::reduce_scatter, K::allgather};
+    case Mode::allreduce:
+      return {K::allreduce};
   }
-  if (mode == "sharded_ps") return p2p ? std::vector<K>{} : std::vector<K>{K::reduce_scatter, K::allgather};
-  if (mode == "allreduce") return {K::allreduce};
   return {};
 }
 

@@ -55,7 +55,7 @@ struct EngineProbe {
 // moves at the link's rate): "ps" broadcast, scatter, gather, reduce (p2p transport: scatter and
 // gather); "sharded_ps" reduce-scatter and all-gather (p2p: none); "allreduce" allreduce. Empty
 // for any other mode.
-std::vector<CollectiveKind> probed_collectives(const std::string& mode, const std::string& transport);
+std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport);
 
 // Every rank of `comm` calls it with the same arguments: each kind once on a few floats (the
 // connections' first use), then `reps` times the sequence of `kinds` on `floats` floats, each

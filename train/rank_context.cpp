@@ -125,8 +125,8 @@ void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData&
 namespace {
 
 // Launchers of devices other than the CPU (which run_rank_contexts knows itself).
-std::map<std::string, RankLauncher>& launchers() {
-  static std::map<std::string, RankLauncher> table;
+std::map<DeviceKind, RankLauncher>& launchers() {
+  static std::map<DeviceKind, RankLauncher> table;
   return table;
 }
 std::mutex& launchers_mutex() {
@@ -136,13 +136,13 @@ std::mutex& launchers_mutex() {
 
 }  // namespace
 
-void register_rank_launcher(const std::string& device, RankLauncher launcher) {
+void register_rank_launcher(DeviceKind device, RankLauncher launcher) {
   std::lock_guard<std::mutex> lock(launchers_mutex());
   launchers()[device] = launcher;
 }
 
 void run_rank_contexts(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body) {
-  if (config.device == "cpu") return run_cpu_rank_contexts(config, ranks, body);
+  if (config.device == DeviceKind::cpu) return run_cpu_rank_contexts(config, ranks, body);
   RankLauncher launcher = nullptr;
   {
     std::lock_guard<std::mutex> lock(launchers_mutex());

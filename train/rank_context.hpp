@@ -294,10 +294,10 @@ using RankContextBody = std::function<void(RankContext& ctx)>;
 void run_rank_contexts(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body);
 
 // A device's launcher: builds one context per rank of config and runs body on each, as
-// run_rank_contexts describes. "cpu" is built in; the CUDA target registers "cuda" at start-up
+// run_rank_contexts describes. The CPU is built in; the CUDA target registers cuda at start-up
 // (cuda/register.hpp).
 using RankLauncher = void (*)(const TrainConfig& config, std::vector<RankResult>& ranks,
                               const RankContextBody& body);
-void register_rank_launcher(const std::string& device, RankLauncher launcher);
+void register_rank_launcher(DeviceKind device, RankLauncher launcher);
 
 }  // namespace dpbench

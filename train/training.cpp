@@ -123,9 +123,9 @@ void maybe_inject_fault(int rank, long step) {
   }
 }
 
-void maybe_delay_step(const std::string& mode) {
+void maybe_delay_step(Mode mode) {
   struct Delay {
-    std::string mode;
+    Mode mode;
     double ms = 0;
   };
   static const std::optional<Delay> delay = []() -> std::optional<Delay> {
@@ -136,7 +136,7 @@ void maybe_delay_step(const std::string& mode) {
     if (!std::regex_match(spec, m, form)) {
       throw InputError(fmt::format("DPBENCH_STEP_DELAY={}: expected mode=M,ms=X", spec));
     }
-    return Delay{m[1].str(), std::stod(m[2].str())};
+    return Delay{parse_mode(m[1].str(), "DPBENCH_STEP_DELAY mode"), std::stod(m[2].str())};
   }();
   if (delay && delay->mode == mode) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay->ms));
 }

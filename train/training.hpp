@@ -51,11 +51,11 @@ struct CheckpointConfig {
 
 struct TrainConfig {
   std::string workload = "mlp";
-  std::string mode = "allreduce";     // a registered strategy: "ps", "sharded_ps" or "allreduce"
-  std::string transport = "collective";  // ps, sharded_ps: "collective" or "p2p"
-  Backend comm = Backend::local;  // --comm (core/names.hpp)
-  std::string device = "cpu";
-  std::string precision = "tf32";  // cuda: cuBLAS math, "fp32" or "tf32" (cuda::Precision)
+  Mode mode = Mode::allreduce;                // --mode: a registered strategy (core/names.hpp)
+  Transport transport = Transport::collective;  // ps, sharded_ps: collective or p2p
+  Backend comm = Backend::local;              // --comm
+  DeviceKind device = DeviceKind::cpu;        // --device, once chosen (choose_device)
+  Precision precision = Precision::tf32;      // cuda: cuBLAS math
   int world_size = 4;
   std::size_t global_batch = 256;  // samples per step over all ranks
   int epochs = 2;
@@ -256,7 +256,7 @@ void maybe_inject_fault(int rank, long step);
 // A slowdown for testing the regression gate: DPBENCH_STEP_DELAY="mode=M,ms=X" makes every step of
 // mode M sleep X milliseconds inside its timed span (as data wait). Throws InputError on a
 // malformed value.
-void maybe_delay_step(const std::string& mode);
+void maybe_delay_step(Mode mode);
 
 // Snapshot of a tracker's peaks.
 MemoryReport memory_report(const MemoryTracker& tracker);
@@ -273,10 +273,6 @@ long steps_per_epoch(const TrainConfig& config, const Dataset& train);
 // Common checks of a config against the data, one-line InputErrors: world_size, batch size,
 // epochs, learning rate, transport, device and precision.
 void validate_config(const TrainConfig& config, const Dataset& train);
-
-// Whether --precision lets cuBLAS use TF32 tensor cores: true for "tf32", false for "fp32".
-// Throws InputError naming --precision for anything else.
-bool allows_tf32(const std::string& precision);
 
 // Total steps of the run (epochs x steps_per_epoch, capped by max_steps).
 long total_steps(const TrainConfig& config, const Dataset& train);

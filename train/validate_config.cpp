@@ -1,5 +1,5 @@
 // A run configuration's checks, before any rank starts (train/training.hpp: validate_config,
-// validate_node_hierarchy, allows_tf32): each mistake is one InputError naming the option.
+// validate_node_hierarchy): each mistake is one InputError naming the option.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -40,12 +40,12 @@ void validate_sync_names(const TrainConfig& config) {
       config.comm_hook.rfind("powersgd", 0) != 0) {
     throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", config.comm_hook));
   }
-  if (config.comm_hook != "allreduce" && config.mode != "allreduce") {
+  if (config.comm_hook != "allreduce" && config.mode != Mode::allreduce) {
     throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
                                  config.comm_hook, config.mode));
   }
   if (config.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", config.staleness));
-  if (config.staleness > 0 && config.mode != "sharded_ps") {
+  if (config.staleness > 0 && config.mode != Mode::sharded_ps) {
     throw InputError(fmt::format("--staleness {}: only sharded_ps has a bounded-staleness mode, not {} (give --mode sharded_ps)",
                                  config.staleness, config.mode));
   }
@@ -101,28 +101,17 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   }
   validate_sync_names(config);
   validate_rank_batches(config);
-  if (config.device != "cpu" && config.device != "cuda") {
-    throw InputError(fmt::format("--device {}: unknown device (choose cpu or cuda)", config.device));
-  }
-  allows_tf32(config.precision);
 }
 
 void validate_node_hierarchy(const TrainConfig& config) {
   if (config.hierarchy != "node") return;
-  if (config.device != "cpu") {
+  if (config.device != DeviceKind::cpu) {
     throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", config.device));
   }
   const int k = hierarchy_ranks_per_node(config);
   if (k < 1 || config.world_size % k != 0) {
     throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", config.world_size, k));
   }
-}
-
-bool allows_tf32(const std::string& precision) {
-  if (precision != "fp32" && precision != "tf32") {
-    throw InputError(fmt::format("--precision {}: unknown (choose fp32 or tf32)", precision));
-  }
-  return precision == "tf32";
 }
 
 }  // namespace dpbench

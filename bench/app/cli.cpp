@@ -17,6 +17,7 @@
 
 #include "allreduce/powersgd.hpp"
 #include "bench/app/memory_command.hpp"
+#include "bench/app/name_options.hpp"
 #include "bench/app/project_command.hpp"
 #include "bench/app/simulated_projection.hpp"
 #include "bench/app/run_command.hpp"
@@ -132,10 +133,12 @@ void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
 }
 
 // Options every training command shares (not the ones a sweep varies).
-void add_shared_options(CLI::App& app, TrainConfig& config, DataOptions& d, double& timeout_s,
-                        std::string& out, bool& quiet) {
-  app.add_option("--device", config.device, "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
-      ->default_val("auto");
+void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<DeviceKind>& device, DataOptions& d,
+                        double& timeout_s, std::string& out, bool& quiet) {
+  app.add_option_function<std::string>(
+         "--device", [&device](const std::string& text) { device = parse_device_request(text); },
+         "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
+      ->default_str("auto");
   app.add_option("--epochs", config.epochs, "Passes over the training set (cnn: 3 unless given)")
       ->capture_default_str();
   app.add_option("--max-steps", config.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
@@ -159,9 +162,8 @@ void add_shared_options(CLI::App& app, TrainConfig& config, DataOptions& d, doub
                         "before computes (default on with --device cuda; no effect when training on CPU)");
   app.add_flag_callback("--no-pin-memory", [&d] { d.pin_memory = 0; },
                         "Copy batches to the GPU from pageable memory (synchronous copies, no prefetch)");
-  app.add_option("--precision", config.precision,
-                 "cuda: cuBLAS math for the GEMMs, tf32 (tensor cores, PyTorch's allow_tf32) or fp32")
-      ->capture_default_str();
+  add_name_option(app, "--precision", config.precision, &parse_precision,
+                  "cuda: cuBLAS math for the GEMMs, tf32 (tensor cores, PyTorch's allow_tf32) or fp32");
   app.add_option("--decode-cost-us", config.loader.decode_cost_us,
                  "Emulated decoding: every loaded sample costs this many microseconds of the loading "
                  "thread's CPU time, so the effect of --num-workers is measurable")
@@ -194,7 +196,7 @@ std::string mode_help() {
   std::string text;
   const auto& list = strategies();
   for (std::size_t i = 0; i < list.size(); ++i) {
-    text += fmt::format("{}{} ({})", i == 0 ? "" : i + 1 == list.size() ? " and " : ", ", list[i].name,
+    text += fmt::format("{}{} ({})", i == 0 ? "" : i + 1 == list.size() ? " and " : ", ", list[i].mode,
                         list[i].description);
   }
   return text;
@@ -204,7 +206,7 @@ std::string mode_help() {
 std::string transport_help() {
   std::string modes;
   for (const auto& s : strategies()) {
-    if (!s.transports.empty()) modes += (modes.empty() ? "" : ", ") + s.name;
+    if (!s.transports.empty()) modes += (modes.empty() ? "" : ", ") + std::string(name(s.mode));
   }
   return modes + " only: collective (ps: reduce + broadcast, as DataParallel over NCCL; sharded_ps: "
                  "reduce-scatter + all-gather) or p2p (send/recv between every worker and the reducer or "
@@ -266,7 +268,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     o.base.world_size = o.cluster.world_size();
     o.ranks_given = true;
   }
-  if (o.base.device == "cuda") throw InputError("--nodes: an emulated cluster trains on the CPU (--device cpu)");
+  if (o.base.device == DeviceKind::cuda) throw InputError("--nodes: an emulated cluster trains on the CPU (--device cpu)");
   if (!o.reference.framework.empty()) throw InputError("--nodes: not with --reference");
   o.base.comm = comm;
 }
@@ -347,10 +349,9 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "different speed); the global batch is their sum; gradients are weighted by each "
                  "rank's sample count")
       ->delimiter(',');
-  run.add_option("--mode", o.modes, std::string("Synchronisation modes to compare, comma list: ") + mode_help())
-      ->delimiter(',')
-      ->capture_default_str();
-  run.add_option("--transport", config.transport, transport_help())->capture_default_str();
+  add_names_option(run, "--mode", o.modes, &parse_mode,
+                   std::string("Synchronisation modes to compare, comma list: ") + mode_help());
+  add_name_option(run, "--transport", config.transport, &parse_transport, transport_help());
   run.add_option("--ranks,--world-size", config.world_size,
                  "world_size: number of ranks (in-process threads, one replica each)")
       ->capture_default_str();
@@ -362,11 +363,10 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "or nccl. LOCAL_RANK and LOCAL_WORLD_SIZE, when set, place the rank on its node");
   run.add_option("--rank", o.init.rank, "This process's rank, with --init-method (0 to world_size - 1)")
       ->check(CLI::NonNegativeNumber);
-  run.add_option("--comm", o.comm,
+  add_name_option(run, "--comm", config.comm, &parse_backend,
                  "Communicator backend: local (in-process ranks over dpbench's own ring and chain "
                  "collectives), mpi (one rank per process: mpirun -np N dpbench run --comm mpi) or "
-                 "gloo (one rank per process, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
-      ->capture_default_str();
+                 "gloo (one rank per process, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)");
   run.add_option("--batch-size", config.global_batch,
                  "Global batch: samples per optimizer step summed over all ranks (allreduce and "
                  "sharded_ps give each rank batch-size / ranks; ps scatters it in chunks of "
@@ -387,18 +387,17 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "spread over them (--checkpoint-dir and --reference run once)")
       ->capture_default_str();
   add_cluster_options(run, o);
-  add_shared_options(run, config, o.data, o.timeout_s, o.out, o.quiet);
+  add_shared_options(run, config, o.device, o.data, o.timeout_s, o.out, o.quiet);
 }
 
 void finish_run_options(const CLI::App& run, RunOptions& o) {
-  o.base.comm = parse_backend(o.comm);
   check_optimizer_options(run, o.base);
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
   o.repetitions_given = run.count("--repetitions") > 0;
   finish_cluster_options(run, o);
   if (run.count("--transport") > 0 &&
-      std::none_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return !find_strategy(m).transports.empty(); })) {
+      std::none_of(o.modes.begin(), o.modes.end(), [](Mode m) { return !find_strategy(m).transports.empty(); })) {
     throw InputError(fmt::format("--transport {}: no mode of this run takes a transport ({}); drop it",
                                  o.base.transport, fmt::join(o.modes, ",")));
   }
@@ -446,13 +445,10 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   o.base.epochs = 1;  // a sweep's points are short: one epoch, 60 steps, unless given
   o.base.max_steps = 60;
   sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")->delimiter(',')->capture_default_str();
-  sweep.add_option("--comms", o.comms, "Communicator backends, comma list")->delimiter(',')->capture_default_str();
-  sweep.add_option("--modes,--mode", o.modes, std::string("Modes, comma list: ") + mode_help())
-      ->delimiter(',')
-      ->capture_default_str();
-  sweep.add_option("--transports,--transport", o.transports, std::string("Transports, comma list; ") + transport_help())
-      ->delimiter(',')
-      ->capture_default_str();
+  add_names_option(sweep, "--comms", o.comms, &parse_backend, "Communicator backends, comma list");
+  add_names_option(sweep, "--modes,--mode", o.modes, &parse_mode, std::string("Modes, comma list: ") + mode_help());
+  add_names_option(sweep, "--transports,--transport", o.transports, &parse_transport,
+                   std::string("Transports, comma list; ") + transport_help());
   sweep.add_option("--ranks,--world-sizes", o.ranks, "world_size values, comma list")
       ->delimiter(',')
       ->capture_default_str();
@@ -480,7 +476,7 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
                    "(gloo), mpirun (MPI)")
       ->capture_default_str()
       ->group("Emulated cluster");
-  add_shared_options(sweep, o.base, o.data, o.timeout_s, o.out, o.quiet);
+  add_shared_options(sweep, o.base, o.device, o.data, o.timeout_s, o.out, o.quiet);
   add_sweep_variant_options(sweep, o);
 }
 
@@ -539,8 +535,7 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
     throw InputError("--ranks: with --nodes the world size is the node count x --ranks-per-node");
   }
   o.cluster_launcher = parse_cluster_launcher(o.launcher, "--launcher");
-  const std::string comm(name(cluster_backend(o.cluster_launcher)));
-  if (sweep.count("--comms") > 0 && o.comms != std::vector<std::string>{comm}) {
+  if (sweep.count("--comms") > 0 && o.comms != std::vector<Backend>{cluster_backend(o.cluster_launcher)}) {
     throw InputError("--comms: an emulated cluster's ranks meet over gloo (--comms gloo, the default with --nodes) "
                      "or, with --launcher mpirun, over MPI (--comms mpi)");
   }
@@ -635,7 +630,7 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
   o.cnn_default_hidden = sweep.count("--hidden") == 0;
   o.cnn_default_lr = sweep.count("--lr") == 0;
   check_optimizer_options(sweep, o.base);
-  if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), "allreduce") == o.modes.end()) {
+  if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), Mode::allreduce) == o.modes.end()) {
     throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
   }
   return o.nodes.empty() ? local_sweep(sweep, o) : network_sweep(sweep, o);
@@ -717,6 +712,9 @@ int dpbench_main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "dpbench: {}\n", e.what());
+    return 2;
+  } catch (const InputError& e) {  // a name core/names.cpp does not know, as the option was read
+    fmt::print(stderr, "dpbench: error: {}\n", e.what());
     return 2;
   }
 

@@ -90,7 +90,6 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
     throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
                                  config.workload));
   }
-  allows_tf32(config.precision);
 }
 
 void check_point(const TrainConfig& config, const Dataset& train) {
@@ -141,7 +140,7 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
                                      r.resumed_from_step, r.steps_total));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
-  if (config.device != "cpu") {
+  if (config.device != DeviceKind::cpu) {
     const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(), [](const RankResult& k) { return k.device.virtual_rank; });
     if (shared) {
       r.warnings.push_back(fmt::format(

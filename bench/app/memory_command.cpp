@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/app/name_options.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
@@ -19,11 +20,11 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The model's inputs for options `o` at world size p under `mode`, with `params` parameters for
 // a described model.
-MemoryInputs inputs_for(const MemoryOptions& o, const std::string& mode, int p, double params) {
+MemoryInputs inputs_for(const MemoryOptions& o, Mode mode, int p, double params) {
   TrainConfig config = o.base;
   config.mode = mode;
   config.world_size = p;
-  if (find_strategy(mode).transports.empty()) config.transport = "ring";
+  if (find_strategy(mode).transports.empty()) config.transport = Transport::ring;
   if (o.params <= 0) return builtin_memory_inputs(config, SampleShape{1, 28, 28}, 10);
   MemoryInputs in;
   in.num_params = params;
@@ -47,7 +48,7 @@ void to_mixed_precision(RankMemory& m, double stepped) {
 }
 
 // Every rank's memory for `mode` at p ranks (mixed precision applied when asked).
-std::vector<RankMemory> ranks_for(const MemoryOptions& o, const std::string& mode, int p, double params) {
+std::vector<RankMemory> ranks_for(const MemoryOptions& o, Mode mode, int p, double params) {
   const MemoryInputs in = inputs_for(o, mode, p, params);
   std::vector<RankMemory> ranks = find_strategy(mode).memory(in);
   if (o.precision == "mixed") {
@@ -72,7 +73,7 @@ std::vector<RankMemory> largest_per_role(const std::vector<RankMemory>& ranks) {
 }
 
 // The largest parameter count (to 0.1%) whose largest rank fits `capacity` bytes at p ranks.
-double largest_fitting(const MemoryOptions& o, const std::string& mode, int p, double capacity) {
+double largest_fitting(const MemoryOptions& o, Mode mode, int p, double capacity) {
   auto peak = [&](double n) {
     double most = 0;
     for (const auto& m : ranks_for(o, mode, p, n)) most = std::max(most, m.total());
@@ -121,11 +122,11 @@ nlohmann::json role_json(const RankMemory& m) {
 }  // namespace
 
 void add_memory_options(CLI::App& app, MemoryOptions& o) {
-  app.add_option("--modes,--mode", o.modes, "Modes, comma list (default: every one)")->delimiter(',');
+  add_names_option(app, "--modes,--mode", o.modes, &parse_mode, "Modes, comma list (default: every one)");
   app.add_option("--ranks", o.ranks, "World sizes, comma list")->delimiter(',')->capture_default_str();
   app.add_option("--batch-size", o.base.global_batch, "Global batch (split over the ranks)")->capture_default_str();
   app.add_option("--optimizer", o.base.optimizer, "sgd, adam or adamw")->capture_default_str();
-  app.add_option("--transport", o.base.transport, "ps, sharded_ps: collective or p2p")->capture_default_str();
+  add_name_option(app, "--transport", o.base.transport, &parse_transport, "ps, sharded_ps: collective or p2p");
   app.add_option("--servers", o.base.servers, "sharded_ps: server ranks K (0: every rank)")->capture_default_str();
   app.add_option("--workload", o.base.workload, "Built-in model: mlp or cnn")->capture_default_str();
   app.add_option("--hidden", o.base.hidden, "Built-in model: hidden widths")->delimiter(',')->capture_default_str();
@@ -146,7 +147,7 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
 
 nlohmann::json memory_document(const MemoryOptions& o) {
   check_options(o);
-  const std::vector<std::string> modes = o.modes.empty() ? strategy_names() : o.modes;
+  const std::vector<Mode> modes = o.modes.empty() ? strategy_modes() : o.modes;
   nlohmann::json rows = nlohmann::json::array(), fits = nlohmann::json::array();
   for (const auto& mode : modes) {
     for (int p : o.ranks) {

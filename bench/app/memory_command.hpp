@@ -20,7 +20,7 @@ namespace dpbench {
 struct MemoryOptions {
   TrainConfig base;                    // workload, widths, batch, optimizer, transport, servers
   std::vector<int> ranks = {1, 2, 4, 8};
-  std::vector<std::string> modes;      // default: every registered strategy
+  std::vector<Mode> modes;             // default: every registered strategy
   double params = 0;                   // > 0: a model described by its size
   double activation_bytes_per_sample = 0;
   double input_bytes_per_sample = 784 * 4;

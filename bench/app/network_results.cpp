@@ -379,7 +379,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const StepModel m = wire_step_model(r);
     const int p = r.config.world_size;
     const double b = static_cast<double>(r.config.global_batch) / p;
-    const std::string transport = s.transport(r.config);
+    const Transport transport = s.transport(r.config);
     LinkModel link = probed;  // with the engine's collective algorithms
     link.collectives = collective_family(r.config.comm);
     LinkModel bandwidth_only = link;

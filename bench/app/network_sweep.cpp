@@ -63,7 +63,9 @@ ChildRun run_child(const std::vector<std::string>& args, const std::string& err_
 
 // One cluster job of the sweep.
 struct Point {
-  std::string workload, transport, link;
+  std::string workload;
+  Transport transport;
+  std::string link;
   int nodes, per_node, workers, rep;
   std::size_t batch;
   std::string hook;       // --comm-hooks: this job's hook; "" without the axis
@@ -73,10 +75,10 @@ struct Point {
 
 // The modes a point's job runs: every --modes value; under a --comm-hooks hook other than
 // allreduce's own, the allreduce mode alone; under a --stalenesses bound above 0, sharded_ps alone.
-std::vector<std::string> point_modes(const SweepOptions& o, const Point& p) {
-  if (p.staleness > 0) return {"sharded_ps"};
+std::vector<Mode> point_modes(const SweepOptions& o, const Point& p) {
+  if (p.staleness > 0) return {Mode::sharded_ps};
   if (p.hook.empty() || p.hook == "allreduce") return o.modes;
-  return {"allreduce"};
+  return {Mode::allreduce};
 }
 
 // The grid, repetitions innermost, so that each (nodes, ranks per node, link) point's
@@ -110,9 +112,9 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
   std::vector<std::string> args = {"run"};
   args.insert(args.end(), o.shared_args.begin(), o.shared_args.end());
   // --transport only where a mode takes one (`run` refuses it otherwise: allreduce alone).
-  const std::vector<std::string> modes = point_modes(o, p);
-  if (std::any_of(modes.begin(), modes.end(), [](const std::string& m) { return !find_strategy(m).transports.empty(); })) {
-    args.insert(args.end(), {"--transport", p.transport});
+  const std::vector<Mode> modes = point_modes(o, p);
+  if (std::any_of(modes.begin(), modes.end(), [](Mode m) { return !find_strategy(m).transports.empty(); })) {
+    args.insert(args.end(), {"--transport", std::string(name(p.transport))});
   }
   if (!p.hook.empty()) args.insert(args.end(), {"--comm-hook", p.hook});
   if (!p.hierarchy.empty()) args.insert(args.end(), {"--hierarchy", p.hierarchy});
@@ -138,7 +140,7 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     config.mode = mode;
     if (!p.hook.empty()) config.comm_hook = p.hook;
     if (!p.hierarchy.empty()) config.hierarchy = p.hierarchy;
-    if (p.staleness >= 0) config.staleness = mode == "sharded_ps" ? p.staleness : 0;
+    if (p.staleness >= 0) config.staleness = mode == Mode::sharded_ps ? p.staleness : 0;
     config.transport = p.transport;
     config.comm = cluster_backend(o.cluster_launcher);
     config.world_size = p.nodes * p.per_node;
@@ -191,7 +193,7 @@ nlohmann::json sweep_config(const SweepOptions& o, nlohmann::json config) {
   config["sweep"] = {{"workloads", o.workloads}, {"modes", o.modes}, {"transports", o.transports},
                      {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
                      {"repetitions", o.repetitions}, {"nodes", o.nodes}, {"links", o.links},
-                     {"ranks", world_sizes}, {"comms", {"gloo"}},
+                     {"ranks", world_sizes}, {"comms", {cluster_backend(o.cluster_launcher)}},
                      {"ranks_per_node", o.ranks_per_node}};
   if (!o.comm_hooks.empty()) {
     config.erase("comm_hook");

@@ -32,12 +32,12 @@ nlohmann::json read_json(const std::string& path, const char* what) {
 bool ok_run(const nlohmann::json& run) { return run.value("status", std::string("ok")) == "ok"; }
 
 // The registered strategy of a result file's run (its traits), by the run's mode.
-const Strategy& run_strategy(const nlohmann::json& run) { return find_strategy(run.at("mode").get<std::string>()); }
+const Strategy& run_strategy(const nlohmann::json& run) { return find_strategy(run.at("mode").get<Mode>()); }
 
 // The projection curve a measured run belongs to: its strategy's curve for its transport.
 const ProjectedMode& run_projection(const nlohmann::json& run) {
   TrainConfig config;
-  config.mode = run.at("mode").get<std::string>();
+  config.mode = run.at("mode").get<Mode>();
   config.transport = run.value("transport", config.transport);
   return projected_mode(run_strategy(run), config);
 }
@@ -305,7 +305,7 @@ void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel&
   std::vector<std::future<nlohmann::json>> sims;
   for (const auto& c : curves) {
     TrainConfig config;
-    config.mode = c.strategy->name;
+    config.mode = c.strategy->mode;
     config.transport = c.mode.transport;
     sims.push_back(std::async(std::launch::async, [&, config] {
       return simulate_point(*c.strategy, config, model, link, platform, p, b, what_if);
@@ -339,7 +339,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   }
   nlohmann::json modes = nlohmann::json::array();
   for (const auto& c : curves) {
-    modes.push_back({{"mode", c.mode.key}, {"strategy", c.strategy->name}, {"label", c.label},
+    modes.push_back({{"mode", c.mode.key}, {"strategy", c.strategy->mode}, {"label", c.label},
                      {"transport", c.mode.transport}, {"reference", c.strategy->reference}});
   }
   std::vector<std::optional<int>> crossing(curves.size());
@@ -393,7 +393,7 @@ std::string not_applicable_note(const nlohmann::json& run, const ProjectionLink&
   if (run.at("device").get<DeviceKind>() == DeviceKind::cpu && cores > 0 && p > cores) {
     return fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores);
   }
-  if (run.at("device") != "cpu" && run.value("virtual_ranks", false)) {
+  if (run.at("device").get<DeviceKind>() != DeviceKind::cpu && run.value("virtual_ranks", false)) {
     return fmt::format("{} virtual ranks shared the GPUs: the model does not apply", p);
   }
   return "";
@@ -423,7 +423,7 @@ nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const
   if (kind == "emulated" || kind == link.kind) {
     StepModel local = compute_model(in.calibration_run(B));
     local.exposed_fraction = model.exposed_fraction;
-    const bool cpu = run.at("device") == "cpu";
+    const bool cpu = run.at("device").get<DeviceKind>() == DeviceKind::cpu;
     const double predicted = predict_step(local, own, run_projection(run).key, p, B / p, cpu ? 1.0 / p : 1.0).step_s;
     point["predicted_step_time_s"] = predicted;
     point["relative_error"] = predicted / actual - 1.0;

@@ -146,7 +146,7 @@ void check_reference(const ReferenceOptions& o, const TrainConfig& base) {
   if (base.loader.crop_padding > 0 || base.loader.hflip) {
     throw InputError("--reference pytorch: augmentation (--crop-padding, --hflip) is not reproduced by the reference");
   }
-  if (base.sync_bn && base.device != "cuda") {
+  if (base.sync_bn && base.device != DeviceKind::cuda) {
     throw InputError("--reference pytorch: --sync-bn needs CUDA in PyTorch 1.13 (SyncBatchNorm has no CPU kernels)");
   }
   const fs::path script = script_path();
@@ -303,7 +303,7 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
   const std::vector<std::string> args = {python_of(o),
                                          script_path().string(),
                                          "--device",
-                                         cfg.device,
+                                         std::string(name(cfg.device)),
                                          "--start",
                                          start_dir,
                                          "--modes",

@@ -56,7 +56,7 @@ double wall_throughput(const RunResult& run) {
 nlohmann::json strategy_to_json(const TrainConfig& config) {
   const Strategy& s = find_strategy(config.mode);
   const auto bus = s.bus_bandwidth(config, 0.0);
-  return {{"name", s.name},
+  return {{"name", s.mode},
           {"label", s.label(config)},
           {"transport", s.transport(config)},
           {"reference", s.reference},
@@ -132,7 +132,7 @@ nlohmann::json memory_to_json(const RunResult& run) {
   }
   // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
   // over --comm local, where the model holds to the byte.
-  if (config.device == "cpu" && config.comm == Backend::local && find_strategy(config.mode).memory != nullptr) {
+  if (config.device == DeviceKind::cpu && config.comm == Backend::local && find_strategy(config.mode).memory != nullptr) {
     const std::vector<RankMemory> modelled =
         find_strategy(config.mode).memory(builtin_memory_inputs(config, run.sample_shape, run.num_classes));
     for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
@@ -237,7 +237,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   // GPU ranks sharing a device (more ranks than GPUs on a node); CPU ranks are threads.
   j["virtual_ranks"] = std::any_of(run.ranks.begin(), run.ranks.end(),
                                    [](const RankResult& r) { return r.device.virtual_rank; });
-  if (config.device == "cuda") j["precision"] = config.precision;
+  if (config.device == DeviceKind::cuda) j["precision"] = config.precision;
   j["config"] = config_to_json(config);
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", config.warmup_steps}};
 

@@ -44,7 +44,7 @@ double mean_peak(const RunResult& r) {
 
 // "allreduce runs at 1.52x (1.47-1.60 over 3 repetitions)", or, when the repetitions' ratios
 // straddle 1, "sharded_ps does not differ beyond noise (0.91-1.12x over 3 repetitions)".
-std::string verdict_clause(const std::string& mode, const nlohmann::json& doc) {
+std::string verdict_clause(Mode mode, const nlohmann::json& doc) {
   const auto& ratio = doc.at("ratio_to_reference");
   const double lo = ratio.at("min").get<double>(), hi = ratio.at("max").get<double>();
   const std::size_t n = ratio.at("by_repetition").size();
@@ -101,7 +101,7 @@ void print_timing_rows(const TableRows& row, const std::vector<RunResult>& runs,
   row("  data wait (ms, p50)", [&](std::size_t i) {
     return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["data_wait"].get<double>());
   });
-  if (runs.front().config.device == "cuda") {
+  if (runs.front().config.device == DeviceKind::cuda) {
     row("  host-to-device copy (ms, p50)", [&](std::size_t i) {
       return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["h2d"].get<double>());
     });
@@ -229,7 +229,7 @@ std::vector<ReferenceColumn> reference_columns(const std::vector<RunResult>& run
   std::vector<ReferenceColumn> columns;
   for (const auto& rec : reference) {
     for (std::size_t i = 0; i < runs.size(); ++i) {
-      if (runs[i].config.mode != rec["dpbench_mode"].get<std::string>()) continue;
+      if (runs[i].config.mode != rec["dpbench_mode"].get<Mode>()) continue;
       columns.push_back({run_label(runs[i]), &runs[i], &docs[i]});
     }
     columns.push_back({fmt::format("pytorch {} ({} proc, {} thr)", rec["mode"].get<std::string>(), rec["processes"].get<int>(),
@@ -386,7 +386,7 @@ struct RunSetup {
 // data is loaded, a bad --out or option wastes no run). Throws InputError.
 RunSetup prepare_run(const RunOptions& o) {
   RunSetup s;
-  s.device = choose_device(o.base.device, o.base.comm == Backend::mpi || o.base.comm == Backend::gloo);
+  s.device = choose_device(o.device, o.base.comm == Backend::mpi || o.base.comm == Backend::gloo);
   check_common_options(o.base, o.timeout_s);
   s.launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, s.device.device, o.init);
   s.output = is_output_process();
@@ -407,7 +407,7 @@ RunSetup prepare_run(const RunOptions& o) {
   base.keep_final_params = !o.save_params.empty();
   if (!o.init_params.empty()) base.initial_params = read_init_params(o.init_params);
   base.device = s.device.device;
-  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : s.device.device == "cuda";
+  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : s.device.device == DeviceKind::cuda;
   base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
   return s;
 }
@@ -426,7 +426,7 @@ void check_modes(const RunOptions& o, const TrainConfig& base, const LoadedData&
 }
 
 // Trains `mode` once, with a progress line on stderr unless quiet.
-RunResult train_mode(const RunSetup& s, const LoadedData& data, const std::string& mode, int rep) {
+RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int rep) {
   TrainConfig config = s.base;
   config.mode = mode;
   const std::string repetition = s.repetitions > 1 ? fmt::format(", repetition {}/{}", rep + 1, s.repetitions) : "";
@@ -546,7 +546,6 @@ void check_cluster_modes(const RunOptions& o) {
     TrainConfig config = o.base;
     config.mode = mode;
     config.world_size = world;
-    if (config.device == "auto") config.device = "cpu";  // the ranks choose; the checks here do not depend on it
     find_strategy(mode).validate(config, *stand_in);
   }
 }
@@ -601,7 +600,6 @@ bool report_disagreements(const nlohmann::json& reference_runs) {
 int run_command(const RunOptions& o) {
   // Validate everything cheap before loading data or training.
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
-  for (const auto& m : o.modes) find_strategy(m);
   if (const std::optional<int> code = run_cluster_stage(o)) return *code;
   // A malformed DPBENCH_FAULT is an input error here, not in whichever rank reads it first.
   fault_from_env();

@@ -16,11 +16,11 @@ namespace dpbench {
 
 struct RunOptions {
   TrainConfig base;                               // mode is filled in per run
-  std::vector<std::string> modes = strategy_names();  // default: every registered strategy
+  std::vector<Mode> modes = strategy_modes();     // default: every registered strategy
+  std::optional<DeviceKind> device;               // --device: cpu, cuda or nullopt (auto)
   DataOptions data;
   bool ranks_given = false;                       // --ranks on the command line (else the launcher's)
   ExplicitInit init;                              // --init-method, --rank: PyTorch's explicit form
-  std::string comm = "local";                     // --comm as given; parsed into base.comm
   std::string launcher = "env";                   // --launcher as given; parsed into cluster.launcher
   double timeout_s = 300;                         // sets base.timeout
   std::string out;                                // "" -> results/dpbench-run-<time>.json

@@ -190,7 +190,7 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   in.input_floats = static_cast<std::size_t>(model.sample_bytes / 4.0);
   in.classes = static_cast<std::size_t>(model.logit_bytes / 4.0);
   const double compute = per_rank_batch * model.per_sample_compute_s;
-  const double optimizer = strategy.name == "sharded_ps" ? model.optimizer_s / p : model.optimizer_s;
+  const double optimizer = strategy.mode == Mode::sharded_ps ? model.optimizer_s / p : model.optimizer_s;
   in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, compute / 3.0, 2.0 * compute / 3.0, optimizer});
   StepSchedule schedule(p);
   strategy.schedule(in, schedule);
@@ -238,7 +238,7 @@ std::optional<double> sim_value(const Json& pt, const char* field) {
 // Where each ps curve's reducer NIC first carries kNicSaturated of the step.
 void nic_findings(const Json& points, const Json& modes, Json& out) {
   for (const auto& m : modes) {
-    if (m.at("strategy") != "ps") continue;
+    if (m.at("strategy").get<Mode>() != Mode::ps) continue;
     const std::string key = m.at("mode");
     std::optional<int> from;
     double last = 0;

@@ -18,19 +18,17 @@ const std::vector<Strategy>& strategies() {
   return list;
 }
 
-std::vector<std::string> strategy_names() {
-  std::vector<std::string> names;
-  for (const auto& s : strategies()) names.push_back(s.name);
-  return names;
+std::vector<Mode> strategy_modes() {
+  std::vector<Mode> modes;
+  for (const auto& s : strategies()) modes.push_back(s.mode);
+  return modes;
 }
 
-const Strategy& find_strategy(const std::string& name) {
-  std::string names;
+const Strategy& find_strategy(Mode mode) {
   for (const auto& s : strategies()) {
-    if (s.name == name) return s;
-    names += (names.empty() ? "" : ", ") + s.name;
+    if (s.mode == mode) return s;
   }
-  throw InputError(fmt::format("--mode {}: unknown mode (available: {})", name, names));
+  throw Error(fmt::format("strategy registry: no strategy for mode {}", name(mode)));
 }
 
 const Strategy& reference_strategy() {
@@ -41,11 +39,11 @@ const Strategy& reference_strategy() {
 }
 
 const ProjectedMode& projected_mode(const Strategy& s, const TrainConfig& config) {
-  const std::string transport = s.transport(config);
+  const Transport transport = s.transport(config);
   for (const auto& m : s.projected) {
     if (m.transport == transport) return m;
   }
-  throw Error(fmt::format("mode {}: no projection for transport {}", s.name, transport));
+  throw Error(fmt::format("mode {}: no projection for transport {}", name(s.mode), name(transport)));
 }
 
 const std::string& projected_key(const Strategy& s, const TrainConfig& config) {
@@ -65,7 +63,7 @@ const std::vector<ProjectedCurve>& projected_modes() {
         if (s.reference != reference) continue;
         for (const auto& m : s.projected) {
           TrainConfig config;
-          config.mode = s.name;
+          config.mode = s.mode;
           config.transport = m.transport;
           out.push_back({&s, m, s.label(config)});
         }

@@ -15,10 +15,10 @@ namespace dpbench {
 
 // Every registered strategy, in registry order.
 const std::vector<Strategy>& strategies();
-// Their names, in registry order: the modes `run` and `sweep` compare by default.
-std::vector<std::string> strategy_names();
-// Throws InputError naming the mode and the available ones.
-const Strategy& find_strategy(const std::string& name);
+// Their modes, in registry order: the modes `run` and `sweep` compare by default.
+std::vector<Mode> strategy_modes();
+// The strategy of `mode`; Error when no strategy of this build registers it.
+const Strategy& find_strategy(Mode mode);
 // The one strategy marked `reference`.
 const Strategy& reference_strategy();
 

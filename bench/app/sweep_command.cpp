@@ -24,21 +24,23 @@ std::string clock_text(double seconds) {
 std::string point_label(const TrainConfig& config, int rep) {
   const bool takes_transport = !find_strategy(config.mode).transports.empty();
   return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", config.mode,
-                     takes_transport ? "/" + config.transport : "", config.comm_hook != "allreduce" ? "/" + config.comm_hook : "",
+                     takes_transport ? "/" + std::string(name(config.transport)) : "", config.comm_hook != "allreduce" ? "/" + config.comm_hook : "",
                      config.workload, config.world_size, config.global_batch, config.loader.num_workers, rep);
 }
 // What every group of the grid runs per repetition: every --transports value for a strategy
 // that takes a transport, the base config's for the others (which ignore it). With --comm-hooks,
 // the allreduce mode once per hook, the others with `allreduce` only.
 struct SweepVariant {
-  std::string mode, transport, hook;
+  Mode mode;
+  Transport transport;
+  std::string hook;
 };
 std::vector<SweepVariant> sweep_variants(const SweepOptions& o) {
   std::vector<SweepVariant> variants;
   for (const auto& mode : o.modes) {
     std::vector<std::string> hooks = {o.base.comm_hook};
-    if (!o.comm_hooks.empty()) hooks = mode == "allreduce" ? o.comm_hooks : std::vector<std::string>{"allreduce"};
-    if (mode != "allreduce" && !o.comm_hooks.empty() &&
+    if (!o.comm_hooks.empty()) hooks = mode == Mode::allreduce ? o.comm_hooks : std::vector<std::string>{"allreduce"};
+    if (mode != Mode::allreduce && !o.comm_hooks.empty() &&
         std::find(o.comm_hooks.begin(), o.comm_hooks.end(), "allreduce") == o.comm_hooks.end()) {
       continue;
     }
@@ -73,7 +75,7 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
     if (v == "cnn" && o.cnn_default_hidden) config.hidden = {128};
     if (v == "cnn" && o.cnn_default_lr) config.lr = 0.05f;
   });
-  expand(o.comms, [](TrainConfig& config, const std::string& v) { config.comm = parse_backend(v); });
+  expand(o.comms, [](TrainConfig& config, Backend v) { config.comm = v; });
   expand(o.ranks, [](TrainConfig& config, int v) { config.world_size = v; });
   expand(o.batch_sizes, [](TrainConfig& config, std::size_t v) { config.global_batch = v; });
   expand(o.num_workers, [](TrainConfig& config, int v) { config.loader.num_workers = v; });
@@ -100,15 +102,13 @@ namespace {
 // on. Throws InputError naming the option.
 DeviceChoice check_sweep(const SweepOptions& o) {
   if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
-  for (const auto* list : {&o.workloads, &o.comms, &o.modes, &o.transports}) {
-    if (list->empty()) throw InputError("sweep: every grid list needs at least one value");
+  if (o.workloads.empty() || o.comms.empty() || o.modes.empty() || o.transports.empty()) {
+    throw InputError("sweep: every grid list needs at least one value");
   }
   if (o.ranks.empty() || o.batch_sizes.empty() || o.num_workers.empty()) {
     throw InputError("sweep: --ranks, --batch-sizes and --num-workers need at least one value");
   }
-  for (const auto& m : o.modes) find_strategy(m);
-  const DeviceChoice device = choose_device(o.base.device, std::any_of(o.comms.begin(), o.comms.end(), [](const std::string& c) {
-                                              const Backend b = parse_backend(c);
+  const DeviceChoice device = choose_device(o.device, std::any_of(o.comms.begin(), o.comms.end(), [](Backend b) {
                                               return b == Backend::mpi || b == Backend::gloo;
                                             }));
   for (const auto& w : o.workloads) {
@@ -117,7 +117,7 @@ DeviceChoice check_sweep(const SweepOptions& o) {
     check_common_options(config, o.timeout_s);
   }
   for (const auto& comm : o.comms) {
-    if (parse_backend(comm) == Backend::mpi) {
+    if (comm == Backend::mpi) {
       if (o.ranks.size() != 1) {
         throw InputError("--comms mpi: the launcher fixes the world size; give one --ranks value (mpirun -np)");
       }
@@ -163,7 +163,7 @@ int sweep_command(const SweepOptions& o) {
 
   TrainConfig base = o.base;
   base.device = device.device;
-  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : device.device == "cuda";
+  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : device.device == DeviceKind::cuda;
   base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
   SweepOptions resolved = o;
   resolved.base = base;

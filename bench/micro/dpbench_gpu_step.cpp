@@ -46,7 +46,7 @@ namespace {
 // without sparsity, i.e. half the datasheet's sparse figure; FP32 on the CUDA cores), matched on
 // the device name; 0 for a card not listed. H100 SXM5 and H200 SXM: 494.7 TF32, 66.9 FP32; H100
 // PCIe: 378 and 51; A100: 156 and 19.5.
-double datasheet_peak_tflops(const std::string& name, cuda::Precision precision) {
+double datasheet_peak_tflops(const std::string& name, Precision precision) {
   struct Peak {
     const char* name_part;
     double tf32, fp32;
@@ -54,7 +54,7 @@ double datasheet_peak_tflops(const std::string& name, cuda::Precision precision)
   static const Peak kPeaks[] = {{"H200", 494.7, 66.9}, {"H100 PCIe", 378.0, 51.0}, {"H100", 494.7, 66.9},
                                 {"A100", 156.0, 19.5}};
   for (const Peak& p : kPeaks) {
-    if (name.find(p.name_part) != std::string::npos) return precision == cuda::Precision::tf32 ? p.tf32 : p.fp32;
+    if (name.find(p.name_part) != std::string::npos) return precision == Precision::tf32 ? p.tf32 : p.fp32;
   }
   return 0.0;
 }
@@ -175,7 +175,7 @@ void time_train_steps(benchmark::State& state, const std::function<std::unique_p
     return;
   }
   const auto batch = static_cast<std::size_t>(state.range(0));
-  const auto precision = state.range(1) != 0 ? cuda::Precision::tf32 : cuda::Precision::fp32;
+  const auto precision = state.range(1) != 0 ? Precision::tf32 : Precision::fp32;
   cuda::set_device(0);
   MemoryTracker tracker;
   DeviceAllocator allocator(0, tracker);
@@ -216,7 +216,7 @@ void time_train_steps(benchmark::State& state, const std::function<std::unique_p
   }
   set_step_counters(state, batch, step_flops, wall);
   set_peak_counters(state, datasheet_peak_tflops(probe.gpus.front().name, precision), step_flops, wall);
-  state.SetLabel(std::string(cuda::to_string(precision)) + " " + probe.gpus.front().name);
+  state.SetLabel(std::string(name(precision)) + " " + probe.gpus.front().name);
 }
 
 // One MLP training step per iteration. range(0): batch; range(1): 1 for tf32, 0 for fp32;
