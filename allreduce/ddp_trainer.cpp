@@ -6,7 +6,7 @@
 
 #include "allreduce/powersgd.hpp"
 #include "core/hierarchical.hpp"
-#include "train/grad_reducer.hpp"
+#include "train/grad_bucket_sync.hpp"
 #include "train/rank_context.hpp"
 
 namespace dpbench {
@@ -37,7 +37,7 @@ namespace {
 class AllreduceRank final : public ReplicaRank {
  public:
   explicit AllreduceRank(const RankSetup& s)
-      : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), reducer_(s.ctx, buckets_.size()) {
+      : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), grad_sync_(s.ctx, buckets_.size()) {
     if (const int rank = powersgd_rank(s.config.comm_hook); rank > 0) {
       powersgd_.emplace(model_->params(), buckets_, rank, s.config.seed, how_.ranks_per_node);
     }
@@ -45,7 +45,7 @@ class AllreduceRank final : public ReplicaRank {
 
   // Every replica's optimizer state equals rank 0's, so rank 0's checkpoint holds it for all.
   Optimizer& optimizer() override { return optimizer_; }
-  CommStream* comm_thread() override { return reducer_.thread(); }
+  CommStream* comm_thread() override { return grad_sync_.thread(); }
 
   void forward(const StagedBatch& batch, long step, StepTimer& timer) override {
     step_ = step;
@@ -56,15 +56,15 @@ class AllreduceRank final : public ReplicaRank {
     float* grads = grads_.data() + buckets_[b].offset;
     const std::size_t n = buckets_[b].size;
     if (powersgd_ && step_ >= s_.config.start_powersgd_iter) {
-      reducer_.start(b, [this, b, grads](Communicator& comm, bool) { powersgd_->reduce(comm, b, grads); });
+      grad_sync_.start(b, [this, b, grads](Communicator& comm, bool) { powersgd_->reduce(comm, b, grads); });
       return;
     }
     if (how_.ranks_per_node == 0) {
-      reducer_.start(b, grads, n);
+      grad_sync_.start(b, grads, n);
       return;
     }
     // Blocking on every backend: on the communication thread where there is one, else here.
-    reducer_.start(b, [this, grads, n](Communicator& comm, bool) {
+    grad_sync_.start(b, [this, grads, n](Communicator& comm, bool) {
       hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format);
     });
   }
@@ -81,14 +81,14 @@ class AllreduceRank final : public ReplicaRank {
     }
     return count > 0 ? floats / count : model_->num_params();
   }
-  void progress() override { reducer_.progress(); }
-  void finish_grad_sync() override { reducer_.join(); }
+  void progress() override { grad_sync_.progress(); }
+  void finish_grad_sync() override { grad_sync_.join(); }
   void optimizer_step() override { optimizer_.step(params_.data(), grads_.data()); }
-  void finish_step() override { reducer_.finish_step(); }
+  void finish_step() override { grad_sync_.finish_step(); }
 
  private:
   Optimizer optimizer_;
-  GradReducer reducer_;
+  GradBucketSync grad_sync_;
   // --hierarchy node and --comm-hook: core/hierarchical.hpp's rings; else the backend's own.
   BucketAllreduce how_ = bucket_allreduce(s_.config);
   std::vector<float> scratch_;  // one received chunk of those rings

@@ -20,7 +20,7 @@ namespace dpbench {
 
 // --mode: the synchronisation strategies (train/strategy.hpp; each folder's *_strategy.cpp).
 enum class Mode {
-  ps,          // DataParallel's flow: rank 0, the reducer, holds the master state (ps/)
+  ps,          // DataParallel's flow: rank 0, the root, holds the master state (ps/)
   sharded_ps,  // BytePS-style sharded parameter server (sharded_ps/)
   allreduce,   // DistributedDataParallel: ring all-reduce of gradient buckets (allreduce/)
 };

@@ -1,7 +1,7 @@
 // The CUDA device behind RankContext (train/rank_context.hpp) and its launcher. One rank's
 // context holds its device, caching allocator, compute stream, cuBLAS handle and communicator;
 // ops and staging are enqueued on the compute stream, step timing uses CUDA events on it, and
-// the gradient reducer's ordering is events between the compute stream and the communicator's
+// the gradient bucket sync's ordering is events between the compute stream and the communicator's
 // stream. Which ranks run where, and how the ncclUniqueId reaches them, is
 // launch/device_launch.hpp's (device-independent, CPU-tested); this file builds one rank: its
 // communicator ("local" over device copies, cuda/cuda_local_ops.hpp, or NCCL), streams,

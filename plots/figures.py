@@ -303,12 +303,12 @@ def verdict_score(score, verdict, vary: Optional[str] = None):
 
 def memory_caption(pts: list, fixed: dict, verdict) -> str:
     """The memory figure's caption: the reference's imbalance as the verdict states it (the same
-    number), or, when the verdict states none, the largest reducer's in the figure."""
-    level = rd.names(p for p in pts if not p.has_reducer)
+    number), or, when the verdict states none, the largest root's in the figure."""
+    level = rd.names(p for p in pts if not p.has_root)
     tail = f"; {level} ranks should be level." if level else "."
-    stated = [m for m in (verdict.imbalance if verdict is not None else []) if m.reducer]
+    stated = [m for m in (verdict.imbalance if verdict is not None else []) if m.root]
     if stated and verdict.world == fixed.get("world_size"):
-        held = " and ".join(f"the {m.name} reducer {'peaks at ' if i == 0 else 'at '}{m.text}"
+        held = " and ".join(f"the {m.name} root {'peaks at ' if i == 0 else 'at '}{m.text}"
                             for i, m in enumerate(stated))
         source = "the verdict's figure"
         if verdict.settings > 1:
@@ -316,10 +316,10 @@ def memory_caption(pts: list, fixed: dict, verdict) -> str:
                        f"{rd.describe_fixed(fixed)}")
         return (f"Compare rank 0 with the others: {held} the mean rank ({source}; master parameters, "
                 f"gradients, momentum, full-batch staging){tail}")
-    reducers = [p for p in pts if p.has_reducer]
-    if reducers:
-        worst = max(reducers, key=lambda p: p.imbalance)
-        return (f"Compare rank 0 with the others: the {worst.mode} reducer peaks at {worst.imbalance:.2f}x "
+    roots = [p for p in pts if p.has_root]
+    if roots:
+        worst = max(roots, key=lambda p: p.imbalance)
+        return (f"Compare rank 0 with the others: the {worst.mode} root peaks at {worst.imbalance:.2f}x "
                 f"the mean rank (master parameters, gradients, momentum, full-batch staging){tail}")
     return f"{level} ranks should be level: every rank holds the same replica and optimizer state."
 
@@ -357,8 +357,8 @@ def plot_memory_per_rank(points: list, out_dir: Path, verdict=None) -> Figure:
         mean = sum(peaks) / len(peaks)
         ax.axhline(mean, color="black", linestyle="--", linewidth=0.8, label="mean peak")
         note = f"max/mean = {p.imbalance:.2f}"
-        if p.has_reducer:
-            note += f"\nreducer +{p.reducer_minus_mean_bytes / MIB:.1f} MiB over mean"
+        if p.has_root:
+            note += f"\nroot +{p.root_minus_mean_bytes / MIB:.1f} MiB over mean"
         ax.text(0.98, 0.97, note, transform=ax.transAxes, ha="right", va="top",
                 bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#999999"})
         ax.set_xticks(ranks)
@@ -486,20 +486,20 @@ def memory_model_bars(mem: rd.MemoryModel, modes: list) -> list:
 
 
 def excess_sentence(mem: rd.MemoryModel, modes: list) -> str:
-    """"The ps reducer holds 4.99 GiB more than a ps worker at 2, 4 and 8 ranks." (each world
-    size's figure when they differ); "" when no mode has a reducer beside workers."""
+    """"The ps root holds 4.99 GiB more than a ps worker at 2, 4 and 8 ranks." (each world
+    size's figure when they differ); "" when no mode has a root beside workers."""
     sentences = []
     for mode in modes:
-        excess = [(w, b) for m, w, b in rd.reducer_excess(mem, modes) if m == mode]
+        excess = [(w, b) for m, w, b in rd.root_excess(mem, modes) if m == mode]
         if not excess:
             continue
         texts = [size_text(abs(b)) + (" less" if b < 0 else " more") for _, b in excess]
         if len(set(texts)) == 1:
             worlds = [str(w) for w, _ in excess]
             at = worlds[0] if len(worlds) == 1 else f"{', '.join(worlds[:-1])} and {worlds[-1]}"
-            sentences.append(f"The {mode} reducer holds {texts[0]} than a {mode} worker at {at} ranks.")
+            sentences.append(f"The {mode} root holds {texts[0]} than a {mode} worker at {at} ranks.")
         else:
-            sentences.append(f"The {mode} reducer holds, against a {mode} worker, "
+            sentences.append(f"The {mode} root holds, against a {mode} worker, "
                              + ", ".join(f"{t} at {w} ranks" for t, (w, _) in zip(texts, excess)) + ".")
     return " ".join(sentences)
 
@@ -534,7 +534,7 @@ def plot_memory_model(mem: Optional[rd.MemoryModel], out_dir: Path, points=(), k
     figure's colours and order: one bar per (mode, role) at each world size, grouped by world
     size, the modes in the report's order (ps first). With largest_fitting, a second panel: the
     largest parameter count that fits against world size, a line per mode (log y). Everything
-    is labelled "modelled"; the caption states the reducer's excess over a worker and which mode
+    is labelled "modelled"; the caption states the root's excess over a worker and which mode
     fits the most parameters. points: the report's measured points, for the order and colours."""
     points = list(points)
     if mem is None:
@@ -778,10 +778,10 @@ def plot_batch_size(points: list, out_dir: Path) -> Figure:
     top.set_title(f"Throughput and peak memory against global batch ({rd.describe_fixed(fixed)})")
     place_legend(top, handles)
     fig.tight_layout()
-    reducers = rd.names(p for p in pts if p.has_reducer)
+    roots = rd.names(p for p in pts if p.has_root)
     caption = ("Look at how throughput grows as larger batches amortise the per-step communication, and "
                "at the gap between each mode's solid (largest rank) and dashed (mean rank) memory line"
-               + (f": the {reducers} reducer stages the full batch." if reducers else ".")
+               + (f": the {roots} root stages the full batch." if roots else ".")
                + " " + spread_sentence(pts))
     return Figure(key, title, caption, save(fig, out_dir, key))
 

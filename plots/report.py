@@ -287,7 +287,7 @@ def network_context(net) -> dict | None:
 
 
 def findings_context(proj) -> dict | None:
-    """The projection's findings (`dpbench project --simulate`: where the reducer's NIC saturates,
+    """The projection's findings (`dpbench project --simulate`: where the root's NIC saturates,
     where oversubscription reorders the modes, what one straggler costs each mode) as the
     template's record: the topology they were simulated on and each sentence, in the file's
     order. None without a projection or without findings."""

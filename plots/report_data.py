@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "results"))
+import schema_versions  # noqa: E402  (the versions read, and version 1's names: upgrade_v1)
 import strategy_traits  # noqa: E402  (the traits of a run, legacy files included)
 
-RESULT_SCHEMA = "dpbench-result"
-PROJECTION_SCHEMA = "dpbench-projection"
-MEMORY_SCHEMA = "dpbench-memory"
+RESULT_SCHEMA = schema_versions.RESULT_SCHEMA
+PROJECTION_SCHEMA = schema_versions.PROJECTION_SCHEMA
+MEMORY_SCHEMA = schema_versions.MEMORY_SCHEMA
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm", "comm_exposed", "optimizer")
 MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations",
@@ -69,7 +70,7 @@ class Point:
     phases: dict  # PHASES -> seconds
     memory_per_rank: tuple  # dicts: rank, peak_bytes and MEMORY_CATEGORIES (and "modelled", when recorded)
     imbalance: float
-    reducer_minus_mean_bytes: float
+    root_minus_mean_bytes: float
     test_accuracy: Optional[float]
     final_train_loss: Optional[float]
     warnings: tuple
@@ -77,7 +78,7 @@ class Point:
     series: str = ""  # label shared by every point of one line in a figure
     label: str = ""  # the strategy's label from the file: "ps (collective)", "allreduce (ring)"
     reference: bool = False  # the strategy the others are compared with (ps)
-    has_reducer: bool = False  # rank 0 holds what the others do not (its memory above the mean)
+    has_root: bool = False  # rank 0 holds what the others do not (its memory above the mean)
     overlaps_backward: bool = False  # the strategy communicates while backward runs (its trait)
     order: int = 0  # the series' place in the report's one order (series_order)
     throughput_min: Optional[float] = None  # over repetitions; None when built without them
@@ -235,14 +236,17 @@ def read_json(path) -> dict:
     return doc
 
 
-def check_schema(path, doc: dict, name: str) -> None:
-    """Raises InputError unless doc declares schema `name`, version 1."""
+def check_schema(path, doc: dict, name: str) -> dict:
+    """doc at its schema's current names (schema_versions.upgrade: a version-1 result or memory
+    file through upgrade_v1); raises InputError unless doc declares schema `name` at a version
+    this report reads."""
     schema = doc.get("schema") if isinstance(doc.get("schema"), dict) else {}
     if schema.get("name") != name:
         raise InputError(f"{path}: not a {name} file (schema.name is {schema.get('name')!r})")
-    if schema.get("version") != 1:
+    if not schema_versions.readable(name, schema.get("version")):
         raise InputError(f"{path}: {name} version {schema.get('version')!r} is not supported "
-                         "(this report reads version 1)")
+                         f"(this report reads {schema_versions.versions_text(name)})")
+    return schema_versions.upgrade(doc)
 
 
 def run_transport(run: dict) -> str:
@@ -294,7 +298,7 @@ def load_results(paths: Iterable) -> ResultSet:
     seen: dict = {}  # strategy label -> (not reference, index of its first run in the files)
     for path in paths:
         doc = read_json(path)
-        check_schema(path, doc, RESULT_SCHEMA)
+        doc = check_schema(path, doc, RESULT_SCHEMA)
         runs = doc.get("runs")
         if not isinstance(runs, list):
             raise InputError(f"{path}: has no runs[] array")
@@ -310,7 +314,7 @@ def load_results(paths: Iterable) -> ResultSet:
                 key = (run["mode"], run_transport(run), run_variant(run) + cluster_variant(run),
                        int(run["world_size"]),
                        int(run["global_batch"]), int(run["config"]["num_workers"]),
-                       traits["label"], traits["reference"], traits["has_reducer"],
+                       traits["label"], traits["reference"], traits["has_root"],
                        traits["overlaps_backward"])
             except (KeyError, TypeError, ValueError) as e:
                 raise InputError(f"{path}: runs[{index}] lacks {e} (not a dpbench run entry)") from e
@@ -463,7 +467,7 @@ def median(values) -> Optional[float]:
 def aggregate(key: tuple, runs: list) -> Point:
     """Aggregates the repetitions of one grid point by median (memory per rank and category),
     keeping the smallest and largest throughput and p50 step of the repetitions."""
-    mode, transport, variant, world_size, batch, workers, label, reference, has_reducer, overlaps = key
+    mode, transport, variant, world_size, batch, workers, label, reference, has_root, overlaps = key
     throughputs = [r["throughput_samples_per_s"] for r in runs]
     p50s = [r["step_time_s"]["p50"] for r in runs]
     ranks = sorted({m["rank"] for r in runs for m in r["memory"]["per_rank"]})
@@ -494,12 +498,12 @@ def aggregate(key: tuple, runs: list) -> Point:
         phases={ph: median(r["phases_s"].get(ph, 0.0) for r in runs) for ph in PHASES},
         memory_per_rank=tuple(memory),
         imbalance=median(r["memory"]["imbalance_max_over_mean"] for r in runs),
-        reducer_minus_mean_bytes=median(r["memory"]["reducer_minus_mean_bytes"] for r in runs),
+        root_minus_mean_bytes=median(r["memory"]["root_minus_mean_bytes"] for r in runs),
         test_accuracy=median(r.get("quality", {}).get("test_accuracy") for r in runs),
         final_train_loss=median(r.get("quality", {}).get("final_train_loss") for r in runs),
         warnings=tuple(warnings),
         virtual_ranks=any(r.get("virtual_ranks", False) for r in runs),
-        label=label, reference=reference, has_reducer=has_reducer, overlaps_backward=bool(overlaps),
+        label=label, reference=reference, has_root=has_root, overlaps_backward=bool(overlaps),
     )
 
 
@@ -655,7 +659,7 @@ class Imbalance:
     name: str  # as sentences name it: "ps", or "ps (p2p)" beside "ps (collective)"
     value: float
     text: str  # "1.87x"
-    reducer: bool  # rank 0 is its reducer (has_reducer), not just its largest rank
+    root: bool  # rank 0 is its root (has_root), not just its largest rank
 
 
 @dataclass(frozen=True)
@@ -680,7 +684,7 @@ class Verdict:
     where: str = ""  # "at 4 ranks (batch 256, 0 workers)"
     ratios: list = field(default_factory=list)  # Ratio, in the report's order
     imbalance: list = field(default_factory=list)  # Imbalance, one per reference label, in order
-    memory: str = ""  # "the ps reducer holds 1.87x the mean per-rank memory"
+    memory: str = ""  # "the ps root holds 1.87x the mean per-rank memory"
     exposed: list = field(default_factory=list)  # Exposed: the reference side first, then the others
     best: str = ""  # with one strategy: "best 5,000 samples/s at 4 ranks"
     settings: int = 0  # how many matched batch/worker settings the ratios are medians over
@@ -745,7 +749,7 @@ def unique(points: Iterable) -> list:
 def compute_verdict(points: list) -> Verdict:
     """Compares every strategy with the reference strategy (ps, as the runs' traits say) at the
     largest world size where both ran with the same batch, workers and config: throughput ratio
-    (median over matched settings) and each reference's memory imbalance (its reducer's, when it
+    (median over matched settings) and each reference's memory imbalance (its root's, when it
     has one). Strategies are named in the report's order (series_order)."""
     if not points:
         return Verdict("No run succeeded, so there is nothing to compare: see the failed points below.", [])
@@ -803,14 +807,14 @@ def reference_imbalance(refs: list, labels: list, ref_names: dict) -> list:
         if pts:
             value = statistics.median(p.imbalance for p in pts)
             out.append(Imbalance(label, ref_names[label], value, f"{value:.2f}x",
-                                 all(p.has_reducer for p in pts)))
+                                 all(p.has_root for p in pts)))
     return out
 
 
 def memory_clause(imbalance: list) -> str:
-    """"the ps reducer holds 1.87x the mean per-rank memory", or with several references "the ps
-    (collective) reducer holds 1.90x and the ps (p2p) reducer holds 2.00x the mean ..."."""
-    parts = [(f"the {m.name} reducer holds {m.text}" if m.reducer else f"the largest {m.name} rank holds {m.text}")
+    """"the ps root holds 1.87x the mean per-rank memory", or with several references "the ps
+    (collective) root holds 1.90x and the ps (p2p) root holds 2.00x the mean ..."."""
+    parts = [(f"the {m.name} root holds {m.text}" if m.root else f"the largest {m.name} rank holds {m.text}")
              for m in imbalance]
     return f"{' and '.join(parts)} the mean per-rank memory"
 
@@ -1378,7 +1382,7 @@ def load_projection(path) -> dict:
     `--simulate` wrote them, that each point's simulation and the topology are objects (or null)
     and the findings a list of objects with a text (InputError naming the file otherwise)."""
     doc = read_json(path)
-    check_schema(path, doc, PROJECTION_SCHEMA)
+    doc = check_schema(path, doc, PROJECTION_SCHEMA)
     if not isinstance(doc.get("points"), list):
         raise InputError(f"{path}: has no points[] array")
     for i, p in enumerate(doc["points"]):
@@ -1431,7 +1435,7 @@ def load_memory(path) -> MemoryModel:
     """Reads a `dpbench memory` file: checks its schema and that every row has its mode, world
     size, role and bytes (InputError naming the file otherwise)."""
     doc = read_json(path)
-    check_schema(path, doc, MEMORY_SCHEMA)
+    doc = check_schema(path, doc, MEMORY_SCHEMA)
     rows = doc.get("rows")
     if not isinstance(rows, list):
         raise InputError(f"{path}: has no rows[] array")
@@ -1475,7 +1479,7 @@ def memory_modes(mem: MemoryModel, points: Iterable = ()) -> list:
 
 
 def memory_roles(mem: MemoryModel, mode: str) -> list:
-    """The roles of one mode in the order the file lists them ("reducer", "worker")."""
+    """The roles of one mode in the order the file lists them ("root", "worker")."""
     return list(dict.fromkeys(r["role"] for r in mem.rows if r["mode"] == mode))
 
 
@@ -1485,16 +1489,16 @@ def memory_row(mem: MemoryModel, mode: str, world_size: int, role: str) -> Optio
                  and r["role"] == role), None)
 
 
-def reducer_excess(mem: MemoryModel, modes: list) -> list:
-    """(mode, world size, bytes): how much more a mode's reducer holds than its largest worker,
+def root_excess(mem: MemoryModel, modes: list) -> list:
+    """(mode, world size, bytes): how much more a mode's root holds than its largest worker,
     for every mode and world size with both roles, in mode order and by world size."""
     out = []
     for mode in modes:
         for world in sorted({r["world_size"] for r in mem.rows if r["mode"] == mode}):
-            reducer = memory_row(mem, mode, world, "reducer")
+            root = memory_row(mem, mode, world, "root")
             worker = memory_row(mem, mode, world, "worker")
-            if reducer is not None and worker is not None:
-                out.append((mode, world, float(reducer["total_bytes"]) - float(worker["total_bytes"])))
+            if root is not None and worker is not None:
+                out.append((mode, world, float(root["total_bytes"]) - float(worker["total_bytes"])))
     return out
 
 

@@ -12,7 +12,7 @@
 namespace dpbench {
 
 namespace {
-constexpr int kReducer = 0;
+constexpr int kRoot = 0;
 
 std::vector<std::size_t> scaled(const std::vector<std::size_t>& rows, std::size_t width) {
   std::vector<std::size_t> out(rows.size());
@@ -58,7 +58,7 @@ void validate_parameter_server(const TrainConfig& config, const Dataset& train) 
 
 namespace {
 
-// One rank of DataParallel: a replica on every rank; on the reducer (rank 0) also the master
+// One rank of DataParallel: a replica on every rank; on the root (rank 0) also the master
 // parameters, their gradients, the optimizer, the whole batch and its logits.
 class PsRank final : public ModeRank {
  public:
@@ -66,38 +66,38 @@ class PsRank final : public ModeRank {
 
   Model& model() override { return *model_; }
   float* master_params() override { return master_params_.data(); }
-  // The reducer's alone.
+  // The root's alone.
   Optimizer& optimizer() override { return optimizer_; }
   std::size_t rows() const override { return rows_[static_cast<std::size_t>(rank_)]; }
-  // The reducer loads the whole global batch and scatters it.
-  std::size_t loaded_rows() const override { return reducer_ ? batch_ : 0; }
-  // The reducer's loss covers the whole batch.
+  // The root loads the whole global batch and scatters it.
+  std::size_t loaded_rows() const override { return root_ ? batch_ : 0; }
+  // The root's loss covers the whole batch.
   std::size_t loss_rows() const override { return batch_; }
   std::vector<std::int64_t> epoch_order(int epoch) override { return global_batch_order(s_, epoch); }
 
   // replicate(): the master parameters to every replica; the buffers (BatchNorm running
-  // statistics) from the reducer's replica, whose updates alone persist, as DataParallel's
+  // statistics) from the root's replica, whose updates alone persist, as DataParallel's
   // replicate() copies them from device 0 every step.
   void replicate() override {
     Communicator& comm = s_.ctx.comm();
     if (p2p_) {
       broadcast_p2p();
     } else {
-      float* buf = reducer_ ? master_params_.data() : replica_params_.data();
+      float* buf = root_ ? master_params_.data() : replica_params_.data();
       for_each_group(n_, group_, [&](std::size_t off, std::size_t len) {
         if (node_ranks_ > 0) return hierarchical_broadcast(comm, buf + off, len, node_ranks_);
-        comm.broadcast(buf + off, len, kReducer);
+        comm.broadcast(buf + off, len, kRoot);
       });
     }
-    if (reducer_) s_.ctx.copy(replica_params_.data(), master_params_.data(), n_);
+    if (root_) s_.ctx.copy(replica_params_.data(), master_params_.data(), n_);
     if (model_->num_buffers() > 0) {
-      s_.ctx.synchronize();  // the reducer's last step wrote them on its compute stream
-      comm.broadcast(model_->buffers(), model_->num_buffers(), kReducer);
+      s_.ctx.synchronize();  // the root's last step wrote them on its compute stream
+      comm.broadcast(model_->buffers(), model_->num_buffers(), kRoot);
     }
   }
 
   // scatter, parallel_apply, gather: the inputs scattered along dim 0, each replica's forward on
-  // its chunk, the logits gathered to the reducer, the loss over the whole batch there, and the
+  // its chunk, the logits gathered to the root, the loss over the whole batch there, and the
   // gradient of the logits scattered back.
   void forward(const StagedBatch& batch, long step, StepTimer& timer) override;
 
@@ -109,42 +109,42 @@ class PsRank final : public ModeRank {
     } else {
       s_.ctx.fill_zero(replica_grads_.data(), n_);
     }
-    if (reducer_) s_.ctx.copy(master_grads_.data(), replica_grads_.data(), n_);
+    if (root_) s_.ctx.copy(master_grads_.data(), replica_grads_.data(), n_);
     s_.ctx.synchronize();  // the reduction reads the gradients
   }
 
-  // reduce_add: every replica's gradients summed onto the reducer's master gradients.
+  // reduce_add: every replica's gradients summed onto the root's master gradients.
   void finish_grad_sync() override {
     if (p2p_) {
       reduce_p2p();
       return;
     }
-    float* buf = reducer_ ? master_grads_.data() : replica_grads_.data();
+    float* buf = root_ ? master_grads_.data() : replica_grads_.data();
     for_each_group(n_, group_, [&](std::size_t off, std::size_t len) {
       if (node_ranks_ > 0) return hierarchical_reduce_sum(s_.ctx.comm(), buf + off, len, node_ranks_, scratch_);
-      s_.ctx.comm().reduce_sum(buf + off, len, kReducer);
+      s_.ctx.comm().reduce_sum(buf + off, len, kRoot);
     });
   }
 
   void optimizer_step() override {
-    if (reducer_) optimizer_.step(master_params_.data(), master_grads_.data());
+    if (root_) optimizer_.step(master_params_.data(), master_grads_.data());
   }
 
  private:
-  // p2p: the reducer sends the parameters to each worker in turn.
+  // p2p: the root sends the parameters to each worker in turn.
   void broadcast_p2p() {
     Communicator& comm = s_.ctx.comm();
-    if (!reducer_) {
-      comm.recv(replica_params_.data(), n_, kReducer);
+    if (!root_) {
+      comm.recv(replica_params_.data(), n_, kRoot);
       return;
     }
     for (int r = 1; r < s_.config.world_size; ++r) comm.send(master_params_.data(), n_, r);
   }
-  // p2p: the reducer receives each worker's gradients in turn and adds them (the incast).
+  // p2p: the root receives each worker's gradients in turn and adds them (the incast).
   void reduce_p2p() {
     Communicator& comm = s_.ctx.comm();
-    if (!reducer_) {
-      comm.send(replica_grads_.data(), n_, kReducer);
+    if (!root_) {
+      comm.send(replica_grads_.data(), n_, kRoot);
       return;
     }
     for (int r = 1; r < s_.config.world_size; ++r) {
@@ -156,7 +156,7 @@ class PsRank final : public ModeRank {
 
   RankSetup s_;
   int rank_;
-  bool reducer_;
+  bool root_;
   bool p2p_;
   std::size_t batch_;               // the global batch B
   std::vector<std::size_t> rows_;   // rows per replica: torch.chunk's, or --rank-batch's split
@@ -168,7 +168,7 @@ class PsRank final : public ModeRank {
   std::size_t n_;
   // What every replica holds.
   Array<float> replica_params_, replica_grads_, chunk_input_, chunk_logits_, chunk_dlogits_;
-  // What only the reducer holds: the imbalance this mode is known for.
+  // What only the root holds: the imbalance this mode is known for.
   Array<float> master_params_, master_grads_, logits_all_, dlogits_all_, incoming_;
   Optimizer optimizer_;
   // --hierarchy node: ranks per node of core/hierarchical.hpp's reduce and broadcast (0: the
@@ -180,7 +180,7 @@ class PsRank final : public ModeRank {
 PsRank::PsRank(const RankSetup& s)
     : s_(s),
       rank_(s.ctx.rank()),
-      reducer_(rank_ == kReducer),
+      root_(rank_ == kRoot),
       p2p_(s.config.transport == Transport::p2p),
       batch_(s.config.global_batch),
       rows_(s.config.rank_batches.empty() ? chunk_sizes(batch_, s.config.world_size) : s.config.rank_batches),
@@ -197,8 +197,8 @@ PsRank::PsRank(const RankSetup& s)
       chunk_input_(s.ctx, MemoryCategory::data_staging, my_rows_ * features_),
       chunk_logits_(s.ctx, MemoryCategory::activations, my_rows_ * classes_),
       chunk_dlogits_(s.ctx, MemoryCategory::activations, my_rows_ * classes_),
-      optimizer_(s.ctx, s.config, 0, reducer_ ? n_ : 0) {
-  if (!reducer_) return;
+      optimizer_(s.ctx, s.config, 0, root_ ? n_ : 0) {
+  if (!root_) return;
   master_params_ = Array<float>(s.ctx, MemoryCategory::parameters, n_);
   master_grads_ = Array<float>(s.ctx, MemoryCategory::gradients, n_);
   logits_all_ = Array<float>(s.ctx, MemoryCategory::activations, batch_ * classes_);
@@ -211,21 +211,21 @@ PsRank::PsRank(const RankSetup& s)
 void PsRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
   RankContext& ctx = s_.ctx;
   Communicator& comm = ctx.comm();
-  if (reducer_) ctx.synchronize();  // the scatter reads the staged inputs
-  comm.scatterv(batch.inputs, input_counts_, chunk_input_.data(), kReducer);
+  if (root_) ctx.synchronize();  // the scatter reads the staged inputs
+  comm.scatterv(batch.inputs, input_counts_, chunk_input_.data(), kRoot);
   timer.lap(&PhaseTimes::comm_exposed);
   if (my_rows_ > 0) model_->forward(replica_params_.data(), chunk_input_.data(), my_rows_, chunk_logits_.data());
   ctx.synchronize();  // the gather reads the logits
   timer.lap(&PhaseTimes::forward);
-  comm.gatherv(chunk_logits_.data(), logit_counts_, logits_all_.data(), kReducer);
+  comm.gatherv(chunk_logits_.data(), logit_counts_, logits_all_.data(), kRoot);
   timer.lap(&PhaseTimes::comm_exposed);
-  if (reducer_) {
+  if (root_) {
     ctx.cross_entropy(logits_all_.data(), batch.labels, batch_, classes_, dlogits_all_.data(),
                       1.0f / static_cast<float>(batch_), step);
     ctx.synchronize();  // the scatter reads the logits' gradient
   }
   timer.lap(&PhaseTimes::forward);
-  comm.scatterv(dlogits_all_.data(), logit_counts_, chunk_dlogits_.data(), kReducer);
+  comm.scatterv(dlogits_all_.data(), logit_counts_, chunk_dlogits_.data(), kRoot);
   timer.lap(&PhaseTimes::comm_exposed);
 }
 

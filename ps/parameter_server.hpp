@@ -1,18 +1,18 @@
 // The `ps` mode: DataParallel semantics (PyTorch torch/nn/parallel/data_parallel.py) with rank 0
-// as the reducer. The reducer owns the master parameters, their gradients and the momentum
-// buffer; every rank (the reducer included) runs a replica. Each step:
-//   1. the reducer loads the whole global batch and scatters it along dim 0 with chunk semantics
+// as the root. The root owns the master parameters, their gradients and the momentum
+// buffer; every rank (the root included) runs a replica. Each step:
+//   1. the root loads the whole global batch and scatters it along dim 0 with chunk semantics
 //      (chunk size ceil(B/p): B=10, p=4 -> 3,3,3,1; B=6, p=4 -> 2,2,2,0: rank 3 idles);
-//   2. the reducer broadcasts the master parameters to every replica (coalesced groups);
+//   2. the root broadcasts the master parameters to every replica (coalesced groups);
 //   3. each replica runs forward on its chunk;
-//   4. logits are gathered to the reducer, which computes the loss on the full batch and
+//   4. logits are gathered to the root, which computes the loss on the full batch and
 //      scatters the gradient of the logits back;
-//   5. each replica runs backward; only then are the replica gradients summed onto the reducer
+//   5. each replica runs backward; only then are the replica gradients summed onto the root
 //      (reduce-add in coalesced groups; no overlap with backward);
-//   6. the reducer alone applies SGD with momentum to the master parameters.
+//   6. the root alone applies SGD with momentum to the master parameters.
 // Transports for steps 2 and 5: "collective" (the communicator's reduce and broadcast, what
 // DataParallel does through NCCL) or "p2p" (each worker sends its gradients to, and receives the
-// parameters from, the reducer: the classic parameter-server incast). --hierarchy node
+// parameters from, the root: the classic parameter-server incast). --hierarchy node
 // (collective): a per-node pre-reduction, core/hierarchical.hpp's reduce and broadcast: the
 // gradients are summed inside each node before they cross its link (a reduce-scatter inside the
 // node, one ring per local rank across the nodes, each rank's summed segment to rank 0), and the

@@ -1,4 +1,4 @@
-// The `ps` strategy's traits (train/strategy.hpp): DataParallel's reducer is the reference the
+// The `ps` strategy's traits (train/strategy.hpp): DataParallel's root is the reference the
 // other strategies are compared with; its transports, labels and alpha-beta terms.
 #include <algorithm>
 #include <cmath>
@@ -32,7 +32,7 @@ double ps_comm_time(const StepModel& m, const LinkModel& link, Transport transpo
 // DataParallel's data flow over gloo (collective), or PyTorch's RPC parameter server (p2p).
 std::string ps_pytorch(const TrainConfig& config) { return config.transport == Transport::p2p ? "rpc_ps" : "dataparallel"; }
 
-// DataParallel's ranks: rank 0 the reducer (master parameters, gradients and optimizer state, the
+// DataParallel's ranks: rank 0 the root (master parameters, gradients and optimizer state, the
 // whole batch's loader and gathered logits, plus its own replica and chunk), the others a replica
 // and their chunk. One rank: plain training on the master parameters, no replica.
 std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
@@ -45,7 +45,7 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
   for (int r = 0; r < p; ++r) {
     const auto b = static_cast<double>(rows[static_cast<std::size_t>(r)]);
     RankMemory m;
-    m.role = r == 0 ? "reducer" : "worker";
+    m.role = r == 0 ? "root" : "worker";
     const double replicas = p > 1 ? 1.0 : 0.0;  // the replica's parameters, gradients and chunk
     const double master = r == 0 ? 1.0 : 0.0;
     m[MemoryCategory::parameters] = (replicas + master) * n * f + in.buffer_floats * f;
@@ -63,11 +63,11 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
   return ranks;
 }
 
-// DataParallel (torch/nn/parallel/data_parallel.py) as parameter_server.cpp runs it: the reducer
+// DataParallel (torch/nn/parallel/data_parallel.py) as parameter_server.cpp runs it: the root
 // loads the whole batch; replicate (the parameters broadcast in coalesced groups, or sent to each
 // worker in turn under p2p); scatter of the inputs; every replica's forward; gather of the
 // logits; scatter of their gradient; backward; reduce_add (coalesced groups, or received from
-// each worker in turn); the reducer's optimizer step. Nothing overlaps.
+// each worker in turn); the root's optimizer step. Nothing overlaps.
 void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const int p = s.world_size();
   const TrainConfig& config = in.config;
@@ -104,7 +104,7 @@ const Strategy& parameter_server_strategy() {
       .validate = &validate_parameter_server, .train = &train_parameter_server,
       .transports = {Transport::collective, Transport::p2p}, .transport = &ps_transport, .label = &ps_label,
       .bus_bandwidth = &ps_bus_bandwidth,
-      .has_reducer = true, .reference = true,
+      .has_root = true, .reference = true,
       .projected = {{"ps_collective", Transport::collective, 0.0}, {"ps_p2p", Transport::p2p, 0.0}}, .comm_time = &ps_comm_time,
       .pytorch_counterpart = &ps_pytorch, .memory = &ps_memory, .schedule = &ps_schedule,
   };

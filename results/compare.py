@@ -46,6 +46,7 @@ import pathlib
 import statistics
 import sys
 
+import schema_versions
 from strategy_traits import run_traits
 
 try:
@@ -53,8 +54,8 @@ try:
 except ImportError:          # only --timing mwu needs it; main() says so in one line
     mannwhitneyu = None
 
-SCHEMA_NAME = "dpbench-result"
-SCHEMA_VERSION = 1
+SCHEMA_NAME = schema_versions.RESULT_SCHEMA
+SCHEMA_VERSION = schema_versions.CURRENT_VERSION[SCHEMA_NAME]  # version 1 is read too (upgrade_v1)
 MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "comm_buffers",
                      "data_staging")
 KEY_FIELDS = ("mode", "transport", "comm", "device", "workload", "world_size", "global_batch",
@@ -240,7 +241,8 @@ def fmt_delta(base, new):
 # ---- loading ----------------------------------------------------------------------------
 
 def load(path):
-    """Reads and checks one result file; raises InputError naming the file."""
+    """Reads and checks one result file, at SCHEMA_VERSION's names (a version-1 file through
+    schema_versions.upgrade_v1); raises InputError naming the file."""
     try:
         text = pathlib.Path(path).read_text()
     except OSError as e:
@@ -252,20 +254,21 @@ def load(path):
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not a dpbench result file (invalid JSON: {e})") from None
     check_doc(doc, str(path))
-    return doc
+    return schema_versions.upgrade(doc)
 
 
 def check_doc(doc, label):
-    """Checks the schema name and version and the fields the comparison reads."""
+    """Checks the schema name and version (SCHEMA_VERSION, or one schema_versions.upgrade maps to
+    it) and the fields the comparison reads."""
     if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
         raise InputError(f"{label}: not a dpbench result file (no schema object)")
     name, version = doc["schema"].get("name"), doc["schema"].get("version")
     if name != SCHEMA_NAME:
         raise InputError(f"{label}: not a dpbench result file (schema.name is {name!r}, "
                          f"expected {SCHEMA_NAME!r})")
-    if version != SCHEMA_VERSION:
+    if not schema_versions.readable(name, version):
         raise InputError(f"{label}: schema version {version!r} is not supported "
-                         f"(expected {SCHEMA_VERSION})")
+                         f"(expected {schema_versions.versions_text(name)})")
     runs = doc.get("runs")
     if not isinstance(runs, list) or not runs:
         raise InputError(f"{label}: runs is missing or empty")

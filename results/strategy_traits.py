@@ -2,7 +2,7 @@
 
 For: every run of a result file names its synchronisation strategy (`mode`) and, since the
 traits were recorded, carries them under `strategy`: label, transport, reference (the strategy
-the others are compared with), overlaps_backward, has_reducer, projection, busbw_factor (see
+the others are compared with), overlaps_backward, has_root, projection, busbw_factor (see
 results/schema/dpbench-result.schema.json). Readers take the traits from here and compare no
 mode names, so a new strategy needs no change to the Python side. Files written before the
 traits (the committed CI baseline among them) get them derived in legacy_traits(), the one
@@ -12,7 +12,7 @@ place that knows the two original modes; likewise legacy_projection_modes() for
 Not for: reading or checking whole files (compare.py, plots/report_data.py do that).
 """
 
-TRAIT_KEYS = ("name", "label", "transport", "reference", "overlaps_backward", "has_reducer",
+TRAIT_KEYS = ("name", "label", "transport", "reference", "overlaps_backward", "has_root",
               "projection", "busbw_factor")
 
 
@@ -27,7 +27,7 @@ def run_traits(run, doc=None):
         out = {k: traits.get(k) for k in TRAIT_KEYS}
         out["reference"] = bool(out["reference"])
         out["overlaps_backward"] = bool(out["overlaps_backward"])
-        out["has_reducer"] = bool(out["has_reducer"])
+        out["has_root"] = bool(out["has_root"])
         return out
     return legacy_traits(run, doc)
 
@@ -35,7 +35,7 @@ def run_traits(run, doc=None):
 def legacy_traits(run, doc=None):
     """Traits of a run from a file written before dpbench recorded them: derived from its mode
     and transport as that version's ps and allreduce behaved. Any other mode gets neutral traits
-    (not the reference, no reducer, no overlap) and its own name as label."""
+    (not the reference, no root, no overlap) and its own name as label."""
     cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
     top = doc.get("config", {}) if isinstance(doc, dict) and isinstance(doc.get("config"), dict) \
         else {}
@@ -46,18 +46,18 @@ def legacy_traits(run, doc=None):
         p = run.get("world_size", cfg.get("world_size"))
         factor = 2.0 * (p - 1) / p if isinstance(p, (int, float)) and p >= 1 else None
         return {"name": mode, "label": "allreduce (ring)", "transport": transport,
-                "reference": False, "overlaps_backward": True, "has_reducer": False,
+                "reference": False, "overlaps_backward": True, "has_root": False,
                 "projection": "allreduce", "busbw_factor": factor}
     if mode == "ps":
         # A failed point has only its config; ok runs recorded the transport they ran.
         transport = transport or cfg.get("transport") or top.get("transport") or "collective"
         return {"name": mode, "label": f"ps ({transport})", "transport": transport,
-                "reference": True, "overlaps_backward": False, "has_reducer": True,
+                "reference": True, "overlaps_backward": False, "has_root": True,
                 "projection": f"ps_{transport}", "busbw_factor": None}
     transport = str(transport or "")
     return {"name": mode, "label": f"{mode} ({transport})" if transport else mode,
             "transport": transport, "reference": False, "overlaps_backward": False,
-            "has_reducer": False, "projection": mode, "busbw_factor": None}
+            "has_root": False, "projection": mode, "busbw_factor": None}
 
 
 def projection_modes(doc):

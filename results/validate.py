@@ -3,13 +3,17 @@
 
 usage: /usr/bin/python3 results/validate.py RESULT.json [RESULT.json ...]
 Prints one line per file; exits 1 if any file is invalid (the first error is named), 2 on
-missing arguments or an unreadable file. Needs Debian's python3-jsonschema.
+missing arguments or an unreadable file. A version-1 file (the committed baselines) is validated
+as compare and report read it: under version 2's names (results/schema_versions.py, upgrade_v1).
+Needs Debian's python3-jsonschema.
 """
 import json
 import pathlib
 import sys
 
 import jsonschema
+
+import schema_versions
 
 SCHEMA = pathlib.Path(__file__).resolve().parent / "schema" / "dpbench-result.schema.json"
 
@@ -27,13 +31,15 @@ def main(paths):
         except (OSError, json.JSONDecodeError) as e:
             print(f"{path}: cannot read: {e}", file=sys.stderr)
             return 2
-        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
+        upgraded = schema_versions.upgrade(doc)
+        note = " as version 2" if upgraded is not doc else ""
+        errors = sorted(validator.iter_errors(upgraded), key=lambda e: list(e.path))
         if errors:
             where = "/".join(str(p) for p in errors[0].path) or "(root)"
-            print(f"{path}: INVALID at {where}: {errors[0].message} ({len(errors)} errors)")
+            print(f"{path}: INVALID{note} at {where}: {errors[0].message} ({len(errors)} errors)")
             status = 1
         else:
-            print(f"{path}: valid ({len(doc['runs'])} runs)")
+            print(f"{path}: valid{note} ({len(doc['runs'])} runs)")
     return status
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The thread-level suites under ThreadSanitizer: the per-rank context, the gradient reducer and
+# The thread-level suites under ThreadSanitizer: the per-rank context, the gradient bucket sync and
 # every strategy run their ranks, communication threads and data-loader workers as threads, and
 # the ordering the GPU relies on (a bucket is reduced after its gradients are written; the
 # optimizer waits for every reduction) is the ordering between those threads here. Also the

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/hierarchical.hpp"
 #include "sharded_ps/stale_sync.hpp"
-#include "train/grad_reducer.hpp"
+#include "train/grad_bucket_sync.hpp"
 #include "train/rank_context.hpp"
 
 namespace dpbench {
@@ -136,7 +136,7 @@ class ShardedPsRank final : public ReplicaRank {
       const std::size_t start = std::max(b.offset, offset_);
       recv_.push_back(grad_sum_.data() + (mine_ > 0 && start < offset_ + mine_ ? start - offset_ : 0));
     }
-    reducer_.emplace(s.ctx, buckets_.size());
+    grad_sync_.emplace(s.ctx, buckets_.size());
   }
 
   // Each server's optimizer state exists on that server only: one checkpoint shard per server.
@@ -144,7 +144,7 @@ class ShardedPsRank final : public ReplicaRank {
   int checkpoint_writers() const override { return server_count(s_.config); }
   // p2p pushes after backward: no bucket overlaps it.
   const std::vector<Bucket>& buckets() const override { return p2p_ ? ModeRank::buckets() : buckets_; }
-  CommStream* comm_thread() override { return reducer_ ? reducer_->thread() : nullptr; }
+  CommStream* comm_thread() override { return grad_sync_ ? grad_sync_->thread() : nullptr; }
 
   // push (collective): the bucket reduce-scattered over the servers' ranges it overlaps.
   void start_grad_sync(std::size_t b) override {
@@ -155,13 +155,13 @@ class ShardedPsRank final : public ReplicaRank {
       // In place in the bucket: this rank's segment of it (at its place in the gradient
       // vector) then holds the sum; blocking, on the communication thread.
       const float* own = grads_.data() + std::max(buckets_[b].offset, offset_);
-      reducer_->start(b, [this, send, &counts, own, recv](Communicator& comm, bool) {
+      grad_sync_->start(b, [this, send, &counts, own, recv](Communicator& comm, bool) {
         hierarchical_reduce_scatterv_sum(comm, send, counts, node_ranks_, scratch_);
         std::copy_n(own, counts[static_cast<std::size_t>(rank_)], recv);
       });
       return;
     }
-    reducer_->start(b, [send, &counts, recv](Communicator& comm, bool nonblocking) {
+    grad_sync_->start(b, [send, &counts, recv](Communicator& comm, bool nonblocking) {
       if (nonblocking) {
         comm.reduce_scatterv_sum_start(send, counts, recv);
       } else {
@@ -170,13 +170,13 @@ class ShardedPsRank final : public ReplicaRank {
     });
   }
   void progress() override {
-    if (reducer_) reducer_->progress();
+    if (grad_sync_) grad_sync_->progress();
   }
   void finish_grad_sync() override {
     if (p2p_) {
       push_p2p();
     } else {
-      reducer_->join();
+      grad_sync_->join();
     }
   }
   // The server step on this rank's range.
@@ -206,7 +206,7 @@ class ShardedPsRank final : public ReplicaRank {
     }
   }
   void finish_step() override {
-    if (reducer_) reducer_->finish_step();
+    if (grad_sync_) grad_sync_->finish_step();
   }
 
  private:
@@ -245,7 +245,7 @@ class ShardedPsRank final : public ReplicaRank {
   Array<float> incoming_;   // [mine_]: p2p receive buffer
   std::vector<std::vector<std::size_t>> bucket_counts_;  // collective: per bucket, per rank
   std::vector<float*> recv_;                             // collective: per bucket
-  std::optional<GradReducer> reducer_;                   // collective
+  std::optional<GradBucketSync> grad_sync_;              // collective
   // --hierarchy node: ranks per node of core/hierarchical.hpp's rings (0: the backend's flat
   // collectives), and one received chunk of them.
   int node_ranks_ = s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0;

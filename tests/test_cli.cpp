@@ -32,9 +32,9 @@ namespace {
 
 using namespace dpbench::testing;  // NOLINT: test fixtures
 
-// The ps reducer's peak exceeds every other rank's by at least its master parameters,
+// The ps root's peak exceeds every other rank's by at least its master parameters,
 // gradients and momentum (3 x num_params floats).
-void expect_reducer_holds_master_state(const nlohmann::json& ps) {
+void expect_root_holds_master_state(const nlohmann::json& ps) {
   const auto master = static_cast<std::int64_t>(3 * ps["num_params"].get<std::int64_t>() * 4);
   const auto& mem = ps["memory"]["per_rank"];
   for (std::size_t r = 1; r < mem.size(); ++r) {
@@ -307,7 +307,7 @@ TEST_F(Cli, OneRankIsPlainTrainingInEveryMode) {
     EXPECT_EQ(r["comm_bytes_per_step"]["per_rank"][0]["received"], 0) << mode;
     EXPECT_LT(r["phases_s"]["comm"].get<double>(), 1e-4) << mode;
     EXPECT_EQ(r["memory"]["per_rank"][0]["peak_bytes"], first["memory"]["per_rank"][0]["peak_bytes"]) << mode;
-    // The same steps; ps sums the batch's loss on its reducer in another order.
+    // The same steps; ps sums the batch's loss on its root in another order.
     const auto& a = r["quality"]["step_train_loss"];
     const auto& b = first["quality"]["step_train_loss"];
     ASSERT_EQ(a.size(), b.size()) << mode;
@@ -351,7 +351,7 @@ TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   EXPECT_NE(o.out.find("allreduce (ring)"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("At 2 ranks, against ps's throughput: sharded_ps "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find(", allreduce "), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find(" repetitions); the ps reducer holds "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(" repetitions); the ps root holds "), std::string::npos) << o.out;
 
   const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py ";
   const Outcome good = shell(validate + result().string(), tmp_.path());
@@ -382,7 +382,7 @@ TEST_F(Cli, DivergedRunIsFlaggedAndStillSchemaValid) {
   EXPECT_EQ(shell(validate, tmp_.path()).exit_code, 0);
 }
 
-// The README's main job, with its defaults: every mode reaches 84% test accuracy, the reducer
+// The README's main job, with its defaults: every mode reaches 84% test accuracy, the root
 // holds at least its master parameters, gradients and momentum beyond every other rank, and
 // sharded_ps and allreduce ranks are within 5% of each other.
 TEST_F(Cli, DefaultMainJobMeetsAcceptanceFigures) {
@@ -403,7 +403,7 @@ TEST_F(Cli, DefaultMainJobMeetsAcceptanceFigures) {
   }
   const auto& ps = doc["runs"][0];
   ASSERT_EQ(ps["mode"], "ps");
-  expect_reducer_holds_master_state(ps);
+  expect_root_holds_master_state(ps);
   EXPECT_GT(ps["memory"]["imbalance_max_over_mean"].get<double>(), 1.0);
   for (std::size_t i : {1, 2}) {
     const auto& per_rank = doc["runs"][i]["memory"]["per_rank"];
@@ -977,7 +977,7 @@ TEST_F(CliGpu, CudaRunRecordsDevicesPrecisionAndOverlap) {
 }
 
 // Issue 3's acceptance run: `dpbench run --device cuda --ranks 4` on Fashion-MNIST completes both
-// modes at 84% or better, the reducer GPU holds at least its master parameters, gradients and
+// modes at 84% or better, the root GPU holds at least its master parameters, gradients and
 // momentum beyond every other rank.
 TEST_F(CliGpu, MainJobOnCudaMeetsAcceptanceFigures) {
   if (!fs::exists(fs::path(kFashionMnistDefaultDir) / "train-images-idx3-ubyte.gz") &&
@@ -994,7 +994,7 @@ TEST_F(CliGpu, MainJobOnCudaMeetsAcceptanceFigures) {
   }
   const auto& ps = doc["runs"][0];
   ASSERT_EQ(ps["mode"], "ps");
-  expect_reducer_holds_master_state(ps);
+  expect_root_holds_master_state(ps);
   // No overlap to assert on this model: with DDP's 1 MiB first bucket, 784-512-256-10 (2.1 MB of
   // parameters, the 1.5 MB first-layer weight last in backward) is ONE bucket, ready only when
   // backward ends, so its all-reduce is exposed in full and comm_exposed >= comm by the host's

@@ -85,7 +85,7 @@ TEST(CollectivesBench, WithoutMpirunTheThreadLevelBenchmarksRun) {
   ASSERT_EQ(run(std::string(kCollectives) + " --benchmark_list_tests > " + list + " 2>&1"), 0);
   const std::string names = slurp(list);
   EXPECT_NE(names.find("BM_AllReduce/ranks:2/bytes:4/"), std::string::npos);
-  EXPECT_NE(names.find("BM_ReducerPush/ranks:8/"), std::string::npos);
+  EXPECT_NE(names.find("BM_RootPush/ranks:8/"), std::string::npos);
   EXPECT_EQ(names.find("BM_AllReduceMpi"), std::string::npos);
   EXPECT_EQ(names.find("BM_AllReduceGloo"), std::string::npos);
 }

@@ -1,6 +1,6 @@
 // GPU training (both modes on device buffers, GPU ranks in the local backend, NCCL when it can
 // run): the same agreements the CPU trainers are held to, plus agreement with the CPU trainers
-// themselves, the reducer GPU's memory, and overlap of the buckets' all-reduce with backward.
+// themselves, the root GPU's memory, and overlap of the buckets' all-reduce with backward.
 // Every test needs a usable CUDA device and skips with the reason otherwise. Ranks beyond the
 // number of GPUs are virtual ranks sharing a GPU, as on a one-GPU machine.
 #include <algorithm>
@@ -170,9 +170,9 @@ TEST_F(CudaTraining, UnevenRankBatchesMatchOneRank) {
   EXPECT_EQ(a.ranks[2].local_batch, 32u);
 }
 
-// The reducer GPU holds the master parameters, their gradients and the momentum buffer on top
+// The root GPU holds the master parameters, their gradients and the momentum buffer on top
 // of its replica (device bytes charged by the allocator, rounded to 512 bytes per block).
-TEST_F(CudaTraining, ReducerGpuHoldsMasterState) {
+TEST_F(CudaTraining, RootGpuHoldsMasterState) {
   const RunResult r = train_parameter_server(gpu_config("ps", 4, 64), data());
   const auto master_bytes = static_cast<std::int64_t>(3 * r.num_params * sizeof(float));
   for (std::size_t w = 1; w < r.ranks.size(); ++w) {
@@ -254,7 +254,7 @@ TEST_F(CudaTraining, NcclTwoRanksMatchLocal) {
   }
 }
 
-// The cnn workload on the GPU against the CPU: ps (running statistics from the reducer's
+// The cnn workload on the GPU against the CPU: ps (running statistics from the root's
 // replica), allreduce with per-rank BatchNorm (running statistics broadcast from rank 0) and
 // with SyncBatchNorm. Parameters and BatchNorm running statistics both. Tolerance as in
 // GpuModesMatchCpuModes (fp32 sums in another order).

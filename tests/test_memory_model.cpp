@@ -99,11 +99,11 @@ TEST(MemoryModel, RolesAndOptimizerStateOfADescribedModel) {
   in.config.mode = Mode::ps;
   const auto ps = find_strategy(Mode::ps).memory(in);
   ASSERT_EQ(ps.size(), 4u);
-  EXPECT_EQ(ps[0].role, "reducer");
+  EXPECT_EQ(ps[0].role, "root");
   EXPECT_EQ(ps[1].role, "worker");
   EXPECT_DOUBLE_EQ(ps[0].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 2 * 335e6 * 4);
   EXPECT_DOUBLE_EQ(ps[1].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 0);
-  // The reducer's excess over a worker: master parameters, gradients and the optimizer state
+  // The root's excess over a worker: master parameters, gradients and the optimizer state
   // (4 x N floats with AdamW), the whole batch's logits and loader; more than 5 GB here.
   EXPECT_GT(ps[0].total() - ps[1].total(), 4 * 335e6 * 4);
   in.config.mode = Mode::sharded_ps;
@@ -121,7 +121,7 @@ namespace {
 // `dpbench memory` for a described model: without activations, an allreduce replica under Adam
 // holds 4 + 4 + 8 bytes per parameter in fp32 and ZeRO's 2 + 2 + 12 in mixed precision (plus
 // its 4-byte labels: 4 per sample and loader slot); the ps
-// reducer holds the master copy beside its replica; the capacity search finds the largest
+// root holds the master copy beside its replica; the capacity search finds the largest
 // parameter count whose largest rank fits.
 TEST(MemoryCommand, DescribedModelPerParameterBytesAndCapacity) {
   MemoryOptions o;
@@ -134,9 +134,9 @@ TEST(MemoryCommand, DescribedModelPerParameterBytesAndCapacity) {
   o.modes = {Mode::allreduce, Mode::ps};
   o.capacity_gb = 80;
   auto doc = memory_document(o);
-  ASSERT_EQ(doc["rows"].size(), 3u);  // allreduce replica; ps reducer, worker
+  ASSERT_EQ(doc["rows"].size(), 3u);  // allreduce replica; ps root, worker
   EXPECT_DOUBLE_EQ(doc["rows"][0]["total_bytes"].get<double>(), 16e9 + 4 * 4);
-  EXPECT_EQ(doc["rows"][1]["role"], "reducer");
+  EXPECT_EQ(doc["rows"][1]["role"], "root");
   EXPECT_DOUBLE_EQ(doc["rows"][1]["total_bytes"].get<double>(), 24e9 + 8 * 4);  // 2 x (4 + 4) + 8; the batch
   EXPECT_DOUBLE_EQ(doc["rows"][2]["total_bytes"].get<double>(), 8e9);
   EXPECT_NEAR(doc["largest_fitting"][0]["largest_params"].get<double>(), 80e9 / 16, 0.002 * 80e9 / 16);

@@ -1,5 +1,5 @@
 // Tests of the per-rank context the strategies are written against, on the CPU device: the
-// gradient reducer's ordering (a bucket is reduced after its gradients are written, and join()
+// gradient bucket sync's ordering (a bucket is reduced after its gradients are written, and join()
 // returns with every bucket reduced), the step timer's phases, and the exposed/total
 // communication definitions of the allreduce step on every rank and step.
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "core/error.hpp"
 #include "ps/parameter_server.hpp"
 #include "tests/training_fixtures.hpp"
-#include "train/grad_reducer.hpp"
+#include "train/grad_bucket_sync.hpp"
 #include "train/rank_context.hpp"
 #include "workloads/synthetic.hpp"
 
@@ -30,22 +30,22 @@ TrainConfig context_config(int world_size) {
 // Rank r writes r+1 into every element of each bucket just before starting it, then changes
 // the gradients of the next bucket only after the start call; the sums must be of the values
 // written before each start: (1 + 2 + 3) per element for three ranks.
-TEST(GradReducer, ReducesEachBucketAfterItsGradientsAreWritten) {
+TEST(GradBucketSync, ReducesEachBucketAfterItsGradientsAreWritten) {
   const TrainConfig c = context_config(3);
   std::vector<RankResult> ranks(3);
   std::vector<std::vector<float>> out(3);
   run_rank_contexts(c, ranks, [&](RankContext& ctx) {
     constexpr std::size_t kBuckets = 4, kLen = 1001;
     Array<float> grads(ctx, MemoryCategory::gradients, kBuckets * kLen);
-    GradReducer reducer(ctx, kBuckets);
+    GradBucketSync sync(ctx, kBuckets);
     for (std::size_t b = 0; b < kBuckets; ++b) {
       float* range = grads.data() + b * kLen;
       for (std::size_t i = 0; i < kLen; ++i) range[i] = static_cast<float>(ctx.rank() + 1) * static_cast<float>(b + 1);
-      reducer.start(b, range, kLen);
-      reducer.progress();
+      sync.start(b, range, kLen);
+      sync.progress();
     }
-    reducer.join();
-    reducer.finish_step();
+    sync.join();
+    sync.finish_step();
     out[static_cast<std::size_t>(ctx.rank())].assign(grads.data(), grads.data() + kBuckets * kLen);
   });
   for (const auto& g : out) {

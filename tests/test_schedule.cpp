@@ -287,7 +287,7 @@ TEST(Simulation, RingAllReduceOnEqualLinksTakesTheClosedForm) {
   EXPECT_EQ(r.messages, 3L * 2 * (p - 1) * p);
 }
 
-TEST(Simulation, IncastGivesTheFastSenderTheRestOfTheReducersLink) {
+TEST(Simulation, IncastGivesTheFastSenderTheRestOfTheRootsLink) {
   SKIP_WITHOUT_SIMGRID();
   // Node 2 sends at 100 Mbit/s, node 1 at 1 Gbit/s, both to node 0 at once: max-min sharing
   // lets node 1 use what node 2 leaves of node 0's down link, so the incast ends when node 2's

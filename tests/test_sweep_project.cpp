@@ -122,7 +122,7 @@ TEST(AlphaBeta, ParameterServerIncastGrowsLinearly) {
   const double t16 = predict_step(m, l, "ps_p2p", 16, 0).comm_s;
   EXPECT_NEAR(t8, 2.0 * 7 * 1e8 / 10e9, 1e-12);
   EXPECT_NEAR(t16 / t8, 15.0 / 7.0, 1e-9);
-  // The pipelined collective transport moves N through the reducer once each way.
+  // The pipelined collective transport moves N through the root once each way.
   EXPECT_NEAR(predict_step(m, l, "ps_collective", 16, 0).comm_s, 2.0 * 1e8 / 10e9, 1e-12);
 }
 
@@ -175,7 +175,7 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   EXPECT_EQ(projected_key(ps, c), "ps_p2p");
   EXPECT_FALSE(ps.bus_bandwidth(c, 4e6).has_value());
   EXPECT_FALSE(overlaps_backward(ps, c));
-  EXPECT_TRUE(ps.has_reducer);
+  EXPECT_TRUE(ps.has_root);
 
   c.mode = Mode::allreduce;  // the transport option is ps's: allreduce runs its ring whatever it says
   const Strategy& ar = find_strategy(Mode::allreduce);
@@ -200,7 +200,7 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   const auto sbus = sp.bus_bandwidth(c, 4e6);
   ASSERT_TRUE(sbus.has_value());  // K = p: all-reduce's traffic
   EXPECT_DOUBLE_EQ(sbus->factor, 1.5);
-  EXPECT_FALSE(sp.has_reducer);
+  EXPECT_FALSE(sp.has_root);
   c.transport = Transport::p2p;
   EXPECT_FALSE(overlaps_backward(sp, c));  // pushed after backward
   c.servers = 2;
@@ -219,7 +219,7 @@ TEST(StrategyTraits, RunEntryCarriesTheTraits) {
   EXPECT_EQ(ps["transport"], "collective");
   EXPECT_EQ(ps["projection"], "ps_collective");
   EXPECT_TRUE(ps["reference"].get<bool>());
-  EXPECT_TRUE(ps["has_reducer"].get<bool>());
+  EXPECT_TRUE(ps["has_root"].get<bool>());
   EXPECT_FALSE(ps["overlaps_backward"].get<bool>());
   EXPECT_TRUE(ps["busbw_factor"].is_null());
   c.mode = Mode::allreduce;
@@ -490,7 +490,7 @@ namespace dpbench {
 namespace {
 
 // --simulate: every point gets the simulated step of its mode's schedule. Where the schedule has
-// nothing for max-min sharing to change (ps's p2p: the reducer sends and receives each worker's
+// nothing for max-min sharing to change (ps's p2p: the root sends and receives each worker's
 // parameters in turn, nothing concurrent), the simulation equals the alpha-beta terms within 2 %
 // (the formula counts the batch scatter's latency once, the schedule once per rank); a straggler
 // node slows every mode's simulated step; and an oversubscribed tree slows what crosses it.
@@ -622,9 +622,9 @@ TEST(Project, UnreadablePlatformFileIsAnInputError) {
 
 // --what-if on 1 Gbit/s NICs, leaves of 2 nodes 8x oversubscribed: the non-blocking tree is
 // faster for what crosses the uplinks, and each finding's figures are the points' own; on one
-// switch the straggler slows every mode and ps p2p's reducer NIC saturates (every worker's
+// switch the straggler slows every mode and ps p2p's root NIC saturates (every worker's
 // gradient goes through it).
-TEST(Project, WhatIfNamesTheReducersNicTheOrderAndTheStragglersCost) {
+TEST(Project, WhatIfNamesTheRootsNicTheOrderAndTheStragglersCost) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   const nlohmann::json doc = one_rank_calibration();
   ProjectOptions o = simulated_project_options(16);
@@ -669,7 +669,7 @@ TEST(Project, WhatIfNamesTheReducersNicTheOrderAndTheStragglersCost) {
         << pt["mode"];
     EXPECT_FALSE(pt["simulation"].contains("non_blocking_step_s"));
   }
-  // There ps p2p's reducer NIC is the bottleneck (in the tree, the uplinks were); the collective's
+  // There ps p2p's root NIC is the bottleneck (in the tree, the uplinks were); the collective's
   // tree reduce spreads the sums over the ranks.
   bool saturated = false;
   for (const auto& f : star["findings"]) {

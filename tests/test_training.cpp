@@ -1,6 +1,6 @@
 // Tests of the two training modes against each other and against their definitions: the same
 // parameters after 20 steps (ps vs allreduce, 1 rank vs 4, p2p vs collective), torch.chunk
-// scatter sizes, the reducer's memory imbalance, byte counts equal to the transports' formulas,
+// scatter sizes, the root's memory imbalance, byte counts equal to the transports' formulas,
 // and a failing rank that ends the run with its rank named instead of hanging.
 #include <chrono>
 #include <cstdio>
@@ -110,7 +110,7 @@ TEST(Agreement, UnevenRankBatchesMatchOneRankWithTheSameGlobalBatch) {
 }
 
 // The cnn's BatchNorm running statistics come back with the parameters: with one rank, ps (the
-// reducer's replica) and allreduce see the same batches and keep the same statistics, moved
+// root's replica) and allreduce see the same batches and keep the same statistics, moved
 // away from their initial values (mean 0, variance 1).
 TEST(Agreement, CnnRunningStatisticsAreKeptAndAgreeAtOneRank) {
   const auto images = make_synthetic_dataset(SampleShape{1, 8, 8}, kTrainingClasses, 1024, 3);
@@ -152,7 +152,7 @@ TEST(ParameterServer, ChunkSizesFollowTorchChunk) {
   EXPECT_EQ(chunk_sizes(1, 3), (std::vector<std::size_t>{1, 0, 0}));
 }
 
-TEST(Memory, ReducerHoldsMasterStateBeyondEveryWorker) {
+TEST(Memory, RootHoldsMasterStateBeyondEveryWorker) {
   const auto data = small_dataset();
   for (const std::string transport : {"collective", "p2p"}) {
     TrainConfig c = small_config("ps", 4, 64);
@@ -182,7 +182,7 @@ TEST(Memory, AllreduceRanksWithinFivePercent) {
   EXPECT_LE(static_cast<double>(hi), 1.05 * static_cast<double>(lo));
 }
 
-TEST(ByteCounts, PsP2pReducerMovesPMinusOneTimesNEachWay) {
+TEST(ByteCounts, PsP2pRootMovesPMinusOneTimesNEachWay) {
   const auto data = small_dataset();
   const int p = 4;
   const std::size_t B = 10;  // chunks 3,3,3,1
@@ -191,9 +191,9 @@ TEST(ByteCounts, PsP2pReducerMovesPMinusOneTimesNEachWay) {
   const RunResult r = train_parameter_server(c, TrainData{data.get(), nullptr});
   const auto f = static_cast<std::int64_t>(sizeof(float));
   const auto n = static_cast<std::int64_t>(r.num_params);
-  const std::int64_t others = static_cast<std::int64_t>(B) - 3;  // rows not kept by the reducer
+  const std::int64_t others = static_cast<std::int64_t>(B) - 3;  // rows not kept by the root
   const std::int64_t F = kFeatures, C = kTrainingClasses;
-  // Reducer: parameters out to p-1 workers, their gradients in; plus inputs and d(logits) out
+  // Root: parameters out to p-1 workers, their gradients in; plus inputs and d(logits) out
   // and logits in for the rows it scatters.
   EXPECT_EQ(r.ranks[0].comm_per_step.bytes_sent, f * ((p - 1) * n + others * F + others * C));
   EXPECT_EQ(r.ranks[0].comm_per_step.bytes_received, f * ((p - 1) * n + others * C));
@@ -268,7 +268,7 @@ TEST(Failures, FailingRankEndsRunWithRankNamedNoHang) {
   }
 }
 
-// Adam and AdamW run the same formula in every mode: the reducer over all parameters, each
+// Adam and AdamW run the same formula in every mode: the root over all parameters, each
 // replica over its copy, each server over its range; 20 steps end at the same parameters, which
 // differ from SGD's and from each other's.
 TEST(Agreement, AdamAndAdamWAgreeAcrossModes) {
@@ -297,7 +297,7 @@ TEST(Agreement, AdamAndAdamWAgreeAcrossModes) {
   EXPECT_GT(relative_l2(finals[0], finals[1]), 1e-4);  // L2 through the moments vs decoupled decay
 }
 
-// Adam keeps two state arrays per parameter where SGD keeps one: the reducer 2N floats, every
+// Adam keeps two state arrays per parameter where SGD keeps one: the root 2N floats, every
 // replica 2N, each of K servers 2N/K (to a rounding of the ranges).
 TEST(Memory, AdamStateIsTwiceSgdsInEveryMode) {
   const auto data = small_dataset();

@@ -6,7 +6,7 @@
 // with N gradient bytes and p ranks:
 //   allreduce (ring):       2(p-1) alpha + 2(p-1)/p N beta       (Patarasuk & Yuan 2009)
 //   ps, collective:         2 [(p-1) alpha + N beta]   pipelined chain reduce + broadcast
-//   ps, p2p (incast):       2 (p-1) (alpha + N beta)   every transfer through the reducer's link
+//   ps, p2p (incast):       2 (p-1) (alpha + N beta)   every transfer through the root's link
 // Compute comes from a measured single-rank run: per-sample time c (data wait, forward,
 // backward) and the optimizer step t_opt. A strategy that overlaps communication with backward
 // hides the non-exposed share of it; the others hide none.

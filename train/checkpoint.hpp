@@ -3,7 +3,7 @@
 // Checkpointer::restore() before the first step and maybe_save() after each step.
 //
 // What a checkpoint after S steps holds, as PyTorch's seeds save on rank 0 (barrier, then save):
-//   rank 0's file:  the parameters (the reducer's master copy in `ps`, rank 0's replica
+//   rank 0's file:  the parameters (the root's master copy in `ps`, rank 0's replica
 //                   otherwise), the BatchNorm running buffers (cnn), every rank's per-step loss
 //                   sums of steps 0..S-1 (so that a resumed run reports the same per-step and
 //                   per-epoch losses), and rank 0's optimizer state (SGD's momentum, or Adam's

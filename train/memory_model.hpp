@@ -7,7 +7,7 @@
 // arrays (sgd 1, adam and adamw 2), in floats:
 //   replica (allreduce, every rank):  parameters N, gradients N, optimizer s N,
 //                                     activations A(b) + 2 b C, data b (F + 1) per loader slot;
-//   ps reducer (rank 0):              parameters 2N, gradients 2N, optimizer s N,
+//   ps root (rank 0):                 parameters 2N, gradients 2N, optimizer s N,
 //                                     activations A(b) + 2 b C + 2 B C (the gathered logits and
 //                                     their gradient), data B (F + 1) per slot + b F;
 //   ps worker:                        parameters N, gradients N, activations A(b) + 2 b C, data b F;
@@ -47,7 +47,7 @@ struct MemoryInputs {
 
 using CategoryBytes = std::array<double, kNumMemoryCategories>;
 
-// One rank's modelled bytes by category, and its role ("reducer", "worker", "replica", "server").
+// One rank's modelled bytes by category, and its role ("root", "worker", "replica", "server").
 struct RankMemory {
   std::string role;
   CategoryBytes bytes{};

@@ -1,7 +1,7 @@
 // The optimizer one rank runs over the flat parameter range it updates, written once for every
 // strategy and device: SGD with momentum (torch/optim/sgd.py), Adam (torch/optim/adam.py;
 // Kingma & Ba 2015) or AdamW (torch/optim/adamw.py; Loshchilov & Hutter 2019), with PyTorch's
-// semantics. `ps` runs one on the reducer over all parameters, `allreduce` one per replica,
+// semantics. `ps` runs one on the root over all parameters, `allreduce` one per replica,
 // `sharded_ps` one per server over its range. Its state lives in rank-device memory, charged to
 // MemoryCategory::optimizer_state: SGD's momentum buffer, or Adam's exp_avg and exp_avg_sq.
 #pragma once

@@ -15,7 +15,7 @@ namespace dpbench {
 class ProgressMeter {
  public:
   // loss_rows: the samples rank 0's recorded step loss sums over (its local batch, or the global
-  // batch where rank 0 computes the loss for everyone, as the ps reducer does).
+  // batch where rank 0 computes the loss for everyone, as the ps root does).
   ProgressMeter(const TrainConfig& config, long total_steps, std::size_t loss_rows);
   // After step `step` (0-based) of `epoch` on rank 0; a no-op on other ranks or without a callback.
   void step_done(RankContext& ctx, int epoch, long step);

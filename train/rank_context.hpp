@@ -4,7 +4,7 @@
 // modes (train/step_loop.hpp; ps/, allreduce/, sharded_ps/) are written once against it; a
 // device supplies an implementation and a launcher that builds one context per rank
 // (train/cpu_context.cpp here; the CUDA target registers its own at start-up, as PyTorch's
-// reducer picks a Timer per device type in reducer_cuda.cpp). Not for: kernels, streams or NCCL
+// Reducer picks a Timer per device type in reducer_cuda.cpp). Not for: kernels, streams or NCCL
 // calls themselves (they stay behind it).
 //
 // The stream model every device follows. A rank has a compute stream and a communication
@@ -13,8 +13,8 @@
 // communicator calls (reduce, broadcast, scatterv, ...) read and write buffers from the host's
 // point of view: a strategy calls synchronize() before one that reads what the compute stream
 // wrote, and after one returns its results are in place for later compute work. The gradient
-// reducer (train/grad_reducer.hpp) is the one overlapped path: a bucket's reduction starts when
-// an event recorded after its gradients is reached, and the compute stream waits for every
+// bucket sync (train/grad_bucket_sync.hpp) is the one overlapped path: a bucket's reduction starts
+// when an event recorded after its gradients is reached, and the compute stream waits for every
 // reduction before the optimizer. On the CPU the compute stream is the rank's own thread
 // (work completes when the call returns), the communication stream is a thread with an
 // in-order queue (core/comm_stream.hpp) or the backend's nonblocking requests (MPI), and events

@@ -12,7 +12,7 @@
 //   param_sync()             the parameters updated elsewhere come back
 //
 // the way PyTorch's data_parallel.py reads as scatter / replicate / parallel_apply / gather and
-// DDP's reducer as bucket-ready hooks and a wait before the optimizer. With one rank every mode
+// PyTorch DDP's Reducer as bucket-ready hooks and a wait before the optimizer. With one rank every mode
 // runs plain training (PlainRank): forward, backward, optimizer, no communication, as
 // DataParallel and DDP do with a single device.
 #pragma once

@@ -50,9 +50,9 @@ struct Strategy {
   // when the strategy's communication is not one collective whose bandwidth can be read off its
   // comm time.
   std::optional<BusBandwidth> (*bus_bandwidth)(const TrainConfig&, double param_bytes);
-  // True when rank 0 alone holds state the others do not (a reducer: master parameters,
+  // True when rank 0 alone holds state the others do not (a root: master parameters,
   // optimizer state, the full batch), so rank 0's memory above the mean is the strategy's cost.
-  bool has_reducer = false;
+  bool has_root = false;
   // True for the strategy every other one is compared with (ps: the DataParallel baseline).
   // Exactly one strategy of the registry is the reference.
   bool reference = false;

@@ -209,7 +209,7 @@ std::string transport_help() {
     if (!s.transports.empty()) modes += (modes.empty() ? "" : ", ") + std::string(name(s.mode));
   }
   return modes + " only: collective (ps: reduce + broadcast, as DataParallel over NCCL; sharded_ps: "
-                 "reduce-scatter + all-gather) or p2p (send/recv between every worker and the reducer or "
+                 "reduce-scatter + all-gather) or p2p (send/recv between every worker and the root or "
                  "servers: incast)";
 }
 
@@ -286,7 +286,7 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
                                    "(100mbit, 1gbit, 10gbit)")
       ->group("Emulated cluster");
   run.add_option("--link-of", o.link_of, "Emulated cluster: one node's own rate, NODE=RATE (e.g. 2=100mbit for a "
-                                         "straggler, 0=10gbit for a fat reducer link); repeatable")
+                                         "straggler, 0=10gbit for a fat root link); repeatable")
       ->group("Emulated cluster");
   run.add_option("--ranks-per-node", o.cluster.ranks_per_node, "Emulated cluster: ranks (processes) per node")
       ->capture_default_str()

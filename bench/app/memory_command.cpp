@@ -163,7 +163,7 @@ nlohmann::json memory_document(const MemoryOptions& o) {
       }
     }
   }
-  return {{"schema", {{"name", "dpbench-memory"}, {"version", 1}}},
+  return {{"schema", {{"name", "dpbench-memory"}, {"version", 2}}},
           {"model", o.params > 0 ? nlohmann::json{{"params", o.params},
                                                   {"activation_bytes_per_sample", o.activation_bytes_per_sample},
                                                   {"input_bytes_per_sample", o.input_bytes_per_sample},

@@ -1,5 +1,5 @@
 // `dpbench memory`: the memory model (train/memory_model.hpp) without training. For each mode,
-// world size and rank role (reducer, worker, replica, server) it prints the bytes by category of
+// world size and rank role (root, worker, replica, server) it prints the bytes by category of
 // the largest rank of that role, for a built-in model (--workload, --hidden, --channels, on
 // Fashion-MNIST-shaped samples) or a model described by its size (--params with bytes per
 // sample), fp32 as dpbench trains or, labelled as a projection, mixed precision; and with

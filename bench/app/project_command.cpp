@@ -264,13 +264,13 @@ struct Inputs {
   }
 
   // The 1-rank run closest to `batch`, preferring num_workers 0 (its decoding cost is on the
-  // critical path, as it is when ranks share one CPU) and a strategy without a reducer (whose
+  // critical path, as it is when ranks share one CPU) and a strategy without a root (whose
   // 1-rank step is plain SGD, without staging the batch for a scatter).
   const nlohmann::json& calibration_run(double batch) const {
     auto score = [&](const nlohmann::json* r) {
       return std::abs(std::log(r->at("global_batch").get<double>() / batch)) * 100.0 +
              (r->at("config").value("num_workers", 0) == 0 ? 0.0 : 1.0) +
-             (run_strategy(*r).has_reducer ? 0.5 : 0.0);
+             (run_strategy(*r).has_root ? 0.5 : 0.0);
     };
     return **std::min_element(singles.begin(), singles.end(),
                               [&](const auto* a, const auto* b) { return score(a) < score(b); });

@@ -61,7 +61,7 @@ nlohmann::json strategy_to_json(const TrainConfig& config) {
           {"transport", s.transport(config)},
           {"reference", s.reference},
           {"overlaps_backward", overlaps_backward(s, config)},
-          {"has_reducer", s.has_reducer},
+          {"has_root", s.has_root},
           {"projection", projected_key(s, config)},
           {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
 }
@@ -110,7 +110,7 @@ nlohmann::json config_to_json(const TrainConfig& config) {
 namespace {
 
 // The per-rank peaks by category (and the device's view on GPUs), the memory model's figures
-// beside them where it applies, the imbalance and the reducer's excess over the mean.
+// beside them where it applies, the imbalance and the root's excess over the mean.
 nlohmann::json memory_to_json(const RunResult& run) {
   const TrainConfig& config = run.config;
   const auto p = static_cast<double>(config.world_size);
@@ -146,7 +146,7 @@ nlohmann::json memory_to_json(const RunResult& run) {
   const double mean = sum / p;
   return {{"per_rank", per_rank_mem},
           {"imbalance_max_over_mean", mean > 0 ? max / mean : 1.0},
-          {"reducer_minus_mean_bytes", static_cast<double>(run.ranks.front().memory.peak_bytes) - mean}};
+          {"root_minus_mean_bytes", static_cast<double>(run.ranks.front().memory.peak_bytes) - mean}};
 }
 
 // The checkpoints of a run with --checkpoint-dir: count, write times, bytes per rank, and where

@@ -13,13 +13,13 @@
 namespace dpbench {
 
 inline constexpr const char* kSchemaName = "dpbench-result";
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 // One entry of the "runs" array. Times in seconds, memory and traffic in bytes.
 nlohmann::json run_to_json(const RunResult& run);
 
 // The traits of the run's strategy (strategies.hpp), as every run entry carries them under
-// "strategy": name, label, transport, reference, overlaps_backward, has_reducer, projection,
+// "strategy": name, label, transport, reference, overlaps_backward, has_root, projection,
 // busbw_factor (null when the strategy reports no bus bandwidth). Throws InputError on an
 // unknown mode.
 nlohmann::json strategy_to_json(const TrainConfig& config);

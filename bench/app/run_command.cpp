@@ -170,9 +170,9 @@ void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohman
   }
   if (others == 0) return;
   std::string memory;
-  if (find_strategy(ref->config.mode).has_reducer) {
+  if (find_strategy(ref->config.mode).has_root) {
     const double share = static_cast<double>(ref->ranks.front().memory.peak_bytes) / mean_peak(*ref);
-    memory = fmt::format("; the {} reducer holds {:.2f}x the mean per-rank memory", ref->config.mode, share);
+    memory = fmt::format("; the {} root holds {:.2f}x the mean per-rank memory", ref->config.mode, share);
   }
   fmt::print("\nAt {} rank{}, against {}'s throughput: {}{}.\n", ref->config.world_size, ref->config.world_size == 1 ? "" : "s", ref->config.mode, clauses,
              memory);

@@ -38,7 +38,7 @@ std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& confi
   return buckets;
 }
 // Node 0's NIC: the time its link needs for the step's bytes out and then in, each at its rate,
-// over `step_s`. (ps's reducer gathers, then broadcasts: one direction after the other, so a NIC
+// over `step_s`. (ps's root gathers, then broadcasts: one direction after the other, so a NIC
 // that bounds the step needs about the whole step. Modes that send and receive at once can exceed 1.)
 double nic_time_fraction(const StepSchedule& schedule, const SimPlatform& pf, int p, double step_s) {
   std::vector<int> placement(static_cast<std::size_t>(p));
@@ -235,7 +235,7 @@ std::optional<double> sim_value(const Json& pt, const char* field) {
   return pt["simulation"][field].get<double>();
 }
 
-// Where each ps curve's reducer NIC first carries kNicSaturated of the step.
+// Where each ps curve's root NIC first carries kNicSaturated of the step.
 void nic_findings(const Json& points, const Json& modes, Json& out) {
   for (const auto& m : modes) {
     if (m.at("strategy").get<Mode>() != Mode::ps) continue;
@@ -254,10 +254,10 @@ void nic_findings(const Json& points, const Json& modes, Json& out) {
     const std::string label = mode_label(modes, key);
     out.push_back({{"kind", "nic_saturation"}, {"mode", key}, {"world_size", from ? Json(*from) : Json()},
                    {"time_fraction_at_largest", last}, {"largest_world_size", largest},
-                   {"text", from ? fmt::format("{}: the reducer's NIC (node 0) needs {:.0f} % of the simulated step or "
+                   {"text", from ? fmt::format("{}: the root's NIC (node 0) needs {:.0f} % of the simulated step or "
                                                "more for its bytes from {} ranks on ({:.0f} % at {})",
                                                label, 100 * kNicSaturated, *from, 100 * last, largest)
-                                 : fmt::format("{}: the reducer's NIC (node 0) needs less than {:.0f} % of the "
+                                 : fmt::format("{}: the root's NIC (node 0) needs less than {:.0f} % of the "
                                                "simulated step for its bytes up to {} ranks ({:.0f} % there)",
                                                label, 100 * kNicSaturated, largest, 100 * last)}});
   }

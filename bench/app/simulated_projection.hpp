@@ -68,7 +68,7 @@ SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, i
 // computing per_rank_batch samples, over `platform`; engine "gloo" when the link's collectives
 // are gloo's, else the ring engine ("local"). Returns {"simulated_step_s", "wall_s", "messages",
 // "node0_nic_time_fraction"} (node 0's NIC: the time its link needs for the step's bytes out,
-// then in, over the simulated step; node 0 holds ps's reducer) or {"unavailable": why}.
+// then in, over the simulated step; node 0 holds ps's root) or {"unavailable": why}.
 // With `what_if`, also "non_blocking_step_s" (the tree's uplinks at their nodes' full rate, when
 // oversubscribed) and "straggler_step_s" (the last node's NIC at kWhatIfStragglerShare, with 2
 // nodes or more).
@@ -76,7 +76,7 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
                               const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
                               bool what_if = false);
 
-// What the simulated points say, as sentences with their figures: where ps's reducer NIC
+// What the simulated points say, as sentences with their figures: where ps's root NIC
 // saturates (its bytes need >= kNicSaturated of the step), and with --what-if where the oversubscribed
 // tree orders the modes differently from a non-blocking one and what one straggler costs each
 // mode at the largest world size. `points` and `modes` as `dpbench project` writes them.

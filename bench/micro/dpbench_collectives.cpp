@@ -10,7 +10,7 @@
 // wrong elements are counted (counter "wrong"; non-zero fails the benchmark). Counters, in GB/s
 // (1e9 bytes/s) computed from the manual time: algbw = bytes / time and busbw = algbw * factor
 // with the nccl-tests factors (all-reduce 2(p-1)/p; reduce, broadcast 1). For push and pull,
-// algbw counts the bytes that pass through the reducer, (p-1) * bytes / time, and busbw = algbw.
+// algbw counts the bytes that pass through the root, (p-1) * bytes / time, and busbw = algbw.
 // Ranks beyond the machine's cores are time-sliced (label "ranks>cores"): such figures say what
 // the code costs when oversubscribed, not what the memory system can do.
 // Not for: NCCL (nccl-tests measures it), or end-to-end training (see `dpbench`).
@@ -359,10 +359,10 @@ class Broadcast final : public Collective {
 };
 
 // Parameter-server gradient push over point-to-point: every worker send()s its n gradients to the
-// reducer (rank 0), which recv()s them one worker after another into a staging buffer and adds
+// root (rank 0), which recv()s them one worker after another into a staging buffer and adds
 // each into its own gradients (the classic incast). a_: gradients (on rank 0, the accumulated
 // sum, growing linearly over iterations); b_: rank 0's receive staging.
-class ReducerPush final : public Collective {
+class RootPush final : public Collective {
  public:
   using Collective::Collective;
   void setup(int r) override {
@@ -388,9 +388,9 @@ class ReducerPush final : public Collective {
   double moved_bytes(double bytes) const override { return (p_ - 1) * bytes; }
 };
 
-// Parameter-server parameter pull over point-to-point: the reducer (rank 0) send()s its n
+// Parameter-server parameter pull over point-to-point: the root (rank 0) send()s its n
 // parameters to every worker in turn, each recv()ing them. a_: parameters / destination.
-class ReducerPull final : public Collective {
+class RootPull final : public Collective {
  public:
   using Collective::Collective;
   void setup(int r) override {
@@ -734,11 +734,11 @@ static void BM_Reduce(benchmark::State& state) { dpbench::run_collective<dpbench
 static void BM_Broadcast(benchmark::State& state) {
   dpbench::run_collective<dpbench::Broadcast>(state);
 }
-static void BM_ReducerPush(benchmark::State& state) {
-  dpbench::run_collective<dpbench::ReducerPush>(state);
+static void BM_RootPush(benchmark::State& state) {
+  dpbench::run_collective<dpbench::RootPush>(state);
 }
-static void BM_ReducerPull(benchmark::State& state) {
-  dpbench::run_collective<dpbench::ReducerPull>(state);
+static void BM_RootPull(benchmark::State& state) {
+  dpbench::run_collective<dpbench::RootPull>(state);
 }
 static void BM_Memcpy(benchmark::State& state) { dpbench::memcpy_single(state); }
 static void BM_MemcpyParallel(benchmark::State& state) { dpbench::memcpy_parallel(state); }
@@ -746,8 +746,8 @@ static void BM_MemcpyParallel(benchmark::State& state) { dpbench::memcpy_paralle
 BENCHMARK(BM_AllReduce)->Apply(dpbench::collective_args);
 BENCHMARK(BM_Reduce)->Apply(dpbench::collective_args);
 BENCHMARK(BM_Broadcast)->Apply(dpbench::collective_args);
-BENCHMARK(BM_ReducerPush)->Apply(dpbench::collective_args);
-BENCHMARK(BM_ReducerPull)->Apply(dpbench::collective_args);
+BENCHMARK(BM_RootPush)->Apply(dpbench::collective_args);
+BENCHMARK(BM_RootPull)->Apply(dpbench::collective_args);
 BENCHMARK(BM_Memcpy)->Apply(dpbench::memcpy_args);
 BENCHMARK(BM_MemcpyParallel)->Apply(dpbench::memcpy_parallel_args);
 

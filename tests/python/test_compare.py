@@ -160,13 +160,13 @@ def synthetic_doc(ps_samples, ar_samples, host="ci"):
                                           gradients=9640, optimizer_state=9640,
                                           activations=14848, comm_buffers=0, data_staging=8320)
                                      for k in (0, 1)],
-                        "imbalance_max_over_mean": 1.0, "reducer_minus_mean_bytes": 0.0},
+                        "imbalance_max_over_mean": 1.0, "root_minus_mean_bytes": 0.0},
              "quality": {"final_train_loss": 0.3, "epoch_train_loss": [0.3],
                          "test_accuracy": 0.86},
              "warnings": []}
         set_samples(r, samples)
         return r
-    return {"schema": {"name": "dpbench-result", "version": 1},
+    return {"schema": {"name": "dpbench-result", "version": 2},
             "created": "2025-01-01T00:00:00Z", "env": {"host": host, "cpu_model": "x"},
             "config": {"num_workers": 0},
             "runs": [run("ps", "collective", ps_samples, 19112),
@@ -504,9 +504,9 @@ class FunctionTests(unittest.TestCase):
         self.assertIn("spread 20.0 %", row.status)
 
     def test_check_doc_rejects_non_dpbench_documents(self):
-        for bad in ([], {"schema": {"name": "dpbench-result", "version": 2}, "runs": [{}]},
-                    {"schema": {"name": "dpbench-result", "version": 1}, "runs": []},
-                    {"schema": {"name": "dpbench-result", "version": 1}, "runs": [{"mode": "ps"}]}):
+        for bad in ([], {"schema": {"name": "dpbench-result", "version": 3}, "runs": [{}]},
+                    {"schema": {"name": "dpbench-result", "version": 2}, "runs": []},
+                    {"schema": {"name": "dpbench-result", "version": 2}, "runs": [{"mode": "ps"}]}):
             with self.assertRaises(compare.InputError):
                 compare.check_doc(bad, "x.json")
 
@@ -519,7 +519,7 @@ def with_traits(run, name, transport, reference, label=None):
     run["config"]["mode"] = name
     run["strategy"] = {"name": name, "label": label or f"{name} ({transport})",
                        "transport": transport, "reference": reference,
-                       "overlaps_backward": not reference, "has_reducer": reference,
+                       "overlaps_backward": not reference, "has_root": reference,
                        "projection": name, "busbw_factor": None}
     return run
 

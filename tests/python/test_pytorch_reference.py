@@ -245,7 +245,7 @@ class MlpBundle(_BundleRun):
                 self.assertLess(max_rel_diff(got, self.losses("plain")), 1e-4)
 
     def test_run_records_carry_the_cpu_keys(self):
-        self.assertEqual(self.doc["schema"], {"name": "dpbench-pytorch-reference", "version": 2})
+        self.assertEqual(self.doc["schema"], {"name": "dpbench-pytorch-reference", "version": 3})
         comm = {"plain": "none", "ddp": "gloo",
                 "dataparallel": "gloo (DataParallel flow: broadcast/scatter/gather/reduce)",
                 "rpc_ps": "rpc (TensorPipe)"}

@@ -87,7 +87,7 @@ def make_run(mode: str, ranks: int, batch: int, workers: int, throughput: float,
                      "comm_exposed": exposed * step, "optimizer": 0.05 * step},
         "comm_bytes_per_step": {"per_rank": [{"rank": r, "sent": 1000, "received": 1000} for r in range(ranks)]},
         "memory": {"per_rank": mem, "imbalance_max_over_mean": imbalance,
-                   "reducer_minus_mean_bytes": float(peaks[0] - sum(peaks) / len(peaks))},
+                   "root_minus_mean_bytes": float(peaks[0] - sum(peaks) / len(peaks))},
         "per_rank": [{"rank": r, "local_batch": batch // ranks, "step_time_p50_s": step} for r in range(ranks)],
         "quality": {"final_train_loss": 0.4, "epoch_train_loss": [0.4], "test_accuracy": accuracy},
         "warnings": list(warnings),
@@ -110,7 +110,7 @@ def failed_run(mode: str, ranks: int, batch: int, workers: int, error: str, repe
 def document(runs: list) -> dict:
     """A result file around `runs`."""
     return {
-        "schema": {"name": "dpbench-result", "version": 1}, "created": "2026-01-01T00:00:00Z",
+        "schema": {"name": "dpbench-result", "version": 2}, "created": "2026-01-01T00:00:00Z",
         "env": {"git_commit": "abc123def456", "host": "fixture-host", "os": "Linux 6.1 x86_64",
                 "cpu_model": "Fixture CPU @ 3.0GHz", "cpu_cores": 8, "compiler": "GNU 12.2.0",
                 "cxx_flags": "-O3 -DNDEBUG", "build_type": "Release", "blas": "OpenBLAS 0.3.21",
@@ -186,7 +186,7 @@ def process_collectives_fixture() -> dict:
 
 
 def memory_model_fixture() -> dict:
-    """A `dpbench memory` file: ps (reducer, worker) and allreduce at 2 and 4 ranks, with the
+    """A `dpbench memory` file: ps (root, worker) and allreduce at 2 and 4 ranks, with the
     largest parameter count each fits."""
     def row(mode, world, role, parameters, optimizer):
         cats = {"parameters": parameters, "gradients": parameters, "optimizer_state": optimizer,
@@ -194,9 +194,9 @@ def memory_model_fixture() -> dict:
         return dict(cats, mode=mode, world_size=world, role=role, total_bytes=sum(cats.values()))
     rows = []
     for world in (2, 4):
-        rows += [row("ps", world, "reducer", 200 * MIB, 100 * MIB), row("ps", world, "worker", 100 * MIB, 0.0),
+        rows += [row("ps", world, "root", 200 * MIB, 100 * MIB), row("ps", world, "worker", 100 * MIB, 0.0),
                  row("allreduce", world, "replica", 100 * MIB, 100 * MIB)]
-    return {"schema": {"name": "dpbench-memory", "version": 1}, "model": {"workload": "mlp", "hidden": [512, 256]},
+    return {"schema": {"name": "dpbench-memory", "version": 2}, "model": {"workload": "mlp", "hidden": [512, 256]},
             "global_batch": 256, "optimizer": "sgd", "precision": "fp32", "rows": rows,
             "largest_fitting": [{"mode": m, "world_size": w, "largest_params": v * w ** 0.1}
                                 for m, v in (("ps", 2e9), ("allreduce", 3e9)) for w in (2, 4)]}
@@ -239,7 +239,7 @@ def simulated_projection_fixture() -> dict:
                            "efficiency": 0.01 / step, "simulation": sim})
     findings = [
         {"kind": "nic_saturation", "mode": "ps_p2p", "world_size": 4, "time_fraction_at_largest": 0.96,
-         "largest_world_size": 4, "text": "ps (p2p): the reducer's NIC (node 0) needs 90 % of the simulated "
+         "largest_world_size": 4, "text": "ps (p2p): the root's NIC (node 0) needs 90 % of the simulated "
                                           "step or more for its bytes from 4 ranks on (96 % at 4)"},
         {"kind": "straggler_cost", "world_size": 4, "nic_share": 0.5, "costs": {"ps_p2p": 0.21, "allreduce": 0.04},
          "text": "one straggler (the last node's NIC at 50 % of its rate) at 4 ranks costs each mode's "
@@ -431,17 +431,17 @@ class RichReportTest(unittest.TestCase):
         self.assertEqual(f"{len(ALL_FIGURES)}/{len(ALL_FIGURES)}", chromium_images_loaded(self.out / "report.html"))
 
 
-def with_strategy(run: dict, name: str, transport: str, reference: bool, has_reducer: bool) -> dict:
+def with_strategy(run: dict, name: str, transport: str, reference: bool, has_root: bool) -> dict:
     """The run renamed to strategy `name`, carrying the traits a result file records."""
     run = dict(run, mode=name, transport=transport, config=dict(run["config"], mode=name))
     run["strategy"] = {"name": name, "label": f"{name} ({transport})", "transport": transport,
-                       "reference": reference, "overlaps_backward": not has_reducer,
-                       "has_reducer": has_reducer, "projection": name, "busbw_factor": None}
+                       "reference": reference, "overlaps_backward": not has_root,
+                       "has_root": has_root, "projection": name, "busbw_factor": None}
     return run
 
 
 class MadeUpStrategyTest(unittest.TestCase):
-    """The report reads labels, the reference role and the reducer from the result file's traits
+    """The report reads labels, the reference role and the root from the result file's traits
     and the projection file's modes: strategies it has never heard of are compared with no code
     change."""
 
@@ -484,15 +484,15 @@ class MadeUpStrategyTest(unittest.TestCase):
 
     def test_verdict_compares_every_strategy_with_the_reference(self):
         self.assertIn("**ring_sync is 2.00x faster than dp_baseline, and sharded_ps is 3.00x faster than "
-                      "dp_baseline at 4 ranks (batch 256, 0 workers); the dp_baseline reducer holds 1.90x "
+                      "dp_baseline at 4 ranks (batch 256, 0 workers); the dp_baseline root holds 1.90x "
                       "the mean per-rank memory.**", self.md)
 
     def test_labels_come_from_the_file(self):
         for label in ("dp_baseline (chain)", "ring_sync (ring)", "sharded_ps (collective)"):
             self.assertIn(label, self.md)
 
-    def test_reducer_caption_and_projection_crossover_use_the_traits(self):
-        self.assertIn("the dp_baseline reducer peaks at 1.90x the mean rank", self.md)
+    def test_root_caption_and_projection_crossover_use_the_traits(self):
+        self.assertIn("the dp_baseline root peaks at 1.90x the mean rank", self.md)
         self.assertIn("ring_sync (ring) pulls ahead of dp_baseline (chain) from p=8", self.md)
 
 
@@ -563,7 +563,7 @@ class VerdictTest(unittest.TestCase):
             make_run("allreduce", 8, 256, 0, 9000.0),  # no ps at 8 ranks: not the comparison
         ])
         self.assertIn("**allreduce is 2.00x faster than ps at 4 ranks (batch 256, 0 workers); "
-                      "the ps reducer holds 1.90x the mean per-rank memory.**", md)
+                      "the ps root holds 1.90x the mean per-rank memory.**", md)
 
     def test_slower_when_ps_wins(self):
         md = self.report([make_run("ps", 4, 256, 0, 1000.0, imbalance=1.90),

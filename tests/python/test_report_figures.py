@@ -343,8 +343,8 @@ class RealSweepTest(unittest.TestCase):
         self.assertEqual(ratios, re.findall(pattern, verdict))
         self.assertEqual(ratios, re.findall(pattern, caption(self.md, "throughput_vs_world_size")))
         imbalance = expected_imbalance_text(self.doc)
-        self.assertEqual([imbalance], re.findall(r"reducer holds (\d+\.\d\dx)", verdict))
-        self.assertEqual([imbalance], re.findall(r"reducer (?:peaks at|at) (\d+\.\d\dx)", caption(self.md, "memory_per_rank")))
+        self.assertEqual([imbalance], re.findall(r"root holds (\d+\.\d\dx)", verdict))
+        self.assertEqual([imbalance], re.findall(r"root (?:peaks at|at) (\d+\.\d\dx)", caption(self.md, "memory_per_rank")))
         note = next(n for n in self.md.splitlines() if n.startswith("- Exposed communication"))
         self.assertEqual(re.findall(r"(\d+%) of the (\w+) step", note),
                          re.findall(r"(\d+%) of the (\w+) step", caption(self.md, "step_breakdown")))
@@ -358,7 +358,7 @@ class RealSweepTest(unittest.TestCase):
 
 
 def imbalance_sweep() -> dict:
-    """ps and allreduce at 2 and 4 ranks, batch 64, 256 and 1024: the ps reducer's max/mean at
+    """ps and allreduce at 2 and 4 ranks, batch 64, 256 and 1024: the ps root's max/mean at
     4 ranks is 1.77, 1.87 and 1.97, so the verdict's median (1.87) is not the largest batch's."""
     runs = []
     for ranks in (2, 4):
@@ -427,8 +427,8 @@ class MadeSweepTest(unittest.TestCase):
         imbalance = expected_imbalance_text(doc)
         self.assertEqual("1.87x", imbalance)  # the median of 1.77, 1.87, 1.97
         md = self.report(doc)
-        self.assertEqual([imbalance], re.findall(r"reducer holds (\d+\.\d\dx)", headline(md)))
-        self.assertEqual([imbalance], re.findall(r"reducer (?:peaks at|at) (\d+\.\d\dx)", caption(md, "memory_per_rank")))
+        self.assertEqual([imbalance], re.findall(r"root holds (\d+\.\d\dx)", headline(md)))
+        self.assertEqual([imbalance], re.findall(r"root (?:peaks at|at) (\d+\.\d\dx)", caption(md, "memory_per_rank")))
         self.assertNotIn("1.97x", caption(md, "memory_per_rank"))
         ratios = expected_ratio_texts(doc)
         pattern = r"\d+\.\d\dx (?:faster|slower) than \w+"

@@ -10,7 +10,7 @@ here from the JSON itself:
   with segment heights equal to the file's bytes; modes in the report's order (ps first, then
   the result files' order, then the memory file's); "modelled" and the precision and parameter
   count in the title; a log-y panel of the largest parameter count that fits, one line per mode;
-  a caption stating the ps reducer's excess over a worker and which mode fits the most;
+  a caption stating the ps root's excess over a worker and which mode fits the most;
 - without --memory the figure is the note saying how to produce it; a file that is not a
   dpbench-memory file is a one-line error naming it, exit status 2;
 - memory_per_rank stacks the measured categories per rank, and where runs carry the model's
@@ -57,13 +57,13 @@ def row(mode: str, world: int, role: str, gib: tuple) -> dict:
 
 def memory_fixture() -> dict:
     """A dpbench-memory file whose rows name allreduce first (so ps first is the report's doing,
-    not the file's): allreduce replicas, a ps reducer 3.5 GiB above its worker at every world size,
+    not the file's): allreduce replicas, a ps root 3.5 GiB above its worker at every world size,
     and sharded_ps servers (with workers at 4 ranks), at 2 and 4 ranks; sharded_ps fits the most."""
     rows = []
     for world in (2, 4):
         act = 4.0 / world
         rows.append(row("allreduce", world, "replica", (1.25, 1.25, 2.5, act, 0.0, 0.001)))
-        rows.append(row("ps", world, "reducer", (2.5, 2.5, 1.25, act, 0.0, 0.003)))
+        rows.append(row("ps", world, "root", (2.5, 2.5, 1.25, act, 0.0, 0.003)))
         rows.append(row("ps", world, "worker", (1.25, 1.25, 0.0, act, 0.25, 0.003)))
         rows.append(row("sharded_ps", world, "server", (1.25, 1.25 + 1.25 / world, 2.5 / world, act, 0.0, 0.001)))
         if world == 4:
@@ -71,7 +71,7 @@ def memory_fixture() -> dict:
     fitting = [{"mode": m, "world_size": w, "largest_params": v}
                for m, values in (("allreduce", (4.7e9, 4.8e9)), ("ps", (3.1e9, 3.2e9)), ("sharded_ps", (5.4e9, 7.0e9)))
                for w, v in zip((2, 4), values)]
-    return {"schema": {"name": "dpbench-memory", "version": 1},
+    return {"schema": {"name": "dpbench-memory", "version": 2},
             "model": {"params": 335e6, "activation_bytes_per_sample": 276824064.0,
                       "input_bytes_per_sample": 3076.0, "output_bytes_per_sample": 8.0},
             "global_batch": 32, "optimizer": "adamw", "precision": "fp32", "rows": rows,
@@ -85,7 +85,7 @@ def with_model(doc: dict) -> dict:
     for run in doc["runs"]:
         for m in run["memory"]["per_rank"]:
             m["modelled"] = {c: float(m[c]) for c in CATEGORIES}
-            m["modelled"]["role"] = "reducer" if m["rank"] == 0 and run["mode"] == "ps" else "worker"
+            m["modelled"]["role"] = "root" if m["rank"] == 0 and run["mode"] == "ps" else "worker"
             m["modelled"]["total_bytes"] = float(sum(m[c] for c in CATEGORIES))
     return doc
 
@@ -182,7 +182,7 @@ class MemoryModelFigureTest(unittest.TestCase):
         bars = expected_bars(self.doc, modes)
         self.assertEqual(9, len(bars))
         self.assert_stacked_bars(drawn.axes[0], bars)
-        self.assertEqual(("ps", "reducer"), bars[0][1:3])
+        self.assertEqual(("ps", "root"), bars[0][1:3])
         self.assertEqual(("ps", "worker"), bars[1][1:3])
 
     def test_modes_follow_the_result_files_order_after_ps(self):
@@ -202,13 +202,13 @@ class MemoryModelFigureTest(unittest.TestCase):
             self.assertIn(part, suptitle)
         self.assertIn("fp32", fig.title)
         self.assertTrue(fig.caption.startswith("Modelled, not measured"), fig.caption)
-        excess = {r["world_size"]: r["total_bytes"] for r in self.doc["rows"] if r["role"] == "reducer"}
+        excess = {r["world_size"]: r["total_bytes"] for r in self.doc["rows"] if r["role"] == "root"}
         for r in self.doc["rows"]:
             if r["role"] == "worker" and r["mode"] == "ps":
                 excess[r["world_size"]] -= r["total_bytes"]
         [gib] = {f"{v / GIB:.2f}" for v in excess.values()}  # the same at both world sizes
         self.assertEqual("3.50", gib)
-        self.assertIn(f"The ps reducer holds {gib} GiB more than a ps worker at 2 and 4 ranks.", fig.caption)
+        self.assertIn(f"The ps root holds {gib} GiB more than a ps worker at 2 and 4 ranks.", fig.caption)
         self.assertIn("sharded_ps fits the most parameters at every world size (5.40e9 at 2 ranks to 7.00e9 at 4)",
                       fig.caption)
         self.assertIn("3.10e9 at 2 ranks to 3.20e9 at 4 for ps", fig.caption)
@@ -272,7 +272,7 @@ class MemoryReportTest(unittest.TestCase):
         self.assertTrue((out / "memory_model.png").is_file())
         self.assertLess(md.index("](memory_per_rank.png)"), md.index("](memory_model.png)"))
         self.assertLess(md.index("](memory_model.png)"), md.index("](step_breakdown.png)"))
-        self.assertIn("The ps reducer holds 3.50 GiB more", caption(md, "memory_model"))
+        self.assertIn("The ps root holds 3.50 GiB more", caption(md, "memory_model"))
         self.assertIn(f"`{mem}` (memory model)", md)
         self.assertIn("(memory model)", (out / "report.html").read_text())
         # Without --memory, the same directory loses the stale PNG and gets the note.
@@ -297,9 +297,9 @@ class MemoryReportTest(unittest.TestCase):
 
     def test_not_a_memory_file_exits_2_naming_it(self):
         for name, doc, words in (
-                ("result.json", {"schema": {"name": "dpbench-result", "version": 1}, "runs": []},
+                ("result.json", {"schema": {"name": "dpbench-result", "version": 2}, "runs": []},
                  "not a dpbench-memory file"),
-                ("norows.json", {"schema": {"name": "dpbench-memory", "version": 1}}, "has no rows[] array"),
+                ("norows.json", {"schema": {"name": "dpbench-memory", "version": 2}}, "has no rows[] array"),
                 ("badrow.json", dict(memory_fixture(), rows=[{"mode": "ps", "world_size": 2}]), "rows[0] needs")):
             bad = write_json(self.tmp / name, doc)
             proc = run_report(self.tmp / "out", [self.results], [bad])
@@ -345,7 +345,7 @@ class RealMemoryCommandTest(unittest.TestCase):
         MemoryModelFigureTest.assert_stacked_bars(self, drawn["memory_model"].axes[0], bars)
         fit = drawn["memory_model"].axes[1]
         self.assertEqual(modes, [line.get_label() for line in fit.get_lines() if not line.get_label().startswith("_")])
-        self.assertIn("The ps reducer holds", fig.caption)
+        self.assertIn("The ps root holds", fig.caption)
         self.assertIn("fits the most parameters", fig.caption)
         self.assertIn("335M parameters", drawn["memory_model"]._suptitle.get_text())
 

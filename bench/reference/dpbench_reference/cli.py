@@ -90,7 +90,7 @@ def _run_modes(cfg, modes, plans, host_data, log):
 
 
 def _result_document(cfg, bundle, created, runs, warnings):
-    """The result file's document (schema dpbench-pytorch-reference 2): config is cfg with the
+    """The result file's document (schema dpbench-pytorch-reference 3): config is cfg with the
     bundle replaced by its directory (or null), moved to the end."""
     config = {k: v for k, v in cfg.items() if k != "start"}
     config["start"] = bundle["dir"] if bundle is not None else None

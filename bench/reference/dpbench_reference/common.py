@@ -30,7 +30,7 @@ NUM_CLASSES = 10
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 START_SCHEMA = {"name": "dpbench-start", "version": 1}
-RESULT_SCHEMA = {"name": "dpbench-pytorch-reference", "version": 2}
+RESULT_SCHEMA = {"name": "dpbench-pytorch-reference", "version": 3}
 # The optimizers (dpbench's --optimizer names): torch.optim.SGD, Adam and AdamW.
 OPTIMIZERS = ("sgd", "adam", "adamw")
 # start.json's optional optimizer keys, with the values they take when absent.

@@ -1,6 +1,6 @@
 """nn.DataParallel's data flow (torch/nn/parallel/data_parallel.py: replicate, scatter,
 parallel_apply, gather, then the gradients reduced onto the first device) written with gloo
-collectives between CPU processes, rank 0 the reducer that alone steps the optimizer.
+collectives between CPU processes, rank 0 the root that alone steps the optimizer.
 """
 
 import math
@@ -70,7 +70,7 @@ class _DataParallelFlow:
         loss = self._gather_and_loss(y)
         self._backward_and_reduce(logits)
         if self.rank == 0:
-            self._reducer_step()
+            self._root_step()
             return loss.detach()
         return None
 
@@ -131,7 +131,7 @@ class _DataParallelFlow:
                                        for p in self.params])
         dist.reduce(self.flat_grad, dst=0, op=dist.ReduceOp.SUM)
 
-    def _reducer_step(self):
+    def _root_step(self):
         """6. Rank 0 loads the summed gradients and alone steps the optimizer."""
         for p in self.params:
             if p.grad is None:
@@ -141,7 +141,7 @@ class _DataParallelFlow:
 
 
 def dataparallel_rank(rank, world_size, cfg, init_method):
-    """nn.DataParallel's data flow over gloo collectives, rank 0 the reducer. Each step:
+    """nn.DataParallel's data flow over gloo collectives, rank 0 the root. Each step:
     1. replicate: rank 0 broadcasts its parameters and floating-point buffers (BatchNorm running
        statistics), coalesced into one flat buffer;
     2. scatter: rank 0 fetches the global batch and scatters it in torch.chunk chunks

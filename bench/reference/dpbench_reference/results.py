@@ -51,7 +51,7 @@ def memory_record(cfg, per_rank):
                          for r, nd in zip(per_rank, no_data)],
             "imbalance_max_over_mean": max(peaks) / mean_peak if mean_peak > 0 else 1.0,
             "imbalance_excluding_dataset": max(no_data) / mean_no_data if mean_no_data > 0 else 1.0,
-            "reducer_minus_mean_bytes": peaks[0] - mean_peak,
+            "root_minus_mean_bytes": peaks[0] - mean_peak,
         }
     peaks = [r["peak_rss_bytes"] for r in per_rank]
     mean_peak = sum(peaks) / len(peaks)
@@ -60,7 +60,7 @@ def memory_record(cfg, per_rank):
         "per_rank": [{"rank": r["rank"], "peak_rss_bytes": r["peak_rss_bytes"],
                       "dataset_bytes": r["dataset_bytes"]} for r in per_rank],
         "imbalance_max_over_mean": max(peaks) / mean_peak if mean_peak > 0 else 1.0,
-        "reducer_minus_mean_bytes": peaks[0] - mean_peak,
+        "root_minus_mean_bytes": peaks[0] - mean_peak,
     }
 
 
@@ -182,5 +182,5 @@ def print_table(runs):
         ratio = ddp["throughput_samples_per_s"] / max(dp["throughput_samples_per_s"], 1e-12)
         unit = "processes" if cpu else "GPUs"
         print(f"\nAt {ddp['world_size']} {unit}, ddp runs at {ratio:.2f}x the throughput of "
-              f"dataparallel; the dataparallel reducer (rank 0) holds "
+              f"dataparallel; the dataparallel root (rank 0) holds "
               f"{dp['memory']['imbalance_max_over_mean']:.2f}x the mean per-rank memory.")

@@ -1,8 +1,8 @@
-#include "train/grad_reducer.hpp"
+#include "train/grad_bucket_sync.hpp"
 
 namespace dpbench {
 
-GradReducer::GradReducer(RankContext& ctx, std::size_t num_buckets)
+GradBucketSync::GradBucketSync(RankContext& ctx, std::size_t num_buckets)
     : ctx_(ctx), native_async_(ctx.comm().supports_async()) {
   ready_.reserve(num_buckets);
   for (std::size_t b = 0; b < num_buckets; ++b) ready_.push_back(ctx.make_event());
@@ -12,7 +12,7 @@ GradReducer::GradReducer(RankContext& ctx, std::size_t num_buckets)
   }
 }
 
-GradReducer::~GradReducer() {
+GradBucketSync::~GradBucketSync() {
   // Nothing queued may outlive the buckets' events; errors were reported by join() already.
   if (thread_) {
     try {
@@ -22,7 +22,7 @@ GradReducer::~GradReducer() {
   }
 }
 
-void GradReducer::start(std::size_t bucket, float* grads, std::size_t n) {
+void GradBucketSync::start(std::size_t bucket, float* grads, std::size_t n) {
   start(bucket, [grads, n](Communicator& comm, bool nonblocking) {
     if (nonblocking) {
       comm.allreduce_sum_start(grads, n);
@@ -32,7 +32,7 @@ void GradReducer::start(std::size_t bucket, float* grads, std::size_t n) {
   });
 }
 
-void GradReducer::start(std::size_t bucket, BucketOp op) {
+void GradBucketSync::start(std::size_t bucket, BucketOp op) {
   Event& ready = *ready_.at(bucket);
   ready.record();
   Communicator& comm = ctx_.comm();
@@ -47,11 +47,11 @@ void GradReducer::start(std::size_t bucket, BucketOp op) {
   }
 }
 
-void GradReducer::progress() {
+void GradBucketSync::progress() {
   if (native_async_) ctx_.comm().progress();
 }
 
-void GradReducer::join() {
+void GradBucketSync::join() {
   // The thread's collectives are blocking host calls: complete when it is drained. The compute
   // stream still waits for the communicator's stream (GPU ranks on the local backend copy on a
   // stream of their own), as it does for the nonblocking backends.
@@ -59,7 +59,7 @@ void GradReducer::join() {
   ctx_.compute_wait_comm();
 }
 
-void GradReducer::finish_step() {
+void GradBucketSync::finish_step() {
   if (native_async_) ctx_.comm().wait_all();
 }
 

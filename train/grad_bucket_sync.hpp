@@ -1,4 +1,6 @@
-// What happens to a gradient bucket once DDP's reducer says it is ready: a communication hook
+// GradBucketSync: what happens to a gradient bucket once it is ready (train/buckets.hpp), the
+// role PyTorch DDP's `Reducer` (torch/csrc/distributed/c10d/reducer.cpp) plays for a bucket's
+// communication: a communication hook
 // (PyTorch torch/csrc/distributed/c10d/default_comm_hooks.cpp; the all-reduce of
 // AllReduceCommHook by default, the sharded parameter server's reduce-scatter otherwise), started as soon as the bucket's gradients have been written and joined
 // before the optimizer reads them. Written once for every device over the rank's context:
@@ -21,14 +23,14 @@
 
 namespace dpbench {
 
-class GradReducer {
+class GradBucketSync {
  public:
-  // ctx: the rank's context, which must outlive the reducer; num_buckets: the buckets of one
+  // ctx: the rank's context, which must outlive this object; num_buckets: the buckets of one
   // backward (each gets its readiness event).
-  GradReducer(RankContext& ctx, std::size_t num_buckets);
-  ~GradReducer();
-  GradReducer(const GradReducer&) = delete;
-  GradReducer& operator=(const GradReducer&) = delete;
+  GradBucketSync(RankContext& ctx, std::size_t num_buckets);
+  ~GradBucketSync();
+  GradBucketSync(const GradBucketSync&) = delete;
+  GradBucketSync& operator=(const GradBucketSync&) = delete;
 
   // Bucket b's gradients grads[0, n) have been enqueued on the compute stream: start their
   // in-place sum over all ranks once they are written. Buckets start in bucket order.
