@@ -66,12 +66,19 @@ const Strategy& allreduce_strategy() {
   static const Strategy strategy{
       .mode = Mode::allreduce,
       .description = "DistributedDataParallel: bucketed ring all-reduce overlapping backward",
-      .validate = &validate_allreduce, .train = &train_allreduce,
-      .transports = {}, .transport = &ring_transport, .label = &allreduce_label,
+      .validate = &validate_allreduce,
+      .train = &train_allreduce,
+      .transports = {},
+      .transport = &ring_transport,
+      .label = &allreduce_label,
       .bus_bandwidth = &allreduce_bus_bandwidth,
-      .has_root = false, .reference = false,
-      .projected = {{"allreduce", Transport::ring, 1.0}}, .comm_time = &allreduce_comm_time,
-      .pytorch_counterpart = &allreduce_pytorch, .memory = &allreduce_memory, .schedule = &allreduce_schedule,
+      .has_root = false,
+      .reference = false,
+      .projected = {{"allreduce", Transport::ring, 1.0}},
+      .comm_time = &allreduce_comm_time,
+      .pytorch_counterpart = &allreduce_pytorch,
+      .memory = &allreduce_memory,
+      .schedule = &allreduce_schedule,
   };
   return strategy;
 }

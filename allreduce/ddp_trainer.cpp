@@ -20,11 +20,13 @@ void validate_allreduce(const TrainConfig& config, const Dataset& train) {
   if (powersgd_rank(config.comm_hook) > 0) {
     if (config.start_powersgd_iter < 2) {
       throw InputError(fmt::format("--start-powersgd-iter {}: must be at least 2 (PyTorch's PowerSGDState with error "
-                                   "feedback and warm start)", config.start_powersgd_iter));
+                                   "feedback and warm start)",
+                                   config.start_powersgd_iter));
     }
     if (config.checkpoint.every > 0 || config.checkpoint.resume) {
       throw InputError(fmt::format("--comm-hook {}: checkpoints do not hold PowerSGD's error feedback and Q matrices; "
-                                   "run it without --checkpoint-every and --resume", config.comm_hook));
+                                   "run it without --checkpoint-every and --resume",
+                                   config.comm_hook));
     }
   }
   validate_node_hierarchy(config);
@@ -91,9 +93,9 @@ class AllreduceRank final : public ReplicaRank {
   GradBucketSync grad_sync_;
   // --hierarchy node and --comm-hook: core/hierarchical.hpp's rings; else the backend's own.
   BucketAllreduce how_ = bucket_allreduce(s_.config);
-  std::vector<float> scratch_;  // one received chunk of those rings
+  std::vector<float> scratch_;            // one received chunk of those rings
   std::optional<PowerSgdHook> powersgd_;  // --comm-hook powersgd:R
-  long step_ = 0;                          // the step being run
+  long step_ = 0;                         // the step being run
 };
 
 }  // namespace

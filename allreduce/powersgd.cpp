@@ -19,7 +19,8 @@ int powersgd_rank(const std::string& hook) {
   if (rest.size() < 2 || rest[0] != ':' || rest.find_first_not_of("0123456789", 1) != std::string::npos ||
       rest.size() > 7) {
     throw InputError(fmt::format("--comm-hook {}: PowerSGD needs its rank, powersgd:R with R a positive integer "
-                                 "(matrix_approximation_rank)", hook));
+                                 "(matrix_approximation_rank)",
+                                 hook));
   }
   const int r = std::stoi(rest.substr(1));
   if (r < 1) throw InputError(fmt::format("--comm-hook {}: the rank must be at least 1", hook));

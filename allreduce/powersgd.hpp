@@ -36,7 +36,7 @@ struct PowerSgdTensor {
   std::size_t param = 0;   // index in the model's parameters
   std::size_t offset = 0;  // in the flat gradient buffer
   std::size_t rows = 0, cols = 0;
-  std::size_t rank = 0;    // min(rows, cols, matrix_approximation_rank)
+  std::size_t rank = 0;  // min(rows, cols, matrix_approximation_rank)
   bool compressed = false;
 };
 
@@ -65,8 +65,8 @@ class PowerSgdHook {
   // params: the model's parameters; buckets: DDP's buckets over them; rank: matrix_approximation_rank
   // (>= 1); seed: the initial Qs'; ranks_per_node: how the three all-reduces run
   // (hierarchical_allreduce_sum: world_size for one flat ring).
-  PowerSgdHook(const std::vector<ParamView>& params, const std::vector<Bucket>& buckets, int rank,
-               std::uint64_t seed, int ranks_per_node);
+  PowerSgdHook(const std::vector<ParamView>& params, const std::vector<Bucket>& buckets, int rank, std::uint64_t seed,
+               int ranks_per_node);
 
   // Sums bucket b's gradients grads [bucket size] over all ranks, compressed: grads holds this
   // rank's share of the global batch's mean gradient (scaled by local / global batch) and ends

@@ -98,8 +98,9 @@ std::string kernel_release() {
 // reads: its stage, the cluster's description, its node's interface and index.
 std::vector<std::string> node_env(const std::vector<Node>& nodes, int node) {
   static const std::vector<std::string> dropped = {
-      "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
-      "TORCHELASTIC_", "DPBENCH_MASTER_PORT=", "GLOO_SOCKET_IFNAME=", "DPBENCH_FAULT=", "DPBENCH_CLUSTER_NODE="};
+      "RANK=",          "WORLD_SIZE=",          "LOCAL_RANK=",   "LOCAL_WORLD_SIZE=",    "GROUP_RANK=",
+      "MASTER_ADDR=",   "MASTER_PORT=",         "TORCHELASTIC_", "DPBENCH_MASTER_PORT=", "GLOO_SOCKET_IFNAME=",
+      "DPBENCH_FAULT=", "DPBENCH_CLUSTER_NODE="};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string v = *e;
@@ -186,11 +187,11 @@ std::vector<std::string> agent_argv(const ClusterSpec& spec, const std::string& 
                                     const std::string& run_id, int node, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {
       torchrun, "--nnodes", std::to_string(spec.nodes), "--nproc_per_node", std::to_string(spec.ranks_per_node),
-      "--rdzv_backend", spec.rdzv_backend, "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
-      "--max_restarts", std::to_string(spec.max_restarts), "--monitor_interval", "1",
+      "--rdzv_backend", spec.rdzv_backend, "--rdzv_endpoint", endpoint, "--rdzv_id", run_id, "--max_restarts",
+      std::to_string(spec.max_restarts), "--monitor_interval", "1",
       // Debian 12's torchrun (torch 1.13, Python 3.11) cannot parse its own default of 0 here.
-      "--redirects", "1", "--tee", "1", "--log_dir", fmt::format("/run/dpbench-torchrun/node{}", node),
-      "--no_python", self_exe()};
+      "--redirects", "1", "--tee", "1", "--log_dir", fmt::format("/run/dpbench-torchrun/node{}", node), "--no_python",
+      self_exe()};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
@@ -257,11 +258,12 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
           {"launcher", launcher},
           {"qdisc", c.qdisc()},
           {"kernel", kernel_release()},
-          {"namespaces", how == "user" ? "private user + network namespace (unprivileged)"
-                                       : "private network namespace (root)"},
+          {"namespaces",
+           how == "user" ? "private user + network namespace (unprivileged)" : "private network namespace (root)"},
           {"addresses", "198.18.0.0/24 (RFC 2544)"},
-          {"probe", {{"method", "bulk TCP each way between the switch and the node, then 1-byte round trips"},
-                     {"window_s", std::chrono::duration<double>(kProbeWindow).count()}}},
+          {"probe",
+           {{"method", "bulk TCP each way between the switch and the node, then 1-byte round trips"},
+            {"window_s", std::chrono::duration<double>(kProbeWindow).count()}}},
           {"links", links}};
 }
 
@@ -309,8 +311,10 @@ int wait_for_job(std::vector<JobProcess> procs, const Cluster& c, const std::ato
       const Node& n = c.nodes()[static_cast<std::size_t>(p.node)];
       if (WIFSIGNALED(status) && restart_node && restarts < node_restarts && code == 0 && stop_signal == 0) {
         ++restarts;
-        fmt::print(stderr, "dpbench: {} of node {} ({}) was killed (signal {}); starting the node's agent again "
-                   "({} of {})\n", p.what, n.index, n.hostname, WTERMSIG(status), restarts, node_restarts);
+        fmt::print(stderr,
+                   "dpbench: {} of node {} ({}) was killed (signal {}); starting the node's agent again "
+                   "({} of {})\n",
+                   p.what, n.index, n.hostname, WTERMSIG(status), restarts, node_restarts);
         JobProcess again = p;
         again.pid = restart_node(p.node);
         running[again.pid] = again;
@@ -319,7 +323,8 @@ int wait_for_job(std::vector<JobProcess> procs, const Cluster& c, const std::ato
       if (rc != 0 && code == 0) {
         code = rc;
         fmt::print(stderr, "dpbench: {} on node {} ({}) exited with {}; stopping the job\n", p.what, n.index,
-                   n.hostname, WIFEXITED(status) ? fmt::format("code {}", rc) : fmt::format("signal {}", WTERMSIG(status)));
+                   n.hostname,
+                   WIFEXITED(status) ? fmt::format("code {}", rc) : fmt::format("signal {}", WTERMSIG(status)));
         deadline = std::chrono::steady_clock::now() + kGrace;
       }
       continue;
@@ -394,23 +399,41 @@ std::string mpi_rsh_agent(const Cluster& c) {
 // Starts the job with Open MPI's mpirun on the switch: its daemons go into the nodes through
 // mpi_rsh_agent, K slots per node (ranks node-major, as the env launcher places them), TCP on
 // the cluster's subnet only. Waits for it.
-int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& args,
-                   const std::atomic<int>& lost_node) {
-  const std::string hostfile = "/run/dpbench-mpi-hosts", agent = "/run/dpbench-mpi-agent";
-  std::string hosts;
-  for (const auto& n : c.nodes()) hosts += fmt::format("{} slots={}\n", n.hostname, spec.ranks_per_node);
-  write_file_atomic(hostfile, hosts.data(), hosts.size(), "mpirun's host file");
-  const std::string script = mpi_rsh_agent(c);
-  write_file_atomic(agent, script.data(), script.size(), "mpirun's remote shell");
-  if (chmod(agent.c_str(), 0755) != 0) throw Error(fmt::format("{}: chmod: {}", agent, std::strerror(errno)));
+// mpirun's options for the cluster's job: every rank a slot of its node's hosts line, the daemons
+// started through `agent`, all traffic on the cluster's subnet over TCP.
+std::vector<std::string> mpirun_options(const ClusterSpec& spec, const std::string& hostfile,
+                                        const std::string& agent) {
   const std::string subnet = fmt::format("{}/{}", "198.18.0.0", kPrefixLength);
   // --leave-session-attached: the daemons stay children of their agents instead of detaching
   // (daemonize), so that they go with the job.
-  std::vector<std::string> argv = {find_tool("mpirun"), "--leave-session-attached", "-np",
-                                   std::to_string(spec.world_size()), "--hostfile",
-                                   hostfile, "--map-by", "slot", "--mca", "plm_rsh_agent", agent, "--mca",
-                                   "plm_rsh_no_tree_spawn", "1", "--mca", "oob_tcp_if_include", subnet, "--mca",
-                                   "btl_tcp_if_include", subnet, "--mca", "btl", "tcp,self"};
+  return {find_tool("mpirun"),
+          "--leave-session-attached",
+          "-np",
+          std::to_string(spec.world_size()),
+          "--hostfile",
+          hostfile,
+          "--map-by",
+          "slot",
+          "--mca",
+          "plm_rsh_agent",
+          agent,
+          "--mca",
+          "plm_rsh_no_tree_spawn",
+          "1",
+          "--mca",
+          "oob_tcp_if_include",
+          subnet,
+          "--mca",
+          "btl_tcp_if_include",
+          subnet,
+          "--mca",
+          "btl",
+          "tcp,self"};
+}
+
+// The environment mpirun starts with: node 0's, without its node number, and the collective
+// algorithms dpbench's schedule models (unless the caller pinned others).
+std::vector<std::string> mpirun_env(const Cluster& c) {
   std::vector<std::string> env = node_env(c.nodes(), 0);
   env.erase(std::remove_if(env.begin(), env.end(),
                            [](const std::string& v) { return v.rfind("DPBENCH_CLUSTER_NODE=", 0) == 0; }),
@@ -423,12 +446,27 @@ int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<
   }
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");  // root of the run's own user namespace
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  return env;
+}
+
+int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& args,
+                   const std::atomic<int>& lost_node) {
+  const std::string hostfile = "/run/dpbench-mpi-hosts", agent = "/run/dpbench-mpi-agent";
+  std::string hosts;
+  for (const auto& n : c.nodes()) hosts += fmt::format("{} slots={}\n", n.hostname, spec.ranks_per_node);
+  write_file_atomic(hostfile, hosts.data(), hosts.size(), "mpirun's host file");
+  const std::string script = mpi_rsh_agent(c);
+  write_file_atomic(agent, script.data(), script.size(), "mpirun's remote shell");
+  if (chmod(agent.c_str(), 0755) != 0) throw Error(fmt::format("{}: chmod: {}", agent, std::strerror(errno)));
+  std::vector<std::string> argv = mpirun_options(spec, hostfile, agent);
+  std::vector<std::string> env = mpirun_env(c);
   for (const char* name : {kStageEnv, kDescriptionEnv, "DPBENCH_NET_IFACE"}) {
     argv.insert(argv.end(), {"-x", name});
   }
   if (const char* fault = std::getenv("DPBENCH_FAULT")) {
     const int n = fault_node();
-    env.push_back("DPBENCH_FAULT=" + (n < 0 ? std::string(fault) : fault_with(fmt::format("rank={}", n * spec.ranks_per_node))));
+    env.push_back("DPBENCH_FAULT=" +
+                  (n < 0 ? std::string(fault) : fault_with(fmt::format("rank={}", n * spec.ranks_per_node))));
     argv.insert(argv.end(), {"-x", "DPBENCH_FAULT"});
   }
   argv.push_back(self_exe());
@@ -450,12 +488,13 @@ int run_torchrun_job(const ClusterSpec& spec, const Cluster& c, const std::vecto
   }
   const std::string run_id = c.nodes().front().hostname.substr(0, c.nodes().front().hostname.find('-'));
   auto start_agent = [&](int node, bool with_fault) {
-    return c.spawn(node, agent_argv(spec, torchrun, endpoint, run_id, node, args), agent_env(c.nodes(), node, with_fault));
+    return c.spawn(node, agent_argv(spec, torchrun, endpoint, run_id, node, args),
+                   agent_env(c.nodes(), node, with_fault));
   };
   std::vector<JobProcess> agents;
   for (int node = 0; node < spec.nodes; ++node) agents.push_back({start_agent(node, true), node, "the torchrun agent"});
-  const int code = wait_for_job(agents, c, lost_node, [&](int node) { return start_agent(node, false); },
-                                spec.max_restarts);
+  const int code = wait_for_job(
+      agents, c, lost_node, [&](int node) { return start_agent(node, false); }, spec.max_restarts);
   if (etcd > 0) {
     kill(etcd, SIGTERM);
     waitpid(etcd, nullptr, 0);
@@ -505,7 +544,8 @@ class SlurmDaemons {
   SlurmDaemons(const ClusterSpec& spec, const Cluster& c, const std::vector<std::string>& env) {
     std::filesystem::create_directories(std::string(kSlurmDir) + "/state");
     std::filesystem::permissions(kSlurmDir, std::filesystem::perms::owner_all);
-    for (const auto& n : c.nodes()) std::filesystem::create_directories(fmt::format("{}/spool/{}", kSlurmDir, n.hostname));
+    for (const auto& n : c.nodes())
+      std::filesystem::create_directories(fmt::format("{}/spool/{}", kSlurmDir, n.hostname));
     std::string key(1024, '\0');
     std::ifstream("/dev/urandom", std::ios::binary).read(key.data(), static_cast<std::streamsize>(key.size()));
     const std::string key_path = std::string(kSlurmDir) + "/munge.key";
@@ -524,8 +564,10 @@ class SlurmDaemons {
                                                  find_tool("munged"), key_path, d, d, d, d),
                                      d + "/munged.log"),
                                env));
-    wait_for("munged", [&] { return std::filesystem::exists(d + "/munge.sock"); }, d + "/munged.log");
-    pids_.push_back(c.spawn(0, quiet(fmt::format("{} -D -c -f {}", find_tool("slurmctld"), conf_path()), d + "/slurmctld.log"), env));
+    wait_for(
+        "munged", [&] { return std::filesystem::exists(d + "/munge.sock"); }, d + "/munged.log");
+    pids_.push_back(c.spawn(
+        0, quiet(fmt::format("{} -D -c -f {}", find_tool("slurmctld"), conf_path()), d + "/slurmctld.log"), env));
     for (const auto& n : c.nodes()) {
       pids_.push_back(c.spawn(n.index,
                               quiet(fmt::format("{} -D -N {} -f {}", find_tool("slurmd"), n.hostname, conf_path()),
@@ -535,7 +577,9 @@ class SlurmDaemons {
     // Every node idle in sinfo: the job can start on all of them.
     const std::string idle = d + "/idle";
     const std::string sinfo = fmt::format("{} -h -N -t idle -o %N >{} 2>&1", find_tool("sinfo"), idle);
-    wait_for("slurmd on every node", [&] {
+    wait_for(
+        "slurmd on every node",
+        [&] {
       const pid_t pid = c.spawn(0, {"/bin/sh", "-c", sinfo}, env);
       int status = 0;
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -545,7 +589,8 @@ class SlurmDaemons {
       int nodes = 0;
       while (std::getline(f, line)) nodes += line.empty() ? 0 : 1;
       return WIFEXITED(status) && WEXITSTATUS(status) == 0 && nodes == spec.nodes;
-    }, d + "/slurmctld.log");
+        },
+        d + "/slurmctld.log");
   }
   // SIGTERM to every daemon, SIGKILL to those still there after 3 s (a slurmd whose step is being
   // torn down waits for it); whatever they leave ends with the run's PID namespace.
@@ -557,7 +602,8 @@ class SlurmDaemons {
       if (std::chrono::steady_clock::now() > deadline) {
         for (const pid_t pid : left) kill(pid, SIGKILL);
       }
-      left.erase(std::remove_if(left.begin(), left.end(), [](pid_t pid) { return waitpid(pid, nullptr, WNOHANG) != 0; }),
+      left.erase(std::remove_if(left.begin(), left.end(),
+                                [](pid_t pid) { return waitpid(pid, nullptr, WNOHANG) != 0; }),
                  left.end());
       if (!left.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -592,12 +638,19 @@ int run_srun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<st
   env.push_back("SLURM_CONF=" + SlurmDaemons::conf_path());
   if (const char* fault = std::getenv("DPBENCH_FAULT")) {
     const int n = fault_node();
-    env.push_back("DPBENCH_FAULT=" + (n < 0 ? std::string(fault) : fault_with(fmt::format("rank={}", n * spec.ranks_per_node))));
+    env.push_back("DPBENCH_FAULT=" +
+                  (n < 0 ? std::string(fault) : fault_with(fmt::format("rank={}", n * spec.ranks_per_node))));
   }
   const SlurmDaemons daemons(spec, c, env);
-  std::vector<std::string> argv = {find_tool("srun"), "--nodes", std::to_string(spec.nodes), "--ntasks",
-                                   std::to_string(spec.world_size()), "--ntasks-per-node",
-                                   std::to_string(spec.ranks_per_node), "--kill-on-bad-exit=1", "--export=ALL",
+  std::vector<std::string> argv = {find_tool("srun"),
+                                   "--nodes",
+                                   std::to_string(spec.nodes),
+                                   "--ntasks",
+                                   std::to_string(spec.world_size()),
+                                   "--ntasks-per-node",
+                                   std::to_string(spec.ranks_per_node),
+                                   "--kill-on-bad-exit=1",
+                                   "--export=ALL",
                                    self_exe()};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::vector<JobProcess> job = {{c.spawn(0, argv, env), 0, "srun"}};
@@ -627,7 +680,8 @@ int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
       throw InputError("--rdzv-backend etcd: etcd is not installed (apt-get install etcd-server)");
     }
     if (spec.rdzv_backend == "etcd" &&
-        std::system(fmt::format("{} -c 'import etcd' >/dev/null 2>&1", torchrun_python(find_tool("torchrun"))).c_str()) != 0) {
+        std::system(
+            fmt::format("{} -c 'import etcd' >/dev/null 2>&1", torchrun_python(find_tool("torchrun"))).c_str()) != 0) {
       throw InputError("--rdzv-backend etcd: torchrun's Python cannot import etcd (apt-get install python3-etcd)");
     }
   }
@@ -657,7 +711,8 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
   const std::string how = how_env != nullptr ? how_env : "user";
   const Cluster c = Cluster::build(spec, fmt::format("dpb{}", getpid() % 10000000));
   fmt::print(stderr, "dpbench: emulated cluster: {} nodes x {} rank{} on one switch, links shaped with {} ({})\n",
-             spec.nodes, spec.ranks_per_node, spec.ranks_per_node == 1 ? "" : "s", c.qdisc(), how == "user" ? "unprivileged namespaces" : "root");
+             spec.nodes, spec.ranks_per_node, spec.ranks_per_node == 1 ? "" : "s", c.qdisc(),
+             how == "user" ? "unprivileged namespaces" : "root");
   std::vector<LinkProbe> probes;
   for (const auto& n : c.nodes()) {
     probes.push_back(probe_link(n, kProbeWindow));
@@ -688,7 +743,8 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
         rank_argv.insert(rank_argv.end(),
                          {"--init-method", explicit_init_method(spec, c), "--rank", std::to_string(rank)});
       }
-      ranks.push_back({c.spawn(node, rank_argv, rank_env(spec, c.nodes(), node, local)), node, fmt::format("rank {}", rank)});
+      ranks.push_back(
+          {c.spawn(node, rank_argv, rank_env(spec, c.nodes(), node, local)), node, fmt::format("rank {}", rank)});
     }
   }
   return wait_for_job(ranks, c, lost_node, nullptr, 0);

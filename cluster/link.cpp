@@ -50,8 +50,8 @@ void parse_link_of(const std::vector<std::string>& values, ClusterSpec& spec) {
     }
     const int node = std::stoi(m[1].str());
     if (node >= spec.nodes) {
-      throw InputError(fmt::format("--link-of {}: node {} is not one of the {} nodes (0..{})", v, node, spec.nodes,
-                                   spec.nodes - 1));
+      throw InputError(
+          fmt::format("--link-of {}: node {} is not one of the {} nodes (0..{})", v, node, spec.nodes, spec.nodes - 1));
     }
     spec.link_of[node] = parse_rate(m[2].str(), "--link-of");
   }
@@ -76,9 +76,11 @@ void validate(const ClusterSpec& spec) {
 std::vector<std::string> tbf_args(const std::string& dev, const LinkRate& rate) {
   const double bytes_per_s = rate.bits_per_s / 8.0;
   const auto burst = static_cast<long>(std::max(bytes_per_s * 0.001, 64.0 * 1024.0));
-  return {"qdisc", "replace", "dev", dev, "root", "tbf",
-          "rate", fmt::format("{:.0f}bit", rate.bits_per_s),
-          "burst", std::to_string(burst),
+  return {"qdisc",   "replace",
+          "dev",     dev,
+          "root",    "tbf",
+          "rate",    fmt::format("{:.0f}bit", rate.bits_per_s),
+          "burst",   std::to_string(burst),
           "latency", "50ms"};
 }
 

@@ -14,7 +14,7 @@ namespace dpbench::cluster {
 
 // A link rate as tc(8) writes it: "200mbit", "1gbit", "10gbit", "500kbit", "100mbps" (bytes).
 struct LinkRate {
-  std::string text;      // as the user gave it
+  std::string text;  // as the user gave it
   double bits_per_s = 0;
 };
 
@@ -26,10 +26,10 @@ LinkRate parse_rate(const std::string& text, const std::string& option, double m
 
 // What `--nodes N --link RATE --link-of I=RATE --ranks-per-node K` ask for.
 struct ClusterSpec {
-  int nodes = 0;            // 0: no emulated cluster
+  int nodes = 0;  // 0: no emulated cluster
   int ranks_per_node = 1;
-  LinkRate link;            // every node's link, both directions
-  std::map<int, LinkRate> link_of;  // per-node overrides, node index -> rate
+  LinkRate link;                                    // every node's link, both directions
+  std::map<int, LinkRate> link_of;                  // per-node overrides, node index -> rate
   ClusterLauncher launcher = ClusterLauncher::env;  // how ranks start (core/names.hpp)
   std::string rdzv_backend = "c10d";  // torchrun: c10d (its store in node 0's agent) or etcd (etcd on node 0)
   int max_restarts = 0;  // torchrun's --max_restarts; also how often a node whose agent died is started again

@@ -134,7 +134,6 @@ bool can_enter(const std::string& how) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-
 }  // namespace
 
 Capability probe_capability(bool root_only) {
@@ -194,7 +193,8 @@ void run_tool(const std::vector<std::string>& argv) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     const std::string first = err.substr(0, err.find('\n'));
-    throw Error(fmt::format("`{}` failed: {}", join(argv), first.empty() ? "exit " + std::to_string(WEXITSTATUS(status)) : first));
+    throw Error(fmt::format("`{}` failed: {}", join(argv),
+                            first.empty() ? "exit " + std::to_string(WEXITSTATUS(status)) : first));
   }
 }
 

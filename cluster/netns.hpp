@@ -50,13 +50,13 @@ int run_in_private_namespaces(const std::string& how, const std::vector<std::str
 // One node of a built cluster.
 struct Node {
   int index = 0;
-  std::string hostname;   // "<prefix>-node<i>", in every node's hosts file
-  std::string address;    // node_address(index)
-  std::string netns;      // the network namespace's name (ip netns)
-  std::string switch_port;  // the veth end on the bridge
+  std::string hostname;        // "<prefix>-node<i>", in every node's hosts file
+  std::string address;         // node_address(index)
+  std::string netns;           // the network namespace's name (ip netns)
+  std::string switch_port;     // the veth end on the bridge
   std::string iface = "eth0";  // the node's own end
   LinkRate rate;
-  int netns_fd = -1;      // /run/netns/<netns>, open (O_CLOEXEC) for setns
+  int netns_fd = -1;  // /run/netns/<netns>, open (O_CLOEXEC) for setns
 };
 
 // The cluster, built inside the private namespaces by build(); the kernel takes it down with the

@@ -30,8 +30,7 @@ struct Fd {
 
 }  // namespace
 
-void write_file_atomic(const std::string& target_path, const void* bytes, std::size_t size,
-                       const std::string& label) {
+void write_file_atomic(const std::string& target_path, const void* bytes, std::size_t size, const std::string& label) {
   const fs::path target(target_path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string tmp = (dir / fmt::format(".{}.XXXXXX", target.filename().string())).string();

@@ -111,10 +111,10 @@ class CachingAllocator {
   std::unique_ptr<MemoryBackend> backend_;
   MemoryTracker* tracker_ = nullptr;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, Block> in_use_;                   // guarded by mutex_
+  std::unordered_map<void*, Block> in_use_;                    // guarded by mutex_
   std::unordered_map<std::size_t, std::vector<void*>> cache_;  // rounded size -> free blocks
-  std::size_t in_use_bytes_ = 0;                              // guarded by mutex_
-  std::size_t cached_bytes_ = 0;                              // guarded by mutex_
+  std::size_t in_use_bytes_ = 0;                               // guarded by mutex_
+  std::size_t cached_bytes_ = 0;                               // guarded by mutex_
 };
 
 // An owning, zero-initialised array of `count` T from a CachingAllocator, charged to one
@@ -175,9 +175,9 @@ class CachedBuffer {
       : allocator_(&allocator), category_(category) {
     if (count == 0) return;
     if (count > SIZE_MAX / sizeof(T)) {
-      throw Error(allocator.backend().name() + ": out of memory allocating " + std::to_string(count) +
-                  " elements of " + std::to_string(sizeof(T)) + " bytes for " +
-                  std::string(category_name(category)) + " (size overflows)");
+      throw Error(allocator.backend().name() + ": out of memory allocating " + std::to_string(count) + " elements of " +
+                  std::to_string(sizeof(T)) + " bytes for " + std::string(category_name(category)) +
+                  " (size overflows)");
     }
     data_ = static_cast<T*>(allocator.allocate_zeroed(count * sizeof(T), category, stream, async));
     count_ = count;

@@ -27,9 +27,9 @@ ElementCounts gloo_reduce_counts(std::size_t n, int p, int rank, int root) {
   ElementCounts c;
   for (int i = 0; i < p; ++i) {
     const std::size_t chunk = ring_chunk(n, p, i).length;
-    if (i != rank) c.sent += chunk;                 // reduce-scatter: every chunk but its own
+    if (i != rank) c.sent += chunk;                       // reduce-scatter: every chunk but its own
     if (i != ring_mod(rank + 1, p)) c.received += chunk;  // ... and from its neighbour, all but one
-    if (rank == root && i != root) c.received += chunk;  // gather to root
+    if (rank == root && i != root) c.received += chunk;   // gather to root
   }
   if (rank != root) c.sent += ring_chunk(n, p, rank).length;
   return c;
@@ -46,7 +46,6 @@ ElementCounts binomial_broadcast_counts(std::size_t n, int p, int rank, int root
   }
   return c;
 }
-
 
 ElementCounts root_scatter_counts(const std::vector<std::size_t>& counts, int rank, int root) {
   if (counts.size() < 2) return {};

@@ -63,8 +63,6 @@ Result for_each_segment(const std::vector<std::size_t>& counts, int skip, Result
 // Throws InputError unless world_size >= 1 and 0 <= rank < world_size.
 void check_world_rank(int world_size, int rank);
 
-
-
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -84,11 +82,9 @@ class Communicator {
   virtual void allgather(const float* send, float* recv, std::size_t n) = 0;
   // Root's send holds counts[0] + counts[1] + ... floats; rank r receives its counts[r] floats,
   // starting at the prefix sum, into recv. send is read on root only.
-  virtual void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv,
-                        int root) = 0;
+  virtual void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) = 0;
   // Inverse of scatterv: rank r's send: [counts[r]] lands in root's recv at the prefix sum.
-  virtual void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
-                       int root) = 0;
+  virtual void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) = 0;
   // Reduce-scatter over segments: send holds counts[0] + ... + counts[p-1] floats on every rank
   // (counts.size() == world_size; a count may be 0); rank r's recv: [counts[r]] receives the sum
   // over ranks of segment r of send (which starts at the prefix sum). send is used as scratch:

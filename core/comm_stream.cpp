@@ -1,6 +1,5 @@
 #include "core/comm_stream.hpp"
 
-
 namespace dpbench {
 
 CommStream::CommStream() : thread_([this] { loop(); }) {}

@@ -21,12 +21,12 @@ struct GpuInfo {
 
 struct CudaProbe {
   bool built_with_cuda = false;
-  bool usable = false;          // every device answered and can run this build's kernels
-  std::string reason;           // why not usable, in words
-  int runtime_version = 0;      // e.g. 13000
-  int driver_version = 0;       // 0 when no driver
+  bool usable = false;      // every device answered and can run this build's kernels
+  std::string reason;       // why not usable, in words
+  int runtime_version = 0;  // e.g. 13000
+  int driver_version = 0;   // 0 when no driver
   std::vector<GpuInfo> gpus;
-  int nccl_version_code = 0;    // NCCL_VERSION_CODE of the NCCL built in; 0 without NCCL
+  int nccl_version_code = 0;  // NCCL_VERSION_CODE of the NCCL built in; 0 without NCCL
 };
 
 // Asks the CUDA runtime what is there, through the probe the CUDA target registers at start-up
@@ -38,7 +38,7 @@ void register_cuda_probe(CudaProbeFn probe);
 
 struct DeviceChoice {
   DeviceKind device = DeviceKind::cpu;
-  std::string note;    // what was chosen and why, for the log and the result's warnings
+  std::string note;  // what was chosen and why, for the log and the result's warnings
 };
 
 // requested: cpu or cuda, or nullopt for auto (parse_device_request). host_comm: the run uses a

@@ -357,10 +357,11 @@ class GlooAllreduceImpl final : public GlooAllreduce {
     const auto count = static_cast<int>(n);
     guard([&] {
       if (algorithm == GlooAllreduceAlgorithm::ring_chunked) {
-        class_algorithm_ = std::make_unique<gloo::AllreduceRingChunked<float>>(comm.context(), std::vector<float*>{buf}, count);
+        class_algorithm_ = std::make_unique<gloo::AllreduceRingChunked<float>>(comm.context(), std::vector<float*>{buf},
+                                                                               count);
       } else if (algorithm == GlooAllreduceAlgorithm::halving_doubling) {
-        class_algorithm_ =
-            std::make_unique<gloo::AllreduceHalvingDoubling<float>>(comm.context(), std::vector<float*>{buf}, count);
+        class_algorithm_ = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(comm.context(),
+                                                                                   std::vector<float*>{buf}, count);
       }
     });
   }
@@ -378,8 +379,8 @@ class GlooAllreduceImpl final : public GlooAllreduce {
     try {
       f();
     } catch (const gloo::Exception& e) {
-      throw Error(fmt::format("rank {}: gloo all-reduce ({}): {}", comm_.rank(), gloo_allreduce_algorithm_name(algorithm_),
-                              one_line(e.what())));
+      throw Error(fmt::format("rank {}: gloo all-reduce ({}): {}", comm_.rank(),
+                              gloo_allreduce_algorithm_name(algorithm_), one_line(e.what())));
     }
   }
 
@@ -396,7 +397,8 @@ std::unique_ptr<GlooAllreduce> make_gloo_allreduce(Communicator& comm, GlooAllre
                                                    std::size_t n) {
   auto* gloo_comm = dynamic_cast<GlooCommunicator*>(&comm);
   if (gloo_comm == nullptr) {
-    throw InputError(fmt::format("gloo all-reduce: needs a gloo communicator, got the '{}' backend's", name(comm.backend())));
+    throw InputError(
+        fmt::format("gloo all-reduce: needs a gloo communicator, got the '{}' backend's", name(comm.backend())));
   }
   if (n > static_cast<std::size_t>(INT_MAX)) {
     throw InputError(fmt::format("gloo all-reduce: {} floats is above gloo's limit of {}", n, INT_MAX));

@@ -32,8 +32,7 @@ bool gloo_built();
 // that died or stopped answering makes the waiting rank throw Error naming the operation. Throws
 // InputError when the build has no gloo, Error when the mesh cannot be connected.
 std::unique_ptr<Communicator> make_gloo_communicator(Rendezvous& rendezvous, const std::string& tag,
-                                                     const std::string& master_addr,
-                                                     std::chrono::milliseconds timeout);
+                                                     const std::string& master_addr, std::chrono::milliseconds timeout);
 
 // gloo's all-reduce algorithms, for comparing them with dpbench's ring and Open MPI's
 // (bench/micro/dpbench_collectives):
@@ -63,7 +62,7 @@ class GlooAllreduce {
 // An all-reduce of buf[n] floats over the connections of `comm`, which make_gloo_communicator
 // made. Throws InputError when the build has no gloo, `comm` is another backend's, or n is above
 // INT_MAX (gloo's count type); Error when gloo cannot set it up.
-std::unique_ptr<GlooAllreduce> make_gloo_allreduce(Communicator& comm, GlooAllreduceAlgorithm algorithm,
-                                                   float* buf, std::size_t n);
+std::unique_ptr<GlooAllreduce> make_gloo_allreduce(Communicator& comm, GlooAllreduceAlgorithm algorithm, float* buf,
+                                                   std::size_t n);
 
 }  // namespace dpbench

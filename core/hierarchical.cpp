@@ -118,7 +118,8 @@ __attribute__((target("avx,f16c"))) void f16c_pack(const float* in, std::size_t 
   auto* out = reinterpret_cast<unsigned char*>(slots);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
   }
   for (; i < n; ++i) set_half(slots, i, fp16_bits(in[i]));
 }
@@ -137,7 +138,8 @@ __attribute__((target("avx,f16c"))) void f16c_add(float* own, const float* in, s
   for (; i + 8 <= halves; i += 8) {
     const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 2 * i)));
     const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * i)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i), _mm256_cvtps_ph(_mm256_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i),
+                     _mm256_cvtps_ph(_mm256_add_ps(b, a), _MM_FROUND_TO_NEAREST_INT));
   }
   for (; i < halves; ++i) set_half(own, i, fp16_bits(fp16_value(half_at(in, i)) + fp16_value(half_at(own, i))));
 }
@@ -212,7 +214,8 @@ std::vector<int> node_ring(int world_size, int ranks_per_node, int rank) {
 std::vector<int> cross_node_ring(int world_size, int ranks_per_node, int rank) {
   check_layout(world_size, ranks_per_node);
   std::vector<int> out;
-  for (int node = 0; node < world_size / ranks_per_node; ++node) out.push_back(node * ranks_per_node + rank % ranks_per_node);
+  for (int node = 0; node < world_size / ranks_per_node; ++node)
+    out.push_back(node * ranks_per_node + rank % ranks_per_node);
   return out;
 }
 
@@ -298,8 +301,7 @@ void hierarchical_allreduce_sum(Communicator& comm, float* buf, std::size_t n, i
   check_layout(p, ranks_per_node);
   if (p < 2 || n == 0) return;
   switch (format) {
-    case WireFormat::fp32:
-      return three_phases(comm, buf, n, ranks_per_node, scratch, add_floats);
+    case WireFormat::fp32: return three_phases(comm, buf, n, ranks_per_node, scratch, add_floats);
     case WireFormat::fp16: return compressed<Fp16>(comm, buf, n, ranks_per_node, scratch);
     case WireFormat::bf16: return compressed<Bf16>(comm, buf, n, ranks_per_node, scratch);
   }
@@ -325,9 +327,13 @@ void segment_rings(Communicator& comm, float* buf, const std::vector<std::size_t
   if (p < 2) return;
   const int l = rank % k;
   const auto span = [&at](int j) { return at.spans[static_cast<std::size_t>(j)]; };
-  const auto segment = [&at, l](int i) { return at.segments[static_cast<std::size_t>(l)][static_cast<std::size_t>(i)]; };
+  const auto segment = [&at, l](int i) {
+    return at.segments[static_cast<std::size_t>(l)][static_cast<std::size_t>(i)];
+  };
   const auto inside = [&] { ring_half(comm, buf, node_ring(p, k, rank), l, 0, reduce, span, scratch, add_floats); };
-  const auto across = [&] { ring_half(comm, buf, cross_node_ring(p, k, rank), rank / k, 0, reduce, segment, scratch, add_floats); };
+  const auto across = [&] {
+    ring_half(comm, buf, cross_node_ring(p, k, rank), rank / k, 0, reduce, segment, scratch, add_floats);
+  };
   if (reduce) {
     inside();
     across();
@@ -343,7 +349,8 @@ void hierarchical_reduce_scatterv_sum(Communicator& comm, float* buf, const std:
   segment_rings(comm, buf, counts, ranks_per_node, true, scratch);
 }
 
-void hierarchical_allgatherv(Communicator& comm, float* buf, const std::vector<std::size_t>& counts, int ranks_per_node) {
+void hierarchical_allgatherv(Communicator& comm, float* buf, const std::vector<std::size_t>& counts,
+                             int ranks_per_node) {
   std::vector<float> unused;
   segment_rings(comm, buf, counts, ranks_per_node, false, unused);
 }

@@ -55,8 +55,7 @@ template <typename What, typename Pred>
 void LocalGroup::wait_locked(std::unique_lock<std::mutex>& lock, int rank, What what, Pred pred) {
   if (!cv_.wait_for(lock, timeout_, [&] { return aborted_.load() || pred(); })) {
     abort_reason_ = fmt::format("rank {} timed out after {} s waiting in {}", rank,
-                                std::chrono::duration_cast<std::chrono::seconds>(timeout_).count(),
-                                what());
+                                std::chrono::duration_cast<std::chrono::seconds>(timeout_).count(), what());
     aborted_.store(true);
     cv_.notify_all();
     if (abort_hook_) {
@@ -120,8 +119,7 @@ class HostMemOps final : public LocalMemOps {
   }
   float* scratch(std::size_t n) override {
     if (scratch_.size() < n) {
-      scratch_ = TrackedBuffer<float>(tracker_ != nullptr ? *tracker_ : untracked_,
-                                      MemoryCategory::comm_buffers, n);
+      scratch_ = TrackedBuffer<float>(tracker_ != nullptr ? *tracker_ : untracked_, MemoryCategory::comm_buffers, n);
     }
     return scratch_.data();
   }
@@ -133,16 +131,12 @@ class HostMemOps final : public LocalMemOps {
 };
 }  // namespace
 
-std::unique_ptr<LocalMemOps> make_host_mem_ops(MemoryTracker* tracker) {
-  return std::make_unique<HostMemOps>(tracker);
-}
+std::unique_ptr<LocalMemOps> make_host_mem_ops(MemoryTracker* tracker) { return std::make_unique<HostMemOps>(tracker); }
 
-LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank,
-                                     MemoryTracker* tracker)
+LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, MemoryTracker* tracker)
     : LocalCommunicator(std::move(group), rank, make_host_mem_ops(tracker)) {}
 
-LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank,
-                                     std::unique_ptr<LocalMemOps> ops)
+LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, std::unique_ptr<LocalMemOps> ops)
     : group_(std::move(group)), rank_(rank), ops_(std::move(ops)) {
   check_world_rank(group_->world_size(), rank);
 }
@@ -204,7 +198,8 @@ void LocalCommunicator::reduce_scatterv_sum(float* send, const std::vector<std::
   const std::vector<Chunk> seg = segments(counts, "reduce_scatter");
   if (world_size() > 1) {
     publish(send);
-    ring_reduce_scatter(send, [&](int i) { return seg[static_cast<std::size_t>(i)]; }, 0);
+    ring_reduce_scatter(
+        send, [&](int i) { return seg[static_cast<std::size_t>(i)]; }, 0);
   }
   const Chunk mine = seg[static_cast<std::size_t>(rank_)];
   ops_->copy(recv, send + mine.offset, mine.length);
@@ -215,7 +210,8 @@ void LocalCommunicator::allgatherv(float* buf, const std::vector<std::size_t>& c
   const std::vector<Chunk> seg = segments(counts, "allgather");
   if (world_size() == 1) return;
   publish(buf);
-  ring_all_gather(buf, [&](int i) { return seg[static_cast<std::size_t>(i)]; }, 0);
+  ring_all_gather(
+      buf, [&](int i) { return seg[static_cast<std::size_t>(i)]; }, 0);
 }
 
 void LocalCommunicator::allreduce_sum(float* buf, std::size_t n) {
@@ -236,7 +232,12 @@ void LocalCommunicator::allgather(const float* send, float* recv, std::size_t n)
     return;
   }
   publish(recv);
-  ring_all_gather(recv, [n](int i) { return Chunk{static_cast<std::size_t>(i) * n, n}; }, 0);
+  ring_all_gather(
+      recv,
+      [n](int i) {
+    return Chunk{static_cast<std::size_t>(i) * n, n};
+      },
+      0);
 }
 
 // A pipelined chain over the ring: position `pos` of p, the message cut into slices of
@@ -291,18 +292,15 @@ void LocalCommunicator::broadcast(float* buf, std::size_t n, int root) {
   if (p == 1 || n == 0) return;
   publish(buf);
   const int prev = ring_mod(rank_ - 1, p);
-  chain_pipeline(n, ring_mod(rank_ - root, p), [&](long, std::size_t off, std::size_t len) {
-    ops_->copy(buf + off, peer<float>(prev) + off, len);
-  });
+  chain_pipeline(n, ring_mod(rank_ - root, p),
+                 [&](long, std::size_t off, std::size_t len) { ops_->copy(buf + off, peer<float>(prev) + off, len); });
 }
 
-void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_t>& counts,
-                                 float* recv, int root) {
+void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) {
   check_root(root, "scatter");
   check_counts(counts, "scatter");
   const int p = world_size();
-  const std::size_t offset =
-      std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
+  const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
   const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
   if (p == 1) {
     ops_->copy(recv, send + offset, mine);
@@ -316,8 +314,7 @@ void LocalCommunicator::scatterv(const float* send, const std::vector<std::size_
   group_->barrier(rank_);
 }
 
-void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t>& counts,
-                                float* recv, int root) {
+void LocalCommunicator::gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) {
   check_root(root, "gather");
   check_counts(counts, "gather");
   const int p = world_size();
@@ -345,7 +342,8 @@ LocalGroup::Mailbox& LocalCommunicator::post(const float* buf, std::size_t n, in
   ops_->fence();  // buf is complete before the receiver may read it
   auto& box = group_->mailboxes_[static_cast<std::size_t>(rank_ * p + dst)];
   std::unique_lock<std::mutex> lock(group_->mutex_);
-  group_->wait_locked(lock, rank_, [] { return std::string("send"); }, [&] { return !box.full; });
+  group_->wait_locked(
+      lock, rank_, [] { return std::string("send"); }, [&] { return !box.full; });
   box.data = buf;
   box.n = n;
   box.full = true;
@@ -356,7 +354,8 @@ LocalGroup::Mailbox& LocalCommunicator::post(const float* buf, std::size_t n, in
 
 void LocalCommunicator::wait_taken(LocalGroup::Mailbox& box, std::size_t n) {
   std::unique_lock<std::mutex> lock(group_->mutex_);
-  group_->wait_locked(lock, rank_, [] { return std::string("send"); }, [&] { return box.taken; });
+  group_->wait_locked(
+      lock, rank_, [] { return std::string("send"); }, [&] { return box.taken; });
   box.full = false;
   box.data = nullptr;
   group_->cv_.notify_all();
@@ -382,10 +381,11 @@ void LocalCommunicator::recv(float* buf, std::size_t n, int src) {
   const int p = world_size();
   auto& box = group_->mailboxes_[static_cast<std::size_t>(src * p + rank_)];
   std::unique_lock<std::mutex> lock(group_->mutex_);
-  group_->wait_locked(lock, rank_, [] { return std::string("recv"); }, [&] { return box.full && !box.taken; });
+  group_->wait_locked(
+      lock, rank_, [] { return std::string("recv"); }, [&] { return box.full && !box.taken; });
   if (box.n != n) {
-    const std::string reason = fmt::format("recv: rank {} expected {} floats from rank {}, got {}",
-                                           rank_, n, src, box.n);
+    const std::string reason = fmt::format("recv: rank {} expected {} floats from rank {}, got {}", rank_, n, src,
+                                           box.n);
     lock.unlock();
     group_->abort(reason);
     throw Error(reason);

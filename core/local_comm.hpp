@@ -40,8 +40,7 @@ namespace dpbench {
 class LocalGroup {
  public:
   // world_size >= 1; timeout: how long a rank waits for its peers before the group aborts.
-  explicit LocalGroup(int world_size,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  explicit LocalGroup(int world_size, std::chrono::milliseconds timeout = std::chrono::seconds(300));
   int world_size() const { return world_size_; }
 
   // Blocks until all ranks arrive. Throws Aborted if the group was aborted (or times out, which
@@ -131,10 +130,8 @@ class LocalCommunicator final : public Communicator {
   void allgather(const float* send, float* recv, std::size_t n) override;
   void reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) override;
   void allgatherv(float* buf, const std::vector<std::size_t>& counts) override;
-  void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv,
-                int root) override;
-  void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
-               int root) override;
+  void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override;
+  void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override;
   void send(const float* buf, std::size_t n, int dst) override;
   void recv(float* buf, std::size_t n, int src) override;
   void sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n, int src) override;

@@ -63,8 +63,7 @@ template <typename T>
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(MemoryTracker& tracker, MemoryCategory category, std::size_t count,
-                const HostMemory* memory = nullptr)
+  TrackedBuffer(MemoryTracker& tracker, MemoryCategory category, std::size_t count, const HostMemory* memory = nullptr)
       : tracker_(&tracker), category_(category), count_(count), memory_(memory) {
     if (count_ > 0) {
       data_ = static_cast<T*>(memory_ != nullptr ? memory_->allocate(bytes())

@@ -105,10 +105,10 @@ class Watchdog {
       if (op_ != nullptr && std::chrono::steady_clock::now() - since_ > timeout_) {
         // With two ranks the silent peer is known; with more, MPI cannot tell which one it is.
         const std::string who = g_size == 2 ? fmt::format("rank {}", 1 - g_rank) : "a peer rank";
-        MpiRuntime::abort(1, fmt::format(
-            "dpbench: failed: rank {}: no progress for {} s in {}: {} stopped answering; "
-            "aborting the job", g_rank,
-            std::chrono::duration_cast<std::chrono::seconds>(timeout_).count(), op_, who));
+        MpiRuntime::abort(1, fmt::format("dpbench: failed: rank {}: no progress for {} s in {}: {} stopped answering; "
+                                         "aborting the job",
+                                         g_rank, std::chrono::duration_cast<std::chrono::seconds>(timeout_).count(),
+                                         op_, who));
       }
     }
   }
@@ -181,16 +181,16 @@ class MpiCommunicator final : public Communicator {
   void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override {
     const auto [c, displs, total] = layout(counts, "MPI_Scatterv");
     Call call(*this, "MPI_Scatterv");
-    check(MPI_Scatterv(send, c.data(), displs.data(), MPI_FLOAT, recv, c[static_cast<std::size_t>(g_rank)],
-                       MPI_FLOAT, root, MPI_COMM_WORLD),
+    check(MPI_Scatterv(send, c.data(), displs.data(), MPI_FLOAT, recv, c[static_cast<std::size_t>(g_rank)], MPI_FLOAT,
+                       root, MPI_COMM_WORLD),
           "MPI_Scatterv");
     count(root_scatter_counts(counts, g_rank, root));
   }
   void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override {
     const auto [c, displs, total] = layout(counts, "MPI_Gatherv");
     Call call(*this, "MPI_Gatherv");
-    check(MPI_Gatherv(send, c[static_cast<std::size_t>(g_rank)], MPI_FLOAT, recv, c.data(), displs.data(),
-                      MPI_FLOAT, root, MPI_COMM_WORLD),
+    check(MPI_Gatherv(send, c[static_cast<std::size_t>(g_rank)], MPI_FLOAT, recv, c.data(), displs.data(), MPI_FLOAT,
+                      root, MPI_COMM_WORLD),
           "MPI_Gatherv");
     count(root_gather_counts(counts, g_rank, root));
   }
@@ -219,7 +219,8 @@ class MpiCommunicator final : public Communicator {
     int got = 0;
     MPI_Get_count(&status, MPI_FLOAT, &got);
     if (static_cast<std::size_t>(got) != recv_n) {
-      throw Error(fmt::format("rank {}: MPI_Sendrecv: expected {} floats from rank {}, got {}", g_rank, recv_n, src, got));
+      throw Error(
+          fmt::format("rank {}: MPI_Sendrecv: expected {} floats from rank {}, got {}", g_rank, recv_n, src, got));
     }
     count(send_n, recv_n);
   }
@@ -233,8 +234,7 @@ class MpiCommunicator final : public Communicator {
   void allreduce_sum_start(float* buf, std::size_t n) override {
     if (g_size == 1 || n == 0) return;
     MPI_Request request;
-    check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(n, "MPI_Iallreduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                         &request),
+    check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(n, "MPI_Iallreduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request),
           "MPI_Iallreduce");
     pending_.push_back(request);
     count(ring_allreduce_counts(n, g_size, g_rank));
@@ -243,8 +243,7 @@ class MpiCommunicator final : public Communicator {
     // MPI reads the counts array until the operation completes: kept with the request.
     pending_counts_.push_back(layout(counts, "MPI_Ireduce_scatter").counts);
     MPI_Request request;
-    check(MPI_Ireduce_scatter(send, recv, pending_counts_.back().data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                              &request),
+    check(MPI_Ireduce_scatter(send, recv, pending_counts_.back().data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request),
           "MPI_Ireduce_scatter");
     pending_.push_back(request);
     count(ring_reduce_scatter_counts(counts, g_rank));
@@ -252,8 +251,7 @@ class MpiCommunicator final : public Communicator {
   void progress() override {
     if (pending_.empty()) return;
     int done = 0;
-    check(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE),
-          "MPI_Testall");
+    check(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     if (done) clear_pending();
   }
   void wait_all() override {
@@ -361,8 +359,7 @@ std::vector<std::string> mpi_gather_strings(const std::string& mine, int root) {
     std::exclusive_scan(lens.begin(), lens.end(), displs.begin(), 0);
     all.resize(static_cast<std::size_t>(std::accumulate(lens.begin(), lens.end(), 0)));
   }
-  check(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, root,
-                    MPI_COMM_WORLD),
+  check(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, root, MPI_COMM_WORLD),
         "MPI_Gatherv");
   std::vector<std::string> out;
   if (g_rank == root) {

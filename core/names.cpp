@@ -23,21 +23,21 @@ constexpr std::array<std::pair<Precision, std::string_view>, 2> kPrecisions{
     {{Precision::fp32, "fp32"}, {Precision::tf32, "tf32"}}};
 constexpr std::array<std::pair<CollectiveFamily, std::string_view>, 2> kFamilies{
     {{CollectiveFamily::ring, "ring"}, {CollectiveFamily::gloo, "gloo"}}};
-constexpr std::array<std::pair<Backend, std::string_view>, 4> kBackends{{
-    {Backend::local, "local"}, {Backend::mpi, "mpi"}, {Backend::gloo, "gloo"}, {Backend::nccl, "nccl"}}};
+constexpr std::array<std::pair<Backend, std::string_view>, 4> kBackends{
+    {{Backend::local, "local"}, {Backend::mpi, "mpi"}, {Backend::gloo, "gloo"}, {Backend::nccl, "nccl"}}};
 constexpr std::array<std::pair<LauncherKind, std::string_view>, 6> kLaunchers{{{LauncherKind::threads, "threads"},
-                                                                          {LauncherKind::mpirun, "mpirun"},
-                                                                          {LauncherKind::env, "env"},
-                                                                          {LauncherKind::tcp, "tcp"},
-                                                                          {LauncherKind::file, "file"},
-                                                                          {LauncherKind::srun, "srun"}}};
-constexpr std::array<std::pair<ClusterLauncher, std::string_view>, 6> kClusterLaunchers{{
-    {ClusterLauncher::env, "env"},
-    {ClusterLauncher::tcp, "tcp"},
-    {ClusterLauncher::file, "file"},
-    {ClusterLauncher::torchrun, "torchrun"},
-    {ClusterLauncher::mpirun, "mpirun"},
-    {ClusterLauncher::srun, "srun"}}};
+                                                                               {LauncherKind::mpirun, "mpirun"},
+                                                                               {LauncherKind::env, "env"},
+                                                                               {LauncherKind::tcp, "tcp"},
+                                                                               {LauncherKind::file, "file"},
+                                                                               {LauncherKind::srun, "srun"}}};
+constexpr std::array<std::pair<ClusterLauncher, std::string_view>, 6> kClusterLaunchers{
+    {{ClusterLauncher::env, "env"},
+     {ClusterLauncher::tcp, "tcp"},
+     {ClusterLauncher::file, "file"},
+     {ClusterLauncher::torchrun, "torchrun"},
+     {ClusterLauncher::mpirun, "mpirun"},
+     {ClusterLauncher::srun, "srun"}}};
 
 template <typename Table, typename E>
 std::string_view lookup(const Table& table, E value) {
@@ -117,7 +117,6 @@ ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view o
 std::string_view name(Backend backend) { return lookup(kBackends, backend); }
 std::string_view name(LauncherKind launcher) { return lookup(kLaunchers, launcher); }
 std::string_view name(ClusterLauncher launcher) { return lookup(kClusterLaunchers, launcher); }
-
 
 std::ostream& operator<<(std::ostream& os, Mode mode) { return os << name(mode); }
 std::ostream& operator<<(std::ostream& os, Transport transport) { return os << name(transport); }

@@ -138,9 +138,9 @@ void to_json(nlohmann::json& j, ClusterLauncher launcher);
 // which does not take the constrained specialization; .cu files print name(value).)
 #ifndef __CUDACC__
 template <typename E>
-  requires std::is_enum_v<E> && requires(E e) {
-    { dpbench::name(e) } -> std::same_as<std::string_view>;
-  }
+requires std::is_enum_v<E> && requires(E e) {
+  { dpbench::name(e) } -> std::same_as<std::string_view>;
+}
 struct fmt::formatter<E, char> : fmt::formatter<std::string_view, char> {
   template <typename Context>
   auto format(E value, Context& ctx) const {

@@ -32,9 +32,7 @@ constexpr std::int64_t kMaxMessageBytes = std::int64_t{256} << 20;
 // Dropped messages rank 0 warns about one by one; later ones are counted only.
 constexpr int kMaxDropWarnings = 10;
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
 
 // The decimal integer `s` is, or -1 when it is not one (signs, spaces and overflow included).
 int parse_int(std::string_view s) {
@@ -50,7 +48,7 @@ std::string printable(std::string_view s) {
   for (std::size_t i = 0; i < s.size() && i < kMax; ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     out += (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') ? std::string(1, static_cast<char>(c))
-                                                            : fmt::format("\\x{:02x}", c);
+                                                             : fmt::format("\\x{:02x}", c);
   }
   return out + (s.size() > kMax ? fmt::format("'... ({} bytes)", s.size()) : "'");
 }
@@ -75,8 +73,8 @@ std::optional<RendezvousMessage> decode_rendezvous_message(const std::vector<std
     return drop(fmt::format("RANK={} WORLD_SIZE={}: not numbers", printable(frames[3]), printable(frames[4])));
   }
   if (size != world_size) {
-    return drop(fmt::format("a process joined as RANK={} with WORLD_SIZE={}, but this job has WORLD_SIZE={}",
-                            rank, size, world_size));
+    return drop(fmt::format("a process joined as RANK={} with WORLD_SIZE={}, but this job has WORLD_SIZE={}", rank,
+                            size, world_size));
   }
   if (rank < 1 || rank >= world_size) {
     return drop(fmt::format("RANK={} is out of range for WORLD_SIZE={} (ranks 1..{} connect to rank 0)", rank,
@@ -98,9 +96,9 @@ struct Rendezvous::State {
   std::vector<RendezvousMessage> stash;
   std::map<int, std::string> identities;
   std::vector<std::string> failures;
-  int dropped = 0;          // messages that were not this job's ...
-  std::string first_drop;   // ... and why the first one was dropped
-  std::mutex mutex;  // fail() may come from another thread than the exchanges
+  int dropped = 0;         // messages that were not this job's ...
+  std::string first_drop;  // ... and why the first one was dropped
+  std::mutex mutex;        // fail() may come from another thread than the exchanges
 
   std::string where() const { return fmt::format("{}:{}", addr, port); }
 
@@ -174,9 +172,9 @@ struct Rendezvous::State {
         for (int r = 1; r < world_size; ++r) {
           if (!got[static_cast<std::size_t>(r)]) absent.push_back(r);
         }
-        const std::string drops =
-            dropped == 0 ? "" : fmt::format("; {} message{} dropped meanwhile, the first: {}", dropped,
-                                            dropped == 1 ? "" : "s", first_drop);
+        const std::string drops = dropped == 0 ? ""
+                                               : fmt::format("; {} message{} dropped meanwhile, the first: {}", dropped,
+                                                             dropped == 1 ? "" : "s", first_drop);
         throw Error(fmt::format("rendezvous on {}: rank{} {} did not {} within {} s{}", where(),
                                 absent.size() == 1 ? "" : "s", fmt::join(absent, ", "),
                                 op == "join" ? "join" : "send its result", timeout.count() / 1000.0, drops));
@@ -192,8 +190,7 @@ struct Rendezvous::State {
   }
 
   // rank 0: frames op, tag, payload to the rank behind `identity`.
-  void reply(const std::string& identity, const std::string& op, const std::string& tag,
-             const std::string& payload) {
+  void reply(const std::string& identity, const std::string& op, const std::string& tag, const std::string& payload) {
     std::array<zmq::const_buffer, 4> frames{zmq::buffer(identity), zmq::buffer(op), zmq::buffer(tag),
                                             zmq::buffer(payload)};
     zmq::send_multipart(socket, frames);

@@ -44,8 +44,7 @@ class Rendezvous {
   // others connect to master_addr:master_port. timeout bounds every wait. Throws InputError for a
   // rank out of [0, world_size), a world size below 1 or a port outside [0, 65535] (0 only for
   // rank 0), and Error when rank 0 cannot listen (the port is taken, say).
-  Rendezvous(std::string master_addr, int master_port, int world_size, int rank,
-             std::chrono::milliseconds timeout);
+  Rendezvous(std::string master_addr, int master_port, int world_size, int rank, std::chrono::milliseconds timeout);
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;

@@ -20,13 +20,14 @@ constexpr std::size_t kLocalSliceElems = 32 * 1024;              // LocalCommuni
 }  // namespace
 
 const char* collective_name(CollectiveKind kind) {
-  static const char* const names[kCollectiveKinds] = {"p2p",           "allreduce", "reduce",  "broadcast",
-                                                      "reduce_scatter", "allgather", "scatter", "gather"};
+  static const char* const names[kCollectiveKinds] = {"p2p",       "allreduce", "reduce", "broadcast", "reduce_scatter",
+                                                      "allgather", "scatter",   "gather"};
   return names[static_cast<int>(kind)];
 }
 
 std::vector<std::size_t> even_counts(std::size_t n, int p) {
-  std::vector<std::size_t> counts(static_cast<std::size_t>(std::max(p, 1)), n / static_cast<std::size_t>(std::max(p, 1)));
+  std::vector<std::size_t> counts(static_cast<std::size_t>(std::max(p, 1)),
+                                  n / static_cast<std::size_t>(std::max(p, 1)));
   counts.back() += n % counts.size();
   return counts;
 }
@@ -102,8 +103,8 @@ double StepSchedule::bytes_received(int rank) const {
 namespace {
 // Per node, {out, in}: the sum of count(op) over the sends and receives between nodes.
 template <typename Count>
-std::vector<std::pair<double, double>> per_node_link(const std::vector<RankProgram>& ranks, const std::vector<int>& node_of,
-                                                     int nodes, Count count) {
+std::vector<std::pair<double, double>> per_node_link(const std::vector<RankProgram>& ranks,
+                                                     const std::vector<int>& node_of, int nodes, Count count) {
   std::vector<std::pair<double, double>> sums(static_cast<std::size_t>(nodes), {0.0, 0.0});
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const int mine = node_of.at(r);
@@ -124,7 +125,8 @@ std::vector<std::pair<double, double>> StepSchedule::node_link_bytes(const std::
   return per_node_link(ranks_, node_of, nodes, [](const ScheduleOp& op) { return op.bytes; });
 }
 
-std::vector<std::pair<double, double>> StepSchedule::node_link_messages(const std::vector<int>& node_of, int nodes) const {
+std::vector<std::pair<double, double>> StepSchedule::node_link_messages(const std::vector<int>& node_of,
+                                                                        int nodes) const {
   return per_node_link(ranks_, node_of, nodes, [](const ScheduleOp&) { return 1.0; });
 }
 
@@ -150,7 +152,8 @@ void StepSchedule::check_matched() const {
                to = static_cast<int>(k & 0x1fffff);
     if (f.first != f.second) {
       throw Error(fmt::format("schedule: stream {} from rank {} to rank {}: {} sends against {} receives, or their "
-                              "bytes differ", stream, from, to, f.first.size(), f.second.size()));
+                              "bytes differ",
+                              stream, from, to, f.first.size(), f.second.size()));
     }
   }
 }
@@ -208,10 +211,12 @@ void Collectives::hierarchical_allreduce(std::size_t n, int ranks_per_node) {
   std::vector<std::size_t> node_chunks;
   for (int l = 0; l < k; ++l) node_chunks.push_back(ring_chunk(n, k, l).length);
   as(CollectiveKind::allreduce, [&] {
-    for (int node = 0; node < nodes; ++node) ring_half(node_chunks, 0, ring_reduce_scatter_step, node_ring(p, k, node * k));
+    for (int node = 0; node < nodes; ++node)
+      ring_half(node_chunks, 0, ring_reduce_scatter_step, node_ring(p, k, node * k));
     for (int l = 0; l < k; ++l) {
       std::vector<std::size_t> sub;
-      for (int i = 0; i < nodes; ++i) sub.push_back(ring_chunk(node_chunks[static_cast<std::size_t>(l)], nodes, i).length);
+      for (int i = 0; i < nodes; ++i)
+        sub.push_back(ring_chunk(node_chunks[static_cast<std::size_t>(l)], nodes, i).length);
       ring_half(sub, 1, ring_reduce_scatter_step, cross_node_ring(p, k, l));
       ring_half(sub, 1, ring_all_gather_step, cross_node_ring(p, k, l));
     }
@@ -222,7 +227,8 @@ void Collectives::hierarchical_allreduce(std::size_t n, int ranks_per_node) {
 void Collectives::allreduce(std::size_t n) {
   const int p = s_.world_size();
   if (p < 2 || n == 0) return;
-  if (format_ != WireFormat::fp32) return hierarchical_allreduce(wire_slots(n, format_), hierarchy_ > 0 ? hierarchy_ : p);
+  if (format_ != WireFormat::fp32)
+    return hierarchical_allreduce(wire_slots(n, format_), hierarchy_ > 0 ? hierarchy_ : p);
   if (hierarchy_ > 0) return hierarchical_allreduce(n, hierarchy_);
   std::vector<std::size_t> chunks;
   for (int i = 0; i < p; ++i) chunks.push_back(ring_chunk(n, p, i).length);
@@ -374,7 +380,8 @@ void Collectives::allgatherv(const std::vector<std::size_t>& counts) {
 // core/hierarchical.hpp's reduce (the segment reduce-scatter, then every rank's segment to
 // rank 0 in rank order) or broadcast (the segments from rank 0, then the segment all-gather).
 void Collectives::node_reduce_or_broadcast(std::size_t n, int root, bool reduce) {
-  if (root != 0) throw Error(fmt::format("schedule: the node hierarchy reduces to and broadcasts from rank 0, not {}", root));
+  if (root != 0)
+    throw Error(fmt::format("schedule: the node hierarchy reduces to and broadcasts from rank 0, not {}", root));
   const int p = s_.world_size();
   const std::vector<std::size_t> counts = hierarchical_segment_counts(n, p, hierarchy_);
   if (!reduce) {

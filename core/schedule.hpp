@@ -39,11 +39,11 @@ const char* collective_name(CollectiveKind kind);
 
 struct ScheduleOp {
   ScheduleOpKind kind = ScheduleOpKind::compute;
-  int peer = -1;          // send, recv: the other rank
-  double bytes = 0;       // send, recv
-  double seconds = 0;     // compute
-  int event = -1;         // record, wait_event: an event of this rank
-  const char* label = "";  // compute: "forward", "backward", "optimizer", ...
+  int peer = -1;                                    // send, recv: the other rank
+  double bytes = 0;                                 // send, recv
+  double seconds = 0;                               // compute
+  int event = -1;                                   // record, wait_event: an event of this rank
+  const char* label = "";                           // compute: "forward", "backward", "optimizer", ...
   CollectiveKind collective = CollectiveKind::p2p;  // send, recv
 };
 

@@ -25,8 +25,7 @@ inline std::string cuda_failure(cudaError_t err, const char* call, const char* f
   return fmt::format("{}: {} at {}", call_name(call), cudaGetErrorString(err), source_location(file, line));
 }
 
-[[noreturn]] inline void fail(const char* launcher, const std::string& cause, const char* file,
-                       int line) {
+[[noreturn]] inline void fail(const char* launcher, const std::string& cause, const char* file, int line) {
   throw Error(fmt::format("cuda: {}: {} at {}", launcher, cause, source_location(file, line)));
 }
 
@@ -73,8 +72,7 @@ inline cudaError_t kernel_launched() {
 
 // One check macro per library: DPBENCH_CUDA_CHECK (the runtime, kernel launches included),
 // DPBENCH_CUBLAS_CHECK, and DPBENCH_NCCL_CHECK (cuda/nccl_comm.cu, its only user).
-#define DPBENCH_CUDA_CHECK(where, call) \
-  ::dpbench::cuda::detail::check_cuda((call), (where), #call, __FILE__, __LINE__)
+#define DPBENCH_CUDA_CHECK(where, call) ::dpbench::cuda::detail::check_cuda((call), (where), #call, __FILE__, __LINE__)
 #define DPBENCH_CUBLAS_CHECK(where, call) \
   ::dpbench::cuda::detail::check_cublas((call), (where), #call, __FILE__, __LINE__)
 

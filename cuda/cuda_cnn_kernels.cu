@@ -28,9 +28,9 @@ namespace dpbench::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;                // threads per block, element-wise kernels
-constexpr int kReduceBlock = 256;          // threads per block, per-channel reductions (2^k)
-constexpr std::size_t kMaxBlocks = 65536;  // element-wise grids stop here and grid-stride
+constexpr int kBlock = 256;                           // threads per block, element-wise kernels
+constexpr int kReduceBlock = 256;                     // threads per block, per-channel reductions (2^k)
+constexpr std::size_t kMaxBlocks = 65536;             // element-wise grids stop here and grid-stride
 constexpr std::size_t kMaxSlices = kReduceMaxSlices;  // blocks per channel, reductions
 
 // ---------------------------------------------------------------------------------------------
@@ -39,16 +39,13 @@ constexpr std::size_t kMaxSlices = kReduceMaxSlices;  // blocks per channel, red
 using namespace detail;  // fail, check_cuda, check_cublas, check_launch, as_stream, to_int
 
 // Blocks for a grid-stride loop over n elements (n > 0).
-unsigned grid_for(std::size_t n) {
-  return static_cast<unsigned>(std::min((n + kBlock - 1) / kBlock, kMaxBlocks));
-}
+unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min((n + kBlock - 1) / kBlock, kMaxBlocks)); }
 
 // A reduction's grid: one row of `slices` blocks per channel (channels > 0); the grid's x
 // dimension holds 2^31-1.
 dim3 grid_for_channels(std::size_t channels, std::size_t slices, const char* launcher) {
   if (channels > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(fmt::format("cuda: {}: {} channels need more blocks than a grid holds", launcher,
-                            channels));
+    throw Error(fmt::format("cuda: {}: {} channels need more blocks than a grid holds", launcher, channels));
   }
   return dim3(static_cast<unsigned>(channels), static_cast<unsigned>(slices));
 }
@@ -64,25 +61,22 @@ std::size_t reduce_slices(std::size_t m) {
 // GEMM dimension exceeds cuBLAS's int arguments.
 void check_conv_shape(const cpu::ConvShape& s, const char* launcher) {
   if (s.R == 0 || s.S == 0 || s.H + 2 * s.pad < s.R || s.W + 2 * s.pad < s.S) {
-    throw InputError(fmt::format("cuda: {}: kernel {}x{} does not fit input {}x{} with padding {}",
-                                 launcher, s.R, s.S, s.H, s.W, s.pad));
+    throw InputError(fmt::format("cuda: {}: kernel {}x{} does not fit input {}x{} with padding {}", launcher, s.R, s.S,
+                                 s.H, s.W, s.pad));
   }
   const std::size_t crs = s.C * s.R * s.S, pq = s.P() * s.Q();
   if (crs > INT_MAX || pq > INT_MAX || s.K > INT_MAX) {
-    throw InputError(fmt::format("cuda: {}: GEMM dimensions K={} CRS={} PQ={} exceed int range",
-                                 launcher, s.K, crs, pq));
+    throw InputError(
+        fmt::format("cuda: {}: GEMM dimensions K={} CRS={} PQ={} exceed int range", launcher, s.K, crs, pq));
   }
 }
 
-void check_pool_shape(std::size_t N, std::size_t C, std::size_t H, std::size_t W,
-                      const char* launcher) {
+void check_pool_shape(std::size_t N, std::size_t C, std::size_t H, std::size_t W, const char* launcher) {
   if (H % 2 != 0 || W % 2 != 0) {
-    throw InputError(fmt::format("cuda: {}: input {}x{} is not even in both dimensions", launcher,
-                                 H, W));
+    throw InputError(fmt::format("cuda: {}: input {}x{} is not even in both dimensions", launcher, H, W));
   }
   if (N * C * H * W > static_cast<std::size_t>(INT32_MAX)) {
-    throw InputError(fmt::format("cuda: {}: {} elements exceed int32 argmax indices", launcher,
-                                 N * C * H * W));
+    throw InputError(fmt::format("cuda: {}: {} elements exceed int32 argmax indices", launcher, N * C * H * W));
   }
 }
 
@@ -100,9 +94,7 @@ void check_count(double count, const char* launcher) {
 namespace {
 
 // First index of a grid-stride loop, and its stride.
-__device__ std::size_t global_index() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+__device__ std::size_t global_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ std::size_t grid_stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
 
 // Sums a and b over the block (blockDim.x == kReduceBlock) by a fixed tree in shared memory, so
@@ -149,8 +141,7 @@ __global__ void col2im_kernel(const float* col, float* dx, cpu::ConvShape s, std
 
 // The forward GEMM's out [K, n*P*Q] permuted into the chunk's y [n, K, P, Q], adding b[k] when b
 // is not null (one float addition, as the CPU).
-__global__ void out_to_nchw_kernel(const float* out, const float* b, float* y, cpu::ConvShape s,
-                                   std::size_t n) {
+__global__ void out_to_nchw_kernel(const float* out, const float* b, float* y, cpu::ConvShape s, std::size_t n) {
   const std::size_t total = s.K * n * s.pq(), cols = n * s.pq();
   for (std::size_t i = global_index(); i < total; i += grid_stride()) {
     y[conv::nchw_of_out(s, n, i)] = b != nullptr ? __fadd_rn(out[i], b[i / cols]) : out[i];
@@ -173,8 +164,8 @@ __global__ void nchw_to_out_kernel(const float* dy, float* out, cpu::ConvShape s
 // depend on scheduling: two runs give the same bits.
 
 template <typename Term>
-__global__ void channel_partials_kernel(Term term, std::size_t N, std::size_t C, std::size_t HW,
-                                        std::size_t slices, double* partials) {
+__global__ void channel_partials_kernel(Term term, std::size_t N, std::size_t C, std::size_t HW, std::size_t slices,
+                                        double* partials) {
   const std::size_t c = blockIdx.x, slice = blockIdx.y;
   const std::size_t m = N * HW, len = (m + slices - 1) / slices;
   const std::size_t lo = slice * len, hi = lo + len < m ? lo + len : m;
@@ -191,8 +182,8 @@ __global__ void channel_partials_kernel(Term term, std::size_t N, std::size_t C,
 }
 
 // Channel c's totals of channel_partials_kernel, added in slice order.
-__device__ void channel_totals(const double* partials, std::size_t C, std::size_t slices,
-                               std::size_t c, double& a, double& b) {
+__device__ void channel_totals(const double* partials, std::size_t C, std::size_t slices, std::size_t c, double& a,
+                               double& b) {
   a = 0.0;
   b = 0.0;
   for (std::size_t k = 0; k < slices; ++k) {
@@ -215,9 +206,7 @@ struct SumAndSquares {
 // Terms: x, and nothing.
 struct Sum {
   const float* x;
-  __device__ void operator()(std::size_t, std::size_t i, double& a, double&) const {
-    a += static_cast<double>(x[i]);
-  }
+  __device__ void operator()(std::size_t, std::size_t i, double& a, double&) const { a += static_cast<double>(x[i]); }
 };
 
 // Terms: dy and dy * (x - mean[c]).
@@ -233,8 +222,8 @@ struct DyAndDyXmu {
 };
 
 // sum[c], sumsq[c] = the totals (batchnorm_local_sums), one thread per channel.
-__global__ void sums_from_partials_kernel(const double* partials, std::size_t C,
-                                          std::size_t slices, double* sum, double* sumsq) {
+__global__ void sums_from_partials_kernel(const double* partials, std::size_t C, std::size_t slices, double* sum,
+                                          double* sumsq) {
   for (std::size_t c = global_index(); c < C; c += grid_stride()) {
     channel_totals(partials, C, slices, c, sum[c], sumsq[c]);
   }
@@ -242,9 +231,8 @@ __global__ void sums_from_partials_kernel(const double* partials, std::size_t C,
 
 // sum_dy, sum_dy_xmu and dgamma = sum_dy_xmu * invstd, dbeta = sum_dy
 // (batchnorm_backward_reduce), one thread per channel.
-__global__ void backward_sums_from_partials_kernel(const double* partials, std::size_t C,
-                                                   std::size_t slices, const float* invstd,
-                                                   double* sum_dy, double* sum_dy_xmu,
+__global__ void backward_sums_from_partials_kernel(const double* partials, std::size_t C, std::size_t slices,
+                                                   const float* invstd, double* sum_dy, double* sum_dy_xmu,
                                                    float* dgamma, float* dbeta) {
   for (std::size_t c = global_index(); c < C; c += grid_stride()) {
     double s = 0.0, sx = 0.0;
@@ -257,8 +245,7 @@ __global__ void backward_sums_from_partials_kernel(const double* partials, std::
 }
 
 // db[k] = float(the total of dy over N*P*Q), rounded once as on the CPU.
-__global__ void bias_grad_from_partials_kernel(const double* partials, std::size_t K,
-                                               std::size_t slices, float* db) {
+__global__ void bias_grad_from_partials_kernel(const double* partials, std::size_t K, std::size_t slices, float* db) {
   for (std::size_t k = global_index(); k < K; k += grid_stride()) {
     double s = 0.0, unused = 0.0;
     channel_totals(partials, K, slices, k, s, unused);
@@ -268,8 +255,8 @@ __global__ void bias_grad_from_partials_kernel(const double* partials, std::size
 
 // One thread per output of 2x2 / stride-2 pooling over x [NC, H, W]: the window is scanned in
 // row-major order and strict > keeps the first maximum, as cpu::maxpool2x2_forward.
-__global__ void maxpool2x2_forward_kernel(const float* x, float* y, std::int32_t* argmax,
-                                          std::size_t n_out, std::size_t H, std::size_t W) {
+__global__ void maxpool2x2_forward_kernel(const float* x, float* y, std::int32_t* argmax, std::size_t n_out,
+                                          std::size_t H, std::size_t W) {
   const std::size_t Ho = H / 2, Wo = W / 2;
   for (std::size_t o = global_index(); o < n_out; o += grid_stride()) {
     const std::size_t j = o % Wo;
@@ -288,8 +275,8 @@ __global__ void maxpool2x2_forward_kernel(const float* x, float* y, std::int32_t
 // One thread per output: writes the four elements of its window, dy[o] at argmax[o] and 0
 // elsewhere. The windows tile dx (H, W even), so every element is written exactly once.
 // 0.0f + dy[o] is what the CPU's zero fill then += gives (it turns -0 into +0).
-__global__ void maxpool2x2_backward_kernel(const float* dy, const std::int32_t* argmax, float* dx,
-                                           std::size_t n_out, std::size_t H, std::size_t W) {
+__global__ void maxpool2x2_backward_kernel(const float* dy, const std::int32_t* argmax, float* dx, std::size_t n_out,
+                                           std::size_t H, std::size_t W) {
   const std::size_t Ho = H / 2, Wo = W / 2;
   for (std::size_t o = global_index(); o < n_out; o += grid_stride()) {
     const std::size_t j = o % Wo;
@@ -313,9 +300,8 @@ __global__ void relu_kernel(float* y, std::size_t n) {
 
 // One thread per channel; the arithmetic of cpu::batchnorm_finalize_stats, each double
 // operation rounded on its own (sqrt and division are IEEE-exact in CUDA's double).
-__global__ void batchnorm_finalize_stats_kernel(const double* sum, const double* sumsq,
-                                                double count, std::size_t C, float eps,
-                                                float momentum, float* mean, float* invstd,
+__global__ void batchnorm_finalize_stats_kernel(const double* sum, const double* sumsq, double count, std::size_t C,
+                                                float eps, float momentum, float* mean, float* invstd,
                                                 float* running_mean, float* running_var) {
   const double m = static_cast<double>(momentum);
   for (std::size_t c = global_index(); c < C; c += grid_stride()) {
@@ -327,23 +313,20 @@ __global__ void batchnorm_finalize_stats_kernel(const double* sum, const double*
     mean[c] = static_cast<float>(mu);
     invstd[c] = static_cast<float>(__ddiv_rn(1.0, sqrt(__dadd_rn(var, static_cast<double>(eps)))));
     if (running_mean != nullptr) {
-      running_mean[c] = static_cast<float>(__dadd_rn(
-          __dmul_rn(__dsub_rn(1.0, m), static_cast<double>(running_mean[c])), __dmul_rn(m, mu)));
+      running_mean[c] = static_cast<float>(
+          __dadd_rn(__dmul_rn(__dsub_rn(1.0, m), static_cast<double>(running_mean[c])), __dmul_rn(m, mu)));
     }
     if (running_var != nullptr) {
-      const double unbiased =
-          count > 1 ? __ddiv_rn(__dmul_rn(var, count), __dsub_rn(count, 1.0)) : var;
+      const double unbiased = count > 1 ? __ddiv_rn(__dmul_rn(var, count), __dsub_rn(count, 1.0)) : var;
       running_var[c] = static_cast<float>(
-          __dadd_rn(__dmul_rn(__dsub_rn(1.0, m), static_cast<double>(running_var[c])),
-                    __dmul_rn(m, unbiased)));
+          __dadd_rn(__dmul_rn(__dsub_rn(1.0, m), static_cast<double>(running_var[c])), __dmul_rn(m, unbiased)));
     }
   }
 }
 
 // y = (x - mean) * (gamma * invstd) + beta, one thread per element of [N, C, HW].
-__global__ void batchnorm_normalize_kernel(const float* x, const float* mean, const float* invstd,
-                                           const float* gamma, const float* beta, float* y,
-                                           std::size_t n, std::size_t C, std::size_t HW) {
+__global__ void batchnorm_normalize_kernel(const float* x, const float* mean, const float* invstd, const float* gamma,
+                                           const float* beta, float* y, std::size_t n, std::size_t C, std::size_t HW) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) {
     const std::size_t c = (i / HW) % C;
     const float scale = __fmul_rn(gamma[c], invstd[c]);
@@ -355,11 +338,9 @@ __global__ void batchnorm_normalize_kernel(const float* x, const float* mean, co
 // batch_norm_backward_elemt and cpu::batchnorm_backward_elemt) mean_dy = sum_dy / count and
 // k = invstd^2 * sum_dy_xmu / count computed in double and rounded to float, scale = gamma *
 // invstd in float.
-__global__ void batchnorm_backward_elemt_kernel(const float* dy, const float* x, const float* mean,
-                                                const float* invstd, const float* gamma,
-                                                const double* sum_dy, const double* sum_dy_xmu,
-                                                double count, float* dx, std::size_t n,
-                                                std::size_t C, std::size_t HW) {
+__global__ void batchnorm_backward_elemt_kernel(const float* dy, const float* x, const float* mean, const float* invstd,
+                                                const float* gamma, const double* sum_dy, const double* sum_dy_xmu,
+                                                double count, float* dx, std::size_t n, std::size_t C, std::size_t HW) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) {
     const std::size_t c = (i / HW) % C;
     const double is = static_cast<double>(invstd[c]);
@@ -413,8 +394,7 @@ namespace {
 
 // One element-wise kernel over `total` elements (> 0) of a chunk of n samples.
 template <typename Kernel, typename... Args>
-void launch_chunk_kernel(Kernel kernel, std::size_t total, const char* launcher, void* stream,
-                         Args... args) {
+void launch_chunk_kernel(Kernel kernel, std::size_t total, const char* launcher, void* stream, Args... args) {
   if (total == 0) return;
   kernel<<<grid_for(total), kBlock, 0, as_stream(stream)>>>(args...);
   DPBENCH_CUDA_CHECK(launcher, kernel_launched());
@@ -423,11 +403,11 @@ void launch_chunk_kernel(Kernel kernel, std::size_t total, const char* launcher,
 // Totals per channel of x [N, C, HW] by a Term: channel_partials_kernel's 2-D grid into
 // partials (reduce_partials_size(C) doubles), then `finish` with the slice count (C > 0).
 template <typename Term, typename Finish>
-void reduce_channels(Term term, std::size_t N, std::size_t C, std::size_t HW, double* partials,
-                     const char* launcher, void* stream, Finish finish) {
+void reduce_channels(Term term, std::size_t N, std::size_t C, std::size_t HW, double* partials, const char* launcher,
+                     void* stream, Finish finish) {
   const std::size_t slices = reduce_slices(N * HW);
-  channel_partials_kernel<<<grid_for_channels(C, slices, launcher), kReduceBlock, 0,
-                            as_stream(stream)>>>(term, N, C, HW, slices, partials);
+  channel_partials_kernel<<<grid_for_channels(C, slices, launcher), kReduceBlock, 0, as_stream(stream)>>>(
+      term, N, C, HW, slices, partials);
   DPBENCH_CUDA_CHECK(launcher, kernel_launched());
   finish(slices);
   DPBENCH_CUDA_CHECK(launcher, kernel_launched());
@@ -435,8 +415,8 @@ void reduce_channels(Term term, std::size_t N, std::size_t C, std::size_t HW, do
 
 }  // namespace
 
-void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, float* y,
-                    const cpu::ConvShape& s, float* ws, void* stream) {
+void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, float* y, const cpu::ConvShape& s,
+                    float* ws, void* stream) {
   constexpr const char* kLauncher = "conv2d_forward";
   check_conv_shape(s, kLauncher);
   const std::size_t crs = s.crs(), pq = s.pq(), chw = s.C * s.H * s.W, chunk = s.chunk();
@@ -445,71 +425,61 @@ void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, 
     float* col = ws;
     float* out = ws + crs * cols;
     launch_chunk_kernel(im2col_kernel, crs * cols, kLauncher, stream, x + n0 * chw, col, s, n);
-    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, cols, s.K, crs, col, cols, w, crs, 0.0f, out,
-         cols, stream);
-    launch_chunk_kernel(out_to_nchw_kernel, s.K * cols, kLauncher, stream,
-                        static_cast<const float*>(out), b, y + n0 * s.K * pq, s, n);
+    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, cols, s.K, crs, col, cols, w, crs, 0.0f, out, cols, stream);
+    launch_chunk_kernel(out_to_nchw_kernel, s.K * cols, kLauncher, stream, static_cast<const float*>(out), b,
+                        y + n0 * s.K * pq, s, n);
   }
 }
 
-void conv2d_backward(Blas& blas, const float* x, const float* w, const float* dy, float* dx,
-                     float* dw, float* db, const cpu::ConvShape& s, float* ws, double* partials,
-                     void* stream) {
+void conv2d_backward(Blas& blas, const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                     const cpu::ConvShape& s, float* ws, double* partials, void* stream) {
   constexpr const char* kLauncher = "conv2d_backward";
   check_conv_shape(s, kLauncher);
   const std::size_t crs = s.crs(), pq = s.pq(), chw = s.C * s.H * s.W, chunk = s.chunk();
   if (s.N == 0 && s.K * crs > 0) {  // an empty sum: zeros, as the CPU's fill
-    DPBENCH_CUDA_CHECK(kLauncher,
-                       cudaMemsetAsync(dw, 0, sizeof(float) * s.K * crs, as_stream(stream)));
+    DPBENCH_CUDA_CHECK(kLauncher, cudaMemsetAsync(dw, 0, sizeof(float) * s.K * crs, as_stream(stream)));
   }
   for (std::size_t n0 = 0; n0 < s.N; n0 += chunk) {
     const std::size_t n = std::min(chunk, s.N - n0), cols = n * pq;
     float* col = ws;
     float* out = ws + crs * cols;
     launch_chunk_kernel(im2col_kernel, crs * cols, kLauncher, stream, x + n0 * chw, col, s, n);
-    launch_chunk_kernel(nchw_to_out_kernel, s.K * cols, kLauncher, stream, dy + n0 * s.K * pq, out,
-                        s, n);
+    launch_chunk_kernel(nchw_to_out_kernel, s.K * cols, kLauncher, stream, dy + n0 * s.K * pq, out, s, n);
     // dw[K, CRS] (+)= out[K, NPQ] . col[CRS, NPQ]^T: the first chunk overwrites dw.
-    gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, crs, s.K, cols, col, cols, out, cols,
-         n0 == 0 ? 0.0f : 1.0f, dw, crs, stream);
+    gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, crs, s.K, cols, col, cols, out, cols, n0 == 0 ? 0.0f : 1.0f, dw,
+         crs, stream);
     if (dx != nullptr) {
       // dcol[CRS, NPQ] = w^T . out over col (stream order: after the dw GEMM has read col),
       // then gathered onto the chunk's dx.
-      gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_T, cols, crs, s.K, out, cols, w, crs, 0.0f, col,
-           cols, stream);
-      launch_chunk_kernel(col2im_kernel, n * chw, kLauncher, stream,
-                          static_cast<const float*>(col), dx + n0 * chw, s, n);
+      gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_T, cols, crs, s.K, out, cols, w, crs, 0.0f, col, cols, stream);
+      launch_chunk_kernel(col2im_kernel, n * chw, kLauncher, stream, static_cast<const float*>(col), dx + n0 * chw, s,
+                          n);
     }
   }
   if (db != nullptr && s.K > 0) {
-    reduce_channels(Sum{dy}, s.N, s.K, pq, partials, kLauncher, stream,
-                    [&](std::size_t slices) {
-                      bias_grad_from_partials_kernel<<<grid_for(s.K), kBlock, 0,
-                                                       as_stream(stream)>>>(partials, s.K, slices,
-                                                                            db);
-                    });
+    reduce_channels(Sum{dy}, s.N, s.K, pq, partials, kLauncher, stream, [&](std::size_t slices) {
+      bias_grad_from_partials_kernel<<<grid_for(s.K), kBlock, 0, as_stream(stream)>>>(partials, s.K, slices, db);
+    });
   }
 }
 
-void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N,
-                        std::size_t C, std::size_t H, std::size_t W, void* stream) {
+void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N, std::size_t C, std::size_t H,
+                        std::size_t W, void* stream) {
   constexpr const char* kLauncher = "maxpool2x2_forward";
   check_pool_shape(N, C, H, W, kLauncher);
   const std::size_t n_out = N * C * (H / 2) * (W / 2);
   if (n_out == 0) return;
-  maxpool2x2_forward_kernel<<<grid_for(n_out), kBlock, 0, as_stream(stream)>>>(x, y, argmax,
-                                                                                n_out, H, W);
+  maxpool2x2_forward_kernel<<<grid_for(n_out), kBlock, 0, as_stream(stream)>>>(x, y, argmax, n_out, H, W);
   DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
-void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N,
-                         std::size_t C, std::size_t H, std::size_t W, void* stream) {
+void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N, std::size_t C,
+                         std::size_t H, std::size_t W, void* stream) {
   constexpr const char* kLauncher = "maxpool2x2_backward";
   check_pool_shape(N, C, H, W, kLauncher);
   const std::size_t n_out = N * C * (H / 2) * (W / 2);
   if (n_out == 0) return;
-  maxpool2x2_backward_kernel<<<grid_for(n_out), kBlock, 0, as_stream(stream)>>>(dy, argmax, dx,
-                                                                                 n_out, H, W);
+  maxpool2x2_backward_kernel<<<grid_for(n_out), kBlock, 0, as_stream(stream)>>>(dy, argmax, dx, n_out, H, W);
   DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
@@ -519,19 +489,17 @@ void relu_inplace(float* y, std::size_t n, void* stream) {
   DPBENCH_CUDA_CHECK("relu_inplace", kernel_launched());
 }
 
-void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
-                          double* sum, double* sumsq, double* partials, void* stream) {
+void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW, double* sum, double* sumsq,
+                          double* partials, void* stream) {
   constexpr const char* kLauncher = "batchnorm_local_sums";
   if (C == 0) return;
   reduce_channels(SumAndSquares{x}, N, C, HW, partials, kLauncher, stream, [&](std::size_t slices) {
-    sums_from_partials_kernel<<<grid_for(C), kBlock, 0, as_stream(stream)>>>(partials, C, slices,
-                                                                             sum, sumsq);
+    sums_from_partials_kernel<<<grid_for(C), kBlock, 0, as_stream(stream)>>>(partials, C, slices, sum, sumsq);
   });
 }
 
-void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count,
-                              std::size_t C, float eps, float momentum, float* mean,
-                              float* invstd, float* running_mean, float* running_var,
+void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C, float eps,
+                              float momentum, float* mean, float* invstd, float* running_mean, float* running_var,
                               void* stream) {
   constexpr const char* kLauncher = "batchnorm_finalize_stats";
   check_count(count, kLauncher);
@@ -541,41 +509,34 @@ void batchnorm_finalize_stats(const double* sum, const double* sumsq, double cou
   DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
-void batchnorm_normalize(const float* x, const float* mean, const float* invstd,
-                         const float* gamma, const float* beta, float* y, std::size_t N,
-                         std::size_t C, std::size_t HW, void* stream) {
+void batchnorm_normalize(const float* x, const float* mean, const float* invstd, const float* gamma, const float* beta,
+                         float* y, std::size_t N, std::size_t C, std::size_t HW, void* stream) {
   const std::size_t n = N * C * HW;
   if (n == 0) return;
-  batchnorm_normalize_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(x, mean, invstd,
-                                                                             gamma, beta, y, n,
-                                                                             C, HW);
+  batchnorm_normalize_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(x, mean, invstd, gamma, beta, y, n, C, HW);
   DPBENCH_CUDA_CHECK("batchnorm_normalize", kernel_launched());
 }
 
-void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
-                               const float* invstd, std::size_t N, std::size_t C, std::size_t HW,
-                               double* sum_dy, double* sum_dy_xmu, float* dgamma, float* dbeta,
-                               double* partials, void* stream) {
+void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean, const float* invstd, std::size_t N,
+                               std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu, float* dgamma,
+                               float* dbeta, double* partials, void* stream) {
   constexpr const char* kLauncher = "batchnorm_backward_reduce";
   if (C == 0) return;
-  reduce_channels(DyAndDyXmu{dy, x, mean}, N, C, HW, partials, kLauncher, stream,
-                  [&](std::size_t slices) {
-                    backward_sums_from_partials_kernel<<<grid_for(C), kBlock, 0,
-                                                         as_stream(stream)>>>(
-                        partials, C, slices, invstd, sum_dy, sum_dy_xmu, dgamma, dbeta);
-                  });
+  reduce_channels(DyAndDyXmu{dy, x, mean}, N, C, HW, partials, kLauncher, stream, [&](std::size_t slices) {
+    backward_sums_from_partials_kernel<<<grid_for(C), kBlock, 0, as_stream(stream)>>>(
+        partials, C, slices, invstd, sum_dy, sum_dy_xmu, dgamma, dbeta);
+  });
 }
 
-void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean,
-                              const float* invstd, const float* gamma, const double* sum_dy,
-                              const double* sum_dy_xmu, double count, float* dx, std::size_t N,
-                              std::size_t C, std::size_t HW, void* stream) {
+void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean, const float* invstd,
+                              const float* gamma, const double* sum_dy, const double* sum_dy_xmu, double count,
+                              float* dx, std::size_t N, std::size_t C, std::size_t HW, void* stream) {
   constexpr const char* kLauncher = "batchnorm_backward_elemt";
   check_count(count, kLauncher);
   const std::size_t n = N * C * HW;
   if (n == 0) return;
-  batchnorm_backward_elemt_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(
-      dy, x, mean, invstd, gamma, sum_dy, sum_dy_xmu, count, dx, n, C, HW);
+  batchnorm_backward_elemt_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(dy, x, mean, invstd, gamma, sum_dy,
+                                                                                 sum_dy_xmu, count, dx, n, C, HW);
   DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
@@ -584,7 +545,8 @@ void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean
 double* ModelLaunchers::partials(std::size_t channels) {
   const std::size_t need = reduce_partials_size(channels);
   // A smaller block goes back to the cache; only later work on this stream can reuse it.
-  if (partials_.size() < need) partials_ = CachedBuffer<double>(allocator_, MemoryCategory::activations, need, stream());
+  if (partials_.size() < need)
+    partials_ = CachedBuffer<double>(allocator_, MemoryCategory::activations, need, stream());
   return partials_.data();
 }
 
@@ -592,56 +554,53 @@ void ModelLaunchers::linear_forward(const float* x, const float* W, const float*
                                     std::size_t in, std::size_t out, bool relu) {
   cuda::linear_forward(blas_, x, W, b, y, batch, in, out, relu, stream());
 }
-void ModelLaunchers::linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
-                                     float* db, std::size_t batch, std::size_t in, std::size_t out) {
+void ModelLaunchers::linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db,
+                                     std::size_t batch, std::size_t in, std::size_t out) {
   cuda::linear_backward(blas_, x, W, dy, dx, dW, db, batch, in, out, stream());
 }
 void ModelLaunchers::relu_inplace(float* y, std::size_t n) { cuda::relu_inplace(y, n, stream()); }
 void ModelLaunchers::relu_backward_inplace(const float* y, float* dy, std::size_t n) {
   cuda::relu_backward_inplace(y, dy, n, stream());
 }
-void ModelLaunchers::conv2d_forward(const float* x, const float* w, const float* b, float* y,
-                                    const cpu::ConvShape& s, float* ws) {
+void ModelLaunchers::conv2d_forward(const float* x, const float* w, const float* b, float* y, const cpu::ConvShape& s,
+                                    float* ws) {
   cuda::conv2d_forward(blas_, x, w, b, y, s, ws, stream());
 }
-void ModelLaunchers::conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                                     float* db, const cpu::ConvShape& s, float* ws) {
+void ModelLaunchers::conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                                     const cpu::ConvShape& s, float* ws) {
   cuda::conv2d_backward(blas_, x, w, dy, dx, dw, db, s, ws, db != nullptr ? partials(s.K) : nullptr, stream());
 }
-void ModelLaunchers::maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N,
-                                        std::size_t C, std::size_t H, std::size_t W) {
+void ModelLaunchers::maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N, std::size_t C,
+                                        std::size_t H, std::size_t W) {
   cuda::maxpool2x2_forward(x, y, argmax, N, C, H, W, stream());
 }
 void ModelLaunchers::maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N,
                                          std::size_t C, std::size_t H, std::size_t W) {
   cuda::maxpool2x2_backward(dy, argmax, dx, N, C, H, W, stream());
 }
-void ModelLaunchers::batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
-                                          double* sum, double* sumsq) {
+void ModelLaunchers::batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW, double* sum,
+                                          double* sumsq) {
   cuda::batchnorm_local_sums(x, N, C, HW, sum, sumsq, partials(C), stream());
 }
-void ModelLaunchers::batchnorm_finalize_stats(const double* sum, const double* sumsq, double count,
-                                              std::size_t C, float eps, float momentum, float* mean,
-                                              float* invstd, float* running_mean, float* running_var) {
+void ModelLaunchers::batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C,
+                                              float eps, float momentum, float* mean, float* invstd,
+                                              float* running_mean, float* running_var) {
   cuda::batchnorm_finalize_stats(sum, sumsq, count, C, eps, momentum, mean, invstd, running_mean, running_var,
                                  stream());
 }
-void ModelLaunchers::batchnorm_normalize(const float* x, const float* mean, const float* invstd,
-                                         const float* gamma, const float* beta, float* y, std::size_t N,
-                                         std::size_t C, std::size_t HW) {
+void ModelLaunchers::batchnorm_normalize(const float* x, const float* mean, const float* invstd, const float* gamma,
+                                         const float* beta, float* y, std::size_t N, std::size_t C, std::size_t HW) {
   cuda::batchnorm_normalize(x, mean, invstd, gamma, beta, y, N, C, HW, stream());
 }
-void ModelLaunchers::batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
-                                               const float* invstd, std::size_t N, std::size_t C,
-                                               std::size_t HW, double* sum_dy, double* sum_dy_xmu,
-                                               float* dgamma, float* dbeta) {
+void ModelLaunchers::batchnorm_backward_reduce(const float* dy, const float* x, const float* mean, const float* invstd,
+                                               std::size_t N, std::size_t C, std::size_t HW, double* sum_dy,
+                                               double* sum_dy_xmu, float* dgamma, float* dbeta) {
   cuda::batchnorm_backward_reduce(dy, x, mean, invstd, N, C, HW, sum_dy, sum_dy_xmu, dgamma, dbeta, partials(C),
                                   stream());
 }
-void ModelLaunchers::batchnorm_backward_elemt(const float* dy, const float* x, const float* mean,
-                                              const float* invstd, const float* gamma, const double* sum_dy,
-                                              const double* sum_dy_xmu, double count, float* dx, std::size_t N,
-                                              std::size_t C, std::size_t HW) {
+void ModelLaunchers::batchnorm_backward_elemt(const float* dy, const float* x, const float* mean, const float* invstd,
+                                              const float* gamma, const double* sum_dy, const double* sum_dy_xmu,
+                                              double count, float* dx, std::size_t N, std::size_t C, std::size_t HW) {
   cuda::batchnorm_backward_elemt(dy, x, mean, invstd, gamma, sum_dy, sum_dy_xmu, count, dx, N, C, HW, stream());
 }
 

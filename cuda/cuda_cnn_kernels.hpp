@@ -51,8 +51,8 @@ constexpr std::size_t reduce_partials_size(std::size_t C) { return 2 * C * kRedu
 // one GEMM on blas (rebound to stream) and the permute into NCHW (adding b). Throws InputError
 // as cpu::conv2d_forward for a kernel that does not fit the padded input or GEMM dimensions
 // beyond int.
-void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, float* y,
-                    const cpu::ConvShape& s, float* ws, void* stream);
+void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, float* y, const cpu::ConvShape& s,
+                    float* ws, void* stream);
 
 // Backward of conv2d_forward, as cpu::conv2d_backward: given dy[N, K, P, Q], overwrites
 // dw[K, C, R, S], db[K] (if not null) and, if dx is not null, dx[N, C, H, W]. ws: workspace of
@@ -60,23 +60,22 @@ void conv2d_forward(Blas& blas, const float* x, const float* w, const float* b, 
 // be null otherwise). Per chunk: im2col, dy permuted, one GEMM for dw (k = n*P*Q, accumulated
 // over chunks in cuBLAS), and if dx: one GEMM for the column gradient and one gathering col2im
 // (no atomics). db: the 2-D reduction in double, rounded once to float as on the CPU.
-void conv2d_backward(Blas& blas, const float* x, const float* w, const float* dy, float* dx,
-                     float* dw, float* db, const cpu::ConvShape& s, float* ws, double* partials,
-                     void* stream);
+void conv2d_backward(Blas& blas, const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                     const cpu::ConvShape& s, float* ws, double* partials, void* stream);
 
 // ---- pooling and activation -------------------------------------------------------------------
 
 // 2x2 max-pooling, stride 2: x [N, C, H, W] (H, W even, else InputError) -> y [N, C, H/2, W/2];
 // argmax (int32, device) holds the flat index within x of each maximum (first maximum in the
 // window's row-major order on ties). As cpu::maxpool2x2_forward, bit for bit.
-void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N,
-                        std::size_t C, std::size_t H, std::size_t W, void* stream);
+void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N, std::size_t C, std::size_t H,
+                        std::size_t W, void* stream);
 
 // dx [N, C, H, W] = 0 except dx[argmax[i]] = dy[i], as cpu::maxpool2x2_backward for an argmax
 // written by maxpool2x2_forward (each index inside its own window: the kernel writes each
 // window's four elements, so no atomics and no separate zeroing). H, W even, else InputError.
-void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N,
-                         std::size_t C, std::size_t H, std::size_t W, void* stream);
+void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N, std::size_t C,
+                         std::size_t H, std::size_t W, void* stream);
 
 // In place y = max(y, 0) over n elements, as cpu::relu_inplace (bit for bit; NaN stays NaN).
 // Its backward is cuda::relu_backward_inplace (cuda/cuda_kernels.hpp).
@@ -87,42 +86,38 @@ void relu_inplace(float* y, std::size_t n, void* stream);
 // Stage 1 (per rank): sum[C] and sumsq[C] (device doubles, overwritten) of this rank's N*HW
 // values per channel. The 2-D reduction above in double (partials: reduce_partials_size(C)
 // doubles), fixed-order tree within a block and fixed-order second pass: deterministic.
-void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW,
-                          double* sum, double* sumsq, double* partials, void* stream);
+void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW, double* sum, double* sumsq,
+                          double* partials, void* stream);
 
 // Stage 2: mean[C] and invstd[C] = 1/sqrt(var + eps) (device floats) from the totals over
 // `count` values (biased variance, clamped at 0), and if not null the running statistics
 // running = (1 - momentum) * running + momentum * batch (unbiased variance for running_var),
 // updated on the device. Arithmetic in double, each operation rounded on its own as on the CPU.
 // Throws InputError when count <= 0.
-void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count,
-                              std::size_t C, float eps, float momentum, float* mean,
-                              float* invstd, float* running_mean, float* running_var,
+void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C, float eps,
+                              float momentum, float* mean, float* invstd, float* running_mean, float* running_var,
                               void* stream);
 
 // Stage 3: y = (x - mean) * (gamma * invstd) + beta per channel, as cpu::batchnorm_normalize
 // (bit for bit: no fused multiply-add).
-void batchnorm_normalize(const float* x, const float* mean, const float* invstd,
-                         const float* gamma, const float* beta, float* y, std::size_t N,
-                         std::size_t C, std::size_t HW, void* stream);
+void batchnorm_normalize(const float* x, const float* mean, const float* invstd, const float* gamma, const float* beta,
+                         float* y, std::size_t N, std::size_t C, std::size_t HW, void* stream);
 
 // Backward stage 1 (per rank): sum_dy[C] = sum dy and sum_dy_xmu[C] = sum dy * (x - mean)
 // (device doubles, overwritten; the 2-D reduction as in batchnorm_local_sums, partials:
 // reduce_partials_size(C) doubles), and dgamma[C] = sum_dy_xmu * invstd, dbeta[C] = sum_dy of
 // this rank's values (device floats).
-void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean,
-                               const float* invstd, std::size_t N, std::size_t C, std::size_t HW,
-                               double* sum_dy, double* sum_dy_xmu, float* dgamma, float* dbeta,
-                               double* partials, void* stream);
+void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean, const float* invstd, std::size_t N,
+                               std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu, float* dgamma,
+                               float* dbeta, double* partials, void* stream);
 
 // Backward stage 2 (sums combined over all ranks, `count` values in all):
 // dx = (dy - sum_dy/count - (x - mean) * invstd^2 * sum_dy_xmu/count) * gamma * invstd, as
 // cpu::batchnorm_backward_elemt (bit for bit: no fused multiply-add). Throws InputError when
 // count <= 0.
-void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean,
-                              const float* invstd, const float* gamma, const double* sum_dy,
-                              const double* sum_dy_xmu, double count, float* dx, std::size_t N,
-                              std::size_t C, std::size_t HW, void* stream);
+void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean, const float* invstd,
+                              const float* gamma, const double* sum_dy, const double* sum_dy_xmu, double count,
+                              float* dx, std::size_t N, std::size_t C, std::size_t HW, void* stream);
 
 // ---- the launchers behind workloads/model_ops.hpp ----------------------------------------------
 
@@ -134,8 +129,8 @@ void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean
 class ModelLaunchers : public ModelOps<float> {
  public:
   ModelLaunchers(Blas& blas, CachingAllocator& allocator) : blas_(blas), allocator_(allocator) {}
-  void linear_forward(const float* x, const float* W, const float* b, float* y, std::size_t batch,
-                      std::size_t in, std::size_t out, bool relu) override;
+  void linear_forward(const float* x, const float* W, const float* b, float* y, std::size_t batch, std::size_t in,
+                      std::size_t out, bool relu) override;
   void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db,
                        std::size_t batch, std::size_t in, std::size_t out) override;
   void relu_inplace(float* y, std::size_t n) override;
@@ -144,8 +139,8 @@ class ModelLaunchers : public ModelOps<float> {
                       float* ws) override;
   void conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
                        const cpu::ConvShape& s, float* ws) override;
-  void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N, std::size_t C,
-                          std::size_t H, std::size_t W) override;
+  void maxpool2x2_forward(const float* x, float* y, std::int32_t* argmax, std::size_t N, std::size_t C, std::size_t H,
+                          std::size_t W) override;
   void maxpool2x2_backward(const float* dy, const std::int32_t* argmax, float* dx, std::size_t N, std::size_t C,
                            std::size_t H, std::size_t W) override;
   void batchnorm_local_sums(const float* x, std::size_t N, std::size_t C, std::size_t HW, double* sum,
@@ -155,9 +150,9 @@ class ModelLaunchers : public ModelOps<float> {
                                 float* running_var) override;
   void batchnorm_normalize(const float* x, const float* mean, const float* invstd, const float* gamma,
                            const float* beta, float* y, std::size_t N, std::size_t C, std::size_t HW) override;
-  void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean, const float* invstd,
-                                 std::size_t N, std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu,
-                                 float* dgamma, float* dbeta) override;
+  void batchnorm_backward_reduce(const float* dy, const float* x, const float* mean, const float* invstd, std::size_t N,
+                                 std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu, float* dgamma,
+                                 float* dbeta) override;
   void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean, const float* invstd,
                                 const float* gamma, const double* sum_dy, const double* sum_dy_xmu, double count,
                                 float* dx, std::size_t N, std::size_t C, std::size_t HW) override;

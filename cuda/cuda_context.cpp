@@ -158,8 +158,8 @@ class CudaStaging final : public BatchStaging {
 // One GPU rank's context. Every pointer is valid for the duration of the rank's body.
 class CudaRankContext final : public RankContext {
  public:
-  CudaRankContext(int rank, int device, Communicator& comm, void* comm_stream, cuda::Stream& compute,
-                  cuda::Blas& blas, DeviceAllocator& allocator, MemoryTracker& host_tracker, FailureGuard& guard,
+  CudaRankContext(int rank, int device, Communicator& comm, void* comm_stream, cuda::Stream& compute, cuda::Blas& blas,
+                  DeviceAllocator& allocator, MemoryTracker& host_tracker, FailureGuard& guard,
                   std::function<void()> shared_gpu_barrier)
       : RankContext(rank, comm, allocator.tracker(), host_tracker),
         guard_(guard),
@@ -224,9 +224,7 @@ class CudaRankContext final : public RankContext {
   }
   std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<CudaStepTimer>(stream()); }
   std::unique_ptr<Event> make_event() override { return std::make_unique<CudaEvent>(stream()); }
-  void comm_stream_wait(Event& ready) override {
-    static_cast<CudaEvent&>(ready).event().wait_on(comm_stream_);
-  }
+  void comm_stream_wait(Event& ready) override { static_cast<CudaEvent&>(ready).event().wait_on(comm_stream_); }
   void compute_wait_comm() override {
     comm_done_.record(comm_stream_);
     comm_done_.wait_on(stream());
@@ -244,8 +242,8 @@ class CudaRankContext final : public RankContext {
   // Per-step losses live on the device until the run asks for them; the buffer doubles as
   // steps grow (the old one is freed after the compute stream has copied it).
   void grow_step_loss(std::size_t steps) {
-    DeviceBuffer<float> bigger(allocator_, MemoryCategory::activations, std::max<std::size_t>(steps, 2 * step_loss_.size()),
-                               stream());
+    DeviceBuffer<float> bigger(allocator_, MemoryCategory::activations,
+                               std::max<std::size_t>(steps, 2 * step_loss_.size()), stream());
     if (!step_loss_.empty()) cuda::memcpy_async(bigger.data(), step_loss_.data(), step_loss_.bytes(), stream());
     synchronize();
     step_loss_ = std::move(bigger);
@@ -266,8 +264,9 @@ class CudaRankContext final : public RankContext {
 // (created in local_comm_stream), or over NCCL on NCCL's stream. comm_stream gets that stream's
 // handle. Throws what the communicator's constructor throws.
 std::unique_ptr<Communicator> make_gpu_communicator(const TrainConfig& config, int rank, int device,
-                                                   DeviceAllocator& allocator, const CommSource& source,
-                                                   std::optional<cuda::Stream>& local_comm_stream, void*& comm_stream) {
+                                                    DeviceAllocator& allocator, const CommSource& source,
+                                                    std::optional<cuda::Stream>& local_comm_stream,
+                                                    void*& comm_stream) {
   if (source.group) {
     local_comm_stream.emplace();
     comm_stream = local_comm_stream->handle();
@@ -316,8 +315,8 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
   cuda::Stream compute;
   std::optional<cuda::Stream> local_comm_stream;
   void* comm_stream = nullptr;
-  std::unique_ptr<Communicator> comm =
-      make_gpu_communicator(config, rank, device, allocator, source, local_comm_stream, comm_stream);
+  std::unique_ptr<Communicator> comm = make_gpu_communicator(config, rank, device, allocator, source, local_comm_stream,
+                                                             comm_stream);
   const LiveCommunicator live{source, rank, comm.get()};
   // Built before anything whose destruction synchronises the device: when the rank throws, its
   // NCCL communicator (and its thread peers') are aborted before cuBLAS's handle or pinned

@@ -25,32 +25,28 @@ namespace dpbench::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;                    // threads per block, element-wise kernels
-constexpr int kWarp = 32;                      // threads per warp
-constexpr int kRowsPerBlock = kBlock / kWarp;  // softmax / arg-max: one warp per row
-constexpr unsigned kFullMask = 0xffffffffu;    // all lanes of a warp take part in a shuffle
-constexpr std::size_t kMaxBlocks = 65536;      // element-wise grids stop here and grid-stride
-constexpr int kColTile = 32;                   // column sum: columns per block (one warp wide)
-constexpr int kRowLanes = 16;                  // column sum: threads down the rows per column
+constexpr int kBlock = 256;                          // threads per block, element-wise kernels
+constexpr int kWarp = 32;                            // threads per warp
+constexpr int kRowsPerBlock = kBlock / kWarp;        // softmax / arg-max: one warp per row
+constexpr unsigned kFullMask = 0xffffffffu;          // all lanes of a warp take part in a shuffle
+constexpr std::size_t kMaxBlocks = 65536;            // element-wise grids stop here and grid-stride
+constexpr int kColTile = 32;                         // column sum: columns per block (one warp wide)
+constexpr int kRowLanes = 16;                        // column sum: threads down the rows per column
 constexpr unsigned long long kNoIndex = ULLONG_MAX;  // arg-max: lane has seen no element
 
 // ---------------------------------------------------------------------------------------------
 // Error checks. A failure throws Error("cuda: <launcher>: <cause> at <file>:<line>").
 
-
 using namespace detail;  // fail, check_cuda, check_cublas, check_launch, as_stream, to_int
 
 // Blocks for a grid-stride loop over n elements (n > 0).
-unsigned grid_for(std::size_t n) {
-  return static_cast<unsigned>(std::min((n + kBlock - 1) / kBlock, kMaxBlocks));
-}
+unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min((n + kBlock - 1) / kBlock, kMaxBlocks)); }
 
 // Blocks for one warp per row over `rows` rows (rows > 0); the grid's x dimension holds 2^31-1.
 unsigned grid_for_rows(std::size_t rows, const char* launcher) {
   const std::size_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(
-        fmt::format("cuda: {}: {} rows need more blocks than a grid holds", launcher, rows));
+    throw Error(fmt::format("cuda: {}: {} rows need more blocks than a grid holds", launcher, rows));
   }
   return static_cast<unsigned>(blocks);
 }
@@ -63,15 +59,12 @@ unsigned grid_for_rows(std::size_t rows, const char* launcher) {
 namespace {
 
 // First index of a grid-stride loop, and its stride.
-__device__ std::size_t global_index() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+__device__ std::size_t global_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ std::size_t grid_stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
 
 // y[batch, out] += b[out] broadcast over rows; then y = max(y, 0) if relu. The comparison is
 // written as std::max(v, 0) evaluates it, so a ReLU output matches the CPU's bit for bit.
-__global__ void bias_relu_kernel(float* y, const float* b, std::size_t n, std::size_t out,
-                                 bool relu) {
+__global__ void bias_relu_kernel(float* y, const float* b, std::size_t n, std::size_t out, bool relu) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) {
     const float v = y[i] + b[i % out];
     y[i] = (relu && v < 0.0f) ? 0.0f : v;
@@ -81,8 +74,7 @@ __global__ void bias_relu_kernel(float* y, const float* b, std::size_t n, std::s
 // db[out] = sum over rows of dy[batch, out]. Block (kColTile, kRowLanes): threadIdx.x picks a
 // column (consecutive threads read consecutive addresses), threadIdx.y strides down the rows;
 // the kRowLanes partial sums are added in a fixed order, so the result is deterministic.
-__global__ void column_sum_kernel(const float* dy, float* db, std::size_t batch,
-                                  std::size_t out) {
+__global__ void column_sum_kernel(const float* dy, float* db, std::size_t batch, std::size_t out) {
   __shared__ float partial[kRowLanes][kColTile + 1];  // +1: no shared-memory bank conflicts
   const std::size_t col = static_cast<std::size_t>(blockIdx.x) * kColTile + threadIdx.x;
   float sum = 0.0f;
@@ -120,9 +112,8 @@ __device__ double warp_sum(double v) {
 // follows cpu::softmax_cross_entropy step by step: zmax in float, z - zmax in float, the
 // exponentials, their sum and its logarithm in double, the gradient rounded to float last.
 // Each block adds its rows' losses (in double) to *loss_sum with one atomicAdd.
-__global__ void softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels,
-                                             std::size_t batch, std::size_t classes,
-                                             float* dlogits, float grad_scale, float* loss_sum) {
+__global__ void softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, std::size_t batch,
+                                             std::size_t classes, float* dlogits, float grad_scale, float* loss_sum) {
   __shared__ double row_loss[kRowsPerBlock];
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -153,8 +144,7 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int
       for (std::size_t c = lane; c < classes; c += kWarp) {
         const double p = exp(static_cast<double>(z[c] - zmax) - log_sum);
         const double target = (valid && c == static_cast<std::size_t>(label)) ? 1.0 : 0.0;
-        d[c] = valid ? static_cast<float>((p - target) * static_cast<double>(grad_scale))
-                     : CUDART_NAN_F;
+        d[c] = valid ? static_cast<float>((p - target) * static_cast<double>(grad_scale)) : CUDART_NAN_F;
       }
     }
   }
@@ -169,8 +159,8 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int
 
 // One warp per row: the arg-max of logits[row, :] (lowest index among equal maxima, as
 // std::max_element) against the label; each block adds its count to *correct.
-__global__ void count_correct_kernel(const float* logits, const std::int32_t* labels,
-                                     std::size_t batch, std::size_t classes, int* correct) {
+__global__ void count_correct_kernel(const float* logits, const std::int32_t* labels, std::size_t batch,
+                                     std::size_t classes, int* correct) {
   __shared__ int row_hit[kRowsPerBlock];
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -192,8 +182,7 @@ __global__ void count_correct_kernel(const float* logits, const std::int32_t* la
       const float other = __shfl_xor_sync(kFullMask, best, offset);
       const unsigned long long other_index = __shfl_xor_sync(kFullMask, best_index, offset);
       const bool take = other_index != kNoIndex &&
-                        (best_index == kNoIndex || best < other ||
-                         (best == other && other_index < best_index));
+                        (best_index == kNoIndex || best < other || (best == other && other_index < best_index));
       if (take) {
         best = other;
         best_index = other_index;
@@ -214,8 +203,8 @@ __global__ void count_correct_kernel(const float* logits, const std::int32_t* la
 // PyTorch SGD with momentum. The _rn intrinsics round each product and sum on its own: nvcc
 // would otherwise fuse a * b + c into one FMA and the result would differ from the CPU's in
 // the last bit.
-__global__ void sgd_momentum_kernel(float* params, const float* grads, float* velocity,
-                                    std::size_t n, float lr, float momentum, float weight_decay) {
+__global__ void sgd_momentum_kernel(float* params, const float* grads, float* velocity, std::size_t n, float lr,
+                                    float momentum, float weight_decay) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) {
     const float p = params[i];
     const float d = __fadd_rn(grads[i], __fmul_rn(weight_decay, p));
@@ -269,9 +258,8 @@ Blas::Blas(void* stream, Precision precision) : stream_(stream), precision_(prec
     DPBENCH_CUBLAS_CHECK("Blas", cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST));
     // The GEMMs below name their compute type explicitly; the math mode makes any other cuBLAS
     // call on handle() follow the same precision.
-    DPBENCH_CUBLAS_CHECK("Blas", cublasSetMathMode(handle_, precision == Precision::tf32
-                                                                ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                : CUBLAS_DEFAULT_MATH));
+    DPBENCH_CUBLAS_CHECK("Blas", cublasSetMathMode(handle_, precision == Precision::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                         : CUBLAS_DEFAULT_MATH));
   } catch (...) {
     cublasDestroy(handle_);
     handle_ = nullptr;
@@ -292,9 +280,7 @@ void detail::note_launch() noexcept { ++launches; }
 std::uint64_t launch_count() { return launches; }
 
 Blas::Blas(Blas&& other) noexcept
-    : handle_(std::exchange(other.handle_, nullptr)),
-      stream_(other.stream_),
-      precision_(other.precision_) {}
+    : handle_(std::exchange(other.handle_, nullptr)), stream_(other.stream_), precision_(other.precision_) {}
 
 Blas& Blas::operator=(Blas&& other) noexcept {
   if (this != &other) {
@@ -357,8 +343,8 @@ namespace {
 
 }  // namespace
 
-void linear_forward(Blas& blas, const float* x, const float* W, const float* b, float* y,
-                    std::size_t batch, std::size_t in, std::size_t out, bool relu, void* stream) {
+void linear_forward(Blas& blas, const float* x, const float* W, const float* b, float* y, std::size_t batch,
+                    std::size_t in, std::size_t out, bool relu, void* stream) {
   constexpr const char* kLauncher = "linear_forward";
   if (batch == 0 || out == 0) return;
   gemm(blas, kLauncher, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, W, in, x, in, 0.0f, y, out, stream);
@@ -367,13 +353,11 @@ void linear_forward(Blas& blas, const float* x, const float* W, const float* b, 
   DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
-void linear_backward(Blas& blas, const float* x, const float* W, const float* dy, float* dx,
-                     float* dW, float* db, std::size_t batch, std::size_t in, std::size_t out,
-                     void* stream) {
+void linear_backward(Blas& blas, const float* x, const float* W, const float* dy, float* dx, float* dW, float* db,
+                     std::size_t batch, std::size_t in, std::size_t out, void* stream) {
   constexpr const char* kLauncher = "linear_backward";
   if (batch == 0) {
-    DPBENCH_CUDA_CHECK(kLauncher,
-                       cudaMemsetAsync(dW, 0, sizeof(float) * out * in, as_stream(stream)));
+    DPBENCH_CUDA_CHECK(kLauncher, cudaMemsetAsync(dW, 0, sizeof(float) * out * in, as_stream(stream)));
     DPBENCH_CUDA_CHECK(kLauncher, cudaMemsetAsync(db, 0, sizeof(float) * out, as_stream(stream)));
     return;
   }
@@ -386,8 +370,7 @@ void linear_backward(Blas& blas, const float* x, const float* W, const float* dy
   }
   // out == 0 makes this an empty sum: gemm() writes zeros to dx, as OpenBLAS does.
   if (dx != nullptr) {
-    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, W, in, dy, out, 0.0f, dx, in,
-         stream);
+    gemm(blas, kLauncher, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, W, in, dy, out, 0.0f, dx, in, stream);
   }
 }
 
@@ -397,9 +380,8 @@ void relu_backward_inplace(const float* y, float* dy, std::size_t n, void* strea
   DPBENCH_CUDA_CHECK("relu_backward_inplace", kernel_launched());
 }
 
-void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std::size_t batch,
-                           std::size_t classes, float* dlogits, float grad_scale, float* loss_sum,
-                           void* stream) {
+void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes,
+                           float* dlogits, float grad_scale, float* loss_sum, void* stream) {
   constexpr const char* kLauncher = "softmax_cross_entropy";
   if (batch == 0) return;
   if (classes == 0) throw Error(fmt::format("cuda: {}: zero classes", kLauncher));
@@ -408,20 +390,20 @@ void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std:
   DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
-void count_correct(const float* logits, const std::int32_t* labels, std::size_t batch,
-                   std::size_t classes, int* correct, void* stream) {
+void count_correct(const float* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes,
+                   int* correct, void* stream) {
   constexpr const char* kLauncher = "count_correct";
   if (batch == 0 || classes == 0) return;  // no arg-max, so nothing is correct
-  count_correct_kernel<<<grid_for_rows(batch, kLauncher), kBlock, 0, as_stream(stream)>>>(
-      logits, labels, batch, classes, correct);
+  count_correct_kernel<<<grid_for_rows(batch, kLauncher), kBlock, 0, as_stream(stream)>>>(logits, labels, batch,
+                                                                                          classes, correct);
   DPBENCH_CUDA_CHECK(kLauncher, kernel_launched());
 }
 
-void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr,
-                  float momentum, float weight_decay, void* stream) {
+void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr, float momentum,
+                  float weight_decay, void* stream) {
   if (n == 0) return;
-  sgd_momentum_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(params, grads, velocity, n,
-                                                                      lr, momentum, weight_decay);
+  sgd_momentum_kernel<<<grid_for(n), kBlock, 0, as_stream(stream)>>>(params, grads, velocity, n, lr, momentum,
+                                                                     weight_decay);
   DPBENCH_CUDA_CHECK("sgd_momentum", kernel_launched());
 }
 

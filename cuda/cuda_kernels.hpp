@@ -71,15 +71,14 @@ class Blas {
 // y[batch, out] = x[batch, in] . W^T + b, with W: [out, in] (nn.Linear layout), b: [out],
 // all row-major. If relu, y = max(y, 0) (fused into the bias kernel). As cpu::linear_forward.
 // One GEMM on blas (rebound to stream) and one element-wise kernel on stream.
-void linear_forward(Blas& blas, const float* x, const float* W, const float* b, float* y,
-                    std::size_t batch, std::size_t in, std::size_t out, bool relu, void* stream);
+void linear_forward(Blas& blas, const float* x, const float* W, const float* b, float* y, std::size_t batch,
+                    std::size_t in, std::size_t out, bool relu, void* stream);
 
 // Backward of linear_forward without ReLU, as cpu::linear_backward: given dy[batch, out],
 // overwrites dW[out, in] = dy^T . x, db[out] = sum over batch of dy and, if dx != nullptr,
 // dx[batch, in] = dy . W. batch == 0 writes zeros to dW and db.
-void linear_backward(Blas& blas, const float* x, const float* W, const float* dy, float* dx,
-                     float* dW, float* db, std::size_t batch, std::size_t in, std::size_t out,
-                     void* stream);
+void linear_backward(Blas& blas, const float* x, const float* W, const float* dy, float* dx, float* dW, float* db,
+                     std::size_t batch, std::size_t in, std::size_t out, void* stream);
 
 // In place over n elements: dy[i] = 0 where the ReLU output y[i] <= 0. As
 // cpu::relu_backward_inplace (bit-identical).
@@ -92,22 +91,21 @@ void relu_backward_inplace(const float* y, float* dy, std::size_t n, void* strea
 // dlogits[batch, classes] = (softmax(logits) - onehot(labels)) * grad_scale.
 // A kernel cannot throw: a label outside [0, classes) makes that row's loss and dlogits NaN,
 // so *loss_sum becomes NaN (cpu::softmax_cross_entropy throws instead).
-void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std::size_t batch,
-                           std::size_t classes, float* dlogits, float grad_scale, float* loss_sum,
-                           void* stream);
+void softmax_cross_entropy(const float* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes,
+                           float* dlogits, float grad_scale, float* loss_sum, void* stream);
 
 // ADDS to *correct (one int on the device) the number of rows of logits[batch, classes] whose
 // arg-max equals the label; ties go to the lowest index (std::max_element's rule). As
 // cpu::count_correct.
-void count_correct(const float* logits, const std::int32_t* labels, std::size_t batch,
-                   std::size_t classes, int* correct, void* stream);
+void count_correct(const float* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes,
+                   int* correct, void* stream);
 
 // SGD with momentum, PyTorch torch/optim/sgd.py semantics (dampening 0, no Nesterov), over n
 // elements:  d = g + weight_decay * p;  v = momentum * v + d;  p -= lr * v.
 // Every operation rounds separately (no fused multiply-add), so the result is bit-identical to
 // cpu::sgd_momentum<float>.
-void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr,
-                  float momentum, float weight_decay, void* stream);
+void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr, float momentum,
+                  float weight_decay, void* stream);
 
 // Adam / AdamW with the step's scalars (cpu::adam_scalars), over n elements, as cpu::adam<float>:
 // every operation rounds separately (IEEE sqrt and division), so the result is bit-identical.

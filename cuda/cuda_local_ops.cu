@@ -64,8 +64,7 @@ class CudaMemOps final : public LocalMemOps {
   }
 
   void fence() override {
-    DPBENCH_CUDA_CHECK("local backend: fence",
-                       cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+    DPBENCH_CUDA_CHECK("local backend: fence", cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   }
 
   float* scratch(std::size_t n) override {
@@ -120,8 +119,7 @@ class CudaMemOps final : public LocalMemOps {
 
 }  // namespace
 
-std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int device, DeviceAllocator& allocator,
-                                               void* stream, int peer_devices) {
+std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int device, DeviceAllocator& allocator, void* stream, int peer_devices) {
   return std::make_unique<CudaMemOps>(device, allocator, stream, peer_devices);
 }
 

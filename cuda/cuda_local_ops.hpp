@@ -22,7 +22,6 @@ namespace dpbench {
 // runs; peer_devices: how many devices (0..peer_devices-1) host the group's ranks, the only ones
 // peer access is enabled to (a GPU the run does not use gets no context from it). The allocator
 // must outlive the ops. Throws Error in a build without CUDA.
-std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int device, DeviceAllocator& allocator, void* stream,
-                                               int peer_devices);
+std::unique_ptr<LocalMemOps> make_cuda_mem_ops(int device, DeviceAllocator& allocator, void* stream, int peer_devices);
 
 }  // namespace dpbench

@@ -52,8 +52,7 @@ int pointer_device(const void* ptr) {
   check_cuda(err, "pointer_device", "cudaPointerGetAttributes", __FILE__, __LINE__);
   switch (attr.type) {
     case cudaMemoryTypeDevice:
-    case cudaMemoryTypeManaged:
-      return attr.device;
+    case cudaMemoryTypeManaged: return attr.device;
     default:  // cudaMemoryTypeHost (page-locked) or cudaMemoryTypeUnregistered
       return -1;
   }
@@ -94,7 +93,7 @@ void Stream::synchronize() const {
 Event::Event(Timing timing) {
   cudaEvent_t event = nullptr;
   DPBENCH_CUDA_CHECK("Event", cudaEventCreateWithFlags(&event, timing == Timing::on ? cudaEventDefault
-                                                                                 : cudaEventDisableTiming));
+                                                                                    : cudaEventDisableTiming));
   event_ = event;
 }
 
@@ -148,14 +147,11 @@ void Event::wait_on(void* stream) const {
   DPBENCH_CUDA_CHECK("Event::wait_on", cudaStreamWaitEvent(as_stream(stream), as_event(event_), 0));
 }
 
-void Event::synchronize() const {
-  DPBENCH_CUDA_CHECK("Event::synchronize", cudaEventSynchronize(as_event(event_)));
-}
+void Event::synchronize() const { DPBENCH_CUDA_CHECK("Event::synchronize", cudaEventSynchronize(as_event(event_))); }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
   float ms = 0.0f;
-  DPBENCH_CUDA_CHECK("Event::elapsed_ms",
-                     cudaEventElapsedTime(&ms, as_event(start.event_), as_event(end.event_)));
+  DPBENCH_CUDA_CHECK("Event::elapsed_ms", cudaEventElapsedTime(&ms, as_event(start.event_), as_event(end.event_)));
   return ms;
 }
 
@@ -164,15 +160,13 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
 
 void memcpy_async(void* dst, const void* src, std::size_t bytes, void* stream) {
   if (bytes == 0) return;
-  DPBENCH_CUDA_CHECK("memcpy_async",
-                     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)));
+  DPBENCH_CUDA_CHECK("memcpy_async", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)));
 }
 
-void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
-                       std::size_t bytes, void* stream) {
+void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, std::size_t bytes, void* stream) {
   if (bytes == 0) return;
-  DPBENCH_CUDA_CHECK("memcpy_peer_async", cudaMemcpyPeerAsync(dst, dst_device, src, src_device,
-                                                              bytes, as_stream(stream)));
+  DPBENCH_CUDA_CHECK("memcpy_peer_async",
+                     cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, as_stream(stream)));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -100,8 +100,7 @@ class Graph {
 void memcpy_async(void* dst, const void* src, std::size_t bytes, void* stream);
 // cudaMemcpyPeerAsync: `bytes` from src on src_device to dst on dst_device, on `stream`. Works
 // within one device as well.
-void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
-                       std::size_t bytes, void* stream);
+void memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, std::size_t bytes, void* stream);
 
 // Page-locked host memory (cudaHostAlloc / cudaFreeHost) for TrackedBuffer<T>: the staging
 // buffers that make host-to-device copies asynchronous (DataLoader's pin_memory), e.g.

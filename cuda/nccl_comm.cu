@@ -58,8 +58,7 @@ namespace {
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
   NcclCommunicatorImpl(int world_size, int rank, int device, std::chrono::milliseconds timeout)
-      : world_size_(world_size), rank_(rank), device_(device),
-        calls_(fmt::format("rank {}", rank), timeout, [this] {
+      : world_size_(world_size), rank_(rank), device_(device), calls_(fmt::format("rank {}", rank), timeout, [this] {
           if (comm_ != nullptr) ncclCommAbort(comm_);  // makes this rank's kernels exit, frees it
         }) {}
   ~NcclCommunicatorImpl() override;
@@ -84,10 +83,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) override;
   void reduce_scatterv_sum_start(float* send, const std::vector<std::size_t>& counts, float* recv) override;
   void allgatherv(float* buf, const std::vector<std::size_t>& counts) override;
-  void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv,
-                int root) override;
-  void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv,
-               int root) override;
+  void scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override;
+  void gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) override;
   void send(const float* buf, std::size_t n, int dst) override;
   void recv(float* buf, std::size_t n, int src) override;
   void sendrecv(const float* send, std::size_t send_n, int dst, float* recv, std::size_t recv_n, int src) override;
@@ -129,7 +126,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   const int rank_;
   const int device_;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;   // the communication stream (cudaStreamNonBlocking)
+  cudaStream_t stream_ = nullptr;     // the communication stream (cudaStreamNonBlocking)
   float* barrier_scratch_ = nullptr;  // [1] float on device_, all-reduced by barrier()
   // One call at a time, abort() from any thread, the timed waits; aborting is ncclCommAbort.
   AbortableCalls calls_;
@@ -180,28 +177,25 @@ NcclCommunicatorImpl::~NcclCommunicatorImpl() {
 // ---------------------------------------------------------------------------------------------
 // Failure handling
 
-
-void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, const char* file,
-                                      int line) {
+void NcclCommunicatorImpl::check_nccl(ncclResult_t result, const char* call, const char* file, int line) {
   if (result == ncclSuccess) return;
   if (result == ncclInProgress && comm_ != nullptr) {
     settle(call_name(call));
     return;
   }
-  calls_.fail(fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), nccl_cause(result),
-                   source_location(file, line)));
+  calls_.fail(
+      fmt::format("rank {}: {}: {} at {}", rank_, call_name(call), nccl_cause(result), source_location(file, line)));
 }
 
 ncclResult_t NcclCommunicatorImpl::comm_state(const std::string& op) {
   ncclResult_t state = ncclSuccess;
   const ncclResult_t result = ncclCommGetAsyncError(comm_, &state);
   if (result != ncclSuccess) {
-    calls_.fail(fmt::format("rank {}: {}: ncclCommGetAsyncError: {}; communicator aborted", rank_, op,
-                            nccl_cause(result)));
+    calls_.fail(
+        fmt::format("rank {}: {}: ncclCommGetAsyncError: {}; communicator aborted", rank_, op, nccl_cause(result)));
   }
   if (state != ncclSuccess && state != ncclInProgress) {
-    calls_.fail(fmt::format("rank {}: {}: NCCL async error {}; communicator aborted", rank_, op,
-                            nccl_cause(state)));
+    calls_.fail(fmt::format("rank {}: {}: NCCL async error {}; communicator aborted", rank_, op, nccl_cause(state)));
   }
   calls_.throw_if_aborted();
   return state;
@@ -286,32 +280,30 @@ void NcclCommunicatorImpl::allgather(const float* send, float* recv, std::size_t
   count(others, others);
 }
 
-void NcclCommunicatorImpl::enqueue_reduce_scatterv(float* send, const std::vector<std::size_t>& counts,
-                                                   float* recv) {
+void NcclCommunicatorImpl::enqueue_reduce_scatterv(float* send, const std::vector<std::size_t>& counts, float* recv) {
   check_counts(counts, "reduce_scatter");
   if (equal_counts(counts)) {
-    if (counts[0] > 0) DPBENCH_NCCL_CHECK(*this, ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream_));
+    if (counts[0] > 0)
+      DPBENCH_NCCL_CHECK(*this, ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream_));
     return;
   }
   p2p_group(  // recvbuff is written on the root only
       [&] {
-        return for_each_segment(counts, -1, ncclSuccess, [&](int k, std::size_t off, std::size_t c) {
-          return ncclReduce(send + off, k == rank_ ? recv : send + off, c, ncclFloat, ncclSum, k, comm_, stream_);
-        });
+    return for_each_segment(counts, -1, ncclSuccess, [&](int k, std::size_t off, std::size_t c) {
+      return ncclReduce(send + off, k == rank_ ? recv : send + off, c, ncclFloat, ncclSum, k, comm_, stream_);
+    });
       },
       __FILE__, __LINE__);
 }
 
-void NcclCommunicatorImpl::reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts,
-                                               float* recv) {
+void NcclCommunicatorImpl::reduce_scatterv_sum(float* send, const std::vector<std::size_t>& counts, float* recv) {
   const auto lock = enter();
   enqueue_reduce_scatterv(send, counts, recv);
   wait_stream("reduce_scatter");
   count(ring_reduce_scatter_counts(counts, rank_));
 }
 
-void NcclCommunicatorImpl::reduce_scatterv_sum_start(float* send, const std::vector<std::size_t>& counts,
-                                                     float* recv) {
+void NcclCommunicatorImpl::reduce_scatterv_sum_start(float* send, const std::vector<std::size_t>& counts, float* recv) {
   const auto lock = enter();
   enqueue_reduce_scatterv(send, counts, recv);
   count(ring_reduce_scatter_counts(counts, rank_));
@@ -324,15 +316,15 @@ void NcclCommunicatorImpl::allgatherv(float* buf, const std::vector<std::size_t>
   const auto lock = enter();
   if (equal_counts(counts)) {
     if (counts[0] > 0) {
-      DPBENCH_NCCL_CHECK(*this, ncclAllGather(buf + counts[0] * static_cast<std::size_t>(rank_), buf, counts[0], ncclFloat,
-                               comm_, stream_));
+      DPBENCH_NCCL_CHECK(*this, ncclAllGather(buf + counts[0] * static_cast<std::size_t>(rank_), buf, counts[0],
+                                              ncclFloat, comm_, stream_));
     }
   } else {
     p2p_group(
         [&] {
-          return for_each_segment(counts, -1, ncclSuccess, [&](int k, std::size_t off, std::size_t c) {
-            return ncclBroadcast(buf + off, buf + off, c, ncclFloat, k, comm_, stream_);
-          });
+      return for_each_segment(counts, -1, ncclSuccess, [&](int k, std::size_t off, std::size_t c) {
+        return ncclBroadcast(buf + off, buf + off, c, ncclFloat, k, comm_, stream_);
+      });
         },
         __FILE__, __LINE__);
   }
@@ -342,8 +334,7 @@ void NcclCommunicatorImpl::allgatherv(float* buf, const std::vector<std::size_t>
 
 // The root sends each rank its part (one group of ncclSend) and copies its own; every other
 // rank receives one message. Ranks with a count of 0 exchange nothing.
-void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::size_t>& counts,
-                                    float* recv, int root) {
+void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) {
   check_root(root, "scatter");
   check_counts(counts, "scatter");
   const auto lock = enter();
@@ -352,13 +343,13 @@ void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::si
   if (rank_ == root) {
     if (mine > 0) {
       DPBENCH_CUDA_CHECK(*this, cudaMemcpyAsync(recv, send + offsets[static_cast<std::size_t>(rank_)],
-                                 mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+                                                mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     }
     p2p_group(
         [&] {
-          return for_each_segment(counts, root, ncclSuccess, [&](int r, std::size_t off, std::size_t c) {
-            return ncclSend(send + off, c, ncclFloat, r, comm_, stream_);
-          });
+      return for_each_segment(counts, root, ncclSuccess, [&](int r, std::size_t off, std::size_t c) {
+        return ncclSend(send + off, c, ncclFloat, r, comm_, stream_);
+      });
         },
         __FILE__, __LINE__);
   } else if (mine > 0) {
@@ -369,8 +360,7 @@ void NcclCommunicatorImpl::scatterv(const float* send, const std::vector<std::si
 }
 
 // Inverse of scatterv: the root receives every part (one group of ncclRecv) and copies its own.
-void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::size_t>& counts,
-                                   float* recv, int root) {
+void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::size_t>& counts, float* recv, int root) {
   check_root(root, "gather");
   check_counts(counts, "gather");
   const auto lock = enter();
@@ -379,13 +369,13 @@ void NcclCommunicatorImpl::gatherv(const float* send, const std::vector<std::siz
   if (rank_ == root) {
     if (mine > 0) {
       DPBENCH_CUDA_CHECK(*this, cudaMemcpyAsync(recv + offsets[static_cast<std::size_t>(rank_)], send,
-                                 mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+                                                mine * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     }
     p2p_group(
         [&] {
-          return for_each_segment(counts, root, ncclSuccess, [&](int r, std::size_t off, std::size_t c) {
-            return ncclRecv(recv + off, c, ncclFloat, r, comm_, stream_);
-          });
+      return for_each_segment(counts, root, ncclSuccess, [&](int r, std::size_t off, std::size_t c) {
+        return ncclRecv(recv + off, c, ncclFloat, r, comm_, stream_);
+      });
         },
         __FILE__, __LINE__);
   } else if (mine > 0) {
@@ -433,8 +423,7 @@ void NcclCommunicatorImpl::sendrecv(const float* send, std::size_t send_n, int d
 // as the `local` barrier is not.
 void NcclCommunicatorImpl::barrier() {
   const auto lock = enter();
-  DPBENCH_NCCL_CHECK(*this, ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat, ncclSum, comm_,
-                           stream_));
+  DPBENCH_NCCL_CHECK(*this, ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat, ncclSum, comm_, stream_));
   wait_stream("barrier");
 }
 
@@ -461,14 +450,12 @@ NcclUniqueIdBytes nccl_create_unique_id() {
   return bytes;
 }
 
-std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes& id,
-                                                         int world_size, int rank, int device,
-                                                         std::chrono::milliseconds timeout) {
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes& id, int world_size, int rank,
+                                                         int device, std::chrono::milliseconds timeout) {
   check_world_rank(world_size, rank);
   if (device < 0) throw InputError(fmt::format("rank {}: device {} is not a CUDA device", rank, device));
   if (timeout.count() <= 0) {
-    throw InputError(fmt::format("rank {}: NCCL timeout must be positive, got {} ms", rank,
-                                 timeout.count()));
+    throw InputError(fmt::format("rank {}: NCCL timeout must be positive, got {} ms", rank, timeout.count()));
   }
   auto comm = std::make_unique<NcclCommunicatorImpl>(world_size, rank, device, timeout);
   comm->init(id);  // on failure the destructor releases what init created

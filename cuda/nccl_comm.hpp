@@ -88,8 +88,7 @@ class NcclCommunicator : public Communicator {
 // Throws InputError for bad arguments, or "--comm nccl: this build has no NCCL" when built
 // without NCCL; Error with a one-line message naming the rank and the cause on any CUDA or NCCL
 // failure, e.g. "rank 1: ncclCommInitRank: unhandled system error (NCCL_DEBUG=INFO for details)".
-std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes& id,
-                                                         int world_size, int rank, int device,
-                                                         std::chrono::milliseconds timeout);
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(const NcclUniqueIdBytes& id, int world_size, int rank,
+                                                         int device, std::chrono::milliseconds timeout);
 
 }  // namespace dpbench

@@ -7,10 +7,10 @@
 #include <cstdlib>
 
 // Aborts with the condition's text and place when `cond` is false.
-#define FUZZ_CHECK(cond)                                                                    \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
+#define FUZZ_CHECK(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
       std::fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                         \
-    }                                                                                       \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (false)

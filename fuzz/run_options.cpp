@@ -26,8 +26,8 @@ namespace {
 
 // 1000 samples of 1x4x4, 2 classes: what check_point validates a point against.
 const dpbench::Dataset& tiny_train_set() {
-  static const std::unique_ptr<dpbench::Dataset> ds =
-      dpbench::make_synthetic_dataset(dpbench::SampleShape{1, 4, 4}, 2, 1000, 1);
+  static const std::unique_ptr<dpbench::Dataset> ds = dpbench::make_synthetic_dataset(dpbench::SampleShape{1, 4, 4}, 2,
+                                                                                      1000, 1);
   return *ds;
 }
 

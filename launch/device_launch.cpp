@@ -27,20 +27,20 @@ void run_env_device_rank(const LaunchSpec& spec, const RecordCodec& records, con
   run_env_process(
       spec, records,
       [&] {
-        const CommIdBytes id = device.create_id();
-        return std::string(id.data(), id.size());
+    const CommIdBytes id = device.create_id();
+    return std::string(id.data(), id.size());
       },
       [&](const std::string& shared) {
-        CommIdBytes id{};
-        if (shared.size() != id.size()) {
-          throw Error(fmt::format("rendezvous: rank 0 sent {} bytes for the ncclUniqueId, not {}", shared.size(),
-                                  id.size()));
-        }
-        std::memcpy(id.data(), shared.data(), id.size());
-        CommSource source;
-        source.id = &id;
-        device.run_rank(rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1, source);
-      });
+    CommIdBytes id{};
+    if (shared.size() != id.size()) {
+      throw Error(
+          fmt::format("rendezvous: rank 0 sent {} bytes for the ncclUniqueId, not {}", shared.size(), id.size()));
+    }
+    std::memcpy(id.data(), shared.data(), id.size());
+    CommSource source;
+    source.id = &id;
+    device.run_rank(rank, local_rank % gpus, ranks_on_device(node_ranks, gpus, local_rank % gpus) > 1, source);
+  });
 }
 
 // --comm nccl, one rank of a job whose processes the caller started and gave the ncclUniqueId
@@ -88,8 +88,8 @@ bool apply_nccl_launch_policy(int ranks_on_node, int devices, const std::string&
 
 void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device) {
   if (spec.comm != Backend::local && spec.comm != Backend::nccl) {
-    throw InputError(fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl",
-                                 name(spec.comm)));
+    throw InputError(
+        fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl", name(spec.comm)));
   }
   const int gpus = device.devices;
   if (gpus < 1) throw Error("no CUDA device: cudaGetDeviceCount found none");
@@ -104,9 +104,9 @@ void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, con
     // the other ranks in MPI_Bcast.
     MpiRuntime::init();
     const int local_rank = MpiRuntime::local_rank();
-    const bool any_shared = apply_nccl_launch_policy(
-        MpiRuntime::local_size(), gpus, device.nccl_version(),
-        fmt::format("mpirun --comm nccl, {} processes on this node", MpiRuntime::local_size()));
+    const bool any_shared = apply_nccl_launch_policy(MpiRuntime::local_size(), gpus, device.nccl_version(),
+                                                     fmt::format("mpirun --comm nccl, {} processes on this node",
+                                                                 MpiRuntime::local_size()));
     const bool shared = ranks_on_device(MpiRuntime::local_size(), gpus, local_rank % gpus) > 1;
     run_mpi_process(spec, records, [&](int rank) {
       CommIdBytes id{};
@@ -122,8 +122,8 @@ void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, con
     return;
   }
 
-  const bool shared =
-      nccl && apply_nccl_launch_policy(p, gpus, device.nccl_version(), fmt::format("--comm nccl --ranks {}", p));
+  const bool shared = nccl && apply_nccl_launch_policy(p, gpus, device.nccl_version(),
+                                                       fmt::format("--comm nccl --ranks {}", p));
   auto group = std::make_shared<LocalGroup>(p, spec.timeout);
   CommIdBytes id{};
   CommSource source;

@@ -75,8 +75,8 @@ FileInitAddress wait_for_file_init_address(const std::string& path, std::chrono:
       std::string rest;
       if (!(fields >> where.address >> where.port) || (fields >> rest) || where.port < 1 || where.port > 65535) {
         throw Error(fmt::format("--init-method file://{}: the file holds '{}', not rank 0's 'ADDRESS PORT' "
-                                     "(a file of another kind, or of an older job: remove it)",
-                                     path, line));
+                                "(a file of another kind, or of an older job: remove it)",
+                                path, line));
       }
       return where;
     }

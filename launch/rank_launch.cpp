@@ -26,7 +26,8 @@ std::string with_rank(int rank, const std::string& what) {
 }
 }  // namespace
 
-void run_mpi_process(const LaunchSpec& spec, const RecordCodec& records, const std::function<void(int rank)>& rank_main) {
+void run_mpi_process(const LaunchSpec& spec, const RecordCodec& records,
+                     const std::function<void(int rank)>& rank_main) {
   MpiRuntime::init();
   if (spec.world_size != MpiRuntime::size()) {
     throw InputError(fmt::format("world size mismatch: world_size {} but the launcher started {} processes",
@@ -47,8 +48,7 @@ void run_mpi_process(const LaunchSpec& spec, const RecordCodec& records, const s
 RankMeeting meet_ranks(const LaunchSpec& spec) {
   const ProcessIdentity& me = spec.process;
   if (me.init_file.empty()) {
-    return {process_rendezvous(me.master_addr, me.master_port, spec.world_size, me.rank, spec.timeout),
-            me.master_addr};
+    return {process_rendezvous(me.master_addr, me.master_port, spec.world_size, me.rank, spec.timeout), me.master_addr};
   }
   static std::mutex mutex;
   static std::string master_addr;
@@ -144,7 +144,8 @@ struct RankThreads {
   void wait(LocalGroup& group) {
     std::unique_lock<std::mutex> lock(mutex);
     while (finished < done.size() && !group.aborted()) done_cv.wait_for(lock, std::chrono::milliseconds(50));
-    if (finished < done.size()) done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished == done.size(); });
+    if (finished < done.size())
+      done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return finished == done.size(); });
   }
   // Joins the finished ranks' threads and detaches the others (stuck outside the communicator,
   // they cannot be interrupted); true when one was left behind.
@@ -213,7 +214,6 @@ void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& ra
   state.rethrow(group);
 }
 
-
 namespace {
 
 // The local launcher: every rank a thread of this process, in one in-process group.
@@ -259,7 +259,9 @@ class RendezvousRank final : public Launcher {
     static std::atomic<int> gloo_runs{0};
     const std::string tag = fmt::format("gloo {}", ++gloo_runs);
     const ProcessIdentity& me = spec_.process;
-    run_env_process(spec_, records_, [] { return std::string(); }, [&](const std::string&) {
+    run_env_process(
+        spec_, records_, [] { return std::string(); },
+        [&](const std::string&) {
       MemoryTracker tracker;
       const RankMeeting meeting = meet_ranks(spec_);
       auto comm = make_gloo_communicator(meeting.rendezvous, tag, meeting.master_addr, spec_.timeout);
@@ -269,7 +271,7 @@ class RendezvousRank final : public Launcher {
         if (spec_.on_rank_failure) spec_.on_rank_failure(me.rank, e.what());
         throw;
       }
-    });
+        });
   }
 
  private:
@@ -281,17 +283,13 @@ class RendezvousRank final : public Launcher {
 
 std::unique_ptr<Launcher> make_launcher(const LaunchSpec& spec, const RecordCodec& records) {
   switch (spec.comm) {
-    case Backend::local:
-      return std::make_unique<ThreadRanks>(spec);
-    case Backend::mpi:
-      return std::make_unique<MpiRank>(spec, records);
-    case Backend::gloo:
-      return std::make_unique<RendezvousRank>(spec, records);
-    case Backend::nccl:
-      break;
+    case Backend::local: return std::make_unique<ThreadRanks>(spec);
+    case Backend::mpi: return std::make_unique<MpiRank>(spec, records);
+    case Backend::gloo: return std::make_unique<RendezvousRank>(spec, records);
+    case Backend::nccl: break;
   }
-  throw InputError(fmt::format("--comm {}: not available for CPU training (choose local, mpi or gloo)",
-                               name(spec.comm)));
+  throw InputError(
+      fmt::format("--comm {}: not available for CPU training (choose local, mpi or gloo)", name(spec.comm)));
 }
 
 }  // namespace dpbench

@@ -112,7 +112,8 @@ struct RankMeeting {
 };
 RankMeeting meet_ranks(const LaunchSpec& spec);
 void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& rank_main);
-void run_mpi_process(const LaunchSpec& spec, const RecordCodec& records, const std::function<void(int rank)>& rank_main);
+void run_mpi_process(const LaunchSpec& spec, const RecordCodec& records,
+                     const std::function<void(int rank)>& rank_main);
 void run_env_process(const LaunchSpec& spec, const RecordCodec& records,
                      const std::function<std::string()>& rank0_payload,
                      const std::function<void(const std::string& payload)>& rank_main);

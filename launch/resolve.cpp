@@ -41,12 +41,12 @@ LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const 
   info.local_rank = MpiRuntime::local_rank();
   info.ranks_on_this_node = MpiRuntime::local_size();
   if (requested > 0 && requested != info.world_size) {
-    throw InputError(fmt::format("world size mismatch: --ranks {} but the launcher started {} process{}",
-                                 requested, info.world_size, info.world_size == 1 ? "" : "es"));
+    throw InputError(fmt::format("world size mismatch: --ranks {} but the launcher started {} process{}", requested,
+                                 info.world_size, info.world_size == 1 ? "" : "es"));
   }
   if (env_world && *env_world != info.world_size) {
-    throw InputError(fmt::format("world size mismatch: WORLD_SIZE={} but the launcher started {} processes",
-                                 *env_world, info.world_size));
+    throw InputError(fmt::format("world size mismatch: WORLD_SIZE={} but the launcher started {} processes", *env_world,
+                                 info.world_size));
   }
   if (env_rank && *env_rank != info.rank) {
     throw InputError(fmt::format("RANK={}: differs from this process's MPI rank {}", *env_rank, info.rank));
@@ -72,15 +72,16 @@ LaunchInfo env_launch(int requested, int world, int rank, const std::optional<in
   info.local_rank = env_local.value_or(rank);
   info.ranks_on_this_node = local_world.value_or(world);
   if (info.local_rank >= info.ranks_on_this_node) {
-    throw InputError(fmt::format("LOCAL_RANK={}: out of range for {} ranks on this node", info.local_rank,
-                                 info.ranks_on_this_node));
+    throw InputError(
+        fmt::format("LOCAL_RANK={}: out of range for {} ranks on this node", info.local_rank, info.ranks_on_this_node));
   }
   info.master_addr = master_addr;
   info.master_port = port;
   // Under torchrun (it sets TORCHELASTIC_RUN_ID) the agent's own store may already listen on
   // MASTER_PORT: dpbench's rendezvous takes the next port, or DPBENCH_MASTER_PORT when set.
   if (const auto own = env_int("DPBENCH_MASTER_PORT")) {
-    if (*own < 1 || *own > 65535) throw InputError(fmt::format("DPBENCH_MASTER_PORT={}: not a TCP port (1..65535)", *own));
+    if (*own < 1 || *own > 65535)
+      throw InputError(fmt::format("DPBENCH_MASTER_PORT={}: not a TCP port (1..65535)", *own));
     info.master_port = *own;
   } else if (std::getenv("TORCHELASTIC_RUN_ID") != nullptr) {
     if (port == 65535) throw InputError("MASTER_PORT=65535: under torchrun dpbench meets on MASTER_PORT + 1");
@@ -139,7 +140,8 @@ LaunchInfo nccl_launch(int requested, DeviceKind device, const LaunchEnv& env) {
 
 // --comm gloo trains CPU ranks, in a build with gloo: InputError otherwise.
 void check_gloo(DeviceKind device) {
-  if (device == DeviceKind::cuda) throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
+  if (device == DeviceKind::cuda)
+    throw InputError("--comm gloo: moves host buffers; with --device cuda use --comm nccl");
   if (!gloo_built()) {
     throw InputError("--comm gloo: this build has no gloo (apt-get install libgloo-dev, then rebuild)");
   }
@@ -234,8 +236,8 @@ LaunchInfo explicit_rank(int requested, const ExplicitInit& init, const LaunchEn
   info.local_rank = env.local.value_or(0);
   info.ranks_on_this_node = local_world.value_or(1);
   if (info.ranks_on_this_node < 1 || info.ranks_on_this_node > info.world_size) {
-    throw InputError(fmt::format("LOCAL_WORLD_SIZE={}: out of range for --world-size {}", info.ranks_on_this_node,
-                                 info.world_size));
+    throw InputError(
+        fmt::format("LOCAL_WORLD_SIZE={}: out of range for --world-size {}", info.ranks_on_this_node, info.world_size));
   }
   if (info.local_rank >= info.ranks_on_this_node) {
     throw InputError(fmt::format("LOCAL_RANK={}: out of range for {} rank{} on this node", info.local_rank,
@@ -305,7 +307,8 @@ LaunchInfo srun_launch(int requested) {
   info.rank = *rank;
   info.local_rank = env_int("SLURM_LOCALID").value_or(0);
   const char* per_node = slurm_env({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
-  info.ranks_on_this_node = per_node != nullptr ? slurm_tasks_on_node(per_node, env_int("SLURM_NODEID").value_or(0)) : 1;
+  info.ranks_on_this_node = per_node != nullptr ? slurm_tasks_on_node(per_node, env_int("SLURM_NODEID").value_or(0))
+                                                : 1;
   if (info.local_rank < 0 || info.local_rank >= info.ranks_on_this_node) {
     throw InputError(fmt::format("SLURM_LOCALID={}: out of range for {} task{} on this node", info.local_rank,
                                  info.ranks_on_this_node, info.ranks_on_this_node == 1 ? "" : "s"));
@@ -327,19 +330,20 @@ LaunchInfo srun_launch(int requested) {
 }
 
 // --init-method or --rank: PyTorch's explicit form (ExplicitInit), over gloo or NCCL.
-LaunchInfo explicit_launch(Backend comm, int requested, DeviceKind device,
-                           const ExplicitInit& init, const LaunchEnv& env) {
+LaunchInfo explicit_launch(Backend comm, int requested, DeviceKind device, const ExplicitInit& init,
+                           const LaunchEnv& env) {
   const std::string url = init.init_method.empty() ? "env://" : init.init_method;
   if (comm != Backend::gloo && comm != Backend::nccl) {
     throw InputError(fmt::format("--init-method {}: one rank per process over gloo (--comm gloo) or NCCL "
                                  "(--comm nccl); --comm {} starts its ranks {}",
-                                 url, name(comm), comm == Backend::local ? "as threads of one process" : "with mpirun"));
+                                 url, name(comm),
+                                 comm == Backend::local ? "as threads of one process" : "with mpirun"));
   }
   if (comm == Backend::gloo) check_gloo(device);
   if (comm == Backend::nccl) check_nccl(device);
   if (init.rank >= 0 && requested > 0 && init.rank >= requested) {
-    throw InputError(fmt::format("--rank {}: out of range for --world-size {} (0..{})", init.rank, requested,
-                                 requested - 1));
+    throw InputError(
+        fmt::format("--rank {}: out of range for --world-size {} (0..{})", init.rank, requested, requested - 1));
   }
   if (url == "env://") return env_init_launch(requested, init, env);
   if (url.rfind("tcp://", 0) == 0) return tcp_init_launch(requested, init, env);
@@ -388,7 +392,6 @@ int slurm_tasks_on_node(const std::string& tasks_per_node, int node) {
   throw InputError(fmt::format("SLURM_NODEID={}: beyond the {} node{} of tasks per node {}", node, first,
                                first == 1 ? "" : "s", tasks_per_node));
 }
-
 
 LaunchInfo resolve_launch(Backend comm, int requested, DeviceKind device, const ExplicitInit& init) {
   const auto env_world = env_int("WORLD_SIZE");

@@ -18,9 +18,9 @@ struct LaunchInfo {
   int local_rank = 0;          // among the ranks of this node
   int ranks_on_this_node = 1;  // ranks sharing this machine's cores
   LauncherKind launcher = LauncherKind::threads;
-  std::string init_file;       // file: the file the ranks meet through (launch/file_init.hpp)
-  std::string master_addr;     // env, tcp: rank 0's address (MASTER_ADDR)
-  int master_port = 0;         // env, tcp: rank 0's rendezvous port (MASTER_PORT)
+  std::string init_file;    // file: the file the ranks meet through (launch/file_init.hpp)
+  std::string master_addr;  // env, tcp: rank 0's address (MASTER_ADDR)
+  int master_port = 0;      // env, tcp: rank 0's rendezvous port (MASTER_PORT)
 };
 
 // PyTorch's explicit initialisation, torch.distributed.init_process_group(init_method=URL,
@@ -53,8 +53,7 @@ struct ExplicitInit {
 // With --init-method or --rank (`init`), the launch is explicit (see ExplicitInit): InputError for
 // --comm local or mpi, an unknown scheme, a tcp:// without a host or port, a missing --rank or
 // --world-size for tcp://, a missing variable for env://, a rank out of range.
-LaunchInfo resolve_launch(Backend comm, int requested_world_size, DeviceKind device,
-                          const ExplicitInit& init = {});
+LaunchInfo resolve_launch(Backend comm, int requested_world_size, DeviceKind device, const ExplicitInit& init = {});
 
 // A rank started by srun (Slurm) over gloo or NCCL reads Slurm's variables where torchrun's are
 // unset, as PyTorch Lightning's SLURMEnvironment does (lightning/fabric/plugins/environments/

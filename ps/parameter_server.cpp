@@ -46,8 +46,7 @@ void validate_parameter_server(const TrainConfig& config, const Dataset& train) 
                      "with its own statistics); use --mode allreduce");
   }
   if (config.transport != Transport::collective && config.transport != Transport::p2p) {
-    throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)",
-                                 config.transport));
+    throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)", config.transport));
   }
   if (config.hierarchy == "node" && config.transport != Transport::collective) {
     throw InputError(fmt::format("--hierarchy node: ps reduces inside the node with the collective transport, not {}",
@@ -158,12 +157,12 @@ class PsRank final : public ModeRank {
   int rank_;
   bool root_;
   bool p2p_;
-  std::size_t batch_;               // the global batch B
-  std::vector<std::size_t> rows_;   // rows per replica: torch.chunk's, or --rank-batch's split
+  std::size_t batch_;              // the global batch B
+  std::vector<std::size_t> rows_;  // rows per replica: torch.chunk's, or --rank-batch's split
   std::size_t my_rows_;
   std::size_t features_, classes_;
   std::vector<std::size_t> input_counts_, logit_counts_;  // scatterv / gatherv counts per rank
-  std::size_t group_;               // coalesced broadcast / reduce_add elements
+  std::size_t group_;                                     // coalesced broadcast / reduce_add elements
   std::unique_ptr<Model> model_;
   std::size_t n_;
   // What every replica holds.
@@ -189,7 +188,8 @@ PsRank::PsRank(const RankSetup& s)
       classes_(static_cast<std::size_t>(s.train.num_classes())),
       input_counts_(scaled(rows_, features_)),
       logit_counts_(scaled(rows_, classes_)),
-      group_(std::max<std::size_t>(1, static_cast<std::size_t>(s.config.coalesce_mb * 1024.0 * 1024.0) / sizeof(float))),
+      group_(
+          std::max<std::size_t>(1, static_cast<std::size_t>(s.config.coalesce_mb * 1024.0 * 1024.0) / sizeof(float))),
       model_(s.ctx.make_model(s.config, s.train.shape(), classes_, std::max<std::size_t>(my_rows_, 1))),
       n_(model_->num_params()),
       replica_params_(s.ctx, MemoryCategory::parameters, n_),

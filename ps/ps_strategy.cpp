@@ -24,13 +24,15 @@ std::optional<BusBandwidth> ps_bus_bandwidth(const TrainConfig&, double) { retur
 // scatter / logit gather of DataParallel; nothing overlaps.
 double ps_comm_time(const StepModel& m, const LinkModel& link, Transport transport, int p, double b) {
   const double n = m.param_bytes;
-  const double params_and_grads =
-      transport == Transport::p2p ? 2.0 * incast_s(link, p, n) : reduce_s(link, p, n) + broadcast_s(link, p, n);
+  const double params_and_grads = transport == Transport::p2p ? 2.0 * incast_s(link, p, n)
+                                                              : reduce_s(link, p, n) + broadcast_s(link, p, n);
   return params_and_grads + root_batch_traffic_s(m, link, p, b);
 }
 
 // DataParallel's data flow over gloo (collective), or PyTorch's RPC parameter server (p2p).
-std::string ps_pytorch(const TrainConfig& config) { return config.transport == Transport::p2p ? "rpc_ps" : "dataparallel"; }
+std::string ps_pytorch(const TrainConfig& config) {
+  return config.transport == Transport::p2p ? "rpc_ps" : "dataparallel";
+}
 
 // DataParallel's ranks: rank 0 the root (master parameters, gradients and optimizer state, the
 // whole batch's loader and gathered logits, plus its own replica and chunk), the others a replica
@@ -39,7 +41,8 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
   const TrainConfig& config = in.config;
   const int p = config.world_size;
   const double n = in.num_params, B = static_cast<double>(config.global_batch), f = sizeof(float);
-  const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p) : config.rank_batches;
+  const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p)
+                                                                    : config.rank_batches;
   const double group = std::max<double>(1.0, std::floor(config.coalesce_mb * 1024.0 * 1024.0 / f));
   std::vector<RankMemory> ranks;
   for (int r = 0; r < p; ++r) {
@@ -55,9 +58,10 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
                                      master * 2.0 * B * in.classes * f;
     m[MemoryCategory::data_staging] = replicas * b * in.input_floats * f + master * loader_bytes(in, B);
     // The local backend's chain relay; the node hierarchy's rings relay nothing.
-    m[MemoryCategory::comm_buffers] = config.transport == Transport::p2p   ? master * replicas * n * f
-                                      : config.hierarchy == "node" ? 0.0
-                                                              : chain_relay_bytes(config, r, 0, std::min(n, group));
+    m[MemoryCategory::comm_buffers] = config.transport == Transport::p2p ? master * replicas * n * f
+                                      : config.hierarchy == "node"
+                                          ? 0.0
+                                          : chain_relay_bytes(config, r, 0, std::min(n, group));
     ranks.push_back(m);
   }
   return ranks;
@@ -73,8 +77,10 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const TrainConfig& config = in.config;
   const bool p2p = config.transport == Transport::p2p;
   const std::size_t n = in.num_params;
-  const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(config.coalesce_mb * 1024.0 * 1024.0) / sizeof(float));
-  const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p) : config.rank_batches;
+  const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(config.coalesce_mb * 1024.0 * 1024.0) /
+                                                  sizeof(float));
+  const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p)
+                                                                    : config.rank_batches;
   std::vector<std::size_t> inputs, logits;
   for (std::size_t b : rows) {
     inputs.push_back(b * in.input_floats);
@@ -101,12 +107,19 @@ const Strategy& parameter_server_strategy() {
   static const Strategy strategy{
       .mode = Mode::ps,
       .description = "DataParallel: rank 0 reduces gradients, steps the optimizer, broadcasts parameters",
-      .validate = &validate_parameter_server, .train = &train_parameter_server,
-      .transports = {Transport::collective, Transport::p2p}, .transport = &ps_transport, .label = &ps_label,
+      .validate = &validate_parameter_server,
+      .train = &train_parameter_server,
+      .transports = {Transport::collective, Transport::p2p},
+      .transport = &ps_transport,
+      .label = &ps_label,
       .bus_bandwidth = &ps_bus_bandwidth,
-      .has_root = true, .reference = true,
-      .projected = {{"ps_collective", Transport::collective, 0.0}, {"ps_p2p", Transport::p2p, 0.0}}, .comm_time = &ps_comm_time,
-      .pytorch_counterpart = &ps_pytorch, .memory = &ps_memory, .schedule = &ps_schedule,
+      .has_root = true,
+      .reference = true,
+      .projected = {{"ps_collective", Transport::collective, 0.0}, {"ps_p2p", Transport::p2p, 0.0}},
+      .comm_time = &ps_comm_time,
+      .pytorch_counterpart = &ps_pytorch,
+      .memory = &ps_memory,
+      .schedule = &ps_schedule,
   };
   return strategy;
 }

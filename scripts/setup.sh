@@ -9,7 +9,8 @@
 #            etcd-server and python3-etcd, for torchrun's etcd rendezvous on an emulated cluster;
 #            slurmctld, slurmd, slurm-client and munge, for --launcher srun on an emulated cluster:
 #            their services need /etc/slurm/slurm.conf and do not start without one, dpbench runs
-#            its own daemons inside the cluster's namespaces)
+#            its own daemons inside the cluster's namespaces; clang-format, for the style check,
+#            scripts/format.sh --check)
 #   --fuzz   also clang-14 and its libFuzzer runtime (scripts/fuzz.sh)
 set -euo pipefail
 
@@ -23,7 +24,7 @@ packages=(
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )
-case " $* " in *" --test "*) packages+=(chromium python3-torch etcd-server python3-etcd slurmctld slurmd slurm-client munge) ;; esac
+case " $* " in *" --test "*) packages+=(chromium python3-torch etcd-server python3-etcd slurmctld slurmd slurm-client munge clang-format) ;; esac
 case " $* " in *" --fuzz "*) packages+=(clang-14 libclang-rt-14-dev) ;; esac
 
 missing=()

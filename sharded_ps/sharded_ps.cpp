@@ -31,7 +31,8 @@ ShardLayout shard_layout(std::size_t n, int world_size, int servers) {
 ShardLayout shard_layout_for(const TrainConfig& config, std::size_t n) {
   if (config.hierarchy != "node") return shard_layout(n, config.world_size, server_count(config));
   const int k = hierarchy_ranks_per_node(config);
-  ShardLayout layout{hierarchical_segment_counts(n, config.world_size, k), std::vector<std::size_t>(static_cast<std::size_t>(config.world_size), 0)};
+  ShardLayout layout{hierarchical_segment_counts(n, config.world_size, k),
+                     std::vector<std::size_t>(static_cast<std::size_t>(config.world_size), 0)};
   std::size_t at = 0;
   for (const int r : hierarchical_segment_order(config.world_size, k)) {
     layout.offsets[static_cast<std::size_t>(r)] = at;
@@ -73,15 +74,19 @@ void validate_staleness(const TrainConfig& config) {
   if (config.staleness == 0) return;
   const std::string option = fmt::format("--staleness {}", config.staleness);
   if (config.device != DeviceKind::cpu) {
-    throw InputError(fmt::format("{}: the servers step on the communication thread, on the host; run it with --device cpu", option));
+    throw InputError(
+        fmt::format("{}: the servers step on the communication thread, on the host; run it with --device cpu", option));
   }
   if (config.transport != Transport::collective) {
-    throw InputError(fmt::format("{}: pushes and pulls are the collective transport's; give --transport collective, not {}",
-                                 option, config.transport));
+    throw InputError(
+        fmt::format("{}: pushes and pulls are the collective transport's; give --transport collective, not {}", option,
+                    config.transport));
   }
-  if (config.hierarchy != "none") throw InputError(fmt::format("{}: not with --hierarchy {}", option, config.hierarchy));
+  if (config.hierarchy != "none")
+    throw InputError(fmt::format("{}: not with --hierarchy {}", option, config.hierarchy));
   if (!config.checkpoint.dir.empty()) {
-    throw InputError(fmt::format("{}: no checkpoints (pushes are in flight at every step); drop --checkpoint-dir", option));
+    throw InputError(
+        fmt::format("{}: no checkpoints (pushes are in flight at every step); drop --checkpoint-dir", option));
   }
   if (config.sync_bn) throw InputError(fmt::format("{}: --sync-bn is allreduce's", option));
 }
@@ -101,11 +106,13 @@ void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
   if (config.hierarchy != "node") return;
   if (config.transport != Transport::collective) {
     throw InputError(fmt::format("--hierarchy node: sharded_ps reduces inside the node with the collective "
-                                 "transport, not {}", config.transport));
+                                 "transport, not {}",
+                                 config.transport));
   }
   if (server_count(config) != config.world_size) {
     throw InputError(fmt::format("--hierarchy node: every rank serves a range; --servers {} of {} ranks is not "
-                                 "supported (give --servers 0)", config.servers, config.world_size));
+                                 "supported (give --servers 0)",
+                                 config.servers, config.world_size));
   }
   validate_node_hierarchy(config);
 }
@@ -238,11 +245,11 @@ class ShardedPsRank final : public ReplicaRank {
   ShardLayout layout_;
   bool p2p_;
   int rank_;
-  std::size_t mine_;        // elements of the range this rank serves (0 off the servers)
-  std::size_t offset_;      // where that range starts
-  Array<float> grad_sum_;   // [mine_]: the summed gradients of the range
-  Optimizer optimizer_;     // over [offset_, + mine_): the range's optimizer state
-  Array<float> incoming_;   // [mine_]: p2p receive buffer
+  std::size_t mine_;                                     // elements of the range this rank serves (0 off the servers)
+  std::size_t offset_;                                   // where that range starts
+  Array<float> grad_sum_;                                // [mine_]: the summed gradients of the range
+  Optimizer optimizer_;                                  // over [offset_, + mine_): the range's optimizer state
+  Array<float> incoming_;                                // [mine_]: p2p receive buffer
   std::vector<std::vector<std::size_t>> bucket_counts_;  // collective: per bucket, per rank
   std::vector<float*> recv_;                             // collective: per bucket
   std::optional<GradBucketSync> grad_sync_;              // collective

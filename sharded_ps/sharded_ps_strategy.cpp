@@ -16,7 +16,8 @@ std::string sharded_label(const TrainConfig& config) {
   if (config.servers > 0 && config.servers < config.world_size) {
     return fmt::format("sharded_ps ({}, {} servers)", name(config.transport), config.servers);
   }
-  if (config.staleness > 0) return fmt::format("sharded_ps ({}, staleness {})", name(config.transport), config.staleness);
+  if (config.staleness > 0)
+    return fmt::format("sharded_ps ({}, staleness {})", name(config.transport), config.staleness);
   return fmt::format("sharded_ps ({}{})", name(config.transport), config.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
@@ -113,10 +114,14 @@ const Strategy& sharded_ps_strategy() {
       .mode = Mode::sharded_ps,
       .description = "sharded parameter server (BytePS): every rank serves 1/K of the parameters and "
                      "their optimizer state; push gradients, step, pull parameters",
-      .validate = &validate_sharded_ps, .train = &train_sharded_ps,
-      .transports = {Transport::collective, Transport::p2p}, .transport = &sharded_transport, .label = &sharded_label,
+      .validate = &validate_sharded_ps,
+      .train = &train_sharded_ps,
+      .transports = {Transport::collective, Transport::p2p},
+      .transport = &sharded_transport,
+      .label = &sharded_label,
       .bus_bandwidth = &sharded_bus_bandwidth,
-      .has_root = false, .reference = false,
+      .has_root = false,
+      .reference = false,
       // The collective push overlaps backward, the pull never does: half of its time may hide.
       .projected = {{"sharded_ps_collective", Transport::collective, 0.5}, {"sharded_ps_p2p", Transport::p2p, 0.0}},
       .comm_time = &sharded_comm_time,

@@ -111,7 +111,9 @@ class StaleSyncRank final : public ReplicaRank {
  private:
   bool replay() const { return s_.config.staleness_replay >= 0; }
   std::uint64_t seed() const { return static_cast<std::uint64_t>(s_.config.staleness_replay); }
-  float* slot(std::vector<Array<float>>& ring, long index) { return ring[static_cast<std::size_t>(index) % slots_].data(); }
+  float* slot(std::vector<Array<float>>& ring, long index) {
+    return ring[static_cast<std::size_t>(index) % slots_].data();
+  }
 
   // On the communication thread: step t's push, the server step on this rank's range (from
   // version t to t + 1) and the pull of version t + 1; then publishes it.
@@ -150,13 +152,13 @@ class StaleSyncRank final : public ReplicaRank {
   }
 
   ShardLayout layout_;
-  int bound_;                // S
-  std::size_t slots_;        // S + 1
-  long total_;               // steps of the run
-  std::size_t mine_;         // elements of the range this rank serves
-  std::size_t offset_;       // where that range starts
-  Array<float> grad_sum_;    // [mine_]: the summed gradients of the range (communication thread)
-  Optimizer optimizer_;      // over [offset_, + mine_) (communication thread)
+  int bound_;                           // S
+  std::size_t slots_;                   // S + 1
+  long total_;                          // steps of the run
+  std::size_t mine_;                    // elements of the range this rank serves
+  std::size_t offset_;                  // where that range starts
+  Array<float> grad_sum_;               // [mine_]: the summed gradients of the range (communication thread)
+  Optimizer optimizer_;                 // over [offset_, + mine_) (communication thread)
   std::vector<Array<float>> versions_;  // S + 1 of [n]: parameter versions
   std::vector<Array<float>> pushes_;    // S + 1 of [n]: gradients being pushed
   std::vector<int> staleness_;          // per step: step - the version computed on
@@ -165,7 +167,7 @@ class StaleSyncRank final : public ReplicaRank {
   std::condition_variable published_cv_;
   long published_ = 0;  // the newest whole version
   bool failed_ = false;
-  CommStream stream_;   // last: joined before the buffers it uses are freed
+  CommStream stream_;  // last: joined before the buffers it uses are freed
 };
 
 }  // namespace

@@ -47,7 +47,8 @@ void SimPlatform::check(int world_size) const {
   if (ranks_per_node > 1 && !(intra_bytes_per_s > 0)) {
     throw InputError("platform: several ranks per node need a positive intra-node rate");
   }
-  if (!(send_buffer_bytes >= 0)) throw InputError(fmt::format("platform: send buffer {} bytes is negative", send_buffer_bytes));
+  if (!(send_buffer_bytes >= 0))
+    throw InputError(fmt::format("platform: send buffer {} bytes is negative", send_buffer_bytes));
   for (double e : engine_efficiency) {
     if (!(e >= 0 && e <= 1)) throw InputError(fmt::format("platform: engine efficiency {} is not in [0, 1]", e));
   }
@@ -116,7 +117,9 @@ using RunFn = int (*)(const StepSchedule*, const SimPlatform*, int, std::string*
   const auto run = plugin != nullptr ? reinterpret_cast<RunFn>(::dlsym(plugin, "dpbench_simgrid_run")) : nullptr;
   if (run == nullptr) {
     const char* why = ::dlerror();
-    text = nlohmann::json{{"error", fmt::format("{}: {}", DPBENCH_SIMGRID_PLUGIN, why != nullptr ? why : "no entry point")}}.dump();
+    text = nlohmann::json{{"error",
+                           fmt::format("{}: {}", DPBENCH_SIMGRID_PLUGIN, why != nullptr ? why : "no entry point")}}
+               .dump();
   } else {
     code = run(&schedule, &platform, steps, &text);
   }
@@ -173,9 +176,8 @@ SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platf
   r.simulated_s = out.at("simulated_s").get<double>();
   r.messages = out.at("messages").get<long>();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.config = {{"engine", out.value("engine", std::string("SimGrid"))},
-              {"options", out.at("options")},
-              {"steps", steps}};
+  r.config = {
+      {"engine", out.value("engine", std::string("SimGrid"))}, {"options", out.at("options")}, {"steps", steps}};
   return r;
 }
 
@@ -212,7 +214,7 @@ EfficiencyFit fit_engine_efficiency(const StepSchedule& schedule, const SimPlatf
   fit.efficiency = kLowest;
   fit.fitted_s = t_hi;
   if (t_hi <= measured_s) return fit;  // slower than a hundredth of the link: the cap's floor
-  int kept = 0;  // which end stayed the last time (Illinois: halve its weight after two in a row)
+  int kept = 0;                        // which end stayed the last time (Illinois: halve its weight after two in a row)
   for (int i = 0; i < 16; ++i) {
     double x = x_lo + (measured_s - t_lo) * (x_hi - x_lo) / (t_hi - t_lo);
     if (!(x > x_lo && x < x_hi)) x = 0.5 * (x_lo + x_hi);

@@ -84,8 +84,7 @@ class CudaStreamTest : public ::testing::Test {
 };
 
 // n normal floats with the given spread and mean, from seed.
-inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f,
-                                 float offset = 0.0f) {
+inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f, float offset = 0.0f) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(offset, scale);
   std::vector<float> v(n);

@@ -99,7 +99,7 @@ inline void append_be32(std::vector<std::uint8_t>& v, std::uint32_t x) {
 }
 
 inline std::vector<std::uint8_t> idx_file(std::uint32_t magic, const std::vector<std::uint32_t>& dims,
-                                   const std::vector<std::uint8_t>& payload) {
+                                          const std::vector<std::uint8_t>& payload) {
   std::vector<std::uint8_t> v;
   append_be32(v, magic);
   for (std::uint32_t d : dims) append_be32(v, d);
@@ -123,8 +123,7 @@ inline std::uint8_t fake_pixel(std::size_t i, std::size_t k) {
 
 // Writes a complete fake Fashion-MNIST directory: n_train and n_test 28x28 images with labels
 // i % 10.
-inline void write_fake_fashion_mnist(const fs::path& dir, std::uint32_t n_train,
-                                     std::uint32_t n_test) {
+inline void write_fake_fashion_mnist(const fs::path& dir, std::uint32_t n_train, std::uint32_t n_test) {
   for (const auto& [split, n] : {std::pair<std::string, std::uint32_t>{"train", n_train},
                                  std::pair<std::string, std::uint32_t>{"t10k", n_test}}) {
     std::vector<std::uint8_t> px(static_cast<std::size_t>(n) * 28 * 28), labels(n);

@@ -19,8 +19,7 @@ using namespace std::chrono_literals;
 struct Counted {
   std::atomic<int> aborts{0};
   AbortableCalls calls;
-  explicit Counted(std::chrono::milliseconds timeout = 10s)
-      : calls("rank 3", timeout, [this] { ++aborts; }) {}
+  explicit Counted(std::chrono::milliseconds timeout = 10s) : calls("rank 3", timeout, [this] { ++aborts; }) {}
 };
 
 // The message a call throws, and whether it was Aborted rather than a plain Error.
@@ -68,7 +67,7 @@ TEST(AbortableCalls, AbortDuringAWaitIsNoticedByTheWaitingCallWhichAbortsTheBack
       c.calls.wait("broadcast", [&] {
         waiting = true;
         while (!checked) std::this_thread::yield();  // hold the poll until the test has looked
-        return false;  // a peer never arrives
+        return false;                                // a peer never arrives
       });
     });
   });

@@ -25,7 +25,7 @@ TEST(Buckets, ReverseOrderWithOneMiBFirstBucketThenCap) {
   const auto params = views({3 * kMiB, kMiB, kMiB / 2, 3 * kMiB / 4, kMiB});
   const auto buckets = assign_buckets(params, sizeof(float), 1.0, 2.0);
   ASSERT_EQ(buckets.size(), 3u);
-  EXPECT_EQ(buckets[0].params, (std::vector<std::size_t>{4}));           // 1 MiB reaches the first cap
+  EXPECT_EQ(buckets[0].params, (std::vector<std::size_t>{4}));        // 1 MiB reaches the first cap
   EXPECT_EQ(buckets[1].params, (std::vector<std::size_t>{3, 2, 1}));  // 2.25 MiB >= 2: closed
   EXPECT_EQ(buckets[2].params, (std::vector<std::size_t>{0}));
   // Buckets are contiguous ranges of the flat buffer and cover it exactly once.
@@ -46,9 +46,7 @@ TEST(Buckets, DefaultCapPutsSmallModelInOneBucket) {
   EXPECT_EQ(buckets[0].size, 165u);
 }
 
-TEST(Buckets, RejectsNonPositiveCap) {
-  EXPECT_THROW(assign_buckets(views({1}), 4, 1.0, 0.0), InputError);
-}
+TEST(Buckets, RejectsNonPositiveCap) { EXPECT_THROW(assign_buckets(views({1}), 4, 1.0, 0.0), InputError); }
 
 TEST(BucketLauncher, LaunchesInBucketOrderOnlyWhenComplete) {
   const auto params = views({4, 4, 4, 4});

@@ -32,8 +32,8 @@ struct HostBackendState {
   std::size_t used = 0;
   int allocs = 0, frees = 0, failed_allocs = 0;
   std::set<void*> live;
-  std::mutex zero_mutex;  // zero() runs outside the allocator's lock, from any thread
-  std::string last_zero;  // "sync" or "async" of the last zero(); guarded by zero_mutex
+  std::mutex zero_mutex;            // zero() runs outside the allocator's lock, from any thread
+  std::string last_zero;            // "sync" or "async" of the last zero(); guarded by zero_mutex
   std::vector<void*> copy_streams;  // the stream of each copy, in order (copies from one thread)
 };
 
@@ -62,7 +62,9 @@ class HostBackend final : public MemoryBackend {
     ++s_->frees;
     ::operator delete(p);
   }
-  std::string memory_view() noexcept override { return "; the host test has " + std::to_string(s_->capacity - s_->used) + " bytes free"; }
+  std::string memory_view() noexcept override {
+    return "; the host test has " + std::to_string(s_->capacity - s_->used) + " bytes free";
+  }
   void zero(void* p, std::size_t bytes, void*, bool async) override {
     std::memset(p, 0, bytes);
     const std::lock_guard<std::mutex> lock(s_->zero_mutex);

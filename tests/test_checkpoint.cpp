@@ -148,8 +148,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"ps", "collective", "cnn"}, Variant{"sharded_ps", "collective", "cnn"},
                       Variant{"sharded_ps", "p2p", "cnn"}, Variant{"allreduce", "collective", "cnn"},
                       // Adam's state (two arrays) and its step count (bias correction) resume too.
-                      Variant{"ps", "collective", "mlp", 0, "adam"}, Variant{"sharded_ps", "collective", "mlp", 0, "adamw"},
-                      Variant{"sharded_ps", "p2p", "mlp", 2, "adam"}, Variant{"allreduce", "collective", "mlp", 0, "adamw"}),
+                      Variant{"ps", "collective", "mlp", 0, "adam"},
+                      Variant{"sharded_ps", "collective", "mlp", 0, "adamw"},
+                      Variant{"sharded_ps", "p2p", "mlp", 2, "adam"},
+                      Variant{"allreduce", "collective", "mlp", 0, "adamw"}),
     [](const ::testing::TestParamInfo<Variant>& info) { return name_of(info.param); });
 
 class CheckpointDamage : public ::testing::Test {
@@ -286,7 +288,7 @@ TEST(Checkpoint, SavesLeaveNoTemporaryFileAndKeepTheNewestThree) {
   c.checkpoint.every = 3;  // after 3, 6, ..., 18
   (void)train(c, *data);
   EXPECT_EQ(files_in(tmp.path()), (std::vector<std::string>{"ckpt-000000012-rank0.dpbc", "ckpt-000000015-rank0.dpbc",
-                                                           "ckpt-000000018-rank0.dpbc"}));
+                                                            "ckpt-000000018-rank0.dpbc"}));
   c.max_steps = 7;  // a fresh run (no --resume) over the same directory
   (void)train(c, *data);
   EXPECT_EQ(files_in(tmp.path()), (std::vector<std::string>{"ckpt-000000003-rank0.dpbc", "ckpt-000000006-rank0.dpbc"}));
@@ -386,7 +388,8 @@ TEST_F(CheckpointCli, RunEndedByAFailedRankResumesFromItsLastCheckpoint) {
   const std::string run = kRun + " --mode allreduce --ranks 3";
   const std::string ckpt = " --checkpoint-dir " + path("ck") + " --checkpoint-every 4";
   ASSERT_EQ(sh(run + " -o " + path("whole.json") + " --save-params " + path("whole")).exit_code, 0);
-  const CheckpointOutcome failed = sh("DPBENCH_FAULT=rank=1,step=10,kind=throw " + run + ckpt + " -o " + path("a.json"));
+  const CheckpointOutcome failed = sh("DPBENCH_FAULT=rank=1,step=10,kind=throw " + run + ckpt + " -o " +
+                                      path("a.json"));
   EXPECT_EQ(failed.exit_code, 1) << failed.err;
   EXPECT_NE(failed.err.find("injected fault"), std::string::npos) << failed.err;
   EXPECT_TRUE(fs::exists(checkpoint_path(path("ck"), 8, 0)));
@@ -405,7 +408,8 @@ TEST_F(CheckpointCli, RunEndedByAFailedRankResumesFromItsLastCheckpoint) {
 TEST_F(CheckpointCli, OptionsAreChecked) {
   EXPECT_EQ(sh(kRun + " --mode ps --checkpoint-every 5").exit_code, 2);
   EXPECT_EQ(sh(kRun + " --mode ps --resume").exit_code, 2);
-  const CheckpointOutcome two = sh(kRun + " --mode ps,allreduce --checkpoint-dir " + path("ck") + " --checkpoint-every 5");
+  const CheckpointOutcome two = sh(kRun + " --mode ps,allreduce --checkpoint-dir " + path("ck") +
+                                   " --checkpoint-every 5");
   EXPECT_EQ(two.exit_code, 2);
   EXPECT_NE(two.err.find("give one --mode"), std::string::npos) << two.err;
 }
@@ -415,17 +419,17 @@ TEST_F(CheckpointCli, OptionsAreChecked) {
 TEST_F(CheckpointCli, MpiStoppedAndResumedJobEqualsUninterruptedBitwise) {
   if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
   if (std::system("command -v mpirun >/dev/null") != 0) GTEST_SKIP() << "mpirun is not on PATH";
-  const std::string mpirun =
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 ";
+  const std::string mpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 ";
   for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
     const std::string run = mpirun + kRun + " --comm mpi --mode " + mode;
     const std::string dir = path("ck-" + mode);
     ASSERT_EQ(sh(run + " -o " + path("whole.json") + " --save-params " + path("whole")).exit_code, 0) << mode;
-    ASSERT_EQ(sh(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json"))
-                  .exit_code, 0) << mode;
+    ASSERT_EQ(
+        sh(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json")).exit_code, 0)
+        << mode;
     EXPECT_EQ(fs::exists(checkpoint_path(dir, 12, 1)), mode == "sharded_ps") << mode;
-    const CheckpointOutcome o = sh(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") + " --save-params " +
-                         path("resumed"));
+    const CheckpointOutcome o = sh(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") +
+                                   " --save-params " + path("resumed"));
     ASSERT_EQ(o.exit_code, 0) << mode << o.err;
     const auto whole = nlohmann::json::parse(slurp(path("whole.json")))["runs"][0];
     const auto resumed = nlohmann::json::parse(slurp(path("b.json")))["runs"][0];
@@ -452,8 +456,8 @@ TEST_F(CheckpointCli, GlooStoppedAndResumedJobEqualsUninterruptedBitwise) {
                       kRun + " --comm gloo " + args);
     }
     // The time both exited, then their status; all in one subshell, whose output sh() redirects.
-    const std::string line =
-        "(" + in_background(ranks) + "; status=$?; date +%s.%N > " + path("exited") + "; exit $status)";
+    const std::string line = "(" + in_background(ranks) + "; status=$?; date +%s.%N > " + path("exited") +
+                             "; exit $status)";
     return sh(line);
   };
   // Seconds from rank 0's result file being written to both processes having exited: the
@@ -472,12 +476,13 @@ TEST_F(CheckpointCli, GlooStoppedAndResumedJobEqualsUninterruptedBitwise) {
     const CheckpointOutcome w = job(run + " -o " + path("whole.json") + " --save-params " + path("whole"));
     ASSERT_EQ(w.exit_code, 0) << variant << w.err;
     EXPECT_LT(exit_delay(path("whole.json")), 5.0) << variant;
-    const CheckpointOutcome a = job(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " + path("a.json"));
+    const CheckpointOutcome a = job(run + " --checkpoint-dir " + dir + " --checkpoint-every 4 --max-steps 14 -o " +
+                                    path("a.json"));
     ASSERT_EQ(a.exit_code, 0) << variant << a.err;
     EXPECT_TRUE(fs::exists(checkpoint_path(dir, 12, 0))) << variant;
     EXPECT_EQ(fs::exists(checkpoint_path(dir, 12, 1)), mode == "sharded_ps") << variant;
-    const CheckpointOutcome o = job(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") + " --save-params " +
-                          path("resumed"));
+    const CheckpointOutcome o = job(run + " --checkpoint-dir " + dir + " --resume -o " + path("b.json") +
+                                    " --save-params " + path("resumed"));
     ASSERT_EQ(o.exit_code, 0) << variant << o.err;
     const auto whole = nlohmann::json::parse(slurp(path("whole.json")))["runs"][0];
     const auto resumed = nlohmann::json::parse(slurp(path("b.json")))["runs"][0];

@@ -135,15 +135,15 @@ TEST_F(Cli, ImageLabelCountMismatch) {
 TEST_F(Cli, BatchSizeZero) { expect_input_error(synthetic("--batch-size 0"), "--batch-size"); }
 TEST_F(Cli, RanksZero) { expect_input_error(synthetic("--ranks 0"), "--ranks"); }
 TEST_F(Cli, MoreRanksThanSamples) {
-  expect_input_error("--data synthetic --input 16 --synthetic-samples 3 --ranks 4 --batch-size 4",
-                     "more ranks than");
+  expect_input_error("--data synthetic --input 16 --synthetic-samples 3 --ranks 4 --batch-size 4", "more ranks than");
 }
 TEST_F(Cli, UnknownWorkload) { expect_input_error(synthetic("--workload resnet9000"), "resnet9000"); }
 TEST_F(Cli, UnknownMode) { expect_input_error(synthetic("--mode ps,zero3"), "zero3"); }
 // Options that would do nothing in a run are refused, one line each (issue: silent acceptance).
 TEST_F(Cli, OptionsThatDoNothingAreRefused) {
   expect_input_error(synthetic("--sync-bn"), "--sync-bn: the mlp has no BatchNorm layer");
-  expect_input_error(synthetic("--mode allreduce --transport p2p"), "--transport p2p: no mode of this run takes a transport");
+  expect_input_error(synthetic("--mode allreduce --transport p2p"),
+                     "--transport p2p: no mode of this run takes a transport");
   if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && mpi_built()) {
     expect_input_error(synthetic("--comm mpi"), "mpirun -np N");
   }
@@ -157,9 +157,9 @@ TEST_F(Cli, IdleRanksAreNamed) {
   EXPECT_NE(o.out.find(note), std::string::npos) << o.out;
   const auto doc = nlohmann::json::parse(slurp(result()));
   const auto& warnings = doc["runs"][0]["warnings"];
-  EXPECT_TRUE(std::any_of(warnings.begin(), warnings.end(),
-                          [&](const nlohmann::json& w) { return w.get<std::string>().find(note) != std::string::npos; }))
-      << warnings.dump();
+  EXPECT_TRUE(std::any_of(warnings.begin(), warnings.end(), [&](const nlohmann::json& w) {
+    return w.get<std::string>().find(note) != std::string::npos;
+  })) << warnings.dump();
 }
 
 // --device defaults to auto (as documented) and says what it picked; the file's env names the MPI
@@ -180,12 +180,11 @@ TEST_F(Cli, DeviceDefaultsToAutoAndEnvNamesTheBuiltMpi) {
 TEST_F(Cli, UnknownTransport) { expect_input_error(synthetic("--transport smoke"), "smoke"); }
 TEST_F(Cli, UnparsableNumber) { expect_input_error(synthetic("--ranks four"), "--ranks"); }
 TEST_F(Cli, MaxStepsZero) { expect_input_error(synthetic("--max-steps 0"), "--max-steps"); }
-TEST_F(Cli, WarmupCoversWholeRun) {
-  expect_input_error(synthetic("--max-steps 3 --warmup-steps 5"), "--warmup-steps");
-}
+TEST_F(Cli, WarmupCoversWholeRun) { expect_input_error(synthetic("--max-steps 3 --warmup-steps 5"), "--warmup-steps"); }
 TEST_F(Cli, TimeoutNotANumber) { expect_input_error(synthetic("--timeout soon"), "--timeout"); }
 TEST_F(Cli, RankBatchLengthDiffersFromRanks) {
-  expect_input_error(synthetic("--rank-batch 96,96,32,32 --ranks 3"), "--rank-batch 96,96,32,32: 4 entries for --ranks 3");
+  expect_input_error(synthetic("--rank-batch 96,96,32,32 --ranks 3"),
+                     "--rank-batch 96,96,32,32: 4 entries for --ranks 3");
 }
 TEST_F(Cli, RankBatchWithAZeroEntry) {
   expect_input_error(synthetic("--rank-batch 96,0,32,32"), "at least one sample");
@@ -201,7 +200,8 @@ TEST_F(Cli, NonPositiveFirstBucketIsAnInputError) {
   expect_input_error(synthetic("--mode allreduce --first-bucket-mb 0"), "--first-bucket-mb 0");
 }
 TEST_F(Cli, FirstBucketSizeIsRecorded) {
-  const Outcome o = dpbench(synthetic("--device cpu --mode allreduce --batch-size 32 --max-steps 8 --first-bucket-mb 0.25"));
+  const Outcome o = dpbench(
+      synthetic("--device cpu --mode allreduce --batch-size 32 --max-steps 8 --first-bucket-mb 0.25"));
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
   EXPECT_DOUBLE_EQ(doc["runs"][0]["config"]["first_bucket_mb"].get<double>(), 0.25);
@@ -222,8 +222,8 @@ TEST_F(Cli, CudaWithoutUsableGpuIsOneLine) {
 TEST_F(Cli, HelpExplainsOptionsInTheFieldsTerms) {
   const Outcome o = shell(std::string(DPBENCH_BINARY) + " run --help", tmp_.path());
   EXPECT_EQ(o.exit_code, 0);
-  for (const char* word : {"--bucket-cap-mb", "--num-workers", "world_size", "DataParallel",
-                           "DistributedDataParallel", "prefetch_factor", "--data-dir"}) {
+  for (const char* word : {"--bucket-cap-mb", "--num-workers", "world_size", "DataParallel", "DistributedDataParallel",
+                           "prefetch_factor", "--data-dir"}) {
     EXPECT_NE(o.out.find(word), std::string::npos) << word;
   }
 }
@@ -245,9 +245,11 @@ TEST_F(Cli, ThroughputIsSamplesOverTheTimedStepsWallTime) {
     EXPECT_LE(wall, 1.25 * sum + 0.05) << mode;
     EXPECT_NEAR(r["throughput_samples_per_s"].get<double>(), 25.0 * 20.0 / wall, 1e-9 * 25.0 * 20.0 / wall) << mode;
     EXPECT_NEAR(r["stall_ratio_p90_p50"].get<double>(),
-                r["step_time_s"]["p90"].get<double>() / r["step_time_s"]["p50"].get<double>(), 1e-9) << mode;
+                r["step_time_s"]["p90"].get<double>() / r["step_time_s"]["p50"].get<double>(), 1e-9)
+        << mode;
     // The table prints the same figure.
-    EXPECT_NE(o.out.find(fmt::format("{:.0f}", r["throughput_samples_per_s"].get<double>())), std::string::npos) << mode;
+    EXPECT_NE(o.out.find(fmt::format("{:.0f}", r["throughput_samples_per_s"].get<double>())), std::string::npos)
+        << mode;
   }
 }
 
@@ -279,9 +281,12 @@ TEST_F(Cli, VerdictRatiosCarryTheirSpreadOverRepetitions) {
     EXPECT_DOUBLE_EQ(ratio["median"].get<double>(), want[1]) << mode;
     EXPECT_DOUBLE_EQ(ratio["max"].get<double>(), want[2]) << mode;
     // The file's headline run is the median repetition.
-    EXPECT_DOUBLE_EQ(run["throughput_samples_per_s"].get<double>(),
-                     [&] { std::vector<double> t; for (const auto& x : tput) t.push_back(x.get<double>());
-                           std::sort(t.begin(), t.end()); return t[1]; }()) << mode;
+    EXPECT_DOUBLE_EQ(run["throughput_samples_per_s"].get<double>(), [&] {
+      std::vector<double> t;
+      for (const auto& x : tput) t.push_back(x.get<double>());
+      std::sort(t.begin(), t.end());
+      return t[1];
+    }()) << mode;
     const std::string clause = want[0] <= 1.0 && want[2] >= 1.0
                                    ? fmt::format("{} does not differ beyond noise ({:.2f}-{:.2f}x over 3 repetitions)",
                                                  mode, want[0], want[2])
@@ -311,7 +316,8 @@ TEST_F(Cli, OneRankIsPlainTrainingInEveryMode) {
     const auto& a = r["quality"]["step_train_loss"];
     const auto& b = first["quality"]["step_train_loss"];
     ASSERT_EQ(a.size(), b.size()) << mode;
-    for (std::size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k].get<double>(), b[k].get<double>(), 1e-6 * b[k].get<double>()) << mode;
+    for (std::size_t k = 0; k < a.size(); ++k)
+      EXPECT_NEAR(a[k].get<double>(), b[k].get<double>(), 1e-6 * b[k].get<double>()) << mode;
   }
 }
 
@@ -345,8 +351,8 @@ TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   const auto& bus = ar["bus_bandwidth_GBps"];
   EXPECT_EQ(bus["collective"], "all-reduce");
   EXPECT_DOUBLE_EQ(bus["bytes"].get<double>(), 4.0 * ar["num_params"].get<double>());
-  EXPECT_NEAR(bus["algbw"].get<double>(),
-              bus["bytes"].get<double>() / ar["phases_s"]["comm"].get<double>() / 1e9, 1e-9);
+  EXPECT_NEAR(bus["algbw"].get<double>(), bus["bytes"].get<double>() / ar["phases_s"]["comm"].get<double>() / 1e9,
+              1e-9);
   EXPECT_DOUBLE_EQ(bus["busbw"].get<double>(), bus["algbw"].get<double>());
   EXPECT_NE(o.out.find("allreduce (ring)"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("At 2 ranks, against ps's throughput: sharded_ps "), std::string::npos) << o.out;
@@ -377,8 +383,8 @@ TEST_F(Cli, DivergedRunIsFlaggedAndStillSchemaValid) {
     ASSERT_FALSE(run["warnings"].empty());
     EXPECT_NE(run["warnings"].back().get<std::string>().find("diverged"), std::string::npos);
   }
-  const std::string validate =
-      std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + result().string();
+  const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " +
+                               result().string();
   EXPECT_EQ(shell(validate, tmp_.path()).exit_code, 0);
 }
 
@@ -437,9 +443,9 @@ TEST_F(Cli, ReferenceLossAgreesWithPyTorch) {
     std::vector<std::string> pytorch;
   };
   for (const Case& c : {Case{1, "allreduce", {"plain"}}, Case{2, "ps,allreduce", {"dataparallel", "ddp"}}}) {
-    const Outcome o = dpbench(fmt::format(
-        "--ranks {} --mode {} --hidden 64 --batch-size 64 --lr 0.01 --max-steps 200 --reference pytorch -q", c.ranks,
-        c.modes));
+    const Outcome o = dpbench(
+        fmt::format("--ranks {} --mode {} --hidden 64 --batch-size 64 --lr 0.01 --max-steps 200 --reference pytorch -q",
+                    c.ranks, c.modes));
     ASSERT_EQ(o.exit_code, 0) << o.err;
     EXPECT_NE(o.out.find("pytorch " + c.pytorch.back() + " ("), std::string::npos) << o.out;
     const auto doc = nlohmann::json::parse(slurp(result()));
@@ -460,7 +466,8 @@ TEST_F(Cli, ReferenceLossAgreesWithPyTorch) {
       EXPECT_DOUBLE_EQ(ref[i]["loss_agreement"]["max_rel_diff"].get<double>(), worst);
       EXPECT_TRUE(ref[i]["loss_agreement"]["within"].get<bool>());
       EXPECT_GT(ref[i]["quality"]["test_accuracy"].get<double>(), 0.7) << c.pytorch[i];
-      EXPECT_NEAR(ref[i]["quality"]["test_accuracy"].get<double>(), run["quality"]["test_accuracy"].get<double>(), 0.01);
+      EXPECT_NEAR(ref[i]["quality"]["test_accuracy"].get<double>(), run["quality"]["test_accuracy"].get<double>(),
+                  0.01);
     }
     const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py ";
     const Outcome valid = shell(validate + result().string(), tmp_.path());
@@ -543,8 +550,10 @@ TEST_F(Cli, PowerSgdOptionsThatCannotWorkAreRefused) {
   expect_input_error(synthetic("--comm-hook powersgd:0"), "--comm-hook");
   expect_input_error(synthetic("--mode allreduce --ranks 2 --comm-hook powersgd:2 --start-powersgd-iter 1"),
                      "--start-powersgd-iter 1: must be at least 2");
-  expect_input_error(synthetic("--mode ps --ranks 2 --comm-hook powersgd:2"), "only the allreduce mode has communication hooks");
-  expect_input_error(synthetic("--mode allreduce --ranks 2 --comm-hook powersgd:2 --checkpoint-every 5 --checkpoint-dir ck"),
+  expect_input_error(synthetic("--mode ps --ranks 2 --comm-hook powersgd:2"),
+                     "only the allreduce mode has communication hooks");
+  expect_input_error(synthetic(
+                         "--mode allreduce --ranks 2 --comm-hook powersgd:2 --checkpoint-every 5 --checkpoint-dir ck"),
                      "checkpoints do not hold PowerSGD's error feedback");
 }
 
@@ -570,7 +579,8 @@ TEST_F(Cli, ReferenceFailureKeepsDpbenchsRuns) {
   std::ofstream(python) << "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\necho 'gloo: connection reset by peer' >&2\nexit 1\n";
   fs::permissions(python, fs::perms::owner_all);
   const Outcome o = dpbench(synthetic("--ranks 2 --mode allreduce --batch-size 20 --max-steps 6 --warmup-steps 1 "
-                                      "--reference pytorch --reference-python " + python.string()));
+                                      "--reference pytorch --reference-python " +
+                                      python.string()));
   EXPECT_EQ(o.exit_code, 1) << o.err;
   ASSERT_TRUE(fs::exists(result()));
   const auto doc = nlohmann::json::parse(slurp(result()));
@@ -622,7 +632,8 @@ TEST_F(Cli, GlooUnderTorchrunMatchesLocalRanks) {
     const auto& lo = ldoc["runs"][i]["comm_bytes_per_step"]["per_rank"];
     const std::size_t n = gdoc["runs"][i]["num_params"];
     EXPECT_EQ(gl[0]["sent"].get<long>() + gl[1]["sent"].get<long>(),
-              gl[0]["received"].get<long>() + gl[1]["received"].get<long>()) << mode;
+              gl[0]["received"].get<long>() + gl[1]["received"].get<long>())
+        << mode;
     for (std::size_t r = 0; r < 2; ++r) {
       if (mode == "allreduce") {
         EXPECT_EQ(gl[r], lo[r]) << mode << " rank " << r;
@@ -631,7 +642,8 @@ TEST_F(Cli, GlooUnderTorchrunMatchesLocalRanks) {
           const ElementCounts g = gloo_reduce_counts(n, 2, rank, 0), c = chain_reduce_counts(n, 2, rank, 0);
           return 4 * static_cast<long>(sent ? g.sent - c.sent : g.received - c.received);
         };
-        EXPECT_EQ(gl[r]["sent"].get<long>() - lo[r]["sent"].get<long>(), extra(static_cast<int>(r), true)) << mode << " rank " << r;
+        EXPECT_EQ(gl[r]["sent"].get<long>() - lo[r]["sent"].get<long>(), extra(static_cast<int>(r), true))
+            << mode << " rank " << r;
         EXPECT_EQ(gl[r]["received"].get<long>() - lo[r]["received"].get<long>(), extra(static_cast<int>(r), false))
             << mode << " rank " << r;
       } else {
@@ -751,8 +763,8 @@ TEST_F(Cli, InitMethodFileMistakesEndInOneLine) {
 
   const fs::path other = tmp_.path() / "other.init";
   std::ofstream(other) << "not an address\n";
-  const Outcome garbage =
-      dpbench(fmt::format("{} --comm gloo --world-size 2 --init-method file://{} --rank 1", args, other.string()));
+  const Outcome garbage = dpbench(
+      fmt::format("{} --comm gloo --world-size 2 --init-method file://{} --rank 1", args, other.string()));
   EXPECT_EQ(garbage.exit_code, 1) << garbage.err;
   EXPECT_NE(garbage.err.find("not rank 0's 'ADDRESS PORT'"), std::string::npos) << garbage.err;
   EXPECT_EQ(std::count(garbage.err.begin(), garbage.err.end(), '\n'), 1) << garbage.err;
@@ -781,13 +793,13 @@ TEST_F(Cli, GlooUnderTwoTorchrunAgentsMatchesLocalRanks) {
   const int endpoint = free_tcp_port();
   std::vector<std::string> agents;
   for (int node = 0; node < 2; ++node) {
-    agents.push_back(fmt::format(
-        "timeout -k 10 240 torchrun --nnodes 2 --node_rank {0} --nproc_per_node 1 --rdzv_backend c10d "
-        "--rdzv_endpoint 127.0.0.1:{1} --rdzv_id dpbench-test --redirects 1 --tee 1 --log_dir {2} "
-        "--no_python {3} run --comm gloo {4} --save-params {5} --out {6} >{7} 2>&1",
-        node, endpoint, (dir / fmt::format("logs{}", node)).string(), DPBENCH_BINARY, args,
-        (dir / fmt::format("node{}", node)).string(), (dir / fmt::format("node{}.json", node)).string(),
-        (dir / fmt::format("agent{}.txt", node)).string()));
+    agents.push_back(
+        fmt::format("timeout -k 10 240 torchrun --nnodes 2 --node_rank {0} --nproc_per_node 1 --rdzv_backend c10d "
+                    "--rdzv_endpoint 127.0.0.1:{1} --rdzv_id dpbench-test --redirects 1 --tee 1 --log_dir {2} "
+                    "--no_python {3} run --comm gloo {4} --save-params {5} --out {6} >{7} 2>&1",
+                    node, endpoint, (dir / fmt::format("logs{}", node)).string(), DPBENCH_BINARY, args,
+                    (dir / fmt::format("node{}", node)).string(), (dir / fmt::format("node{}.json", node)).string(),
+                    (dir / fmt::format("agent{}.txt", node)).string()));
   }
   const Outcome g = shell(in_background(agents), dir);
   ASSERT_EQ(g.exit_code, 0) << slurp(dir / "agent0.txt") << slurp(dir / "agent1.txt");
@@ -848,12 +860,13 @@ TEST_F(Cli, ElasticRestartUnderTorchrunEqualsAnUninterruptedRun) {
       "--max-steps 25 -q --checkpoint-every 5";
   auto torchrun = [&](const std::string& name, const std::string& env, int port) {
     const fs::path dir = tmp_.path() / name;
-    return shell(fmt::format("cd {} && {} timeout -k 10 300 torchrun --nproc_per_node 2 --max_restarts 1 --master_port {} "
-                             "--redirects 1 --tee 1 --log_dir {} --no_python {} run --comm gloo {} --checkpoint-dir {} "
-                             "--resume --save-params {} --out {}",
-                             tmp_.path().string(), env, port, (dir / "logs").string(), DPBENCH_BINARY, args,
-                             (dir / "ck").string(), (dir / "p").string(), (dir / "r.json").string()),
-                 tmp_.path());
+    return shell(
+        fmt::format("cd {} && {} timeout -k 10 300 torchrun --nproc_per_node 2 --max_restarts 1 --master_port {} "
+                    "--redirects 1 --tee 1 --log_dir {} --no_python {} run --comm gloo {} --checkpoint-dir {} "
+                    "--resume --save-params {} --out {}",
+                    tmp_.path().string(), env, port, (dir / "logs").string(), DPBENCH_BINARY, args,
+                    (dir / "ck").string(), (dir / "p").string(), (dir / "r.json").string()),
+        tmp_.path());
   };
   const int port = 30700 + (getpid() % 1000) * 2;
   const Outcome killed = torchrun("killed", "DPBENCH_FAULT=rank=1,step=12,kind=kill", port);
@@ -892,13 +905,13 @@ TEST_F(Cli, InitParamsStartsTheRunFromTheGivenParameters) {
   std::vector<float> params(model->num_params());
   model->init_params(params.data(), 0);
   const fs::path init = tmp_.path() / "init.f32";
-  std::ofstream(init, std::ios::binary).write(reinterpret_cast<const char*>(params.data()),
-                                                static_cast<std::streamsize>(params.size() * sizeof(float)));
+  std::ofstream(init, std::ios::binary)
+      .write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
   ASSERT_EQ(dpbench(args + " --init-params " + init.string()).exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(slurp(result()))["runs"][0]["quality"]["step_train_loss"], base);
   for (float& p : params) p *= 0.5f;
-  std::ofstream(init, std::ios::binary).write(reinterpret_cast<const char*>(params.data()),
-                                                static_cast<std::streamsize>(params.size() * sizeof(float)));
+  std::ofstream(init, std::ios::binary)
+      .write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
   ASSERT_EQ(dpbench(args + " --init-params " + init.string()).exit_code, 0);
   EXPECT_NE(nlohmann::json::parse(slurp(result()))["runs"][0]["quality"]["step_train_loss"][0], base[0]);
   // Too few values, and no file: one-line input errors.
@@ -941,8 +954,8 @@ class CliGpu : public Cli {
   // a hung GPU run fails its test instead of stalling the whole suite (ctest's 600 s limit does
   // not apply when the test binary runs on its own).
   Outcome run_with_timeout(const std::string& env, const std::string& args, int seconds) {
-    return shell(env + " $(command -v timeout >/dev/null 2>&1 && echo timeout -k 10 " + std::to_string(seconds) +
-                     ") " + std::string(DPBENCH_BINARY) + " run " + args + " --out " + result().string(),
+    return shell(env + " $(command -v timeout >/dev/null 2>&1 && echo timeout -k 10 " + std::to_string(seconds) + ") " +
+                     std::string(DPBENCH_BINARY) + " run " + args + " --out " + result().string(),
                  tmp_.path());
   }
 };
@@ -955,8 +968,10 @@ TEST_F(CliGpu, CudaRunRecordsDevicesPrecisionAndOverlap) {
   // in tf32 on an H100, and four virtual ranks share it) run while it is reduced. 16384 / 4096 =
   // 4 steps per epoch: 12 steps, 7 timed.
   const Outcome o = run_with_timeout(
-      "", "--device cuda --ranks 4 --data synthetic --input 784 --synthetic-samples 16384 --hidden 4096,4096,4096 "
-      "--bucket-cap-mb 2 --batch-size 4096 --epochs 3 --no-eval -q", 300);
+      "",
+      "--device cuda --ranks 4 --data synthetic --input 784 --synthetic-samples 16384 --hidden 4096,4096,4096 "
+      "--bucket-cap-mb 2 --batch-size 4096 --epochs 3 --no-eval -q",
+      300);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
   ASSERT_EQ(doc["runs"].size(), 3u) << "ps, sharded_ps, allreduce";
@@ -1009,9 +1024,9 @@ TEST_F(CliGpu, MainJobOnCudaMeetsAcceptanceFigures) {
 // started (the default batch of 256 would give 2 steps, fewer than the 5 warm-up steps: an input
 // error, exit code 2, before any rank runs).
 TEST_F(CliGpu, FailingGpuRankEndsTheRunNamingIt) {
-  const Outcome o = run_with_timeout("DPBENCH_FAULT=rank=1,step=3,kind=throw",
-                                     "--device cuda --ranks 2 " + synthetic("--batch-size 20 --max-steps 10 --timeout 20"),
-                                     120);
+  const Outcome o = run_with_timeout(
+      "DPBENCH_FAULT=rank=1,step=3,kind=throw",
+      "--device cuda --ranks 2 " + synthetic("--batch-size 20 --max-steps 10 --timeout 20"), 120);
   EXPECT_EQ(o.exit_code, 1) << o.err;
   EXPECT_NE(o.err.find("rank 1"), std::string::npos) << o.err;
   EXPECT_FALSE(fs::exists(result()));
@@ -1044,13 +1059,13 @@ class CliGpuEnvLaunch : public CliGpu {
     }
     std::string line;
     for (int r = 1; r >= 0; --r) {
-      line += fmt::format(
-          "RANK={0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={1} "
-          "NCCL_HOSTID=dpbench-env-host-{0} NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 {2} "
-          "$(command -v timeout >/dev/null 2>&1 && echo timeout -k 10 240) {3} run {4} --comm nccl "
-          "--out {5} >{6} 2>{7} & p{0}=$!; ",
-          r, port, extra_env, DPBENCH_BINARY, args, (tmp_.path() / fmt::format("r{}.json", r)).string(),
-          (tmp_.path() / fmt::format("out{}.txt", r)).string(), (tmp_.path() / fmt::format("err{}.txt", r)).string());
+      line += fmt::format("RANK={0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={1} "
+                          "NCCL_HOSTID=dpbench-env-host-{0} NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 {2} "
+                          "$(command -v timeout >/dev/null 2>&1 && echo timeout -k 10 240) {3} run {4} --comm nccl "
+                          "--out {5} >{6} 2>{7} & p{0}=$!; ",
+                          r, port, extra_env, DPBENCH_BINARY, args, (tmp_.path() / fmt::format("r{}.json", r)).string(),
+                          (tmp_.path() / fmt::format("out{}.txt", r)).string(),
+                          (tmp_.path() / fmt::format("err{}.txt", r)).string());
     }
     line += "wait $p0; e0=$?; wait $p1; echo $e0 $?";
     Outcome o = shell("bash -c '" + line + "'", tmp_.path());

@@ -60,8 +60,8 @@ TEST(LinkRate, LinkOfOverridesOneNodeAndRejectsOthers) {
 
 TEST(LinkRate, TbfArgsCarryTheRateAndABurstOfOneMillisecond) {
   const auto args = cluster::tbf_args("eth0", cluster::parse_rate("1gbit", "--link"));
-  const std::vector<std::string> want = {"qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "1000000000bit",
-                                         "burst", "125000", "latency", "50ms"};
+  const std::vector<std::string> want = {"qdisc", "replace",       "dev",   "eth0",   "root",    "tbf",
+                                         "rate",  "1000000000bit", "burst", "125000", "latency", "50ms"};
   EXPECT_EQ(args, want);
   // Slow links keep a burst of at least 64 KiB.
   EXPECT_EQ(cluster::tbf_args("eth0", cluster::parse_rate("10mbit", "--link"))[9], "65536");
@@ -107,7 +107,7 @@ TEST(GlooCollectiveModel, CostsFollowTheAlgorithms) {
   EXPECT_DOUBLE_EQ(broadcast_s(link, 3, 1.0), 2.0);  // the root's two sends share its link
   EXPECT_DOUBLE_EQ(broadcast_s(link, 4, 1.0), 3.0);  // then rank 1 forwards to 3
   EXPECT_DOUBLE_EQ(broadcast_s(link, 8, 1.0), 6.0);
-  EXPECT_DOUBLE_EQ(reduce_s(link, 4, 1.0), 1.5);     // 3/4 reduce-scatter + 3/4 gathered
+  EXPECT_DOUBLE_EQ(reduce_s(link, 4, 1.0), 1.5);  // 3/4 reduce-scatter + 3/4 gathered
   EXPECT_DOUBLE_EQ(reduce_scatter_s(link, 4, 1.0), 1.5);
   EXPECT_DOUBLE_EQ(allgather_s(link, 4, 1.0), 0.75);
   link.collectives = CollectiveFamily::ring;
@@ -127,8 +127,8 @@ class EmulatedCluster : public ::testing::Test {
   }
   fs::path result() const { return tmp_.path() / "result.json"; }
   Outcome run(const std::string& args, const std::string& env = "") {
-    return shell(fmt::format("{} timeout -k 5 300 {} run {} -q --no-eval --repetitions 1 --out {}", env, DPBENCH_BINARY, args,
-                             result().string()),
+    return shell(fmt::format("{} timeout -k 5 300 {} run {} -q --no-eval --repetitions 1 --out {}", env, DPBENCH_BINARY,
+                             args, result().string()),
                  tmp_.path());
   }
   TempDir tmp_;
@@ -249,9 +249,10 @@ TEST_F(EmulatedCluster, SimulationMatchesEveryPointOfTheGrid) {
 // As in scripts/ci_gate.sh, a verdict that is not the expected one is taken again from three
 // fresh sweeps, and the second is judged.
 TEST_F(EmulatedCluster, GateCatchesAThirtyPercentSlowdownAndPassesAnAaRerun) {
-  const std::string sweep = fmt::format("timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
-                                        "--modes ps,allreduce --max-steps 20 --warmup-steps 4 --repetitions 2 --no-eval -q -o ",
-                                        DPBENCH_BINARY);
+  const std::string sweep = fmt::format(
+      "timeout -k 5 300 {} sweep --nodes 3 --links 200mbit --batch-sizes 384 "
+      "--modes ps,allreduce --max-steps 20 --warmup-steps 4 --repetitions 2 --no-eval -q -o ",
+      DPBENCH_BINARY);
   const std::string compare = fmt::format("{} compare --noise-cap 15 --noise-floor 5 ", DPBENCH_BINARY);
   const fs::path a = tmp_.path() / "a.json", b = tmp_.path() / "b.json", c = tmp_.path() / "c.json";
   struct Verdicts {
@@ -272,12 +273,14 @@ TEST_F(EmulatedCluster, GateCatchesAThirtyPercentSlowdownAndPassesAnAaRerun) {
     if (allreduce_step <= 0) return {{-1, "", "no allreduce step time in " + a.string()}, {}};
     const std::string delay = fmt::format("DPBENCH_STEP_DELAY=mode=allreduce,ms={:.1f} ", 0.30 * allreduce_step * 1e3);
     if (Outcome o = shell(delay + sweep + c.string(), tmp_.path()); o.exit_code != 0) return {o, {}};
-    return {shell(compare + a.string() + " " + b.string(), tmp_.path()), shell(compare + a.string() + " " + c.string(), tmp_.path())};
+    return {shell(compare + a.string() + " " + b.string(), tmp_.path()),
+            shell(compare + a.string() + " " + c.string(), tmp_.path())};
   };
   Verdicts v = attempt();
   if (!v.expected()) {
-    std::printf("gate: the first verdicts were not the expected ones (A/A exit %d, slowed exit %d); three sweeps again\n",
-                v.aa.exit_code, v.slow.exit_code);
+    std::printf(
+        "gate: the first verdicts were not the expected ones (A/A exit %d, slowed exit %d); three sweeps again\n",
+        v.aa.exit_code, v.slow.exit_code);
     v = attempt();
   }
   EXPECT_EQ(v.aa.exit_code, 0) << v.aa.out << v.aa.err;
@@ -304,12 +307,14 @@ TEST_F(EmulatedCluster, LinkDownEndsTheJobNamingTheNode) {
 // ring runs at the slow link's pace (its simulation and its projection from the slowest link
 // hold), and the per-rank breakdown shows every rank waiting on it.
 TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
-  const Outcome o = run("--nodes 3 --link 500mbit --link-of 2=50mbit --mode allreduce --max-steps 15 --warmup-steps 3 --batch-size 384");
+  const Outcome o = run(
+      "--nodes 3 --link 500mbit --link-of 2=50mbit --mode allreduce --max-steps 15 --warmup-steps 3 --batch-size 384");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   // stdout is not a terminal here: the summary is written once, not again by each simulation's
   // child process.
   std::size_t tables = 0;
-  for (auto at = o.out.find("step time p50 / p90"); at != std::string::npos; at = o.out.find("step time p50 / p90", at + 1)) {
+  for (auto at = o.out.find("step time p50 / p90"); at != std::string::npos;
+       at = o.out.find("step time p50 / p90", at + 1)) {
     ++tables;
   }
   EXPECT_EQ(tables, 1u) << o.out;
@@ -437,7 +442,8 @@ INSTANTIATE_TEST_SUITE_P(Rendezvous, EmulatedClusterTorchrun, ::testing::Values(
 TEST_F(EmulatedCluster, SrunAcrossNodesMatchesLocalRanks) {
   for (const char* tool : {"srun", "sinfo", "slurmctld", "slurmd", "munged"}) {
     if (cluster::find_tool(tool).empty()) {
-      GTEST_SKIP() << tool << " is not installed (scripts/setup.sh --test installs slurmctld, slurmd, slurm-client, munge)";
+      GTEST_SKIP() << tool
+                   << " is not installed (scripts/setup.sh --test installs slurmctld, slurmd, slurm-client, munge)";
     }
   }
   if (geteuid() != 0) GTEST_SKIP() << "--launcher srun needs root: Slurm's daemons drop supplementary groups";
@@ -478,9 +484,11 @@ TEST_F(EmulatedCluster, NodeHierarchyPutsTwoNMinusOneOverNOfTheGradientOnEachLin
   const std::string model =
       "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 40 --max-steps 20";
   const std::string local = (tmp_.path() / "local").string();
-  const Outcome l = shell(fmt::format("{} run {} -q --mode allreduce,sharded_ps,ps --comm local --ranks 4 --save-params {} "
-                                      "--out {}", DPBENCH_BINARY, model, local, (tmp_.path() / "local.json").string()),
-                          tmp_.path());
+  const Outcome l = shell(
+      fmt::format("{} run {} -q --mode allreduce,sharded_ps,ps --comm local --ranks 4 --save-params {} "
+                  "--out {}",
+                  DPBENCH_BINARY, model, local, (tmp_.path() / "local.json").string()),
+      tmp_.path());
   ASSERT_EQ(l.exit_code, 0) << l.err;
   // One job runs every mode over gloo; Open MPI runs allreduce.
   std::vector<std::pair<std::string, std::string>> jobs = {{"env", "allreduce,sharded_ps,ps"}};
@@ -544,8 +552,8 @@ TEST_F(EmulatedCluster, Fp16HookHalvesTheBytesOnEachLink) {
     EXPECT_NEAR(n["schedule_sent_bytes_per_step"].get<double>(), half, 16.0) << n.dump();
     EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
   }
-  const Outcome l = shell(fmt::format("{} run {} -q --mode allreduce --comm local --ranks 2 --no-eval --out {}", DPBENCH_BINARY,
-                                      model, (tmp_.path() / "plain.json").string()),
+  const Outcome l = shell(fmt::format("{} run {} -q --mode allreduce --comm local --ranks 2 --no-eval --out {}",
+                                      DPBENCH_BINARY, model, (tmp_.path() / "plain.json").string()),
                           tmp_.path());
   ASSERT_EQ(l.exit_code, 0) << l.err;
   const auto plain = nlohmann::json::parse(slurp(tmp_.path() / "plain.json"));
@@ -558,12 +566,13 @@ TEST_F(EmulatedCluster, Fp16HookHalvesTheBytesOnEachLink) {
 // sweep passes none) over --comm-hooks allreduce,fp16,powersgd:2: one job per hook, each run
 // recording its hook, and every node's wire bytes agreeing with the hook's schedule.
 TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
-  const Outcome o = shell(fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --modes allreduce "
-                                      "--comm-hooks allreduce,fp16,powersgd:2 --data synthetic --input 64 "
-                                      "--synthetic-samples 600 --hidden 64 --batch-sizes 40 --max-steps 6 --warmup-steps 2 "
-                                      "--repetitions 1 --no-eval -q -o {}",
-                                      DPBENCH_BINARY, result().string()),
-                          tmp_.path());
+  const Outcome o = shell(
+      fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --modes allreduce "
+                  "--comm-hooks allreduce,fp16,powersgd:2 --data synthetic --input 64 "
+                  "--synthetic-samples 600 --hidden 64 --batch-sizes 40 --max-steps 6 --warmup-steps 2 "
+                  "--repetitions 1 --no-eval -q -o {}",
+                  DPBENCH_BINARY, result().string()),
+      tmp_.path());
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
   ASSERT_EQ(doc["runs"].size(), 3u);
@@ -571,12 +580,15 @@ TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
   for (const auto& run : doc["runs"]) {
     EXPECT_EQ(run.value("status", std::string("ok")), "ok") << run.dump();
     hooks.push_back(run["config"]["comm_hook"].get<std::string>());
-    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << hooks.back() << ": " << n.dump();
+    for (const auto& n : run["network"]["nodes"])
+      EXPECT_TRUE(n["agrees"].get<bool>()) << hooks.back() << ": " << n.dump();
   }
   EXPECT_EQ(hooks, (std::vector<std::string>{"allreduce", "fp16", "powersgd:2"}));
   EXPECT_EQ(doc["config"]["sweep"]["comm_hooks"].size(), 3u);
   // Bytes per step on a node's link: fp16 half the plain hook's; PowerSGD far fewer.
-  auto sent = [&](std::size_t i) { return doc["runs"][i]["network"]["nodes"][0]["schedule_sent_bytes_per_step"].get<double>(); };
+  auto sent = [&](std::size_t i) {
+    return doc["runs"][i]["network"]["nodes"][0]["schedule_sent_bytes_per_step"].get<double>();
+  };
   EXPECT_NEAR(sent(1), sent(0) / 2.0, 16.0);
   EXPECT_LT(sent(2), sent(0) / 4.0);
 }
@@ -585,11 +597,12 @@ TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
 // newest): one job per ranks-per-node value, each run's cluster block and world size its own,
 // the hierarchy recorded, and every node's wire bytes agreeing with the schedule.
 TEST_F(EmulatedCluster, SweepOverRanksPerNodeAndHierarchies) {
-  const Outcome o = shell(fmt::format("timeout -k 5 300 {} sweep --nodes 2 --ranks-per-node 1,2 --links 1gbit --modes ps "
-                                      "--hierarchies node --data synthetic --input 64 --synthetic-samples 600 --hidden 64 "
-                                      "--batch-sizes 40 --max-steps 6 --warmup-steps 2 --repetitions 1 --no-eval -q -o {}",
-                                      DPBENCH_BINARY, result().string()),
-                          tmp_.path());
+  const Outcome o = shell(
+      fmt::format("timeout -k 5 300 {} sweep --nodes 2 --ranks-per-node 1,2 --links 1gbit --modes ps "
+                  "--hierarchies node --data synthetic --input 64 --synthetic-samples 600 --hidden 64 "
+                  "--batch-sizes 40 --max-steps 6 --warmup-steps 2 --repetitions 1 --no-eval -q -o {}",
+                  DPBENCH_BINARY, result().string()),
+      tmp_.path());
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
   ASSERT_EQ(doc["runs"].size(), 2u);
@@ -663,8 +676,8 @@ TEST_P(EmulatedClusterInitMethod, AcrossNodesMatchesLocalRanks) {
   const std::string model =
       "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 30 --max-steps 20";
   const std::string params = (tmp_.path() / "p").string(), local = (tmp_.path() / "local").string();
-  const Outcome o =
-      run(fmt::format("--nodes 3 --link 1gbit --launcher {} {} --save-params {}", launcher, model, params));
+  const Outcome o = run(
+      fmt::format("--nodes 3 --link 1gbit --launcher {} {} --save-params {}", launcher, model, params));
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
   EXPECT_EQ(doc["network"]["launcher"]["name"], launcher);
@@ -707,7 +720,8 @@ class EmulatedClusterSignals : public EmulatedCluster, public ::testing::WithPar
       GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
     }
     if (GetParam() == "srun" && (cluster::find_tool("slurmd").empty() || cluster::find_tool("munged").empty())) {
-      GTEST_SKIP() << "Slurm is not installed (scripts/setup.sh --test installs slurmctld, slurmd, slurm-client, munge)";
+      GTEST_SKIP()
+          << "Slurm is not installed (scripts/setup.sh --test installs slurmctld, slurmd, slurm-client, munge)";
     }
     if (GetParam() == "srun" && geteuid() != 0) GTEST_SKIP() << "--launcher srun needs root";
   }
@@ -731,8 +745,9 @@ TEST_P(EmulatedClusterSignals, SignalsLeaveNothingBehind) {
     // their ranks, or mpirun and two ranks, or the PID namespace's parent, srun and its helper and
     // two ranks).
     const int running = launcher == "torchrun" ? 6 : launcher == "mpirun" ? 5 : launcher == "srun" ? 7 : 4;
-    for (int i = 0; i < 200 && shell(fmt::format("test $(pgrep -f -c -- '[-]-out {}') -ge {}", marker, running),
-                                     tmp_.path()).exit_code != 0;
+    for (int i = 0;
+         i < 200 &&
+         shell(fmt::format("test $(pgrep -f -c -- '[-]-out {}') -ge {}", marker, running), tmp_.path()).exit_code != 0;
          ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -767,10 +782,11 @@ TEST(EmulatedClusterRefused, WithoutNamespacesOrCapabilitiesExitsTwo) {
   }
   // A user namespace in which no further one may be made, and a process with no capabilities.
   const Outcome o = shell(
-      fmt::format("unshare --user --map-root-user sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv "
-                  "--securebits +noroot,+noroot_locked --bounding-set -all --inh-caps -all {} run --nodes 2 --link 1gbit "
-                  "--out {}'",
-                  DPBENCH_BINARY, (tmp.path() / "r.json").string()),
+      fmt::format(
+          "unshare --user --map-root-user sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv "
+          "--securebits +noroot,+noroot_locked --bounding-set -all --inh-caps -all {} run --nodes 2 --link 1gbit "
+          "--out {}'",
+          DPBENCH_BINARY, (tmp.path() / "r.json").string()),
       tmp.path());
   if (o.err.rfind("dpbench:", 0) != 0) {  // the shell, unshare or setpriv refused, not dpbench
     GTEST_SKIP() << "cannot limit user namespaces here: " << o.err;
@@ -783,13 +799,13 @@ TEST(EmulatedClusterRefused, WithoutNamespacesOrCapabilitiesExitsTwo) {
 
 TEST(EmulatedClusterOptions, BadInputIsOneLineAndExitTwo) {
   TempDir tmp;
-  for (const char* args : {"--link 1gbit", "--nodes 1 --link 1gbit", "--nodes 2", "--nodes 2 --link fast",
-                           "--nodes 2 --link 1gbit --link-of 5=1gbit", "--nodes 2 --link 1gbit --comm local",
-                           "--nodes 2 --link 1gbit --ranks 3", "--launcher torchrun",
-                           "--nodes 2 --link 1gbit --launcher slurm", "--nodes 2 --link 1gbit --rdzv-backend etcd",
-                           "--nodes 2 --link 1gbit --launcher mpirun --comm gloo",
-                           "--nodes 2 --link 1gbit --launcher torchrun --rdzv-backend zookeeper",
-                           "--nodes 2 --link 1gbit --launcher torchrun --max-restarts 11"}) {
+  for (const char* args :
+       {"--link 1gbit", "--nodes 1 --link 1gbit", "--nodes 2", "--nodes 2 --link fast",
+        "--nodes 2 --link 1gbit --link-of 5=1gbit", "--nodes 2 --link 1gbit --comm local",
+        "--nodes 2 --link 1gbit --ranks 3", "--launcher torchrun", "--nodes 2 --link 1gbit --launcher slurm",
+        "--nodes 2 --link 1gbit --rdzv-backend etcd", "--nodes 2 --link 1gbit --launcher mpirun --comm gloo",
+        "--nodes 2 --link 1gbit --launcher torchrun --rdzv-backend zookeeper",
+        "--nodes 2 --link 1gbit --launcher torchrun --max-restarts 11"}) {
     const Outcome o = shell(fmt::format("{} run {} --out {}", DPBENCH_BINARY, args, (tmp.path() / "r.json").string()),
                             tmp.path());
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;

@@ -123,9 +123,9 @@ TEST(SyncBatchNorm, PackedRowsCombineIntoTheSumsOverEveryRank) {
   std::vector<float> rows(2 * 5);
   syncbn_pack_stats(sum_a, sumsq_a, 4.0, 2, rows.data());
   syncbn_pack_stats(sum_b, sumsq_b, 4.0, 2, rows.data() + 5);
-  EXPECT_FLOAT_EQ(rows[0], 0.5f);                                       // mean of channel 0
+  EXPECT_FLOAT_EQ(rows[0], 0.5f);                                             // mean of channel 0
   EXPECT_FLOAT_EQ(rows[2], static_cast<float>(1.0 / std::sqrt(0.5 + 1e-5)));  // var 3/4 - 1/4
-  EXPECT_FLOAT_EQ(rows[4], 4.0f);                                       // count
+  EXPECT_FLOAT_EQ(rows[4], 4.0f);                                             // count
   double sum[2], sumsq[2];
   EXPECT_DOUBLE_EQ(syncbn_combine_stats(rows.data(), 2, 2, sum, sumsq), 8.0);
   EXPECT_NEAR(sum[0], 8.0, 1e-5);

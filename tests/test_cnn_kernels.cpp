@@ -58,8 +58,7 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 // Central finite differences of loss() with respect to every element of v (restored after).
-std::vector<double> numeric_grad(std::vector<double>& v, const std::function<double()>& loss,
-                                 double eps = 1e-6) {
+std::vector<double> numeric_grad(std::vector<double>& v, const std::function<double()>& loss, double eps = 1e-6) {
   std::vector<double> g(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     const double keep = v[i];
@@ -76,8 +75,8 @@ std::vector<double> numeric_grad(std::vector<double>& v, const std::function<dou
 // ---- convolution ------------------------------------------------------------------------------
 
 // y[n,k,p,q] = b[k] + sum_{c,r,s} w[k,c,r,s] * x[n,c,p+r-pad,q+s-pad] (zero outside the input).
-std::vector<double> reference_conv(const std::vector<double>& x, const std::vector<double>& w,
-                                   const double* b, const ConvShape& s) {
+std::vector<double> reference_conv(const std::vector<double>& x, const std::vector<double>& w, const double* b,
+                                   const ConvShape& s) {
   const std::size_t P = s.P(), Q = s.Q();
   std::vector<double> y(s.N * s.K * P * Q);
   for (std::size_t n = 0; n < s.N; ++n)
@@ -90,13 +89,11 @@ std::vector<double> reference_conv(const std::vector<double>& x, const std::vect
               for (std::size_t t = 0; t < s.S; ++t) {
                 const long h = static_cast<long>(p + r) - static_cast<long>(s.pad);
                 const long ww = static_cast<long>(q + t) - static_cast<long>(s.pad);
-                if (h < 0 || ww < 0 || h >= static_cast<long>(s.H) ||
-                    ww >= static_cast<long>(s.W)) {
+                if (h < 0 || ww < 0 || h >= static_cast<long>(s.H) || ww >= static_cast<long>(s.W)) {
                   continue;
                 }
                 acc += w[((k * s.C + c) * s.R + r) * s.S + t] *
-                       x[((n * s.C + c) * s.H + static_cast<std::size_t>(h)) * s.W +
-                         static_cast<std::size_t>(ww)];
+                       x[((n * s.C + c) * s.H + static_cast<std::size_t>(h)) * s.W + static_cast<std::size_t>(ww)];
               }
           y[((n * s.K + k) * P + p) * Q + q] = acc;
         }
@@ -115,8 +112,7 @@ struct ConvProblem {
   std::size_t y_size() const { return s.N * s.K * s.P() * s.Q(); }
   std::vector<double> forward(bool with_bias) {
     std::vector<double> y(y_size(), -99.0);
-    cpu::conv2d_forward(x.data(), w.data(), with_bias ? b.data() : nullptr, y.data(), s,
-                        col.data());
+    cpu::conv2d_forward(x.data(), w.data(), with_bias ? b.data() : nullptr, y.data(), s, col.data());
     return y;
   }
 };
@@ -125,8 +121,7 @@ void expect_conv_matches_reference(const ConvShape& shape) {
   ConvProblem pr(shape);
   for (bool with_bias : {false, true}) {
     const std::vector<double> y = pr.forward(with_bias);
-    const std::vector<double> ref =
-        reference_conv(pr.x, pr.w, with_bias ? pr.b.data() : nullptr, pr.s);
+    const std::vector<double> ref = reference_conv(pr.x, pr.w, with_bias ? pr.b.data() : nullptr, pr.s);
     EXPECT_GT(max_abs(ref), 0.1);
     EXPECT_LT(rel_error(y, ref), 1e-13) << "bias " << with_bias;
   }
@@ -155,8 +150,7 @@ void expect_conv_gradients_match(const ConvShape& shape) {
   auto loss = [&] { return dot(pr.forward(true), G); };
 
   std::vector<double> dx(pr.x.size(), 7.0), dw(pr.w.size(), 7.0), db(pr.b.size(), 7.0);
-  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s,
-                       pr.col.data());
+  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s, pr.col.data());
 
   const std::vector<double> ndx = numeric_grad(pr.x, loss);
   const std::vector<double> ndw = numeric_grad(pr.w, loss);
@@ -181,11 +175,10 @@ TEST(Conv2dBackward, NullDxAndDbGiveTheSameWeightGradient) {
   ConvProblem pr({.N = 3, .C = 2, .H = 4, .W = 5, .K = 3, .R = 3, .S = 3, .pad = 1}, 5);
   const std::vector<double> G = random_vector(pr.y_size(), 6);
   std::vector<double> dx(pr.x.size()), dw(pr.w.size()), db(pr.b.size());
-  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s,
-                       pr.col.data());
+  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s, pr.col.data());
   std::vector<double> dw_only(pr.w.size(), 3.0);  // stale values must be overwritten
-  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), static_cast<double*>(nullptr),
-                       dw_only.data(), static_cast<double*>(nullptr), pr.s, pr.col.data());
+  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), static_cast<double*>(nullptr), dw_only.data(),
+                       static_cast<double*>(nullptr), pr.s, pr.col.data());
   EXPECT_GT(max_abs(dw), 0.1);
   EXPECT_EQ(dw_only, dw);
 }
@@ -195,16 +188,12 @@ TEST(Conv2dForward, FloatAgreesWithDouble) {
   const std::vector<double> G = random_vector(pr.y_size(), 22);
   const std::vector<double> y = pr.forward(true);
   std::vector<double> dx(pr.x.size()), dw(pr.w.size()), db(pr.b.size());
-  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s,
-                       pr.col.data());
+  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s, pr.col.data());
 
-  const auto xf = cast<float>(pr.x), wf = cast<float>(pr.w), bf = cast<float>(pr.b),
-             Gf = cast<float>(G);
-  std::vector<float> yf(y.size()), dxf(dx.size()), dwf(dw.size()), dbf(db.size()),
-      colf(pr.s.workspace_size());
+  const auto xf = cast<float>(pr.x), wf = cast<float>(pr.w), bf = cast<float>(pr.b), Gf = cast<float>(G);
+  std::vector<float> yf(y.size()), dxf(dx.size()), dwf(dw.size()), dbf(db.size()), colf(pr.s.workspace_size());
   cpu::conv2d_forward(xf.data(), wf.data(), bf.data(), yf.data(), pr.s, colf.data());
-  cpu::conv2d_backward(xf.data(), wf.data(), Gf.data(), dxf.data(), dwf.data(), dbf.data(), pr.s,
-                       colf.data());
+  cpu::conv2d_backward(xf.data(), wf.data(), Gf.data(), dxf.data(), dwf.data(), dbf.data(), pr.s, colf.data());
   EXPECT_LT(rel_error(yf, y), 1e-5);
   EXPECT_LT(rel_error(dxf, dx), 1e-5);
   EXPECT_LT(rel_error(dwf, dw), 1e-5);
@@ -229,11 +218,9 @@ PerSample per_sample(const ConvProblem& pr, const std::vector<double>& G) {
   PerSample r{std::vector<double>(pr.s.N * kpq), std::vector<double>(pr.x.size()),
               std::vector<double>(pr.w.size(), 0.0)};
   for (std::size_t n = 0; n < pr.s.N; ++n) {
-    cpu::conv2d_forward(pr.x.data() + n * chw, pr.w.data(), pr.b.data(), r.y.data() + n * kpq, one,
-                        col.data());
-    cpu::conv2d_backward(pr.x.data() + n * chw, pr.w.data(), G.data() + n * kpq,
-                         r.dx.data() + n * chw, dw_n.data(), static_cast<double*>(nullptr), one,
-                         col.data());
+    cpu::conv2d_forward(pr.x.data() + n * chw, pr.w.data(), pr.b.data(), r.y.data() + n * kpq, one, col.data());
+    cpu::conv2d_backward(pr.x.data() + n * chw, pr.w.data(), G.data() + n * kpq, r.dx.data() + n * chw, dw_n.data(),
+                         static_cast<double*>(nullptr), one, col.data());
     for (std::size_t i = 0; i < dw_n.size(); ++i) r.dw[i] += dw_n[i];
   }
   return r;
@@ -246,8 +233,7 @@ TEST(BatchedConv, ForwardAndBackwardEqualThePerSampleResult) {
   const PerSample want = per_sample(pr, G);
   const std::vector<double> y = pr.forward(true);
   std::vector<double> dx(pr.x.size(), 7.0), dw(pr.w.size(), 7.0), db(pr.b.size(), 7.0);
-  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s,
-                       pr.col.data());
+  cpu::conv2d_backward(pr.x.data(), pr.w.data(), G.data(), dx.data(), dw.data(), db.data(), pr.s, pr.col.data());
   // Double GEMMs over the same products in another grouping: ~1e-16 relative; a sample or channel
   // out of place is an O(1) error.
   EXPECT_GT(max_abs(want.y), 0.1);
@@ -271,11 +257,11 @@ TEST(BatchedConv, ChunksGiveTheResultOfOneChunk) {
 
   EXPECT_LT(rel_error(parts.forward(true), whole.forward(true)), 1e-13);
   std::vector<double> dx(whole.x.size()), dw(whole.w.size()), db(whole.b.size());
-  cpu::conv2d_backward(whole.x.data(), whole.w.data(), G.data(), dx.data(), dw.data(), db.data(),
-                       whole.s, whole.col.data());
+  cpu::conv2d_backward(whole.x.data(), whole.w.data(), G.data(), dx.data(), dw.data(), db.data(), whole.s,
+                       whole.col.data());
   std::vector<double> pdx(dx.size(), 7.0), pdw(dw.size(), 7.0), pdb(db.size(), 7.0);
-  cpu::conv2d_backward(parts.x.data(), parts.w.data(), G.data(), pdx.data(), pdw.data(), pdb.data(),
-                       parts.s, parts.col.data());
+  cpu::conv2d_backward(parts.x.data(), parts.w.data(), G.data(), pdx.data(), pdw.data(), pdb.data(), parts.s,
+                       parts.col.data());
   EXPECT_GT(max_abs(dw), 0.1);
   EXPECT_LT(rel_error(pdx, dx), 1e-13);
   EXPECT_LT(rel_error(pdw, dw), 1e-13);  // accumulated over four chunks
@@ -301,9 +287,8 @@ TEST(BatchedConv, ChunkKeepsTheWorkspaceUnderTheCap) {
 // The element-wise index math the CUDA kernels run (conv::im2col_source, col2im_gather,
 // nchw_of_out), evaluated on the host, against the CPU's row-copying kernels: equal bit for bit.
 TEST(ConvLayout, ElementwiseIndexMathEqualsTheCpuKernels) {
-  for (const ConvShape& s :
-       {kOdd, ConvShape{.N = 3, .C = 2, .H = 3, .W = 1, .K = 2, .R = 3, .S = 5, .pad = 2},
-        ConvShape{.N = 2, .C = 3, .H = 5, .W = 6, .K = 4, .R = 3, .S = 3, .pad = 0}}) {
+  for (const ConvShape& s : {kOdd, ConvShape{.N = 3, .C = 2, .H = 3, .W = 1, .K = 2, .R = 3, .S = 5, .pad = 2},
+                             ConvShape{.N = 2, .C = 3, .H = 5, .W = 6, .K = 4, .R = 3, .S = 3, .pad = 0}}) {
     SCOPED_TRACE(::testing::Message() << "R=" << s.R << " S=" << s.S << " pad=" << s.pad);
     const std::size_t n = s.N, chw = s.C * s.H * s.W, total = s.crs() * n * s.pq();
     const auto x = cast<float>(random_vector(n * chw, 51));
@@ -331,8 +316,7 @@ TEST(ConvLayout, ElementwiseIndexMathEqualsTheCpuKernels) {
   std::vector<int> hits(size, 0);
   for (std::size_t i = 0; i < size; ++i) ++hits[conv::nchw_of_out(kOdd, n, i)];
   EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), static_cast<long>(size));
-  EXPECT_EQ(conv::nchw_of_out(kOdd, n, 1 * n * kOdd.pq() + 2 * kOdd.pq() + 3),
-            (2 * kOdd.K + 1) * kOdd.pq() + 3);
+  EXPECT_EQ(conv::nchw_of_out(kOdd, n, 1 * n * kOdd.pq() + 2 * kOdd.pq() + 3), (2 * kOdd.K + 1) * kOdd.pq() + 3);
 }
 
 // ---- max-pooling and ReLU ---------------------------------------------------------------------
@@ -340,8 +324,8 @@ TEST(ConvLayout, ElementwiseIndexMathEqualsTheCpuKernels) {
 TEST(MaxPool2x2, ForwardTakesFirstMaximumOnTiesWithFlatIndices) {
   // N=1, C=2, H=2, W=4: two windows per channel.
   const std::vector<double> x = {
-      1, 5, 5, 2,  //
-      3, 4, 5, 1,  // channel 0: window 0 max 5 at index 1; window 1 ties at 2 and 6 -> 2
+      1,  5,  5, 2,  //
+      3,  4,  5, 1,  // channel 0: window 0 max 5 at index 1; window 1 ties at 2 and 6 -> 2
       -1, -2, 0, 0,  //
       -3, -1, 0, 0,  // channel 1: window 0 ties -1 at 8 and 13 -> 8; window 1 all 0 -> 10
   };
@@ -380,8 +364,7 @@ TEST(MaxPool2x2, BackwardMatchesFiniteDifferences) {
   EXPECT_GT(max_abs(ndx), 0.1);
   EXPECT_LT(rel_error(dx, ndx), 1e-6);
   // Exactly one input per window receives gradient.
-  EXPECT_EQ(std::count_if(dx.begin(), dx.end(), [](double v) { return v != 0.0; }),
-            static_cast<long>(out));
+  EXPECT_EQ(std::count_if(dx.begin(), dx.end(), [](double v) { return v != 0.0; }), static_cast<long>(out));
 }
 
 TEST(MaxPool2x2, FloatAgreesWithDouble) {
@@ -412,8 +395,12 @@ struct BnProblem {
   std::size_t N, C, HW;
   std::vector<double> x, gamma, beta;
   BnProblem(std::size_t n, std::size_t c, std::size_t hw, std::uint64_t seed)
-      : N(n), C(c), HW(hw), x(random_vector(n * c * hw, seed, 2.0)),
-        gamma(random_vector(c, seed + 1)), beta(random_vector(c, seed + 2)) {
+      : N(n),
+        C(c),
+        HW(hw),
+        x(random_vector(n * c * hw, seed, 2.0)),
+        gamma(random_vector(c, seed + 1)),
+        beta(random_vector(c, seed + 2)) {
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += 1.5;  // non-zero mean
   }
   double count() const { return static_cast<double>(N * HW); }
@@ -423,44 +410,38 @@ constexpr double kEps = 1e-5;
 
 // Full batch in one call chain: local sums -> finalize -> normalize. Returns y; fills mean/invstd.
 template <typename T>
-std::vector<T> bn_forward(const std::vector<T>& x, const std::vector<T>& gamma,
-                          const std::vector<T>& beta, std::size_t N, std::size_t C, std::size_t HW,
-                          std::vector<T>& mean, std::vector<T>& invstd) {
+std::vector<T> bn_forward(const std::vector<T>& x, const std::vector<T>& gamma, const std::vector<T>& beta,
+                          std::size_t N, std::size_t C, std::size_t HW, std::vector<T>& mean, std::vector<T>& invstd) {
   std::vector<double> sum(C), sumsq(C);
   cpu::batchnorm_local_sums(x.data(), N, C, HW, sum.data(), sumsq.data());
   mean.assign(C, T(0));
   invstd.assign(C, T(0));
-  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), static_cast<double>(N * HW), C, T(kEps),
-                                T(0.1), mean.data(), invstd.data(), static_cast<T*>(nullptr),
-                                static_cast<T*>(nullptr));
+  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), static_cast<double>(N * HW), C, T(kEps), T(0.1), mean.data(),
+                                invstd.data(), static_cast<T*>(nullptr), static_cast<T*>(nullptr));
   std::vector<T> y(x.size());
-  cpu::batchnorm_normalize(x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(),
-                           y.data(), N, C, HW);
+  cpu::batchnorm_normalize(x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(), y.data(), N, C, HW);
   return y;
 }
 
 // Full batch backward: backward_reduce -> backward_elemt with the same sums.
 template <typename T>
 void bn_backward(const std::vector<T>& dy, const std::vector<T>& x, const std::vector<T>& gamma,
-                 const std::vector<T>& mean, const std::vector<T>& invstd, std::size_t N,
-                 std::size_t C, std::size_t HW, std::vector<T>& dx, std::vector<T>& dgamma,
-                 std::vector<T>& dbeta) {
+                 const std::vector<T>& mean, const std::vector<T>& invstd, std::size_t N, std::size_t C, std::size_t HW,
+                 std::vector<T>& dx, std::vector<T>& dgamma, std::vector<T>& dbeta) {
   std::vector<double> sum_dy(C), sum_dy_xmu(C);
   dgamma.assign(C, T(0));
   dbeta.assign(C, T(0));
-  cpu::batchnorm_backward_reduce(dy.data(), x.data(), mean.data(), invstd.data(), N, C, HW,
-                                 sum_dy.data(), sum_dy_xmu.data(), dgamma.data(), dbeta.data());
+  cpu::batchnorm_backward_reduce(dy.data(), x.data(), mean.data(), invstd.data(), N, C, HW, sum_dy.data(),
+                                 sum_dy_xmu.data(), dgamma.data(), dbeta.data());
   dx.assign(x.size(), T(0));
-  cpu::batchnorm_backward_elemt(dy.data(), x.data(), mean.data(), invstd.data(), gamma.data(),
-                                sum_dy.data(), sum_dy_xmu.data(), static_cast<double>(N * HW),
-                                dx.data(), N, C, HW);
+  cpu::batchnorm_backward_elemt(dy.data(), x.data(), mean.data(), invstd.data(), gamma.data(), sum_dy.data(),
+                                sum_dy_xmu.data(), static_cast<double>(N * HW), dx.data(), N, C, HW);
 }
 
 TEST(BatchNorm, NormalizeMatchesDirectMeanAndBiasedVariance) {
   BnProblem pr(3, 2, 5, 51);
   std::vector<double> mean, invstd;
-  const std::vector<double> y =
-      bn_forward(pr.x, pr.gamma, pr.beta, pr.N, pr.C, pr.HW, mean, invstd);
+  const std::vector<double> y = bn_forward(pr.x, pr.gamma, pr.beta, pr.N, pr.C, pr.HW, mean, invstd);
 
   std::vector<double> ref(pr.x.size());
   for (std::size_t c = 0; c < pr.C; ++c) {
@@ -520,11 +501,11 @@ TEST(BatchNorm, RunningStatsUseMomentumAndUnbiasedVariance) {
   EXPECT_DOUBLE_EQ(sum[0], 10.0);
   EXPECT_DOUBLE_EQ(sumsq[0], 30.0);
   double mean = 0, invstd = 0, running_mean = 0.5, running_var = 2.0;
-  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), 4.0, 1, 1e-5, 0.1, &mean, &invstd,
-                                &running_mean, &running_var);
+  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), 4.0, 1, 1e-5, 0.1, &mean, &invstd, &running_mean,
+                                &running_var);
   EXPECT_DOUBLE_EQ(mean, 2.5);
   EXPECT_NEAR(invstd, 1.0 / std::sqrt(1.25 + 1e-5), 1e-15);
-  EXPECT_NEAR(running_mean, 0.9 * 0.5 + 0.1 * 2.5, 1e-15);        // 0.7
+  EXPECT_NEAR(running_mean, 0.9 * 0.5 + 0.1 * 2.5, 1e-15);         // 0.7
   EXPECT_NEAR(running_var, 0.9 * 2.0 + 0.1 * (5.0 / 3.0), 1e-15);  // 1.96667, not 1.925
 
   // count 1: no unbiased estimate exists; the biased variance (0) is used.
@@ -541,12 +522,10 @@ TEST(BatchNorm, FloatAgreesWithDouble) {
   BnProblem pr(4, 3, 9, 71);
   const std::vector<double> G = random_vector(pr.x.size(), 72);
   std::vector<double> mean, invstd, dx, dgamma, dbeta;
-  const std::vector<double> y =
-      bn_forward(pr.x, pr.gamma, pr.beta, pr.N, pr.C, pr.HW, mean, invstd);
+  const std::vector<double> y = bn_forward(pr.x, pr.gamma, pr.beta, pr.N, pr.C, pr.HW, mean, invstd);
   bn_backward(G, pr.x, pr.gamma, mean, invstd, pr.N, pr.C, pr.HW, dx, dgamma, dbeta);
 
-  const auto xf = cast<float>(pr.x), gf = cast<float>(pr.gamma), bf = cast<float>(pr.beta),
-             Gf = cast<float>(G);
+  const auto xf = cast<float>(pr.x), gf = cast<float>(pr.gamma), bf = cast<float>(pr.beta), Gf = cast<float>(G);
   std::vector<float> meanf, invstdf, dxf, dgammaf, dbetaf;
   const std::vector<float> yf = bn_forward(xf, gf, bf, pr.N, pr.C, pr.HW, meanf, invstdf);
   bn_backward(Gf, xf, gf, meanf, invstdf, pr.N, pr.C, pr.HW, dxf, dgammaf, dbetaf);
@@ -563,8 +542,7 @@ TEST(SyncBatchNorm, SplitBatchWithCombinedSumsMatchesFullBatch) {
   const std::vector<double> G = random_vector(pr.x.size(), 82);
 
   std::vector<double> mean, invstd, dx, dgamma, dbeta;
-  const std::vector<double> y =
-      bn_forward(pr.x, pr.gamma, pr.beta, pr.N, C, HW, mean, invstd);
+  const std::vector<double> y = bn_forward(pr.x, pr.gamma, pr.beta, pr.N, C, HW, mean, invstd);
   bn_backward(G, pr.x, pr.gamma, mean, invstd, pr.N, C, HW, dx, dgamma, dbeta);
 
   const double* x_rank[2] = {pr.x.data(), pr.x.data() + half};
@@ -581,12 +559,12 @@ TEST(SyncBatchNorm, SplitBatchWithCombinedSumsMatchesFullBatch) {
     }
   }
   std::vector<double> smean(C), sinvstd(C), rm(C, 0.0), rv(C, 1.0);
-  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), pr.count(), C, kEps, 0.1, smean.data(),
-                                sinvstd.data(), rm.data(), rv.data());
+  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), pr.count(), C, kEps, 0.1, smean.data(), sinvstd.data(),
+                                rm.data(), rv.data());
   std::vector<double> sy(pr.x.size());
   for (int r = 0; r < 2; ++r) {
-    cpu::batchnorm_normalize(x_rank[r], smean.data(), sinvstd.data(), pr.gamma.data(),
-                             pr.beta.data(), sy.data() + r * half, 2, C, HW);
+    cpu::batchnorm_normalize(x_rank[r], smean.data(), sinvstd.data(), pr.gamma.data(), pr.beta.data(),
+                             sy.data() + r * half, 2, C, HW);
   }
   EXPECT_LT(rel_error(sy, y), 1e-12);
 
@@ -600,8 +578,8 @@ TEST(SyncBatchNorm, SplitBatchWithCombinedSumsMatchesFullBatch) {
   std::vector<double> sum_dy(C, 0.0), sum_dy_xmu(C, 0.0), sdgamma(C, 0.0), sdbeta(C, 0.0);
   for (int r = 0; r < 2; ++r) {
     std::vector<double> a(C), b(C), dg(C), dbt(C);
-    cpu::batchnorm_backward_reduce(dy_rank[r], x_rank[r], smean.data(), sinvstd.data(), 2, C, HW,
-                                   a.data(), b.data(), dg.data(), dbt.data());
+    cpu::batchnorm_backward_reduce(dy_rank[r], x_rank[r], smean.data(), sinvstd.data(), 2, C, HW, a.data(), b.data(),
+                                   dg.data(), dbt.data());
     for (std::size_t c = 0; c < C; ++c) {
       sum_dy[c] += a[c];
       sum_dy_xmu[c] += b[c];
@@ -611,9 +589,8 @@ TEST(SyncBatchNorm, SplitBatchWithCombinedSumsMatchesFullBatch) {
   }
   std::vector<double> sdx(pr.x.size());
   for (int r = 0; r < 2; ++r) {
-    cpu::batchnorm_backward_elemt(dy_rank[r], x_rank[r], smean.data(), sinvstd.data(),
-                                  pr.gamma.data(), sum_dy.data(), sum_dy_xmu.data(), pr.count(),
-                                  sdx.data() + r * half, 2, C, HW);
+    cpu::batchnorm_backward_elemt(dy_rank[r], x_rank[r], smean.data(), sinvstd.data(), pr.gamma.data(), sum_dy.data(),
+                                  sum_dy_xmu.data(), pr.count(), sdx.data() + r * half, 2, C, HW);
   }
   EXPECT_GT(max_abs(dx), 0.1);
   EXPECT_LT(rel_error(sdx, dx), 1e-12);

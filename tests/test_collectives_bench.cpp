@@ -42,10 +42,11 @@ TEST(CollectivesBench, ProcessAllReducesAreCheckedAndCounted) {
   // 3 processes: a world size that is not a power of two (halving-doubling's binary blocks) and
   // a busbw factor 2(p-1)/p that is not 1.
   const int p = 3;
-  ASSERT_EQ(run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --bind-to none --oversubscribe -np 3 " +
-                std::string(kCollectives) + " --benchmark_filter='/bytes:(4|2048|1048576)/' --benchmark_out=" + out +
-                " --benchmark_out_format=json >/dev/null 2>&1"),
-            0);
+  ASSERT_EQ(
+      run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --bind-to none --oversubscribe -np 3 " +
+          std::string(kCollectives) + " --benchmark_filter='/bytes:(4|2048|1048576)/' --benchmark_out=" + out +
+          " --benchmark_out_format=json >/dev/null 2>&1"),
+      0);
   const nlohmann::json doc = nlohmann::json::parse(slurp(out));  // one writer: whole JSON
   EXPECT_EQ(doc["context"]["processes"], "3");
   std::set<std::string> expected_names = {"BM_AllReduceMpi"};

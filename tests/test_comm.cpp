@@ -34,7 +34,9 @@ std::vector<CommStats> on_ranks(int p, const std::function<void(LocalCommunicato
 }
 
 // Integer-valued input of rank r, element i: sums over ranks are exact in float.
-float value(int r, std::size_t i) { return static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50.0f; }
+float value(int r, std::size_t i) {
+  return static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50.0f;
+}
 
 std::vector<std::size_t> lengths_for(int p) {
   const auto up = static_cast<std::size_t>(p);
@@ -49,9 +51,7 @@ TEST(RingAllReduce, SumsExactlyForWorldSizes1To8AndAwkwardLengths) {
         bufs[static_cast<std::size_t>(r)].resize(n);
         for (std::size_t i = 0; i < n; ++i) bufs[static_cast<std::size_t>(r)][i] = value(r, i);
       }
-      on_ranks(p, [&](LocalCommunicator& c) {
-        c.allreduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n);
-      });
+      on_ranks(p, [&](LocalCommunicator& c) { c.allreduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n); });
       for (int r = 0; r < p; ++r) {
         std::size_t wrong = 0;
         for (std::size_t i = 0; i < n; ++i) {
@@ -97,9 +97,15 @@ TEST(ByteCounts, LocalBackendCountsEqualTheSharedFormulas) {
       std::vector<std::vector<float>> bufs(static_cast<std::size_t>(p), std::vector<float>(n, 1.0f));
       const int root = p / 2;
       std::vector<CommStats> ar, red, bc;
-      const auto a = on_ranks(p, [&](LocalCommunicator& c) { c.allreduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n); });
-      const auto r = on_ranks(p, [&](LocalCommunicator& c) { c.reduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n, root); });
-      const auto b = on_ranks(p, [&](LocalCommunicator& c) { c.broadcast(bufs[static_cast<std::size_t>(c.rank())].data(), n, root); });
+      const auto a = on_ranks(p, [&](LocalCommunicator& c) {
+        c.allreduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n);
+      });
+      const auto r = on_ranks(p, [&](LocalCommunicator& c) {
+        c.reduce_sum(bufs[static_cast<std::size_t>(c.rank())].data(), n, root);
+      });
+      const auto b = on_ranks(p, [&](LocalCommunicator& c) {
+        c.broadcast(bufs[static_cast<std::size_t>(c.rank())].data(), n, root);
+      });
       for (int rank = 0; rank < p; ++rank) {
         const auto i = static_cast<std::size_t>(rank);
         const auto bytes = [](std::size_t elems) { return static_cast<std::int64_t>(elems * sizeof(float)); };
@@ -168,7 +174,8 @@ TEST(ChainBroadcast, CopiesRootToEveryRank) {
 TEST(AllGather, PlacesRankDataAtRankOffset) {
   for (int p = 1; p <= 5; ++p) {
     const std::size_t n = 3;
-    std::vector<std::vector<float>> out(static_cast<std::size_t>(p), std::vector<float>(n * static_cast<std::size_t>(p)));
+    std::vector<std::vector<float>> out(static_cast<std::size_t>(p),
+                                        std::vector<float>(n * static_cast<std::size_t>(p)));
     on_ranks(p, [&](LocalCommunicator& c) {
       std::vector<float> mine(n);
       for (std::size_t i = 0; i < n; ++i) mine[i] = value(c.rank(), i);
@@ -347,7 +354,9 @@ TEST(LocalGroup, SilentRankTimesOutAndNamesTheWaiter) {
   const auto t0 = std::chrono::steady_clock::now();
   int timeouts = 0;
   std::string message;
-  on_ranks(2, [&](LocalCommunicator& c) {
+  on_ranks(
+      2,
+      [&](LocalCommunicator& c) {
     if (c.rank() == 1) return;  // never joins the collective
     std::vector<float> buf(10, 1.0f);
     try {
@@ -356,7 +365,8 @@ TEST(LocalGroup, SilentRankTimesOutAndNamesTheWaiter) {
       ++timeouts;
       message = e.what();
     }
-  }, std::chrono::milliseconds(300));
+      },
+      std::chrono::milliseconds(300));
   EXPECT_EQ(timeouts, 1);
   EXPECT_NE(message.find("rank 0 timed out"), std::string::npos) << message;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
@@ -398,7 +408,13 @@ TEST(SegmentHelpers, ForEachSegmentSkipsEmptyAndSkippedRanksAndStopsAtTheFirstFa
   EXPECT_EQ(result, 0);
   EXPECT_EQ(calls, (std::vector<std::vector<std::size_t>>{{0, 0, 3}, {3, 5, 4}}));
   int seen = 0;
-  EXPECT_EQ(for_each_segment(counts, -1, 0, [&](int r, std::size_t, std::size_t) { ++seen; return r == 2 ? 7 : 0; }), 7);
+  EXPECT_EQ(for_each_segment(
+                counts, -1, 0,
+                [&](int r, std::size_t, std::size_t) {
+    ++seen;
+    return r == 2 ? 7 : 0;
+                }),
+            7);
   EXPECT_EQ(seen, 2);  // ranks 0 and 2: stopped at the failure, rank 1 empty
   EXPECT_TRUE(equal_counts({4, 4, 4}));
   EXPECT_FALSE(equal_counts({4, 4, 5}));

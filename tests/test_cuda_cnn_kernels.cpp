@@ -33,7 +33,6 @@
 namespace dpbench {
 namespace {
 
-
 // ---------------------------------------------------------------------------------------------
 // Tolerances (relative error = max |gpu - cpu| / max |cpu| over the tensor).
 
@@ -50,12 +49,10 @@ constexpr double kTf32Tolerance = 5e-3;
 // (1.1e-16), so the two differ by ~1e-14 of the sum; 1e-9 catches any missing or doubled value.
 constexpr double kDoubleSumTolerance = 1e-9;
 
-double gemm_tolerance(Precision precision) {
-  return precision == Precision::tf32 ? kTf32Tolerance : kFp32Tolerance;
-}
+double gemm_tolerance(Precision precision) { return precision == Precision::tf32 ? kTf32Tolerance : kFp32Tolerance; }
 
-using testing::DeviceBuffer;  // tests/cuda_test_util.hpp
 using testing::cuda_ok;
+using testing::DeviceBuffer;  // tests/cuda_test_util.hpp
 
 // Skips without a usable CUDA device; a stream per test (tests/cuda_test_util.hpp).
 class CudaCnnKernels : public testing::CudaStreamTest {};
@@ -115,12 +112,11 @@ TEST_F(CudaCnnKernels, Conv2dForwardMatchesCpu) {
     for (const bool bias : {true, false}) {
       SCOPED_TRACE(std::string(name(precision)) + (bias ? " bias" : " no bias"));
       std::vector<float> want(y_size(kShape));
-      cpu::conv2d_forward(x.data(), w.data(), bias ? b.data() : nullptr, want.data(), kShape,
-                          col.data());
+      cpu::conv2d_forward(x.data(), w.data(), bias ? b.data() : nullptr, want.data(), kShape, col.data());
       DeviceBuffer<float> d_y(y_size(kShape));
       cuda::Blas blas(stream(), precision);
-      cuda::conv2d_forward(blas, d_x.get(), d_w.get(), bias ? d_b.get() : nullptr, d_y.get(),
-                           kShape, d_col.get(), stream());
+      cuda::conv2d_forward(blas, d_x.get(), d_w.get(), bias ? d_b.get() : nullptr, d_y.get(), kShape, d_col.get(),
+                           stream());
       // GEMM over k = CRS = 45, then one float bias addition (exact on both sides):
       // fp32 1e-5 (summation order only), tf32 5e-3 (10-bit mantissa inputs).
       EXPECT_LT(rel_error(d_y.to_host(), want), gemm_tolerance(precision));
@@ -139,8 +135,7 @@ TEST_F(CudaCnnKernels, Conv2dForwardWithoutPaddingMatchesCpu) {
   const DeviceBuffer<float> d_x(x), d_w(w), d_b(b);
   DeviceBuffer<float> d_col(s.workspace_size()), d_y(y_size(s));
   cuda::Blas blas(stream(), Precision::fp32);
-  cuda::conv2d_forward(blas, d_x.get(), d_w.get(), d_b.get(), d_y.get(), s, d_col.get(),
-                       stream());
+  cuda::conv2d_forward(blas, d_x.get(), d_w.get(), d_b.get(), d_y.get(), s, d_col.get(), stream());
   // fp32 GEMM over k = 45: 1e-5 (summation order only).
   EXPECT_LT(rel_error(d_y.to_host(), want), kFp32Tolerance);
 }
@@ -151,8 +146,8 @@ TEST_F(CudaCnnKernels, Conv2dBackwardMatchesCpu) {
   const auto dy = random_floats(y_size(kShape), 13);
   std::vector<float> col(kShape.workspace_size());
   std::vector<float> want_dx(x_size(kShape)), want_dw(w_size(kShape)), want_db(kShape.K);
-  cpu::conv2d_backward(x.data(), w.data(), dy.data(), want_dx.data(), want_dw.data(),
-                       want_db.data(), kShape, col.data());
+  cpu::conv2d_backward(x.data(), w.data(), dy.data(), want_dx.data(), want_dw.data(), want_db.data(), kShape,
+                       col.data());
   const DeviceBuffer<float> d_x(x), d_w(w), d_dy(dy);
   DeviceBuffer<float> d_col(kShape.workspace_size());
   DeviceBuffer<double> d_partials(cuda::reduce_partials_size(kShape.K));
@@ -160,8 +155,8 @@ TEST_F(CudaCnnKernels, Conv2dBackwardMatchesCpu) {
     SCOPED_TRACE(std::string(name(precision)));
     DeviceBuffer<float> d_dx(x_size(kShape)), d_dw(w_size(kShape)), d_db(kShape.K);
     cuda::Blas blas(stream(), precision);
-    cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), d_dx.get(), d_dw.get(),
-                          d_db.get(), kShape, d_col.get(), d_partials.get(), stream());
+    cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), d_dx.get(), d_dw.get(), d_db.get(), kShape,
+                          d_col.get(), d_partials.get(), stream());
     // dw: one GEMM over k = N*PQ = 180 (the batch is one chunk); dx: GEMM over k = K = 7,
     // then col2im adds up to 9 column entries per element. fp32 1e-5, tf32 5e-3 (above).
     EXPECT_LT(rel_error(d_dw.to_host(), want_dw), gemm_tolerance(precision)) << "dw";
@@ -174,11 +169,11 @@ TEST_F(CudaCnnKernels, Conv2dBackwardMatchesCpu) {
     // run with dx gives the same dx: col2im gathers in a fixed order, cuBLAS is deterministic
     // on one handle.
     DeviceBuffer<float> d_dw2(w_size(kShape)), d_dx2(x_size(kShape)), d_db2(kShape.K);
-    cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), nullptr, d_dw2.get(), nullptr,
-                          kShape, d_col.get(), nullptr, stream());
+    cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), nullptr, d_dw2.get(), nullptr, kShape, d_col.get(),
+                          nullptr, stream());
     EXPECT_EQ(bit_mismatches(d_dw2.to_host(), d_dw.to_host()), 0u) << "dw without dx";
-    cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), d_dx2.get(), d_dw2.get(),
-                          d_db2.get(), kShape, d_col.get(), d_partials.get(), stream());
+    cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dy.get(), d_dx2.get(), d_dw2.get(), d_db2.get(), kShape,
+                          d_col.get(), d_partials.get(), stream());
     EXPECT_EQ(bit_mismatches(d_dx2.to_host(), d_dx.to_host()), 0u) << "dx run to run";
     EXPECT_EQ(bit_mismatches(d_db2.to_host(), d_db.to_host()), 0u) << "db run to run";
   }
@@ -189,9 +184,7 @@ TEST_F(CudaCnnKernels, Conv2dRejectsAKernelThatDoesNotFit) {
   // CPU's check.
   const cpu::ConvShape s{1, 1, 2, 2, 1, 5, 5, 1};
   cuda::Blas blas(stream(), Precision::fp32);
-  EXPECT_THROW(cuda::conv2d_forward(blas, nullptr, nullptr, nullptr, nullptr, s, nullptr,
-                                    stream()),
-               InputError);
+  EXPECT_THROW(cuda::conv2d_forward(blas, nullptr, nullptr, nullptr, nullptr, s, nullptr, stream()), InputError);
 }
 
 // ---- pooling and ReLU -------------------------------------------------------------------------
@@ -241,8 +234,7 @@ TEST_F(CudaCnnKernels, MaxPoolBackwardMatchesCpu) {
 
 TEST_F(CudaCnnKernels, MaxPoolRejectsOddInput) {
   // As the CPU: InputError before any launch.
-  EXPECT_THROW(cuda::maxpool2x2_forward(nullptr, nullptr, nullptr, 1, 1, 3, 4, stream()),
-               InputError);
+  EXPECT_THROW(cuda::maxpool2x2_forward(nullptr, nullptr, nullptr, 1, 1, 3, 4, stream()), InputError);
 }
 
 TEST_F(CudaCnnKernels, ReluInplaceMatchesCpuBitForBit) {
@@ -279,24 +271,21 @@ TEST_F(CudaCnnKernels, BatchNormStagesMatchCpuAcrossTwoRanks) {
   std::vector<float> mean(kC), invstd(kC), rm = running_mean0, rv = running_var0;
   std::vector<float> y(x.size()), dgamma(kC), dbeta(kC), dx(x.size());
   cpu::batchnorm_local_sums(x.data(), kN, kC, kHW, sum.data(), sumsq.data());
-  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), count, kC, eps, momentum, mean.data(),
-                                invstd.data(), rm.data(), rv.data());
-  cpu::batchnorm_normalize(x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(),
-                           y.data(), kN, kC, kHW);
-  cpu::batchnorm_backward_reduce(dy.data(), x.data(), mean.data(), invstd.data(), kN, kC, kHW,
-                                 sum_dy.data(), sum_dy_xmu.data(), dgamma.data(), dbeta.data());
-  cpu::batchnorm_backward_elemt(dy.data(), x.data(), mean.data(), invstd.data(), gamma.data(),
-                                sum_dy.data(), sum_dy_xmu.data(), count, dx.data(), kN, kC, kHW);
+  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), count, kC, eps, momentum, mean.data(), invstd.data(),
+                                rm.data(), rv.data());
+  cpu::batchnorm_normalize(x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(), y.data(), kN, kC, kHW);
+  cpu::batchnorm_backward_reduce(dy.data(), x.data(), mean.data(), invstd.data(), kN, kC, kHW, sum_dy.data(),
+                                 sum_dy_xmu.data(), dgamma.data(), dbeta.data());
+  cpu::batchnorm_backward_elemt(dy.data(), x.data(), mean.data(), invstd.data(), gamma.data(), sum_dy.data(),
+                                sum_dy_xmu.data(), count, dx.data(), kN, kC, kHW);
 
   // GPU, two ranks.
   const std::size_t n0 = 2, n1 = kN - n0, off1 = n0 * kC * kHW;
   const DeviceBuffer<float> d_x(x), d_gamma(gamma), d_beta(beta), d_dy(dy);
   DeviceBuffer<double> d_sum0(kC), d_sumsq0(kC), d_sum1(kC), d_sumsq1(kC);
   DeviceBuffer<double> d_partials(cuda::reduce_partials_size(kC));
-  cuda::batchnorm_local_sums(d_x.get(), n0, kC, kHW, d_sum0.get(), d_sumsq0.get(),
-                             d_partials.get(), stream());
-  cuda::batchnorm_local_sums(d_x.get() + off1, n1, kC, kHW, d_sum1.get(), d_sumsq1.get(),
-                             d_partials.get(), stream());
+  cuda::batchnorm_local_sums(d_x.get(), n0, kC, kHW, d_sum0.get(), d_sumsq0.get(), d_partials.get(), stream());
+  cuda::batchnorm_local_sums(d_x.get() + off1, n1, kC, kHW, d_sum1.get(), d_sumsq1.get(), d_partials.get(), stream());
   auto total_sum = d_sum0.to_host(), total_sumsq = d_sumsq0.to_host();
   const auto sum1 = d_sum1.to_host(), sumsq1 = d_sumsq1.to_host();
   for (std::size_t c = 0; c < kC; ++c) {
@@ -309,8 +298,8 @@ TEST_F(CudaCnnKernels, BatchNormStagesMatchCpuAcrossTwoRanks) {
 
   const DeviceBuffer<double> d_total_sum(total_sum), d_total_sumsq(total_sumsq);
   DeviceBuffer<float> d_mean(kC), d_invstd(kC), d_rm(running_mean0), d_rv(running_var0);
-  cuda::batchnorm_finalize_stats(d_total_sum.get(), d_total_sumsq.get(), count, kC, eps, momentum,
-                                 d_mean.get(), d_invstd.get(), d_rm.get(), d_rv.get(), stream());
+  cuda::batchnorm_finalize_stats(d_total_sum.get(), d_total_sumsq.get(), count, kC, eps, momentum, d_mean.get(),
+                                 d_invstd.get(), d_rm.get(), d_rv.get(), stream());
   // The same double arithmetic on sums that differ by ~1e-14, rounded to float once: at most an
   // ulp apart (6e-8); 1e-5 relative.
   EXPECT_LT(rel_error(d_mean.to_host(), mean), kFp32Tolerance) << "mean";
@@ -322,19 +311,18 @@ TEST_F(CudaCnnKernels, BatchNormStagesMatchCpuAcrossTwoRanks) {
   d_mean.from_host(mean);
   d_invstd.from_host(invstd);
   DeviceBuffer<float> d_y(x.size());
-  cuda::batchnorm_normalize(d_x.get(), d_mean.get(), d_invstd.get(), d_gamma.get(), d_beta.get(),
-                            d_y.get(), kN, kC, kHW, stream());
+  cuda::batchnorm_normalize(d_x.get(), d_mean.get(), d_invstd.get(), d_gamma.get(), d_beta.get(), d_y.get(), kN, kC,
+                            kHW, stream());
   // Three float operations per element in the CPU's order, no FMA: ~an ulp at most; 1e-5.
   EXPECT_LT(rel_error(d_y.to_host(), y), kFp32Tolerance) << "normalize";
 
   DeviceBuffer<double> d_sdy0(kC), d_sdyx0(kC), d_sdy1(kC), d_sdyx1(kC);
   DeviceBuffer<float> d_dgamma0(kC), d_dbeta0(kC), d_dgamma1(kC), d_dbeta1(kC);
-  cuda::batchnorm_backward_reduce(d_dy.get(), d_x.get(), d_mean.get(), d_invstd.get(), n0, kC,
-                                  kHW, d_sdy0.get(), d_sdyx0.get(), d_dgamma0.get(),
-                                  d_dbeta0.get(), d_partials.get(), stream());
-  cuda::batchnorm_backward_reduce(d_dy.get() + off1, d_x.get() + off1, d_mean.get(),
-                                  d_invstd.get(), n1, kC, kHW, d_sdy1.get(), d_sdyx1.get(),
-                                  d_dgamma1.get(), d_dbeta1.get(), d_partials.get(), stream());
+  cuda::batchnorm_backward_reduce(d_dy.get(), d_x.get(), d_mean.get(), d_invstd.get(), n0, kC, kHW, d_sdy0.get(),
+                                  d_sdyx0.get(), d_dgamma0.get(), d_dbeta0.get(), d_partials.get(), stream());
+  cuda::batchnorm_backward_reduce(d_dy.get() + off1, d_x.get() + off1, d_mean.get(), d_invstd.get(), n1, kC, kHW,
+                                  d_sdy1.get(), d_sdyx1.get(), d_dgamma1.get(), d_dbeta1.get(), d_partials.get(),
+                                  stream());
   auto total_sdy = d_sdy0.to_host(), total_sdyx = d_sdyx0.to_host();
   const auto sdy1 = d_sdy1.to_host(), sdyx1 = d_sdyx1.to_host();
   const auto dgamma0 = d_dgamma0.to_host(), dgamma1 = d_dgamma1.to_host();
@@ -356,17 +344,16 @@ TEST_F(CudaCnnKernels, BatchNormStagesMatchCpuAcrossTwoRanks) {
 
   const DeviceBuffer<double> d_total_sdy(total_sdy), d_total_sdyx(total_sdyx);
   DeviceBuffer<float> d_dx(x.size());
-  cuda::batchnorm_backward_elemt(d_dy.get(), d_x.get(), d_mean.get(), d_invstd.get(),
-                                 d_gamma.get(), d_total_sdy.get(), d_total_sdyx.get(), count,
-                                 d_dx.get(), kN, kC, kHW, stream());
+  cuda::batchnorm_backward_elemt(d_dy.get(), d_x.get(), d_mean.get(), d_invstd.get(), d_gamma.get(), d_total_sdy.get(),
+                                 d_total_sdyx.get(), count, d_dx.get(), kN, kC, kHW, stream());
   // The CPU's float operations in its order on sums ~1e-14 apart: ~an ulp of the largest; 1e-5.
   EXPECT_LT(rel_error(d_dx.to_host(), dx), kFp32Tolerance) << "backward_elemt";
 }
 
 TEST_F(CudaCnnKernels, BatchNormRejectsZeroCount) {
   // As the CPU: InputError before any launch.
-  EXPECT_THROW(cuda::batchnorm_finalize_stats(nullptr, nullptr, 0.0, 1, 1e-5f, 0.1f, nullptr,
-                                              nullptr, nullptr, nullptr, stream()),
+  EXPECT_THROW(cuda::batchnorm_finalize_stats(nullptr, nullptr, 0.0, 1, 1e-5f, 0.1f, nullptr, nullptr, nullptr, nullptr,
+                                              stream()),
                InputError);
 }
 
@@ -389,8 +376,8 @@ constexpr float kBnEps = 1e-5f, kBnMomentum = 0.1f;
 BlockInputs block_inputs(std::uint64_t seed) {
   const cpu::ConvShape& s = kShape;
   const std::size_t pooled = s.N * s.K * (s.P() / 2) * (s.Q() / 2);
-  return {random_floats(x_size(s), seed), random_floats(w_size(s), seed + 1, 0.3f),
-          random_floats(s.K, seed + 2), random_floats(s.K, seed + 3, 0.5f, 1.0f),
+  return {random_floats(x_size(s), seed),     random_floats(w_size(s), seed + 1, 0.3f),
+          random_floats(s.K, seed + 2),       random_floats(s.K, seed + 3, 0.5f, 1.0f),
           random_floats(s.K, seed + 4, 0.5f), random_floats(pooled, seed + 5)};
 }
 
@@ -408,11 +395,10 @@ BlockResult cpu_block(const BlockInputs& in) {
   r.argmax.resize(pooled);
   cpu::conv2d_forward(in.x.data(), in.w.data(), in.b.data(), conv.data(), s, col.data());
   cpu::batchnorm_local_sums(conv.data(), s.N, s.K, PQ, sum.data(), sumsq.data());
-  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), count, s.K, kBnEps, kBnMomentum,
-                                mean.data(), invstd.data(), r.running_mean.data(),
-                                r.running_var.data());
-  cpu::batchnorm_normalize(conv.data(), mean.data(), invstd.data(), in.gamma.data(),
-                           in.beta.data(), act.data(), s.N, s.K, PQ);
+  cpu::batchnorm_finalize_stats(sum.data(), sumsq.data(), count, s.K, kBnEps, kBnMomentum, mean.data(), invstd.data(),
+                                r.running_mean.data(), r.running_var.data());
+  cpu::batchnorm_normalize(conv.data(), mean.data(), invstd.data(), in.gamma.data(), in.beta.data(), act.data(), s.N,
+                           s.K, PQ);
   r.pre_relu = act;
   cpu::relu_inplace(act.data(), ny);
   cpu::maxpool2x2_forward(act.data(), r.pooled.data(), r.argmax.data(), s.N, s.K, P, Q);
@@ -425,13 +411,11 @@ BlockResult cpu_block(const BlockInputs& in) {
   r.db.resize(s.K);
   cpu::maxpool2x2_backward(in.dpooled.data(), r.argmax.data(), dact.data(), s.N, s.K, P, Q);
   cpu::relu_backward_inplace(act.data(), dact.data(), ny);
-  cpu::batchnorm_backward_reduce(dact.data(), conv.data(), mean.data(), invstd.data(), s.N, s.K,
-                                 PQ, sdy.data(), sdyx.data(), r.dgamma.data(), r.dbeta.data());
-  cpu::batchnorm_backward_elemt(dact.data(), conv.data(), mean.data(), invstd.data(),
-                                in.gamma.data(), sdy.data(), sdyx.data(), count, dconv.data(),
-                                s.N, s.K, PQ);
-  cpu::conv2d_backward(in.x.data(), in.w.data(), dconv.data(), r.dx.data(), r.dw.data(),
-                       r.db.data(), s, col.data());
+  cpu::batchnorm_backward_reduce(dact.data(), conv.data(), mean.data(), invstd.data(), s.N, s.K, PQ, sdy.data(),
+                                 sdyx.data(), r.dgamma.data(), r.dbeta.data());
+  cpu::batchnorm_backward_elemt(dact.data(), conv.data(), mean.data(), invstd.data(), in.gamma.data(), sdy.data(),
+                                sdyx.data(), count, dconv.data(), s.N, s.K, PQ);
+  cpu::conv2d_backward(in.x.data(), in.w.data(), dconv.data(), r.dx.data(), r.dw.data(), r.db.data(), s, col.data());
   r.dconv = std::move(dconv);
   return r;
 }
@@ -481,8 +465,7 @@ TEST_F(CudaCnnKernels, CnnBlockForwardBackwardMatchesCpu) {
   const std::size_t P = s.P(), Q = s.Q(), PQ = P * Q, ny = y_size(s);
   const std::size_t pooled = s.N * s.K * (P / 2) * (Q / 2);
   const double count = static_cast<double>(s.N * PQ);
-  const DeviceBuffer<float> d_x(in.x), d_w(in.w), d_b(in.b), d_gamma(in.gamma), d_beta(in.beta),
-      d_dpooled(in.dpooled);
+  const DeviceBuffer<float> d_x(in.x), d_w(in.w), d_b(in.b), d_gamma(in.gamma), d_beta(in.beta), d_dpooled(in.dpooled);
   DeviceBuffer<float> d_col(s.workspace_size()), d_conv(ny), d_act(ny), d_mean(s.K), d_invstd(s.K);
   DeviceBuffer<float> d_rm(std::vector<float>(s.K, 0.0f)), d_rv(std::vector<float>(s.K, 1.0f));
   DeviceBuffer<double> d_sum(s.K), d_sumsq(s.K), d_sdy(s.K), d_sdyx(s.K);
@@ -494,29 +477,24 @@ TEST_F(CudaCnnKernels, CnnBlockForwardBackwardMatchesCpu) {
   cuda::Blas blas(stream(), Precision::fp32);
 
   // Forward (one rank: the sums stay on the device).
-  cuda::conv2d_forward(blas, d_x.get(), d_w.get(), d_b.get(), d_conv.get(), s, d_col.get(),
-                       stream());
-  cuda::batchnorm_local_sums(d_conv.get(), s.N, s.K, PQ, d_sum.get(), d_sumsq.get(),
-                             d_partials.get(), stream());
-  cuda::batchnorm_finalize_stats(d_sum.get(), d_sumsq.get(), count, s.K, kBnEps, kBnMomentum,
-                                 d_mean.get(), d_invstd.get(), d_rm.get(), d_rv.get(), stream());
-  cuda::batchnorm_normalize(d_conv.get(), d_mean.get(), d_invstd.get(), d_gamma.get(),
-                            d_beta.get(), d_act.get(), s.N, s.K, PQ, stream());
+  cuda::conv2d_forward(blas, d_x.get(), d_w.get(), d_b.get(), d_conv.get(), s, d_col.get(), stream());
+  cuda::batchnorm_local_sums(d_conv.get(), s.N, s.K, PQ, d_sum.get(), d_sumsq.get(), d_partials.get(), stream());
+  cuda::batchnorm_finalize_stats(d_sum.get(), d_sumsq.get(), count, s.K, kBnEps, kBnMomentum, d_mean.get(),
+                                 d_invstd.get(), d_rm.get(), d_rv.get(), stream());
+  cuda::batchnorm_normalize(d_conv.get(), d_mean.get(), d_invstd.get(), d_gamma.get(), d_beta.get(), d_act.get(), s.N,
+                            s.K, PQ, stream());
   cuda::relu_inplace(d_act.get(), ny, stream());
   cuda::maxpool2x2_forward(d_act.get(), d_pooled.get(), d_argmax.get(), s.N, s.K, P, Q, stream());
 
   // Backward.
-  cuda::maxpool2x2_backward(d_dpooled.get(), d_argmax.get(), d_dact.get(), s.N, s.K, P, Q,
-                            stream());
+  cuda::maxpool2x2_backward(d_dpooled.get(), d_argmax.get(), d_dact.get(), s.N, s.K, P, Q, stream());
   cuda::relu_backward_inplace(d_act.get(), d_dact.get(), ny, stream());
-  cuda::batchnorm_backward_reduce(d_dact.get(), d_conv.get(), d_mean.get(), d_invstd.get(), s.N,
-                                  s.K, PQ, d_sdy.get(), d_sdyx.get(), d_dgamma.get(),
-                                  d_dbeta.get(), d_partials.get(), stream());
-  cuda::batchnorm_backward_elemt(d_dact.get(), d_conv.get(), d_mean.get(), d_invstd.get(),
-                                 d_gamma.get(), d_sdy.get(), d_sdyx.get(), count, d_dconv.get(),
-                                 s.N, s.K, PQ, stream());
-  cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dconv.get(), d_dx.get(), d_dw.get(),
-                        d_db.get(), s, d_col.get(), d_partials.get(), stream());
+  cuda::batchnorm_backward_reduce(d_dact.get(), d_conv.get(), d_mean.get(), d_invstd.get(), s.N, s.K, PQ, d_sdy.get(),
+                                  d_sdyx.get(), d_dgamma.get(), d_dbeta.get(), d_partials.get(), stream());
+  cuda::batchnorm_backward_elemt(d_dact.get(), d_conv.get(), d_mean.get(), d_invstd.get(), d_gamma.get(), d_sdy.get(),
+                                 d_sdyx.get(), count, d_dconv.get(), s.N, s.K, PQ, stream());
+  cuda::conv2d_backward(blas, d_x.get(), d_w.get(), d_dconv.get(), d_dx.get(), d_dw.get(), d_db.get(), s, d_col.get(),
+                        d_partials.get(), stream());
 
   // Forward: the fp32 conv GEMM (~1e-6 relative) passes through BatchNorm, which rescales but
   // does not amplify relative error, and through selections the margin keeps identical; 1e-5.

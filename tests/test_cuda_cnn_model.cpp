@@ -56,8 +56,7 @@ double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
 }
 
 std::vector<float> slice(const std::vector<float>& v, std::size_t offset, std::size_t size) {
-  return {v.begin() + static_cast<std::ptrdiff_t>(offset),
-          v.begin() + static_cast<std::ptrdiff_t>(offset + size)};
+  return {v.begin() + static_cast<std::ptrdiff_t>(offset), v.begin() + static_cast<std::ptrdiff_t>(offset + size)};
 }
 
 using testing::cuda_ok;
@@ -148,8 +147,8 @@ class CudaCnnModel : public testing::CudaStreamTest {
 };
 
 // One training step's forward + backward on both models; returns nothing, checks everything.
-void expect_step_matches(Cnn& cpu, Model& gpu, const std::vector<float>& params,
-                         const float* d_params, std::uint64_t seed) {
+void expect_step_matches(Cnn& cpu, Model& gpu, const std::vector<float>& params, const float* d_params,
+                         std::uint64_t seed) {
   const auto x = random_floats(kBatch * kShape.features(), seed);
   const auto dlogits = random_floats(kBatch * kCudaCnnClasses, seed + 1, 0.1f);
 
@@ -169,8 +168,7 @@ void expect_step_matches(Cnn& cpu, Model& gpu, const std::vector<float>& params,
   EXPECT_LT(rel_l2(d_logits.to_host(), logits), kFp32Tolerance) << "logits";
   const auto got = d_grads.to_host();
   for (const ParamView& v : cpu.params()) {
-    EXPECT_LT(rel_l2(slice(got, v.offset, v.size), slice(grads, v.offset, v.size)),
-              kFp32Tolerance)
+    EXPECT_LT(rel_l2(slice(got, v.offset, v.size), slice(grads, v.offset, v.size)), kFp32Tolerance)
         << "gradient of " << v.name;
   }
   EXPECT_EQ(gpu_order, cpu_order);
@@ -186,13 +184,10 @@ void expect_buffers_match(Cnn& cpu, Model& gpu) {
     const char* name;
     std::size_t offset, size;
   };
-  for (const Segment& s : {Segment{"bn1.running_mean", 0, kC1},
-                           Segment{"bn1.running_var", kC1, kC1},
-                           Segment{"bn2.running_mean", 2 * kC1, kC2},
-                           Segment{"bn2.running_var", 2 * kC1 + kC2, kC2}}) {
+  for (const Segment& s : {Segment{"bn1.running_mean", 0, kC1}, Segment{"bn1.running_var", kC1, kC1},
+                           Segment{"bn2.running_mean", 2 * kC1, kC2}, Segment{"bn2.running_var", 2 * kC1 + kC2, kC2}}) {
     // Running statistics come from double sums on both sides, then float: 1e-5 as above.
-    EXPECT_LT(rel_l2(slice(got, s.offset, s.size), slice(want, s.offset, s.size)), kFp32Tolerance)
-        << s.name;
+    EXPECT_LT(rel_l2(slice(got, s.offset, s.size), slice(want, s.offset, s.size)), kFp32Tolerance) << s.name;
   }
 }
 
@@ -245,7 +240,7 @@ TEST_F(CudaCnnModel, SyncBatchNormOverIdenticalRanksMatchesCpu) {
   cpu_->set_batchnorm_sync(&host_sync);
   gpu_->set_batchnorm_sync(&device_sync);
   expect_step_matches(*cpu_, *gpu_, params_, d_params_->get(), 41);
-  expect_buffers_match(*cpu_, *gpu_);  // running_var from the combined count (2 * n * HW)
+  expect_buffers_match(*cpu_, *gpu_);    // running_var from the combined count (2 * n * HW)
   EXPECT_EQ(device_sync.allgathers, 2);  // one per BatchNorm layer in forward
   EXPECT_EQ(device_sync.allreduces, 2);  // and one in backward
   EXPECT_EQ(device_sync.host_pointers, 0);
@@ -279,8 +274,7 @@ TEST_F(CudaCnnModel, BatchBeyondReservedThrows) {
   const DeviceBuffer<float> d_dlogits(random_floats(5 * kCudaCnnClasses, 52));
   DeviceBuffer<float> d_logits(5 * kCudaCnnClasses), d_grads(gpu_->num_params());
   EXPECT_THROW(gpu_->forward(d_params_->get(), d_x.get(), 5, d_logits.get()), Error);
-  EXPECT_THROW(gpu_->backward(d_params_->get(), d_x.get(), d_dlogits.get(), 5, d_grads.get(), {}),
-               Error);
+  EXPECT_THROW(gpu_->backward(d_params_->get(), d_x.get(), d_dlogits.get(), 5, d_grads.get(), {}), Error);
   // The reserved size itself is fine.
   EXPECT_NO_THROW(gpu_->forward(d_params_->get(), d_x.get(), 4, d_logits.get()));
   EXPECT_TRUE(std::isfinite(d_logits.to_host()[0]));

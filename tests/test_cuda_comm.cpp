@@ -90,9 +90,7 @@ std::vector<CommStats> on_gpu_ranks(int p, const std::function<void(GpuRank&)>& 
 }
 
 // Integer-valued input of rank r, element i: every sum over ranks is exact in float.
-float value(int r, std::size_t i) {
-  return static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
-}
+float value(int r, std::size_t i) { return static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1)); }
 
 std::vector<float> values(int r, std::size_t n) {
   std::vector<float> v(n);
@@ -137,8 +135,7 @@ TEST_F(CudaComm, RingAllReduceIsExactForWorldSizes1To8AndAwkwardLengths) {
 
 TEST_F(CudaComm, ChainReduceAndBroadcastAreExact) {
   for (int p : {2, 3, 5}) {
-    for (std::size_t n :
-         {std::size_t{1}, std::size_t{100003}, 3 * LocalCommunicator::kSliceElems + 5}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{100003}, 3 * LocalCommunicator::kSliceElems + 5}) {
       std::vector<int> roots = {0};
       if (p > 2) roots.push_back(2);
       for (int root : roots) {
@@ -155,8 +152,7 @@ TEST_F(CudaComm, ChainReduceAndBroadcastAreExact) {
         });
         for (int r = 0; r < p; ++r) {
           const auto i = static_cast<std::size_t>(r);
-          EXPECT_EQ(wrong[i], 0u) << "reduce p=" << p << " n=" << n << " root=" << root
-                                  << " rank=" << r;
+          EXPECT_EQ(wrong[i], 0u) << "reduce p=" << p << " n=" << n << " root=" << root << " rank=" << r;
           EXPECT_EQ(stats[i].bytes_sent, bytes(chain_reduce_counts(n, p, r, root).sent));
           EXPECT_EQ(stats[i].bytes_received, bytes(chain_reduce_counts(n, p, r, root).received));
         }
@@ -241,8 +237,7 @@ TEST_F(CudaComm, ScatterGatherWithUnevenCountsAndAllGatherAreExact) {
         }
       });
       for (int r = 0; r < world; ++r) {
-        EXPECT_EQ(bad[static_cast<std::size_t>(r)], 0u)
-            << "allgather p=" << world << " n=" << n << " rank=" << r;
+        EXPECT_EQ(bad[static_cast<std::size_t>(r)], 0u) << "allgather p=" << world << " n=" << n << " rank=" << r;
       }
     }
   }

@@ -27,7 +27,6 @@
 namespace dpbench {
 namespace {
 
-
 // ---------------------------------------------------------------------------------------------
 // Tolerances (relative error = max |gpu - cpu| / max |cpu| over the tensor).
 
@@ -40,12 +39,10 @@ constexpr double kFp32Tolerance = 1e-5;
 // outputs grow alike, so they stay near 1e-3 of the typical output, below 5e-3 of the largest.
 constexpr double kTf32Tolerance = 5e-3;
 
-double gemm_tolerance(Precision precision) {
-  return precision == Precision::tf32 ? kTf32Tolerance : kFp32Tolerance;
-}
+double gemm_tolerance(Precision precision) { return precision == Precision::tf32 ? kTf32Tolerance : kFp32Tolerance; }
 
-using testing::DeviceBuffer;  // tests/cuda_test_util.hpp
 using testing::cuda_ok;
+using testing::DeviceBuffer;  // tests/cuda_test_util.hpp
 
 // Skips without a usable CUDA device; a stream per test (tests/cuda_test_util.hpp).
 class CudaKernels : public testing::CudaStreamTest {};
@@ -94,9 +91,7 @@ constexpr std::size_t kOut = 29;
 
 // ---------------------------------------------------------------------------------------------
 
-TEST(CudaAvailable, TrueExactlyInBuildsWithCuda) {
-  EXPECT_TRUE(cuda::available());
-}
+TEST(CudaAvailable, TrueExactlyInBuildsWithCuda) { EXPECT_TRUE(cuda::available()); }
 
 // ---- Linear -----------------------------------------------------------------------------------
 
@@ -112,8 +107,7 @@ TEST_F(CudaKernels, LinearForwardMatchesCpu) {
       cpu::linear_forward(x.data(), W.data(), b.data(), want.data(), kBatch, kIn, kOut, relu);
       DeviceBuffer<float> d_y(kBatch * kOut);
       cuda::Blas blas(stream(), precision);
-      cuda::linear_forward(blas, d_x.get(), d_W.get(), d_b.get(), d_y.get(), kBatch, kIn, kOut,
-                           relu, stream());
+      cuda::linear_forward(blas, d_x.get(), d_W.get(), d_b.get(), d_y.get(), kBatch, kIn, kOut, relu, stream());
       const auto got = d_y.to_host();
       // GEMM over k = in = 83: fp32 1e-5 (summation order only), tf32 5e-3 (10-bit mantissa).
       EXPECT_LT(rel_error(got, want), gemm_tolerance(precision));
@@ -129,15 +123,15 @@ TEST_F(CudaKernels, LinearBackwardMatchesCpu) {
   const auto W = random_floats(kOut * kIn, 12);
   const auto dy = random_floats(kBatch * kOut, 13);
   std::vector<float> want_dx(kBatch * kIn), want_dW(kOut * kIn), want_db(kOut);
-  cpu::linear_backward(x.data(), W.data(), dy.data(), want_dx.data(), want_dW.data(),
-                       want_db.data(), kBatch, kIn, kOut);
+  cpu::linear_backward(x.data(), W.data(), dy.data(), want_dx.data(), want_dW.data(), want_db.data(), kBatch, kIn,
+                       kOut);
   const DeviceBuffer<float> d_x(x), d_W(W), d_dy(dy);
   for (const Precision precision : {Precision::fp32, Precision::tf32}) {
     SCOPED_TRACE(std::string(name(precision)));
     DeviceBuffer<float> d_dx(kBatch * kIn), d_dW(kOut * kIn), d_db(kOut);
     cuda::Blas blas(stream(), precision);
-    cuda::linear_backward(blas, d_x.get(), d_W.get(), d_dy.get(), d_dx.get(), d_dW.get(),
-                          d_db.get(), kBatch, kIn, kOut, stream());
+    cuda::linear_backward(blas, d_x.get(), d_W.get(), d_dy.get(), d_dx.get(), d_dW.get(), d_db.get(), kBatch, kIn, kOut,
+                          stream());
     // dx: GEMM over k = out = 29; dW: GEMM over k = batch = 37. fp32 1e-5, tf32 5e-3 (above).
     EXPECT_LT(rel_error(d_dx.to_host(), want_dx), gemm_tolerance(precision)) << "dx";
     EXPECT_LT(rel_error(d_dW.to_host(), want_dW), gemm_tolerance(precision)) << "dW";
@@ -147,12 +141,10 @@ TEST_F(CudaKernels, LinearBackwardMatchesCpu) {
 
     // Without dx (the first layer's case): the same weight gradients.
     DeviceBuffer<float> d_dW2(kOut * kIn), d_db2(kOut);
-    cuda::linear_backward(blas, d_x.get(), d_W.get(), d_dy.get(), nullptr, d_dW2.get(),
-                          d_db2.get(), kBatch, kIn, kOut, stream());
-    EXPECT_EQ(bit_mismatches(d_dW2.to_host(), d_dW.to_host()), 0u)
-        << "same GEMM, same handle: cuBLAS is deterministic";
-    EXPECT_EQ(bit_mismatches(d_db2.to_host(), d_db.to_host()), 0u)
-        << "the column sum adds in a fixed order";
+    cuda::linear_backward(blas, d_x.get(), d_W.get(), d_dy.get(), nullptr, d_dW2.get(), d_db2.get(), kBatch, kIn, kOut,
+                          stream());
+    EXPECT_EQ(bit_mismatches(d_dW2.to_host(), d_dW.to_host()), 0u) << "same GEMM, same handle: cuBLAS is deterministic";
+    EXPECT_EQ(bit_mismatches(d_db2.to_host(), d_db.to_host()), 0u) << "the column sum adds in a fixed order";
   }
 }
 
@@ -161,8 +153,8 @@ TEST_F(CudaKernels, LinearBackwardOfEmptyBatchZeroesGradients) {
   const DeviceBuffer<float> d_x(1), d_W(kOut * kIn), d_dy(1);
   DeviceBuffer<float> d_dW(kOut * kIn), d_db(kOut);
   cuda::Blas blas(stream(), Precision::fp32);
-  cuda::linear_backward(blas, d_x.get(), d_W.get(), d_dy.get(), nullptr, d_dW.get(), d_db.get(),
-                        0, kIn, kOut, stream());
+  cuda::linear_backward(blas, d_x.get(), d_W.get(), d_dy.get(), nullptr, d_dW.get(), d_db.get(), 0, kIn, kOut,
+                        stream());
   EXPECT_EQ(bit_mismatches(d_dW.to_host(), std::vector<float>(kOut * kIn, 0.0f)), 0u);
   EXPECT_EQ(bit_mismatches(d_db.to_host(), std::vector<float>(kOut, 0.0f)), 0u);
 }
@@ -178,8 +170,7 @@ TEST_F(CudaKernels, LinearRebindsTheHandleToTheLaunchersStream) {
   const DeviceBuffer<float> d_x(x), d_W(W), d_b(b);
   DeviceBuffer<float> d_y(kBatch * kOut);
   cuda::Blas blas(nullptr, Precision::fp32);
-  cuda::linear_forward(blas, d_x.get(), d_W.get(), d_b.get(), d_y.get(), kBatch, kIn, kOut, false,
-                       stream());
+  cuda::linear_forward(blas, d_x.get(), d_W.get(), d_b.get(), d_y.get(), kBatch, kIn, kOut, false, stream());
   EXPECT_EQ(blas.stream(), stream());
   // The handle itself, not only the launcher's record of it, is on the test's stream.
   EXPECT_EQ(blas.bound_stream(), stream());
@@ -212,8 +203,7 @@ TEST_F(CudaKernels, SgdMomentumMatchesCpuBitForBit) {
     const auto grads = random_floats(n, 42 + step);
     cpu::sgd_momentum(params.data(), grads.data(), velocity.data(), n, 0.05f, 0.9f, 5e-4f);
     const DeviceBuffer<float> d_grads(grads);
-    cuda::sgd_momentum(d_params.get(), d_grads.get(), d_velocity.get(), n, 0.05f, 0.9f, 5e-4f,
-                       stream());
+    cuda::sgd_momentum(d_params.get(), d_grads.get(), d_velocity.get(), n, 0.05f, 0.9f, 5e-4f, stream());
     // Each product and sum rounds separately on both sides (the kernel uses __fmul_rn /
     // __fadd_rn, so nvcc fuses nothing into an FMA; the library's C++ is built with
     // -ffp-contract=off, so g++ fuses nothing either, whatever -march allows): the same IEEE
@@ -275,14 +265,14 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyMatchesCpu) {
     const auto labels = random_labels(kBatch, classes, 72 + classes);
     const float grad_scale = 1.0f / static_cast<float>(kBatch);
     std::vector<float> want_d(kBatch * classes);
-    const double want_loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), kBatch,
-                                                        classes, want_d.data(), grad_scale);
+    const double want_loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), kBatch, classes, want_d.data(),
+                                                        grad_scale);
     const DeviceBuffer<float> d_logits(logits);
     const DeviceBuffer<std::int32_t> d_labels(labels);
     DeviceBuffer<float> d_d(kBatch * classes);
     const DeviceBuffer<float> d_loss(std::vector<float>{0.0f});
-    cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), kBatch, classes, d_d.get(),
-                                grad_scale, d_loss.get(), stream());
+    cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), kBatch, classes, d_d.get(), grad_scale, d_loss.get(),
+                                stream());
     const double got_loss = d_loss.to_host()[0];
     // Per-row losses in double as on the CPU; the sum of 37 rows is added into one float
     // (2^-24 relative per addition, a few blocks' atomicAdds): 1e-5 relative.
@@ -293,8 +283,8 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyMatchesCpu) {
 
     // Loss only (dlogits == nullptr), added to what *loss_sum already holds.
     const DeviceBuffer<float> d_loss2(std::vector<float>{2.5f});
-    cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), kBatch, classes, nullptr,
-                                grad_scale, d_loss2.get(), stream());
+    cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), kBatch, classes, nullptr, grad_scale, d_loss2.get(),
+                                stream());
     // As above: 1e-5 relative for a float accumulation of 37 double losses.
     EXPECT_NEAR(d_loss2.to_host()[0], 2.5 + want_loss, 1e-5 * (2.5 + want_loss));
   }
@@ -308,14 +298,13 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyIsStableForLargeLogits) {
   for (float& z : logits) z += 1000.0f;
   const auto labels = random_labels(kBatch, classes, 82);
   std::vector<float> want_d(kBatch * classes);
-  const double want_loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), kBatch,
-                                                      classes, want_d.data(), 1.0f);
+  const double want_loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), kBatch, classes, want_d.data(),
+                                                      1.0f);
   const DeviceBuffer<float> d_logits(logits);
   const DeviceBuffer<std::int32_t> d_labels(labels);
   DeviceBuffer<float> d_d(kBatch * classes);
   const DeviceBuffer<float> d_loss(std::vector<float>{0.0f});
-  cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), kBatch, classes, d_d.get(), 1.0f,
-                              d_loss.get(), stream());
+  cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), kBatch, classes, d_d.get(), 1.0f, d_loss.get(), stream());
   const double got_loss = d_loss.to_host()[0];
   ASSERT_TRUE(std::isfinite(got_loss));
   // Same reasons as in SoftmaxCrossEntropyMatchesCpu: 1e-5 for the float sum, 1e-6 for dlogits.
@@ -333,8 +322,7 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyMakesABadLabelNaN) {
   const DeviceBuffer<std::int32_t> d_labels(labels);
   DeviceBuffer<float> d_d(batch * classes);
   const DeviceBuffer<float> d_loss(std::vector<float>{0.0f});
-  cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), batch, classes, d_d.get(), 1.0f,
-                              d_loss.get(), stream());
+  cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), batch, classes, d_d.get(), 1.0f, d_loss.get(), stream());
   EXPECT_TRUE(std::isnan(d_loss.to_host()[0]));
   const auto d = d_d.to_host();
   for (std::size_t c = 0; c < classes; ++c) {
@@ -362,8 +350,7 @@ TEST_F(CudaKernels, CountCorrectMatchesCpu) {
     const DeviceBuffer<float> d_logits(logits);
     const DeviceBuffer<std::int32_t> d_labels(labels);
     const DeviceBuffer<int> d_correct(std::vector<int>{5});  // the kernel adds to it
-    cuda::count_correct(d_logits.get(), d_labels.get(), kBatch, classes, d_correct.get(),
-                        stream());
+    cuda::count_correct(d_logits.get(), d_labels.get(), kBatch, classes, d_correct.get(), stream());
     // An integer count: exact.
     EXPECT_EQ(d_correct.to_host()[0], 5 + static_cast<int>(want));
   }
@@ -402,8 +389,7 @@ TEST_F(CudaKernels, MlpForwardBackwardMatchesCpu) {
   const auto x = random_floats(batch * in, 111);
   const auto W1 = random_floats(hidden * in, 112, 1.0f / std::sqrt(static_cast<float>(in)));
   const auto b1 = random_floats(hidden, 113, 0.1f);
-  const auto W2 =
-      random_floats(classes * hidden, 114, 1.0f / std::sqrt(static_cast<float>(hidden)));
+  const auto W2 = random_floats(classes * hidden, 114, 1.0f / std::sqrt(static_cast<float>(hidden)));
   const auto b2 = random_floats(classes, 115, 0.1f);
   const auto labels = random_labels(batch, classes, 116);
   const float grad_scale = 1.0f / static_cast<float>(batch);
@@ -415,13 +401,11 @@ TEST_F(CudaKernels, MlpForwardBackwardMatchesCpu) {
   cpu::linear_forward(x.data(), W1.data(), b1.data(), z1.data(), batch, in, hidden, false);
   cpu::linear_forward(x.data(), W1.data(), b1.data(), h.data(), batch, in, hidden, true);
   cpu::linear_forward(h.data(), W2.data(), b2.data(), logits.data(), batch, hidden, classes, false);
-  const double loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), batch, classes,
-                                                 dlogits.data(), grad_scale);
-  cpu::linear_backward(h.data(), W2.data(), dlogits.data(), dh.data(), dW2.data(), db2.data(),
-                       batch, hidden, classes);
+  const double loss = cpu::softmax_cross_entropy(logits.data(), labels.data(), batch, classes, dlogits.data(),
+                                                 grad_scale);
+  cpu::linear_backward(h.data(), W2.data(), dlogits.data(), dh.data(), dW2.data(), db2.data(), batch, hidden, classes);
   cpu::relu_backward_inplace(h.data(), dh.data(), batch * hidden);
-  cpu::linear_backward<float>(x.data(), W1.data(), dh.data(), nullptr, dW1.data(), db1.data(),
-                              batch, in, hidden);
+  cpu::linear_backward<float>(x.data(), W1.data(), dh.data(), nullptr, dW1.data(), db1.data(), batch, in, hidden);
 
   // Precondition on the inputs, not the code: no pre-activation so close to 0 that fp32
   // rounding differences (~1e-7 of the largest) could flip its ReLU mask and change a whole
@@ -441,17 +425,16 @@ TEST_F(CudaKernels, MlpForwardBackwardMatchesCpu) {
   DeviceBuffer<float> d_dW2(classes * hidden), d_db2(classes);
   const DeviceBuffer<float> d_loss(std::vector<float>{0.0f});
   cuda::Blas blas(stream(), Precision::fp32);
-  cuda::linear_forward(blas, d_x.get(), d_W1.get(), d_b1.get(), d_h.get(), batch, in, hidden, true,
+  cuda::linear_forward(blas, d_x.get(), d_W1.get(), d_b1.get(), d_h.get(), batch, in, hidden, true, stream());
+  cuda::linear_forward(blas, d_h.get(), d_W2.get(), d_b2.get(), d_logits.get(), batch, hidden, classes, false,
                        stream());
-  cuda::linear_forward(blas, d_h.get(), d_W2.get(), d_b2.get(), d_logits.get(), batch, hidden,
-                       classes, false, stream());
-  cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), batch, classes, d_dlogits.get(),
-                              grad_scale, d_loss.get(), stream());
-  cuda::linear_backward(blas, d_h.get(), d_W2.get(), d_dlogits.get(), d_dh.get(), d_dW2.get(),
-                        d_db2.get(), batch, hidden, classes, stream());
+  cuda::softmax_cross_entropy(d_logits.get(), d_labels.get(), batch, classes, d_dlogits.get(), grad_scale, d_loss.get(),
+                              stream());
+  cuda::linear_backward(blas, d_h.get(), d_W2.get(), d_dlogits.get(), d_dh.get(), d_dW2.get(), d_db2.get(), batch,
+                        hidden, classes, stream());
   cuda::relu_backward_inplace(d_h.get(), d_dh.get(), batch * hidden, stream());
-  cuda::linear_backward(blas, d_x.get(), d_W1.get(), d_dh.get(), nullptr, d_dW1.get(),
-                        d_db1.get(), batch, in, hidden, stream());
+  cuda::linear_backward(blas, d_x.get(), d_W1.get(), d_dh.get(), nullptr, d_dW1.get(), d_db1.get(), batch, in, hidden,
+                        stream());
 
   // fp32 throughout: each stage adds ~1e-7 relative (summation order) to what it was given, and
   // four chained stages stay near 1e-6; 1e-5 for every tensor and the loss.

@@ -158,7 +158,8 @@ TEST_F(CudaTraining, PsP2pMatchesPsCollective) {
 
 TEST_F(CudaTraining, UnevenRankBatchesMatchOneRank) {
   // 20 steps of 256 samples in one epoch: 5120 samples at least (the fixture's 2048 give 8 steps).
-  const auto big = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 8192, 5);
+  const auto big = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 8192,
+                                          5);
   const TrainData td{big.get(), nullptr};
   TrainConfig uneven = gpu_config("allreduce", 4, 256);
   uneven.rank_batches = {96, 96, 32, 32};
@@ -205,8 +206,8 @@ TEST_F(CudaTraining, AllreduceOverlapsBackward) {
   // Precondition: several buckets, and bucket 0 (the last layers' parameters) leaves layer 2
   // (parameters 2 and 3) and layer 1 to be computed while it is reduced.
   const auto model = make_model(c, data_->shape(), kCudaTrainingClasses);
-  const std::vector<Bucket> buckets =
-      assign_buckets(model->params(), sizeof(float), c.first_bucket_mb, c.bucket_cap_mb);
+  const std::vector<Bucket> buckets = assign_buckets(model->params(), sizeof(float), c.first_bucket_mb,
+                                                     c.bucket_cap_mb);
   ASSERT_GE(buckets.size(), 2u);
   for (const std::size_t p : buckets[0].params) ASSERT_GT(p, 3u) << "bucket 0 holds parameter " << p;
 
@@ -300,11 +301,11 @@ TEST_F(CudaTraining, NcclTwoProcessesMatchLocal) {
     const std::string out = (tmp.path() / (mode + ".f32")).string();
     std::vector<pid_t> pids;
     for (int r = 0; r < 2; ++r) {
-      pids.push_back(testing::spawn_self(
-          "CudaTrainingChild.RunsOneRankOfATwoProcessRun",
-          {std::string(kTrainChild) + "=" + mode + " " + std::to_string(r) + " 2 " + testing::to_hex(id) + " " + out,
-           "NCCL_HOSTID=dpbench-train-host-" + std::to_string(r)},
-          {std::string(kTrainChild) + "=", "NCCL_HOSTID="}));
+      pids.push_back(testing::spawn_self("CudaTrainingChild.RunsOneRankOfATwoProcessRun",
+                                         {std::string(kTrainChild) + "=" + mode + " " + std::to_string(r) + " 2 " +
+                                              testing::to_hex(id) + " " + out,
+                                          "NCCL_HOSTID=dpbench-train-host-" + std::to_string(r)},
+                                         {std::string(kTrainChild) + "=", "NCCL_HOSTID="}));
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
     // Reap both children before asserting: a failed rank 0 must not leave rank 1 running (and
@@ -342,7 +343,8 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
   c.process.rank = rank;
   c.process.ranks_on_this_node = 1;  // its own NCCL host (NCCL_HOSTID): the two ranks do not share a communicator's GPU
   c.process.nccl_id = testing::from_hex(hex);
-  const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 2048, 5);
+  const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 2048,
+                                           5);
   const TrainData td{data.get(), nullptr};
   const RunResult r = mode == "ps" ? train_parameter_server(c, td) : train_allreduce(c, td);
   if (rank != 0) return;

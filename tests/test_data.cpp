@@ -46,8 +46,8 @@ using namespace dpbench::testing;  // NOLINT: test fixtures
 // ---- DistributedSampler -----------------------------------------------------------------------
 
 // The list before the rank split, rebuilt from all ranks: list[r + R * i] = rank r's i-th index.
-std::vector<std::int64_t> interleave_ranks(std::int64_t n, int replicas, bool shuffle,
-                                           std::uint64_t seed, bool drop_last, std::int64_t epoch) {
+std::vector<std::int64_t> interleave_ranks(std::int64_t n, int replicas, bool shuffle, std::uint64_t seed,
+                                           bool drop_last, std::int64_t epoch) {
   std::vector<std::vector<std::int64_t>> per_rank;
   for (int r = 0; r < replicas; ++r) {
     DistributedSampler s(n, replicas, r, shuffle, seed, drop_last);
@@ -172,8 +172,8 @@ struct Epoch {
   std::vector<std::vector<std::int32_t>> labels;
 };
 
-Epoch run_epoch(const Dataset& ds, const std::vector<std::int64_t>& indices, std::size_t bs,
-                int workers, int prefetch) {
+Epoch run_epoch(const Dataset& ds, const std::vector<std::int64_t>& indices, std::size_t bs, int workers,
+                int prefetch) {
   MemoryTracker tracker;
   DataLoader loader(ds, indices, bs, DataLoaderOptions{workers, prefetch}, 0, tracker);
   Epoch e;
@@ -205,9 +205,7 @@ TEST(DataLoader, BatchesIdenticalForAnyNumWorkers) {
     for (std::size_t b = 0; b < ref.inputs.size(); ++b) {
       EXPECT_EQ(e.labels[b], ref.labels[b]) << "batch " << b << ", num_workers " << workers;
       ASSERT_EQ(e.inputs[b].size(), ref.inputs[b].size());
-      EXPECT_EQ(std::memcmp(e.inputs[b].data(), ref.inputs[b].data(),
-                            ref.inputs[b].size() * sizeof(float)),
-                0)
+      EXPECT_EQ(std::memcmp(e.inputs[b].data(), ref.inputs[b].data(), ref.inputs[b].size() * sizeof(float)), 0)
           << "batch " << b << ", num_workers " << workers;
     }
   }
@@ -333,8 +331,8 @@ TEST(DataLoader, RethrowsDatasetException) {
 // ---- DataLoader: epochs, persistent workers, augmentation, decode cost ------------------------
 
 // Every batch of `epochs` epochs over the same indices through one two-phase loader.
-std::vector<Epoch> run_epochs(const Dataset& ds, const std::vector<std::int64_t>& indices,
-                              std::size_t bs, DataLoaderOptions options, std::uint64_t seed, int epochs,
+std::vector<Epoch> run_epochs(const Dataset& ds, const std::vector<std::int64_t>& indices, std::size_t bs,
+                              DataLoaderOptions options, std::uint64_t seed, int epochs,
                               std::size_t* threads = nullptr) {
   MemoryTracker tracker;
   DataLoader loader(ds, bs, options, seed, tracker);
@@ -360,8 +358,7 @@ bool same_bits(const Epoch& a, const Epoch& b) {
   if (a.inputs.size() != b.inputs.size() || a.labels != b.labels) return false;
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
     if (a.inputs[i].size() != b.inputs[i].size() ||
-        std::memcmp(a.inputs[i].data(), b.inputs[i].data(), a.inputs[i].size() * sizeof(float)) !=
-            0) {
+        std::memcmp(a.inputs[i].data(), b.inputs[i].data(), a.inputs[i].size() * sizeof(float)) != 0) {
       return false;
     }
   }
@@ -382,13 +379,11 @@ TEST(DataLoader, AugmentationIdenticalForAnyWorkersAndEpochwise) {
   const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{3, 6, 7}, 5, 120, 4);
   const std::vector<std::int64_t> indices = shuffled_indices(120, 9);
   const std::size_t bs = 8;  // 15 batches
-  const std::vector<Epoch> ref =
-      run_epochs(*ds, indices, bs, loader_options(0, false, 2, true), 5, 3);
+  const std::vector<Epoch> ref = run_epochs(*ds, indices, bs, loader_options(0, false, 2, true), 5, 3);
   ASSERT_EQ(ref.size(), 3u);
   for (int workers : {1, 4}) {
     for (bool persistent : {false, true}) {
-      const std::vector<Epoch> e =
-          run_epochs(*ds, indices, bs, loader_options(workers, persistent, 2, true), 5, 3);
+      const std::vector<Epoch> e = run_epochs(*ds, indices, bs, loader_options(workers, persistent, 2, true), 5, 3);
       for (int ep = 0; ep < 3; ++ep) {
         EXPECT_TRUE(same_bits(e[ep], ref[ep]))
             << "num_workers " << workers << ", persistent " << persistent << ", epoch " << ep;
@@ -402,15 +397,13 @@ TEST(DataLoader, AugmentationIdenticalForAnyWorkersAndEpochwise) {
   EXPECT_EQ(std::vector<float>(first.inputs.begin(), first.inputs.end()), ref[0].inputs[0]);
 
   // Augmentation does something, differs across epochs and seeds, and leaves labels alone.
-  const std::vector<Epoch> plain =
-      run_epochs(*ds, indices, bs, loader_options(0, false, 0, false), 5, 1);
+  const std::vector<Epoch> plain = run_epochs(*ds, indices, bs, loader_options(0, false, 0, false), 5, 1);
   EXPECT_FALSE(same_bits(ref[0], plain[0]));
   EXPECT_FALSE(same_bits(ref[0], ref[1]));
   EXPECT_FALSE(same_bits(ref[1], ref[2]));
   EXPECT_EQ(ref[0].labels, plain[0].labels);
   EXPECT_EQ(ref[1].labels, plain[0].labels);
-  const std::vector<Epoch> other_seed =
-      run_epochs(*ds, indices, bs, loader_options(2, true, 2, true), 6, 1);
+  const std::vector<Epoch> other_seed = run_epochs(*ds, indices, bs, loader_options(2, true, 2, true), 6, 1);
   EXPECT_FALSE(same_bits(ref[0], other_seed[0]));
 }
 
@@ -435,8 +428,7 @@ class ImageDataset final : public Dataset {
 
 // Reference RandomCrop(size, padding) with window corner (p + oy, p + ox) in the padded image,
 // then an optional horizontal flip: out[c][y][x] = in[c][y + oy][x' + ox], x' = flip ? W-1-x : x.
-std::vector<float> reference_augment(const std::vector<float>& in, SampleShape s, int oy, int ox,
-                                     bool flip) {
+std::vector<float> reference_augment(const std::vector<float>& in, SampleShape s, int oy, int ox, bool flip) {
   std::vector<float> out(in.size(), 0.0f);
   for (int c = 0; c < s.channels; ++c) {
     for (int y = 0; y < s.height; ++y) {
@@ -453,9 +445,8 @@ std::vector<float> reference_augment(const std::vector<float>& in, SampleShape s
 }
 
 // The (oy, ox, flip) combinations, among those allowed, that turn sample `index` into `got`.
-std::vector<std::tuple<int, int, bool>> matching_transforms(const Dataset& ds, std::int64_t index,
-                                                            const float* got, int padding,
-                                                            bool hflip) {
+std::vector<std::tuple<int, int, bool>> matching_transforms(const Dataset& ds, std::int64_t index, const float* got,
+                                                            int padding, bool hflip) {
   const SampleShape s = ds.shape();
   std::vector<float> in(s.features());
   ds.load(index, in.data());
@@ -488,8 +479,7 @@ TEST(DataLoader, RandomCropIsAShiftedCopyWithZeroPadding) {
         const Batch& batch = loader.next();
         for (std::size_t i = 0; i < batch.size; ++i) {
           const std::int64_t index = indices[b * 16 + i];
-          const auto found =
-              matching_transforms(ds, index, batch.inputs.data() + i * 16, padding, false);
+          const auto found = matching_transforms(ds, index, batch.inputs.data() + i * 16, padding, false);
           // Distinct non-zero pixels: exactly one of the (2p+1)^2 shifted copies.
           ASSERT_EQ(found.size(), 1u) << "sample " << index << ", padding " << padding;
           offsets.emplace(std::get<0>(found[0]), std::get<1>(found[0]));
@@ -514,8 +504,7 @@ TEST(DataLoader, HorizontalFlipIsIdentityOrMirror) {
   for (std::size_t b = 0; b < loader.num_batches(); ++b) {
     const Batch& batch = loader.next();
     for (std::size_t i = 0; i < batch.size; ++i) {
-      const auto found = matching_transforms(ds, indices[b * 10 + i],
-                                             batch.inputs.data() + i * 16, 0, true);
+      const auto found = matching_transforms(ds, indices[b * 10 + i], batch.inputs.data() + i * 16, 0, true);
       ASSERT_EQ(found.size(), 1u);
       (std::get<2>(found[0]) ? mirror : identity)++;
     }
@@ -536,8 +525,8 @@ TEST(DataLoader, CropAndFlipTransformEveryChannelAlike) {
   for (std::size_t b = 0; b < loader.num_batches(); ++b) {
     const Batch& batch = loader.next();
     for (std::size_t i = 0; i < batch.size; ++i) {
-      const auto found = matching_transforms(ds, indices[b * 12 + i],
-                                             batch.inputs.data() + i * shape.features(), 1, true);
+      const auto found = matching_transforms(ds, indices[b * 12 + i], batch.inputs.data() + i * shape.features(), 1,
+                                             true);
       ASSERT_EQ(found.size(), 1u) << "sample " << indices[b * 12 + i];
       seen.insert(found[0]);
     }
@@ -548,12 +537,10 @@ TEST(DataLoader, CropAndFlipTransformEveryChannelAlike) {
 TEST(DataLoader, PersistentWorkersStartOncePerLoader) {
   const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 2, 3}, 4, 90, 2);
   const std::vector<std::int64_t> indices = shuffled_indices(90, 1);
-  const std::vector<Epoch> ref =
-      run_epochs(*ds, indices, 6, loader_options(0, false, 0, false), 0, 1);
+  const std::vector<Epoch> ref = run_epochs(*ds, indices, 6, loader_options(0, false, 0, false), 0, 1);
   for (bool persistent : {true, false}) {
     std::size_t threads = 0;
-    const std::vector<Epoch> e =
-        run_epochs(*ds, indices, 6, loader_options(3, persistent, 0, false), 0, 3, &threads);
+    const std::vector<Epoch> e = run_epochs(*ds, indices, 6, loader_options(3, persistent, 0, false), 0, 3, &threads);
     EXPECT_EQ(threads, persistent ? 3u : 9u);
     for (const Epoch& ep : e) EXPECT_TRUE(same_bits(ep, ref[0])) << "persistent " << persistent;
   }
@@ -648,10 +635,8 @@ TEST(DataLoader, StartEpochDropsUnconsumedBatches) {
       // consumed batches, the slots, and one partial batch per worker.
       const std::int64_t slots = workers == 0 ? 1 : 2 * workers;
       const std::int64_t bound = 16 * ((0 + 1 + 3) + 5 * (slots + workers)) + 96;
-      EXPECT_LE(ds.loads() - loads_before, bound)
-          << "num_workers " << workers << ", persistent " << persistent;
-      EXPECT_EQ(loader.threads_started(),
-                static_cast<std::size_t>(persistent ? workers : 5 * workers));
+      EXPECT_LE(ds.loads() - loads_before, bound) << "num_workers " << workers << ", persistent " << persistent;
+      EXPECT_EQ(loader.threads_started(), static_cast<std::size_t>(persistent ? workers : 5 * workers));
     }
   }
 }
@@ -666,9 +651,7 @@ TEST(DataLoader, WorkerErrorLosesOnlyThatEpoch) {
       MemoryTracker tracker;
       DataLoader loader(ds, 10, loader_options(workers, persistent, 0, false), 0, tracker);
       loader.start_epoch(bad, 0);
-      EXPECT_THROW(
-          for (std::size_t b = 0; b < loader.num_batches(); ++b) loader.next(),
-          std::runtime_error);
+      EXPECT_THROW(for (std::size_t b = 0; b < loader.num_batches(); ++b) loader.next(), std::runtime_error);
       loader.start_epoch(good, 1);
       for (std::size_t b = 0; b < loader.num_batches(); ++b) {
         EXPECT_EQ(loader.next().inputs[0], static_cast<float>(99 - 10 * static_cast<int>(b)));
@@ -680,8 +663,7 @@ TEST(DataLoader, WorkerErrorLosesOnlyThatEpoch) {
 TEST(DataLoader, DecodeCostLeavesBatchesUnchanged) {
   const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 4, 4}, 5, 64, 3);
   const std::vector<std::int64_t> indices = shuffled_indices(64, 5);
-  const std::vector<Epoch> ref =
-      run_epochs(*ds, indices, 8, loader_options(0, false, 1, true), 2, 2);
+  const std::vector<Epoch> ref = run_epochs(*ds, indices, 8, loader_options(0, false, 1, true), 2, 2);
   for (int workers : {0, 2}) {
     DataLoaderOptions o = loader_options(workers, workers > 0, 1, true);
     o.decode_cost_us = 30;
@@ -700,8 +682,7 @@ class FashionMnistFiles : public ::testing::Test {
   std::string dir() const { return dir_.path().string(); }
 
   // n images of rows x cols with magic `magic`.
-  void write_images(std::uint32_t n, std::uint32_t rows = 28, std::uint32_t cols = 28,
-                    std::uint32_t magic = 0x803) {
+  void write_images(std::uint32_t n, std::uint32_t rows = 28, std::uint32_t cols = 28, std::uint32_t magic = 0x803) {
     std::vector<std::uint8_t> px(static_cast<std::size_t>(n) * rows * cols);
     for (std::size_t i = 0; i < n; ++i) {
       for (std::size_t k = 0; k < std::size_t{rows} * cols; ++k) {
@@ -888,14 +869,12 @@ bool reset_peak_rss() {
 // Streams `prefix` then `zeros` zero bytes into one gzip member at `path` through a 1 MiB
 // buffer, so that writing a multi-GiB bomb allocates nothing big. Level 1 with Z_RLE ("wb1R"):
 // zeros still compress about 1000:1 and this is the fastest zlib setting for them.
-void write_gz_zeros(const fs::path& path, const std::vector<std::uint8_t>& prefix,
-                    std::uint64_t zeros) {
+void write_gz_zeros(const fs::path& path, const std::vector<std::uint8_t>& prefix, std::uint64_t zeros) {
   gzFile f = gzopen(path.c_str(), "wb1R");
   if (f == nullptr) throw std::runtime_error("cannot create " + path.string());
   gzbuffer(f, 1u << 20);
   bool ok = prefix.empty() ||
-            gzwrite(f, prefix.data(), static_cast<unsigned>(prefix.size())) ==
-                static_cast<int>(prefix.size());
+            gzwrite(f, prefix.data(), static_cast<unsigned>(prefix.size())) == static_cast<int>(prefix.size());
   const std::vector<std::uint8_t> chunk(std::size_t{1} << 20, 0);
   while (ok && zeros > 0) {
     const auto n = static_cast<unsigned>(std::min<std::uint64_t>(zeros, chunk.size()));
@@ -907,8 +886,7 @@ void write_gz_zeros(const fs::path& path, const std::vector<std::uint8_t>& prefi
 
 void append_file(const fs::path& to, const fs::path& from, int times = 1) {
   std::ifstream in(from, std::ios::binary);
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream out(to, std::ios::binary | std::ios::app);
   for (int i = 0; i < times; ++i) {
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -963,8 +941,7 @@ TEST_F(FashionMnistBounded, GzipBombIsRejectedFastWithBoundedMemory) {
   write_labels({1});
   const auto w0 = std::chrono::steady_clock::now();
   write_gz_zeros(images(), one_image_header_and_pixels(), std::uint64_t{1} << 30);
-  std::printf("[ measured ] wrote %ju-byte bomb in %.2f s\n",
-              static_cast<std::uintmax_t>(fs::file_size(images())),
+  std::printf("[ measured ] wrote %ju-byte bomb in %.2f s\n", static_cast<std::uintmax_t>(fs::file_size(images())),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
   const MeasuredLoad m = measured_load();
   EXPECT_NE(m.error.find(images().string()), std::string::npos) << m.error;
@@ -1008,8 +985,7 @@ TEST_F(FashionMnistBounded, HeaderPromisingMoreThanTheStreamHoldsIsTruncated) {
   write_labels(std::vector<std::uint8_t>(kPromised, 1));
   const MeasuredLoad m = measured_load();
   EXPECT_NE(m.error.find(images().string()), std::string::npos) << m.error;
-  EXPECT_NE(m.error.find("truncated IDX payload (784 bytes, the dimensions need 784000000)"),
-            std::string::npos)
+  EXPECT_NE(m.error.find("truncated IDX payload (784 bytes, the dimensions need 784000000)"), std::string::npos)
       << m.error;
   expect_bounded(m);
 }
@@ -1174,8 +1150,7 @@ TEST(Synthetic, ClassesAreLearnableWithNoiseStdHalf) {
   // perfectly, and the residual around the class means has standard deviation ~0.5.
   constexpr std::size_t kF = 32;
   constexpr int kClasses = 5;
-  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 1, 32}, kClasses,
-                                                             3000, 99);
+  const std::unique_ptr<Dataset> ds = make_synthetic_dataset(SampleShape{1, 1, 32}, kClasses, 3000, 99);
   std::vector<std::vector<double>> mean(kClasses, std::vector<double>(kF, 0.0));
   std::vector<int> count(kClasses, 0);
   std::vector<float> x(kF);
@@ -1231,8 +1206,8 @@ TEST(Synthetic, ParsesSampleShapes) {
 }
 
 TEST(Synthetic, RejectsMalformedShapes) {
-  for (const std::string text : {"3x0x4", "abc", "", "3x", "x3", "-1", "1x2x3x4", "3X4", "3x4 ",
-                                 "99999999999", "100000x100000x1000"}) {
+  for (const std::string text :
+       {"3x0x4", "abc", "", "3x", "x3", "-1", "1x2x3x4", "3X4", "3x4 ", "99999999999", "100000x100000x1000"}) {
     try {
       parse_sample_shape(text);
       ADD_FAILURE() << "'" << text << "' accepted";

@@ -43,7 +43,7 @@ TEST(DevicePlacement, NcclSharesAGpuFrom2Point30On) {
   EXPECT_TRUE(nccl_allows_shared_gpu("2.30.0"));
   EXPECT_EQ(nccl_version_text(22809), "2.28.9");  // NCCL_VERSION(2,28,9) since 2.9
   EXPECT_EQ(nccl_version_text(23001), "2.30.1");
-  EXPECT_EQ(nccl_version_text(2708), "2.7.8");    // before 2.9: X*1000 + Y*100 + Z
+  EXPECT_EQ(nccl_version_text(2708), "2.7.8");  // before 2.9: X*1000 + Y*100 + Z
   EXPECT_EQ(nccl_version_text(0), "");
   EXPECT_TRUE(nccl_allows_shared_gpu("3.0.1"));
   EXPECT_TRUE(nccl_allows_shared_gpu(""));  // unknown: creating the communicator says
@@ -231,8 +231,14 @@ struct FakeDevice {
         ++barriers;
       }
       std::lock_guard<std::mutex> lock(mutex);
-      Run run{rank, device, virtual_rank, source.group != nullptr, source.nccl_threads != nullptr,
-              static_cast<bool>(source.on_live), source.peer_devices, {}};
+      Run run{rank,
+              device,
+              virtual_rank,
+              source.group != nullptr,
+              source.nccl_threads != nullptr,
+              static_cast<bool>(source.on_live),
+              source.peer_devices,
+              {}};
       if (source.id != nullptr) run.id = *source.id;
       runs.push_back(run);
     };
@@ -326,7 +332,8 @@ TEST(DeviceLaunch, NcclMultiRankGpuEnableIsSetWhateverTheFirstPointsShape) {
   EXPECT_EQ(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), nullptr);
   FakeDevice fake;
   std::vector<RankResult> ranks(2);
-  launch_device_ranks(launch_spec(launch_config("nccl", 2)), rank_records(ranks), fake.launcher(4, "2.30.1"));  // no sharing
+  launch_device_ranks(launch_spec(launch_config("nccl", 2)), rank_records(ranks),
+                      fake.launcher(4, "2.30.1"));  // no sharing
   ASSERT_NE(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), nullptr);
   EXPECT_STREQ(std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"), "1");
   EXPECT_EQ(fake.barriers, 0);  // nobody shares: no meeting
@@ -355,8 +362,10 @@ TEST(DeviceLaunch, AGivenProcessRankRunsAloneWithTheGivenId) {
 TEST(DeviceLaunch, RefusesHostBackendsAndMachinesWithoutDevices) {
   FakeDevice fake;
   std::vector<RankResult> ranks(2);
-  EXPECT_THROW(launch_device_ranks(launch_spec(launch_config("mpi", 2)), rank_records(ranks), fake.launcher(2)), InputError);
-  EXPECT_THROW(launch_device_ranks(launch_spec(launch_config("local", 2)), rank_records(ranks), fake.launcher(0)), Error);
+  EXPECT_THROW(launch_device_ranks(launch_spec(launch_config("mpi", 2)), rank_records(ranks), fake.launcher(2)),
+               InputError);
+  EXPECT_THROW(launch_device_ranks(launch_spec(launch_config("local", 2)), rank_records(ranks), fake.launcher(0)),
+               Error);
   EXPECT_TRUE(fake.runs.empty());
 }
 

@@ -24,9 +24,7 @@ namespace dpbench {
 namespace {
 
 // EXPECT_PRED2(contains, text, part) prints both on failure.
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
@@ -251,8 +249,7 @@ TEST_F(DeviceMemory, OutOfMemoryNamesTheCategoryAndLeavesTheAllocatorUsable) {
     FAIL() << "allocating 1 PiB did not throw";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_PRED2(contains, what,
-                 "out of memory allocating 1125899906842624 bytes for activations");
+    EXPECT_PRED2(contains, what, "out of memory allocating 1125899906842624 bytes for activations");
     // The cache was given back before the second try.
     EXPECT_PRED2(contains, what, "(4096 bytes in use, 0 cached)");
     EXPECT_PRED2(contains, what, "device " + std::to_string(device_) + ": ");

@@ -41,7 +41,8 @@ void with_gloo_ranks(int world_size, const std::function<void(int, Communicator&
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < world_size; ++r) {
     ranks.push_back(std::async(std::launch::async, [&, r] {
-      std::unique_ptr<Rendezvous> own = r == 0 ? std::move(root) : std::make_unique<Rendezvous>(kGlooHost, port, world_size, r, 30s);
+      std::unique_ptr<Rendezvous> own = r == 0 ? std::move(root)
+                                               : std::make_unique<Rendezvous>(kGlooHost, port, world_size, r, 30s);
       auto comm = make_gloo_communicator(*own, "test", kGlooHost, 30s);
       fn(r, *comm);
       comm->barrier();  // no rank closes its connections while a peer still uses them
@@ -51,7 +52,9 @@ void with_gloo_ranks(int world_size, const std::function<void(int, Communicator&
 }
 
 // Rank r's element i: small integers, so that every sum is exact in float.
-float input(int r, std::size_t i) { return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50); }
+float input(int r, std::size_t i) {
+  return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50);
+}
 
 TEST(GlooAllreduce, EveryAlgorithmSumsExactly) {
   if (!gloo_built()) GTEST_SKIP() << "this build has no gloo (apt-get install libgloo-dev, then rebuild)";

@@ -35,7 +35,9 @@ namespace dpbench {
 namespace {
 
 // Integer-valued input of rank r, element i: sums over ranks are exact in float.
-float hier_value(int r, std::size_t i) { return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 17) % 89) - 44.0f; }
+float hier_value(int r, std::size_t i) {
+  return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 17) % 89) - 44.0f;
+}
 
 struct NodeLayout {
   int p, k;
@@ -76,7 +78,8 @@ std::vector<std::vector<float>> rank_inputs(int p, std::size_t n, F f) {
 }
 
 TEST(HierarchicalAllreduce, SumsExactlyAndMovesTheScheduledBytes) {
-  for (const NodeLayout layout : {NodeLayout{2, 2}, NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
+  for (const NodeLayout layout : {NodeLayout{2, 2}, NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2},
+                                  NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
       const auto [out, stats] = allreduce_on_threads(rank_inputs(layout.p, n, hier_value), layout.k, WireFormat::fp32);
       StepSchedule s(layout.p);
@@ -87,10 +90,13 @@ TEST(HierarchicalAllreduce, SumsExactlyAndMovesTheScheduledBytes) {
         for (std::size_t i = 0; i < n; ++i) {
           float sum = 0;
           for (int q = 0; q < layout.p; ++q) sum += hier_value(q, i);
-          ASSERT_EQ(out[ur][i], sum) << "p=" << layout.p << " k=" << layout.k << " n=" << n << " rank " << r << " i=" << i;
+          ASSERT_EQ(out[ur][i], sum) << "p=" << layout.p << " k=" << layout.k << " n=" << n << " rank " << r
+                                     << " i=" << i;
         }
-        EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r)) << "p=" << layout.p << " k=" << layout.k << " n=" << n;
-        EXPECT_EQ(static_cast<double>(stats[ur].bytes_received), s.bytes_received(r)) << "p=" << layout.p << " k=" << layout.k;
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r))
+            << "p=" << layout.p << " k=" << layout.k << " n=" << n;
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_received), s.bytes_received(r))
+            << "p=" << layout.p << " k=" << layout.k;
       }
     }
   }
@@ -135,7 +141,9 @@ TEST(CompressedAllreduce, SumsInSixteenBitsOverHalfTheBytes) {
   for (const WireFormat format : {WireFormat::fp16, WireFormat::bf16}) {
     for (const NodeLayout layout : {NodeLayout{2, 2}, NodeLayout{4, 2}, NodeLayout{4, 4}, NodeLayout{6, 3}}) {
       const std::size_t n = 1001;
-      const auto small = [](int r, std::size_t i) { return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 3) % 33) - 16.0f; };
+      const auto small = [](int r, std::size_t i) {
+        return static_cast<float>((i * 5 + static_cast<std::size_t>(r) * 3) % 33) - 16.0f;
+      };
       const auto [out, stats] = allreduce_on_threads(rank_inputs(layout.p, n, small), layout.k, format);
       StepSchedule s(layout.p), plain(layout.p);
       Collectives c(s, Backend::gloo);
@@ -151,7 +159,8 @@ TEST(CompressedAllreduce, SumsInSixteenBitsOverHalfTheBytes) {
           ASSERT_EQ(out[ur][i], sum) << "p=" << layout.p << " k=" << layout.k << " rank " << r << " i=" << i;
         }
         EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r));
-        EXPECT_NEAR(s.bytes_sent(r), 0.5 * plain.bytes_sent(r), 8.0 * layout.p) << "p=" << layout.p << " k=" << layout.k;
+        EXPECT_NEAR(s.bytes_sent(r), 0.5 * plain.bytes_sent(r), 8.0 * layout.p)
+            << "p=" << layout.p << " k=" << layout.k;
       }
     }
   }
@@ -191,9 +200,21 @@ TEST(CompressedAllreduce, SoftwareFp16IsTheCpusBitForBit) {
   }
   EXPECT_EQ(wrong, 0u) << "halves widened differently";
   std::uint32_t x = 7;
-  std::vector<float> probes = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e9f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
-                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                               std::numeric_limits<float>::quiet_NaN(), 1.0f + 0x1p-11f, 1.0f + 0x1.8p-11f};
+  std::vector<float> probes = {0.0f,
+                               -0.0f,
+                               65504.0f,
+                               65519.99f,
+                               65520.0f,
+                               1e9f,
+                               0x1p-24f,
+                               0x1p-25f,
+                               0x1.8p-25f,
+                               0x1p-26f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(),
+                               1.0f + 0x1p-11f,
+                               1.0f + 0x1.8p-11f};
   for (int i = 0; i < (1 << 20); ++i) {
     x = x * 1664525u + 1013904223u;
     float f = 0;
@@ -249,8 +270,8 @@ ScatterGatherOut scatter_gather_on_threads(const std::vector<std::vector<float>>
   const std::vector<int> order = hierarchical_segment_order(p, k);
   auto group = std::make_shared<LocalGroup>(p);
   const auto up = static_cast<std::size_t>(p);
-  ScatterGatherOut got{std::vector<std::vector<float>>(up), std::vector<std::vector<float>>(up), std::vector<CommStats>(up),
-                       std::vector<CommStats>(up)};
+  ScatterGatherOut got{std::vector<std::vector<float>>(up), std::vector<std::vector<float>>(up),
+                       std::vector<CommStats>(up), std::vector<CommStats>(up)};
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {
@@ -267,7 +288,8 @@ ScatterGatherOut scatter_gather_on_threads(const std::vector<std::vector<float>>
       // Every rank's segment now holds rank r's own values, the rest zeros: the gather fills it.
       std::vector<float> mine(buf.size(), 0.0f);
       std::copy(inputs[ur].begin() + static_cast<std::ptrdiff_t>(at),
-                inputs[ur].begin() + static_cast<std::ptrdiff_t>(at + counts[ur]), mine.begin() + static_cast<std::ptrdiff_t>(at));
+                inputs[ur].begin() + static_cast<std::ptrdiff_t>(at + counts[ur]),
+                mine.begin() + static_cast<std::ptrdiff_t>(at));
       hierarchical_allgatherv(comm, mine.data(), counts, k);
       got.gathered[ur] = mine;
       got.gather_stats[ur] = comm.stats();
@@ -281,7 +303,8 @@ ScatterGatherOut scatter_gather_on_threads(const std::vector<std::vector<float>>
 // segment (integer-valued floats), the all-gather gives every rank every rank's segment, zero
 // counts included; each rank's bytes equal its schedule's for both.
 TEST(HierarchicalReduceScatter, SumsEachRanksSegmentAndGathersThemBack) {
-  for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
+  for (const NodeLayout layout :
+       {NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
     for (const std::size_t unit : {std::size_t{0}, std::size_t{1}, std::size_t{37}}) {
       std::vector<std::size_t> counts;
       for (int r = 0; r < layout.p; ++r) counts.push_back(unit * static_cast<std::size_t>(r % 3) + (r == 1 ? 2 : 0));
@@ -305,17 +328,22 @@ TEST(HierarchicalReduceScatter, SumsEachRanksSegmentAndGathersThemBack) {
         for (std::size_t i = 0; i < counts[owner]; ++i, ++at) {
           float sum = 0;
           for (int r = 0; r < layout.p; ++r) sum += hier_value(r, at);
-          ASSERT_EQ(got.segment[owner][i], sum) << "p=" << layout.p << " k=" << layout.k << " rank " << owner << " i=" << i;
+          ASSERT_EQ(got.segment[owner][i], sum)
+              << "p=" << layout.p << " k=" << layout.k << " rank " << owner << " i=" << i;
           owners[at] = inputs[owner][at];
         }
       }
       for (int r = 0; r < layout.p; ++r) {
         const auto ur = static_cast<std::size_t>(r);
         EXPECT_EQ(got.gathered[ur], owners) << "p=" << layout.p << " k=" << layout.k << " rank " << r;
-        EXPECT_EQ(static_cast<double>(got.scatter_stats[ur].bytes_sent), scatter.bytes_sent(r)) << "p=" << layout.p << " k=" << layout.k;
-        EXPECT_EQ(static_cast<double>(got.scatter_stats[ur].bytes_received), scatter.bytes_received(r)) << "p=" << layout.p;
-        EXPECT_EQ(static_cast<double>(got.gather_stats[ur].bytes_sent), gather.bytes_sent(r)) << "p=" << layout.p << " k=" << layout.k;
-        EXPECT_EQ(static_cast<double>(got.gather_stats[ur].bytes_received), gather.bytes_received(r)) << "p=" << layout.p;
+        EXPECT_EQ(static_cast<double>(got.scatter_stats[ur].bytes_sent), scatter.bytes_sent(r))
+            << "p=" << layout.p << " k=" << layout.k;
+        EXPECT_EQ(static_cast<double>(got.scatter_stats[ur].bytes_received), scatter.bytes_received(r))
+            << "p=" << layout.p;
+        EXPECT_EQ(static_cast<double>(got.gather_stats[ur].bytes_sent), gather.bytes_sent(r))
+            << "p=" << layout.p << " k=" << layout.k;
+        EXPECT_EQ(static_cast<double>(got.gather_stats[ur].bytes_received), gather.bytes_received(r))
+            << "p=" << layout.p;
       }
     }
   }
@@ -328,7 +356,8 @@ TEST(HierarchicalReduceScatter, SumsEachRanksSegmentAndGathersThemBack) {
 // but rank 0's carries (2N-1)/N n floats each way, rank 0's 3(N-1)/N n, less in all than the flat
 // gloo reduce and broadcast put on the links.
 TEST(HierarchicalReduce, SumsOnRankZeroAndBroadcastsFromIt) {
-  for (const NodeLayout layout : {NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
+  for (const NodeLayout layout :
+       {NodeLayout{4, 2}, NodeLayout{6, 3}, NodeLayout{6, 2}, NodeLayout{8, 2}, NodeLayout{4, 1}, NodeLayout{4, 4}}) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
       const int p = layout.p;
       const auto inputs = rank_inputs(p, n, hier_value);
@@ -364,7 +393,8 @@ TEST(HierarchicalReduce, SumsOnRankZeroAndBroadcastsFromIt) {
       for (int r = 0; r < p; ++r) {
         const auto ur = static_cast<std::size_t>(r);
         EXPECT_EQ(broadcast[ur], inputs[1 % p]) << "p=" << p << " k=" << layout.k << " rank " << r;
-        EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r)) << "p=" << p << " k=" << layout.k << " n=" << n;
+        EXPECT_EQ(static_cast<double>(stats[ur].bytes_sent), s.bytes_sent(r))
+            << "p=" << p << " k=" << layout.k << " n=" << n;
         EXPECT_EQ(static_cast<double>(stats[ur].bytes_received), s.bytes_received(r)) << "p=" << p << " k=" << layout.k;
       }
       if (n != 1001 || layout.k == 1 || layout.k == p) continue;

@@ -39,13 +39,12 @@ const std::string kArgs =
     "--max-steps 20 --no-eval -q";
 
 // OpenMPI refuses to start as root (CI runs as root) unless told it is fine.
-const std::string kMpirun =
-    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np ";
+const std::string kMpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np ";
 
-#define REQUIRE_MPI()                              \
-  do {                                             \
-    require_mpi();                                 \
-    if (IsSkipped() || HasFatalFailure()) return;  \
+#define REQUIRE_MPI()                             \
+  do {                                            \
+    require_mpi();                                \
+    if (IsSkipped() || HasFatalFailure()) return; \
   } while (0)
 
 class Launch : public ::testing::Test {
@@ -81,8 +80,9 @@ TEST(LaunchNames, EverySpellingRoundTripsAndAnUnknownOneIsNamed) {
                          LauncherKind::file, LauncherKind::srun}) {
     EXPECT_EQ(parse_launcher(name(k), "--x"), k);
   }
-  const std::vector<ClusterLauncher> cluster = {ClusterLauncher::env,      ClusterLauncher::tcp,    ClusterLauncher::file,
-                                                ClusterLauncher::torchrun, ClusterLauncher::mpirun, ClusterLauncher::srun};
+  const std::vector<ClusterLauncher> cluster = {ClusterLauncher::env,    ClusterLauncher::tcp,
+                                                ClusterLauncher::file,   ClusterLauncher::torchrun,
+                                                ClusterLauncher::mpirun, ClusterLauncher::srun};
   for (ClusterLauncher l : cluster) {
     EXPECT_EQ(parse_cluster_launcher(name(l), "--launcher"), l);
     EXPECT_EQ(nlohmann::json(l).get<std::string>(), name(l));
@@ -138,10 +138,16 @@ TEST_F(Launch, MpiProcessesMatchInProcessRanks) {
   REQUIRE_MPI();
   for (int np : {2, 3}) {
     const std::string n = std::to_string(np);
-    ASSERT_EQ(sh(kMpirun + n + " " + DPBENCH_BINARY + kArgs + " --comm mpi -o " + path("mpi.json") +
-                 " --save-params " + path("mpi")).exit_code, 0) << np;
+    ASSERT_EQ(sh(kMpirun + n + " " + DPBENCH_BINARY + kArgs + " --comm mpi -o " + path("mpi.json") + " --save-params " +
+                 path("mpi"))
+                  .exit_code,
+              0)
+        << np;
     ASSERT_EQ(sh(std::string(DPBENCH_BINARY) + kArgs + " --ranks " + n + " -o " + path("local.json") +
-                 " --save-params " + path("local")).exit_code, 0) << np;
+                 " --save-params " + path("local"))
+                  .exit_code,
+              0)
+        << np;
     const auto mpi = nlohmann::json::parse(slurp(path("mpi.json")));
     const auto local = nlohmann::json::parse(slurp(path("local.json")));
     for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
@@ -177,13 +183,18 @@ TEST_F(Launch, MpiStaleSyncReplayMatchesInProcessRanks) {
   REQUIRE_MPI();
   const std::string args = kArgs + " --mode sharded_ps --staleness 2 --staleness-replay 5";
   ASSERT_EQ(sh(kMpirun + "3 " + DPBENCH_BINARY + args + " --comm mpi -o " + path("mpi.json") + " --save-params " +
-               path("mpi")).exit_code, 0);
+               path("mpi"))
+                .exit_code,
+            0);
   ASSERT_EQ(sh(std::string(DPBENCH_BINARY) + args + " --ranks 3 -o " + path("local.json") + " --save-params " +
-               path("local")).exit_code, 0);
+               path("local"))
+                .exit_code,
+            0);
   const auto a = read_f32(path("mpi-sharded_ps.f32")), b = read_f32(path("local-sharded_ps.f32"));
   ASSERT_GT(a.size(), 1000u);
   EXPECT_LT(relative_l2(a, b), 1e-5);
-  const auto mpi = nlohmann::json::parse(slurp(path("mpi.json"))), local = nlohmann::json::parse(slurp(path("local.json")));
+  const auto mpi = nlohmann::json::parse(slurp(path("mpi.json"))),
+             local = nlohmann::json::parse(slurp(path("local.json")));
   const auto& histogram = mpi["runs"][0]["staleness"]["histogram"];
   EXPECT_EQ(histogram, local["runs"][0]["staleness"]["histogram"]);
   long steps = 0;
@@ -204,7 +215,7 @@ void expect_failed_run(const LaunchOutcome& o, const std::string& needle, const 
 
 TEST_F(Launch, InProcessRankThatThrowsEndsTheRun) {
   const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + std::string(DPBENCH_BINARY) + kArgs +
-                       " --ranks 2 --timeout 10 -o " + path("r.json"));
+                             " --ranks 2 --timeout 10 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
   expect_failed_run(o, "rank 1: injected fault at step 5", path("r.json"), 10);
@@ -216,7 +227,7 @@ TEST_F(Launch, BadFaultSpecIsOneLineAndExitTwo) {
   for (const std::string spec : {"step=5,kind=throw", "rank=1,local_rank=0,step=5", "rank=1,step=5,kind=kill-agent",
                                  "rank=1,step=5,kind=explode"}) {
     const LaunchOutcome o = sh("DPBENCH_FAULT=" + spec + " " + std::string(DPBENCH_BINARY) + kArgs + " --ranks 2 -o " +
-                         path("r.json"));
+                               path("r.json"));
     EXPECT_EQ(o.exit_code, 2) << spec << "\n" << o.err;
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << spec << "\n" << o.err;
     EXPECT_NE(o.err.find("DPBENCH_FAULT=" + spec), std::string::npos) << o.err;
@@ -226,7 +237,7 @@ TEST_F(Launch, BadFaultSpecIsOneLineAndExitTwo) {
 
 TEST_F(Launch, InProcessRankThatStopsAnsweringTimesOut) {
   const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + std::string(DPBENCH_BINARY) + kArgs +
-                       " --ranks 2 --timeout 2 -o " + path("r.json"));
+                             " --ranks 2 --timeout 2 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   expect_failed_run(o, "rank(s) 1 stopped answering", path("r.json"), 2 + 2 + 5);
 }
@@ -234,7 +245,7 @@ TEST_F(Launch, InProcessRankThatStopsAnsweringTimesOut) {
 TEST_F(Launch, MpiRankThatThrowsAbortsTheJob) {
   REQUIRE_MPI();
   const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=throw " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
-                       " --comm mpi --timeout 10 -o " + path("r.json"));
+                             " --comm mpi --timeout 10 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   expect_failed_run(o, "dpbench: failed: rank 1: injected fault at step 5", path("r.json"), 10);
 }
@@ -242,14 +253,14 @@ TEST_F(Launch, MpiRankThatThrowsAbortsTheJob) {
 TEST_F(Launch, MpiRankThatDiesEndsTheJob) {
   REQUIRE_MPI();
   const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=kill " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
-                       " --comm mpi --timeout 10 -o " + path("r.json"));
+                             " --comm mpi --timeout 10 -o " + path("r.json"));
   expect_failed_run(o, "rank 1", path("r.json"), 10);  // mpirun names the rank it lost
 }
 
 TEST_F(Launch, MpiRankThatStopsAnsweringIsAbortedByTheWatchdog) {
   REQUIRE_MPI();
   const LaunchOutcome o = sh("DPBENCH_FAULT=rank=1,step=5,kind=hang " + kMpirun + "2 " + DPBENCH_BINARY + kArgs +
-                       " --comm mpi --timeout 3 -o " + path("r.json"));
+                             " --comm mpi --timeout 3 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 1);
   expect_failed_run(o, "rank 1 stopped answering", path("r.json"), 3 + 10);
 }
@@ -259,7 +270,8 @@ TEST_F(Launch, WorldSizeMismatchUnderMpirun) {
   const LaunchOutcome o = sh(kMpirun + "2 " + DPBENCH_BINARY + kArgs + " --comm mpi --ranks 3 -o " + path("r.json"));
   EXPECT_EQ(o.exit_code, 2) << o.err;
   EXPECT_NE(o.err.find("dpbench: error: world size mismatch: --ranks 3 but the launcher started 2 processes"),
-            std::string::npos) << o.err;
+            std::string::npos)
+      << o.err;
   EXPECT_FALSE(fs::exists(path("r.json")));
 }
 
@@ -272,9 +284,9 @@ void expect_launch_error(Launch& t, const LaunchOutcome& o, const std::string& n
 }
 
 TEST_F(Launch, RankIdOutOfRange) {
-  expect_launch_error(*this, sh("RANK=5 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) + kArgs +
-                                " --comm mpi -o " + path("r.json")),
-                      "RANK=5: out of range for a world size of 2");
+  expect_launch_error(
+      *this, sh("RANK=5 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) + kArgs + " --comm mpi -o " + path("r.json")),
+      "RANK=5: out of range for a world size of 2");
 }
 
 TEST_F(Launch, NcclWithoutCudaTraining) {
@@ -283,15 +295,16 @@ TEST_F(Launch, NcclWithoutCudaTraining) {
 }
 
 TEST_F(Launch, TorchrunStyleLaunchWithoutMasterAddr) {
-  expect_launch_error(*this, sh("env -u MASTER_ADDR RANK=0 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) +
-                                kArgs + " --comm nccl -o " + path("r.json")),
+  expect_launch_error(*this,
+                      sh("env -u MASTER_ADDR RANK=0 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) + kArgs +
+                         " --comm nccl -o " + path("r.json")),
                       "MASTER_ADDR");
 }
 
 TEST_F(Launch, MpiWorldSizeWithoutALauncher) {
-  expect_launch_error(*this, sh("RANK=0 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) + kArgs +
-                                " --comm mpi -o " + path("r.json")),
-                      "mpirun -np 2");
+  expect_launch_error(
+      *this, sh("RANK=0 WORLD_SIZE=2 " + std::string(DPBENCH_BINARY) + kArgs + " --comm mpi -o " + path("r.json")),
+      "mpirun -np 2");
 }
 
 TEST(LaunchResolve, MpiInABuildWithoutMpiIsAnInputError) {

@@ -64,7 +64,9 @@ std::vector<LaunchCase> launch_cases(const fs::path& dir) {
   const auto rank0 = [&](const std::string& launcher) {
     return fmt::format("--save-params {} --out {}.json", (dir / launcher).string(), (dir / launcher).string());
   };
-  const auto rank1 = [&](const std::string& launcher) { return fmt::format("--out {}-1.json", (dir / launcher).string()); };
+  const auto rank1 = [&](const std::string& launcher) {
+    return fmt::format("--out {}-1.json", (dir / launcher).string());
+  };
   std::vector<LaunchCase> cases;
   cases.push_back({"threads", fmt::format("{} --comm local --ranks 2 {}", run, rank0("threads"))});
   if (mpi_built()) {
@@ -103,8 +105,8 @@ std::vector<LaunchCase> launch_cases(const fs::path& dir) {
 
 std::uint32_t file_crc(const std::string& path) {
   const std::vector<float> params = read_f32(path);
-  return static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(params.data()),
-                                          static_cast<uInt>(params.size() * sizeof(float))));
+  return static_cast<std::uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(params.data()), static_cast<uInt>(params.size() * sizeof(float))));
 }
 
 TEST(StepLoopPin, EveryLauncherAtTwoRanksGivesThePinnedParameters) {

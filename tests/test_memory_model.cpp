@@ -55,21 +55,23 @@ TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
   const auto mlp_data = make_synthetic_dataset(mlp_shape, 10, 600, 5);
   const auto cnn_data = make_synthetic_dataset(cnn_shape, 10, 600, 5);
   int checked = 0;
-  for (const Case& k : {Case{"mlp", "ps", "collective"}, Case{"mlp", "ps", "p2p"}, Case{"mlp", "allreduce", "collective"},
-                        Case{"mlp", "sharded_ps", "collective"}, Case{"mlp", "sharded_ps", "p2p"},
-                        Case{"mlp", "sharded_ps", "collective", 2}, Case{"cnn", "ps", "collective"},
-                        Case{"cnn", "allreduce", "collective"}, Case{"cnn", "sharded_ps", "p2p"},
-                        Case{"mlp", "sharded_ps", "collective", 0, true}, Case{"mlp", "ps", "collective", 0, true},
-                        Case{"mlp", "sharded_ps", "collective", 0, false, 2}, Case{"cnn", "sharded_ps", "collective", 3, false, 1}}) {
+  for (const Case& k :
+       {Case{"mlp", "ps", "collective"}, Case{"mlp", "ps", "p2p"}, Case{"mlp", "allreduce", "collective"},
+        Case{"mlp", "sharded_ps", "collective"}, Case{"mlp", "sharded_ps", "p2p"},
+        Case{"mlp", "sharded_ps", "collective", 2}, Case{"cnn", "ps", "collective"},
+        Case{"cnn", "allreduce", "collective"}, Case{"cnn", "sharded_ps", "p2p"},
+        Case{"mlp", "sharded_ps", "collective", 0, true}, Case{"mlp", "ps", "collective", 0, true},
+        Case{"mlp", "sharded_ps", "collective", 0, false, 2}, Case{"cnn", "sharded_ps", "collective", 3, false, 1}}) {
     for (int p = 1; p <= 4; ++p) {
       for (const std::string optimizer : {"sgd", "adam"}) {
         const TrainConfig c = case_config(k, p, optimizer);
         const bool cnn = k.workload == "cnn";
         const RunResult run = train_mode(c, cnn ? *cnn_data : *mlp_data);
-        const std::vector<RankMemory> model =
-            find_strategy(c.mode).memory(builtin_memory_inputs(c, cnn ? cnn_shape : mlp_shape, 10));
-        const std::string what = fmt::format("{} {} {} servers {} hierarchy {} staleness {} at {} ranks, {}", k.workload,
-                                             k.mode, k.transport, c.servers, c.hierarchy, c.staleness, p, optimizer);
+        const std::vector<RankMemory> model = find_strategy(c.mode).memory(
+            builtin_memory_inputs(c, cnn ? cnn_shape : mlp_shape, 10));
+        const std::string what = fmt::format("{} {} {} servers {} hierarchy {} staleness {} at {} ranks, {}",
+                                             k.workload, k.mode, k.transport, c.servers, c.hierarchy, c.staleness, p,
+                                             optimizer);
         ASSERT_EQ(model.size(), run.ranks.size()) << what;
         for (std::size_t r = 0; r < model.size(); ++r) {
           for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
@@ -168,12 +170,11 @@ TEST(MemoryCommand, BuiltInModelEqualsARunsMeasuredPeaks) {
     c.warmup_steps = 0;
     const RunResult run = train_mode(c, *data);
     std::int64_t most = 0;
-    for (const auto& r : run.ranks) most = std::max(most, r.memory.peak_by_category.at("parameters") +
-                                                            r.memory.peak_by_category.at("gradients") +
-                                                            r.memory.peak_by_category.at("optimizer_state") +
-                                                            r.memory.peak_by_category.at("activations") +
-                                                            r.memory.peak_by_category.at("comm_buffers") +
-                                                            r.memory.peak_by_category.at("data_staging"));
+    for (const auto& r : run.ranks)
+      most = std::max(
+          most, r.memory.peak_by_category.at("parameters") + r.memory.peak_by_category.at("gradients") +
+                    r.memory.peak_by_category.at("optimizer_state") + r.memory.peak_by_category.at("activations") +
+                    r.memory.peak_by_category.at("comm_buffers") + r.memory.peak_by_category.at("data_staging"));
     double modelled = 0;
     const nlohmann::json doc = memory_document(o);
     for (const auto& row : doc["rows"]) modelled = std::max(modelled, row["total_bytes"].get<double>());

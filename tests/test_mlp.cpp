@@ -161,7 +161,8 @@ TEST(Adam, TenStepsOfAdamAndAdamWMatchTheFormulaInDouble) {
   }
   // The two differ: Adam's decay goes through the running averages, AdamW's does not.
   EXPECT_GT(std::abs(adam_reference(0.8, 0.3, 10, 0.05, 0.8, 0.99, 1e-6, 0.1, false) -
-                     adam_reference(0.8, 0.3, 10, 0.05, 0.8, 0.99, 1e-6, 0.1, true)), 1e-3);
+                     adam_reference(0.8, 0.3, 10, 0.05, 0.8, 0.99, 1e-6, 0.1, true)),
+            1e-3);
 }
 
 TEST(Adam, AdamWWithAZeroGradientOnlyDecaysTheParameters) {
@@ -174,7 +175,7 @@ TEST(Adam, AdamWWithAZeroGradientOnlyDecaysTheParameters) {
 TEST(SgdMomentum, TwoStepsMatchPyTorchFormula) {
   std::vector<float> p = {1.0f}, g = {0.5f}, v = {0.0f};
   cpu::sgd_momentum(p.data(), g.data(), v.data(), 1, 0.1f, 0.9f, 0.0f);
-  EXPECT_FLOAT_EQ(v[0], 0.5f);        // first step: v = g
+  EXPECT_FLOAT_EQ(v[0], 0.5f);  // first step: v = g
   EXPECT_FLOAT_EQ(p[0], 1.0f - 0.05f);
   cpu::sgd_momentum(p.data(), g.data(), v.data(), 1, 0.1f, 0.9f, 0.0f);
   EXPECT_FLOAT_EQ(v[0], 0.9f * 0.5f + 0.5f);

@@ -39,7 +39,6 @@
 #include <cuda_runtime.h>
 #endif
 
-
 namespace dpbench {
 namespace {
 
@@ -97,8 +96,7 @@ class DeviceBuffer {
 class StreamBlocker {
  public:
   explicit StreamBlocker(void* stream) {
-    cuda_ok(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), &StreamBlocker::hold, this),
-            "cudaLaunchHostFunc");
+    cuda_ok(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), &StreamBlocker::hold, this), "cudaLaunchHostFunc");
   }
   ~StreamBlocker() {
     release();
@@ -172,12 +170,8 @@ void expect_counts(const CommStats& s, std::size_t sent, std::size_t received, c
   EXPECT_EQ(s.bytes_received, static_cast<std::int64_t>(received * sizeof(float))) << op;
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Why the GPU tests cannot run here, or "" when they can.
 std::string gpu_skip_reason() {
@@ -284,11 +278,15 @@ void scenario_rooted(int rank, int p, const MakeComm& make) {
   ElementCounts c = chain_reduce_counts(n_reduce, p, rank, root);
   expect_counts(comm->stats(), c.sent, c.received, "reduce");
   if (rank == root) {
-    EXPECT_EQ(wrong(reduce_buf.host(), [p](std::size_t i) {
-                float s = 0;
-                for (int q = 0; q < p; ++q) s += value(q, i);
-                return s;
-              }), 0u) << "reduce at root";
+    EXPECT_EQ(wrong(
+                  reduce_buf.host(),
+                  [p](std::size_t i) {
+      float s = 0;
+      for (int q = 0; q < p; ++q) s += value(q, i);
+      return s;
+                  }),
+              0u)
+        << "reduce at root";
   } else {
     EXPECT_EQ(wrong(reduce_buf.host(), [rank](std::size_t i) { return value(rank, i); }), 0u)
         << "reduce must leave rank " << rank << " unchanged";
@@ -305,9 +303,10 @@ void scenario_rooted(int rank, int p, const MakeComm& make) {
   comm->allgather(gather_send.data(), gather_recv.data(), n_gather);
   const std::size_t others = static_cast<std::size_t>(p - 1) * n_gather;
   expect_counts(comm->stats(), others, others, "allgather");
-  EXPECT_EQ(wrong(gather_recv.host(), [n_gather](std::size_t i) {
-              return value(static_cast<int>(i / n_gather), i % n_gather);
-            }), 0u) << "allgather rank " << rank;
+  EXPECT_EQ(wrong(gather_recv.host(),
+                  [n_gather](std::size_t i) { return value(static_cast<int>(i / n_gather), i % n_gather); }),
+            0u)
+      << "allgather rank " << rank;
 
   for (std::size_t k = 0; k < rounds.size(); ++k) {
     const auto& counts = rounds[k];
@@ -318,8 +317,10 @@ void scenario_rooted(int rank, int p, const MakeComm& make) {
 
     comm->reset_stats();
     comm->scatterv(scatter_send[k].data(), counts, scatter_recv[k].data(), root);
-    if (rank == root) expect_counts(comm->stats(), total - mine, 0, "scatterv root");
-    else expect_counts(comm->stats(), 0, mine, "scatterv");
+    if (rank == root)
+      expect_counts(comm->stats(), total - mine, 0, "scatterv root");
+    else
+      expect_counts(comm->stats(), 0, mine, "scatterv");
     EXPECT_EQ(wrong(scatter_recv[k].host(), [my_offset](std::size_t i) { return value(100, my_offset + i); }), 0u)
         << "scatterv round " << k << " rank " << rank;
 
@@ -327,10 +328,14 @@ void scenario_rooted(int rank, int p, const MakeComm& make) {
     comm->gatherv(gatherv_send[k].data(), counts, gatherv_recv[k].data(), root);
     if (rank == root) {
       expect_counts(comm->stats(), 0, total - mine, "gatherv root");
-      EXPECT_EQ(wrong(gatherv_recv[k].host(), [&](std::size_t i) {
-                  const auto q = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1;
-                  return value(q + 20, i - offsets[static_cast<std::size_t>(q)]);
-                }), 0u) << "gatherv round " << k;
+      EXPECT_EQ(wrong(
+                    gatherv_recv[k].host(),
+                    [&](std::size_t i) {
+        const auto q = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1;
+        return value(q + 20, i - offsets[static_cast<std::size_t>(q)]);
+                    }),
+                0u)
+          << "gatherv round " << k;
     } else {
       expect_counts(comm->stats(), mine, 0, "gatherv");
     }
@@ -461,10 +466,10 @@ void run_as_processes(const std::string& name, int p) {
 
   std::vector<pid_t> pids;
   for (int r = 0; r < p; ++r) {
-    const std::vector<std::string> add = {
-        std::string(kChildVariable) + "=" + name + " " + std::to_string(r) + " " + std::to_string(p) + " " +
-            std::to_string(r % std::max(gpus, 1)) + " " + to_hex(id),
-        "NCCL_HOSTID=dpbench-test-host-" + std::to_string(r)};
+    const std::vector<std::string> add = {std::string(kChildVariable) + "=" + name + " " + std::to_string(r) + " " +
+                                              std::to_string(p) + " " + std::to_string(r % std::max(gpus, 1)) + " " +
+                                              to_hex(id),
+                                          "NCCL_HOSTID=dpbench-test-host-" + std::to_string(r)};
     try {
       pids.push_back(spawn_self("NcclChild.RunsOneRankOfATwoProcessTest", add,
                                 {std::string(kChildVariable) + "=", "NCCL_HOSTID="}));
@@ -477,8 +482,8 @@ void run_as_processes(const std::string& name, int p) {
   const Clock::time_point deadline = Clock::now() + 180s;
   for (int r = 0; r < p; ++r) {
     const int status = wait_child(pids[static_cast<std::size_t>(r)], deadline);
-    EXPECT_TRUE(exited_ok(status))
-        << "rank " << r << " child " << (status < 0 ? "hung and was killed" : "failed (see its output above)");
+    EXPECT_TRUE(exited_ok(status)) << "rank " << r << " child "
+                                   << (status < 0 ? "hung and was killed" : "failed (see its output above)");
   }
 }
 
@@ -601,8 +606,7 @@ TEST_F(NcclOneRank, TimeoutAbortsTheCommunicatorInsteadOfHanging) {
   }
   const auto waited = Clock::now() - start;
   releaser.join();
-  EXPECT_EQ(message,
-            "rank 0: allreduce: no progress for 1 s (a peer stopped answering); communicator aborted");
+  EXPECT_EQ(message, "rank 0: allreduce: no progress for 1 s (a peer stopped answering); communicator aborted");
   EXPECT_GE(waited, 1s);
   EXPECT_LT(waited, 30s);
   try {
@@ -688,9 +692,10 @@ TwoRankPlan plan_two_ranks() {
     setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
     return {{0, 0}, ""};
   }
-  return {{}, "NCCL " + std::to_string(major) + "." + std::to_string(minor) +
-                  " refuses two ranks of one communicator on one GPU; needs >= 2.30 or one "
-                  "process per rank with distinct NCCL_HOSTID"};
+  return {{},
+          "NCCL " + std::to_string(major) + "." + std::to_string(minor) +
+              " refuses two ranks of one communicator on one GPU; needs >= 2.30 or one "
+              "process per rank with distinct NCCL_HOSTID"};
 }
 
 class NcclTwoRanks : public NcclGpuTest {
@@ -704,34 +709,22 @@ class NcclTwoRanks : public NcclGpuTest {
   TwoRankPlan plan_;
 };
 
-TEST_F(NcclTwoRanks, RingAllReduceExactForOddLengthsAndCountsRingBytes) {
-  run_on_threads("allreduce", plan_.devices);
-}
+TEST_F(NcclTwoRanks, RingAllReduceExactForOddLengthsAndCountsRingBytes) { run_on_threads("allreduce", plan_.devices); }
 
-TEST_F(NcclTwoRanks, RootedCollectivesScatterGatherAndSendRecvAreExact) {
-  run_on_threads("rooted", plan_.devices);
-}
+TEST_F(NcclTwoRanks, RootedCollectivesScatterGatherAndSendRecvAreExact) { run_on_threads("rooted", plan_.devices); }
 
-TEST_F(NcclTwoRanks, AbortMakesBlockedPeerThrowInsteadOfHanging) {
-  run_on_threads("peer_stops", plan_.devices);
-}
+TEST_F(NcclTwoRanks, AbortMakesBlockedPeerThrowInsteadOfHanging) { run_on_threads("peer_stops", plan_.devices); }
 
 // ---------------------------------------------------------------------------------------------
 // Two ranks as two processes (one GPU is enough: NCCL_HOSTID per process, sockets over lo)
 
 class NcclTwoProcesses : public NcclGpuTest {};
 
-TEST_F(NcclTwoProcesses, RingAllReduceExactForOddLengthsAndCountsRingBytes) {
-  run_as_processes("allreduce", 2);
-}
+TEST_F(NcclTwoProcesses, RingAllReduceExactForOddLengthsAndCountsRingBytes) { run_as_processes("allreduce", 2); }
 
-TEST_F(NcclTwoProcesses, RootedCollectivesScatterGatherAndSendRecvAreExact) {
-  run_as_processes("rooted", 2);
-}
+TEST_F(NcclTwoProcesses, RootedCollectivesScatterGatherAndSendRecvAreExact) { run_as_processes("rooted", 2); }
 
-TEST_F(NcclTwoProcesses, DeadPeerMakesBlockedRankThrowInsteadOfHanging) {
-  run_as_processes("peer_stops", 2);
-}
+TEST_F(NcclTwoProcesses, DeadPeerMakesBlockedRankThrowInsteadOfHanging) { run_as_processes("peer_stops", 2); }
 
 // The child side of NcclTwoProcesses: one rank of a scenario.
 TEST(NcclChild, RunsOneRankOfATwoProcessTest) {

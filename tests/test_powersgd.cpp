@@ -22,8 +22,8 @@ TEST(PowerSgd, RankComesFromTheHookName) {
   EXPECT_EQ(powersgd_rank("powersgd:1"), 1);
   EXPECT_EQ(powersgd_rank("fp16"), 0);
   EXPECT_EQ(powersgd_rank("allreduce"), 0);
-  for (const char* bad : {"powersgd", "powersgd:", "powersgd:0", "powersgd:x", "powersgd4", "powersgd:-1",
-                          "powersgd:99999999"}) {
+  for (const char* bad :
+       {"powersgd", "powersgd:", "powersgd:0", "powersgd:x", "powersgd4", "powersgd:-1", "powersgd:99999999"}) {
     EXPECT_THROW(powersgd_rank(bad), InputError) << bad;
   }
 }

@@ -40,7 +40,7 @@ TEST(StartBundle, HoldsTheRunsParametersSamplesAndOrder) {
   cfg.hidden = {5};
   cfg.global_batch = 16;  // 6 steps per epoch
   cfg.epochs = 3;
-  cfg.max_steps = 8;      // reaches epoch 1 only: two permutations
+  cfg.max_steps = 8;  // reaches epoch 1 only: two permutations
   cfg.seed = 11;
   const LoadedData data = small_data(SampleShape{1, 1, 4});
   write_start_bundle(tmp.path().string(), cfg, data);

@@ -231,8 +231,8 @@ TEST(Rendezvous, DecoderEscapesWhatItDrops) {
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->rank, 2);
   EXPECT_EQ(m->tag, "run 1");
-  EXPECT_FALSE(decode_rendezvous_message({"id", std::string("a\nb\0", 4) + std::string(100, 'z'), "", "1", "3", ""},
-                                         3, &why));
+  EXPECT_FALSE(
+      decode_rendezvous_message({"id", std::string("a\nb\0", 4) + std::string(100, 'z'), "", "1", "3", ""}, 3, &why));
   EXPECT_EQ(why, "unknown op 'a\\x0ab\\x00zzzzzzzzzzzzzzzzzzzzzzzzzzzz'... (104 bytes)");
   EXPECT_FALSE(decode_rendezvous_message({"id", "join", "run 1", "+2", "3", ""}, 3, &why));
   EXPECT_EQ(why, "RANK='+2' WORLD_SIZE='3': not numbers");
@@ -328,11 +328,24 @@ class EnvLaunch : public ::testing::Test {
   static std::string error(int ranks) {
     return error_of([&] { resolve_launch(Backend::nccl, ranks, DeviceKind::cuda); });
   }
-  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                           "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
-                                           "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE",
-                                           "SLURM_TASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
-                                           "SLURM_NODELIST", "SLURM_JOB_ID", "SLURM_JOBID"};
+  static constexpr const char* kNames[] = {"RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_RANK",
+                                           "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "SLURM_PROCID",
+                                           "SLURM_NTASKS",
+                                           "SLURM_STEP_NUM_TASKS",
+                                           "SLURM_LOCALID",
+                                           "SLURM_NODEID",
+                                           "SLURM_STEP_TASKS_PER_NODE",
+                                           "SLURM_TASKS_PER_NODE",
+                                           "SLURM_STEP_NODELIST",
+                                           "SLURM_JOB_NODELIST",
+                                           "SLURM_NODELIST",
+                                           "SLURM_JOB_ID",
+                                           "SLURM_JOBID"};
 };
 
 TEST_F(EnvLaunch, ResolvesRankAndRendezvousFromTheEnvironment) {
@@ -369,7 +382,8 @@ TEST_F(EnvLaunch, MistakesAreOneLineInputErrors) {
   setenv("LOCAL_WORLD_SIZE", "1", 1);
   EXPECT_NE(error(0).find("LOCAL_RANK=1: out of range for 1 ranks on this node"), std::string::npos) << error(0);
   unsetenv("LOCAL_WORLD_SIZE");
-  EXPECT_NE(error_of([] { resolve_launch(Backend::nccl, 0, DeviceKind::cpu); }).find("--device cuda"), std::string::npos);
+  EXPECT_NE(error_of([] { resolve_launch(Backend::nccl, 0, DeviceKind::cpu); }).find("--device cuda"),
+            std::string::npos);
 }
 
 // --init-method tcp://ADDR:PORT takes the rank and world size from the options (RANK and WORLD_SIZE
@@ -421,7 +435,10 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
 
 TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
   const auto error = [](const std::string& comm, int world, const ExplicitInit& init) {
-    return error_of([&] { resolve_launch(parse_backend(comm), world, comm == "gloo" || comm == "local" ? DeviceKind::cpu : DeviceKind::cuda, init); });
+    return error_of([&] {
+      resolve_launch(parse_backend(comm), world, comm == "gloo" || comm == "local" ? DeviceKind::cpu : DeviceKind::cuda,
+                     init);
+    });
   };
   const std::string url = "tcp://node0:23456";
   EXPECT_NE(error("nccl", 2, {url, -1}).find("give --rank R and --world-size N"), std::string::npos);
@@ -441,7 +458,10 @@ TEST_F(EnvLaunch, InitMethodMistakesAreOneLineInputErrors) {
   EXPECT_NE(error("nccl", 2, {"env://", 0}).find("MASTER_ADDR is unset"), std::string::npos);
   EXPECT_NE(error("nccl", 0, {"env://", 0}).find("WORLD_SIZE is unset"), std::string::npos);
   EXPECT_NE(error("nccl", 2, {"", -2}).find("--rank -2: must be >= 0"), std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_launch(Backend::nccl, 2, DeviceKind::cpu, {url, 0}); }).find("--device cuda"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              resolve_launch(Backend::nccl, 2, DeviceKind::cpu, {url, 0});
+            }).find("--device cuda"),
+            std::string::npos);
 }
 
 // Slurm's host lists and tasks-per-node counts, as srun sets them.
@@ -512,8 +532,9 @@ TEST_F(EnvLaunch, SrunMistakesAreOneLineInputErrors) {
   setenv("SLURM_JOB_ID", "77", 1);
   EXPECT_EQ(resolve_launch(Backend::nccl, 2, DeviceKind::cuda).master_port, 15077);
   EXPECT_NE(error(3).find("world size mismatch: --ranks 3 but srun started 2 tasks"), std::string::npos);
-  EXPECT_NE(error_of([] { resolve_launch(Backend::local, 2, DeviceKind::cpu); }).find("SLURM_STEP_NUM_TASKS=2: --comm local"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { resolve_launch(Backend::local, 2, DeviceKind::cpu); }).find("SLURM_STEP_NUM_TASKS=2: --comm local"),
+      std::string::npos);
   setenv("SLURM_PROCID", "2", 1);
   EXPECT_NE(error(0).find("SLURM_PROCID=2: out of range for 2 tasks"), std::string::npos);
   setenv("SLURM_PROCID", "", 1);

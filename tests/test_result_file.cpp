@@ -32,9 +32,11 @@ class ResultFile : public ::testing::Test {
   // training started.
   ResultFileOutcome run(const fs::path& out, const std::string& prefix = "") {
     const fs::path err = tmp_.path() / "stderr.txt";
-    const std::string line = prefix + std::string(DPBENCH_BINARY) +
-                             " run --data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 32 "
-                             "--ranks 2 --mode allreduce --out '" + out.string() + "' >/dev/null 2>" + err.string();
+    const std::string line =
+        prefix + std::string(DPBENCH_BINARY) +
+        " run --data synthetic --input 16 --synthetic-samples 600 --hidden 8 --epochs 1 --batch-size 32 "
+        "--ranks 2 --mode allreduce --out '" +
+        out.string() + "' >/dev/null 2>" + err.string();
     const int status = std::system(("bash -c \"" + line + "\"").c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(err)};
   }

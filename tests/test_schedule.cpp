@@ -55,18 +55,26 @@ TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
           // Open MPI's chain runs the other way round the ring: the local chain's counts with
           // every rank mirrored (r -> -r mod p).
           auto mirror = [p](int r) { return (p - r) % p; };
-          expect_counts(reduce, [&](int r) {
+          expect_counts(
+              reduce,
+              [&](int r) {
             if (engine == Backend::gloo) return gloo_reduce_counts(n, p, r, root);
             if (engine == Backend::mpi) return chain_reduce_counts(n, p, mirror(r), mirror(root));
             return chain_reduce_counts(n, p, r, root);
-          }, "reduce " + what);
-          expect_counts(bcast, [&](int r) {
-            return engine == Backend::gloo ? binomial_broadcast_counts(n, p, r, root) : chain_broadcast_counts(n, p, r, root);
-          }, "broadcast " + what);
+              },
+              "reduce " + what);
+          expect_counts(
+              bcast,
+              [&](int r) {
+            return engine == Backend::gloo ? binomial_broadcast_counts(n, p, r, root)
+                                           : chain_broadcast_counts(n, p, r, root);
+              },
+              "broadcast " + what);
         }
         StepSchedule all(p);
         Collectives(all, engine).allreduce(n);
-        expect_counts(all, [&](int r) { return ring_allreduce_counts(n, p, r); }, "allreduce " + what);
+        expect_counts(
+            all, [&](int r) { return ring_allreduce_counts(n, p, r); }, "allreduce " + what);
         std::vector<std::size_t> counts;
         for (int r = 0; r < p; ++r) counts.push_back(n / static_cast<std::size_t>(r + 1));  // uneven, one maybe 0
         StepSchedule rs(p), ag(p), sc(p), ga(p);
@@ -74,7 +82,9 @@ TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
         Collectives(ag, engine).allgatherv(counts);
         Collectives(sc, engine).scatterv(counts, 0);
         Collectives(ga, engine).gatherv(counts, 0);
-        expect_counts(rs, [&](int r) {
+        expect_counts(
+            rs,
+            [&](int r) {
           if (engine == Backend::mpi) {  // libnbc: binomial reduce of everything to rank 0, then a scatter
             const std::size_t all = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
             ElementCounts c;
@@ -96,10 +106,14 @@ TEST(Schedule, CollectivesMoveTheBytesTheCommunicatorsCount) {
             c.received += one.received;
           }
           return c;
-        }, "reduce_scatterv " + what);
-        expect_counts(ag, [&](int r) { return ring_allgather_counts(counts, r); }, "allgatherv " + what);
-        expect_counts(sc, [&](int r) { return root_scatter_counts(counts, r, 0); }, "scatterv " + what);
-        expect_counts(ga, [&](int r) { return root_gather_counts(counts, r, 0); }, "gatherv " + what);
+            },
+            "reduce_scatterv " + what);
+        expect_counts(
+            ag, [&](int r) { return ring_allgather_counts(counts, r); }, "allgatherv " + what);
+        expect_counts(
+            sc, [&](int r) { return root_scatter_counts(counts, r, 0); }, "scatterv " + what);
+        expect_counts(
+            ga, [&](int r) { return root_gather_counts(counts, r, 0); }, "gatherv " + what);
       }
     }
   }
@@ -127,10 +141,10 @@ TEST(Schedule, UnknownEngineIsAnInputError) {
 // allreduce under --hierarchy node and --comm-hook fp16 / bf16 / powersgd.
 TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
-  for (const std::string mode : {"ps", "sharded_ps", "allreduce", "allreduce --hierarchy node", "allreduce --comm-hook fp16",
-                                  "allreduce --hierarchy node --comm-hook bf16", "allreduce --comm-hook powersgd:4",
-                                  "allreduce --hierarchy node --comm-hook powersgd:1", "sharded_ps --hierarchy node",
-                                  "ps --hierarchy node"}) {
+  for (const std::string mode :
+       {"ps", "sharded_ps", "allreduce", "allreduce --hierarchy node", "allreduce --comm-hook fp16",
+        "allreduce --hierarchy node --comm-hook bf16", "allreduce --comm-hook powersgd:4",
+        "allreduce --hierarchy node --comm-hook powersgd:1", "sharded_ps --hierarchy node", "ps --hierarchy node"}) {
     for (const std::string transport : {"collective", "p2p"}) {
       if ((mode.starts_with("allreduce") || mode.find("node") != std::string::npos) && transport == "p2p") continue;
       for (int p : {2, 3, 4}) {
@@ -165,13 +179,15 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         s.check_matched();
         // The engine probe runs exactly the collectives the schedule uses.
         std::vector<bool> probed(kCollectiveKinds, false);
-        for (CollectiveKind k : probed_collectives(c.mode, parse_transport(transport))) probed[static_cast<std::size_t>(k)] = true;
+        for (CollectiveKind k : probed_collectives(c.mode, parse_transport(transport)))
+          probed[static_cast<std::size_t>(k)] = true;
         std::vector<bool> used = s.collectives_used();
         used[static_cast<std::size_t>(CollectiveKind::p2p)] = false;
         EXPECT_EQ(used, probed) << mode << " " << transport;
         for (int r = 0; r < p; ++r) {
           const auto& counted = run.ranks[static_cast<std::size_t>(r)].comm_per_step;
-          EXPECT_EQ(s.bytes_sent(r), static_cast<double>(counted.bytes_sent)) << mode << " " << transport << " p=" << p << " rank " << r;
+          EXPECT_EQ(s.bytes_sent(r), static_cast<double>(counted.bytes_sent))
+              << mode << " " << transport << " p=" << p << " rank " << r;
           EXPECT_EQ(s.bytes_received(r), static_cast<double>(counted.bytes_received))
               << mode << " " << transport << " p=" << p << " rank " << r;
         }
@@ -182,9 +198,9 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
 
 // ---- the SimGrid player ----
 
-#define SKIP_WITHOUT_SIMGRID()                                                                      \
-  if (!simulation_available()) {                                                                    \
-    GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";        \
+#define SKIP_WITHOUT_SIMGRID()                                                               \
+  if (!simulation_available()) {                                                             \
+    GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable"; \
   }
 
 SimPlatform star(int nodes, double rate, double latency) {
@@ -366,7 +382,7 @@ TEST(Simulation, TheEngineCalibrationSlowsOnlyItsCollectivesMessagesBetweenNodes
   SimPlatform slow = pf;
   slow.engine_efficiency.assign(kCollectiveKinds, 0.0);
   slow.engine_efficiency[static_cast<std::size_t>(CollectiveKind::reduce)] = 0.5;
-  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::reduce), 0.2, 1e-6);  // at half the rate
+  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::reduce), 0.2, 1e-6);     // at half the rate
   EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::broadcast), 0.1, 1e-6);  // another collective: not capped
   EXPECT_NEAR(one(slow, 1, 0, CollectiveKind::reduce), one(pf, 1, 0, CollectiveKind::reduce), 1e-9);
   slow.engine_efficiency[0] = 1.5;
@@ -425,8 +441,9 @@ std::vector<T> on_local_threads(int p, Fn fn) {
 // probe_engine on p threads of one local group; each rank's answer.
 std::vector<std::optional<EngineProbe>> probe_on_threads(int p, const std::vector<CollectiveKind>& kinds,
                                                          std::size_t floats, int reps, double min_seconds) {
-  return on_local_threads<std::optional<EngineProbe>>(
-      p, [&](Communicator& comm) { return probe_engine(comm, kinds, floats, reps, min_seconds); });
+  return on_local_threads<std::optional<EngineProbe>>(p, [&](Communicator& comm) {
+    return probe_engine(comm, kinds, floats, reps, min_seconds);
+  });
 }
 
 // The probe on three threads of one local group: every kind asked for, in order, each ending after
@@ -449,7 +466,8 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
     EXPECT_EQ(got[0]->collectives[i].floats, 10001u);
     const auto& c = got[0]->collectives[i];
     EXPECT_GT(c.seconds, 0.0) << collective_name(kinds[i]);
-    EXPECT_DOUBLE_EQ(c.seconds, c.end_s - (i == 0 ? 0.0 : got[0]->collectives[i - 1].end_s)) << collective_name(kinds[i]);
+    EXPECT_DOUBLE_EQ(c.seconds, c.end_s - (i == 0 ? 0.0 : got[0]->collectives[i - 1].end_s))
+        << collective_name(kinds[i]);
   }
   const auto more = probe_on_threads(2, {CollectiveKind::allreduce}, 64, 3, 1e9);
   ASSERT_TRUE(more[0].has_value());
@@ -466,8 +484,9 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
 // per node nobody probes; no floats or no repetition is an input error.
 TEST(EngineProbe, RanksZeroAndOneTimeATransferInsideTheirNode) {
   auto on_threads = [](int p, int per_node, std::size_t floats) {
-    return on_local_threads<std::optional<IntraNodeProbe>>(
-        p, [&](Communicator& comm) { return probe_intra_node(comm, per_node, floats, 3); });
+    return on_local_threads<std::optional<IntraNodeProbe>>(p, [&](Communicator& comm) {
+      return probe_intra_node(comm, per_node, floats, 3);
+    });
   };
   const std::size_t floats = std::size_t{1} << 20;
   // On a loaded machine (the suite runs 3 jobs on 2 cores) one float's round trip can wait out a

@@ -20,9 +20,7 @@ namespace {
 
 using testing::relative_l2;
 
-std::unique_ptr<Dataset> mlp_data() {
-  return make_synthetic_dataset(SampleShape{1, 1, 48}, 10, 2048, 5);
-}
+std::unique_ptr<Dataset> mlp_data() { return make_synthetic_dataset(SampleShape{1, 1, 48}, 10, 2048, 5); }
 
 TrainConfig sharded(int p, std::size_t batch, const std::string& transport, int servers = 0) {
   TrainConfig c = testing::small_train_config("sharded_ps", p, batch);
@@ -91,7 +89,10 @@ TEST(ShardedPs, CnnMatchesAllreduceWithBatchNormBuffers) {
 TEST(ShardedPs, BytesPerRankPerStepEqualTheFormulas) {
   const auto data = mlp_data();
   const TrainData td{data.get(), nullptr};
-  struct Case { int p; int servers; };
+  struct Case {
+    int p;
+    int servers;
+  };
   for (const Case k : {Case{2, 0}, Case{3, 0}, Case{4, 0}, Case{5, 0}, Case{4, 1}, Case{4, 3}}) {
     for (const std::string transport : {"collective", "p2p"}) {
       const RunResult r = train_sharded_ps(sharded(k.p, 60, transport, k.servers), td);

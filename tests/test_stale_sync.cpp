@@ -76,8 +76,8 @@ std::vector<float> ssp_reference(const TrainConfig& c, const Dataset& data) {
   for (long t = 0; t < c.max_steps; ++t) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     for (int w = 0; w < c.world_size; ++w) {
-      const std::vector<float>& at = versions[static_cast<std::size_t>(t - ssp_replay_staleness(
-                                                  static_cast<std::uint64_t>(c.staleness_replay), w, t, c.staleness))];
+      const std::vector<float>& at = versions[static_cast<std::size_t>(
+          t - ssp_replay_staleness(static_cast<std::uint64_t>(c.staleness_replay), w, t, c.staleness))];
       for (std::size_t i = 0; i < local; ++i) {
         const std::int64_t index = order[static_cast<std::size_t>(w)][static_cast<std::size_t>(t) * local + i];
         labels[i] = data.load(index, x.data() + i * features);

@@ -97,38 +97,39 @@ class BlasThreads {
 const std::map<std::string, std::map<std::string, std::uint32_t>>& pins() {
   static const std::map<std::string, std::map<std::string, std::uint32_t>> table = {
       // PINS-BEGIN
-      {"Haswell", {
-          {"mlp_ps_collective_1", 0xbfffca80u},
-          {"mlp_ps_p2p_1", 0xbfffca80u},
-          {"mlp_allreduce_collective_1", 0xbfffca80u},
-          {"mlp_sharded_ps_collective_1", 0xbfffca80u},
-          {"mlp_sharded_ps_p2p_1", 0xbfffca80u},
-          {"cnn_ps_collective_1", 0xbb157affu},
-          {"cnn_ps_p2p_1", 0xbb157affu},
-          {"cnn_allreduce_collective_1", 0xbb157affu},
-          {"cnn_sharded_ps_collective_1", 0xbb157affu},
-          {"cnn_sharded_ps_p2p_1", 0xbb157affu},
-          {"mlp_ps_collective_2", 0xab83ae4du},
-          {"mlp_ps_p2p_2", 0xab83ae4du},
-          {"mlp_allreduce_collective_2", 0xaf0c1113u},
-          {"mlp_sharded_ps_collective_2", 0xaf0c1113u},
-          {"mlp_sharded_ps_p2p_2", 0xaf0c1113u},
-          {"cnn_ps_collective_2", 0xee88607du},
-          {"cnn_ps_p2p_2", 0xee88607du},
-          {"cnn_allreduce_collective_2", 0x8b798564u},
-          {"cnn_sharded_ps_collective_2", 0x8b798564u},
-          {"cnn_sharded_ps_p2p_2", 0x8b798564u},
-          {"mlp_ps_collective_4", 0x1b404da2u},
-          {"mlp_ps_p2p_4", 0xb41e5926u},
-          {"mlp_allreduce_collective_4", 0x735e7bfcu},
-          {"mlp_sharded_ps_collective_4", 0x53ff06fdu},
-          {"mlp_sharded_ps_p2p_4", 0x2cdd18bau},
-          {"cnn_ps_collective_4", 0xc07ef0aeu},
-          {"cnn_ps_p2p_4", 0x429405b5u},
-          {"cnn_allreduce_collective_4", 0xba51f88au},
-          {"cnn_sharded_ps_collective_4", 0x7bf11c0bu},
-          {"cnn_sharded_ps_p2p_4", 0x2b628497u},
-      }},
+      {"Haswell",
+       {
+           {"mlp_ps_collective_1", 0xbfffca80u},
+           {"mlp_ps_p2p_1", 0xbfffca80u},
+           {"mlp_allreduce_collective_1", 0xbfffca80u},
+           {"mlp_sharded_ps_collective_1", 0xbfffca80u},
+           {"mlp_sharded_ps_p2p_1", 0xbfffca80u},
+           {"cnn_ps_collective_1", 0xbb157affu},
+           {"cnn_ps_p2p_1", 0xbb157affu},
+           {"cnn_allreduce_collective_1", 0xbb157affu},
+           {"cnn_sharded_ps_collective_1", 0xbb157affu},
+           {"cnn_sharded_ps_p2p_1", 0xbb157affu},
+           {"mlp_ps_collective_2", 0xab83ae4du},
+           {"mlp_ps_p2p_2", 0xab83ae4du},
+           {"mlp_allreduce_collective_2", 0xaf0c1113u},
+           {"mlp_sharded_ps_collective_2", 0xaf0c1113u},
+           {"mlp_sharded_ps_p2p_2", 0xaf0c1113u},
+           {"cnn_ps_collective_2", 0xee88607du},
+           {"cnn_ps_p2p_2", 0xee88607du},
+           {"cnn_allreduce_collective_2", 0x8b798564u},
+           {"cnn_sharded_ps_collective_2", 0x8b798564u},
+           {"cnn_sharded_ps_p2p_2", 0x8b798564u},
+           {"mlp_ps_collective_4", 0x1b404da2u},
+           {"mlp_ps_p2p_4", 0xb41e5926u},
+           {"mlp_allreduce_collective_4", 0x735e7bfcu},
+           {"mlp_sharded_ps_collective_4", 0x53ff06fdu},
+           {"mlp_sharded_ps_p2p_4", 0x2cdd18bau},
+           {"cnn_ps_collective_4", 0xc07ef0aeu},
+           {"cnn_ps_p2p_4", 0x429405b5u},
+           {"cnn_allreduce_collective_4", 0xba51f88au},
+           {"cnn_sharded_ps_collective_4", 0x7bf11c0bu},
+           {"cnn_sharded_ps_p2p_4", 0x2b628497u},
+       }},
       // PINS-END
   };
   return table;
@@ -162,7 +163,8 @@ TEST(StepLoopPin, EveryModeFinalParametersBitwiseEqualToBeforeTheRedesign) {
     EXPECT_EQ(crc, pin->second) << pc.name << ": final parameters differ from the pinned ones";
   }
   if (print) std::printf("      }},\n");
-  if (only != nullptr) std::printf("DPBENCH_PIN_CASES=%s: %d of %d cases ran (OpenBLAS core %s)\n", only, ran, all, core.c_str());
+  if (only != nullptr)
+    std::printf("DPBENCH_PIN_CASES=%s: %d of %d cases ran (OpenBLAS core %s)\n", only, ran, all, core.c_str());
   EXPECT_GT(ran, 0) << "DPBENCH_PIN_CASES=" << (only != nullptr ? only : "") << " matches no case";
 }
 

@@ -64,7 +64,8 @@ TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   const std::string cmd = std::string(DPBENCH_BINARY) +
                           " sweep --device cpu --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
                           "--ranks 1,4 --batch-sizes 6 --num-workers 0 --max-steps 12 --repetitions 2 "
-                          "--no-eval -o " + out + " 2>" + (tmp.path() / "err.txt").string() + " >/dev/null";
+                          "--no-eval -o " +
+                          out + " 2>" + (tmp.path() / "err.txt").string() + " >/dev/null";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
@@ -94,8 +95,8 @@ TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   std::stringstream ss;
   ss << err.rdbuf();
   EXPECT_NE(ss.str().find("sweep [12/12]"), std::string::npos) << ss.str();
-  const std::string validate =
-      std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + out + " >/dev/null";
+  const std::string validate = std::string("/usr/bin/python3 ") + DPBENCH_SOURCE_DIR + "/results/validate.py " + out +
+                               " >/dev/null";
   EXPECT_EQ(std::system(validate.c_str()), 0);
 }
 
@@ -239,12 +240,25 @@ TEST(AlphaBeta, PresetsAndUnknownLink) {
 }
 
 nlohmann::json fake_run(const std::string& mode, int p, double step_s, double comm_s) {
-  nlohmann::json run = {{"status", "ok"}, {"mode", mode}, {"transport", mode == "ps" ? "collective" : "ring"},
-          {"world_size", p}, {"global_batch", 100}, {"device", "cpu"}, {"num_params", 1000000},
-          {"input_features", 784}, {"num_classes", 10}, {"config", {{"num_workers", 0}}},
-          {"step_time_s", {{"p50", step_s}}},
-          {"phases_s", {{"data_wait", 0.0}, {"h2d", 0.0}, {"forward", 0.03}, {"backward", 0.06},
-                        {"comm", comm_s}, {"comm_exposed", comm_s}, {"optimizer", 0.01}}}};
+  nlohmann::json run = {{"status", "ok"},
+                        {"mode", mode},
+                        {"transport", mode == "ps" ? "collective" : "ring"},
+                        {"world_size", p},
+                        {"global_batch", 100},
+                        {"device", "cpu"},
+                        {"num_params", 1000000},
+                        {"input_features", 784},
+                        {"num_classes", 10},
+                        {"config", {{"num_workers", 0}}},
+                        {"step_time_s", {{"p50", step_s}}},
+                        {"phases_s",
+                         {{"data_wait", 0.0},
+                          {"h2d", 0.0},
+                          {"forward", 0.03},
+                          {"backward", 0.06},
+                          {"comm", comm_s},
+                          {"comm_exposed", comm_s},
+                          {"optimizer", 0.01}}}};
   // Only a strategy that declares a bus bandwidth (allreduce) reports one.
   if (mode == "allreduce") run["bus_bandwidth_GBps"] = {{"algbw", 1.0}, {"busbw", 1.0}};
   return run;
@@ -329,8 +343,8 @@ TEST(Project, MemoryCopiesOfThreadRanksAreTheLinkOnlyWhenAskedFor) {
   auto proj = project(o, {doc}, nullptr);
   EXPECT_EQ(proj["link"]["kind"], "memory");
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 4.0, 1e-9);
-  EXPECT_NE(proj["link"]["source"].get<std::string>().find("all-reduce busbw 4.00 GB/s at 2 ranks"),
-            std::string::npos) << proj["link"]["source"];
+  EXPECT_NE(proj["link"]["source"].get<std::string>().find("all-reduce busbw 4.00 GB/s at 2 ranks"), std::string::npos)
+      << proj["link"]["source"];
   EXPECT_TRUE(proj["measured"][0]["on_curve"].get<bool>());  // strong scaling: global batch 100
   // Files written before the strategy traits: allreduce runs had allreduce_bandwidth_GBps.
   doc["runs"][1].erase("bus_bandwidth_GBps");
@@ -351,8 +365,11 @@ TEST(Project, MemoryCopiesOfThreadRanksAreTheLinkOnlyWhenAskedFor) {
 
 TEST(Project, CollectivesGiveTheInterProcessAllReduceUnlessMemoryIsAskedFor) {
   auto bench = [](const std::string& family, double busbw) {
-    return nlohmann::json{{"name", family + "/ranks:2/bytes:4000000/manual_time"}, {"run_type", "iteration"},
-                          {"busbw", busbw}, {"real_time", 2000.0}, {"time_unit", "us"}};
+    return nlohmann::json{{"name", family + "/ranks:2/bytes:4000000/manual_time"},
+                          {"run_type", "iteration"},
+                          {"busbw", busbw},
+                          {"real_time", 2000.0},
+                          {"time_unit", "us"}};
   };
   const nlohmann::json thread_only = {{"benchmarks", {bench("BM_AllReduce", 9.0)}}};
   const nlohmann::json both = {{"benchmarks", {bench("BM_AllReduce", 9.0), bench("BM_AllReduceGlooRing", 2.0)}}};
@@ -382,8 +399,9 @@ nlohmann::json fake_cluster_run(int p, double bytes_per_s, double step_s, double
 
 TEST(Project, EmulatedLinkIsTheDefaultAndEachClusterRunIsJudgedOnItsOwnLink) {
   nlohmann::json doc = {{"env", {{"cpu_cores", 4}}},
-                        {"runs", {fake_run("allreduce", 1, 0.1, 0.0), fake_cluster_run(2, 12.5e6, 0.42, 0.32, 0.32),
-                                  fake_cluster_run(2, 125e6, 0.14, 0.04, 0.02), fake_run("allreduce", 2, 0.2, 0.004)}}};
+                        {"runs",
+                         {fake_run("allreduce", 1, 0.1, 0.0), fake_cluster_run(2, 12.5e6, 0.42, 0.32, 0.32),
+                          fake_cluster_run(2, 125e6, 0.14, 0.04, 0.02), fake_run("allreduce", 2, 0.2, 0.004)}}};
   ProjectOptions o;
   const auto proj = project(o, {doc}, nullptr);
   // The slowest emulated link draws the curves; the exposed share comes from its run alone (1.0),
@@ -477,9 +495,9 @@ TEST(BlasCore, AsksForTheKernelsTheCpuSupportsOnlyAfterAPrescottFallback) {
   const std::string avx512 = "fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512vl";
   EXPECT_EQ(preferred_blas_core("Prescott", avx512), "SkylakeX");
   EXPECT_EQ(preferred_blas_core("prescott", "sse2 avx avx2 fma"), "Haswell");
-  EXPECT_EQ(preferred_blas_core("Prescott", "sse2 sse3 avx"), "");      // nothing better to ask for
+  EXPECT_EQ(preferred_blas_core("Prescott", "sse2 sse3 avx"), "");        // nothing better to ask for
   EXPECT_EQ(preferred_blas_core("Prescott", "avx512f_x avx2x fma"), "");  // whole words only
-  EXPECT_EQ(preferred_blas_core("SkylakeX", avx512), "");               // OpenBLAS knew the CPU
+  EXPECT_EQ(preferred_blas_core("SkylakeX", avx512), "");                 // OpenBLAS knew the CPU
   EXPECT_EQ(preferred_blas_core("Zen", avx512), "");
 }
 
@@ -527,13 +545,15 @@ TEST(Project, SimulateAddsEachModesSimulatedStepOnTheTopology) {
   for (int p : {2, 8, 32}) {
     const auto pt = at(flat, "ps_p2p", p);
     EXPECT_NEAR(pt["simulation"]["simulated_step_s"].get<double>(), pt["step_time_s"].get<double>(),
-                0.02 * pt["step_time_s"].get<double>()) << p;
+                0.02 * pt["step_time_s"].get<double>())
+        << p;
   }
   o.topology.node_link_of = {"3=1gbit"};
   const auto straggler = project(o, {doc}, nullptr);
   for (const std::string mode : {"ps_collective", "allreduce", "sharded_ps_collective"}) {
     EXPECT_GT(at(straggler, mode, 8)["simulation"]["simulated_step_s"].get<double>(),
-              1.5 * at(flat, mode, 8)["simulation"]["simulated_step_s"].get<double>()) << mode;
+              1.5 * at(flat, mode, 8)["simulation"]["simulated_step_s"].get<double>())
+        << mode;
   }
   // Leaves of 4 nodes: 4x oversubscribed, an uplink carries one node link, all a rank-ordered
   // ring needs (one flow each way per leaf), so allreduce only pays the extra hops' latency; 16x

@@ -200,8 +200,7 @@ TEST(ByteCounts, PsP2pRootMovesPMinusOneTimesNEachWay) {
   const std::vector<std::int64_t> rows = {3, 3, 3, 1};
   for (int w = 1; w < p; ++w) {
     EXPECT_EQ(r.ranks[static_cast<std::size_t>(w)].comm_per_step.bytes_sent, f * (n + rows[w] * C));
-    EXPECT_EQ(r.ranks[static_cast<std::size_t>(w)].comm_per_step.bytes_received,
-              f * (n + rows[w] * F + rows[w] * C));
+    EXPECT_EQ(r.ranks[static_cast<std::size_t>(w)].comm_per_step.bytes_received, f * (n + rows[w] * F + rows[w] * C));
   }
 }
 
@@ -213,8 +212,7 @@ TEST(ByteCounts, AllreduceRanksMoveTwoTimesPMinusOneOverPTimesN) {
     const double n = static_cast<double>(r.num_params);
     std::int64_t total = 0;
     for (const auto& rank : r.ranks) {
-      EXPECT_NEAR(static_cast<double>(rank.comm_per_step.bytes_sent), 2.0 * (p - 1) / p * n * 4,
-                  2.0 * (p - 1) * 4)
+      EXPECT_NEAR(static_cast<double>(rank.comm_per_step.bytes_sent), 2.0 * (p - 1) / p * n * 4, 2.0 * (p - 1) * 4)
           << "p=" << p;
       total += rank.comm_per_step.bytes_sent;
     }
@@ -244,26 +242,26 @@ TEST(Failures, FailingRankEndsRunWithRankNamedNoHang) {
   FailingDataset data(1500);
   for (const std::string mode : {"ps", "allreduce", "sharded_ps"}) {
     for (const std::string transport : {"collective", "p2p"}) {
-    if (mode == "allreduce" && transport == "p2p") continue;
-    TrainConfig c = small_config(mode, 4, 64);
-    c.max_steps = -1;
-    c.transport = parse_transport(transport);
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      if (mode == "ps") {
-        train_parameter_server(c, TrainData{&data, nullptr});
-      } else if (mode == "sharded_ps") {
-        train_sharded_ps(c, TrainData{&data, nullptr});
-      } else {
-        train_allreduce(c, TrainData{&data, nullptr});
+      if (mode == "allreduce" && transport == "p2p") continue;
+      TrainConfig c = small_config(mode, 4, 64);
+      c.max_steps = -1;
+      c.transport = parse_transport(transport);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        if (mode == "ps") {
+          train_parameter_server(c, TrainData{&data, nullptr});
+        } else if (mode == "sharded_ps") {
+          train_sharded_ps(c, TrainData{&data, nullptr});
+        } else {
+          train_allreduce(c, TrainData{&data, nullptr});
+        }
+        ADD_FAILURE() << mode << " " << transport << ": expected the run to fail";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("rank "), std::string::npos) << what;
+        EXPECT_NE(what.find("is corrupt"), std::string::npos) << what;
       }
-      ADD_FAILURE() << mode << " " << transport << ": expected the run to fail";
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("rank "), std::string::npos) << what;
-      EXPECT_NE(what.find("is corrupt"), std::string::npos) << what;
-    }
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << mode << " " << transport;
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << mode << " " << transport;
     }
   }
 }
@@ -326,8 +324,8 @@ TEST(Config, BadValuesAreInputErrors) {
   const TrainData td{data.get(), nullptr};
   EXPECT_THROW(train_allreduce(small_config("allreduce", 0, 8), td), InputError);
   EXPECT_THROW(train_allreduce(small_config("allreduce", 4, 0), td), InputError);
-  EXPECT_THROW(train_parameter_server(small_config("ps", 101, 8), td), InputError);   // ranks > samples
-  EXPECT_THROW(train_allreduce(small_config("allreduce", 3, 8), td), InputError);     // 8 % 3 != 0
+  EXPECT_THROW(train_parameter_server(small_config("ps", 101, 8), td), InputError);  // ranks > samples
+  EXPECT_THROW(train_allreduce(small_config("allreduce", 3, 8), td), InputError);    // 8 % 3 != 0
   TrainConfig bad_transport = small_config("ps", 2, 8);
   EXPECT_THROW((void)parse_transport("carrier-pigeon"), InputError);
   for (const auto& spoil : std::vector<std::function<void(TrainConfig&)>>{
@@ -358,8 +356,9 @@ TEST(Progress, ReportsCarryStepsLossAndThroughput) {
     TrainConfig c = small_config(mode, 1, 64);
     c.progress = [&reports](const Progress& p) { reports.push_back(p); };
     c.progress_interval_s = 1e9;
-    const RunResult r = mode == "ps" ? train_parameter_server(c, td)
-                        : mode == "allreduce" ? train_allreduce(c, td) : train_sharded_ps(c, td);
+    const RunResult r = mode == "ps"          ? train_parameter_server(c, td)
+                        : mode == "allreduce" ? train_allreduce(c, td)
+                                              : train_sharded_ps(c, td);
     ASSERT_EQ(reports.size(), 1u) << mode;
     EXPECT_EQ(reports[0].step, 20);
     EXPECT_EQ(reports[0].total_steps, 20);

@@ -57,8 +57,9 @@ double broadcast_s(const LinkModel& link, int p, double bytes) {
       if (v + (1 << i) < p) children.push_back(v + (1 << i));
     }
     for (int c : children) {
-      done[static_cast<std::size_t>(c)] =
-          done[static_cast<std::size_t>(v)] + static_cast<double>(children.size()) * (link.alpha_s + bytes * link.beta_s_per_byte);
+      done[static_cast<std::size_t>(c)] = done[static_cast<std::size_t>(v)] +
+                                          static_cast<double>(children.size()) *
+                                              (link.alpha_s + bytes * link.beta_s_per_byte);
       last = std::max(last, done[static_cast<std::size_t>(c)]);
     }
   }

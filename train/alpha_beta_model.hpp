@@ -46,8 +46,8 @@ struct StepModel {
 
 struct StepPrediction {
   double compute_s = 0;
-  double comm_s = 0;   // total communication time
-  double step_s = 0;   // compute + exposed communication
+  double comm_s = 0;  // total communication time
+  double step_s = 0;  // compute + exposed communication
 };
 
 // Seconds of ring all-reduce of `bytes` over p ranks: 2(p-1) alpha + 2(p-1)/p bytes beta.
@@ -89,7 +89,7 @@ double root_batch_traffic_s(const StepModel& model, const LinkModel& link, int p
 // `comm_s` seconds communicating (ignored at p = 1), of which `exposed_fraction` is not hidden
 // behind compute. compute_share: the fraction of the calibration device each rank gets (1 for
 // separate devices; 1/p for p ranks sharing it). Throws Error when p < 1.
-StepPrediction combine_step(const StepModel& model, int p, double per_rank_batch, double compute_share,
-                            double comm_s, double exposed_fraction);
+StepPrediction combine_step(const StepModel& model, int p, double per_rank_batch, double compute_share, double comm_s,
+                            double exposed_fraction);
 
 }  // namespace dpbench

@@ -8,8 +8,8 @@
 
 namespace dpbench {
 
-std::vector<Bucket> assign_buckets(const std::vector<ParamView>& params, std::size_t elem_bytes,
-                                   double first_bucket_mb, double bucket_cap_mb) {
+std::vector<Bucket> assign_buckets(const std::vector<ParamView>& params, std::size_t elem_bytes, double first_bucket_mb,
+                                   double bucket_cap_mb) {
   if (!(bucket_cap_mb > 0)) {
     throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", bucket_cap_mb));
   }

@@ -15,14 +15,14 @@
 namespace dpbench {
 
 struct Bucket {
-  std::size_t offset = 0;            // first element in the flat gradient buffer
-  std::size_t size = 0;              // elements
-  std::vector<std::size_t> params;   // parameter indices, in the order they were added
+  std::size_t offset = 0;           // first element in the flat gradient buffer
+  std::size_t size = 0;             // elements
+  std::vector<std::size_t> params;  // parameter indices, in the order they were added
 };
 
 // params: the model's views in parameter order. Throws InputError when a cap is not positive.
-std::vector<Bucket> assign_buckets(const std::vector<ParamView>& params, std::size_t elem_bytes,
-                                   double first_bucket_mb, double bucket_cap_mb);
+std::vector<Bucket> assign_buckets(const std::vector<ParamView>& params, std::size_t elem_bytes, double first_bucket_mb,
+                                   double bucket_cap_mb);
 
 // Counts gradients as they become ready and launches each bucket once all of its gradients are,
 // strictly in bucket order (as DDP does, so every rank issues its collectives in the same order).

@@ -59,7 +59,8 @@ std::vector<T> read_blob(const nlohmann::json& header, const std::string& bytes,
                          std::size_t payload_bytes, const char* name, const char* dtype) {
   for (const auto& b : header.at("blobs")) {
     if (b.at("name") != name) continue;
-    if (b.at("dtype") != dtype) throw Error(fmt::format("blob {}: dtype {}, expected {}", name, b.at("dtype").dump(), dtype));
+    if (b.at("dtype") != dtype)
+      throw Error(fmt::format("blob {}: dtype {}, expected {}", name, b.at("dtype").dump(), dtype));
     const std::size_t offset = b.at("offset"), count = b.at("count");
     if (count > payload_bytes / sizeof(T) || offset > payload_bytes - count * sizeof(T)) {
       throw Error(fmt::format("blob {} lies outside the payload", name));
@@ -112,12 +113,18 @@ void check_fingerprint(const nlohmann::json& theirs, const nlohmann::json& ours,
 }  // namespace
 
 nlohmann::json checkpoint_fingerprint(const TrainConfig& config, std::size_t num_params, long steps_per_epoch) {
-  nlohmann::json f = {{"workload", config.workload},         {"hidden", config.hidden},
-                      {"channels", config.channels},         {"num_params", num_params},
-                      {"world_size", config.world_size},     {"mode", config.mode},
-                      {"transport", config.transport},       {"servers", config.servers},
-                      {"global_batch", config.global_batch}, {"rank_batches", config.rank_batches},
-                      {"seed", config.seed},                 {"steps_per_epoch", steps_per_epoch}};
+  nlohmann::json f = {{"workload", config.workload},
+                      {"hidden", config.hidden},
+                      {"channels", config.channels},
+                      {"num_params", num_params},
+                      {"world_size", config.world_size},
+                      {"mode", config.mode},
+                      {"transport", config.transport},
+                      {"servers", config.servers},
+                      {"global_batch", config.global_batch},
+                      {"rank_batches", config.rank_batches},
+                      {"seed", config.seed},
+                      {"steps_per_epoch", steps_per_epoch}};
   // SGD's files name no optimizer (as before there were others), so they still resume; an Adam
   // state cannot resume an SGD run or the other way round.
   if (config.optimizer != "sgd") f["optimizer"] = config.optimizer;
@@ -164,13 +171,15 @@ CheckpointFile decode_checkpoint(const std::string& bytes) {
   if (header_len > bytes.size() - kFixed - 4) throw Error(fmt::format("truncated ({} bytes)", bytes.size()));
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + kFixed, bytes.begin() + static_cast<std::ptrdiff_t>(kFixed + header_len));
+    header = nlohmann::json::parse(bytes.begin() + kFixed,
+                                   bytes.begin() + static_cast<std::ptrdiff_t>(kFixed + header_len));
   } catch (const nlohmann::json::exception&) {
     throw Error("malformed header");
   }
   try {
     if (header.at("format") != kFormat) throw Error("not a dpbench checkpoint");
-    if (header.at("version") != kVersion) throw Error(fmt::format("version {} (this dpbench reads {})", header.at("version").dump(), kVersion));
+    if (header.at("version") != kVersion)
+      throw Error(fmt::format("version {} (this dpbench reads {})", header.at("version").dump(), kVersion));
     const std::size_t payload_bytes = header.at("payload_bytes");
     const std::size_t expected = kFixed + header_len + payload_bytes + 4;
     if (bytes.size() != expected) {
@@ -231,7 +240,8 @@ long Checkpointer::restore(float* params, float* buffers, std::size_t num_buffer
       }
     }
     if (!problem.empty()) {
-      if (rank == 0) fmt::print(stderr, "dpbench: warning: --resume: skipping the checkpoint of step {}: {}\n", step, problem);
+      if (rank == 0)
+        fmt::print(stderr, "dpbench: warning: --resume: skipping the checkpoint of step {}: {}\n", step, problem);
       continue;
     }
     const CheckpointFile& head = files.front();
@@ -239,23 +249,25 @@ long Checkpointer::restore(float* params, float* buffers, std::size_t num_buffer
     if (head.step_losses.size() != world * static_cast<std::size_t>(step) || head.params.size() != num_params_ ||
         head.buffers.size() != num_buffers) {
       throw InputError(fmt::format("--resume: {} holds {} parameters and {} buffers, this run has {} and {}",
-                                   checkpoint_path(dir, step, 0), head.params.size(), head.buffers.size(),
-                                   num_params_, num_buffers));
+                                   checkpoint_path(dir, step, 0), head.params.size(), head.buffers.size(), num_params_,
+                                   num_buffers));
     }
     // Load: rank 0's parameters and buffers, this rank's losses, its optimizer range.
     if (rank == 0) {
       if (params != nullptr) ctx_.upload(params, head.params.data(), num_params_);
       if (buffers != nullptr && num_buffers > 0) ctx_.upload(buffers, head.buffers.data(), num_buffers);
     }
-    const auto first = head.step_losses.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rank) * static_cast<std::size_t>(step));
+    const auto first = head.step_losses.begin() +
+                       static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rank) * static_cast<std::size_t>(step));
     resumed_losses_.assign(first, first + step);
-    if (optimizer.count > 0) restore_optimizer(rank < writers_ ? files[static_cast<std::size_t>(rank)] : head, optimizer);
+    if (optimizer.count > 0)
+      restore_optimizer(rank < writers_ ? files[static_cast<std::size_t>(rank)] : head, optimizer);
     ctx_.synchronize();
     resumed_ = step;
     return step;
   }
-  throw InputError(fmt::format("--resume: no valid checkpoint in {} ({} found, every one incomplete, truncated or corrupt)",
-                               dir, found.size()));
+  throw InputError(fmt::format(
+      "--resume: no valid checkpoint in {} ({} found, every one incomplete, truncated or corrupt)", dir, found.size()));
 }
 
 void Checkpointer::restore_optimizer(const CheckpointFile& own, const OptimizerShard& optimizer) {
@@ -270,7 +282,8 @@ void Checkpointer::restore_optimizer(const CheckpointFile& own, const OptimizerS
                                  optimizer.offset, optimizer.offset + optimizer.count));
   }
   for (int s = 0; s < optimizer.slots; ++s) {
-    const float* from = own.velocity.data() + static_cast<std::size_t>(s) * own_count + (optimizer.offset - own.velocity_offset);
+    const float* from = own.velocity.data() + static_cast<std::size_t>(s) * own_count +
+                        (optimizer.offset - own.velocity_offset);
     ctx_.upload(optimizer.state + static_cast<std::size_t>(s) * optimizer.count, from, optimizer.count);
   }
 }

@@ -65,7 +65,7 @@ struct CheckpointFile {
   int rank = 0;
   int writers = 1;
   std::size_t velocity_offset = 0;  // the first parameter whose optimizer state the file holds
-  int optimizer_slots = 1;           // state arrays per parameter (header "optimizer_slots")
+  int optimizer_slots = 1;          // state arrays per parameter (header "optimizer_slots")
   std::vector<float> params;        // [num_params] in rank 0's file, else empty
   std::vector<float> buffers;       // [num_buffers] in rank 0's file, else empty
   // The optimizer state of [velocity_offset, + size() / optimizer_slots): optimizer_slots arrays
@@ -86,8 +86,7 @@ CheckpointFile decode_checkpoint(const std::string& bytes);
 class Checkpointer {
  public:
   // The context must outlive the checkpointer. Nothing happens unless config.checkpoint.dir is set.
-  Checkpointer(const TrainConfig& config, RankContext& ctx, std::size_t num_params, long steps_per_epoch,
-               int writers);
+  Checkpointer(const TrainConfig& config, RankContext& ctx, std::size_t num_params, long steps_per_epoch, int writers);
 
   // With config.checkpoint.resume: the newest valid checkpoint in the directory is loaded into this rank's
   // memory (`params` [num_params] and `buffers` [num_buffers] on rank 0 only, may be null

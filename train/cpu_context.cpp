@@ -108,9 +108,7 @@ class CpuRankContext final : public RankContext {
     if (s >= losses_.size()) losses_.resize(s + 1, 0.0);
     losses_[s] += loss;
   }
-  std::vector<double> step_losses(long steps) override {
-    return first_steps(losses_, steps);
-  }
+  std::vector<double> step_losses(long steps) override { return first_steps(losses_, steps); }
 
   void upload(float* dst, const float* host_src, std::size_t n) override { copy(dst, host_src, n); }
   void download(float* host_dst, const float* src, std::size_t n) override { copy(host_dst, src, n); }

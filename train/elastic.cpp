@@ -91,7 +91,8 @@ nlohmann::json restart_cost(const std::string& dir, long resumed_from_step, int 
     }
     const long step = r.at("step").get<long>();
     return {{"restart_count", std::max(attempt, 1)},
-            {"counted_by", attempt > 0 ? "torchrun (TORCHELASTIC_RESTART_COUNT)" : "the job's failure record (a node rejoined)"},
+            {"counted_by",
+             attempt > 0 ? "torchrun (TORCHELASTIC_RESTART_COUNT)" : "the job's failure record (a node rejoined)"},
             {"failed_step", step},
             {"error", r.at("error")},
             {"observed_by_rank", *lowest},

@@ -78,7 +78,9 @@ std::vector<double> median_ends(const std::vector<float>& all, const std::vector
     std::memcpy(&other, &refs[2 * r], sizeof other);
     offset[r] = other - ref_s;
   }
-  const auto at = [&](std::size_t r, std::size_t i, std::size_t j) { return offset[r] + all[r * per + i * (k + 1) + j]; };
+  const auto at = [&](std::size_t r, std::size_t i, std::size_t j) {
+    return offset[r] + all[r * per + i * (k + 1) + j];
+  };
   std::vector<std::vector<double>> ends(n, std::vector<double>(k, 0.0));
   for (std::size_t i = 0; i < n; ++i) {
     double start = -std::numeric_limits<double>::infinity();
@@ -99,11 +101,10 @@ std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport) {
   const bool p2p = transport == Transport::p2p;
   switch (mode) {
     case Mode::ps:
-      return p2p ? std::vector<K>{K::scatter, K::gather} : std::vector<K>{K::broadcast, K::scatter, K::gather, K::reduce};
-    case Mode::sharded_ps:
-      return p2p ? std::vector<K>{} : std::vector<K>{K::reduce_scatter, K::allgather};
-    case Mode::allreduce:
-      return {K::allreduce};
+      return p2p ? std::vector<K>{K::scatter, K::gather}
+                 : std::vector<K>{K::broadcast, K::scatter, K::gather, K::reduce};
+    case Mode::sharded_ps: return p2p ? std::vector<K>{} : std::vector<K>{K::reduce_scatter, K::allgather};
+    case Mode::allreduce: return {K::allreduce};
   }
   return {};
 }
@@ -118,7 +119,8 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
                                  floats, p, reps));
   }
   std::vector<float> buf(floats, 0.0f), out(floats, 0.0f);
-  for (CollectiveKind kind : kinds) run_collective(comm, kind, buf, out, static_cast<std::size_t>(p), hierarchy, format);
+  for (CollectiveKind kind : kinds)
+    run_collective(comm, kind, buf, out, static_cast<std::size_t>(p), hierarchy, format);
   // Every rank's times, [reps][1 + kinds]: when it left the repetition's barrier, then when it
   // left each collective, seconds after its own reference `ref`; gathered to rank 0 with the
   // references, which put them on the host's one monotonic clock.
@@ -156,7 +158,8 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   std::vector<float> refs(2 * ps, 0.0f);
   comm.gatherv(ref_bits.data(), std::vector<std::size_t>(ps, 2), refs.data(), 0);
   if (comm.rank() != 0 || k == 0) return std::nullopt;
-  if (all.size() != static_cast<std::size_t>(reps) * (k + 1) * ps || mine.size() != static_cast<std::size_t>(reps) * (k + 1)) {
+  if (all.size() != static_cast<std::size_t>(reps) * (k + 1) * ps ||
+      mine.size() != static_cast<std::size_t>(reps) * (k + 1)) {
     throw Error("engine probe: the ranks ran different repetitions");
   }
   const std::vector<double> median = median_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k);

@@ -8,8 +8,7 @@
 
 namespace dpbench {
 
-std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape,
-                                  std::size_t num_classes) {
+std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes) {
   if (config.workload == "cnn") return make_cnn(config.channels, config.hidden, shape, num_classes);
   if (config.workload != "mlp") {
     throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn)", config.workload));

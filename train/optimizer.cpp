@@ -29,8 +29,8 @@ void Optimizer::step(float* params, const float* grads) {
     ctx_.sgd_momentum(params, grads, state_.data(), count_, config.lr, config.momentum, config.weight_decay);
     return;
   }
-  const cpu::AdamScalars s =
-      cpu::adam_scalars(config.lr, config.beta1, config.beta2, config.eps, config.weight_decay, steps_, config.optimizer == "adamw");
+  const cpu::AdamScalars s = cpu::adam_scalars(config.lr, config.beta1, config.beta2, config.eps, config.weight_decay,
+                                               steps_, config.optimizer == "adamw");
   ctx_.adam(params, grads, state_.data(), state_.data() + count_, count_, s);
 }
 

@@ -38,9 +38,10 @@ void RankContext::mark_timed_start() {
 
 void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_start) {
   const CommStats end = ctx.comm().stats();
-  me.timed_wall_s = me.steps.empty() ? 0.0
-                                     : std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                                     ctx.timed_start_time()).count();
+  me.timed_wall_s =
+      me.steps.empty()
+          ? 0.0
+          : std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.timed_start_time()).count();
   ctx.record_device_view(me);
   finish_rank(me, {end.bytes_sent - timed_start.bytes_sent, end.bytes_received - timed_start.bytes_received},
               static_cast<long>(me.steps.size()), ctx.tracker());

@@ -199,8 +199,8 @@ class RankContext {
 
   // ---- element-wise ops, enqueued on the compute stream
   // SGD with momentum and weight decay, PyTorch torch.optim.SGD semantics, over n elements.
-  virtual void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr,
-                            float momentum, float weight_decay) = 0;
+  virtual void sgd_momentum(float* params, const float* grads, float* velocity, std::size_t n, float lr, float momentum,
+                            float weight_decay) = 0;
   // Adam / AdamW with one step's scalars (cpu::adam_scalars), torch.optim.Adam / AdamW semantics.
   virtual void adam(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
                     const cpu::AdamScalars& scalars) = 0;
@@ -210,8 +210,8 @@ class RankContext {
   // Softmax cross-entropy of logits [rows, classes] against labels [rows]: writes
   // dlogits = scale * d(sum of losses)/d(logits) and records the sum of the rows' losses as
   // step `step`'s loss (added to what the step already has).
-  virtual void cross_entropy(const float* logits, const std::int32_t* labels, std::size_t rows,
-                             std::size_t classes, float* dlogits, float scale, long step) = 0;
+  virtual void cross_entropy(const float* logits, const std::int32_t* labels, std::size_t rows, std::size_t classes,
+                             float* dlogits, float scale, long step) = 0;
   // The recorded loss of steps 0..steps-1, in double on the host (waits for the compute stream).
   virtual std::vector<double> step_losses(long steps) = 0;
   // What step_losses returns from per-step sums on the host: [steps], 0 for steps not recorded.
@@ -296,8 +296,7 @@ void run_rank_contexts(const TrainConfig& config, std::vector<RankResult>& ranks
 // A device's launcher: builds one context per rank of config and runs body on each, as
 // run_rank_contexts describes. The CPU is built in; the CUDA target registers cuda at start-up
 // (cuda/register.hpp).
-using RankLauncher = void (*)(const TrainConfig& config, std::vector<RankResult>& ranks,
-                              const RankContextBody& body);
+using RankLauncher = void (*)(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body);
 void register_rank_launcher(DeviceKind device, RankLauncher launcher);
 
 }  // namespace dpbench

@@ -12,10 +12,9 @@ namespace dpbench {
 void validate_replicas(const TrainConfig& config, const Dataset& train) {
   validate_config(config, train);
   if (config.rank_batches.empty() && config.global_batch % static_cast<std::size_t>(config.world_size) != 0) {
-    throw InputError(fmt::format(
-        "--batch-size {}: not divisible by --ranks {} ({} mode gives every rank "
-        "global_batch / world_size samples)",
-        config.global_batch, config.world_size, config.mode));
+    throw InputError(fmt::format("--batch-size {}: not divisible by --ranks {} ({} mode gives every rank "
+                                 "global_batch / world_size samples)",
+                                 config.global_batch, config.world_size, config.mode));
   }
   if (!(config.bucket_cap_mb > 0)) {
     throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", config.bucket_cap_mb));
@@ -26,8 +25,8 @@ void validate_replicas(const TrainConfig& config, const Dataset& train) {
 }
 
 std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& config, const Dataset& train,
-                                            DistributedSampler& sampler, int epoch,
-                                            std::size_t offset_in_batch, std::size_t local_batch, long spe) {
+                                            DistributedSampler& sampler, int epoch, std::size_t offset_in_batch,
+                                            std::size_t local_batch, long spe) {
   if (config.rank_batches.empty()) {
     sampler.set_epoch(epoch);
     std::vector<std::int64_t> indices = sampler.indices();

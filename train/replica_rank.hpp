@@ -27,8 +27,8 @@ void validate_replicas(const TrainConfig& config, const Dataset& train);
 // config.rank_batches (uneven split), the rank's slice [offset_in_batch, + local_batch) of every
 // global batch of the (seed + epoch) shuffle.
 std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& config, const Dataset& train,
-                                            DistributedSampler& sampler, int epoch,
-                                            std::size_t offset_in_batch, std::size_t local_batch, long spe);
+                                            DistributedSampler& sampler, int epoch, std::size_t offset_in_batch,
+                                            std::size_t local_batch, long spe);
 
 // One rank's replica: flat parameters and gradients ([n] floats each, in the model's parameter
 // order), the buckets over them, logits and their gradient for local_batch rows.

@@ -84,11 +84,13 @@ class RankLoop {
         checkpoints_(s.config, s.ctx, mode.model().num_params(), s.steps_per_epoch, mode.checkpoint_writers()),
         progress_(s.config, total, mode.loss_rows()),
         steps_in_epoch_(static_cast<std::size_t>(s.config.epochs), 0),
-        launcher_(mode.buckets(), mode.model().params().size(), [this](std::size_t b) {
-          if (b == 0) first_ready_ = timer_->note();
-          mode_.start_grad_sync(b);
-        }),
-        bn_sync_(s.ctx.comm(), mode.comm_thread()) {
+        launcher_(
+            mode.buckets(), mode.model().params().size(),
+            [this](std::size_t b) {
+    if (b == 0) first_ready_ = timer_->note();
+    mode_.start_grad_sync(b);
+            }),
+  bn_sync_(s.ctx.comm(), mode.comm_thread()) {
     // Backward's hook, when the mode has buckets: count the gradient, launch ready buckets.
     if (!mode.buckets().empty()) {
       on_grad_ready_ = [this](std::size_t param) {
@@ -121,8 +123,8 @@ class RankLoop {
     comm.broadcast(&node0_ranks, 1, 0);
     const int per_node = static_cast<int>(node0_ranks);
     if (kinds.empty() && per_node < 2) return;
-    const std::size_t floats =
-        std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()), std::min<std::size_t>(mode_.probe_floats(), std::size_t{1} << 20));
+    const std::size_t floats = std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()),
+                                                     std::min<std::size_t>(mode_.probe_floats(), std::size_t{1} << 20));
     std::optional<EngineProbe> probe;
     if (!kinds.empty()) {
       probe = probe_engine(comm, kinds, floats, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,

@@ -29,7 +29,8 @@ std::vector<BucketEvents> replica_forward_backward(StepSchedule& s, const Schedu
   return events;
 }
 
-void replica_optimizer_after_buckets(StepSchedule& s, const ScheduleInputs& in, const std::vector<BucketEvents>& events) {
+void replica_optimizer_after_buckets(StepSchedule& s, const ScheduleInputs& in,
+                                     const std::vector<BucketEvents>& events) {
   for (int r = 0; r < s.world_size(); ++r) {
     s.record(r, 1, events[static_cast<std::size_t>(r)].done);
     s.wait_event(r, 0, events[static_cast<std::size_t>(r)].done);

@@ -17,8 +17,8 @@ namespace dpbench {
 
 // Seconds one rank spends per step outside communication.
 struct RankCompute {
-  double data = 0;       // waiting for the DataLoader and staging the batch
-  double forward = 0;    // forward with the loss
+  double data = 0;     // waiting for the DataLoader and staging the batch
+  double forward = 0;  // forward with the loss
   double backward = 0;
   double optimizer = 0;
 };
@@ -33,13 +33,13 @@ struct ScheduleBucket {
 };
 
 struct ScheduleInputs {
-  TrainConfig config;          // mode, transport, world_size, global_batch, rank_batches, servers, coalesce_mb
-  Backend engine = Backend::gloo;  // whose collectives: local, mpi, gloo (core/schedule.hpp)
-  std::size_t num_params = 0;  // floats
+  TrainConfig config;                   // mode, transport, world_size, global_batch, rank_batches, servers, coalesce_mb
+  Backend engine = Backend::gloo;       // whose collectives: local, mpi, gloo (core/schedule.hpp)
+  std::size_t num_params = 0;           // floats
   std::vector<ScheduleBucket> buckets;  // in the order backward readies them
-  std::size_t input_floats = 0;      // per sample
-  std::size_t classes = 0;           // logits per sample
-  std::vector<RankCompute> compute;  // [world_size]
+  std::size_t input_floats = 0;         // per sample
+  std::size_t classes = 0;              // logits per sample
+  std::vector<RankCompute> compute;     // [world_size]
 };
 
 // The schedule's compute of rank r's backward, cut at each bucket's ready point in proportion to
@@ -55,6 +55,7 @@ struct BucketEvents {
 };
 std::vector<BucketEvents> replica_forward_backward(StepSchedule& s, const ScheduleInputs& in);
 // Then, on every rank: stream 1 records `done`, stream 0 waits for it and runs the optimizer.
-void replica_optimizer_after_buckets(StepSchedule& s, const ScheduleInputs& in, const std::vector<BucketEvents>& events);
+void replica_optimizer_after_buckets(StepSchedule& s, const ScheduleInputs& in,
+                                     const std::vector<BucketEvents>& events);
 
 }  // namespace dpbench

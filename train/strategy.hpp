@@ -25,16 +25,16 @@ struct BusBandwidth {
 
 // One curve of `dpbench project`: the strategy under one of its transports.
 struct ProjectedMode {
-  std::string key;        // the projection file's "mode": "allreduce", "ps_collective", "ps_p2p"
-  Transport transport;    // the transport it models (ring, collective, p2p)
+  std::string key;      // the projection file's "mode": "allreduce", "ps_collective", "ps_p2p"
+  Transport transport;  // the transport it models (ring, collective, p2p)
   // The share of comm_time that runs while backward still does (DDP buckets: 1; nothing: 0), of
   // which the measured exposed fraction stays on the step's critical path.
   double overlapped_share = 0.0;
 };
 
 struct Strategy {
-  Mode mode;                // the --mode value
-  std::string description;  // one line for --help
+  Mode mode;                                             // the --mode value
+  std::string description;                               // one line for --help
   void (*validate)(const TrainConfig&, const Dataset&);  // throws InputError; runs before any training
   StrategyFn train;  // on config.device: run_step_loop with the mode's verbs (train/step_loop.hpp)
 
@@ -61,8 +61,7 @@ struct Strategy {
   std::vector<ProjectedMode> projected;
   // Communication seconds per step at world size p >= 2 under `transport` when every rank
   // computes `per_rank_batch` samples (the alpha-beta terms of the strategy).
-  double (*comm_time)(const StepModel&, const LinkModel&, Transport transport, int p,
-                      double per_rank_batch);
+  double (*comm_time)(const StepModel&, const LinkModel&, Transport transport, int p, double per_rank_batch);
   // The PyTorch program that trains as a run of this config does, for `dpbench run --reference
   // pytorch` (a mode of bench/reference/pytorch_reference.py: "dataparallel", "rpc_ps", "ddp");
   // "" when PyTorch has none. One rank is always compared with "plain".

@@ -48,7 +48,7 @@ LaunchSpec launch_spec(const TrainConfig& config) {
 RecordCodec rank_records(std::vector<RankResult>& ranks) {
   return {[&ranks](int rank) { return rank_to_json(ranks.at(static_cast<std::size_t>(rank))).dump(); },
           [&ranks](int rank, const std::string& bytes) {
-            ranks.at(static_cast<std::size_t>(rank)) = rank_from_json(nlohmann::json::parse(bytes));
+    ranks.at(static_cast<std::size_t>(rank)) = rank_from_json(nlohmann::json::parse(bytes));
           }};
 }
 
@@ -62,17 +62,25 @@ nlohmann::json rank_to_json(const RankResult& r) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : r.steps) {
     const PhaseTimes& ph = s.phases;
-    steps.push_back({s.step_time, ph.data_wait, ph.h2d, ph.forward, ph.backward, ph.comm, ph.comm_exposed,
-                     ph.optimizer});
+    steps.push_back(
+        {s.step_time, ph.data_wait, ph.h2d, ph.forward, ph.backward, ph.comm, ph.comm_exposed, ph.optimizer});
   }
   const DeviceView& d = r.device;
-  return {{"rank", r.rank}, {"local_batch", r.local_batch}, {"steps", steps},
-          {"sent", r.comm_per_step.bytes_sent}, {"received", r.comm_per_step.bytes_received},
-          {"peak_bytes", r.memory.peak_bytes}, {"peak_by_category", r.memory.peak_by_category},
+  return {{"rank", r.rank},
+          {"local_batch", r.local_batch},
+          {"steps", steps},
+          {"sent", r.comm_per_step.bytes_sent},
+          {"received", r.comm_per_step.bytes_received},
+          {"peak_bytes", r.memory.peak_bytes},
+          {"peak_by_category", r.memory.peak_by_category},
           {"device", {d.device, d.virtual_rank, d.used_before, d.used_after, d.total}},
-          {"checkpoint_write_s", r.checkpoint_write_s}, {"checkpoint_bytes", r.checkpoint_bytes},
-          {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}}, {"wall", r.timed_wall_s},
-          {"node", r.node}, {"restart_count", r.restart_count}, {"staleness", r.step_staleness}};
+          {"checkpoint_write_s", r.checkpoint_write_s},
+          {"checkpoint_bytes", r.checkpoint_bytes},
+          {"wire", {r.wire_per_step.bytes_sent, r.wire_per_step.bytes_received}},
+          {"wall", r.timed_wall_s},
+          {"node", r.node},
+          {"restart_count", r.restart_count},
+          {"staleness", r.step_staleness}};
 }
 
 RankResult rank_from_json(const nlohmann::json& j) {
@@ -166,8 +174,8 @@ std::optional<Fault> fault_from_env() {
         throw std::invalid_argument(item);
       }
     } catch (const std::exception&) {
-      throw InputError(fmt::format("DPBENCH_FAULT={}: expected rank=R|local_rank=L,step=S,kind=throw|hang|kill|link-down|kill-agent",
-                                   spec));
+      throw InputError(fmt::format(
+          "DPBENCH_FAULT={}: expected rank=R|local_rank=L,step=S,kind=throw|hang|kill|link-down|kill-agent", spec));
     }
     pos = end + 1;
   }
@@ -193,8 +201,7 @@ MemoryReport memory_report(const MemoryTracker& tracker) {
   return report;
 }
 
-double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params,
-                         const float* buffers) {
+double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers) {
   const std::size_t features = test.shape().features();
   MemoryTracker untracked;  // declared before the model, which frees its activations into it
   auto model = make_model(config, test.shape(), static_cast<std::size_t>(test.num_classes()));
@@ -228,13 +235,13 @@ long total_steps(const TrainConfig& config, const Dataset& train) {
 }
 
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
-                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n,
-                   const float* buffers, std::size_t num_buffers) {
+                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n, const float* buffers,
+                   std::size_t num_buffers) {
   const TrainConfig& config = result.config;
   for (std::size_t e = 0; e < loss_sums.size() && e < steps_in_epoch.size(); ++e) {
     if (steps_in_epoch[e] == 0) continue;
-    result.epoch_train_loss.push_back(
-        loss_sums[e] / static_cast<double>(steps_in_epoch[e] * static_cast<long>(config.global_batch)));
+    result.epoch_train_loss.push_back(loss_sums[e] /
+                                      static_cast<double>(steps_in_epoch[e] * static_cast<long>(config.global_batch)));
   }
   result.final_train_loss = result.epoch_train_loss.empty() ? 0 : result.epoch_train_loss.back();
   result.num_params = n;
@@ -250,8 +257,7 @@ void finish_result(RunResult& result, const TrainData& data, const std::vector<d
   }
 }
 
-void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,
-                 const MemoryTracker& tracker) {
+void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps, const MemoryTracker& tracker) {
   if (timed_steps > 0) {
     rank.comm_per_step.bytes_sent = timed_bytes.bytes_sent / timed_steps;
     rank.comm_per_step.bytes_received = timed_bytes.bytes_received / timed_steps;

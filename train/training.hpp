@@ -31,9 +31,9 @@ namespace dpbench {
 
 // What rank 0 says about a run while it trains (`dpbench run`'s progress line).
 struct Progress {
-  int epoch = 0;             // 0-based epoch of the last step
+  int epoch = 0;  // 0-based epoch of the last step
   int epochs = 0;
-  long step = 0;             // steps done
+  long step = 0;  // steps done
   long total_steps = 0;
   double loss = 0;           // mean training loss of rank 0's samples since the previous report
   double samples_per_s = 0;  // global samples per second since the previous report
@@ -51,33 +51,33 @@ struct CheckpointConfig {
 
 struct TrainConfig {
   std::string workload = "mlp";
-  Mode mode = Mode::allreduce;                // --mode: a registered strategy (core/names.hpp)
+  Mode mode = Mode::allreduce;                  // --mode: a registered strategy (core/names.hpp)
   Transport transport = Transport::collective;  // ps, sharded_ps: collective or p2p
-  Backend comm = Backend::local;              // --comm
-  DeviceKind device = DeviceKind::cpu;        // --device, once chosen (choose_device)
-  Precision precision = Precision::tf32;      // cuda: cuBLAS math
+  Backend comm = Backend::local;                // --comm
+  DeviceKind device = DeviceKind::cpu;          // --device, once chosen (choose_device)
+  Precision precision = Precision::tf32;        // cuda: cuBLAS math
   int world_size = 4;
   std::size_t global_batch = 256;  // samples per step over all ranks
   int epochs = 2;
-  long max_steps = -1;    // stop after this many steps in total (-1: run all epochs)
-  int warmup_steps = 5;   // first steps excluded from timing statistics
+  long max_steps = -1;   // stop after this many steps in total (-1: run all epochs)
+  int warmup_steps = 5;  // first steps excluded from timing statistics
   // The optimizer (train/optimizer.hpp), torch.optim's names and defaults.
   std::string optimizer = "sgd";  // "sgd", "adam" or "adamw"
   float lr = 0.1f;
-  float momentum = 0.9f;          // sgd
-  float weight_decay = 0.0f;      // sgd, adam: L2 added to the gradient; adamw: decoupled decay
-  float beta1 = 0.9f;             // adam, adamw: --betas
+  float momentum = 0.9f;      // sgd
+  float weight_decay = 0.0f;  // sgd, adam: L2 added to the gradient; adamw: decoupled decay
+  float beta1 = 0.9f;         // adam, adamw: --betas
   float beta2 = 0.999f;
-  float eps = 1e-8f;              // adam, adamw
-  std::uint64_t seed = 0;         // model initialisation, DistributedSampler shuffle, augmentation (--seed)
+  float eps = 1e-8f;       // adam, adamw
+  std::uint64_t seed = 0;  // model initialisation, DistributedSampler shuffle, augmentation (--seed)
   std::vector<int> hidden = {512, 256};
   std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
   bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
   // Samples per rank per step when they differ (uneven split); empty: global_batch split evenly
   // (allreduce, sharded_ps) or in torch.chunk chunks (ps). Their sum is the global batch.
   std::vector<std::size_t> rank_batches;
-  double bucket_cap_mb = 25.0;     // allreduce: DDP bucket_cap_mb
-  double first_bucket_mb = 1.0;    // allreduce: DDP's first bucket (1 MiB)
+  double bucket_cap_mb = 25.0;   // allreduce: DDP bucket_cap_mb
+  double first_bucket_mb = 1.0;  // allreduce: DDP's first bucket (1 MiB)
   // allreduce: "none" (one ring over every rank) or "node" (core/hierarchical.hpp: inside each
   // node of ranks_on_this_node ranks, then one ring per local rank across the nodes).
   std::string hierarchy = "none";
@@ -90,21 +90,21 @@ struct TrainConfig {
   // PyTorch allows with error feedback).
   std::string comm_hook = "allreduce";
   long start_powersgd_iter = 2;
-  int servers = 0;                 // sharded_ps: server ranks 0..servers-1 (0: every rank)
+  int servers = 0;  // sharded_ps: server ranks 0..servers-1 (0: every rank)
   // sharded_ps: the staleness bound S of stale-synchronous parallel (sharded_ps/stale_sync.hpp;
   // 0: synchronous), and the seed of its deterministic replay schedule (-1: the newest version
   // that has arrived, as timing gives it).
   int staleness = 0;
   std::int64_t staleness_replay = -1;
-  double coalesce_mb = 10.0;       // ps: DataParallel's broadcast/reduce_add buffer size
+  double coalesce_mb = 10.0;  // ps: DataParallel's broadcast/reduce_add buffer size
   DataLoaderOptions loader;
   bool evaluate = true;            // measure test accuracy after training
   bool keep_final_params = false;  // copy rank 0's parameters into RunResult (tests)
   // Initial parameters in the model's flat order (--init-params); null: the model's own
   // initialisation from seed.
   std::shared_ptr<const std::vector<float>> initial_params;
-  CheckpointConfig checkpoint;     // --checkpoint-dir, --checkpoint-every, --resume
-  ProgressFn progress;             // called on rank 0 every progress_interval_s and after the last step
+  CheckpointConfig checkpoint;  // --checkpoint-dir, --checkpoint-every, --resume
+  ProgressFn progress;          // called on rank 0 every progress_interval_s and after the last step
   double progress_interval_s = 0.5;
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   // This process's identity in a multi-process job (launch/rank_launch.hpp), filled from the
@@ -138,8 +138,7 @@ inline BucketAllreduce bucket_allreduce(const TrainConfig& config) {
 
 // Seconds spent in each phase of one step on one rank.
 struct PhaseTimes {
-  double data_wait = 0, h2d = 0, forward = 0, backward = 0, comm = 0, comm_exposed = 0,
-         optimizer = 0;
+  double data_wait = 0, h2d = 0, forward = 0, backward = 0, comm = 0, comm_exposed = 0, optimizer = 0;
 };
 
 struct StepRecord {
@@ -165,9 +164,9 @@ struct DeviceView {
 
 struct RankResult {
   int rank = 0;
-  std::size_t local_batch = 0;      // samples this rank computes per step
-  std::vector<StepRecord> steps;    // timed steps only (after warm-up)
-  CommStats comm_per_step;          // bytes per timed step
+  std::size_t local_batch = 0;    // samples this rank computes per step
+  std::vector<StepRecord> steps;  // timed steps only (after warm-up)
+  CommStats comm_per_step;        // bytes per timed step
   // On a node of an emulated cluster: bytes per timed step that the node's link interface
   // counted (frames, headers included); -1 elsewhere.
   CommStats wire_per_step{-1, -1};
@@ -178,7 +177,7 @@ struct RankResult {
   // Wall-clock seconds from the start of this rank's first timed step to the end of its last (what
   // the timed steps took, gaps between them included).
   double timed_wall_s = 0;
-  MemoryReport memory;              // host memory for CPU ranks, device memory for GPU ranks
+  MemoryReport memory;  // host memory for CPU ranks, device memory for GPU ranks
   DeviceView device;
   std::vector<double> checkpoint_write_s;  // seconds this rank spent on each checkpoint it took part in
   std::int64_t checkpoint_bytes = 0;       // bytes of the file this rank writes per checkpoint (0: none)
@@ -192,7 +191,7 @@ struct RunResult {
   std::string dataset;
   std::size_t num_params = 0;
   std::size_t input_features = 0;  // floats per sample
-  SampleShape sample_shape;         // the training set's samples
+  SampleShape sample_shape;        // the training set's samples
   std::size_t num_classes = 0;
   long steps_total = 0;
   long steps_timed = 0;
@@ -202,12 +201,12 @@ struct RunResult {
   double final_train_loss = 0;           // of the last epoch
   double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated
   std::vector<std::string> warnings;
-  std::vector<float> final_params;       // rank 0's, if config.keep_final_params
-  std::vector<float> final_buffers;      // and its BatchNorm running statistics (cnn), likewise
+  std::vector<float> final_params;   // rank 0's, if config.keep_final_params
+  std::vector<float> final_buffers;  // and its BatchNorm running statistics (cnn), likewise
   // Under torchrun --max_restarts, in an attempt after a failure: what the restart cost
   // (train/elastic.hpp restart_cost); null otherwise.
   nlohmann::json elastic_restart;
-  long resumed_from_step = -1;           // --resume: the checkpoint's step; -1: started from step 0
+  long resumed_from_step = -1;  // --resume: the checkpoint's step; -1: started from step 0
   // On an emulated cluster: rank 0's probe of the engine's collectives before the first step
   // (train/engine_probe.hpp); nullopt elsewhere.
   std::optional<EngineProbe> engine_probe;
@@ -263,8 +262,7 @@ MemoryReport memory_report(const MemoryTracker& tracker);
 
 // Test accuracy of `params` (and BatchNorm running statistics `buffers`, may be null for models
 // without any) on `test`, in evaluation mode, in batches on the calling thread, untracked.
-double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params,
-                         const float* buffers);
+double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers);
 
 // Steps per epoch: floor(N / global_batch), identical for every mode so that all modes see the
 // same global batches. Throws InputError when the dataset has fewer samples than one step needs.
@@ -281,11 +279,10 @@ long total_steps(const TrainConfig& config, const Dataset& train);
 // ranks) and step counts, the final loss, parameter count, a copy of the parameters and buffers
 // if asked, and the test accuracy of params[n] with buffers[num_buffers] (null when none).
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,
-                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n,
-                   const float* buffers, std::size_t num_buffers);
+                   const std::vector<long>& steps_in_epoch, const float* params, std::size_t n, const float* buffers,
+                   std::size_t num_buffers);
 
 // Fills steps_timed/warnings common to every mode and the comm bytes per step of each rank.
-void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps,
-                 const MemoryTracker& tracker);
+void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps, const MemoryTracker& tracker);
 
 }  // namespace dpbench

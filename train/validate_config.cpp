@@ -41,13 +41,15 @@ void validate_sync_names(const TrainConfig& config) {
     throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", config.comm_hook));
   }
   if (config.comm_hook != "allreduce" && config.mode != Mode::allreduce) {
-    throw InputError(fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
-                                 config.comm_hook, config.mode));
+    throw InputError(
+        fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
+                    config.comm_hook, config.mode));
   }
   if (config.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", config.staleness));
   if (config.staleness > 0 && config.mode != Mode::sharded_ps) {
-    throw InputError(fmt::format("--staleness {}: only sharded_ps has a bounded-staleness mode, not {} (give --mode sharded_ps)",
-                                 config.staleness, config.mode));
+    throw InputError(
+        fmt::format("--staleness {}: only sharded_ps has a bounded-staleness mode, not {} (give --mode sharded_ps)",
+                    config.staleness, config.mode));
   }
   if (config.staleness_replay >= 0 && config.staleness == 0) {
     throw InputError(fmt::format("--staleness-replay {}: replays a bounded-staleness run; give --staleness S > 0",
@@ -67,15 +69,15 @@ void validate_rank_batches(const TrainConfig& config) {
     sum += b;
   }
   if (config.rank_batches.size() != static_cast<std::size_t>(config.world_size)) {
-    throw InputError(fmt::format("--rank-batch {}: {} entries for --ranks {}", list,
-                                 config.rank_batches.size(), config.world_size));
+    throw InputError(
+        fmt::format("--rank-batch {}: {} entries for --ranks {}", list, config.rank_batches.size(), config.world_size));
   }
   if (std::find(config.rank_batches.begin(), config.rank_batches.end(), 0u) != config.rank_batches.end()) {
     throw InputError(fmt::format("--rank-batch {}: every rank needs at least one sample", list));
   }
   if (sum != config.global_batch) {
-    throw InputError(fmt::format("--rank-batch {}: sums to {}, but the global batch is {}", list, sum,
-                                 config.global_batch));
+    throw InputError(
+        fmt::format("--rank-batch {}: sums to {}, but the global batch is {}", list, sum, config.global_batch));
   }
 }
 
@@ -87,12 +89,12 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   }
   if (config.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
   if (static_cast<std::int64_t>(config.world_size) > train.size()) {
-    throw InputError(fmt::format("--ranks {}: more ranks than the {} training samples of {}",
-                                 config.world_size, train.size(), train.name()));
+    throw InputError(fmt::format("--ranks {}: more ranks than the {} training samples of {}", config.world_size,
+                                 train.size(), train.name()));
   }
   if (static_cast<std::int64_t>(config.global_batch) > train.size()) {
-    throw InputError(fmt::format("--batch-size {}: larger than the {} training samples of {}",
-                                 config.global_batch, train.size(), train.name()));
+    throw InputError(fmt::format("--batch-size {}: larger than the {} training samples of {}", config.global_batch,
+                                 train.size(), train.name()));
   }
   if (config.epochs < 1) throw InputError(fmt::format("--epochs {}: must be at least 1", config.epochs));
   validate_optimizer(config);
@@ -106,11 +108,13 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
 void validate_node_hierarchy(const TrainConfig& config) {
   if (config.hierarchy != "node") return;
   if (config.device != DeviceKind::cpu) {
-    throw InputError(fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", config.device));
+    throw InputError(
+        fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", config.device));
   }
   const int k = hierarchy_ranks_per_node(config);
   if (k < 1 || config.world_size % k != 0) {
-    throw InputError(fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", config.world_size, k));
+    throw InputError(
+        fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", config.world_size, k));
   }
 }
 

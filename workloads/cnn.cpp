@@ -42,7 +42,8 @@ Cnn::Cnn(SampleShape shape, std::size_t c1, std::size_t c2, std::size_t hidden, 
     : shape_(shape), c1_(c1), c2_(c2), hidden_(hidden), classes_(classes) {
   if (shape.height < 4 || shape.width < 4 || shape.height % 4 != 0 || shape.width % 4 != 0) {
     throw InputError(fmt::format("--input {}x{}x{}: the cnn workload needs height and width divisible "
-                                 "by 4 (two 2x2 poolings)", shape.channels, shape.height, shape.width));
+                                 "by 4 (two 2x2 poolings)",
+                                 shape.channels, shape.height, shape.width));
   }
   if (c1 == 0 || c2 == 0 || hidden == 0 || classes < 2) {
     throw InputError("cnn: channels and hidden width must be positive");
@@ -250,14 +251,14 @@ void Cnn::forward(const float* params, const float* x, std::size_t n, float* log
   if (n > max_batch_) throw Error(fmt::format("cnn: batch {} exceeds reserved {}", n, max_batch_));
   block_forward(b1_, params, x, n);
   block_forward(b2_, params, b1_.pooled.data(), n);
-  ops_->linear_forward(b2_.pooled.data(), params + views_[6].offset, params + views_[7].offset, h_.data(), n,
-                       flat_, hidden_, true);
-  ops_->linear_forward(h_.data(), params + views_[8].offset, params + views_[9].offset, logits, n, hidden_,
-                       classes_, false);
+  ops_->linear_forward(b2_.pooled.data(), params + views_[6].offset, params + views_[7].offset, h_.data(), n, flat_,
+                       hidden_, true);
+  ops_->linear_forward(h_.data(), params + views_[8].offset, params + views_[9].offset, logits, n, hidden_, classes_,
+                       false);
 }
 
-void Cnn::block_backward(Block& b, const float* params, const float* x, const float* dpooled, float* dx,
-                         float* grads, std::size_t n) {
+void Cnn::block_backward(Block& b, const float* params, const float* x, const float* dpooled, float* dx, float* grads,
+                         std::size_t n) {
   cpu::ConvShape s = b.conv;
   s.N = n;
   const std::size_t K = s.K, HW = s.P() * s.Q(), size = n * K * HW;
@@ -268,8 +269,8 @@ void Cnn::block_backward(Block& b, const float* params, const float* x, const fl
                                   sum_b_.data(), grads + views_[b.gamma].offset, grads + views_[b.beta].offset);
   if (synced()) sync_backward_sums(K);
   ops_->batchnorm_backward_elemt(dy_.data(), b.z.data(), b.mean.data(), b.invstd.data(),
-                                 params + views_[b.gamma].offset, sum_a_.data(), sum_b_.data(), b.count, dz_.data(),
-                                 n, K, HW);
+                                 params + views_[b.gamma].offset, sum_a_.data(), sum_b_.data(), b.count, dz_.data(), n,
+                                 K, HW);
   ops_->conv2d_backward(x, params + views_[b.w].offset, dz_.data(), dx, grads + views_[b.w].offset, nullptr, s,
                         col_.data());
 }
@@ -283,11 +284,11 @@ void Cnn::backward(const float* params, const float* x, const float* dlogits, st
     }
   };
   ops_->linear_backward(h_.data(), params + views_[8].offset, dlogits, dh_.data(), grads + views_[8].offset,
-                       grads + views_[9].offset, n, hidden_, classes_);
+                        grads + views_[9].offset, n, hidden_, classes_);
   ready({9, 8});
   ops_->relu_backward_inplace(h_.data(), dh_.data(), n * hidden_);
   ops_->linear_backward(b2_.pooled.data(), params + views_[6].offset, dh_.data(), dflat_.data(),
-                       grads + views_[6].offset, grads + views_[7].offset, n, flat_, hidden_);
+                        grads + views_[6].offset, grads + views_[7].offset, n, flat_, hidden_);
   ready({7, 6});
   block_backward(b2_, params, b1_.pooled.data(), dflat_.data(), dpool1_.data(), grads, n);
   ready({b2_.beta, b2_.gamma, b2_.w});

@@ -45,8 +45,8 @@ class Cnn final : public Model {
   void init_params(float* params, std::uint64_t seed) const override;
   // Throws Error for a batch beyond reserve()'s.
   void forward(const float* params, const float* x, std::size_t batch, float* logits) override;
-  void backward(const float* params, const float* x, const float* dlogits, std::size_t batch,
-                float* grads, const std::function<void(std::size_t)>& on_grad_ready) override;
+  void backward(const float* params, const float* x, const float* dlogits, std::size_t batch, float* grads,
+                const std::function<void(std::size_t)>& on_grad_ready) override;
 
   std::size_t num_buffers() const override { return 2 * (c1_ + c2_); }
   float* buffers() override { return buffers_.data(); }
@@ -71,8 +71,8 @@ class Cnn final : public Model {
   };
   void block_forward(Block& b, const float* params, const float* x, std::size_t n);
   // dy_pooled -> gradients of the block's parameters and, if dx is not null, of its input.
-  void block_backward(Block& b, const float* params, const float* x, const float* dpooled, float* dx,
-                      float* grads, std::size_t n);
+  void block_backward(Block& b, const float* params, const float* x, const float* dpooled, float* dx, float* grads,
+                      std::size_t n);
   bool synced() const { return sync_ != nullptr && sync_->world_size() > 1; }
   // SyncBatchNorm forward: this rank's sums in sum_a_/sum_b_ [K] -> (mean, invstd, count) rows,
   // all-gathered, combined back into the totals over all ranks there. Returns the total count.
@@ -92,13 +92,13 @@ class Cnn final : public Model {
   BatchNormSync* sync_ = nullptr;
   std::shared_ptr<ModelOps<float>> ops_;
   Block b1_, b2_;
-  ModelBuffer<float> buffers_;                          // running statistics (parameters category)
+  ModelBuffer<float> buffers_;  // running statistics (parameters category)
   ModelBuffer<float> col_, h_;  // conv workspace (chunked, workloads/conv_layout.hpp); fc1 output [N, hidden]
-  ModelBuffer<float> dh_, dflat_, dy_, dz_, dpool1_;    // backward scratch
-  ModelBuffer<double> sum_a_, sum_b_;  // [max K]: sum/sumsq forward, sum_dy/sum_dy_xmu backward
-  ModelBuffer<float> sync_buf_;        // SyncBatchNorm exchange, grown on first use
-  std::vector<float> host_f_;          // host staging ([2K + 1] or [world_size * (2K + 1)])
-  std::vector<double> host_sum_, host_sumsq_;  // [K] host staging
+  ModelBuffer<float> dh_, dflat_, dy_, dz_, dpool1_;  // backward scratch
+  ModelBuffer<double> sum_a_, sum_b_;                 // [max K]: sum/sumsq forward, sum_dy/sum_dy_xmu backward
+  ModelBuffer<float> sync_buf_;                       // SyncBatchNorm exchange, grown on first use
+  std::vector<float> host_f_;                         // host staging ([2K + 1] or [world_size * (2K + 1)])
+  std::vector<double> host_sum_, host_sumsq_;         // [K] host staging
 };
 
 // SyncBatchNorm forward's exchange (PyTorch torch/nn/modules/_functions.py), shared by the CPU

@@ -24,13 +24,12 @@ using detail::gemm;
 // what cblas's int arguments can hold.
 void check_shape(const ConvShape& s) {
   if (s.R == 0 || s.S == 0 || s.H + 2 * s.pad < s.R || s.W + 2 * s.pad < s.S) {
-    throw InputError(fmt::format("conv2d: kernel {}x{} does not fit input {}x{} with padding {}",
-                                 s.R, s.S, s.H, s.W, s.pad));
+    throw InputError(
+        fmt::format("conv2d: kernel {}x{} does not fit input {}x{} with padding {}", s.R, s.S, s.H, s.W, s.pad));
   }
   const std::size_t crs = s.C * s.R * s.S, pq = s.P() * s.Q();
   if (crs > INT_MAX || pq > INT_MAX || s.K > INT_MAX) {
-    throw InputError(fmt::format("conv2d: GEMM dimensions K={} CRS={} PQ={} exceed int range", s.K,
-                                 crs, pq));
+    throw InputError(fmt::format("conv2d: GEMM dimensions K={} CRS={} PQ={} exceed int range", s.K, crs, pq));
   }
 }
 
@@ -154,8 +153,7 @@ void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvShape& s
 }
 
 template <typename T>
-void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvShape& s,
-                     T* ws) {
+void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvShape& s, T* ws) {
   check_shape(s);
   const std::size_t crs = s.crs(), pq = s.pq(), chw = s.C * s.H * s.W, chunk = s.chunk();
   if (s.N == 0) std::fill(dw, dw + s.K * crs, T(0));  // an empty sum
@@ -171,8 +169,7 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, c
       }
     }
     // dw[K, CRS] (+)= dyt[K, n*PQ] . col[CRS, n*PQ]^T: the first chunk overwrites dw.
-    gemm(CblasNoTrans, CblasTrans, s.K, crs, cols, dyt, cols, col, cols, n0 == 0 ? T(0) : T(1), dw,
-         crs);
+    gemm(CblasNoTrans, CblasTrans, s.K, crs, cols, dyt, cols, col, cols, n0 == 0 ? T(0) : T(1), dw, crs);
     if (dx != nullptr) {
       // dcol[CRS, n*PQ] = w^T[CRS, K] . dyt[K, n*PQ] over col, then gathered back onto dx.
       gemm(CblasTrans, CblasNoTrans, crs, cols, s.K, w, crs, dyt, cols, T(0), col, cols);
@@ -192,8 +189,8 @@ void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, c
 }
 
 template <typename T>
-void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C,
-                        std::size_t H, std::size_t W) {
+void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C, std::size_t H,
+                        std::size_t W) {
   if (H % 2 != 0 || W % 2 != 0) {
     throw InputError(fmt::format("maxpool2x2: input {}x{} is not even in both dimensions", H, W));
   }
@@ -229,8 +226,8 @@ void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, s
 }
 
 template <typename T>
-void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N,
-                         std::size_t C, std::size_t H, std::size_t W) {
+void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N, std::size_t C, std::size_t H,
+                         std::size_t W) {
   std::fill(dx, dx + N * C * H * W, T(0));
   const std::size_t out = N * C * (H / 2) * (W / 2);
   for (std::size_t i = 0; i < out; ++i) dx[argmax[i]] += dy[i];
@@ -242,8 +239,7 @@ void relu_inplace(T* y, std::size_t n) {
 }
 
 template <typename T>
-void batchnorm_local_sums(const T* x, std::size_t N, std::size_t C, std::size_t HW, double* sum,
-                          double* sumsq) {
+void batchnorm_local_sums(const T* x, std::size_t N, std::size_t C, std::size_t HW, double* sum, double* sumsq) {
   std::fill(sum, sum + C, 0.0);
   std::fill(sumsq, sumsq + C, 0.0);
   for (std::size_t n = 0; n < N; ++n) {
@@ -260,9 +256,8 @@ void batchnorm_local_sums(const T* x, std::size_t N, std::size_t C, std::size_t 
 }
 
 template <typename T>
-void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C,
-                              T eps, T momentum, T* mean, T* invstd, T* running_mean,
-                              T* running_var) {
+void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C, T eps, T momentum,
+                              T* mean, T* invstd, T* running_mean, T* running_var) {
   if (!(count > 0)) throw InputError(fmt::format("batchnorm: count {} must be positive", count));
   const double m = static_cast<double>(momentum);
   for (std::size_t c = 0; c < C; ++c) {
@@ -276,15 +271,14 @@ void batchnorm_finalize_stats(const double* sum, const double* sumsq, double cou
     }
     if (running_var != nullptr) {
       const double unbiased = count > 1 ? var * count / (count - 1) : var;
-      running_var[c] =
-          static_cast<T>((1.0 - m) * static_cast<double>(running_var[c]) + m * unbiased);
+      running_var[c] = static_cast<T>((1.0 - m) * static_cast<double>(running_var[c]) + m * unbiased);
     }
   }
 }
 
 template <typename T>
-void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* gamma, const T* beta,
-                         T* y, std::size_t N, std::size_t C, std::size_t HW) {
+void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* gamma, const T* beta, T* y, std::size_t N,
+                         std::size_t C, std::size_t HW) {
   for (std::size_t n = 0; n < N; ++n) {
     for (std::size_t c = 0; c < C; ++c) {
       const std::size_t off = (n * C + c) * HW;
@@ -297,9 +291,8 @@ void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* ga
 }
 
 template <typename T>
-void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd,
-                               std::size_t N, std::size_t C, std::size_t HW, double* sum_dy,
-                               double* sum_dy_xmu, T* dgamma, T* dbeta) {
+void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd, std::size_t N, std::size_t C,
+                               std::size_t HW, double* sum_dy, double* sum_dy_xmu, T* dgamma, T* dbeta) {
   std::fill(sum_dy, sum_dy + C, 0.0);
   std::fill(sum_dy_xmu, sum_dy_xmu + C, 0.0);
   for (std::size_t n = 0; n < N; ++n) {
@@ -322,9 +315,9 @@ void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* 
 }
 
 template <typename T>
-void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* invstd,
-                              const T* gamma, const double* sum_dy, const double* sum_dy_xmu,
-                              double count, T* dx, std::size_t N, std::size_t C, std::size_t HW) {
+void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* invstd, const T* gamma,
+                              const double* sum_dy, const double* sum_dy_xmu, double count, T* dx, std::size_t N,
+                              std::size_t C, std::size_t HW) {
   if (!(count > 0)) throw InputError(fmt::format("batchnorm: count {} must be positive", count));
   for (std::size_t n = 0; n < N; ++n) {
     for (std::size_t c = 0; c < C; ++c) {
@@ -333,8 +326,8 @@ void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* i
       // k = invstd^2 * mean_dy_xmu and scale = gamma * invstd.
       const T mu = mean[c];
       const T mean_dy = static_cast<T>(sum_dy[c] / count);
-      const T k = static_cast<T>(static_cast<double>(invstd[c]) * static_cast<double>(invstd[c]) *
-                                 sum_dy_xmu[c] / count);
+      const T k = static_cast<T>(static_cast<double>(invstd[c]) * static_cast<double>(invstd[c]) * sum_dy_xmu[c] /
+                                 count);
       const T scale = gamma[c] * invstd[c];
       for (std::size_t i = 0; i < HW; ++i) {
         dx[off + i] = (dy[off + i] - mean_dy - (x[off + i] - mu) * k) * scale;
@@ -343,29 +336,24 @@ void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* i
   }
 }
 
-#define DPBENCH_INSTANTIATE(T)                                                                   \
-  template void conv2d_forward<T>(const T*, const T*, const T*, T*, const ConvShape&, T*);       \
-  template void conv2d_backward<T>(const T*, const T*, const T*, T*, T*, T*, const ConvShape&,   \
-                                   T*);                                                          \
-  template void im2col<T>(const T*, T*, const ConvShape&, std::size_t);                          \
-  template void col2im<T>(const T*, T*, const ConvShape&, std::size_t);                          \
-  template void maxpool2x2_forward<T>(const T*, T*, std::int32_t*, std::size_t, std::size_t,     \
-                                      std::size_t, std::size_t);                                 \
-  template void maxpool2x2_backward<T>(const T*, const std::int32_t*, T*, std::size_t,           \
-                                       std::size_t, std::size_t, std::size_t);                   \
-  template void relu_inplace<T>(T*, std::size_t);                                                \
-  template void batchnorm_local_sums<T>(const T*, std::size_t, std::size_t, std::size_t,         \
-                                        double*, double*);                                       \
-  template void batchnorm_finalize_stats<T>(const double*, const double*, double, std::size_t,   \
-                                            T, T, T*, T*, T*, T*);                               \
-  template void batchnorm_normalize<T>(const T*, const T*, const T*, const T*, const T*, T*,     \
-                                       std::size_t, std::size_t, std::size_t);                   \
-  template void batchnorm_backward_reduce<T>(const T*, const T*, const T*, const T*,             \
-                                             std::size_t, std::size_t, std::size_t, double*,     \
-                                             double*, T*, T*);                                   \
-  template void batchnorm_backward_elemt<T>(const T*, const T*, const T*, const T*, const T*,    \
-                                            const double*, const double*, double, T*,            \
-                                            std::size_t, std::size_t, std::size_t);
+#define DPBENCH_INSTANTIATE(T)                                                                                         \
+  template void conv2d_forward<T>(const T*, const T*, const T*, T*, const ConvShape&, T*);                             \
+  template void conv2d_backward<T>(const T*, const T*, const T*, T*, T*, T*, const ConvShape&, T*);                    \
+  template void im2col<T>(const T*, T*, const ConvShape&, std::size_t);                                                \
+  template void col2im<T>(const T*, T*, const ConvShape&, std::size_t);                                                \
+  template void maxpool2x2_forward<T>(const T*, T*, std::int32_t*, std::size_t, std::size_t, std::size_t,              \
+                                      std::size_t);                                                                    \
+  template void maxpool2x2_backward<T>(const T*, const std::int32_t*, T*, std::size_t, std::size_t, std::size_t,       \
+                                       std::size_t);                                                                   \
+  template void relu_inplace<T>(T*, std::size_t);                                                                      \
+  template void batchnorm_local_sums<T>(const T*, std::size_t, std::size_t, std::size_t, double*, double*);            \
+  template void batchnorm_finalize_stats<T>(const double*, const double*, double, std::size_t, T, T, T*, T*, T*, T*);  \
+  template void batchnorm_normalize<T>(const T*, const T*, const T*, const T*, const T*, T*, std::size_t, std::size_t, \
+                                       std::size_t);                                                                   \
+  template void batchnorm_backward_reduce<T>(const T*, const T*, const T*, const T*, std::size_t, std::size_t,         \
+                                             std::size_t, double*, double*, T*, T*);                                   \
+  template void batchnorm_backward_elemt<T>(const T*, const T*, const T*, const T*, const T*, const double*,           \
+                                            const double*, double, T*, std::size_t, std::size_t, std::size_t);
 DPBENCH_INSTANTIATE(float)
 DPBENCH_INSTANTIATE(double)
 #undef DPBENCH_INSTANTIATE

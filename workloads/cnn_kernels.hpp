@@ -27,8 +27,7 @@ void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvShape& s
 // dw (+)= out . col^T (k = n*P*Q), one GEMM col = w^T . out, and col2im onto dx.
 // ws: workspace of s.workspace_size() elements. Throws as conv2d_forward.
 template <typename T>
-void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvShape& s,
-                     T* ws);
+void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvShape& s, T* ws);
 
 // The column matrix col [C*R*S, n*P*Q] of the n samples x [n, C, H, W] (workloads/conv_layout.hpp),
 // by row copies; equal element for element to conv::im2col_source, what the GPU runs.
@@ -44,12 +43,12 @@ void col2im(const T* col, T* dx, const ConvShape& s, std::size_t n);
 // 2x2 max-pooling, stride 2: x [N, C, H, W] (H, W even) -> y [N, C, H/2, W/2]; argmax [N, C,
 // H/2, W/2] holds the flat index within x of each maximum (first maximum on ties).
 template <typename T>
-void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C,
-                        std::size_t H, std::size_t W);
+void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C, std::size_t H,
+                        std::size_t W);
 // dx [N, C, H, W] = 0 except dx[argmax[i]] += dy[i].
 template <typename T>
-void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N,
-                         std::size_t C, std::size_t H, std::size_t W);
+void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N, std::size_t C, std::size_t H,
+                         std::size_t W);
 
 // In place y = max(y, 0) over n elements.
 template <typename T>
@@ -58,30 +57,28 @@ void relu_inplace(T* y, std::size_t n);
 // ---- BatchNorm over x [N, C, HW] (per channel c, over the N*HW values) ------------------------
 // Stage 1 (per rank): sum[C] and sum of squares sumsq[C] of this rank's values.
 template <typename T>
-void batchnorm_local_sums(const T* x, std::size_t N, std::size_t C, std::size_t HW, double* sum,
-                          double* sumsq);
+void batchnorm_local_sums(const T* x, std::size_t N, std::size_t C, std::size_t HW, double* sum, double* sumsq);
 // Stage 2 (after combining the sums of every rank): mean and 1/sqrt(var + eps) from totals over
 // `count` values (biased variance, as used to normalise), and the running statistics update
 // running = (1 - momentum) * running + momentum * batch (unbiased variance for running_var).
 // running_mean / running_var may be null (no update).
 template <typename T>
-void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C,
-                              T eps, T momentum, T* mean, T* invstd, T* running_mean, T* running_var);
+void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C, T eps, T momentum,
+                              T* mean, T* invstd, T* running_mean, T* running_var);
 // Stage 3: y = gamma * (x - mean) * invstd + beta.
 template <typename T>
-void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* gamma, const T* beta,
-                         T* y, std::size_t N, std::size_t C, std::size_t HW);
+void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* gamma, const T* beta, T* y, std::size_t N,
+                         std::size_t C, std::size_t HW);
 // Backward stage 1 (per rank): sum_dy[C] = sum dy, sum_dy_xmu[C] = sum dy * (x - mean);
 // dgamma = sum_dy_xmu * invstd and dbeta = sum_dy (of this rank's values; overwritten).
 template <typename T>
-void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd,
-                               std::size_t N, std::size_t C, std::size_t HW, double* sum_dy,
-                               double* sum_dy_xmu, T* dgamma, T* dbeta);
+void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd, std::size_t N, std::size_t C,
+                               std::size_t HW, double* sum_dy, double* sum_dy_xmu, T* dgamma, T* dbeta);
 // Backward stage 2 (with sums combined over all ranks, `count` values in all):
 // dx = gamma * invstd * (dy - sum_dy/count - (x - mean) * invstd^2 * sum_dy_xmu/count).
 template <typename T>
-void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* invstd,
-                              const T* gamma, const double* sum_dy, const double* sum_dy_xmu,
-                              double count, T* dx, std::size_t N, std::size_t C, std::size_t HW);
+void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* invstd, const T* gamma,
+                              const double* sum_dy, const double* sum_dy_xmu, double count, T* dx, std::size_t N,
+                              std::size_t C, std::size_t HW);
 
 }  // namespace dpbench::cpu

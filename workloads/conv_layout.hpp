@@ -64,16 +64,14 @@ namespace conv {
 // the offset of the element it copies within the chunk's input [n, C, H, W], or false where it
 // falls in the padding (the element is 0). Unsigned arithmetic: h = p + r - pad is tested as
 // p + r against pad.
-DPBENCH_HD inline bool im2col_source(const cpu::ConvShape& s, std::size_t n, std::size_t i,
-                                     std::size_t* src) {
+DPBENCH_HD inline bool im2col_source(const cpu::ConvShape& s, std::size_t n, std::size_t i, std::size_t* src) {
   const std::size_t P = s.P(), Q = s.Q(), pq = P * Q, cols = n * pq;
   const std::size_t row = i / cols, column = i - row * cols;
   const std::size_t j = column / pq, rest = column - j * pq;
   const std::size_t p = rest / Q, q = rest - p * Q;
   const std::size_t t = row % s.S, r = (row / s.S) % s.R, c = row / (s.R * s.S);
   const std::size_t h_plus_pad = p + r, w_plus_pad = q + t;
-  if (h_plus_pad < s.pad || h_plus_pad - s.pad >= s.H || w_plus_pad < s.pad ||
-      w_plus_pad - s.pad >= s.W) {
+  if (h_plus_pad < s.pad || h_plus_pad - s.pad >= s.H || w_plus_pad < s.pad || w_plus_pad - s.pad >= s.W) {
     return false;
   }
   *src = ((j * s.C + c) * s.H + (h_plus_pad - s.pad)) * s.W + (w_plus_pad - s.pad);
@@ -86,8 +84,7 @@ DPBENCH_HD inline bool im2col_source(const cpu::ConvShape& s, std::size_t n, std
 // in (r, t) order, the order in which the CPU's scattering col2im adds, so the two agree bit for
 // bit.
 template <typename T>
-DPBENCH_HD inline T col2im_gather(const T* col, const cpu::ConvShape& s, std::size_t n,
-                                  std::size_t i) {
+DPBENCH_HD inline T col2im_gather(const T* col, const cpu::ConvShape& s, std::size_t n, std::size_t i) {
   const std::size_t P = s.P(), Q = s.Q(), pq = P * Q, cols = n * pq;
   const std::size_t w = i % s.W, h = (i / s.W) % s.H, c = (i / (s.H * s.W)) % s.C;
   const std::size_t j = i / (s.C * s.H * s.W);

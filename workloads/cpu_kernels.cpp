@@ -1,6 +1,5 @@
 #include "workloads/cpu_kernels.hpp"
 
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -17,8 +16,8 @@ using detail::gemm;
 }  // namespace
 
 template <typename T>
-void linear_forward(const T* x, const T* W, const T* b, T* y, std::size_t batch, std::size_t in,
-                    std::size_t out, bool relu) {
+void linear_forward(const T* x, const T* W, const T* b, T* y, std::size_t batch, std::size_t in, std::size_t out,
+                    bool relu) {
   if (batch == 0) return;
   gemm(CblasNoTrans, CblasTrans, batch, out, in, x, in, W, in, T(0), y, out);
   for (std::size_t r = 0; r < batch; ++r) {
@@ -32,8 +31,8 @@ void linear_forward(const T* x, const T* W, const T* b, T* y, std::size_t batch,
 }
 
 template <typename T>
-void linear_backward(const T* x, const T* W, const T* dy, T* dx, T* dW, T* db, std::size_t batch,
-                     std::size_t in, std::size_t out) {
+void linear_backward(const T* x, const T* W, const T* dy, T* dx, T* dW, T* db, std::size_t batch, std::size_t in,
+                     std::size_t out) {
   if (batch == 0) {
     std::fill(dW, dW + out * in, T(0));
     std::fill(db, db + out, T(0));
@@ -55,8 +54,8 @@ void relu_backward_inplace(const T* y, T* dy, std::size_t n) {
 }
 
 template <typename T>
-double softmax_cross_entropy(const T* logits, const std::int32_t* labels, std::size_t batch,
-                             std::size_t classes, T* dlogits, T grad_scale) {
+double softmax_cross_entropy(const T* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes,
+                             T* dlogits, T grad_scale) {
   double total = 0.0;
   for (std::size_t r = 0; r < batch; ++r) {
     const T* z = logits + r * classes;
@@ -82,8 +81,7 @@ double softmax_cross_entropy(const T* logits, const std::int32_t* labels, std::s
 }
 
 template <typename T>
-std::size_t count_correct(const T* logits, const std::int32_t* labels, std::size_t batch,
-                          std::size_t classes) {
+std::size_t count_correct(const T* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes) {
   std::size_t correct = 0;
   for (std::size_t r = 0; r < batch; ++r) {
     const T* z = logits + r * classes;
@@ -94,8 +92,7 @@ std::size_t count_correct(const T* logits, const std::int32_t* labels, std::size
 }
 
 template <typename T>
-void sgd_momentum(T* params, const T* grads, T* velocity, std::size_t n, T lr, T momentum,
-                  T weight_decay) {
+void sgd_momentum(T* params, const T* grads, T* velocity, std::size_t n, T lr, T momentum, T weight_decay) {
   for (std::size_t i = 0; i < n; ++i) {
     const T d = grads[i] + weight_decay * params[i];
     velocity[i] = momentum * velocity[i] + d;
@@ -150,17 +147,14 @@ int blas_threads() { return openblas_get_num_threads(); }
 const char* blas_config() { return openblas_get_config(); }
 const char* blas_core_name() { return openblas_get_corename(); }
 
-#define DPBENCH_INSTANTIATE(T)                                                                   \
-  template void linear_forward<T>(const T*, const T*, const T*, T*, std::size_t, std::size_t,    \
-                                  std::size_t, bool);                                            \
-  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, std::size_t,        \
-                                   std::size_t, std::size_t);                                    \
-  template void relu_backward_inplace<T>(const T*, T*, std::size_t);                             \
-  template double softmax_cross_entropy<T>(const T*, const std::int32_t*, std::size_t,           \
-                                           std::size_t, T*, T);                                  \
-  template std::size_t count_correct<T>(const T*, const std::int32_t*, std::size_t, std::size_t); \
-  template void sgd_momentum<T>(T*, const T*, T*, std::size_t, T, T, T);                         \
-  template void adam<T>(T*, const T*, T*, T*, std::size_t, const AdamScalars&);                    \
+#define DPBENCH_INSTANTIATE(T)                                                                                       \
+  template void linear_forward<T>(const T*, const T*, const T*, T*, std::size_t, std::size_t, std::size_t, bool);    \
+  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, std::size_t, std::size_t, std::size_t); \
+  template void relu_backward_inplace<T>(const T*, T*, std::size_t);                                                 \
+  template double softmax_cross_entropy<T>(const T*, const std::int32_t*, std::size_t, std::size_t, T*, T);          \
+  template std::size_t count_correct<T>(const T*, const std::int32_t*, std::size_t, std::size_t);                    \
+  template void sgd_momentum<T>(T*, const T*, T*, std::size_t, T, T, T);                                             \
+  template void adam<T>(T*, const T*, T*, T*, std::size_t, const AdamScalars&);                                      \
   template void add_inplace<T>(T*, const T*, std::size_t);
 DPBENCH_INSTANTIATE(float)
 DPBENCH_INSTANTIATE(double)

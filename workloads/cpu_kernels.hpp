@@ -12,15 +12,15 @@ namespace dpbench::cpu {
 // y[batch, out] = x[batch, in] . W^T + b, with W: [out, in] (PyTorch nn.Linear layout), b: [out].
 // If relu, y = max(y, 0) (fused).
 template <typename T>
-void linear_forward(const T* x, const T* W, const T* b, T* y, std::size_t batch, std::size_t in,
-                    std::size_t out, bool relu);
+void linear_forward(const T* x, const T* W, const T* b, T* y, std::size_t batch, std::size_t in, std::size_t out,
+                    bool relu);
 
 // Backward of linear_forward without ReLU: given dy[batch, out], writes (overwrites)
 // dW[out, in] = dy^T . x, db[out] = sum over batch of dy, and, if dx != nullptr,
 // dx[batch, in] = dy . W.
 template <typename T>
-void linear_backward(const T* x, const T* W, const T* dy, T* dx, T* dW, T* db, std::size_t batch,
-                     std::size_t in, std::size_t out);
+void linear_backward(const T* x, const T* W, const T* dy, T* dx, T* dW, T* db, std::size_t batch, std::size_t in,
+                     std::size_t out);
 
 // In place: dy[i] = 0 where the ReLU output y[i] <= 0 (ReLU backward given its output).
 template <typename T>
@@ -31,20 +31,18 @@ void relu_backward_inplace(const T* y, T* dy, std::size_t n);
 // dlogits = (softmax(logits) - onehot(labels)) * grad_scale  (grad_scale = 1/N for a mean loss
 // over N samples). Throws Error on a label outside [0, classes).
 template <typename T>
-double softmax_cross_entropy(const T* logits, const std::int32_t* labels, std::size_t batch,
-                             std::size_t classes, T* dlogits, T grad_scale);
+double softmax_cross_entropy(const T* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes,
+                             T* dlogits, T grad_scale);
 
 // Number of rows of logits[batch, classes] whose arg-max equals the label.
 template <typename T>
-std::size_t count_correct(const T* logits, const std::int32_t* labels, std::size_t batch,
-                          std::size_t classes);
+std::size_t count_correct(const T* logits, const std::int32_t* labels, std::size_t batch, std::size_t classes);
 
 // SGD with momentum, PyTorch torch/optim/sgd.py semantics (dampening 0, no Nesterov):
 //   d = g + weight_decay * p;  v = momentum * v + d;  p -= lr * v      over n elements.
 // (PyTorch sets v = d on the first step; v starts at zero here, which is the same.)
 template <typename T>
-void sgd_momentum(T* params, const T* grads, T* velocity, std::size_t n, T lr, T momentum,
-                  T weight_decay);
+void sgd_momentum(T* params, const T* grads, T* velocity, std::size_t n, T lr, T momentum, T weight_decay);
 
 // The per-step scalars of Adam / AdamW at step t (1-based), computed in double from the
 // hyper-parameters and rounded to float once, as torch/optim/adam.py and adamw.py (1.13,

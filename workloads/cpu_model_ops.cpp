@@ -55,8 +55,8 @@ class CpuModelOps final : public ModelOps<T> {
                           std::size_t W) override {
     cpu::maxpool2x2_forward(x, y, argmax, N, C, H, W);
   }
-  void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N, std::size_t C,
-                           std::size_t H, std::size_t W) override {
+  void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N, std::size_t C, std::size_t H,
+                           std::size_t W) override {
     cpu::maxpool2x2_backward(dy, argmax, dx, N, C, H, W);
   }
 
@@ -64,17 +64,16 @@ class CpuModelOps final : public ModelOps<T> {
                             double* sumsq) override {
     cpu::batchnorm_local_sums(x, N, C, HW, sum, sumsq);
   }
-  void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C, T eps,
-                                T momentum, T* mean, T* invstd, T* running_mean, T* running_var) override {
+  void batchnorm_finalize_stats(const double* sum, const double* sumsq, double count, std::size_t C, T eps, T momentum,
+                                T* mean, T* invstd, T* running_mean, T* running_var) override {
     cpu::batchnorm_finalize_stats(sum, sumsq, count, C, eps, momentum, mean, invstd, running_mean, running_var);
   }
   void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* gamma, const T* beta, T* y,
                            std::size_t N, std::size_t C, std::size_t HW) override {
     cpu::batchnorm_normalize(x, mean, invstd, gamma, beta, y, N, C, HW);
   }
-  void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd, std::size_t N,
-                                 std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu, T* dgamma,
-                                 T* dbeta) override {
+  void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd, std::size_t N, std::size_t C,
+                                 std::size_t HW, double* sum_dy, double* sum_dy_xmu, T* dgamma, T* dbeta) override {
     cpu::batchnorm_backward_reduce(dy, x, mean, invstd, N, C, HW, sum_dy, sum_dy_xmu, dgamma, dbeta);
   }
   void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* invstd, const T* gamma,

@@ -72,37 +72,31 @@ void shift_plane(float* plane, int h, int w, int oy, int ox) {
 
 }  // namespace
 
-DataLoader::DataLoader(const Dataset& dataset, std::size_t batch_size, DataLoaderOptions options,
-                       std::uint64_t seed, MemoryTracker& tracker)
+DataLoader::DataLoader(const Dataset& dataset, std::size_t batch_size, DataLoaderOptions options, std::uint64_t seed,
+                       MemoryTracker& tracker)
     : dataset_(dataset), batch_size_(batch_size), options_(options), seed_(seed), shape_(dataset.shape()) {
   if (batch_size < 1) throw InputError("DataLoader: batch size must be >= 1");
   if (options.num_workers < 0) {
     throw InputError(fmt::format("DataLoader: num_workers {} must be >= 0", options.num_workers));
   }
   if (options.num_workers > 0 && options.prefetch_factor < 1) {
-    throw InputError(
-        fmt::format("DataLoader: prefetch_factor {} must be >= 1", options.prefetch_factor));
+    throw InputError(fmt::format("DataLoader: prefetch_factor {} must be >= 1", options.prefetch_factor));
   }
   if (!(options.decode_cost_us >= 0) || !std::isfinite(options.decode_cost_us)) {
-    throw InputError(
-        fmt::format("DataLoader: decode cost {} us must be >= 0", options.decode_cost_us));
+    throw InputError(fmt::format("DataLoader: decode cost {} us must be >= 0", options.decode_cost_us));
   }
   if (options.crop_padding < 0) {
-    throw InputError(
-        fmt::format("DataLoader: crop padding {} must be >= 0", options.crop_padding));
+    throw InputError(fmt::format("DataLoader: crop padding {} must be >= 0", options.crop_padding));
   }
 
   const std::size_t features = shape_.features();
-  const std::size_t nslots =
-      options_.num_workers == 0
-          ? 1
-          : static_cast<std::size_t>(options_.num_workers) *
-                static_cast<std::size_t>(options_.prefetch_factor);
+  const std::size_t nslots = options_.num_workers == 0 ? 1
+                                                       : static_cast<std::size_t>(options_.num_workers) *
+                                                             static_cast<std::size_t>(options_.prefetch_factor);
   slots_.reserve(nslots);
   for (std::size_t s = 0; s < nslots; ++s) {
     Batch batch;
-    batch.inputs =
-        TrackedBuffer<float>(tracker, MemoryCategory::data_staging, batch_size_ * features);
+    batch.inputs = TrackedBuffer<float>(tracker, MemoryCategory::data_staging, batch_size_ * features);
     batch.labels = TrackedBuffer<std::int32_t>(tracker, MemoryCategory::data_staging, batch_size_);
     slots_.push_back(std::move(batch));
   }
@@ -111,9 +105,8 @@ DataLoader::DataLoader(const Dataset& dataset, std::size_t batch_size, DataLoade
   for (std::size_t s = 0; s < nslots; ++s) slot_batch_[s] = s;
 }
 
-DataLoader::DataLoader(const Dataset& dataset, std::vector<std::int64_t> indices,
-                       std::size_t batch_size, DataLoaderOptions options, std::uint64_t seed,
-                       MemoryTracker& tracker)
+DataLoader::DataLoader(const Dataset& dataset, std::vector<std::int64_t> indices, std::size_t batch_size,
+                       DataLoaderOptions options, std::uint64_t seed, MemoryTracker& tracker)
     : DataLoader(dataset, batch_size, options, seed, tracker) {
   start_epoch(std::move(indices), 0);  // a throw here runs ~DataLoader (delegating constructor)
 }
@@ -148,8 +141,8 @@ void DataLoader::start_epoch(std::vector<std::int64_t> indices, std::int64_t epo
   const std::int64_t n = dataset_.size();
   for (std::size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] < 0 || indices[i] >= n) {
-      throw InputError(fmt::format("DataLoader: index {} at position {} is outside {} [0, {})",
-                                   indices[i], i, dataset_.name(), n));
+      throw InputError(
+          fmt::format("DataLoader: index {} at position {} is outside {} [0, {})", indices[i], i, dataset_.name(), n));
     }
   }
   started_ = false;
@@ -186,9 +179,8 @@ void DataLoader::start_epoch(std::vector<std::int64_t> indices, std::int64_t epo
 void DataLoader::augment(float* sample, std::int64_t index, std::int64_t epoch) const {
   const int p = options_.crop_padding;
   if (p == 0 && !options_.hflip) return;
-  const std::uint64_t key =
-      mix64(mix64(mix64(seed_) ^ static_cast<std::uint64_t>(epoch)) ^
-            static_cast<std::uint64_t>(index));
+  const std::uint64_t key = mix64(mix64(mix64(seed_) ^ static_cast<std::uint64_t>(epoch)) ^
+                                  static_cast<std::uint64_t>(index));
   const int c = shape_.channels, h = shape_.height, w = shape_.width;
   const std::size_t plane = static_cast<std::size_t>(h) * static_cast<std::size_t>(w);
   if (p > 0) {
@@ -208,8 +200,8 @@ void DataLoader::augment(float* sample, std::int64_t index, std::int64_t epoch) 
   }
 }
 
-void DataLoader::load_into(Batch& batch, std::size_t batch_index,
-                           const std::vector<std::int64_t>& indices, std::int64_t epoch) const {
+void DataLoader::load_into(Batch& batch, std::size_t batch_index, const std::vector<std::int64_t>& indices,
+                           std::int64_t epoch) const {
   const std::size_t features = shape_.features();
   const int classes = dataset_.num_classes();
   const std::size_t first = batch_index * batch_size_;
@@ -221,8 +213,7 @@ void DataLoader::load_into(Batch& batch, std::size_t batch_index,
     float* sample = batch.inputs.data() + i * features;
     const int label = dataset_.load(index, sample);
     if (label < 0 || label >= classes) {
-      throw Error(fmt::format("{}: sample {} has label {} outside [0, {})", dataset_.name(),
-                              index, label, classes));
+      throw Error(fmt::format("{}: sample {} has label {} outside [0, {})", dataset_.name(), index, label, classes));
     }
     if (decode_ns > 0) {
       const std::int64_t until = thread_cpu_ns() + decode_ns;
@@ -291,8 +282,7 @@ const Batch& DataLoader::next() {
   if (!started_) throw Error("DataLoader: next() called before start_epoch()");
   if (options_.num_workers == 0) {
     if (next_batch_ >= num_batches_) {
-      throw Error(fmt::format("DataLoader: all {} batches of this epoch were consumed",
-                              num_batches_));
+      throw Error(fmt::format("DataLoader: all {} batches of this epoch were consumed", num_batches_));
     }
     load_into(slots_[0], next_batch_, indices_, epoch_);
     ++next_batch_;
@@ -313,8 +303,7 @@ const Batch& DataLoader::next() {
   }
   if (error_) std::rethrow_exception(error_);
   if (next_batch_ >= num_batches_) {
-    throw Error(
-        fmt::format("DataLoader: all {} batches of this epoch were consumed", num_batches_));
+    throw Error(fmt::format("DataLoader: all {} batches of this epoch were consumed", num_batches_));
   }
   const std::size_t b = next_batch_;
   const std::size_t s = b % nslots;

@@ -117,7 +117,7 @@ class DataLoader {
   std::vector<std::int64_t> indices_;
   std::int64_t epoch_ = 0;
   std::size_t num_batches_ = 0;
-  bool started_ = false;     // an epoch is running (consumer thread only)
+  bool started_ = false;        // an epoch is running (consumer thread only)
   std::size_t next_batch_ = 0;  // consumer thread only
 
   // Slot ring: batch i is loaded into slot i % slots_.size().

@@ -16,8 +16,7 @@ struct SampleShape {
   int height = 28;
   int width = 28;
   std::size_t features() const {
-    return static_cast<std::size_t>(channels) * static_cast<std::size_t>(height) *
-           static_cast<std::size_t>(width);
+    return static_cast<std::size_t>(channels) * static_cast<std::size_t>(height) * static_cast<std::size_t>(width);
   }
 };
 

@@ -26,8 +26,8 @@ std::vector<std::int64_t> shuffled_indices(std::int64_t n, std::uint64_t seed_pl
   return idx;
 }
 
-DistributedSampler::DistributedSampler(std::int64_t dataset_size, int num_replicas, int rank,
-                                       bool shuffle, std::uint64_t seed, bool drop_last)
+DistributedSampler::DistributedSampler(std::int64_t dataset_size, int num_replicas, int rank, bool shuffle,
+                                       std::uint64_t seed, bool drop_last)
     : dataset_size_(dataset_size),
       num_replicas_(num_replicas),
       rank_(rank),
@@ -41,13 +41,11 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size, int num_replic
     throw InputError(fmt::format("DistributedSampler: num_replicas {} must be >= 1", num_replicas));
   }
   if (rank < 0 || rank >= num_replicas) {
-    throw InputError(fmt::format("DistributedSampler: rank {} is outside [0, {})", rank,
-                                 num_replicas));
+    throw InputError(fmt::format("DistributedSampler: rank {} is outside [0, {})", rank, num_replicas));
   }
   if (drop_last && dataset_size < num_replicas) {
-    throw InputError(fmt::format(
-        "DistributedSampler: drop_last with {} samples for {} replicas leaves none per rank",
-        dataset_size, num_replicas));
+    throw InputError(fmt::format("DistributedSampler: drop_last with {} samples for {} replicas leaves none per rank",
+                                 dataset_size, num_replicas));
   }
 }
 
@@ -76,8 +74,7 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
   }
   std::vector<std::int64_t> mine;
   mine.reserve(static_cast<std::size_t>(num_samples()));
-  for (std::size_t i = static_cast<std::size_t>(rank_); i < total;
-       i += static_cast<std::size_t>(num_replicas_)) {
+  for (std::size_t i = static_cast<std::size_t>(rank_); i < total; i += static_cast<std::size_t>(num_replicas_)) {
     mine.push_back(all[i]);
   }
   return mine;
@@ -86,12 +83,12 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
 std::vector<std::int64_t> proportional_shard(const std::vector<std::int64_t>& order, std::size_t global_batch,
                                              std::size_t offset, std::size_t local_batch, long steps) {
   if (offset + local_batch > global_batch) {
-    throw InputError(fmt::format("rank slice [{}, {}) outside the global batch of {}", offset,
-                                 offset + local_batch, global_batch));
+    throw InputError(
+        fmt::format("rank slice [{}, {}) outside the global batch of {}", offset, offset + local_batch, global_batch));
   }
   if (steps < 0 || static_cast<std::size_t>(steps) * global_batch > order.size()) {
-    throw InputError(fmt::format("{} steps of {} samples exceed the {} samples of the epoch", steps,
-                                 global_batch, order.size()));
+    throw InputError(
+        fmt::format("{} steps of {} samples exceed the {} samples of the epoch", steps, global_batch, order.size()));
   }
   std::vector<std::int64_t> shard;
   shard.reserve(static_cast<std::size_t>(steps) * local_batch);

@@ -14,8 +14,8 @@ class DistributedSampler {
  public:
   // Throws InputError if dataset_size < 1, num_replicas < 1, rank outside [0, num_replicas),
   // or (with drop_last) dataset_size < num_replicas.
-  DistributedSampler(std::int64_t dataset_size, int num_replicas, int rank, bool shuffle = true,
-                     std::uint64_t seed = 0, bool drop_last = false);
+  DistributedSampler(std::int64_t dataset_size, int num_replicas, int rank, bool shuffle = true, std::uint64_t seed = 0,
+                     bool drop_last = false);
 
   void set_epoch(std::int64_t epoch) { epoch_ = epoch; }
   // Indices for this rank in the current epoch: num_samples() of them.

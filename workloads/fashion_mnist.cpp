@@ -33,8 +33,7 @@ constexpr float kMean = 0.2860f;  // mean of the training pixels scaled to [0, 1
 constexpr float kStd = 0.3530f;   // their standard deviation
 
 std::uint32_t read_be32(const std::uint8_t* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
-         std::uint32_t{p[3]};
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
 }
 
 // Upper bound on one decompressed IDX file (header + payload), checked against the header
@@ -80,14 +79,12 @@ class GzStream {
     while (got < n && !finished_) {
       if (strm_.avail_in == 0 && !refill()) {
         throw InputError(fmt::format(
-            "{}: truncated gzip file (compressed stream ends early after {} decompressed bytes)",
-            path_, total_out_));
+            "{}: truncated gzip file (compressed stream ends early after {} decompressed bytes)", path_, total_out_));
       }
       if (member_ended_) {  // input continues after a complete member: must be another one
         if (strm_.next_in[0] != 0x1f) {
           throw InputError(fmt::format(
-              "{}: trailing data: non-gzip bytes after the gzip stream ({} decompressed bytes)",
-              path_, total_out_));
+              "{}: trailing data: non-gzip bytes after the gzip stream ({} decompressed bytes)", path_, total_out_));
         }
         inflateReset(&strm_);
         member_ended_ = false;
@@ -105,8 +102,7 @@ class GzStream {
       } else if (ret == Z_MEM_ERROR) {
         throw Error(fmt::format("{}: zlib out of memory", path_));
       } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
-        const std::string msg =
-            strm_.msg != nullptr ? strm_.msg : fmt::format("zlib error {}", ret);
+        const std::string msg = strm_.msg != nullptr ? strm_.msg : fmt::format("zlib error {}", ret);
         throw InputError(fmt::format("{}: corrupt gzip data ({})", path_, msg));
       }
     }
@@ -162,16 +158,13 @@ class IdxGzReader {
     std::uint8_t buf[4];
     const std::size_t got = stream_.read(buf, 4);
     if (got < 4) {
-      throw InputError(fmt::format(
-          "{}: truncated IDX data ({} bytes, shorter than the 4-byte magic)", path, got));
+      throw InputError(fmt::format("{}: truncated IDX data ({} bytes, shorter than the 4-byte magic)", path, got));
     }
     const std::uint32_t magic = read_be32(buf);
-    const std::uint32_t expected =
-        (kIdxUnsignedByte << 8) | static_cast<std::uint32_t>(expected_ndims);
+    const std::uint32_t expected = (kIdxUnsignedByte << 8) | static_cast<std::uint32_t>(expected_ndims);
     if (magic != expected) {
-      throw InputError(
-          fmt::format("{}: bad IDX magic 0x{:08x} (expected 0x{:08x} for {} unsigned bytes)",
-                      path, magic, expected, idx_kind(expected_ndims)));
+      throw InputError(fmt::format("{}: bad IDX magic 0x{:08x} (expected 0x{:08x} for {} unsigned bytes)", path, magic,
+                                   expected, idx_kind(expected_ndims)));
     }
     header_ = 4 + 4 * static_cast<std::size_t>(expected_ndims);
     constexpr std::uint64_t kSaturated = std::numeric_limits<std::uint64_t>::max();
@@ -193,11 +186,10 @@ class IdxGzReader {
         if (!shape.empty()) shape += 'x';
         shape += std::to_string(dim);
       }
-      throw InputError(fmt::format(
-          "{}: IDX header promises {} = {} payload bytes, over the {}-byte limit for one IDX "
-          "file",
-          path, shape, count == kSaturated ? "more than 2^64" : std::to_string(count),
-          kMaxIdxBytes));
+      throw InputError(fmt::format("{}: IDX header promises {} = {} payload bytes, over the {}-byte limit for one IDX "
+                                   "file",
+                                   path, shape, count == kSaturated ? "more than 2^64" : std::to_string(count),
+                                   kMaxIdxBytes));
     }
     payload_ = static_cast<std::size_t>(count);
   }
@@ -218,17 +210,15 @@ class IdxGzReader {
       out.data.resize(have + step);
       const std::size_t got = stream_.read(out.data.data() + have, step);
       if (got < step) {
-        throw InputError(fmt::format(
-            "{}: truncated IDX payload ({} bytes, the dimensions need {})", path_, have + got,
-            payload_));
+        throw InputError(
+            fmt::format("{}: truncated IDX payload ({} bytes, the dimensions need {})", path_, have + got, payload_));
       }
     }
     std::uint8_t extra = 0;
     if (stream_.read(&extra, 1) != 0) {
-      throw InputError(fmt::format(
-          "{}: trailing data: the gzip stream holds more than the {} bytes its IDX header "
-          "promises ({}-byte header + {}-byte payload)",
-          path_, header_ + payload_, header_, payload_));
+      throw InputError(fmt::format("{}: trailing data: the gzip stream holds more than the {} bytes its IDX header "
+                                   "promises ({}-byte header + {}-byte payload)",
+                                   path_, header_ + payload_, header_, payload_));
     }
     return out;
   }
@@ -256,8 +246,7 @@ IdxSource idx_file(const std::string& path) {
 
 class FashionMnistDataset final : public Dataset {
  public:
-  FashionMnistDataset(std::vector<std::uint8_t> images, std::vector<std::uint8_t> labels,
-                      bool train)
+  FashionMnistDataset(std::vector<std::uint8_t> images, std::vector<std::uint8_t> labels, bool train)
       : images_(std::move(images)), labels_(std::move(labels)), train_(train) {
     for (int v = 0; v < 256; ++v) {
       lut_[v] = (static_cast<float>(v) / 255.0f - kMean) / kStd;
@@ -273,9 +262,7 @@ class FashionMnistDataset final : public Dataset {
     for (std::size_t i = 0; i < kPixels; ++i) out[i] = lut_[px[i]];
     return labels_[static_cast<std::size_t>(index)];
   }
-  std::string name() const override {
-    return train_ ? "fashion-mnist/train" : "fashion-mnist/test";
-  }
+  std::string name() const override { return train_ ? "fashion-mnist/train" : "fashion-mnist/test"; }
 
  private:
   std::vector<std::uint8_t> images_;  // [n, 28, 28] raw pixels
@@ -293,26 +280,25 @@ std::unique_ptr<Dataset> load_fashion_mnist_pair(const std::function<IdxSource()
   const std::string& images_path = image_file.path();
   const std::vector<std::uint32_t>& image_dims = image_file.dims();
   if (image_dims[1] != kImageSide || image_dims[2] != kImageSide) {
-    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_path,
-                                 image_dims[1], image_dims[2], kImageSide, kImageSide));
+    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_path, image_dims[1], image_dims[2],
+                                 kImageSide, kImageSide));
   }
   if (image_dims[0] == 0) throw InputError(fmt::format("{}: contains no images", images_path));
   IdxGzReader label_file(open_labels(), 1);
   const std::string& labels_path = label_file.path();
   if (label_file.dims()[0] != image_dims[0]) {
-    throw InputError(fmt::format("{}: count mismatch: {} labels but {} has {} images",
-                                 labels_path, label_file.dims()[0], images_path, image_dims[0]));
+    throw InputError(fmt::format("{}: count mismatch: {} labels but {} has {} images", labels_path,
+                                 label_file.dims()[0], images_path, image_dims[0]));
   }
   IdxArray images = image_file.read_payload();
   IdxArray labels = label_file.read_payload();
   for (std::size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= kNumClasses) {
-      throw InputError(fmt::format("{}: label {} at index {} is out of range [0, {})",
-                                   labels_path, labels.data[i], i, kNumClasses));
+      throw InputError(
+          fmt::format("{}: label {} at index {} is out of range [0, {})", labels_path, labels.data[i], i, kNumClasses));
     }
   }
-  return std::make_unique<FashionMnistDataset>(std::move(images.data), std::move(labels.data),
-                                               train);
+  return std::make_unique<FashionMnistDataset>(std::move(images.data), std::move(labels.data), train);
 }
 
 }  // namespace
@@ -332,23 +318,19 @@ std::string resolve_data_dir(const std::string& cli_value) {
 std::unique_ptr<Dataset> load_fashion_mnist(const std::string& dir, bool train) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    throw InputError(fmt::format(
-        "data directory {} does not exist (install dataset-fashion-mnist or pass --data-dir / "
-        "DPBENCH_DATA_DIR)",
-        dir));
+    throw InputError(fmt::format("data directory {} does not exist (install dataset-fashion-mnist or pass --data-dir / "
+                                 "DPBENCH_DATA_DIR)",
+                                 dir));
   }
   const std::string prefix = train ? "train" : "t10k";
-  const std::string images_path =
-      (std::filesystem::path(dir) / (prefix + "-images-idx3-ubyte.gz")).string();
-  const std::string labels_path =
-      (std::filesystem::path(dir) / (prefix + "-labels-idx1-ubyte.gz")).string();
+  const std::string images_path = (std::filesystem::path(dir) / (prefix + "-images-idx3-ubyte.gz")).string();
+  const std::string labels_path = (std::filesystem::path(dir) / (prefix + "-labels-idx1-ubyte.gz")).string();
 
-  return load_fashion_mnist_pair([&] { return idx_file(images_path); }, [&] { return idx_file(labels_path); },
-                                 train);
+  return load_fashion_mnist_pair([&] { return idx_file(images_path); }, [&] { return idx_file(labels_path); }, train);
 }
 
-std::unique_ptr<Dataset> load_fashion_mnist_gz_bytes(const std::string& images_gz,
-                                                     const std::string& labels_gz, bool train) {
+std::unique_ptr<Dataset> load_fashion_mnist_gz_bytes(const std::string& images_gz, const std::string& labels_gz,
+                                                     bool train) {
   auto in_memory = [](const std::string& bytes, const char* name) {
     return [&bytes, name] { return IdxSource{std::make_unique<std::istringstream>(bytes), name, bytes.size()}; };
   };

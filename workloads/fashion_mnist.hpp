@@ -45,7 +45,7 @@ std::unique_ptr<Dataset> load_fashion_mnist(const std::string& dir, bool train);
 // load_fashion_mnist from the two gzip files' bytes in memory (images_gz: [n, 28, 28] images,
 // labels_gz: [n] labels), with the same checks; errors name them "images.gz" and "labels.gz".
 // For the fuzz target (fuzz/fashion_mnist.cpp) and tests. Throws InputError as load_fashion_mnist.
-std::unique_ptr<Dataset> load_fashion_mnist_gz_bytes(const std::string& images_gz,
-                                                     const std::string& labels_gz, bool train);
+std::unique_ptr<Dataset> load_fashion_mnist_gz_bytes(const std::string& images_gz, const std::string& labels_gz,
+                                                     bool train);
 
 }  // namespace dpbench

@@ -76,8 +76,8 @@ void Mlp<T>::forward(const T* params, const T* x, std::size_t batch, T* logits) 
   for (std::size_t l = 0; l < layers(); ++l) {
     const bool last = l + 1 == layers();
     T* out = last ? logits : acts_[l].data();
-    ops_->linear_forward(in, params + views_[2 * l].offset, params + views_[2 * l + 1].offset, out,
-                         batch, dims_[l], dims_[l + 1], !last);
+    ops_->linear_forward(in, params + views_[2 * l].offset, params + views_[2 * l + 1].offset, out, batch, dims_[l],
+                         dims_[l + 1], !last);
     in = out;
   }
 }
@@ -91,8 +91,8 @@ void Mlp<T>::backward(const T* params, const T* x, const T* dlogits, std::size_t
     T* dx = l == 0 ? nullptr : dact_[l % 2].data();
     const ParamView& w = views_[2 * l];
     const ParamView& b = views_[2 * l + 1];
-    ops_->linear_backward(layer_in, params + w.offset, dy, dx, grads + w.offset, grads + b.offset, batch,
-                          dims_[l], dims_[l + 1]);
+    ops_->linear_backward(layer_in, params + w.offset, dy, dx, grads + w.offset, grads + b.offset, batch, dims_[l],
+                          dims_[l + 1]);
     if (on_grad_ready) {
       on_grad_ready(2 * l + 1);
       on_grad_ready(2 * l);
@@ -106,6 +106,5 @@ void Mlp<T>::backward(const T* params, const T* x, const T* dlogits, std::size_t
 
 template class Mlp<float>;
 template class Mlp<double>;
-
 
 }  // namespace dpbench

@@ -50,5 +50,4 @@ class Mlp final : public ModelT<T> {
   ModelBuffer<T> dact_[2];
 };
 
-
 }  // namespace dpbench

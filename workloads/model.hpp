@@ -70,8 +70,8 @@ class ModelT {
   // [num_params()]. Calls on_grad_ready(i) once the kernels that write parameter i's gradient
   // have been issued (on a GPU enqueued, not finished: a caller records an event there), in the
   // order gradients become ready (reverse parameter order), so that buckets can launch early.
-  virtual void backward(const T* params, const T* x, const T* dlogits, std::size_t batch,
-                        T* grads, const std::function<void(std::size_t)>& on_grad_ready) = 0;
+  virtual void backward(const T* params, const T* x, const T* dlogits, std::size_t batch, T* grads,
+                        const std::function<void(std::size_t)>& on_grad_ready) = 0;
 
   // Buffers: state that is not trained by gradients (BatchNorm running statistics), [num_buffers()]
   // floats owned by the model, reserved by reserve(). Replicas copy them from the master/rank 0.

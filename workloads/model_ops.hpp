@@ -97,8 +97,8 @@ class ModelOps : public ModelMemory {
   virtual void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const cpu::ConvShape& s,
                                T* ws) = 0;
   // x[N, C, H, W] -> y[N, C, H/2, W/2] and int32 argmax[N, C, H/2, W/2] (flat index into x).
-  virtual void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C,
-                                  std::size_t H, std::size_t W) = 0;
+  virtual void maxpool2x2_forward(const T* x, T* y, std::int32_t* argmax, std::size_t N, std::size_t C, std::size_t H,
+                                  std::size_t W) = 0;
   // dx[N, C, H, W] = 0 except dx[argmax[i]] = dy[i].
   virtual void maxpool2x2_backward(const T* dy, const std::int32_t* argmax, T* dx, std::size_t N, std::size_t C,
                                    std::size_t H, std::size_t W) = 0;
@@ -112,8 +112,8 @@ class ModelOps : public ModelMemory {
   virtual void batchnorm_normalize(const T* x, const T* mean, const T* invstd, const T* gamma, const T* beta, T* y,
                                    std::size_t N, std::size_t C, std::size_t HW) = 0;
   virtual void batchnorm_backward_reduce(const T* dy, const T* x, const T* mean, const T* invstd, std::size_t N,
-                                         std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu,
-                                         T* dgamma, T* dbeta) = 0;
+                                         std::size_t C, std::size_t HW, double* sum_dy, double* sum_dy_xmu, T* dgamma,
+                                         T* dbeta) = 0;
   virtual void batchnorm_backward_elemt(const T* dy, const T* x, const T* mean, const T* invstd, const T* gamma,
                                         const double* sum_dy, const double* sum_dy_xmu, double count, T* dx,
                                         std::size_t N, std::size_t C, std::size_t HW) = 0;

@@ -49,8 +49,7 @@ class SyntheticDataset final : public Dataset {
 
   int load(std::int64_t index, float* out) const override {
     const auto idx = static_cast<std::uint64_t>(index);
-    const int label =
-        static_cast<int>(hash3(seed_, kLabelTag, idx) % static_cast<std::uint64_t>(num_classes_));
+    const int label = static_cast<int>(hash3(seed_, kLabelTag, idx) % static_cast<std::uint64_t>(num_classes_));
     const std::uint64_t proto_key = hash3(seed_, kPrototypeTag, static_cast<std::uint64_t>(label));
     const std::uint64_t noise_key = hash3(seed_, kNoiseTag, idx);
     // Sum of four 16-bit uniforms (Irwin-Hall, variance 4/12) rescaled to std kNoiseStd.
@@ -59,8 +58,7 @@ class SyntheticDataset final : public Dataset {
     for (std::size_t j = 0; j < n; ++j) {
       const float prototype = 2.0f * unit(splitmix64(proto_key ^ j)) - 1.0f;
       const std::uint64_t r = splitmix64(noise_key + j * 0x9e3779b97f4a7c15ull);
-      const float sum = static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) +
-                                           ((r >> 32) & 0xffff) + (r >> 48));
+      const float sum = static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
       out[j] = prototype + (sum - 2.0f * 65536.0f) * kNoiseScale;
     }
     return label;
@@ -88,9 +86,8 @@ SampleShape parse_sample_shape(const std::string& text) {
     int value = 0;
     const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
     if (part.empty() || ec != std::errc() || end != part.data() + part.size()) {
-      throw InputError(fmt::format(
-          "sample shape '{}': expected CxHxW, HxW or N with positive integers (e.g. 3x224x224)",
-          text));
+      throw InputError(
+          fmt::format("sample shape '{}': expected CxHxW, HxW or N with positive integers (e.g. 3x224x224)", text));
     }
     if (value <= 0) {
       throw InputError(fmt::format("sample shape '{}': dimension {} is not positive", text, value));
@@ -100,8 +97,7 @@ SampleShape parse_sample_shape(const std::string& text) {
     rest = rest.substr(x + 1);
   }
   if (dims.size() > 3) {
-    throw InputError(
-        fmt::format("sample shape '{}': more than 3 dimensions (expected CxHxW)", text));
+    throw InputError(fmt::format("sample shape '{}': more than 3 dimensions (expected CxHxW)", text));
   }
   // The product is checked one factor at a time: three dimensions below 2^31 can wrap 64 bits
   // (2097152x2097152x4194304 is 2^64, which SampleShape::features() would see as 0).
@@ -120,15 +116,15 @@ SampleShape parse_sample_shape(const std::string& text) {
   return shape;
 }
 
-std::unique_ptr<Dataset> make_synthetic_dataset(SampleShape shape, int num_classes,
-                                                std::int64_t size, std::uint64_t seed) {
+std::unique_ptr<Dataset> make_synthetic_dataset(SampleShape shape, int num_classes, std::int64_t size,
+                                                std::uint64_t seed) {
   if (size < 1) throw InputError(fmt::format("synthetic dataset size {} must be >= 1", size));
   if (num_classes < 2) {
     throw InputError(fmt::format("synthetic dataset: {} classes, need at least 2", num_classes));
   }
   if (shape.channels < 1 || shape.height < 1 || shape.width < 1) {
-    throw InputError(fmt::format("synthetic dataset: shape {}x{}x{} has a non-positive dimension",
-                                 shape.channels, shape.height, shape.width));
+    throw InputError(fmt::format("synthetic dataset: shape {}x{}x{} has a non-positive dimension", shape.channels,
+                                 shape.height, shape.width));
   }
   return std::make_unique<SyntheticDataset>(shape, num_classes, size, seed);
 }

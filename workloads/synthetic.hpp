@@ -18,7 +18,7 @@ SampleShape parse_sample_shape(const std::string& text);
 
 // size samples of `shape`, labels in [0, num_classes). Same (seed, index) -> same sample.
 // Throws InputError if size < 1 or num_classes < 2.
-std::unique_ptr<Dataset> make_synthetic_dataset(SampleShape shape, int num_classes,
-                                                std::int64_t size, std::uint64_t seed);
+std::unique_ptr<Dataset> make_synthetic_dataset(SampleShape shape, int num_classes, std::int64_t size,
+                                                std::uint64_t seed);
 
 }  // namespace dpbench

@@ -45,7 +45,9 @@ void select_blas_core(char** argv) {
   setenv("OPENBLAS_CORETYPE", target.c_str(), 1);
   setenv(kNoteVariable,
          fmt::format("OPENBLAS_CORETYPE={} set by dpbench: OpenBLAS chose its Prescott kernels on a "
-                     "CPU with {}", target, target == "SkylakeX" ? "AVX-512" : "AVX2").c_str(),
+                     "CPU with {}",
+                     target, target == "SkylakeX" ? "AVX-512" : "AVX2")
+             .c_str(),
          1);
   execv("/proc/self/exe", argv);  // returns only on failure: then carry on with Prescott
 }

@@ -50,9 +50,9 @@ void add_optimizer_options(CLI::App& app, TrainConfig& config) {
   app.add_option_function<std::vector<float>>(
          "--betas",
          [&config](const std::vector<float>& b) {
-           if (b.size() != 2) throw CLI::ValidationError("--betas", "two values: beta1,beta2");
-           config.beta1 = b[0];
-           config.beta2 = b[1];
+    if (b.size() != 2) throw CLI::ValidationError("--betas", "two values: beta1,beta2");
+    config.beta1 = b[0];
+    config.beta2 = b[1];
          },
          "adam, adamw: coefficients of the running averages of the gradient and its square")
       ->delimiter(',')
@@ -143,8 +143,7 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
       ->capture_default_str();
   app.add_option("--max-steps", config.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
       ->capture_default_str();
-  app.add_option("--warmup-steps", config.warmup_steps, "Steps excluded from timing statistics")
-      ->capture_default_str();
+  app.add_option("--warmup-steps", config.warmup_steps, "Steps excluded from timing statistics")->capture_default_str();
   add_optimizer_options(app, config);
   app.add_option("--seed", config.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "
@@ -156,12 +155,14 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
       ->capture_default_str();
   app.add_flag("--persistent-workers", config.loader.persistent_workers,
                "DataLoader persistent_workers: keep the worker threads alive between epochs");
-  app.add_flag_callback("--pin-memory", [&d] { d.pin_memory = 1; },
-                        "DataLoader pin_memory: page-locked staging for asynchronous host-to-device "
-                        "copies, each step's batch loaded and copied on its own stream while the step "
-                        "before computes (default on with --device cuda; no effect when training on CPU)");
-  app.add_flag_callback("--no-pin-memory", [&d] { d.pin_memory = 0; },
-                        "Copy batches to the GPU from pageable memory (synchronous copies, no prefetch)");
+  app.add_flag_callback(
+      "--pin-memory", [&d] { d.pin_memory = 1; },
+      "DataLoader pin_memory: page-locked staging for asynchronous host-to-device "
+      "copies, each step's batch loaded and copied on its own stream while the step "
+      "before computes (default on with --device cuda; no effect when training on CPU)");
+  app.add_flag_callback(
+      "--no-pin-memory", [&d] { d.pin_memory = 0; },
+      "Copy batches to the GPU from pageable memory (synchronous copies, no prefetch)");
   add_name_option(app, "--precision", config.precision, &parse_precision,
                   "cuda: cuBLAS math for the GEMMs, tf32 (tensor cores, PyTorch's allow_tf32) or fp32");
   app.add_option("--decode-cost-us", config.loader.decode_cost_us,
@@ -178,16 +179,14 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
   app.add_option("--data-dir", d.data_dir,
                  "Directory of the Fashion-MNIST .gz files (default: $DPBENCH_DATA_DIR, else "
                  "/usr/share/datasets/fashion-mnist)");
-  app.add_option("--input", d.input_shape, "synthetic: sample shape CxHxW, e.g. 3x224x224")
-      ->capture_default_str();
+  app.add_option("--input", d.input_shape, "synthetic: sample shape CxHxW, e.g. 3x224x224")->capture_default_str();
   app.add_option("--classes", d.classes, "synthetic: number of classes")->capture_default_str();
-  app.add_option("--synthetic-samples", d.synthetic_samples, "synthetic: training samples")
-      ->capture_default_str();
-  app.add_option("--timeout", timeout_s,
-                 "Seconds a rank waits for its peers before the whole run is aborted")
+  app.add_option("--synthetic-samples", d.synthetic_samples, "synthetic: training samples")->capture_default_str();
+  app.add_option("--timeout", timeout_s, "Seconds a rank waits for its peers before the whole run is aborted")
       ->capture_default_str();
   app.add_option("--out,-o", out, "Result JSON path (default results/dpbench-<command>-<time>.json)");
-  app.add_flag("--no-eval", [&config](std::int64_t) { config.evaluate = false; }, "Skip the test-set evaluation");
+  app.add_flag(
+      "--no-eval", [&config](std::int64_t) { config.evaluate = false; }, "Skip the test-set evaluation");
   app.add_flag("--quiet,-q", quiet, "Only print the table / summary");
 }
 
@@ -196,8 +195,11 @@ std::string mode_help() {
   std::string text;
   const auto& list = strategies();
   for (std::size_t i = 0; i < list.size(); ++i) {
-    text += fmt::format("{}{} ({})", i == 0 ? "" : i + 1 == list.size() ? " and " : ", ", list[i].mode,
-                        list[i].description);
+    text += fmt::format("{}{} ({})",
+                        i == 0                 ? ""
+                        : i + 1 == list.size() ? " and "
+                                               : ", ",
+                        list[i].mode, list[i].description);
   }
   return text;
 }
@@ -222,7 +224,8 @@ void check_optimizer_options(const CLI::App& app, const TrainConfig& config) {
   }
   for (const char* name : {"--betas", "--eps"}) {
     if (sgd && app.count(name) > 0) {
-      throw InputError(fmt::format("{}: adam's and adamw's option; give --optimizer adam or adamw (sgd takes --momentum)", name));
+      throw InputError(
+          fmt::format("{}: adam's and adamw's option; give --optimizer adam or adamw (sgd takes --momentum)", name));
     }
   }
 }
@@ -246,10 +249,12 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     throw InputError("--init-method and --rank: an emulated cluster's launcher gives each rank its own "
                      "(--launcher tcp: tcp:// to node 0 and --rank; --launcher file: file://PATH and --rank)");
   }
-  if (o.cluster.launcher != ClusterLauncher::torchrun && run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
+  if (o.cluster.launcher != ClusterLauncher::torchrun &&
+      run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
     throw InputError("--rdzv-backend and --max-restarts are torchrun's: give --launcher torchrun");
   }
-  if (o.link.empty()) throw InputError(fmt::format("--nodes {}: give the links' rate with --link RATE (e.g. 1gbit)", o.cluster.nodes));
+  if (o.link.empty())
+    throw InputError(fmt::format("--nodes {}: give the links' rate with --link RATE (e.g. 1gbit)", o.cluster.nodes));
   o.cluster.link = cluster::parse_rate(o.link, "--link");
   cluster::validate(o.cluster);
   cluster::parse_link_of(o.link_of, o.cluster);
@@ -258,7 +263,8 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   if (run.count("--comm") > 0 && o.base.comm != comm) {
     throw InputError(fmt::format("--comm {}: an emulated cluster's ranks are processes on separate hosts that "
                                  "meet over gloo (--comm gloo, the default with --nodes) or, with --launcher "
-                                 "mpirun, over MPI (--comm mpi)", name(o.base.comm)));
+                                 "mpirun, over MPI (--comm mpi)",
+                                 name(o.base.comm)));
   }
   if (o.ranks_given && o.base.world_size != o.cluster.world_size()) {
     throw InputError(fmt::format("--ranks {}: --nodes {} x --ranks-per-node {} makes {} ranks", o.base.world_size,
@@ -268,7 +274,8 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     o.base.world_size = o.cluster.world_size();
     o.ranks_given = true;
   }
-  if (o.base.device == DeviceKind::cuda) throw InputError("--nodes: an emulated cluster trains on the CPU (--device cpu)");
+  if (o.base.device == DeviceKind::cuda)
+    throw InputError("--nodes: an emulated cluster trains on the CPU (--device cpu)");
   if (!o.reference.framework.empty()) throw InputError("--nodes: not with --reference");
   o.base.comm = comm;
 }
@@ -282,11 +289,13 @@ static void add_cluster_options(CLI::App& run, RunOptions& o) {
                  "bridge, each with its own hostname and a link shaped by tc), ranks as gloo processes "
                  "started the torchrun way; needs --link")
       ->group("Emulated cluster");
-  run.add_option("--link", o.link, "Emulated cluster: every node's link rate, both directions, in tc's units "
-                                   "(100mbit, 1gbit, 10gbit)")
+  run.add_option("--link", o.link,
+                 "Emulated cluster: every node's link rate, both directions, in tc's units "
+                 "(100mbit, 1gbit, 10gbit)")
       ->group("Emulated cluster");
-  run.add_option("--link-of", o.link_of, "Emulated cluster: one node's own rate, NODE=RATE (e.g. 2=100mbit for a "
-                                         "straggler, 0=10gbit for a fat root link); repeatable")
+  run.add_option("--link-of", o.link_of,
+                 "Emulated cluster: one node's own rate, NODE=RATE (e.g. 2=100mbit for a "
+                 "straggler, 0=10gbit for a fat root link); repeatable")
       ->group("Emulated cluster");
   run.add_option("--ranks-per-node", o.cluster.ranks_per_node, "Emulated cluster: ranks (processes) per node")
       ->capture_default_str()
@@ -364,9 +373,9 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   run.add_option("--rank", o.init.rank, "This process's rank, with --init-method (0 to world_size - 1)")
       ->check(CLI::NonNegativeNumber);
   add_name_option(run, "--comm", config.comm, &parse_backend,
-                 "Communicator backend: local (in-process ranks over dpbench's own ring and chain "
-                 "collectives), mpi (one rank per process: mpirun -np N dpbench run --comm mpi) or "
-                 "gloo (one rank per process, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)");
+                  "Communicator backend: local (in-process ranks over dpbench's own ring and chain "
+                  "collectives), mpi (one rank per process: mpirun -np N dpbench run --comm mpi) or "
+                  "gloo (one rank per process, torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)");
   run.add_option("--batch-size", config.global_batch,
                  "Global batch: samples per optimizer step summed over all ranks (allreduce and "
                  "sharded_ps give each rank batch-size / ranks; ps scatters it in chunks of "
@@ -413,11 +422,13 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
     throw InputError(fmt::format("--checkpoint-every {}: must be positive", config.checkpoint.every));
   }
   if (config.checkpoint.dir.empty() && (config.checkpoint.every > 0 || config.checkpoint.resume)) {
-    throw InputError(fmt::format("{}: needs --checkpoint-dir", config.checkpoint.resume ? "--resume" : "--checkpoint-every"));
+    throw InputError(
+        fmt::format("{}: needs --checkpoint-dir", config.checkpoint.resume ? "--resume" : "--checkpoint-every"));
   }
   if (!config.checkpoint.dir.empty()) {
     if (config.checkpoint.every == 0 && !config.checkpoint.resume) {
-      throw InputError(fmt::format("--checkpoint-dir {}: give --checkpoint-every N, --resume, or both", config.checkpoint.dir));
+      throw InputError(
+          fmt::format("--checkpoint-dir {}: give --checkpoint-every N, --resume, or both", config.checkpoint.dir));
     }
     if (o.modes.size() != 1) {
       throw InputError(fmt::format("--checkpoint-dir {}: checkpoints one mode; give one --mode (got {})",
@@ -444,7 +455,9 @@ void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o);
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   o.base.epochs = 1;  // a sweep's points are short: one epoch, 60 steps, unless given
   o.base.max_steps = 60;
-  sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")->delimiter(',')->capture_default_str();
+  sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")
+      ->delimiter(',')
+      ->capture_default_str();
   add_names_option(sweep, "--comms", o.comms, &parse_backend, "Communicator backends, comma list");
   add_names_option(sweep, "--modes,--mode", o.modes, &parse_mode, std::string("Modes, comma list: ") + mode_help());
   add_names_option(sweep, "--transports,--transport", o.transports, &parse_transport,
@@ -458,10 +471,11 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   sweep.add_option("--num-workers", o.num_workers, "DataLoader num_workers values, comma list")
       ->delimiter(',')
       ->capture_default_str();
-  sweep.add_option("--repetitions", o.repetitions, "Runs of every point (for noise estimates)")
-      ->capture_default_str();
-  sweep.add_option("--nodes", o.nodes, "Emulated cluster: node counts, comma list (each point is a `dpbench run "
-                                       "--nodes N --link L`; see run --help)")
+  sweep.add_option("--repetitions", o.repetitions, "Runs of every point (for noise estimates)")->capture_default_str();
+  sweep
+      .add_option("--nodes", o.nodes,
+                  "Emulated cluster: node counts, comma list (each point is a `dpbench run "
+                  "--nodes N --link L`; see run --help)")
       ->delimiter(',')
       ->group("Emulated cluster");
   sweep.add_option("--links", o.links, "Emulated cluster: link rates, comma list (100mbit,1gbit,10gbit)")
@@ -471,9 +485,10 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
       ->delimiter(',')
       ->capture_default_str()
       ->group("Emulated cluster");
-  sweep.add_option("--launcher", o.launcher,
-                   "Emulated cluster: how each point's ranks start (run --launcher): env, tcp, file, torchrun or srun "
-                   "(gloo), mpirun (MPI)")
+  sweep
+      .add_option("--launcher", o.launcher,
+                  "Emulated cluster: how each point's ranks start (run --launcher): env, tcp, file, torchrun or srun "
+                  "(gloo), mpirun (MPI)")
       ->capture_default_str()
       ->group("Emulated cluster");
   add_shared_options(sweep, o.base, o.device, o.data, o.timeout_s, o.out, o.quiet);
@@ -483,28 +498,33 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
 // The variants of a mode a sweep runs as axes (one job per value on an emulated cluster):
 // allreduce's hooks, the node hierarchy, sharded_ps's staleness bound; and a straggler's link.
 void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o) {
-  sweep.add_option("--comm-hooks", o.comm_hooks,
-                   "allreduce: DDP communication hooks to sweep, comma list (allreduce, fp16, bf16, powersgd:R); "
-                   "each hook but allreduce runs the allreduce mode alone, the other modes run with allreduce")
+  sweep
+      .add_option("--comm-hooks", o.comm_hooks,
+                  "allreduce: DDP communication hooks to sweep, comma list (allreduce, fp16, bf16, powersgd:R); "
+                  "each hook but allreduce runs the allreduce mode alone, the other modes run with allreduce")
       ->delimiter(',')
       ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
       ->excludes("--comm-hook");
-  sweep.add_option("--hierarchies", o.hierarchies,
-                   "Node hierarchies to sweep, comma list (none, node; see --hierarchy): one job per value at every "
-                   "point, each mode in turn")
+  sweep
+      .add_option("--hierarchies", o.hierarchies,
+                  "Node hierarchies to sweep, comma list (none, node; see --hierarchy): one job per value at every "
+                  "point, each mode in turn")
       ->delimiter(',')
       ->check(CLI::IsMember({"none", "node"}))
       ->excludes("--hierarchy");
-  sweep.add_option("--stalenesses", o.stalenesses,
-                   "sharded_ps: staleness bounds to sweep, comma list (see --staleness): one job per value at every "
-                   "point; 0 runs every mode, a bound above 0 sharded_ps alone (not under a --comm-hooks hook or --hierarchies "
-                   "node)")
+  sweep
+      .add_option(
+          "--stalenesses", o.stalenesses,
+          "sharded_ps: staleness bounds to sweep, comma list (see --staleness): one job per value at every "
+          "point; 0 runs every mode, a bound above 0 sharded_ps alone (not under a --comm-hooks hook or --hierarchies "
+          "node)")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber)
       ->excludes("--staleness");
-  sweep.add_option("--link-of", o.link_of,
-                   "Emulated cluster: one node's own rate in every job, NODE=RATE (run --link-of; e.g. 2=100mbit for a "
-                   "straggler); repeatable")
+  sweep
+      .add_option("--link-of", o.link_of,
+                  "Emulated cluster: one node's own rate in every job, NODE=RATE (run --link-of; e.g. 2=100mbit for a "
+                  "straggler); repeatable")
       ->group("Emulated cluster");
 }
 
@@ -541,8 +561,8 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
   }
   if (sweep.count("--num-workers") == 0) o.num_workers = {0};
   o.shared_args = shared_arguments(sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes",
-                                           "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "launcher", "out",
-                                           "quiet", "comm-hooks", "hierarchies", "stalenesses", "link-of"});
+                                           "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "launcher",
+                                           "out", "quiet", "comm-hooks", "hierarchies", "stalenesses", "link-of"});
   return network_sweep_command(o);
 }
 
@@ -566,8 +586,7 @@ std::filesystem::path tool_path(const std::string& relative) {
   const std::filesystem::path root = home != nullptr ? home : DPBENCH_SOURCE_DIR;
   const auto path = root / relative;
   if (!std::filesystem::exists(path)) {
-    throw InputError(fmt::format("{}: not found (set DPBENCH_HOME to the dpbench source tree)",
-                                 path.string()));
+    throw InputError(fmt::format("{}: not found (set DPBENCH_HOME to the dpbench source tree)", path.string()));
   }
   return path;
 }
@@ -600,9 +619,9 @@ namespace {
 
 // `report` and `compare`: Python scripts whose arguments are passed on as given.
 std::pair<CLI::App*, CLI::App*> add_python_commands(CLI::App& app) {
-  CLI::App* report = app.add_subcommand(
-      "report", "Result JSON to report.md and a self-contained report.html with plots "
-                "(plots/report.py; arguments are passed on, see --help there)");
+  CLI::App* report = app.add_subcommand("report",
+                                        "Result JSON to report.md and a self-contained report.html with plots "
+                                        "(plots/report.py; arguments are passed on, see --help there)");
   report->allow_extras()->prefix_command();
   CLI::App* compare = app.add_subcommand(
       "compare", "BASE.json NEW.json: the CI regression gate (results/compare.py): deterministic "
@@ -664,13 +683,32 @@ int with_exit_codes(Command&& command) {
   }
 }
 
+// Parses the command line into `app`'s options; the exit code when the command ends there (help:
+// 0; a parse error or a name core/names.cpp does not know: 2, one line), nullopt to go on.
+std::optional<int> parse_command_line(CLI::App& app, std::vector<std::string> args) {
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments back to front
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "dpbench: {}\n", e.what());
+    return 2;
+  } catch (const InputError& e) {
+    fmt::print(stderr, "dpbench: error: {}\n", e.what());
+    return 2;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int dpbench_main(int argc, char** argv) {
-  CLI::App app{
-      "dpbench: what does a DataParallel parameter server cost against ring all-reduce, and why?\n"
-      "Without a subcommand, runs `dpbench run` with its defaults (the MLP on Fashion-MNIST, 4 "
-      "CPU ranks, every strategy side by side: ps, sharded_ps, allreduce)."};
+  CLI::App app{"dpbench: what does a DataParallel parameter server cost against ring all-reduce, and why?\n"
+               "Without a subcommand, runs `dpbench run` with its defaults (the MLP on Fashion-MNIST, 4 "
+               "CPU ranks, every strategy side by side: ps, sharded_ps, allreduce)."};
   app.name("dpbench");
   app.require_subcommand(0, 1);
 
@@ -681,17 +719,17 @@ int dpbench_main(int argc, char** argv) {
   add_run_options(*run, run_options);
 
   SweepOptions sweep_options;
-  CLI::App* sweep = app.add_subcommand(
-      "sweep", "A grid over modes, transports, world sizes, batch sizes and num_workers "
-               "(defaults: 60 steps per point); one result JSON with every point");
+  CLI::App* sweep = app.add_subcommand("sweep",
+                                       "A grid over modes, transports, world sizes, batch sizes and num_workers "
+                                       "(defaults: 60 steps per point); one result JSON with every point");
   add_sweep_options(*sweep, sweep_options);
 
   const std::pair<CLI::App*, CLI::App*> python = add_python_commands(app);  // report, compare
 
   ProjectOptions project_options;
-  CLI::App* project = app.add_subcommand(
-      "project", "The alpha-beta (Hockney) model: project step time, speedup and scaling "
-                 "efficiency of each mode to 1024 ranks from a measured result file");
+  CLI::App* project = app.add_subcommand("project",
+                                         "The alpha-beta (Hockney) model: project step time, speedup and scaling "
+                                         "efficiency of each mode to 1024 ranks from a measured result file");
   add_project_options(*project, project_options);
 
   MemoryOptions memory_options;
@@ -702,21 +740,7 @@ int dpbench_main(int argc, char** argv) {
 
   std::vector<std::string> args = main_arguments(argc, argv);
   run_options.args = args;  // as given: an emulated cluster's ranks start with them (parse consumes args)
-  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments back to front
-
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "dpbench: {}\n", e.what());
-    return 2;
-  } catch (const InputError& e) {  // a name core/names.cpp does not know, as the option was read
-    fmt::print(stderr, "dpbench: error: {}\n", e.what());
-    return 2;
-  }
+  if (const std::optional<int> code = parse_command_line(app, std::move(args))) return *code;
 
   return with_exit_codes([&] {
     finish_run_options(*run, run_options);

@@ -13,7 +13,6 @@
 #include "core/mpi_comm.hpp"
 #include "workloads/cpu_kernels.hpp"
 
-
 namespace dpbench {
 
 namespace {
@@ -58,8 +57,8 @@ nlohmann::json collect_env() {
   env["cuda"] = cj;
   env["gpus"] = nlohmann::json::array();
   for (const auto& g : cuda.gpus) {
-    env["gpus"].push_back({{"index", g.index}, {"name", g.name},
-                           {"memory_bytes", g.total_memory_bytes}, {"pci_bus_id", g.pci_bus_id}});
+    env["gpus"].push_back(
+        {{"index", g.index}, {"name", g.name}, {"memory_bytes", g.total_memory_bytes}, {"pci_bus_id", g.pci_bus_id}});
   }
   env["nccl_version"] = cuda.nccl_version_code > 0 ? nlohmann::json(cuda.nccl_version_code) : nlohmann::json(nullptr);
   // The library this binary was built with (MPI_Get_library_version may run before MPI_Init).

@@ -28,8 +28,7 @@ namespace {
 // provide disjoint train and test splits drawn from the same classes.
 class DatasetRange final : public Dataset {
  public:
-  DatasetRange(std::shared_ptr<const Dataset> base, std::int64_t offset, std::int64_t count,
-               std::string name)
+  DatasetRange(std::shared_ptr<const Dataset> base, std::int64_t offset, std::int64_t count, std::string name)
       : base_(std::move(base)), offset_(offset), count_(count), name_(std::move(name)) {}
   std::int64_t size() const override { return count_; }
   SampleShape shape() const override { return base_->shape(); }
@@ -58,10 +57,10 @@ LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
       throw InputError(fmt::format("--synthetic-samples {}: must be at least 1", o.synthetic_samples));
     }
     const std::int64_t test_n = std::max<std::int64_t>(1, o.synthetic_samples / 6);
-    std::shared_ptr<const Dataset> all =
-        make_synthetic_dataset(shape, o.classes, o.synthetic_samples + test_n, seed + 1000003);
-    const std::string name = fmt::format("synthetic {}x{}x{}, {} classes", shape.channels,
-                                         shape.height, shape.width, o.classes);
+    std::shared_ptr<const Dataset> all = make_synthetic_dataset(shape, o.classes, o.synthetic_samples + test_n,
+                                                                seed + 1000003);
+    const std::string name = fmt::format("synthetic {}x{}x{}, {} classes", shape.channels, shape.height, shape.width,
+                                         o.classes);
     return {std::make_shared<DatasetRange>(all, 0, o.synthetic_samples, name + "/train"),
             std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test")};
   }
@@ -97,14 +96,15 @@ void check_point(const TrainConfig& config, const Dataset& train) {
   make_model(config, train.shape(), static_cast<std::size_t>(train.num_classes()));  // a shape it cannot take
   const long steps = total_steps(config, train);
   if (config.warmup_steps >= steps) {
-    throw InputError(fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps",
-                                 config.warmup_steps, steps));
+    throw InputError(
+        fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps", config.warmup_steps, steps));
   }
 }
 
 int ranks_on_this_node(const TrainConfig& config) {
   if (config.comm == Backend::mpi && MpiRuntime::active()) return MpiRuntime::local_size();
-  if (config.comm == Backend::gloo && config.process.ranks_on_this_node > 0) return config.process.ranks_on_this_node;  // LOCAL_WORLD_SIZE
+  if (config.comm == Backend::gloo && config.process.ranks_on_this_node > 0)
+    return config.process.ranks_on_this_node;  // LOCAL_WORLD_SIZE
   return config.world_size;
 }
 
@@ -120,8 +120,9 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
   const auto idle = std::count_if(r.ranks.begin(), r.ranks.end(),
                                   [](const RankResult& k) { return k.local_batch == 0 && !k.steps.empty(); });
   if (idle > 0) {
-    r.warnings.push_back(fmt::format("{}: {} of {} ranks get no samples of a global batch of {} (they only communicate)",
-                                     strategy.label(config), idle, config.world_size, config.global_batch));
+    r.warnings.push_back(
+        fmt::format("{}: {} of {} ranks get no samples of a global batch of {} (they only communicate)",
+                    strategy.label(config), idle, config.world_size, config.global_batch));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
   if (!config.checkpoint.dir.empty()) {
@@ -130,28 +131,31 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
     r.elastic_restart = restart_cost(config.checkpoint.dir, r.resumed_from_step, attempt);
   }
   if (powersgd_rank(config.comm_hook) > 0 && config.start_powersgd_iter > config.warmup_steps) {
-    r.warnings.push_back(fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "
-                                     "uncompressed, so per-step times and bytes mix both",
-                                     config.start_powersgd_iter, config.warmup_steps));
+    r.warnings.push_back(
+        fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "
+                    "uncompressed, so per-step times and bytes mix both",
+                    config.start_powersgd_iter, config.warmup_steps));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
   if (r.resumed_from_step >= r.steps_total) {
-    r.warnings.push_back(fmt::format("--resume: the checkpoint of step {} is the end of this {}-step run: nothing was trained",
-                                     r.resumed_from_step, r.steps_total));
+    r.warnings.push_back(
+        fmt::format("--resume: the checkpoint of step {} is the end of this {}-step run: nothing was trained",
+                    r.resumed_from_step, r.steps_total));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
   if (config.device != DeviceKind::cpu) {
-    const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(), [](const RankResult& k) { return k.device.virtual_rank; });
+    const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(),
+                                    [](const RankResult& k) { return k.device.virtual_rank; });
     if (shared) {
-      r.warnings.push_back(fmt::format(
-          "virtual ranks: {} ranks share {} GPU(s) on this node; results check correctness, and step times "
-          "include the ranks contending for one device", config.world_size, probe_cuda().gpus.size()));
+      r.warnings.push_back(
+          fmt::format("virtual ranks: {} ranks share {} GPU(s) on this node; results check correctness, and step times "
+                      "include the ranks contending for one device",
+                      config.world_size, probe_cuda().gpus.size()));
       fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
     }
   } else if (local > cores) {
     r.warnings.push_back(fmt::format(
-        "{} ranks share {} CPU cores: ranks are time-sliced, so step times include waiting for a core",
-        local, cores));
+        "{} ranks share {} CPU cores: ranks are time-sliced, so step times include waiting for a core", local, cores));
   }
   return r;
 }

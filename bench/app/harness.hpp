@@ -21,7 +21,7 @@ struct DataOptions {
   std::string input_shape = "1x28x28";  // synthetic only
   int classes = 10;                     // synthetic only
   long synthetic_samples = 60000;       // synthetic only (train; test is 1/6 of it)
-  int pin_memory = -1;  // --pin-memory 1 / --no-pin-memory 0; -1: on when training on CUDA
+  int pin_memory = -1;                  // --pin-memory 1 / --no-pin-memory 0; -1: on when training on CUDA
 };
 
 struct LoadedData {

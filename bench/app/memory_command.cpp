@@ -133,15 +133,18 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
   app.add_option("--params", o.params, "A model described by its size: parameter count (e.g. 335e6)");
   app.add_option("--activation-bytes-per-sample", o.activation_bytes_per_sample,
                  "With --params: activation bytes one sample keeps for backward (fp32)");
-  app.add_option("--input-bytes-per-sample", o.input_bytes_per_sample, "With --params: a sample's input bytes and label")
+  app.add_option("--input-bytes-per-sample", o.input_bytes_per_sample,
+                 "With --params: a sample's input bytes and label")
       ->capture_default_str();
-  app.add_option("--output-bytes-per-sample", o.output_bytes_per_sample, "With --params: a sample's output (logit) bytes")
+  app.add_option("--output-bytes-per-sample", o.output_bytes_per_sample,
+                 "With --params: a sample's output (logit) bytes")
       ->capture_default_str();
   app.add_option("--precision", o.precision,
                  "fp32 (as dpbench trains) or mixed (a projection: fp16 weights, gradients and activations, "
                  "fp32 master weights with the optimizer state)")
       ->capture_default_str();
-  app.add_option("--capacity-gb", o.capacity_gb, "With --params: the largest parameter count each mode fits in this many GB");
+  app.add_option("--capacity-gb", o.capacity_gb,
+                 "With --params: the largest parameter count each mode fits in this many GB");
   app.add_option("--out,-o", o.out, "Write the dpbench-memory JSON here");
 }
 
@@ -158,8 +161,8 @@ nlohmann::json memory_document(const MemoryOptions& o) {
         rows.push_back(row);
       }
       if (o.capacity_gb > 0) {
-        fits.push_back({{"mode", mode}, {"world_size", p},
-                        {"largest_params", largest_fitting(o, mode, p, o.capacity_gb * 1e9)}});
+        fits.push_back(
+            {{"mode", mode}, {"world_size", p}, {"largest_params", largest_fitting(o, mode, p, o.capacity_gb * 1e9)}});
       }
     }
   }
@@ -169,9 +172,11 @@ nlohmann::json memory_document(const MemoryOptions& o) {
                                                   {"input_bytes_per_sample", o.input_bytes_per_sample},
                                                   {"output_bytes_per_sample", o.output_bytes_per_sample}}
                                  : nlohmann::json{{"workload", o.base.workload}, {"hidden", o.base.hidden}}},
-          {"global_batch", o.base.global_batch}, {"optimizer", o.base.optimizer},
+          {"global_batch", o.base.global_batch},
+          {"optimizer", o.base.optimizer},
           {"precision", o.precision == "mixed" ? "mixed (projection)" : "fp32"},
-          {"rows", rows}, {"largest_fitting", fits}};
+          {"rows", rows},
+          {"largest_fitting", fits}};
 }
 
 int memory_command(const MemoryOptions& o) {

@@ -18,15 +18,15 @@
 namespace dpbench {
 
 struct MemoryOptions {
-  TrainConfig base;                    // workload, widths, batch, optimizer, transport, servers
+  TrainConfig base;  // workload, widths, batch, optimizer, transport, servers
   std::vector<int> ranks = {1, 2, 4, 8};
-  std::vector<Mode> modes;             // default: every registered strategy
-  double params = 0;                   // > 0: a model described by its size
+  std::vector<Mode> modes;  // default: every registered strategy
+  double params = 0;        // > 0: a model described by its size
   double activation_bytes_per_sample = 0;
   double input_bytes_per_sample = 784 * 4;
   double output_bytes_per_sample = 10 * 4;
-  std::string precision = "fp32";      // or "mixed" (a projection)
-  double capacity_gb = 0;              // > 0: the largest parameter count each mode fits
+  std::string precision = "fp32";  // or "mixed" (a projection)
+  double capacity_gb = 0;          // > 0: the largest parameter count each mode fits
   std::string out;
 };
 

@@ -39,8 +39,8 @@ CLI::Option* add_names_option(CLI::App& app, const std::string& flags, std::vect
       .add_option_function<std::vector<std::string>>(
           flags,
           [&out, parse, option](const std::vector<std::string>& texts) {
-            out.clear();
-            for (const auto& text : texts) out.push_back(parse(text, option));
+    out.clear();
+    for (const auto& text : texts) out.push_back(parse(text, option));
           },
           help)
       ->delimiter(',')

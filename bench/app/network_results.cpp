@@ -25,7 +25,8 @@ namespace {
 LinkModel probed_link(const nlohmann::json& network) {
   double rate = 0, rtt = 0;
   for (const auto& l : network.at("links")) {
-    const double slow = std::min(l.at("probed_up_bytes_per_s").get<double>(), l.at("probed_down_bytes_per_s").get<double>());
+    const double slow = std::min(l.at("probed_up_bytes_per_s").get<double>(),
+                                 l.at("probed_down_bytes_per_s").get<double>());
     rate = rate == 0 ? slow : std::min(rate, slow);
     rtt = std::max(rtt, l.at("rtt_s").get<double>());
   }
@@ -52,7 +53,9 @@ nlohmann::json node_bytes(const RunResult& r, int nodes, int per_node,
                           const std::vector<std::pair<double, double>>& crossing,
                           const std::vector<std::pair<double, double>>& messages) {
   nlohmann::json out = nlohmann::json::array();
-  auto ratio = [](double wire, double counted) { return counted > 0 ? nlohmann::json(wire / counted) : nlohmann::json(); };
+  auto ratio = [](double wire, double counted) {
+    return counted > 0 ? nlohmann::json(wire / counted) : nlohmann::json();
+  };
   for (int n = 0; n < nodes; ++n) {
     const RankResult* first = nullptr;
     double sent = 0, received = 0;
@@ -115,10 +118,9 @@ nlohmann::json per_rank(const RunResult& r, int per_node) {
         {{"rank", rank.rank},
          {"node", node_of(rank, per_node)},
          {"step_s", median_of(rank.steps, [](const StepRecord& st) { return st.step_time; })},
-         {"compute_s", median_of(rank.steps,
-                                 [](const StepRecord& st) {
-                                   return st.phases.forward + st.phases.backward + st.phases.optimizer;
-                                 })},
+         {"compute_s",
+          median_of(rank.steps,
+                    [](const StepRecord& st) { return st.phases.forward + st.phases.backward + st.phases.optimizer; })},
          {"comm_s", median_of(rank.steps, [](const StepRecord& st) { return st.phases.comm; })},
          {"comm_exposed_s", median_of(rank.steps, [](const StepRecord& st) { return st.phases.comm_exposed; })}});
   }
@@ -157,9 +159,14 @@ std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& pl
     pf.intra_bytes_per_s = probe.bytes_per_s;
     pf.intra_latency_s = probe.latency_s / 2.0;  // a route inside a node crosses two ranks' links
     return {pf,
-            {{"bytes_per_s", probe.bytes_per_s}, {"latency_s", probe.latency_s}, {"floats", probe.floats}, {"seconds", probe.seconds},
-             {"repetitions", probe.repetitions}, {"source", "probed: local ranks 0 and 1 of every node sent each "
-                                                            "other one float, then the floats, in turn with the run's communicator; rank 0's median round trips"}}};
+            {{"bytes_per_s", probe.bytes_per_s},
+             {"latency_s", probe.latency_s},
+             {"floats", probe.floats},
+             {"seconds", probe.seconds},
+             {"repetitions", probe.repetitions},
+             {"source",
+              "probed: local ranks 0 and 1 of every node sent each "
+              "other one float, then the floats, in turn with the run's communicator; rank 0's median round trips"}}};
   }
   return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
 }
@@ -223,10 +230,14 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
     collectives.run(probe.kind, probe.floats);
     const EfficiencyFit fit = fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
     c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = fit.efficiency;
-    per.push_back({{"collective", collective_name(probe.kind)}, {"floats", probe.floats},
-                   {"measured_s", probe.seconds}, {"measured_end_s", probe.end_s},
-                   {"simulated_end_at_link_s", fit.at_link_s}, {"efficiency", fit.efficiency},
-                   {"simulated_end_s", fit.fitted_s}, {"simulations", fit.simulations}});
+    per.push_back({{"collective", collective_name(probe.kind)},
+                   {"floats", probe.floats},
+                   {"measured_s", probe.seconds},
+                   {"measured_end_s", probe.end_s},
+                   {"simulated_end_at_link_s", fit.at_link_s},
+                   {"efficiency", fit.efficiency},
+                   {"simulated_end_s", fit.fitted_s},
+                   {"simulations", fit.simulations}});
   }
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},
@@ -245,8 +256,8 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
 // collective's messages between nodes at its probed share of the link) when the run has a probe:
 // the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
 // same with every engine taken to move bytes at the link's rate.
-nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const std::optional<StepSchedule>& schedule,
-                            Backend engine, double measured) {
+nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
+                            const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
   if (r.config.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
   if (!simulation_available()) {
@@ -338,7 +349,8 @@ namespace {
 // under a 16-bit hook; PowerSGD's uncompressed tensors, Ps and Qs under powersgd:R).
 StepModel wire_step_model(const RunResult& r) {
   StepModel m;
-  m.param_bytes = static_cast<double>(r.num_params) * (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
+  m.param_bytes = static_cast<double>(r.num_params) *
+                  (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
   if (const int rank = powersgd_rank(r.config.comm_hook); rank > 0) {
     const auto model = make_model(r.config, r.sample_shape, r.num_classes);
     double floats = 0;
@@ -367,6 +379,27 @@ StepMeans step_means(const RunResult& r) {
 }
 }  // namespace
 
+namespace {
+
+// The alpha-beta projection of a run's step: its measured compute, plus `comm_model` seconds of
+// communication of which the strategy's overlapped `share` is exposed as measured.
+nlohmann::json alpha_beta_projection(const StepMeans& means, double share, double comm_model) {
+  const double measured = means.step_s, compute = means.compute_s, comm = means.comm_s;
+  const double exposed_fraction = comm > 0 ? (measured - compute) / comm : 1.0;
+  const double projected = compute + comm_model * (1.0 - share * (1.0 - exposed_fraction));
+  return {{"measured_step_s", measured},
+          {"projected_step_s", projected},
+          {"error", (projected - measured) / measured},
+          {"compute_s", compute},
+          {"comm_model_s", comm_model},
+          {"exposed_fraction", exposed_fraction},
+          {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
+                     "communication: the strategy's alpha-beta terms on the probed link, its overlapped "
+                     "share exposed as measured"}};
+}
+
+}  // namespace
+
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
   const LinkModel probed = probed_link(network);
   const SimPlatform platform = probed_platform(network);
@@ -392,36 +425,31 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const std::optional<StepSchedule> schedule = run_schedule(r, engine);
     std::vector<int> placement;
     for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));
-    const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes) : std::vector<std::pair<double, double>>{};
-    const auto messages = schedule ? schedule->node_link_messages(placement, nodes) : std::vector<std::pair<double, double>>{};
+    const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes)
+                                   : std::vector<std::pair<double, double>>{};
+    const auto messages = schedule ? schedule->node_link_messages(placement, nodes)
+                                   : std::vector<std::pair<double, double>>{};
     // Per link when the schedule says what crosses each; else the alpha-beta terms at alpha = 0.
-    const double bound = schedule     ? link_bound_s(platform, crossing)
+    const double bound = schedule      ? link_bound_s(platform, crossing)
                          : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
                                        : 0.0;
-    const double measured = means.step_s, compute = means.compute_s, comm = means.comm_s;
-
-    const double exposed_fraction = comm > 0 ? (measured - compute) / comm : 1.0;
-    const double share = projected_mode(s, r.config).overlapped_share;
-    const double projected = compute + comm_model * (1.0 - share * (1.0 - exposed_fraction));
-    runs_json[i]["network"] = {
-        {"link", {{"bytes_per_s", 1.0 / link.beta_s_per_byte}, {"alpha_s", link.alpha_s}, {"source", link.source},
-                  {"collectives", link.collectives}}},
-        {"projection",
-         {{"measured_step_s", measured},
-          {"projected_step_s", projected},
-          {"error", (projected - measured) / measured},
-          {"compute_s", compute},
-          {"comm_model_s", comm_model},
-          {"exposed_fraction", exposed_fraction},
-          {"method", "compute: rank 0's mean step time less its exposed communication, as measured; "
-                     "communication: the strategy's alpha-beta terms on the probed link, its overlapped "
-                     "share exposed as measured"}}},
-        {"simulation", simulate_run_on_its_platform(platform, r, schedule, engine, measured)},
-        {"bandwidth_bound", {{"comm_s", comm}, {"bound_s", bound}, {"fraction", comm > 0 ? bound / comm : 0.0},
-                             {"per_link", schedule.has_value()}}},
-        {"nodes", node_bytes(r, nodes, per_node, crossing, messages)},
-        {"per_rank", per_rank(r, per_node)},
-        {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
+    const double measured = means.step_s, comm = means.comm_s;
+    runs_json[i]["network"] = {{"link",
+                                {{"bytes_per_s", 1.0 / link.beta_s_per_byte},
+                                 {"alpha_s", link.alpha_s},
+                                 {"source", link.source},
+                                 {"collectives", link.collectives}}},
+                               {"projection",
+                                alpha_beta_projection(means, projected_mode(s, r.config).overlapped_share, comm_model)},
+                               {"simulation", simulate_run_on_its_platform(platform, r, schedule, engine, measured)},
+                               {"bandwidth_bound",
+                                {{"comm_s", comm},
+                                 {"bound_s", bound},
+                                 {"fraction", comm > 0 ? bound / comm : 0.0},
+                                 {"per_link", schedule.has_value()}}},
+                               {"nodes", node_bytes(r, nodes, per_node, crossing, messages)},
+                               {"per_rank", per_rank(r, per_node)},
+                               {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
   }
 }
 
@@ -478,7 +506,8 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   for (int rank = 0; rank < static_cast<int>(runs.front().ranks.size()); ++rank) {
     row(fmt::format("rank {} compute / comm (ms, p50)", rank), [rank](const nlohmann::json& n) {
       const auto& pr = n.at("per_rank").at(static_cast<std::size_t>(rank));
-      return fmt::format("{:.1f} / {:.1f}", 1e3 * pr.at("compute_s").get<double>(), 1e3 * pr.at("comm_s").get<double>());
+      return fmt::format("{:.1f} / {:.1f}", 1e3 * pr.at("compute_s").get<double>(),
+                         1e3 * pr.at("comm_s").get<double>());
     });
   }
 }

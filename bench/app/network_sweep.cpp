@@ -85,7 +85,9 @@ std::vector<Mode> point_modes(const SweepOptions& o, const Point& p) {
 // repetitions run in a row; with --comm-hooks and --hierarchies, one job per hook and hierarchy at
 // every point.
 std::vector<Point> grid(const SweepOptions& o) {
-  const auto or_unset = [](const std::vector<std::string>& axis) { return axis.empty() ? std::vector<std::string>{""} : axis; };
+  const auto or_unset = [](const std::vector<std::string>& axis) {
+    return axis.empty() ? std::vector<std::string>{""} : axis;
+  };
   const std::vector<std::string> hooks = or_unset(o.comm_hooks), hierarchies = or_unset(o.hierarchies);
   const std::vector<int> stalenesses = o.stalenesses.empty() ? std::vector<int>{-1} : o.stalenesses;
   std::vector<Point> points;
@@ -120,12 +122,27 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
   if (!p.hierarchy.empty()) args.insert(args.end(), {"--hierarchy", p.hierarchy});
   if (p.staleness >= 0) args.insert(args.end(), {"--staleness", std::to_string(p.staleness)});
   for (const auto& l : o.link_of) args.insert(args.end(), {"--link-of", l});
-  for (const auto& a : std::vector<std::string>{
-           "--workload", p.workload, "--mode", fmt::format("{}", fmt::join(modes, ",")),
-           "--batch-size", std::to_string(p.batch), "--num-workers", std::to_string(p.workers), "--nodes",
-           std::to_string(p.nodes), "--link", p.link, "--ranks-per-node", std::to_string(p.per_node), "--launcher",
-           std::string(name(o.cluster_launcher)),
-           "--repetitions", "1", "-q", "--out", out}) {
+  for (const auto& a : std::vector<std::string>{"--workload",
+                                                p.workload,
+                                                "--mode",
+                                                fmt::format("{}", fmt::join(modes, ",")),
+                                                "--batch-size",
+                                                std::to_string(p.batch),
+                                                "--num-workers",
+                                                std::to_string(p.workers),
+                                                "--nodes",
+                                                std::to_string(p.nodes),
+                                                "--link",
+                                                p.link,
+                                                "--ranks-per-node",
+                                                std::to_string(p.per_node),
+                                                "--launcher",
+                                                std::string(name(o.cluster_launcher)),
+                                                "--repetitions",
+                                                "1",
+                                                "-q",
+                                                "--out",
+                                                out}) {
     args.push_back(a);
   }
   return args;
@@ -146,9 +163,15 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     config.world_size = p.nodes * p.per_node;
     config.global_batch = p.batch;
     config.loader.num_workers = p.workers;
-    runs.push_back({{"status", "failed"}, {"mode", mode}, {"strategy", strategy_to_json(config)},
-                    {"world_size", config.world_size}, {"global_batch", p.batch}, {"config", config_to_json(config)},
-                    {"repetition", p.rep}, {"cluster", cluster_block}, {"error", error}});
+    runs.push_back({{"status", "failed"},
+                    {"mode", mode},
+                    {"strategy", strategy_to_json(config)},
+                    {"world_size", config.world_size},
+                    {"global_batch", p.batch},
+                    {"config", config_to_json(config)},
+                    {"repetition", p.rep},
+                    {"cluster", cluster_block},
+                    {"error", error}});
   }
 }
 
@@ -190,10 +213,16 @@ nlohmann::json sweep_config(const SweepOptions& o, nlohmann::json config) {
   for (const int n : o.nodes) {
     for (const int k : o.ranks_per_node) world_sizes.push_back(n * k);
   }
-  config["sweep"] = {{"workloads", o.workloads}, {"modes", o.modes}, {"transports", o.transports},
-                     {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
-                     {"repetitions", o.repetitions}, {"nodes", o.nodes}, {"links", o.links},
-                     {"ranks", world_sizes}, {"comms", {cluster_backend(o.cluster_launcher)}},
+  config["sweep"] = {{"workloads", o.workloads},
+                     {"modes", o.modes},
+                     {"transports", o.transports},
+                     {"batch_sizes", o.batch_sizes},
+                     {"num_workers", o.num_workers},
+                     {"repetitions", o.repetitions},
+                     {"nodes", o.nodes},
+                     {"links", o.links},
+                     {"ranks", world_sizes},
+                     {"comms", {cluster_backend(o.cluster_launcher)}},
                      {"ranks_per_node", o.ranks_per_node}};
   if (!o.comm_hooks.empty()) {
     config.erase("comm_hook");
@@ -227,9 +256,9 @@ int network_sweep_command(const SweepOptions& o) {
       fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={}{}{} rep={} | elapsed {:.0f} s\n",
                  ++index, points.size(), p.workload, p.nodes, p.per_node, p.link, p.batch, p.workers,
                  p.hierarchy.empty() ? "" : " hierarchy=" + p.hierarchy,
-                 (p.hook.empty() ? "" : " hook=" + p.hook) + (p.staleness < 0 ? "" : " staleness=" + std::to_string(p.staleness)),
-                 p.rep,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+                 (p.hook.empty() ? "" : " hook=" + p.hook) +
+                     (p.staleness < 0 ? "" : " staleness=" + std::to_string(p.staleness)),
+                 p.rep, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     const ChildRun child = run_child(run_args(o, p, point_out), point_err);
     const nlohmann::json cluster_block = {

@@ -81,7 +81,10 @@ LinkModel emulated_link(const nlohmann::json& run) {
 // gradient size (the fewest ranks measured), latency from its smallest size.
 std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double param_bytes,
                                                const std::vector<std::string>& families) {
-  struct Point { int ranks; double bytes, busbw, seconds; };
+  struct Point {
+    int ranks;
+    double bytes, busbw, seconds;
+  };
   for (const auto& family : families) {
     std::vector<Point> points;
     for (const auto& b : gb.value("benchmarks", nlohmann::json::array())) {
@@ -100,13 +103,16 @@ std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double 
       if (p.ranks >= 2 && p.bytes > 0 && p.busbw > 0) points.push_back(p);
     }
     if (points.empty()) continue;
-    const int ranks = std::min_element(points.begin(), points.end(),
-                                       [](const Point& a, const Point& b) { return a.ranks < b.ranks; })->ranks;
+    const int ranks = std::min_element(points.begin(), points.end(), [](const Point& a, const Point& b) {
+                        return a.ranks < b.ranks;
+                      })->ranks;
     const Point* nearest = nullptr;
     const Point* smallest = nullptr;
     for (const auto& p : points) {
       if (p.ranks != ranks) continue;
-      if (nearest == nullptr || std::abs(std::log(p.bytes / param_bytes)) < std::abs(std::log(nearest->bytes / param_bytes))) nearest = &p;
+      if (nearest == nullptr ||
+          std::abs(std::log(p.bytes / param_bytes)) < std::abs(std::log(nearest->bytes / param_bytes)))
+        nearest = &p;
       if (smallest == nullptr || p.bytes < smallest->bytes) smallest = &p;
     }
     LinkModel link;
@@ -115,8 +121,9 @@ std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double 
     link.alpha_s = smallest->seconds / (2.0 * (ranks - 1));
     link.collectives = family.find("Gloo") != std::string::npos ? CollectiveFamily::gloo : CollectiveFamily::ring;
     link.source = fmt::format("dpbench_collectives: {} busbw {:.2f} GB/s at {} ranks and {} bytes; latency "
-                              "from {} bytes", family, nearest->busbw, ranks,
-                              static_cast<long long>(nearest->bytes), static_cast<long long>(smallest->bytes));
+                              "from {} bytes",
+                              family, nearest->busbw, ranks, static_cast<long long>(nearest->bytes),
+                              static_cast<long long>(smallest->bytes));
     return link;
   }
   return std::nullopt;
@@ -144,7 +151,8 @@ std::optional<ProjectionLink> link_from_runs(const std::vector<const nlohmann::j
   const Backend comm = best->value("comm", Backend::local);
   LinkModel link{kind == "memory" ? "memory" : "measured", 0.0, 1.0 / (busbw * 1e9),
                  fmt::format("the result's own {} busbw {:.2f} GB/s at {} ranks over --comm {} ({}; alpha not "
-                             "measured: 0)", collective, busbw, best->at("world_size").get<int>(), name(comm), kind)};
+                             "measured: 0)",
+                             collective, busbw, best->at("world_size").get<int>(), name(comm), kind)};
   link.collectives = collective_family(comm);
   return ProjectionLink{link, kind};
 }
@@ -170,17 +178,18 @@ ProjectionLink choose_link(const ProjectOptions& o, const std::vector<const nloh
   if (o.link != "measured" && o.link != "memory") return {link_preset(o.link), "device"};
   const bool memory = o.link == "memory";
   if (collectives != nullptr) {
-    const std::vector<std::string> families =
-        memory ? std::vector<std::string>{"BM_AllReduce"}
-               : std::vector<std::string>{"BM_AllReduceGlooRing", "BM_AllReduceMpi"};
+    const std::vector<std::string> families = memory
+                                                  ? std::vector<std::string>{"BM_AllReduce"}
+                                                  : std::vector<std::string>{"BM_AllReduceGlooRing", "BM_AllReduceMpi"};
     if (auto link = link_from_collectives(*collectives, param_bytes, families)) {
       link->name = o.link;
       return {*link, memory ? "memory" : "inter-process"};
     }
     throw InputError(fmt::format(
         "{}: no {} results with busbw{}", o.collectives, memory ? "BM_AllReduce" : "inter-process all-reduce",
-        memory ? "" : " (BM_AllReduce alone is in-process memory copies: run dpbench_collectives under mpirun, "
-                      "or pass --link memory)"));
+        memory ? ""
+               : " (BM_AllReduce alone is in-process memory copies: run dpbench_collectives under mpirun, "
+                 "or pass --link memory)"));
   }
   if (memory) {
     if (auto link = link_from_runs(runs, "memory")) return *link;
@@ -269,8 +278,7 @@ struct Inputs {
   const nlohmann::json& calibration_run(double batch) const {
     auto score = [&](const nlohmann::json* r) {
       return std::abs(std::log(r->at("global_batch").get<double>() / batch)) * 100.0 +
-             (r->at("config").value("num_workers", 0) == 0 ? 0.0 : 1.0) +
-             (run_strategy(*r).has_root ? 0.5 : 0.0);
+             (r->at("config").value("num_workers", 0) == 0 ? 0.0 : 1.0) + (run_strategy(*r).has_root ? 0.5 : 0.0);
     };
     return **std::min_element(singles.begin(), singles.end(),
                               [&](const auto* a, const auto* b) { return score(a) < score(b); });
@@ -339,8 +347,11 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   }
   nlohmann::json modes = nlohmann::json::array();
   for (const auto& c : curves) {
-    modes.push_back({{"mode", c.mode.key}, {"strategy", c.strategy->mode}, {"label", c.label},
-                     {"transport", c.mode.transport}, {"reference", c.strategy->reference}});
+    modes.push_back({{"mode", c.mode.key},
+                     {"strategy", c.strategy->mode},
+                     {"label", c.label},
+                     {"transport", c.mode.transport},
+                     {"reference", c.strategy->reference}});
   }
   std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
@@ -353,10 +364,16 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
       const StepPrediction pred = predict_step(model, link, mode, p, b);
       const StepPrediction one = predict_step(model, link, mode, 1, scaling.rank_batch(1));
       const double speedup = (p * b / pred.step_s) / (scaling.rank_batch(1) / one.step_s);
-      points.push_back({{"world_size", p}, {"mode", mode}, {"step_time_s", pred.step_s},
-                        {"compute_s", pred.compute_s}, {"comm_s", pred.comm_s}, {"per_rank_batch", b},
-                        {"global_batch", p * b}, {"throughput_samples_per_s", p * b / pred.step_s},
-                        {"speedup", speedup}, {"efficiency", speedup / p}});
+      points.push_back({{"world_size", p},
+                        {"mode", mode},
+                        {"step_time_s", pred.step_s},
+                        {"compute_s", pred.compute_s},
+                        {"comm_s", pred.comm_s},
+                        {"per_rank_batch", b},
+                        {"global_batch", p * b},
+                        {"throughput_samples_per_s", p * b / pred.step_s},
+                        {"speedup", speedup},
+                        {"efficiency", speedup / p}});
       step[i] = pred.step_s;
     }
     if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, o.topology.what_if, points);
@@ -369,7 +386,8 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   nlohmann::json crossovers = nlohmann::json::array();
   for (std::size_t i = 0; i < curves.size(); ++i) {
     if (reference == nullptr || curves[i].strategy->reference) continue;
-    crossovers.push_back({{"mode", curves[i].mode.key}, {"reference", reference->mode.key},
+    crossovers.push_back({{"mode", curves[i].mode.key},
+                          {"reference", reference->mode.key},
                           {"world_size", crossing[i] ? nlohmann::json(*crossing[i]) : nlohmann::json()}});
   }
   doc["modes"] = modes;
@@ -387,8 +405,8 @@ std::string not_applicable_note(const nlohmann::json& run, const ProjectionLink&
   const int p = run.at("world_size").get<int>();
   const std::string kind = run_link_kind(run);
   if (kind != "emulated" && kind != link.kind) {
-    return fmt::format("measured over {} (--comm {}); the projection has no figure for that link, its link is {} ({})", kind,
-                       run.value("comm", std::string("local")), link.kind, link.model.name);
+    return fmt::format("measured over {} (--comm {}); the projection has no figure for that link, its link is {} ({})",
+                       kind, run.value("comm", std::string("local")), link.kind, link.model.name);
   }
   if (run.at("device").get<DeviceKind>() == DeviceKind::cpu && cores > 0 && p > cores) {
     return fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores);
@@ -415,10 +433,17 @@ nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const
   const std::string note = not_applicable_note(run, link, in.cores);
   const bool same_batch = scaling.weak ? std::abs(B / p - scaling.per_rank_batch) < 1e-9
                                        : std::abs(B - scaling.global_batch) < 1e-9;
-  nlohmann::json point = {{"world_size", p}, {"mode", run_projection(run).key}, {"global_batch", B},
-                          {"num_workers", workers}, {"link", kind == link.kind || kind == "emulated" ? own.name : kind},
-                          {"link_kind", kind}, {"step_time_s", actual}, {"predicted_step_time_s", nullptr},
-                          {"relative_error", nullptr}, {"model_applies", note.empty()}, {"note", note},
+  nlohmann::json point = {{"world_size", p},
+                          {"mode", run_projection(run).key},
+                          {"global_batch", B},
+                          {"num_workers", workers},
+                          {"link", kind == link.kind || kind == "emulated" ? own.name : kind},
+                          {"link_kind", kind},
+                          {"step_time_s", actual},
+                          {"predicted_step_time_s", nullptr},
+                          {"relative_error", nullptr},
+                          {"model_applies", note.empty()},
+                          {"note", note},
                           {"on_curve", on_link(run, link) && same_batch && workers == calibration_workers}};
   if (kind == "emulated" || kind == link.kind) {
     StepModel local = compute_model(in.calibration_run(B));
@@ -457,6 +482,57 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
   add_topology_options(app, o.topology);
 }
 
+namespace {
+
+// The projection file's "link", "calibration" and "scaling" blocks.
+void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const nlohmann::json& base,
+                     const StepModel& model, const Scaling& scaling, nlohmann::json& doc) {
+  doc["link"] = {{"name", link.model.name},
+                 {"kind", link.kind},
+                 {"alpha_s", link.model.alpha_s},
+                 {"beta_s_per_byte", link.model.beta_s_per_byte},
+                 {"collectives", link.model.collectives},
+                 {"bandwidth_GBps", 1e-9 / link.model.beta_s_per_byte},
+                 {"source", link.model.source}};
+  doc["calibration"] = {{"result_files", o.results},
+                        {"calibration_run",
+                         {{"mode", base.at("mode")},
+                          {"global_batch", base.at("global_batch")},
+                          {"num_workers", base.at("config").value("num_workers", 0)}}},
+                        {"per_sample_compute_s", model.per_sample_compute_s},
+                        {"optimizer_s", model.optimizer_s},
+                        {"param_bytes", model.param_bytes},
+                        {"sample_bytes", model.sample_bytes},
+                        {"logit_bytes", model.logit_bytes},
+                        {"exposed_fraction", model.exposed_fraction},
+                        {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
+                        {"scaling", scaling.text()}};
+  doc["scaling"] = {{"kind", scaling.weak ? "weak" : "strong"},
+                    {"global_batch", scaling.weak ? nlohmann::json() : nlohmann::json(scaling.global_batch)},
+                    {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
+                    {"text", scaling.text()}};
+}
+
+// With --simulate, the projection file's "topology" block; checks a --platform file first.
+void describe_topology(const ProjectOptions& o, const ProjectionLink& link, nlohmann::json& doc) {
+  const SimPlatform largest = topology_platform(o.topology, link.model, o.max_ranks);
+  check_platform_file(largest);
+  doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
+                     {"ranks_per_node", o.topology.ranks_per_node},
+                     {"nodes_per_leaf", o.topology.nodes_per_leaf},
+                     {"oversubscription", o.topology.oversubscription},
+                     {"preset", o.topology.preset.empty() ? nlohmann::json() : nlohmann::json(o.topology.preset)},
+                     {"preset_source", topology_preset_source(o.topology.preset)},
+                     {"what_if", o.topology.what_if},
+                     {"platform_file",
+                      o.topology.platform_file.empty() ? nlohmann::json() : nlohmann::json(o.topology.platform_file)},
+                     {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},
+                     {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
+                                 "optimizer (sharded_ps: 1/p of it on each server)"}};
+}
+
+}  // namespace
+
 nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
                        const nlohmann::json* collectives) {
   if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
@@ -474,39 +550,9 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   nlohmann::json doc;
   doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
   doc["created"] = utc_timestamp();
-  doc["link"] = {{"name", link.model.name}, {"kind", link.kind}, {"alpha_s", link.model.alpha_s},
-                 {"beta_s_per_byte", link.model.beta_s_per_byte}, {"collectives", link.model.collectives},
-                 {"bandwidth_GBps", 1e-9 / link.model.beta_s_per_byte}, {"source", link.model.source}};
+  describe_inputs(o, link, base, model, scaling, doc);
   const int calibration_workers = base.at("config").value("num_workers", 0);
-  doc["calibration"] = {{"result_files", o.results},
-                        {"calibration_run", {{"mode", base.at("mode")}, {"global_batch", base.at("global_batch")},
-                                             {"num_workers", calibration_workers}}},
-                        {"per_sample_compute_s", model.per_sample_compute_s},
-                        {"optimizer_s", model.optimizer_s}, {"param_bytes", model.param_bytes},
-                        {"sample_bytes", model.sample_bytes}, {"logit_bytes", model.logit_bytes},
-                        {"exposed_fraction", model.exposed_fraction},
-                        {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
-                        {"scaling", scaling.text()}};
-  doc["scaling"] = {{"kind", scaling.weak ? "weak" : "strong"},
-                    {"global_batch", scaling.weak ? nlohmann::json() : nlohmann::json(scaling.global_batch)},
-                    {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
-                    {"text", scaling.text()}};
-  if (o.topology.simulate) {
-    const SimPlatform largest = topology_platform(o.topology, link.model, o.max_ranks);
-    check_platform_file(largest);
-    doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
-                       {"ranks_per_node", o.topology.ranks_per_node},
-                       {"nodes_per_leaf", o.topology.nodes_per_leaf},
-                       {"oversubscription", o.topology.oversubscription},
-                       {"preset", o.topology.preset.empty() ? nlohmann::json() : nlohmann::json(o.topology.preset)},
-                       {"preset_source", topology_preset_source(o.topology.preset)},
-                       {"what_if", o.topology.what_if},
-                       {"platform_file", o.topology.platform_file.empty() ? nlohmann::json()
-                                                                          : nlohmann::json(o.topology.platform_file)},
-                       {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},
-                       {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
-                                   "optimizer (sharded_ps: 1/p of it on each server)"}};
-  }
+  if (o.topology.simulate) describe_topology(o, link, doc);
   project_curves(o, model, link.model, scaling, doc);
   doc["measured"] = nlohmann::json::array();
   for (const auto* run : in.runs) {
@@ -562,12 +608,13 @@ void print_summary(const nlohmann::json& doc) {
     if (!m["model_applies"].get<bool>()) tail += "  (" + m["note"].get<std::string>() + ")";
     const std::string model = m["predicted_step_time_s"].is_null()
                                   ? std::string("no model value")
-                                  : fmt::format("model {:.3f} ms ({:+.0f}%)", 1e3 * m["predicted_step_time_s"].get<double>(),
+                                  : fmt::format("model {:.3f} ms ({:+.0f}%)",
+                                                1e3 * m["predicted_step_time_s"].get<double>(),
                                                 100.0 * m["relative_error"].get<double>());
     fmt::print("measured {:>13} at {} ranks, batch {:>4}, workers {}, link {}: {:.3f} ms, {}{}\n",
                m["mode"].get<std::string>(), m["world_size"].get<int>(), m["global_batch"].get<int>(),
-               m["num_workers"].get<int>(), m["link"].get<std::string>(), 1e3 * m["step_time_s"].get<double>(),
-               model, tail);
+               m["num_workers"].get<int>(), m["link"].get<std::string>(), 1e3 * m["step_time_s"].get<double>(), model,
+               tail);
   }
 }
 

@@ -25,11 +25,11 @@ struct ProjectOptions {
   std::string link = "measured";     // or "memory", or a preset: pcie4, pcie5, nvlink4, ib-ndr
   std::string collectives;           // Google Benchmark JSON of dpbench_collectives (measured link)
   int max_ranks = 1024;
-  std::string scaling;               // "" or "strong": fixed global batch; "weak": fixed per-rank batch
-  double per_rank_batch = 0;         // > 0: weak scaling at this many samples per rank
-  std::string out;                   // "" -> results/dpbench-projection-<time>.json
+  std::string scaling;        // "" or "strong": fixed global batch; "weak": fixed per-rank batch
+  double per_rank_batch = 0;  // > 0: weak scaling at this many samples per rank
+  std::string out;            // "" -> results/dpbench-projection-<time>.json
   bool quiet = false;
-  TopologyOptions topology;          // --simulate and its topology
+  TopologyOptions topology;  // --simulate and its topology
 };
 
 void add_project_options(CLI::App& app, ProjectOptions& options);

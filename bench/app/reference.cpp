@@ -157,7 +157,8 @@ void check_reference(const ReferenceOptions& o, const TrainConfig& base) {
   const std::string python = python_of(o);
   if (spawn_and_wait({python, "-c", "import torch"}, "") != 0) {
     throw InputError(fmt::format("--reference pytorch: {} cannot import torch (apt-get install python3-torch, "
-                                 "or --reference-python names another interpreter)", python));
+                                 "or --reference-python names another interpreter)",
+                                 python));
   }
 }
 
@@ -165,13 +166,29 @@ namespace {
 // start.json's config: the steps (warm-up included) and steps per epoch, the optimizer and DDP's
 // settings (PowerSGD's first compressed step under --comm-hook powersgd:R).
 nlohmann::json bundle_config(const TrainConfig& config, long steps, long spe) {
-  nlohmann::json c = {{"global_batch", config.global_batch}, {"steps", steps},
+  nlohmann::json c = {{"global_batch", config.global_batch},   {"steps", steps},
                       {"warmup_steps", config.warmup_steps},   {"steps_per_epoch", spe},
                       {"bucket_cap_mb", config.bucket_cap_mb}, {"comm_hook", config.comm_hook}};
   c.update(optimizer_to_json(config));
   if (powersgd_rank(config.comm_hook) > 0) c["start_powersgd_iter"] = config.start_powersgd_iter;
   return c;
 }
+}  // namespace
+
+namespace {
+
+// order.i64: the DistributedSampler's shuffle of `size` samples for each of `epochs` epochs
+// (seed + epoch), one after the other.
+void write_sample_order(const fs::path& dir, std::uint64_t seed, std::int64_t size, long epochs) {
+  std::vector<std::int64_t> order;
+  order.reserve(static_cast<std::size_t>(epochs) * static_cast<std::size_t>(size));
+  for (long e = 0; e < epochs; ++e) {
+    const std::vector<std::int64_t> perm = shuffled_indices(size, seed + static_cast<std::uint64_t>(e));
+    order.insert(order.end(), perm.begin(), perm.end());
+  }
+  write_raw(dir, "order.i64", order.data(), order.size());
+}
+
 }  // namespace
 
 void write_start_bundle(const std::string& dir_name, const TrainConfig& config, const LoadedData& data) {
@@ -190,7 +207,9 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
   if (model->num_buffers() > 0) {
     const std::vector<float> initial = model->initial_buffers();
     write_raw(dir, "buffers.f32", initial.data(), initial.size());
-    buffers = {{"file", "buffers.f32"}, {"dtype", "float32"}, {"count", initial.size()},
+    buffers = {{"file", "buffers.f32"},
+               {"dtype", "float32"},
+               {"count", initial.size()},
                {"tensors", tensor_views(model->buffer_views())}};
   }
 
@@ -198,13 +217,7 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
   const long steps = total_steps(config, train);
   const long epochs = (steps + spe - 1) / spe;
   const auto n = static_cast<std::size_t>(train.size());
-  std::vector<std::int64_t> order;
-  order.reserve(static_cast<std::size_t>(epochs) * n);
-  for (long e = 0; e < epochs; ++e) {
-    const std::vector<std::int64_t> perm = shuffled_indices(train.size(), config.seed + static_cast<std::uint64_t>(e));
-    order.insert(order.end(), perm.begin(), perm.end());
-  }
-  write_raw(dir, "order.i64", order.data(), order.size());
+  write_sample_order(dir, config.seed, train.size(), epochs);
 
   nlohmann::json start = {
       {"schema", {{"name", "dpbench-start"}, {"version", 1}}},
@@ -215,7 +228,9 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
         {"hidden", config.hidden},
         {"channels", config.channels}}},
       {"params",
-       {{"file", "params.f32"}, {"dtype", "float32"}, {"count", params.size()},
+       {{"file", "params.f32"},
+        {"dtype", "float32"},
+        {"count", params.size()},
         {"tensors", tensor_views(model->params())}}},
       {"buffers", buffers},
       {"train", write_split(dir, "train", train)},
@@ -254,8 +269,8 @@ nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vec
   std::size_t at = 0;
   for (std::size_t s = 0; s < steps; ++s) {
     if (!std::isfinite(dpbench[s]) || !std::isfinite(reference[s])) {
-      throw Error(fmt::format("loss agreement: step {} has a non-finite loss (dpbench {}, reference {})", s,
-                              dpbench[s], reference[s]));
+      throw Error(fmt::format("loss agreement: step {} has a non-finite loss (dpbench {}, reference {})", s, dpbench[s],
+                              reference[s]));
     }
     const double rel = std::abs(dpbench[s] - reference[s]) /
                        std::max(std::abs(reference[s]), std::numeric_limits<double>::min());
@@ -291,7 +306,7 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
                              int threads) {
   const TrainConfig& cfg = run.config;
   const Strategy& strategy = find_strategy(cfg.mode);
-  const std::string mode = cfg.world_size == 1 ? "plain"
+  const std::string mode = cfg.world_size == 1                       ? "plain"
                            : strategy.pytorch_counterpart != nullptr ? strategy.pytorch_counterpart(cfg)
                                                                      : "";
   if (mode.empty()) return nullptr;
@@ -313,7 +328,8 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
                                          "--threads",
                                          std::to_string(threads),
                                          "--timeout",
-                                         std::to_string(std::max<long>(1, static_cast<long>(cfg.timeout.count() / 1000))),
+                                         std::to_string(
+                                             std::max<long>(1, static_cast<long>(cfg.timeout.count() / 1000))),
                                          "--quiet",
                                          "--out",
                                          out};
@@ -342,8 +358,8 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
                          {"betas", config.value("betas", nlohmann::json::array())},
                          {"eps", config.value("eps", nlohmann::json())}};
   record["omp_wait_policy"] = std::getenv("OMP_WAIT_POLICY");
-  record["loss_agreement"] =
-      loss_agreement(run.step_train_loss, record["quality"]["step_train_loss"].get<std::vector<double>>());
+  record["loss_agreement"] = loss_agreement(run.step_train_loss,
+                                            record["quality"]["step_train_loss"].get<std::vector<double>>());
   return record;
 }
 

@@ -67,42 +67,46 @@ nlohmann::json strategy_to_json(const TrainConfig& config) {
 }
 
 nlohmann::json optimizer_to_json(const TrainConfig& config) {
-  return {{"optimizer", config.optimizer},         {"lr", config.lr},   {"momentum", config.momentum},
-          {"weight_decay", config.weight_decay},   {"betas", {config.beta1, config.beta2}},
-          {"eps", config.eps},                     {"seed", config.seed}};
+  return {{"optimizer", config.optimizer},
+          {"lr", config.lr},
+          {"momentum", config.momentum},
+          {"weight_decay", config.weight_decay},
+          {"betas", {config.beta1, config.beta2}},
+          {"eps", config.eps},
+          {"seed", config.seed}};
 }
 
 nlohmann::json config_to_json(const TrainConfig& config) {
   nlohmann::json j = {{"workload", config.workload},
-          {"mode", config.mode},
-          {"transport", config.transport},
-          {"comm", config.comm},
-          {"device", config.device},
-          {"world_size", config.world_size},
-          {"global_batch", config.global_batch},
-          {"epochs", config.epochs},
-          {"max_steps", config.max_steps},
-          {"warmup_steps", config.warmup_steps},
-          {"hidden", config.hidden},
-          {"bucket_cap_mb", config.bucket_cap_mb},
-          {"first_bucket_mb", config.first_bucket_mb},
-          {"hierarchy", config.hierarchy},
-          {"comm_hook", config.comm_hook},
-          {"start_powersgd_iter", config.start_powersgd_iter},
-          {"servers", config.servers},
-          {"staleness", config.staleness},
-          {"staleness_replay", config.staleness_replay},
-          {"coalesce_mb", config.coalesce_mb},
-          {"num_workers", config.loader.num_workers},
-          {"prefetch_factor", config.loader.prefetch_factor},
-          {"persistent_workers", config.loader.persistent_workers},
-          {"pin_memory", config.loader.pin_memory},
-          {"decode_cost_us", config.loader.decode_cost_us},
-          {"crop_padding", config.loader.crop_padding},
-          {"hflip", config.loader.hflip},
-          {"channels", config.channels},
-          {"sync_bn", config.sync_bn},
-          {"rank_batches", config.rank_batches}};
+                      {"mode", config.mode},
+                      {"transport", config.transport},
+                      {"comm", config.comm},
+                      {"device", config.device},
+                      {"world_size", config.world_size},
+                      {"global_batch", config.global_batch},
+                      {"epochs", config.epochs},
+                      {"max_steps", config.max_steps},
+                      {"warmup_steps", config.warmup_steps},
+                      {"hidden", config.hidden},
+                      {"bucket_cap_mb", config.bucket_cap_mb},
+                      {"first_bucket_mb", config.first_bucket_mb},
+                      {"hierarchy", config.hierarchy},
+                      {"comm_hook", config.comm_hook},
+                      {"start_powersgd_iter", config.start_powersgd_iter},
+                      {"servers", config.servers},
+                      {"staleness", config.staleness},
+                      {"staleness_replay", config.staleness_replay},
+                      {"coalesce_mb", config.coalesce_mb},
+                      {"num_workers", config.loader.num_workers},
+                      {"prefetch_factor", config.loader.prefetch_factor},
+                      {"persistent_workers", config.loader.persistent_workers},
+                      {"pin_memory", config.loader.pin_memory},
+                      {"decode_cost_us", config.loader.decode_cost_us},
+                      {"crop_padding", config.loader.crop_padding},
+                      {"hflip", config.loader.hflip},
+                      {"channels", config.channels},
+                      {"sync_bn", config.sync_bn},
+                      {"rank_batches", config.rank_batches}};
   j.update(optimizer_to_json(config));
   return j;
 }
@@ -132,13 +136,15 @@ nlohmann::json memory_to_json(const RunResult& run) {
   }
   // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
   // over --comm local, where the model holds to the byte.
-  if (config.device == DeviceKind::cpu && config.comm == Backend::local && find_strategy(config.mode).memory != nullptr) {
+  if (config.device == DeviceKind::cpu && config.comm == Backend::local &&
+      find_strategy(config.mode).memory != nullptr) {
     const std::vector<RankMemory> modelled =
         find_strategy(config.mode).memory(builtin_memory_inputs(config, run.sample_shape, run.num_classes));
     for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
       nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
       for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
-        m[std::string(category_name(static_cast<MemoryCategory>(cat)))] = modelled[r].bytes[static_cast<std::size_t>(cat)];
+        m[std::string(category_name(static_cast<MemoryCategory>(cat)))] =
+            modelled[r].bytes[static_cast<std::size_t>(cat)];
       }
       per_rank_mem[r]["modelled"] = m;
     }
@@ -166,8 +172,9 @@ void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
   j["checkpoints"] = {{"dir", config.checkpoint.dir},
                       {"every", config.checkpoint.every},
                       {"count", per_checkpoint.size()},
-                      {"write_time_s", {{"total", std::accumulate(per_checkpoint.begin(), per_checkpoint.end(), 0.0)},
-                                        {"median", median(per_checkpoint)}}},
+                      {"write_time_s",
+                       {{"total", std::accumulate(per_checkpoint.begin(), per_checkpoint.end(), 0.0)},
+                        {"median", median(per_checkpoint)}}},
                       {"bytes_per_rank", bytes}};
   j["resumed_from_step"] = run.resumed_from_step >= 0 ? nlohmann::json(run.resumed_from_step) : nlohmann::json();
   if (!run.elastic_restart.is_null()) j["elastic_restart"] = run.elastic_restart;
@@ -180,16 +187,20 @@ void add_traffic_json(const RunResult& run, nlohmann::json& j) {
   const TrainConfig& config = run.config;
   nlohmann::json per_rank_comm = nlohmann::json::array();
   for (const auto& r : run.ranks) {
-    per_rank_comm.push_back({{"rank", r.rank}, {"sent", r.comm_per_step.bytes_sent},
-                             {"received", r.comm_per_step.bytes_received}});
+    per_rank_comm.push_back(
+        {{"rank", r.rank}, {"sent", r.comm_per_step.bytes_sent}, {"received", r.comm_per_step.bytes_received}});
   }
   j["comm_bytes_per_step"] = {{"per_rank", per_rank_comm}};
   const double comm_s = j["phases_s"]["comm"].get<double>();
-  const auto bus = find_strategy(config.mode).bus_bandwidth(config, static_cast<double>(run.num_params * sizeof(float)));
+  const auto bus =
+      find_strategy(config.mode).bus_bandwidth(config, static_cast<double>(run.num_params * sizeof(float)));
   if (bus && comm_s > 0 && config.world_size > 1) {
     const double algbw = bus->bytes / comm_s / 1e9;
-    j["bus_bandwidth_GBps"] = {{"collective", bus->collective}, {"bytes", bus->bytes},
-                               {"factor", bus->factor}, {"algbw", algbw}, {"busbw", algbw * bus->factor}};
+    j["bus_bandwidth_GBps"] = {{"collective", bus->collective},
+                               {"bytes", bus->bytes},
+                               {"factor", bus->factor},
+                               {"algbw", algbw},
+                               {"busbw", algbw * bus->factor}};
   }
 }
 
@@ -211,7 +222,8 @@ void add_staleness_json(const RunResult& run, nlohmann::json& j) {
     count += static_cast<double>(histogram[s]);
   }
   j["staleness"] = {{"bound", config.staleness},
-                    {"replay_seed", config.staleness_replay >= 0 ? nlohmann::json(config.staleness_replay) : nlohmann::json()},
+                    {"replay_seed",
+                     config.staleness_replay >= 0 ? nlohmann::json(config.staleness_replay) : nlohmann::json()},
                     {"histogram", histogram},
                     {"mean", count > 0 ? sum / count : 0.0},
                     {"per_rank_histogram", per_rank}};
@@ -245,8 +257,10 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["throughput_samples_per_s"] = wall_throughput(run);
   j["throughput_median_step_samples_per_s"] = median_throughput(run);
   j["timed_wall_s"] = run.ranks.front().timed_wall_s;
-  j["step_time_s"] = {{"p10", quantile(times, 0.10)}, {"p50", quantile(times, 0.50)},
-                      {"p90", quantile(times, 0.90)}, {"p99", quantile(times, 0.99)},
+  j["step_time_s"] = {{"p10", quantile(times, 0.10)},
+                      {"p50", quantile(times, 0.50)},
+                      {"p90", quantile(times, 0.90)},
+                      {"p99", quantile(times, 0.99)},
                       {"samples", times}};
   const double p50 = quantile(times, 0.50);
   j["stall_ratio_p90_p50"] = p50 > 0 ? quantile(times, 0.90) / p50 : 0.0;

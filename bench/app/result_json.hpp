@@ -9,7 +9,6 @@
 
 #include "train/training.hpp"
 
-
 namespace dpbench {
 
 inline constexpr const char* kSchemaName = "dpbench-result";

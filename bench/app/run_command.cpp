@@ -52,8 +52,8 @@ std::string verdict_clause(Mode mode, const nlohmann::json& doc) {
   if (lo <= 1.0 && hi >= 1.0) {
     return fmt::format("{} does not differ beyond noise ({:.2f}-{:.2f}x over {} repetitions)", mode, lo, hi, n);
   }
-  return fmt::format("{} runs at {:.2f}x ({:.2f}-{:.2f} over {} repetitions)", mode, ratio.at("median").get<double>(), lo,
-                     hi, n);
+  return fmt::format("{} runs at {:.2f}x ({:.2f}-{:.2f} over {} repetitions)", mode, ratio.at("median").get<double>(),
+                     lo, hi, n);
 }
 
 void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs);
@@ -75,7 +75,8 @@ class TableRows {
 };
 
 // The table's throughput, step time and phase rows.
-void print_timing_rows(const TableRows& row, const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
+void print_timing_rows(const TableRows& row, const std::vector<RunResult>& runs,
+                       const std::vector<nlohmann::json>& docs) {
   row("throughput (samples/s, wall time)",
       [&](std::size_t i) { return fmt::format("{:.0f}", docs[i]["throughput_samples_per_s"].get<double>()); });
   row("  at the median step (samples/s)", [&](std::size_t i) {
@@ -85,9 +86,8 @@ void print_timing_rows(const TableRows& row, const std::vector<RunResult>& runs,
     return fmt::format("{:.2f} / {:.2f}", 1e3 * docs[i]["step_time_s"]["p50"].get<double>(),
                        1e3 * docs[i]["step_time_s"]["p90"].get<double>());
   });
-  row("  stall ratio p90 / p50", [&](std::size_t i) {
-    return fmt::format("{:.2f}", docs[i]["stall_ratio_p90_p50"].get<double>());
-  });
+  row("  stall ratio p90 / p50",
+      [&](std::size_t i) { return fmt::format("{:.2f}", docs[i]["stall_ratio_p90_p50"].get<double>()); });
   row("  compute fwd+bwd+opt (ms, p50)", [&](std::size_t i) {
     const auto& ph = docs[i]["phases_s"];
     return fmt::format("{:.2f}", 1e3 * (ph["forward"].get<double>() + ph["backward"].get<double>() +
@@ -95,16 +95,13 @@ void print_timing_rows(const TableRows& row, const std::vector<RunResult>& runs,
   });
   row("  comm total / exposed (ms, p50)", [&](std::size_t i) {
     const auto& ph = docs[i]["phases_s"];
-    return fmt::format("{:.2f} / {:.2f}", 1e3 * ph["comm"].get<double>(),
-                       1e3 * ph["comm_exposed"].get<double>());
+    return fmt::format("{:.2f} / {:.2f}", 1e3 * ph["comm"].get<double>(), 1e3 * ph["comm_exposed"].get<double>());
   });
-  row("  data wait (ms, p50)", [&](std::size_t i) {
-    return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["data_wait"].get<double>());
-  });
+  row("  data wait (ms, p50)",
+      [&](std::size_t i) { return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["data_wait"].get<double>()); });
   if (runs.front().config.device == DeviceKind::cuda) {
-    row("  host-to-device copy (ms, p50)", [&](std::size_t i) {
-      return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["h2d"].get<double>());
-    });
+    row("  host-to-device copy (ms, p50)",
+        [&](std::size_t i) { return fmt::format("{:.2f}", 1e3 * docs[i]["phases_s"]["h2d"].get<double>()); });
   }
 }
 
@@ -119,9 +116,8 @@ void print_memory_and_comm_rows(const TableRows& row, const std::vector<RunResul
     for (std::size_t r = 1; r < runs[i].ranks.size(); ++r) m = std::max(m, runs[i].ranks[r].memory.peak_bytes);
     return runs[i].ranks.size() > 1 ? fmt::format("{:.2f}", mib(static_cast<double>(m))) : std::string("-");
   });
-  row("memory imbalance (max / mean)", [&](std::size_t i) {
-    return fmt::format("{:.3f}", docs[i]["memory"]["imbalance_max_over_mean"].get<double>());
-  });
+  row("memory imbalance (max / mean)",
+      [&](std::size_t i) { return fmt::format("{:.3f}", docs[i]["memory"]["imbalance_max_over_mean"].get<double>()); });
   row("comm per step rank 0 sent/recv (MiB)", [&](std::size_t i) {
     const auto& c = runs[i].ranks.front().comm_per_step;
     return fmt::format("{:.2f} / {:.2f}", mib(static_cast<double>(c.bytes_sent)),
@@ -147,8 +143,7 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
   print_memory_and_comm_rows(row, runs, docs);
   row("final train loss", [&](std::size_t i) { return fmt::format("{:.4f}", runs[i].final_train_loss); });
   row("test accuracy", [&](std::size_t i) {
-    return runs[i].test_accuracy >= 0 ? fmt::format("{:.2f} %", 100.0 * runs[i].test_accuracy)
-                                      : std::string("-");
+    return runs[i].test_accuracy >= 0 ? fmt::format("{:.2f} %", 100.0 * runs[i].test_accuracy) : std::string("-");
   });
 
   print_verdict(runs, docs);
@@ -174,8 +169,8 @@ void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohman
     const double share = static_cast<double>(ref->ranks.front().memory.peak_bytes) / mean_peak(*ref);
     memory = fmt::format("; the {} root holds {:.2f}x the mean per-rank memory", ref->config.mode, share);
   }
-  fmt::print("\nAt {} rank{}, against {}'s throughput: {}{}.\n", ref->config.world_size, ref->config.world_size == 1 ? "" : "s", ref->config.mode, clauses,
-             memory);
+  fmt::print("\nAt {} rank{}, against {}'s throughput: {}{}.\n", ref->config.world_size,
+             ref->config.world_size == 1 ? "" : "s", ref->config.mode, clauses, memory);
 }
 
 // What qualifies the table and its verdict (ranks time-sliced on fewer cores, idle ranks, the
@@ -195,8 +190,8 @@ void print_hook_tolerances(const std::vector<nlohmann::json>& reference, double 
   for (const auto& r : reference) {
     const double tolerance = r["loss_agreement"]["tolerance"].get<double>();
     if (tolerance > band) {
-      fmt::print("{} rounds its gradients to 16 bits on both sides: judged at {:.0e}.\n", r["dpbench_label"].get<std::string>(),
-                 tolerance);
+      fmt::print("{} rounds its gradients to 16 bits on both sides: judged at {:.0e}.\n",
+                 r["dpbench_label"].get<std::string>(), tolerance);
     }
   }
 }
@@ -224,7 +219,8 @@ struct ReferenceColumn {
 };
 
 // For every reference record, the dpbench runs of its mode, then the record.
-std::vector<ReferenceColumn> reference_columns(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs,
+std::vector<ReferenceColumn> reference_columns(const std::vector<RunResult>& runs,
+                                               const std::vector<nlohmann::json>& docs,
                                                const nlohmann::json& reference) {
   std::vector<ReferenceColumn> columns;
   for (const auto& rec : reference) {
@@ -232,8 +228,8 @@ std::vector<ReferenceColumn> reference_columns(const std::vector<RunResult>& run
       if (runs[i].config.mode != rec["dpbench_mode"].get<Mode>()) continue;
       columns.push_back({run_label(runs[i]), &runs[i], &docs[i]});
     }
-    columns.push_back({fmt::format("pytorch {} ({} proc, {} thr)", rec["mode"].get<std::string>(), rec["processes"].get<int>(),
-                                   rec["threads_per_process"].get<int>()),
+    columns.push_back({fmt::format("pytorch {} ({} proc, {} thr)", rec["mode"].get<std::string>(),
+                                   rec["processes"].get<int>(), rec["threads_per_process"].get<int>()),
                        nullptr, &rec});
   }
   return columns;
@@ -268,19 +264,22 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
                   1.0);
   });
   row("throughput (samples/s, median step)", [&](const Column& c) {
-    return number((*c.doc)[c.run != nullptr ? "throughput_median_step_samples_per_s" : "throughput_samples_per_s"], "{:.0f}",
-                  1.0);
+    return number((*c.doc)[c.run != nullptr ? "throughput_median_step_samples_per_s" : "throughput_samples_per_s"],
+                  "{:.0f}", 1.0);
   });
   row("step time p50 / p90 (ms)", [&](const Column& c) {
     const auto& t = (*c.doc)["step_time_s"];
     return number(t["p50"], "{:.2f}", 1e3) + " / " + number(t["p90"], "{:.2f}", 1e3);
   });
   row("peak memory rank 0 (MiB)", [&](const Column& c) {
-    if (c.run != nullptr) return fmt::format("{:.2f}", mib(static_cast<double>(c.run->ranks.front().memory.peak_bytes)));
+    if (c.run != nullptr)
+      return fmt::format("{:.2f}", mib(static_cast<double>(c.run->ranks.front().memory.peak_bytes)));
     const auto& m = (*c.doc)["memory"]["per_rank"];
-    return m.empty() ? std::string("-") : number(m[0].value("peak_rss_bytes", nlohmann::json()), "{:.1f} RSS", 1.0 / (1024.0 * 1024.0));
+    return m.empty() ? std::string("-")
+                     : number(m[0].value("peak_rss_bytes", nlohmann::json()), "{:.1f} RSS", 1.0 / (1024.0 * 1024.0));
   });
-  row("final train loss", [&](const Column& c) { return number((*c.doc)["quality"]["final_train_loss"], "{:.4f}", 1.0); });
+  row("final train loss",
+      [&](const Column& c) { return number((*c.doc)["quality"]["final_train_loss"], "{:.4f}", 1.0); });
   row("test accuracy", [&](const Column& c) {
     return number((*c.doc)["quality"].value("test_accuracy", nlohmann::json()), "{:.2f} %", 100.0);
   });
@@ -325,7 +324,8 @@ void add_reference_run(const ReferenceOptions& options, const std::string& start
                               rec["processes"].get<int>());
   if (!quiet) {
     fmt::print(stderr, "dpbench: pytorch {} done in {:.1f} s (step loss within {:.1e} of dpbench's)\n",
-               rec["mode"].get<std::string>(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               rec["mode"].get<std::string>(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                rec["loss_agreement"]["max_rel_diff"].get<double>());
   }
   runs.push_back(std::move(rec));
@@ -397,7 +397,8 @@ RunSetup prepare_run(const RunOptions& o) {
   const bool single = !o.base.checkpoint.dir.empty() || !o.reference.framework.empty();
   if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
   if (single && o.repetitions_given && o.repetitions > 1) {
-    throw InputError(fmt::format("--repetitions {}: --checkpoint-dir and --reference run each mode once", o.repetitions));
+    throw InputError(
+        fmt::format("--repetitions {}: --checkpoint-dir and --reference run each mode once", o.repetitions));
   }
   s.repetitions = single ? 1 : o.repetitions;
   TrainConfig& base = s.base;
@@ -420,7 +421,8 @@ void check_modes(const RunOptions& o, const TrainConfig& base, const LoadedData&
     check_point(config, *data.train);
   }
   if (base.initial_params != nullptr) {
-    (void)initial_parameters(*make_model(base, data.train->shape(), static_cast<std::size_t>(data.train->num_classes())),
+    (void)initial_parameters(*make_model(base, data.train->shape(),
+                                         static_cast<std::size_t>(data.train->num_classes())),
                              base);  // --init-params of the wrong size fails here, before training
   }
 }
@@ -439,9 +441,9 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
     // One line updated in place on a terminal; a plain line every 10 s otherwise (logs).
     config.progress_interval_s = terminal ? 0.5 : 10.0;
     config.progress = [terminal, mode](const Progress& p) {
-      const std::string line =
-          fmt::format("dpbench: {} epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s ETA {:.0f} s", mode,
-                      p.epoch + 1, p.epochs, p.step, p.total_steps, p.loss, p.samples_per_s, p.eta_s);
+      const std::string line = fmt::format(
+          "dpbench: {} epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s ETA {:.0f} s", mode, p.epoch + 1, p.epochs,
+          p.step, p.total_steps, p.loss, p.samples_per_s, p.eta_s);
       if (terminal) {
         fmt::print(stderr, "\r{}\x1b[K", line);
       } else {
@@ -453,8 +455,8 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
   RunResult r = execute_point(config, data, s.device);
   if (!s.quiet && terminal) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
   if (!s.quiet) {
-    const std::string accuracy =
-        r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy) : "";
+    const std::string accuracy = r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy)
+                                                      : "";
     fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps{})\n", mode,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r.steps_total, accuracy);
   }
@@ -540,8 +542,8 @@ void report_runs(const RunOptions& o, const RunSetup& s, nlohmann::json config, 
 // checks that need the real data are left to the ranks. Throws InputError.
 void check_cluster_modes(const RunOptions& o) {
   const int world = o.cluster.world_size();
-  const auto stand_in = make_synthetic_dataset(SampleShape{1, 1, 1}, 10,
-                                               std::max<std::int64_t>({1, static_cast<std::int64_t>(o.base.global_batch), world}), 0);
+  const auto stand_in = make_synthetic_dataset(
+      SampleShape{1, 1, 1}, 10, std::max<std::int64_t>({1, static_cast<std::int64_t>(o.base.global_batch), world}), 0);
   for (const auto& mode : o.modes) {
     TrainConfig config = o.base;
     config.mode = mode;
@@ -588,9 +590,11 @@ bool report_disagreements(const nlohmann::json& reference_runs) {
     const auto& a = rec["loss_agreement"];
     if (a["within"].get<bool>()) continue;
     disagree = true;
-    fmt::print(stderr, "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
-               "beyond the band of {:.1e}\n", rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
-               a["max_rel_diff"].get<double>(), a["at_step"].get<long>(), a["tolerance"].get<double>());
+    fmt::print(stderr,
+               "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
+               "beyond the band of {:.1e}\n",
+               rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(), a["max_rel_diff"].get<double>(),
+               a["at_step"].get<long>(), a["tolerance"].get<double>());
   }
   return disagree;
 }

@@ -15,18 +15,18 @@
 namespace dpbench {
 
 struct RunOptions {
-  TrainConfig base;                               // mode is filled in per run
-  std::vector<Mode> modes = strategy_modes();     // default: every registered strategy
-  std::optional<DeviceKind> device;               // --device: cpu, cuda or nullopt (auto)
+  TrainConfig base;                            // mode is filled in per run
+  std::vector<Mode> modes = strategy_modes();  // default: every registered strategy
+  std::optional<DeviceKind> device;            // --device: cpu, cuda or nullopt (auto)
   DataOptions data;
-  bool ranks_given = false;                       // --ranks on the command line (else the launcher's)
-  ExplicitInit init;                              // --init-method, --rank: PyTorch's explicit form
-  std::string launcher = "env";                   // --launcher as given; parsed into cluster.launcher
-  double timeout_s = 300;                         // sets base.timeout
-  std::string out;                                // "" -> results/dpbench-run-<time>.json
-  std::string save_params;                        // "" or PREFIX: PREFIX-<mode>.f32
-  std::string init_params;                        // "" or a raw float32 file of initial parameters
-  ReferenceOptions reference;                     // --reference pytorch: PyTorch on the same work
+  bool ranks_given = false;      // --ranks on the command line (else the launcher's)
+  ExplicitInit init;             // --init-method, --rank: PyTorch's explicit form
+  std::string launcher = "env";  // --launcher as given; parsed into cluster.launcher
+  double timeout_s = 300;        // sets base.timeout
+  std::string out;               // "" -> results/dpbench-run-<time>.json
+  std::string save_params;       // "" or PREFIX: PREFIX-<mode>.f32
+  std::string init_params;       // "" or a raw float32 file of initial parameters
+  ReferenceOptions reference;    // --reference pytorch: PyTorch on the same work
   bool quiet = false;
   int repetitions = 3;             // runs of every mode, the modes alternating (for the spread of ratios)
   bool repetitions_given = false;  // --repetitions on the command line

@@ -115,12 +115,16 @@ void add_topology_options(CLI::App& app, TopologyOptions& o) {
   app.add_option("--ranks-per-node", o.ranks_per_node, "--simulate: ranks (GPUs) per node")->capture_default_str();
   app.add_option("--node-link", o.node_link,
                  "--simulate: each node's NIC, each way, in tc's units (400gbit); default: the projection's link");
-  app.add_option("--intra-link", o.intra_link, "--simulate: each rank's link inside its node (default: NVLink 4, "
-                 "370 GB/s)")->capture_default_str();
+  app.add_option("--intra-link", o.intra_link,
+                 "--simulate: each rank's link inside its node (default: NVLink 4, "
+                 "370 GB/s)")
+      ->capture_default_str();
   app.add_option("--nodes-per-leaf", o.nodes_per_leaf,
-                 "--simulate: nodes per leaf switch of a two-level tree (0: one switch)")->capture_default_str();
+                 "--simulate: nodes per leaf switch of a two-level tree (0: one switch)")
+      ->capture_default_str();
   app.add_option("--oversubscription", o.oversubscription,
-                 "--simulate: a leaf's nodes' bandwidth over its uplink's (1: non-blocking)")->capture_default_str();
+                 "--simulate: a leaf's nodes' bandwidth over its uplink's (1: non-blocking)")
+      ->capture_default_str();
   app.add_option("--node-link-of", o.node_link_of, "--simulate: I=RATE, node I's NIC (a straggler, a fat server)");
   app.add_option("--topology", o.preset,
                  "--simulate: a datasheet node: dgx-h100, h100-8gpu-400g, a100-pcie-8gpu-100g (sets --ranks-per-node, "
@@ -205,7 +209,8 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
       double fastest = 0;
       for (const SimNode& n : platform.nodes) fastest = std::max(fastest, n.up_bytes_per_s);
       open.leaf_up_bytes_per_s = platform.nodes_per_leaf * fastest;
-      if (open.leaf_up_bytes_per_s > platform.leaf_up_bytes_per_s) out["non_blocking_step_s"] = simulate(schedule, open, 1).step_s;
+      if (open.leaf_up_bytes_per_s > platform.leaf_up_bytes_per_s)
+        out["non_blocking_step_s"] = simulate(schedule, open, 1).step_s;
     }
     if (nodes >= 2) {
       SimPlatform slow = platform;
@@ -252,8 +257,11 @@ void nic_findings(const Json& points, const Json& modes, Json& out) {
     }
     if (largest == 0) continue;
     const std::string label = mode_label(modes, key);
-    out.push_back({{"kind", "nic_saturation"}, {"mode", key}, {"world_size", from ? Json(*from) : Json()},
-                   {"time_fraction_at_largest", last}, {"largest_world_size", largest},
+    out.push_back({{"kind", "nic_saturation"},
+                   {"mode", key},
+                   {"world_size", from ? Json(*from) : Json()},
+                   {"time_fraction_at_largest", last},
+                   {"largest_world_size", largest},
                    {"text", from ? fmt::format("{}: the root's NIC (node 0) needs {:.0f} % of the simulated step or "
                                                "more for its bytes from {} ranks on ({:.0f} % at {})",
                                                label, 100 * kNicSaturated, *from, 100 * last, largest)
@@ -289,12 +297,17 @@ void oversubscription_finding(const Json& points, const Json& modes, const Topol
     if (flips.empty()) continue;
     std::string text;
     for (const auto& f : flips) text += (text.empty() ? "" : "; ") + f;
-    out.push_back({{"kind", "oversubscription_order"}, {"world_size", p}, {"oversubscription", o.oversubscription},
-                   {"text", fmt::format("{:g}x oversubscribed uplinks change the order of the modes from {} ranks on: {}",
-                                        o.oversubscription, p, text)}});
+    out.push_back(
+        {{"kind", "oversubscription_order"},
+         {"world_size", p},
+         {"oversubscription", o.oversubscription},
+         {"text", fmt::format("{:g}x oversubscribed uplinks change the order of the modes from {} ranks on: {}",
+                              o.oversubscription, p, text)}});
     return;
   }
-  out.push_back({{"kind", "oversubscription_order"}, {"world_size", nullptr}, {"oversubscription", o.oversubscription},
+  out.push_back({{"kind", "oversubscription_order"},
+                 {"world_size", nullptr},
+                 {"oversubscription", o.oversubscription},
                  {"text", fmt::format("{:g}x oversubscribed uplinks leave the order of the modes as non-blocking ones "
                                       "give it at every simulated size (up to {} ranks)",
                                       o.oversubscription, by_size.rbegin()->first)}});
@@ -315,9 +328,12 @@ void straggler_finding(const Json& points, const Json& modes, Json& out) {
     if (pt.at("world_size") != largest || !base || !slow) continue;
     const std::string key = pt.at("mode");
     costs[key] = *slow / *base - 1.0;
-    text += fmt::format("{}{} {:+.0f} %", text.empty() ? "" : ", ", mode_label(modes, key), 100 * (*slow / *base - 1.0));
+    text += fmt::format("{}{} {:+.0f} %", text.empty() ? "" : ", ", mode_label(modes, key),
+                        100 * (*slow / *base - 1.0));
   }
-  out.push_back({{"kind", "straggler_cost"}, {"world_size", largest}, {"nic_share", kWhatIfStragglerShare},
+  out.push_back({{"kind", "straggler_cost"},
+                 {"world_size", largest},
+                 {"nic_share", kWhatIfStragglerShare},
                  {"costs", costs},
                  {"text", fmt::format("one straggler (the last node's NIC at {:.0f} % of its rate) at {} ranks costs "
                                       "each mode's simulated step: {}",
@@ -325,7 +341,8 @@ void straggler_finding(const Json& points, const Json& modes, Json& out) {
 }
 }  // namespace
 
-nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& modes, const TopologyOptions& o) {
+nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& modes,
+                                   const TopologyOptions& o) {
   Json out = Json::array();
   nic_findings(points, modes, out);
   if (o.what_if) {

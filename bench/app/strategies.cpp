@@ -46,9 +46,7 @@ const ProjectedMode& projected_mode(const Strategy& s, const TrainConfig& config
   throw Error(fmt::format("mode {}: no projection for transport {}", name(s.mode), name(transport)));
 }
 
-const std::string& projected_key(const Strategy& s, const TrainConfig& config) {
-  return projected_mode(s, config).key;
-}
+const std::string& projected_key(const Strategy& s, const TrainConfig& config) { return projected_mode(s, config).key; }
 
 bool overlaps_backward(const Strategy& s, const TrainConfig& config) {
   return projected_mode(s, config).overlapped_share > 0;
@@ -81,8 +79,7 @@ StepPrediction predict_step(const StepModel& model, const LinkModel& link, const
     const Strategy& s = *curve.strategy;
     const double comm = p >= 2 ? s.comm_time(model, link, curve.mode.transport, p, per_rank_batch) : 0.0;
     const double share = curve.mode.overlapped_share;
-    return combine_step(model, p, per_rank_batch, compute_share, comm,
-                        1.0 - share * (1.0 - model.exposed_fraction));
+    return combine_step(model, p, per_rank_batch, compute_share, comm, 1.0 - share * (1.0 - model.exposed_fraction));
   }
   throw Error(fmt::format("projection mode {}: unknown", key));
 }

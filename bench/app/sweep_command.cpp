@@ -24,8 +24,9 @@ std::string clock_text(double seconds) {
 std::string point_label(const TrainConfig& config, int rep) {
   const bool takes_transport = !find_strategy(config.mode).transports.empty();
   return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", config.mode,
-                     takes_transport ? "/" + std::string(name(config.transport)) : "", config.comm_hook != "allreduce" ? "/" + config.comm_hook : "",
-                     config.workload, config.world_size, config.global_batch, config.loader.num_workers, rep);
+                     takes_transport ? "/" + std::string(name(config.transport)) : "",
+                     config.comm_hook != "allreduce" ? "/" + config.comm_hook : "", config.workload, config.world_size,
+                     config.global_batch, config.loader.num_workers, rep);
 }
 // What every group of the grid runs per repetition: every --transports value for a strategy
 // that takes a transport, the base config's for the others (which ignore it). With --comm-hooks,
@@ -143,12 +144,43 @@ nlohmann::json run_point(TrainConfig config, const LoadedData& data, const Devic
   } catch (const std::exception& e) {
     // InputError (this point's combination cannot run) and runtime failures alike.
     ++failed;
-    entry = {{"status", "failed"}, {"mode", config.mode}, {"strategy", strategy_to_json(config)},
-             {"world_size", config.world_size}, {"global_batch", config.global_batch},
-             {"config", config_to_json(config)}, {"error", e.what()}};
+    entry = {{"status", "failed"},
+             {"mode", config.mode},
+             {"strategy", strategy_to_json(config)},
+             {"world_size", config.world_size},
+             {"global_batch", config.global_batch},
+             {"config", config_to_json(config)},
+             {"error", e.what()}};
     if (!quiet) fmt::print(stderr, "sweep [{}/{}] failed: {}\n", index + 1, total, e.what());
   }
   return entry;
+}
+
+}  // namespace
+
+namespace {
+
+// The sweep's config: the base configuration less what the grid varies, the grid's axes under
+// "sweep", and the data.
+nlohmann::json sweep_config_json(const SweepOptions& o, const TrainConfig& base, const LoadedData& data) {
+  nlohmann::json config = config_to_json(base);
+  for (const char* varied : {"mode", "transport", "world_size", "global_batch", "num_workers", "workload", "comm"}) {
+    config.erase(varied);
+  }
+  config["sweep"] = {{"workloads", o.workloads},
+                     {"comms", o.comms},
+                     {"modes", o.modes},
+                     {"transports", o.transports},
+                     {"ranks", o.ranks},
+                     {"batch_sizes", o.batch_sizes},
+                     {"num_workers", o.num_workers},
+                     {"repetitions", o.repetitions}};
+  if (!o.comm_hooks.empty()) {
+    config.erase("comm_hook");
+    config["sweep"]["comm_hooks"] = o.comm_hooks;
+  }
+  add_data_config(config, o.data, data);
+  return config;
 }
 
 }  // namespace
@@ -177,14 +209,13 @@ int sweep_command(const SweepOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   for (const SweepPoint& point : points) {
     const int rep = point.repetition;
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!quiet) {
-      const std::string remaining =
-          index == 0 ? std::string("?")
-                     : clock_text(elapsed / static_cast<double>(index) * static_cast<double>(total - index));
-      fmt::print(stderr, "sweep [{}/{}] {} | elapsed {}, ~{} left\n", index + 1, total,
-                 point_label(point.config, rep), clock_text(elapsed), remaining);
+      const std::string remaining = index == 0 ? std::string("?")
+                                               : clock_text(elapsed / static_cast<double>(index) *
+                                                            static_cast<double>(total - index));
+      fmt::print(stderr, "sweep [{}/{}] {} | elapsed {}, ~{} left\n", index + 1, total, point_label(point.config, rep),
+                 clock_text(elapsed), remaining);
     }
     nlohmann::json entry = run_point(point.config, data, device, quiet, index, total, failed);
     entry["repetition"] = rep;
@@ -192,25 +223,11 @@ int sweep_command(const SweepOptions& o) {
     ++index;
   }
 
-  nlohmann::json config = config_to_json(base);
-  for (const char* varied : {"mode", "transport", "world_size", "global_batch", "num_workers",
-                             "workload", "comm"}) {
-    config.erase(varied);
-  }
-  config["sweep"] = {{"workloads", o.workloads}, {"comms", o.comms}, {"modes", o.modes},
-                     {"transports", o.transports}, {"ranks", o.ranks},
-                     {"batch_sizes", o.batch_sizes}, {"num_workers", o.num_workers},
-                     {"repetitions", o.repetitions}};
-  if (!o.comm_hooks.empty()) {
-    config.erase("comm_hook");
-    config["sweep"]["comm_hooks"] = o.comm_hooks;
-  }
-  add_data_config(config, o.data, data);
+  nlohmann::json config = sweep_config_json(o, base, data);
   if (!output) return 0;
   write_json_atomic(out, make_document(std::move(config), std::move(runs)));
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print("sweep: {} points ({} failed) in {}; results written to {}\n", total, failed,
-             clock_text(elapsed), out);
+  fmt::print("sweep: {} points ({} failed) in {}; results written to {}\n", total, failed, clock_text(elapsed), out);
   return 0;
 }
 

@@ -19,9 +19,9 @@ struct SweepOptions {
   DataOptions data;
   std::vector<std::string> workloads = {"mlp"};
   std::vector<Backend> comms = {Backend::local};
-  std::vector<Mode> modes = strategy_modes();  // default: every registered strategy
+  std::vector<Mode> modes = strategy_modes();                   // default: every registered strategy
   std::vector<Transport> transports = {Transport::collective};  // strategies that take a transport
-  std::optional<DeviceKind> device;  // --device: cpu, cuda or nullopt (auto)
+  std::optional<DeviceKind> device;                             // --device: cpu, cuda or nullopt (auto)
   std::vector<int> ranks = {1, 2, 4};
   std::vector<std::size_t> batch_sizes = {64, 256};
   std::vector<int> num_workers = {0, 2};

@@ -132,8 +132,7 @@ class RankTeam {
 
   // world_size >= 2. A rank that waits more than 60 s for its peers aborts the group.
   explicit RankTeam(int world_size)
-      : world_size_(world_size),
-        group_(std::make_shared<LocalGroup>(world_size, std::chrono::seconds(60))) {
+      : world_size_(world_size), group_(std::make_shared<LocalGroup>(world_size, std::chrono::seconds(60))) {
     for (int r = 0; r < world_size; ++r) {
       comms_.push_back(std::make_unique<LocalCommunicator>(group_, r, nullptr));
     }
@@ -234,12 +233,8 @@ class Collective {
   void run(benchmark::State& state);
 
  protected:
-  TrackedBuffer<float> alloc() {
-    return TrackedBuffer<float>(tracker_, MemoryCategory::comm_buffers, n_);
-  }
-  static void fill(TrackedBuffer<float>& buf, const Pattern& pat) {
-    dpbench::fill(buf.data(), buf.size(), pat);
-  }
+  TrackedBuffer<float> alloc() { return TrackedBuffer<float>(tracker_, MemoryCategory::comm_buffers, n_); }
+  static void fill(TrackedBuffer<float>& buf, const Pattern& pat) { dpbench::fill(buf.data(), buf.size(), pat); }
   std::size_t mismatches(const TrackedBuffer<float>& buf, const Pattern& pat) const {
     return dpbench::mismatches(buf.data(), n_, pat);
   }
@@ -258,8 +253,7 @@ class Collective {
 
 void Collective::run(benchmark::State& state) {
   const double bytes = static_cast<double>(n_ * sizeof(float));
-  if (static_cast<unsigned>(p_) > std::thread::hardware_concurrency())
-    state.SetLabel("ranks>cores");
+  if (static_cast<unsigned>(p_) > std::thread::hardware_concurrency()) state.SetLabel("ranks>cores");
   try {
     RankTeam team(p_);
     const RankTeam::RankFn nothing = [](int, LocalCommunicator&) {};
@@ -277,9 +271,7 @@ void Collective::run(benchmark::State& state) {
     }
 
     // Correctness, untimed, as nccl-tests -c: one operation on exact inputs.
-    const RankTeam::RankFn check_inputs = [this](int r, LocalCommunicator&) {
-      set_check_inputs(r);
-    };
+    const RankTeam::RankFn check_inputs = [this](int r, LocalCommunicator&) { set_check_inputs(r); };
     const RankTeam::RankFn op_and_count = [this](int r, LocalCommunicator& c) {
       op(r, c);
       wrong_[at(r)] = count_wrong(r);
@@ -296,8 +288,7 @@ void Collective::run(benchmark::State& state) {
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
                             static_cast<std::int64_t>(n_ * sizeof(float)));
     if (wrong != 0) {
-      state.SkipWithError(
-          fmt::format("{} wrong elements after the check operation", wrong).c_str());
+      state.SkipWithError(fmt::format("{} wrong elements after the check operation", wrong).c_str());
     }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
@@ -316,9 +307,7 @@ class AllReduce final : public Collective {
     a_[at(r)] = alloc();
     before_op(r);
   }
-  void before_op(int r) override {
-    std::memcpy(a_[at(r)].data(), b_[at(r)].data(), n_ * sizeof(float));
-  }
+  void before_op(int r) override { std::memcpy(a_[at(r)].data(), b_[at(r)].data(), n_ * sizeof(float)); }
   void op(int r, LocalCommunicator& comm) override { comm.allreduce_sum(a_[at(r)].data(), n_); }
   void set_check_inputs(int r) override { before_op(r); }
   std::size_t count_wrong(int r) const override { return mismatches(a_[at(r)], sum_pattern(p_)); }
@@ -352,9 +341,7 @@ class Broadcast final : public Collective {
     fill(a_[at(r)], input_pattern(r));
   }
   void op(int r, LocalCommunicator& comm) override { comm.broadcast(a_[at(r)].data(), n_, 0); }
-  void set_check_inputs(int r) override {
-    fill(a_[at(r)], r == 0 ? input_pattern(0) : constant_pattern(-1000.0f));
-  }
+  void set_check_inputs(int r) override { fill(a_[at(r)], r == 0 ? input_pattern(0) : constant_pattern(-1000.0f)); }
   std::size_t count_wrong(int r) const override { return mismatches(a_[at(r)], input_pattern(0)); }
 };
 
@@ -404,9 +391,7 @@ class RootPull final : public Collective {
     }
     for (int dst = 1; dst < p_; ++dst) comm.send(a_[0].data(), n_, dst);
   }
-  void set_check_inputs(int r) override {
-    fill(a_[at(r)], r == 0 ? input_pattern(0) : constant_pattern(-1000.0f));
-  }
+  void set_check_inputs(int r) override { fill(a_[at(r)], r == 0 ? input_pattern(0) : constant_pattern(-1000.0f)); }
   std::size_t count_wrong(int r) const override { return mismatches(a_[at(r)], input_pattern(0)); }
   double moved_bytes(double bytes) const override { return (p_ - 1) * bytes; }
 };
@@ -483,11 +468,9 @@ void memcpy_single(benchmark::State& state) {
     state.SetIterationTime(s);
     total_s += s;
   }
-  const std::size_t wrong =
-      static_cast<std::size_t>(std::memcmp(dst.data(), src.data(), bytes) != 0);
+  const std::size_t wrong = static_cast<std::size_t>(std::memcmp(dst.data(), src.data(), bytes) != 0);
   const auto iterations = static_cast<double>(state.iterations());
-  state.counters["GBps"] =
-      total_s > 0 ? static_cast<double>(bytes) * iterations / total_s / kGB : 0;
+  state.counters["GBps"] = total_s > 0 ? static_cast<double>(bytes) * iterations / total_s / kGB : 0;
   state.counters["wrong"] = static_cast<double>(wrong);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes));
   if (wrong != 0) state.SkipWithError("memcpy produced a different buffer");
@@ -532,8 +515,7 @@ void memcpy_parallel(benchmark::State& state) {
     }
     const std::size_t wrong = static_cast<std::size_t>(std::memcmp(d8, s8, bytes) != 0);
     const auto iterations = static_cast<double>(state.iterations());
-    state.counters["GBps"] =
-        total_s > 0 ? static_cast<double>(bytes) * iterations / total_s / kGB : 0;
+    state.counters["GBps"] = total_s > 0 ? static_cast<double>(bytes) * iterations / total_s / kGB : 0;
     state.counters["wrong"] = static_cast<double>(wrong);
     state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes));
     if (wrong != 0) state.SkipWithError("memcpy produced a different buffer");
@@ -577,9 +559,8 @@ void connect_process_world() {
   if (sched_getaffinity(0, sizeof(mask), &mask) == 0) w.cpus_per_process = CPU_COUNT(&mask);
   if (!gloo_built() || w.world_size < 2) return;
   if (w.rank == 0 && w.cpus_per_process == 1) {
-    std::fprintf(stderr,
-                 "dpbench_collectives: note: each process is bound to one CPU, which gloo's network thread "
-                 "shares with the caller; run mpirun with --bind-to none for gloo's figures\n");
+    std::fprintf(stderr, "dpbench_collectives: note: each process is bound to one CPU, which gloo's network thread "
+                         "shares with the caller; run mpirun with --bind-to none for gloo's figures\n");
   }
   std::array<char, 256> host{};
   if (MpiRuntime::local_size() == w.world_size) {
@@ -702,8 +683,9 @@ void register_process_benchmarks() {
   };
   for (const auto& [name, impl] : impls) {
     if (impl != ProcessAllReduce::mpi && !process_world().gloo) continue;
-    benchmark::RegisterBenchmark(name, [impl = impl](benchmark::State& state) { process_allreduce(state, impl); })
-        ->Apply(process_args);
+    benchmark::RegisterBenchmark(name, [impl = impl](benchmark::State& state) {
+      process_allreduce(state, impl);
+    })->Apply(process_args);
   }
 }
 
@@ -727,19 +709,11 @@ void drop_output_flags(int& argc, char** argv) {
 }  // namespace
 }  // namespace dpbench
 
-static void BM_AllReduce(benchmark::State& state) {
-  dpbench::run_collective<dpbench::AllReduce>(state);
-}
+static void BM_AllReduce(benchmark::State& state) { dpbench::run_collective<dpbench::AllReduce>(state); }
 static void BM_Reduce(benchmark::State& state) { dpbench::run_collective<dpbench::Reduce>(state); }
-static void BM_Broadcast(benchmark::State& state) {
-  dpbench::run_collective<dpbench::Broadcast>(state);
-}
-static void BM_RootPush(benchmark::State& state) {
-  dpbench::run_collective<dpbench::RootPush>(state);
-}
-static void BM_RootPull(benchmark::State& state) {
-  dpbench::run_collective<dpbench::RootPull>(state);
-}
+static void BM_Broadcast(benchmark::State& state) { dpbench::run_collective<dpbench::Broadcast>(state); }
+static void BM_RootPush(benchmark::State& state) { dpbench::run_collective<dpbench::RootPush>(state); }
+static void BM_RootPull(benchmark::State& state) { dpbench::run_collective<dpbench::RootPull>(state); }
 static void BM_Memcpy(benchmark::State& state) { dpbench::memcpy_single(state); }
 static void BM_MemcpyParallel(benchmark::State& state) { dpbench::memcpy_parallel(state); }
 

@@ -44,8 +44,7 @@ static void BM_DataLoader(benchmark::State& state) {
   const int num_workers = static_cast<int>(state.range(0));
   const int decode_us = static_cast<int>(state.range(1));
   try {
-    const std::unique_ptr<Dataset> owned =
-        make_synthetic_dataset(SampleShape{1, 28, 28}, 10, kDatasetSize, 7);
+    const std::unique_ptr<Dataset> owned = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, kDatasetSize, 7);
     const Dataset& dataset = *owned;
     // An iteration takes one round of batches, one per worker (1 when loading in place): the
     // workers start together and deliver in rounds, so timing whole rounds neither credits nor
@@ -80,8 +79,7 @@ static void BM_DataLoader(benchmark::State& state) {
       const std::int64_t index = indices[static_cast<std::size_t>(batch->index) * kBatchSize + i];
       const int label = dataset.load(index, expect.data());
       if (label != batch->labels[i] ||
-          std::memcmp(expect.data(), batch->inputs.data() + i * features,
-                      features * sizeof(float)) != 0) {
+          std::memcmp(expect.data(), batch->inputs.data() + i * features, features * sizeof(float)) != 0) {
         ++wrong;
       }
     }

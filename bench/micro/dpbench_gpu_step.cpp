@@ -51,8 +51,8 @@ double datasheet_peak_tflops(const std::string& name, Precision precision) {
     const char* name_part;
     double tf32, fp32;
   };
-  static const Peak kPeaks[] = {{"H200", 494.7, 66.9}, {"H100 PCIe", 378.0, 51.0}, {"H100", 494.7, 66.9},
-                                {"A100", 156.0, 19.5}};
+  static const Peak kPeaks[] = {
+      {"H200", 494.7, 66.9}, {"H100 PCIe", 378.0, 51.0}, {"H100", 494.7, 66.9}, {"A100", 156.0, 19.5}};
   for (const Peak& p : kPeaks) {
     if (name.find(p.name_part) != std::string::npos) return precision == Precision::tf32 ? p.tf32 : p.fp32;
   }
@@ -98,8 +98,8 @@ struct StepBuffers {
 // samples/s and flops (rates over the iterations), step_p50_ms and samples_per_s_p50 (the median
 // of `wall`, each step's seconds).
 void set_step_counters(benchmark::State& state, std::size_t batch, double step_flops, std::vector<double> wall) {
-  state.counters["samples_per_s"] =
-      benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["samples_per_s"] = benchmark::Counter(static_cast<double>(batch),
+                                                       benchmark::Counter::kIsIterationInvariantRate);
   state.counters["flops"] = benchmark::Counter(step_flops, benchmark::Counter::kIsIterationInvariantRate);
   const double p50 = median(wall);
   state.counters["step_p50_ms"] = 1e3 * p50;
@@ -108,7 +108,8 @@ void set_step_counters(benchmark::State& state, std::size_t batch, double step_f
 
 // peak_tflops and of_peak (the steps' GEMM FLOP rate over the peak; `wall`: each step's
 // seconds), unless the peak is unknown (0).
-void set_peak_counters(benchmark::State& state, double peak_tflops, double step_flops, const std::vector<double>& wall) {
+void set_peak_counters(benchmark::State& state, double peak_tflops, double step_flops,
+                       const std::vector<double>& wall) {
   double timed_s = 0;
   for (double w : wall) timed_s += w;
   if (!(peak_tflops > 0) || !(timed_s > 0)) return;
@@ -229,8 +230,9 @@ void BM_CudaMlpTrainStep(benchmark::State& state) {
   double weights = 0;
   for (std::size_t l = 0; l + 1 < dims.size(); ++l) weights += static_cast<double>(dims[l] * dims[l + 1]);
   const double first_layer = static_cast<double>(dims[0] * dims[1]);  // no input gradient
-  time_train_steps(state, [&] { return std::make_unique<Mlp<float>>(dims); },
-                   static_cast<double>(state.range(0)) * (6.0 * weights - 2.0 * first_layer), state.range(4) != 0);
+  time_train_steps(
+      state, [&] { return std::make_unique<Mlp<float>>(dims); },
+      static_cast<double>(state.range(0)) * (6.0 * weights - 2.0 * first_layer), state.range(4) != 0);
 }
 
 BENCHMARK(BM_CudaMlpTrainStep)
@@ -255,8 +257,12 @@ void BM_CudaCnnTrainStep(benchmark::State& state) {
   const double n = static_cast<double>(state.range(0));
   const double conv1 = 2.0 * n * 28 * 28 * 16 * 1 * 9, conv2 = 2.0 * n * 14 * 14 * 32 * 16 * 9;
   const double fc1 = 2.0 * n * (32 * 7 * 7) * 128, fc2 = 2.0 * n * 128 * 10;
-  time_train_steps(state, [] { return std::make_unique<Cnn>(SampleShape{1, 28, 28}, 16, 32, 128, 10); },
-                   2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2, state.range(2) != 0);
+  time_train_steps(
+      state,
+      [] {
+    return std::make_unique<Cnn>(SampleShape{1, 28, 28}, 16, 32, 128, 10);
+      },
+      2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2, state.range(2) != 0);
 }
 
 BENCHMARK(BM_CudaCnnTrainStep)

@@ -39,8 +39,7 @@ namespace {
 const std::vector<std::size_t> kDefaultMlp{784, 512, 256, 10};
 constexpr std::size_t kDefaultMlpParams = 535818;
 
-std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo = -1.0f,
-                                 float hi = 1.0f) {
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -128,8 +127,7 @@ static void BM_LinearBackward(benchmark::State& state) {
   const std::vector<float> dy = random_floats(batch * out, 3);
   std::vector<float> dx(batch * in), dW(out * in), db(out);
   for (auto _ : state) {
-    cpu::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), db.data(), batch, in,
-                         out);
+    cpu::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), db.data(), batch, in, out);
     benchmark::DoNotOptimize(dx.data());
     benchmark::DoNotOptimize(dW.data());
     benchmark::ClobberMemory();
@@ -156,15 +154,10 @@ static void BM_SoftmaxCrossEntropy(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   if (!std::isfinite(loss)) state.SkipWithError("loss is not finite");
-  state.SetBytesProcessed(state.iterations() *
-                          static_cast<std::int64_t>(2 * batch * classes * sizeof(float)));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * batch * classes * sizeof(float)));
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch));
 }
-BENCHMARK(BM_SoftmaxCrossEntropy)
-    ->ArgNames({"batch", "classes"})
-    ->Args({64, 10})
-    ->Args({256, 10})
-    ->Args({256, 1000});
+BENCHMARK(BM_SoftmaxCrossEntropy)->ArgNames({"batch", "classes"})->Args({64, 10})->Args({256, 10})->Args({256, 1000});
 
 // SGD with momentum over n parameters (PyTorch semantics, lr 0.01, momentum 0.9, weight decay
 // 5e-4). Bytes: params, grads and velocity read, velocity and params written: 5 * 4 * n.
@@ -194,8 +187,9 @@ static double mlp_gemm_seconds(const std::vector<std::size_t>& dims, std::size_t
   std::vector<Layer> layers;
   for (std::size_t l = 0; l + 1 < dims.size(); ++l) {
     const std::size_t in = dims[l], out = dims[l + 1];
-    layers.push_back({in, out, random_floats(batch * in, 1), random_floats(out * in, 2), std::vector<float>(batch * out),
-                      random_floats(batch * out, 3), std::vector<float>(out * in), std::vector<float>(batch * in)});
+    layers.push_back({in, out, random_floats(batch * in, 1), random_floats(out * in, 2),
+                      std::vector<float>(batch * out), random_floats(batch * out, 3), std::vector<float>(out * in),
+                      std::vector<float>(batch * in)});
   }
   const auto step = [&] {
     for (Layer& L : layers) {
@@ -224,8 +218,7 @@ static double mlp_gemm_seconds(const std::vector<std::size_t>& dims, std::size_t
 // SGD-momentum update, on a fixed random batch in [0, 1). gemm_flops: the step's GEMM FLOPs
 // (the "flops" rate counter). A non-finite loss after the last step fails the benchmark.
 // Returns the mean wall seconds of a step.
-static double run_train_steps(benchmark::State& state, Model& model, std::size_t batch,
-                              double gemm_flops) {
+static double run_train_steps(benchmark::State& state, Model& model, std::size_t batch, double gemm_flops) {
   // Outlives every model: the caller's model frees the activations reserved here into it later.
   static MemoryTracker tracker;
   model.reserve(batch, tracker);
@@ -251,8 +244,7 @@ static double run_train_steps(benchmark::State& state, Model& model, std::size_t
   }
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
                         static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1));
-  state.counters["flops"] =
-      benchmark::Counter(gemm_flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["flops"] = benchmark::Counter(gemm_flops, benchmark::Counter::kIsIterationInvariantRate);
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch));
   if (!std::isfinite(loss)) state.SkipWithError("training loss is not finite");
   return step_s;
@@ -297,8 +289,7 @@ static void BM_CnnTrainStep(benchmark::State& state) {
   const double conv1 = 2.0 * batch * 28 * 28 * 16 * 1 * 9;
   const double conv2 = 2.0 * batch * 14 * 14 * 32 * 16 * 9;
   const double fc1 = 2.0 * batch * (32 * 7 * 7) * 128, fc2 = 2.0 * batch * 128 * 10;
-  run_train_steps(state, model, static_cast<std::size_t>(state.range(0)),
-                  2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
+  run_train_steps(state, model, static_cast<std::size_t>(state.range(0)), 2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
 }
 BENCHMARK(BM_CnnTrainStep)->Apply(train_step_args);
 

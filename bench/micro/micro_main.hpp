@@ -12,14 +12,14 @@
 #define DPBENCH_REGISTER_DEVICES() (void)0
 #endif
 
-#define DPBENCH_BENCHMARK_MAIN()                                  \
-  int main(int argc, char** argv) {                               \
-    DPBENCH_REGISTER_DEVICES();                                   \
-    dpbench::select_blas_core(argv);                              \
-    benchmark::Initialize(&argc, argv);                           \
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1; \
+#define DPBENCH_BENCHMARK_MAIN()                                              \
+  int main(int argc, char** argv) {                                           \
+    DPBENCH_REGISTER_DEVICES();                                               \
+    dpbench::select_blas_core(argv);                                          \
+    benchmark::Initialize(&argc, argv);                                       \
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;         \
     benchmark::AddCustomContext("blas_core_note", dpbench::blas_core_note()); \
-    benchmark::RunSpecifiedBenchmarks();                          \
-    benchmark::Shutdown();                                        \
-    return 0;                                                     \
+    benchmark::RunSpecifiedBenchmarks();                                      \
+    benchmark::Shutdown();                                                    \
+    return 0;                                                                 \
   }

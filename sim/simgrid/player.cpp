@@ -62,8 +62,8 @@ void attach(sg4::NetZone* parent, sg4::NetZone* child, simgrid::kernel::routing:
   link->get_link_up()->set_bandwidth(up);
   link->get_link_down()->set_bandwidth(down);
   link->set_latency(latency);
-  parent->add_route(child->get_netpoint(), nullptr, gw, nullptr, {sg4::LinkInRoute(link, sg4::LinkInRoute::Direction::UP)},
-                    true);
+  parent->add_route(child->get_netpoint(), nullptr, gw, nullptr,
+                    {sg4::LinkInRoute(link, sg4::LinkInRoute::Direction::UP)}, true);
 }
 
 // A leaf switch's gateway: a router in a zone of its own inside the leaf, at the depth of the
@@ -121,7 +121,8 @@ bool natural_less(const std::string& a, const std::string& b) {
       while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
       const std::string x = a.substr(i, ei - i), y = b.substr(j, ej - j);
       const std::size_t zx = x.find_first_not_of('0'), zy = y.find_first_not_of('0');
-      const std::string nx = zx == std::string::npos ? "" : x.substr(zx), ny = zy == std::string::npos ? "" : y.substr(zy);
+      const std::string nx = zx == std::string::npos ? "" : x.substr(zx),
+                        ny = zy == std::string::npos ? "" : y.substr(zy);
       if (nx.size() != ny.size()) return nx.size() < ny.size();
       if (nx != ny) return nx < ny;
       i = ei;
@@ -160,7 +161,13 @@ class StreamActor {
  public:
   StreamActor(const std::vector<ScheduleOp>& ops, const SimPlatform& pf, int rank, int stream, int steps,
               std::vector<sg4::SemaphorePtr>& events, std::vector<double>* step_ends, long* messages)
-      : ops_(ops), pf_(pf), rank_(rank), stream_(stream), steps_(steps), events_(events), step_ends_(step_ends),
+      : ops_(ops),
+        pf_(pf),
+        rank_(rank),
+        stream_(stream),
+        steps_(steps),
+        events_(events),
+        step_ends_(step_ends),
         messages_(messages) {}
 
   void operator()() {
@@ -258,12 +265,8 @@ class StreamActor {
         wait(heads_);
         sinks_.clear();
         break;
-      case ScheduleOpKind::record:
-        events_.at(static_cast<std::size_t>(op.event))->release();
-        break;
-      case ScheduleOpKind::wait_event:
-        events_.at(static_cast<std::size_t>(op.event))->acquire();
-        break;
+      case ScheduleOpKind::record: events_.at(static_cast<std::size_t>(op.event))->release(); break;
+      case ScheduleOpKind::wait_event: events_.at(static_cast<std::size_t>(op.event))->acquire(); break;
     }
   }
 
@@ -309,10 +312,10 @@ class StreamActor {
   long* messages_;
   int token_ = 0;
   std::vector<sg4::CommPtr> sends_, recvs_;
-  std::vector<sg4::CommPtr> heads_;                // heads of split messages, not yet left
-  std::vector<std::pair<int, double>> tails_;      // [heads_]: peer, bytes
-  std::vector<CollectiveKind> tail_kinds_;         // [heads_]
-  std::vector<sg4::Mailbox*> boxes_[2];  // [0]: to a peer, [1]: from it; by the peer's rank
+  std::vector<sg4::CommPtr> heads_;            // heads of split messages, not yet left
+  std::vector<std::pair<int, double>> tails_;  // [heads_]: peer, bytes
+  std::vector<CollectiveKind> tail_kinds_;     // [heads_]
+  std::vector<sg4::Mailbox*> boxes_[2];        // [0]: to a peer, [1]: from it; by the peer's rank
   std::deque<int*> sinks_;
 };
 
@@ -350,7 +353,8 @@ nlohmann::json run_simulation(const StepSchedule& schedule, const SimPlatform& p
   for (int r = 0; r < p; ++r) {
     const auto& e = ends[static_cast<std::size_t>(r)];
     if (static_cast<int>(e.size()) != steps) {
-      throw Error(fmt::format("simulation: rank {} finished {} of {} steps (the schedule deadlocks)", r, e.size(), steps));
+      throw Error(
+          fmt::format("simulation: rank {} finished {} of {} steps (the schedule deadlocks)", r, e.size(), steps));
     }
     rank_steps.push_back(steps == 1 ? e.back() : (e.back() - e.front()) / (steps - 1));
   }
