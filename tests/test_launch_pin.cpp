@@ -59,8 +59,10 @@ std::string two_processes(const std::string& one, const std::string& zero) {
 }
 
 std::vector<LaunchCase> launch_cases(const fs::path& dir) {
-  const std::string run = fmt::format("env OPENBLAS_CORETYPE=Haswell timeout -k 5 120 {} run {}", DPBENCH_BINARY,
-                                      kLaunchPinArgs);
+  // OMP_NUM_THREADS=1: every rank's GEMMs on one BLAS thread, as the pins were recorded, on any
+  // number of cores (OpenBLAS's bits depend on its thread count).
+  const std::string run = fmt::format("env OPENBLAS_CORETYPE=Haswell OMP_NUM_THREADS=1 timeout -k 5 120 {} run {}",
+                                      DPBENCH_BINARY, kLaunchPinArgs);
   const auto rank0 = [&](const std::string& launcher) {
     return fmt::format("--save-params {} --out {}.json", (dir / launcher).string(), (dir / launcher).string());
   };

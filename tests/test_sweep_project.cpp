@@ -14,6 +14,7 @@
 #include "train/alpha_beta_model.hpp"
 #include "bench/app/strategies.hpp"
 #include "bench/app/blas_core.hpp"
+#include "bench/app/harness.hpp"
 #include "bench/app/project_command.hpp"
 #include "bench/app/simulated_projection.hpp"
 #include "bench/app/result_json.hpp"
@@ -499,6 +500,35 @@ TEST(BlasCore, AsksForTheKernelsTheCpuSupportsOnlyAfterAPrescottFallback) {
   EXPECT_EQ(preferred_blas_core("Prescott", "avx512f_x avx2x fma"), "");  // whole words only
   EXPECT_EQ(preferred_blas_core("SkylakeX", avx512), "");                 // OpenBLAS knew the CPU
   EXPECT_EQ(preferred_blas_core("Zen", avx512), "");
+}
+
+// OMP_NUM_THREADS, when set, is every rank's BLAS thread count (PyTorch's torch.get_num_threads()
+// default); otherwise the ranks share the cores. A bad value is one line naming the variable.
+TEST(BlasThreads, OmpNumThreadsWinsOverTheCoreShareAndABadValueIsNamed) {
+  const char* old = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = old != nullptr ? old : "";
+  unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(blas_threads_per_rank(16, 2), 8);
+  EXPECT_EQ(blas_threads_per_rank(2, 4), 1);
+  EXPECT_EQ(blas_threads_per_rank(2, 0), 2);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  EXPECT_EQ(blas_threads_per_rank(16, 2), 1);
+  setenv("OMP_NUM_THREADS", "3", 1);
+  EXPECT_EQ(blas_threads_per_rank(2, 2), 3);
+  for (const char* bad : {"0", "-2", "two", "4x"}) {
+    setenv("OMP_NUM_THREADS", bad, 1);
+    try {
+      blas_threads_per_rank(16, 2);
+      ADD_FAILURE() << "OMP_NUM_THREADS=" << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), fmt::format("OMP_NUM_THREADS={}: not a positive number of threads", bad));
+    }
+  }
+  if (old != nullptr) {
+    setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  } else {
+    unsetenv("OMP_NUM_THREADS");
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <thread>
 
@@ -108,11 +109,22 @@ int ranks_on_this_node(const TrainConfig& config) {
   return config.world_size;
 }
 
+int blas_threads_per_rank(unsigned cores, int local) {
+  if (const char* v = std::getenv("OMP_NUM_THREADS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 4096) {
+      throw InputError(fmt::format("OMP_NUM_THREADS={}: not a positive number of threads", v));
+    }
+    return static_cast<int>(n);
+  }
+  return static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, local))));
+}
+
 RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device) {
   const unsigned cores = cpu_cores();
   const auto local = static_cast<unsigned>(std::max(1, ranks_on_this_node(config)));
-  // Give each rank on this machine an equal share of the cores for its GEMMs.
-  cpu::set_blas_threads(static_cast<int>(std::max(1u, cores / local)));
+  cpu::set_blas_threads(blas_threads_per_rank(cores, static_cast<int>(local)));
   const Strategy& strategy = find_strategy(config.mode);
   RunResult r = strategy.train(config, data.view());
   if (!device.note.empty()) r.warnings.push_back(device.note);

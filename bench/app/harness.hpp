@@ -44,6 +44,11 @@ void check_point(const TrainConfig& config, const Dataset& train);
 // under torchrun (gloo), the node-local process count under mpirun.
 int ranks_on_this_node(const TrainConfig& config);
 
+// BLAS threads for each of `local` ranks on `cores` cores: $OMP_NUM_THREADS when set (PyTorch's
+// default for torch.get_num_threads(); torchrun sets it to 1 with several processes per node),
+// else max(1, cores / local). Throws InputError when OMP_NUM_THREADS is not a positive integer.
+int blas_threads_per_rank(unsigned cores, int local);
+
 // Trains one point: sets the BLAS threads per rank, runs the strategy, adds the warnings every
 // result carries (device fallback, ranks time-sliced on fewer cores).
 RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device);
