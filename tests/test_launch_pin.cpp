@@ -31,9 +31,10 @@ namespace {
 
 using namespace dpbench::testing;  // NOLINT: test fixtures
 
+// --device cpu: the pins are CPU ranks' parameters, also on a machine with a GPU (auto picks it).
 constexpr const char* kLaunchPinArgs =
-    "--data synthetic --input 64 --synthetic-samples 600 --hidden 32 --epochs 1 --batch-size 20 --max-steps 12 "
-    "--no-eval -q";
+    "--device cpu --data synthetic --input 64 --synthetic-samples 600 --hidden 32 --epochs 1 --batch-size 20 "
+    "--max-steps 12 --no-eval -q";
 
 // The CRC-32 of every mode's parameters at 2 ranks, by mode.
 const std::map<std::string, std::uint32_t>& launch_pins() {
