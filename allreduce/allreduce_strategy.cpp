@@ -10,7 +10,7 @@ Transport ring_transport(const TrainConfig&) { return Transport::ring; }
 std::string allreduce_label(const TrainConfig& config) {
   std::string how = "ring";
   if (config.hierarchy == "node") how += ", node hierarchy";
-  if (config.comm_hook != "allreduce") how += ", " + config.comm_hook;
+  if (config.allreduce.comm_hook != "allreduce") how += ", " + config.allreduce.comm_hook;
   return "allreduce (" + how + ")";
 }
 

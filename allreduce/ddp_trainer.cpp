@@ -13,20 +13,20 @@ namespace dpbench {
 
 void validate_allreduce(const TrainConfig& config, const Dataset& train) {
   validate_replicas(config, train);
-  if (config.comm_hook != "allreduce" && config.device != DeviceKind::cpu) {
+  if (config.allreduce.comm_hook != "allreduce" && config.device != DeviceKind::cpu) {
     throw InputError(fmt::format("--comm-hook {}: packs and adds on the host; run it with --device cpu, not {}",
-                                 config.comm_hook, config.device));
+                                 config.allreduce.comm_hook, config.device));
   }
-  if (powersgd_rank(config.comm_hook) > 0) {
-    if (config.start_powersgd_iter < 2) {
+  if (powersgd_rank(config.allreduce.comm_hook) > 0) {
+    if (config.allreduce.start_powersgd_iter < 2) {
       throw InputError(fmt::format("--start-powersgd-iter {}: must be at least 2 (PyTorch's PowerSGDState with error "
                                    "feedback and warm start)",
-                                   config.start_powersgd_iter));
+                                   config.allreduce.start_powersgd_iter));
     }
     if (config.checkpoint.every > 0 || config.checkpoint.resume) {
       throw InputError(fmt::format("--comm-hook {}: checkpoints do not hold PowerSGD's error feedback and Q matrices; "
                                    "run it without --checkpoint-every and --resume",
-                                   config.comm_hook));
+                                   config.allreduce.comm_hook));
     }
   }
   validate_node_hierarchy(config);
@@ -40,7 +40,7 @@ class AllreduceRank final : public ReplicaRank {
  public:
   explicit AllreduceRank(const RankSetup& s)
       : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), grad_sync_(s.ctx, buckets_.size()) {
-    if (const int rank = powersgd_rank(s.config.comm_hook); rank > 0) {
+    if (const int rank = powersgd_rank(s.config.allreduce.comm_hook); rank > 0) {
       powersgd_.emplace(model_->params(), buckets_, rank, s.config.seed, how_.ranks_per_node);
     }
   }
@@ -57,7 +57,7 @@ class AllreduceRank final : public ReplicaRank {
   void start_grad_sync(std::size_t b) override {
     float* grads = grads_.data() + buckets_[b].offset;
     const std::size_t n = buckets_[b].size;
-    if (powersgd_ && step_ >= s_.config.start_powersgd_iter) {
+    if (powersgd_ && step_ >= s_.config.allreduce.start_powersgd_iter) {
       grad_sync_.start(b, [this, b, grads](Communicator& comm, bool) { powersgd_->reduce(comm, b, grads); });
       return;
     }
@@ -101,9 +101,10 @@ class AllreduceRank final : public ReplicaRank {
 }  // namespace
 
 std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& params, const TrainConfig& config) {
-  const int powersgd = powersgd_rank(config.comm_hook);
+  const int powersgd = powersgd_rank(config.allreduce.comm_hook);
   std::vector<ScheduleBucket> out;
-  for (const Bucket& b : assign_buckets(params, sizeof(float), config.first_bucket_mb, config.bucket_cap_mb)) {
+  for (const Bucket& b :
+       assign_buckets(params, sizeof(float), config.allreduce.first_bucket_mb, config.allreduce.bucket_cap_mb)) {
     out.push_back({b.offset, b.size, {}});
     if (powersgd == 0) continue;
     const PowerSgdMessages m = powersgd_messages(powersgd_tensors(params, b, powersgd));

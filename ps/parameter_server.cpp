@@ -41,7 +41,7 @@ std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size) {
 
 void validate_parameter_server(const TrainConfig& config, const Dataset& train) {
   validate_config(config, train);
-  if (config.sync_bn) {
+  if (config.model.sync_bn) {
     throw InputError("--sync-bn: not available in ps mode (DataParallel normalises each replica's chunk "
                      "with its own statistics); use --mode allreduce");
   }
@@ -188,8 +188,8 @@ PsRank::PsRank(const RankSetup& s)
       classes_(static_cast<std::size_t>(s.train.num_classes())),
       input_counts_(scaled(rows_, features_)),
       logit_counts_(scaled(rows_, classes_)),
-      group_(
-          std::max<std::size_t>(1, static_cast<std::size_t>(s.config.coalesce_mb * 1024.0 * 1024.0) / sizeof(float))),
+      group_(std::max<std::size_t>(1, static_cast<std::size_t>(s.config.ps.coalesce_mb * 1024.0 * 1024.0) /
+                                          sizeof(float))),
       model_(s.ctx.make_model(s.config, s.train.shape(), classes_, std::max<std::size_t>(my_rows_, 1))),
       n_(model_->num_params()),
       replica_params_(s.ctx, MemoryCategory::parameters, n_),

@@ -43,7 +43,7 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
   const double n = in.num_params, B = static_cast<double>(config.global_batch), f = sizeof(float);
   const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p)
                                                                     : config.rank_batches;
-  const double group = std::max<double>(1.0, std::floor(config.coalesce_mb * 1024.0 * 1024.0 / f));
+  const double group = std::max<double>(1.0, std::floor(config.ps.coalesce_mb * 1024.0 * 1024.0 / f));
   std::vector<RankMemory> ranks;
   for (int r = 0; r < p; ++r) {
     const auto b = static_cast<double>(rows[static_cast<std::size_t>(r)]);
@@ -77,7 +77,7 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const TrainConfig& config = in.config;
   const bool p2p = config.transport == Transport::p2p;
   const std::size_t n = in.num_params;
-  const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(config.coalesce_mb * 1024.0 * 1024.0) /
+  const auto group = std::max<std::size_t>(1, static_cast<std::size_t>(config.ps.coalesce_mb * 1024.0 * 1024.0) /
                                                   sizeof(float));
   const std::vector<std::size_t> rows = config.rank_batches.empty() ? chunk_sizes(config.global_batch, p)
                                                                     : config.rank_batches;

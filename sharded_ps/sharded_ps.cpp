@@ -64,15 +64,17 @@ ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, Transp
   return {2 * n - at(rank) - at(rank + 1), 2 * n - at(rank - 1) - at(rank)};
 }
 
-int server_count(const TrainConfig& config) { return config.servers == 0 ? config.world_size : config.servers; }
+int server_count(const TrainConfig& config) {
+  return config.sharded_ps.servers == 0 ? config.world_size : config.sharded_ps.servers;
+}
 
 namespace {
 
 // --staleness S > 0 (stale_sync.hpp): host buffers, the collective transport's flat push and
 // pull, no checkpoints (a checkpoint would need every push in flight).
 void validate_staleness(const TrainConfig& config) {
-  if (config.staleness == 0) return;
-  const std::string option = fmt::format("--staleness {}", config.staleness);
+  if (config.sharded_ps.staleness == 0) return;
+  const std::string option = fmt::format("--staleness {}", config.sharded_ps.staleness);
   if (config.device != DeviceKind::cpu) {
     throw InputError(
         fmt::format("{}: the servers step on the communication thread, on the host; run it with --device cpu", option));
@@ -88,7 +90,7 @@ void validate_staleness(const TrainConfig& config) {
     throw InputError(
         fmt::format("{}: no checkpoints (pushes are in flight at every step); drop --checkpoint-dir", option));
   }
-  if (config.sync_bn) throw InputError(fmt::format("{}: --sync-bn is allreduce's", option));
+  if (config.model.sync_bn) throw InputError(fmt::format("{}: --sync-bn is allreduce's", option));
 }
 
 }  // namespace
@@ -98,9 +100,9 @@ void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
   if (config.transport != Transport::collective && config.transport != Transport::p2p) {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)", config.transport));
   }
-  if (config.servers < 0 || config.servers > config.world_size) {
-    throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {} (0: every rank)", config.servers,
-                                 config.world_size));
+  if (config.sharded_ps.servers < 0 || config.sharded_ps.servers > config.world_size) {
+    throw InputError(fmt::format("--servers {}: must be between 1 and --ranks {} (0: every rank)",
+                                 config.sharded_ps.servers, config.world_size));
   }
   validate_staleness(config);
   if (config.hierarchy != "node") return;
@@ -112,7 +114,7 @@ void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
   if (server_count(config) != config.world_size) {
     throw InputError(fmt::format("--hierarchy node: every rank serves a range; --servers {} of {} ranks is not "
                                  "supported (give --servers 0)",
-                                 config.servers, config.world_size));
+                                 config.sharded_ps.servers, config.world_size));
   }
   validate_node_hierarchy(config);
 }
@@ -263,7 +265,7 @@ class ShardedPsRank final : public ReplicaRank {
 
 RunResult train_sharded_ps(const TrainConfig& config, const TrainData& data) {
   validate_sharded_ps(config, *data.train);
-  if (config.staleness > 0) return run_step_loop(config, data, make_stale_sync_rank);
+  if (config.sharded_ps.staleness > 0) return run_step_loop(config, data, make_stale_sync_rank);
   const bool p2p = config.transport == Transport::p2p;
   return run_step_loop(config, data, [p2p](const RankSetup& s) { return std::make_unique<ShardedPsRank>(s, p2p); });
 }

@@ -55,7 +55,7 @@ std::vector<std::size_t> shard_counts_within(const ShardLayout& layout, std::siz
 // ("collective" or "p2p"): the formulas above. The BatchNorm buffers' broadcast is not included.
 ElementCounts sharded_ps_step_counts(const ShardLayout& layout, int rank, Transport transport);
 
-// The number of servers a config asks for: config.servers, or world_size when it is 0.
+// The number of servers a config asks for: config.sharded_ps.servers, or world_size when it is 0.
 int server_count(const TrainConfig& config);
 
 // Throws InputError on a config this mode cannot run with this data: allreduce's checks, an

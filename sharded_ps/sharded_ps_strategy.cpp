@@ -13,11 +13,11 @@ Transport sharded_transport(const TrainConfig& config) { return config.transport
 
 // "sharded_ps (collective)"; the server count when not every rank is one.
 std::string sharded_label(const TrainConfig& config) {
-  if (config.servers > 0 && config.servers < config.world_size) {
-    return fmt::format("sharded_ps ({}, {} servers)", name(config.transport), config.servers);
+  if (config.sharded_ps.servers > 0 && config.sharded_ps.servers < config.world_size) {
+    return fmt::format("sharded_ps ({}, {} servers)", name(config.transport), config.sharded_ps.servers);
   }
-  if (config.staleness > 0)
-    return fmt::format("sharded_ps ({}, staleness {})", name(config.transport), config.staleness);
+  if (config.sharded_ps.staleness > 0)
+    return fmt::format("sharded_ps ({}, staleness {})", name(config.transport), config.sharded_ps.staleness);
   return fmt::format("sharded_ps ({}{})", name(config.transport), config.hierarchy == "node" ? ", node hierarchy" : "");
 }
 
@@ -57,7 +57,7 @@ std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
       m[MemoryCategory::gradients] += mine * sizeof(float);
       if (config.transport == Transport::p2p) m[MemoryCategory::comm_buffers] = mine * sizeof(float);
       // --staleness S: S + 1 parameter versions and S + 1 pushes in flight (stale_sync.hpp).
-      const double slots = config.staleness > 0 ? config.staleness + 1.0 : 0.0;
+      const double slots = config.sharded_ps.staleness > 0 ? config.sharded_ps.staleness + 1.0 : 0.0;
       m[MemoryCategory::parameters] += slots * in.num_params * sizeof(float);
       m[MemoryCategory::comm_buffers] += slots * in.num_params * sizeof(float);
     }

@@ -47,7 +47,7 @@ class StaleSyncRank final : public ReplicaRank {
   explicit StaleSyncRank(const RankSetup& s)
       : ReplicaRank(s),
         layout_(shard_layout_for(s.config, n_)),
-        bound_(s.config.staleness),
+        bound_(s.config.sharded_ps.staleness),
         slots_(static_cast<std::size_t>(bound_) + 1),
         total_(total_steps(s.config, s.train)),
         mine_(layout_.counts[static_cast<std::size_t>(s.ctx.rank())]),
@@ -100,7 +100,7 @@ class StaleSyncRank final : public ReplicaRank {
   // replica (the result's parameters).
   void param_sync() override {
     const long next = step_ + 1;
-    if (next != s_.config.warmup_steps && next != total_) return;
+    if (next != s_.config.run.warmup_steps && next != total_) return;
     wait_for(next);
     stream_.synchronize();
     s_.ctx.copy(params_.data(), slot(versions_, next), n_);
@@ -109,8 +109,8 @@ class StaleSyncRank final : public ReplicaRank {
   std::vector<int> step_staleness() const override { return staleness_; }
 
  private:
-  bool replay() const { return s_.config.staleness_replay >= 0; }
-  std::uint64_t seed() const { return static_cast<std::uint64_t>(s_.config.staleness_replay); }
+  bool replay() const { return s_.config.sharded_ps.staleness_replay >= 0; }
+  std::uint64_t seed() const { return static_cast<std::uint64_t>(s_.config.sharded_ps.staleness_replay); }
   float* slot(std::vector<Array<float>>& ring, long index) {
     return ring[static_cast<std::size_t>(index) % slots_].data();
   }

@@ -41,7 +41,7 @@ inline constexpr const char* kStaleStepsNotSimulated =
     "sharded_ps --staleness: a worker's steps overlap the pushes and pulls of earlier ones, which one step's "
     "schedule does not hold";
 
-// One rank of sharded_ps under config.staleness > 0 (host buffers, collective transport).
+// One rank of sharded_ps under config.sharded_ps.staleness > 0 (host buffers, collective transport).
 std::unique_ptr<ModeRank> make_stale_sync_rank(const RankSetup& setup);
 
 // The staleness histogram of the timed steps (step >= warmup) over every rank: counts[s] = the

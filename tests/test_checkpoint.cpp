@@ -57,16 +57,16 @@ std::unique_ptr<Dataset> dataset_for(const std::string& workload) {
 TrainConfig config_for(const Variant& v) {
   TrainConfig c = small_train_config(v.mode, 3, 48);
   c.transport = parse_transport(v.transport);
-  c.servers = v.servers;
-  c.workload = v.workload;
-  c.optimizer = v.optimizer;
-  if (v.optimizer != "sgd") c.lr = 0.01f;
+  c.sharded_ps.servers = v.servers;
+  c.model.workload = v.workload;
+  c.optimizer.name = v.optimizer;
+  if (v.optimizer != "sgd") c.optimizer.lr = 0.01f;
   if (v.workload == "cnn") {
-    c.channels = {4, 6};
-    c.hidden = {16};
+    c.model.channels = {4, 6};
+    c.model.hidden = {16};
   }
-  c.epochs = 2;
-  c.max_steps = -1;  // 20 steps
+  c.run.epochs = 2;
+  c.run.max_steps = -1;  // 20 steps
   return c;
 }
 
@@ -112,7 +112,7 @@ TEST_P(ResumeEquality, StoppedAndResumedRunEqualsUninterruptedBitwise) {
   TrainConfig first = base;
   first.checkpoint.dir = tmp.path().string();
   first.checkpoint.every = 4;
-  first.max_steps = 14;
+  first.run.max_steps = 14;
   const RunResult stopped = train(first, *data);
   ASSERT_EQ(stopped.step_train_loss.size(), 14u);
   // The checkpointed run's own steps are those of the uninterrupted run (up to the order in which
@@ -162,9 +162,9 @@ class CheckpointDamage : public ::testing::Test {
     config_ = config_for(variant_);
     config_.checkpoint.dir = tmp_.path().string();
     config_.checkpoint.every = 4;
-    config_.max_steps = 14;  // checkpoints after 4, 8, 12
+    config_.run.max_steps = 14;  // checkpoints after 4, 8, 12
     (void)train(config_, *data_);
-    config_.max_steps = -1;
+    config_.run.max_steps = -1;
     config_.checkpoint.resume = true;
   }
   std::string file(long step, int rank = 0) const { return checkpoint_path(config_.checkpoint.dir, step, rank); }
@@ -255,7 +255,7 @@ TEST_F(CheckpointDamage, OtherConfigIsAnInputErrorNamingTheField) {
   }
   // An SGD checkpoint (which names no optimizer) does not resume an Adam run.
   config_.seed = 11;
-  config_.optimizer = "adam";
+  config_.optimizer.name = "adam";
   try {
     (void)train(config_, *data_);
     FAIL() << "resumed an SGD checkpoint with Adam";
@@ -289,7 +289,7 @@ TEST(Checkpoint, SavesLeaveNoTemporaryFileAndKeepTheNewestThree) {
   (void)train(c, *data);
   EXPECT_EQ(files_in(tmp.path()), (std::vector<std::string>{"ckpt-000000012-rank0.dpbc", "ckpt-000000015-rank0.dpbc",
                                                             "ckpt-000000018-rank0.dpbc"}));
-  c.max_steps = 7;  // a fresh run (no --resume) over the same directory
+  c.run.max_steps = 7;  // a fresh run (no --resume) over the same directory
   (void)train(c, *data);
   EXPECT_EQ(files_in(tmp.path()), (std::vector<std::string>{"ckpt-000000003-rank0.dpbc", "ckpt-000000006-rank0.dpbc"}));
 }

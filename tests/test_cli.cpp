@@ -900,7 +900,7 @@ TEST_F(Cli, InitParamsStartsTheRunFromTheGivenParameters) {
   const auto base = nlohmann::json::parse(slurp(result()))["runs"][0]["quality"]["step_train_loss"];
   // The model's initial parameters, from a start bundle of the same configuration.
   TrainConfig cfg;
-  cfg.hidden = {8};
+  cfg.model.hidden = {8};
   const auto model = make_model(cfg, SampleShape{1, 1, 16}, 10);
   std::vector<float> params(model->num_params());
   model->init_params(params.data(), 0);

@@ -129,7 +129,7 @@ TEST_F(CudaTraining, PrefetchedBatchesMatchPageableUploadsAcrossEpochs) {
   for (const std::string mode : {"ps", "sharded_ps", "allreduce"}) {
     for (int world_size : {1, 2}) {
       TrainConfig pinned = gpu_config(mode, world_size, 256);
-      pinned.epochs = 3;
+      pinned.run.epochs = 3;
       TrainConfig pageable = pinned;
       pageable.loader.pin_memory = false;
       const RunResult a = testing::train_mode(pageable, *data_);
@@ -197,17 +197,17 @@ TEST_F(CudaTraining, RootGpuHoldsMasterState) {
 // wake-up (tens of microseconds).
 TEST_F(CudaTraining, AllreduceOverlapsBackward) {
   TrainConfig c = gpu_config("allreduce", 2, 512);
-  c.hidden = {4096, 4096, 4096};
-  c.bucket_cap_mb = 1.0;
-  c.first_bucket_mb = 0.25;
-  c.epochs = 8;  // 2048 samples / 512 = 4 steps per epoch: 32, capped at 30
-  c.max_steps = 30;
-  c.warmup_steps = 5;
+  c.model.hidden = {4096, 4096, 4096};
+  c.allreduce.bucket_cap_mb = 1.0;
+  c.allreduce.first_bucket_mb = 0.25;
+  c.run.epochs = 8;  // 2048 samples / 512 = 4 steps per epoch: 32, capped at 30
+  c.run.max_steps = 30;
+  c.run.warmup_steps = 5;
   // Precondition: several buckets, and bucket 0 (the last layers' parameters) leaves layer 2
   // (parameters 2 and 3) and layer 1 to be computed while it is reduced.
   const auto model = make_model(c, data_->shape(), kCudaTrainingClasses);
-  const std::vector<Bucket> buckets = assign_buckets(model->params(), sizeof(float), c.first_bucket_mb,
-                                                     c.bucket_cap_mb);
+  const std::vector<Bucket> buckets = assign_buckets(model->params(), sizeof(float), c.allreduce.first_bucket_mb,
+                                                     c.allreduce.bucket_cap_mb);
   ASSERT_GE(buckets.size(), 2u);
   for (const std::size_t p : buckets[0].params) ASSERT_GT(p, 3u) << "bucket 0 holds parameter " << p;
 
@@ -265,10 +265,10 @@ TEST_F(CudaTraining, CnnMatchesCpu) {
   for (const std::string variant : {"ps", "allreduce", "allreduce sync_bn"}) {
     const bool ps = variant == "ps";
     TrainConfig gpu = gpu_config(ps ? "ps" : "allreduce", 2, 32);
-    gpu.workload = "cnn";
-    gpu.channels = {4, 6};
-    gpu.hidden = {16};
-    gpu.sync_bn = variant == "allreduce sync_bn";
+    gpu.model.workload = "cnn";
+    gpu.model.channels = {4, 6};
+    gpu.model.hidden = {16};
+    gpu.model.sync_bn = variant == "allreduce sync_bn";
     TrainConfig cpu = gpu;
     cpu.device = DeviceKind::cpu;
     const RunResult g = ps ? train_parameter_server(gpu, td) : train_allreduce(gpu, td);

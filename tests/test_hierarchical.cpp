@@ -463,10 +463,10 @@ TrainConfig hier_config(int p, int k) {
   c.world_size = p;
   c.process.ranks_on_this_node = k;
   c.global_batch = 96;
-  c.max_steps = 6;
-  c.warmup_steps = 1;
+  c.run.max_steps = 6;
+  c.run.warmup_steps = 1;
   c.evaluate = false;
-  c.bucket_cap_mb = 0.5;  // several buckets
+  c.allreduce.bucket_cap_mb = 0.5;  // several buckets
   c.keep_final_params = true;
   return c;
 }
@@ -513,7 +513,7 @@ TEST(HierarchicalParameterServers, TrainAsTheFlatModesDo) {
       SCOPED_TRACE(fmt::format("{} p={} k={}", mode, layout.p, layout.k));
       TrainConfig flat = hier_config(layout.p, layout.k);
       flat.mode = parse_mode(mode);
-      flat.coalesce_mb = 0.5;  // ps: several groups
+      flat.ps.coalesce_mb = 0.5;  // ps: several groups
       expect_hierarchy_trains_as_flat(flat, *data);
     }
   }
@@ -527,7 +527,7 @@ TEST(CompressedAllreduce, TrainsWithinABandOfTheUncompressedHook) {
   const RunResult a = testing::train_mode(plain, *data);
   for (const char* hook : {"fp16", "bf16"}) {
     TrainConfig c = plain;
-    c.comm_hook = hook;
+    c.allreduce.comm_hook = hook;
     const RunResult b = testing::train_mode(c, *data);
     ASSERT_EQ(a.step_train_loss.size(), b.step_train_loss.size());
     double worst = 0;
@@ -554,15 +554,15 @@ TEST(HierarchicalAllreduce, BadLayoutsAndModesAreInputErrors) {
   c.mode = Mode::sharded_ps;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c.transport = Transport::collective;
-  c.servers = 2;
+  c.sharded_ps.servers = 2;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);  // every rank serves a range
-  c.servers = 0;
+  c.sharded_ps.servers = 0;
   c.process.ranks_on_this_node = 3;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
   c = hier_config(4, 2);
-  c.comm_hook = "int8";
+  c.allreduce.comm_hook = "int8";
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
-  c.comm_hook = "fp16";
+  c.allreduce.comm_hook = "fp16";
   c.mode = Mode::sharded_ps;
   EXPECT_THROW(testing::train_mode(c, *data), InputError);
 }

@@ -31,19 +31,19 @@ struct Case {
 TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
   TrainConfig c = testing::small_train_config(k.mode, p, 60);
   c.transport = parse_transport(k.transport);
-  c.servers = k.servers > 0 ? std::min(k.servers, p) : 0;
-  c.workload = k.workload;
-  c.optimizer = optimizer;
-  c.max_steps = 3;
-  c.warmup_steps = 1;
-  c.staleness = k.staleness;
+  c.sharded_ps.servers = k.servers > 0 ? std::min(k.servers, p) : 0;
+  c.model.workload = k.workload;
+  c.optimizer.name = optimizer;
+  c.run.max_steps = 3;
+  c.run.warmup_steps = 1;
+  c.sharded_ps.staleness = k.staleness;
   if (k.node_hierarchy) {
     c.hierarchy = "node";
     c.process.ranks_on_this_node = p % 2 == 0 ? 2 : 1;
   }
   if (k.workload == "cnn") {
-    c.channels = {3, 5};
-    c.hidden = {12};
+    c.model.channels = {3, 5};
+    c.model.hidden = {12};
   }
   return c;
 }
@@ -70,8 +70,8 @@ TEST(MemoryModel, EveryCategoryOfEveryRankEqualsTheAllocatorsPeakToTheByte) {
         const std::vector<RankMemory> model = find_strategy(c.mode).memory(
             builtin_memory_inputs(c, cnn ? cnn_shape : mlp_shape, 10));
         const std::string what = fmt::format("{} {} {} servers {} hierarchy {} staleness {} at {} ranks, {}",
-                                             k.workload, k.mode, k.transport, c.servers, c.hierarchy, c.staleness, p,
-                                             optimizer);
+                                             k.workload, k.mode, k.transport, c.sharded_ps.servers, c.hierarchy,
+                                             c.sharded_ps.staleness, p, optimizer);
         ASSERT_EQ(model.size(), run.ranks.size()) << what;
         for (std::size_t r = 0; r < model.size(); ++r) {
           for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
@@ -97,7 +97,7 @@ TEST(MemoryModel, RolesAndOptimizerStateOfADescribedModel) {
   in.activation_bytes = [](double rows) { return rows * 1e6; };
   in.config.world_size = 4;
   in.config.global_batch = 32;
-  in.config.optimizer = "adamw";
+  in.config.optimizer.name = "adamw";
   in.config.mode = Mode::ps;
   const auto ps = find_strategy(Mode::ps).memory(in);
   ASSERT_EQ(ps.size(), 4u);
@@ -130,7 +130,7 @@ TEST(MemoryCommand, DescribedModelPerParameterBytesAndCapacity) {
   o.params = 1e9;
   o.input_bytes_per_sample = 4;
   o.output_bytes_per_sample = 0;
-  o.base.optimizer = "adam";
+  o.base.optimizer.name = "adam";
   o.base.global_batch = 8;
   o.ranks = {2};
   o.modes = {Mode::allreduce, Mode::ps};
@@ -156,18 +156,18 @@ TEST(MemoryCommand, DescribedModelPerParameterBytesAndCapacity) {
 TEST(MemoryCommand, BuiltInModelEqualsARunsMeasuredPeaks) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 512, 5);
   MemoryOptions o;
-  o.base.optimizer = "adamw";
+  o.base.optimizer.name = "adamw";
   o.base.global_batch = 64;
-  o.base.hidden = {32, 16};
+  o.base.model.hidden = {32, 16};
   o.ranks = {3};
   o.base.global_batch = 63;
   for (const std::string mode : {"ps", "allreduce"}) {
     o.modes = {parse_mode(mode)};
     TrainConfig c = testing::small_train_config(mode, 3, 63);
-    c.hidden = o.base.hidden;
-    c.optimizer = "adamw";
-    c.max_steps = 2;
-    c.warmup_steps = 0;
+    c.model.hidden = o.base.model.hidden;
+    c.optimizer.name = "adamw";
+    c.run.max_steps = 2;
+    c.run.warmup_steps = 0;
     const RunResult run = train_mode(c, *data);
     std::int64_t most = 0;
     for (const auto& r : run.ranks)

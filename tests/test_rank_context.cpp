@@ -106,8 +106,8 @@ TEST(StepTimes, ExposedCommunicationNeverExceedsTotal) {
   auto data = make_synthetic_dataset(SampleShape{1, 1, 48}, 10, 2048, 5);
   for (double first_bucket_mb : {1.0, 0.001}) {
     TrainConfig c = testing::small_train_config("allreduce", 4, 64);
-    c.first_bucket_mb = first_bucket_mb;
-    c.bucket_cap_mb = 0.002;
+    c.allreduce.first_bucket_mb = first_bucket_mb;
+    c.allreduce.bucket_cap_mb = 0.002;
     const RunResult r = train_allreduce(c, TrainData{data.get(), nullptr});
     for (const RankResult& rank : r.ranks) {
       ASSERT_EQ(rank.steps.size(), 18u);

@@ -36,11 +36,11 @@ LoadedData small_data(SampleShape shape) {
 TEST(StartBundle, HoldsTheRunsParametersSamplesAndOrder) {
   TempDir tmp;
   TrainConfig cfg;
-  cfg.workload = "mlp";
-  cfg.hidden = {5};
+  cfg.model.workload = "mlp";
+  cfg.model.hidden = {5};
   cfg.global_batch = 16;  // 6 steps per epoch
-  cfg.epochs = 3;
-  cfg.max_steps = 8;  // reaches epoch 1 only: two permutations
+  cfg.run.epochs = 3;
+  cfg.run.max_steps = 8;  // reaches epoch 1 only: two permutations
   cfg.seed = 11;
   const LoadedData data = small_data(SampleShape{1, 1, 4});
   write_start_bundle(tmp.path().string(), cfg, data);
@@ -78,9 +78,9 @@ TEST(StartBundle, HoldsTheRunsParametersSamplesAndOrder) {
 TEST(StartBundle, CarriesGivenInitialParametersAndTheCnnsBuffers) {
   TempDir tmp;
   TrainConfig cfg;
-  cfg.workload = "cnn";
-  cfg.channels = {2, 3};
-  cfg.hidden = {4};
+  cfg.model.workload = "cnn";
+  cfg.model.channels = {2, 3};
+  cfg.model.hidden = {4};
   cfg.global_batch = 10;
   const LoadedData data = small_data(SampleShape{1, 4, 4});
   const auto model = make_model(cfg, data.train->shape(), 3);

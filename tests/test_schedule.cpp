@@ -150,9 +150,9 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
       for (int p : {2, 3, 4}) {
         TrainConfig c;
         c.mode = parse_mode(mode.substr(0, mode.find(' ')));
-        if (mode.find("fp16") != std::string::npos) c.comm_hook = "fp16";
-        if (mode.find("bf16") != std::string::npos) c.comm_hook = "bf16";
-        if (const auto at = mode.find("powersgd"); at != std::string::npos) c.comm_hook = mode.substr(at);
+        if (mode.find("fp16") != std::string::npos) c.allreduce.comm_hook = "fp16";
+        if (mode.find("bf16") != std::string::npos) c.allreduce.comm_hook = "bf16";
+        if (const auto at = mode.find("powersgd"); at != std::string::npos) c.allreduce.comm_hook = mode.substr(at);
         if (mode.find("node") != std::string::npos) {
           c.hierarchy = "node";
           c.process.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
@@ -160,10 +160,10 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         c.transport = parse_transport(transport);
         c.world_size = p;
         c.global_batch = 96;
-        c.max_steps = c.comm_hook.starts_with("powersgd") ? 4 : 3;
-        c.warmup_steps = c.comm_hook.starts_with("powersgd") ? 2 : 1;  // the timed steps compress
+        c.run.max_steps = c.allreduce.comm_hook.starts_with("powersgd") ? 4 : 3;
+        c.run.warmup_steps = c.allreduce.comm_hook.starts_with("powersgd") ? 2 : 1;  // the timed steps compress
         c.evaluate = false;
-        c.bucket_cap_mb = 0.5;  // several buckets
+        c.allreduce.bucket_cap_mb = 0.5;  // several buckets
         const RunResult run = testing::train_mode(c, *data);
         ScheduleInputs in;
         in.config = c;

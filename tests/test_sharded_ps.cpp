@@ -25,7 +25,7 @@ std::unique_ptr<Dataset> mlp_data() { return make_synthetic_dataset(SampleShape{
 TrainConfig sharded(int p, std::size_t batch, const std::string& transport, int servers = 0) {
   TrainConfig c = testing::small_train_config("sharded_ps", p, batch);
   c.transport = parse_transport(transport);
-  c.servers = servers;
+  c.sharded_ps.servers = servers;
   return c;
 }
 
@@ -72,9 +72,9 @@ TEST(ShardedPs, CnnMatchesAllreduceWithBatchNormBuffers) {
   const TrainData td{images.get(), nullptr};
   auto cnn = [](const std::string& mode, const std::string& transport) {
     TrainConfig c = testing::small_train_config(mode, 3, 48);
-    c.workload = "cnn";
-    c.channels = {4, 6};
-    c.hidden = {16};
+    c.model.workload = "cnn";
+    c.model.channels = {4, 6};
+    c.model.hidden = {16};
     c.transport = parse_transport(transport);
     return c;
   };

@@ -29,9 +29,9 @@ std::unique_ptr<Dataset> stale_sync_data() { return make_synthetic_dataset(Sampl
 
 TrainConfig stale_config(int p, std::size_t batch, int bound, std::int64_t replay) {
   TrainConfig c = testing::small_train_config("sharded_ps", p, batch);
-  c.staleness = bound;
-  c.staleness_replay = replay;
-  c.max_steps = 12;
+  c.sharded_ps.staleness = bound;
+  c.sharded_ps.staleness_replay = replay;
+  c.run.max_steps = 12;
   return c;
 }
 
@@ -73,11 +73,12 @@ std::vector<float> ssp_reference(const TrainConfig& c, const Dataset& data) {
   std::vector<float> velocity(n, 0.0f), sum(n), grads(n), x(local * features), logits(local * classes),
       dlogits(local * classes);
   std::vector<std::int32_t> labels(local);
-  for (long t = 0; t < c.max_steps; ++t) {
+  for (long t = 0; t < c.run.max_steps; ++t) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     for (int w = 0; w < c.world_size; ++w) {
       const std::vector<float>& at = versions[static_cast<std::size_t>(
-          t - ssp_replay_staleness(static_cast<std::uint64_t>(c.staleness_replay), w, t, c.staleness))];
+          t - ssp_replay_staleness(static_cast<std::uint64_t>(c.sharded_ps.staleness_replay), w, t,
+                                   c.sharded_ps.staleness))];
       for (std::size_t i = 0; i < local; ++i) {
         const std::int64_t index = order[static_cast<std::size_t>(w)][static_cast<std::size_t>(t) * local + i];
         labels[i] = data.load(index, x.data() + i * features);
@@ -89,7 +90,8 @@ std::vector<float> ssp_reference(const TrainConfig& c, const Dataset& data) {
       for (std::size_t i = 0; i < n; ++i) sum[i] += grads[i];
     }
     std::vector<float> next = versions.back();
-    cpu::sgd_momentum(next.data(), sum.data(), velocity.data(), n, c.lr, c.momentum, c.weight_decay);
+    cpu::sgd_momentum(next.data(), sum.data(), velocity.data(), n, c.optimizer.lr, c.optimizer.momentum,
+                      c.optimizer.weight_decay);
     versions.push_back(std::move(next));
   }
   return versions.back();
@@ -105,8 +107,8 @@ TEST(StaleSync, ReplayFollowsSspsUpdateRule) {
     // Only the order of the servers' sums differs from the reference's.
     EXPECT_LT(relative_l2(run.final_params, expected), 1e-5) << p << " ranks";
     TrainConfig sync = c;
-    sync.staleness = 0;
-    sync.staleness_replay = -1;
+    sync.sharded_ps.staleness = 0;
+    sync.sharded_ps.staleness_replay = -1;
     EXPECT_GT(relative_l2(train_sharded_ps(sync, td).final_params, expected), 1e-3) << "stale = synchronous?";
   }
 }
@@ -118,19 +120,19 @@ TEST(StaleSync, ReplayIsBitwiseReproducibleAndTheHistogramIsTheSchedules) {
   const RunResult a = train_sharded_ps(c, td), b = train_sharded_ps(c, td);
   EXPECT_EQ(a.final_params, b.final_params);
   TrainConfig other = c;
-  other.staleness_replay = 22;
+  other.sharded_ps.staleness_replay = 22;
   EXPECT_NE(train_sharded_ps(other, td).final_params, a.final_params);
   std::vector<long> expected(4, 0);
   for (const RankResult& r : a.ranks) {
     ASSERT_EQ(r.step_staleness.size(), 12u);
     for (long t = 0; t < 12; ++t) {
       EXPECT_EQ(r.step_staleness[static_cast<std::size_t>(t)], ssp_replay_staleness(21, r.rank, t, 3));
-      if (t >= c.warmup_steps) ++expected[static_cast<std::size_t>(ssp_replay_staleness(21, r.rank, t, 3))];
+      if (t >= c.run.warmup_steps) ++expected[static_cast<std::size_t>(ssp_replay_staleness(21, r.rank, t, 3))];
     }
   }
   std::vector<std::vector<int>> all;
   for (const RankResult& r : a.ranks) all.push_back(r.step_staleness);
-  EXPECT_EQ(staleness_histogram(all, c.warmup_steps, 3), expected);
+  EXPECT_EQ(staleness_histogram(all, c.run.warmup_steps, 3), expected);
 }
 
 // A rank with 13 times the others' batch: without replay the fast ranks run ahead of it (at the
@@ -140,7 +142,7 @@ TEST(StaleSync, FastWorkersRunAheadOfAStragglerByAtMostTheBound) {
   const TrainData td{data.get(), nullptr};
   TrainConfig c = stale_config(4, 128, 2, -1);
   c.rank_batches = {8, 8, 8, 104};
-  c.max_steps = 16;
+  c.run.max_steps = 16;
   const RunResult run = train_sharded_ps(c, td);
   long ahead = 0;
   for (const RankResult& r : run.ranks) {
@@ -175,7 +177,7 @@ TEST(StaleSync, RefusesWhatItCannotRun) {
   c = stale_config(4, 64, 0, 3);  // a replay of nothing
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   TrainConfig a = testing::small_train_config("allreduce", 4, 64);
-  a.staleness = 2;
+  a.sharded_ps.staleness = 2;
   EXPECT_THROW(testing::train_mode(a, *data), InputError);
 }
 

@@ -57,11 +57,11 @@ std::vector<PinCase> pin_cases() {
 // CRC-32 (zlib) of rank 0's final parameters followed by its BatchNorm buffers.
 std::uint32_t final_state_crc(const PinCase& pc) {
   TrainConfig c;  // the defaults: SGD lr 0.1 momentum 0.9, seed 0, batch 256, warm-up 5
-  c.workload = pc.workload;
+  c.model.workload = pc.workload;
   c.mode = parse_mode(pc.mode);
   c.transport = parse_transport(pc.transport);
   c.world_size = pc.world_size;
-  c.max_steps = 12;
+  c.run.max_steps = 12;
   c.evaluate = false;
   c.keep_final_params = true;
   const SampleShape shape = pc.workload == "cnn" ? SampleShape{1, 12, 12} : SampleShape{1, 28, 28};

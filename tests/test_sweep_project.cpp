@@ -205,7 +205,7 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   EXPECT_FALSE(sp.has_root);
   c.transport = Transport::p2p;
   EXPECT_FALSE(overlaps_backward(sp, c));  // pushed after backward
-  c.servers = 2;
+  c.sharded_ps.servers = 2;
   EXPECT_EQ(sp.label(c), "sharded_ps (p2p, 2 servers)");
   EXPECT_FALSE(sp.bus_bandwidth(c, 4e6).has_value());  // the servers' links carry more
 }

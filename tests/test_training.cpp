@@ -74,7 +74,7 @@ TEST(Agreement, AllreduceOneRankMatchesFourRanks) {
   // ...and training moved the parameters far more than that.
   const RunResult zero_steps = [&] {
     TrainConfig c = small_config("allreduce", 1, 64);
-    c.max_steps = 0;
+    c.run.max_steps = 0;
     return train_allreduce(c, td);
   }();
   EXPECT_GT(relative_l2(one.final_params, zero_steps.final_params), 1e-2);
@@ -117,9 +117,9 @@ TEST(Agreement, CnnRunningStatisticsAreKeptAndAgreeAtOneRank) {
   const TrainData td{images.get(), nullptr};
   auto cnn = [](const std::string& mode) {
     TrainConfig c = small_config(mode, 1, 32);
-    c.workload = "cnn";
-    c.channels = {4, 6};
-    c.hidden = {16};
+    c.model.workload = "cnn";
+    c.model.channels = {4, 6};
+    c.model.hidden = {16};
     return c;
   };
   const RunResult ps = train_parameter_server(cnn("ps"), td);
@@ -244,7 +244,7 @@ TEST(Failures, FailingRankEndsRunWithRankNamedNoHang) {
     for (const std::string transport : {"collective", "p2p"}) {
       if (mode == "allreduce" && transport == "p2p") continue;
       TrainConfig c = small_config(mode, 4, 64);
-      c.max_steps = -1;
+      c.run.max_steps = -1;
       c.transport = parse_transport(transport);
       const auto t0 = std::chrono::steady_clock::now();
       try {
@@ -276,10 +276,10 @@ TEST(Agreement, AdamAndAdamWAgreeAcrossModes) {
   for (const std::string optimizer : {"adam", "adamw"}) {
     auto config = [&](const std::string& mode) {
       TrainConfig c = small_config(mode, 3, 60);
-      c.optimizer = optimizer;
-      c.lr = 0.005f;
-      c.weight_decay = 0.05f;
-      c.beta1 = 0.85f;
+      c.optimizer.name = optimizer;
+      c.optimizer.lr = 0.005f;
+      c.optimizer.weight_decay = 0.05f;
+      c.optimizer.beta1 = 0.85f;
       return c;
     };
     const RunResult ps = train_parameter_server(config("ps"), td);
@@ -304,7 +304,7 @@ TEST(Memory, AdamStateIsTwiceSgdsInEveryMode) {
     return r.ranks[rank].memory.peak_by_category.at("optimizer_state");
   };
   TrainConfig c = small_config("ps", 3, 60);
-  c.optimizer = "adamw";
+  c.optimizer.name = "adamw";
   const RunResult ps = train_parameter_server(c, td);
   const auto n_bytes = static_cast<std::int64_t>(ps.num_params * sizeof(float));
   EXPECT_EQ(state(ps, 0), 2 * n_bytes);
@@ -329,11 +329,11 @@ TEST(Config, BadValuesAreInputErrors) {
   TrainConfig bad_transport = small_config("ps", 2, 8);
   EXPECT_THROW((void)parse_transport("carrier-pigeon"), InputError);
   for (const auto& spoil : std::vector<std::function<void(TrainConfig&)>>{
-           [](TrainConfig& c) { c.optimizer = "rmsprop"; }, [](TrainConfig& c) { c.beta1 = 1.0f; },
-           [](TrainConfig& c) { c.beta2 = -0.1f; }, [](TrainConfig& c) { c.eps = -1e-8f; },
-           [](TrainConfig& c) { c.weight_decay = -0.01f; }}) {
+           [](TrainConfig& c) { c.optimizer.name = "rmsprop"; }, [](TrainConfig& c) { c.optimizer.beta1 = 1.0f; },
+           [](TrainConfig& c) { c.optimizer.beta2 = -0.1f; }, [](TrainConfig& c) { c.optimizer.eps = -1e-8f; },
+           [](TrainConfig& c) { c.optimizer.weight_decay = -0.01f; }}) {
     TrainConfig c = small_config("allreduce", 2, 8);
-    c.optimizer = "adam";
+    c.optimizer.name = "adam";
     spoil(c);
     EXPECT_THROW(train_allreduce(c, td), InputError);
   }
@@ -406,8 +406,8 @@ TEST(Trains, MlpOnFashionMnistReachesThePinnedLossBandInEveryMode) {
     TrainConfig c;
     c.mode = parse_mode(mode);
     c.world_size = 2;
-    c.max_steps = 120;
-    c.warmup_steps = 1;
+    c.run.max_steps = 120;
+    c.run.warmup_steps = 1;
     c.evaluate = false;
     c.keep_final_params = true;
     runs[mode] = testing::train_mode(c, *data);

@@ -113,21 +113,21 @@ void check_fingerprint(const nlohmann::json& theirs, const nlohmann::json& ours,
 }  // namespace
 
 nlohmann::json checkpoint_fingerprint(const TrainConfig& config, std::size_t num_params, long steps_per_epoch) {
-  nlohmann::json f = {{"workload", config.workload},
-                      {"hidden", config.hidden},
-                      {"channels", config.channels},
+  nlohmann::json f = {{"workload", config.model.workload},
+                      {"hidden", config.model.hidden},
+                      {"channels", config.model.channels},
                       {"num_params", num_params},
                       {"world_size", config.world_size},
                       {"mode", config.mode},
                       {"transport", config.transport},
-                      {"servers", config.servers},
+                      {"servers", config.sharded_ps.servers},
                       {"global_batch", config.global_batch},
                       {"rank_batches", config.rank_batches},
                       {"seed", config.seed},
                       {"steps_per_epoch", steps_per_epoch}};
   // SGD's files name no optimizer (as before there were others), so they still resume; an Adam
   // state cannot resume an SGD run or the other way round.
-  if (config.optimizer != "sgd") f["optimizer"] = config.optimizer;
+  if (config.optimizer.name != "sgd") f["optimizer"] = config.optimizer.name;
   return f;
 }
 
@@ -274,7 +274,7 @@ void Checkpointer::restore_optimizer(const CheckpointFile& own, const OptimizerS
   const std::string path = checkpoint_path(config_.checkpoint.dir, own.step, own.rank);
   if (own.optimizer_slots != optimizer.slots) {
     throw InputError(fmt::format("--resume: {} holds {} optimizer state arrays per parameter, --optimizer {} keeps {}",
-                                 path, own.optimizer_slots, config_.optimizer, optimizer.slots));
+                                 path, own.optimizer_slots, config_.optimizer.name, optimizer.slots));
   }
   const std::size_t own_count = own.velocity.size() / static_cast<std::size_t>(own.optimizer_slots);
   if (optimizer.offset < own.velocity_offset || optimizer.offset + optimizer.count > own.velocity_offset + own_count) {

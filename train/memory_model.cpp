@@ -41,7 +41,7 @@ double loader_bytes(const MemoryInputs& in, double rows) {
 }
 
 double optimizer_bytes(const TrainConfig& config, double count) {
-  return optimizer_slots(config.optimizer) * count * sizeof(float);
+  return optimizer_slots(config.optimizer.name) * count * sizeof(float);
 }
 
 RankMemory replica_memory(const MemoryInputs& in, double rows) {

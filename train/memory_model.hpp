@@ -42,7 +42,7 @@ struct MemoryInputs {
   // backward and backward scratch; not the logits).
   std::function<double(double rows)> activation_bytes;
   TrainConfig config;  // mode, transport, world_size, global_batch, rank_batches, optimizer,
-                       // servers, comm, coalesce_mb, loader
+                       // sharded_ps.servers, comm, ps.coalesce_mb, loader
 };
 
 using CategoryBytes = std::array<double, kNumMemoryCategories>;
@@ -55,7 +55,7 @@ struct RankMemory {
   double total() const;
 };
 
-// The inputs for a built-in model (config.workload with its widths) on samples of `shape` with
+// The inputs for a built-in model (config.model.workload with its widths) on samples of `shape` with
 // `classes` classes, and the run `config`. Throws InputError as make_model.
 MemoryInputs builtin_memory_inputs(const TrainConfig& config, const SampleShape& shape, std::size_t classes);
 

@@ -9,12 +9,12 @@
 namespace dpbench {
 
 std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes) {
-  if (config.workload == "cnn") return make_cnn(config.channels, config.hidden, shape, num_classes);
-  if (config.workload != "mlp") {
-    throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn)", config.workload));
+  if (config.model.workload == "cnn") return make_cnn(config.model.channels, config.model.hidden, shape, num_classes);
+  if (config.model.workload != "mlp") {
+    throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn)", config.model.workload));
   }
   std::vector<std::size_t> dims{shape.features()};
-  for (int h : config.hidden) {
+  for (int h : config.model.hidden) {
     if (h <= 0) throw InputError(fmt::format("--hidden {}: layer widths must be positive", h));
     dims.push_back(static_cast<std::size_t>(h));
   }

@@ -1,4 +1,4 @@
-// The model a run names: config.workload with its widths, for samples of a given shape.
+// The model a run names: config.model.workload with its widths, for samples of a given shape.
 #pragma once
 
 #include <cstddef>
@@ -10,8 +10,8 @@
 
 namespace dpbench {
 
-// Builds config.workload ("mlp": hidden widths config.hidden; "cnn": channels config.channels and
-// one hidden layer of config.hidden[0]) on the CPU for samples of `shape` and `num_classes`
+// Builds config.model.workload ("mlp": hidden widths model.hidden; "cnn": channels model.channels
+// and one hidden layer of model.hidden[0]) on the CPU for samples of `shape` and `num_classes`
 // classes, activations not yet reserved. Throws InputError naming an unknown workload, a bad
 // width or a shape the model cannot take.
 std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes);

@@ -18,19 +18,19 @@ Optimizer::Optimizer(RankContext& ctx, const TrainConfig& config, std::size_t of
       config_(config),
       offset_(offset),
       count_(count),
-      slots_(optimizer_slots(config.optimizer)),
+      slots_(optimizer_slots(config.optimizer.name)),
       state_(ctx, MemoryCategory::optimizer_state, static_cast<std::size_t>(slots_) * count) {}
 
 void Optimizer::step(float* params, const float* grads) {
   ++steps_;
   if (count_ == 0) return;
-  const TrainConfig& config = config_;
+  const OptimizerConfig& o = config_.optimizer;
   if (slots_ == 1) {
-    ctx_.sgd_momentum(params, grads, state_.data(), count_, config.lr, config.momentum, config.weight_decay);
+    ctx_.sgd_momentum(params, grads, state_.data(), count_, o.lr, o.momentum, o.weight_decay);
     return;
   }
-  const cpu::AdamScalars s = cpu::adam_scalars(config.lr, config.beta1, config.beta2, config.eps, config.weight_decay,
-                                               steps_, config.optimizer == "adamw");
+  const cpu::AdamScalars s = cpu::adam_scalars(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, steps_,
+                                               o.name == "adamw");
   ctx_.adam(params, grads, state_.data(), state_.data() + count_, count_, s);
 }
 

@@ -4,12 +4,15 @@
 // semantics. `ps` runs one on the root over all parameters, `allreduce` one per replica,
 // `sharded_ps` one per server over its range. Its state lives in rank-device memory, charged to
 // MemoryCategory::optimizer_state: SGD's momentum buffer, or Adam's exp_avg and exp_avg_sq.
+// Which optimizer and its hyperparameters: TrainConfig's `optimizer` section (OptimizerConfig,
+// train/optimizer_config.hpp).
 #pragma once
 
 #include <cstddef>
 #include <string>
 
 #include "train/checkpoint.hpp"
+#include "train/optimizer_config.hpp"
 #include "train/rank_context.hpp"
 #include "train/training.hpp"
 
@@ -21,7 +24,7 @@ int optimizer_slots(const std::string& name);
 
 class Optimizer {
  public:
-  // The optimizer of config.optimizer over `count` parameters starting at flat index `offset`
+  // The optimizer of config.optimizer.name over `count` parameters starting at flat index `offset`
   // (count 0: a rank that updates nothing). The context must outlive it.
   Optimizer(RankContext& ctx, const TrainConfig& config, std::size_t offset, std::size_t count);
 

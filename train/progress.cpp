@@ -17,7 +17,7 @@ void ProgressMeter::step_done(RankContext& ctx, int epoch, long step) {
   const long steps = done - last_step_;
   Progress p;
   p.epoch = epoch;
-  p.epochs = config_.epochs;
+  p.epochs = config_.run.epochs;
   p.step = done;
   p.total_steps = total_;
   p.loss = steps > 0 && loss_rows_ > 0 ? sum / static_cast<double>(steps) / loss_rows_ : 0.0;

@@ -114,7 +114,7 @@ void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData&
   for (const double sum : step_loss_sums) {
     result.step_train_loss.push_back(sum / static_cast<double>(result.config.global_batch));
   }
-  const std::vector<double> loss_sums = epoch_loss_sums(step_loss_sums, spe, result.config.epochs);
+  const std::vector<double> loss_sums = epoch_loss_sums(step_loss_sums, spe, result.config.run.epochs);
   std::vector<float> host_params(n), host_buffers(model.num_buffers());
   ctx.synchronize();
   ctx.download(host_params.data(), params, n);

@@ -192,7 +192,7 @@ class RankContext {
   virtual void release(void* ptr, std::size_t bytes, MemoryCategory category) noexcept = 0;
 
   // ---- model
-  // config.workload for samples of `shape`, with activations for max_batch samples charged to
+  // config.model.workload for samples of `shape`, with activations for max_batch samples charged to
   // tracker() as activations. Throws InputError as make_model().
   virtual std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape,
                                             std::size_t num_classes, std::size_t max_batch) = 0;

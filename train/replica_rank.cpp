@@ -16,11 +16,11 @@ void validate_replicas(const TrainConfig& config, const Dataset& train) {
                                  "global_batch / world_size samples)",
                                  config.global_batch, config.world_size, config.mode));
   }
-  if (!(config.bucket_cap_mb > 0)) {
-    throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", config.bucket_cap_mb));
+  if (!(config.allreduce.bucket_cap_mb > 0)) {
+    throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", config.allreduce.bucket_cap_mb));
   }
-  if (!(config.first_bucket_mb > 0)) {
-    throw InputError(fmt::format("--first-bucket-mb {}: must be positive", config.first_bucket_mb));
+  if (!(config.allreduce.first_bucket_mb > 0)) {
+    throw InputError(fmt::format("--first-bucket-mb {}: must be positive", config.allreduce.first_bucket_mb));
   }
 }
 
@@ -57,7 +57,8 @@ ReplicaRank::ReplicaRank(const RankSetup& s)
       grads_(s.ctx, MemoryCategory::gradients, n_),
       logits_(s.ctx, MemoryCategory::activations, local_batch_ * classes_),
       dlogits_(s.ctx, MemoryCategory::activations, local_batch_ * classes_),
-      buckets_(assign_buckets(model_->params(), sizeof(float), s.config.first_bucket_mb, s.config.bucket_cap_mb)),
+      buckets_(assign_buckets(model_->params(), sizeof(float), s.config.allreduce.first_bucket_mb,
+                              s.config.allreduce.bucket_cap_mb)),
       sampler_(s.train.size(), s.config.world_size, s.ctx.rank(), /*shuffle=*/true, s.config.seed) {
   const std::vector<std::size_t> batches = rank_batches(s.config);
   for (int r = 0; r < s.ctx.rank(); ++r) offset_in_batch_ += batches[static_cast<std::size_t>(r)];

@@ -83,7 +83,7 @@ class RankLoop {
         total_(total),
         checkpoints_(s.config, s.ctx, mode.model().num_params(), s.steps_per_epoch, mode.checkpoint_writers()),
         progress_(s.config, total, mode.loss_rows()),
-        steps_in_epoch_(static_cast<std::size_t>(s.config.epochs), 0),
+        steps_in_epoch_(static_cast<std::size_t>(s.config.run.epochs), 0),
         launcher_(
             mode.buckets(), mode.model().params().size(),
             [this](std::size_t b) {
@@ -106,7 +106,7 @@ class RankLoop {
                                              s.ctx.host_tracker());
       staging_ = s.ctx.make_staging(mode.loaded_rows(), s.train.shape().features(), s.config.loader.pin_memory);
     }
-    if (s.config.sync_bn) mode.model().set_batchnorm_sync(&bn_sync_);
+    if (s.config.model.sync_bn) mode.model().set_batchnorm_sync(&bn_sync_);
   }
 
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
@@ -146,7 +146,8 @@ class RankLoop {
     mode_.optimizer().resume_at(start);
     if (s_.ctx.rank() == 0) result_.resumed_from_step = start > 0 ? start : -1;
     const long spe = s_.steps_per_epoch;
-    for (long s = 0; s < start && s / spe < s_.config.epochs; ++s) ++steps_in_epoch_[static_cast<std::size_t>(s / spe)];
+    for (long s = 0; s < start && s / spe < s_.config.run.epochs; ++s)
+      ++steps_in_epoch_[static_cast<std::size_t>(s / spe)];
     progress_.resume_at(start);
     s_.ctx.before_first_collective();
     probe_engine_on_cluster();
@@ -156,18 +157,18 @@ class RankLoop {
     s_.ctx.mark_timed_start();
     const int first_epoch = static_cast<int>(start / spe);
     step_ = start;
-    for (int epoch = first_epoch; epoch < s_.config.epochs && step_ < total_; ++epoch) {
+    for (int epoch = first_epoch; epoch < s_.config.run.epochs && step_ < total_; ++epoch) {
       // Resumed mid-epoch: the epoch's order is rebuilt from (seed, epoch) and the batches
       // already trained on are skipped.
       const long skip = epoch == first_epoch ? start % spe : 0;
       start_epoch(epoch, skip);
       for (long s = skip; s < spe && step_ < total_; ++s, ++step_) {
-        if (step_ == s_.config.warmup_steps) {
+        if (step_ == s_.config.run.warmup_steps) {
           timed_start_ = s_.ctx.comm().stats();
           s_.ctx.mark_timed_start();
         }
         const StepRecord rec = run_step(s + 1 < spe && step_ + 1 < total_);
-        if (step_ >= s_.config.warmup_steps) me_.steps.push_back(rec);
+        if (step_ >= s_.config.run.warmup_steps) me_.steps.push_back(rec);
         ++steps_in_epoch_[static_cast<std::size_t>(epoch)];
         progress_.step_done(s_.ctx, epoch, step_);
         checkpoints_.maybe_save(step_ + 1, mode_.master_params(), model.buffers(), model.num_buffers(),

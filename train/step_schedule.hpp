@@ -33,7 +33,7 @@ struct ScheduleBucket {
 };
 
 struct ScheduleInputs {
-  TrainConfig config;                   // mode, transport, world_size, global_batch, rank_batches, servers, coalesce_mb
+  TrainConfig config;  // mode, transport, world_size, global_batch, rank_batches, sharded_ps.servers, ps.coalesce_mb
   Backend engine = Backend::gloo;       // whose collectives: local, mpi, gloo (core/schedule.hpp)
   std::size_t num_params = 0;           // floats
   std::vector<ScheduleBucket> buckets;  // in the order backward readies them

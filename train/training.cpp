@@ -230,8 +230,8 @@ long steps_per_epoch(const TrainConfig& config, const Dataset& train) {
 }
 
 long total_steps(const TrainConfig& config, const Dataset& train) {
-  const long all = steps_per_epoch(config, train) * config.epochs;
-  return config.max_steps >= 0 ? std::min(all, config.max_steps) : all;
+  const long all = steps_per_epoch(config, train) * config.run.epochs;
+  return config.run.max_steps >= 0 ? std::min(all, config.run.max_steps) : all;
 }
 
 void finish_result(RunResult& result, const TrainData& data, const std::vector<double>& loss_sums,

@@ -19,11 +19,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "allreduce/allreduce_config.hpp"
 #include "core/comm.hpp"
 #include "core/hierarchical.hpp"
 #include "core/memory.hpp"
 #include "launch/rank_launch.hpp"
+#include "ps/ps_config.hpp"
+#include "sharded_ps/sharded_ps_config.hpp"
 #include "train/engine_probe.hpp"
+#include "train/optimizer_config.hpp"
 #include "workloads/dataloader.hpp"
 #include "workloads/dataset.hpp"
 
@@ -49,8 +53,26 @@ struct CheckpointConfig {
   bool resume = false;
 };
 
+// The model a run trains, as train/models.hpp's make_model builds it.
+struct ModelConfig {
+  std::string workload = "mlp";          // "mlp" or "cnn"
+  std::vector<int> hidden = {512, 256};  // mlp: hidden widths; cnn: the first, its fc width
+  std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
+  bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
+};
+
+// How long a run trains, in epochs and steps (one step: one global batch).
+struct RunLength {
+  int epochs = 2;
+  long max_steps = -1;   // stop after this many steps in total (-1: run all epochs)
+  int warmup_steps = 5;  // first steps excluded from timing statistics
+};
+
+// One run's configuration in sections: the model, the optimizer, the run's length, the data
+// loader, checkpoints and the process's identity, and each mode's own knobs, whose structs live in
+// the mode's folder (allreduce/allreduce_config.hpp, ps/ps_config.hpp,
+// sharded_ps/sharded_ps_config.hpp). What every mode reads stays at the top level.
 struct TrainConfig {
-  std::string workload = "mlp";
   Mode mode = Mode::allreduce;                  // --mode: a registered strategy (core/names.hpp)
   Transport transport = Transport::collective;  // ps, sharded_ps: collective or p2p
   Backend comm = Backend::local;                // --comm
@@ -58,45 +80,19 @@ struct TrainConfig {
   Precision precision = Precision::tf32;        // cuda: cuBLAS math
   int world_size = 4;
   std::size_t global_batch = 256;  // samples per step over all ranks
-  int epochs = 2;
-  long max_steps = -1;   // stop after this many steps in total (-1: run all epochs)
-  int warmup_steps = 5;  // first steps excluded from timing statistics
-  // The optimizer (train/optimizer.hpp), torch.optim's names and defaults.
-  std::string optimizer = "sgd";  // "sgd", "adam" or "adamw"
-  float lr = 0.1f;
-  float momentum = 0.9f;      // sgd
-  float weight_decay = 0.0f;  // sgd, adam: L2 added to the gradient; adamw: decoupled decay
-  float beta1 = 0.9f;         // adam, adamw: --betas
-  float beta2 = 0.999f;
-  float eps = 1e-8f;       // adam, adamw
-  std::uint64_t seed = 0;  // model initialisation, DistributedSampler shuffle, augmentation (--seed)
-  std::vector<int> hidden = {512, 256};
-  std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
-  bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
   // Samples per rank per step when they differ (uneven split); empty: global_batch split evenly
   // (allreduce, sharded_ps) or in torch.chunk chunks (ps). Their sum is the global batch.
   std::vector<std::size_t> rank_batches;
-  double bucket_cap_mb = 25.0;   // allreduce: DDP bucket_cap_mb
-  double first_bucket_mb = 1.0;  // allreduce: DDP's first bucket (1 MiB)
-  // allreduce: "none" (one ring over every rank) or "node" (core/hierarchical.hpp: inside each
+  ModelConfig model;          // --workload, --hidden, --channels, --sync-bn
+  OptimizerConfig optimizer;  // --optimizer, --lr, --momentum, --weight-decay, --betas, --eps
+  RunLength run;              // --epochs, --max-steps, --warmup-steps
+  std::uint64_t seed = 0;     // model initialisation, DistributedSampler shuffle, augmentation (--seed)
+  // Every mode: "none" (one ring over every rank) or "node" (core/hierarchical.hpp: inside each
   // node of ranks_on_this_node ranks, then one ring per local rank across the nodes).
   std::string hierarchy = "none";
-  // allreduce: DDP's communication hook, PyTorch's names: "allreduce" (allreduce_hook, the
-  // default), "fp16" (fp16_compress_hook) or "bf16" (bf16_compress_hook): the bucket crosses the
-  // wire in 16 bits (core/hierarchical.hpp's WireFormat).
-  // "powersgd:R" (powerSGD_hook, allreduce/powersgd.hpp): rank-R PowerSGD with error feedback and
-  // warm start, from step start_powersgd_iter on (PyTorch's start_powerSGD_iter; its default, 1000,
-  // is a training-accuracy choice: a benchmark measures the compressed step, so 2, the least
-  // PyTorch allows with error feedback).
-  std::string comm_hook = "allreduce";
-  long start_powersgd_iter = 2;
-  int servers = 0;  // sharded_ps: server ranks 0..servers-1 (0: every rank)
-  // sharded_ps: the staleness bound S of stale-synchronous parallel (sharded_ps/stale_sync.hpp;
-  // 0: synchronous), and the seed of its deterministic replay schedule (-1: the newest version
-  // that has arrived, as timing gives it).
-  int staleness = 0;
-  std::int64_t staleness_replay = -1;
-  double coalesce_mb = 10.0;  // ps: DataParallel's broadcast/reduce_add buffer size
+  AllreduceConfig allreduce;   // allreduce: DDP's buckets and communication hook
+  PsConfig ps;                 // ps: the root's coalesced broadcast and reduce_add
+  ShardedPsConfig sharded_ps;  // sharded_ps: servers and staleness
   DataLoaderOptions loader;
   bool evaluate = true;            // measure test accuracy after training
   bool keep_final_params = false;  // copy rank 0's parameters into RunResult (tests)
@@ -129,10 +125,11 @@ struct BucketAllreduce {
   WireFormat format = WireFormat::fp32;
 };
 inline BucketAllreduce bucket_allreduce(const TrainConfig& config) {
-  const bool packed = config.comm_hook == "fp16" || config.comm_hook == "bf16";
-  const WireFormat format = packed ? wire_format(config.comm_hook) : WireFormat::fp32;
+  const std::string& hook = config.allreduce.comm_hook;
+  const bool packed = hook == "fp16" || hook == "bf16";
+  const WireFormat format = packed ? wire_format(hook) : WireFormat::fp32;
   if (config.hierarchy == "node") return {hierarchy_ranks_per_node(config), format};
-  if (config.comm_hook.rfind("powersgd", 0) == 0) return {config.world_size, format};  // the project's ring
+  if (hook.rfind("powersgd", 0) == 0) return {config.world_size, format};  // the project's ring
   return {format == WireFormat::fp32 ? 0 : config.world_size, format};
 }
 

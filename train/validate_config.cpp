@@ -16,44 +16,46 @@ namespace dpbench {
 namespace {
 
 // The optimizer's hyperparameters: --lr, --momentum, --optimizer, --weight-decay, --betas, --eps.
-void validate_optimizer(const TrainConfig& config) {
-  if (!(config.lr > 0.0f)) throw InputError(fmt::format("--lr {}: must be positive", config.lr));
-  if (config.momentum < 0.0f || config.momentum >= 1.0f) {
-    throw InputError(fmt::format("--momentum {}: must be in [0, 1)", config.momentum));
+void validate_optimizer(const OptimizerConfig& o) {
+  if (!(o.lr > 0.0f)) throw InputError(fmt::format("--lr {}: must be positive", o.lr));
+  if (o.momentum < 0.0f || o.momentum >= 1.0f) {
+    throw InputError(fmt::format("--momentum {}: must be in [0, 1)", o.momentum));
   }
-  optimizer_slots(config.optimizer);  // throws on an unknown name
-  if (!(config.weight_decay >= 0.0f)) {
-    throw InputError(fmt::format("--weight-decay {}: must be >= 0", config.weight_decay));
+  optimizer_slots(o.name);  // throws on an unknown name
+  if (!(o.weight_decay >= 0.0f)) {
+    throw InputError(fmt::format("--weight-decay {}: must be >= 0", o.weight_decay));
   }
-  if (!(config.beta1 >= 0.0f && config.beta1 < 1.0f && config.beta2 >= 0.0f && config.beta2 < 1.0f)) {
-    throw InputError(fmt::format("--betas {},{}: each must be in [0, 1)", config.beta1, config.beta2));
+  if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f && o.beta2 >= 0.0f && o.beta2 < 1.0f)) {
+    throw InputError(fmt::format("--betas {},{}: each must be in [0, 1)", o.beta1, o.beta2));
   }
-  if (!(config.eps >= 0.0f)) throw InputError(fmt::format("--eps {}: must be >= 0", config.eps));
+  if (!(o.eps >= 0.0f)) throw InputError(fmt::format("--eps {}: must be >= 0", o.eps));
 }
 
-// The gradient synchronisation's names: --hierarchy, and --comm-hook (allreduce's alone).
+// The gradient synchronisation's names: --hierarchy, --comm-hook (allreduce's alone) and
+// --staleness, --staleness-replay (sharded_ps's alone).
 void validate_sync_names(const TrainConfig& config) {
   if (config.hierarchy != "none" && config.hierarchy != "node") {
     throw InputError(fmt::format("--hierarchy {}: must be none or node", config.hierarchy));
   }
-  if (config.comm_hook != "allreduce" && config.comm_hook != "fp16" && config.comm_hook != "bf16" &&
-      config.comm_hook.rfind("powersgd", 0) != 0) {
-    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", config.comm_hook));
+  const std::string& hook = config.allreduce.comm_hook;
+  if (hook != "allreduce" && hook != "fp16" && hook != "bf16" && hook.rfind("powersgd", 0) != 0) {
+    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", hook));
   }
-  if (config.comm_hook != "allreduce" && config.mode != Mode::allreduce) {
+  if (hook != "allreduce" && config.mode != Mode::allreduce) {
     throw InputError(
         fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
-                    config.comm_hook, config.mode));
+                    hook, config.mode));
   }
-  if (config.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", config.staleness));
-  if (config.staleness > 0 && config.mode != Mode::sharded_ps) {
+  const ShardedPsConfig& sharded = config.sharded_ps;
+  if (sharded.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", sharded.staleness));
+  if (sharded.staleness > 0 && config.mode != Mode::sharded_ps) {
     throw InputError(
         fmt::format("--staleness {}: only sharded_ps has a bounded-staleness mode, not {} (give --mode sharded_ps)",
-                    config.staleness, config.mode));
+                    sharded.staleness, config.mode));
   }
-  if (config.staleness_replay >= 0 && config.staleness == 0) {
+  if (sharded.staleness_replay >= 0 && sharded.staleness == 0) {
     throw InputError(fmt::format("--staleness-replay {}: replays a bounded-staleness run; give --staleness S > 0",
-                                 config.staleness_replay));
+                                 sharded.staleness_replay));
   }
 }
 
@@ -96,10 +98,10 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
     throw InputError(fmt::format("--batch-size {}: larger than the {} training samples of {}", config.global_batch,
                                  train.size(), train.name()));
   }
-  if (config.epochs < 1) throw InputError(fmt::format("--epochs {}: must be at least 1", config.epochs));
-  validate_optimizer(config);
-  if (config.warmup_steps < 0) {
-    throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.warmup_steps));
+  if (config.run.epochs < 1) throw InputError(fmt::format("--epochs {}: must be at least 1", config.run.epochs));
+  validate_optimizer(config.optimizer);
+  if (config.run.warmup_steps < 0) {
+    throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.run.warmup_steps));
   }
   validate_sync_names(config);
   validate_rank_batches(config);

@@ -38,26 +38,26 @@ namespace {
 
 // The optimizer's options, torch.optim's names and defaults.
 void add_optimizer_options(CLI::App& app, TrainConfig& config) {
-  app.add_option("--optimizer", config.optimizer,
+  app.add_option("--optimizer", config.optimizer.name,
                  "sgd (with momentum), adam or adamw: torch.optim.SGD / Adam / AdamW semantics")
       ->capture_default_str();
-  app.add_option("--lr", config.lr, "Learning rate (cnn: 0.05 unless given)")->capture_default_str();
-  app.add_option("--momentum", config.momentum, "sgd: momentum (PyTorch semantics, dampening 0)")
+  app.add_option("--lr", config.optimizer.lr, "Learning rate (cnn: 0.05 unless given)")->capture_default_str();
+  app.add_option("--momentum", config.optimizer.momentum, "sgd: momentum (PyTorch semantics, dampening 0)")
       ->capture_default_str();
-  app.add_option("--weight-decay", config.weight_decay,
+  app.add_option("--weight-decay", config.optimizer.weight_decay,
                  "Weight decay: L2 added to the gradient (sgd, adam), decoupled (adamw)")
       ->capture_default_str();
   app.add_option_function<std::vector<float>>(
          "--betas",
          [&config](const std::vector<float>& b) {
     if (b.size() != 2) throw CLI::ValidationError("--betas", "two values: beta1,beta2");
-    config.beta1 = b[0];
-    config.beta2 = b[1];
+    config.optimizer.beta1 = b[0];
+    config.optimizer.beta2 = b[1];
          },
          "adam, adamw: coefficients of the running averages of the gradient and its square")
       ->delimiter(',')
       ->default_str("0.9,0.999");
-  app.add_option("--eps", config.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
+  app.add_option("--eps", config.optimizer.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
 }
 
 // "" for a communication hook dpbench has, else what is wrong with the name (a CLI11 validator).
@@ -80,13 +80,13 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& config) {
                  "broadcast; collective transport, host buffers)")
       ->check(CLI::IsMember({"none", "node"}))
       ->capture_default_str();
-  app.add_option("--comm-hook", config.comm_hook,
+  app.add_option("--comm-hook", config.allreduce.comm_hook,
                  "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
                  "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
                  "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
       ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
       ->capture_default_str();
-  app.add_option("--start-powersgd-iter", config.start_powersgd_iter,
+  app.add_option("--start-powersgd-iter", config.allreduce.start_powersgd_iter,
                  "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
                  "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are (after the warm-up: a "
                  "warning, the timed steps mix both)")
@@ -96,37 +96,37 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& config) {
 // The model's shape (--hidden, --channels, --sync-bn) and the modes' own knobs (DDP's buckets and
 // gradient sync, sharded_ps's servers), for add_shared_options.
 void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
-  app.add_option("--hidden", config.hidden,
+  app.add_option("--hidden", config.model.hidden,
                  "Hidden layer widths of the MLP, comma list (cnn: the width of its one hidden "
                  "linear layer, default 128)")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--channels", config.channels, "cnn: output channels of its two 3x3 conv layers")
+  app.add_option("--channels", config.model.channels, "cnn: output channels of its two 3x3 conv layers")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_flag("--sync-bn", config.sync_bn,
+  app.add_flag("--sync-bn", config.model.sync_bn,
                "cnn, allreduce mode: SyncBatchNorm (statistics all-gathered across ranks, gradient "
                "sums all-reduced) instead of per-rank BatchNorm statistics");
-  app.add_option("--bucket-cap-mb", config.bucket_cap_mb,
+  app.add_option("--bucket-cap-mb", config.allreduce.bucket_cap_mb,
                  "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
       ->capture_default_str();
-  app.add_option("--first-bucket-mb", config.first_bucket_mb,
+  app.add_option("--first-bucket-mb", config.allreduce.first_bucket_mb,
                  "allreduce: size of DDP's first gradient bucket in MiB (PyTorch's "
                  "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
                  "all-reduce start before backward ends")
       ->capture_default_str();
   add_allreduce_sync_options(app, config);
-  app.add_option("--servers", config.servers,
+  app.add_option("--servers", config.sharded_ps.servers,
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")
       ->capture_default_str();
-  app.add_option("--staleness", config.staleness,
+  app.add_option("--staleness", config.sharded_ps.staleness,
                  "sharded_ps: stale-synchronous parallel (SSP, Ho et al. 2013): a worker computes on the newest "
                  "parameters it has and runs up to S steps ahead of the slowest, its pushes and pulls on its "
                  "communication thread; 0 = synchronous (collective transport, --device cpu)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--staleness-replay", config.staleness_replay,
+  app.add_option("--staleness-replay", config.sharded_ps.staleness_replay,
                  "sharded_ps --staleness S: deterministic replay, each worker computing at step t on version t - d, "
                  "d drawn from this seed (uniform in 0..S): reproducible, for tests and replays")
       ->check(CLI::NonNegativeNumber);
@@ -139,11 +139,12 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
          "--device", [&device](const std::string& text) { device = parse_device_request(text); },
          "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
       ->default_str("auto");
-  app.add_option("--epochs", config.epochs, "Passes over the training set (cnn: 3 unless given)")
+  app.add_option("--epochs", config.run.epochs, "Passes over the training set (cnn: 3 unless given)")
       ->capture_default_str();
-  app.add_option("--max-steps", config.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
+  app.add_option("--max-steps", config.run.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
       ->capture_default_str();
-  app.add_option("--warmup-steps", config.warmup_steps, "Steps excluded from timing statistics")->capture_default_str();
+  app.add_option("--warmup-steps", config.run.warmup_steps, "Steps excluded from timing statistics")
+      ->capture_default_str();
   add_optimizer_options(app, config);
   app.add_option("--seed", config.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "
@@ -218,9 +219,9 @@ std::string transport_help() {
 // The optimizer's options that do nothing with the chosen optimizer are errors: --momentum with
 // adam or adamw, --betas or --eps with sgd.
 void check_optimizer_options(const CLI::App& app, const TrainConfig& config) {
-  const bool sgd = config.optimizer == "sgd";
+  const bool sgd = config.optimizer.name == "sgd";
   if (!sgd && app.count("--momentum") > 0) {
-    throw InputError(fmt::format("--momentum: sgd's option; --optimizer {} has --betas", config.optimizer));
+    throw InputError(fmt::format("--momentum: sgd's option; --optimizer {} has --betas", config.optimizer.name));
   }
   for (const char* name : {"--betas", "--eps"}) {
     if (sgd && app.count(name) > 0) {
@@ -349,7 +350,7 @@ void add_checkpoint_and_reference_options(CLI::App& run, RunOptions& o) {
 
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& config = o.base;
-  run.add_option("--workload", config.workload,
+  run.add_option("--workload", config.model.workload,
                  "Model to train: mlp (Linear/ReLU stack) or cnn ([conv3x3-BatchNorm-ReLU-maxpool] x2, "
                  "linear, linear)")
       ->capture_default_str();
@@ -412,10 +413,10 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
   }
   // The cnn's own defaults, where the options were not given: one hidden layer of 128, lr 0.05
   // and 3 epochs (the MLP's are 512,256, 0.1 and 2).
-  if (o.base.workload == "cnn") {
-    if (run.count("--hidden") == 0) o.base.hidden = {128};
-    if (run.count("--lr") == 0) o.base.lr = 0.05f;
-    if (run.count("--epochs") == 0) o.base.epochs = 3;
+  if (o.base.model.workload == "cnn") {
+    if (run.count("--hidden") == 0) o.base.model.hidden = {128};
+    if (run.count("--lr") == 0) o.base.optimizer.lr = 0.05f;
+    if (run.count("--epochs") == 0) o.base.run.epochs = 3;
   }
   const TrainConfig& config = o.base;
   if (config.checkpoint.every < 0) {
@@ -453,8 +454,8 @@ namespace {
 void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o);
 
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
-  o.base.epochs = 1;  // a sweep's points are short: one epoch, 60 steps, unless given
-  o.base.max_steps = 60;
+  o.base.run.epochs = 1;  // a sweep's points are short: one epoch, 60 steps, unless given
+  o.base.run.max_steps = 60;
   sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")
       ->delimiter(',')
       ->capture_default_str();

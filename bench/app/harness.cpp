@@ -77,8 +77,8 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
   if (config.loader.prefetch_factor < 1) {
     throw InputError(fmt::format("--prefetch-factor {}: must be >= 1", config.loader.prefetch_factor));
   }
-  if (config.max_steps == 0 || config.max_steps < -1) {
-    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", config.max_steps));
+  if (config.run.max_steps == 0 || config.run.max_steps < -1) {
+    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", config.run.max_steps));
   }
   // Bounded so that the milliseconds the run converts it to fit (1e300 was undefined behaviour).
   constexpr double kMaxTimeoutS = 1e9;
@@ -86,9 +86,9 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
     throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
   }
   make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
-  if (config.sync_bn && config.workload != "cnn") {
+  if (config.model.sync_bn && config.model.workload != "cnn") {
     throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
-                                 config.workload));
+                                 config.model.workload));
   }
 }
 
@@ -96,9 +96,9 @@ void check_point(const TrainConfig& config, const Dataset& train) {
   find_strategy(config.mode).validate(config, train);
   make_model(config, train.shape(), static_cast<std::size_t>(train.num_classes()));  // a shape it cannot take
   const long steps = total_steps(config, train);
-  if (config.warmup_steps >= steps) {
-    throw InputError(
-        fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps", config.warmup_steps, steps));
+  if (config.run.warmup_steps >= steps) {
+    throw InputError(fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps",
+                                 config.run.warmup_steps, steps));
   }
 }
 
@@ -142,11 +142,11 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
     for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
     r.elastic_restart = restart_cost(config.checkpoint.dir, r.resumed_from_step, attempt);
   }
-  if (powersgd_rank(config.comm_hook) > 0 && config.start_powersgd_iter > config.warmup_steps) {
+  if (powersgd_rank(config.allreduce.comm_hook) > 0 && config.allreduce.start_powersgd_iter > config.run.warmup_steps) {
     r.warnings.push_back(
         fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "
                     "uncompressed, so per-step times and bytes mix both",
-                    config.start_powersgd_iter, config.warmup_steps));
+                    config.allreduce.start_powersgd_iter, config.run.warmup_steps));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
   if (r.resumed_from_step >= r.steps_total) {

@@ -52,7 +52,7 @@ std::vector<RankMemory> ranks_for(const MemoryOptions& o, Mode mode, int p, doub
   const MemoryInputs in = inputs_for(o, mode, p, params);
   std::vector<RankMemory> ranks = find_strategy(mode).memory(in);
   if (o.precision == "mixed") {
-    const double per_state = optimizer_slots(o.base.optimizer) * sizeof(float);
+    const double per_state = optimizer_slots(o.base.optimizer.name) * sizeof(float);
     for (auto& m : ranks) to_mixed_precision(m, m[MemoryCategory::optimizer_state] / per_state);
   }
   return ranks;
@@ -102,7 +102,7 @@ void check_options(const MemoryOptions& o) {
   if (o.input_bytes_per_sample < sizeof(std::int32_t) || o.output_bytes_per_sample < 0) {
     throw InputError("--input-bytes-per-sample: at least the 4-byte label; --output-bytes-per-sample: >= 0");
   }
-  optimizer_slots(o.base.optimizer);
+  optimizer_slots(o.base.optimizer.name);
   for (int p : o.ranks) {
     if (p < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", p));
     if (o.base.global_batch < static_cast<std::size_t>(p)) {
@@ -125,11 +125,14 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
   add_names_option(app, "--modes,--mode", o.modes, &parse_mode, "Modes, comma list (default: every one)");
   app.add_option("--ranks", o.ranks, "World sizes, comma list")->delimiter(',')->capture_default_str();
   app.add_option("--batch-size", o.base.global_batch, "Global batch (split over the ranks)")->capture_default_str();
-  app.add_option("--optimizer", o.base.optimizer, "sgd, adam or adamw")->capture_default_str();
+  app.add_option("--optimizer", o.base.optimizer.name, "sgd, adam or adamw")->capture_default_str();
   add_name_option(app, "--transport", o.base.transport, &parse_transport, "ps, sharded_ps: collective or p2p");
-  app.add_option("--servers", o.base.servers, "sharded_ps: server ranks K (0: every rank)")->capture_default_str();
-  app.add_option("--workload", o.base.workload, "Built-in model: mlp or cnn")->capture_default_str();
-  app.add_option("--hidden", o.base.hidden, "Built-in model: hidden widths")->delimiter(',')->capture_default_str();
+  app.add_option("--servers", o.base.sharded_ps.servers, "sharded_ps: server ranks K (0: every rank)")
+      ->capture_default_str();
+  app.add_option("--workload", o.base.model.workload, "Built-in model: mlp or cnn")->capture_default_str();
+  app.add_option("--hidden", o.base.model.hidden, "Built-in model: hidden widths")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--params", o.params, "A model described by its size: parameter count (e.g. 335e6)");
   app.add_option("--activation-bytes-per-sample", o.activation_bytes_per_sample,
                  "With --params: activation bytes one sample keeps for backward (fp32)");
@@ -167,13 +170,14 @@ nlohmann::json memory_document(const MemoryOptions& o) {
     }
   }
   return {{"schema", {{"name", "dpbench-memory"}, {"version", 2}}},
-          {"model", o.params > 0 ? nlohmann::json{{"params", o.params},
-                                                  {"activation_bytes_per_sample", o.activation_bytes_per_sample},
-                                                  {"input_bytes_per_sample", o.input_bytes_per_sample},
-                                                  {"output_bytes_per_sample", o.output_bytes_per_sample}}
-                                 : nlohmann::json{{"workload", o.base.workload}, {"hidden", o.base.hidden}}},
+          {"model", o.params > 0
+                        ? nlohmann::json{{"params", o.params},
+                                         {"activation_bytes_per_sample", o.activation_bytes_per_sample},
+                                         {"input_bytes_per_sample", o.input_bytes_per_sample},
+                                         {"output_bytes_per_sample", o.output_bytes_per_sample}}
+                        : nlohmann::json{{"workload", o.base.model.workload}, {"hidden", o.base.model.hidden}}},
           {"global_batch", o.base.global_batch},
-          {"optimizer", o.base.optimizer},
+          {"optimizer", o.base.optimizer.name},
           {"precision", o.precision == "mixed" ? "mixed (projection)" : "fp32"},
           {"rows", rows},
           {"largest_fitting", fits}};
@@ -182,8 +186,8 @@ nlohmann::json memory_document(const MemoryOptions& o) {
 int memory_command(const MemoryOptions& o) {
   const nlohmann::json doc = memory_document(o);
   fmt::print("memory model: {} parameters, global batch {}, {}, {}\n",
-             o.params > 0 ? fmt::format("{:.4g}", o.params) : o.base.workload, o.base.global_batch, o.base.optimizer,
-             doc["precision"].get<std::string>());
+             o.params > 0 ? fmt::format("{:.4g}", o.params) : o.base.model.workload, o.base.global_batch,
+             o.base.optimizer.name, doc["precision"].get<std::string>());
   double most = 0;
   for (const auto& r : doc["rows"]) most = std::max(most, r["total_bytes"].get<double>());
   const bool gib = most >= kGiB;  // MiB for the small built-in models

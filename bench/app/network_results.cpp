@@ -259,7 +259,7 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
 nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
                             const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
-  if (r.config.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
+  if (r.config.sharded_ps.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }
@@ -351,7 +351,7 @@ StepModel wire_step_model(const RunResult& r) {
   StepModel m;
   m.param_bytes = static_cast<double>(r.num_params) *
                   (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
-  if (const int rank = powersgd_rank(r.config.comm_hook); rank > 0) {
+  if (const int rank = powersgd_rank(r.config.allreduce.comm_hook); rank > 0) {
     const auto model = make_model(r.config, r.sample_shape, r.num_classes);
     double floats = 0;
     for (const ScheduleBucket& b : ddp_schedule_buckets(model->params(), r.config)) {

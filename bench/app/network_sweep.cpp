@@ -153,11 +153,11 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
                 nlohmann::json& runs) {
   for (const auto& mode : point_modes(o, p)) {
     TrainConfig config = o.base;
-    config.workload = p.workload;
+    config.model.workload = p.workload;
     config.mode = mode;
-    if (!p.hook.empty()) config.comm_hook = p.hook;
+    if (!p.hook.empty()) config.allreduce.comm_hook = p.hook;
     if (!p.hierarchy.empty()) config.hierarchy = p.hierarchy;
-    if (p.staleness >= 0) config.staleness = mode == Mode::sharded_ps ? p.staleness : 0;
+    if (p.staleness >= 0) config.sharded_ps.staleness = mode == Mode::sharded_ps ? p.staleness : 0;
     config.transport = p.transport;
     config.comm = cluster_backend(o.cluster_launcher);
     config.world_size = p.nodes * p.per_node;

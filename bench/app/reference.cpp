@@ -146,7 +146,7 @@ void check_reference(const ReferenceOptions& o, const TrainConfig& base) {
   if (base.loader.crop_padding > 0 || base.loader.hflip) {
     throw InputError("--reference pytorch: augmentation (--crop-padding, --hflip) is not reproduced by the reference");
   }
-  if (base.sync_bn && base.device != DeviceKind::cuda) {
+  if (base.model.sync_bn && base.device != DeviceKind::cuda) {
     throw InputError("--reference pytorch: --sync-bn needs CUDA in PyTorch 1.13 (SyncBatchNorm has no CPU kernels)");
   }
   const fs::path script = script_path();
@@ -166,11 +166,14 @@ namespace {
 // start.json's config: the steps (warm-up included) and steps per epoch, the optimizer and DDP's
 // settings (PowerSGD's first compressed step under --comm-hook powersgd:R).
 nlohmann::json bundle_config(const TrainConfig& config, long steps, long spe) {
-  nlohmann::json c = {{"global_batch", config.global_batch},   {"steps", steps},
-                      {"warmup_steps", config.warmup_steps},   {"steps_per_epoch", spe},
-                      {"bucket_cap_mb", config.bucket_cap_mb}, {"comm_hook", config.comm_hook}};
+  nlohmann::json c = {{"global_batch", config.global_batch},
+                      {"steps", steps},
+                      {"warmup_steps", config.run.warmup_steps},
+                      {"steps_per_epoch", spe},
+                      {"bucket_cap_mb", config.allreduce.bucket_cap_mb},
+                      {"comm_hook", config.allreduce.comm_hook}};
   c.update(optimizer_to_json(config));
-  if (powersgd_rank(config.comm_hook) > 0) c["start_powersgd_iter"] = config.start_powersgd_iter;
+  if (powersgd_rank(config.allreduce.comm_hook) > 0) c["start_powersgd_iter"] = config.allreduce.start_powersgd_iter;
   return c;
 }
 }  // namespace
@@ -221,12 +224,12 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
 
   nlohmann::json start = {
       {"schema", {{"name", "dpbench-start"}, {"version", 1}}},
-      {"workload", config.workload},
+      {"workload", config.model.workload},
       {"model",
        {{"input", {shape.channels, shape.height, shape.width}},
         {"classes", classes},
-        {"hidden", config.hidden},
-        {"channels", config.channels}}},
+        {"hidden", config.model.hidden},
+        {"channels", config.model.channels}}},
       {"params",
        {{"file", "params.f32"},
         {"dtype", "float32"},
@@ -238,7 +241,7 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
       {"order", {{"file", "order.i64"}, {"dtype", "int64"}, {"shape", {epochs, n}}}},
       {"config", bundle_config(config, steps, spe)},
   };
-  if (const int rank = powersgd_rank(config.comm_hook); rank > 0) {
+  if (const int rank = powersgd_rank(config.allreduce.comm_hook); rank > 0) {
     start["powersgd_q"] = write_powersgd_q(dir, *model, rank, config.seed);
   }
   std::ofstream f(dir / "start.json", std::ios::trunc);

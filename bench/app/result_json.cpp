@@ -67,36 +67,36 @@ nlohmann::json strategy_to_json(const TrainConfig& config) {
 }
 
 nlohmann::json optimizer_to_json(const TrainConfig& config) {
-  return {{"optimizer", config.optimizer},
-          {"lr", config.lr},
-          {"momentum", config.momentum},
-          {"weight_decay", config.weight_decay},
-          {"betas", {config.beta1, config.beta2}},
-          {"eps", config.eps},
+  return {{"optimizer", config.optimizer.name},
+          {"lr", config.optimizer.lr},
+          {"momentum", config.optimizer.momentum},
+          {"weight_decay", config.optimizer.weight_decay},
+          {"betas", {config.optimizer.beta1, config.optimizer.beta2}},
+          {"eps", config.optimizer.eps},
           {"seed", config.seed}};
 }
 
 nlohmann::json config_to_json(const TrainConfig& config) {
-  nlohmann::json j = {{"workload", config.workload},
+  nlohmann::json j = {{"workload", config.model.workload},
                       {"mode", config.mode},
                       {"transport", config.transport},
                       {"comm", config.comm},
                       {"device", config.device},
                       {"world_size", config.world_size},
                       {"global_batch", config.global_batch},
-                      {"epochs", config.epochs},
-                      {"max_steps", config.max_steps},
-                      {"warmup_steps", config.warmup_steps},
-                      {"hidden", config.hidden},
-                      {"bucket_cap_mb", config.bucket_cap_mb},
-                      {"first_bucket_mb", config.first_bucket_mb},
+                      {"epochs", config.run.epochs},
+                      {"max_steps", config.run.max_steps},
+                      {"warmup_steps", config.run.warmup_steps},
+                      {"hidden", config.model.hidden},
+                      {"bucket_cap_mb", config.allreduce.bucket_cap_mb},
+                      {"first_bucket_mb", config.allreduce.first_bucket_mb},
                       {"hierarchy", config.hierarchy},
-                      {"comm_hook", config.comm_hook},
-                      {"start_powersgd_iter", config.start_powersgd_iter},
-                      {"servers", config.servers},
-                      {"staleness", config.staleness},
-                      {"staleness_replay", config.staleness_replay},
-                      {"coalesce_mb", config.coalesce_mb},
+                      {"comm_hook", config.allreduce.comm_hook},
+                      {"start_powersgd_iter", config.allreduce.start_powersgd_iter},
+                      {"servers", config.sharded_ps.servers},
+                      {"staleness", config.sharded_ps.staleness},
+                      {"staleness_replay", config.sharded_ps.staleness_replay},
+                      {"coalesce_mb", config.ps.coalesce_mb},
                       {"num_workers", config.loader.num_workers},
                       {"prefetch_factor", config.loader.prefetch_factor},
                       {"persistent_workers", config.loader.persistent_workers},
@@ -104,8 +104,8 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                       {"decode_cost_us", config.loader.decode_cost_us},
                       {"crop_padding", config.loader.crop_padding},
                       {"hflip", config.loader.hflip},
-                      {"channels", config.channels},
-                      {"sync_bn", config.sync_bn},
+                      {"channels", config.model.channels},
+                      {"sync_bn", config.model.sync_bn},
                       {"rank_batches", config.rank_batches}};
   j.update(optimizer_to_json(config));
   return j;
@@ -214,16 +214,17 @@ void add_staleness_json(const RunResult& run, nlohmann::json& j) {
   double sum = 0, count = 0;
   for (const RankResult& r : run.ranks) {
     all.push_back(r.step_staleness);
-    per_rank.push_back(staleness_histogram({r.step_staleness}, config.warmup_steps, config.staleness));
+    per_rank.push_back(staleness_histogram({r.step_staleness}, config.run.warmup_steps, config.sharded_ps.staleness));
   }
-  const std::vector<long> histogram = staleness_histogram(all, config.warmup_steps, config.staleness);
+  const std::vector<long> histogram = staleness_histogram(all, config.run.warmup_steps, config.sharded_ps.staleness);
   for (std::size_t s = 0; s < histogram.size(); ++s) {
     sum += static_cast<double>(s) * static_cast<double>(histogram[s]);
     count += static_cast<double>(histogram[s]);
   }
-  j["staleness"] = {{"bound", config.staleness},
-                    {"replay_seed",
-                     config.staleness_replay >= 0 ? nlohmann::json(config.staleness_replay) : nlohmann::json()},
+  j["staleness"] = {{"bound", config.sharded_ps.staleness},
+                    {"replay_seed", config.sharded_ps.staleness_replay >= 0
+                                        ? nlohmann::json(config.sharded_ps.staleness_replay)
+                                        : nlohmann::json()},
                     {"histogram", histogram},
                     {"mean", count > 0 ? sum / count : 0.0},
                     {"per_rank_histogram", per_rank}};
@@ -239,7 +240,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["transport"] = j["strategy"]["transport"];
   j["comm"] = config.comm;
   j["device"] = config.device;
-  j["workload"] = config.workload;
+  j["workload"] = config.model.workload;
   j["dataset"] = run.dataset;
   j["world_size"] = config.world_size;
   j["global_batch"] = config.global_batch;
@@ -251,7 +252,7 @@ nlohmann::json run_to_json(const RunResult& run) {
                                    [](const RankResult& r) { return r.device.virtual_rank; });
   if (config.device == DeviceKind::cuda) j["precision"] = config.precision;
   j["config"] = config_to_json(config);
-  j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", config.warmup_steps}};
+  j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", config.run.warmup_steps}};
 
   const std::vector<double> times = rank0_step_times(run);
   j["throughput_samples_per_s"] = wall_throughput(run);
@@ -283,7 +284,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   j["quality"] = quality;  // a non-finite loss is written as null
   if (!config.checkpoint.dir.empty()) add_checkpoints_json(run, j);
-  if (config.staleness > 0) add_staleness_json(run, j);
+  if (config.sharded_ps.staleness > 0) add_staleness_json(run, j);
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");

@@ -314,7 +314,7 @@ void add_reference_run(const ReferenceOptions& options, const std::string& start
   }
   auto& agreement = rec["loss_agreement"];
   // A compression hook rounds every gradient to 16 bits, on both sides in their own order.
-  const double tolerance = std::max(band["band"].get<double>(), comm_hook_tolerance(r.config.comm_hook));
+  const double tolerance = std::max(band["band"].get<double>(), comm_hook_tolerance(r.config.allreduce.comm_hook));
   agreement["tolerance"] = tolerance;
   agreement["within"] = agreement["max_rel_diff"].get<double>() <= tolerance;
   agreement["band"] = band;
@@ -433,7 +433,7 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
   config.mode = mode;
   const std::string repetition = s.repetitions > 1 ? fmt::format(", repetition {}/{}", rep + 1, s.repetitions) : "";
   if (!s.quiet) {
-    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", config.workload,
+    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", config.model.workload,
                data.train->name(), config.world_size, config.device, name(s.launch.launcher), mode, repetition);
   }
   const bool terminal = isatty(STDERR_FILENO) != 0;

@@ -28,12 +28,12 @@ double bytes_per_s(const std::string& text, const std::string& option) {
 std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& config) {
   std::vector<ScheduleBucket> buckets;
   std::size_t end = n;
-  double cap = config.first_bucket_mb;
+  double cap = config.allreduce.first_bucket_mb;
   while (end > 0) {
     const auto size = std::min(end, std::max<std::size_t>(1, static_cast<std::size_t>(cap * 1024 * 1024 / 4)));
     buckets.push_back({end - size, size, {}});
     end -= size;
-    cap = config.bucket_cap_mb;
+    cap = config.allreduce.bucket_cap_mb;
   }
   return buckets;
 }
@@ -179,9 +179,9 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
                               const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
                               bool what_if) {
   if (strategy.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
-  if (config.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
+  if (config.sharded_ps.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
   if (!simulation_available()) return {{"unavailable", "this dpbench was built without SimGrid"}};
-  if (powersgd_rank(config.comm_hook) > 0) {
+  if (powersgd_rank(config.allreduce.comm_hook) > 0) {
     return {{"unavailable", "PowerSGD's messages follow the tensor shapes, which a projection does not know"}};
   }
   ScheduleInputs in;

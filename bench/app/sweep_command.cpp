@@ -25,8 +25,8 @@ std::string point_label(const TrainConfig& config, int rep) {
   const bool takes_transport = !find_strategy(config.mode).transports.empty();
   return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", config.mode,
                      takes_transport ? "/" + std::string(name(config.transport)) : "",
-                     config.comm_hook != "allreduce" ? "/" + config.comm_hook : "", config.workload, config.world_size,
-                     config.global_batch, config.loader.num_workers, rep);
+                     config.allreduce.comm_hook != "allreduce" ? "/" + config.allreduce.comm_hook : "",
+                     config.model.workload, config.world_size, config.global_batch, config.loader.num_workers, rep);
 }
 // What every group of the grid runs per repetition: every --transports value for a strategy
 // that takes a transport, the base config's for the others (which ignore it). With --comm-hooks,
@@ -39,7 +39,7 @@ struct SweepVariant {
 std::vector<SweepVariant> sweep_variants(const SweepOptions& o) {
   std::vector<SweepVariant> variants;
   for (const auto& mode : o.modes) {
-    std::vector<std::string> hooks = {o.base.comm_hook};
+    std::vector<std::string> hooks = {o.base.allreduce.comm_hook};
     if (!o.comm_hooks.empty()) hooks = mode == Mode::allreduce ? o.comm_hooks : std::vector<std::string>{"allreduce"};
     if (mode != Mode::allreduce && !o.comm_hooks.empty() &&
         std::find(o.comm_hooks.begin(), o.comm_hooks.end(), "allreduce") == o.comm_hooks.end()) {
@@ -72,9 +72,9 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
     groups = std::move(next);
   };
   expand(o.workloads, [&o](TrainConfig& config, const std::string& v) {
-    config.workload = v;
-    if (v == "cnn" && o.cnn_default_hidden) config.hidden = {128};
-    if (v == "cnn" && o.cnn_default_lr) config.lr = 0.05f;
+    config.model.workload = v;
+    if (v == "cnn" && o.cnn_default_hidden) config.model.hidden = {128};
+    if (v == "cnn" && o.cnn_default_lr) config.optimizer.lr = 0.05f;
   });
   expand(o.comms, [](TrainConfig& config, Backend v) { config.comm = v; });
   expand(o.ranks, [](TrainConfig& config, int v) { config.world_size = v; });
@@ -89,7 +89,7 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
         TrainConfig config = g;
         config.mode = v.mode;
         config.transport = v.transport;
-        config.comm_hook = v.hook;
+        config.allreduce.comm_hook = v.hook;
         points.push_back({std::move(config), rep});
       }
     }
@@ -114,7 +114,7 @@ DeviceChoice check_sweep(const SweepOptions& o) {
                                             }));
   for (const auto& w : o.workloads) {
     TrainConfig config = o.base;
-    config.workload = w;
+    config.model.workload = w;
     check_common_options(config, o.timeout_s);
   }
   for (const auto& comm : o.comms) {
