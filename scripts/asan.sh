@@ -4,7 +4,7 @@
 # the `fuzz` preset's tree (clang-14, ASan + UBSan, CPU only), which scripts/fuzz.sh then reuses
 # for the fuzz targets, so that CI compiles the libraries once for both. The runs of the dpbench
 # command as a child process and the long acceptance runs are left to the release suite
-# (scripts/sanitizer-excluded.txt): under ASan they take minutes. One shard per core
+# (scripts/sanitizer-excluded.txt): under ASan they take minutes. Two shards per core
 # (scripts/gtest-shards.sh). (The `debug` preset is the same
 # sanitizers under gcc at -O0, for stepping through a report.)
 set -euo pipefail

