@@ -2,6 +2,7 @@
 // input, exit code 2 and no result file; a good run prints the table and writes a file that
 // validates against the JSON Schema; and the default main job meets its acceptance figures.
 #include <netdb.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -591,6 +592,32 @@ TEST_F(Cli, ReferenceFailureKeepsDpbenchsRuns) {
   EXPECT_NE(doc["reference"]["failures"][0]["error"].get<std::string>().find("connection reset by peer"),
             std::string::npos);
   EXPECT_NE(o.err.find("the PyTorch reference of allreduce failed"), std::string::npos) << o.err;
+}
+
+// The reference starts on every CPU the machine lets this test use, even from a rank bound to
+// one core (mpirun binds each rank to a core; PyTorch's processes shared rank 0's before): a
+// stand-in python records the affinity it was started with.
+TEST_F(Cli, ReferenceStartsOnEveryCpuFromARankBoundToOne) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "this process may run on one CPU only: nothing to widen";
+  if (std::system("command -v taskset >/dev/null 2>&1") != 0) GTEST_SKIP() << "taskset (util-linux) is not installed";
+  const fs::path python = tmp_.path() / "python", seen = tmp_.path() / "affinity";
+  // nproc: the CPUs its process may run on (its affinity).
+  std::ofstream(python) << "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\nnproc > " << seen.string() << "\nexit 1\n";
+  fs::permissions(python, fs::perms::owner_all);
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  const Outcome o = shell(fmt::format("taskset -c {} {} run {} --out {}", first, DPBENCH_BINARY,
+                                      synthetic("--ranks 2 --mode allreduce --batch-size 20 --max-steps 4 "
+                                                "--warmup-steps 1 --reference pytorch --reference-python " +
+                                                python.string()),
+                                      result().string()),
+                          tmp_.path());
+  EXPECT_EQ(o.exit_code, 1) << o.err;  // the stand-in fails the reference on purpose
+  ASSERT_TRUE(fs::exists(seen)) << o.err;
+  EXPECT_EQ(std::stoi(slurp(seen)), CPU_COUNT(&mine))
+      << "the reference started on fewer CPUs than the machine lets it use";
 }
 
 // torchrun starts dpbench with --comm gloo: 2 processes give the parameters of 2 in-process ranks

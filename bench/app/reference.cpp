@@ -1,6 +1,7 @@
 #include "bench/app/reference.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,8 +41,36 @@ fs::path script_path() {
 
 std::string python_of(const ReferenceOptions& o) { return o.python.empty() ? default_python() : o.python; }
 
-// Runs argv[0] (looked up on PATH) with stdout and stderr appended to `log` ("" -> /dev/null)
-// and returns its exit status (128 + signal when it was killed). Throws Error when it cannot start.
+// For its lifetime, lets the calling thread run on every CPU of the machine (as far as its cpuset
+// allows), then puts its own CPU affinity back. A spawned child inherits the spawning thread's
+// affinity: mpirun binds each rank to one core, and PyTorch's processes, started by rank 0, shared
+// that one core while dpbench's ranks had one each. The reference's thread count assumes the whole
+// machine (add_reference_run), and now so does its affinity. Leaves the affinity as it was when
+// it cannot read or widen it.
+class EveryCpuForChildren {
+ public:
+  EveryCpuForChildren() {
+    if (sched_getaffinity(0, sizeof(saved_), &saved_) != 0) return;
+    cpu_set_t every;
+    CPU_ZERO(&every);
+    const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    for (long i = 0; i < cpus && i < CPU_SETSIZE; ++i) CPU_SET(static_cast<int>(i), &every);
+    widened_ = !CPU_EQUAL(&every, &saved_) && sched_setaffinity(0, sizeof(every), &every) == 0;
+  }
+  ~EveryCpuForChildren() {
+    if (widened_) sched_setaffinity(0, sizeof(saved_), &saved_);
+  }
+  EveryCpuForChildren(const EveryCpuForChildren&) = delete;
+  EveryCpuForChildren& operator=(const EveryCpuForChildren&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool widened_ = false;
+};
+
+// Runs argv[0] (looked up on PATH) with stdout and stderr appended to `log` ("" -> /dev/null),
+// on every CPU of the machine (EveryCpuForChildren), and returns its exit status (128 + signal
+// when it was killed). Throws Error when it cannot start.
 int spawn_and_wait(const std::vector<std::string>& args, const std::string& log) {
   std::vector<std::string> owned = args;
   std::vector<char*> argv;
@@ -53,7 +82,11 @@ int spawn_and_wait(const std::vector<std::string>& args, const std::string& log)
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, target.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = 0;
-  const int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  int err = 0;
+  {
+    const EveryCpuForChildren every_cpu;
+    err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  }
   posix_spawn_file_actions_destroy(&actions);
   if (err != 0) throw Error(fmt::format("cannot start {}: {}", args.front(), std::strerror(err)));
   int status = 0;

@@ -29,9 +29,9 @@ def set_threads(threads):
     """Sets this process's intra-op threads: torch.set_num_threads (OpenMP) and, since
     torch.set_num_threads does not size OpenBLAS's own pool, openblas_set_num_threads on the
     loaded libopenblas. Returns {"torch": n, "openblas": {"library", "set", "num_threads"} or
-    None when no OpenBLAS is loaded}."""
+    None when no OpenBLAS is loaded, "cpus_allowed": the CPUs this process may run on}."""
     torch.set_num_threads(threads)
-    info = {"torch": torch.get_num_threads(), "openblas": None}
+    info = {"torch": torch.get_num_threads(), "openblas": None, "cpus_allowed": cpus_allowed()}
     lib = loaded_openblas()
     if lib is not None:
         entry = {"library": lib, "set": False, "num_threads": None}
@@ -46,9 +46,14 @@ def set_threads(threads):
     return info
 
 
+def cpus_allowed():
+    """How many CPUs this process's affinity lets it run on."""
+    return len(os.sched_getaffinity(0))
+
+
 def current_threads():
-    """This process's thread settings, untouched: {"torch": n, "openblas": None}."""
-    return {"torch": torch.get_num_threads(), "openblas": None}
+    """This process's thread settings, untouched: {"torch": n, "openblas": None, "cpus_allowed"}."""
+    return {"torch": torch.get_num_threads(), "openblas": None, "cpus_allowed": cpus_allowed()}
 
 
 @contextlib.contextmanager
