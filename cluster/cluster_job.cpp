@@ -657,6 +657,17 @@ int run_srun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<st
   return wait_for_job(job, c, lost_node, nullptr, 0);
 }
 
+// Whether the job runs in a PID namespace of its own, whose processes all end with the inner
+// stage (its PID 1). Slurm's slurmstepd detaches from its parent; Open MPI's daemons (orted) are
+// children of mpirun's remote shell and outlive mpirun when it is killed before they have heard
+// from it (under load, a SIGINT's 2 s grace can end before they exit), then retry the lost
+// connection, for over a minute, on a network that is gone. The env and torchrun launchers' processes
+// are the inner stage's own children, killed with it (PR_SET_PDEATHSIG); their ranks treat a
+// parent of PID 1 as a dead one (die_with_parent), so they stay in the caller's PID namespace.
+bool needs_pid_namespace(ClusterLauncher launcher) {
+  return launcher == ClusterLauncher::srun || launcher == ClusterLauncher::mpirun;
+}
+
 }  // namespace
 
 std::string stage() {
@@ -698,7 +709,7 @@ int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
   if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
   return run_in_private_namespaces(cap.how, args,
                                    {fmt::format("{}=inner", kStageEnv), fmt::format("DPBENCH_CLUSTER_HOW={}", cap.how)},
-                                   spec.launcher == ClusterLauncher::srun);
+                                   needs_pid_namespace(spec.launcher));
 }
 
 int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {

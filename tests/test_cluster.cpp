@@ -742,14 +742,25 @@ TEST_P(EmulatedClusterSignals, SignalsLeaveNothingBehind) {
     // "[-]-out" matches the job's "--out" but not this shell's own command line.
     const std::string count = fmt::format("pgrep -f -- '[-]-out {}' >/dev/null", marker);
     // Until the ranks run (the first stage and the inner one, then two ranks, or two agents and
-    // their ranks, or mpirun and two ranks, or the PID namespace's parent, srun and its helper and
-    // two ranks).
-    const int running = launcher == "torchrun" ? 6 : launcher == "mpirun" ? 5 : launcher == "srun" ? 7 : 4;
+    // their ranks, or the PID namespace's parent, mpirun and two ranks, or the PID namespace's
+    // parent, srun and its helper and two ranks).
+    const int running = launcher == "torchrun" ? 6 : launcher == "mpirun" ? 6 : launcher == "srun" ? 7 : 4;
     for (int i = 0;
          i < 200 &&
          shell(fmt::format("test $(pgrep -f -c -- '[-]-out {}') -ge {}", marker, running), tmp_.path()).exit_code != 0;
          ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (launcher == "mpirun" || launcher == "srun") {
+      // Their daemons can outlive the launcher (orted retries a lost mpirun, slurmstepd detaches):
+      // the job runs in a PID namespace of its own, which ends with its first process.
+      const Outcome ns = shell(
+          fmt::format("for p in $(pgrep -f -- '[-]-out {}'); do readlink /proc/$p/ns/pid; done | sort -u", marker),
+          tmp_.path());
+      const std::string self = fs::read_symlink("/proc/self/ns/pid").string();
+      EXPECT_NE(ns.out.find("pid:["), std::string::npos) << ns.out;
+      EXPECT_EQ(std::count(ns.out.begin(), ns.out.end(), '\n'), 2) << "the test's and the job's: " << ns.out;
+      EXPECT_NE(ns.out.find(self), std::string::npos) << ns.out;
     }
     kill(pid, sig);
     int status = 0;
