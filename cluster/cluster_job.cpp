@@ -472,7 +472,12 @@ int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<
   argv.push_back(self_exe());
   argv.insert(argv.end(), args.begin(), args.end());
   const std::vector<JobProcess> job = {{spawn_here(argv, env), 0, "mpirun"}};
-  return wait_for_job(job, c, lost_node, nullptr, 0);
+  const int code = wait_for_job(job, c, lost_node, nullptr, 0);
+  // Daemons that outlived mpirun go now, while the network they would retry it on still exists.
+  // This stage is PID 1 of the job's PID namespace (needs_pid_namespace), where kill(-1) reaches
+  // every other process of the job and nothing outside it.
+  if (getpid() == 1) kill(-1, SIGKILL);
+  return code;
 }
 
 // Starts the job the torchrun way: etcd on node 0 for --rdzv-backend etcd, then one torchrun agent
