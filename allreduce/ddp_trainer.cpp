@@ -100,11 +100,12 @@ class AllreduceRank final : public ReplicaRank {
 
 }  // namespace
 
-std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& params, const TrainConfig& config) {
+std::vector<ScheduleBucket> ddp_schedule_buckets(const Model& model, const TrainConfig& config) {
   const int powersgd = powersgd_rank(config.allreduce.comm_hook);
+  const std::vector<ParamView>& params = model.params();
   std::vector<ScheduleBucket> out;
-  for (const Bucket& b :
-       assign_buckets(params, sizeof(float), config.allreduce.first_bucket_mb, config.allreduce.bucket_cap_mb)) {
+  for (const Bucket& b : assign_buckets(params, sizeof(float), config.allreduce.first_bucket_mb,
+                                        config.allreduce.bucket_cap_mb, model.grad_ready_order())) {
     out.push_back({b.offset, b.size, {}});
     if (powersgd == 0) continue;
     const PowerSgdMessages m = powersgd_messages(powersgd_tensors(params, b, powersgd));

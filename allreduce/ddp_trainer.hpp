@@ -21,9 +21,9 @@ void validate_allreduce(const TrainConfig& config, const Dataset& train);
 // Throws as validate_allreduce does, and Error if a rank fails.
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
 
-// DDP's buckets over `params` (config's bucket caps) as a step schedule takes them
+// DDP's buckets over the model's parameters in its gradient-ready order (config's bucket caps) as a step schedule takes them
 // (train/step_schedule.hpp), each with PowerSGD's three all-reduces under --comm-hook powersgd:R.
-std::vector<ScheduleBucket> ddp_schedule_buckets(const std::vector<ParamView>& params, const TrainConfig& config);
+std::vector<ScheduleBucket> ddp_schedule_buckets(const Model& model, const TrainConfig& config);
 
 // The strategy's registry entry: trainer and traits (allreduce/allreduce_strategy.cpp).
 const Strategy& allreduce_strategy();

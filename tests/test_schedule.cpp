@@ -170,7 +170,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         in.engine = Backend::local;
         in.num_params = run.num_params;
         auto model = make_model(c, data->shape(), 10);
-        in.buckets = ddp_schedule_buckets(model->params(), c);
+        in.buckets = ddp_schedule_buckets(*model, c);
         in.input_floats = run.input_features;
         in.classes = run.num_classes;
         in.compute.assign(static_cast<std::size_t>(p), RankCompute{});

@@ -1,6 +1,7 @@
 #include "train/buckets.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -9,18 +10,27 @@
 namespace dpbench {
 
 std::vector<Bucket> assign_buckets(const std::vector<ParamView>& params, std::size_t elem_bytes, double first_bucket_mb,
-                                   double bucket_cap_mb) {
+                                   double bucket_cap_mb, const std::vector<std::size_t>& ready_order) {
   if (!(bucket_cap_mb > 0)) {
     throw InputError(fmt::format("--bucket-cap-mb {}: must be positive", bucket_cap_mb));
   }
   if (!(first_bucket_mb > 0)) {
     throw InputError(fmt::format("first bucket size {} MiB: must be positive", first_bucket_mb));
   }
+  std::vector<std::size_t> order = ready_order;
+  if (order.empty()) {
+    for (std::size_t i = params.size(); i-- > 0;) order.push_back(i);
+  }
+  std::vector<char> seen(params.size(), 0);
+  for (std::size_t i : order) {
+    if (i >= params.size() || seen[i]++) throw Error("assign_buckets: the ready order is not a permutation");
+  }
+  if (order.size() != params.size()) throw Error("assign_buckets: the ready order is not a permutation");
   const auto mib = [](double mb) { return static_cast<std::size_t>(mb * 1024.0 * 1024.0); };
   std::vector<Bucket> buckets;
   Bucket current;
   std::size_t limit = mib(first_bucket_mb);
-  for (std::size_t i = params.size(); i-- > 0;) {
+  for (std::size_t i : order) {
     const ParamView& p = params[i];
     current.offset = current.params.empty() ? p.offset : std::min(current.offset, p.offset);
     current.size += p.size;
@@ -32,6 +42,17 @@ std::vector<Bucket> assign_buckets(const std::vector<ParamView>& params, std::si
     }
   }
   if (!current.params.empty()) buckets.push_back(std::move(current));
+  for (const Bucket& b : buckets) {  // the elements of its tensors are exactly [offset, offset + size)
+    std::size_t lo = SIZE_MAX, hi = 0;
+    for (std::size_t i : b.params) {
+      lo = std::min(lo, params[i].offset);
+      hi = std::max(hi, params[i].offset + params[i].size);
+    }
+    if (lo != b.offset || hi - lo != b.size) {
+      throw Error(fmt::format("assign_buckets: a bucket of {} tensors is not one contiguous range of the flat buffer",
+                              b.params.size()));
+    }
+  }
   return buckets;
 }
 

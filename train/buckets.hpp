@@ -1,6 +1,7 @@
 // Gradient buckets as DistributedDataParallel builds them (PyTorch
 // torch/csrc/distributed/c10d/reducer.cpp, compute_bucket_assignment_by_size): parameters are
-// taken in reverse order (the order backward produces gradients), and a bucket is closed as soon
+// taken in the order backward produces gradients (reverse order unless the model records
+// another), and a bucket is closed as soon
 // as its size reaches the cap: first_bucket_bytes for the first bucket (1 MiB by default), then
 // bucket_cap_bytes (bucket_cap_mb, 25 MiB by default). Because gradients live in one flat buffer
 // in parameter order, every bucket is one contiguous range of that buffer.
@@ -20,9 +21,13 @@ struct Bucket {
   std::vector<std::size_t> params;  // parameter indices, in the order they were added
 };
 
-// params: the model's views in parameter order. Throws InputError when a cap is not positive.
+// params: the model's views in parameter order; ready_order: the parameter indices in the order
+// backward makes their gradients ready (empty: reverse parameter order), which DDP's rebuilt
+// buckets follow after the first step (reducer.cpp, rebuild_buckets). Throws InputError when a cap
+// is not positive, Error when ready_order is not a permutation of the parameters or a bucket is
+// not one contiguous range of the flat buffer.
 std::vector<Bucket> assign_buckets(const std::vector<ParamView>& params, std::size_t elem_bytes, double first_bucket_mb,
-                                   double bucket_cap_mb);
+                                   double bucket_cap_mb, const std::vector<std::size_t>& ready_order = {});
 
 // Counts gradients as they become ready and launches each bucket once all of its gradients are,
 // strictly in bucket order (as DDP does, so every rank issues its collectives in the same order).

@@ -5,10 +5,32 @@
 #include "core/error.hpp"
 #include "workloads/cnn.hpp"
 #include "workloads/mlp.hpp"
+#include "workloads/replay_model.hpp"
+
+#include <map>
+#include <mutex>
 
 namespace dpbench {
 
+std::shared_ptr<const ModelDescription> described_model(const std::string& name_or_file) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const ModelDescription>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& d = cache[name_or_file];
+  if (d == nullptr) d = std::make_shared<const ModelDescription>(load_model_description(name_or_file));
+  return d;
+}
+
 std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& shape, std::size_t num_classes) {
+  if (!config.model.described.empty()) {
+    auto model = std::make_unique<ReplayModel>(described_model(config.model.described), config.model.replay_time_scale);
+    if (shape.features() != model->input_features() || num_classes != model->num_classes()) {
+      throw InputError(fmt::format("--model {}: takes {} input floats and {} outputs per sample, the data has {} and {}",
+                                   config.model.described, model->input_features(), model->num_classes(),
+                                   shape.features(), num_classes));
+    }
+    return model;
+  }
   if (config.model.workload == "cnn") return make_cnn(config.model.channels, config.model.hidden, shape, num_classes);
   if (config.model.workload != "mlp") {
     throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn)", config.model.workload));

@@ -58,7 +58,7 @@ ReplicaRank::ReplicaRank(const RankSetup& s)
       logits_(s.ctx, MemoryCategory::activations, local_batch_ * classes_),
       dlogits_(s.ctx, MemoryCategory::activations, local_batch_ * classes_),
       buckets_(assign_buckets(model_->params(), sizeof(float), s.config.allreduce.first_bucket_mb,
-                              s.config.allreduce.bucket_cap_mb)),
+                              s.config.allreduce.bucket_cap_mb, model_->grad_ready_order())),
       sampler_(s.train.size(), s.config.world_size, s.ctx.rank(), /*shuffle=*/true, s.config.seed) {
   const std::vector<std::size_t> batches = rank_batches(s.config);
   for (int r = 0; r < s.ctx.rank(); ++r) offset_in_batch_ += batches[static_cast<std::size_t>(r)];

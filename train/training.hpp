@@ -59,6 +59,10 @@ struct ModelConfig {
   std::vector<int> hidden = {512, 256};  // mlp: hidden widths; cnn: the first, its fc width
   std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
   bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
+  // --model: a described model to replay (workloads/replay_model.hpp), a built-in description's
+  // name or a file; "" trains `workload` for real.
+  std::string described;
+  double replay_time_scale = 1;  // a replay's described times are multiplied by it (--time-scale)
 };
 
 // How long a run trains, in epochs and steps (one step: one global batch).

@@ -52,6 +52,13 @@ class ModelT {
   virtual std::size_t num_params() const = 0;
   virtual std::size_t input_features() const = 0;
   virtual std::size_t num_classes() const = 0;
+  // Parameter indices in the order backward finalises their gradients (DDP's buckets follow it):
+  // reverse parameter order unless the model says otherwise (a described model's observed order).
+  virtual std::vector<std::size_t> grad_ready_order() const {
+    std::vector<std::size_t> order(params().size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+    return order;
+  }
 
   // Allocates activation storage for batches of up to max_batch samples from `ops`' memory
   // (activations; BatchNorm buffers as parameters); every later forward() and backward() runs

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -28,6 +29,7 @@
 #include "core/error.hpp"
 #include "launch/resolve.hpp"
 #include "core/mpi_comm.hpp"
+#include "train/models.hpp"
 #include "train/training.hpp"
 
 extern char** environ;
@@ -96,6 +98,16 @@ void add_allreduce_sync_options(CLI::App& app, TrainConfig& config) {
 // The model's shape (--hidden, --channels, --sync-bn) and the modes' own knobs (DDP's buckets and
 // gradient sync, sharded_ps's servers), for add_shared_options.
 void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
+  app.add_option("--model", config.model.described,
+                 "Replay a described model instead of training --workload: a built-in description (" +
+                     fmt::format("{}", fmt::join(builtin_model_names(), ", ")) +
+                     ") or a file models/describe.py wrote. Real parameter, gradient and optimizer buffers of its "
+                     "shapes and its gradient-ready order; each layer's compute a wait of its described time; "
+                     "synthetic data of its input shape; loss and accuracy are not the model's");
+  app.add_option("--time-scale", config.model.replay_time_scale,
+                 "--model: multiply every described compute time by this factor (e.g. 0.01 for a device 100x "
+                 "faster than the one the description was timed on)")
+      ->capture_default_str();
   app.add_option("--hidden", config.model.hidden,
                  "Hidden layer widths of the MLP, comma list (cnn: the width of its one hidden "
                  "linear layer, default 128)")
@@ -400,8 +412,44 @@ void add_run_options(CLI::App& run, RunOptions& o) {
   add_shared_options(run, config, o.device, o.data, o.timeout_s, o.out, o.quiet);
 }
 
+void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions& data) {
+  const auto given = [&app](const char* name) {
+    const CLI::Option* o = app.get_option_no_throw(name);
+    return o != nullptr && o->count() > 0;
+  };
+  if (config.model.described.empty()) {
+    if (given("--time-scale")) throw InputError("--time-scale: applies to a replayed model; give --model");
+    return;
+  }
+  if (!(config.model.replay_time_scale > 0) || !std::isfinite(config.model.replay_time_scale)) {
+    throw InputError(fmt::format("--time-scale {}: must be a positive number", config.model.replay_time_scale));
+  }
+  if (given("--workload") || given("--workloads")) {
+    throw InputError(fmt::format("--model {} and --workload: give one (--model replays a description, --workload "
+                                 "trains a built-in model)",
+                                 config.model.described));
+  }
+  const std::shared_ptr<const ModelDescription> d = described_model(config.model.described);
+  for (const char* o : {"--input", "--classes"}) {
+    if (given(o)) throw InputError(fmt::format("{}: --model {} sets it from its description", o, d->name));
+  }
+  if (given("--data") && data.data != "synthetic") {
+    throw InputError(fmt::format("--data {}: --model {} replays on synthetic data of its input shape", data.data,
+                                 d->name));
+  }
+  data.data = "synthetic";
+  const std::size_t floats = (d->input_bytes + sizeof(float) - 1) / sizeof(float);
+  const auto& s = d->input_shape;
+  const bool image = s.size() == 3 && s[0] * s[1] * s[2] == floats;
+  data.input_shape = image ? fmt::format("{}x{}x{}", s[0], s[1], s[2]) : fmt::format("{}", floats);
+  data.classes = static_cast<int>(d->output_features());
+  config.evaluate = false;  // a replay's accuracy is not the model's
+  if (!given("--max-steps")) config.run.max_steps = 20;
+}
+
 void finish_run_options(const CLI::App& run, RunOptions& o) {
   check_optimizer_options(run, o.base);
+  apply_described_model(run, o.base, o.data);
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
   o.repetitions_given = run.count("--repetitions") > 0;
@@ -650,6 +698,7 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
   o.cnn_default_hidden = sweep.count("--hidden") == 0;
   o.cnn_default_lr = sweep.count("--lr") == 0;
   check_optimizer_options(sweep, o.base);
+  apply_described_model(sweep, o.base, o.data);
   if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), Mode::allreduce) == o.modes.end()) {
     throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
   }

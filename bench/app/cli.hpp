@@ -22,4 +22,9 @@ void add_run_options(CLI::App& run, RunOptions& o);
 // given, the global batch (their sum) and world size (their count) from --rank-batch unless given.
 void finish_run_options(const CLI::App& run, RunOptions& o);
 
+// --model NAME|FILE on `app` (run or sweep): checks it against --workload, --data, --input and
+// --classes, then sets the synthetic data to the description's input shape and outputs, turns the
+// evaluation off and caps the run at 20 steps unless --max-steps was given. Throws InputError.
+void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions& data);
+
 }  // namespace dpbench

@@ -85,7 +85,11 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
   if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS) {
     throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
   }
-  make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
+  if (config.model.described.empty()) {
+    make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
+  } else {
+    described_model(config.model.described);  // an unknown name, a bad file
+  }
   if (config.model.sync_bn && config.model.workload != "cnn") {
     throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
                                  config.model.workload));

@@ -193,7 +193,7 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, Backend& engine) {
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
   const auto model = make_model(r.config, r.sample_shape, r.num_classes);
-  in.buckets = ddp_schedule_buckets(model->params(), r.config);
+  in.buckets = ddp_schedule_buckets(*model, r.config);
   for (const auto& rank : r.ranks) {
     in.compute.push_back({median_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
                           median_phase(rank, [](const PhaseTimes& t) { return t.forward; }),
@@ -354,7 +354,7 @@ StepModel wire_step_model(const RunResult& r) {
   if (const int rank = powersgd_rank(r.config.allreduce.comm_hook); rank > 0) {
     const auto model = make_model(r.config, r.sample_shape, r.num_classes);
     double floats = 0;
-    for (const ScheduleBucket& b : ddp_schedule_buckets(model->params(), r.config)) {
+    for (const ScheduleBucket& b : ddp_schedule_buckets(*model, r.config)) {
       for (const std::size_t n : b.allreduces) floats += static_cast<double>(n);
     }
     m.param_bytes = floats * 4.0;

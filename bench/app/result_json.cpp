@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "core/stats.hpp"
 #include "sharded_ps/stale_sync.hpp"
+#include "train/models.hpp"
 
 namespace dpbench {
 
@@ -232,6 +233,21 @@ void add_staleness_json(const RunResult& run, nlohmann::json& j) {
 
 }  // namespace
 
+// A replayed run (--model): what was replayed, from where, and its time scale; the workload is
+// the description's name.
+static void add_replay_json(const TrainConfig& config, nlohmann::json& j) {
+  const std::shared_ptr<const ModelDescription> d = described_model(config.model.described);
+  j["workload"] = d->name;
+  j["replay"] = {{"model", d->name},
+                 {"origin", d->origin},
+                 {"source_module", d->source_module},
+                 {"timed_on", d->device_name},
+                 {"time_scale", config.model.replay_time_scale},
+                 {"num_tensors", d->params.size()},
+                 {"forward_us_per_sample", d->forward_us()},
+                 {"backward_us_per_sample", d->backward_us()}};
+}
+
 nlohmann::json run_to_json(const RunResult& run) {
   const TrainConfig& config = run.config;
   nlohmann::json j;
@@ -241,6 +257,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["comm"] = config.comm;
   j["device"] = config.device;
   j["workload"] = config.model.workload;
+  if (!config.model.described.empty()) add_replay_json(config, j);
   j["dataset"] = run.dataset;
   j["world_size"] = config.world_size;
   j["global_batch"] = config.global_batch;
@@ -282,6 +299,9 @@ nlohmann::json run_to_json(const RunResult& run) {
                             {"epoch_train_loss", run.epoch_train_loss},
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
+  if (!config.model.described.empty()) {  // a replay's loss is not the model's: not reported as one
+    quality = {{"final_train_loss", nullptr}, {"test_accuracy", nullptr}, {"not_measured", "replay"}};
+  }
   j["quality"] = quality;  // a non-finite loss is written as null
   if (!config.checkpoint.dir.empty()) add_checkpoints_json(run, j);
   if (config.sharded_ps.staleness > 0) add_staleness_json(run, j);

@@ -141,7 +141,10 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
   const TableRows row(runs.size(), column);
   print_timing_rows(row, runs, docs);
   print_memory_and_comm_rows(row, runs, docs);
-  row("final train loss", [&](std::size_t i) { return fmt::format("{:.4f}", runs[i].final_train_loss); });
+  row("final train loss", [&](std::size_t i) {
+    // a replay's loss is not the model's
+    return runs[i].config.model.described.empty() ? fmt::format("{:.4f}", runs[i].final_train_loss) : "- (replay)";
+  });
   row("test accuracy", [&](std::size_t i) {
     return runs[i].test_accuracy >= 0 ? fmt::format("{:.2f} %", 100.0 * runs[i].test_accuracy) : std::string("-");
   });
@@ -433,7 +436,9 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
   config.mode = mode;
   const std::string repetition = s.repetitions > 1 ? fmt::format(", repetition {}/{}", rep + 1, s.repetitions) : "";
   if (!s.quiet) {
-    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", config.model.workload,
+    const std::string what = config.model.described.empty() ? config.model.workload
+                                                            : fmt::format("a replay of {}", config.model.described);
+    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", what,
                data.train->name(), config.world_size, config.device, name(s.launch.launcher), mode, repetition);
   }
   const bool terminal = isatty(STDERR_FILENO) != 0;
