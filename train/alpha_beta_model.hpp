@@ -42,6 +42,10 @@ struct StepModel {
   double sample_bytes = 0;          // F * 4
   double logit_bytes = 0;           // C * 4 per sample
   double exposed_fraction = 1.0;    // overlapping strategies: exposed / total communication
+  // A described model (--model): its name, whose tensors cut the simulation's DDP buckets and
+  // whose layer times place their ready points; "" for a measured workload (a flat gradient).
+  std::string described_model;
+  double forward_share = 1.0 / 3.0;  // of per_sample_compute_s, the rest is backward
 };
 
 struct StepPrediction {

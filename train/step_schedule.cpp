@@ -1,5 +1,7 @@
 #include "train/step_schedule.hpp"
 
+#include <algorithm>
+
 namespace dpbench {
 
 std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInputs& in, int rank, int stream) {
@@ -7,8 +9,13 @@ std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInpu
   std::size_t total = 0;
   for (const ScheduleBucket& b : in.buckets) total += b.size;
   std::vector<int> events;
+  double done = 0;
   for (const ScheduleBucket& b : in.buckets) {
-    const double share = total > 0 ? static_cast<double>(b.size) / static_cast<double>(total) : 0.0;
+    double share = total > 0 ? static_cast<double>(b.size) / static_cast<double>(total) : 0.0;
+    if (b.backward_share >= 0) {  // described ready points; the last bucket takes the rest of backward
+      share = &b == &in.buckets.back() ? std::max(0.0, 1.0 - done) : b.backward_share;
+    }
+    done += share;
     s.compute(rank, stream, c.backward * share, "backward");
     events.push_back(s.new_event(rank));
     s.record(rank, stream, events.back());

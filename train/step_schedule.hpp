@@ -30,6 +30,9 @@ struct ScheduleBucket {
   // The all-reduces a compressing hook runs for the bucket instead of one of `size` floats
   // (allreduce --comm-hook powersgd:R: its uncompressed tensors, Ps, Qs); empty: none.
   std::vector<std::size_t> allreduces;
+  // The share of backward's compute from the previous bucket's ready point to this one's (a
+  // described model's layer times); negative: in proportion to the bucket's size.
+  double backward_share = -1;
 };
 
 struct ScheduleInputs {
@@ -42,8 +45,8 @@ struct ScheduleInputs {
   std::vector<RankCompute> compute;     // [world_size]
 };
 
-// The schedule's compute of rank r's backward, cut at each bucket's ready point in proportion to
-// its size, each cut followed by record(event of that bucket) on `stream`; returns the events.
+// The schedule's compute of rank r's backward, cut at each bucket's ready point (its
+// backward_share, else in proportion to its size), each cut followed by record(event of that bucket) on `stream`; returns the events.
 std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInputs& in, int rank, int stream);
 
 // A replica's step up to its gradients, as DDP runs it (and sharded_ps's collective push): on

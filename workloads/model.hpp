@@ -59,6 +59,10 @@ class ModelT {
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
     return order;
   }
+  // Per parameter index, the share of backward's time elapsed when its gradient is ready, in
+  // [0, 1]; empty when the model does not know (the step schedule then cuts backward in
+  // proportion to bucket size).
+  virtual std::vector<double> grad_ready_times() const { return {}; }
 
   // Allocates activation storage for batches of up to max_batch samples from `ops`' memory
   // (activations; BatchNorm buffers as parameters); every later forward() and backward() runs

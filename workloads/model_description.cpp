@@ -204,6 +204,49 @@ ModelDescription parse_model_description(const json& j, const std::string& origi
   return d;
 }
 
+const std::vector<DeviceProfile>& all_device_profiles() {
+  static const std::vector<DeviceProfile> profiles = {
+      {"described", 0, 10e9,
+       "the description's own times; optimizer at an assumed 10 GB/s of host memory bandwidth"},
+      {"h100", 160e12, 3.35e12,
+       "H100 SXM: 160 TFLOP/s, dpbench_gpu_step's measured TF32 rate on the MLP 784-4096-4096-10 at batch 1024 "
+       "(docs/gpu.md, 158.8-162.3); HBM3 3.35 TB/s (datasheet)"},
+      {"h100-datasheet", 494.7e12, 3.35e12, "H100 SXM datasheet: dense TF32 494.7 TFLOP/s, HBM3 3.35 TB/s (peaks)"},
+      {"a100-datasheet", 156e12, 2.039e12, "A100 80GB SXM datasheet: dense TF32 156 TFLOP/s, HBM2e 2.04 TB/s (peaks)"},
+  };
+  return profiles;
+}
+
+std::vector<std::string> device_profile_names() {
+  std::vector<std::string> names;
+  for (const auto& p : all_device_profiles()) names.push_back(p.name);
+  return names;
+}
+
+const DeviceProfile& device_profile(const std::string& name) {
+  for (const auto& p : all_device_profiles()) {
+    if (p.name == name) return p;
+  }
+  std::string names;
+  for (const auto& n : device_profile_names()) names += (names.empty() ? "" : ", ") + n;
+  throw InputError(fmt::format("--device-profile {}: unknown (known: {})", name, names));
+}
+
+double profile_time_scale(const ModelDescription& d, const DeviceProfile& profile) {
+  if (profile.flops_per_s <= 0) return 1.0;
+  double flops = 0, us = 0;
+  for (const auto& l : d.layers) {
+    if (l.forward_flops + l.backward_flops <= 0) continue;
+    flops += l.forward_flops + l.backward_flops;
+    us += l.forward_us + l.backward_us;
+  }
+  if (flops <= 0 || us <= 0) {
+    throw InputError(fmt::format("--device-profile {}: {} describes no FLOPs to rescale its times by", profile.name,
+                                 d.origin));
+  }
+  return flops / profile.flops_per_s / (us * 1e-6);
+}
+
 std::vector<std::string> builtin_model_names() {
   std::vector<std::string> names;
   for (const auto& m : builtin_model_texts()) names.emplace_back(m.name);

@@ -66,6 +66,27 @@ struct ModelDescription {
   double backward_flops() const;
 };
 
+// A device a description's times are rescaled to: one FLOP rate for the layers' arithmetic and
+// a memory bandwidth for the optimizer's pass over the parameters.
+struct DeviceProfile {
+  std::string name;
+  double flops_per_s = 0;         // achieved on the model's GEMMs and convolutions; 0: keep the described times
+  double memory_bytes_per_s = 0;  // for the optimizer step (bytes read and written per parameter)
+  std::string source;             // where the figures come from
+};
+
+// The built-in profiles: "described" (the times as measured), "h100" (dpbench's own measured
+// TF32 GEMM rate on an H100, docs/gpu.md), "h100-datasheet" and "a100-datasheet" (dense TF32
+// peaks). Throws InputError naming an unknown profile and listing the known ones.
+const DeviceProfile& device_profile(const std::string& name);
+std::vector<std::string> device_profile_names();
+
+// The factor every described time is multiplied by on `profile`: the time the description's
+// FLOPs take at the profile's rate over the time its FLOP-carrying layers took as described (one
+// speed-up for every layer, element-wise ones included); 1 for "described". Throws InputError
+// when the description has no FLOPs to scale by.
+double profile_time_scale(const ModelDescription& d, const DeviceProfile& profile);
+
 // Reads a description from its JSON. `origin` names it in errors. Throws InputError, in one line
 // naming the origin and the field, on: a missing or mistyped field, a schema other than
 // dpbench-model version 1, no parameters, a dimension of 0 or a shape whose size overflows, a

@@ -52,6 +52,17 @@ std::chrono::duration<double> ReplayModel::per_sample(double us) const {
   return std::chrono::duration<double>(us * 1e-6 * time_scale_);
 }
 
+std::vector<double> ReplayModel::grad_ready_times() const {
+  std::vector<double> ready(d_->params.size(), 1.0);
+  const double total = d_->backward_us();
+  double at = 0;
+  for (const BackwardStep& step : d_->backward) {
+    at += d_->layers[step.layer].backward_us;
+    for (std::size_t p : step.grads_ready) ready[p] = total > 0 ? std::min(1.0, at / total) : 1.0;
+  }
+  return ready;
+}
+
 void ReplayModel::reserve(std::size_t max_batch, std::shared_ptr<ModelOps<float>> ops) {
   ops_ = std::move(ops);
   activations_ = ModelBuffer<float>();

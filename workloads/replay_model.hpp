@@ -35,6 +35,8 @@ class ReplayModel final : public Model {
   std::size_t input_features() const override;
   std::size_t num_classes() const override { return d_->output_features(); }
   std::vector<std::size_t> grad_ready_order() const override { return d_->grad_ready_order(); }
+  // From the described backward: the layers' cumulative time when each gradient became ready.
+  std::vector<double> grad_ready_times() const override;
   const ModelDescription& description() const { return *d_; }
 
   using Model::reserve;

@@ -4,12 +4,14 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/app/name_options.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "train/memory_model.hpp"
+#include "train/models.hpp"
 #include "train/optimizer.hpp"
 
 namespace dpbench {
@@ -133,6 +135,11 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
   app.add_option("--hidden", o.base.model.hidden, "Built-in model: hidden widths")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_option("--model", o.model,
+                 "A described model: a built-in description's name (" +
+                     fmt::format("{}", fmt::join(builtin_model_names(), ", ")) +
+                     ") or a file models/describe.py wrote; its parameter count, saved activation, input and "
+                     "output bytes per sample replace --params and the --*-bytes-per-sample options");
   app.add_option("--params", o.params, "A model described by its size: parameter count (e.g. 335e6)");
   app.add_option("--activation-bytes-per-sample", o.activation_bytes_per_sample,
                  "With --params: activation bytes one sample keeps for backward (fp32)");
@@ -151,7 +158,23 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
   app.add_option("--out,-o", o.out, "Write the dpbench-memory JSON here");
 }
 
-nlohmann::json memory_document(const MemoryOptions& o) {
+// Options `given` with a --model's sizes in place of --params and the bytes per sample. Throws
+// InputError when both are given or the description cannot be had.
+MemoryOptions with_described_sizes(const MemoryOptions& given) {
+  if (given.model.empty()) return given;
+  if (given.params > 0) throw InputError(fmt::format("--model {} and --params: give one", given.model));
+  const std::shared_ptr<const ModelDescription> d = described_model(given.model);
+  MemoryOptions o = given;
+  o.params = static_cast<double>(d->num_params());
+  o.activation_bytes_per_sample = static_cast<double>(d->activation_bytes);
+  // as dpbench stages a sample: its input as floats and an int32 label
+  o.input_bytes_per_sample = static_cast<double>((d->input_bytes + 3) / 4 * 4 + sizeof(std::int32_t));
+  o.output_bytes_per_sample = static_cast<double>(d->output_features() * sizeof(float));
+  return o;
+}
+
+nlohmann::json memory_document(const MemoryOptions& given) {
+  const MemoryOptions o = with_described_sizes(given);
   check_options(o);
   const std::vector<Mode> modes = o.modes.empty() ? strategy_modes() : o.modes;
   nlohmann::json rows = nlohmann::json::array(), fits = nlohmann::json::array();
@@ -171,7 +194,8 @@ nlohmann::json memory_document(const MemoryOptions& o) {
   }
   return {{"schema", {{"name", "dpbench-memory"}, {"version", 2}}},
           {"model", o.params > 0
-                        ? nlohmann::json{{"params", o.params},
+                        ? nlohmann::json{{"described", o.model.empty() ? nlohmann::json() : nlohmann::json(o.model)},
+                                         {"params", o.params},
                                          {"activation_bytes_per_sample", o.activation_bytes_per_sample},
                                          {"input_bytes_per_sample", o.input_bytes_per_sample},
                                          {"output_bytes_per_sample", o.output_bytes_per_sample}}
@@ -183,10 +207,12 @@ nlohmann::json memory_document(const MemoryOptions& o) {
           {"largest_fitting", fits}};
 }
 
-int memory_command(const MemoryOptions& o) {
-  const nlohmann::json doc = memory_document(o);
-  fmt::print("memory model: {} parameters, global batch {}, {}, {}\n",
-             o.params > 0 ? fmt::format("{:.4g}", o.params) : o.base.model.workload, o.base.global_batch,
+int memory_command(const MemoryOptions& given) {
+  const nlohmann::json doc = memory_document(given);
+  const MemoryOptions o = with_described_sizes(given);
+  const std::string what = o.params > 0 ? fmt::format("{:.4g}", o.params) : o.base.model.workload;
+  fmt::print("memory model: {}{} parameters, global batch {}, {}, {}\n",
+             o.model.empty() ? "" : fmt::format("{} (described), ", o.model), what, o.base.global_batch,
              o.base.optimizer.name, doc["precision"].get<std::string>());
   double most = 0;
   for (const auto& r : doc["rows"]) most = std::max(most, r["total_bytes"].get<double>());

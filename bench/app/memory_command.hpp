@@ -2,7 +2,7 @@
 // world size and rank role (root, worker, replica, server) it prints the bytes by category of
 // the largest rank of that role, for a built-in model (--workload, --hidden, --channels, on
 // Fashion-MNIST-shaped samples) or a model described by its size (--params with bytes per
-// sample), fp32 as dpbench trains or, labelled as a projection, mixed precision; and with
+// sample) or by a model description (--model resnet50, bert-large, a describer's file), fp32 as dpbench trains or, labelled as a projection, mixed precision; and with
 // --capacity-gb the largest parameter count each mode fits. Writes a "dpbench-memory" JSON
 // with --out.
 #pragma once
@@ -21,6 +21,7 @@ struct MemoryOptions {
   TrainConfig base;  // workload, widths, batch, optimizer, transport, servers
   std::vector<int> ranks = {1, 2, 4, 8};
   std::vector<Mode> modes;  // default: every registered strategy
+  std::string model;        // --model: a described model (built-in name or file), sizes from its description
   double params = 0;        // > 0: a model described by its size
   double activation_bytes_per_sample = 0;
   double input_bytes_per_sample = 784 * 4;

@@ -8,12 +8,14 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/app/harness.hpp"
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
+#include "train/models.hpp"
 
 namespace dpbench {
 
@@ -459,9 +461,18 @@ nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const
 }  // namespace
 
 void add_project_options(CLI::App& app, ProjectOptions& o) {
-  app.add_option("results", o.results, "dpbench result or sweep files (one needs a 1-rank run)")
-      ->required()
+  app.add_option("results", o.results, "dpbench result or sweep files (one needs a 1-rank run); or --model")
       ->check(CLI::ExistingFile);
+  app.add_option("--model", o.model,
+                 "Project a described model instead of measured runs: a built-in description (" +
+                     fmt::format("{}", fmt::join(builtin_model_names(), ", ")) +
+                     ") or a describer's file. Its tensors cut DDP's buckets, its layer times place their ready "
+                     "points, and its compute is rescaled to --device-profile; weak scaling at --per-rank-batch "
+                     "(default 8); needs --link PRESET or an H100 --topology (nvlink4)");
+  app.add_option("--device-profile", o.device_profile,
+                 "--model: the device its described times are rescaled to: " +
+                     fmt::format("{}", fmt::join(device_profile_names(), ", ")) +
+                     " (default: h100 with an H100 --topology, else described)");
   app.add_option("--link", o.link,
                  "measured: a link between processes (--collectives' inter-process all-reduce, else the "
                  "files' emulated cluster link, else their GPU or gloo/mpi runs' busbw); memory: the "
@@ -533,9 +544,78 @@ void describe_topology(const ProjectOptions& o, const ProjectionLink& link, nloh
 
 }  // namespace
 
+StepModel described_step_model(const ModelDescription& d, const DeviceProfile& profile) {
+  const double scale = profile_time_scale(d, profile);
+  StepModel m;
+  m.per_sample_compute_s = (d.forward_us() + d.backward_us()) * 1e-6 * scale;
+  m.forward_share = d.forward_us() + d.backward_us() > 0 ? d.forward_us() / (d.forward_us() + d.backward_us()) : 0.5;
+  // SGD with momentum reads parameters, gradients and momentum and writes parameters and momentum
+  m.optimizer_s = static_cast<double>(d.num_params()) * 5 * sizeof(float) / profile.memory_bytes_per_s;
+  m.param_bytes = static_cast<double>(d.num_params()) * sizeof(float);
+  m.sample_bytes = static_cast<double>(d.input_bytes);
+  m.logit_bytes = static_cast<double>(d.output_features() * sizeof(float));
+  m.described_model = d.origin.rfind("built-in model ", 0) == 0 ? d.name : d.origin;
+  return m;
+}
+
+namespace {
+
+// --model without result files: the curves (and with --simulate, the simulation) of a described
+// model on a device profile, at --per-rank-batch samples per rank (weak scaling).
+nlohmann::json project_described(const ProjectOptions& given) {
+  ProjectOptions o = given;
+  if (!o.scaling.empty() && o.scaling != "weak") {
+    throw InputError(fmt::format("--scaling {}: --model projects weak scaling (each rank keeps --per-rank-batch)",
+                                 o.scaling));
+  }
+  const bool h100 = o.topology.preset.find("h100") != std::string::npos;
+  if (o.link == "measured" || o.link == "memory") {
+    if (!h100) {
+      throw InputError(fmt::format("--link {}: --model measures no link; give --link pcie4|pcie5|nvlink4|ib-ndr, or "
+                                   "an H100 --topology (which implies nvlink4)",
+                                   o.link));
+    }
+    o.link = "nvlink4";
+  }
+  const std::shared_ptr<const ModelDescription> d = described_model(o.model);
+  const DeviceProfile& profile = device_profile(o.device_profile.empty() ? (h100 ? "h100" : "described")
+                                                                         : o.device_profile);
+  StepModel model = described_step_model(*d, profile);
+  if (o.per_rank_batch < 0) throw InputError(fmt::format("--per-rank-batch {}: must be positive", o.per_rank_batch));
+  Scaling scaling;
+  scaling.weak = true;
+  scaling.per_rank_batch = o.per_rank_batch > 0 ? o.per_rank_batch : 8;
+  scaling.global_batch = scaling.per_rank_batch;
+  const ProjectionLink link{link_preset(o.link), "device"};
+  nlohmann::json doc;
+  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
+  doc["created"] = utc_timestamp();
+  describe_inputs(o, link, {{"mode", nullptr}, {"global_batch", scaling.per_rank_batch}, {"config", nlohmann::json::object()}},
+                  model, scaling, doc);
+  doc["calibration"]["described_model"] = {{"name", d->name},
+                                           {"origin", d->origin},
+                                           {"num_params", d->num_params()},
+                                           {"timed_on", d->device_name},
+                                           {"device_profile", profile.name},
+                                           {"device_profile_source", profile.source},
+                                           {"time_scale", profile_time_scale(*d, profile)}};
+  if (o.topology.simulate) describe_topology(o, link, doc);
+  project_curves(o, model, link.model, scaling, doc);
+  doc["measured"] = nlohmann::json::array();
+  return doc;
+}
+
+}  // namespace
+
 nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
                        const nlohmann::json* collectives) {
   if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
+  if (!o.model.empty()) {
+    if (!results.empty()) throw InputError(fmt::format("--model {} and result files: give one", o.model));
+    return project_described(o);
+  }
+  if (!o.device_profile.empty()) throw InputError("--device-profile: applies to --model");
+  if (results.empty()) throw InputError("project: give result files or --model");
   const Inputs in(results);
   if (in.singles.empty()) {
     throw InputError(fmt::format("{}: no 1-rank run to calibrate compute from (add 1 to --ranks)",
@@ -636,6 +716,13 @@ int project_command(const ProjectOptions& o) {
              doc["link"]["kind"].get<std::string>(), doc["link"]["bandwidth_GBps"].get<double>(),
              1e6 * doc["link"]["alpha_s"].get<double>(), doc["link"]["source"].get<std::string>());
   fmt::print("scaling: {}\n", doc["scaling"]["text"].get<std::string>());
+  if (doc["calibration"].contains("described_model")) {
+    const auto& m = doc["calibration"]["described_model"];
+    fmt::print("model: {} ({:.4g} parameters), described on {}, rescaled x{:.3g} to {}: {}\n",
+               m["name"].get<std::string>(), m["num_params"].get<double>(), m["timed_on"].get<std::string>(),
+               m["time_scale"].get<double>(), m["device_profile"].get<std::string>(),
+               m["device_profile_source"].get<std::string>());
+  }
   if (!o.quiet) print_curves(doc);
   fmt::print("\n");
   print_summary(doc);

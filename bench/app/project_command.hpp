@@ -17,11 +17,14 @@
 
 #include "bench/app/simulated_projection.hpp"
 #include "train/alpha_beta_model.hpp"
+#include "workloads/model_description.hpp"
 
 namespace dpbench {
 
 struct ProjectOptions {
   std::vector<std::string> results;  // dpbench result / sweep files
+  std::string model;                 // --model: a described model instead of result files
+  std::string device_profile;        // --model: the device its times are rescaled to ("" -> by topology)
   std::string link = "measured";     // or "memory", or a preset: pcie4, pcie5, nvlink4, ib-ndr
   std::string collectives;           // Google Benchmark JSON of dpbench_collectives (measured link)
   int max_ranks = 1024;
@@ -41,5 +44,10 @@ nlohmann::json project(const ProjectOptions& options, const std::vector<nlohmann
                        const nlohmann::json* collectives);
 
 int project_command(const ProjectOptions& options);
+
+// The step model of a described model on a device profile at `per_rank_batch`: compute from its
+// layer times (rescaled), the optimizer as one pass over parameters, gradients and momentum at the
+// profile's memory bandwidth, its parameter, input and output bytes. Throws InputError.
+StepModel described_step_model(const ModelDescription& d, const DeviceProfile& profile);
 
 }  // namespace dpbench

@@ -9,10 +9,13 @@
 
 #include <fmt/format.h>
 
+#include "allreduce/ddp_trainer.hpp"
 #include "allreduce/powersgd.hpp"
 #include "cluster/link.hpp"
 #include "core/error.hpp"
 #include "sharded_ps/stale_sync.hpp"
+#include "train/models.hpp"
+#include "workloads/replay_model.hpp"
 
 namespace dpbench {
 
@@ -181,7 +184,7 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   if (strategy.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
   if (config.sharded_ps.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
   if (!simulation_available()) return {{"unavailable", "this dpbench was built without SimGrid"}};
-  if (powersgd_rank(config.allreduce.comm_hook) > 0) {
+  if (powersgd_rank(config.allreduce.comm_hook) > 0 && model.described_model.empty()) {
     return {{"unavailable", "PowerSGD's messages follow the tensor shapes, which a projection does not know"}};
   }
   ScheduleInputs in;
@@ -190,12 +193,17 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   in.config.global_batch = static_cast<std::size_t>(std::llround(per_rank_batch * p));
   in.engine = family_engine(link.collectives);
   in.num_params = static_cast<std::size_t>(model.param_bytes / 4.0);
-  in.buckets = flat_buckets(in.num_params, in.config);
+  if (model.described_model.empty()) {
+    in.buckets = flat_buckets(in.num_params, in.config);
+  } else {
+    in.buckets = ddp_schedule_buckets(ReplayModel(described_model(model.described_model), 1.0), in.config);
+  }
   in.input_floats = static_cast<std::size_t>(model.sample_bytes / 4.0);
   in.classes = static_cast<std::size_t>(model.logit_bytes / 4.0);
   const double compute = per_rank_batch * model.per_sample_compute_s;
   const double optimizer = strategy.mode == Mode::sharded_ps ? model.optimizer_s / p : model.optimizer_s;
-  in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, compute / 3.0, 2.0 * compute / 3.0, optimizer});
+  const double fwd = compute * model.forward_share;
+  in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, fwd, compute - fwd, optimizer});
   StepSchedule schedule(p);
   strategy.schedule(in, schedule);
   try {
