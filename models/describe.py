@@ -204,13 +204,13 @@ class Mlp(nn.Module):
 
 
 class Cnn(nn.Module):
-    """dpbench's built-in CNN (workloads/cnn.hpp): conv(16) BN ReLU pool, conv(32) BN ReLU pool,
+    """dpbench's built-in CNN (workloads/cnn.hpp): conv(16, no bias) BN ReLU pool, conv(32, no bias) BN ReLU pool,
     fc 128, fc 10, on 1x28x28."""
 
     def __init__(self):
         super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16)
-        self.conv2, self.bn2 = nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32)
+        self.conv1, self.bn1 = nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32)
         self.fc1, self.fc2 = nn.Linear(32 * 7 * 7, 128), nn.Linear(128, 10)
 
     def forward(self, x):

@@ -246,7 +246,7 @@ TEST(Simulation, TwoLeavesRouteEachNodeThroughItsOwnNic) {
 // link); more ranks than hosts, or a file that is not there, are errors.
 TEST(Simulation, PlatformFilePutsRankROnItsRthHostInNaturalOrder) {
   SKIP_WITHOUT_SIMGRID();
-  TempDir dir;
+  testing::TempDir dir;
   const auto file = dir.path() / "three.xml";
   std::ofstream(file) << R"(<?xml version='1.0'?>
 <!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">

@@ -62,7 +62,10 @@ struct ModelConfig {
   // --model: a described model to replay (workloads/replay_model.hpp), a built-in description's
   // name or a file; "" trains `workload` for real.
   std::string described;
-  double replay_time_scale = 1;  // a replay's described times are multiplied by it (--time-scale)
+  // A replay's described times are multiplied by it: the --device-profile's rescaling times
+  // --time-scale (apply_described_model in bench/app/cli.hpp).
+  double replay_time_scale = 1;
+  std::string device_profile = "described";  // --device-profile: recorded with the result
 };
 
 // How long a run trains, in epochs and steps (one step: one global batch).

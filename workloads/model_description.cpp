@@ -25,7 +25,9 @@ const json& field(const json& j, const std::string& where, const char* key, json
   if (it == j.end()) throw InputError(fmt::format("{}: missing field \"{}\"", where, key));
   const bool number = type == json::value_t::number_float;
   const bool count = type == json::value_t::number_unsigned;
-  const bool ok = number ? it->is_number() : count ? it->is_number_unsigned() : it->type() == type;
+  const bool ok = number ? it->is_number()
+                  : count ? it->is_number_unsigned() || (it->is_number_integer() && it->get<std::int64_t>() >= 0)
+                          : it->type() == type;
   if (!ok) {
     const char* want = number ? "a number" : count ? "a non-negative integer" : json(type).type_name();
     throw InputError(fmt::format("{}.{}: expected {}", where, key, want));
@@ -51,7 +53,7 @@ std::size_t shape_of(const json& j, const std::string& where, const char* key, s
   const json& a = field(j, where, key, json::value_t::array);
   std::size_t size = 1;
   for (std::size_t d = 0; d < a.size(); ++d) {
-    if (!a[d].is_number_unsigned() || a[d].get<std::size_t>() == 0) {
+    if (!a[d].is_number_integer() || a[d].get<std::int64_t>() <= 0) {
       throw InputError(fmt::format("{}.{}[{}]: a dimension must be a positive integer", where, key, d));
     }
     const std::size_t dim = a[d].get<std::size_t>();
@@ -114,7 +116,7 @@ void parse_backward(const json& j, const std::string& where, ModelDescription& d
     }
     const json& ready = field(steps[s], w, "grads_ready", json::value_t::array);
     for (const json& p : ready) {
-      if (!p.is_number_unsigned() || p.get<std::size_t>() >= d.params.size()) {
+      if (!p.is_number_integer() || p.get<std::int64_t>() < 0 || p.get<std::size_t>() >= d.params.size()) {
         throw InputError(fmt::format("{}.grads_ready: {} is not a parameter index (the model has {})", w, p.dump(),
                                      d.params.size()));
       }
@@ -198,7 +200,7 @@ ModelDescription parse_model_description(const json& j, const std::string& origi
   const json& source = field(j, w, "source", json::value_t::object);
   d.source_module = text(source, w + ".source", "module");
   d.source_how = text(source, w + ".source", "how");
-  if (const auto n = j.find("num_params"); n != j.end() && (!n->is_number_unsigned() || *n != d.num_params())) {
+  if (const auto n = j.find("num_params"); n != j.end() && (!n->is_number_integer() || *n != d.num_params())) {
     throw InputError(fmt::format("{}.num_params: {} but the parameter shapes hold {}", w, n->dump(), d.num_params()));
   }
   return d;

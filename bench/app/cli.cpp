@@ -104,9 +104,14 @@ void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
                      ") or a file models/describe.py wrote. Real parameter, gradient and optimizer buffers of its "
                      "shapes and its gradient-ready order; each layer's compute a wait of its described time; "
                      "synthetic data of its input shape; loss and accuracy are not the model's");
+  app.add_option("--device-profile", config.model.device_profile,
+                 "--model: rescale the described compute times to this device: " +
+                     fmt::format("{}", fmt::join(device_profile_names(), ", ")) +
+                     " (the description's FLOPs at the profile's rate)")
+      ->capture_default_str();
   app.add_option("--time-scale", config.model.replay_time_scale,
-                 "--model: multiply every described compute time by this factor (e.g. 0.01 for a device 100x "
-                 "faster than the one the description was timed on)")
+                 "--model: multiply every compute time by this factor as well (time dilation: e.g. 100 with "
+                 "links given at the target's rate / 100)")
       ->capture_default_str();
   app.add_option("--hidden", config.model.hidden,
                  "Hidden layer widths of the MLP, comma list (cnn: the width of its one hidden "
@@ -413,12 +418,15 @@ void add_run_options(CLI::App& run, RunOptions& o) {
 }
 
 void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions& data) {
+  // (bench/app/cli.hpp says what it sets)
   const auto given = [&app](const char* name) {
     const CLI::Option* o = app.get_option_no_throw(name);
     return o != nullptr && o->count() > 0;
   };
   if (config.model.described.empty()) {
-    if (given("--time-scale")) throw InputError("--time-scale: applies to a replayed model; give --model");
+    for (const char* o : {"--time-scale", "--device-profile"}) {
+      if (given(o)) throw InputError(fmt::format("{}: applies to a replayed model; give --model", o));
+    }
     return;
   }
   if (!(config.model.replay_time_scale > 0) || !std::isfinite(config.model.replay_time_scale)) {
@@ -445,6 +453,8 @@ void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions
   data.classes = static_cast<int>(d->output_features());
   config.evaluate = false;  // a replay's accuracy is not the model's
   if (!given("--max-steps")) config.run.max_steps = 20;
+  if (!given("--batch-size") && !given("--rank-batch")) config.global_batch = std::max(1, config.world_size);
+  config.model.replay_time_scale *= profile_time_scale(*d, device_profile(config.model.device_profile));
 }
 
 void finish_run_options(const CLI::App& run, RunOptions& o) {
@@ -495,6 +505,8 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
       o.ranks_given = true;
     }
   }
+  check_replay_fits(o.base, o.modes, o.data);
+  if (!o.base.model.described.empty() && !o.repetitions_given) o.repetitions = 1;  // replays of large models are long
 }
 
 namespace {

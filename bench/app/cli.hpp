@@ -24,7 +24,9 @@ void finish_run_options(const CLI::App& run, RunOptions& o);
 
 // --model NAME|FILE on `app` (run or sweep): checks it against --workload, --data, --input and
 // --classes, then sets the synthetic data to the description's input shape and outputs, turns the
-// evaluation off and caps the run at 20 steps unless --max-steps was given. Throws InputError.
+// evaluation off, caps the run at 20 steps unless --max-steps was given, one sample per rank
+// unless --batch-size or --rank-batch was, and the replay's time scale to --device-profile's
+// rescaling times --time-scale. Throws InputError.
 void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions& data);
 
 }  // namespace dpbench

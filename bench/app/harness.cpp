@@ -6,6 +6,8 @@
 #include <ctime>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "allreduce/powersgd.hpp"
@@ -13,6 +15,7 @@
 #include "bench/app/result_json.hpp"
 #include "bench/app/strategies.hpp"
 #include "train/elastic.hpp"
+#include "train/memory_model.hpp"
 #include "train/models.hpp"
 #include "core/error.hpp"
 #include "core/mpi_comm.hpp"
@@ -93,6 +96,28 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
   if (config.model.sync_bn && config.model.workload != "cnn") {
     throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
                                  config.model.workload));
+  }
+}
+
+void check_replay_fits(const TrainConfig& base, const std::vector<Mode>& modes, const DataOptions& data) {
+  if (base.model.described.empty()) return;
+  const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  for (Mode mode : modes) {
+    TrainConfig config = base;
+    config.mode = mode;
+    const Strategy& strategy = find_strategy(mode);
+    if (strategy.memory == nullptr) continue;
+    if (strategy.transports.empty()) config.transport = Transport::ring;
+    const MemoryInputs in =
+        builtin_memory_inputs(config, parse_sample_shape(data.input_shape), static_cast<std::size_t>(data.classes));
+    double total = 0;
+    for (const RankMemory& m : strategy.memory(in)) total += m.total();
+    if (total > machine) {
+      throw InputError(fmt::format("--model {}: {} ranks of {} need {:.1f} GiB by the memory model, more than this "
+                                   "machine's {:.1f} GiB (fewer ranks or a smaller --batch-size)",
+                                   config.model.described, config.world_size, mode, total / (1 << 30),
+                                   machine / (1 << 30)));
+    }
   }
 }
 

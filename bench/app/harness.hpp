@@ -36,6 +36,11 @@ LoadedData load_data(const DataOptions& options, std::uint64_t seed);
 // workload, sane step counts and a timeout in (0, 1e9] s. Throws InputError naming the option.
 void check_common_options(const TrainConfig& base, double timeout_s);
 
+// A replayed model (config.model.described) under each of `modes`: throws InputError saying the
+// figure when the memory model's bytes of all world_size ranks (every rank on this machine, as
+// threads or emulated nodes) exceed this machine's physical memory. No-op for other runs.
+void check_replay_fits(const TrainConfig& config, const std::vector<Mode>& modes, const DataOptions& data);
+
 // Checks one point against the data with its strategy's validator, and that warm-up leaves
 // timed steps. Throws InputError.
 void check_point(const TrainConfig& config, const Dataset& train);

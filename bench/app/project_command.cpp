@@ -15,7 +15,9 @@
 #include "bench/app/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
+#include "train/buckets.hpp"
 #include "train/models.hpp"
+#include "workloads/replay_model.hpp"
 
 namespace dpbench {
 
@@ -560,6 +562,19 @@ StepModel described_step_model(const ModelDescription& d, const DeviceProfile& p
 
 namespace {
 
+// DDP's buckets of a described model at the default caps (first_bucket_mb, bucket_cap_mb), in
+// the order they are launched: each the parameter indices it holds, in ready order.
+nlohmann::json described_buckets(const ModelDescription& d) {
+  const TrainConfig defaults;
+  const ReplayModel model(std::make_shared<const ModelDescription>(d), 1.0);
+  nlohmann::json out = nlohmann::json::array();
+  for (const Bucket& b : assign_buckets(model.params(), sizeof(float), defaults.allreduce.first_bucket_mb,
+                                        defaults.allreduce.bucket_cap_mb, model.grad_ready_order())) {
+    out.push_back(b.params);
+  }
+  return out;
+}
+
 // --model without result files: the curves (and with --simulate, the simulation) of a described
 // model on a device profile, at --per-rank-batch samples per rank (weak scaling).
 nlohmann::json project_described(const ProjectOptions& given) {
@@ -598,7 +613,8 @@ nlohmann::json project_described(const ProjectOptions& given) {
                                            {"timed_on", d->device_name},
                                            {"device_profile", profile.name},
                                            {"device_profile_source", profile.source},
-                                           {"time_scale", profile_time_scale(*d, profile)}};
+                                           {"time_scale", profile_time_scale(*d, profile)},
+                                           {"ddp_buckets", described_buckets(*d)}};
   if (o.topology.simulate) describe_topology(o, link, doc);
   project_curves(o, model, link.model, scaling, doc);
   doc["measured"] = nlohmann::json::array();

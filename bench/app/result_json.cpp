@@ -242,6 +242,7 @@ static void add_replay_json(const TrainConfig& config, nlohmann::json& j) {
                  {"origin", d->origin},
                  {"source_module", d->source_module},
                  {"timed_on", d->device_name},
+                 {"device_profile", config.model.device_profile},
                  {"time_scale", config.model.replay_time_scale},
                  {"num_tensors", d->params.size()},
                  {"forward_us_per_sample", d->forward_us()},
