@@ -73,6 +73,19 @@ void validate(const ClusterSpec& spec) {
   }
 }
 
+void dilate(ClusterSpec& spec, double factor) {
+  auto one = [factor](LinkRate& r, const char* option) {
+    r.bits_per_s /= factor;
+    r.text = fmt::format("{}/{:g}", r.text, factor);
+    if (r.bits_per_s > 100e9 || r.bits_per_s < 1e3) {
+      throw InputError(fmt::format("{} {}: {:g} bit/s once dilated, outside tc's 1 kbit/s to 100 gbit/s", option,
+                                   r.text, r.bits_per_s));
+    }
+  };
+  one(spec.link, "--link");
+  for (auto& [node, rate] : spec.link_of) one(rate, "--link-of");
+}
+
 std::vector<std::string> tbf_args(const std::string& dev, const LinkRate& rate) {
   const double bytes_per_s = rate.bits_per_s / 8.0;
   const auto burst = static_cast<long>(std::max(bytes_per_s * 0.001, 64.0 * 1024.0));

@@ -43,6 +43,10 @@ struct ClusterSpec {
 // is not I=RATE or I is not a node of the cluster (0 <= I < nodes).
 void parse_link_of(const std::vector<std::string>& values, ClusterSpec& spec);
 
+// Time dilation by `factor` (> 0): every link's rate divided by it, its text "RATE/factor".
+// Throws InputError when a dilated rate is above tc's 100 gbit/s or below 1 kbit/s.
+void dilate(ClusterSpec& spec, double factor);
+
 // Checks the spec: 2..64 nodes, 1..16 ranks per node, a link rate, rendezvous c10d or etcd (torchrun only), 0..10 restarts (torchrun only). Throws InputError naming
 // the option.
 void validate(const ClusterSpec& spec);

@@ -6,6 +6,7 @@
 # NCCL stay optional.
 #   --test   also what only the tests need (Chromium, to render the HTML report headless;
 #            python3-torch, for the PyTorch reference and its loss-agreement test, and torchrun;
+#            python3-torchvision, for models/describe.py resnet50 and vit_b_16;
 #            etcd-server and python3-etcd, for torchrun's etcd rendezvous on an emulated cluster;
 #            slurmctld, slurmd, slurm-client and munge, for --launcher srun on an emulated cluster:
 #            their services need /etc/slurm/slurm.conf and do not start without one, dpbench runs
@@ -24,7 +25,7 @@ packages=(
   dataset-fashion-mnist
   python3-matplotlib python3-scipy python3-jsonschema python3-jinja2
 )
-case " $* " in *" --test "*) packages+=(chromium python3-torch etcd-server python3-etcd slurmctld slurmd slurm-client munge clang-format) ;; esac
+case " $* " in *" --test "*) packages+=(chromium python3-torch python3-torchvision etcd-server python3-etcd slurmctld slurmd slurm-client munge clang-format) ;; esac
 case " $* " in *" --fuzz "*) packages+=(clang-14 libclang-rt-14-dev) ;; esac
 
 missing=()

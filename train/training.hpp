@@ -66,6 +66,9 @@ struct ModelConfig {
   // --time-scale (apply_described_model in bench/app/cli.hpp).
   double replay_time_scale = 1;
   std::string device_profile = "described";  // --device-profile: recorded with the result
+  // --time-scale D on an emulated cluster: compute x D and links shaped at their rate / D (time-
+  // warped emulation, Gupta et al. NSDI'06); results also give figures scaled back by 1/D. 1 elsewhere.
+  double time_dilation = 1;
 };
 
 // How long a run trains, in epochs and steps (one step: one global batch).

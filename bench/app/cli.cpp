@@ -273,9 +273,13 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   }
   if (o.link.empty())
     throw InputError(fmt::format("--nodes {}: give the links' rate with --link RATE (e.g. 1gbit)", o.cluster.nodes));
-  o.cluster.link = cluster::parse_rate(o.link, "--link");
+  const double dilation = o.base.model.time_dilation;
+  o.cluster.link = cluster::parse_rate(o.link, "--link", 100e9 * dilation);
   cluster::validate(o.cluster);
   cluster::parse_link_of(o.link_of, o.cluster);
+  if (dilation != 1) {  // --time-scale D: links given at the target's rate, shaped at rate / D
+    cluster::dilate(o.cluster, dilation);
+  }
   // mpirun's ranks meet over MPI, the others' over gloo.
   const Backend comm = cluster_backend(o.cluster.launcher);
   if (run.count("--comm") > 0 && o.base.comm != comm) {
@@ -454,6 +458,7 @@ void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions
   config.evaluate = false;  // a replay's accuracy is not the model's
   if (!given("--max-steps")) config.run.max_steps = 20;
   if (!given("--batch-size") && !given("--rank-batch")) config.global_batch = std::max(1, config.world_size);
+  config.model.time_dilation = config.model.replay_time_scale;  // 1 again unless on an emulated cluster
   config.model.replay_time_scale *= profile_time_scale(*d, device_profile(config.model.device_profile));
 }
 
@@ -507,6 +512,7 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
   }
   check_replay_fits(o.base, o.modes, o.data);
   if (!o.base.model.described.empty() && !o.repetitions_given) o.repetitions = 1;  // replays of large models are long
+  if (o.cluster.nodes == 0) o.base.model.time_dilation = 1;  // --time-scale scaled compute alone
 }
 
 namespace {

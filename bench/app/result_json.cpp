@@ -284,6 +284,14 @@ nlohmann::json run_to_json(const RunResult& run) {
   const double p50 = quantile(times, 0.50);
   j["stall_ratio_p90_p50"] = p50 > 0 ? quantile(times, 0.90) / p50 : 0.0;
   j["phases_s"] = phase_medians(run.ranks.front().steps);
+  if (config.model.time_dilation != 1) {  // the target cluster's figures: measured ones over D
+    const double d = config.model.time_dilation;
+    j["time_dilation"] = {{"factor", d},
+                          {"step_time_s_p50", quantile(times, 0.50) / d},
+                          {"throughput_samples_per_s", wall_throughput(run) * d},
+                          {"note", "compute x D and links at rate / D; scaled back by 1/D. Latency and the host's "
+                                   "per-message cost are not dilated"}};
+  }
 
   add_traffic_json(run, j);
   j["memory"] = memory_to_json(run);
