@@ -45,12 +45,24 @@ json small_description() {
             {{"name", "fc2.weight"}, {"shape", {3, 5}}},
             {{"name", "fc2.bias"}, {"shape", {3}}}}},
           {"layers",
-           {{{"name", "fc1"}, {"type", "Linear"}, {"forward_us_per_sample", 100}, {"backward_us_per_sample", 3000},
-             {"forward_flops_per_sample", 80}, {"backward_flops_per_sample", 160}},
-            {{"name", "relu"}, {"type", "ReLU"}, {"forward_us_per_sample", 10}, {"backward_us_per_sample", 1000},
-             {"forward_flops_per_sample", 0}, {"backward_flops_per_sample", 0}},
-            {{"name", "fc2"}, {"type", "Linear"}, {"forward_us_per_sample", 50}, {"backward_us_per_sample", 2000},
-             {"forward_flops_per_sample", 30}, {"backward_flops_per_sample", 60}}}},
+           {{{"name", "fc1"},
+             {"type", "Linear"},
+             {"forward_us_per_sample", 100},
+             {"backward_us_per_sample", 3000},
+             {"forward_flops_per_sample", 80},
+             {"backward_flops_per_sample", 160}},
+            {{"name", "relu"},
+             {"type", "ReLU"},
+             {"forward_us_per_sample", 10},
+             {"backward_us_per_sample", 1000},
+             {"forward_flops_per_sample", 0},
+             {"backward_flops_per_sample", 0}},
+            {{"name", "fc2"},
+             {"type", "Linear"},
+             {"forward_us_per_sample", 50},
+             {"backward_us_per_sample", 2000},
+             {"forward_flops_per_sample", 30},
+             {"backward_flops_per_sample", 60}}}},
           {"backward",
            {{{"layer", 2}, {"grads_ready", {3, 2}}},
             {{"layer", 1}, {"grads_ready", json::array()}},
@@ -201,7 +213,7 @@ TEST(ReplayModel, BackwardReadiesInTheDescribedOrderAfterItsTimeWithALinearGradi
   EXPECT_EQ(ready[1].first, 2u);
   EXPECT_EQ(ready[2].first, 1u);
   EXPECT_EQ(ready[3].first, 0u);
-  EXPECT_GE(ready[0].second, 2.0 * 4 * 2000e-6);                   // after fc2's backward
+  EXPECT_GE(ready[0].second, 2.0 * 4 * 2000e-6);                        // after fc2's backward
   EXPECT_GE(ready[2].second, 2.0 * 4 * (2000e-6 + 1000e-6 + 3000e-6));  // after relu's and fc1's
   // Twice the output gradient gives twice the gradient (what lets ps and allreduce agree).
   for (float& v : dlogits) v *= 2;

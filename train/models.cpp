@@ -25,9 +25,9 @@ std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& 
   if (!config.model.described.empty()) {
     auto model = std::make_unique<ReplayModel>(described_model(config.model.described), config.model.replay_time_scale);
     if (shape.features() != model->input_features() || num_classes != model->num_classes()) {
-      throw InputError(fmt::format("--model {}: takes {} input floats and {} outputs per sample, the data has {} and {}",
-                                   config.model.described, model->input_features(), model->num_classes(),
-                                   shape.features(), num_classes));
+      throw InputError(fmt::format(
+          "--model {}: takes {} input floats and {} outputs per sample, the data has {} and {}", config.model.described,
+          model->input_features(), model->num_classes(), shape.features(), num_classes));
     }
     return model;
   }

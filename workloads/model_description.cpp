@@ -25,7 +25,7 @@ const json& field(const json& j, const std::string& where, const char* key, json
   if (it == j.end()) throw InputError(fmt::format("{}: missing field \"{}\"", where, key));
   const bool number = type == json::value_t::number_float;
   const bool count = type == json::value_t::number_unsigned;
-  const bool ok = number ? it->is_number()
+  const bool ok = number  ? it->is_number()
                   : count ? it->is_number_unsigned() || (it->is_number_integer() && it->get<std::int64_t>() >= 0)
                           : it->type() == type;
   if (!ok) {
@@ -128,8 +128,8 @@ void parse_backward(const json& j, const std::string& where, ModelDescription& d
   }
   const auto missing = std::find(seen.begin(), seen.end(), 0);
   if (missing != seen.end()) {
-    throw InputError(fmt::format("{}.backward: parameter {} ({}) never becomes ready", where,
-                                 missing - seen.begin(), d.params[missing - seen.begin()].name));
+    throw InputError(fmt::format("{}.backward: parameter {} ({}) never becomes ready", where, missing - seen.begin(),
+                                 d.params[missing - seen.begin()].name));
   }
 }
 
@@ -208,8 +208,7 @@ ModelDescription parse_model_description(const json& j, const std::string& origi
 
 const std::vector<DeviceProfile>& all_device_profiles() {
   static const std::vector<DeviceProfile> profiles = {
-      {"described", 0, 10e9,
-       "the description's own times; optimizer at an assumed 10 GB/s of host memory bandwidth"},
+      {"described", 0, 10e9, "the description's own times; optimizer at an assumed 10 GB/s of host memory bandwidth"},
       {"h100", 160e12, 3.35e12,
        "H100 SXM: 160 TFLOP/s, dpbench_gpu_step's measured TF32 rate on the MLP 784-4096-4096-10 at batch 1024 "
        "(docs/gpu.md, 158.8-162.3); HBM3 3.35 TB/s (datasheet)"},
@@ -243,8 +242,8 @@ double profile_time_scale(const ModelDescription& d, const DeviceProfile& profil
     us += l.forward_us + l.backward_us;
   }
   if (flops <= 0 || us <= 0) {
-    throw InputError(fmt::format("--device-profile {}: {} describes no FLOPs to rescale its times by", profile.name,
-                                 d.origin));
+    throw InputError(
+        fmt::format("--device-profile {}: {} describes no FLOPs to rescale its times by", profile.name, d.origin));
   }
   return flops / profile.flops_per_s / (us * 1e-6);
 }
@@ -266,8 +265,8 @@ ModelDescription load_model_description(const std::string& name_or_file) {
   if (!in) {
     std::string names;
     for (const auto& n : builtin_model_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError(fmt::format("--model {}: neither a built-in model ({}) nor a readable description file",
-                                 name_or_file, names));
+    throw InputError(
+        fmt::format("--model {}: neither a built-in model ({}) nor a readable description file", name_or_file, names));
   }
   std::stringstream buf;
   buf << in.rdbuf();

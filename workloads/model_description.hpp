@@ -27,7 +27,7 @@ struct DescribedParam {
 // One call of a leaf module in forward order; times and FLOPs per sample on the description's
 // device (microseconds; multiply-adds count 2).
 struct DescribedLayer {
-  std::string name, type;           // "layer1.0.conv1", "Conv2d"
+  std::string name, type;  // "layer1.0.conv1", "Conv2d"
   double forward_us = 0, backward_us = 0;
   double forward_flops = 0, backward_flops = 0;
 };
@@ -45,9 +45,9 @@ struct ModelDescription {
   std::vector<DescribedParam> params;
   std::vector<DescribedLayer> layers;
   std::vector<BackwardStep> backward;
-  std::vector<std::size_t> input_shape;  // per sample, e.g. [3, 224, 224] or [1024] tokens
-  std::size_t input_bytes = 0;           // per sample
-  std::size_t label_bytes = 0;           // per sample
+  std::vector<std::size_t> input_shape;   // per sample, e.g. [3, 224, 224] or [1024] tokens
+  std::size_t input_bytes = 0;            // per sample
+  std::size_t label_bytes = 0;            // per sample
   std::vector<std::size_t> output_shape;  // per sample, e.g. [1000] or [1024, 50257]
   std::size_t output_bytes = 0;           // per sample
   std::size_t activation_bytes = 0;       // saved for backward, per sample

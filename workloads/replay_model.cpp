@@ -117,8 +117,8 @@ void ReplayModel::backward(const float*, const float*, const float* dlogits, std
   }
   double rest = 0;  // layers backward never reached (none in a describer's output)
   for (std::size_t l = 0; l < d_->layers.size(); ++l) rest += reached[l] ? 0.0 : d_->layers[l].backward_us;
-  std::this_thread::sleep_until(deadline + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                               per_sample(rest) * n));
+  std::this_thread::sleep_until(deadline +
+                                std::chrono::duration_cast<std::chrono::steady_clock::duration>(per_sample(rest) * n));
 }
 
 }  // namespace dpbench

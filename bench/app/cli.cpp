@@ -446,8 +446,8 @@ void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions
     if (given(o)) throw InputError(fmt::format("{}: --model {} sets it from its description", o, d->name));
   }
   if (given("--data") && data.data != "synthetic") {
-    throw InputError(fmt::format("--data {}: --model {} replays on synthetic data of its input shape", data.data,
-                                 d->name));
+    throw InputError(
+        fmt::format("--data {}: --model {} replays on synthetic data of its input shape", data.data, d->name));
   }
   data.data = "synthetic";
   const std::size_t floats = (d->input_bytes + sizeof(float) - 1) / sizeof(float);
@@ -512,7 +512,7 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
   }
   check_replay_fits(o.base, o.modes, o.data);
   if (!o.base.model.described.empty() && !o.repetitions_given) o.repetitions = 1;  // replays of large models are long
-  if (o.cluster.nodes == 0) o.base.model.time_dilation = 1;  // --time-scale scaled compute alone
+  if (o.cluster.nodes == 0) o.base.model.time_dilation = 1;                        // --time-scale scaled compute alone
 }
 
 namespace {

@@ -108,8 +108,8 @@ void check_replay_fits(const TrainConfig& base, const std::vector<Mode>& modes, 
     const Strategy& strategy = find_strategy(mode);
     if (strategy.memory == nullptr) continue;
     if (strategy.transports.empty()) config.transport = Transport::ring;
-    const MemoryInputs in =
-        builtin_memory_inputs(config, parse_sample_shape(data.input_shape), static_cast<std::size_t>(data.classes));
+    const MemoryInputs in = builtin_memory_inputs(config, parse_sample_shape(data.input_shape),
+                                                  static_cast<std::size_t>(data.classes));
     double total = 0;
     for (const RankMemory& m : strategy.memory(in)) total += m.total();
     if (total > machine) {

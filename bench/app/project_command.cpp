@@ -580,8 +580,8 @@ nlohmann::json described_buckets(const ModelDescription& d) {
 nlohmann::json project_described(const ProjectOptions& given) {
   ProjectOptions o = given;
   if (!o.scaling.empty() && o.scaling != "weak") {
-    throw InputError(fmt::format("--scaling {}: --model projects weak scaling (each rank keeps --per-rank-batch)",
-                                 o.scaling));
+    throw InputError(
+        fmt::format("--scaling {}: --model projects weak scaling (each rank keeps --per-rank-batch)", o.scaling));
   }
   const bool h100 = o.topology.preset.find("h100") != std::string::npos;
   if (o.link == "measured" || o.link == "memory") {
@@ -605,7 +605,8 @@ nlohmann::json project_described(const ProjectOptions& given) {
   nlohmann::json doc;
   doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
   doc["created"] = utc_timestamp();
-  describe_inputs(o, link, {{"mode", nullptr}, {"global_batch", scaling.per_rank_batch}, {"config", nlohmann::json::object()}},
+  describe_inputs(o, link,
+                  {{"mode", nullptr}, {"global_batch", scaling.per_rank_batch}, {"config", nlohmann::json::object()}},
                   model, scaling, doc);
   doc["calibration"]["described_model"] = {{"name", d->name},
                                            {"origin", d->origin},

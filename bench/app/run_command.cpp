@@ -90,10 +90,10 @@ void print_timing_rows(const TableRows& row, const std::vector<RunResult>& runs,
       [&](std::size_t i) { return fmt::format("{:.2f}", docs[i]["stall_ratio_p90_p50"].get<double>()); });
   if (docs.front().contains("time_dilation")) {  // --time-scale D on an emulated cluster
     row("  undilated: step p50 (ms) / samples/s", [&](std::size_t i) {
-          const auto& t = docs[i]["time_dilation"];
-          return fmt::format("{:.2f} / {:.0f}", 1e3 * t["step_time_s_p50"].get<double>(),
-                             t["throughput_samples_per_s"].get<double>());
-        });
+      const auto& t = docs[i]["time_dilation"];
+      return fmt::format("{:.2f} / {:.0f}", 1e3 * t["step_time_s_p50"].get<double>(),
+                         t["throughput_samples_per_s"].get<double>());
+    });
   }
   row("  compute fwd+bwd+opt (ms, p50)", [&](std::size_t i) {
     const auto& ph = docs[i]["phases_s"];
@@ -445,8 +445,8 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
   if (!s.quiet) {
     const std::string what = config.model.described.empty() ? config.model.workload
                                                             : fmt::format("a replay of {}", config.model.described);
-    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", what,
-               data.train->name(), config.world_size, config.device, name(s.launch.launcher), mode, repetition);
+    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", what, data.train->name(),
+               config.world_size, config.device, name(s.launch.launcher), mode, repetition);
   }
   const bool terminal = isatty(STDERR_FILENO) != 0;
   if (!s.quiet) {
@@ -454,10 +454,10 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
     config.progress_interval_s = terminal ? 0.5 : 10.0;
     const bool replay = !config.model.described.empty();  // whose loss is not the model's
     config.progress = [terminal, mode, replay](const Progress& p) {
-      const std::string line = fmt::format(
-          "dpbench: {} epoch {}/{} step {}/{} loss {} {:.0f} samples/s ETA {:.0f} s", mode, p.epoch + 1, p.epochs,
-          p.step, p.total_steps, replay ? std::string("- (replay)") : fmt::format("{:.4f}", p.loss), p.samples_per_s,
-          p.eta_s);
+      const std::string line = fmt::format("dpbench: {} epoch {}/{} step {}/{} loss {} {:.0f} samples/s ETA {:.0f} s",
+                                           mode, p.epoch + 1, p.epochs, p.step, p.total_steps,
+                                           replay ? std::string("- (replay)") : fmt::format("{:.4f}", p.loss),
+                                           p.samples_per_s, p.eta_s);
       if (terminal) {
         fmt::print(stderr, "\r{}\x1b[K", line);
       } else {
