@@ -1,6 +1,7 @@
 // Tests of described models: the description reader's checks, the built-in descriptions against
 // their published sizes and dpbench's own MLP, the replay's buffer layout, gradient-ready order,
 // waits and gradients, DDP's buckets in the ready order, and every mode agreeing on a replay.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cluster/link.hpp"
 #include "core/error.hpp"
 #include "train/buckets.hpp"
 #include "train/models.hpp"
@@ -268,6 +270,22 @@ TEST(ReplayModel, EveryModeAgreesOnAReplay) {
   EXPECT_GT(distance(finals[0], initial), 1e-4);  // the replay's gradients moved them
   EXPECT_LT(distance(finals[1], finals[0]), 1e-5);
   EXPECT_LT(distance(finals[2], finals[0]), 1e-5);
+}
+
+TEST(TimeDilation, LinksAreShapedAtTheirRateOverTheFactor) {
+  cluster::ClusterSpec spec;
+  spec.nodes = 4;
+  spec.link = cluster::parse_rate("100gbit", "--link");
+  spec.link_of[3] = cluster::parse_rate("25gbit", "--link-of");
+  cluster::dilate(spec, 100);
+  EXPECT_DOUBLE_EQ(spec.link.bits_per_s, 1e9);
+  EXPECT_EQ(spec.link.text, "100gbit/100");
+  EXPECT_DOUBLE_EQ(spec.rate_of(3).bits_per_s, 250e6);
+  const std::vector<std::string> tc = cluster::tbf_args("veth0", spec.link);
+  EXPECT_NE(std::find(tc.begin(), tc.end(), "1000000000bit"), tc.end());
+  cluster::ClusterSpec slow;
+  slow.link = cluster::parse_rate("50kbit", "--link");
+  EXPECT_THROW(cluster::dilate(slow, 100), InputError);  // 500 bit/s: below tc's 1 kbit/s
 }
 
 }  // namespace
