@@ -192,8 +192,8 @@ TEST(Buckets, FollowTheReadyOrderAndRefuseARangeThatIsNotContiguous) {
 
 TEST(ReplayModel, BackwardReadiesInTheDescribedOrderAfterItsTimeWithALinearGradient) {
   auto d = std::make_shared<const ModelDescription>(parse_model_description(small_description(), "small"));
+  MemoryTracker tracker;      // outlives the model, whose activations it tracks
   ReplayModel model(d, 2.0);  // every time doubled
-  MemoryTracker tracker;
   model.reserve(4, tracker);
   EXPECT_EQ(tracker.peak_bytes(MemoryCategory::activations), 4 * 64);
   std::vector<float> params(model.num_params()), grads(model.num_params()), grads2(model.num_params());

@@ -153,25 +153,10 @@ std::vector<std::size_t> ModelDescription::grad_ready_order() const {
   return order;
 }
 
-double ModelDescription::forward_us() const {
-  double t = 0;
-  for (const auto& l : layers) t += l.forward_us;
-  return t;
-}
-double ModelDescription::backward_us() const {
-  double t = 0;
-  for (const auto& l : layers) t += l.backward_us;
-  return t;
-}
-double ModelDescription::forward_flops() const {
-  double f = 0;
-  for (const auto& l : layers) f += l.forward_flops;
-  return f;
-}
-double ModelDescription::backward_flops() const {
-  double f = 0;
-  for (const auto& l : layers) f += l.backward_flops;
-  return f;
+double ModelDescription::sum_over_layers(double DescribedLayer::*field) const {
+  double total = 0;
+  for (const auto& l : layers) total += l.*field;
+  return total;
 }
 
 ModelDescription parse_model_description(const json& j, const std::string& origin) {

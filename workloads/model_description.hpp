@@ -60,10 +60,12 @@ struct ModelDescription {
   std::size_t output_features() const;
   // The gradient-ready order: every parameter index once, in the order backward finalised it.
   std::vector<std::size_t> grad_ready_order() const;
-  double forward_us() const;   // per sample, all layers
-  double backward_us() const;  // per sample, all layers
-  double forward_flops() const;
-  double backward_flops() const;
+  // Per sample, all layers: microseconds and FLOPs.
+  double forward_us() const { return sum_over_layers(&DescribedLayer::forward_us); }
+  double backward_us() const { return sum_over_layers(&DescribedLayer::backward_us); }
+  double forward_flops() const { return sum_over_layers(&DescribedLayer::forward_flops); }
+  double backward_flops() const { return sum_over_layers(&DescribedLayer::backward_flops); }
+  double sum_over_layers(double DescribedLayer::*field) const;
 };
 
 // A device a description's times are rescaled to: one FLOP rate for the layers' arithmetic and
