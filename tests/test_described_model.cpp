@@ -16,9 +16,7 @@
 #include "core/error.hpp"
 #include "train/buckets.hpp"
 #include "train/models.hpp"
-#include "allreduce/ddp_trainer.hpp"
-#include "ps/parameter_server.hpp"
-#include "sharded_ps/sharded_ps.hpp"
+#include "tests/training_fixtures.hpp"
 #include "workloads/cnn.hpp"
 #include "workloads/mlp.hpp"
 #include "workloads/model_description.hpp"
@@ -232,44 +230,23 @@ TEST(ReplayModel, BackwardReadiesInTheDescribedOrderAfterItsTimeWithALinearGradi
   EXPECT_DOUBLE_EQ(at[0], 1.0);
 }
 
-// ||a - b|| / ||b||.
-double distance(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return a.size() == b.size() ? std::sqrt(diff / norm) : 1e30;
-}
-
 TEST(ReplayModel, EveryModeAgreesOnAReplay) {
   auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 512, 5);
-  const TrainData td{data.get(), nullptr};
   std::vector<std::vector<float>> finals;
-  for (Mode mode : {Mode::allreduce, Mode::ps, Mode::sharded_ps}) {
-    TrainConfig c;
-    c.mode = mode;
-    c.world_size = 2;
-    c.global_batch = 32;
+  for (const char* mode : {"allreduce", "ps", "sharded_ps"}) {
+    TrainConfig c = testing::small_train_config(mode, 2, 32);
     c.model.described = "mlp";
     c.model.replay_time_scale = 0.01;
     c.run.max_steps = 6;
-    c.run.warmup_steps = 1;
-    c.run.epochs = 1;
-    c.seed = 11;
-    c.evaluate = false;
-    c.keep_final_params = true;
-    const RunResult r = mode == Mode::ps           ? train_parameter_server(c, td)
-                        : mode == Mode::sharded_ps ? train_sharded_ps(c, td)
-                                                   : train_allreduce(c, td);
+    const RunResult r = testing::train_mode(c, *data);
     ASSERT_EQ(r.num_params, 535818u) << mode;
     finals.push_back(r.final_params);
   }
   std::vector<float> initial(535818);
   ReplayModel(described_model("mlp"), 1.0).init_params(initial.data(), 11);
-  EXPECT_GT(distance(finals[0], initial), 1e-4);  // the replay's gradients moved them
-  EXPECT_LT(distance(finals[1], finals[0]), 1e-5);
-  EXPECT_LT(distance(finals[2], finals[0]), 1e-5);
+  EXPECT_GT(testing::relative_l2(finals[0], initial), 1e-4);  // the replay's gradients moved them
+  EXPECT_LT(testing::relative_l2(finals[1], finals[0]), 1e-5);
+  EXPECT_LT(testing::relative_l2(finals[2], finals[0]), 1e-5);
 }
 
 TEST(TimeDilation, LinksAreShapedAtTheirRateOverTheFactor) {

@@ -249,6 +249,43 @@ static void add_replay_json(const TrainConfig& config, nlohmann::json& j) {
                  {"backward_us_per_sample", d->backward_us()}};
 }
 
+// Throughput, step-time percentiles, stalls, phases and, under time dilation, the figures scaled
+// back to the target cluster.
+static void add_timing_json(const RunResult& run, nlohmann::json& j) {
+  const std::vector<double> times = rank0_step_times(run);
+  j["throughput_samples_per_s"] = wall_throughput(run);
+  j["throughput_median_step_samples_per_s"] = median_throughput(run);
+  j["timed_wall_s"] = run.ranks.front().timed_wall_s;
+  j["step_time_s"] = {{"p10", quantile(times, 0.10)},
+                      {"p50", quantile(times, 0.50)},
+                      {"p90", quantile(times, 0.90)},
+                      {"p99", quantile(times, 0.99)},
+                      {"samples", times}};
+  const double p50 = quantile(times, 0.50);
+  j["stall_ratio_p90_p50"] = p50 > 0 ? quantile(times, 0.90) / p50 : 0.0;
+  j["phases_s"] = phase_medians(run.ranks.front().steps);
+  if (run.config.model.time_dilation != 1) {  // the target cluster's figures: measured ones over D
+    const double d = run.config.model.time_dilation;
+    j["time_dilation"] = {{"factor", d},
+                          {"step_time_s_p50", p50 / d},
+                          {"throughput_samples_per_s", wall_throughput(run) * d},
+                          {"note", "compute x D and links at rate / D; scaled back by 1/D. Latency and the host's "
+                                   "per-message cost are not dilated"}};
+  }
+}
+
+// The run's losses and accuracy; a replay's (--model) are not the model's and are not reported.
+static nlohmann::json quality_json(const RunResult& run) {
+  if (!run.config.model.described.empty()) {
+    return {{"final_train_loss", nullptr}, {"test_accuracy", nullptr}, {"not_measured", "replay"}};
+  }
+  nlohmann::json quality = {{"final_train_loss", run.final_train_loss},
+                            {"epoch_train_loss", run.epoch_train_loss},
+                            {"step_train_loss", run.step_train_loss}};
+  quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
+  return quality;
+}
+
 nlohmann::json run_to_json(const RunResult& run) {
   const TrainConfig& config = run.config;
   nlohmann::json j;
@@ -272,26 +309,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["config"] = config_to_json(config);
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", config.run.warmup_steps}};
 
-  const std::vector<double> times = rank0_step_times(run);
-  j["throughput_samples_per_s"] = wall_throughput(run);
-  j["throughput_median_step_samples_per_s"] = median_throughput(run);
-  j["timed_wall_s"] = run.ranks.front().timed_wall_s;
-  j["step_time_s"] = {{"p10", quantile(times, 0.10)},
-                      {"p50", quantile(times, 0.50)},
-                      {"p90", quantile(times, 0.90)},
-                      {"p99", quantile(times, 0.99)},
-                      {"samples", times}};
-  const double p50 = quantile(times, 0.50);
-  j["stall_ratio_p90_p50"] = p50 > 0 ? quantile(times, 0.90) / p50 : 0.0;
-  j["phases_s"] = phase_medians(run.ranks.front().steps);
-  if (config.model.time_dilation != 1) {  // the target cluster's figures: measured ones over D
-    const double d = config.model.time_dilation;
-    j["time_dilation"] = {{"factor", d},
-                          {"step_time_s_p50", quantile(times, 0.50) / d},
-                          {"throughput_samples_per_s", wall_throughput(run) * d},
-                          {"note", "compute x D and links at rate / D; scaled back by 1/D. Latency and the host's "
-                                   "per-message cost are not dilated"}};
-  }
+  add_timing_json(run, j);
 
   add_traffic_json(run, j);
   j["memory"] = memory_to_json(run);
@@ -304,14 +322,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   }
   j["per_rank"] = ranks;
 
-  nlohmann::json quality = {{"final_train_loss", run.final_train_loss},
-                            {"epoch_train_loss", run.epoch_train_loss},
-                            {"step_train_loss", run.step_train_loss}};
-  quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
-  if (!config.model.described.empty()) {  // a replay's loss is not the model's: not reported as one
-    quality = {{"final_train_loss", nullptr}, {"test_accuracy", nullptr}, {"not_measured", "replay"}};
-  }
-  j["quality"] = quality;  // a non-finite loss is written as null
+  j["quality"] = quality_json(run);  // a non-finite loss is written as null
   if (!config.checkpoint.dir.empty()) add_checkpoints_json(run, j);
   if (config.sharded_ps.staleness > 0) add_staleness_json(run, j);
   j["warnings"] = run.warnings;
