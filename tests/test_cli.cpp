@@ -728,7 +728,7 @@ TEST_F(Cli, InitMethodTcpProcessesMatchLocalRanks) {
   const fs::path out = tmp_.path() / "tcp.json", out1 = tmp_.path() / "rank1.json";
   const std::string rank = fmt::format("timeout -k 5 120 {} run {} --comm gloo --world-size 2 --init-method "
                                        "tcp://127.0.0.1:{} --rank",
-                                       DPBENCH_BINARY, args, 31600 + (getpid() % 1000));
+                                       DPBENCH_BINARY, args, free_tcp_port());
   const Outcome t = shell(fmt::format("{} 1 --out {} & p=$!; {} 0 --save-params {} --out {}; s=$?; wait $p && exit $s",
                                       rank, out1.string(), rank, tcp, out.string()),
                           tmp_.path());
@@ -752,7 +752,7 @@ TEST_F(Cli, InitMethodTcpProcessesMatchLocalRanks) {
   const auto t0 = std::chrono::steady_clock::now();
   const Outcome alone = shell(fmt::format("{} run {} --comm gloo --world-size 2 --init-method tcp://127.0.0.1:{} "
                                           "--rank 0 --timeout 3 --out {}",
-                                          DPBENCH_BINARY, args, 32600 + (getpid() % 1000), lonely.string()),
+                                          DPBENCH_BINARY, args, free_tcp_port(), lonely.string()),
                               tmp_.path());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(alone.exit_code, 0);
