@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "core/mpi_comm.hpp"
 #include "core/rendezvous.hpp"
 #include "launch/file_init.hpp"
+#include "launch/stop_signal.hpp"
 
 namespace dpbench {
 
@@ -265,6 +267,13 @@ class RendezvousRank final : public Launcher {
       MemoryTracker tracker;
       const RankMeeting meeting = meet_ranks(spec_);
       auto comm = make_gloo_communicator(meeting.rendezvous, tag, meeting.master_addr, spec_.timeout);
+      // torchrun stops the survivors with SIGTERM when a rank dies, maybe before they see it.
+      std::optional<OnStopSignal> on_stop;
+      if (spec_.on_rank_failure) {
+        on_stop.emplace([&] {
+          spec_.on_rank_failure(me.rank, "stopped by SIGTERM (the launcher stops every rank when one fails)");
+        });
+      }
       try {
         main(me.rank, *comm, tracker);
       } catch (const std::exception& e) {

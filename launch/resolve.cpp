@@ -1,6 +1,11 @@
 #include "launch/resolve.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 #include <regex>
 #include <string>
@@ -272,6 +277,18 @@ LaunchInfo file_init_launch(int requested, const ExplicitInit& init, const Launc
                                  init.init_method));
   }
   LaunchInfo info = explicit_rank(requested, init, env, LauncherKind::file);
+  // Rank 0 writes the file and the others read it: its directory must be there before any work.
+  const std::filesystem::path dir = std::filesystem::path(path).has_parent_path()
+                                        ? std::filesystem::path(path).parent_path()
+                                        : std::filesystem::path(".");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw InputError(fmt::format("--init-method {}: the directory {} does not exist", init.init_method, dir.string()));
+  }
+  if (::access(dir.c_str(), (info.rank == 0 ? W_OK : R_OK) | X_OK) != 0) {
+    throw InputError(fmt::format("--init-method {}: cannot {} in {}: {}", init.init_method,
+                                 info.rank == 0 ? "write" : "read", dir.string(), std::strerror(errno)));
+  }
   info.init_file = path;
   return info;
 }

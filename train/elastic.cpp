@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -57,6 +58,11 @@ void record_failure(const std::string& dir, int rank, const std::string& error) 
                                    {"step", last_step_started()},
                                    {"time_s", to_seconds(std::chrono::system_clock::now())},
                                    {"error", error}};
+    // The first view wins: a rank that saw the failure and is then stopped keeps its own record.
+    static std::mutex mutex;
+    static std::set<int> recorded;  // ranks of this process that have written their record
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!recorded.insert(rank).second) return;
     std::ofstream(std::filesystem::path(dir) / fmt::format("failure-{}-rank{}.json", restart_count(), rank))
         << record.dump() << "\n";
   } catch (...) {

@@ -25,7 +25,9 @@ long last_step_started();
 std::optional<std::chrono::system_clock::time_point> first_step_time();
 
 // Records this process's view of a failure in dir/failure-<attempt>-rank<rank>.json: the step it
-// had started, the time, and the error it saw. Best effort: never throws.
+// had started, the time, and the error it saw; only a rank's first record in this process is
+// written (a rank that saw the failure and is then stopped keeps its own view). Best effort:
+// never throws.
 void record_failure(const std::string& dir, int rank, const std::string& error) noexcept;
 
 // The cost of the restart that attempt `attempt` (the job's: the highest restart count of its

@@ -43,7 +43,10 @@ void add_optimizer_options(CLI::App& app, TrainConfig& config) {
   app.add_option("--optimizer", config.optimizer.name,
                  "sgd (with momentum), adam or adamw: torch.optim.SGD / Adam / AdamW semantics")
       ->capture_default_str();
-  app.add_option("--lr", config.optimizer.lr, "Learning rate (cnn: 0.05 unless given)")->capture_default_str();
+  app.add_option(
+         "--lr", config.optimizer.lr,
+         "Learning rate (sgd: 0.1, cnn 0.05; adam and adamw: 1e-3, PyTorch's default; torch.optim.SGD has none)")
+      ->capture_default_str();
   app.add_option("--momentum", config.optimizer.momentum, "sgd: momentum (PyTorch semantics, dampening 0)")
       ->capture_default_str();
   app.add_option("--weight-decay", config.optimizer.weight_decay,
@@ -234,9 +237,11 @@ std::string transport_help() {
 }
 
 // The optimizer's options that do nothing with the chosen optimizer are errors: --momentum with
-// adam or adamw, --betas or --eps with sgd.
-void check_optimizer_options(const CLI::App& app, const TrainConfig& config) {
+// adam or adamw, --betas or --eps with sgd. Without --lr, adam and adamw take PyTorch's 1e-3.
+void check_optimizer_options(const CLI::App& app, TrainConfig& config) {
   const bool sgd = config.optimizer.name == "sgd";
+  // torch.optim.Adam's and AdamW's default learning rate; SGD has none in PyTorch and keeps 0.1.
+  if (!sgd && app.count("--lr") == 0) config.optimizer.lr = 1e-3f;
   if (!sgd && app.count("--momentum") > 0) {
     throw InputError(fmt::format("--momentum: sgd's option; --optimizer {} has --betas", config.optimizer.name));
   }
@@ -478,7 +483,7 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
   // and 3 epochs (the MLP's are 512,256, 0.1 and 2).
   if (o.base.model.workload == "cnn") {
     if (run.count("--hidden") == 0) o.base.model.hidden = {128};
-    if (run.count("--lr") == 0) o.base.optimizer.lr = 0.05f;
+    if (run.count("--lr") == 0 && o.base.optimizer.name == "sgd") o.base.optimizer.lr = 0.05f;
     if (run.count("--epochs") == 0) o.base.run.epochs = 3;
   }
   const TrainConfig& config = o.base;

@@ -74,7 +74,7 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
   expand(o.workloads, [&o](TrainConfig& config, const std::string& v) {
     config.model.workload = v;
     if (v == "cnn" && o.cnn_default_hidden) config.model.hidden = {128};
-    if (v == "cnn" && o.cnn_default_lr) config.optimizer.lr = 0.05f;
+    if (v == "cnn" && o.cnn_default_lr && config.optimizer.name == "sgd") config.optimizer.lr = 0.05f;
   });
   expand(o.comms, [](TrainConfig& config, Backend v) { config.comm = v; });
   expand(o.ranks, [](TrainConfig& config, int v) { config.world_size = v; });
