@@ -219,7 +219,7 @@ def ratio_sentence(verdict) -> str:
     verdict's ratios)." ("" when the verdict states none)."""
     if verdict is None or not verdict.ratios:
         return ""
-    clauses = [f"{r.other_name} is {r.text}" for r in verdict.ratios]
+    clauses = [f"{r.other_name} {r.text}" for r in verdict.ratios]
     where = verdict.where[3:] if verdict.where.startswith("at ") else verdict.where
     return f"At {where}, {'; '.join(clauses)} (the verdict's ratios)."
 

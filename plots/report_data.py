@@ -85,6 +85,11 @@ class Point:
     throughput_max: Optional[float] = None
     step_p50_min: Optional[float] = None  # the smallest and largest repetition's p50 step (s)
     step_p50_max: Optional[float] = None
+    # The run's own ratios to its reference, one per repetition (ratio_to_reference.by_repetition
+    # of a `dpbench run` entry that holds its repetitions), and that reference's mode; () and ""
+    # when the file recorded none.
+    rep_ratios: tuple = ()
+    ratio_reference: str = ""
 
     @property
     def axes(self) -> dict:
@@ -469,6 +474,16 @@ def aggregate(key: tuple, runs: list) -> Point:
     keeping the smallest and largest throughput and p50 step of the repetitions."""
     mode, transport, variant, world_size, batch, workers, label, reference, has_root, overlaps = key
     throughputs = [r["throughput_samples_per_s"] for r in runs]
+    count, rep_ratios, ratio_reference = len(runs), (), ""
+    if len(runs) == 1:
+        # `dpbench run --repetitions N` keeps its repetitions in one entry: their throughputs and
+        # the run's own ratios to its reference.
+        reps = runs[0].get("repetitions") or {}
+        if isinstance(reps.get("throughput_samples_per_s"), list) and len(reps["throughput_samples_per_s"]) > 1:
+            count, throughputs = len(reps["throughput_samples_per_s"]), list(reps["throughput_samples_per_s"])
+        ratio = runs[0].get("ratio_to_reference") or {}
+        if isinstance(ratio.get("by_repetition"), list) and ratio["by_repetition"]:
+            rep_ratios, ratio_reference = tuple(ratio["by_repetition"]), str(ratio.get("reference", ""))
     p50s = [r["step_time_s"]["p50"] for r in runs]
     ranks = sorted({m["rank"] for r in runs for m in r["memory"]["per_rank"]})
     memory = []
@@ -491,8 +506,9 @@ def aggregate(key: tuple, runs: list) -> Point:
                 warnings.append(w)
     return Point(
         mode=mode, transport=transport, variant=variant, world_size=world_size,
-        global_batch=batch, num_workers=workers, repetitions=len(runs),
-        throughput=median(throughputs), throughput_min=min(throughputs), throughput_max=max(throughputs),
+        global_batch=batch, num_workers=workers, repetitions=count,
+        throughput=median(r["throughput_samples_per_s"] for r in runs), throughput_min=min(throughputs),
+        throughput_max=max(throughputs), rep_ratios=rep_ratios, ratio_reference=ratio_reference,
         step_time={q: median(r["step_time_s"].get(q) for r in runs) for q in ("p10", "p50", "p90", "p99")},
         step_p50_min=min(p50s), step_p50_max=max(p50s),
         phases={ph: median(r["phases_s"].get(ph, 0.0) for r in runs) for ph in PHASES},
@@ -647,7 +663,7 @@ class Ratio:
     other_name: str  # as the verdict names it: "allreduce"
     reference: str  # the reference's label: "ps (collective)"
     value: float  # throughput other / reference
-    text: str  # as the verdict words it: "1.37x faster than ps"
+    text: str  # as the verdict words it: "is 1.37x faster than ps", "does not differ beyond noise ..."
 
 
 @dataclass(frozen=True)
@@ -688,6 +704,26 @@ class Verdict:
     exposed: list = field(default_factory=list)  # Exposed: the reference side first, then the others
     best: str = ""  # with one strategy: "best 5,000 samples/s at 4 ranks"
     settings: int = 0  # how many matched batch/worker settings the ratios are medians over
+
+
+def ratio_predicate(pairs: list, ref_name: str) -> tuple:
+    """(value, words) for a strategy against a reference over matched pairs (other, reference),
+    by the run's own rule (bench/app/run_command.cpp, verdict_clause) where the file holds one
+    `dpbench run` point with its repetitions' ratios to that reference: "does not differ beyond
+    noise from ps (0.87-1.45x over 3 repetitions)" when the range holds 1, else "is 1.38x faster
+    than ps (1.28-1.45x over 3 repetitions)". Otherwise the median ratio over the pairs, "is
+    1.21x faster than ps"."""
+    if len(pairs) == 1:
+        other, ref = pairs[0]
+        ratios = other.rep_ratios
+        if len(ratios) > 1 and other.ratio_reference == ref.mode:
+            lo, hi, value = min(ratios), max(ratios), statistics.median(ratios)
+            spread = f"({lo:.2f}-{hi:.2f}x over {len(ratios)} repetitions)"
+            if lo <= 1.0 <= hi:
+                return value, f"does not differ beyond noise from {ref_name} {spread}"
+            return value, f"is {ratio_phrase(value)} {ref_name} {spread}"
+    value = statistics.median(a.throughput / p.throughput for a, p in pairs)
+    return value, f"is {ratio_phrase(value)} {ref_name}"
 
 
 def ratio_phrase(ratio: float) -> str:
@@ -775,12 +811,14 @@ def compute_verdict(points: list) -> Verdict:
         for ref_label in ref_labels:
             pairs = [(a, p) for a, p in all_pairs if a.label == other_label and p.label == ref_label]
             if pairs:
-                value = statistics.median(a.throughput / p.throughput for a, p in pairs)
-                ratio = Ratio(other_label, other_names[other_label], ref_label, value,
-                              f"{ratio_phrase(value)} {ref_names[ref_label]}")
+                value, words = ratio_predicate(pairs, ref_names[ref_label])
+                ratio = Ratio(other_label, other_names[other_label], ref_label, value, words)
                 ratios.append(ratio)
                 clauses.append(ratio.text)
-        sentences.append(f"{other_names[other_label]} is {' and '.join(clauses)}")
+        # "is 2.00x faster than ps (collective) and 2.71x faster than ps (p2p)": one "is".
+        tidy = clauses[:1] + [c[3:] if c.startswith("is ") and clauses[0].startswith("is ") else c
+                              for c in clauses[1:]]
+        sentences.append(f"{other_names[other_label]} {' and '.join(tidy)}")
     settings = sorted({(a.global_batch, a.num_workers, a.variant) for a, _ in all_pairs})
     if len(settings) == 1:
         where = f"at {world} ranks (batch {settings[0][0]}, {settings[0][1]} workers)"

@@ -20,8 +20,10 @@ import base64
 import html.parser
 import json
 import math
+import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "plots" / "report.py"
+BINARY = Path(os.environ.get("DPBENCH_BINARY", ROOT / "build" / "release" / "dpbench"))
 SCHEMA = ROOT / "results" / "schema" / "dpbench-result.schema.json"
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -581,6 +584,64 @@ class VerdictTest(unittest.TestCase):
         row = next(line for line in md.splitlines() if line.startswith("| ps | collective | 1 |"))
         self.assertIn("| 3 | 2,000 |", row, "3 repetitions, median throughput 2,000")
         self.assertIn("allreduce is 2.00x faster than ps at 1 ranks", md)
+
+
+class OneVerdictTest(unittest.TestCase):
+    """A `dpbench run --repetitions 3` file: the report's headline states each ratio by the run's
+    own rule (its range over the repetitions; "does not differ beyond noise" where the range holds
+    1) and does not say the points were measured once."""
+
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="dpbench-one-verdict-test-"))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @staticmethod
+    def with_repetitions(run: dict, throughputs: list, ratios: list | None = None) -> dict:
+        """`run` as `dpbench run` writes a point of 3 repetitions: their throughputs in one entry,
+        and, for a strategy other than ps, its ratios to ps per repetition."""
+        run["repetitions"] = {"count": len(throughputs), "throughput_samples_per_s": throughputs}
+        run["throughput_samples_per_s"] = statistics.median(throughputs)
+        if ratios is not None:
+            run["ratio_to_reference"] = {"by_repetition": ratios, "min": min(ratios), "max": max(ratios),
+                                         "median": statistics.median(ratios), "reference": "ps"}
+        return run
+
+    def test_a_range_that_holds_one_is_noise_in_the_report_too(self):
+        runs = [self.with_repetitions(make_run("ps", 2, 256, 0, 1000.0), [1000.0, 1250.0, 800.0]),
+                self.with_repetitions(make_run("allreduce", 2, 256, 0, 1000.0), [870.0, 1300.0, 1160.0],
+                                      [0.87, 1.04, 1.45]),
+                self.with_repetitions(make_run("sharded_ps", 2, 256, 0, 1000.0), [1300.0, 1750.0, 1200.0],
+                                      [1.30, 1.40, 1.50])]
+        doc = document(runs)
+        schema_check(self, doc)
+        proc = run_report(self.tmp / "out", [write_json(self.tmp / "r.json", doc)])
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        md = (self.tmp / "out" / "report.md").read_text()
+        self.assertIn("**allreduce does not differ beyond noise from ps (0.87-1.45x over 3 repetitions), and "
+                      "sharded_ps is 1.40x faster than ps (1.30-1.50x over 3 repetitions) at 2 ranks", md)
+        self.assertNotIn("measured once", md)
+        row = next(line for line in md.splitlines() if line.startswith("| ps | collective | 2 |"))
+        self.assertIn("| 3 |", row, "the point's 3 repetitions")
+
+    @unittest.skipUnless(BINARY.exists(), f"{BINARY} is not built (bash scripts/build.sh)")
+    def test_the_report_repeats_the_runs_own_ranges(self):
+        out = self.tmp / "run.json"
+        proc = subprocess.run([str(BINARY), "run", "--data", "synthetic", "--input", "16", "--synthetic-samples", "600",
+                               "--hidden", "8", "--epochs", "1", "--batch-size", "20", "--max-steps", "8",
+                               "--warmup-steps", "2", "--repetitions", "3", "--ranks", "2", "--out", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        ranges = re.findall(r"(\w+) (?:runs at|does not differ beyond noise) .*?\((\d\.\d\d)-(\d\.\d\d)x? over 3",
+                            proc.stdout)
+        self.assertEqual(2, len(ranges), proc.stdout)
+        report = run_report(self.tmp / "out", [out])
+        self.assertEqual(0, report.returncode, report.stderr)
+        head = (self.tmp / "out" / "report.md").read_text().split("\n\n")[1]
+        for mode, lo, hi in ranges:
+            self.assertRegex(head, rf"{mode} [^,]*\({lo}-{hi}x over 3 repetitions\)")
+        self.assertEqual("does not differ beyond noise" in proc.stdout, "does not differ beyond noise" in head)
 
 
 class MissingDataTest(unittest.TestCase):

@@ -146,7 +146,7 @@ def expected_ratio_texts(doc: dict) -> list:
                 ratios.append(mine / theirs)
         if ratios:
             r = statistics.median(ratios)
-            texts.append(f"{r:.2f}x faster than {ref_name}" if r >= 1 else f"{1 / r:.2f}x slower than {ref_name}")
+            texts.append(f"is {r:.2f}x faster than {ref_name}" if r >= 1 else f"is {1 / r:.2f}x slower than {ref_name}")
     return texts
 
 
@@ -339,7 +339,7 @@ class RealSweepTest(unittest.TestCase):
         verdict = headline(self.md)
         ratios = expected_ratio_texts(self.doc)
         self.assertEqual(2, len(ratios))
-        pattern = r"\d+\.\d\dx (?:faster|slower) than \w+"
+        pattern = r"is \d+\.\d\dx (?:faster|slower) than \w+"
         self.assertEqual(ratios, re.findall(pattern, verdict))
         self.assertEqual(ratios, re.findall(pattern, caption(self.md, "throughput_vs_world_size")))
         imbalance = expected_imbalance_text(self.doc)
@@ -431,7 +431,7 @@ class MadeSweepTest(unittest.TestCase):
         self.assertEqual([imbalance], re.findall(r"root (?:peaks at|at) (\d+\.\d\dx)", caption(md, "memory_per_rank")))
         self.assertNotIn("1.97x", caption(md, "memory_per_rank"))
         ratios = expected_ratio_texts(doc)
-        pattern = r"\d+\.\d\dx (?:faster|slower) than \w+"
+        pattern = r"is \d+\.\d\dx (?:faster|slower) than \w+"
         self.assertEqual(ratios, re.findall(pattern, headline(md)))
         self.assertEqual(ratios, re.findall(pattern, caption(md, "throughput_vs_world_size")))
 
