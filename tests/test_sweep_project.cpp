@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -651,6 +652,32 @@ TEST(Project, TopologyPresetFillsOnlyWhatTheUserLeftUnset) {
   EXPECT_THROW(apply_topology_preset(file, false, false, false, true), InputError);
   file.what_if = true;
   EXPECT_THROW(apply_topology_preset(file, false, false, false, false), InputError);
+}
+
+// --node-link-of names a node of the largest projection, as the emulated cluster's --link-of
+// must: 8 ranks at 1 per node have nodes 0..7 (7 is taken, 8 and 99 are refused, naming the
+// range); at 4 per node, nodes 0..1.
+TEST(Project, NodeLinkOfOutsideTheProjectionsNodesIsAnInputError) {
+  TopologyOptions o;
+  o.simulate = true;
+  o.node_link_of = {"7=1gbit"};
+  EXPECT_NO_THROW(check_node_link_of(o, 8));
+  for (const char* bad : {"8=1gbit", "99=1gbit", "12345678901234=1gbit"}) {
+    o.node_link_of = {bad};
+    try {
+      check_node_link_of(o, 8);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("--node-link-of {}: node ", bad)), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("outside the projection's nodes 0..7"), std::string::npos) << e.what();
+    }
+  }
+  o.ranks_per_node = 4;
+  o.node_link_of = {"1=1gbit"};
+  EXPECT_NO_THROW(check_node_link_of(o, 8));
+  o.node_link_of = {"2=1gbit"};
+  EXPECT_THROW(check_node_link_of(o, 8), InputError);
 }
 
 // A --platform file SimGrid cannot parse is an input error before any point is simulated.

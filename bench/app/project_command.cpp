@@ -627,6 +627,7 @@ nlohmann::json project_described(const ProjectOptions& given) {
 nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
                        const nlohmann::json* collectives) {
   if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
+  check_node_link_of(o.topology, o.max_ranks);
   if (!o.model.empty()) {
     if (!results.empty()) throw InputError(fmt::format("--model {} and result files: give one", o.model));
     return project_described(o);

@@ -141,6 +141,21 @@ void add_topology_options(CLI::App& app, TopologyOptions& o) {
                "its rate, and name where oversubscription reorders the modes and what the straggler costs each");
 }
 
+void check_node_link_of(const TopologyOptions& o, int max_ranks) {
+  if (!o.simulate || !o.platform_file.empty() || o.ranks_per_node < 1) return;
+  const long nodes = (max_ranks + o.ranks_per_node - 1) / o.ranks_per_node;
+  static const std::regex kIndex(R"(^(\d+)=.*$)");
+  for (const auto& text : o.node_link_of) {
+    std::smatch m;
+    if (!std::regex_match(text, m, kIndex)) continue;  // topology_platform names the bad form
+    if (m[1].str().size() > 9 || std::stol(m[1].str()) >= nodes) {
+      throw InputError(fmt::format("--node-link-of {}: node {} is outside the projection's nodes 0..{} ({} ranks, {} "
+                                   "per node)",
+                                   text, m[1].str(), nodes - 1, max_ranks, o.ranks_per_node));
+    }
+  }
+}
+
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size) {
   if (!o.platform_file.empty()) {
     SimPlatform pf;

@@ -61,6 +61,11 @@ void add_topology_options(CLI::App& app, TopologyOptions& options);
 void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set,
                            bool described_set = false);
 
+// --node-link-of's node indices against the nodes of the largest projection (max_ranks ranks,
+// o.ranks_per_node per node), as the emulated cluster's --link-of checks its own: InputError
+// naming the first index outside them.
+void check_node_link_of(const TopologyOptions& o, int max_ranks);
+
 // The platform of `world_size` ranks. Throws InputError naming the option at fault.
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size);
 
