@@ -1,6 +1,7 @@
 #include "core/schedule.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <unordered_map>
 #include <tuple>
@@ -32,9 +33,72 @@ std::vector<std::size_t> even_counts(std::size_t n, int p) {
   return counts;
 }
 
-StepSchedule::StepSchedule(int world_size) {
+StepSchedule::StepSchedule(int world_size, int played) : world_(world_size) {
   if (world_size < 1) throw Error(fmt::format("schedule: world size {} must be at least 1", world_size));
-  ranks_.resize(static_cast<std::size_t>(world_size));
+  if (played < 0 || (played > 0 && world_size % played != 0)) {
+    throw Error(fmt::format("schedule: cannot fold {} ranks onto {}", world_size, played));
+  }
+  ranks_.resize(static_cast<std::size_t>(played > 0 ? played : world_size));
+}
+
+void StepSchedule::settle_folded_messages() {
+  if (!folded()) return;
+  // (stream, from, to) -> the sends' bytes in order; each receive then takes its send's.
+  std::map<std::tuple<int, int, int>, std::vector<double>> sent;
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    const auto& streams = ranks_[static_cast<std::size_t>(r)].streams;
+    for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+      for (const auto& op : streams[static_cast<std::size_t>(s)]) {
+        if (op.kind == ScheduleOpKind::send) sent[{s, r, op.peer}].push_back(op.bytes);
+      }
+    }
+  }
+  std::map<std::tuple<int, int, int>, std::size_t> taken;
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    auto& streams = ranks_[static_cast<std::size_t>(r)].streams;
+    for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+      for (auto& op : streams[static_cast<std::size_t>(s)]) {
+        if (op.kind != ScheduleOpKind::recv) continue;
+        const std::tuple<int, int, int> key{s, op.peer, r};
+        const auto it = sent.find(key);
+        std::size_t& k = taken[key];
+        if (it == sent.end() || k >= it->second.size()) {
+          throw Error(fmt::format("schedule: folded onto {} ranks, rank {} receives more from rank {} than it sends "
+                                  "(the schedule is not the same on every node)",
+                                  ranks_.size(), r, op.peer));
+        }
+        op.bytes = it->second[k++];
+      }
+    }
+  }
+  for (const auto& [key, bytes] : sent) {
+    if (taken[key] != bytes.size()) {
+      throw Error(fmt::format("schedule: folded onto {} ranks, rank {} sends more to rank {} than it receives",
+                              ranks_.size(), std::get<1>(key), std::get<2>(key)));
+    }
+  }
+}
+
+bool StepSchedule::is_rotation_symmetric(int shift) const {
+  if (folded()) throw Error("schedule: is_rotation_symmetric of a folded schedule");
+  if (shift <= 0 || world_ % shift != 0) return false;
+  const auto same = [&](const ScheduleOp& a, const ScheduleOp& b) {
+    if (a.kind != b.kind || a.event != b.event || a.seconds != b.seconds || a.collective != b.collective) return false;
+    if (a.kind != ScheduleOpKind::send && a.kind != ScheduleOpKind::recv) return true;
+    const double big = std::max(a.bytes, b.bytes);
+    return (a.peer + shift) % world_ == b.peer && (big == 0 || std::abs(a.bytes - b.bytes) <= 0.05 * big);
+  };
+  for (int r = 0; r < world_; ++r) {
+    const RankProgram& a = ranks_[static_cast<std::size_t>(r)];
+    const RankProgram& b = ranks_[static_cast<std::size_t>((r + shift) % world_)];
+    if (a.events != b.events || a.streams.size() != b.streams.size()) return false;
+    for (std::size_t s = 0; s < a.streams.size(); ++s) {
+      if (!std::equal(a.streams[s].begin(), a.streams[s].end(), b.streams[s].begin(), b.streams[s].end(), same)) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 std::vector<ScheduleOp>& StepSchedule::stream_of(int rank, int stream) {
@@ -44,6 +108,7 @@ std::vector<ScheduleOp>& StepSchedule::stream_of(int rank, int stream) {
 }
 
 void StepSchedule::compute(int rank, int stream, double seconds, const char* label) {
+  if (!kept(rank)) return;
   ScheduleOp op;
   op.kind = ScheduleOpKind::compute;
   op.seconds = seconds;
@@ -52,24 +117,34 @@ void StepSchedule::compute(int rank, int stream, double seconds, const char* lab
 }
 
 void StepSchedule::send(int rank, int stream, int peer, double bytes) {
-  stream_of(rank, stream).push_back({ScheduleOpKind::send, peer, bytes, 0, -1, "", collective_});
+  if (!kept(rank)) return;
+  stream_of(rank, stream).push_back({ScheduleOpKind::send, peer_of(peer), bytes, 0, -1, "", collective_});
 }
 
 void StepSchedule::recv(int rank, int stream, int peer, double bytes) {
-  stream_of(rank, stream).push_back({ScheduleOpKind::recv, peer, bytes, 0, -1, "", collective_});
+  if (!kept(rank)) return;
+  stream_of(rank, stream).push_back({ScheduleOpKind::recv, peer_of(peer), bytes, 0, -1, "", collective_});
 }
 
-void StepSchedule::wait_recvs(int rank, int stream) { stream_of(rank, stream).push_back({ScheduleOpKind::wait_recvs}); }
-void StepSchedule::wait_all(int rank, int stream) { stream_of(rank, stream).push_back({ScheduleOpKind::wait_all}); }
+void StepSchedule::wait_recvs(int rank, int stream) {
+  if (kept(rank)) stream_of(rank, stream).push_back({ScheduleOpKind::wait_recvs});
+}
+void StepSchedule::wait_all(int rank, int stream) {
+  if (kept(rank)) stream_of(rank, stream).push_back({ScheduleOpKind::wait_all});
+}
 
-int StepSchedule::new_event(int rank) { return ranks_.at(static_cast<std::size_t>(rank)).events++; }
+// A dropped rank's events are never recorded or waited for: any number does.
+int StepSchedule::new_event(int rank) {
+  if (rank < 0 || rank >= world_) throw Error(fmt::format("schedule: rank {} of {}", rank, world_));
+  return kept(rank) ? ranks_[static_cast<std::size_t>(rank)].events++ : 0;
+}
 
 void StepSchedule::record(int rank, int stream, int event) {
-  stream_of(rank, stream).push_back({ScheduleOpKind::record, -1, 0, 0, event, ""});
+  if (kept(rank)) stream_of(rank, stream).push_back({ScheduleOpKind::record, -1, 0, 0, event, ""});
 }
 
 void StepSchedule::wait_event(int rank, int stream, int event) {
-  stream_of(rank, stream).push_back({ScheduleOpKind::wait_event, -1, 0, 0, event, ""});
+  if (kept(rank)) stream_of(rank, stream).push_back({ScheduleOpKind::wait_event, -1, 0, 0, event, ""});
 }
 
 std::vector<bool> StepSchedule::collectives_used() const {
@@ -138,7 +213,7 @@ void StepSchedule::check_matched() const {
            static_cast<std::uint64_t>(to);
   };
   std::unordered_map<std::uint64_t, std::pair<std::vector<double>, std::vector<double>>> flows;
-  for (int r = 0; r < world_size(); ++r) {
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
     const auto& streams = ranks_[static_cast<std::size_t>(r)].streams;
     for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
       for (const auto& op : streams[static_cast<std::size_t>(s)]) {

@@ -59,13 +59,30 @@ struct RankProgram {
 // The programs of every rank for one training step. Messages match in order per (stream,
 // sender, receiver): the k-th send from a to b on stream s meets the k-th receive from a at b on
 // stream s, and the two must agree on the bytes.
+//
+// Folded (played > 0): a schedule of world_size ranks of which only ranks 0..played-1 are kept,
+// every peer taken modulo `played` and the ops of the other ranks dropped, so that the builders
+// run unchanged. Where the schedule is the same for rank r and rank r + played (peers shifted
+// alike) and so is the platform, rank r of the folded schedule does exactly what it does in the
+// whole one: a ring of 1,024 ranks on identical nodes is played as a ring of two nodes' ranks
+// taking the 2 x 1,023 steps of chunks of n / 1,024. is_rotation_symmetric() checks the premise.
 class StepSchedule {
  public:
-  // Throws Error when world_size < 1.
-  explicit StepSchedule(int world_size);
+  // Throws Error when world_size < 1, or when played is not 0 or a divisor of world_size.
+  explicit StepSchedule(int world_size, int played = 0);
 
-  int world_size() const { return static_cast<int>(ranks_.size()); }
+  int world_size() const { return world_; }
+  // The programs kept: world_size() of them, or `played` when folded.
   const std::vector<RankProgram>& ranks() const { return ranks_; }
+  bool folded() const { return static_cast<int>(ranks_.size()) < world_; }
+  // Folded: gives every receive the bytes of the send it meets (the ranks that stand for one
+  // another differ by a chunk's remainder of at most world_size floats). Throws Error when the
+  // sends and receives of a pair of ranks do not pair up (the schedule was not symmetric).
+  void settle_folded_messages();
+  // True when every rank's ops equal those of rank r + `shift` (mod world_size) with peers
+  // shifted by `shift`, bytes within 5 % (the chunks' remainders) and times equal: the premise of
+  // folding by `shift`. Not for a folded schedule (Error).
+  bool is_rotation_symmetric(int shift) const;
 
   void compute(int rank, int stream, double seconds, const char* label);
   void send(int rank, int stream, int peer, double bytes);
@@ -95,6 +112,10 @@ class StepSchedule {
 
  private:
   std::vector<ScheduleOp>& stream_of(int rank, int stream);
+  // Whether `rank`'s ops are kept (every rank's unless folded).
+  bool kept(int rank) const { return rank < static_cast<int>(ranks_.size()); }
+  int peer_of(int peer) const { return peer % static_cast<int>(ranks_.size()); }
+  int world_ = 0;
   std::vector<RankProgram> ranks_;
   CollectiveKind collective_ = CollectiveKind::p2p;
 };

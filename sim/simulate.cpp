@@ -142,7 +142,7 @@ SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platf
     throw Error(fmt::format("simulation unavailable: the SimGrid plugin {} is missing (rebuild dpbench)",
                             DPBENCH_SIMGRID_PLUGIN));
   }
-  platform.check(schedule.world_size());
+  platform.check(static_cast<int>(schedule.ranks().size()));  // a folded schedule's ranks
   schedule.check_matched();
   const auto t0 = std::chrono::steady_clock::now();
   int fds[2];

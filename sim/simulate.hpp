@@ -69,6 +69,7 @@ struct SimulationResult {
 // True when this build has SimGrid and its plugin is in place.
 bool simulation_available();
 
+// A folded schedule (core/schedule.hpp) is played on a platform of its kept ranks only.
 // Plays `steps` >= 1 consecutive repetitions of `schedule` on `platform` and returns the steady
 // step time: (end of the last step - end of the first) / (steps - 1), per rank; with one step,
 // its end (every rank starting together at 0, which a schedule without overlap across steps

@@ -624,8 +624,10 @@ TEST_F(Cli, ReferenceStartsOnEveryCpuFromARankBoundToOne) {
   if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "this process may run on one CPU only: nothing to widen";
   if (std::system("command -v taskset >/dev/null 2>&1") != 0) GTEST_SKIP() << "taskset (util-linux) is not installed";
   const fs::path python = tmp_.path() / "python", seen = tmp_.path() / "affinity";
-  // nproc: the CPUs its process may run on (its affinity).
-  std::ofstream(python) << "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\nnproc > " << seen.string() << "\nexit 1\n";
+  // Its affinity as the kernel holds it (Cpus_allowed_list; nproc would print $OMP_NUM_THREADS
+  // where that is set).
+  std::ofstream(python) << "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\n"
+                        << "grep Cpus_allowed_list /proc/self/status | cut -f2 > " << seen.string() << "\nexit 1\n";
   fs::permissions(python, fs::perms::owner_all);
   int first = 0;
   while (!CPU_ISSET(first, &mine)) ++first;
@@ -637,8 +639,16 @@ TEST_F(Cli, ReferenceStartsOnEveryCpuFromARankBoundToOne) {
                           tmp_.path());
   EXPECT_EQ(o.exit_code, 1) << o.err;  // the stand-in fails the reference on purpose
   ASSERT_TRUE(fs::exists(seen)) << o.err;
-  EXPECT_EQ(std::stoi(slurp(seen)), CPU_COUNT(&mine))
-      << "the reference started on fewer CPUs than the machine lets it use";
+  // "0-3,6": the CPUs in the ranges.
+  int cpus = 0;
+  std::stringstream list(slurp(seen));
+  for (std::string range; std::getline(list, range, ',');) {
+    const auto dash = range.find('-');
+    const int lo = std::stoi(range), hi = dash == std::string::npos ? lo : std::stoi(range.substr(dash + 1));
+    cpus += hi - lo + 1;
+  }
+  EXPECT_EQ(cpus, CPU_COUNT(&mine)) << "the reference started on fewer CPUs than the machine lets it use: "
+                                    << slurp(seen);
 }
 
 // torchrun starts dpbench with --comm gloo: 2 processes give the parameters of 2 in-process ranks

@@ -140,7 +140,7 @@ class EmulatedCluster : public ::testing::Test {
 // engine's calibration (train/engine_probe.hpp). A simulated step off the measured one by more
 // than 15 % runs its point once more (the steps and the probe share two cores with every node), and
 // fails if the second run is off by more than 15 % too; the median over the grid's runs is printed beside the goal (10 % for every
-// run, 5 % for the median). Also at every point: the calibration recorded for every run, each
+// run, 5 % for the median) and fails above 7.5 %. Also at every point: the calibration recorded for every run, each
 // node's wire bytes within the TCP/IP bound of the bytes the schedule sends across its link, no
 // fraction of the per-link bound above 105 %, and at the first two points (gloo, one rank per node,
 // equal links) the alpha-beta projection within 20 % and the probed rate within 20 % of the
@@ -233,9 +233,11 @@ TEST_F(EmulatedCluster, SimulationMatchesEveryPointOfTheGrid) {
   }
   if (errors.empty()) return;
   std::sort(errors.begin(), errors.end());
-  std::printf("grid: %zu runs, median |error| %.1f %% (goal 5 %%), largest %.1f %% (goal 10 %%, fails above 15 %%); "
-              "%d of %zu points run twice\n",
+  std::printf("grid: %zu runs, median |error| %.1f %% (goal 5 %%, fails above 7.5 %%), largest %.1f %% (goal 10 %%, "
+              "fails above 15 %%); %d of %zu points run twice\n",
               errors.size(), 100 * errors[errors.size() / 2], 100 * errors.back(), reruns, grid.size());
+  // The median is asserted as the largest is: its goal, and a failure half as far again beyond it.
+  EXPECT_LE(errors[errors.size() / 2], 0.075) << "the grid's median error";
 }
 
 // The regression gate on link-bound timings: two sweeps of the same point compare clean at a 5 %
@@ -328,9 +330,8 @@ TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
   // The step as the schedule simulated on the probed links holds within the grid's 15 %; the
   // alpha-beta formula from the slowest link within 20 % (measured -7 to -16 %: it prices the
   // ring at the slow link's pace and leaves out the engine).
-  if (simulation_available()) {
-    EXPECT_LT(std::abs(net["simulation"]["error"].get<double>()), 0.15) << net["simulation"].dump();
-  }
+  const bool simulated = simulation_available();
+  if (simulated) EXPECT_LT(std::abs(net["simulation"]["error"].get<double>()), 0.15) << net["simulation"].dump();
   EXPECT_LT(std::abs(net["projection"]["error"].get<double>()), 0.20);
   // Who waited: in the ring every rank waits on the slow link, so every rank's communication
   // takes about as long, and most of its step.
@@ -341,6 +342,7 @@ TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
     EXPECT_NEAR(r["comm_s"].get<double>(), comm0, 0.2 * comm0) << r.dump();
     EXPECT_GT(r["comm_s"].get<double>(), 0.7 * r["step_s"].get<double>()) << r.dump();
   }
+  if (!simulated) GTEST_SKIP() << "the run's other checks passed; its simulation was not checked (no SimGrid)";
 }
 
 // torchrun on every node: one agent per node (--launcher torchrun) meets at node 0's rendezvous,
@@ -533,6 +535,7 @@ TEST_F(EmulatedCluster, NodeHierarchyPutsTwoNMinusOneOverNOfTheGradientOnEachLin
       EXPECT_LT(relative_l2(a, b), 1e-5);
     }
   }
+  if (!mpi_built()) GTEST_SKIP() << "the env job passed; the mpirun job did not run (this build has no MPI)";
 }
 
 // --comm-hook fp16 on 2 nodes: each node's link carries half the gradient's bytes per step (the

@@ -52,6 +52,31 @@ double nic_time_fraction(const StepSchedule& schedule, const SimPlatform& pf, in
   const SimNode& nic = pf.nodes.front();
   return (crossing.front().first / nic.up_bytes_per_s + crossing.front().second / nic.down_bytes_per_s) / step_s;
 }
+// How many ranks the simulation of p ranks can be folded onto (StepSchedule's folding): two
+// nodes' ranks, where every node is alike (one switch, the same NIC) and the strategy's
+// schedule is: the same inputs at 2 x that many ranks, built whole, are rotation-symmetric by
+// it. 0: play every rank.
+int fold_width(const Strategy& strategy, const ScheduleInputs& in, const SimPlatform& pf, int p) {
+  const int rpn = pf.ranks_per_node;
+  const int fold = 2 * rpn;
+  if (!pf.platform_file.empty() || rpn < 1 || p % fold != 0 || p <= fold) return 0;
+  const int nodes = static_cast<int>(pf.nodes.size());
+  if (pf.nodes_per_leaf > 0 && pf.nodes_per_leaf < nodes) return 0;
+  for (const SimNode& n : pf.nodes) {
+    const SimNode& first = pf.nodes.front();
+    if (n.up_bytes_per_s != first.up_bytes_per_s || n.down_bytes_per_s != first.down_bytes_per_s ||
+        n.latency_s != first.latency_s)
+      return 0;
+  }
+  ScheduleInputs small = in;
+  small.config.world_size = 2 * fold;
+  small.config.global_batch = in.config.global_batch / static_cast<std::size_t>(p / (2 * fold));
+  small.compute.resize(static_cast<std::size_t>(2 * fold), in.compute.front());
+  StepSchedule whole(2 * fold);
+  strategy.schedule(small, whole);
+  return whole.is_rotation_symmetric(fold) ? fold : 0;
+}
+
 }  // namespace
 
 const std::vector<TopologyPreset>& topology_presets() {
@@ -219,12 +244,19 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   const double optimizer = strategy.mode == Mode::sharded_ps ? model.optimizer_s / p : model.optimizer_s;
   const double fwd = compute * model.forward_share;
   in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, fwd, compute - fwd, optimizer});
-  StepSchedule schedule(p);
+  const int fold = what_if ? 0 : fold_width(strategy, in, platform, p);
+  StepSchedule schedule(p, fold);
   strategy.schedule(in, schedule);
   try {
-    const SimulationResult r = simulate(schedule, platform, 1);
+    schedule.settle_folded_messages();
+    SimPlatform played = platform;
+    if (fold > 0) played.nodes.resize(static_cast<std::size_t>(fold / platform.ranks_per_node));
+    const SimulationResult r = simulate(schedule, played, 1);
     nlohmann::json out = {{"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages}};
-    if (!platform.nodes.empty()) out["node0_nic_time_fraction"] = nic_time_fraction(schedule, platform, p, r.step_s);
+    if (fold > 0) out["folded_onto_ranks"] = fold;
+    if (!platform.nodes.empty()) {
+      out["node0_nic_time_fraction"] = nic_time_fraction(schedule, played, fold > 0 ? fold : p, r.step_s);
+    }
     if (!what_if) return out;
     const int nodes = static_cast<int>(platform.nodes.size());
     if (platform.nodes_per_leaf > 0 && platform.nodes_per_leaf < nodes) {

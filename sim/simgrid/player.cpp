@@ -328,7 +328,7 @@ nlohmann::json run_simulation(const StepSchedule& schedule, const SimPlatform& p
   xbt_log_control_set("root.thresh:critical");
   for (const char* option : kModelOptions) sg4::Engine::set_config(option);
   for (const char* option : kContextOptions) sg4::Engine::set_config(option);
-  const int p = schedule.world_size();
+  const int p = static_cast<int>(schedule.ranks().size());  // the ranks kept, when folded
   const std::vector<sg4::Host*> hosts = rank_hosts(engine, pf, p);
   std::vector<std::vector<double>> ends(static_cast<std::size_t>(p));
   std::vector<std::vector<sg4::SemaphorePtr>> events(static_cast<std::size_t>(p));

@@ -374,6 +374,8 @@ def run_all(test, commands, kind):
     blocks = {}
     for c in (c for c in commands if re.search(ONLY, c.where)):
         blocks.setdefault((c.path, c.block), []).append(c)
+    if ONLY and not blocks:
+        test.fail(f"DPBENCH_DOC_TEST_ONLY={ONLY}: matches no command of this suite")
     for cmds in blocks.values():
         with tempfile.TemporaryDirectory(prefix="dpbench-doc-test-") as workdir:
             # The repository's measured results, read by documented `project` and `report` lines.
