@@ -567,6 +567,52 @@ TEST_F(Cli, OptimizerOptionsThatDoNothingAreRefused) {
   expect_input_error(synthetic("--optimizer adamw --betas 0.9,1.5"), "--betas 0.9,1.5: each must be in [0, 1)");
 }
 
+// The agreement band follows the trajectory's own sensitivity, so the same correct run passes
+// under every OpenBLAS core (Haswell: dpbench's modes part by ~1e-1 after 100 default steps;
+// SkylakeX: they stay within 1e-6 while PyTorch parts from them by ~1e-3), and a planted semantic
+// difference (PyTorch's SGD with dampening 0.1, through a sitecustomize that every process of
+// the reference imports) fails: exit 1, the step named, from step 2 on.
+TEST_F(Cli, ReferenceBandFollowsTheTrajectoryAndCatchesAPlantedDifference) {
+  if (!torch_importable()) GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh --test installs it)";
+  if (!fashion_mnist_installed()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  if (const std::string why = haswell_kernels_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string args = "--mode allreduce --reference pytorch --max-steps 100 -q";
+  std::vector<std::string> cores = {"Haswell"};
+#if defined(__x86_64__)
+  const bool skylake = __builtin_cpu_supports("avx512f");
+  if (skylake) cores.push_back("SkylakeX");
+#else
+  const bool skylake = false;
+#endif
+  for (const std::string& core : cores) {
+    const Outcome o = shell(fmt::format("OPENBLAS_CORETYPE={} {} run {} --out {}", core, DPBENCH_BINARY, args,
+                                        result().string()),
+                            tmp_.path());
+    EXPECT_EQ(o.exit_code, 0) << core << ": " << o.err;
+    const auto doc = nlohmann::json::parse(slurp(result()));
+    const auto& agreement = doc["reference"]["runs"][0]["loss_agreement"];
+    EXPECT_TRUE(agreement["within"].get<bool>()) << core << ": " << agreement.dump();
+    EXPECT_TRUE(agreement["band"]["sensitivity_drift"].is_number()) << core;
+  }
+  const fs::path site = tmp_.path() / "site", python = tmp_.path() / "python";
+  fs::create_directories(site);
+  std::ofstream(site / "sitecustomize.py") << "import torch.optim\n_Sgd = torch.optim.SGD\n\n\n"
+                                              "class Dampened(_Sgd):\n    def __init__(self, *a, **k):\n"
+                                              "        k['dampening'] = 0.1\n        super().__init__(*a, **k)\n\n\n"
+                                              "torch.optim.SGD = Dampened\n";
+  std::ofstream(python) << "#!/bin/sh\nPYTHONPATH=" << site.string() << " exec /usr/bin/python3 \"$@\"\n";
+  fs::permissions(python, fs::perms::owner_all);
+  const Outcome planted = dpbench(args + " --reference-python " + python.string());
+  EXPECT_EQ(planted.exit_code, 1) << planted.err;
+  EXPECT_NE(planted.err.find("pytorch ddp disagrees with dpbench's allreduce"), std::string::npos) << planted.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  const auto& agreement = doc["reference"]["runs"][0]["loss_agreement"];
+  EXPECT_FALSE(agreement["within"].get<bool>());
+  EXPECT_LE(agreement["first_step_outside"].get<int>(), 3) << agreement.dump();  // before any amplification
+  if (!skylake)
+    GTEST_SKIP() << "Haswell and the planted difference checked; SkylakeX not run (this CPU has no AVX-512)";
+}
+
 // Without --lr, each optimizer takes PyTorch's default: Adam and AdamW 1e-3 (the cnn's 0.05 is
 // SGD's), SGD dpbench's 0.1 (torch.optim.SGD has none); a given --lr is kept.
 TEST_F(Cli, LearningRateDefaultsFollowTheOptimizer) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <limits>
 
 #include <fmt/format.h>
@@ -283,19 +284,87 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
   if (!f) throw IoError(fmt::format("{}: cannot write the start bundle", (dir / "start.json").string()));
 }
 
-nlohmann::json agreement_band(const std::vector<std::vector<double>>& mode_losses) {
-  nlohmann::json own = nullptr;
-  double drift = 0;
+namespace {
+// |a - b| / max(|b|, tiny) at each of the first min(len) steps.
+std::vector<double> relative_drift(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> out(std::min(a.size(), b.size()));
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    out[s] = std::abs(a[s] - b[s]) / std::max(std::abs(b[s]), std::numeric_limits<double>::min());
+  }
+  return out;
+}
+}  // namespace
+
+nlohmann::json agreement_band(const std::vector<std::vector<double>>& mode_losses, const std::vector<double>& base,
+                              const std::vector<std::vector<double>>& perturbed) {
+  std::size_t steps = 0;
+  for (const auto& l : mode_losses) steps = std::max(steps, l.size());
+  std::vector<double> drift(steps, 0.0);  // the largest drift at each step, then its running maximum
+  nlohmann::json own = nullptr, sensitivity = nullptr;
+  const auto take = [&drift](const std::vector<double>& d) {
+    double worst = 0;
+    for (std::size_t s = 0; s < d.size() && s < drift.size(); ++s) {
+      drift[s] = std::max(drift[s], d[s]);
+      worst = std::max(worst, d[s]);
+    }
+    return worst;
+  };
   for (std::size_t i = 0; i < mode_losses.size(); ++i) {
     for (std::size_t j = i + 1; j < mode_losses.size(); ++j) {
-      drift = std::max(drift, loss_agreement(mode_losses[i], mode_losses[j])["max_rel_diff"].get<double>());
-      own = drift;
+      own = std::max(own.is_null() ? 0.0 : own.get<double>(), take(relative_drift(mode_losses[i], mode_losses[j])));
     }
   }
-  return {{"band", std::max(kReferenceLossTolerance, kAgreementMargin * drift)},
-          {"own_drift", own},
-          {"margin", kAgreementMargin},
-          {"floor", kReferenceLossTolerance}};
+  for (const auto& p : perturbed) {
+    if (base.empty() || p.empty()) continue;
+    sensitivity = std::max(sensitivity.is_null() ? 0.0 : sensitivity.get<double>(), take(relative_drift(p, base)));
+  }
+  std::vector<double> per_step(steps);
+  double envelope = 0;
+  for (std::size_t s = 0; s < steps; ++s) {
+    envelope = std::max(envelope, drift[s]);
+    per_step[s] = std::max(kReferenceLossTolerance, kAgreementMargin * envelope);
+  }
+  return {{"per_step", per_step},       {"band", per_step.empty() ? kReferenceLossTolerance : per_step.back()},
+          {"own_drift", own},           {"sensitivity_drift", sensitivity},
+          {"margin", kAgreementMargin}, {"floor", kReferenceLossTolerance}};
+}
+
+void judge_agreement(nlohmann::json& agreement, const std::vector<double>& dpbench,
+                     const std::vector<double>& reference, const nlohmann::json& band, double floor) {
+  const auto per_step = band.at("per_step").get<std::vector<double>>();
+  if (per_step.empty()) throw Error("loss agreement: the band has no steps");
+  const std::vector<double> rel = relative_drift(dpbench, reference);
+  double worst = -1, tolerance = 0;
+  std::size_t at = 0;
+  nlohmann::json first_outside = nullptr;
+  for (std::size_t s = 0; s < rel.size(); ++s) {
+    const double t = std::max(floor, per_step[std::min(s, per_step.size() - 1)]);
+    if (rel[s] > t && first_outside.is_null()) first_outside = s;
+    if (rel[s] / t > worst) {
+      worst = rel[s] / t;
+      tolerance = t;
+      at = s;
+    }
+  }
+  agreement["tolerance"] = tolerance;
+  agreement["worst_step"] = at;
+  agreement["worst_step_rel_diff"] = rel.empty() ? 0.0 : rel[at];
+  agreement["first_step_outside"] = first_outside;
+  agreement["within"] = first_outside.is_null();
+  agreement["band"] = band;
+}
+
+std::shared_ptr<const std::vector<float>> perturbed_initial_params(const TrainConfig& config, const LoadedData& data,
+                                                                   int coin_seed) {
+  const auto model = make_model(config, data.train->shape(), static_cast<std::size_t>(data.train->num_classes()));
+  std::vector<float> params = initial_parameters(*model, config);
+  std::seed_seq seeds{static_cast<unsigned>(config.seed), static_cast<unsigned>(coin_seed), 0x51e5u};
+  std::mt19937 coin(seeds);
+  for (float& v : params) {
+    v = std::nextafter(v, (coin() & 1U) != 0 ? std::numeric_limits<float>::infinity()
+                                             : -std::numeric_limits<float>::infinity());
+  }
+  return std::make_shared<const std::vector<float>>(std::move(params));
 }
 
 nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vector<double>& reference) {

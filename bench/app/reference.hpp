@@ -56,14 +56,37 @@ nlohmann::json run_reference(const ReferenceOptions& options, const std::string&
 // Throws Error when either list is empty or a loss is not finite.
 nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vector<double>& reference);
 
-// How far the reference's per-step losses may be from dpbench's: float32 sums in another order
-// drift apart over the steps (more at a large learning rate), and dpbench's own modes, which differ
-// only in reduction order, show how far. The band is kAgreementMargin times the largest
-// loss_agreement between any two of `mode_losses` (each mode's per-step losses, same run), and at
-// least kReferenceLossTolerance. Returns {"band", "own_drift" (null with fewer than two modes),
-// "margin", "floor"}.
-inline constexpr double kAgreementMargin = 2.0;
-nlohmann::json agreement_band(const std::vector<std::vector<double>>& mode_losses);
+// How far the reference's per-step losses may be from dpbench's, step by step. Two float32
+// trainings that differ only in rounding (another BLAS kernel, another reduction order) stay
+// together while the trajectory is calm and part when it amplifies (a loss spike): how far is a
+// property of the trajectory, not of the framework, and differs from one CPU's kernels to the
+// next. The band measures it on this machine: `base` is a dpbench run's per-step losses and
+// `perturbed` the same run's, each from initial parameters one unit in the last place away
+// (perturbed_initial_params, kSensitivityRuns coins: one perturbation may miss where the
+// trajectory is sensitive; the drift of four of them after 90 steps ranged from 4e-7 to 6e-2);
+// their largest drift up to a step, with the largest drift between
+// dpbench's own modes (`mode_losses`, which differ only in reduction order) up to it, times
+// kAgreementMargin and at least kReferenceLossTolerance, is the step's band. Returns
+// {"per_step" [steps], "band" (the last step's, the widest), "own_drift" (null with fewer than
+// two modes), "sensitivity_drift" (null without a perturbed run), "margin", "floor"}.
+inline constexpr double kAgreementMargin = 3.0;
+inline constexpr int kSensitivityRuns = 3;
+nlohmann::json agreement_band(const std::vector<std::vector<double>>& mode_losses, const std::vector<double>& base = {},
+                              const std::vector<std::vector<double>>& perturbed = {});
+
+// Judges a reference's loss_agreement record against a band's per-step tolerances, none below
+// `floor` (a compression hook's): sets "worst_step" (the step whose difference comes nearest its
+// tolerance, or exceeds it most), "worst_step_rel_diff", "tolerance" (that step's),
+// "first_step_outside" (null when none is), "within" and "band". Throws Error when the band has no
+// steps.
+void judge_agreement(nlohmann::json& agreement, const std::vector<double>& dpbench,
+                     const std::vector<double>& reference, const nlohmann::json& band, double floor);
+
+// The start's parameters (initial_parameters of the run's model) with every one moved by one unit
+// in the last place, up or down by a coin seeded with config.seed and `coin`: the start of one of
+// agreement_band's perturbed runs.
+std::shared_ptr<const std::vector<float>> perturbed_initial_params(const TrainConfig& config, const LoadedData& data,
+                                                                   int coin);
 
 // "/usr/bin/python3" when it exists, else "python3" (looked up on PATH).
 std::string default_python();

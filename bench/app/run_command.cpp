@@ -212,12 +212,16 @@ void print_reference_footer(const nlohmann::json& reference) {
   fmt::print("dpbench's memory is its allocator's peak per rank; PyTorch's is the process's peak RSS.\n");
   const auto& band = reference.front()["loss_agreement"]["band"];
   const std::string own = band["own_drift"].is_number()
-                              ? fmt::format("{:.1e}, the largest step-loss difference between dpbench's own modes, "
-                                            "which differ only in reduction order",
+                              ? fmt::format("dpbench's own modes, which differ only in reduction order, up to {:.1e}",
                                             band["own_drift"].get<double>())
-                              : std::string("not measured: one mode");
-  fmt::print("Agreement band {:.1e}: {:g} x the float32 drift ({}), at least {:.0e}; (!) marks a run outside it.\n",
-             band["band"].get<double>(), band["margin"].get<double>(), own, band["floor"].get<double>());
+                              : std::string("one mode, no drift between modes");
+  const std::string sensitivity = band["sensitivity_drift"].is_number()
+                                      ? fmt::format("; the same run from parameters 1 ulp away, up to {:.1e}",
+                                                    band["sensitivity_drift"].get<double>())
+                                      : std::string();
+  fmt::print("Agreement band, step by step: {:g} x the largest float32 drift up to the step ({}{}), at least {:.0e}; "
+             "{:.1e} at the last step; (!) marks a run outside it.\n",
+             band["margin"].get<double>(), own, sensitivity, band["floor"].get<double>(), band["band"].get<double>());
   print_hook_tolerances(reference, band["band"].get<double>());
 }
 
@@ -322,12 +326,10 @@ void add_reference_run(const ReferenceOptions& options, const std::string& start
     r.warnings.push_back(fmt::format("--reference pytorch: {} has no PyTorch counterpart", r.config.mode));
     return;
   }
-  auto& agreement = rec["loss_agreement"];
   // A compression hook rounds every gradient to 16 bits, on both sides in their own order.
-  const double tolerance = std::max(band["band"].get<double>(), comm_hook_tolerance(r.config.allreduce.comm_hook));
-  agreement["tolerance"] = tolerance;
-  agreement["within"] = agreement["max_rel_diff"].get<double>() <= tolerance;
-  agreement["band"] = band;
+  judge_agreement(rec["loss_agreement"], r.step_train_loss,
+                  rec["quality"]["step_train_loss"].get<std::vector<double>>(), band,
+                  comm_hook_tolerance(r.config.allreduce.comm_hook));
   rec["launch"] = fmt::format("dpbench: {} ranks as {}; PyTorch: {} processes", r.config.world_size,
                               launch.multi_process ? "processes (" + std::string(name(launch.launcher)) + ")"
                                                    : std::string("threads of one process"),
@@ -606,9 +608,10 @@ bool report_disagreements(const nlohmann::json& reference_runs) {
     disagree = true;
     fmt::print(stderr,
                "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
-               "beyond the band of {:.1e}\n",
-               rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(), a["max_rel_diff"].get<double>(),
-               a["at_step"].get<long>(), a["tolerance"].get<double>());
+               "beyond that step's band of {:.1e} (first beyond its band at step {})\n",
+               rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
+               a["worst_step_rel_diff"].get<double>(), a["worst_step"].get<long>(), a["tolerance"].get<double>(),
+               a["first_step_outside"].get<long>());
   }
   return disagree;
 }
@@ -646,11 +649,29 @@ int run_command(const RunOptions& o) {
   for (const auto& reps : by_mode) {
     if (reference_reps == nullptr && find_strategy(reps.front().config.mode).reference) reference_reps = &reps;
   }
-  // The reference is judged against the drift between dpbench's own modes.
+  // The reference is judged against the drift between dpbench's own modes and the trajectory's
+  // own sensitivity: the first mode again, from parameters one unit in the last place away.
   std::vector<std::vector<double>> mode_losses;
   for (const auto& reps : by_mode) mode_losses.push_back(reps.front().step_train_loss);
+  std::vector<std::vector<double>> perturbed;
+  if (reference) {
+    if (!s.quiet) {
+      fmt::print(stderr,
+                 "dpbench: measuring the trajectory's sensitivity: {} {} times more, from parameters 1 ulp away ...\n",
+                 o.modes.front(), kSensitivityRuns);
+    }
+    for (int k = 0; k < kSensitivityRuns; ++k) {
+      RunSetup again = s;
+      again.quiet = true;
+      again.repetitions = 1;
+      again.base.initial_params = perturbed_initial_params(s.base, data, k);
+      perturbed.push_back(train_mode(again, data, o.modes.front(), 0).step_train_loss);
+    }
+  }
   // Only the output process (rank 0) holds the step losses; the others just wait for its reference.
-  const nlohmann::json band = reference && s.output ? agreement_band(mode_losses) : nlohmann::json();
+  const nlohmann::json band = reference && s.output
+                                  ? agreement_band(mode_losses, by_mode.front().front().step_train_loss, perturbed)
+                                  : nlohmann::json();
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
   for (auto& reps : by_mode) {
