@@ -3,6 +3,9 @@
 // the staleness bound under a real straggler, the result's histogram and the refusals.
 #include <algorithm>
 #include <cmath>
+#include <chrono>
+#include <mutex>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -135,28 +138,54 @@ TEST(StaleSync, ReplayIsBitwiseReproducibleAndTheHistogramIsTheSchedules) {
   EXPECT_EQ(staleness_histogram(all, c.run.warmup_steps, 3), expected);
 }
 
-// A rank with 13 times the others' batch: without replay the fast ranks run ahead of it (at the
-// bound in at least a quarter of their steps), never more than the bound.
+// A straggler held by a test hook: from the first timed step on, rank 3 starts step t only once
+// every fast rank has started step t + 3 (or the last step), that is, has computed step t + 2 and
+// is waiting for the version step t + 3 needs (t + 1: the straggler's push of step t). Without
+// replay each fast rank then computes on exactly the version SSP allows and no newer: staleness 0
+// at step 2 (the timed steps start in sync), 1 at step 3, and the bound, 2, at steps 4 to 14
+// (step 15, the last, is not held: 1 or 2); never more than 2. A server that waited for the
+// straggler would give 0 throughout; one that let the fast ranks run further would exceed 2.
 TEST(StaleSync, FastWorkersRunAheadOfAStragglerByAtMostTheBound) {
   const auto data = stale_sync_data();
   const TrainData td{data.get(), nullptr};
   TrainConfig c = stale_config(4, 128, 2, -1);
   c.rank_batches = {8, 8, 8, 104};
   c.run.max_steps = 16;
+  ASSERT_EQ(c.run.warmup_steps, 2);
+  std::mutex mutex;
+  std::condition_variable moved;
+  std::vector<long> started(3, -1);
+  bool timed_out = false;
+  set_step_start_hook([&](int rank, long step) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (rank < 3) {
+      started[static_cast<std::size_t>(rank)] = step;
+      moved.notify_all();
+      return;
+    }
+    if (step < c.run.warmup_steps) return;
+    const long target = std::min<long>(step + 3, c.run.max_steps - 1);
+    const bool ok = moved.wait_for(lock, std::chrono::seconds(60), [&] {
+      return std::all_of(started.begin(), started.end(), [&](long s) { return s >= target; });
+    });
+    if (!ok) timed_out = true;
+  });
   const RunResult run = train_sharded_ps(c, td);
-  long ahead = 0;
+  set_step_start_hook({});
+  ASSERT_FALSE(timed_out) << "the fast ranks never reached the bound ahead of the held straggler";
   for (const RankResult& r : run.ranks) {
     ASSERT_EQ(r.step_staleness.size(), 16u);
     EXPECT_EQ(r.step_staleness.front(), 0);
     for (const int s : r.step_staleness) {
       EXPECT_GE(s, 0);
       EXPECT_LE(s, 2);
-      if (r.rank < 3) ahead += s == 2;
     }
+    if (r.rank == 3) continue;
+    std::vector<int> timed(r.step_staleness.begin() + 2, r.step_staleness.end() - 1), expected(13, 2);
+    expected[0] = 0;
+    expected[1] = 1;
+    EXPECT_EQ(timed, expected) << "rank " << r.rank;
   }
-  // At most 3 x 14 rank-steps can be at the bound (steps 0 and 1 cannot); a synchronous server
-  // gives 0. A quiet machine gives most of them; with three ctest jobs on 2 cores one CI run gave 23.
-  EXPECT_GE(ahead, 3 * 16 / 4) << "the fast ranks waited for the straggler at most steps";
   EXPECT_TRUE(std::isfinite(run.final_train_loss));
 }
 

@@ -108,7 +108,17 @@ RankResult rank_from_json(const nlohmann::json& j) {
   return r;
 }
 
+namespace {
+std::function<void(int, long)>& step_start_hook() {
+  static std::function<void(int, long)> hook;
+  return hook;
+}
+}  // namespace
+
+void set_step_start_hook(std::function<void(int rank, long step)> hook) { step_start_hook() = std::move(hook); }
+
 void maybe_inject_fault(int rank, long step) {
+  if (const auto& hook = step_start_hook()) hook(rank, step);
   note_step_start(step);
   static const std::optional<Fault> fault = fault_from_env();
   if (!fault || fault->step != step) return;

@@ -257,7 +257,12 @@ struct Fault {
   std::string kind = "throw";
 };
 std::optional<Fault> fault_from_env();  // throws InputError on a malformed DPBENCH_FAULT
+// Called by every rank at the start of every step: the step hook (below), then DPBENCH_FAULT.
 void maybe_inject_fault(int rank, long step);
+// A test's hold on the step loop: `hook(rank, step)` runs on the rank's own thread at the start of
+// each of its steps, before anything else of the step; empty (the default): nothing. Set it only
+// while no rank runs.
+void set_step_start_hook(std::function<void(int rank, long step)> hook);
 
 // A slowdown for testing the regression gate: DPBENCH_STEP_DELAY="mode=M,ms=X" makes every step of
 // mode M sleep X milliseconds inside its timed span (as data wait). Throws InputError on a
