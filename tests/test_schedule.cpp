@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <numeric>
@@ -532,36 +534,52 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
   EXPECT_THROW(probe_engine(comm, kinds, 100, 0), InputError);
 }
 
-// The intra-node probe on four threads: with two ranks per node, rank 0 alone returns the round
-// trips of ranks 0 and 1, the latency (half one float's) and the rate (2 x the message over the
-// rest of its round trip); with one rank
-// per node nobody probes; no floats or no repetition is an input error.
+// The intra-node probe on four threads, its round trips timed by a scripted clock (each thread's
+// k-th reading: a one-float round trip of `small` seconds, then one of 4 MiB of `large`): with two
+// ranks per node, rank 0 alone returns the median round trips of ranks 0 and 1, the latency
+// (half the small one) and the rate, 2 x 4 MiB over the large round trip less the two latencies
+// (8,388,608 B / (1e-3 - 2e-6) s = 8.4054e9 B/s), or over all of it where the latencies are not a
+// small part of it (2 x 3e-4 >= 1e-3 / 2: 8.3886e9 B/s). With one rank per node nobody probes;
+// the real clock gives the same shape; no floats or no repetition is an input error.
 TEST(EngineProbe, RanksZeroAndOneTimeATransferInsideTheirNode) {
-  auto on_threads = [](int p, int per_node, std::size_t floats) {
-    return on_local_threads<std::optional<IntraNodeProbe>>(p, [&](Communicator& comm) {
-      return probe_intra_node(comm, per_node, floats, 3);
+  const std::size_t floats = std::size_t{1} << 20;
+  auto scripted = [](double small, double large) {
+    auto counts = std::make_shared<std::map<std::thread::id, int>>();
+    auto mutex = std::make_shared<std::mutex>();
+    return std::function<double()>([=] {
+      std::lock_guard<std::mutex> lock(*mutex);
+      const int k = (*counts)[std::this_thread::get_id()]++;
+      const double base = static_cast<double>(k / 4);  // one repetition per second
+      switch (k % 4) {
+        case 0: return base;
+        case 1: return base + small;
+        case 2: return base + 0.5;
+        default: return base + 0.5 + large;
+      }
     });
   };
-  const std::size_t floats = std::size_t{1} << 20;
-  // On a loaded machine (the suite runs 3 jobs on 2 cores) one float's round trip can wait out a
-  // time slice and take longer than 4 MiB's: the probe is taken again, up to 3 times, until it
-  // does not.
-  auto got = on_threads(4, 2, floats);
-  for (int again = 0; again < 2 && got[0] && 2.0 * got[0]->latency_s >= got[0]->seconds; ++again) {
-    got = on_threads(4, 2, floats);
-  }
+  auto on_threads = [&](int p, int per_node, const std::function<double()>& clock) {
+    return on_local_threads<std::optional<IntraNodeProbe>>(p, [&](Communicator& comm) {
+      return probe_intra_node(comm, per_node, floats, 3, clock);
+    });
+  };
+  const auto got = on_threads(4, 2, scripted(2e-6, 1e-3));
   ASSERT_TRUE(got[0].has_value());
   for (int r = 1; r < 4; ++r) EXPECT_FALSE(got[static_cast<std::size_t>(r)].has_value()) << "rank " << r;
   EXPECT_EQ(got[0]->floats, floats);
   EXPECT_EQ(got[0]->repetitions, 3);
-  EXPECT_GT(got[0]->seconds, 0.0);
-  EXPECT_GT(got[0]->latency_s, 0.0);
-  EXPECT_LT(2.0 * got[0]->latency_s, got[0]->seconds) << "one float's round trip is shorter than 4 MiB's";
-  const double rest = 2.0 * got[0]->latency_s < 0.5 * got[0]->seconds ? got[0]->seconds - 2.0 * got[0]->latency_s
-                                                                      : got[0]->seconds;
-  EXPECT_DOUBLE_EQ(got[0]->bytes_per_s, 2.0 * 4.0 * static_cast<double>(floats) / rest);
-  EXPECT_GT(got[0]->bytes_per_s, 50e6) << "two threads copying 4 MiB each way";
-  for (const auto& g : on_threads(4, 1, floats)) EXPECT_FALSE(g.has_value());
+  EXPECT_NEAR(got[0]->seconds, 1e-3, 1e-12);
+  EXPECT_NEAR(got[0]->latency_s, 1e-6, 1e-12);
+  EXPECT_NEAR(got[0]->bytes_per_s, 8388608.0 / 0.000998, 1.0);
+  const auto slow = on_threads(4, 2, scripted(6e-4, 1e-3));
+  ASSERT_TRUE(slow[0].has_value());
+  EXPECT_NEAR(slow[0]->latency_s, 3e-4, 1e-12);
+  EXPECT_NEAR(slow[0]->bytes_per_s, 8388608.0 / 0.001, 1.0);
+  const auto real = on_threads(4, 2, {});
+  ASSERT_TRUE(real[0].has_value());
+  EXPECT_GT(real[0]->seconds, 0.0);
+  EXPECT_GT(real[0]->bytes_per_s, 0.0);
+  for (const auto& g : on_threads(4, 1, {})) EXPECT_FALSE(g.has_value());
   auto lone = std::make_shared<LocalGroup>(2);
   LocalCommunicator comm(lone, 0, nullptr);
   EXPECT_THROW(probe_intra_node(comm, 2, 0, 3), InputError);

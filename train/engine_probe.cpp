@@ -170,7 +170,8 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   return probe;
 }
 
-std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps) {
+std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps,
+                                               const std::function<double()>& clock) {
   if (floats == 0 || reps < 1) {
     throw InputError(fmt::format("intra-node probe: {} floats, {} repetitions: needs both", floats, reps));
   }
@@ -182,8 +183,11 @@ std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per
   const bool paired = partner < p && partner / ranks_per_node == me / ranks_per_node;
   std::vector<float> send(paired ? floats : 0, 1.0f), recv(paired ? floats : 0, 0.0f);
   // One round trip of n floats: the lower rank of the pair sends first.
+  const auto now = [&clock] {
+    return clock ? clock() : std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
   auto round_trip = [&](std::size_t n) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now();
     if (me < partner) {
       comm.send(send.data(), n, partner);
       comm.recv(recv.data(), n, partner);
@@ -191,7 +195,7 @@ std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per
       comm.recv(recv.data(), n, partner);
       comm.send(send.data(), n, partner);
     }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return now() - t0;
   };
   std::vector<double> small, large;
   for (int i = 0; i <= reps; ++i) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,9 @@ inline constexpr int kMaxRepetitions = 15;
 // The intra-node probe's message at least (16 MiB): long enough that the copy, not the
 // round trip's latency, sets its time.
 inline constexpr std::size_t kIntraNodeProbeFloats = std::size_t{1} << 22;
-std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps);
+// `clock` (seconds, called on the rank's own thread; empty: std::chrono::steady_clock) times the
+// round trips, for a test to script them.
+std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps,
+                                               const std::function<double()>& clock = {});
 
 }  // namespace dpbench
