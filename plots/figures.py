@@ -39,7 +39,8 @@ import report_data as rd  # noqa: E402
 FIGURE_KEYS = ("throughput_vs_world_size", "memory_per_rank", "memory_model", "step_breakdown",
                "workers", "batch_size", "collectives_busbw", "allreduce_implementations",
                "projection",  # PNG file stems, report order; then the emulated-cluster
-               "network_vs_link", "network_vs_nodes", "network_simulation")  # figures, which such a
+               "network_vs_link", "network_vs_nodes", "network_simulation",
+               "trends")  # figures, which such a
 # report draws first
 # A second, third... --memory file draws memory_model_2, memory_model_3...
 MIB = 1024.0 ** 2

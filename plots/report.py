@@ -40,6 +40,7 @@ import jinja2
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import figures  # noqa: E402
 import report_data as rd  # noqa: E402
+import trends  # noqa: E402
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_WHERE = 6  # points named per warning before "and N more"
@@ -58,6 +59,8 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--memory", action="append",
                         help="`dpbench memory` JSON (the memory model); give it again for another file, "
                              "each drawn as its own figure")
+    parser.add_argument("--trends", help="`dpbench history show --json` output: the metric per commit and its "
+                                         "change points, drawn as a trend figure")
     return parser.parse_args(argv)
 
 
@@ -403,6 +406,7 @@ def main(argv=None) -> int:
         coll = rd.merge_collectives([rd.load_collectives(c) for c in args.collectives]) if args.collectives else None
         proj = rd.load_projection(args.projection) if args.projection else None
         memory = [rd.load_memory(m) for m in args.memory or []]
+        history = trends.load_trends(args.trends) if args.trends else None
         out_dir.mkdir(parents=True, exist_ok=True)
     except rd.InputError as e:
         print(f"report.py: error: {e}", file=sys.stderr)
@@ -418,6 +422,8 @@ def main(argv=None) -> int:
     net = rd.compute_network_verdict(results.network)  # once: the paragraph and captions quote it
     verdict = rd.compute_verdict(results.points)  # once: the headline, notes and captions quote it
     figs = build_figures(results, coll, proj, out_dir, net, verdict, memory)
+    if history is not None:  # drawn only when given, after the run's own figures
+        figs.append(trends.plot_trends(history, out_dir))
     md, html = render(build_context(results, figs, coll, proj, args, net, verdict), out_dir)
     produced = sum(1 for f in figs if f.produced)
     print(f"report: {md} and {html} ({produced} figures, {len(figs) - produced} replaced by a note)")

@@ -18,7 +18,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libfmt-dev libcli11-dev libopenblas-dev zlib1g-dev
-  libzmq3-dev cppzmq-dev
+  libzmq3-dev cppzmq-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark-tools
   libopenmpi-dev openmpi-bin libgloo-dev
   libsimgrid-dev

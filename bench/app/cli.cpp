@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "allreduce/powersgd.hpp"
+#include "bench/app/history_command.hpp"
 #include "bench/app/memory_command.hpp"
 #include "bench/app/name_options.hpp"
 #include "bench/app/project_command.hpp"
@@ -811,6 +812,9 @@ int dpbench_main(int argc, char** argv) {
                 "built-in model or one described by its size (e.g. --params 335e6)");
   add_memory_options(*memory, memory_options);
 
+  HistoryOptions history_options;
+  CLI::App* history = add_history_command(app, history_options);
+
   std::vector<std::string> args = main_arguments(argc, argv);
   run_options.args = args;  // as given: an emulated cluster's ranks start with them (parse consumes args)
   if (const std::optional<int> code = parse_command_line(app, std::move(args))) return *code;
@@ -822,6 +826,7 @@ int dpbench_main(int argc, char** argv) {
     if (*python.second) return run_python("results/compare.py", python.second->remaining());
     if (*project) return project_main(*project, project_options);
     if (*memory) return memory_command(memory_options);
+    if (*history) return history_command(*history, history_options);
     return finish(run_command(run_options));
   });
 }

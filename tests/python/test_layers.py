@@ -1,7 +1,7 @@
 """The build's layers, checked on every #include: a folder may include its own headers and those
 of lower layers only.
 
-    core (runtime) -> workloads, sim, launch -> cluster, train -> strategies (ps, allreduce, sharded_ps, ...), cuda -> bench
+    core (runtime) -> workloads, sim, launch, history -> cluster, train -> strategies (ps, allreduce, sharded_ps, ...), cuda -> bench
 
 The strategies and cuda/ are siblings: a strategy never sees CUDA, the CUDA target never sees a
 strategy, and no strategy sees another. A strategy is a top-level folder holding a
@@ -24,6 +24,7 @@ LAYERS = {
     "workloads": 1,
     "sim": 1,
     "launch": 1,
+    "history": 1,
     "cluster": 2,
     "train": 2,
     "cuda": 3,

@@ -275,7 +275,8 @@ def schema_check(test: unittest.TestCase, doc: dict) -> None:
 
 
 def run_report(out: Path, results: list, collectives: Path | list | None = None,
-               projection: Path | None = None, memory: Path | None = None) -> subprocess.CompletedProcess:
+               projection: Path | None = None, memory: Path | None = None,
+               trends: Path | None = None) -> subprocess.CompletedProcess:
     """Runs plots/report.py as a user would; collectives: one file or a list, each passed with
     its own --collectives; memory: a `dpbench memory` file for --memory."""
     cmd = [sys.executable, str(REPORT), *map(str, results), "-o", str(out)]
@@ -285,6 +286,8 @@ def run_report(out: Path, results: list, collectives: Path | list | None = None,
         cmd += ["--projection", str(projection)]
     if memory:
         cmd += ["--memory", str(memory)]
+    if trends:
+        cmd += ["--trends", str(trends)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -642,6 +645,66 @@ class OneVerdictTest(unittest.TestCase):
         for mode, lo, hi in ranges:
             self.assertRegex(head, rf"{mode} [^,]*\({lo}-{hi}x over 3 repetitions\)")
         self.assertEqual("does not differ beyond noise" in proc.stdout, "does not differ beyond noise" in head)
+
+
+@unittest.skipUnless(BINARY.exists(), f"{BINARY} is not built (bash scripts/build.sh)")
+class TrendsTest(unittest.TestCase):
+    """The history, end to end as a team would run it: result files of 12 commits (a 20 % drop in
+    allreduce's throughput planted from the 7th) go into `dpbench history add`, `history show`
+    marks the drop at its commit, and the report draws the trend with the change point."""
+
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="dpbench-trends-test-"))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def dpbench(self, *args) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BINARY), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+    def test_history_to_trend_figure(self):
+        files = []
+        for i in range(12):
+            doc = document([make_run("ps", 2, 256, 0, 1000.0 * (1 + 0.01 * (i % 3))),
+                            make_run("allreduce", 2, 256, 0, 1500.0 * (0.8 if i >= 6 else 1.0) * (1 + 0.01 * (i % 2)))])
+            doc["env"]["git_commit"] = f"commit{i:02d}"
+            doc["created"] = f"2026-01-{i + 1:02d}T00:00:00Z"
+            files.append(write_json(self.tmp / f"r{i}.json", doc))
+        db = self.tmp / "h.sqlite"
+        add = self.dpbench("history", "add", *files, "--db", db)
+        self.assertEqual(0, add.returncode, add.stderr)
+        self.assertIn("from 12 files", add.stdout)
+        shown = self.dpbench("history", "show", "--db", db, "--config", '"mode":"allreduce"')
+        self.assertEqual(0, shown.returncode, shown.stderr)
+        marked = [line for line in shown.stdout.splitlines() if "change point" in line]
+        self.assertEqual(1, len(marked), shown.stdout)
+        self.assertTrue(marked[0].strip().startswith("commit06"), marked[0])
+        self.assertIn("-20.", marked[0])
+        ps = self.dpbench("history", "show", "--db", db, "--config", '"mode":"ps"')
+        self.assertNotIn("change point", ps.stdout)  # 1 % wobble only
+        trends = self.dpbench("history", "show", "--db", db, "--json")
+        self.assertEqual(0, trends.returncode, trends.stderr)
+        path = write_json(self.tmp / "trends.json", json.loads(trends.stdout))
+        proc = run_report(self.tmp / "out", [files[-1]], trends=path)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        md = (self.tmp / "out" / "report.md").read_text()
+        self.assertIn("### Trends across commits", md)
+        self.assertRegex(md, r"Change points \(red\): allreduce, 2 ranks, batch 256 at commit06 \(-20\.\d %")
+        self.assertTrue((self.tmp / "out" / "trends.png").exists())
+
+    def test_bad_input_is_one_line(self):
+        bad = write_json(self.tmp / "bad.json", {"schema": {"name": "dpbench-memory"}})
+        for args in (["history", "add", bad, "--db", self.tmp / "h.sqlite"],
+                     ["history", "add", self.tmp / "missing.json", "--db", self.tmp / "h.sqlite"],
+                     ["history", "show", "--db", self.tmp / "h.sqlite", "--metric", "nothing"],
+                     ["history", "prune", "--keep", "0", "--db", self.tmp / "h.sqlite"]):
+            proc = self.dpbench(*args)
+            self.assertEqual(2, proc.returncode, (args, proc.stderr))
+            self.assertEqual(1, proc.stderr.count("\n"), (args, proc.stderr))
+        proc = run_report(self.tmp / "out", [write_json(self.tmp / "r.json", document([make_run("ps", 2, 256, 0, 1.0)]))],
+                          trends=bad)
+        self.assertEqual(2, proc.returncode)
+        self.assertIn("not a `dpbench history show --json` file", proc.stderr)
 
 
 class MissingDataTest(unittest.TestCase):
