@@ -21,7 +21,7 @@ struct ChangePointOptions {
 };
 
 struct ChangePoint {
-  std::size_t index = 0;  // the first value after the change
+  std::size_t index = 0;                   // the first value after the change
   double mean_before = 0, mean_after = 0;  // of the segments the split separates
   double p_value = 1;
 };

@@ -105,7 +105,8 @@ long HistoryStore::add(const std::vector<HistoryFigure>& figures) {
       insert.text(5, f.metric);
       sqlite3_bind_double(insert.get(), 6, f.value);
       insert.text(7, f.source);
-      if (sqlite3_step(insert.get()) != SQLITE_DONE) throw InputError(fmt::format("{}: {}", where, sqlite3_errmsg(db_)));
+      if (sqlite3_step(insert.get()) != SQLITE_DONE)
+        throw InputError(fmt::format("{}: {}", where, sqlite3_errmsg(db_)));
     }
     exec(db_, "COMMIT", where);
   } catch (...) {
@@ -125,7 +126,8 @@ std::vector<HistorySeries> HistoryStore::series(const std::string& metric, const
   q.text(2, config);
   q.text(3, machine);
   // (machine, config, metric) -> (first created, commit) -> values
-  std::map<std::tuple<std::string, std::string, std::string>, std::map<std::pair<std::string, std::string>, std::vector<double>>>
+  std::map<std::tuple<std::string, std::string, std::string>,
+           std::map<std::pair<std::string, std::string>, std::vector<double>>>
       grouped;
   while (sqlite3_step(q.get()) == SQLITE_ROW) {
     grouped[{column_text(q.get(), 0), column_text(q.get(), 1), column_text(q.get(), 2)}]

@@ -61,7 +61,7 @@ TEST(ChangePoints, FindsAPlantedStepAndNothingInNoise) {
 }
 
 HistoryFigure history_fig(const std::string& commit, const std::string& created, double value,
-                  const std::string& machine = "m1") {
+                          const std::string& machine = "m1") {
   return {commit, created, machine, R"({"mode":"allreduce"})", "throughput_samples_per_s", value, "test"};
 }
 
@@ -96,7 +96,8 @@ TEST(HistoryStore, RefusesWhatIsNotAHistory) {
   const std::string other = (dir.path() / "other.sqlite").string();
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(other.c_str(), &db), SQLITE_OK);
-  sqlite3_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES ('schema', '99')",
+  sqlite3_exec(db,
+               "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES ('schema', '99')",
                nullptr, nullptr, nullptr);
   sqlite3_close(db);
   try {
@@ -133,8 +134,12 @@ TEST(HistoryFigures, FromResultsAndProjections) {
   const nlohmann::json result = {
       {"schema", {{"name", "dpbench-result"}, {"version", 2}}},
       {"created", "2026-01-01T00:00:00Z"},
-      {"env", {{"git_commit", "abc"}, {"cpu_model", "CPU X"}, {"cpu_cores", 2}, {"gpus", nlohmann::json::array()},
-               {"blas_core", "Haswell"}}},
+      {"env",
+       {{"git_commit", "abc"},
+        {"cpu_model", "CPU X"},
+        {"cpu_cores", 2},
+        {"gpus", nlohmann::json::array()},
+        {"blas_core", "Haswell"}}},
       {"runs",
        {{{"mode", "allreduce"},
          {"config", {{"mode", "allreduce"}, {"world_size", 2}, {"global_batch", 64}, {"seed", 5}}},

@@ -18,6 +18,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "tests/fixtures.hpp"
 #include "core/error.hpp"
 #include "core/gloo_comm.hpp"
 #include "launch/resolve.hpp"
@@ -421,15 +422,17 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   info = resolve_launch(Backend::nccl, 2, DeviceKind::cuda, ExplicitInit{"", 1});  // --rank alone: env://
   EXPECT_EQ(info.world_size, 2);
   EXPECT_EQ(info.rank, 1);
-  info = resolve_launch(Backend::nccl, 3, DeviceKind::cuda, ExplicitInit{"file:///shared/job.init", 2});
+  const testing::TempDir shared;  // the file's directory must exist (checked before any work)
+  const std::string init_file = (shared.path() / "job.init").string();
+  info = resolve_launch(Backend::nccl, 3, DeviceKind::cuda, ExplicitInit{"file://" + init_file, 2});
   EXPECT_EQ(info.launcher, LauncherKind::file);
-  EXPECT_EQ(info.init_file, "/shared/job.init");
+  EXPECT_EQ(info.init_file, init_file);
   EXPECT_TRUE(info.master_addr.empty());
   EXPECT_EQ(info.rank, 2);
   EXPECT_EQ(info.world_size, 3);
   const ProcessIdentity id = process_identity(info);
   EXPECT_EQ(id.rank, 2);
-  EXPECT_EQ(id.init_file, "/shared/job.init");
+  EXPECT_EQ(id.init_file, init_file);
   EXPECT_TRUE(id.meets_at_rendezvous());
 }
 

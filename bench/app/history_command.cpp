@@ -46,8 +46,9 @@ void print_series(const nlohmann::json& s) {
     std::string mark;
     if (const auto it = changes.find(i); it != changes.end()) {
       const auto& c = *it->second;
-      mark = fmt::format("  <- change point: {:+.1f} % (mean {:.6g} -> {:.6g}, p = {:.3f})", 100 * c["change"].get<double>(),
-                         c["mean_before"].get<double>(), c["mean_after"].get<double>(), c["p_value"].get<double>());
+      mark = fmt::format("  <- change point: {:+.1f} % (mean {:.6g} -> {:.6g}, p = {:.3f})",
+                         100 * c["change"].get<double>(), c["mean_before"].get<double>(), c["mean_after"].get<double>(),
+                         c["p_value"].get<double>());
     }
     fmt::print("  {:<14} {:<22} {:>14.6g}{}\n", s["commits"][i].get<std::string>(), s["created"][i].get<std::string>(),
                s["values"][i].get<double>(), mark);

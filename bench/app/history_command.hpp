@@ -16,12 +16,12 @@ namespace dpbench {
 
 struct HistoryOptions {
   std::string db = "dpbench-history.sqlite";
-  std::vector<std::string> files;  // add
-  std::string commit;              // add: instead of each file's env.git_commit
+  std::vector<std::string> files;                                    // add
+  std::string commit;                                                // add: instead of each file's env.git_commit
   std::string metric = "throughput_samples_per_s", config, machine;  // show: substrings
-  bool json = false;                                                // show: the trends as JSON
-  std::string out;                                                  // show: also write them to this file
-  int keep = 0;                                                     // prune
+  bool json = false;                                                 // show: the trends as JSON
+  std::string out;                                                   // show: also write them to this file
+  int keep = 0;                                                      // prune
   ChangePointOptions change;
 };
 
