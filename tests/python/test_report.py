@@ -636,7 +636,7 @@ class OneVerdictTest(unittest.TestCase):
                                "--warmup-steps", "2", "--repetitions", "3", "--ranks", "2", "--out", str(out)],
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(0, proc.returncode, proc.stderr)
-        ranges = re.findall(r"(\w+) (?:runs at|does not differ beyond noise) .*?\((\d\.\d\d)-(\d\.\d\d)x? over 3",
+        ranges = re.findall(r"(\w+) (?:runs at|does not differ beyond noise) .*?\((\d+\.\d\d)-(\d+\.\d\d)x? over 3",
                             proc.stdout)
         self.assertEqual(2, len(ranges), proc.stdout)
         report = run_report(self.tmp / "out", [out])
