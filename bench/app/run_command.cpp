@@ -618,6 +618,31 @@ bool report_disagreements(const nlohmann::json& reference_runs) {
 
 }  // namespace
 
+// The band the reference is judged against (agreement_band): the drift between dpbench's own
+// modes and the trajectory's own sensitivity, the first mode trained kSensitivityRuns times more
+// from parameters one unit in the last place away. Every process trains them; only the output
+// process (rank 0), which holds the step losses, returns the band (null elsewhere).
+nlohmann::json reference_band(const RunOptions& o, const RunSetup& s, const LoadedData& data,
+                              const std::vector<std::vector<RunResult>>& by_mode) {
+  if (!s.quiet) {
+    fmt::print(stderr,
+               "dpbench: measuring the trajectory's sensitivity: {} {} times more, from parameters 1 ulp away ...\n",
+               o.modes.front(), kSensitivityRuns);
+  }
+  std::vector<std::vector<double>> perturbed;
+  for (int k = 0; k < kSensitivityRuns; ++k) {
+    RunSetup again = s;
+    again.quiet = true;
+    again.repetitions = 1;
+    again.base.initial_params = perturbed_initial_params(s.base, data, k);
+    perturbed.push_back(train_mode(again, data, o.modes.front(), 0).step_train_loss);
+  }
+  if (!s.output) return nullptr;
+  std::vector<std::vector<double>> mode_losses;
+  for (const auto& reps : by_mode) mode_losses.push_back(reps.front().step_train_loss);
+  return agreement_band(mode_losses, by_mode.front().front().step_train_loss, perturbed);
+}
+
 int run_command(const RunOptions& o) {
   // Validate everything cheap before loading data or training.
   if (o.modes.empty()) throw InputError("--mode: give at least one mode");
@@ -649,29 +674,7 @@ int run_command(const RunOptions& o) {
   for (const auto& reps : by_mode) {
     if (reference_reps == nullptr && find_strategy(reps.front().config.mode).reference) reference_reps = &reps;
   }
-  // The reference is judged against the drift between dpbench's own modes and the trajectory's
-  // own sensitivity: the first mode again, from parameters one unit in the last place away.
-  std::vector<std::vector<double>> mode_losses;
-  for (const auto& reps : by_mode) mode_losses.push_back(reps.front().step_train_loss);
-  std::vector<std::vector<double>> perturbed;
-  if (reference) {
-    if (!s.quiet) {
-      fmt::print(stderr,
-                 "dpbench: measuring the trajectory's sensitivity: {} {} times more, from parameters 1 ulp away ...\n",
-                 o.modes.front(), kSensitivityRuns);
-    }
-    for (int k = 0; k < kSensitivityRuns; ++k) {
-      RunSetup again = s;
-      again.quiet = true;
-      again.repetitions = 1;
-      again.base.initial_params = perturbed_initial_params(s.base, data, k);
-      perturbed.push_back(train_mode(again, data, o.modes.front(), 0).step_train_loss);
-    }
-  }
-  // Only the output process (rank 0) holds the step losses; the others just wait for its reference.
-  const nlohmann::json band = reference && s.output
-                                  ? agreement_band(mode_losses, by_mode.front().front().step_train_loss, perturbed)
-                                  : nlohmann::json();
+  const nlohmann::json band = reference ? reference_band(o, s, data, by_mode) : nlohmann::json();
   std::vector<RunResult> runs;
   std::vector<nlohmann::json> docs;
   for (auto& reps : by_mode) {
