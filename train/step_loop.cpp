@@ -210,6 +210,7 @@ class RankLoop {
     maybe_inject_fault(s_.ctx.rank(), step_);
     timer.begin();
     maybe_delay_step(s_.config.mode);
+    maybe_send_extra_message(s_.config, s_.ctx.comm(), s_.ctx.rank());
     const bool prefetched = prefetched_;
     const Batch* loaded = loader_ && !prefetched ? &loader_->next() : nullptr;
     timer.lap(&PhaseTimes::data_wait);

@@ -159,6 +159,30 @@ void maybe_delay_step(Mode mode) {
   if (delay && delay->mode == mode) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay->ms));
 }
 
+void maybe_send_extra_message(const TrainConfig& config, Communicator& comm, int rank) {
+  struct Extra {
+    Mode mode;
+    std::size_t floats = 0;
+  };
+  static const std::optional<Extra> extra = [&config]() -> std::optional<Extra> {
+    const char* spec = std::getenv("DPBENCH_EXTRA_MESSAGE");
+    if (spec == nullptr || *spec == '\0') return std::nullopt;
+    static const std::regex form(R"(^mode=([a-z_]+),floats=([0-9]{1,9})$)");
+    std::cmatch m;
+    if (!std::regex_match(spec, m, form)) {
+      throw InputError(fmt::format("DPBENCH_EXTRA_MESSAGE={}: expected mode=M,floats=N", spec));
+    }
+    if (config.device != DeviceKind::cpu) {
+      throw InputError(fmt::format("DPBENCH_EXTRA_MESSAGE={}: host buffers only (--device cpu)", spec));
+    }
+    return Extra{parse_mode(m[1].str(), "DPBENCH_EXTRA_MESSAGE mode"), std::stoul(m[2].str())};
+  }();
+  if (!extra || extra->mode != config.mode || config.world_size < 2 || rank > 1) return;
+  std::vector<float> message(extra->floats, 1.0f);
+  if (rank == 0) comm.send(message.data(), message.size(), 1);
+  if (rank == 1) comm.recv(message.data(), message.size(), 0);
+}
+
 std::optional<Fault> fault_from_env() {
   const char* spec = std::getenv("DPBENCH_FAULT");
   if (spec == nullptr || *spec == '\0') return std::nullopt;

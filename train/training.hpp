@@ -269,6 +269,12 @@ void set_step_start_hook(std::function<void(int rank, long step)> hook);
 // malformed value.
 void maybe_delay_step(Mode mode);
 
+// A changed message for testing the regression gate: DPBENCH_EXTRA_MESSAGE="mode=M,floats=N" makes
+// rank 0 send N extra floats to rank 1 at the start of every step of mode M (world_size >= 2),
+// counted in the run's bytes per step like any message. Host buffers only: throws InputError on a
+// malformed value or with --device gpu.
+void maybe_send_extra_message(const TrainConfig& config, Communicator& comm, int rank);
+
 // Snapshot of a tracker's peaks.
 MemoryReport memory_report(const MemoryTracker& tracker);
 

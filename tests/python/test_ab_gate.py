@@ -1,0 +1,220 @@
+"""Tests of the A/B regression gate: results/ab_gate.py and scripts/ci_gate.sh's A/B part.
+
+Run from the repository root with Debian's interpreter (it has scipy):
+    /usr/bin/python3 tests/python/run_suite.py tests/python/test_ab_gate.py
+
+JudgeTimingTests give the Mann-Whitney rule synthetic throughputs: a 15 % loss on every run fails,
+a 5 % loss that separates perfectly stays below the minimum effect, interleaved samples are
+within noise, and a gain is reported faster, never failed.
+
+DirectoryTests build gate directories from one real result file (the dpbench binary,
+DPBENCH_BINARY, default build/release/dpbench: 2 ranks, three modes, 40 steps) copied as five
+base and five head runs, then edit a head copy: one step's loss, one message's bytes or one
+memory peak fails it; --accept names a meant change; fewer than five runs a side or unequal
+counts exit 2.
+
+CiGateTests run scripts/ci_gate.sh itself with --base-binary set to the same binary (so the base
+and head are one build): A/A passes; the head with allreduce slowed by a planted 15 % of its
+step (DPBENCH_STEP_DELAY, sized from the A/A run's own allreduce steps) fails naming the
+throughput, the base, the effect and the p-value; the head with one extra 4-byte message per
+sharded_ps step (DPBENCH_EXTRA_MESSAGE) fails naming the bytes. About 25 s each on 2 cores.
+A missing binary fails these tests rather than skipping them.
+"""
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "results"))
+import ab_gate  # noqa: E402  (path set above)
+import compare  # noqa: E402
+
+SCRIPT = ROOT / "results" / "ab_gate.py"
+GATE = ROOT / "scripts" / "ci_gate.sh"
+BINARY = os.environ.get("DPBENCH_BINARY", str(ROOT / "build" / "release" / "dpbench"))
+MWU = compare.load_mannwhitneyu()
+
+
+def gate_of(**kw):
+    """A Gate with the command line's defaults."""
+    args = dict(base_label="base", head_label="head", min_effect=ab_gate.DEFAULT_MIN_EFFECT,
+                alpha=ab_gate.DEFAULT_ALPHA, repetitions=0)
+    args.update(kw)
+    return ab_gate.Gate(**args)
+
+
+class JudgeTimingTests(unittest.TestCase):
+    def judge(self, base, head):
+        return ab_gate.judge_timing(base, head, 0.10, 0.01, MWU)
+
+    def test_a_fifteen_percent_loss_on_every_run_fails(self):
+        base = [100.0, 101.0, 99.0, 100.5, 99.5]
+        status, effect, p = self.judge(base, [0.85 * b for b in base])
+        self.assertEqual(status, compare.REGRESSION)
+        self.assertAlmostEqual(effect, -0.15, places=6)
+        self.assertLessEqual(p, 0.01)
+
+    def test_a_separated_loss_below_the_minimum_effect_passes(self):
+        base = [100.0, 101.0, 99.0, 100.5, 99.5]
+        status, effect, p = self.judge(base, [0.95 * b - 1.5 for b in base])
+        self.assertEqual(status, "below the minimum effect")
+        self.assertLessEqual(p, 0.01)
+
+    def test_a_large_loss_that_does_not_separate_passes(self):
+        # Half of the head runs are as fast as the base: the median moves, the test does not.
+        status, _, p = self.judge([100.0, 100.0, 100.0, 100.0, 100.0], [100.5, 70.0, 101.0, 60.0, 65.0])
+        self.assertNotEqual(status, compare.REGRESSION)
+        self.assertGreater(p, 0.01)
+
+    def test_a_gain_is_faster_not_a_regression(self):
+        status, effect, _ = self.judge([100.0, 101.0, 99.0, 100.5, 99.5], [120.0, 121.0, 119.0, 118.0, 122.0])
+        self.assertEqual(status, "faster")
+        self.assertGreater(effect, 0.1)
+
+    def test_interleaved_samples_are_within_noise(self):
+        status, _, p = self.judge([100.0, 102.0, 98.0, 101.0, 99.0], [100.5, 101.5, 98.5, 100.2, 99.2])
+        self.assertEqual(status, "within noise")
+        self.assertGreater(p, 0.1)
+
+
+def real_result():
+    """One real result file of the binary (cached on the class)."""
+    if DirectoryTests.real is None:
+        DirectoryTests.tmp = tempfile.mkdtemp(prefix="dpbench-ab-gate-")
+        path = pathlib.Path(DirectoryTests.tmp) / "real.json"
+        subprocess.run([BINARY, "run", "-q", "--device", "cpu", "--ranks", "2", "--max-steps", "40",
+                        "--repetitions", "1", "--num-workers", "0", "--seed", "0", "-o", str(path)],
+                       check=True, stdout=subprocess.DEVNULL)
+        DirectoryTests.real = json.loads(path.read_text())
+    return DirectoryTests.real
+
+
+class DirectoryTests(unittest.TestCase):
+    real = None
+    tmp = None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.tmp:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def directory(self, edit=None, base_count=5, head_count=5):
+        """A gate directory of copies of the real file; edit(doc) changes the first head copy."""
+        d = pathlib.Path(tempfile.mkdtemp(dir=self.tmp or None, prefix="gate-"))
+        doc = real_result()
+        for side, count in (("base", base_count), ("head", head_count)):
+            for i in range(1, count + 1):
+                copy = json.loads(json.dumps(doc))
+                if side == "head" and i == 1 and edit:
+                    edit(copy)
+                (d / f"{side}-{i}.json").write_text(json.dumps(copy))
+        return d
+
+    def run_gate(self, directory, *extra):
+        return subprocess.run([sys.executable, str(SCRIPT), str(directory), "--base-label", "abc1234", *extra],
+                              capture_output=True, text=True)
+
+    def test_copies_pass_with_every_figure_compared(self):
+        out = self.run_gate(self.directory())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("0 regressions", out.stdout)
+        gate = gate_of()
+        ab_gate.judge(self.directory(), gate, MWU)
+        losses = sum(len(r["quality"]["step_train_loss"]) for r in real_result()["runs"])
+        self.assertGreater(gate.deterministic_compared, losses)
+        self.assertEqual(gate.timings_judged, len(real_result()["runs"]))
+
+    def test_one_step_loss_changed_fails(self):
+        def edit(doc):
+            doc["runs"][2]["quality"]["step_train_loss"][17] += 1e-7
+        out = self.run_gate(self.directory(edit))
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("quality.step_train_loss[17]", out.stderr)
+        self.assertIn("against base abc1234", out.stderr)
+
+    def test_one_message_of_bytes_fails_and_accept_names_it_meant(self):
+        def edit(doc):
+            for e in doc["runs"][0]["comm_bytes_per_step"]["per_rank"]:
+                e["sent"] += 4 if e["rank"] == 0 else 0
+        d = self.directory(edit)
+        out = self.run_gate(d)
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("comm_bytes_per_step.per_rank[0].sent +4", out.stderr)
+        accepted = self.run_gate(d, "--accept", "comm_bytes_per_step")
+        self.assertEqual(accepted.returncode, 0, accepted.stdout + accepted.stderr)
+        self.assertIn("accepted (--accept comm_bytes_per_step)", accepted.stdout)
+
+    def test_a_memory_peak_changed_fails(self):
+        def edit(doc):
+            doc["runs"][1]["memory"]["per_rank"][1]["peak_bytes"] += 64
+        out = self.run_gate(self.directory(edit))
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("memory.per_rank[1].peak_bytes", out.stderr)
+
+    def test_too_few_or_unequal_runs_exit_2(self):
+        few = self.run_gate(self.directory(base_count=4, head_count=4))
+        self.assertEqual(few.returncode, 2)
+        self.assertIn("at least 5", few.stderr)
+        unequal = self.run_gate(self.directory(base_count=5, head_count=6))
+        self.assertEqual(unequal.returncode, 2)
+        self.assertIn("5 base and 6 head", unequal.stderr)
+
+    def test_a_projection_point_that_moves_fails(self):
+        d = self.directory()
+        point = {"mode": "allreduce", "world_size": 8, "step_time_s": 0.125,
+                 "simulation": {"simulated_step_s": 0.125, "messages": 112}}
+        for side, t in (("base", 0.125), ("head", 0.125 * (1 + 1e-6))):
+            p = dict(point, step_time_s=t, simulation=dict(point["simulation"], simulated_step_s=t))
+            (d / f"{side}-projection.json").write_text(json.dumps({"points": [p]}))
+        out = self.run_gate(d)
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("projection allreduce at 8 ranks", out.stderr)
+
+
+class CiGateTests(unittest.TestCase):
+    """scripts/ci_gate.sh with one build on both sides."""
+
+    def gate(self, out, *extra):
+        return subprocess.run(["bash", str(GATE), "--base-binary", BINARY, "--no-cluster", "--max-steps", "150",
+                               "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT)
+
+    def test_aa_passes_a_planted_slowdown_and_one_message_fail(self):
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="dpbench-ci-gate-"))
+        self.addCleanup(shutil.rmtree, tmp, True)
+        aa = self.gate(tmp / "aa")
+        self.assertEqual(aa.returncode, 0, aa.stdout + aa.stderr)
+        self.assertIn("3 timings judged A/B", aa.stdout)
+        self.assertIn("0 regressions", aa.stdout)
+
+        # 15 % of allreduce's median step in the A/A head runs, slept inside every step.
+        steps = [statistics.median(r["step_time_s"]["samples"]) for f in sorted((tmp / "aa").glob("head-[0-9]*.json"))
+                 for r in json.loads(f.read_text())["runs"] if r["mode"] == "allreduce"]
+        delay_ms = 0.15 * statistics.median(steps) * 1e3
+        slow = self.gate(tmp / "slow", "--head-env", f"DPBENCH_STEP_DELAY=mode=allreduce,ms={delay_ms:.3f}")
+        self.assertEqual(slow.returncode, 1, slow.stdout + slow.stderr)
+        line = [x for x in slow.stderr.splitlines() if x.startswith("ab_gate: REGRESSION")]
+        self.assertEqual(len(line), 1, slow.stderr)
+        self.assertRegex(line[0], r"allreduce/ring .*throughput_samples_per_s .* -1\d\.\d % \(Mann-Whitney U "
+                                  r"p=0\.00\d+.*against base " + re.escape(BINARY))
+
+        message = self.gate(tmp / "msg", "--head-env", "DPBENCH_EXTRA_MESSAGE=mode=sharded_ps,floats=1")
+        self.assertEqual(message.returncode, 1, message.stdout + message.stderr)
+        self.assertIn("sharded_ps/collective", message.stderr)
+        self.assertIn("comm_bytes_per_step.per_rank[0].sent +4", message.stderr)
+        self.assertIn("comm_bytes_per_step.per_rank[1].received +4", message.stderr)
+
+    def test_bad_usage_exits_2_before_any_run(self):
+        out = self.gate(pathlib.Path(tempfile.gettempdir()) / "dpbench-gate-unused", "--repetitions", "3")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--repetitions 3: at least 5", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
