@@ -370,20 +370,16 @@ std::shared_ptr<const std::vector<float>> perturbed_initial_params(const TrainCo
 nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vector<double>& reference) {
   const std::size_t steps = std::min(dpbench.size(), reference.size());
   if (steps == 0) throw Error("loss agreement: no steps to compare");
-  double worst = 0;
-  std::size_t at = 0;
   for (std::size_t s = 0; s < steps; ++s) {
     if (!std::isfinite(dpbench[s]) || !std::isfinite(reference[s])) {
       throw Error(fmt::format("loss agreement: step {} has a non-finite loss (dpbench {}, reference {})", s, dpbench[s],
                               reference[s]));
     }
-    const double rel = std::abs(dpbench[s] - reference[s]) /
-                       std::max(std::abs(reference[s]), std::numeric_limits<double>::min());
-    if (rel > worst) {
-      worst = rel;
-      at = s;
-    }
   }
+  const std::vector<double> rel = relative_drift(dpbench, reference);
+  const auto worst_at = std::max_element(rel.begin(), rel.end());
+  const double worst = *worst_at;
+  const auto at = static_cast<std::size_t>(worst_at - rel.begin());
   return {{"steps", steps},
           {"max_rel_diff", worst},
           {"at_step", at},
