@@ -3,7 +3,7 @@
 Run from the repository root:  /usr/bin/python3 -m unittest -v tests/python/test_report_figures.py
 
 For: what the figures draw, read back from the matplotlib artists of each figure (captured as
-figures.save writes it), and what the report's captions say, against values this file computes
+figures_common.save writes it), and what the report's captions say, against values this file computes
 from the result JSON itself:
 - no bar is clipped: the step breakdown's y axis holds every stacked bar, hidden-comm segment and
   step-time error bar whole, with headroom;
@@ -48,6 +48,7 @@ PHASES_IN_STEP = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "op
 sys.path.insert(0, str(ROOT / "plots"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import figures  # noqa: E402
+import figures_common  # noqa: E402  (owns save, which the parts call)
 import report_data  # noqa: E402
 from test_report import (document, failed_run, make_run, projection_fixture, simulated_projection_fixture,  # noqa: E402
                          with_strategy)
@@ -170,13 +171,13 @@ def expected_imbalance_text(doc: dict) -> str:
 def captured():
     """Keeps every matplotlib figure figures.save writes, by key: {key: matplotlib Figure}."""
     kept = {}
-    original = figures.save
+    original = figures_common.save
 
     def keep(fig, out_dir, key):
         kept[key] = fig
         return original(fig, out_dir, key)
 
-    with mock.patch.object(figures, "save", keep):
+    with mock.patch.object(figures_common, "save", keep):
         yield kept
 
 
