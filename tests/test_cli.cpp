@@ -1177,6 +1177,53 @@ TEST_F(CliGpu, FailingGpuRankEndsTheRunNamingIt) {
   EXPECT_FALSE(fs::exists(result()));
 }
 
+// DLRM on click logs (workloads/dlrm.hpp): every mode trains it from one start on the same
+// batches, so their losses agree; the loss falls (Zipf(1.05) indices, 200 steps: about 0.69 to
+// 0.59 on the development machine); the allreduce ring moves the whole dense gradient, embedding
+// tables included (2 ranks: each rank sends num_params floats per step).
+TEST_F(Cli, DlrmTrainsEveryModeItsLossFallsAndAllreduceMovesTheDenseTables) {
+  const Outcome o = dpbench(
+      "--workload dlrm --tables 4 --rows 2000 --embedding-dim 8 --lookups 8 --zipf-alpha 1.05 --ranks 2 "
+      "--synthetic-samples 16384 --epochs 4 --batch-size 256 --max-steps 200 --repetitions 1 --num-workers 0 -q");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  // 4 tables x 2000 x 8; bottom 13-64-8; top (8 + 10)-64-2.
+  const std::int64_t params = 4 * 2000 * 8 + (13 * 64 + 64 + 64 * 8 + 8) + (18 * 64 + 64 + 64 * 2 + 2);
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  const double final_ps = doc["runs"][0]["quality"]["final_train_loss"].get<double>();
+  for (const auto& run : doc["runs"]) {
+    const std::string mode = run["mode"];
+    EXPECT_EQ(run["workload"], "dlrm") << mode;
+    EXPECT_EQ(run["num_params"].get<std::int64_t>(), params) << mode;
+    const auto losses = run["quality"]["step_train_loss"].get<std::vector<double>>();
+    ASSERT_EQ(losses.size(), 200u) << mode;
+    const auto mean = [&losses](std::size_t from) {
+      double sum = 0;
+      for (std::size_t i = from; i < from + 20; ++i) sum += losses[i];
+      return sum / 20;
+    };
+    EXPECT_LT(mean(180), mean(0) - 0.05) << mode << ": the loss did not fall";
+    EXPECT_NEAR(run["quality"]["final_train_loss"].get<double>(), final_ps, 1e-4 * final_ps) << mode;
+    EXPECT_GT(run["quality"]["test_accuracy"].get<double>(), 0.6) << mode;
+  }
+  const auto& allreduce = doc["runs"][2];
+  ASSERT_EQ(allreduce["mode"], "allreduce");
+  for (const auto& r : allreduce["comm_bytes_per_step"]["per_rank"]) {
+    EXPECT_EQ(r["sent"].get<std::int64_t>(), params * 4) << r;
+  }
+}
+
+TEST_F(Cli, DlrmRefusesBadSizesBeforeAnyWork) {
+  expect_input_error("--workload dlrm --rows 0", "--rows 0: must be at least 1");
+  expect_input_error("--workload dlrm --embedding-dim 0", "--embedding-dim 0");
+  expect_input_error("--workload dlrm --lookups 0", "--lookups 0");
+  expect_input_error("--workload dlrm --zipf-alpha 0", "--zipf-alpha 0: must be a number > 0");
+  expect_input_error("--workload dlrm --zipf-alpha -1", "--zipf-alpha -1");
+  expect_input_error("--workload dlrm --tables 8 --rows 16000000 --embedding-dim 64", "GiB by the memory model");
+  expect_input_error("--workload dlrm --data synthetic", "--data synthetic: --workload dlrm trains on click logs");
+  expect_input_error("--tables 4", "--tables: applies to --workload dlrm");
+}
+
 // A torchrun-style launch: two processes on one GPU (distinct NCCL_HOSTID, so NCCL connects them
 // as two hosts over loopback sockets) meet at MASTER_ADDR:MASTER_PORT. Rank 0 writes one result
 // with both ranks, and the parameters equal those of two local ranks after 20 steps; a failing

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "workloads/cnn.hpp"
+#include "workloads/dlrm.hpp"
 #include "workloads/mlp.hpp"
 #include "workloads/replay_model.hpp"
 
@@ -32,8 +33,17 @@ std::unique_ptr<Model> make_model(const TrainConfig& config, const SampleShape& 
     return model;
   }
   if (config.model.workload == "cnn") return make_cnn(config.model.channels, config.model.hidden, shape, num_classes);
+  if (config.model.workload == "dlrm") {
+    auto model = std::make_unique<Dlrm<float>>(config.model.dlrm);
+    if (shape.features() != model->input_features() || num_classes != 2) {
+      throw InputError(fmt::format("--workload dlrm: takes {} input floats and 2 classes per sample (click logs), the "
+                                   "data has {} and {}",
+                                   model->input_features(), shape.features(), num_classes));
+    }
+    return model;
+  }
   if (config.model.workload != "mlp") {
-    throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn)", config.model.workload));
+    throw InputError(fmt::format("--workload {}: unknown workload (available: mlp, cnn, dlrm)", config.model.workload));
   }
   std::vector<std::size_t> dims{shape.features()};
   for (int h : config.model.hidden) {

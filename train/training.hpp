@@ -30,6 +30,7 @@
 #include "train/optimizer_config.hpp"
 #include "workloads/dataloader.hpp"
 #include "workloads/dataset.hpp"
+#include "workloads/dlrm.hpp"
 
 namespace dpbench {
 
@@ -55,10 +56,11 @@ struct CheckpointConfig {
 
 // The model a run trains, as train/models.hpp's make_model builds it.
 struct ModelConfig {
-  std::string workload = "mlp";          // "mlp" or "cnn"
+  std::string workload = "mlp";          // "mlp", "cnn" or "dlrm"
   std::vector<int> hidden = {512, 256};  // mlp: hidden widths; cnn: the first, its fc width
   std::vector<int> channels = {16, 32};  // cnn: output channels of its two conv layers
   bool sync_bn = false;                  // cnn in allreduce mode: SyncBatchNorm
+  DlrmShape dlrm;                        // dlrm: its tables, lookups and MLP widths
   // --model: a described model to replay (workloads/replay_model.hpp), a built-in description's
   // name or a file; "" trains `workload` for real.
   std::string described;

@@ -82,6 +82,26 @@ class CpuModelOps final : public ModelOps<T> {
     cpu::batchnorm_backward_elemt(dy, x, mean, invstd, gamma, sum_dy, sum_dy_xmu, count, dx, N, C, HW);
   }
 
+  void embedding_bag_sum_forward(const T* tables, const T* x, T* out, std::size_t batch,
+                                 const cpu::BagShape& s) override {
+    cpu::embedding_bag_sum_forward(tables, x, out, batch, s);
+  }
+  void embedding_bag_sum_backward(const T* x, const T* d_out, T* dtables, std::size_t batch,
+                                  const cpu::BagShape& s) override {
+    cpu::embedding_bag_sum_backward(x, d_out, dtables, batch, s);
+  }
+  void dot_interaction_forward(const T* z, const T* bags, T* r, std::size_t batch, std::size_t tables,
+                               std::size_t dim) override {
+    cpu::dot_interaction_forward(z, bags, r, batch, tables, dim);
+  }
+  void dot_interaction_backward(const T* z, const T* bags, const T* dr, T* dz, T* dbags, std::size_t batch,
+                                std::size_t tables, std::size_t dim) override {
+    cpu::dot_interaction_backward(z, bags, dr, dz, dbags, batch, tables, dim);
+  }
+  void copy_columns(const T* src, std::size_t src_stride, T* dst, std::size_t width, std::size_t rows) override {
+    cpu::copy_columns(src, src_stride, dst, width, rows);
+  }
+
  private:
   MemoryTracker& tracker_;
 };

@@ -85,10 +85,16 @@ void Mlp<T>::forward(const T* params, const T* x, std::size_t batch, T* logits) 
 template <typename T>
 void Mlp<T>::backward(const T* params, const T* x, const T* dlogits, std::size_t batch, T* grads,
                       const std::function<void(std::size_t)>& on_grad_ready) {
+  backward_to(params, x, dlogits, batch, grads, nullptr, on_grad_ready);
+}
+
+template <typename T>
+void Mlp<T>::backward_to(const T* params, const T* x, const T* dlogits, std::size_t batch, T* grads, T* dx_input,
+                         const std::function<void(std::size_t)>& on_grad_ready) {
   const T* dy = dlogits;
   for (std::size_t l = layers(); l-- > 0;) {
     const T* layer_in = l == 0 ? x : acts_[l - 1].data();
-    T* dx = l == 0 ? nullptr : dact_[l % 2].data();
+    T* dx = l == 0 ? dx_input : dact_[l % 2].data();
     const ParamView& w = views_[2 * l];
     const ParamView& b = views_[2 * l + 1];
     ops_->linear_backward(layer_in, params + w.offset, dy, dx, grads + w.offset, grads + b.offset, batch, dims_[l],
@@ -97,7 +103,7 @@ void Mlp<T>::backward(const T* params, const T* x, const T* dlogits, std::size_t
       on_grad_ready(2 * l + 1);
       on_grad_ready(2 * l);
     }
-    if (dx != nullptr) {
+    if (dx != nullptr && l > 0) {
       ops_->relu_backward_inplace(acts_[l - 1].data(), dx, batch * dims_[l]);
       dy = dx;
     }

@@ -36,6 +36,10 @@ class Mlp final : public ModelT<T> {
   void forward(const T* params, const T* x, std::size_t batch, T* logits) override;
   void backward(const T* params, const T* x, const T* dlogits, std::size_t batch, T* grads,
                 const std::function<void(std::size_t)>& on_grad_ready) override;
+  // backward() that also writes the input's gradient dx[batch, input_features()] (not null), for
+  // an MLP inside a larger model (DLRM's top MLP).
+  void backward_to(const T* params, const T* x, const T* dlogits, std::size_t batch, T* grads, T* dx,
+                   const std::function<void(std::size_t)>& on_grad_ready);
 
  private:
   std::size_t layers() const { return dims_.size() - 1; }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "workloads/hash_stream.hpp"
 
 namespace dpbench {
 namespace {
@@ -22,21 +23,6 @@ constexpr std::uint64_t kLabelTag = 0x6c6162656c5f7461ull;
 constexpr std::uint64_t kPrototypeTag = 0x70726f746f747970ull;
 constexpr std::uint64_t kNoiseTag = 0x6e6f6973655f7461ull;
 constexpr float kNoiseStd = 0.5f;
-
-// splitmix64 finaliser (Steele, Lea & Flood 2014): a bijective 64-bit mix.
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t hash3(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  return splitmix64(splitmix64(splitmix64(a) ^ b) ^ c);
-}
-
-// Top 24 bits of h as a float in [0, 1).
-float unit(std::uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }
 
 class SyntheticDataset final : public Dataset {
  public:

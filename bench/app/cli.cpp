@@ -153,6 +153,27 @@ void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
       ->check(CLI::NonNegativeNumber);
 }
 
+// The dlrm workload's sizes and its click logs' index distribution (workloads/dlrm.hpp,
+// workloads/click_logs.hpp), for add_shared_options; apply_dlrm_options checks them.
+void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
+  app.add_option("--tables", shape.tables, "dlrm: embedding tables (one embedding bag each)")->capture_default_str();
+  app.add_option("--rows", shape.rows, "dlrm: rows of each embedding table")->capture_default_str();
+  app.add_option("--embedding-dim", shape.dim, "dlrm: embedding dimension (also the bottom MLP's output width)")
+      ->capture_default_str();
+  app.add_option("--lookups", shape.lookups, "dlrm: indices per table per sample, sum-pooled (the pooling factor)")
+      ->capture_default_str();
+  app.add_option("--dense-features", shape.dense_features, "dlrm: dense features per sample")->capture_default_str();
+  app.add_option("--bottom-mlp", shape.bottom, "dlrm: hidden widths of the bottom MLP, comma list (then the dim)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--top-mlp", shape.top, "dlrm: hidden widths of the top MLP, comma list (then 2 logits)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--zipf-alpha", logs.zipf_alpha,
+                 "dlrm: draw each table's indices from a Zipf(alpha) law over its rows (alpha > 0; e.g. 1.05), "
+                 "as FBGEMM's benchmark requests do; default: uniform");
+}
+
 // Options every training command shares (not the ones a sweep varies).
 void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<DeviceKind>& device, DataOptions& d,
                         double& timeout_s, std::string& out, bool& quiet) {
@@ -172,6 +193,7 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
                  "DistributedSampler shuffle (seed + epoch)")
       ->capture_default_str();
   add_model_and_mode_options(app, config);
+  add_dlrm_options(app, config.model.dlrm, d.click_logs);
   app.add_option("--prefetch-factor", config.loader.prefetch_factor,
                  "DataLoader prefetch_factor: batches loaded in advance per worker")
       ->capture_default_str();
@@ -378,8 +400,8 @@ void add_checkpoint_and_reference_options(CLI::App& run, RunOptions& o) {
 void add_run_options(CLI::App& run, RunOptions& o) {
   TrainConfig& config = o.base;
   run.add_option("--workload", config.model.workload,
-                 "Model to train: mlp (Linear/ReLU stack) or cnn ([conv3x3-BatchNorm-ReLU-maxpool] x2, "
-                 "linear, linear)")
+                 "Model to train: mlp (Linear/ReLU stack), cnn ([conv3x3-BatchNorm-ReLU-maxpool] x2, "
+                 "linear, linear) or dlrm (bottom MLP, embedding bags, dot interaction, top MLP; on click logs)")
       ->capture_default_str();
   run.add_option("--rank-batch", config.rank_batches,
                  "Uneven split: samples per rank per step, comma list (e.g. 96,96,32,32 for GPUs of "
@@ -468,9 +490,43 @@ void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions
   config.model.replay_time_scale *= profile_time_scale(*d, device_profile(config.model.device_profile));
 }
 
+void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& data) {
+  // (bench/app/cli.hpp says what it sets)
+  const auto given = [&app](const char* name) {
+    const CLI::Option* o = app.get_option_no_throw(name);
+    return o != nullptr && o->count() > 0;
+  };
+  const char* own[] = {"--tables",         "--rows",       "--embedding-dim", "--lookups",
+                       "--dense-features", "--bottom-mlp", "--top-mlp",       "--zipf-alpha"};
+  if (config.model.workload != "dlrm") {
+    for (const char* o : own) {
+      if (given(o)) throw InputError(fmt::format("{}: applies to --workload dlrm", o));
+    }
+    return;
+  }
+  if (given("--zipf-alpha") && !(data.click_logs.zipf_alpha > 0 && std::isfinite(data.click_logs.zipf_alpha))) {
+    throw InputError(fmt::format("--zipf-alpha {}: must be a number > 0", data.click_logs.zipf_alpha));
+  }
+  check_dlrm_shape(config.model.dlrm);
+  for (const char* o : {"--input", "--classes", "--hidden", "--channels"}) {
+    if (given(o)) throw InputError(fmt::format("{}: --workload dlrm sets its shape with --tables, --rows, ...", o));
+  }
+  if (given("--data") && data.data != "click-logs") {
+    throw InputError(fmt::format("--data {}: --workload dlrm trains on click logs (--data click-logs)", data.data));
+  }
+  data.data = "click-logs";
+  data.click_log_shape = config.model.dlrm;
+  data.input_shape = fmt::format("{}", config.model.dlrm.input_features());
+  data.classes = 2;
+}
+
 void finish_run_options(const CLI::App& run, RunOptions& o) {
   check_optimizer_options(run, o.base);
   apply_described_model(run, o.base, o.data);
+  apply_dlrm_options(run, o.base, o.data);
+  if (o.base.model.workload == "dlrm" && !o.reference.framework.empty()) {
+    throw InputError("--reference pytorch: not for --workload dlrm yet (its PyTorch twin is not written)");
+  }
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
   o.repetitions_given = run.count("--repetitions") > 0;
@@ -528,7 +584,7 @@ void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o);
 void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   o.base.run.epochs = 1;  // a sweep's points are short: one epoch, 60 steps, unless given
   o.base.run.max_steps = 60;
-  sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn)")
+  sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn; or dlrm alone)")
       ->delimiter(',')
       ->capture_default_str();
   add_names_option(sweep, "--comms", o.comms, &parse_backend, "Communicator backends, comma list");
@@ -723,6 +779,15 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
   o.cnn_default_lr = sweep.count("--lr") == 0;
   check_optimizer_options(sweep, o.base);
   apply_described_model(sweep, o.base, o.data);
+  if (std::find(o.workloads.begin(), o.workloads.end(), "dlrm") != o.workloads.end()) {
+    if (o.workloads.size() > 1) {
+      throw InputError(fmt::format("--workloads {}: dlrm trains on click logs, the others on images; sweep dlrm "
+                                   "alone",
+                                   fmt::join(o.workloads, ",")));
+    }
+    o.base.model.workload = "dlrm";
+  }
+  apply_dlrm_options(sweep, o.base, o.data);
   if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), Mode::allreduce) == o.modes.end()) {
     throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
   }

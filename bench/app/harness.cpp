@@ -19,6 +19,7 @@
 #include "train/models.hpp"
 #include "core/error.hpp"
 #include "core/mpi_comm.hpp"
+#include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/fashion_mnist.hpp"
 #include "workloads/mlp.hpp"
@@ -55,6 +56,17 @@ LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
     const std::string dir = resolve_data_dir(o.data_dir);
     return {load_fashion_mnist(dir, true), load_fashion_mnist(dir, false)};
   }
+  if (o.data == "click-logs") {
+    if (o.synthetic_samples < 1) {
+      throw InputError(fmt::format("--synthetic-samples {}: must be at least 1", o.synthetic_samples));
+    }
+    const std::int64_t test_n = std::max<std::int64_t>(1, o.synthetic_samples / 6);
+    std::shared_ptr<const Dataset> all = make_click_logs(o.click_log_shape, o.click_logs, o.synthetic_samples + test_n,
+                                                         seed + 1000003);
+    const std::string name = all->name();
+    return {std::make_shared<DatasetRange>(all, 0, o.synthetic_samples, name + "/train"),
+            std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test")};
+  }
   if (o.data == "synthetic") {
     const SampleShape shape = parse_sample_shape(o.input_shape);
     if (o.synthetic_samples < 1) {
@@ -68,7 +80,8 @@ LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
     return {std::make_shared<DatasetRange>(all, 0, o.synthetic_samples, name + "/train"),
             std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test")};
   }
-  throw InputError(fmt::format("--data {}: unknown data source (choose fashion-mnist or synthetic)", o.data));
+  throw InputError(
+      fmt::format("--data {}: unknown data source (choose fashion-mnist, synthetic or click-logs)", o.data));
 }
 
 void check_common_options(const TrainConfig& config, double timeout_s) {
@@ -88,7 +101,13 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
   if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS) {
     throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
   }
-  if (config.model.described.empty()) {
+  if (config.model.workload == "dlrm" && config.model.described.empty()) {
+    check_dlrm_shape(config.model.dlrm);
+    if (config.device != DeviceKind::cpu) {
+      throw InputError("--workload dlrm: runs on --device cpu (its embedding-bag and interaction kernels have no "
+                       "CUDA twins yet)");
+    }
+  } else if (config.model.described.empty()) {
     make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
   } else {
     described_model(config.model.described);  // an unknown name, a bad file
@@ -100,7 +119,9 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
 }
 
 void check_replay_fits(const TrainConfig& base, const std::vector<Mode>& modes, const DataOptions& data) {
-  if (base.model.described.empty()) return;
+  if (base.model.described.empty() && base.model.workload != "dlrm") return;
+  const std::string what = base.model.described.empty() ? std::string("--workload dlrm")
+                                                        : "--model " + base.model.described;
   const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   for (Mode mode : modes) {
     TrainConfig config = base;
@@ -113,10 +134,9 @@ void check_replay_fits(const TrainConfig& base, const std::vector<Mode>& modes, 
     double total = 0;
     for (const RankMemory& m : strategy.memory(in)) total += m.total();
     if (total > machine) {
-      throw InputError(fmt::format("--model {}: {} ranks of {} need {:.1f} GiB by the memory model, more than this "
-                                   "machine's {:.1f} GiB (fewer ranks or a smaller --batch-size)",
-                                   config.model.described, config.world_size, mode, total / (1 << 30),
-                                   machine / (1 << 30)));
+      throw InputError(fmt::format("{}: {} ranks of {} need {:.1f} GiB by the memory model, more than this "
+                                   "machine's {:.1f} GiB (fewer ranks, a smaller --batch-size or smaller tables)",
+                                   what, config.world_size, mode, total / (1 << 30), machine / (1 << 30)));
     }
   }
 }

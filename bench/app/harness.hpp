@@ -12,15 +12,18 @@
 
 #include "core/device.hpp"
 #include "train/training.hpp"
+#include "workloads/click_logs.hpp"
 
 namespace dpbench {
 
 struct DataOptions {
-  std::string data = "fashion-mnist";   // or "synthetic"
+  std::string data = "fashion-mnist";   // or "synthetic", or "click-logs" (--workload dlrm)
   std::string data_dir;                 // "" -> $DPBENCH_DATA_DIR -> Debian's path
   std::string input_shape = "1x28x28";  // synthetic only
   int classes = 10;                     // synthetic only
-  long synthetic_samples = 60000;       // synthetic only (train; test is 1/6 of it)
+  long synthetic_samples = 60000;       // synthetic and click-logs (train; test is 1/6 of it)
+  ClickLogOptions click_logs;           // click-logs: --zipf-alpha
+  DlrmShape click_log_shape;            // click-logs: the dlrm workload's shape (apply_dlrm_options)
   int pin_memory = -1;                  // --pin-memory 1 / --no-pin-memory 0; -1: on when training on CUDA
 };
 

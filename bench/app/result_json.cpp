@@ -109,6 +109,17 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                       {"sync_bn", config.model.sync_bn},
                       {"rank_batches", config.rank_batches}};
   j.update(optimizer_to_json(config));
+  if (config.model.workload == "dlrm") {
+    const DlrmShape& d = config.model.dlrm;
+    j["dlrm"] = {{"tables", d.tables},
+                 {"rows", d.rows},
+                 {"embedding_dim", d.dim},
+                 {"lookups", d.lookups},
+                 {"dense_features", d.dense_features},
+                 {"bottom_mlp", d.bottom},
+                 {"top_mlp", d.top},
+                 {"embedding_params", d.embedding_params()}};
+  }
   return j;
 }
 

@@ -1,0 +1,227 @@
+// Tests of the DLRM workload: its kernels against hand-computed values, the whole model's gradient
+// against central finite differences in double precision (the embedding tables included), its
+// parameter names and gradient-ready order, the bounded Zipf sampler's frequencies against the
+// power law, and the click logs (deterministic, indices in range, both labels, learnable).
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "workloads/click_logs.hpp"
+#include "workloads/cpu_kernels.hpp"
+#include "workloads/dlrm.hpp"
+
+namespace dpbench {
+namespace {
+
+TEST(DlrmKernels, EmbeddingBagSumsTheLookedUpRowsAndScattersTheGradientBack) {
+  // Two tables of 3 rows x 2; one sample: 1 dense value, table 0 rows {2, 0}, table 1 rows {1, 1}.
+  const cpu::BagShape s{1, 2, 3, 2, 2};
+  const std::vector<double> tables = {1, 2, 3, 4, 5, 6, /* table 1 */ 10, 20, 30, 40, 50, 60};
+  const std::vector<double> x = {0.5, 2, 0, 1, 1};
+  std::vector<double> out(4);
+  cpu::embedding_bag_sum_forward(tables.data(), x.data(), out.data(), 1, s);
+  EXPECT_EQ(out, (std::vector<double>{5 + 1, 6 + 2, 2 * 30, 2 * 40}));
+  std::vector<double> d(12, 7.0);  // overwritten, not accumulated
+  cpu::embedding_bag_sum_backward(x.data(), std::vector<double>{1, 2, 3, 4}.data(), d.data(), 1, s);
+  EXPECT_EQ(d, (std::vector<double>{1, 2, 0, 0, 1, 2, /* table 1 */ 0, 0, 6, 8, 0, 0}));
+  const std::vector<double> bad = {0.5, 3, 0, 1, 1};  // row 3 of a 3-row table
+  EXPECT_THROW(cpu::embedding_bag_sum_forward(tables.data(), bad.data(), out.data(), 1, s), Error);
+}
+
+TEST(DlrmKernels, DotInteractionIsTheDenseOutputThenTheLowerTriangle) {
+  // K = 2 tables, dim 2: features f0 = z, f1, f2; pairs (1,0), (2,0), (2,1).
+  const std::vector<double> z = {1, 2}, bags = {3, 4, 5, 6};
+  std::vector<double> r(2 + 3);
+  cpu::dot_interaction_forward(z.data(), bags.data(), r.data(), 1, 2, 2);
+  EXPECT_EQ(r, (std::vector<double>{1, 2, 3 + 8, 5 + 12, 15 + 24}));
+  const std::vector<double> dr = {1, 1, 1, 0, 2};  // d/dz = [1,1] + f1; d/df1 = z + 2 f2; d/df2 = 2 f1
+  std::vector<double> dz(2), dbags(4);
+  cpu::dot_interaction_backward(z.data(), bags.data(), dr.data(), dz.data(), dbags.data(), 1, 2, 2);
+  EXPECT_EQ(dz, (std::vector<double>{1 + 3, 1 + 4}));
+  EXPECT_EQ(dbags, (std::vector<double>{1 + 10, 2 + 12, 6, 8}));
+}
+
+DlrmShape small_shape() {
+  DlrmShape s;
+  s.dense_features = 3;
+  s.tables = 3;
+  s.rows = 5;
+  s.dim = 3;
+  s.lookups = 2;
+  s.bottom = {4};
+  s.top = {5};
+  return s;
+}
+
+// A batch of 4 samples: dense values from a normal law, indices covering rows with repeats.
+std::vector<double> small_batch(const DlrmShape& s, std::size_t batch) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> x(batch * s.input_features());
+  for (std::size_t b = 0; b < batch; ++b) {
+    double* row = x.data() + b * s.input_features();
+    for (std::size_t j = 0; j < s.dense_features; ++j) row[j] = normal(rng);
+    for (std::size_t i = 0; i < s.tables * s.lookups; ++i) row[s.dense_features + i] = static_cast<double>((b + 2 * i) % s.rows);
+  }
+  return x;
+}
+
+double loss_of(Dlrm<double>& model, const std::vector<double>& params, const std::vector<double>& x,
+               const std::vector<std::int32_t>& labels) {
+  std::vector<double> logits(labels.size() * 2);
+  model.forward(params.data(), x.data(), labels.size(), logits.data());
+  return cpu::softmax_cross_entropy(logits.data(), labels.data(), labels.size(), 2, static_cast<double*>(nullptr), 1.0);
+}
+
+TEST(Dlrm, GradientMatchesCentralFiniteDifferencesTablesIncluded) {
+  MemoryTracker tracker;  // declared first: the model frees its buffers into it
+  const DlrmShape shape = small_shape();
+  Dlrm<double> model(shape);
+  const std::size_t batch = 4;
+  model.reserve(batch, tracker);
+  std::vector<double> params(model.num_params());
+  model.init_params(params.data(), 11);
+  for (std::size_t i = 0; i < shape.embedding_params(); ++i) params[i] *= 4;  // tables away from ~0
+  const std::vector<double> x = small_batch(shape, batch);
+  const std::vector<std::int32_t> labels = {0, 1, 1, 0};
+  std::vector<double> logits(batch * 2), dlogits(batch * 2), grads(model.num_params(), -1.0);
+  model.forward(params.data(), x.data(), batch, logits.data());
+  cpu::softmax_cross_entropy(logits.data(), labels.data(), batch, 2, dlogits.data(), 1.0);
+  model.backward(params.data(), x.data(), dlogits.data(), batch, grads.data(), nullptr);
+  double max_err = 0, max_grad = 0;
+  std::vector<double> p = params;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double keep = p[i];
+    p[i] = keep + 1e-6;
+    const double up = loss_of(model, p, x, labels);
+    p[i] = keep - 1e-6;
+    const double down = loss_of(model, p, x, labels);
+    p[i] = keep;
+    max_err = std::max(max_err, std::abs((up - down) / 2e-6 - grads[i]));
+    max_grad = std::max(max_grad, std::abs(grads[i]));
+  }
+  EXPECT_LT(max_err, 1e-6 * std::max(1.0, max_grad)) << "largest gradient " << max_grad;
+  EXPECT_GT(max_grad, 1e-3);
+  // A row no sample looks up has a zero gradient; every table has some looked-up row.
+  std::size_t touched = 0;
+  for (std::size_t i = 0; i < shape.embedding_params(); ++i) touched += grads[i] != 0.0;
+  EXPECT_GT(touched, 0u);
+}
+
+TEST(Dlrm, ParametersInDlrmOrderAndGradientsReadyInReverse) {
+  MemoryTracker tracker;
+  Dlrm<double> model(small_shape());
+  model.reserve(2, tracker);
+  std::vector<std::string> names;
+  for (const ParamView& v : model.params()) names.push_back(v.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"emb_l.0.weight", "emb_l.1.weight", "emb_l.2.weight", "bot_l.0.weight",
+                                             "bot_l.0.bias", "bot_l.2.weight", "bot_l.2.bias", "top_l.0.weight",
+                                             "top_l.0.bias", "top_l.2.weight", "top_l.2.bias"}));
+  EXPECT_EQ(model.params()[7].shape, (std::vector<std::size_t>{5, 3 + 6}));  // top's input: dim + K(K+1)/2
+  EXPECT_EQ(model.params().back().shape, (std::vector<std::size_t>{2}));
+  std::vector<double> params(model.num_params()), logits(4), dlogits = {0.1, -0.1, 0.2, -0.2}, grads(params.size());
+  model.init_params(params.data(), 1);
+  const std::vector<double> x = small_batch(small_shape(), 2);
+  model.forward(params.data(), x.data(), 2, logits.data());
+  std::vector<std::size_t> ready;
+  model.backward(params.data(), x.data(), dlogits.data(), 2, grads.data(), [&](std::size_t i) { ready.push_back(i); });
+  std::vector<std::size_t> reverse(names.size());
+  for (std::size_t i = 0; i < reverse.size(); ++i) reverse[i] = reverse.size() - 1 - i;
+  EXPECT_EQ(ready, reverse);
+}
+
+TEST(Dlrm, RefusesEmptySizesNamingTheOption) {
+  const auto refused = [](DlrmShape s, const std::string& needle) {
+    try {
+      check_dlrm_shape(s);
+      ADD_FAILURE() << needle << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  DlrmShape s = small_shape();
+  s.rows = 0;
+  refused(s, "--rows 0");
+  s = small_shape();
+  s.dim = 0;
+  refused(s, "--embedding-dim 0");
+  s = small_shape();
+  s.lookups = 0;
+  refused(s, "--lookups 0");
+  s = small_shape();
+  s.rows = kDlrmMaxRows + 1;
+  refused(s, "--rows 16777217");
+}
+
+// The law's probabilities on {1..n}: k^-alpha / H(n, alpha).
+std::vector<double> zipf_law(std::size_t n, double alpha) {
+  std::vector<double> p(n + 1, 0.0);
+  double h = 0;
+  for (std::size_t k = 1; k <= n; ++k) h += std::pow(static_cast<double>(k), -alpha);
+  for (std::size_t k = 1; k <= n; ++k) p[k] = std::pow(static_cast<double>(k), -alpha) / h;
+  return p;
+}
+
+TEST(ZipfSampler, FrequenciesFollowThePowerLaw) {
+  for (double alpha : {0.5, 1.0, 1.05, 2.0}) {
+    const std::size_t n = 1000, draws = 400000;
+    const ZipfSampler zipf(n, alpha);
+    std::mt19937_64 rng(static_cast<std::uint64_t>(alpha * 100));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::vector<double> count(n + 1, 0.0);
+    for (std::size_t i = 0; i < draws; ++i) {
+      const std::uint64_t k = zipf([&] { return u(rng); });
+      ASSERT_GE(k, 1u);
+      ASSERT_LE(k, n);
+      count[k] += 1;
+    }
+    const std::vector<double> p = zipf_law(n, alpha);
+    for (std::size_t k : {1, 2, 3, 10}) {
+      const double expected = p[k] * draws, sd = std::sqrt(expected);
+      EXPECT_NEAR(count[k], expected, 5 * sd) << "alpha " << alpha << " k " << k;
+    }
+    double tail = 0, tail_p = 0;  // the ranks above 100 together
+    for (std::size_t k = 101; k <= n; ++k) tail += count[k], tail_p += p[k];
+    EXPECT_NEAR(tail, tail_p * draws, 5 * std::sqrt(tail_p * draws)) << "alpha " << alpha;
+  }
+  EXPECT_THROW(ZipfSampler(10, 0.0), InputError);
+  EXPECT_THROW(ZipfSampler(10, -1.0), InputError);
+}
+
+TEST(ClickLogs, SamplesAreDeterministicInRangeAndBothLabelsOccur) {
+  DlrmShape s = small_shape();
+  s.rows = 1000;
+  s.lookups = 10;
+  const auto logs = make_click_logs(s, {1.05}, 4000, 9);
+  ASSERT_EQ(logs->shape().features(), s.input_features());
+  std::vector<float> a(s.input_features()), b(s.input_features());
+  std::map<float, int> table0;
+  int ones = 0;
+  for (std::int64_t i = 0; i < logs->size(); ++i) {
+    const int label = logs->load(i, a.data());
+    ones += label;
+    for (std::size_t j = 0; j < s.tables * s.lookups; ++j) {
+      const float r = a[s.dense_features + j];
+      ASSERT_TRUE(r >= 0 && r < 1000 && std::floor(r) == r) << r;
+    }
+    for (std::size_t l = 0; l < s.lookups; ++l) ++table0[a[s.dense_features + l]];
+  }
+  EXPECT_GT(ones, 0.3 * 4000);
+  EXPECT_LT(ones, 0.7 * 4000);
+  EXPECT_EQ(logs->load(17, a.data()), logs->load(17, b.data()));
+  EXPECT_EQ(a, b);
+  // Zipf(1.05) over 1000 rows: the hottest row takes P(1) = 1 / H(1000, 1.05) of the lookups.
+  int hottest = 0;
+  for (const auto& [row, n] : table0) hottest = std::max(hottest, n);
+  const double expected = zipf_law(1000, 1.05)[1] * 4000 * 10;
+  EXPECT_NEAR(hottest, expected, 5 * std::sqrt(expected));
+  EXPECT_THROW(make_click_logs(s, {-1.0}, 10, 1), InputError);
+}
+
+}  // namespace
+}  // namespace dpbench
