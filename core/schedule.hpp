@@ -137,7 +137,7 @@ inline Backend family_engine(CollectiveFamily family) {
 // The collectives of core/comm.hpp as messages, by engine (the backend whose algorithms run them):
 //   local: ring all-reduce / reduce-scatter / all-gather; pipelined chain reduce and broadcast
 //            in slices of LocalCommunicator::chain_slice(n) (min(1 MiB of floats, n / 8));
-//   mpi:   what the mpirun launcher pins in Open MPI (cluster/cluster_job.cpp): the same rings,
+//   mpi:   what the mpirun launcher pins in Open MPI (cluster/launcher_mpirun.cpp): the same rings,
 //            chain reduce (the other way round the ring) and broadcast in 64 KiB segments; the
 //            reduce-scatter is libnbc's non-blocking one (sharded_ps's push), which has no ring:
 //            a binomial reduce of the whole vector to rank 0, then a scatter of the segments;
