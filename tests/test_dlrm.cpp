@@ -66,7 +66,8 @@ std::vector<double> small_batch(const DlrmShape& s, std::size_t batch) {
   for (std::size_t b = 0; b < batch; ++b) {
     double* row = x.data() + b * s.input_features();
     for (std::size_t j = 0; j < s.dense_features; ++j) row[j] = normal(rng);
-    for (std::size_t i = 0; i < s.tables * s.lookups; ++i) row[s.dense_features + i] = static_cast<double>((b + 2 * i) % s.rows);
+    for (std::size_t i = 0; i < s.tables * s.lookups; ++i)
+      row[s.dense_features + i] = static_cast<double>((b + 2 * i) % s.rows);
   }
   return x;
 }

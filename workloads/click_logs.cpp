@@ -54,7 +54,9 @@ constexpr std::uint64_t kTeacherTag = 0x7465616368657221ull;
 constexpr std::size_t kTeacherDim = 4;  // the teacher's embedding and bottom width
 
 // A uniform in [-1, 1) from a key and a counter.
-double symmetric(std::uint64_t key, std::uint64_t i) { return 2.0 * unit53(splitmix64(key + i * 0x9e3779b97f4a7c15ull)) - 1.0; }
+double symmetric(std::uint64_t key, std::uint64_t i) {
+  return 2.0 * unit53(splitmix64(key + i * 0x9e3779b97f4a7c15ull)) - 1.0;
+}
 
 class ClickLogs final : public Dataset {
  public:
@@ -101,7 +103,7 @@ class ClickLogs final : public Dataset {
     const std::uint64_t key = hash3(seed_ ^ kIndexTag, idx, t * shape_.lookups + l);
     std::uint64_t counter = 0;
     const auto next = [&] { return unit53(splitmix64(key + counter++ * 0x9e3779b97f4a7c15ull)); };
-    const std::uint64_t rank = zipf_ ? (*zipf_)(next) - 1 : static_cast<std::uint64_t>(next() * shape_.rows);
+    const std::uint64_t rank = zipf_ ? (*zipf_)(next)-1 : static_cast<std::uint64_t>(next() * shape_.rows);
     const auto [a, c] = permutation_[t];
     return static_cast<std::uint64_t>((static_cast<unsigned __int128>(a) * rank + c) % shape_.rows);
   }

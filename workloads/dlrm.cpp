@@ -31,8 +31,8 @@ void check_dlrm_shape(const DlrmShape& s) {
                                  s.tables, s.lookups, s.dense_features, kMaxInput));
   }
   if (s.tables > std::numeric_limits<std::size_t>::max() / s.rows / s.dim / sizeof(double)) {
-    throw InputError(fmt::format("--tables {} x --rows {} x --embedding-dim {}: too many parameters", s.tables, s.rows,
-                                 s.dim));
+    throw InputError(
+        fmt::format("--tables {} x --rows {} x --embedding-dim {}: too many parameters", s.tables, s.rows, s.dim));
   }
 }
 
@@ -93,8 +93,8 @@ void Dlrm<T>::reserve(std::size_t max_batch, std::shared_ptr<ModelOps<T>> ops) {
 
 template <typename T>
 std::size_t Dlrm<T>::activation_bytes(std::size_t max_batch) const {
-  const std::size_t per_sample =
-      shape_.dense_features + 2 * shape_.dim + 2 * shape_.tables * shape_.dim + 2 * shape_.interaction_width();
+  const std::size_t per_sample = shape_.dense_features + 2 * shape_.dim + 2 * shape_.tables * shape_.dim +
+                                 2 * shape_.interaction_width();
   return bottom_.activation_bytes(max_batch) + top_.activation_bytes(max_batch) + max_batch * per_sample * sizeof(T);
 }
 

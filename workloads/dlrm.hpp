@@ -27,9 +27,9 @@ namespace dpbench {
 struct DlrmShape {
   std::size_t dense_features = 13;  // Criteo's 13 integer features
   std::size_t tables = 8;
-  std::size_t rows = 100000;  // per table
-  std::size_t dim = 16;       // the embedding dimension, also the bottom MLP's output width
-  std::size_t lookups = 20;   // indices per table per sample (the pooling factor)
+  std::size_t rows = 100000;               // per table
+  std::size_t dim = 16;                    // the embedding dimension, also the bottom MLP's output width
+  std::size_t lookups = 20;                // indices per table per sample (the pooling factor)
   std::vector<std::size_t> bottom = {64};  // the bottom MLP's hidden widths (then dim)
   std::vector<std::size_t> top = {64};     // the top MLP's hidden widths (then 2 logits)
 

@@ -70,8 +70,7 @@ T dot(const T* a, const T* b, std::size_t n) {
 }  // namespace
 
 template <typename T>
-void dot_interaction_forward(const T* z, const T* bags, T* r, std::size_t batch, std::size_t tables,
-                             std::size_t dim) {
+void dot_interaction_forward(const T* z, const T* bags, T* r, std::size_t batch, std::size_t tables, std::size_t dim) {
   const std::size_t width = dim + tables * (tables + 1) / 2;
   for (std::size_t b = 0; b < batch; ++b) {
     T* out = r + b * width;
@@ -114,12 +113,12 @@ void copy_columns(const T* src, std::size_t src_stride, T* dst, std::size_t widt
   for (std::size_t r = 0; r < rows; ++r) std::copy(src + r * src_stride, src + r * src_stride + width, dst + r * width);
 }
 
-#define DPBENCH_DLRM_KERNELS(T)                                                                                     \
-  template void embedding_bag_sum_forward<T>(const T*, const T*, T*, std::size_t, const BagShape&);                 \
-  template void embedding_bag_sum_backward<T>(const T*, const T*, T*, std::size_t, const BagShape&);                \
-  template void dot_interaction_forward<T>(const T*, const T*, T*, std::size_t, std::size_t, std::size_t);          \
-  template void dot_interaction_backward<T>(const T*, const T*, const T*, T*, T*, std::size_t, std::size_t,         \
-                                            std::size_t);                                                           \
+#define DPBENCH_DLRM_KERNELS(T)                                                                             \
+  template void embedding_bag_sum_forward<T>(const T*, const T*, T*, std::size_t, const BagShape&);         \
+  template void embedding_bag_sum_backward<T>(const T*, const T*, T*, std::size_t, const BagShape&);        \
+  template void dot_interaction_forward<T>(const T*, const T*, T*, std::size_t, std::size_t, std::size_t);  \
+  template void dot_interaction_backward<T>(const T*, const T*, const T*, T*, T*, std::size_t, std::size_t, \
+                                            std::size_t);                                                   \
   template void copy_columns<T>(const T*, std::size_t, T*, std::size_t, std::size_t);
 DPBENCH_DLRM_KERNELS(float)
 DPBENCH_DLRM_KERNELS(double)

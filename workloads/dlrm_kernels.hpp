@@ -36,8 +36,7 @@ void embedding_bag_sum_backward(const T* x, const T* d_out, T* dtables, std::siz
 // dim + K(K+1)/2 values per sample (DLRM's concatenation of the dense features and the lower
 // triangle of Z = F F^T).
 template <typename T>
-void dot_interaction_forward(const T* z, const T* bags, T* r, std::size_t batch, std::size_t tables,
-                             std::size_t dim);
+void dot_interaction_forward(const T* z, const T* bags, T* r, std::size_t batch, std::size_t tables, std::size_t dim);
 
 // Given dr[batch, dim + K(K+1)/2]: overwrites dz[batch, dim] and dbags[batch, K, dim].
 template <typename T>
