@@ -8,6 +8,7 @@
 #include "train/replica_rank.hpp"
 #include "core/error.hpp"
 #include "core/hierarchical.hpp"
+#include "sharded_ps/sparse_embeddings.hpp"
 #include "sharded_ps/stale_sync.hpp"
 #include "train/grad_bucket_sync.hpp"
 #include "train/rank_context.hpp"
@@ -105,6 +106,7 @@ void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
                                  config.sharded_ps.servers, config.world_size));
   }
   validate_staleness(config);
+  validate_sparse_embeddings(config);
   if (config.hierarchy != "node") return;
   if (config.transport != Transport::collective) {
     throw InputError(fmt::format("--hierarchy node: sharded_ps reduces inside the node with the collective "
@@ -266,6 +268,7 @@ class ShardedPsRank final : public ReplicaRank {
 RunResult train_sharded_ps(const TrainConfig& config, const TrainData& data) {
   validate_sharded_ps(config, *data.train);
   if (config.sharded_ps.staleness > 0) return run_step_loop(config, data, make_stale_sync_rank);
+  if (config.model.dlrm.sparse_grad) return run_step_loop(config, data, make_sparse_embedding_rank);
   const bool p2p = config.transport == Transport::p2p;
   return run_step_loop(config, data, [p2p](const RankSetup& s) { return std::make_unique<ShardedPsRank>(s, p2p); });
 }

@@ -2,11 +2,11 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "workloads/hash_stream.hpp"
 
 namespace dpbench {
 
@@ -98,16 +98,32 @@ std::size_t Dlrm<T>::activation_bytes(std::size_t max_batch) const {
   return bottom_.activation_bytes(max_batch) + top_.activation_bytes(max_batch) + max_batch * per_sample * sizeof(T);
 }
 
+namespace {
+constexpr std::uint64_t kTableTag = 0x656d625f7461626cull;
+constexpr std::uint64_t kBottomTag = 0x626f74746f6d5f6cull;
+constexpr std::uint64_t kTopTag = 0x746f705f6d6c705full;
+}  // namespace
+
+template <typename T>
+void init_table_rows(const DlrmShape& shape, std::uint64_t seed, std::size_t table, std::size_t row_begin,
+                     std::size_t row_end, T* out) {
+  const double bound = std::sqrt(1.0 / static_cast<double>(shape.rows));
+  const std::uint64_t key = hash3(seed, kTableTag, table);
+  for (std::size_t r = row_begin; r < row_end; ++r) {
+    const std::uint64_t row_key = splitmix64(key ^ (r * 0x9e3779b97f4a7c15ull));
+    for (std::size_t c = 0; c < shape.dim; ++c) {
+      *out++ = static_cast<T>((2.0 * unit53(splitmix64(row_key + c)) - 1.0) * bound);
+    }
+  }
+}
+
 template <typename T>
 void Dlrm<T>::init_params(T* params, std::uint64_t seed) const {
-  std::mt19937_64 rng(seed);
-  const double bound = std::sqrt(1.0 / static_cast<double>(shape_.rows));
-  for (std::size_t i = 0; i < shape_.embedding_params(); ++i) {
-    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // 53 random bits -> [0, 1)
-    params[i] = static_cast<T>((2.0 * u - 1.0) * bound);
+  for (std::size_t t = 0; t < shape_.tables; ++t) {
+    init_table_rows(shape_, seed, t, 0, shape_.rows, params + t * shape_.rows * shape_.dim);
   }
-  bottom_.init_params(params + bottom_offset_, rng());
-  top_.init_params(params + top_offset_, rng());
+  bottom_.init_params(params + bottom_offset_, splitmix64(seed ^ kBottomTag));
+  top_.init_params(params + top_offset_, splitmix64(seed ^ kTopTag));
 }
 
 template <typename T>
@@ -146,5 +162,7 @@ void Dlrm<T>::backward(const T* params, const T* x, const T* dlogits, std::size_
 
 template class Dlrm<float>;
 template class Dlrm<double>;
+template void init_table_rows<float>(const DlrmShape&, std::uint64_t, std::size_t, std::size_t, std::size_t, float*);
+template void init_table_rows<double>(const DlrmShape&, std::uint64_t, std::size_t, std::size_t, std::size_t, double*);
 
 }  // namespace dpbench

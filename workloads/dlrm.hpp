@@ -32,6 +32,9 @@ struct DlrmShape {
   std::size_t lookups = 20;                // indices per table per sample (the pooling factor)
   std::vector<std::size_t> bottom = {64};  // the bottom MLP's hidden widths (then dim)
   std::vector<std::size_t> top = {64};     // the top MLP's hidden widths (then 2 logits)
+  // nn.EmbeddingBag(sparse=True) (--sparse-grad): the tables' gradients are the touched rows
+  // only; sharded_ps pushes and pulls those rows and steps them with SGD without momentum.
+  bool sparse_grad = false;
 
   cpu::BagShape bags() const { return {dense_features, tables, rows, dim, lookups}; }
   std::size_t input_features() const { return dense_features + tables * lookups; }
@@ -45,6 +48,12 @@ inline constexpr std::size_t kDlrmMaxRows = std::size_t{1} << 24;
 // Throws InputError with one line naming the option when a size is zero, a width is zero, rows
 // exceed kDlrmMaxRows, or the embedding parameters overflow.
 void check_dlrm_shape(const DlrmShape& shape);
+
+// Rows [row_begin, row_end) of table `table` as Dlrm::init_params makes them for `shape` and
+// `seed`: (row_end - row_begin) x shape.dim values into out.
+template <typename T>
+void init_table_rows(const DlrmShape& shape, std::uint64_t seed, std::size_t table, std::size_t row_begin,
+                     std::size_t row_end, T* out);
 
 template <typename T>
 class Dlrm final : public ModelT<T> {
@@ -63,7 +72,9 @@ class Dlrm final : public ModelT<T> {
   // The two MLPs' activations, and per sample: the dense inputs, the bottom output and its
   // gradient, the bags and their gradient, the interaction and its gradient.
   std::size_t activation_bytes(std::size_t max_batch) const override;
-  // Tables U(-sqrt(1/rows), sqrt(1/rows)) (DLRM's create_emb); the MLPs nn.Linear's default.
+  // Tables U(-sqrt(1/rows), sqrt(1/rows)) (DLRM's create_emb), each row from its own counter-based
+  // stream (init_table_rows), so a server of some rows makes them alone; the MLPs nn.Linear's
+  // default from seeds that do not depend on the tables' size.
   void init_params(T* params, std::uint64_t seed) const override;
   void forward(const T* params, const T* x, std::size_t batch, T* logits) override;
   // Ready order: the top MLP's layers last to first, the bottom MLP's likewise, then the tables

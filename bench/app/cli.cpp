@@ -169,6 +169,10 @@ void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
   app.add_option("--top-mlp", shape.top, "dlrm: hidden widths of the top MLP, comma list (then 2 logits)")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_flag("--sparse-grad", shape.sparse_grad,
+               "dlrm, sharded_ps: sparse embedding gradients (nn.EmbeddingBag(sparse=True)): each worker pulls only "
+               "its batch's rows from their servers and pushes only their gradients; the tables step with SGD "
+               "without momentum");
   app.add_option("--zipf-alpha", logs.zipf_alpha,
                  "dlrm: draw each table's indices from a Zipf(alpha) law over its rows (alpha > 0; e.g. 1.05), "
                  "as FBGEMM's benchmark requests do; default: uniform");
@@ -496,8 +500,8 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
     const CLI::Option* o = app.get_option_no_throw(name);
     return o != nullptr && o->count() > 0;
   };
-  const char* own[] = {"--tables",         "--rows",       "--embedding-dim", "--lookups",
-                       "--dense-features", "--bottom-mlp", "--top-mlp",       "--zipf-alpha"};
+  const char* own[] = {"--tables",     "--rows",    "--embedding-dim", "--lookups",    "--dense-features",
+                       "--bottom-mlp", "--top-mlp", "--zipf-alpha",    "--sparse-grad"};
   if (config.model.workload != "dlrm") {
     for (const char* o : own) {
       if (given(o)) throw InputError(fmt::format("{}: applies to --workload dlrm", o));
@@ -524,6 +528,12 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
   check_optimizer_options(run, o.base);
   apply_described_model(run, o.base, o.data);
   apply_dlrm_options(run, o.base, o.data);
+  if (o.base.model.dlrm.sparse_grad &&
+      std::any_of(o.modes.begin(), o.modes.end(), [](Mode m) { return m != Mode::sharded_ps; })) {
+    throw InputError(fmt::format("--sparse-grad: sharded_ps pushes and pulls the touched rows; {} has no sparse path "
+                                 "yet (give --mode sharded_ps)",
+                                 fmt::join(o.modes, ",")));
+  }
   if (o.base.model.workload == "dlrm" && !o.reference.framework.empty()) {
     throw InputError("--reference pytorch: not for --workload dlrm yet (its PyTorch twin is not written)");
   }
@@ -788,6 +798,12 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
     o.base.model.workload = "dlrm";
   }
   apply_dlrm_options(sweep, o.base, o.data);
+  if (o.base.model.dlrm.sparse_grad &&
+      std::any_of(o.modes.begin(), o.modes.end(), [](Mode m) { return m != Mode::sharded_ps; })) {
+    throw InputError(fmt::format("--sparse-grad: sharded_ps pushes and pulls the touched rows; {} has no sparse path "
+                                 "yet (give --modes sharded_ps)",
+                                 fmt::join(o.modes, ",")));
+  }
   if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), Mode::allreduce) == o.modes.end()) {
     throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
   }

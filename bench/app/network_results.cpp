@@ -260,6 +260,10 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
                             const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
   if (r.config.sharded_ps.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
+  if (r.config.model.dlrm.sparse_grad) {
+    return {{"unavailable", "--sparse-grad: the step's sparse pushes and pulls follow the data; the schedule does "
+                            "not model them yet"}};
+  }
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }
@@ -358,6 +362,14 @@ StepModel wire_step_model(const RunResult& r) {
       for (const std::size_t n : b.allreduces) floats += static_cast<double>(n);
     }
     m.param_bytes = floats * 4.0;
+  }
+  if (r.config.model.dlrm.sparse_grad && r.config.world_size > 1) {
+    // Sparse pushes and pulls move what the batch touched: the gradient whose sharded push and
+    // pull (2 (p-1)/p of it) send what the busiest rank sent per step.
+    double sent = 0;
+    for (const auto& rank : r.ranks) sent = std::max(sent, static_cast<double>(rank.comm_per_step.bytes_sent));
+    const double p = r.config.world_size;
+    m.param_bytes = sent * p / (2.0 * (p - 1.0));
   }
   m.sample_bytes = static_cast<double>(r.input_features) * 4.0;
   m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;

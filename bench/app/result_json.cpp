@@ -118,7 +118,8 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                  {"dense_features", d.dense_features},
                  {"bottom_mlp", d.bottom},
                  {"top_mlp", d.top},
-                 {"embedding_params", d.embedding_params()}};
+                 {"embedding_params", d.embedding_params()},
+                 {"sparse_grad", d.sparse_grad}};
   }
   return j;
 }
