@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "allreduce/ddp_trainer.hpp"
 #include "core/memory.hpp"
+#include "sharded_ps/sharded_ps.hpp"
 #include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/dlrm.hpp"
@@ -222,6 +224,59 @@ TEST(ClickLogs, SamplesAreDeterministicInRangeAndBothLabelsOccur) {
   const double expected = zipf_law(1000, 1.05)[1] * 4000 * 10;
   EXPECT_NEAR(hottest, expected, 5 * std::sqrt(expected));
   EXPECT_THROW(make_click_logs(s, {-1.0}, 10, 1), InputError);
+}
+
+// sharded_ps --sparse-grad on three thread ranks (rows 100 per server) against dense allreduce,
+// both SGD without momentum: the same step losses and the same final model, the tables gathered
+// from their servers onto rank 0. In-process, so the sanitizer stages run its threads.
+TEST(DlrmSparse, ThreadRanksTrainAsDenseAllreduceStepForStep) {
+  DlrmShape shape;
+  shape.dense_features = 5;
+  shape.tables = 3;
+  shape.rows = 300;
+  shape.dim = 4;
+  shape.lookups = 3;
+  shape.bottom = {8};
+  shape.top = {8};
+  const auto logs = make_click_logs(shape, {1.05}, 2048, 5);
+  TrainConfig c;
+  c.model.workload = "dlrm";
+  c.model.dlrm = shape;
+  c.world_size = 3;
+  c.global_batch = 96;
+  c.run.max_steps = 12;
+  c.run.warmup_steps = 2;
+  c.run.epochs = 1;
+  c.optimizer.lr = 0.5f;
+  c.optimizer.momentum = 0.0f;
+  c.seed = 3;
+  c.evaluate = false;
+  c.keep_final_params = true;
+  c.timeout = std::chrono::seconds(60);
+  const TrainData data{logs.get(), nullptr};
+  c.mode = Mode::allreduce;
+  const RunResult dense = train_allreduce(c, data);
+  c.mode = Mode::sharded_ps;
+  c.model.dlrm.sparse_grad = true;
+  const RunResult sparse = train_sharded_ps(c, data);
+  ASSERT_EQ(sparse.step_train_loss.size(), 12u);
+  ASSERT_EQ(dense.step_train_loss.size(), 12u);
+  for (std::size_t i = 0; i < 12; ++i) {
+    EXPECT_NEAR(sparse.step_train_loss[i], dense.step_train_loss[i], 1e-5 * dense.step_train_loss[i]) << i;
+  }
+  ASSERT_EQ(sparse.final_params.size(), dense.final_params.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < dense.final_params.size(); ++i) {
+    diff += std::pow(static_cast<double>(sparse.final_params[i]) - dense.final_params[i], 2);
+    norm += std::pow(static_cast<double>(dense.final_params[i]), 2);
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+  // The tables moved: the final model is not the initial one.
+  std::vector<float> initial(dense.final_params.size());
+  Dlrm<float>(shape).init_params(initial.data(), 3);
+  double moved = 0;
+  for (std::size_t i = 0; i < shape.embedding_params(); ++i) moved += std::abs(initial[i] - sparse.final_params[i]);
+  EXPECT_GT(moved, 1e-3);
 }
 
 }  // namespace

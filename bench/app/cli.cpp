@@ -524,16 +524,21 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
   data.classes = 2;
 }
 
+// --sparse-grad runs sharded_ps only: one line naming the modes and `option` otherwise.
+void check_sparse_grad_modes(const TrainConfig& config, const std::vector<Mode>& modes, const char* option) {
+  if (!config.model.dlrm.sparse_grad) return;
+  if (std::any_of(modes.begin(), modes.end(), [](Mode m) { return m != Mode::sharded_ps; })) {
+    throw InputError(fmt::format("--sparse-grad: sharded_ps pushes and pulls the touched rows; {} has no sparse path "
+                                 "yet (give {} sharded_ps)",
+                                 fmt::join(modes, ","), option));
+  }
+}
+
 void finish_run_options(const CLI::App& run, RunOptions& o) {
   check_optimizer_options(run, o.base);
   apply_described_model(run, o.base, o.data);
   apply_dlrm_options(run, o.base, o.data);
-  if (o.base.model.dlrm.sparse_grad &&
-      std::any_of(o.modes.begin(), o.modes.end(), [](Mode m) { return m != Mode::sharded_ps; })) {
-    throw InputError(fmt::format("--sparse-grad: sharded_ps pushes and pulls the touched rows; {} has no sparse path "
-                                 "yet (give --mode sharded_ps)",
-                                 fmt::join(o.modes, ",")));
-  }
+  check_sparse_grad_modes(o.base, o.modes, "--mode");
   if (o.base.model.workload == "dlrm" && !o.reference.framework.empty()) {
     throw InputError("--reference pytorch: not for --workload dlrm yet (its PyTorch twin is not written)");
   }
@@ -798,12 +803,7 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
     o.base.model.workload = "dlrm";
   }
   apply_dlrm_options(sweep, o.base, o.data);
-  if (o.base.model.dlrm.sparse_grad &&
-      std::any_of(o.modes.begin(), o.modes.end(), [](Mode m) { return m != Mode::sharded_ps; })) {
-    throw InputError(fmt::format("--sparse-grad: sharded_ps pushes and pulls the touched rows; {} has no sparse path "
-                                 "yet (give --modes sharded_ps)",
-                                 fmt::join(o.modes, ",")));
-  }
+  check_sparse_grad_modes(o.base, o.modes, "--modes");
   if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), Mode::allreduce) == o.modes.end()) {
     throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
   }
