@@ -8,6 +8,7 @@ namespace {
 
 Transport ring_transport(const TrainConfig&) { return Transport::ring; }
 std::string allreduce_label(const TrainConfig& config) {
+  if (config.model.dlrm.sparse_grad) return "allreduce (sparse all-gather)";
   std::string how = "ring";
   if (config.hierarchy == "node") how += ", node hierarchy";
   if (config.allreduce.comm_hook != "allreduce") how += ", " + config.allreduce.comm_hook;

@@ -5,14 +5,17 @@
 #include <fmt/format.h>
 
 #include "allreduce/powersgd.hpp"
+#include "allreduce/sparse_allreduce.hpp"
 #include "core/hierarchical.hpp"
 #include "train/grad_bucket_sync.hpp"
+#include "train/sparse_grad.hpp"
 #include "train/rank_context.hpp"
 
 namespace dpbench {
 
 void validate_allreduce(const TrainConfig& config, const Dataset& train) {
   validate_replicas(config, train);
+  validate_sparse_grad(config);
   if (config.allreduce.comm_hook != "allreduce" && config.device != DeviceKind::cpu) {
     throw InputError(fmt::format("--comm-hook {}: packs and adds on the host; run it with --device cpu, not {}",
                                  config.allreduce.comm_hook, config.device));
@@ -124,6 +127,7 @@ std::vector<ScheduleBucket> ddp_schedule_buckets(const Model& model, const Train
 
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data) {
   validate_allreduce(config, *data.train);
+  if (config.model.dlrm.sparse_grad) return run_step_loop(config, data, make_sparse_allreduce_rank);
   return run_step_loop(config, data, [](const RankSetup& s) { return std::make_unique<AllreduceRank>(s); });
 }
 

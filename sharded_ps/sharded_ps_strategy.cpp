@@ -13,6 +13,7 @@ Transport sharded_transport(const TrainConfig& config) { return config.transport
 
 // "sharded_ps (collective)"; the server count when not every rank is one.
 std::string sharded_label(const TrainConfig& config) {
+  if (config.model.dlrm.sparse_grad) return "sharded_ps (sparse push/pull)";
   if (config.sharded_ps.servers > 0 && config.sharded_ps.servers < config.world_size) {
     return fmt::format("sharded_ps ({}, {} servers)", name(config.transport), config.sharded_ps.servers);
   }

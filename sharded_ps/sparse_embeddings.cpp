@@ -8,33 +8,19 @@
 #include "core/error.hpp"
 #include "core/ring.hpp"
 #include "train/replica_rank.hpp"
+#include "train/sparse_grad.hpp"
 #include "workloads/dlrm.hpp"
 
 namespace dpbench {
 
 void validate_sparse_embeddings(const TrainConfig& config) {
   if (!config.model.dlrm.sparse_grad) return;
-  const auto refuse = [](const std::string& why) { throw InputError("--sparse-grad: " + why); };
-  if (config.model.workload != "dlrm") refuse("applies to --workload dlrm");
-  if (config.device != DeviceKind::cpu) refuse("runs on --device cpu");
-  if (config.optimizer.name != "sgd" || config.optimizer.weight_decay != 0) {
-    refuse("the tables step with SGD without momentum or weight decay (PyTorch's SGD on a sparse gradient); "
-           "give --optimizer sgd and no --weight-decay");
-  }
+  validate_sparse_grad(config);
   if (config.sharded_ps.servers != 0 && config.sharded_ps.servers != config.world_size) {
-    refuse(fmt::format("every rank serves rows; --servers {} is not supported", config.sharded_ps.servers));
+    throw InputError(
+        fmt::format("--sparse-grad: every rank serves rows; --servers {} is not supported", config.sharded_ps.servers));
   }
-  if (config.sharded_ps.staleness != 0) refuse("not with --staleness");
-  if (config.hierarchy != "none") refuse(fmt::format("not with --hierarchy {}", config.hierarchy));
-  if (!config.rank_batches.empty()) refuse("not with --rank-batch");
-  if (!config.checkpoint.dir.empty()) refuse("no checkpoints yet (the rows live on their servers)");
-  if (config.initial_params != nullptr) refuse("not with --init-params");
-  const std::size_t pulled = config.global_batch / static_cast<std::size_t>(config.world_size) *
-                             config.model.dlrm.lookups * config.model.dlrm.tables;
-  if (pulled > kDlrmMaxRows) {
-    refuse(fmt::format("up to {} rows pulled per step, more than {} (counts travel as exact floats)", pulled,
-                       kDlrmMaxRows));
-  }
+  if (config.sharded_ps.staleness != 0) throw InputError("--sparse-grad: not with --staleness");
 }
 
 namespace {
@@ -133,10 +119,10 @@ class SparseEmbeddingRank final : public ModeRank {
     std::vector<std::size_t> counts;
     for (int k = 0; k < p_; ++k) counts.push_back((starts_[k + 1] - starts_[k]) * full_.dim);
     for (std::size_t t = 0; t < full_.tables; ++t) {
-      comm.gatherv(shard_table(t), counts, rank_ == 0 ? full_params_.data() + t * full_.rows * full_.dim : nullptr,
-                   0);
+      comm.gatherv(shard_table(t), counts, rank_ == 0 ? full_params_.data() + t * full_.rows * full_.dim : nullptr, 0);
     }
-    if (rank_ == 0) std::copy(params_.data() + dense_at_, params_.data() + n_, full_params_.data() + full_.embedding_params());
+    if (rank_ == 0)
+      std::copy(params_.data() + dense_at_, params_.data() + n_, full_params_.data() + full_.embedding_params());
     return {sums.begin(), sums.end()};
   }
 
@@ -155,23 +141,10 @@ class SparseEmbeddingRank final : public ModeRank {
   // The batch with each table's indices renumbered to their place among the batch's unique rows
   // of that table; what each server is asked for.
   void compact_batch(const float* inputs) {
-    const std::size_t stride = full_.input_features(), D = full_.dense_features, L = full_.lookups;
-    std::copy(inputs, inputs + local_batch_ * stride, x_.data());
+    const CompactTables tables = compact_lookups(inputs, x_.data(), local_batch_, full_.bags());
     for (Pull& p : pulls_) p = {};
-    std::vector<std::size_t> rows;
     for (std::size_t t = 0; t < full_.tables; ++t) {
-      rows.clear();
-      for (std::size_t b = 0; b < local_batch_; ++b) {
-        for (std::size_t l = 0; l < L; ++l) rows.push_back(static_cast<std::size_t>(inputs[b * stride + D + t * L + l]));
-      }
-      std::sort(rows.begin(), rows.end());
-      rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-      for (std::size_t b = 0; b < local_batch_; ++b) {
-        for (std::size_t l = 0; l < L; ++l) {
-          float& v = x_.data()[b * stride + D + t * L + l];
-          v = static_cast<float>(std::lower_bound(rows.begin(), rows.end(), static_cast<std::size_t>(v)) - rows.begin());
-        }
-      }
+      const std::vector<std::size_t>& rows = tables.rows[t];
       for (std::size_t c = 0; c < rows.size(); ++c) {
         Pull& p = pulls_[static_cast<std::size_t>(owner(rows[c]))];
         p.ids.push_back(static_cast<float>(t));
@@ -197,7 +170,8 @@ class SparseEmbeddingRank final : public ModeRank {
       std::copy_n(shard_.data() + served_row(&mine.ids[2 * j]) * dim, dim, params_.data() + mine.slots[j]);
     }
     for (int d = 1; d < p_; ++d) {
-      const auto dst = static_cast<std::size_t>((rank_ + d) % p_), src = static_cast<std::size_t>((rank_ - d + p_) % p_);
+      const auto dst = static_cast<std::size_t>((rank_ + d) % p_),
+                 src = static_cast<std::size_t>((rank_ - d + p_) % p_);
       Pull& want = pulls_[dst];
       std::vector<float>& asked = served_[src];
       float n_want = static_cast<float>(want.slots.size()), n_asked = 0;
@@ -210,7 +184,8 @@ class SparseEmbeddingRank final : public ModeRank {
         std::copy_n(shard_.data() + served_row(&asked[2 * j]) * dim, dim, reply.data() + j * dim);
       }
       comm.sendrecv(reply.data(), reply.size(), static_cast<int>(src), got.data(), got.size(), static_cast<int>(dst));
-      for (std::size_t j = 0; j < want.slots.size(); ++j) std::copy_n(got.data() + j * dim, dim, params_.data() + want.slots[j]);
+      for (std::size_t j = 0; j < want.slots.size(); ++j)
+        std::copy_n(got.data() + j * dim, dim, params_.data() + want.slots[j]);
     }
   }
 
@@ -224,11 +199,13 @@ class SparseEmbeddingRank final : public ModeRank {
     const Pull& mine = pulls_[static_cast<std::size_t>(rank_)];
     for (std::size_t j = 0; j < mine.slots.size(); ++j) add(&mine.ids[2 * j], grads_.data() + mine.slots[j]);
     for (int d = 1; d < p_; ++d) {
-      const auto dst = static_cast<std::size_t>((rank_ + d) % p_), src = static_cast<std::size_t>((rank_ - d + p_) % p_);
+      const auto dst = static_cast<std::size_t>((rank_ + d) % p_),
+                 src = static_cast<std::size_t>((rank_ - d + p_) % p_);
       const Pull& sent = pulls_[dst];
       const std::vector<float>& asked = served_[src];
       std::vector<float> out(sent.slots.size() * dim), in(asked.size() / 2 * dim);
-      for (std::size_t j = 0; j < sent.slots.size(); ++j) std::copy_n(grads_.data() + sent.slots[j], dim, out.data() + j * dim);
+      for (std::size_t j = 0; j < sent.slots.size(); ++j)
+        std::copy_n(grads_.data() + sent.slots[j], dim, out.data() + j * dim);
       comm.sendrecv(out.data(), out.size(), static_cast<int>(dst), in.data(), in.size(), static_cast<int>(src));
       for (std::size_t j = 0; j < asked.size() / 2; ++j) add(&asked[2 * j], in.data() + j * dim);
     }
@@ -238,19 +215,19 @@ class SparseEmbeddingRank final : public ModeRank {
   int p_, rank_;
   std::size_t local_batch_;
   DlrmShape full_;
-  std::size_t cap_;              // compact rows per table: local_batch x lookups
-  TrainConfig compact_config_;   // the run's, its tables cut to cap_ rows
+  std::size_t cap_;                    // compact rows per table: local_batch x lookups
+  TrainConfig compact_config_;         // the run's, its tables cut to cap_ rows
   std::unique_ptr<Model> full_model_;  // the run's model: names and sizes of the result
   std::unique_ptr<Model> model_;       // the compact replica
   std::size_t n_, dense_at_;           // the replica's floats; where its dense layers start
   Array<float> params_, grads_, logits_, dlogits_, x_;
   Optimizer optimizer_;  // the dense layers'
   DistributedSampler sampler_;
-  Chunk own_;                        // the rows of every table this rank serves
-  Array<float> shard_, shard_grad_;  // [tables, own_.length, dim]
-  std::vector<std::uint8_t> touched_;  // per served row: pulled this step
-  std::vector<std::size_t> starts_;    // [p + 1]: the first row each rank serves
-  std::vector<Pull> pulls_;            // per server: what this worker pulls from it this step
+  Chunk own_;                               // the rows of every table this rank serves
+  Array<float> shard_, shard_grad_;         // [tables, own_.length, dim]
+  std::vector<std::uint8_t> touched_;       // per served row: pulled this step
+  std::vector<std::size_t> starts_;         // [p + 1]: the first row each rank serves
+  std::vector<Pull> pulls_;                 // per server: what this worker pulls from it this step
   std::vector<std::vector<float>> served_;  // per worker: the ids it asked this server for
   std::vector<float> full_params_;          // rank 0, after the last step: the whole model
 };

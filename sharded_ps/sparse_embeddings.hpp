@@ -27,10 +27,8 @@
 
 namespace dpbench {
 
-// Throws InputError on a config this path cannot run: --sparse-grad without --workload dlrm, on a
-// device other than the CPU, with an optimizer other than SGD or with weight decay, with
-// --servers other than every rank, --staleness, --hierarchy, --rank-batch, checkpoints or
-// --init-params, or with more than 2^24 rows pulled per step.
+// Throws InputError on a config this path cannot run: validate_sparse_grad's checks
+// (train/sparse_grad.hpp), and --servers other than every rank or --staleness.
 void validate_sparse_embeddings(const TrainConfig& config);
 
 // The rank of sharded_ps --sparse-grad (above).

@@ -1214,11 +1214,12 @@ TEST_F(Cli, DlrmTrainsEveryModeItsLossFallsAndAllreduceMovesTheDenseTables) {
 }
 
 // sharded_ps --sparse-grad (sharded_ps/sparse_embeddings.hpp) pulls and pushes only the rows a
-// batch touches and steps them with SGD; with --momentum 0 the dense allreduce steps the same
+// batch touches and steps them with SGD, and allreduce --sparse-grad all-gathers every rank's rows
+// (allreduce/sparse_allreduce.hpp); with --momentum 0 the dense allreduce steps the same
 // SGD on every row, and an untouched row's gradient is zero: the two train the same model, step
 // for step (on the development machine bit for bit). The sparse run sends at least 10x fewer
 // bytes (20,000-row tables) and its evaluation reads the rows gathered from the servers.
-TEST_F(Cli, DlrmSparseShardedPsTrainsAsDenseAllreduceWithFewerBytes) {
+TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
   const std::string args =
       "--workload dlrm --tables 4 --rows 20000 --embedding-dim 8 --lookups 8 --zipf-alpha 1.05 --ranks 2 "
       "--synthetic-samples 16384 --epochs 4 --batch-size 256 --max-steps 100 --repetitions 1 --num-workers 0 "
@@ -1226,16 +1227,27 @@ TEST_F(Cli, DlrmSparseShardedPsTrainsAsDenseAllreduceWithFewerBytes) {
   const Outcome dense = dpbench(args + "--mode allreduce");
   ASSERT_EQ(dense.exit_code, 0) << dense.err;
   const auto d = nlohmann::json::parse(slurp(result()))["runs"][0];
-  const Outcome sparse = dpbench(args + "--mode sharded_ps --sparse-grad");
+  const Outcome sparse = dpbench(args + "--mode sharded_ps,allreduce --sparse-grad");
   ASSERT_EQ(sparse.exit_code, 0) << sparse.err;
-  const auto s = nlohmann::json::parse(slurp(result()))["runs"][0];
+  const auto both = nlohmann::json::parse(slurp(result()))["runs"];
+  ASSERT_EQ(both.size(), 2u);
+  const auto s = both[0];
+  const auto a = both[1];
+  ASSERT_EQ(a["mode"], "allreduce");
+  EXPECT_EQ(a["config"]["dlrm"]["sparse_grad"], true);
+  // The sparse all-reduce (an all-gather of every rank's rows) trains the same model too.
+  const auto la = a["quality"]["step_train_loss"].get<std::vector<double>>();
   EXPECT_EQ(s["config"]["dlrm"]["sparse_grad"], true);
   EXPECT_EQ(s["num_params"], d["num_params"]);
   const auto ls = s["quality"]["step_train_loss"].get<std::vector<double>>();
   const auto ld = d["quality"]["step_train_loss"].get<std::vector<double>>();
   ASSERT_EQ(ls.size(), 100u);
   ASSERT_EQ(ld.size(), 100u);
-  for (std::size_t i = 0; i < ls.size(); ++i) EXPECT_NEAR(ls[i], ld[i], 1e-5 * ld[i]) << "step " << i;
+  ASSERT_EQ(la.size(), 100u);
+  for (std::size_t i = 0; i < ls.size(); ++i) {
+    EXPECT_NEAR(ls[i], ld[i], 1e-5 * ld[i]) << "step " << i;
+    EXPECT_NEAR(la[i], ld[i], 1e-5 * ld[i]) << "step " << i;
+  }
   EXPECT_LT(ls.back(), ls.front() - 0.02) << "the loss did not fall";
   EXPECT_NEAR(s["quality"]["test_accuracy"].get<double>(), d["quality"]["test_accuracy"].get<double>(), 1e-3);
   for (int r = 0; r < 2; ++r) {
@@ -1243,6 +1255,7 @@ TEST_F(Cli, DlrmSparseShardedPsTrainsAsDenseAllreduceWithFewerBytes) {
       return run["comm_bytes_per_step"]["per_rank"][r]["sent"].get<double>();
     };
     EXPECT_LT(10 * sent(s), sent(d)) << "rank " << r;
+    EXPECT_LT(10 * sent(a), sent(d)) << "rank " << r;
     EXPECT_GT(sent(s), 0) << "rank " << r;
   }
   EXPECT_LT(s["memory"]["per_rank"][1]["parameters"].get<double>(),
@@ -1251,7 +1264,7 @@ TEST_F(Cli, DlrmSparseShardedPsTrainsAsDenseAllreduceWithFewerBytes) {
 
 TEST_F(Cli, DlrmSparseGradRefusesWhatItCannotRun) {
   expect_input_error("--sparse-grad", "--sparse-grad: applies to --workload dlrm");
-  expect_input_error("--workload dlrm --sparse-grad", "give --mode sharded_ps");
+  expect_input_error("--workload dlrm --sparse-grad", "ps has no sparse path yet (give --mode sharded_ps,allreduce)");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --optimizer adam", "SGD without momentum");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --weight-decay 0.01", "no --weight-decay");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --servers 1", "--servers 1 is not supported");

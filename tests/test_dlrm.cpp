@@ -226,10 +226,10 @@ TEST(ClickLogs, SamplesAreDeterministicInRangeAndBothLabelsOccur) {
   EXPECT_THROW(make_click_logs(s, {-1.0}, 10, 1), InputError);
 }
 
-// sharded_ps --sparse-grad on three thread ranks (rows 100 per server) against dense allreduce,
-// both SGD without momentum: the same step losses and the same final model, the tables gathered
+// sharded_ps --sparse-grad on three thread ranks (rows 100 per server), and allreduce --sparse-grad
+// (the all-gather of every rank's rows), against dense allreduce, all SGD without momentum: the same step losses and the same final model, the tables gathered
 // from their servers onto rank 0. In-process, so the sanitizer stages run its threads.
-TEST(DlrmSparse, ThreadRanksTrainAsDenseAllreduceStepForStep) {
+TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
   DlrmShape shape;
   shape.dense_features = 5;
   shape.tables = 3;
@@ -259,6 +259,12 @@ TEST(DlrmSparse, ThreadRanksTrainAsDenseAllreduceStepForStep) {
   c.mode = Mode::sharded_ps;
   c.model.dlrm.sparse_grad = true;
   const RunResult sparse = train_sharded_ps(c, data);
+  c.mode = Mode::allreduce;
+  const RunResult gathered = train_allreduce(c, data);  // the sparse all-reduce
+  ASSERT_EQ(gathered.step_train_loss.size(), 12u);
+  for (std::size_t i = 0; i < 12; ++i) {
+    EXPECT_NEAR(gathered.step_train_loss[i], dense.step_train_loss[i], 1e-5 * dense.step_train_loss[i]) << i;
+  }
   ASSERT_EQ(sparse.step_train_loss.size(), 12u);
   ASSERT_EQ(dense.step_train_loss.size(), 12u);
   for (std::size_t i = 0; i < 12; ++i) {

@@ -33,7 +33,7 @@ struct DlrmShape {
   std::vector<std::size_t> bottom = {64};  // the bottom MLP's hidden widths (then dim)
   std::vector<std::size_t> top = {64};     // the top MLP's hidden widths (then 2 logits)
   // nn.EmbeddingBag(sparse=True) (--sparse-grad): the tables' gradients are the touched rows
-  // only; sharded_ps pushes and pulls those rows and steps them with SGD without momentum.
+  // only; sharded_ps pushes and pulls those rows, allreduce all-gathers them; SGD without momentum.
   bool sparse_grad = false;
 
   cpu::BagShape bags() const { return {dense_features, tables, rows, dim, lookups}; }
