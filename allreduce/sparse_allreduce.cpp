@@ -136,7 +136,8 @@ class SparseAllreduceRank final : public ModeRank {
     summed_.clear();
     sums_.clear();
     for (std::size_t j = 0; j < total; ++j) {
-      const std::size_t row = static_cast<std::size_t>(all_ids[2 * j]) * full_.rows + static_cast<std::size_t>(all_ids[2 * j + 1]);
+      const std::size_t row = static_cast<std::size_t>(all_ids[2 * j]) * full_.rows +
+                              static_cast<std::size_t>(all_ids[2 * j + 1]);
       const auto [it, fresh] = summed_.try_emplace(row, sums_.size());
       if (fresh) sums_.resize(sums_.size() + dim, 0.0f);
       for (std::size_t c = 0; c < dim; ++c) sums_[it->second + c] += all_values[j * dim + c];

@@ -23,7 +23,8 @@ void validate_sparse_grad(const TrainConfig& config) {
   if (!config.rank_batches.empty()) refuse("not with --rank-batch");
   if (!config.checkpoint.dir.empty()) refuse("no checkpoints yet");
   if (config.initial_params != nullptr) refuse("not with --init-params");
-  if (config.allreduce.comm_hook != "allreduce") refuse(fmt::format("not with --comm-hook {}", config.allreduce.comm_hook));
+  if (config.allreduce.comm_hook != "allreduce")
+    refuse(fmt::format("not with --comm-hook {}", config.allreduce.comm_hook));
   const std::size_t rows = config.global_batch / static_cast<std::size_t>(std::max(1, config.world_size)) *
                            config.model.dlrm.lookups * config.model.dlrm.tables;
   if (rows > kDlrmMaxRows) {
