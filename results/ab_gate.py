@@ -15,8 +15,9 @@ the test accuracy; and in the projections, every point's simulated step time (re
 1e-9, SimGrid's floating point) and its message count. On one machine at one seed they do not
 move unless the code did.
 
-Timings are judged A/B, as asv and Bencher judge them: for every run, the throughputs
-(throughput_samples_per_s) of the N base and N head runs. The head is slower when a one-sided
+Timings are judged A/B, as asv and Bencher judge them: for every run, the throughputs at the
+median step (throughput_median_step_samples_per_s: global batch / median step time, robust to the
+occasional stalled step that moves a wall-time figure) of the N base and N head runs. The head is slower when a one-sided
 Mann-Whitney U test (scipy.stats.mannwhitneyu, head < base) gives p <= --alpha AND the medians
 differ by at least --min-effect. The minimum effect is fixed: the runs' own spread never raises
 it. With 5 + 5 runs the smallest possible p is 1/252 (0.004): at the default alpha of 0.01 the
@@ -44,7 +45,7 @@ MIN_REPETITIONS = 5
 DEFAULT_MIN_EFFECT = 0.10   # asv's default factor (1.1)
 DEFAULT_ALPHA = 0.01
 PROJECTION_REL_TOL = 1e-9
-TIMING_FIGURE = "throughput_samples_per_s"
+TIMING_FIGURE = "throughput_median_step_samples_per_s"
 
 
 class InputError(Exception):

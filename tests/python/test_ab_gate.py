@@ -201,7 +201,7 @@ class CiGateTests(unittest.TestCase):
         self.assertEqual(slow.returncode, 1, slow.stdout + slow.stderr)
         line = [x for x in slow.stderr.splitlines() if x.startswith("ab_gate: REGRESSION")]
         self.assertEqual(len(line), 1, slow.stderr)
-        self.assertRegex(line[0], r"allreduce/ring .*throughput_samples_per_s .* -1\d\.\d % \(Mann-Whitney U "
+        self.assertRegex(line[0], r"allreduce/ring .*throughput_median_step_samples_per_s .* -1\d\.\d % \(Mann-Whitney U "
                                   r"p=0\.00\d+.*against base " + re.escape(BINARY))
 
         message = self.gate(tmp / "msg", "--head-env", "DPBENCH_EXTRA_MESSAGE=mode=sharded_ps,floats=1")
