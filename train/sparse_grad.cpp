@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "train/replica_rank.hpp"
 
 namespace dpbench {
 
@@ -52,6 +53,76 @@ CompactTables compact_lookups(const float* inputs, float* x_out, std::size_t bat
     }
   }
   return out;
+}
+
+namespace {
+TrainConfig with_rows(const TrainConfig& config, std::size_t rows) {
+  TrainConfig c = config;
+  c.model.dlrm.rows = rows;
+  return c;
+}
+}  // namespace
+
+CompactReplicaRank::CompactReplicaRank(const RankSetup& s)
+    : s_(s),
+      p_(s.config.world_size),
+      rank_(s.ctx.rank()),
+      local_batch_(s.config.global_batch / static_cast<std::size_t>(p_)),
+      full_(s.config.model.dlrm),
+      cap_(local_batch_ * full_.lookups),
+      compact_config_(with_rows(s.config, cap_)),
+      full_model_(std::make_unique<Dlrm<float>>(full_)),
+      model_(s.ctx.make_model(compact_config_, s.train.shape(), 2, local_batch_)),
+      n_(model_->num_params()),
+      dense_at_(full_.tables * cap_ * full_.dim),
+      params_(s.ctx, MemoryCategory::parameters, n_),
+      grads_(s.ctx, MemoryCategory::gradients, n_),
+      logits_(s.ctx, MemoryCategory::activations, local_batch_ * 2),
+      dlogits_(s.ctx, MemoryCategory::activations, local_batch_ * 2),
+      x_(s.ctx, MemoryCategory::activations, local_batch_ * full_.input_features()),
+      optimizer_(s.ctx, s.config, dense_at_, n_ - dense_at_),
+      sampler_(s.train.size(), p_, rank_, /*shuffle=*/true, s.config.seed) {
+  const std::vector<float> initial = initial_parameters(*model_, compact_config_);  // the dense layers
+  s.ctx.upload(params_.data(), initial.data(), n_);
+}
+
+std::vector<std::int64_t> CompactReplicaRank::epoch_order(int epoch) {
+  return ddp_epoch_indices(s_.config, s_.train, sampler_, epoch, 0, local_batch_, s_.steps_per_epoch);
+}
+
+void CompactReplicaRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
+  lookups_ = compact_lookups(batch.inputs, x_.data(), local_batch_, full_.bags());
+  if (fill_rows()) timer.lap(&PhaseTimes::comm_exposed);
+  model_->forward(params_.data(), x_.data(), local_batch_, logits_.data());
+  s_.ctx.cross_entropy(logits_.data(), batch.labels, local_batch_, 2, dlogits_.data(),
+                       1.0f / static_cast<float>(s_.config.global_batch), step);
+}
+
+void CompactReplicaRank::backward(const GradReadyFn&) {
+  model_->backward(params_.data(), x_.data(), dlogits_.data(), local_batch_, grads_.data(), nullptr);
+}
+
+void CompactReplicaRank::finish_grad_sync() {
+  s_.ctx.synchronize();
+  s_.ctx.comm().allreduce_sum(grads_.data() + dense_at_, n_ - dense_at_);
+  exchange_rows();
+}
+
+void CompactReplicaRank::optimizer_step() {
+  optimizer_.step(params_.data() + dense_at_, grads_.data() + dense_at_);
+  step_rows(s_.config.optimizer.lr);
+}
+
+std::vector<double> CompactReplicaRank::global_losses(std::vector<double> local) {
+  std::vector<float> sums(local.begin(), local.end());
+  if (sums.empty()) sums.push_back(0.0f);
+  s_.ctx.comm().allreduce_sum(sums.data(), sums.size());
+  if (rank_ == 0) full_params_.assign(full_model_->num_params(), 0.0f);
+  collect_tables(rank_ == 0 ? full_params_.data() : nullptr);
+  if (rank_ == 0) {
+    std::copy(params_.data() + dense_at_, params_.data() + n_, full_params_.data() + full_.embedding_params());
+  }
+  return {sums.begin(), sums.end()};
 }
 
 }  // namespace dpbench

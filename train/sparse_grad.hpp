@@ -6,7 +6,10 @@
 #include <cstddef>
 #include <vector>
 
+#include "train/optimizer.hpp"
+#include "train/step_loop.hpp"
 #include "train/training.hpp"
+#include "workloads/distributed_sampler.hpp"
 #include "workloads/dlrm.hpp"
 
 namespace dpbench {
@@ -27,5 +30,68 @@ struct CompactTables {
   std::vector<std::vector<std::size_t>> rows;
 };
 CompactTables compact_lookups(const float* inputs, float* x_out, std::size_t batch, const cpu::BagShape& s);
+
+// The worker both sparse paths share: a replica of the dlrm model holding the dense layers and, of
+// the tables, only the rows its batch looks up, in compact tables of local_batch x lookups rows
+// each (the batch's indices renumbered by compact_lookups). Its DistributedSampler shard as DDP's;
+// the dense layers start equal on every rank (one seed) and are all-reduced and stepped with the
+// run's optimizer on every rank. Where the table rows live is the derived path's:
+//   fill_rows()     before forward: the batch's rows (lookups()) into the compact tables;
+//   exchange_rows() after the dense all-reduce: the compact gradient rows to where they are summed;
+//   step_rows(lr)   after the dense optimizer: SGD without momentum on the summed rows;
+//   collect_tables  after the last step, on every rank: rank 0's `tables` (else null) receives
+//                   every table in full, [tables, rows, dim], for the result's evaluation.
+class CompactReplicaRank : public ModeRank {
+ public:
+  explicit CompactReplicaRank(const RankSetup& setup);
+
+  Model& model() override { return *full_model_; }  // the run's model: its names and sizes
+  float* master_params() override { return full_params_.data(); }
+  Optimizer& optimizer() override { return optimizer_; }
+  std::size_t rows() const override { return local_batch_; }
+  std::size_t loaded_rows() const override { return local_batch_; }
+  std::size_t loss_rows() const override { return local_batch_; }
+  std::vector<std::int64_t> epoch_order(int epoch) override;
+  std::size_t probe_floats() override { return n_ - dense_at_; }
+
+  // The batch compacted, fill_rows() (its time the step's exposed communication when it
+  // communicates), forward and the loss scaled by 1 / global_batch.
+  void forward(const StagedBatch& batch, long step, StepTimer& timer) override;
+  void backward(const GradReadyFn& on_grad_ready) override;
+  void finish_grad_sync() override;
+  void optimizer_step() override;
+  // The step losses summed onto rank 0, then rank 0's full parameters: collect_tables and its dense
+  // layers.
+  std::vector<double> global_losses(std::vector<double> local) override;
+
+ protected:
+  // Returns true when it communicated.
+  virtual bool fill_rows() = 0;
+  virtual void exchange_rows() = 0;
+  virtual void step_rows(float lr) = 0;
+  virtual void collect_tables(float* tables) = 0;
+
+  const CompactTables& lookups() const { return lookups_; }
+  // Compact row c of table t in the replica's parameters or gradients.
+  float* compact_param(std::size_t t, std::size_t c) { return params_.data() + (t * cap_ + c) * full_.dim; }
+  const float* compact_grad(std::size_t t, std::size_t c) const { return grads_.data() + (t * cap_ + c) * full_.dim; }
+
+  RankSetup s_;
+  int p_, rank_;
+  std::size_t local_batch_;
+  DlrmShape full_;  // the run's shape
+
+ private:
+  std::size_t cap_;                    // compact rows per table: local_batch x lookups
+  TrainConfig compact_config_;         // the run's, its tables cut to cap_ rows
+  std::unique_ptr<Model> full_model_;  // never computed with
+  std::unique_ptr<Model> model_;       // the compact replica
+  std::size_t n_, dense_at_;           // the replica's floats; where its dense layers start
+  Array<float> params_, grads_, logits_, dlogits_, x_;
+  Optimizer optimizer_;  // the dense layers'
+  DistributedSampler sampler_;
+  CompactTables lookups_;
+  std::vector<float> full_params_;  // rank 0, after the last step
+};
 
 }  // namespace dpbench
