@@ -5,6 +5,7 @@
 #    the target branch ($GITHUB_BASE_REF's origin branch in a GitHub pull request, else
 #    origin/main, else main); on the target branch itself, HEAD's parent. It is checked out in a
 #    git worktree and its `dpbench` built there (build/gate-base/<commit>, kept for the next run).
+#    A tree that differs from its base only in docs/ and *.md files skips this part (it says so).
 #    The base's and the head's (./build/release/dpbench) runs then alternate, base first on odd
 #    repetitions and head first on even ones: the same CPU training of every mode at 2 ranks, and
 #    one simulated projection (resnet50 on DGX H100 nodes to 64 ranks). Deterministic figures
@@ -112,6 +113,11 @@ ab_gate() {
     local rev=$base_rev sha
     [ -n "$rev" ] || rev=$(find_base) || exit 2
     sha=$(git rev-parse -q --verify "$rev^{commit}") || die "--base $rev: not a commit here"
+    if git diff --quiet "$sha" -- . ':(exclude)docs' ':(exclude)*.md'; then
+      echo "ci_gate: the tree differs from the base $(git rev-parse --short "$sha") only in docs/ and *.md files:" \
+        "nothing the A/B part measures can move; it is skipped"
+      return 0
+    fi
     base_bin=$(build_base "$sha") || exit 2
     base_label=$(git rev-parse --short "$sha")
   fi
