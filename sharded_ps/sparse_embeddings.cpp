@@ -1,7 +1,6 @@
 #include "sharded_ps/sparse_embeddings.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 

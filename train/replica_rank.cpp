@@ -90,8 +90,9 @@ void ReplicaRank::backward(const GradReadyFn& on_grad_ready) {
   model_->backward(params_.data(), inputs_, dlogits_.data(), local_batch_, grads_.data(), on_grad_ready);
 }
 
-std::vector<double> ReplicaRank::global_losses(std::vector<double> local) {
-  RankContext& ctx = s_.ctx;
+std::vector<double> ReplicaRank::global_losses(std::vector<double> local) { return sum_losses_on_rank0(s_.ctx, local); }
+
+std::vector<double> sum_losses_on_rank0(RankContext& ctx, const std::vector<double>& local) {
   Array<float> losses(ctx, MemoryCategory::activations, std::max<std::size_t>(1, local.size()));
   const std::vector<float> host_sums(local.begin(), local.end());
   ctx.upload(losses.data(), host_sums.data(), host_sums.size());

@@ -30,6 +30,11 @@ std::vector<std::int64_t> ddp_epoch_indices(const TrainConfig& config, const Dat
                                             DistributedSampler& sampler, int epoch, std::size_t offset_in_batch,
                                             std::size_t local_batch, long spe);
 
+// Every rank's step losses `local` summed onto rank 0 (an all-reduce on device memory); only rank
+// 0's return value holds the sums. What a mode whose ranks each compute part of the batch returns
+// from global_losses.
+std::vector<double> sum_losses_on_rank0(RankContext& ctx, const std::vector<double>& local);
+
 // One rank's replica: flat parameters and gradients ([n] floats each, in the model's parameter
 // order), the buckets over them, logits and their gradient for local_batch rows.
 class ReplicaRank : public ModeRank {

@@ -114,15 +114,13 @@ void CompactReplicaRank::optimizer_step() {
 }
 
 std::vector<double> CompactReplicaRank::global_losses(std::vector<double> local) {
-  std::vector<float> sums(local.begin(), local.end());
-  if (sums.empty()) sums.push_back(0.0f);
-  s_.ctx.comm().allreduce_sum(sums.data(), sums.size());
+  std::vector<double> sums = sum_losses_on_rank0(s_.ctx, local);
   if (rank_ == 0) full_params_.assign(full_model_->num_params(), 0.0f);
   collect_tables(rank_ == 0 ? full_params_.data() : nullptr);
   if (rank_ == 0) {
     std::copy(params_.data() + dense_at_, params_.data() + n_, full_params_.data() + full_.embedding_params());
   }
-  return {sums.begin(), sums.end()};
+  return sums;
 }
 
 }  // namespace dpbench
