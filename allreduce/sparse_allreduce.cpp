@@ -16,7 +16,7 @@ class SparseAllreduceRank final : public CompactReplicaRank {
   explicit SparseAllreduceRank(const RankSetup& s)
       : CompactReplicaRank(s), tables_(s.ctx, MemoryCategory::parameters, full_.embedding_params()) {
     for (std::size_t t = 0; t < full_.tables; ++t) {
-      init_table_rows(full_, s.config.seed, t, 0, full_.rows, table_row(t, 0));
+      initial_table_rows(t, 0, full_.rows, table_row(t, 0));
     }
   }
 

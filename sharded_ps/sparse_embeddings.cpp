@@ -46,7 +46,7 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
         served_(static_cast<std::size_t>(p_)) {
     for (int k = 0; k <= p_; ++k) starts_.push_back(k < p_ ? ring_chunk(full_.rows, p_, k).offset : full_.rows);
     for (std::size_t t = 0; t < full_.tables; ++t) {
-      init_table_rows(full_, s.config.seed, t, own_.offset, own_.offset + own_.length, shard_table(t));
+      initial_table_rows(t, own_.offset, own_.offset + own_.length, shard_table(t));
     }
   }
 

@@ -23,7 +23,6 @@ void validate_sparse_grad(const TrainConfig& config) {
   if (config.hierarchy != "none") refuse(fmt::format("not with --hierarchy {}", config.hierarchy));
   if (!config.rank_batches.empty()) refuse("not with --rank-batch");
   if (!config.checkpoint.dir.empty()) refuse("no checkpoints yet");
-  if (config.initial_params != nullptr) refuse("not with --init-params");
   if (config.allreduce.comm_hook != "allreduce")
     refuse(fmt::format("not with --comm-hook {}", config.allreduce.comm_hook));
   const std::size_t rows = config.global_batch / static_cast<std::size_t>(std::max(1, config.world_size)) *
@@ -82,8 +81,24 @@ CompactReplicaRank::CompactReplicaRank(const RankSetup& s)
       x_(s.ctx, MemoryCategory::activations, local_batch_ * full_.input_features()),
       optimizer_(s.ctx, s.config, dense_at_, n_ - dense_at_),
       sampler_(s.train.size(), p_, rank_, /*shuffle=*/true, s.config.seed) {
-  const std::vector<float> initial = initial_parameters(*model_, compact_config_);  // the dense layers
-  s.ctx.upload(params_.data(), initial.data(), n_);
+  const std::shared_ptr<const std::vector<float>>& given = s.config.initial_params;
+  if (given == nullptr) {
+    const std::vector<float> initial = initial_parameters(*model_, compact_config_);  // the dense layers
+    s.ctx.upload(params_.data(), initial.data(), n_);
+    return;
+  }
+  if (given->size() != full_model_->num_params()) {
+    throw InputError(fmt::format("--init-params: {} floats, but the dlrm has {} parameters", given->size(),
+                                 full_model_->num_params()));
+  }
+  // The dense layers follow the tables in the full model and in the compact one alike.
+  s.ctx.upload(params_.data() + dense_at_, given->data() + full_.embedding_params(), n_ - dense_at_);
+}
+
+void CompactReplicaRank::initial_table_rows(std::size_t t, std::size_t begin, std::size_t end, float* out) const {
+  if (s_.config.initial_params == nullptr) return init_table_rows(full_, s_.config.seed, t, begin, end, out);
+  const float* table = s_.config.initial_params->data() + t * full_.rows * full_.dim;
+  std::copy(table + begin * full_.dim, table + end * full_.dim, out);
 }
 
 std::vector<std::int64_t> CompactReplicaRank::epoch_order(int epoch) {

@@ -34,7 +34,7 @@ CompactTables compact_lookups(const float* inputs, float* x_out, std::size_t bat
 // The worker both sparse paths share: a replica of the dlrm model holding the dense layers and, of
 // the tables, only the rows its batch looks up, in compact tables of local_batch x lookups rows
 // each (the batch's indices renumbered by compact_lookups). Its DistributedSampler shard as DDP's;
-// the dense layers start equal on every rank (one seed) and are all-reduced and stepped with the
+// the dense layers start equal on every rank (one seed, or --init-params) and are all-reduced and stepped with the
 // run's optimizer on every rank. Where the table rows live is the derived path's:
 //   fill_rows()     before forward: the batch's rows (lookups()) into the compact tables;
 //   exchange_rows() after the dense all-reduce: the compact gradient rows to where they are summed;
@@ -71,6 +71,9 @@ class CompactReplicaRank : public ModeRank {
   virtual void step_rows(float lr) = 0;
   virtual void collect_tables(float* tables) = 0;
 
+  // Rows [begin, end) of table t as the run starts them: --init-params' (the full model's
+  // layout) when given, else init_table_rows from the seed. (end - begin) x dim floats into out.
+  void initial_table_rows(std::size_t t, std::size_t begin, std::size_t end, float* out) const;
   const CompactTables& lookups() const { return lookups_; }
   // Compact row c of table t in the replica's parameters or gradients.
   float* compact_param(std::size_t t, std::size_t c) { return params_.data() + (t * cap_ + c) * full_.dim; }

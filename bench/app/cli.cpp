@@ -537,9 +537,6 @@ void finish_run_options(const CLI::App& run, RunOptions& o) {
   apply_described_model(run, o.base, o.data);
   apply_dlrm_options(run, o.base, o.data);
   check_sparse_grad_modes(o.base, o.modes, "--mode");
-  if (o.base.model.workload == "dlrm" && !o.reference.framework.empty()) {
-    throw InputError("--reference pytorch: not for --workload dlrm yet (its PyTorch twin is not written)");
-  }
   // Under mpirun the world size is the launcher's unless --ranks says otherwise.
   o.ranks_given = run.count("--ranks") > 0;
   o.repetitions_given = run.count("--repetitions") > 0;

@@ -214,6 +214,19 @@ nlohmann::json bundle_config(const TrainConfig& config, long steps, long spe) {
 
 namespace {
 
+// start.json's model.dlrm: the sizes the reference builds its DLRM from, and whether its tables'
+// gradients are sparse (nn.EmbeddingBag(sparse=True)).
+nlohmann::json dlrm_spec(const DlrmShape& s) {
+  return {{"dense_features", s.dense_features},
+          {"tables", s.tables},
+          {"rows", s.rows},
+          {"dim", s.dim},
+          {"lookups", s.lookups},
+          {"bottom", s.bottom},
+          {"top", s.top},
+          {"sparse_grad", s.sparse_grad}};
+}
+
 // order.i64: the DistributedSampler's shuffle of `size` samples for each of `epochs` epochs
 // (seed + epoch), one after the other.
 void write_sample_order(const fs::path& dir, std::uint64_t seed, std::int64_t size, long epochs) {
@@ -275,6 +288,7 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
       {"order", {{"file", "order.i64"}, {"dtype", "int64"}, {"shape", {epochs, n}}}},
       {"config", bundle_config(config, steps, spe)},
   };
+  if (config.model.workload == "dlrm") start["model"]["dlrm"] = dlrm_spec(config.model.dlrm);
   if (const int rank = powersgd_rank(config.allreduce.comm_hook); rank > 0) {
     start["powersgd_q"] = write_powersgd_q(dir, *model, rank, config.seed);
   }

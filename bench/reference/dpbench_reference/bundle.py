@@ -59,8 +59,8 @@ def read_array(path, dtype, shape):
 def _model_spec(start_dir, doc):
     """start.json's workload and model -> the spec build_model takes. Raises InputError."""
     workload, model = doc.get("workload"), doc.get("model")
-    if workload not in ("mlp", "cnn"):
-        raise _bundle_error(start_dir, f"workload {workload!r}: expected 'mlp' or 'cnn'")
+    if workload not in ("mlp", "cnn", "dlrm"):
+        raise _bundle_error(start_dir, f"workload {workload!r}: expected 'mlp', 'cnn' or 'dlrm'")
     if not isinstance(model, dict):
         raise _bundle_error(start_dir, "model: missing")
 
@@ -76,7 +76,10 @@ def _model_spec(start_dir, doc):
     if not isinstance(classes, int) or classes < 1:
         raise _bundle_error(start_dir, f"model.classes: {classes!r}")
     spec = {"workload": workload, "input": ints("input", 3), "classes": classes}
-    if workload == "mlp":
+    if workload == "dlrm":
+        spec["hidden"], spec["channels"] = None, None
+        spec["dlrm"] = _dlrm_spec(start_dir, model.get("dlrm"), spec)
+    elif workload == "mlp":
         spec["hidden"] = ints("hidden")
         spec["channels"] = None
     else:
@@ -85,6 +88,28 @@ def _model_spec(start_dir, doc):
         if spec["input"][1] < 4 or spec["input"][2] < 4:
             raise _bundle_error(start_dir, f"model.input {spec['input']}: the cnn needs H, W >= 4")
     return spec
+
+
+def _dlrm_spec(start_dir, d, spec):
+    """start.json's model.dlrm (workloads/dlrm.hpp's sizes), checked against the input width and
+    the two classes. Returns the dict DLRM takes. Raises InputError."""
+    sizes = ("dense_features", "tables", "rows", "dim", "lookups")
+    if not isinstance(d, dict) or not set(sizes) | {"bottom", "top", "sparse_grad"} <= d.keys():
+        raise _bundle_error(start_dir, "model.dlrm: needs " + ", ".join(sizes)
+                                       + ", bottom, top and sparse_grad")
+    for k in sizes:
+        if not isinstance(d[k], int) or isinstance(d[k], bool) or d[k] < 1:
+            raise _bundle_error(start_dir, f"model.dlrm.{k}: {d[k]!r}, expected a positive integer")
+    for k in ("bottom", "top"):
+        if not isinstance(d[k], list) or not all(isinstance(w, int) and w >= 1 for w in d[k]):
+            raise _bundle_error(start_dir, f"model.dlrm.{k}: {d[k]!r}, expected positive integers")
+    if not isinstance(d["sparse_grad"], bool):
+        raise _bundle_error(start_dir, f"model.dlrm.sparse_grad: {d['sparse_grad']!r}")
+    width = d["dense_features"] + d["tables"] * d["lookups"]
+    if math.prod(spec["input"]) != width or spec["classes"] != 2:
+        raise _bundle_error(start_dir, f"model.input {spec['input']} and classes {spec['classes']}: "
+                                       f"the dlrm takes {width} features and 2 classes")
+    return {k: d[k] for k in (*sizes, "bottom", "top", "sparse_grad")}
 
 
 def _check_tensor_table(start_dir, key, section, expected, dtype="float32"):

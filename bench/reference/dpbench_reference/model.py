@@ -53,9 +53,53 @@ class CNN(nn.Module if torch is not None else object):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
+class DLRM(nn.Module if torch is not None else object):
+    """dpbench's DLRM (workloads/dlrm.hpp; facebookresearch/dlrm dlrm_s_pytorch.py): emb_l
+    (nn.EmbeddingBag, mode "sum", sparse gradients when sparse_grad), bot_l (Linear + ReLU per
+    layer, the last one too), the dot interaction [z, f_i . f_j for i > j] with f_0 = z, and top_l
+    (Linear, ReLU between, two logits). Input [batch, dense + tables * lookups]: the dense
+    features, then each table's `lookups` row indices as floats."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.dense, self.tables, self.lookups = d["dense_features"], d["tables"], d["lookups"]
+        self.emb_l = nn.ModuleList(nn.EmbeddingBag(d["rows"], d["dim"], mode="sum",
+                                                   sparse=d["sparse_grad"])
+                                   for _ in range(self.tables))
+        self.bot_l = _sequential([self.dense, *d["bottom"], d["dim"]], relu_last=True)
+        width = d["dim"] + self.tables * (self.tables + 1) // 2
+        self.top_l = _sequential([width, *d["top"], 2], relu_last=False)
+        k = self.tables + 1
+        self.li = [i for i in range(k) for _ in range(i)]
+        self.lj = [j for i in range(k) for j in range(i)]
+
+    def forward(self, x):
+        """x [batch, dense + tables * lookups] -> logits [batch, 2]."""
+        x = x.flatten(1)
+        z = self.bot_l(x[:, :self.dense])
+        idx = x[:, self.dense:].long().reshape(x.shape[0], self.tables, self.lookups)
+        bags = [emb(idx[:, t, :]) for t, emb in enumerate(self.emb_l)]
+        f = torch.stack([z, *bags], dim=1)
+        pairs = torch.bmm(f, f.transpose(1, 2))[:, self.li, self.lj]
+        return self.top_l(torch.cat([z, pairs], dim=1))
+
+
+def _sequential(dims, relu_last):
+    """nn.Sequential of Linear(dims[i], dims[i+1]) with a ReLU after each (after the last one
+    only when relu_last): Linear layers at the even indices, as DLRM's create_mlp names them."""
+    layers = []
+    for i in range(len(dims) - 1):
+        layers.append(nn.Linear(dims[i], dims[i + 1]))
+        if relu_last or i < len(dims) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
 def build_model(spec):
-    """spec: {"workload": "mlp"|"cnn", "input": [C, H, W], "classes", "hidden", "channels"}
-    -> an nn.Module on the CPU, initialised from the current torch seed."""
+    """spec: {"workload": "mlp"|"cnn"|"dlrm", "input": [C, H, W], "classes", "hidden",
+    "channels", "dlrm"} -> an nn.Module on the CPU, initialised from the current torch seed."""
+    if spec["workload"] == "dlrm":
+        return DLRM(spec["dlrm"])
     if spec["workload"] == "mlp":
         return MLP(math.prod(spec["input"]), spec["hidden"], spec["classes"])
     return CNN(spec["input"], spec["channels"], spec["hidden"], spec["classes"])
@@ -95,14 +139,27 @@ def make_optimizer(cfg, model):
     adam: torch.optim.Adam(lr, betas, eps, weight_decay), weight decay added to the gradient (L2);
     adamw: torch.optim.AdamW(lr, betas, eps, weight_decay), decoupled decay
     (param *= 1 - lr * weight_decay). Both with bias correction, no amsgrad, and foreach=False
-    (the per-tensor loop) where the torch has the argument."""
+    (the per-tensor loop) where the torch has the argument. Embedding bags with sparse gradients
+    step with SGD without momentum (PyTorch's SGD refuses momentum on a sparse gradient), as
+    dpbench's tables do under --sparse-grad."""
     name = cfg.get("optimizer", "sgd")
     if name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+        return torch.optim.SGD(_sgd_groups(model), lr=cfg["lr"], momentum=cfg["momentum"],
                                weight_decay=cfg["weight_decay"])
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
     return cls(model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]), eps=cfg["eps"],
                weight_decay=cfg["weight_decay"], amsgrad=False, **_foreach_off(cls))
+
+
+def _sgd_groups(model):
+    """model's parameters as SGD's param groups: the sparse embedding bags' weights in a group of
+    their own with momentum 0, the others in one group taking the optimizer's settings."""
+    module = getattr(model, "module", model)
+    sparse = {id(m.weight) for m in module.modules()
+              if isinstance(m, nn.EmbeddingBag) and m.sparse}
+    dense = [p for p in model.parameters() if id(p) not in sparse]
+    tables = [p for p in model.parameters() if id(p) in sparse]
+    return [{"params": dense}] + ([{"params": tables, "momentum": 0.0}] if tables else [])
 
 
 def _foreach_off(cls):

@@ -16,11 +16,13 @@ from .training import cuda_sync, evaluate, no_sync, timed_steps, train_step
 
 
 def rank_result(rank, times, timed_wall_s, local_batch, problem, step_losses, test_accuracy=None):
-    """A CPU rank's result dict (peak RSS taken now)."""
+    """A CPU rank's result dict (peak RSS taken now), with the names of the parameters whose
+    last gradient was a sparse tensor (observed, e.g. nn.EmbeddingBag(sparse=True)'s)."""
+    sparse = [n for n, p in problem.model.named_parameters() if p.grad is not None and p.grad.is_sparse]
     return {"rank": rank, "times": times, "timed_wall_s": timed_wall_s, "local_batch": local_batch,
             "num_params": problem.num_params(), "peak_rss_bytes": peak_rss_bytes(),
             "dataset_bytes": problem.dataset_bytes, "step_losses": step_losses,
-            "test_accuracy": test_accuracy}
+            "test_accuracy": test_accuracy, "sparse_gradients": sparse}
 
 
 def run_cuda_plain(cfg, host_data, threads):

@@ -1,0 +1,77 @@
+"""`dpbench run --workload dlrm --reference pytorch`: PyTorch trains the same DLRM
+(bench/reference/dpbench_reference/model.py's DLRM: nn.EmbeddingBag tables, the two MLPs, the dot
+interaction) from the same start bundle, and its losses agree with dpbench's step by step.
+
+- Sparse: dpbench's `--sparse-grad` allreduce (the all-gather of the touched rows) and sharded_ps
+  (sparse push and pull) against DDP over gloo with nn.EmbeddingBag(sparse=True) and against the
+  RPC parameter server; PyTorch's tables' gradients are observed to be sparse tensors. With
+  momentum 0.9 on the dense layers, so that a table stepped with momentum (which PyTorch's sparse
+  SGD refuses and dpbench's tables skip) would part the losses.
+- Dense: allreduce with dense embedding gradients against DDP with nn.EmbeddingBag(sparse=False).
+
+Skipped, with the reason, when Debian's interpreter cannot import torch. About 10 s on 2 cores.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BINARY = os.environ.get("DPBENCH_BINARY", str(ROOT / "build" / "release" / "dpbench"))
+PYTHON = "/usr/bin/python3"
+TABLES = 4
+SHAPE = ["--workload", "dlrm", "--rows", "2000", "--tables", str(TABLES), "--lookups", "4", "--ranks", "2",
+         "--max-steps", "40", "--lr", "0.5", "--repetitions", "1", "--reference", "pytorch"]
+
+
+def have_torch():
+    try:
+        return subprocess.run([PYTHON, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@unittest.skipUnless(have_torch(), f"{PYTHON} cannot import torch (apt-get install python3-torch)")
+class DlrmReference(unittest.TestCase):
+    def run_dpbench(self, *args):
+        """The result file of `dpbench run SHAPE args`, which must exit 0."""
+        with tempfile.TemporaryDirectory(prefix="dpbench-dlrm-ref-") as tmp:
+            out = pathlib.Path(tmp) / "r.json"
+            proc = subprocess.run([BINARY, "run", *SHAPE, *args, "-o", str(out)], capture_output=True, text=True,
+                                  timeout=300)
+            self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+            return json.loads(out.read_text())
+
+    def check_agreement(self, doc, counterparts, sparse):
+        refs = {r["dpbench_mode"]: r for r in doc["reference"]["runs"]}
+        self.assertEqual(set(counterparts), set(refs))
+        tables = [f"emb_l.{t}.weight" for t in range(TABLES)] if sparse else []
+        for run in doc["runs"]:
+            ref = refs[run["mode"]]
+            self.assertEqual(counterparts[run["mode"]], ref["mode"])
+            agreement = ref["loss_agreement"]
+            self.assertTrue(agreement["within"], f"{run['mode']}: {agreement}")
+            self.assertLess(agreement["max_rel_diff"], 1e-4, run["mode"])
+            self.assertEqual(40, agreement["steps"])
+            self.assertEqual(run["num_params"], ref["num_params"])
+            losses = run["quality"]["step_train_loss"]
+            self.assertLess(sum(losses[-5:]) / 5, sum(losses[:5]) / 5 - 0.01, f"{run['mode']}: the loss falls")
+        # DDP's rank 0 saw PyTorch's own sparse (or dense) embedding gradients.
+        ddp = next(r for r in doc["reference"]["runs"] if r["mode"] == "ddp")
+        self.assertEqual(tables, ddp["sparse_gradients"])
+
+    def test_sparse_grad_agrees_with_sparse_ddp_and_the_rpc_server(self):
+        doc = self.run_dpbench("--mode", "allreduce,sharded_ps", "--sparse-grad", "--momentum", "0.9")
+        self.assertEqual(["allreduce (sparse all-gather)", "sharded_ps (sparse push/pull)"],
+                         [r["strategy"]["label"] for r in doc["runs"]])
+        self.check_agreement(doc, {"allreduce": "ddp", "sharded_ps": "rpc_ps"}, sparse=True)
+
+    def test_dense_embedding_gradients_agree_with_dense_ddp(self):
+        doc = self.run_dpbench("--mode", "allreduce")
+        self.check_agreement(doc, {"allreduce": "ddp"}, sparse=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
