@@ -1,5 +1,7 @@
 // The `allreduce` strategy's traits (train/strategy.hpp): DDP's bucketed ring all-reduce, which
 // overlaps backward; its label, bus bandwidth (nccl-tests all-reduce factor) and alpha-beta term.
+#include <cmath>
+
 #include "allreduce/ddp_trainer.hpp"
 
 namespace dpbench {
@@ -39,10 +41,30 @@ std::vector<RankMemory> allreduce_memory(const MemoryInputs& in) {
   return ranks;
 }
 
+// --sparse-grad as sparse_allreduce.cpp runs it: after backward, the dense layers' all-reduce,
+// then the all-gather of every rank's count of rows, their ids and their gradient rows (PyTorch's
+// sparse all-reduce over gloo). Every rank gathers the same number of rows: the runs' mean, from
+// the measured bytes (sparse_rows_per_peer).
+void sparse_allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  const auto p = static_cast<std::size_t>(s.world_size());
+  const std::size_t dim = in.config.model.dlrm.dim;
+  const double rows = sparse_rows_per_peer(in, sizeof(float), static_cast<double>((2 + dim) * sizeof(float)));
+  const auto n = static_cast<std::size_t>(std::llround(rows));
+  sparse_before_forward(s, in);
+  sparse_forward_backward(s, in);
+  Collectives comm(s, in.engine);
+  comm.allreduce(sparse_dense_floats(in));
+  comm.allgatherv(std::vector<std::size_t>(p, 1));
+  comm.allgatherv(std::vector<std::size_t>(p, 2 * n));
+  comm.allgatherv(std::vector<std::size_t>(p, dim * n));
+  sparse_optimizer(s, in);
+}
+
 // DDP (torch/csrc/distributed/c10d/reducer.cpp): forward, then backward readies the buckets one
 // after the other; the communication stream (1) all-reduces each as soon as it is ready, while
 // backward goes on; the optimizer waits for the last bucket.
 void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  if (in.config.model.dlrm.sparse_grad) return sparse_allreduce_schedule(in, s);
   const std::vector<BucketEvents> events = replica_forward_backward(s, in);
   Collectives comm(s, in.engine, 1);
   const BucketAllreduce how = bucket_allreduce(in.config);

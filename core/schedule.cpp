@@ -531,7 +531,16 @@ void Collectives::run(CollectiveKind kind, std::size_t n) {
     case CollectiveKind::allgather: return allgatherv(counts);
     case CollectiveKind::scatter: return scatterv(counts, 0);
     case CollectiveKind::gather: return gatherv(counts, 0);
-    case CollectiveKind::p2p: return;
+    case CollectiveKind::p2p: return sendrecv_round(s_, 1, kFloat * static_cast<double>(counts.front()), stream_);
+  }
+}
+
+void sendrecv_round(StepSchedule& s, int shift, double bytes, int stream) {
+  const int p = s.world_size();
+  for (int r = 0; r < p; ++r) {
+    s.send(r, stream, ((r + shift) % p + p) % p, bytes);
+    s.recv(r, stream, ((r - shift) % p + p) % p, bytes);
+    s.wait_all(r, stream);
   }
 }
 

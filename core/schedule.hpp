@@ -120,6 +120,10 @@ class StepSchedule {
   CollectiveKind collective_ = CollectiveKind::p2p;
 };
 
+// One round of a pairwise exchange (Communicator::sendrecv) on `stream`: every rank r sends
+// `bytes` to r + shift and receives as many from r - shift (mod world_size), then waits for both.
+void sendrecv_round(StepSchedule& s, int shift, double bytes, int stream = 0);
+
 // The engine whose algorithms carry a backend's collectives in a schedule: mpi's and gloo's their
 // own, every other backend's the local ring's.
 inline Backend schedule_engine(Backend comm) {
@@ -162,7 +166,8 @@ class Collectives {
   // One blocking point-to-point transfer of n floats from `from` to `to`.
   void send_recv(std::size_t n, int from, int to);
   // `kind` on n floats the way the engine probe runs it (train/engine_probe.hpp): root 0, the
-  // v-collectives over even_counts(n, world_size); p2p: nothing.
+  // v-collectives over even_counts(n, world_size); p2p: one sendrecv_round at shift 1 of n /
+  // world_size floats.
   void run(CollectiveKind kind, std::size_t n);
 
   // Runs `run` with the schedule's messages tagged as `kind`, then tags p2p again.

@@ -67,12 +67,34 @@ std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
   return ranks;
 }
 
+// --sparse-grad as sparse_embeddings.cpp runs it: before forward, the pull, in p - 1 rounds of
+// sendrecv (the count of rows asked of the server at +d, their ids, and the rows back from it);
+// after backward the dense layers' all-reduce, then the push of the rows' gradients in p - 1
+// rounds. Each worker asks each server for the same number of rows: the runs' mean, from the
+// measured bytes (sparse_rows_per_peer).
+void sparse_sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  const int p = s.world_size();
+  const double dim = static_cast<double>(in.config.model.dlrm.dim) * sizeof(float);
+  const double rows = sparse_rows_per_peer(in, sizeof(float), 2 * sizeof(float) + 2 * dim);
+  sparse_before_forward(s, in);
+  for (int d = 1; d < p; ++d) {
+    sendrecv_round(s, d, sizeof(float));
+    sendrecv_round(s, d, rows * 2 * sizeof(float));
+    sendrecv_round(s, -d, rows * dim);
+  }
+  sparse_forward_backward(s, in);
+  Collectives(s, in.engine).allreduce(sparse_dense_floats(in));
+  for (int d = 1; d < p; ++d) sendrecv_round(s, d, rows * dim);
+  sparse_optimizer(s, in);
+}
+
 // BytePS / Li et al.: collective: each bucket's push is a reduce-scatter over the servers'
 // ranges on the communication stream (1) as backward readies it; p2p: after backward, every
 // worker sends each server its range in turn (server k receives from the workers in rank order).
 // Then every server steps its range, and the pull brings every range to every worker (an
 // all-gather, or each server sending to the workers in turn). As sharded_ps.cpp runs it.
 void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  if (in.config.model.dlrm.sparse_grad) return sparse_sharded_schedule(in, s);
   const int p = s.world_size();
   const ShardLayout layout = shard_layout_for(in.config, in.num_params);
   Collectives main(s, in.engine, 0), side(s, in.engine, 1);

@@ -28,7 +28,7 @@ void SimPlatform::check(int world_size) const {
     if (!std::ifstream(platform_file).good()) {
       throw InputError(fmt::format("platform file {}: cannot be read", platform_file));
     }
-    if (!engine_efficiency.empty() || send_buffer_bytes > 0) {
+    if (!engine_efficiency.empty() || !engine_overhead_s.empty() || send_buffer_bytes > 0) {
       throw InputError(fmt::format("platform file {}: takes no engine calibration or send buffer", platform_file));
     }
     return;
@@ -51,6 +51,13 @@ void SimPlatform::check(int world_size) const {
     throw InputError(fmt::format("platform: send buffer {} bytes is negative", send_buffer_bytes));
   for (double e : engine_efficiency) {
     if (!(e >= 0 && e <= 1)) throw InputError(fmt::format("platform: engine efficiency {} is not in [0, 1]", e));
+  }
+  for (double o : engine_overhead_s) {
+    if (!(o >= 0 && o < 3600)) throw InputError(fmt::format("platform: engine overhead {} s is not in [0, 3600)", o));
+  }
+  if (engine_overhead_s.size() > static_cast<std::size_t>(kCollectiveKinds)) {
+    throw InputError(fmt::format("platform: {} engine overheads for {} collective kinds", engine_overhead_s.size(),
+                                 kCollectiveKinds));
   }
   if (engine_efficiency.size() > static_cast<std::size_t>(kCollectiveKinds)) {
     throw InputError(fmt::format("platform: {} engine efficiencies for {} collective kinds", engine_efficiency.size(),
@@ -77,6 +84,11 @@ nlohmann::json SimPlatform::to_json() const {
   for (std::size_t k = 0; k < engine_efficiency.size(); ++k) {
     if (engine_efficiency[k] > 0) {
       j["engine_efficiency"][collective_name(static_cast<CollectiveKind>(k))] = engine_efficiency[k];
+    }
+  }
+  for (std::size_t k = 0; k < engine_overhead_s.size(); ++k) {
+    if (engine_overhead_s[k] > 0) {
+      j["engine_overhead_s"][collective_name(static_cast<CollectiveKind>(k))] = engine_overhead_s[k];
     }
   }
   if (nodes_per_leaf > 0) {
@@ -235,6 +247,36 @@ EfficiencyFit fit_engine_efficiency(const StepSchedule& schedule, const SimPlatf
       if (kept == 1) t_hi = measured_s + 0.5 * (t_hi - measured_s);
       kept = 1;
     }
+  }
+  return fit;
+}
+
+EfficiencyFit fit_engine_overhead(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
+                                  double measured_s) {
+  EfficiencyFit fit;
+  auto time_at = [&](double o) {
+    SimPlatform pf = platform;
+    pf.engine_overhead_s.resize(kCollectiveKinds, 0.0);
+    pf.engine_overhead_s[static_cast<std::size_t>(kind)] = o;
+    const SimulationResult r = simulate(schedule, pf, 1);
+    ++fit.simulations;
+    return *std::max_element(r.rank_step_s.begin(), r.rank_step_s.end());
+  };
+  fit.at_link_s = fit.fitted_s = time_at(0.0);
+  if (!(measured_s > fit.at_link_s)) return fit;
+  // Secant from (0, t(0)), starting at the gap itself (one message of `kind` on the critical path).
+  double o_lo = 0.0, t_lo = fit.at_link_s, o = measured_s - fit.at_link_s;
+  for (int i = 0; i < 11; ++i) {
+    const double t = time_at(o);
+    if (std::abs(t - measured_s) < std::abs(fit.fitted_s - measured_s)) {
+      fit.overhead_s = o;
+      fit.fitted_s = t;
+    }
+    if (std::abs(t - measured_s) <= 0.005 * measured_s || !(t > t_lo)) break;
+    const double next = o_lo + (measured_s - t_lo) * (o - o_lo) / (t - t_lo);
+    o_lo = o;
+    t_lo = t;
+    o = std::max(0.0, next);
   }
   return fit;
 }

@@ -43,6 +43,12 @@ struct SimPlatform {
   // collective k moves at most engine_efficiency[k] x the lower of its two nodes' link rates
   // (indexed by CollectiveKind; empty or 0: no cap, the link's rate).
   std::vector<double> engine_efficiency;
+  // The engine's and the host's cost per message, for messages between nodes: a message of
+  // collective k leaves its sender engine_overhead_s[k] seconds after the send starts, the
+  // sender's stream busy meanwhile (SMPI's per-message send overhead, one constant; indexed by
+  // CollectiveKind; empty or 0: none). Calibrated for p2p, whose small pairwise exchanges cost
+  // their host more than their bytes.
+  std::vector<double> engine_overhead_s;
   // TCP's send buffer: of a message between nodes, the sender waits only until all but its last
   // send_buffer_bytes have left (the kernel sends those on its own); 0: until the receiver has all.
   double send_buffer_bytes = 0;
@@ -87,11 +93,18 @@ SimulationResult simulate(const StepSchedule& schedule, const SimPlatform& platf
 // with e), to 0.5 % of measured_s, at most 18 simulations. Throws what simulate() throws.
 struct EfficiencyFit {
   double efficiency = 1;
-  double at_link_s = 0;  // simulated at the link's rate
-  double fitted_s = 0;   // simulated at `efficiency`
+  double overhead_s = 0;  // fit_engine_overhead's answer
+  double at_link_s = 0;   // simulated at the link's rate
+  double fitted_s = 0;    // simulated at `efficiency`
   int simulations = 0;
 };
 EfficiencyFit fit_engine_efficiency(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
                                     double measured_s);
+// The engine's per-message overhead for `kind` instead (engine_overhead_s, the link's rate kept):
+// o >= 0 such that the schedule's simulated time to the last rank's end equals `measured_s`; 0
+// when the link alone takes measured_s or longer. t(o) grows with o: secant steps from o = 0, to
+// 0.5 % of measured_s, at most 12 simulations. Throws what simulate() throws.
+EfficiencyFit fit_engine_overhead(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
+                                  double measured_s);
 
 }  // namespace dpbench

@@ -23,6 +23,7 @@
 #include "core/schedule.hpp"
 #include "sim/simulate.hpp"
 #include "train/engine_probe.hpp"
+#include "workloads/click_logs.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"
 #include "train/buckets.hpp"
@@ -195,6 +196,58 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         }
       }
     }
+  }
+}
+
+// --sparse-grad's schedules size the rows a step exchanges from the measured bytes: a dlrm run on
+// three thread ranks, its ranks' mean bytes sent per step handed to the schedule, gives that
+// mean back (sharded_ps exactly; allreduce to a row's bytes, its rows rounded to whole floats),
+// every message matched, and the engine probe runs the kinds the schedule uses (p2p included).
+TEST(StepSchedule, SparseStepsSendTheMeasuredBytes) {
+  DlrmShape shape;
+  shape.dense_features = 5;
+  shape.tables = 3;
+  shape.rows = 400;
+  shape.dim = 4;
+  shape.lookups = 3;
+  shape.bottom = {8};
+  shape.top = {8};
+  shape.sparse_grad = true;
+  const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
+  TrainConfig c;
+  c.model.workload = "dlrm";
+  c.model.dlrm = shape;
+  c.world_size = 3;
+  c.global_batch = 96;
+  c.run.max_steps = 6;
+  c.run.warmup_steps = 1;
+  c.run.epochs = 1;
+  c.evaluate = false;
+  c.timeout = std::chrono::seconds(60);
+  for (const Mode mode : {Mode::sharded_ps, Mode::allreduce}) {
+    c.mode = mode;
+    const RunResult run = testing::train_mode(c, *logs);
+    ScheduleInputs in;
+    in.config = c;
+    in.engine = Backend::local;
+    in.num_params = run.num_params;
+    in.input_floats = run.input_features;
+    in.classes = 2;
+    in.compute.assign(3, RankCompute{0.001, 0.001, 0.002, 0.001});
+    for (const auto& rank : run.ranks) in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / 3;
+    StepSchedule s(3);
+    find_strategy(mode).schedule(in, s);
+    s.check_matched();
+    const double sent = (s.bytes_sent(0) + s.bytes_sent(1) + s.bytes_sent(2)) / 3;
+    EXPECT_GT(in.measured_bytes_sent, 0.0);
+    EXPECT_NEAR(sent, in.measured_bytes_sent, mode == Mode::sharded_ps ? 1e-6 * sent : 2.0 * 4 * (2 + shape.dim))
+        << mode;
+    std::vector<bool> probed(kCollectiveKinds, false);
+    for (CollectiveKind k : probed_collectives(mode, c.transport, true)) probed[static_cast<std::size_t>(k)] = true;
+    EXPECT_EQ(s.collectives_used(), probed) << mode;
+    // Nothing measured: no rows.
+    in.measured_bytes_sent = 0;
+    EXPECT_EQ(sparse_rows_per_peer(in, 4.0, 40.0), 0.0);
   }
 }
 
@@ -476,6 +529,45 @@ TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
   EXPECT_NEAR(fit.fitted_s, 1.15 * flat, 0.01 * flat);
   EXPECT_GT(fit.efficiency, 0.3);
   EXPECT_LT(fit.efficiency, 0.5);
+}
+
+// The engine's per-message overhead (engine_overhead_s) delays each message of its kind between
+// nodes on its sender, and nothing else; fit_engine_overhead finds the overhead that makes a
+// pairwise round end when it was "measured" (the link's time plus 1 ms, plus 10 ms).
+TEST(Simulation, TheFittedPerMessageOverheadGivesBackTheMeasuredTime) {
+  SKIP_WITHOUT_SIMGRID();
+  SimPlatform pf = star(2, 10e6, 0);
+  pf.ranks_per_node = 2;
+  pf.intra_bytes_per_s = 1e9;
+  StepSchedule round(4);
+  Collectives(round, Backend::gloo).run(CollectiveKind::p2p, 4000);  // 1,000 floats each, to r + 1
+  const EfficiencyFit at_link = fit_engine_overhead(round, pf, CollectiveKind::p2p, 0.0);
+  EXPECT_EQ(at_link.overhead_s, 0.0);
+  EXPECT_NEAR(at_link.at_link_s, 4000.0 / 10e6, 1e-6);  // ranks 1 and 3 send across: 4 KB at the link's rate
+  for (double extra : {1e-3, 10e-3}) {
+    const double measured = at_link.at_link_s + extra;
+    const EfficiencyFit fit = fit_engine_overhead(round, pf, CollectiveKind::p2p, measured);
+    EXPECT_NEAR(fit.overhead_s, extra, 0.01 * extra) << extra;
+    EXPECT_NEAR(fit.fitted_s, measured, 0.005 * measured) << extra;
+    EXPECT_LE(fit.simulations, 12);
+  }
+  SimPlatform slow = pf;
+  slow.engine_overhead_s.assign(kCollectiveKinds, 0.0);
+  slow.engine_overhead_s[static_cast<std::size_t>(CollectiveKind::p2p)] = 0.5;
+  auto one = [&](const SimPlatform& platform, int from, int to, CollectiveKind kind) {
+    StepSchedule s(4);
+    s.set_collective(kind);
+    s.send(from, 0, to, 1e6);
+    s.wait_all(from, 0);
+    s.recv(to, 0, from, 1e6);
+    s.wait_all(to, 0);
+    return simulate(s, platform).step_s;
+  };
+  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::p2p), 0.6, 1e-6);        // 0.5 s, then 1 MB at 10 MB/s
+  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::allgather), 0.1, 1e-6);  // another kind
+  EXPECT_NEAR(one(slow, 0, 1, CollectiveKind::p2p), one(pf, 0, 1, CollectiveKind::p2p), 1e-9);  // one node
+  slow.engine_overhead_s[0] = -1;
+  EXPECT_THROW(one(slow, 0, 2, CollectiveKind::p2p), InputError);
 }
 
 // fn(comm) on p threads of one local group; each rank's answer, by rank.

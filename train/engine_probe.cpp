@@ -61,7 +61,11 @@ void run_collective(Communicator& comm, CollectiveKind kind, std::vector<float>&
       break;
     case CollectiveKind::scatter: comm.scatterv(buf.data(), counts, out.data(), 0); break;
     case CollectiveKind::gather: comm.gatherv(buf.data(), counts, out.data(), 0); break;
-    case CollectiveKind::p2p: break;
+    case CollectiveKind::p2p: {  // one round of sendrecv (sharded_ps --sparse-grad's exchanges)
+      const int p = comm.world_size(), r = comm.rank();
+      comm.sendrecv(buf.data(), counts.front(), (r + 1) % p, out.data(), counts.front(), (r - 1 + p) % p);
+      break;
+    }
   }
 }
 // Rank 0's reading of the gathered times (`all`: per rank [reps][1 + k] seconds after its own
@@ -96,9 +100,19 @@ std::vector<double> median_ends(const std::vector<float>& all, const std::vector
 }
 }  // namespace
 
-std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport) {
+std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, bool sparse_grad) {
   using K = CollectiveKind;
   const bool p2p = transport == Transport::p2p;
+  if (sparse_grad && mode == Mode::sharded_ps) {
+    std::vector<K> kinds(kSparseProbeRounds, K::p2p);
+    kinds.push_back(K::allreduce);
+    return kinds;
+  }
+  if (sparse_grad && mode == Mode::allreduce) {
+    std::vector<K> kinds{K::allreduce};
+    kinds.insert(kinds.end(), kSparseProbeRounds / 2, K::allgather);
+    return kinds;
+  }
   switch (mode) {
     case Mode::ps:
       return p2p ? std::vector<K>{K::scatter, K::gather}

@@ -1,6 +1,7 @@
 #include "train/step_schedule.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 namespace dpbench {
 
@@ -41,6 +42,39 @@ void replica_optimizer_after_buckets(StepSchedule& s, const ScheduleInputs& in,
   for (int r = 0; r < s.world_size(); ++r) {
     s.record(r, 1, events[static_cast<std::size_t>(r)].done);
     s.wait_event(r, 0, events[static_cast<std::size_t>(r)].done);
+    s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).optimizer, "optimizer");
+  }
+}
+
+std::size_t sparse_dense_floats(const ScheduleInputs& in) {
+  return in.num_params - std::min(in.num_params, in.config.model.dlrm.embedding_params());
+}
+
+double sparse_rows_per_peer(const ScheduleInputs& in, double fixed, double per_row) {
+  const int p = in.config.world_size;
+  if (p < 2 || !(in.measured_bytes_sent > 0) || !(per_row > 0)) return 0.0;
+  StepSchedule dense(p);
+  Collectives(dense, in.engine).allreduce(sparse_dense_floats(in));
+  double dense_bytes = 0;
+  for (int r = 0; r < p; ++r) dense_bytes += dense.bytes_sent(r) / p;
+  const double per_peer = (in.measured_bytes_sent - dense_bytes) / (p - 1);
+  return std::max(0.0, (per_peer - fixed) / per_row);
+}
+
+void sparse_before_forward(StepSchedule& s, const ScheduleInputs& in) {
+  for (int r = 0; r < s.world_size(); ++r) s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).data, "data");
+}
+
+void sparse_forward_backward(StepSchedule& s, const ScheduleInputs& in) {
+  for (int r = 0; r < s.world_size(); ++r) {
+    const RankCompute& c = in.compute.at(static_cast<std::size_t>(r));
+    s.compute(r, 0, c.forward, "forward");
+    s.compute(r, 0, c.backward, "backward");
+  }
+}
+
+void sparse_optimizer(StepSchedule& s, const ScheduleInputs& in) {
+  for (int r = 0; r < s.world_size(); ++r) {
     s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).optimizer, "optimizer");
   }
 }

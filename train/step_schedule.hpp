@@ -43,11 +43,27 @@ struct ScheduleInputs {
   std::size_t input_floats = 0;         // per sample
   std::size_t classes = 0;              // logits per sample
   std::vector<RankCompute> compute;     // [world_size]
+  // Bytes a rank sent per step, the ranks' mean, as measured: --sparse-grad's schedules size the
+  // messages that follow the data (the rows a batch touched) from it. 0: not measured.
+  double measured_bytes_sent = 0;
 };
 
 // The schedule's compute of rank r's backward, cut at each bucket's ready point (its
 // backward_share, else in proportion to its size), each cut followed by record(event of that bucket) on `stream`; returns the events.
 std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInputs& in, int rank, int stream);
+
+// --sparse-grad (train/sparse_grad.hpp): the dense layers' floats (the parameters after the tables).
+std::size_t sparse_dense_floats(const ScheduleInputs& in);
+// The rows of the tables each rank exchanges with each other rank per step, on average, for a
+// sparse schedule whose ranks send, besides the dense layers' all-reduce, `fixed` + rows x
+// `per_row` bytes to each peer, to send in.measured_bytes_sent per rank. 0 when nothing was
+// measured or the dense all-reduce alone sends as much.
+double sparse_rows_per_peer(const ScheduleInputs& in, double fixed, double per_row);
+// The sparse step's compute around its messages, on stream 0 of every rank: `before_forward` is
+// data's phase (then the caller's pull), forward and backward; `after_backward` the optimizer.
+void sparse_before_forward(StepSchedule& s, const ScheduleInputs& in);
+void sparse_forward_backward(StepSchedule& s, const ScheduleInputs& in);
+void sparse_optimizer(StepSchedule& s, const ScheduleInputs& in);
 
 // A replica's step up to its gradients, as DDP runs it (and sharded_ps's collective push): on
 // stream 0 of every rank its data, forward and backward, each bucket's ready event recorded;

@@ -195,6 +195,9 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, Backend& engine) {
   const auto model = make_model(r.config, r.sample_shape, r.num_classes);
   in.buckets = ddp_schedule_buckets(*model, r.config);
   for (const auto& rank : r.ranks) {
+    in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
+  }
+  for (const auto& rank : r.ranks) {
     in.compute.push_back({median_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
                           median_phase(rank, [](const PhaseTimes& t) { return t.forward; }),
                           median_phase(rank, [](const PhaseTimes& t) { return t.backward; }),
@@ -220,6 +223,7 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   const auto t0 = std::chrono::steady_clock::now();
   Calibration c{platform, {}, 0};
   c.platform.engine_efficiency.assign(kCollectiveKinds, 0.0);
+  c.platform.engine_overhead_s.assign(kCollectiveKinds, 0.0);
   nlohmann::json per = nlohmann::json::array();
   StepSchedule prefix(r.config.world_size);
   Collectives collectives(prefix, engine);
@@ -228,16 +232,24 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   collectives.set_wire_format(how.format);
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
     collectives.run(probe.kind, probe.floats);
-    const EfficiencyFit fit = fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
-    c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = fit.efficiency;
+    // The small messages of a sparse step (sharded_ps's pairwise exchanges, p2p; allreduce's
+    // all-gather of the rows) cost their host per message (an overhead, the link's rate kept); a
+    // dense collective's messages move at a share of the link.
+    const bool per_message = probe.kind == CollectiveKind::p2p ||
+                             (r.config.model.dlrm.sparse_grad && probe.kind == CollectiveKind::allgather);
+    const EfficiencyFit fit = per_message ? fit_engine_overhead(prefix, c.platform, probe.kind, probe.end_s)
+                                          : fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
+    c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = per_message ? 0.0 : fit.efficiency;
+    c.platform.engine_overhead_s[static_cast<std::size_t>(probe.kind)] = fit.overhead_s;
     per.push_back({{"collective", collective_name(probe.kind)},
                    {"floats", probe.floats},
                    {"measured_s", probe.seconds},
                    {"measured_end_s", probe.end_s},
                    {"simulated_end_at_link_s", fit.at_link_s},
-                   {"efficiency", fit.efficiency},
+                   {"efficiency", per_message ? 1.0 : fit.efficiency},
                    {"simulated_end_s", fit.fitted_s},
                    {"simulations", fit.simulations}});
+    if (per_message) per.back()["overhead_s"] = fit.overhead_s;
   }
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},
@@ -260,10 +272,6 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
                             const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
   if (r.config.sharded_ps.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
-  if (r.config.model.dlrm.sparse_grad) {
-    return {{"unavailable", "--sparse-grad: the step's sparse pushes and pulls follow the data; the schedule does "
-                            "not model them yet"}};
-  }
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }

@@ -227,6 +227,10 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   if (powersgd_rank(config.allreduce.comm_hook) > 0 && model.described_model.empty()) {
     return {{"unavailable", "PowerSGD's messages follow the tensor shapes, which a projection does not know"}};
   }
+  if (config.model.dlrm.sparse_grad) {
+    return {{"unavailable", "--sparse-grad: the rows a step exchanges follow the data, measured at the run's world "
+                            "size only; the projection does not model them at others"}};
+  }
   ScheduleInputs in;
   in.config = config;
   in.config.world_size = p;

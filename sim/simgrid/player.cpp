@@ -281,10 +281,17 @@ class StreamActor {
                                  pf_.nodes[static_cast<std::size_t>(to)].down_bytes_per_s);
     comm.set_rate(pf_.engine_efficiency[k] * link);
   }
+  // The engine's per-message cost of a message of this stream to another node (0 within a node).
+  double overhead(const ScheduleOp& op) const {
+    const auto k = static_cast<std::size_t>(op.collective);
+    if (k >= pf_.engine_overhead_s.size() || rank_ / pf_.ranks_per_node == op.peer / pf_.ranks_per_node) return 0.0;
+    return pf_.engine_overhead_s[k];
+  }
   // A message between nodes leaves as its head (all but its last send_buffer_bytes), which the
   // sender waits for, then its tail, which the sender's kernel sends on its own while the sender
   // goes on (TCP's send buffer); a message no larger than the buffer leaves at once, detached.
   void send(const ScheduleOp& op) {
+    if (const double o = overhead(op); o > 0) sg4::this_actor::sleep_for(o);
     const double tail = buffered(rank_, op.peer, op.bytes);
     if (tail >= op.bytes && tail > 0) {
       auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes));
