@@ -14,7 +14,10 @@ namespace {
 class SparseAllreduceRank final : public CompactReplicaRank {
  public:
   explicit SparseAllreduceRank(const RankSetup& s)
-      : CompactReplicaRank(s), tables_(s.ctx, MemoryCategory::parameters, full_.embedding_params()) {
+      : CompactReplicaRank(s),
+        tables_(s.ctx, MemoryCategory::parameters, full_.embedding_params()),
+        state_(s.ctx, MemoryCategory::optimizer_state,
+               full_.embedding_optimizer == "adagrad" ? full_.embedding_params() : 0) {
     for (std::size_t t = 0; t < full_.tables; ++t) {
       initial_table_rows(t, 0, full_.rows, table_row(t, 0));
     }
@@ -31,10 +34,10 @@ class SparseAllreduceRank final : public CompactReplicaRank {
   }
   void exchange_rows() override { sparse_allreduce(); }
   void step_rows(float lr) override {
+    const bool adagrad = full_.embedding_optimizer == "adagrad";
     for (const auto& [row, at] : summed_) {
-      float* w = tables_.data() + row * full_.dim;
-      const float* g = sums_.data() + at;
-      for (std::size_t c = 0; c < full_.dim; ++c) w[c] -= lr * g[c];
+      step_table_row(adagrad, lr, tables_.data() + row * full_.dim, sums_.data() + at,
+                     adagrad ? state_.data() + row * full_.dim : nullptr, full_.dim);
     }
   }
   // Every replica holds every table: rank 0's own.
@@ -87,6 +90,7 @@ class SparseAllreduceRank final : public CompactReplicaRank {
   }
 
   Array<float> tables_;                                  // the replica's tables: [tables, rows, dim]
+  Array<float> state_;                                   // adagrad's sums of squares, as tables_; else empty
   std::unordered_map<std::size_t, std::size_t> summed_;  // this step's rows: flat row -> offset in sums_
   std::vector<float> sums_;
 };

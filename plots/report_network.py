@@ -7,6 +7,7 @@ but the JSON files it is given.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -235,6 +236,9 @@ class NetworkVerdict:
     error_count: int  # runs with a projection error
     error_text: str
     paragraph: str  # the verdict: ratios, crossovers, projection error
+    # The sweep's other settings that differ from the slice's only in their config (another Zipf
+    # alpha, say), each with two or more (nodes, link) points: "with X: its crossover sentence".
+    other_settings: list = field(default_factory=list)
     # Time to a target loss (time_to_target): the training loss (trailing mean) every point of
     # the slice reached, and per (nodes, bit/s) and label the steps to it and their time (s);
     # None / {} when a point recorded no per-step losses or no measured step.
@@ -361,6 +365,57 @@ def one_order(throughput: dict, modes: list) -> Optional[list]:
     return list(next(iter(orders))) if len(orders) == 1 else None
 
 
+def slice_crossover_text(pts: list) -> str:
+    """The crossover sentence of one slice's points (as the verdict's crossover_text)."""
+    modes, names = network_modes(pts), short_names(pts)
+    throughput: dict = {}
+    for p in pts:
+        throughput.setdefault((p.nodes, p.link_bits_per_s), {})[p.label] = p.throughput
+    node_counts = sorted({p.nodes for p in pts})
+    rates = sorted({p.link_bits_per_s for p in pts})
+    cross = (crossovers_along(throughput, modes, names, node_counts, rates, lambda n, r: (n, r), nodes_text,
+                              rate_text)
+             + crossovers_along(throughput, modes, names, rates, node_counts, lambda r, n: (n, r), rate_text,
+                                nodes_text))
+    if cross:
+        return "Crossovers measured: " + "; ".join(cross) + "."
+    order = one_order(throughput, modes)
+    held = (f"the order {' > '.join(names[m] for m in order)} holds at every point measured"
+            if order else "no two strategies change places between adjacent link rates or node counts")
+    return f"No crossover measured: {held}."
+
+
+def variant_difference(variant: tuple, base: tuple) -> str:
+    """How a run_variant() differs from `base`: "dlrm.zipf_alpha 1.3" for each differing key (one
+    level into objects), comma-separated."""
+    a, b = dict(variant), dict(base)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) == b.get(key):
+            continue
+        va = json.loads(a[key]) if key in a else None
+        vb = json.loads(b[key]) if key in b else None
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += [f"{key}.{k} {json.dumps(va.get(k))}" for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
+        else:
+            out.append(f"{key} {json.dumps(va)}")
+    return ", ".join(out)
+
+
+def other_settings(points: list, setting: tuple) -> tuple:
+    """For every other slice of `points` with the same batch, workers and ranks per node as
+    `setting` but another config, and two or more (nodes, link) points: "with <difference>:
+    <its crossover sentence>", in the order of the differences; and those slices' settings."""
+    groups: dict = {}
+    for p in points:
+        if p.setting != setting and p.setting[1:] == setting[1:]:
+            groups.setdefault(p.setting, []).append(p)
+    out = [(variant_difference(key[0], setting[0]), key, pts) for key, pts in groups.items()
+           if len({(p.nodes, p.link_bits_per_s) for p in pts}) >= 2]
+    out.sort(key=lambda x: x[0])
+    return [f"with {diff}: {slice_crossover_text(pts)}" for diff, _, pts in out], [key for _, key, _ in out]
+
+
 def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
     """The network verdict of the emulated-cluster points (ResultSet.network), on the slice
     network_slice() picks; None without points.
@@ -434,6 +489,10 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
     else:
         error_range = None
         error_text = "No run recorded a projection (network.projection), so no projected line is drawn."
+    others, other_keys = other_settings(points, setting)
+    if others:
+        crossover_text += (f" (These are with {variant_difference(variant, other_keys[0][0])}; the sweep's other "
+                           "settings: " + " ".join(others) + ")")
     paragraph = " ".join([f"Throughput on the emulated cluster ({setting_text}) as a ratio to {ref_name}'s."]
                          + list(link_sentences.values()) + [crossover_text, error_text])
     target, to_target = time_to_target(pts)
@@ -443,4 +502,4 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
                           link_crossovers=link_cross, node_crossovers=node_cross,
                           crossover_text=crossover_text, error_range=error_range,
                           error_count=len(errors), error_text=error_text, paragraph=paragraph,
-                          target_loss=target, time_to_target=to_target)
+                          other_settings=others, target_loss=target, time_to_target=to_target)

@@ -41,6 +41,8 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
         own_(ring_chunk(full_.rows, p_, rank_)),
         shard_(s.ctx, MemoryCategory::parameters, full_.tables * own_.length * full_.dim),
         shard_grad_(s.ctx, MemoryCategory::gradients, full_.tables * own_.length * full_.dim),
+        adagrad_(full_.embedding_optimizer == "adagrad"),
+        shard_state_(s.ctx, MemoryCategory::optimizer_state, adagrad_ ? full_.tables * own_.length * full_.dim : 0),
         touched_(full_.tables * own_.length, 0),
         pulls_(static_cast<std::size_t>(p_)),
         served_(static_cast<std::size_t>(p_)) {
@@ -67,14 +69,14 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
     return true;
   }
   void exchange_rows() override { push(); }
-  // The server's step: SGD on every row pulled this step, its gradient sum cleared.
+  // The server's step: the tables' optimizer on every row pulled this step, its gradient sum
+  // cleared.
   void step_rows(float lr) override {
     const std::size_t dim = full_.dim;
     for (std::size_t i = 0; i < touched_.size(); ++i) {
       if (!touched_[i]) continue;
-      float* w = shard_.data() + i * dim;
       float* g = shard_grad_.data() + i * dim;
-      for (std::size_t c = 0; c < dim; ++c) w[c] -= lr * g[c];
+      step_table_row(adagrad_, lr, shard_.data() + i * dim, g, adagrad_ ? shard_state_.data() + i * dim : nullptr, dim);
       std::fill(g, g + dim, 0.0f);
       touched_[i] = 0;
     }
@@ -156,6 +158,8 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
 
   Chunk own_;                               // the rows of every table this rank serves
   Array<float> shard_, shard_grad_;         // [tables, own_.length, dim]
+  bool adagrad_;                            // the tables' optimizer
+  Array<float> shard_state_;                // adagrad: its sums of squares, as shard_; else empty
   std::vector<std::uint8_t> touched_;       // per served row: pulled this step
   std::vector<std::size_t> starts_;         // [p + 1]: the first row each rank serves
   std::vector<Pull> pulls_;                 // per server: what this worker pulls from it this step

@@ -1205,6 +1205,8 @@ TEST_F(Cli, DlrmTrainsEveryModeItsLossFallsAndAllreduceMovesTheDenseTables) {
     EXPECT_LT(mean(180), mean(0) - 0.05) << mode << ": the loss did not fall";
     EXPECT_NEAR(run["quality"]["final_train_loss"].get<double>(), final_ps, 1e-4 * final_ps) << mode;
     EXPECT_GT(run["quality"]["test_accuracy"].get<double>(), 0.6) << mode;
+    // The teacher's labels are learnable: the held-out AUC is well above a coin's 0.5.
+    EXPECT_GT(run["quality"]["test_auc"].get<double>(), 0.65) << mode;
   }
   const auto& allreduce = doc["runs"][2];
   ASSERT_EQ(allreduce["mode"], "allreduce");

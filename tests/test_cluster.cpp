@@ -596,6 +596,36 @@ TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
   EXPECT_LT(sent(2), sent(0) / 4.0);
 }
 
+// --zipf-alphas: one job per index law (0: uniform), each run's click logs its own, the axis in
+// the sweep's config; the hotter law touches fewer distinct rows, so sharded_ps --sparse-grad
+// sends fewer bytes; each run's sparse step is simulated (its rows from the measured bytes), and
+// its schedule's bytes agree with the wire's on every node.
+TEST_F(EmulatedCluster, SweepOverZipfAlphasRunsEachIndexLaw) {
+  const Outcome o = shell(
+      fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --workloads dlrm --modes sharded_ps "
+                  "--sparse-grad --zipf-alphas 0,1.3 --tables 2 --rows 4000 --lookups 8 --batch-sizes 128 "
+                  "--max-steps 8 --warmup-steps 2 --repetitions 1 --no-eval -q -o {}",
+                  DPBENCH_BINARY, result().string()),
+      tmp_.path());
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  const auto doc = nlohmann::json::parse(slurp(result()));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_EQ(doc["config"]["sweep"]["zipf_alphas"], nlohmann::json::array({0.0, 1.3}));
+  EXPECT_EQ(doc["runs"][0]["dataset"].get<std::string>().find("zipf"), std::string::npos);
+  EXPECT_NE(doc["runs"][1]["dataset"].get<std::string>().find("zipf 1.3"), std::string::npos);
+  std::vector<double> sent;
+  for (const auto& run : doc["runs"]) {
+    ASSERT_EQ(run.value("status", std::string("ok")), "ok") << run.dump();
+    sent.push_back(run["comm_bytes_per_step"]["per_rank"][0]["sent"].get<double>());
+    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
+  }
+  EXPECT_LT(sent[1], 0.8 * sent[0]) << "Zipf(1.3) touches fewer distinct rows than uniform indices";
+  if (!simulation_available()) GTEST_SKIP() << "the sweep ran; its simulation part needs SimGrid (libsimgrid-dev)";
+  for (const auto& run : doc["runs"]) {
+    EXPECT_GT(run["network"]["simulation"].value("simulated_step_s", 0.0), 0.0) << run["network"]["simulation"].dump();
+  }
+}
+
 // A sweep over --ranks-per-node 1,2 with --hierarchies node (ps, whose pre-reduction is the
 // newest): one job per ranks-per-node value, each run's cluster block and world size its own,
 // the hierarchy recorded, and every node's wire bytes agreeing with the schedule.

@@ -13,6 +13,7 @@
 #include "allreduce/ddp_trainer.hpp"
 #include "core/memory.hpp"
 #include "sharded_ps/sharded_ps.hpp"
+#include "train/sparse_grad.hpp"
 #include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/dlrm.hpp"
@@ -283,6 +284,46 @@ TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
   double moved = 0;
   for (std::size_t i = 0; i < shape.embedding_params(); ++i) moved += std::abs(initial[i] - sparse.final_params[i]);
   EXPECT_GT(moved, 1e-3);
+  // Adagrad on the tables: both sparse paths step the same rows the same way, unlike SGD's.
+  c.model.dlrm.embedding_optimizer = "adagrad";
+  const RunResult adagrad_gathered = train_allreduce(c, data);
+  c.mode = Mode::sharded_ps;
+  const RunResult adagrad_pushed = train_sharded_ps(c, data);
+  ASSERT_EQ(adagrad_pushed.step_train_loss.size(), 12u);
+  for (std::size_t i = 0; i < 12; ++i) {
+    EXPECT_NEAR(adagrad_pushed.step_train_loss[i], adagrad_gathered.step_train_loss[i],
+                1e-4 * adagrad_gathered.step_train_loss[i])
+        << i;
+  }
+  EXPECT_GT(std::abs(adagrad_pushed.step_train_loss[11] - sparse.step_train_loss[11]), 1e-4)
+      << "Adagrad's steps are not SGD's";
+}
+
+// The tables' Adagrad step (torch.optim.Adagrad on a sparse gradient): the sum of squares grows by
+// g^2 and the row moves by lr g / (sqrt(sum) + 1e-10); SGD moves it by lr g and keeps no state.
+TEST(DlrmSparse, TableRowStepsAsTorchAdagradAndSgd) {
+  std::vector<float> w = {1.0f, 1.0f}, state = {0.0f, 5.0f};
+  const std::vector<float> g = {2.0f, -4.0f};
+  step_table_row(true, 0.5f, w.data(), g.data(), state.data(), 2);
+  EXPECT_FLOAT_EQ(state[0], 4.0f);
+  EXPECT_FLOAT_EQ(state[1], 21.0f);
+  EXPECT_FLOAT_EQ(w[0], 1.0f - 0.5f * 2.0f / 2.0f);
+  EXPECT_FLOAT_EQ(w[1], 1.0f + 0.5f * 4.0f / std::sqrt(21.0f));
+  step_table_row(false, 0.5f, w.data(), g.data(), nullptr, 2);
+  EXPECT_FLOAT_EQ(w[0], 0.5f - 1.0f);
+}
+
+// The ROC AUC as the rank statistic: separated scores 1, reversed 0, all tied one half, and a
+// hand-counted case: positives {0.8, 0.4}, negatives {0.6, 0.4, 0.1}: of the 6 pairs the 0.8
+// wins 3, the 0.4 beats 0.1 and ties 0.4 (3 + 1 + 0.5 = 4.5 of 6 = 0.75).
+TEST(RocAuc, IsTheShareOfPositiveNegativePairsRankedRight) {
+  EXPECT_DOUBLE_EQ(roc_auc({0.1f, 0.2f, 0.9f, 0.8f}, {0, 0, 1, 1}), 1.0);
+  EXPECT_DOUBLE_EQ(roc_auc({0.9f, 0.8f, 0.1f, 0.2f}, {0, 0, 1, 1}), 0.0);
+  EXPECT_DOUBLE_EQ(roc_auc({0.5f, 0.5f, 0.5f}, {0, 1, 0}), 0.5);
+  EXPECT_DOUBLE_EQ(roc_auc({0.8f, 0.6f, 0.4f, 0.4f, 0.1f}, {1, 0, 1, 0, 0}), 0.75);
+  EXPECT_EQ(roc_auc({0.3f, 0.7f}, {1, 1}), -1.0);
+  EXPECT_THROW(roc_auc({0.3f}, {1, 0}), Error);
+  EXPECT_THROW(roc_auc({0.3f, 0.1f}, {2, 0}), Error);
 }
 
 // --init-params (and the reference's perturbed starts) reach the tables' servers, the replicas'

@@ -1,6 +1,7 @@
 #include "train/sparse_grad.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -16,6 +17,10 @@ void validate_sparse_grad(const TrainConfig& config) {
   const auto refuse = [](const std::string& why) { throw InputError("--sparse-grad: " + why); };
   if (config.model.workload != "dlrm") refuse("applies to --workload dlrm");
   if (config.device != DeviceKind::cpu) refuse("runs on --device cpu");
+  const std::string& tables = config.model.dlrm.embedding_optimizer;
+  if (tables != "sgd" && tables != "adagrad") {
+    refuse(fmt::format("--embedding-optimizer {}: the tables step with sgd or adagrad", tables));
+  }
   if (config.optimizer.name != "sgd" || config.optimizer.weight_decay != 0) {
     refuse("the tables step with SGD without momentum or weight decay (PyTorch's SGD on a sparse gradient); "
            "give --optimizer sgd and no --weight-decay");
@@ -29,6 +34,17 @@ void validate_sparse_grad(const TrainConfig& config) {
                            config.model.dlrm.lookups * config.model.dlrm.tables;
   if (rows > kDlrmMaxRows) {
     refuse(fmt::format("up to {} rows per step, more than {} (counts travel as exact floats)", rows, kDlrmMaxRows));
+  }
+}
+
+void step_table_row(bool adagrad, float lr, float* w, const float* g, float* state, std::size_t dim) {
+  if (!adagrad) {
+    for (std::size_t c = 0; c < dim; ++c) w[c] -= lr * g[c];
+    return;
+  }
+  for (std::size_t c = 0; c < dim; ++c) {
+    state[c] += g[c] * g[c];
+    w[c] -= lr * (g[c] / (std::sqrt(state[c]) + kAdagradEps));
   }
 }
 

@@ -21,6 +21,14 @@ namespace dpbench {
 // No-op without --sparse-grad.
 void validate_sparse_grad(const TrainConfig& config);
 
+// The epsilon torch.optim.Adagrad adds to the root of its sum of squares (its default).
+inline constexpr float kAdagradEps = 1e-10f;
+// One table row's step with the tables' optimizer (DlrmShape::embedding_optimizer), on its summed
+// gradient g[dim]: sgd: w -= lr g; adagrad: state += g^2, w -= lr g / (sqrt(state) + eps)
+// (torch/optim/adagrad.py on a sparse gradient: lr_decay 0, initial accumulator 0, no weight
+// decay; state [dim], unused by sgd).
+void step_table_row(bool adagrad, float lr, float* w, const float* g, float* state, std::size_t dim);
+
 // The rows of every table one batch looks up, for a replica that holds only those: rows[t] the
 // unique rows of table t in ascending order. compact_lookups writes the batch into x_out with each
 // index replaced by its row's place in rows[t] (what the model then computes with on tables of
@@ -38,7 +46,8 @@ CompactTables compact_lookups(const float* inputs, float* x_out, std::size_t bat
 // run's optimizer on every rank. Where the table rows live is the derived path's:
 //   fill_rows()     before forward: the batch's rows (lookups()) into the compact tables;
 //   exchange_rows() after the dense all-reduce: the compact gradient rows to where they are summed;
-//   step_rows(lr)   after the dense optimizer: SGD without momentum on the summed rows;
+//   step_rows(lr)   after the dense optimizer: the tables' optimizer (step_table_row) on the
+//                   summed rows;
 //   collect_tables  after the last step, on every rank: rank 0's `tables` (else null) receives
 //                   every table in full, [tables, rows, dim], for the result's evaluation.
 class CompactReplicaRank : public ModeRank {

@@ -235,7 +235,32 @@ MemoryReport memory_report(const MemoryTracker& tracker) {
   return report;
 }
 
-double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers) {
+double roc_auc(const std::vector<float>& scores, const std::vector<std::int32_t>& labels) {
+  if (scores.size() != labels.size()) {
+    throw Error(fmt::format("roc_auc: {} scores for {} labels", scores.size(), labels.size()));
+  }
+  std::vector<std::size_t> order(scores.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+  double positive_ranks = 0, positives = 0;
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i;
+    while (j < order.size() && scores[order[j]] == scores[order[i]]) ++j;
+    const double midrank = 0.5 * static_cast<double>(i + 1 + j);  // ranks i+1..j share their mean
+    for (std::size_t k = i; k < j; ++k) {
+      const std::int32_t y = labels[order[k]];
+      if (y != 0 && y != 1) throw Error(fmt::format("roc_auc: label {} is not 0 or 1", y));
+      positive_ranks += y * midrank;
+      positives += y;
+    }
+    i = j;
+  }
+  const double negatives = static_cast<double>(scores.size()) - positives;
+  if (positives == 0 || negatives == 0) return -1;
+  return (positive_ranks - positives * (positives + 1) / 2) / (positives * negatives);
+}
+
+TestMetrics evaluate_test(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers) {
   const std::size_t features = test.shape().features();
   MemoryTracker untracked;  // declared before the model, which frees its activations into it
   auto model = make_model(config, test.shape(), static_cast<std::size_t>(test.num_classes()));
@@ -248,6 +273,9 @@ double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const f
   std::vector<float> logits(kEvalBatch * model->num_classes());
   std::size_t correct = 0;
   const std::int64_t n = test.size();
+  const bool binary = model->num_classes() == 2;
+  std::vector<float> scores;
+  std::vector<std::int32_t> labels;
   for (std::int64_t start = 0; start < n; start += static_cast<std::int64_t>(kEvalBatch)) {
     const auto b = static_cast<std::size_t>(std::min<std::int64_t>(kEvalBatch, n - start));
     for (std::size_t i = 0; i < b; ++i) {
@@ -255,8 +283,15 @@ double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const f
     }
     model->forward(params, x.data(), b, logits.data());
     correct += cpu::count_correct(logits.data(), y.data(), b, model->num_classes());
+    for (std::size_t i = 0; binary && i < b; ++i) {
+      scores.push_back(logits[2 * i + 1] - logits[2 * i]);
+      labels.push_back(y[i]);
+    }
   }
-  return n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  TestMetrics out;
+  out.accuracy = n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  if (binary) out.auc = roc_auc(scores, labels);
+  return out;
 }
 
 long steps_per_epoch(const TrainConfig& config, const Dataset& train) {
@@ -287,7 +322,9 @@ void finish_result(RunResult& result, const TrainData& data, const std::vector<d
     if (buffers != nullptr) result.final_buffers.assign(buffers, buffers + num_buffers);
   }
   if (config.evaluate && data.test != nullptr) {
-    result.test_accuracy = evaluate_accuracy(config, *data.test, params, buffers);
+    const TestMetrics test = evaluate_test(config, *data.test, params, buffers);
+    result.test_accuracy = test.accuracy;
+    result.test_auc = test.auc;
   }
 }
 

@@ -209,6 +209,7 @@ struct RunResult {
   std::vector<double> epoch_train_loss;  // mean training loss of each epoch
   double final_train_loss = 0;           // of the last epoch
   double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated
+  double test_auc = -1;                  // two classes (dlrm): held-out ROC AUC (roc_auc); -1 otherwise
   std::vector<std::string> warnings;
   std::vector<float> final_params;   // rank 0's, if config.keep_final_params
   std::vector<float> final_buffers;  // and its BatchNorm running statistics (cnn), likewise
@@ -281,8 +282,20 @@ void maybe_send_extra_message(const TrainConfig& config, Communicator& comm, int
 MemoryReport memory_report(const MemoryTracker& tracker);
 
 // Test accuracy of `params` (and BatchNorm running statistics `buffers`, may be null for models
-// without any) on `test`, in evaluation mode, in batches on the calling thread, untracked.
-double evaluate_accuracy(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers);
+// without any) on `test`, in evaluation mode, in batches on the calling thread, untracked; with
+// two classes also the ROC AUC of the score logit 1 - logit 0 (-1 with more classes, or when the
+// test set holds one class only).
+struct TestMetrics {
+  double accuracy = 0;
+  double auc = -1;
+};
+TestMetrics evaluate_test(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers);
+
+// The area under the ROC curve of `scores` for the binary `labels` (1 positive, 0 negative): the
+// probability that a random positive scores above a random negative, ties counting one half
+// (the Mann-Whitney U statistic over n_pos x n_neg, with midranks). [n] each. -1 when either
+// class is absent. Throws Error when the sizes differ or a label is not 0 or 1.
+double roc_auc(const std::vector<float>& scores, const std::vector<std::int32_t>& labels);
 
 // Steps per epoch: floor(N / global_batch), identical for every mode so that all modes see the
 // same global batches. Throws InputError when the dataset has fewer samples than one step needs.

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "workloads/dlrm_kernels.hpp"
@@ -35,6 +36,14 @@ struct DlrmShape {
   // nn.EmbeddingBag(sparse=True) (--sparse-grad): the tables' gradients are the touched rows
   // only; sharded_ps pushes and pulls those rows, allreduce all-gathers them; SGD without momentum.
   bool sparse_grad = false;
+  // --embedding-optimizer: how the tables step under sparse_grad, "sgd" (torch.optim.SGD without
+  // momentum) or "adagrad" (torch.optim.Adagrad on a sparse gradient); the dense layers take the
+  // run's optimizer.
+  std::string embedding_optimizer = "sgd";
+  // The click logs' index law the run trains on (--zipf-alpha; 0: uniform), recorded with the
+  // workload so that runs under different laws are different experiments (the data reads
+  // ClickLogOptions, which the command line fills from the same option).
+  double zipf_alpha = 0;
 
   cpu::BagShape bags() const { return {dense_features, tables, rows, dim, lookups}; }
   std::size_t input_features() const { return dense_features + tables * lookups; }

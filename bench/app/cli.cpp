@@ -172,7 +172,12 @@ void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
   app.add_flag("--sparse-grad", shape.sparse_grad,
                "dlrm: sparse embedding gradients (nn.EmbeddingBag(sparse=True)): sharded_ps pulls only a batch's "
                "rows from their servers and pushes only their gradients; allreduce all-gathers every rank's rows "
-               "(DDP over gloo); the tables step with SGD without momentum; not for ps yet");
+               "(DDP over gloo); the tables step with --embedding-optimizer; not for ps yet");
+  app.add_option("--embedding-optimizer", shape.embedding_optimizer,
+                 "dlrm --sparse-grad: the tables' optimizer, sgd (torch.optim.SGD without momentum) or adagrad "
+                 "(torch.optim.Adagrad on a sparse gradient, eps 1e-10), at --lr; the dense layers take --optimizer")
+      ->check(CLI::IsMember({"sgd", "adagrad"}))
+      ->capture_default_str();
   app.add_option("--zipf-alpha", logs.zipf_alpha,
                  "dlrm: draw each table's indices from a Zipf(alpha) law over its rows (alpha > 0; e.g. 1.05), "
                  "as FBGEMM's benchmark requests do; default: uniform");
@@ -500,8 +505,8 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
     const CLI::Option* o = app.get_option_no_throw(name);
     return o != nullptr && o->count() > 0;
   };
-  const char* own[] = {"--tables",     "--rows",    "--embedding-dim", "--lookups",    "--dense-features",
-                       "--bottom-mlp", "--top-mlp", "--zipf-alpha",    "--sparse-grad"};
+  const char* own[] = {"--tables",     "--rows",    "--embedding-dim", "--lookups",     "--dense-features",
+                       "--bottom-mlp", "--top-mlp", "--zipf-alpha",    "--sparse-grad", "--embedding-optimizer"};
   if (config.model.workload != "dlrm") {
     for (const char* o : own) {
       if (given(o)) throw InputError(fmt::format("{}: applies to --workload dlrm", o));
@@ -512,6 +517,10 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
     throw InputError(fmt::format("--zipf-alpha {}: must be a number > 0", data.click_logs.zipf_alpha));
   }
   check_dlrm_shape(config.model.dlrm);
+  if (given("--embedding-optimizer") && !config.model.dlrm.sparse_grad) {
+    throw InputError("--embedding-optimizer: the tables' own optimizer steps sparse gradients: give --sparse-grad "
+                     "(dense embedding gradients step with --optimizer)");
+  }
   for (const char* o : {"--input", "--classes", "--hidden", "--channels"}) {
     if (given(o)) throw InputError(fmt::format("{}: --workload dlrm sets its shape with --tables, --rows, ...", o));
   }
@@ -519,6 +528,7 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
     throw InputError(fmt::format("--data {}: --workload dlrm trains on click logs (--data click-logs)", data.data));
   }
   data.data = "click-logs";
+  config.model.dlrm.zipf_alpha = data.click_logs.zipf_alpha;
   data.click_log_shape = config.model.dlrm;
   data.input_shape = fmt::format("{}", config.model.dlrm.input_features());
   data.classes = 2;
@@ -661,6 +671,21 @@ void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o) {
       ->check(CLI::NonNegativeNumber)
       ->excludes("--staleness");
   sweep
+      .add_option("--zipf-alphas", o.zipf_alphas,
+                  "dlrm on an emulated cluster: Zipf alphas of the click logs' indices to sweep, comma list (0: "
+                  "uniform; see --zipf-alpha): one job per value at every point")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+    double a = -1;
+    return CLI::detail::lexical_cast(v, a) && a >= 0 && std::isfinite(a)
+               ? std::string()
+               : "Zipf alpha " + v + ": must be a number >= 0 (0: uniform indices)";
+          },
+          "ALPHA", "zipf alpha"))
+      ->excludes("--zipf-alpha")
+      ->group("Emulated cluster");
+  sweep
       .add_option("--link-of", o.link_of,
                   "Emulated cluster: one node's own rate in every job, NODE=RATE (run --link-of; e.g. 2=100mbit for a "
                   "straggler); repeatable")
@@ -699,9 +724,10 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
                      "or, with --launcher mpirun, over MPI (--comms mpi)");
   }
   if (sweep.count("--num-workers") == 0) o.num_workers = {0};
-  o.shared_args = shared_arguments(sweep, {"help", "workloads", "comms", "modes", "transports", "ranks", "batch-sizes",
-                                           "num-workers", "repetitions", "nodes", "links", "ranks-per-node", "launcher",
-                                           "out", "quiet", "comm-hooks", "hierarchies", "stalenesses", "link-of"});
+  o.shared_args = shared_arguments(
+      sweep, {"help",        "workloads",   "comms",       "modes",       "transports",     "ranks",      "batch-sizes",
+              "num-workers", "repetitions", "nodes",       "links",       "ranks-per-node", "launcher",   "out",
+              "quiet",       "comm-hooks",  "hierarchies", "stalenesses", "link-of",        "zipf-alphas"});
   return network_sweep_command(o);
 }
 
@@ -713,8 +739,9 @@ int local_sweep(const CLI::App& sweep, const SweepOptions& o) {
   if (sweep.count("--hierarchies") > 0) {
     throw InputError("--hierarchies: the node hierarchy needs nodes: give --nodes N,.. --ranks-per-node K,..");
   }
-  if (sweep.count("--stalenesses") + sweep.count("--link-of") > 0) {
-    throw InputError("--stalenesses and --link-of sweep an emulated cluster: give --nodes N,.. --links RATE,..");
+  if (sweep.count("--stalenesses") + sweep.count("--link-of") + sweep.count("--zipf-alphas") > 0) {
+    throw InputError(
+        "--stalenesses, --link-of and --zipf-alphas sweep an emulated cluster: give --nodes N,.. --links RATE,..");
   }
   return sweep_command(o);
 }

@@ -68,9 +68,10 @@ struct Point {
   std::string link;
   int nodes, per_node, workers, rep;
   std::size_t batch;
-  std::string hook;       // --comm-hooks: this job's hook; "" without the axis
-  std::string hierarchy;  // --hierarchies: this job's; "" without the axis
-  int staleness = -1;     // --stalenesses: this job's; -1 without the axis
+  std::string hook;        // --comm-hooks: this job's hook; "" without the axis
+  std::string hierarchy;   // --hierarchies: this job's; "" without the axis
+  int staleness = -1;      // --stalenesses: this job's; -1 without the axis
+  double zipf_alpha = -1;  // --zipf-alphas: this job's (0: uniform); -1 without the axis
 };
 
 // The modes a point's job runs: every --modes value; under a --comm-hooks hook other than
@@ -90,6 +91,7 @@ std::vector<Point> grid(const SweepOptions& o) {
   };
   const std::vector<std::string> hooks = or_unset(o.comm_hooks), hierarchies = or_unset(o.hierarchies);
   const std::vector<int> stalenesses = o.stalenesses.empty() ? std::vector<int>{-1} : o.stalenesses;
+  const std::vector<double> alphas = o.zipf_alphas.empty() ? std::vector<double>{-1} : o.zipf_alphas;
   std::vector<Point> points;
   for (const auto& w : o.workloads)
     for (const auto& t : o.transports)
@@ -101,11 +103,12 @@ std::vector<Point> grid(const SweepOptions& o) {
                 for (const auto& hier : hierarchies)
                   for (const auto& h : hooks)
                     for (const int st : stalenesses)
-                      for (int rep = 0; rep < o.repetitions; ++rep) {
-                        // A hook is allreduce's alone; a staleness bound runs with the flat push and pull.
-                        if (st > 0 && ((!h.empty() && h != "allreduce") || hier == "node")) continue;
-                        points.push_back({w, t, l, n, k, x, rep, b, h, hier, st});
-                      }
+                      for (const double a : alphas)
+                        for (int rep = 0; rep < o.repetitions; ++rep) {
+                          // A hook is allreduce's alone; a staleness bound runs with the flat push and pull.
+                          if (st > 0 && ((!h.empty() && h != "allreduce") || hier == "node")) continue;
+                          points.push_back({w, t, l, n, k, x, rep, b, h, hier, st, a});
+                        }
   return points;
 }
 
@@ -122,6 +125,7 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
   if (!p.hierarchy.empty()) args.insert(args.end(), {"--hierarchy", p.hierarchy});
   if (p.staleness >= 0) args.insert(args.end(), {"--staleness", std::to_string(p.staleness)});
   for (const auto& l : o.link_of) args.insert(args.end(), {"--link-of", l});
+  if (p.zipf_alpha > 0) args.insert(args.end(), {"--zipf-alpha", fmt::format("{}", p.zipf_alpha)});
   for (const auto& a : std::vector<std::string>{"--workload",
                                                 p.workload,
                                                 "--mode",
@@ -158,6 +162,7 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     if (!p.hook.empty()) config.allreduce.comm_hook = p.hook;
     if (!p.hierarchy.empty()) config.hierarchy = p.hierarchy;
     if (p.staleness >= 0) config.sharded_ps.staleness = mode == Mode::sharded_ps ? p.staleness : 0;
+    if (p.zipf_alpha >= 0) config.model.dlrm.zipf_alpha = p.zipf_alpha;
     config.transport = p.transport;
     config.comm = cluster_backend(o.cluster_launcher);
     config.world_size = p.nodes * p.per_node;
@@ -198,6 +203,9 @@ void check_network_sweep(const SweepOptions& o) {
     }
   }
   for (const auto& m : o.modes) find_strategy(m);
+  if (!o.zipf_alphas.empty() && o.workloads != std::vector<std::string>{"dlrm"}) {
+    throw InputError("--zipf-alphas: the click logs' index law is dlrm's: give --workloads dlrm");
+  }
   const cluster::Capability cap = cluster::probe_capability();
   if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
 }
@@ -237,6 +245,7 @@ nlohmann::json sweep_config(const SweepOptions& o, nlohmann::json config) {
     config["sweep"]["stalenesses"] = o.stalenesses;
   }
   if (!o.link_of.empty()) config["sweep"]["link_of"] = o.link_of;
+  if (!o.zipf_alphas.empty()) config["sweep"]["zipf_alphas"] = o.zipf_alphas;
   return config;
 }
 
@@ -257,7 +266,8 @@ int network_sweep_command(const SweepOptions& o) {
                  ++index, points.size(), p.workload, p.nodes, p.per_node, p.link, p.batch, p.workers,
                  p.hierarchy.empty() ? "" : " hierarchy=" + p.hierarchy,
                  (p.hook.empty() ? "" : " hook=" + p.hook) +
-                     (p.staleness < 0 ? "" : " staleness=" + std::to_string(p.staleness)),
+                     (p.staleness < 0 ? "" : " staleness=" + std::to_string(p.staleness)) +
+                     (p.zipf_alpha < 0 ? "" : fmt::format(" zipf_alpha={}", p.zipf_alpha)),
                  p.rep, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     const ChildRun child = run_child(run_args(o, p, point_out), point_err);

@@ -224,7 +224,8 @@ nlohmann::json dlrm_spec(const DlrmShape& s) {
           {"lookups", s.lookups},
           {"bottom", s.bottom},
           {"top", s.top},
-          {"sparse_grad", s.sparse_grad}};
+          {"sparse_grad", s.sparse_grad},
+          {"embedding_optimizer", s.embedding_optimizer}};
 }
 
 // order.i64: the DistributedSampler's shuffle of `size` samples for each of `epochs` epochs

@@ -119,7 +119,9 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                  {"bottom_mlp", d.bottom},
                  {"top_mlp", d.top},
                  {"embedding_params", d.embedding_params()},
-                 {"sparse_grad", d.sparse_grad}};
+                 {"sparse_grad", d.sparse_grad},
+                 {"embedding_optimizer", d.sparse_grad ? d.embedding_optimizer : config.optimizer.name},
+                 {"zipf_alpha", d.zipf_alpha}};
   }
   return j;
 }
@@ -295,6 +297,7 @@ static nlohmann::json quality_json(const RunResult& run) {
                             {"epoch_train_loss", run.epoch_train_loss},
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
+  if (run.test_auc >= 0) quality["test_auc"] = run.test_auc;
   return quality;
 }
 

@@ -155,6 +155,11 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
   row("test accuracy", [&](std::size_t i) {
     return runs[i].test_accuracy >= 0 ? fmt::format("{:.2f} %", 100.0 * runs[i].test_accuracy) : std::string("-");
   });
+  if (std::any_of(runs.begin(), runs.end(), [](const RunResult& r) { return r.test_auc >= 0; })) {
+    row("test AUC", [&](std::size_t i) {
+      return runs[i].test_auc >= 0 ? fmt::format("{:.4f}", runs[i].test_auc) : std::string("-");
+    });
+  }
 
   print_verdict(runs, docs);
 }
@@ -471,8 +476,8 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
   RunResult r = execute_point(config, data, s.device);
   if (!s.quiet && terminal) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
   if (!s.quiet) {
-    const std::string accuracy = r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy)
-                                                      : "";
+    std::string accuracy = r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy) : "";
+    if (r.test_auc >= 0) accuracy += fmt::format(", AUC {:.4f}", r.test_auc);
     fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps{})\n", mode,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r.steps_total, accuracy);
   }

@@ -46,6 +46,9 @@ struct SweepOptions {
   // --stalenesses: sharded_ps's staleness bounds as an axis (one job per value; a bound above 0
   // runs sharded_ps alone); empty, not swept (the base config's --staleness).
   std::vector<int> stalenesses;
+  // --zipf-alphas: the dlrm click logs' index laws as an axis (one job per value; 0: uniform
+  // indices); empty, not swept (the base's --zipf-alpha).
+  std::vector<double> zipf_alphas;
   // --link-of NODE=RATE: nodes whose link differs from --links' (a straggler), in every job.
   std::vector<std::string> link_of;
   std::string launcher = "env";  // run --launcher as given; parsed into cluster_launcher

@@ -7,9 +7,10 @@ interaction) from the same start bundle, and its losses agree with dpbench's ste
   RPC parameter server; PyTorch's tables' gradients are observed to be sparse tensors. With
   momentum 0.9 on the dense layers, so that a table stepped with momentum (which PyTorch's sparse
   SGD refuses and dpbench's tables skip) would part the losses.
+- Adagrad: `--embedding-optimizer adagrad` against torch.optim.Adagrad on the sparse tables.
 - Dense: allreduce with dense embedding gradients against DDP with nn.EmbeddingBag(sparse=False).
 
-Skipped, with the reason, when Debian's interpreter cannot import torch. About 10 s on 2 cores.
+Skipped, with the reason, when Debian's interpreter cannot import torch. About 12 s on 2 cores.
 """
 import json
 import os
@@ -23,7 +24,7 @@ BINARY = os.environ.get("DPBENCH_BINARY", str(ROOT / "build" / "release" / "dpbe
 PYTHON = "/usr/bin/python3"
 TABLES = 4
 SHAPE = ["--workload", "dlrm", "--rows", "2000", "--tables", str(TABLES), "--lookups", "4", "--ranks", "2",
-         "--max-steps", "40", "--lr", "0.5", "--repetitions", "1", "--reference", "pytorch"]
+         "--max-steps", "40", "--repetitions", "1", "--reference", "pytorch"]
 
 
 def have_torch():
@@ -35,11 +36,11 @@ def have_torch():
 
 @unittest.skipUnless(have_torch(), f"{PYTHON} cannot import torch (apt-get install python3-torch)")
 class DlrmReference(unittest.TestCase):
-    def run_dpbench(self, *args):
-        """The result file of `dpbench run SHAPE args`, which must exit 0."""
+    def run_dpbench(self, *args, lr="0.5"):
+        """The result file of `dpbench run SHAPE --lr lr args`, which must exit 0."""
         with tempfile.TemporaryDirectory(prefix="dpbench-dlrm-ref-") as tmp:
             out = pathlib.Path(tmp) / "r.json"
-            proc = subprocess.run([BINARY, "run", *SHAPE, *args, "-o", str(out)], capture_output=True, text=True,
+            proc = subprocess.run([BINARY, "run", *SHAPE, "--lr", lr, *args, "-o", str(out)], capture_output=True, text=True,
                                   timeout=300)
             self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
             return json.loads(out.read_text())
@@ -67,6 +68,12 @@ class DlrmReference(unittest.TestCase):
         self.assertEqual(["allreduce (sparse all-gather)", "sharded_ps (sparse push/pull)"],
                          [r["strategy"]["label"] for r in doc["runs"]])
         self.check_agreement(doc, {"allreduce": "ddp", "sharded_ps": "rpc_ps"}, sparse=True)
+
+    def test_adagrad_tables_agree_with_torch_adagrad(self):
+        doc = self.run_dpbench("--mode", "allreduce", "--sparse-grad", "--embedding-optimizer", "adagrad",
+                               lr="0.05")
+        self.assertEqual("adagrad", doc["runs"][0]["config"]["dlrm"]["embedding_optimizer"])
+        self.check_agreement(doc, {"allreduce": "ddp"}, sparse=True)
 
     def test_dense_embedding_gradients_agree_with_dense_ddp(self):
         doc = self.run_dpbench("--mode", "allreduce")

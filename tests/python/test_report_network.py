@@ -280,6 +280,35 @@ class NetworkVerdictTest(unittest.TestCase):
         # allreduce still beats ps everywhere: no crossover of theirs is named.
         self.assertFalse([c for c in net.link_crossovers + net.node_crossovers if "allreduce/ps" in c])
 
+    def test_other_settings_of_the_sweep_get_their_own_crossover_sentence(self):
+        # The sweep again under another config value (as --zipf-alphas gives each its own
+        # dlrm.zipf_alpha), ps 3x faster there: a separate experiment, not more repetitions; the
+        # verdict keeps its slice and names the other one's order, with what sets it apart.
+        doc = copy.deepcopy(self.doc)
+        for run in self.doc["runs"]:
+            run = copy.deepcopy(run)
+            run["config"]["dlrm"] = {"zipf_alpha": 1.3}
+            if run["mode"] == "ps":
+                run["throughput_samples_per_s"] *= 3
+            doc["runs"].append(run)
+        for run in doc["runs"][:len(self.doc["runs"])]:
+            run["config"]["dlrm"] = {"zipf_alpha": 0.0}
+        net = self.verdict(doc)
+        self.assertEqual(1, len({p.variant for p in net.points}))
+        self.assertEqual(1, len(net.other_settings), net.other_settings)
+        other = net.other_settings[0]
+        self.assertTrue(other.startswith("with dlrm.zipf_alpha "), other)
+        self.assertIn(other, net.paragraph)
+        self.assertIn("the sweep's other settings", net.crossover_text)
+        # Each slice's points are its own runs: ps's throughputs differ by the factor 3 point by point.
+        main = {(p.nodes, p.link): p.throughput for p in net.points if p.mode == "ps"}
+        others = {(p.nodes, p.link): p.throughput
+                  for p in report_data.load_results([write_json(self.tmp / "sweep.json", doc)]).network
+                  if p.variant != net.points[0].variant and p.mode == "ps"}
+        self.assertEqual(set(main), set(others))
+        for at, tp in others.items():
+            self.assertAlmostEqual(3.0, max(tp, main[at]) / min(tp, main[at]), places=6)
+
     def test_comm_hooks_are_series_of_one_experiment(self):
         # A sweep over --comm-hooks: the allreduce runs again under fp16, 2x faster. Each hook is
         # a series of its own (the label names it), in the same experiment (variant) as the plain

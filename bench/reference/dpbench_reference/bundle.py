@@ -105,11 +105,15 @@ def _dlrm_spec(start_dir, d, spec):
             raise _bundle_error(start_dir, f"model.dlrm.{k}: {d[k]!r}, expected positive integers")
     if not isinstance(d["sparse_grad"], bool):
         raise _bundle_error(start_dir, f"model.dlrm.sparse_grad: {d['sparse_grad']!r}")
+    if d.get("embedding_optimizer", "sgd") not in ("sgd", "adagrad"):
+        raise _bundle_error(start_dir, f"model.dlrm.embedding_optimizer: {d['embedding_optimizer']!r}, "
+                                       "expected 'sgd' or 'adagrad'")
     width = d["dense_features"] + d["tables"] * d["lookups"]
     if math.prod(spec["input"]) != width or spec["classes"] != 2:
         raise _bundle_error(start_dir, f"model.input {spec['input']} and classes {spec['classes']}: "
                                        f"the dlrm takes {width} features and 2 classes")
-    return {k: d[k] for k in (*sizes, "bottom", "top", "sparse_grad")}
+    return {**{k: d[k] for k in (*sizes, "bottom", "top", "sparse_grad")},
+            "embedding_optimizer": d.get("embedding_optimizer", "sgd")}
 
 
 def _check_tensor_table(start_dir, key, section, expected, dtype="float32"):

@@ -63,6 +63,7 @@ class DLRM(nn.Module if torch is not None else object):
     def __init__(self, d):
         super().__init__()
         self.dense, self.tables, self.lookups = d["dense_features"], d["tables"], d["lookups"]
+        self.embedding_optimizer = d.get("embedding_optimizer", "sgd")
         self.emb_l = nn.ModuleList(nn.EmbeddingBag(d["rows"], d["dim"], mode="sum",
                                                    sparse=d["sparse_grad"])
                                    for _ in range(self.tables))
@@ -143,6 +144,12 @@ def make_optimizer(cfg, model):
     step with SGD without momentum (PyTorch's SGD refuses momentum on a sparse gradient), as
     dpbench's tables do under --sparse-grad."""
     name = cfg.get("optimizer", "sgd")
+    tables = _sparse_tables(model)
+    if name == "sgd" and tables and _embedding_optimizer(model) == "adagrad":
+        dense = [p for p in model.parameters() if id(p) not in {id(t) for t in tables}]
+        return _Optimizers([
+            torch.optim.SGD(dense, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"]),
+            torch.optim.Adagrad(tables, lr=cfg["lr"], eps=1e-10, **_foreach_off(torch.optim.Adagrad))])
     if name == "sgd":
         return torch.optim.SGD(_sgd_groups(model), lr=cfg["lr"], momentum=cfg["momentum"],
                                weight_decay=cfg["weight_decay"])
@@ -151,15 +158,41 @@ def make_optimizer(cfg, model):
                weight_decay=cfg["weight_decay"], amsgrad=False, **_foreach_off(cls))
 
 
-def _sgd_groups(model):
-    """model's parameters as SGD's param groups: the sparse embedding bags' weights in a group of
-    their own with momentum 0, the others in one group taking the optimizer's settings."""
+def _sparse_tables(model):
+    """The weights of model's embedding bags with sparse gradients, in parameter order."""
     module = getattr(model, "module", model)
     sparse = {id(m.weight) for m in module.modules()
               if isinstance(m, nn.EmbeddingBag) and m.sparse}
-    dense = [p for p in model.parameters() if id(p) not in sparse]
-    tables = [p for p in model.parameters() if id(p) in sparse]
-    return [{"params": dense}] + ([{"params": tables, "momentum": 0.0}] if tables else [])
+    return [p for p in model.parameters() if id(p) in sparse]
+
+
+def _embedding_optimizer(model):
+    """The DLRM's tables' optimizer ("sgd" or "adagrad"); "sgd" for any other model."""
+    return getattr(getattr(model, "module", model), "embedding_optimizer", "sgd")
+
+
+def _sgd_groups(model):
+    """model's parameters as SGD's param groups: the sparse embedding bags' weights in a group of
+    their own with momentum 0, the others in one group taking the optimizer's settings."""
+    tables = {id(p) for p in _sparse_tables(model)}
+    dense = [p for p in model.parameters() if id(p) not in tables]
+    return [{"params": dense}] + ([{"params": [p for p in model.parameters() if id(p) in tables],
+                                    "momentum": 0.0}] if tables else [])
+
+
+class _Optimizers:
+    """Several optimizers stepped as one (the dense layers' and the sparse tables' Adagrad)."""
+
+    def __init__(self, optimizers):
+        self.optimizers = optimizers
+
+    def step(self):
+        for o in self.optimizers:
+            o.step()
+
+    def zero_grad(self, set_to_none=False):
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
 
 
 def _foreach_off(cls):
