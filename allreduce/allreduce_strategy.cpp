@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "allreduce/ddp_trainer.hpp"
+#include "train/sparse_grad.hpp"
 
 namespace dpbench {
 
@@ -33,6 +34,11 @@ std::string allreduce_pytorch(const TrainConfig&) { return "ddp"; }
 // Every rank a full replica with the whole optimizer state (DDP; ZeRO's baseline).
 std::vector<RankMemory> allreduce_memory(const MemoryInputs& in) {
   std::vector<RankMemory> ranks;
+  if (in.config.model.dlrm.sparse_grad) {  // sparse_allreduce.cpp: every replica keeps every table
+    const auto rows = static_cast<double>(in.config.model.dlrm.rows);
+    for (int r = 0; r < in.config.world_size; ++r) ranks.push_back(sparse_rank_memory(in, rows, false));
+    return ranks;
+  }
   for (int r = 0; r < in.config.world_size; ++r) {
     RankMemory m = replica_memory(in, replica_rows(in.config, r));
     m[MemoryCategory::optimizer_state] = optimizer_bytes(in.config, in.num_params);

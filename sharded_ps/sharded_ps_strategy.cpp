@@ -2,7 +2,9 @@
 // server; its transports, labels, bus bandwidth and alpha-beta terms (with K = p servers).
 #include <fmt/format.h>
 
+#include "core/ring.hpp"
 #include "sharded_ps/sharded_ps.hpp"
+#include "train/sparse_grad.hpp"
 #include "train/alpha_beta_model.hpp"
 
 namespace dpbench {
@@ -47,6 +49,15 @@ std::string sharded_pytorch(const TrainConfig&) { return "rpc_ps"; }
 // p2p, a receive buffer of the range); one rank alone is plain training.
 std::vector<RankMemory> sharded_memory(const MemoryInputs& in) {
   const TrainConfig& config = in.config;
+  if (config.model.dlrm.sparse_grad) {  // sparse_embeddings.cpp: each server's block of rows, and their sums
+    std::vector<RankMemory> ranks;
+    for (int r = 0; r < config.world_size; ++r) {
+      const Chunk own = ring_chunk(config.model.dlrm.rows, config.world_size, r);
+      ranks.push_back(sparse_rank_memory(in, static_cast<double>(own.length), true));
+      ranks.back().role = "server";
+    }
+    return ranks;
+  }
   const ShardLayout layout = shard_layout_for(config, static_cast<std::size_t>(in.num_params));
   std::vector<RankMemory> ranks;
   for (int r = 0; r < config.world_size; ++r) {

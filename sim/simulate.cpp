@@ -204,16 +204,24 @@ SimulationResult simulate(const StepSchedule&, const SimPlatform&, int) {
 
 #endif
 
+namespace {
+// The schedule's simulated time to its last rank's end (one step) on `platform` with one entry of
+// a per-kind calibration (`field`: engine_efficiency or engine_overhead_s) set to `value`.
+double end_with(const StepSchedule& schedule, SimPlatform pf, std::vector<double> SimPlatform::*field,
+                CollectiveKind kind, double value) {
+  (pf.*field).resize(kCollectiveKinds, 0.0);
+  (pf.*field)[static_cast<std::size_t>(kind)] = value;
+  const SimulationResult r = simulate(schedule, pf, 1);
+  return *std::max_element(r.rank_step_s.begin(), r.rank_step_s.end());
+}
+}  // namespace
+
 EfficiencyFit fit_engine_efficiency(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
                                     double measured_s) {
   EfficiencyFit fit;
   auto time_at = [&](double e) {
-    SimPlatform pf = platform;
-    pf.engine_efficiency.resize(kCollectiveKinds, 0.0);
-    pf.engine_efficiency[static_cast<std::size_t>(kind)] = e;
-    const SimulationResult r = simulate(schedule, pf, 1);
     ++fit.simulations;
-    return *std::max_element(r.rank_step_s.begin(), r.rank_step_s.end());
+    return end_with(schedule, platform, &SimPlatform::engine_efficiency, kind, e);
   };
   constexpr double kLowest = 0.01;
   fit.at_link_s = fit.fitted_s = time_at(1.0);
@@ -255,12 +263,8 @@ EfficiencyFit fit_engine_overhead(const StepSchedule& schedule, const SimPlatfor
                                   double measured_s) {
   EfficiencyFit fit;
   auto time_at = [&](double o) {
-    SimPlatform pf = platform;
-    pf.engine_overhead_s.resize(kCollectiveKinds, 0.0);
-    pf.engine_overhead_s[static_cast<std::size_t>(kind)] = o;
-    const SimulationResult r = simulate(schedule, pf, 1);
     ++fit.simulations;
-    return *std::max_element(r.rank_step_s.begin(), r.rank_step_s.end());
+    return end_with(schedule, platform, &SimPlatform::engine_overhead_s, kind, o);
   };
   fit.at_link_s = fit.fitted_s = time_at(0.0);
   if (!(measured_s > fit.at_link_s)) return fit;

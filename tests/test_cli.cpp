@@ -1279,6 +1279,10 @@ TEST_F(Cli, DlrmRefusesBadSizesBeforeAnyWork) {
   expect_input_error("--workload dlrm --zipf-alpha 0", "--zipf-alpha 0: must be a number > 0");
   expect_input_error("--workload dlrm --zipf-alpha -1", "--zipf-alpha -1");
   expect_input_error("--workload dlrm --tables 8 --rows 16000000 --embedding-dim 64", "GiB by the memory model");
+  // The sparse paths' own model: 4 servers' rows and their sums, 8 x 16 M x 64 floats twice.
+  expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --tables 8 --rows 16000000 --embedding-dim 64",
+                     "4 ranks of sharded_ps need 61.1 GiB by the memory model");
+  expect_input_error("--workload dlrm --embedding-optimizer adagrad", "--embedding-optimizer: the tables' own");
   expect_input_error("--workload dlrm --data synthetic", "--data synthetic: --workload dlrm trains on click logs");
   expect_input_error("--tables 4", "--tables: applies to --workload dlrm");
 }

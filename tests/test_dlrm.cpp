@@ -13,10 +13,13 @@
 #include "allreduce/ddp_trainer.hpp"
 #include "core/memory.hpp"
 #include "sharded_ps/sharded_ps.hpp"
+#include "train/memory_model.hpp"
 #include "train/sparse_grad.hpp"
+#include "bench/app/strategies.hpp"
 #include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/dlrm.hpp"
+#include "tests/training_fixtures.hpp"
 
 namespace dpbench {
 namespace {
@@ -240,20 +243,7 @@ TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
   shape.bottom = {8};
   shape.top = {8};
   const auto logs = make_click_logs(shape, {1.05}, 2048, 5);
-  TrainConfig c;
-  c.model.workload = "dlrm";
-  c.model.dlrm = shape;
-  c.world_size = 3;
-  c.global_batch = 96;
-  c.run.max_steps = 12;
-  c.run.warmup_steps = 2;
-  c.run.epochs = 1;
-  c.optimizer.lr = 0.5f;
-  c.optimizer.momentum = 0.0f;
-  c.seed = 3;
-  c.evaluate = false;
-  c.keep_final_params = true;
-  c.timeout = std::chrono::seconds(60);
+  TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 12);
   const TrainData data{logs.get(), nullptr};
   c.mode = Mode::allreduce;
   const RunResult dense = train_allreduce(c, data);
@@ -299,6 +289,44 @@ TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
       << "Adagrad's steps are not SGD's";
 }
 
+// The memory model of both sparse paths equals the allocator's peak of every category of every
+// rank to the byte: the compact replica, a server's block of rows and their sums (sharded_ps; 300
+// rows over 3 servers), every table in every replica (allreduce), Adagrad's sums of squares.
+TEST(DlrmSparse, MemoryModelEqualsTheAllocatorsPeakToTheByte) {
+  DlrmShape shape;
+  shape.dense_features = 5;
+  shape.tables = 3;
+  shape.rows = 301;  // the last server one row more
+  shape.dim = 4;
+  shape.lookups = 3;
+  shape.bottom = {8};
+  shape.top = {8};
+  shape.sparse_grad = true;
+  const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
+  int checked = 0;
+  for (const char* tables : {"sgd", "adagrad"}) {
+    for (const Mode mode : {Mode::sharded_ps, Mode::allreduce}) {
+      TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 3);
+      c.model.dlrm.embedding_optimizer = tables;
+      c.optimizer.momentum = 0.9f;  // the dense layers' state
+      c.mode = mode;
+      const RunResult run = testing::train_mode(c, *logs);
+      const std::vector<RankMemory> model = find_strategy(mode).memory(builtin_memory_inputs(c, logs->shape(), 2));
+      ASSERT_EQ(model.size(), run.ranks.size());
+      for (std::size_t r = 0; r < model.size(); ++r) {
+        for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
+          const auto name = std::string(category_name(static_cast<MemoryCategory>(cat)));
+          EXPECT_EQ(static_cast<std::int64_t>(model[r].bytes[static_cast<std::size_t>(cat)]),
+                    run.ranks[r].memory.peak_by_category.at(name))
+              << mode << " " << tables << ", rank " << r << ", " << name;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 2 * 3 * kNumMemoryCategories);
+}
+
 // The tables' Adagrad step (torch.optim.Adagrad on a sparse gradient): the sum of squares grows by
 // g^2 and the row moves by lr g / (sqrt(sum) + 1e-10); SGD moves it by lr g and keeps no state.
 TEST(DlrmSparse, TableRowStepsAsTorchAdagradAndSgd) {
@@ -339,18 +367,8 @@ TEST(DlrmSparse, GivenInitialParametersStartBothSparsePaths) {
   shape.bottom = {6};
   shape.top = {6};
   const auto logs = make_click_logs(shape, {}, 512, 7);
-  TrainConfig c;
-  c.model.workload = "dlrm";
-  c.model.dlrm = shape;
-  c.world_size = 2;
-  c.global_batch = 64;
-  c.run.max_steps = 4;
-  c.run.warmup_steps = 1;
-  c.run.epochs = 1;
-  c.optimizer.lr = 0.5f;
-  c.seed = 3;
-  c.evaluate = false;
-  c.timeout = std::chrono::seconds(60);
+  TrainConfig c = testing::small_dlrm_config(shape, 2, 64, 4);
+  c.optimizer.momentum = 0.9f;  // the dense layers' (the tables step without)
   const TrainData data{logs.get(), nullptr};
   c.mode = Mode::allreduce;
   const RunResult seeded = train_allreduce(c, data);

@@ -214,16 +214,7 @@ TEST(StepSchedule, SparseStepsSendTheMeasuredBytes) {
   shape.top = {8};
   shape.sparse_grad = true;
   const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
-  TrainConfig c;
-  c.model.workload = "dlrm";
-  c.model.dlrm = shape;
-  c.world_size = 3;
-  c.global_batch = 96;
-  c.run.max_steps = 6;
-  c.run.warmup_steps = 1;
-  c.run.epochs = 1;
-  c.evaluate = false;
-  c.timeout = std::chrono::seconds(60);
+  TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 6);
   for (const Mode mode : {Mode::sharded_ps, Mode::allreduce}) {
     c.mode = mode;
     const RunResult run = testing::train_mode(c, *logs);

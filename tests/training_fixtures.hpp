@@ -38,6 +38,27 @@ inline TrainConfig small_train_config(const std::string& mode, int world_size, s
   return c;
 }
 
+// A small dlrm run (tests of the sparse paths): `shape` trained at `world_size` ranks, global batch
+// `batch`, `steps` steps (1 warm-up), one epoch, SGD lr 0.5 without momentum, seed 3, no
+// evaluation, rank 0's final parameters kept.
+inline TrainConfig small_dlrm_config(const DlrmShape& shape, int world_size, std::size_t batch, long steps) {
+  TrainConfig c;
+  c.model.workload = "dlrm";
+  c.model.dlrm = shape;
+  c.world_size = world_size;
+  c.global_batch = batch;
+  c.run.max_steps = steps;
+  c.run.warmup_steps = 1;
+  c.run.epochs = 1;
+  c.optimizer.lr = 0.5f;
+  c.optimizer.momentum = 0.0f;
+  c.seed = 3;
+  c.evaluate = false;
+  c.keep_final_params = true;
+  c.timeout = std::chrono::seconds(60);
+  return c;
+}
+
 // Trains `c` on `data` (no test split) with its mode's trainer: ps, sharded_ps or allreduce.
 inline RunResult train_mode(const TrainConfig& c, const Dataset& data) {
   const TrainData td{&data, nullptr};

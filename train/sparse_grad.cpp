@@ -48,6 +48,25 @@ void step_table_row(bool adagrad, float lr, float* w, const float* g, float* sta
   }
 }
 
+RankMemory sparse_rank_memory(const MemoryInputs& in, double table_rows, bool table_gradients) {
+  const DlrmShape& d = in.config.model.dlrm;
+  const double f = sizeof(float), dim = static_cast<double>(d.dim), tables = static_cast<double>(d.tables);
+  const double rows = static_cast<double>(in.config.global_batch / static_cast<std::size_t>(in.config.world_size));
+  const double dense = in.num_params - static_cast<double>(d.embedding_params());
+  const double compact = tables * rows * static_cast<double>(d.lookups) * dim + dense;
+  const double served = tables * table_rows * dim;
+  RankMemory m;
+  m.role = "replica";
+  m[MemoryCategory::parameters] = (compact + served) * f;
+  m[MemoryCategory::gradients] = (compact + (table_gradients ? served : 0.0)) * f;
+  m[MemoryCategory::optimizer_state] = optimizer_bytes(in.config, dense) +
+                                       (d.embedding_optimizer == "adagrad" ? served * f : 0.0);
+  m[MemoryCategory::activations] = in.activation_bytes(rows) + 2.0 * rows * in.classes * f +
+                                   rows * static_cast<double>(d.input_features()) * f;
+  m[MemoryCategory::data_staging] = loader_bytes(in, rows);
+  return m;
+}
+
 CompactTables compact_lookups(const float* inputs, float* x_out, std::size_t batch, const cpu::BagShape& s) {
   const std::size_t stride = s.row_stride(), D = s.dense, L = s.lookups;
   std::memcpy(x_out, inputs, batch * stride * sizeof(float));

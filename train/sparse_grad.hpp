@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "train/memory_model.hpp"
 #include "train/optimizer.hpp"
 #include "train/step_loop.hpp"
 #include "train/training.hpp"
@@ -28,6 +29,15 @@ inline constexpr float kAdagradEps = 1e-10f;
 // (torch/optim/adagrad.py on a sparse gradient: lr_decay 0, initial accumulator 0, no weight
 // decay; state [dim], unused by sgd).
 void step_table_row(bool adagrad, float lr, float* w, const float* g, float* state, std::size_t dim);
+
+// The bytes one rank of a sparse path holds, by category (CompactReplicaRank and its tables, as
+// the allocator counts them): the compact replica (local batch x lookups rows of every table, and
+// the dense layers) as parameters and gradients, the dense layers' optimizer state, the model's
+// activations with the logits, their gradient and the compacted batch, the DataLoader's buffers;
+// then `table_rows` rows of every table as parameters, as gradient sums too when
+// `table_gradients` (a server's), and with Adagrad (--embedding-optimizer) their sums of squares
+// as optimizer state. Role "replica".
+RankMemory sparse_rank_memory(const MemoryInputs& in, double table_rows, bool table_gradients);
 
 // The rows of every table one batch looks up, for a replica that holds only those: rows[t] the
 // unique rows of table t in ascending order. compact_lookups writes the batch into x_out with each

@@ -123,15 +123,6 @@ void check_replay_fits(const TrainConfig& base, const std::vector<Mode>& modes, 
   const std::string what = base.model.described.empty() ? std::string("--workload dlrm")
                                                         : "--model " + base.model.described;
   const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  if (base.model.dlrm.sparse_grad) {  // every row once on its server, with its gradient sum
-    const double need = 2.0 * static_cast<double>(base.model.dlrm.embedding_params()) * sizeof(float);
-    if (need > machine) {
-      throw InputError(fmt::format("{}: the servers' rows and their gradients need {:.1f} GiB, more than this "
-                                   "machine's {:.1f} GiB (smaller tables)",
-                                   what, need / (1 << 30), machine / (1 << 30)));
-    }
-    return;
-  }
   for (Mode mode : modes) {
     TrainConfig config = base;
     config.mode = mode;

@@ -218,19 +218,27 @@ SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, i
   return pf;
 }
 
+namespace {
+// Why a projected point of `strategy` under `config` cannot be simulated; "" when it can.
+std::string unsimulated(const Strategy& strategy, const TrainConfig& config, const StepModel& model) {
+  if (strategy.schedule == nullptr) return "the strategy has no schedule";
+  if (config.sharded_ps.staleness > 0) return kStaleStepsNotSimulated;
+  if (!simulation_available()) return "this dpbench was built without SimGrid";
+  if (powersgd_rank(config.allreduce.comm_hook) > 0 && model.described_model.empty()) {
+    return "PowerSGD's messages follow the tensor shapes, which a projection does not know";
+  }
+  if (config.model.dlrm.sparse_grad) {
+    return "--sparse-grad: the rows a step exchanges follow the data, measured at the run's world size only; the "
+           "projection does not model them at others";
+  }
+  return "";
+}
+}  // namespace
+
 nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
                               const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
                               bool what_if) {
-  if (strategy.schedule == nullptr) return {{"unavailable", "the strategy has no schedule"}};
-  if (config.sharded_ps.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
-  if (!simulation_available()) return {{"unavailable", "this dpbench was built without SimGrid"}};
-  if (powersgd_rank(config.allreduce.comm_hook) > 0 && model.described_model.empty()) {
-    return {{"unavailable", "PowerSGD's messages follow the tensor shapes, which a projection does not know"}};
-  }
-  if (config.model.dlrm.sparse_grad) {
-    return {{"unavailable", "--sparse-grad: the rows a step exchanges follow the data, measured at the run's world "
-                            "size only; the projection does not model them at others"}};
-  }
+  if (const std::string why = unsimulated(strategy, config, model); !why.empty()) return {{"unavailable", why}};
   ScheduleInputs in;
   in.config = config;
   in.config.world_size = p;
