@@ -234,14 +234,7 @@ TEST(ClickLogs, SamplesAreDeterministicInRangeAndBothLabelsOccur) {
 // (the all-gather of every rank's rows), against dense allreduce, all SGD without momentum: the same step losses and the same final model, the tables gathered
 // from their servers onto rank 0. In-process, so the sanitizer stages run its threads.
 TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
-  DlrmShape shape;
-  shape.dense_features = 5;
-  shape.tables = 3;
-  shape.rows = 300;
-  shape.dim = 4;
-  shape.lookups = 3;
-  shape.bottom = {8};
-  shape.top = {8};
+  DlrmShape shape = testing::small_dlrm_shape(3, 300);
   const auto logs = make_click_logs(shape, {1.05}, 2048, 5);
   TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 12);
   const TrainData data{logs.get(), nullptr};
@@ -293,14 +286,7 @@ TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
 // rank to the byte: the compact replica, a server's block of rows and their sums (sharded_ps; 300
 // rows over 3 servers), every table in every replica (allreduce), Adagrad's sums of squares.
 TEST(DlrmSparse, MemoryModelEqualsTheAllocatorsPeakToTheByte) {
-  DlrmShape shape;
-  shape.dense_features = 5;
-  shape.tables = 3;
-  shape.rows = 301;  // the last server one row more
-  shape.dim = 4;
-  shape.lookups = 3;
-  shape.bottom = {8};
-  shape.top = {8};
+  DlrmShape shape = testing::small_dlrm_shape(3, 301);  // the last server one row more
   shape.sparse_grad = true;
   const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
   int checked = 0;

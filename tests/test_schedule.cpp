@@ -204,14 +204,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
 // mean back (sharded_ps exactly; allreduce to a row's bytes, its rows rounded to whole floats),
 // every message matched, and the engine probe runs the kinds the schedule uses (p2p included).
 TEST(StepSchedule, SparseStepsSendTheMeasuredBytes) {
-  DlrmShape shape;
-  shape.dense_features = 5;
-  shape.tables = 3;
-  shape.rows = 400;
-  shape.dim = 4;
-  shape.lookups = 3;
-  shape.bottom = {8};
-  shape.top = {8};
+  DlrmShape shape = testing::small_dlrm_shape(3, 400);
   shape.sparse_grad = true;
   const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
   TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 6);
@@ -462,6 +455,17 @@ TEST(Simulation, BackwardHidesTheBucketsItOverlaps) {
   EXPECT_NEAR(step(1.0), 1.2, 1e-6);
 }
 
+// The simulated time of one blocking 1 MB message of `kind` from `from` to `to`, on 4 ranks.
+double one_message_s(const SimPlatform& platform, int from, int to, CollectiveKind kind) {
+  StepSchedule s(4);
+  s.set_collective(kind);
+  s.send(from, 0, to, 1e6);
+  s.wait_all(from, 0);
+  s.recv(to, 0, from, 1e6);
+  s.wait_all(to, 0);
+  return simulate(s, platform).step_s;
+}
+
 TEST(Simulation, TheEngineCalibrationSlowsOnlyItsCollectivesMessagesBetweenNodes) {
   SKIP_WITHOUT_SIMGRID();
   // Two nodes of two ranks: 1 MB from rank 0 to rank 2 (another node) and from rank 1 to rank 0
@@ -469,24 +473,15 @@ TEST(Simulation, TheEngineCalibrationSlowsOnlyItsCollectivesMessagesBetweenNodes
   SimPlatform pf = star(2, 10e6, 0);
   pf.ranks_per_node = 2;
   pf.intra_bytes_per_s = 1e9;
-  auto one = [&](const SimPlatform& platform, int from, int to, CollectiveKind kind) {
-    StepSchedule s(4);
-    s.set_collective(kind);
-    s.send(from, 0, to, 1e6);
-    s.wait_all(from, 0);
-    s.recv(to, 0, from, 1e6);
-    s.wait_all(to, 0);
-    return simulate(s, platform).step_s;
-  };
-  EXPECT_NEAR(one(pf, 0, 2, CollectiveKind::reduce), 0.1, 1e-6);  // the node links' rate
+  EXPECT_NEAR(one_message_s(pf, 0, 2, CollectiveKind::reduce), 0.1, 1e-6);  // the node links' rate
   SimPlatform slow = pf;
   slow.engine_efficiency.assign(kCollectiveKinds, 0.0);
   slow.engine_efficiency[static_cast<std::size_t>(CollectiveKind::reduce)] = 0.5;
-  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::reduce), 0.2, 1e-6);     // at half the rate
-  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::broadcast), 0.1, 1e-6);  // another collective: not capped
-  EXPECT_NEAR(one(slow, 1, 0, CollectiveKind::reduce), one(pf, 1, 0, CollectiveKind::reduce), 1e-9);
+  EXPECT_NEAR(one_message_s(slow, 0, 2, CollectiveKind::reduce), 0.2, 1e-6);     // at half the rate
+  EXPECT_NEAR(one_message_s(slow, 0, 2, CollectiveKind::broadcast), 0.1, 1e-6);  // another collective: not capped
+  EXPECT_NEAR(one_message_s(slow, 1, 0, CollectiveKind::reduce), one_message_s(pf, 1, 0, CollectiveKind::reduce), 1e-9);
   slow.engine_efficiency[0] = 1.5;
-  EXPECT_THROW(one(slow, 0, 2, CollectiveKind::reduce), InputError);
+  EXPECT_THROW(one_message_s(slow, 0, 2, CollectiveKind::reduce), InputError);
 }
 
 // The fitted share of the link makes the collective alone take the measured time: Open MPI's
@@ -545,20 +540,12 @@ TEST(Simulation, TheFittedPerMessageOverheadGivesBackTheMeasuredTime) {
   SimPlatform slow = pf;
   slow.engine_overhead_s.assign(kCollectiveKinds, 0.0);
   slow.engine_overhead_s[static_cast<std::size_t>(CollectiveKind::p2p)] = 0.5;
-  auto one = [&](const SimPlatform& platform, int from, int to, CollectiveKind kind) {
-    StepSchedule s(4);
-    s.set_collective(kind);
-    s.send(from, 0, to, 1e6);
-    s.wait_all(from, 0);
-    s.recv(to, 0, from, 1e6);
-    s.wait_all(to, 0);
-    return simulate(s, platform).step_s;
-  };
-  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::p2p), 0.6, 1e-6);        // 0.5 s, then 1 MB at 10 MB/s
-  EXPECT_NEAR(one(slow, 0, 2, CollectiveKind::allgather), 0.1, 1e-6);  // another kind
-  EXPECT_NEAR(one(slow, 0, 1, CollectiveKind::p2p), one(pf, 0, 1, CollectiveKind::p2p), 1e-9);  // one node
+  EXPECT_NEAR(one_message_s(slow, 0, 2, CollectiveKind::p2p), 0.6, 1e-6);        // 0.5 s, then 1 MB at 10 MB/s
+  EXPECT_NEAR(one_message_s(slow, 0, 2, CollectiveKind::allgather), 0.1, 1e-6);  // another kind
+  EXPECT_NEAR(one_message_s(slow, 0, 1, CollectiveKind::p2p), one_message_s(pf, 0, 1, CollectiveKind::p2p),
+              1e-9);  // one node
   slow.engine_overhead_s[0] = -1;
-  EXPECT_THROW(one(slow, 0, 2, CollectiveKind::p2p), InputError);
+  EXPECT_THROW(one_message_s(slow, 0, 2, CollectiveKind::p2p), InputError);
 }
 
 // fn(comm) on p threads of one local group; each rank's answer, by rank.

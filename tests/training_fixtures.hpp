@@ -38,6 +38,19 @@ inline TrainConfig small_train_config(const std::string& mode, int world_size, s
   return c;
 }
 
+// A small DLRM: 5 dense features, `tables` tables of `rows` rows of 4, 3 lookups, MLPs of 8.
+inline DlrmShape small_dlrm_shape(std::size_t tables, std::size_t rows) {
+  DlrmShape shape;
+  shape.dense_features = 5;
+  shape.tables = tables;
+  shape.rows = rows;
+  shape.dim = 4;
+  shape.lookups = 3;
+  shape.bottom = {8};
+  shape.top = {8};
+  return shape;
+}
+
 // A small dlrm run (tests of the sparse paths): `shape` trained at `world_size` ranks, global batch
 // `batch`, `steps` steps (1 warm-up), one epoch, SGD lr 0.5 without momentum, seed 3, no
 // evaluation, rank 0's final parameters kept.
