@@ -15,6 +15,7 @@
 #include "ps/parameter_server.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "tests/training_fixtures.hpp"
+#include "workloads/click_logs.hpp"
 #include "train/memory_model.hpp"
 #include "workloads/synthetic.hpp"
 
@@ -112,6 +113,40 @@ TEST(MemoryModel, RolesAndOptimizerStateOfADescribedModel) {
   const auto sharded = find_strategy(Mode::sharded_ps).memory(in);
   EXPECT_EQ(sharded[3].role, "server");
   EXPECT_NEAR(sharded[3].bytes[static_cast<std::size_t>(MemoryCategory::optimizer_state)], 2 * 335e6 / 4 * 4, 8);
+}
+
+// `dpbench memory --workload dlrm --sparse-grad`: each sparse path's largest rank, as the command
+// models it from the options alone, equals the largest rank a run of the same options measured.
+TEST(MemoryCommand, SparseDlrmEqualsARunsMeasuredPeaks) {
+  const DlrmShape shape = [] {
+    DlrmShape s = testing::small_dlrm_shape(3, 301);
+    s.sparse_grad = true;
+    return s;
+  }();
+  const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
+  MemoryOptions o;
+  o.base.model.workload = "dlrm";
+  o.base.model.dlrm = shape;
+  o.base.global_batch = 96;
+  o.ranks = {3};
+  for (const Mode mode : {Mode::sharded_ps, Mode::allreduce}) {
+    o.modes = {mode};
+    TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 2);
+    c.optimizer.momentum = o.base.optimizer.momentum;
+    c.mode = mode;
+    const RunResult run = train_mode(c, *logs);
+    std::int64_t most = 0;
+    for (const auto& r : run.ranks) {
+      std::int64_t total = 0;
+      for (const auto& [name, bytes] : r.memory.peak_by_category) total += bytes;
+      most = std::max(most, total);
+    }
+    double modelled = 0;
+    const nlohmann::json doc = memory_document(o);
+    for (const auto& row : doc["rows"]) modelled = std::max(modelled, row["total_bytes"].get<double>());
+    EXPECT_EQ(static_cast<std::int64_t>(modelled), most) << mode;
+  }
+  EXPECT_EQ(memory_document(o)["model"]["tables"], 3);
 }
 
 }  // namespace

@@ -153,9 +153,9 @@ void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
       ->check(CLI::NonNegativeNumber);
 }
 
-// The dlrm workload's sizes and its click logs' index distribution (workloads/dlrm.hpp,
-// workloads/click_logs.hpp), for add_shared_options; apply_dlrm_options checks them.
-void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
+// The dlrm workload's sizes and gradients (workloads/dlrm.hpp), for the training commands and
+// `memory`; apply_dlrm_options checks them.
+void add_dlrm_shape_options(CLI::App& app, DlrmShape& shape) {
   app.add_option("--tables", shape.tables, "dlrm: embedding tables (one embedding bag each)")->capture_default_str();
   app.add_option("--rows", shape.rows, "dlrm: rows of each embedding table")->capture_default_str();
   app.add_option("--embedding-dim", shape.dim, "dlrm: embedding dimension (also the bottom MLP's output width)")
@@ -178,6 +178,12 @@ void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
                  "(torch.optim.Adagrad on a sparse gradient, eps 1e-10), at --lr; the dense layers take --optimizer")
       ->check(CLI::IsMember({"sgd", "adagrad"}))
       ->capture_default_str();
+}
+
+// The dlrm options and its click logs' index distribution (workloads/click_logs.hpp), for
+// add_shared_options.
+void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
+  add_dlrm_shape_options(app, shape);
   app.add_option("--zipf-alpha", logs.zipf_alpha,
                  "dlrm: draw each table's indices from a Zipf(alpha) law over its rows (alpha > 0; e.g. 1.05), "
                  "as FBGEMM's benchmark requests do; default: uniform");
@@ -914,6 +920,7 @@ int dpbench_main(int argc, char** argv) {
       "memory", "The memory model: per-rank bytes by category for each mode, role and world size, for a "
                 "built-in model or one described by its size (e.g. --params 335e6)");
   add_memory_options(*memory, memory_options);
+  add_dlrm_shape_options(*memory, memory_options.base.model.dlrm);
 
   HistoryOptions history_options;
   CLI::App* history = add_history_command(app, history_options);
@@ -928,7 +935,13 @@ int dpbench_main(int argc, char** argv) {
     if (*python.first) return run_python("plots/report.py", python.first->remaining());
     if (*python.second) return run_python("results/compare.py", python.second->remaining());
     if (*project) return project_main(*project, project_options);
-    if (*memory) return memory_command(memory_options);
+    if (*memory) {
+      DataOptions unused;  // the memory model reads no data
+      apply_dlrm_options(*memory, memory_options.base, unused);
+      check_sparse_grad_modes(memory_options.base,
+                              memory_options.modes.empty() ? strategy_modes() : memory_options.modes, "--modes");
+      return memory_command(memory_options);
+    }
     if (*history) return history_command(*history, history_options);
     return finish(run_command(run_options));
   });

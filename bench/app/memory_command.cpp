@@ -27,6 +27,9 @@ MemoryInputs inputs_for(const MemoryOptions& o, Mode mode, int p, double params)
   config.mode = mode;
   config.world_size = p;
   if (find_strategy(mode).transports.empty()) config.transport = Transport::ring;
+  if (o.params <= 0 && config.model.workload == "dlrm") {
+    return builtin_memory_inputs(config, SampleShape{1, 1, static_cast<int>(config.model.dlrm.input_features())}, 2);
+  }
   if (o.params <= 0) return builtin_memory_inputs(config, SampleShape{1, 28, 28}, 10);
   MemoryInputs in;
   in.num_params = params;
@@ -90,6 +93,22 @@ double largest_fitting(const MemoryOptions& o, Mode mode, int p, double capacity
   return lo;
 }
 
+// The "model" block of a built-in workload: its name and widths (dlrm: its sizes and gradients).
+nlohmann::json builtin_model_json(const TrainConfig& base) {
+  if (base.model.workload != "dlrm") return {{"workload", base.model.workload}, {"hidden", base.model.hidden}};
+  const DlrmShape& d = base.model.dlrm;
+  return {{"workload", "dlrm"},
+          {"tables", d.tables},
+          {"rows", d.rows},
+          {"embedding_dim", d.dim},
+          {"lookups", d.lookups},
+          {"dense_features", d.dense_features},
+          {"bottom_mlp", d.bottom},
+          {"top_mlp", d.top},
+          {"sparse_grad", d.sparse_grad},
+          {"embedding_optimizer", d.sparse_grad ? d.embedding_optimizer : base.optimizer.name}};
+}
+
 void check_options(const MemoryOptions& o) {
   if (o.precision != "fp32" && o.precision != "mixed") {
     throw InputError(fmt::format("--precision {}: unknown (fp32 or mixed)", o.precision));
@@ -131,7 +150,9 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
   add_name_option(app, "--transport", o.base.transport, &parse_transport, "ps, sharded_ps: collective or p2p");
   app.add_option("--servers", o.base.sharded_ps.servers, "sharded_ps: server ranks K (0: every rank)")
       ->capture_default_str();
-  app.add_option("--workload", o.base.model.workload, "Built-in model: mlp or cnn")->capture_default_str();
+  app.add_option("--workload", o.base.model.workload,
+                 "Built-in model: mlp, cnn or dlrm (with its --tables, --rows, ...)")
+      ->capture_default_str();
   app.add_option("--hidden", o.base.model.hidden, "Built-in model: hidden widths")
       ->delimiter(',')
       ->capture_default_str();
@@ -199,7 +220,7 @@ nlohmann::json memory_document(const MemoryOptions& given) {
                                          {"activation_bytes_per_sample", o.activation_bytes_per_sample},
                                          {"input_bytes_per_sample", o.input_bytes_per_sample},
                                          {"output_bytes_per_sample", o.output_bytes_per_sample}}
-                        : nlohmann::json{{"workload", o.base.model.workload}, {"hidden", o.base.model.hidden}}},
+                        : builtin_model_json(o.base)},
           {"global_batch", o.base.global_batch},
           {"optimizer", o.base.optimizer.name},
           {"precision", o.precision == "mixed" ? "mixed (projection)" : "fp32"},
