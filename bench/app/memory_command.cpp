@@ -93,20 +93,12 @@ double largest_fitting(const MemoryOptions& o, Mode mode, int p, double capacity
   return lo;
 }
 
-// The "model" block of a built-in workload: its name and widths (dlrm: its sizes and gradients).
+// The "model" block of a built-in workload: its name and widths (dlrm: result_json's dlrm block).
 nlohmann::json builtin_model_json(const TrainConfig& base) {
   if (base.model.workload != "dlrm") return {{"workload", base.model.workload}, {"hidden", base.model.hidden}};
-  const DlrmShape& d = base.model.dlrm;
-  return {{"workload", "dlrm"},
-          {"tables", d.tables},
-          {"rows", d.rows},
-          {"embedding_dim", d.dim},
-          {"lookups", d.lookups},
-          {"dense_features", d.dense_features},
-          {"bottom_mlp", d.bottom},
-          {"top_mlp", d.top},
-          {"sparse_grad", d.sparse_grad},
-          {"embedding_optimizer", d.sparse_grad ? d.embedding_optimizer : base.optimizer.name}};
+  nlohmann::json j = dlrm_to_json(base);
+  j["workload"] = "dlrm";
+  return j;
 }
 
 void check_options(const MemoryOptions& o) {

@@ -77,6 +77,21 @@ nlohmann::json optimizer_to_json(const TrainConfig& config) {
           {"seed", config.seed}};
 }
 
+nlohmann::json dlrm_to_json(const TrainConfig& config) {
+  const DlrmShape& d = config.model.dlrm;
+  return {{"tables", d.tables},
+          {"rows", d.rows},
+          {"embedding_dim", d.dim},
+          {"lookups", d.lookups},
+          {"dense_features", d.dense_features},
+          {"bottom_mlp", d.bottom},
+          {"top_mlp", d.top},
+          {"embedding_params", d.embedding_params()},
+          {"sparse_grad", d.sparse_grad},
+          {"embedding_optimizer", d.sparse_grad ? d.embedding_optimizer : config.optimizer.name},
+          {"zipf_alpha", d.zipf_alpha}};
+}
+
 nlohmann::json config_to_json(const TrainConfig& config) {
   nlohmann::json j = {{"workload", config.model.workload},
                       {"mode", config.mode},
@@ -109,20 +124,7 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                       {"sync_bn", config.model.sync_bn},
                       {"rank_batches", config.rank_batches}};
   j.update(optimizer_to_json(config));
-  if (config.model.workload == "dlrm") {
-    const DlrmShape& d = config.model.dlrm;
-    j["dlrm"] = {{"tables", d.tables},
-                 {"rows", d.rows},
-                 {"embedding_dim", d.dim},
-                 {"lookups", d.lookups},
-                 {"dense_features", d.dense_features},
-                 {"bottom_mlp", d.bottom},
-                 {"top_mlp", d.top},
-                 {"embedding_params", d.embedding_params()},
-                 {"sparse_grad", d.sparse_grad},
-                 {"embedding_optimizer", d.sparse_grad ? d.embedding_optimizer : config.optimizer.name},
-                 {"zipf_alpha", d.zipf_alpha}};
-  }
+  if (config.model.workload == "dlrm") j["dlrm"] = dlrm_to_json(config);
   return j;
 }
 

@@ -25,6 +25,9 @@ nlohmann::json strategy_to_json(const TrainConfig& config);
 
 // The config block of a TrainConfig (every option that shaped the run).
 nlohmann::json config_to_json(const TrainConfig& config);
+// The dlrm workload's block of a config: its sizes, embedding parameters, gradients, the tables'
+// optimizer and the click logs' Zipf alpha (0: uniform).
+nlohmann::json dlrm_to_json(const TrainConfig& config);
 // The optimizer's part of it, which the PyTorch reference's start bundle carries too: optimizer,
 // lr, momentum, weight_decay, betas, eps, seed.
 nlohmann::json optimizer_to_json(const TrainConfig& config);
