@@ -313,14 +313,15 @@ struct Inputs {
 // --simulate: every curve's point at world size p (the last curves.size() entries of points)
 // gets its "simulation", all curves at once, each in a child process (sim/simulate.hpp).
 void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
-                     const SimPlatform& platform, int p, double b, bool what_if, nlohmann::json& points) {
+                     const SimPlatform& platform, int p, double b, bool what_if, SimulationMemo& memo,
+                     nlohmann::json& points) {
   std::vector<std::future<nlohmann::json>> sims;
   for (const auto& c : curves) {
     TrainConfig config;
     config.mode = c.strategy->mode;
     config.transport = c.mode.transport;
     sims.push_back(std::async(std::launch::async, [&, config] {
-      return simulate_point(*c.strategy, config, model, link, platform, p, b, what_if);
+      return simulate_point(*c.strategy, config, model, link, platform, p, b, what_if, &memo);
     }));
   }
   for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
@@ -359,6 +360,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   }
   std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
+  SimulationMemo memo;
   for (int p = 1; p <= o.max_ranks && scaling.rank_batch(p) >= 1.0; p *= 2) {
     const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
@@ -380,7 +382,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
                         {"efficiency", speedup / p}});
       step[i] = pred.step_s;
     }
-    if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, o.topology.what_if, points);
+    if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, o.topology.what_if, memo, points);
     for (std::size_t i = 0; reference != nullptr && p >= 2 && i < curves.size(); ++i) {
       const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
       if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;

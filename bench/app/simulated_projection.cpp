@@ -14,6 +14,8 @@
 #include "cluster/link.hpp"
 #include "core/error.hpp"
 #include "sharded_ps/stale_sync.hpp"
+#include "sim/critical_path.hpp"
+#include "sim/extrapolate.hpp"
 #include "train/models.hpp"
 #include "workloads/replay_model.hpp"
 
@@ -40,17 +42,34 @@ std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& confi
   }
   return buckets;
 }
+// Node 0's NIC bytes {out, in} per step.
+std::pair<double, double> node0_bytes(const StepSchedule& schedule, const SimPlatform& pf, int p) {
+  std::vector<int> placement(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) placement[static_cast<std::size_t>(r)] = r / pf.ranks_per_node;
+  const int nodes = (p + pf.ranks_per_node - 1) / pf.ranks_per_node;
+  return schedule.node_link_bytes(placement, nodes).front();
+}
+
 // Node 0's NIC: the time its link needs for the step's bytes out and then in, each at its rate,
 // over `step_s`. (ps's root gathers, then broadcasts: one direction after the other, so a NIC
 // that bounds the step needs about the whole step. Modes that send and receive at once can exceed 1.)
 double nic_time_fraction(const StepSchedule& schedule, const SimPlatform& pf, int p, double step_s) {
-  std::vector<int> placement(static_cast<std::size_t>(p));
-  for (int r = 0; r < p; ++r) placement[static_cast<std::size_t>(r)] = r / pf.ranks_per_node;
   const int nodes = (p + pf.ranks_per_node - 1) / pf.ranks_per_node;
   if (nodes < 2 || !(step_s > 0) || pf.nodes.empty()) return 0.0;
-  const auto crossing = schedule.node_link_bytes(placement, nodes);
+  const auto [out, in] = node0_bytes(schedule, pf, p);
   const SimNode& nic = pf.nodes.front();
-  return (crossing.front().first / nic.up_bytes_per_s + crossing.front().second / nic.down_bytes_per_s) / step_s;
+  return (out / nic.up_bytes_per_s + in / nic.down_bytes_per_s) / step_s;
+}
+// True when the platform is built (no file) with one switch and every node's NIC alike: the
+// premise of folding and of extrapolating in nodes.
+bool alike_on_one_switch(const SimPlatform& pf) {
+  if (!pf.platform_file.empty() || pf.ranks_per_node < 1 || pf.nodes.empty()) return false;
+  if (pf.nodes_per_leaf > 0 && pf.nodes_per_leaf < static_cast<int>(pf.nodes.size())) return false;
+  const SimNode& first = pf.nodes.front();
+  return std::all_of(pf.nodes.begin(), pf.nodes.end(), [&first](const SimNode& n) {
+    return n.up_bytes_per_s == first.up_bytes_per_s && n.down_bytes_per_s == first.down_bytes_per_s &&
+           n.latency_s == first.latency_s;
+  });
 }
 // How many ranks the simulation of p ranks can be folded onto (StepSchedule's folding): two
 // nodes' ranks, where every node is alike (one switch, the same NIC) and the strategy's
@@ -59,15 +78,7 @@ double nic_time_fraction(const StepSchedule& schedule, const SimPlatform& pf, in
 int fold_width(const Strategy& strategy, const ScheduleInputs& in, const SimPlatform& pf, int p) {
   const int rpn = pf.ranks_per_node;
   const int fold = 2 * rpn;
-  if (!pf.platform_file.empty() || rpn < 1 || p % fold != 0 || p <= fold) return 0;
-  const int nodes = static_cast<int>(pf.nodes.size());
-  if (pf.nodes_per_leaf > 0 && pf.nodes_per_leaf < nodes) return 0;
-  for (const SimNode& n : pf.nodes) {
-    const SimNode& first = pf.nodes.front();
-    if (n.up_bytes_per_s != first.up_bytes_per_s || n.down_bytes_per_s != first.down_bytes_per_s ||
-        n.latency_s != first.latency_s)
-      return 0;
-  }
+  if (!alike_on_one_switch(pf) || p % fold != 0 || p <= fold) return 0;
   ScheduleInputs small = in;
   small.config.world_size = 2 * fold;
   small.config.global_batch = in.config.global_batch / static_cast<std::size_t>(p / (2 * fold));
@@ -235,10 +246,22 @@ std::string unsimulated(const Strategy& strategy, const TrainConfig& config, con
 }
 }  // namespace
 
-nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
-                              const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
-                              bool what_if) {
-  if (const std::string why = unsimulated(strategy, config, model); !why.empty()) return {{"unavailable", why}};
+std::optional<std::vector<double>> SimulationMemo::find(const Key& key) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = figures_.find(key);
+  if (it == figures_.end()) return std::nullopt;
+  return it->second;
+}
+
+void SimulationMemo::put(const Key& key, std::vector<double> figures) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  figures_[key] = std::move(figures);
+}
+
+namespace {
+// The schedule's inputs for a projected point: p ranks of per_rank_batch samples each.
+ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
+                            const LinkModel& link, int p, double per_rank_batch) {
   ScheduleInputs in;
   in.config = config;
   in.config.world_size = p;
@@ -256,18 +279,86 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
   const double optimizer = strategy.mode == Mode::sharded_ps ? model.optimizer_s / p : model.optimizer_s;
   const double fwd = compute * model.forward_share;
   in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, fwd, compute - fwd, optimizer});
+  return in;
+}
+
+// The point at p ranks from smaller ones (sim/extrapolate.hpp): the step and node 0's NIC bytes
+// at n, 2n and 4n nodes, when all three grow by the same amount per node; null when they do not,
+// or when the platform's nodes are not all alike on one switch (then the step is not affine).
+nlohmann::json extrapolated_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
+                                  const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
+                                  SimulationMemo* memo) {
+  const int rpn = platform.ranks_per_node;
+  if (!alike_on_one_switch(platform) || p % rpn != 0) return nullptr;
+  double wall = 0;
+  long messages = 0;
+  const auto figures_at = [&](int n) {
+    const int q = n * rpn;
+    const SimulationMemo::Key key{static_cast<int>(strategy.mode), static_cast<int>(config.transport), q,
+                                  per_rank_batch};
+    if (memo != nullptr) {
+      if (auto known = memo->find(key)) return *known;
+    }
+    StepSchedule schedule(q);
+    strategy.schedule(point_inputs(strategy, config, model, link, q, per_rank_batch), schedule);
+    SimPlatform played = platform;
+    played.nodes.resize(static_cast<std::size_t>(n));
+    const SimulationResult r = simulate_fast(schedule, played, 1);
+    wall += r.wall_s;
+    messages += r.messages;
+    const auto [out, in] = node0_bytes(schedule, played, q);
+    std::vector<double> figures{r.step_s, out, in};
+    if (memo != nullptr) memo->put(key, figures);
+    return figures;
+  };
+  const auto x = extrapolate_in_nodes(p / rpn, figures_at);
+  if (!x) return nullptr;
+  std::vector<int> from;
+  for (int n : x->from_nodes) from.push_back(n * rpn);
+  const SimNode& nic = platform.nodes.front();
+  const double step = x->figures[0];
+  return {{"simulated_step_s", step},
+          {"wall_s", wall},
+          {"messages", messages},
+          {"engine", "extrapolated in nodes from the simulations of extrapolated_from_ranks"},
+          {"extrapolated_from_ranks", from},
+          {"node0_nic_time_fraction",
+           (x->figures[1] / nic.up_bytes_per_s + x->figures[2] / nic.down_bytes_per_s) / step}};
+}
+}  // namespace
+
+nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
+                              const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
+                              bool what_if, SimulationMemo* memo) {
+  if (const std::string why = unsimulated(strategy, config, model); !why.empty()) return {{"unavailable", why}};
+  const ScheduleInputs in = point_inputs(strategy, config, model, link, p, per_rank_batch);
   const int fold = what_if ? 0 : fold_width(strategy, in, platform, p);
+  if (fold == 0 && !what_if) {
+    try {
+      if (nlohmann::json x = extrapolated_point(strategy, config, model, link, platform, p, per_rank_batch, memo);
+          !x.is_null())
+        return x;
+    } catch (const Error& e) {
+      return {{"unavailable", e.what()}};
+    }
+  }
   StepSchedule schedule(p, fold);
   strategy.schedule(in, schedule);
   try {
     schedule.settle_folded_messages();
     SimPlatform played = platform;
     if (fold > 0) played.nodes.resize(static_cast<std::size_t>(fold / platform.ranks_per_node));
-    const SimulationResult r = simulate(schedule, played, 1);
-    nlohmann::json out = {{"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages}};
+    const SimulationResult r = simulate_fast(schedule, played, 1);
+    nlohmann::json out = {
+        {"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages}, {"engine", r.config["engine"]}};
     if (fold > 0) out["folded_onto_ranks"] = fold;
     if (!platform.nodes.empty()) {
       out["node0_nic_time_fraction"] = nic_time_fraction(schedule, played, fold > 0 ? fold : p, r.step_s);
+    }
+    if (memo != nullptr && fold == 0 && !what_if) {
+      const auto [bytes_out, bytes_in] = node0_bytes(schedule, played, p);
+      memo->put({static_cast<int>(strategy.mode), static_cast<int>(config.transport), p, per_rank_batch},
+                {r.step_s, bytes_out, bytes_in});
     }
     if (!what_if) return out;
     const int nodes = static_cast<int>(platform.nodes.size());
@@ -277,13 +368,13 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
       for (const SimNode& n : platform.nodes) fastest = std::max(fastest, n.up_bytes_per_s);
       open.leaf_up_bytes_per_s = platform.nodes_per_leaf * fastest;
       if (open.leaf_up_bytes_per_s > platform.leaf_up_bytes_per_s)
-        out["non_blocking_step_s"] = simulate(schedule, open, 1).step_s;
+        out["non_blocking_step_s"] = simulate_fast(schedule, open, 1).step_s;
     }
     if (nodes >= 2) {
       SimPlatform slow = platform;
       slow.nodes.back().up_bytes_per_s *= kWhatIfStragglerShare;
       slow.nodes.back().down_bytes_per_s *= kWhatIfStragglerShare;
-      out["straggler_step_s"] = simulate(schedule, slow, 1).step_s;
+      out["straggler_step_s"] = simulate_fast(schedule, slow, 1).step_s;
     }
     return out;
   } catch (const Error& e) {

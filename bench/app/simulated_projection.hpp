@@ -8,7 +8,11 @@
 // optimizer (sharded_ps: each server its 1/p of it).
 #pragma once
 
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -69,17 +73,37 @@ void check_node_link_of(const TopologyOptions& o, int max_ranks);
 // The platform of `world_size` ranks. Throws InputError naming the option at fault.
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size);
 
+// The figures of a projection's whole (unfolded) simulated points, {step_s, node 0's NIC bytes
+// out, in}, by (mode, transport, world size, per-rank batch): extrapolating a larger point in
+// nodes (sim/extrapolate.hpp) reuses the smaller points already simulated. One per projection
+// (its model, link and platform fixed); safe to share between threads.
+class SimulationMemo {
+ public:
+  using Key = std::tuple<int, int, int, double>;
+  std::optional<std::vector<double>> find(const Key& key) const;
+  void put(const Key& key, std::vector<double> figures);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<Key, std::vector<double>> figures_;
+};
+
 // The simulated step of `strategy` (with config's transport) at world size p, every rank
 // computing per_rank_batch samples, over `platform`; engine "gloo" when the link's collectives
 // are gloo's, else the ring engine ("local"). Returns {"simulated_step_s", "wall_s", "messages",
-// "node0_nic_time_fraction"} (node 0's NIC: the time its link needs for the step's bytes out,
-// then in, over the simulated step; node 0 holds ps's root) or {"unavailable": why}.
+// "engine", "node0_nic_time_fraction"} (node 0's NIC: the time its link needs for the step's
+// bytes out, then in, over the simulated step; node 0 holds ps's root) or {"unavailable": why}.
+// How: folded onto two nodes' ranks where the schedule is rotation-symmetric; else, on 32 nodes
+// or more alike on one switch, extrapolated in nodes where the step grows affinely (with
+// "extrapolated_from_ranks"); else whole. Each played by sim/critical_path.hpp where no link
+// carries two transfers at once, else by SimGrid ("engine" says which). `memo` (may be null)
+// lends and keeps whole points' figures.
 // With `what_if`, also "non_blocking_step_s" (the tree's uplinks at their nodes' full rate, when
 // oversubscribed) and "straggler_step_s" (the last node's NIC at kWhatIfStragglerShare, with 2
 // nodes or more).
 nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
                               const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
-                              bool what_if = false);
+                              bool what_if = false, SimulationMemo* memo = nullptr);
 
 // What the simulated points say, as sentences with their figures: where ps's root NIC
 // saturates (its bytes need >= kNicSaturated of the step), and with --what-if where the oversubscribed
