@@ -129,6 +129,14 @@ class PsRank final : public ModeRank {
     if (root_) optimizer_.step(master_params_.data(), master_grads_.data());
   }
 
+  // The engine probe's scatter and gather at the step's sizes: the scatter the larger of the
+  // batch's inputs and its logits' gradient, the gather the logits; the rest the parameters.
+  std::size_t probe_floats_of(CollectiveKind kind) override {
+    if (kind == CollectiveKind::scatter) return batch_ * std::max(features_, classes_);
+    if (kind == CollectiveKind::gather) return batch_ * classes_;
+    return n_;
+  }
+
  private:
   // p2p: the root sends the parameters to each worker in turn.
   void broadcast_p2p() {

@@ -604,6 +604,26 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
   EXPECT_THROW(probe_engine(comm, kinds, 100, 0), InputError);
 }
 
+// Each kind on its own size (ps's scatter and gather at the batch's and the logits' size): each
+// recorded with its size, and a larger one takes longer than the same kind on fewer floats; a
+// size per kind is required, and every size must hold a float per rank.
+TEST(EngineProbe, EachKindRunsOnItsOwnSize) {
+  const std::vector<CollectiveKind> kinds = {CollectiveKind::gather, CollectiveKind::gather};
+  const std::vector<std::size_t> sizes = {30, 3'000'000};
+  const auto got = on_local_threads<std::optional<EngineProbe>>(3, [&](Communicator& comm) {
+    return probe_engine(comm, kinds, sizes, 3);
+  });
+  ASSERT_TRUE(got[0].has_value());
+  ASSERT_EQ(got[0]->collectives.size(), 2u);
+  EXPECT_EQ(got[0]->collectives[0].floats, 30u);
+  EXPECT_EQ(got[0]->collectives[1].floats, 3'000'000u);
+  EXPECT_GT(got[0]->collectives[1].seconds, got[0]->collectives[0].seconds);
+  auto lone = std::make_shared<LocalGroup>(2);
+  LocalCommunicator comm(lone, 0, nullptr);
+  EXPECT_THROW(probe_engine(comm, kinds, std::vector<std::size_t>{100}, 2), InputError);
+  EXPECT_THROW(probe_engine(comm, kinds, std::vector<std::size_t>{100, 1}, 2), InputError);
+}
+
 // The intra-node probe on four threads, its round trips timed by a scripted clock (each thread's
 // k-th reading: a one-float round trip of `small` seconds, then one of 4 MiB of `large`): with two
 // ranks per node, rank 0 alone returns the median round trips of ranks 0 and 1, the latency

@@ -126,13 +126,22 @@ std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, b
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps, double min_seconds, int hierarchy,
                                         WireFormat format) {
+  return probe_engine(comm, kinds, std::vector<std::size_t>(kinds.size(), floats), reps, min_seconds, hierarchy,
+                      format);
+}
+
+std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
+                                        const std::vector<std::size_t>& floats, int reps, double min_seconds,
+                                        int hierarchy, WireFormat format) {
   const int p = comm.world_size();
-  if (floats < static_cast<std::size_t>(p) || reps < 1) {
+  const std::size_t most = floats.empty() ? 0 : *std::max_element(floats.begin(), floats.end());
+  const std::size_t least = floats.empty() ? 0 : *std::min_element(floats.begin(), floats.end());
+  if (floats.size() != kinds.size() || least < static_cast<std::size_t>(p) || reps < 1) {
     throw InputError(fmt::format("engine probe: {} floats over {} ranks, {} repetitions: needs a float per rank and "
                                  "a repetition",
-                                 floats, p, reps));
+                                 least, p, reps));
   }
-  std::vector<float> buf(floats, 0.0f), out(floats, 0.0f);
+  std::vector<float> buf(most, 0.0f), out(most, 0.0f);
   for (CollectiveKind kind : kinds)
     run_collective(comm, kind, buf, out, static_cast<std::size_t>(p), hierarchy, format);
   // Every rank's times, [reps][1 + kinds]: when it left the repetition's barrier, then when it
@@ -148,7 +157,7 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
     comm.barrier();
     mine.push_back(since_ref());
     for (std::size_t j = 0; j < k; ++j) {
-      run_collective(comm, kinds[j], buf, out, floats, hierarchy, format);
+      run_collective(comm, kinds[j], buf, out, floats[j], hierarchy, format);
       mine.push_back(since_ref());
     }
   };
@@ -179,7 +188,7 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   const std::vector<double> median = median_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k);
   EngineProbe probe{{}, reps, std::nullopt};
   for (std::size_t j = 0; j < k; ++j) {
-    probe.collectives.push_back({kinds[j], floats, median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
+    probe.collectives.push_back({kinds[j], floats[j], median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
   }
   return probe;
 }

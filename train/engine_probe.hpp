@@ -64,7 +64,7 @@ inline constexpr int kSparseProbeRounds = 12;
 std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, bool sparse_grad = false);
 
 // Every rank of `comm` calls it with the same arguments: each kind once on a few floats (the
-// connections' first use), then `reps` times the sequence of `kinds` on `floats` floats, each
+// connections' first use), then `reps` times the sequence of `kinds` on `floats` floats each, each
 // time after a barrier; more times (at most kMaxRepetitions) while the repetitions, at the first
 // one's time on rank 0, take less than min_seconds together. Returns the probe (the median repetition) on rank 0, nullopt on the
 // others. Throws InputError when floats < world_size or reps < 1, and what the communicator
@@ -75,6 +75,15 @@ std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, b
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps, double min_seconds = 0,
                                         int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);
+// The same with each kind on its own size: floats[j] for kinds[j] (every one >= world_size).
+std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
+                                        const std::vector<std::size_t>& floats, int reps, double min_seconds = 0,
+                                        int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);
+// The largest size a run's probe gives one collective: DDP's default bucket_cap_mb (25 MiB of
+// floats), the largest message a bucketed step sends, so that the probe meets what the step's
+// messages meet at their size (an incast that overflows a link's queue at a bucket's size does not
+// at 1 MiB).
+inline constexpr std::size_t kMaxProbeFloats = 25 * 1024 * 1024 / sizeof(float);
 inline constexpr int kMaxRepetitions = 15;
 
 // Every rank of `comm` calls it: when ranks_per_node >= 2 (rank r sits on node r /

@@ -110,9 +110,10 @@ class RankLoop {
   }
 
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
-  // before the first step (train/engine_probe.hpp: ModeRank::probe_floats, at most 1 Mi, the
-  // median of 5 repetitions, more on fast links until 0.3 s), then, with two ranks or more per
-  // node, local ranks 0 and 1 of every node ping-pong (at least kIntraNodeProbeFloats, 5 repetitions);
+  // before the first step (train/engine_probe.hpp: each at ModeRank::probe_floats_of, at most
+  // kMaxProbeFloats, the median of 5 repetitions, more on fast links until 0.3 s), then, with two
+  // ranks or more per node, local ranks 0 and 1 of every node ping-pong (ModeRank::probe_floats, at
+  // most 1 Mi, at least kIntraNodeProbeFloats, 5 repetitions);
   // rank 0 keeps the probe in its result, for the calibrated simulation. Outside the timed steps.
   void probe_engine_on_cluster() {
     Communicator& comm = s_.ctx.comm();
@@ -123,11 +124,14 @@ class RankLoop {
     comm.broadcast(&node0_ranks, 1, 0);
     const int per_node = static_cast<int>(node0_ranks);
     if (kinds.empty() && per_node < 2) return;
-    const std::size_t floats = std::max<std::size_t>(static_cast<std::size_t>(comm.world_size()),
+    const auto p = static_cast<std::size_t>(comm.world_size());
+    const std::size_t floats = std::max<std::size_t>(p,
                                                      std::min<std::size_t>(mode_.probe_floats(), std::size_t{1} << 20));
+    std::vector<std::size_t> sizes;
+    for (CollectiveKind kind : kinds) sizes.push_back(std::clamp(mode_.probe_floats_of(kind), p, kMaxProbeFloats));
     std::optional<EngineProbe> probe;
     if (!kinds.empty()) {
-      probe = probe_engine(comm, kinds, floats, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,
+      probe = probe_engine(comm, kinds, sizes, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,
                            bucket_allreduce(s_.config).format);
     }
     auto intra = probe_intra_node(comm, per_node, std::max<std::size_t>(floats, kIntraNodeProbeFloats), 5);

@@ -67,6 +67,10 @@ class ModeRank {
   // The floats of a typical collective of the step, for the engine probe: the gradient's, unless
   // the mode's gradient sync sends smaller messages (a compressing hook).
   virtual std::size_t probe_floats() { return model().num_params(); }
+  // The engine probe's size for `kind` (train/engine_probe.hpp), all of the ranks' floats
+  // together: what the step moves in that collective; probe_floats() unless a mode's step moves
+  // something else in it (ps's scatter and gather move the batch and its logits).
+  virtual std::size_t probe_floats_of(CollectiveKind) { return probe_floats(); }
   // Before the first step, after a checkpoint was restored: every replica starts equal.
   virtual void start() {}
 

@@ -254,7 +254,8 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},
               {"method", "before the first step every rank ran the collectives of the mode's schedule back to back "
-                         "in the step's order on the gradient's floats (at most 1 Mi) with the run's own "
+                         "in the step's order, each on the floats the step moves in it (the gradient's; ps's scatter "
+                         "and gather the batch's and its logits'; at most 25 MiB of them) with the run's own "
                          "communicator, after a barrier; from when the last rank left the barrier, each ends when its "
                          "last rank left it; the median repetition. "
                          "Efficiency: the share of the link at which SimGrid, playing the sequence up to that "
