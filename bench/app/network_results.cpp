@@ -233,9 +233,12 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
     collectives.run(probe.kind, probe.floats);
     // The small messages of a sparse step (sharded_ps's pairwise exchanges, p2p; allreduce's
-    // all-gather of the rows) cost their host per message (an overhead, the link's rate kept); a
-    // dense collective's messages move at a share of the link.
-    const bool per_message = probe.kind == CollectiveKind::p2p ||
+    // all-gather of the rows) and the root's transfers one rank after the other (ps's scatter and
+    // gather, whose sizes follow the batch: the probe's capped ones stand for a GPT-2 step's 206 MB
+    // of logits per rank) cost their host per message (an overhead, the link's rate kept); a dense
+    // collective's messages move at a share of the link.
+    const bool per_message = probe.kind == CollectiveKind::p2p || probe.kind == CollectiveKind::scatter ||
+                             probe.kind == CollectiveKind::gather ||
                              (r.config.model.dlrm.sparse_grad && probe.kind == CollectiveKind::allgather);
     const EfficiencyFit fit = per_message ? fit_engine_overhead(prefix, c.platform, probe.kind, probe.end_s)
                                           : fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
