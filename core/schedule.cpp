@@ -521,8 +521,10 @@ void Collectives::gatherv(const std::vector<std::size_t>& counts, int root) {
 
 void Collectives::send_recv(std::size_t n, int from, int to) { one_transfer(n, from, to); }
 
-void Collectives::run(CollectiveKind kind, std::size_t n) {
-  const std::vector<std::size_t> counts = even_counts(n, s_.world_size());
+void Collectives::run(CollectiveKind kind, std::size_t n) { run(kind, n, {}); }
+
+void Collectives::run(CollectiveKind kind, std::size_t n, const std::vector<std::size_t>& segments) {
+  const std::vector<std::size_t> counts = segments.empty() ? even_counts(n, s_.world_size()) : segments;
   switch (kind) {
     case CollectiveKind::allreduce: return allreduce(n);
     case CollectiveKind::reduce: return reduce(n, 0);

@@ -169,6 +169,9 @@ class Collectives {
   // v-collectives over even_counts(n, world_size); p2p: one sendrecv_round at shift 1 of n /
   // world_size floats.
   void run(CollectiveKind kind, std::size_t n);
+  // The same over `counts` for the v-collectives (reduce_scatter, allgather, scatter, gather) when
+  // it is not empty.
+  void run(CollectiveKind kind, std::size_t n, const std::vector<std::size_t>& counts);
 
   // Runs `run` with the schedule's messages tagged as `kind`, then tags p2p again.
   template <class F>

@@ -155,6 +155,16 @@ class ShardedPsRank final : public ReplicaRank {
   int checkpoint_writers() const override { return server_count(s_.config); }
   // p2p pushes after backward: no bucket overlaps it.
   const std::vector<Bucket>& buckets() const override { return p2p_ ? ModeRank::buckets() : buckets_; }
+  // The probe's reduce-scatter over the servers' ranges within the largest bucket, as the push
+  // meets them (a bucket within one server's range is a reduce to that server).
+  std::vector<std::size_t> probe_counts_of(CollectiveKind kind) override {
+    if (kind != CollectiveKind::reduce_scatter || bucket_counts_.empty()) return {};
+    std::size_t largest = 0;
+    for (std::size_t b = 1; b < buckets_.size(); ++b) {
+      if (buckets_[b].size > buckets_[largest].size) largest = b;
+    }
+    return bucket_counts_[largest];
+  }
   CommStream* comm_thread() override { return grad_sync_ ? grad_sync_->thread() : nullptr; }
 
   // push (collective): the bucket reduce-scattered over the servers' ranges it overlaps.

@@ -19,8 +19,8 @@ namespace {
 // call it: the allreduce and the reduce-scatter through their non-blocking start where the
 // communicator has one (DDP's buckets, sharded_ps's push).
 void run_collective(Communicator& comm, CollectiveKind kind, std::vector<float>& buf, std::vector<float>& out,
-                    std::size_t n, int hierarchy, WireFormat format) {
-  const std::vector<std::size_t> counts = even_counts(n, comm.world_size());
+                    std::size_t n, int hierarchy, WireFormat format, const std::vector<std::size_t>& segments = {}) {
+  const std::vector<std::size_t> counts = segments.empty() ? even_counts(n, comm.world_size()) : segments;
   switch (kind) {
     case CollectiveKind::allreduce:
       if (hierarchy > 0) {
@@ -132,8 +132,21 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
 
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         const std::vector<std::size_t>& floats, int reps, double min_seconds,
-                                        int hierarchy, WireFormat format) {
+                                        int hierarchy, WireFormat format,
+                                        const std::vector<std::vector<std::size_t>>& segments) {
   const int p = comm.world_size();
+  const auto segments_of = [&segments](std::size_t j) -> const std::vector<std::size_t>& {
+    static const std::vector<std::size_t> kEven;
+    return j < segments.size() ? segments[j] : kEven;
+  };
+  for (std::size_t j = 0; j < segments.size() && j < floats.size(); ++j) {
+    std::size_t sum = 0;
+    for (std::size_t c : segments[j]) sum += c;
+    if (!segments[j].empty() && (segments[j].size() != static_cast<std::size_t>(p) || sum != floats[j])) {
+      throw InputError(fmt::format("engine probe: {} segments summing to {} for {} floats over {} ranks",
+                                   segments[j].size(), sum, floats[j], p));
+    }
+  }
   const std::size_t most = floats.empty() ? 0 : *std::max_element(floats.begin(), floats.end());
   const std::size_t least = floats.empty() ? 0 : *std::min_element(floats.begin(), floats.end());
   if (floats.size() != kinds.size() || least < static_cast<std::size_t>(p) || reps < 1) {
@@ -157,7 +170,7 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
     comm.barrier();
     mine.push_back(since_ref());
     for (std::size_t j = 0; j < k; ++j) {
-      run_collective(comm, kinds[j], buf, out, floats[j], hierarchy, format);
+      run_collective(comm, kinds[j], buf, out, floats[j], hierarchy, format, segments_of(j));
       mine.push_back(since_ref());
     }
   };
@@ -188,7 +201,8 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   const std::vector<double> median = median_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k);
   EngineProbe probe{{}, reps, std::nullopt};
   for (std::size_t j = 0; j < k; ++j) {
-    probe.collectives.push_back({kinds[j], floats[j], median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
+    probe.collectives.push_back(
+        {kinds[j], floats[j], segments_of(j), median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
   }
   return probe;
 }

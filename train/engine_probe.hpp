@@ -29,9 +29,10 @@ namespace dpbench {
 
 struct CollectiveProbe {
   CollectiveKind kind = CollectiveKind::allreduce;
-  std::size_t floats = 0;  // the collective's size (v-collectives: split evenly over the ranks)
-  double end_s = 0;        // when its last rank left it, seconds after the last rank left the sequence's barrier
-  double seconds = 0;      // end_s less the previous collective's end_s (the first: end_s)
+  std::size_t floats = 0;           // the collective's size (v-collectives: split evenly over the ranks)
+  std::vector<std::size_t> counts;  // v-collectives: the segments, when not even ([world_size], sum floats)
+  double end_s = 0;    // when its last rank left it, seconds after the last rank left the sequence's barrier
+  double seconds = 0;  // end_s less the previous collective's end_s (the first: end_s)
 };
 
 // Two ranks of one node sending each other a message in turn (a ping-pong of Communicator's
@@ -75,10 +76,14 @@ std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, b
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps, double min_seconds = 0,
                                         int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);
-// The same with each kind on its own size: floats[j] for kinds[j] (every one >= world_size).
+// The same with each kind on its own size: floats[j] for kinds[j] (every one >= world_size), and
+// a v-collective (reduce-scatter, all-gather) over segments[j] where that is given and not empty
+// ([world_size] counts summing to floats[j]; sharded_ps's push meets its servers' ranges within a
+// bucket, most of a bucket to one server), else over even ones.
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         const std::vector<std::size_t>& floats, int reps, double min_seconds = 0,
-                                        int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32);
+                                        int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32,
+                                        const std::vector<std::vector<std::size_t>>& segments = {});
 // The largest size a run's probe gives one collective: DDP's default bucket_cap_mb (25 MiB of
 // floats), the largest message a bucketed step sends, so that the probe meets what the step's
 // messages meet at their size (an incast that overflows a link's queue at a bucket's size does not

@@ -109,6 +109,20 @@ class RankLoop {
     if (s.config.model.sync_bn) mode.model().set_batchnorm_sync(&bn_sync_);
   }
 
+  // A mode's segments for the probe, scaled down in proportion to at most kMaxProbeFloats
+  // together; empty (even segments) when the mode has none or they hold fewer than a float per rank.
+  static std::vector<std::size_t> probe_segments(std::vector<std::size_t> counts, std::size_t p) {
+    std::size_t sum = 0;
+    for (std::size_t c : counts) sum += c;
+    if (counts.size() != p || sum == 0) return {};
+    if (sum > kMaxProbeFloats) {
+      const double scale = static_cast<double>(kMaxProbeFloats) / static_cast<double>(sum);
+      sum = 0;
+      for (std::size_t& c : counts) sum += c = static_cast<std::size_t>(static_cast<double>(c) * scale);
+    }
+    return sum >= p ? counts : std::vector<std::size_t>{};
+  }
+
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
   // before the first step (train/engine_probe.hpp: each at ModeRank::probe_floats_of, at most
   // kMaxProbeFloats, the median of 5 repetitions, more on fast links until 0.3 s), then, with two
@@ -128,11 +142,17 @@ class RankLoop {
     const std::size_t floats = std::max<std::size_t>(p,
                                                      std::min<std::size_t>(mode_.probe_floats(), std::size_t{1} << 20));
     std::vector<std::size_t> sizes;
-    for (CollectiveKind kind : kinds) sizes.push_back(std::clamp(mode_.probe_floats_of(kind), p, kMaxProbeFloats));
+    std::vector<std::vector<std::size_t>> segments;
+    for (CollectiveKind kind : kinds) {
+      segments.push_back(probe_segments(mode_.probe_counts_of(kind), p));
+      std::size_t sum = 0;
+      for (std::size_t c : segments.back()) sum += c;
+      sizes.push_back(segments.back().empty() ? std::clamp(mode_.probe_floats_of(kind), p, kMaxProbeFloats) : sum);
+    }
     std::optional<EngineProbe> probe;
     if (!kinds.empty()) {
       probe = probe_engine(comm, kinds, sizes, 5, 0.3, bucket_allreduce(s_.config).ranks_per_node,
-                           bucket_allreduce(s_.config).format);
+                           bucket_allreduce(s_.config).format, segments);
     }
     auto intra = probe_intra_node(comm, per_node, std::max<std::size_t>(floats, kIntraNodeProbeFloats), 5);
     if (comm.rank() == 0) {

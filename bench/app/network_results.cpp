@@ -231,7 +231,7 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   collectives.set_node_hierarchy(how.ranks_per_node);
   collectives.set_wire_format(how.format);
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
-    collectives.run(probe.kind, probe.floats);
+    collectives.run(probe.kind, probe.floats, probe.counts);
     // The small messages of a sparse step (sharded_ps's pairwise exchanges, p2p; allreduce's
     // all-gather of the rows) and the root's transfers one rank after the other (ps's scatter and
     // gather, whose sizes follow the batch: the probe's capped ones stand for a GPT-2 step's 206 MB
@@ -253,6 +253,7 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
                    {"simulated_end_s", fit.fitted_s},
                    {"simulations", fit.simulations}});
     if (per_message) per.back()["overhead_s"] = fit.overhead_s;
+    if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
   }
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},
