@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -123,6 +124,43 @@ std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, b
   return {};
 }
 
+namespace {
+// InputError unless there is a size per kind, each of a float per rank at least, every segments
+// list empty or of a count per rank summing to its size, and a repetition.
+void check_probe_sizes(std::size_t kinds, const std::vector<std::size_t>& floats,
+                       const std::vector<std::vector<std::size_t>>& segments, int p, int reps) {
+  const std::size_t least = floats.empty() ? static_cast<std::size_t>(p)
+                                           : *std::min_element(floats.begin(), floats.end());
+  if (floats.size() != kinds || least < static_cast<std::size_t>(p) || reps < 1) {
+    throw InputError(fmt::format("engine probe: {} floats over {} ranks, {} repetitions: needs a float per rank and "
+                                 "a repetition",
+                                 least, p, reps));
+  }
+  for (std::size_t j = 0; j < segments.size() && j < floats.size(); ++j) {
+    std::size_t sum = 0;
+    for (std::size_t c : segments[j]) sum += c;
+    if (!segments[j].empty() && (segments[j].size() != static_cast<std::size_t>(p) || sum != floats[j])) {
+      throw InputError(fmt::format("engine probe: {} segments summing to {} for {} floats over {} ranks",
+                                   segments[j].size(), sum, floats[j], p));
+    }
+  }
+}
+
+// Every rank's times (`mine`) and its reference `ref_s` gathered to rank 0: {all, refs}, the
+// references as the bits of a double each (two floats' worth, copied, never summed).
+std::pair<std::vector<float>, std::vector<float>> gather_times(Communicator& comm, const std::vector<float>& mine,
+                                                               double ref_s) {
+  const auto ps = static_cast<std::size_t>(comm.world_size());
+  std::vector<float> all(mine.size() * ps, 0.0f);
+  comm.gatherv(mine.data(), std::vector<std::size_t>(ps, mine.size()), all.data(), 0);
+  std::array<float, 2> ref_bits{};
+  std::memcpy(ref_bits.data(), &ref_s, sizeof ref_s);
+  std::vector<float> refs(2 * ps, 0.0f);
+  comm.gatherv(ref_bits.data(), std::vector<std::size_t>(ps, 2), refs.data(), 0);
+  return {std::move(all), std::move(refs)};
+}
+}  // namespace
+
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         std::size_t floats, int reps, double min_seconds, int hierarchy,
                                         WireFormat format) {
@@ -135,25 +173,10 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
                                         int hierarchy, WireFormat format,
                                         const std::vector<std::vector<std::size_t>>& segments) {
   const int p = comm.world_size();
-  const auto segments_of = [&segments](std::size_t j) -> const std::vector<std::size_t>& {
-    static const std::vector<std::size_t> kEven;
-    return j < segments.size() ? segments[j] : kEven;
-  };
-  for (std::size_t j = 0; j < segments.size() && j < floats.size(); ++j) {
-    std::size_t sum = 0;
-    for (std::size_t c : segments[j]) sum += c;
-    if (!segments[j].empty() && (segments[j].size() != static_cast<std::size_t>(p) || sum != floats[j])) {
-      throw InputError(fmt::format("engine probe: {} segments summing to {} for {} floats over {} ranks",
-                                   segments[j].size(), sum, floats[j], p));
-    }
-  }
+  check_probe_sizes(kinds.size(), floats, segments, p, reps);
+  static const std::vector<std::size_t> kEven;
+  const auto segments_of = [&](std::size_t j) -> const auto& { return j < segments.size() ? segments[j] : kEven; };
   const std::size_t most = floats.empty() ? 0 : *std::max_element(floats.begin(), floats.end());
-  const std::size_t least = floats.empty() ? 0 : *std::min_element(floats.begin(), floats.end());
-  if (floats.size() != kinds.size() || least < static_cast<std::size_t>(p) || reps < 1) {
-    throw InputError(fmt::format("engine probe: {} floats over {} ranks, {} repetitions: needs a float per rank and "
-                                 "a repetition",
-                                 least, p, reps));
-  }
   std::vector<float> buf(most, 0.0f), out(most, 0.0f);
   for (CollectiveKind kind : kinds)
     run_collective(comm, kind, buf, out, static_cast<std::size_t>(p), hierarchy, format);
@@ -185,14 +208,8 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
   for (int i = 1; i < reps; ++i) repetition();
   comm.barrier();
   const auto ps = static_cast<std::size_t>(p);
-  std::vector<float> all(mine.size() * ps, 0.0f);
-  comm.gatherv(mine.data(), std::vector<std::size_t>(ps, mine.size()), all.data(), 0);
-  // The references as the bits of a double each (two floats' worth, copied, never summed).
   const double ref_s = std::chrono::duration<double>(ref.time_since_epoch()).count();
-  std::array<float, 2> ref_bits{};
-  std::memcpy(ref_bits.data(), &ref_s, sizeof ref_s);
-  std::vector<float> refs(2 * ps, 0.0f);
-  comm.gatherv(ref_bits.data(), std::vector<std::size_t>(ps, 2), refs.data(), 0);
+  const auto [all, refs] = gather_times(comm, mine, ref_s);
   if (comm.rank() != 0 || k == 0) return std::nullopt;
   if (all.size() != static_cast<std::size_t>(reps) * (k + 1) * ps ||
       mine.size() != static_cast<std::size_t>(reps) * (k + 1)) {
