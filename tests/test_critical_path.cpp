@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -104,35 +105,36 @@ TEST(CriticalPath, EqualsSimGridWhereverNoLinkIsShared) {
   }
 }
 
+// Ranks 1 and 2 each send 1 MB to rank 0 over 1 MB/s links of `latency`; rank 0 receives from
+// both at once, or (one_at_a_time) waits for the first before it takes the second.
+std::pair<StepSchedule, SimPlatform> two_into_one(bool one_at_a_time, double latency) {
+  StepSchedule s(3);
+  for (int r : {1, 2}) {
+    s.send(r, 0, 0, 1e6);
+    s.wait_all(r, 0);
+    s.recv(0, 0, r, 1e6);
+    if (one_at_a_time) s.wait_all(0, 0);
+  }
+  s.wait_all(0, 0);
+  SimPlatform pf;
+  pf.nodes.assign(3, SimNode{1e6, 1e6, latency});
+  return {std::move(s), std::move(pf)};
+}
+
 // Two senders into one receiver at once share its link: the evaluation declines, and
 // simulate_fast() gives SimGrid's shared-link answer (1 MB each at half of the receiver's 1 MB/s:
 // both end at 2 s, where alone each would take 1 s).
 TEST(CriticalPath, DeclinesTransfersThatShareALink) {
   SKIP_WITHOUT_SIMGRID();
-  StepSchedule s(3);
-  for (int r : {1, 2}) {
-    s.send(r, 0, 0, 1e6);
-    s.wait_all(r, 0);
-    s.recv(0, 0, r, 1e6);
-  }
-  s.wait_all(0, 0);
-  SimPlatform pf;
-  pf.nodes.assign(3, SimNode{1e6, 1e6, 0});
+  const auto [s, pf] = two_into_one(false, 0.0);
   EXPECT_FALSE(evaluate_uncontended(s, pf, 1).has_value());
   EXPECT_NEAR(simulate_fast(s, pf, 1).step_s, 2.0, 1e-6);
 }
 
-// One sender after the other into the same receiver: nothing shared, 1 s each plus latencies.
+// One sender after the other into the same receiver: nothing shared, 1 s each plus the two
+// links' latencies.
 TEST(CriticalPath, TransfersOneAfterTheOtherTakeTheirLoneCost) {
-  StepSchedule s(3);
-  for (int r : {1, 2}) {
-    s.send(r, 0, 0, 1e6);
-    s.wait_all(r, 0);
-    s.recv(0, 0, r, 1e6);
-    s.wait_all(0, 0);
-  }
-  SimPlatform pf;
-  pf.nodes.assign(3, SimNode{1e6, 1e6, 0.25});
+  const auto [s, pf] = two_into_one(true, 0.25);
   const auto r = evaluate_uncontended(s, pf, 1);
   ASSERT_TRUE(r.has_value());
   EXPECT_DOUBLE_EQ(r->step_s, 2 * (0.5 + 1.0));
