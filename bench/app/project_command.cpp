@@ -339,6 +339,20 @@ void check_platform_file(const SimPlatform& platform) {
   }
 }
 
+// The projection's "modes": each curve's key, strategy, label, transport and whether it is the
+// reference.
+nlohmann::json modes_json(const std::vector<ProjectedCurve>& curves) {
+  nlohmann::json modes = nlohmann::json::array();
+  for (const auto& c : curves) {
+    modes.push_back({{"mode", c.mode.key},
+                     {"strategy", c.strategy->mode},
+                     {"label", c.label},
+                     {"transport", c.mode.transport},
+                     {"reference", c.strategy->reference}});
+  }
+  return modes;
+}
+
 // Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
 // while every rank has a sample), and the world size from which each non-reference curve is more
 // than 5% faster than the reference strategy's default curve (its first). Fills doc's "modes",
@@ -350,14 +364,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   for (const auto& c : curves) {
     if (reference == nullptr && c.strategy->reference) reference = &c;
   }
-  nlohmann::json modes = nlohmann::json::array();
-  for (const auto& c : curves) {
-    modes.push_back({{"mode", c.mode.key},
-                     {"strategy", c.strategy->mode},
-                     {"label", c.label},
-                     {"transport", c.mode.transport},
-                     {"reference", c.strategy->reference}});
-  }
+  const nlohmann::json modes = modes_json(curves);
   std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
   SimulationMemo memo;
