@@ -1,7 +1,7 @@
 // The dpbench command. Everything it does lives in bench/app/ so that tests can reach it.
 #include <cstdlib>
 
-#include "bench/app/blas_core.hpp"
+#include "record/blas_core.hpp"
 #include "bench/app/cli.hpp"
 #ifdef DPBENCH_HAVE_CUDA
 #include "cuda/register.hpp"

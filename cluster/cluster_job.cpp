@@ -84,24 +84,20 @@ bool needs_pid_namespace(ClusterLauncher launcher) {
 
 }  // namespace
 
-std::string stage() {
-  const char* v = std::getenv(kStageEnv);
-  return v != nullptr ? v : "";
-}
-
-int run_job(const ClusterSpec& spec, const std::vector<std::string>& args) {
+int run_job(const ClusterSpec& spec, const std::vector<std::string>& options) {
   validate(spec);
   if (spec.launcher == ClusterLauncher::mpirun) check_mpirun_tools();
   if (spec.launcher == ClusterLauncher::torchrun) check_torchrun_tools(spec);
   if (spec.launcher == ClusterLauncher::srun) check_srun_tools();
   const Capability cap = probe_capability(spec.launcher == ClusterLauncher::srun);
   if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
-  return run_in_private_namespaces(cap.how, args,
-                                   {fmt::format("{}=inner", kStageEnv), fmt::format("DPBENCH_CLUSTER_HOW={}", cap.how)},
+  std::vector<std::string> args = {kInnerCommand};
+  args.insert(args.end(), options.begin(), options.end());
+  return run_in_private_namespaces(cap.how, args, {fmt::format("DPBENCH_CLUSTER_HOW={}", cap.how)},
                                    needs_pid_namespace(spec.launcher));
 }
 
-int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
+int run_inner(const ClusterSpec& spec, const std::vector<std::string>& options) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -129,6 +125,8 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& args) {
     int expected = -1;
     lost_node.compare_exchange_strong(expected, node);
   });
+  std::vector<std::string> args = {kRankCommand};
+  args.insert(args.end(), options.begin(), options.end());
   if (spec.launcher == ClusterLauncher::torchrun) return run_torchrun_job(spec, c, args, lost_node);
   if (spec.launcher == ClusterLauncher::mpirun) return run_mpirun_job(spec, c, args, lost_node);
   if (spec.launcher == ClusterLauncher::srun) return run_srun_job(spec, c, args, lost_node);

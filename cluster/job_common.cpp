@@ -64,11 +64,10 @@ std::vector<std::string> node_env(const std::vector<Node>& nodes, int node) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string v = *e;
-    bool drop = v.rfind(std::string(kStageEnv) + "=", 0) == 0;
+    bool drop = false;
     for (const auto& d : dropped) drop = drop || v.rfind(d, 0) == 0;
     if (!drop) env.push_back(v);
   }
-  env.push_back(fmt::format("{}=rank", kStageEnv));
   env.push_back(fmt::format("{}={}", kDescriptionEnv, kDescriptionPath));
   env.push_back("DPBENCH_NET_IFACE=" + nodes[static_cast<std::size_t>(node)].iface);
   env.push_back(fmt::format("DPBENCH_CLUSTER_NODE={}", node));

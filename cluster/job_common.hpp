@@ -17,7 +17,6 @@
 
 namespace dpbench::cluster {
 
-inline constexpr const char* kStageEnv = "DPBENCH_CLUSTER_STAGE";
 inline constexpr const char* kDescriptionPath = "/run/dpbench-cluster.json";
 inline constexpr auto kHeartbeatTimeout = std::chrono::milliseconds(10000);
 

@@ -153,7 +153,7 @@ int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<
   if (chmod(agent.c_str(), 0755) != 0) throw Error(fmt::format("{}: chmod: {}", agent, std::strerror(errno)));
   std::vector<std::string> argv = mpirun_options(spec, hostfile, agent);
   std::vector<std::string> env = mpirun_env(c);
-  for (const char* name : {kStageEnv, kDescriptionEnv, "DPBENCH_NET_IFACE"}) {
+  for (const char* name : {kDescriptionEnv, "DPBENCH_NET_IFACE"}) {
     argv.insert(argv.end(), {"-x", name});
   }
   if (const char* fault = std::getenv("DPBENCH_FAULT")) {

@@ -1,6 +1,6 @@
 // Writing a file so that readers see either the old file or the whole new one, never a part:
 // a temporary file in the target's directory is written, fsync'ed and renamed over the target,
-// then the directory is fsync'ed. Used for result files (bench/app/result_file.hpp) and
+// then the directory is fsync'ed. Used for result files (record/result_file.hpp) and
 // checkpoints (train/checkpoint.hpp). Not for: checking where a file may go (the callers do).
 #pragma once
 

@@ -16,7 +16,7 @@
 
 #include "bench/app/cli.hpp"
 #include "bench/app/harness.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "fuzz/fuzz_check.hpp"

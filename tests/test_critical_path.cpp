@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "bench/app/simulated_projection.hpp"
-#include "bench/app/strategies.hpp"
+#include "analysis/simulated_projection.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "core/schedule.hpp"
 #include "sim/critical_path.hpp"

@@ -17,7 +17,7 @@
 
 #include "train/buckets.hpp"
 #include "allreduce/ddp_trainer.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "cuda/cuda_runtime.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"

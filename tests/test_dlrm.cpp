@@ -15,7 +15,7 @@
 #include "sharded_ps/sharded_ps.hpp"
 #include "train/memory_model.hpp"
 #include "train/sparse_grad.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/dlrm.hpp"

@@ -11,7 +11,7 @@
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
 #include "bench/app/memory_command.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "ps/parameter_server.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "tests/training_fixtures.hpp"

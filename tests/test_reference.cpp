@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/app/reference.hpp"
+#include "bench/reference/reference.hpp"
 #include "core/error.hpp"
 #include "tests/fixtures.hpp"
 #include "train/models.hpp"

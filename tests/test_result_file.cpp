@@ -1,4 +1,4 @@
-// Tests of where `dpbench run --out` may write (bench/app/result_file.hpp): a path that cannot
+// Tests of where `dpbench run --out` may write (record/result_file.hpp): a path that cannot
 // take a result file is refused before any training, with exit code 2 and the path left as it
 // was; a symbolic link is written through; a write that fails midway is exit code 3, names the
 // reason, and leaves the previous file and no temporary file behind.

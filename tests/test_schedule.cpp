@@ -28,7 +28,7 @@
 #include "tests/training_fixtures.hpp"
 #include "train/buckets.hpp"
 #include "train/strategy.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "workloads/synthetic.hpp"
 
 namespace dpbench {

@@ -13,12 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "train/alpha_beta_model.hpp"
-#include "bench/app/strategies.hpp"
-#include "bench/app/blas_core.hpp"
+#include "registry/strategies.hpp"
+#include "record/blas_core.hpp"
 #include "bench/app/harness.hpp"
 #include "bench/app/project_command.hpp"
-#include "bench/app/simulated_projection.hpp"
-#include "bench/app/result_json.hpp"
+#include "analysis/simulated_projection.hpp"
+#include "record/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "sim/simulate.hpp"

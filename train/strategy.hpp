@@ -1,7 +1,7 @@
 // What a synchronisation strategy is to the rest of dpbench: its trainer and the traits that
 // `run`, `sweep`, `project`, the result file, `compare` and the report read, so that none of
 // them names a mode. Each strategy defines its own in its folder (ps/, allreduce/, sharded_ps/); the registry
-// (bench/app/strategies.cpp) lists them, one line each.
+// (registry/strategies.cpp) lists them, one line each.
 #pragma once
 
 #include <optional>

@@ -2,7 +2,7 @@
 // measured, the launchers that run one thread (or one process) per rank, evaluation. A mode
 // (ps/, allreduce/, sharded_ps/) is a function TrainConfig + data -> RunResult that runs the
 // one step loop (train/step_loop.hpp) with its verbs, plus its traits (train/strategy.hpp),
-// registered by name in bench/app/strategies.cpp.
+// registered by name in registry/strategies.cpp.
 #pragma once
 
 #include <array>

@@ -21,9 +21,9 @@
 #include "bench/app/memory_command.hpp"
 #include "bench/app/name_options.hpp"
 #include "bench/app/project_command.hpp"
-#include "bench/app/simulated_projection.hpp"
+#include "analysis/simulated_projection.hpp"
 #include "bench/app/run_command.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "cluster/cluster_job.hpp"
 #include "cluster/link.hpp"
@@ -306,7 +306,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
   o.cluster.launcher = parse_cluster_launcher(o.launcher, "--launcher");
   // The ranks of --launcher tcp get --init-method tcp://... and --rank from the cluster; the world
   // size is the cluster's.
-  if (run.count("--init-method") + run.count("--rank") > 0 && cluster::stage() != "rank") {
+  if (run.count("--init-method") + run.count("--rank") > 0 && !o.cluster_rank) {
     throw InputError("--init-method and --rank: an emulated cluster's launcher gives each rank its own "
                      "(--launcher tcp: tcp:// to node 0 and --rank; --launcher file: file://PATH and --rank)");
   }
@@ -925,11 +925,32 @@ int dpbench_main(int argc, char** argv) {
   HistoryOptions history_options;
   CLI::App* history = add_history_command(app, history_options);
 
+  // An emulated cluster's second and third programs (cluster/cluster_job.hpp), each started by
+  // the one before it with the run's options; not in --help.
+  RunOptions inner_options, rank_options;
+  CLI::App* inner = app.add_subcommand(cluster::kInnerCommand, "an emulated cluster's job inside its namespaces");
+  add_run_options(*inner, inner_options);
+  CLI::App* rank = app.add_subcommand(cluster::kRankCommand, "one rank of an emulated cluster's job");
+  add_run_options(*rank, rank_options);
+  inner->group("");
+  rank->group("");
+  rank_options.cluster_rank = true;
+
   std::vector<std::string> args = main_arguments(argc, argv);
-  run_options.args = args;  // as given: an emulated cluster's ranks start with them (parse consumes args)
+  // As given after the subcommand: the cluster's programs start with them (parse consumes args).
+  const std::vector<std::string> options(args.begin() + (args.empty() ? 0 : 1), args.end());
+  run_options.args = inner_options.args = rank_options.args = options;
   if (const std::optional<int> code = parse_command_line(app, std::move(args))) return *code;
 
   return with_exit_codes([&] {
+    if (*inner) {
+      finish_run_options(*inner, inner_options);
+      return finish(cluster::run_inner(inner_options.cluster, inner_options.args));
+    }
+    if (*rank) {
+      finish_run_options(*rank, rank_options);
+      return finish(cluster_rank_command(rank_options));
+    }
     finish_run_options(*run, run_options);
     if (*sweep) return finish(sweep_main(*sweep, sweep_options));
     if (*python.first) return run_python("plots/report.py", python.first->remaining());

@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "allreduce/powersgd.hpp"
-#include "bench/app/env_info.hpp"
-#include "bench/app/result_json.hpp"
-#include "bench/app/strategies.hpp"
+#include "record/env_info.hpp"
+#include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "train/elastic.hpp"
 #include "train/memory_model.hpp"
 #include "train/models.hpp"

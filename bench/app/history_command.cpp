@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/app/result_file.hpp"
+#include "record/result_file.hpp"
 #include "core/error.hpp"
 
 namespace dpbench {

@@ -7,8 +7,8 @@
 #include <fmt/ranges.h>
 
 #include "bench/app/name_options.hpp"
-#include "bench/app/result_json.hpp"
-#include "bench/app/strategies.hpp"
+#include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "train/memory_model.hpp"
 #include "train/models.hpp"

@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/app/result_file.hpp"
-#include "bench/app/result_json.hpp"
+#include "record/result_file.hpp"
+#include "record/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "cluster/link.hpp"
 #include "cluster/netns.hpp"

@@ -11,8 +11,8 @@
 #include <fmt/ranges.h>
 
 #include "bench/app/harness.hpp"
-#include "bench/app/result_json.hpp"
-#include "bench/app/strategies.hpp"
+#include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
 #include "train/buckets.hpp"

@@ -15,7 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/app/simulated_projection.hpp"
+#include "analysis/simulated_projection.hpp"
 #include "train/alpha_beta_model.hpp"
 #include "workloads/model_description.hpp"
 

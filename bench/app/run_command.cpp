@@ -14,11 +14,11 @@
 #include <fmt/format.h>
 
 #include "bench/app/harness.hpp"
-#include "bench/app/network_results.hpp"
+#include "analysis/network_results.hpp"
 #include "launch/resolve.hpp"
-#include "bench/app/result_file.hpp"
-#include "bench/app/result_json.hpp"
-#include "bench/app/strategies.hpp"
+#include "record/result_file.hpp"
+#include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "cluster/cluster_job.hpp"
 #include "workloads/synthetic.hpp"
 #include "core/device.hpp"
@@ -573,21 +573,13 @@ void check_cluster_modes(const RunOptions& o) {
   }
 }
 
-// On an emulated cluster (--nodes), the job's first two stages: the user's command checks the
-// options and starts the job, the inner stage starts the ranks; returns their exit code. A rank
-// (the third stage) and a run without --nodes get nullopt and go on.
-std::optional<int> run_cluster_stage(const RunOptions& o) {
-  if (o.cluster.nodes <= 0) return std::nullopt;
-  const std::string stage = cluster::stage();
-  if (stage.empty()) {
-    check_common_options(o.base, o.timeout_s);
-    if (!o.out.empty()) check_result_path(o.out);
-    check_cluster_modes(o);
-    return cluster::run_job(o.cluster, o.args);
-  }
-  if (stage == "inner") return cluster::run_inner(o.cluster, o.args);
-  cluster::die_with_parent();  // a rank
-  return std::nullopt;
+// The user's command of a job on an emulated cluster (--nodes): checks the options, then starts
+// the job's inner program (cluster/cluster_job.hpp); returns the job's exit code.
+int start_cluster_job(const RunOptions& o) {
+  check_common_options(o.base, o.timeout_s);
+  if (!o.out.empty()) check_result_path(o.out);
+  check_cluster_modes(o);
+  return cluster::run_job(o.cluster, o.args);
 }
 
 // The result's config: the base configuration with the run's modes, repetitions, data, launcher,
@@ -648,10 +640,11 @@ nlohmann::json reference_band(const RunOptions& o, const RunSetup& s, const Load
   return agreement_band(mode_losses, by_mode.front().front().step_train_loss, perturbed);
 }
 
-int run_command(const RunOptions& o) {
-  // Validate everything cheap before loading data or training.
-  if (o.modes.empty()) throw InputError("--mode: give at least one mode");
-  if (const std::optional<int> code = run_cluster_stage(o)) return *code;
+namespace {
+
+// Trains every mode of `o` in this process (one rank of a job, or all of them as threads) and,
+// on the output process, reports and writes the result.
+int train_and_report(const RunOptions& o) {
   // A malformed DPBENCH_FAULT is an input error here, not in whichever rank reads it first.
   fault_from_env();
   const RunSetup s = prepare_run(o);
@@ -699,6 +692,20 @@ int run_command(const RunOptions& o) {
   report_runs(o, s, run_config_json(o, s, data), runs, docs, reference_runs, reference_failures);
   const bool disagree = report_disagreements(reference_runs);
   return reference_failures.empty() && !disagree ? 0 : 1;
+}
+
+}  // namespace
+
+int run_command(const RunOptions& o) {
+  // Validate everything cheap before loading data or training.
+  if (o.modes.empty()) throw InputError("--mode: give at least one mode");
+  return o.cluster.nodes > 0 ? start_cluster_job(o) : train_and_report(o);
+}
+
+int cluster_rank_command(const RunOptions& o) {
+  if (o.modes.empty()) throw InputError("--mode: give at least one mode");
+  cluster::die_with_parent();
+  return train_and_report(o);
 }
 
 }  // namespace dpbench

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "bench/app/harness.hpp"
-#include "bench/app/reference.hpp"
-#include "bench/app/strategies.hpp"
+#include "bench/reference/reference.hpp"
+#include "registry/strategies.hpp"
 #include "cluster/link.hpp"
 #include "launch/resolve.hpp"
 #include "train/training.hpp"
@@ -35,10 +35,18 @@ struct RunOptions {
   cluster::ClusterSpec cluster;
   std::string link;                  // --link, parsed into cluster.link
   std::vector<std::string> link_of;  // --link-of values, parsed into cluster.link_of
-  std::vector<std::string> args;     // the command line after the program name, for the cluster's ranks
+  std::vector<std::string> args;     // the options as given (after the subcommand), for the cluster's programs
+  bool cluster_rank = false;         // `dpbench cluster-rank`: a rank of an emulated cluster's job
 };
 
-// Returns the process exit code. Throws InputError / Error for main() to report.
+// `dpbench run`: with --nodes, starts the job on an emulated cluster (cluster::run_job), else
+// trains every mode here. Returns the process exit code. Throws InputError / Error for main() to
+// report.
 int run_command(const RunOptions& options);
+
+// `dpbench cluster-rank` (cluster/cluster_job.hpp's third program): one rank of an emulated
+// cluster's job, started by its launcher; dies with the process that started it, then trains as
+// `run` does under that launcher. Returns the process exit code; throws as run_command.
+int cluster_rank_command(const RunOptions& options);
 
 }  // namespace dpbench

@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "bench/app/result_file.hpp"
-#include "bench/app/result_json.hpp"
-#include "bench/app/strategies.hpp"
+#include "record/result_file.hpp"
+#include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "launch/resolve.hpp"
 

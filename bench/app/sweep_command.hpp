@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench/app/harness.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "core/names.hpp"
 #include "train/training.hpp"
 

@@ -58,7 +58,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench/app/blas_core.hpp"
+#include "record/blas_core.hpp"
 #include <fmt/format.h>
 
 #include "core/error.hpp"

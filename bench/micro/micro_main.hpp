@@ -1,10 +1,10 @@
 // main() of the micro-benchmark binaries: Google Benchmark's BENCHMARK_MAIN with dpbench's
-// OpenBLAS kernel selection first (bench/app/blas_core.hpp), so kernels run as in `dpbench run`.
+// OpenBLAS kernel selection first (record/blas_core.hpp), so kernels run as in `dpbench run`.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
-#include "bench/app/blas_core.hpp"
+#include "record/blas_core.hpp"
 #ifdef DPBENCH_HAVE_CUDA
 #include "cuda/register.hpp"
 #define DPBENCH_REGISTER_DEVICES() dpbench::register_cuda_device()

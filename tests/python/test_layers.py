@@ -1,7 +1,8 @@
 """The build's layers, checked on every #include: a folder may include its own headers and those
 of lower layers only.
 
-    core (runtime) -> workloads, sim, launch, history -> cluster, train -> strategies (ps, allreduce, sharded_ps, ...), cuda -> bench
+    core (runtime) -> workloads, sim, launch, history -> cluster, train -> strategies (ps, allreduce, sharded_ps, ...), cuda
+        -> registry -> record, analysis -> bench
 
 The strategies and cuda/ are siblings: a strategy never sees CUDA, the CUDA target never sees a
 strategy, and no strategy sees another. A strategy is a top-level folder holding a
@@ -28,7 +29,10 @@ LAYERS = {
     "cluster": 2,
     "train": 2,
     "cuda": 3,
-    "bench": 4,
+    "registry": 4,
+    "record": 5,
+    "analysis": 5,
+    "bench": 6,
 }
 STRATEGY_LAYER = 3
 # Every strategy folder, found as the build finds them.

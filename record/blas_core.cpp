@@ -1,4 +1,4 @@
-#include "bench/app/blas_core.hpp"
+#include "record/blas_core.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "bench/app/result_file.hpp"
+#include "record/result_file.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "bench/app/reference.hpp"
+#include "bench/reference/reference.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -19,8 +19,8 @@
 #include <fmt/format.h>
 
 #include "allreduce/powersgd.hpp"
-#include "bench/app/result_json.hpp"
-#include "bench/app/strategies.hpp"
+#include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "train/models.hpp"
 #include "workloads/distributed_sampler.hpp"

@@ -1,4 +1,4 @@
-#include "bench/app/simulated_projection.hpp"
+#include "analysis/simulated_projection.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "bench/app/result_json.hpp"
+#include "record/result_json.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "bench/app/result_file.hpp"
-#include "bench/app/strategies.hpp"
+#include "record/result_file.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
 #include "sharded_ps/stale_sync.hpp"

@@ -1,4 +1,4 @@
-#include "bench/app/env_info.hpp"
+#include "record/env_info.hpp"
 
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "bench/app/blas_core.hpp"
+#include "record/blas_core.hpp"
 #include "core/build_info.hpp"
 #include "core/device.hpp"
 #include "core/mpi_comm.hpp"

@@ -1,4 +1,4 @@
-#include "bench/app/network_results.hpp"
+#include "analysis/network_results.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 
 #include "allreduce/ddp_trainer.hpp"
 #include "allreduce/powersgd.hpp"
-#include "bench/app/strategies.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "sharded_ps/stale_sync.hpp"
 #include "sim/simulate.hpp"

@@ -38,7 +38,7 @@ double median_throughput(const RunResult& run);
 // (RankResult::timed_wall_s), in samples/s, what a user's epoch sees; 0 without timed steps.
 double wall_throughput(const RunResult& run);
 
-// Writes doc to path atomically (bench/app/result_file.hpp). Throws InputError for a path that
+// Writes doc to path atomically (record/result_file.hpp). Throws InputError for a path that
 // cannot take a result file, IoError when the write fails.
 void write_json_atomic(const std::string& path, const nlohmann::json& doc);
 
