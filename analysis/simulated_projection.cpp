@@ -148,35 +148,6 @@ void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool int
   if (!node_link_set) o.node_link = it->node_link;
 }
 
-void add_topology_options(CLI::App& app, TopologyOptions& o) {
-  app.add_flag("--simulate", o.simulate,
-               "Also simulate every point: each mode's step schedule played by SimGrid on the topology below");
-  app.add_option("--ranks-per-node", o.ranks_per_node, "--simulate: ranks (GPUs) per node")->capture_default_str();
-  app.add_option("--node-link", o.node_link,
-                 "--simulate: each node's NIC, each way, in tc's units (400gbit); default: the projection's link");
-  app.add_option("--intra-link", o.intra_link,
-                 "--simulate: each rank's link inside its node (default: NVLink 4, "
-                 "370 GB/s)")
-      ->capture_default_str();
-  app.add_option("--nodes-per-leaf", o.nodes_per_leaf,
-                 "--simulate: nodes per leaf switch of a two-level tree (0: one switch)")
-      ->capture_default_str();
-  app.add_option("--oversubscription", o.oversubscription,
-                 "--simulate: a leaf's nodes' bandwidth over its uplink's (1: non-blocking)")
-      ->capture_default_str();
-  app.add_option("--node-link-of", o.node_link_of, "--simulate: I=RATE, node I's NIC (a straggler, a fat server)");
-  app.add_option("--topology", o.preset,
-                 "--simulate: a datasheet node: dgx-h100, h100-8gpu-400g, a100-pcie-8gpu-100g (sets --ranks-per-node, "
-                 "--intra-link and --node-link where not given)");
-  app.add_option("--platform", o.platform_file,
-                 "--simulate: a SimGrid platform file (XML) instead of the options above; rank r on its r-th host in "
-                 "natural name order")
-      ->check(CLI::ExistingFile);
-  app.add_flag("--what-if", o.what_if,
-               "--simulate: also simulate every point with non-blocking uplinks and with the last node's NIC at half "
-               "its rate, and name where oversubscription reorders the modes and what the straggler costs each");
-}
-
 void check_node_link_of(const TopologyOptions& o, int max_ranks) {
   if (!o.simulate || !o.platform_file.empty() || o.ranks_per_node < 1) return;
   const long nodes = (max_ranks + o.ranks_per_node - 1) / o.ranks_per_node;

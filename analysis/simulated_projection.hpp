@@ -15,7 +15,6 @@
 #include <tuple>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "sim/simulate.hpp"
@@ -55,8 +54,6 @@ inline constexpr double kWhatIfStragglerShare = 0.5;
 // A NIC whose bytes need this share of the simulated step or more is saturated (the findings'
 // threshold).
 inline constexpr double kNicSaturated = 0.9;
-
-void add_topology_options(CLI::App& app, TopologyOptions& options);
 
 // Applies --topology's preset to the options the user left unset (ranks per node, --intra-link,
 // --node-link). Throws InputError naming an unknown preset, --topology or --what-if without

@@ -15,7 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/app/cli.hpp"
-#include "bench/app/harness.hpp"
+#include "harness/harness.hpp"
 #include "registry/strategies.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"

@@ -15,7 +15,7 @@
 #include "train/alpha_beta_model.hpp"
 #include "registry/strategies.hpp"
 #include "record/blas_core.hpp"
-#include "bench/app/harness.hpp"
+#include "harness/harness.hpp"
 #include "bench/app/project_command.hpp"
 #include "analysis/simulated_projection.hpp"
 #include "record/result_json.hpp"

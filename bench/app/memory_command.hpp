@@ -7,36 +7,12 @@
 // with --out.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
-#include "train/training.hpp"
+#include "analysis/memory_table.hpp"
 
 namespace dpbench {
 
-struct MemoryOptions {
-  TrainConfig base;  // workload, widths, batch, optimizer, transport, servers
-  std::vector<int> ranks = {1, 2, 4, 8};
-  std::vector<Mode> modes;  // default: every registered strategy
-  std::string model;        // --model: a described model (built-in name or file), sizes from its description
-  double params = 0;        // > 0: a model described by its size
-  double activation_bytes_per_sample = 0;
-  double input_bytes_per_sample = 784 * 4;
-  double output_bytes_per_sample = 10 * 4;
-  std::string precision = "fp32";  // or "mixed" (a projection)
-  double capacity_gb = 0;          // > 0: the largest parameter count each mode fits
-  std::string out;
-};
-
 void add_memory_options(CLI::App& app, MemoryOptions& options);
-
-// The "dpbench-memory" document: per mode, world size and role, the bytes by category and the
-// total; with capacity_gb, each mode's largest parameter count. Throws InputError naming the
-// option on bad input.
-nlohmann::json memory_document(const MemoryOptions& options);
 
 int memory_command(const MemoryOptions& options);
 

@@ -9,45 +9,16 @@
 // strategy, label, transport and reference role, so the report names no mode itself.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
-#include "analysis/simulated_projection.hpp"
-#include "train/alpha_beta_model.hpp"
-#include "workloads/model_description.hpp"
+#include "analysis/projection.hpp"
 
 namespace dpbench {
 
-struct ProjectOptions {
-  std::vector<std::string> results;  // dpbench result / sweep files
-  std::string model;                 // --model: a described model instead of result files
-  std::string device_profile;        // --model: the device its times are rescaled to ("" -> by topology)
-  std::string link = "measured";     // or "memory", or a preset: pcie4, pcie5, nvlink4, ib-ndr
-  std::string collectives;           // Google Benchmark JSON of dpbench_collectives (measured link)
-  int max_ranks = 1024;
-  std::string scaling;        // "" or "strong": fixed global batch; "weak": fixed per-rank batch
-  double per_rank_batch = 0;  // > 0: weak scaling at this many samples per rank
-  std::string out;            // "" -> results/dpbench-projection-<time>.json
-  bool quiet = false;
-  TopologyOptions topology;  // --simulate and its topology
-};
-
 void add_project_options(CLI::App& app, ProjectOptions& options);
 
-// The projection document for already-loaded result documents. Throws InputError naming the
-// file or option when the model cannot be calibrated (no 1-rank run, no link of the asked kind
-// measured, an unknown --scaling or a --per-rank-batch with --scaling strong).
-nlohmann::json project(const ProjectOptions& options, const std::vector<nlohmann::json>& results,
-                       const nlohmann::json* collectives);
-
+// Reads the result files (and --collectives), projects, prints the curves and the summary, writes
+// the projection file. Returns the exit code; throws InputError / IoError.
 int project_command(const ProjectOptions& options);
-
-// The step model of a described model on a device profile at `per_rank_batch`: compute from its
-// layer times (rescaled), the optimizer as one pass over parameters, gradients and momentum at the
-// profile's memory bandwidth, its parameter, input and output bytes. Throws InputError.
-StepModel described_step_model(const ModelDescription& d, const DeviceProfile& profile);
 
 }  // namespace dpbench

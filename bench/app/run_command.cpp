@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/app/harness.hpp"
+#include "harness/harness.hpp"
 #include "analysis/network_results.hpp"
 #include "launch/resolve.hpp"
 #include "record/result_file.hpp"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/app/harness.hpp"
+#include "harness/harness.hpp"
 #include "bench/reference/reference.hpp"
 #include "registry/strategies.hpp"
 #include "cluster/link.hpp"

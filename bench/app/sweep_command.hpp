@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/app/harness.hpp"
+#include "harness/harness.hpp"
 #include "registry/strategies.hpp"
 #include "core/names.hpp"
 #include "train/training.hpp"

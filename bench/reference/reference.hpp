@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/app/harness.hpp"
+#include "harness/harness.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {

@@ -2,7 +2,7 @@
 of lower layers only.
 
     core (runtime) -> workloads, sim, launch, history -> cluster, train -> strategies (ps, allreduce, sharded_ps, ...), cuda
-        -> registry -> record, analysis -> bench
+        -> registry -> record -> analysis, harness -> bench
 
 The strategies and cuda/ are siblings: a strategy never sees CUDA, the CUDA target never sees a
 strategy, and no strategy sees another. A strategy is a top-level folder holding a
@@ -31,8 +31,9 @@ LAYERS = {
     "cuda": 3,
     "registry": 4,
     "record": 5,
-    "analysis": 5,
-    "bench": 6,
+    "analysis": 6,
+    "harness": 6,
+    "bench": 7,
 }
 STRATEGY_LAYER = 3
 # Every strategy folder, found as the build finds them.

@@ -1,4 +1,4 @@
-#include "bench/app/harness.hpp"
+#include "harness/harness.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,0 +1,628 @@
+#include "analysis/projection.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <future>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+#include "core/stats.hpp"
+#include "record/result_json.hpp"
+#include "registry/strategies.hpp"
+#include "train/buckets.hpp"
+#include "train/models.hpp"
+#include "workloads/replay_model.hpp"
+
+namespace dpbench {
+
+namespace {
+
+bool ok_run(const nlohmann::json& run) { return run.value("status", std::string("ok")) == "ok"; }
+
+// The registered strategy of a result file's run (its traits), by the run's mode.
+const Strategy& run_strategy(const nlohmann::json& run) { return find_strategy(run.at("mode").get<Mode>()); }
+
+// The projection curve a measured run belongs to: its strategy's curve for its transport.
+const ProjectedMode& run_projection(const nlohmann::json& run) {
+  TrainConfig config;
+  config.mode = run.at("mode").get<Mode>();
+  config.transport = run.value("transport", config.transport);
+  return projected_mode(run_strategy(run), config);
+}
+
+// The run's bus bandwidth in GB/s, if it reports one. Files written before the strategy traits
+// called it allreduce_bandwidth_GBps (allreduce runs only).
+std::optional<double> run_busbw(const nlohmann::json& run) {
+  for (const char* key : {"bus_bandwidth_GBps", "allreduce_bandwidth_GBps"}) {
+    if (run.contains(key) && run.at(key).is_object()) return run.at(key).at("busbw").get<double>();
+  }
+  return std::nullopt;
+}
+
+// What carried a run's communication, i.e. the link its step time was measured over:
+//   "emulated": the emulated cluster's shaped links (the run has network.link);
+//   "memory": rank threads of one process on the CPU (--comm local): memory copies;
+//   "inter-process": processes on one machine (--comm gloo or mpi on the CPU);
+//   "device": GPU ranks (NCCL, or device copies between GPU ranks).
+std::string run_link_kind(const nlohmann::json& run) {
+  if (run.contains("network") && run.at("network").contains("link")) return "emulated";
+  if (run.value("device", DeviceKind::cpu) != DeviceKind::cpu) return "device";
+  return run.value("comm", Backend::local) == Backend::local ? "memory" : "inter-process";
+}
+
+// The link a cluster run was measured over: its network.link (the slowest probed link, alpha
+// from the round trip), with the collectives of its communicator.
+LinkModel emulated_link(const nlohmann::json& run) {
+  const auto& l = run.at("network").at("link");
+  LinkModel link;
+  link.name = "emulated " + run.value("cluster", nlohmann::json::object()).value("link", std::string("link"));
+  link.alpha_s = l.value("alpha_s", 0.0);
+  link.beta_s_per_byte = 1.0 / l.at("bytes_per_s").get<double>();
+  link.collectives = l.value("collectives", CollectiveFamily::ring);
+  link.source = fmt::format("emulated cluster: probed {:.1f} MB/s, alpha {:.1f} us (RTT / 2), {} collectives",
+                            1e-6 / link.beta_s_per_byte, 1e6 * link.alpha_s, name(link.collectives));
+  return link;
+}
+
+// Link from dpbench_collectives' Google Benchmark JSON: busbw of the first benchmark family in
+// `families` that has results ("BM_AllReduceGlooRing", ...), at the message size closest to the
+// gradient size (the fewest ranks measured), latency from its smallest size.
+std::optional<LinkModel> link_from_collectives(const nlohmann::json& gb, double param_bytes,
+                                               const std::vector<std::string>& families) {
+  struct Point {
+    int ranks;
+    double bytes, busbw, seconds;
+  };
+  for (const auto& family : families) {
+    std::vector<Point> points;
+    for (const auto& b : gb.value("benchmarks", nlohmann::json::array())) {
+      const std::string name = b.value("name", "");
+      if (name.rfind(family + "/", 0) != 0 || b.value("run_type", "iteration") != "iteration") continue;
+      Point p{0, 0, b.value("busbw", 0.0), b.value("real_time", 0.0)};
+      for (std::size_t pos = 0; pos != std::string::npos;) {
+        const std::size_t next = name.find('/', pos + 1);
+        const std::string part = name.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+        if (part.rfind("ranks:", 0) == 0) p.ranks = std::stoi(part.substr(6));
+        if (part.rfind("bytes:", 0) == 0) p.bytes = std::stod(part.substr(6));
+        pos = next;
+      }
+      const std::string unit = b.value("time_unit", "ns");
+      p.seconds *= unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : 1.0;
+      if (p.ranks >= 2 && p.bytes > 0 && p.busbw > 0) points.push_back(p);
+    }
+    if (points.empty()) continue;
+    const int ranks = std::min_element(points.begin(), points.end(), [](const Point& a, const Point& b) {
+                        return a.ranks < b.ranks;
+                      })->ranks;
+    const Point* nearest = nullptr;
+    const Point* smallest = nullptr;
+    for (const auto& p : points) {
+      if (p.ranks != ranks) continue;
+      if (nearest == nullptr ||
+          std::abs(std::log(p.bytes / param_bytes)) < std::abs(std::log(nearest->bytes / param_bytes)))
+        nearest = &p;
+      if (smallest == nullptr || p.bytes < smallest->bytes) smallest = &p;
+    }
+    LinkModel link;
+    link.name = "measured";
+    link.beta_s_per_byte = 1.0 / (nearest->busbw * 1e9);
+    link.alpha_s = smallest->seconds / (2.0 * (ranks - 1));
+    link.collectives = family.find("Gloo") != std::string::npos ? CollectiveFamily::gloo : CollectiveFamily::ring;
+    link.source = fmt::format("dpbench_collectives: {} busbw {:.2f} GB/s at {} ranks and {} bytes; latency "
+                              "from {} bytes",
+                              family, nearest->busbw, ranks, static_cast<long long>(nearest->bytes),
+                              static_cast<long long>(smallest->bytes));
+    return link;
+  }
+  return std::nullopt;
+}
+
+// The link the curves are drawn for, and what kind of link it is (as run_link_kind).
+struct ProjectionLink {
+  LinkModel model;
+  std::string kind;
+};
+
+// The bus bandwidth of the fewest-rank run of link kind `kind` that reports one, as a link
+// (alpha not measured: 0).
+std::optional<ProjectionLink> link_from_runs(const std::vector<const nlohmann::json*>& runs, const std::string& kind) {
+  const nlohmann::json* best = nullptr;
+  for (const auto* run : runs) {
+    if (run->at("world_size").get<int>() < 2 || run_link_kind(*run) != kind || !run_busbw(*run)) continue;
+    if (best == nullptr || run->at("world_size").get<int>() < best->at("world_size").get<int>()) best = run;
+  }
+  if (best == nullptr) return std::nullopt;
+  const double busbw = *run_busbw(*best);
+  const std::string collective = best->contains("bus_bandwidth_GBps")
+                                     ? best->at("bus_bandwidth_GBps").value("collective", std::string("collective"))
+                                     : std::string("all-reduce");
+  const Backend comm = best->value("comm", Backend::local);
+  LinkModel link{kind == "memory" ? "memory" : "measured", 0.0, 1.0 / (busbw * 1e9),
+                 fmt::format("the result's own {} busbw {:.2f} GB/s at {} ranks over --comm {} ({}; alpha not "
+                             "measured: 0)",
+                             collective, busbw, best->at("world_size").get<int>(), name(comm), kind)};
+  link.collectives = collective_family(comm);
+  return ProjectionLink{link, kind};
+}
+
+// The emulated link of the files' cluster runs; the slowest when they were run at several rates.
+std::optional<ProjectionLink> link_from_cluster(const std::vector<const nlohmann::json*>& runs) {
+  std::optional<LinkModel> slowest;
+  for (const auto* run : runs) {
+    if (run_link_kind(*run) != "emulated") continue;
+    const LinkModel link = emulated_link(*run);
+    if (!slowest || link.beta_s_per_byte > slowest->beta_s_per_byte) slowest = link;
+  }
+  if (!slowest) return std::nullopt;
+  return ProjectionLink{*slowest, "emulated"};
+}
+
+// --link: a preset (a GPU interconnect's datasheet), `memory` (in-process copies between thread
+// ranks, only when asked for) or `measured`: --collectives' inter-process all-reduce, else the
+// files' emulated cluster link, else the busbw of their GPU runs, else of their inter-process
+// runs. Throws InputError when nothing of the asked kind was measured.
+ProjectionLink choose_link(const ProjectOptions& o, const std::vector<const nlohmann::json*>& runs,
+                           const nlohmann::json* collectives, double param_bytes) {
+  if (o.link != "measured" && o.link != "memory") return {link_preset(o.link), "device"};
+  const bool memory = o.link == "memory";
+  if (collectives != nullptr) {
+    const std::vector<std::string> families = memory
+                                                  ? std::vector<std::string>{"BM_AllReduce"}
+                                                  : std::vector<std::string>{"BM_AllReduceGlooRing", "BM_AllReduceMpi"};
+    if (auto link = link_from_collectives(*collectives, param_bytes, families)) {
+      link->name = o.link;
+      return {*link, memory ? "memory" : "inter-process"};
+    }
+    throw InputError(fmt::format(
+        "{}: no {} results with busbw{}", o.collectives, memory ? "BM_AllReduce" : "inter-process all-reduce",
+        memory ? ""
+               : " (BM_AllReduce alone is in-process memory copies: run dpbench_collectives under mpirun, "
+                 "or pass --link memory)"));
+  }
+  if (memory) {
+    if (auto link = link_from_runs(runs, "memory")) return *link;
+    throw InputError("--link memory: no run of thread ranks (--comm local on the CPU) at 2+ ranks reports a bus "
+                     "bandwidth (an allreduce run does)");
+  }
+  for (auto found : {link_from_cluster(runs), link_from_runs(runs, "device"), link_from_runs(runs, "inter-process")}) {
+    if (found) return *found;
+  }
+  throw InputError("--link measured: the files measured no link between processes (run with --nodes N --link RATE "
+                   "or --comm gloo|mpi, pass --collectives from dpbench_collectives under mpirun, pass --link "
+                   "memory for the in-process copies of thread ranks, or a preset: pcie4|pcie5|nvlink4|ib-ndr)");
+}
+
+// Whether `run` was measured over the projection's link: the same kind, and for an emulated
+// link the same rate (probed bandwidth within 5%).
+bool on_link(const nlohmann::json& run, const ProjectionLink& link) {
+  if (run_link_kind(run) != link.kind) return false;
+  return link.kind != "emulated" ||
+         std::abs(emulated_link(run).beta_s_per_byte / link.model.beta_s_per_byte - 1.0) <= 0.05;
+}
+
+// Strong scaling: the global batch stays at `global_batch` and p ranks split it; weak scaling:
+// every rank keeps `per_rank_batch`. Measured runs are split the strong way (--batch-size is
+// the global batch), so strong is the default.
+struct Scaling {
+  bool weak = false;
+  double global_batch = 0;
+  double per_rank_batch = 0;
+  double rank_batch(int p) const { return weak ? per_rank_batch : global_batch / p; }
+  std::string text() const {
+    return weak ? fmt::format("weak: every rank keeps {:g} samples", per_rank_batch)
+                : fmt::format("strong: a global batch of {:g} split over the ranks", global_batch);
+  }
+};
+
+Scaling choose_scaling(const ProjectOptions& o, double calibration_batch) {
+  if (!o.scaling.empty() && o.scaling != "strong" && o.scaling != "weak") {
+    throw InputError(fmt::format("--scaling {}: unknown (strong or weak)", o.scaling));
+  }
+  if (o.per_rank_batch < 0) throw InputError(fmt::format("--per-rank-batch {}: must be positive", o.per_rank_batch));
+  if (o.scaling == "strong" && o.per_rank_batch > 0) {
+    throw InputError("--per-rank-batch: sets weak scaling; it does not go with --scaling strong");
+  }
+  Scaling s;
+  s.weak = o.scaling == "weak" || o.per_rank_batch > 0;
+  s.global_batch = calibration_batch;
+  s.per_rank_batch = o.per_rank_batch > 0 ? o.per_rank_batch : calibration_batch;
+  return s;
+}
+
+// The model's compute terms from a 1-rank run: per-sample time (data wait, h2d, forward,
+// backward over the global batch) and the optimizer step.
+StepModel compute_model(const nlohmann::json& run) {
+  const auto& ph = run.at("phases_s");
+  StepModel m;
+  m.per_sample_compute_s = (ph.at("data_wait").get<double>() + ph.at("h2d").get<double>() +
+                            ph.at("forward").get<double>() + ph.at("backward").get<double>()) /
+                           run.at("global_batch").get<double>();
+  m.optimizer_s = ph.at("optimizer").get<double>();
+  m.param_bytes = run.at("num_params").get<double>() * 4.0;
+  m.sample_bytes = run.value("input_features", 0.0) * 4.0;
+  m.logit_bytes = run.value("num_classes", 0.0) * 4.0;
+  return m;
+}
+
+// The files' runs: every ok run, the 1-rank ones, and the most CPU cores any file's env saw.
+struct Inputs {
+  std::vector<const nlohmann::json*> runs, singles;
+  int cores = 0;
+
+  explicit Inputs(const std::vector<nlohmann::json>& results) {
+    for (const auto& doc : results) {
+      cores = std::max(cores, doc.at("env").value("cpu_cores", 0));
+      for (const auto& run : doc.at("runs")) {
+        if (!ok_run(run)) continue;
+        runs.push_back(&run);
+        if (run.at("world_size") == 1) singles.push_back(&run);
+      }
+    }
+  }
+
+  // The 1-rank run closest to `batch`, preferring num_workers 0 (its decoding cost is on the
+  // critical path, as it is when ranks share one CPU) and a strategy without a root (whose
+  // 1-rank step is plain SGD, without staging the batch for a scatter).
+  const nlohmann::json& calibration_run(double batch) const {
+    auto score = [&](const nlohmann::json* r) {
+      return std::abs(std::log(r->at("global_batch").get<double>() / batch)) * 100.0 +
+             (r->at("config").value("num_workers", 0) == 0 ? 0.0 : 1.0) + (run_strategy(*r).has_root ? 0.5 : 0.0);
+    };
+    return **std::min_element(singles.begin(), singles.end(),
+                              [&](const auto* a, const auto* b) { return score(a) < score(b); });
+  }
+
+  double largest_single_batch() const {
+    double b = 0;
+    for (const auto* r : singles) b = std::max(b, r->at("global_batch").get<double>());
+    return b;
+  }
+
+  // The median exposed share of communication over the multi-rank runs measured over `link`
+  // all of whose communication may overlap backward (DDP's buckets); 1 when there are none.
+  // (How much backward hides depends on the link, so runs over other links do not count.)
+  double exposed_fraction(const ProjectionLink& link) const {
+    std::vector<double> exposed;
+    for (const auto* run : runs) {
+      const double comm = run->at("phases_s").at("comm").get<double>();
+      if (run->at("world_size").get<int>() >= 2 && on_link(*run, link) &&
+          run_projection(*run).overlapped_share == 1.0 && comm > 0) {
+        exposed.push_back(std::min(1.0, run->at("phases_s").at("comm_exposed").get<double>() / comm));
+      }
+    }
+    return exposed.empty() ? 1.0 : median(exposed);
+  }
+};
+
+// --simulate: every curve's point at world size p (the last curves.size() entries of points)
+// gets its "simulation", all curves at once, each in a child process (sim/simulate.hpp).
+void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
+                     const SimPlatform& platform, int p, double b, bool what_if, SimulationMemo& memo,
+                     nlohmann::json& points) {
+  std::vector<std::future<nlohmann::json>> sims;
+  for (const auto& c : curves) {
+    TrainConfig config;
+    config.mode = c.strategy->mode;
+    config.transport = c.mode.transport;
+    sims.push_back(std::async(std::launch::async, [&, config] {
+      return simulate_point(*c.strategy, config, model, link, platform, p, b, what_if, &memo);
+    }));
+  }
+  for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
+}
+
+// A --platform file SimGrid cannot load is bad input, found before any point is simulated: one
+// rank with nothing to do is played on it. (Fewer hosts than a point's ranks leaves that point
+// unsimulated, with the reason.)
+void check_platform_file(const SimPlatform& platform) {
+  if (platform.platform_file.empty() || !simulation_available()) return;
+  try {
+    simulate(StepSchedule(1), platform, 1);
+  } catch (const Error& e) {
+    throw InputError(fmt::format("--platform {}: {}", platform.platform_file, e.what()));
+  }
+}
+
+// The projection's "modes": each curve's key, strategy, label, transport and whether it is the
+// reference.
+nlohmann::json modes_json(const std::vector<ProjectedCurve>& curves) {
+  nlohmann::json modes = nlohmann::json::array();
+  for (const auto& c : curves) {
+    modes.push_back({{"mode", c.mode.key},
+                     {"strategy", c.strategy->mode},
+                     {"label", c.label},
+                     {"transport", c.mode.transport},
+                     {"reference", c.strategy->reference}});
+  }
+  return modes;
+}
+
+// Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
+// while every rank has a sample), and the world size from which each non-reference curve is more
+// than 5% faster than the reference strategy's default curve (its first). Fills doc's "modes",
+// "points", "crossovers" and "crossover_world_size".
+void project_curves(const ProjectOptions& o, const StepModel& model, const LinkModel& link, const Scaling& scaling,
+                    nlohmann::json& doc) {
+  const auto& curves = projected_modes();
+  const ProjectedCurve* reference = nullptr;
+  for (const auto& c : curves) {
+    if (reference == nullptr && c.strategy->reference) reference = &c;
+  }
+  const nlohmann::json modes = modes_json(curves);
+  std::vector<std::optional<int>> crossing(curves.size());
+  nlohmann::json points = nlohmann::json::array();
+  SimulationMemo memo;
+  for (int p = 1; p <= o.max_ranks && scaling.rank_batch(p) >= 1.0; p *= 2) {
+    const double b = scaling.rank_batch(p);
+    std::vector<double> step(curves.size());
+    const SimPlatform platform = o.topology.simulate ? topology_platform(o.topology, link, p) : SimPlatform{};
+    for (std::size_t i = 0; i < curves.size(); ++i) {
+      const std::string& mode = curves[i].mode.key;
+      const StepPrediction pred = predict_step(model, link, mode, p, b);
+      const StepPrediction one = predict_step(model, link, mode, 1, scaling.rank_batch(1));
+      const double speedup = (p * b / pred.step_s) / (scaling.rank_batch(1) / one.step_s);
+      points.push_back({{"world_size", p},
+                        {"mode", mode},
+                        {"step_time_s", pred.step_s},
+                        {"compute_s", pred.compute_s},
+                        {"comm_s", pred.comm_s},
+                        {"per_rank_batch", b},
+                        {"global_batch", p * b},
+                        {"throughput_samples_per_s", p * b / pred.step_s},
+                        {"speedup", speedup},
+                        {"efficiency", speedup / p}});
+      step[i] = pred.step_s;
+    }
+    if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, o.topology.what_if, memo, points);
+    for (std::size_t i = 0; reference != nullptr && p >= 2 && i < curves.size(); ++i) {
+      const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
+      if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;
+    }
+    if (p > o.max_ranks / 2) break;
+  }
+  nlohmann::json crossovers = nlohmann::json::array();
+  for (std::size_t i = 0; i < curves.size(); ++i) {
+    if (reference == nullptr || curves[i].strategy->reference) continue;
+    crossovers.push_back({{"mode", curves[i].mode.key},
+                          {"reference", reference->mode.key},
+                          {"world_size", crossing[i] ? nlohmann::json(*crossing[i]) : nlohmann::json()}});
+  }
+  doc["modes"] = modes;
+  doc["points"] = points;
+  doc["crossovers"] = crossovers;
+  if (o.topology.simulate) doc["findings"] = simulation_findings(points, modes, o.topology);
+  // The first non-reference curve's crossover, for readers of version 1 files (which had only
+  // allreduce's); `crossovers` has every curve's.
+  doc["crossover_world_size"] = crossovers.empty() ? nlohmann::json() : crossovers.front()["world_size"];
+}
+
+// Why the model does not describe a measured run ("" when it does): its link is not the
+// projection's kind, its ranks time-sliced a CPU, or GPU ranks shared a device.
+std::string not_applicable_note(const nlohmann::json& run, const ProjectionLink& link, int cores) {
+  const int p = run.at("world_size").get<int>();
+  const std::string kind = run_link_kind(run);
+  if (kind != "emulated" && kind != link.kind) {
+    return fmt::format("measured over {} (--comm {}); the projection has no figure for that link, its link is {} ({})",
+                       kind, run.value("comm", std::string("local")), link.kind, link.model.name);
+  }
+  if (run.at("device").get<DeviceKind>() == DeviceKind::cpu && cores > 0 && p > cores) {
+    return fmt::format("{} ranks on {} cores: time-sliced, the model does not apply", p, cores);
+  }
+  if (run.at("device").get<DeviceKind>() != DeviceKind::cpu && run.value("virtual_ranks", false)) {
+    return fmt::format("{} virtual ranks shared the GPUs: the model does not apply", p);
+  }
+  return "";
+}
+
+// The model against one measured multi-rank run, at the run's own batch and link (a cluster
+// run's emulated link; the projection's otherwise). Ranks of one CPU share it: each gets 1/p.
+// A run over another kind of link than the projection's gets no model value (null): the model
+// has no figure for its link. "on_curve": the run has the curves' setting (batch under their
+// scaling, num_workers, link), so it may be drawn beside them.
+nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const StepModel& model,
+                              const ProjectionLink& link, const Scaling& scaling, int calibration_workers) {
+  const int p = run.at("world_size").get<int>();
+  const double B = run.at("global_batch").get<double>();
+  const int workers = run.at("config").value("num_workers", 0);
+  const std::string kind = run_link_kind(run);
+  const LinkModel own = kind == "emulated" ? emulated_link(run) : link.model;
+  const double actual = run.at("step_time_s").at("p50").get<double>();
+  const std::string note = not_applicable_note(run, link, in.cores);
+  const bool same_batch = scaling.weak ? std::abs(B / p - scaling.per_rank_batch) < 1e-9
+                                       : std::abs(B - scaling.global_batch) < 1e-9;
+  nlohmann::json point = {{"world_size", p},
+                          {"mode", run_projection(run).key},
+                          {"global_batch", B},
+                          {"num_workers", workers},
+                          {"link", kind == link.kind || kind == "emulated" ? own.name : kind},
+                          {"link_kind", kind},
+                          {"step_time_s", actual},
+                          {"predicted_step_time_s", nullptr},
+                          {"relative_error", nullptr},
+                          {"model_applies", note.empty()},
+                          {"note", note},
+                          {"on_curve", on_link(run, link) && same_batch && workers == calibration_workers}};
+  if (kind == "emulated" || kind == link.kind) {
+    StepModel local = compute_model(in.calibration_run(B));
+    local.exposed_fraction = model.exposed_fraction;
+    const bool cpu = run.at("device").get<DeviceKind>() == DeviceKind::cpu;
+    const double predicted = predict_step(local, own, run_projection(run).key, p, B / p, cpu ? 1.0 / p : 1.0).step_s;
+    point["predicted_step_time_s"] = predicted;
+    point["relative_error"] = predicted / actual - 1.0;
+  }
+  return point;
+}
+
+}  // namespace
+
+namespace {
+
+// The projection file's "link", "calibration" and "scaling" blocks.
+void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const nlohmann::json& base,
+                     const StepModel& model, const Scaling& scaling, nlohmann::json& doc) {
+  doc["link"] = {{"name", link.model.name},
+                 {"kind", link.kind},
+                 {"alpha_s", link.model.alpha_s},
+                 {"beta_s_per_byte", link.model.beta_s_per_byte},
+                 {"collectives", link.model.collectives},
+                 {"bandwidth_GBps", 1e-9 / link.model.beta_s_per_byte},
+                 {"source", link.model.source}};
+  doc["calibration"] = {{"result_files", o.results},
+                        {"calibration_run",
+                         {{"mode", base.at("mode")},
+                          {"global_batch", base.at("global_batch")},
+                          {"num_workers", base.at("config").value("num_workers", 0)}}},
+                        {"per_sample_compute_s", model.per_sample_compute_s},
+                        {"optimizer_s", model.optimizer_s},
+                        {"param_bytes", model.param_bytes},
+                        {"sample_bytes", model.sample_bytes},
+                        {"logit_bytes", model.logit_bytes},
+                        {"exposed_fraction", model.exposed_fraction},
+                        {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
+                        {"scaling", scaling.text()}};
+  doc["scaling"] = {{"kind", scaling.weak ? "weak" : "strong"},
+                    {"global_batch", scaling.weak ? nlohmann::json() : nlohmann::json(scaling.global_batch)},
+                    {"per_rank_batch", scaling.weak ? nlohmann::json(scaling.per_rank_batch) : nlohmann::json()},
+                    {"text", scaling.text()}};
+}
+
+// With --simulate, the projection file's "topology" block; checks a --platform file first.
+void describe_topology(const ProjectOptions& o, const ProjectionLink& link, nlohmann::json& doc) {
+  const SimPlatform largest = topology_platform(o.topology, link.model, o.max_ranks);
+  check_platform_file(largest);
+  doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
+                     {"ranks_per_node", o.topology.ranks_per_node},
+                     {"nodes_per_leaf", o.topology.nodes_per_leaf},
+                     {"oversubscription", o.topology.oversubscription},
+                     {"preset", o.topology.preset.empty() ? nlohmann::json() : nlohmann::json(o.topology.preset)},
+                     {"preset_source", topology_preset_source(o.topology.preset)},
+                     {"what_if", o.topology.what_if},
+                     {"platform_file",
+                      o.topology.platform_file.empty() ? nlohmann::json() : nlohmann::json(o.topology.platform_file)},
+                     {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},
+                     {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
+                                 "optimizer (sharded_ps: 1/p of it on each server)"}};
+}
+
+}  // namespace
+
+StepModel described_step_model(const ModelDescription& d, const DeviceProfile& profile) {
+  const double scale = profile_time_scale(d, profile);
+  StepModel m;
+  m.per_sample_compute_s = (d.forward_us() + d.backward_us()) * 1e-6 * scale;
+  m.forward_share = d.forward_us() + d.backward_us() > 0 ? d.forward_us() / (d.forward_us() + d.backward_us()) : 0.5;
+  // SGD with momentum reads parameters, gradients and momentum and writes parameters and momentum
+  m.optimizer_s = static_cast<double>(d.num_params()) * 5 * sizeof(float) / profile.memory_bytes_per_s;
+  m.param_bytes = static_cast<double>(d.num_params()) * sizeof(float);
+  m.sample_bytes = static_cast<double>(d.input_bytes);
+  m.logit_bytes = static_cast<double>(d.output_features() * sizeof(float));
+  m.described_model = d.origin.rfind("built-in model ", 0) == 0 ? d.name : d.origin;
+  return m;
+}
+
+namespace {
+
+// DDP's buckets of a described model at the default caps (first_bucket_mb, bucket_cap_mb), in
+// the order they are launched: each the parameter indices it holds, in ready order.
+nlohmann::json described_buckets(const ModelDescription& d) {
+  const TrainConfig defaults;
+  const ReplayModel model(std::make_shared<const ModelDescription>(d), 1.0);
+  nlohmann::json out = nlohmann::json::array();
+  for (const Bucket& b : assign_buckets(model.params(), sizeof(float), defaults.allreduce.first_bucket_mb,
+                                        defaults.allreduce.bucket_cap_mb, model.grad_ready_order())) {
+    out.push_back(b.params);
+  }
+  return out;
+}
+
+// --model without result files: the curves (and with --simulate, the simulation) of a described
+// model on a device profile, at --per-rank-batch samples per rank (weak scaling).
+nlohmann::json project_described(const ProjectOptions& given) {
+  ProjectOptions o = given;
+  if (!o.scaling.empty() && o.scaling != "weak") {
+    throw InputError(
+        fmt::format("--scaling {}: --model projects weak scaling (each rank keeps --per-rank-batch)", o.scaling));
+  }
+  const bool h100 = o.topology.preset.find("h100") != std::string::npos;
+  if (o.link == "measured" || o.link == "memory") {
+    if (!h100) {
+      throw InputError(fmt::format("--link {}: --model measures no link; give --link pcie4|pcie5|nvlink4|ib-ndr, or "
+                                   "an H100 --topology (which implies nvlink4)",
+                                   o.link));
+    }
+    o.link = "nvlink4";
+  }
+  const std::shared_ptr<const ModelDescription> d = described_model(o.model);
+  const DeviceProfile& profile = device_profile(o.device_profile.empty() ? (h100 ? "h100" : "described")
+                                                                         : o.device_profile);
+  StepModel model = described_step_model(*d, profile);
+  if (o.per_rank_batch < 0) throw InputError(fmt::format("--per-rank-batch {}: must be positive", o.per_rank_batch));
+  Scaling scaling;
+  scaling.weak = true;
+  scaling.per_rank_batch = o.per_rank_batch > 0 ? o.per_rank_batch : 8;
+  scaling.global_batch = scaling.per_rank_batch;
+  const ProjectionLink link{link_preset(o.link), "device"};
+  nlohmann::json doc;
+  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
+  doc["created"] = utc_timestamp();
+  describe_inputs(o, link,
+                  {{"mode", nullptr}, {"global_batch", scaling.per_rank_batch}, {"config", nlohmann::json::object()}},
+                  model, scaling, doc);
+  doc["calibration"]["described_model"] = {{"name", d->name},
+                                           {"origin", d->origin},
+                                           {"num_params", d->num_params()},
+                                           {"timed_on", d->device_name},
+                                           {"device_profile", profile.name},
+                                           {"device_profile_source", profile.source},
+                                           {"time_scale", profile_time_scale(*d, profile)},
+                                           {"ddp_buckets", described_buckets(*d)}};
+  if (o.topology.simulate) describe_topology(o, link, doc);
+  project_curves(o, model, link.model, scaling, doc);
+  doc["measured"] = nlohmann::json::array();
+  return doc;
+}
+
+}  // namespace
+
+nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
+                       const nlohmann::json* collectives) {
+  if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
+  check_node_link_of(o.topology, o.max_ranks);
+  if (!o.model.empty()) {
+    if (!results.empty()) throw InputError(fmt::format("--model {} and result files: give one", o.model));
+    return project_described(o);
+  }
+  if (!o.device_profile.empty()) throw InputError("--device-profile: applies to --model");
+  if (results.empty()) throw InputError("project: give result files or --model");
+  const Inputs in(results);
+  if (in.singles.empty()) {
+    throw InputError(fmt::format("{}: no 1-rank run to calibrate compute from (add 1 to --ranks)",
+                                 o.results.empty() ? std::string("results") : o.results.front()));
+  }
+  const Scaling scaling = choose_scaling(o, in.largest_single_batch());
+  const nlohmann::json& base = in.calibration_run(scaling.weak ? scaling.per_rank_batch : scaling.global_batch);
+  StepModel model = compute_model(base);
+  const ProjectionLink link = choose_link(o, in.runs, collectives, model.param_bytes);
+  model.exposed_fraction = in.exposed_fraction(link);
+
+  nlohmann::json doc;
+  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
+  doc["created"] = utc_timestamp();
+  describe_inputs(o, link, base, model, scaling, doc);
+  const int calibration_workers = base.at("config").value("num_workers", 0);
+  if (o.topology.simulate) describe_topology(o, link, doc);
+  project_curves(o, model, link.model, scaling, doc);
+  doc["measured"] = nlohmann::json::array();
+  for (const auto* run : in.runs) {
+    if (run->at("world_size").get<int>() >= 2) {
+      doc["measured"].push_back(measured_point(*run, in, model, link, scaling, calibration_workers));
+    }
+  }
+  return doc;
+}
+
+}  // namespace dpbench
