@@ -13,8 +13,8 @@ Transport ring_transport(const TrainConfig&) { return Transport::ring; }
 std::string allreduce_label(const TrainConfig& config) {
   if (config.model.dlrm.sparse_grad) return "allreduce (sparse all-gather)";
   std::string how = "ring";
-  if (config.hierarchy == "node") how += ", node hierarchy";
-  if (config.allreduce.comm_hook != "allreduce") how += ", " + config.allreduce.comm_hook;
+  if (config.hierarchy == Hierarchy::node) how += ", node hierarchy";
+  if (config.allreduce.comm_hook != CommHook{}) how += ", " + hook_name(config.allreduce.comm_hook);
   return "allreduce (" + how + ")";
 }
 
@@ -89,6 +89,17 @@ void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
   replica_optimizer_after_buckets(s, in, events);
 }
 
+// PowerSGD that starts compressing after the warm-up: the timed steps mix both.
+std::vector<std::string> allreduce_warnings(const TrainConfig& config) {
+  if (config.allreduce.comm_hook.kind != CommHook::Kind::powersgd ||
+      config.allreduce.start_powersgd_iter <= config.run.warmup_steps) {
+    return {};
+  }
+  return {fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "
+                      "uncompressed, so per-step times and bytes mix both",
+                      config.allreduce.start_powersgd_iter, config.run.warmup_steps)};
+}
+
 }  // namespace
 
 const Strategy& allreduce_strategy() {
@@ -107,6 +118,7 @@ const Strategy& allreduce_strategy() {
       .comm_time = &allreduce_comm_time,
       .pytorch_counterpart = &allreduce_pytorch,
       .memory = &allreduce_memory,
+      .warnings = &allreduce_warnings,
       .schedule = &allreduce_schedule,
   };
   return strategy;

@@ -16,11 +16,11 @@ namespace dpbench {
 void validate_allreduce(const TrainConfig& config, const Dataset& train) {
   validate_replicas(config, train);
   validate_sparse_grad(config);
-  if (config.allreduce.comm_hook != "allreduce" && config.device != DeviceKind::cpu) {
+  if (config.allreduce.comm_hook != CommHook{} && config.device != DeviceKind::cpu) {
     throw InputError(fmt::format("--comm-hook {}: packs and adds on the host; run it with --device cpu, not {}",
-                                 config.allreduce.comm_hook, config.device));
+                                 hook_name(config.allreduce.comm_hook), config.device));
   }
-  if (powersgd_rank(config.allreduce.comm_hook) > 0) {
+  if (config.allreduce.comm_hook.powersgd_rank > 0) {
     if (config.allreduce.start_powersgd_iter < 2) {
       throw InputError(fmt::format("--start-powersgd-iter {}: must be at least 2 (PyTorch's PowerSGDState with error "
                                    "feedback and warm start)",
@@ -29,7 +29,7 @@ void validate_allreduce(const TrainConfig& config, const Dataset& train) {
     if (config.checkpoint.every > 0 || config.checkpoint.resume) {
       throw InputError(fmt::format("--comm-hook {}: checkpoints do not hold PowerSGD's error feedback and Q matrices; "
                                    "run it without --checkpoint-every and --resume",
-                                   config.allreduce.comm_hook));
+                                   hook_name(config.allreduce.comm_hook)));
     }
   }
   validate_node_hierarchy(config);
@@ -43,7 +43,7 @@ class AllreduceRank final : public ReplicaRank {
  public:
   explicit AllreduceRank(const RankSetup& s)
       : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), grad_sync_(s.ctx, buckets_.size()) {
-    if (const int rank = powersgd_rank(s.config.allreduce.comm_hook); rank > 0) {
+    if (const int rank = s.config.allreduce.comm_hook.powersgd_rank; rank > 0) {
       powersgd_.emplace(model_->params(), buckets_, rank, s.config.seed, how_.ranks_per_node);
     }
   }
@@ -104,7 +104,7 @@ class AllreduceRank final : public ReplicaRank {
 }  // namespace
 
 std::vector<ScheduleBucket> ddp_schedule_buckets(const Model& model, const TrainConfig& config) {
-  const int powersgd = powersgd_rank(config.allreduce.comm_hook);
+  const int powersgd = config.allreduce.comm_hook.powersgd_rank;
   const std::vector<ParamView>& params = model.params();
   const std::vector<double> ready = model.grad_ready_times();
   std::vector<ScheduleBucket> out;

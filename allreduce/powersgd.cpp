@@ -12,21 +12,6 @@
 
 namespace dpbench {
 
-int powersgd_rank(const std::string& hook) {
-  const std::string prefix = "powersgd";
-  if (hook.rfind(prefix, 0) != 0) return 0;
-  const std::string rest = hook.substr(prefix.size());
-  if (rest.size() < 2 || rest[0] != ':' || rest.find_first_not_of("0123456789", 1) != std::string::npos ||
-      rest.size() > 7) {
-    throw InputError(fmt::format("--comm-hook {}: PowerSGD needs its rank, powersgd:R with R a positive integer "
-                                 "(matrix_approximation_rank)",
-                                 hook));
-  }
-  const int r = std::stoi(rest.substr(1));
-  if (r < 1) throw InputError(fmt::format("--comm-hook {}: the rank must be at least 1", hook));
-  return r;
-}
-
 std::vector<PowerSgdTensor> powersgd_tensors(const std::vector<ParamView>& params, const Bucket& bucket, int rank) {
   std::vector<PowerSgdTensor> out;
   for (const std::size_t i : bucket.params) {

@@ -27,10 +27,6 @@
 
 namespace dpbench {
 
-// "powersgd:R" gives R (matrix_approximation_rank, >= 1); another hook name gives 0. InputError
-// for "powersgd" without a rank, or a rank that is not a positive integer.
-int powersgd_rank(const std::string& comm_hook);
-
 // How PowerSGD treats one parameter of a bucket: the matrix it sees and whether it compresses it.
 struct PowerSgdTensor {
   std::size_t param = 0;   // index in the model's parameters

@@ -368,7 +368,7 @@ StepModel wire_step_model(const RunResult& r) {
   StepModel m;
   m.param_bytes = static_cast<double>(r.num_params) *
                   (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
-  if (const int rank = powersgd_rank(r.config.allreduce.comm_hook); rank > 0) {
+  if (const int rank = r.config.allreduce.comm_hook.powersgd_rank; rank > 0) {
     const auto model = make_model(r.config, r.sample_shape, r.num_classes);
     double floats = 0;
     for (const ScheduleBucket& b : ddp_schedule_buckets(*model, r.config)) {
@@ -444,7 +444,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     bandwidth_only.alpha_s = 0;
     // Under --hierarchy node the ring that crosses the links is the nodes' (2(N-1)/N of the
     // gradient per link); the alpha-beta terms leave the intra-node phases out.
-    const int ring_p = r.config.hierarchy == "node" ? nodes : p;
+    const int ring_p = r.config.hierarchy == Hierarchy::node ? nodes : p;
     const double comm_model = ring_p >= 2 ? s.comm_time(m, link, transport, ring_p, b) : 0.0;
     Backend engine = Backend::local;
     const std::optional<StepSchedule> schedule = run_schedule(r, engine);

@@ -206,7 +206,7 @@ std::string unsimulated(const Strategy& strategy, const TrainConfig& config, con
   if (strategy.schedule == nullptr) return "the strategy has no schedule";
   if (config.sharded_ps.staleness > 0) return kStaleStepsNotSimulated;
   if (!simulation_available()) return "this dpbench was built without SimGrid";
-  if (powersgd_rank(config.allreduce.comm_hook) > 0 && model.described_model.empty()) {
+  if (config.allreduce.comm_hook.powersgd_rank > 0 && model.described_model.empty()) {
     return "PowerSGD's messages follow the tensor shapes, which a projection does not know";
   }
   if (config.model.dlrm.sparse_grad) {

@@ -286,13 +286,6 @@ bool cpu_has_f16c() {
 #endif
 }
 
-WireFormat wire_format(const std::string& name) {
-  if (name == "fp32") return WireFormat::fp32;
-  if (name == "fp16") return WireFormat::fp16;
-  if (name == "bf16") return WireFormat::bf16;
-  throw InputError(fmt::format("wire format {}: must be fp32, fp16 or bf16", name));
-}
-
 std::size_t wire_slots(std::size_t n, WireFormat format) { return format == WireFormat::fp32 ? n : (n + 1) / 2; }
 
 void hierarchical_allreduce_sum(Communicator& comm, float* buf, std::size_t n, int ranks_per_node,

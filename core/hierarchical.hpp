@@ -33,8 +33,6 @@ std::vector<int> cross_node_ring(int world_size, int ranks_per_node, int rank);
 // float16 tensors (PyTorch's fp16_compress_hook and bf16_compress_hook,
 // torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py: half the bytes).
 enum class WireFormat { fp32, fp16, bf16 };
-// "fp32", "fp16" or "bf16"; InputError otherwise.
-WireFormat wire_format(const std::string& name);
 // The float slots n floats take on the wire: n, or ceil(n / 2) packed.
 std::size_t wire_slots(std::size_t n, WireFormat format);
 

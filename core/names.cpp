@@ -21,6 +21,8 @@ constexpr std::array<std::pair<DeviceKind, std::string_view>, 2> kDevices{
     {{DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
 constexpr std::array<std::pair<Precision, std::string_view>, 2> kPrecisions{
     {{Precision::fp32, "fp32"}, {Precision::tf32, "tf32"}}};
+constexpr std::array<std::pair<Hierarchy, std::string_view>, 2> kHierarchies{
+    {{Hierarchy::none, "none"}, {Hierarchy::node, "node"}}};
 constexpr std::array<std::pair<CollectiveFamily, std::string_view>, 2> kFamilies{
     {{CollectiveFamily::ring, "ring"}, {CollectiveFamily::gloo, "gloo"}}};
 constexpr std::array<std::pair<Backend, std::string_view>, 4> kBackends{
@@ -94,6 +96,10 @@ std::string_view name(Mode mode) { return lookup(kModes, mode); }
 std::string_view name(Transport transport) { return lookup(kTransports, transport); }
 std::string_view name(DeviceKind device) { return lookup(kDevices, device); }
 std::string_view name(Precision precision) { return lookup(kPrecisions, precision); }
+Hierarchy parse_hierarchy(std::string_view text, std::string_view option) {
+  return parse_in(kHierarchies, text, option, "hierarchy");
+}
+std::string_view name(Hierarchy hierarchy) { return lookup(kHierarchies, hierarchy); }
 CollectiveFamily parse_collective_family(std::string_view text, std::string_view option) {
   return parse_in(kFamilies, text, option, "collectives");
 }
@@ -122,6 +128,7 @@ std::ostream& operator<<(std::ostream& os, Mode mode) { return os << name(mode);
 std::ostream& operator<<(std::ostream& os, Transport transport) { return os << name(transport); }
 std::ostream& operator<<(std::ostream& os, DeviceKind device) { return os << name(device); }
 std::ostream& operator<<(std::ostream& os, Precision precision) { return os << name(precision); }
+std::ostream& operator<<(std::ostream& os, Hierarchy hierarchy) { return os << name(hierarchy); }
 std::ostream& operator<<(std::ostream& os, Backend backend) { return os << name(backend); }
 
 void to_json(nlohmann::json& j, Mode mode) { j = std::string(name(mode)); }
@@ -135,6 +142,10 @@ void from_json(const nlohmann::json& j, DeviceKind& device) { device = parse_dev
 void to_json(nlohmann::json& j, Precision precision) { j = std::string(name(precision)); }
 void from_json(const nlohmann::json& j, Precision& precision) {
   precision = parse_precision(j.get<std::string>(), "precision");
+}
+void to_json(nlohmann::json& j, Hierarchy hierarchy) { j = std::string(name(hierarchy)); }
+void from_json(const nlohmann::json& j, Hierarchy& hierarchy) {
+  hierarchy = parse_hierarchy(j.get<std::string>(), "hierarchy");
 }
 void to_json(nlohmann::json& j, CollectiveFamily family) { j = std::string(name(family)); }
 void from_json(const nlohmann::json& j, CollectiveFamily& family) {

@@ -1,6 +1,6 @@
 // dpbench's vocabulary, parsed in one place: the mode a run trains under (--mode), its transport
 // (--transport), the communication backend its ranks talk over (--comm), its device (--device)
-// and cuBLAS precision (--precision), and the way its processes were started (the result's
+// and cuBLAS precision (--precision), the node hierarchy of its collectives (--hierarchy), and the way its processes were started (the result's
 // config.launcher, run/sweep --launcher). Every other file compares these enums; only
 // core/names.cpp knows their spellings. In JSON each is written as its name, never its number.
 #pragma once
@@ -42,6 +42,12 @@ enum class DeviceKind {
 enum class Precision {
   fp32,
   tf32,
+};
+
+// --hierarchy: how the collectives meet the nodes (core/hierarchical.hpp).
+enum class Hierarchy {
+  none,  // the flat collectives over every rank
+  node,  // reduce inside each node first, one ring per local rank across the nodes
 };
 
 // Whose collective algorithms run over a link (LinkModel::collectives): `ring` (dpbench's own
@@ -87,10 +93,12 @@ DeviceKind parse_device(std::string_view text, std::string_view option = "--devi
 // --device as a request: "auto" (nullopt: choose_device picks), "cpu" or "cuda".
 std::optional<DeviceKind> parse_device_request(std::string_view text);
 Precision parse_precision(std::string_view text, std::string_view option = "--precision");
+Hierarchy parse_hierarchy(std::string_view text, std::string_view option = "--hierarchy");
 std::string_view name(Mode mode);
 std::string_view name(Transport transport);
 std::string_view name(DeviceKind device);
 std::string_view name(Precision precision);
+std::string_view name(Hierarchy hierarchy);
 // The family named `text` ("ring", "gloo"); InputError naming `option` otherwise.
 CollectiveFamily parse_collective_family(std::string_view text, std::string_view option = "collectives");
 std::string_view name(CollectiveFamily family);
@@ -114,6 +122,7 @@ std::ostream& operator<<(std::ostream& os, Mode mode);
 std::ostream& operator<<(std::ostream& os, Transport transport);
 std::ostream& operator<<(std::ostream& os, DeviceKind device);
 std::ostream& operator<<(std::ostream& os, Precision precision);
+std::ostream& operator<<(std::ostream& os, Hierarchy hierarchy);
 std::ostream& operator<<(std::ostream& os, Backend backend);
 
 // In JSON each is its name (never its number); reading one parses it (InputError when it names
@@ -126,6 +135,8 @@ void to_json(nlohmann::json& j, DeviceKind device);
 void from_json(const nlohmann::json& j, DeviceKind& device);
 void to_json(nlohmann::json& j, Precision precision);
 void from_json(const nlohmann::json& j, Precision& precision);
+void to_json(nlohmann::json& j, Hierarchy hierarchy);
+void from_json(const nlohmann::json& j, Hierarchy& hierarchy);
 void to_json(nlohmann::json& j, CollectiveFamily family);
 void from_json(const nlohmann::json& j, CollectiveFamily& family);
 void to_json(nlohmann::json& j, Backend backend);

@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "allreduce/powersgd.hpp"
 #include "record/env_info.hpp"
 #include "record/result_json.hpp"
 #include "registry/strategies.hpp"
@@ -191,11 +190,8 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
     for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
     r.elastic_restart = restart_cost(config.checkpoint.dir, r.resumed_from_step, attempt);
   }
-  if (powersgd_rank(config.allreduce.comm_hook) > 0 && config.allreduce.start_powersgd_iter > config.run.warmup_steps) {
-    r.warnings.push_back(
-        fmt::format("--start-powersgd-iter {} after {} warm-up steps: the first timed steps all-reduce "
-                    "uncompressed, so per-step times and bytes mix both",
-                    config.allreduce.start_powersgd_iter, config.run.warmup_steps));
+  for (std::string& warning : strategy.warnings != nullptr ? strategy.warnings(config) : std::vector<std::string>{}) {
+    r.warnings.push_back(std::move(warning));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
   if (r.resumed_from_step >= r.steps_total) {

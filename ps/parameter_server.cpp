@@ -48,7 +48,7 @@ void validate_parameter_server(const TrainConfig& config, const Dataset& train) 
   if (config.transport != Transport::collective && config.transport != Transport::p2p) {
     throw InputError(fmt::format("--transport {}: unknown (available: collective, p2p)", config.transport));
   }
-  if (config.hierarchy == "node" && config.transport != Transport::collective) {
+  if (config.hierarchy == Hierarchy::node && config.transport != Transport::collective) {
     throw InputError(fmt::format("--hierarchy node: ps reduces inside the node with the collective transport, not {}",
                                  config.transport));
   }
@@ -180,7 +180,7 @@ class PsRank final : public ModeRank {
   Optimizer optimizer_;
   // --hierarchy node: ranks per node of core/hierarchical.hpp's reduce and broadcast (0: the
   // backend's), and one received chunk of its rings.
-  int node_ranks_ = s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0;
+  int node_ranks_ = s_.config.hierarchy == Hierarchy::node ? hierarchy_ranks_per_node(s_.config) : 0;
   std::vector<float> scratch_;
 };
 

@@ -13,7 +13,8 @@ namespace {
 
 Transport ps_transport(const TrainConfig& config) { return config.transport; }
 std::string ps_label(const TrainConfig& config) {
-  return fmt::format("ps ({}{})", name(config.transport), config.hierarchy == "node" ? ", node hierarchy" : "");
+  return fmt::format("ps ({}{})", name(config.transport),
+                     config.hierarchy == Hierarchy::node ? ", node hierarchy" : "");
 }
 
 // None: its comm time mixes the reduce and broadcast with the batch scatter and gather, so no
@@ -59,7 +60,7 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
     m[MemoryCategory::data_staging] = replicas * b * in.input_floats * f + master * loader_bytes(in, B);
     // The local backend's chain relay; the node hierarchy's rings relay nothing.
     m[MemoryCategory::comm_buffers] = config.transport == Transport::p2p ? master * replicas * n * f
-                                      : config.hierarchy == "node"
+                                      : config.hierarchy == Hierarchy::node
                                           ? 0.0
                                           : chain_relay_bytes(config, r, 0, std::min(n, group));
     ranks.push_back(m);
@@ -87,7 +88,7 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
     logits.push_back(b * in.classes);
   }
   Collectives comm(s, in.engine, 0);
-  comm.set_node_hierarchy(config.hierarchy == "node" ? hierarchy_ranks_per_node(config) : 0);
+  comm.set_node_hierarchy(config.hierarchy == Hierarchy::node ? hierarchy_ranks_per_node(config) : 0);
   s.compute(0, 0, in.compute.at(0).data, "data");
   for (int w = 1; p2p && w < p; ++w) comm.send_recv(n, 0, w);
   for (std::size_t off = 0; !p2p && off < n; off += group) comm.broadcast(std::min(group, n - off), 0);

@@ -107,7 +107,7 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                       {"bucket_cap_mb", config.allreduce.bucket_cap_mb},
                       {"first_bucket_mb", config.allreduce.first_bucket_mb},
                       {"hierarchy", config.hierarchy},
-                      {"comm_hook", config.allreduce.comm_hook},
+                      {"comm_hook", hook_name(config.allreduce.comm_hook)},
                       {"start_powersgd_iter", config.allreduce.start_powersgd_iter},
                       {"servers", config.sharded_ps.servers},
                       {"staleness", config.sharded_ps.staleness},

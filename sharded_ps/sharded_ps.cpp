@@ -30,7 +30,7 @@ ShardLayout shard_layout(std::size_t n, int world_size, int servers) {
 }
 
 ShardLayout shard_layout_for(const TrainConfig& config, std::size_t n) {
-  if (config.hierarchy != "node") return shard_layout(n, config.world_size, server_count(config));
+  if (config.hierarchy != Hierarchy::node) return shard_layout(n, config.world_size, server_count(config));
   const int k = hierarchy_ranks_per_node(config);
   ShardLayout layout{hierarchical_segment_counts(n, config.world_size, k),
                      std::vector<std::size_t>(static_cast<std::size_t>(config.world_size), 0)};
@@ -85,7 +85,7 @@ void validate_staleness(const TrainConfig& config) {
         fmt::format("{}: pushes and pulls are the collective transport's; give --transport collective, not {}", option,
                     config.transport));
   }
-  if (config.hierarchy != "none")
+  if (config.hierarchy != Hierarchy::none)
     throw InputError(fmt::format("{}: not with --hierarchy {}", option, config.hierarchy));
   if (!config.checkpoint.dir.empty()) {
     throw InputError(
@@ -107,7 +107,7 @@ void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
   }
   validate_staleness(config);
   validate_sparse_embeddings(config);
-  if (config.hierarchy != "node") return;
+  if (config.hierarchy != Hierarchy::node) return;
   if (config.transport != Transport::collective) {
     throw InputError(fmt::format("--hierarchy node: sharded_ps reduces inside the node with the collective "
                                  "transport, not {}",
@@ -269,7 +269,7 @@ class ShardedPsRank final : public ReplicaRank {
   std::optional<GradBucketSync> grad_sync_;              // collective
   // --hierarchy node: ranks per node of core/hierarchical.hpp's rings (0: the backend's flat
   // collectives), and one received chunk of them.
-  int node_ranks_ = s_.config.hierarchy == "node" ? hierarchy_ranks_per_node(s_.config) : 0;
+  int node_ranks_ = s_.config.hierarchy == Hierarchy::node ? hierarchy_ranks_per_node(s_.config) : 0;
   std::vector<float> scratch_;
 };
 

@@ -21,7 +21,8 @@ std::string sharded_label(const TrainConfig& config) {
   }
   if (config.sharded_ps.staleness > 0)
     return fmt::format("sharded_ps ({}, staleness {})", name(config.transport), config.sharded_ps.staleness);
-  return fmt::format("sharded_ps ({}{})", name(config.transport), config.hierarchy == "node" ? ", node hierarchy" : "");
+  return fmt::format("sharded_ps ({}{})", name(config.transport),
+                     config.hierarchy == Hierarchy::node ? ", node hierarchy" : "");
 }
 
 // With every rank a server, the push is a reduce-scatter and the pull an all-gather of the
@@ -109,7 +110,7 @@ void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const int p = s.world_size();
   const ShardLayout layout = shard_layout_for(in.config, in.num_params);
   Collectives main(s, in.engine, 0), side(s, in.engine, 1);
-  const int node_ranks = in.config.hierarchy == "node" ? hierarchy_ranks_per_node(in.config) : 0;
+  const int node_ranks = in.config.hierarchy == Hierarchy::node ? hierarchy_ranks_per_node(in.config) : 0;
   main.set_node_hierarchy(node_ranks);
   side.set_node_hierarchy(node_ranks);
   if (in.config.transport != Transport::p2p) {

@@ -68,14 +68,14 @@ TEST(CriticalPath, EqualsSimGridWhereverNoLinkIsShared) {
   struct Case {
     Mode mode;
     Backend engine;
-    std::string hierarchy;
+    Hierarchy hierarchy;
     int accepted;  // 1: must be, 0: must not be, -1: either (compared when it is)
   };
-  const std::vector<Case> cases = {{Mode::allreduce, Backend::local, "", 1},
-                                   {Mode::allreduce, Backend::gloo, "", 1},
-                                   {Mode::allreduce, Backend::local, "node", 0},
-                                   {Mode::sharded_ps, Backend::local, "", 1},
-                                   {Mode::ps, Backend::local, "", -1}};
+  const std::vector<Case> cases = {{Mode::allreduce, Backend::local, Hierarchy::none, 1},
+                                   {Mode::allreduce, Backend::gloo, Hierarchy::none, 1},
+                                   {Mode::allreduce, Backend::local, Hierarchy::node, 0},
+                                   {Mode::sharded_ps, Backend::local, Hierarchy::none, 1},
+                                   {Mode::ps, Backend::local, Hierarchy::none, -1}};
   for (const bool calibrated : {false, true}) {
     for (const Case& c : cases) {
       const int p = 32;

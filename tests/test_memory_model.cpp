@@ -39,7 +39,7 @@ TrainConfig case_config(const Case& k, int p, const std::string& optimizer) {
   c.run.warmup_steps = 1;
   c.sharded_ps.staleness = k.staleness;
   if (k.node_hierarchy) {
-    c.hierarchy = "node";
+    c.hierarchy = Hierarchy::node;
     c.process.ranks_on_this_node = p % 2 == 0 ? 2 : 1;
   }
   if (k.workload == "cnn") {

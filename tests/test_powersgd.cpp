@@ -18,13 +18,17 @@ namespace dpbench {
 namespace {
 
 TEST(PowerSgd, RankComesFromTheHookName) {
-  EXPECT_EQ(powersgd_rank("powersgd:4"), 4);
-  EXPECT_EQ(powersgd_rank("powersgd:1"), 1);
-  EXPECT_EQ(powersgd_rank("fp16"), 0);
-  EXPECT_EQ(powersgd_rank("allreduce"), 0);
-  for (const char* bad :
-       {"powersgd", "powersgd:", "powersgd:0", "powersgd:x", "powersgd4", "powersgd:-1", "powersgd:99999999"}) {
-    EXPECT_THROW(powersgd_rank(bad), InputError) << bad;
+  EXPECT_EQ(parse_comm_hook("powersgd:4").powersgd_rank, 4);
+  EXPECT_EQ(parse_comm_hook("powersgd:1").kind, CommHook::Kind::powersgd);
+  EXPECT_EQ(parse_comm_hook("fp16").powersgd_rank, 0);
+  EXPECT_EQ(parse_comm_hook("fp16").kind, CommHook::Kind::fp16);
+  EXPECT_EQ(parse_comm_hook("allreduce"), CommHook{});
+  for (const char* spelled : {"allreduce", "fp16", "bf16", "powersgd:1", "powersgd:123456"}) {
+    EXPECT_EQ(hook_name(parse_comm_hook(spelled)), spelled);
+  }
+  for (const char* bad : {"powersgd", "powersgd:", "powersgd:0", "powersgd:x", "powersgd4", "powersgd:-1",
+                          "powersgd:+1", "powersgd:1x", "powersgd:1234567", "int8", "", "FP16"}) {
+    EXPECT_THROW(parse_comm_hook(bad), InputError) << bad;
   }
 }
 

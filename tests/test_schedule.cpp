@@ -153,18 +153,20 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
       for (int p : {2, 3, 4}) {
         TrainConfig c;
         c.mode = parse_mode(mode.substr(0, mode.find(' ')));
-        if (mode.find("fp16") != std::string::npos) c.allreduce.comm_hook = "fp16";
-        if (mode.find("bf16") != std::string::npos) c.allreduce.comm_hook = "bf16";
-        if (const auto at = mode.find("powersgd"); at != std::string::npos) c.allreduce.comm_hook = mode.substr(at);
+        if (mode.find("fp16") != std::string::npos) c.allreduce.comm_hook = parse_comm_hook("fp16");
+        if (mode.find("bf16") != std::string::npos) c.allreduce.comm_hook = parse_comm_hook("bf16");
+        if (const auto at = mode.find("powersgd"); at != std::string::npos)
+          c.allreduce.comm_hook = parse_comm_hook(mode.substr(at));
         if (mode.find("node") != std::string::npos) {
-          c.hierarchy = "node";
+          c.hierarchy = Hierarchy::node;
           c.process.ranks_on_this_node = p == 3 ? 3 : 2;  // nodes of 2 ranks, or one node of 3
         }
         c.transport = parse_transport(transport);
         c.world_size = p;
         c.global_batch = 96;
-        c.run.max_steps = c.allreduce.comm_hook.starts_with("powersgd") ? 4 : 3;
-        c.run.warmup_steps = c.allreduce.comm_hook.starts_with("powersgd") ? 2 : 1;  // the timed steps compress
+        c.run.max_steps = c.allreduce.comm_hook.kind == CommHook::Kind::powersgd ? 4 : 3;
+        c.run.warmup_steps = c.allreduce.comm_hook.kind == CommHook::Kind::powersgd ? 2
+                                                                                    : 1;  // the timed steps compress
         c.evaluate = false;
         c.allreduce.bucket_cap_mb = 0.5;  // several buckets
         const RunResult run = testing::train_mode(c, *data);
@@ -255,7 +257,7 @@ SimPlatform star(int nodes, double rate, double latency) {
 TEST(Simulation, AFoldedRingPlaysLikeTheWholeOne) {
   SKIP_WITHOUT_SIMGRID();
   const int p = 96, per_node = 4, fold = 8;
-  for (const std::string hierarchy : {"", "node"}) {
+  for (const Hierarchy hierarchy : {Hierarchy::none, Hierarchy::node}) {
     ScheduleInputs in;
     in.config.mode = Mode::allreduce;
     in.config.world_size = p;

@@ -199,7 +199,7 @@ TEST(StaleSync, RefusesWhatItCannotRun) {
   c.checkpoint.dir = "/tmp/x";
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   c = stale_config(4, 64, 2, -1);
-  c.hierarchy = "node";
+  c.hierarchy = Hierarchy::node;
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   c = stale_config(4, 64, -1, -1);
   EXPECT_THROW(train_sharded_ps(c, td), InputError);

@@ -25,11 +25,11 @@ void validate_sparse_grad(const TrainConfig& config) {
     refuse("the tables step with SGD without momentum or weight decay (PyTorch's SGD on a sparse gradient); "
            "give --optimizer sgd and no --weight-decay");
   }
-  if (config.hierarchy != "none") refuse(fmt::format("not with --hierarchy {}", config.hierarchy));
+  if (config.hierarchy != Hierarchy::none) refuse(fmt::format("not with --hierarchy {}", config.hierarchy));
   if (!config.rank_batches.empty()) refuse("not with --rank-batch");
   if (!config.checkpoint.dir.empty()) refuse("no checkpoints yet");
-  if (config.allreduce.comm_hook != "allreduce")
-    refuse(fmt::format("not with --comm-hook {}", config.allreduce.comm_hook));
+  if (config.allreduce.comm_hook != CommHook{})
+    refuse(fmt::format("not with --comm-hook {}", hook_name(config.allreduce.comm_hook)));
   const std::size_t rows = config.global_batch / static_cast<std::size_t>(std::max(1, config.world_size)) *
                            config.model.dlrm.lookups * config.model.dlrm.tables;
   if (rows > kDlrmMaxRows) {

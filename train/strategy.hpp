@@ -69,6 +69,9 @@ struct Strategy {
   // Every rank's bytes by category during training (train/memory_model.hpp), for
   // in.config.world_size ranks; null when the strategy has no model.
   std::vector<RankMemory> (*memory)(const MemoryInputs&) = nullptr;
+  // The warnings a run of `config` carries in its result (an option that makes its timed steps
+  // mean something else than the user may think); null when the strategy has none.
+  std::vector<std::string> (*warnings)(const TrainConfig&) = nullptr;
   // Writes one training step of in.config.world_size ranks as messages and compute phases, as
   // the strategy's trainer runs it over in.engine's collectives (train/step_schedule.hpp): what
   // the simulator plays (sim/) and what the byte counts are checked against; null when the

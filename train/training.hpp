@@ -99,9 +99,9 @@ struct TrainConfig {
   OptimizerConfig optimizer;  // --optimizer, --lr, --momentum, --weight-decay, --betas, --eps
   RunLength run;              // --epochs, --max-steps, --warmup-steps
   std::uint64_t seed = 0;     // model initialisation, DistributedSampler shuffle, augmentation (--seed)
-  // Every mode: "none" (one ring over every rank) or "node" (core/hierarchical.hpp: inside each
-  // node of ranks_on_this_node ranks, then one ring per local rank across the nodes).
-  std::string hierarchy = "none";
+  // Every mode: none (one ring over every rank) or node (core/hierarchical.hpp: inside each node
+  // of ranks_on_this_node ranks, then one ring per local rank across the nodes).
+  Hierarchy hierarchy = Hierarchy::none;
   AllreduceConfig allreduce;   // allreduce: DDP's buckets and communication hook
   PsConfig ps;                 // ps: the root's coalesced broadcast and reduce_add
   ShardedPsConfig sharded_ps;  // sharded_ps: servers and staleness
@@ -129,6 +129,10 @@ inline int hierarchy_ranks_per_node(const TrainConfig& config) {
 // size that nodes of hierarchy_ranks_per_node ranks make up. Throws InputError naming the option.
 void validate_node_hierarchy(const TrainConfig& config);
 
+// The hook spelled `text` (comm_hook_from); InputError naming `option`, `text` and the choices
+// otherwise ("--comm-hook int8: unknown hook (choose allreduce, fp16, bf16 or powersgd:R ...)").
+CommHook parse_comm_hook(std::string_view text, std::string_view option = "--comm-hook");
+
 // How the allreduce mode sums a bucket: ranks_per_node 0 is the backend's own all-reduce; else
 // core/hierarchical.hpp's rings over nodes of that many ranks (the world size: one flat ring) with
 // the hook's wire format.
@@ -137,11 +141,12 @@ struct BucketAllreduce {
   WireFormat format = WireFormat::fp32;
 };
 inline BucketAllreduce bucket_allreduce(const TrainConfig& config) {
-  const std::string& hook = config.allreduce.comm_hook;
-  const bool packed = hook == "fp16" || hook == "bf16";
-  const WireFormat format = packed ? wire_format(hook) : WireFormat::fp32;
-  if (config.hierarchy == "node") return {hierarchy_ranks_per_node(config), format};
-  if (hook.rfind("powersgd", 0) == 0) return {config.world_size, format};  // the project's ring
+  const CommHook& hook = config.allreduce.comm_hook;
+  const WireFormat format = hook.kind == CommHook::Kind::fp16   ? WireFormat::fp16
+                            : hook.kind == CommHook::Kind::bf16 ? WireFormat::bf16
+                                                                : WireFormat::fp32;
+  if (config.hierarchy == Hierarchy::node) return {hierarchy_ranks_per_node(config), format};
+  if (hook.kind == CommHook::Kind::powersgd) return {config.world_size, format};  // the project's ring
   return {format == WireFormat::fp32 ? 0 : config.world_size, format};
 }
 

@@ -34,17 +34,11 @@ void validate_optimizer(const OptimizerConfig& o) {
 // The gradient synchronisation's names: --hierarchy, --comm-hook (allreduce's alone) and
 // --staleness, --staleness-replay (sharded_ps's alone).
 void validate_sync_names(const TrainConfig& config) {
-  if (config.hierarchy != "none" && config.hierarchy != "node") {
-    throw InputError(fmt::format("--hierarchy {}: must be none or node", config.hierarchy));
-  }
-  const std::string& hook = config.allreduce.comm_hook;
-  if (hook != "allreduce" && hook != "fp16" && hook != "bf16" && hook.rfind("powersgd", 0) != 0) {
-    throw InputError(fmt::format("--comm-hook {}: must be allreduce, fp16, bf16 or powersgd:R", hook));
-  }
-  if (hook != "allreduce" && config.mode != Mode::allreduce) {
+  const CommHook& hook = config.allreduce.comm_hook;
+  if (hook != CommHook{} && config.mode != Mode::allreduce) {
     throw InputError(
         fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
-                    hook, config.mode));
+                    hook_name(hook), config.mode));
   }
   const ShardedPsConfig& sharded = config.sharded_ps;
   if (sharded.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", sharded.staleness));
@@ -107,8 +101,15 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   validate_rank_batches(config);
 }
 
+CommHook parse_comm_hook(std::string_view text, std::string_view option) {
+  if (const std::optional<CommHook> hook = comm_hook_from(text)) return *hook;
+  throw InputError(fmt::format("{} {}: unknown hook (choose allreduce, fp16, bf16 or powersgd:R, R a positive "
+                               "integer: PowerSGD's matrix_approximation_rank)",
+                               option, text));
+}
+
 void validate_node_hierarchy(const TrainConfig& config) {
-  if (config.hierarchy != "node") return;
+  if (config.hierarchy != Hierarchy::node) return;
   if (config.device != DeviceKind::cpu) {
     throw InputError(
         fmt::format("--hierarchy node: adds on the host; run it with --device cpu, not {}", config.device));

@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "allreduce/powersgd.hpp"
 #include "bench/app/history_command.hpp"
 #include "bench/app/memory_command.hpp"
 #include "bench/app/name_options.hpp"
@@ -66,32 +65,18 @@ void add_optimizer_options(CLI::App& app, TrainConfig& config) {
   app.add_option("--eps", config.optimizer.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
 }
 
-// "" for a communication hook dpbench has, else what is wrong with the name (a CLI11 validator).
-std::string comm_hook_error(std::string& v) {
-  if (v == "allreduce" || v == "fp16" || v == "bf16") return {};
-  if (v.rfind("powersgd", 0) != 0) return "must be allreduce, fp16, bf16 or powersgd:R";
-  try {
-    powersgd_rank(v);
-  } catch (const InputError&) {
-    return "powersgd needs its rank: powersgd:R, R a positive integer";
-  }
-  return {};
-}
-
 // The gradient synchronisation: the node hierarchy (every mode) and allreduce's communication hook.
 void add_allreduce_sync_options(CLI::App& app, TrainConfig& config) {
-  app.add_option("--hierarchy", config.hierarchy,
-                 "none (the flat collectives over every rank) or node (reduce inside each node first, one ring per "
-                 "local rank across the nodes: allreduce's all-reduce, sharded_ps's push and pull, ps's reduce and "
-                 "broadcast; collective transport, host buffers)")
-      ->check(CLI::IsMember({"none", "node"}))
-      ->capture_default_str();
-  app.add_option("--comm-hook", config.allreduce.comm_hook,
-                 "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
-                 "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
-                 "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
-      ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
-      ->capture_default_str();
+  add_name_option(app, "--hierarchy", config.hierarchy, &parse_hierarchy,
+                  "none (the flat collectives over every rank) or node (reduce inside each node first, one ring per "
+                  "local rank across the nodes: allreduce's all-reduce, sharded_ps's push and pull, ps's reduce and "
+                  "broadcast; collective transport, host buffers)");
+  app.add_option_function<std::string>(
+         "--comm-hook", [&config](const std::string& text) { config.allreduce.comm_hook = parse_comm_hook(text); },
+         "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
+         "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
+         "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
+      ->default_str(hook_name(config.allreduce.comm_hook));
   app.add_option("--start-powersgd-iter", config.allreduce.start_powersgd_iter,
                  "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
                  "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are (after the warm-up: a "
@@ -654,18 +639,19 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
 // allreduce's hooks, the node hierarchy, sharded_ps's staleness bound; and a straggler's link.
 void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o) {
   sweep
-      .add_option("--comm-hooks", o.comm_hooks,
-                  "allreduce: DDP communication hooks to sweep, comma list (allreduce, fp16, bf16, powersgd:R); "
-                  "each hook but allreduce runs the allreduce mode alone, the other modes run with allreduce")
+      .add_option_function<std::vector<std::string>>(
+          "--comm-hooks",
+          [&o](const std::vector<std::string>& texts) {
+    o.comm_hooks.clear();
+    for (const auto& text : texts) o.comm_hooks.push_back(parse_comm_hook(text, "--comm-hooks"));
+          },
+          "allreduce: DDP communication hooks to sweep, comma list (allreduce, fp16, bf16, powersgd:R); "
+          "each hook but allreduce runs the allreduce mode alone, the other modes run with allreduce")
       ->delimiter(',')
-      ->check(CLI::Validator(comm_hook_error, "HOOK", "comm hook"))
       ->excludes("--comm-hook");
-  sweep
-      .add_option("--hierarchies", o.hierarchies,
-                  "Node hierarchies to sweep, comma list (none, node; see --hierarchy): one job per value at every "
-                  "point, each mode in turn")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"none", "node"}))
+  add_names_option(sweep, "--hierarchies", o.hierarchies, &parse_hierarchy,
+                   "Node hierarchies to sweep, comma list (none, node; see --hierarchy): one job per value at every "
+                   "point, each mode in turn")
       ->excludes("--hierarchy");
   sweep
       .add_option(

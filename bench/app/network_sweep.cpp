@@ -68,17 +68,17 @@ struct Point {
   std::string link;
   int nodes, per_node, workers, rep;
   std::size_t batch;
-  std::string hook;        // --comm-hooks: this job's hook; "" without the axis
-  std::string hierarchy;   // --hierarchies: this job's; "" without the axis
-  int staleness = -1;      // --stalenesses: this job's; -1 without the axis
-  double zipf_alpha = -1;  // --zipf-alphas: this job's (0: uniform); -1 without the axis
+  std::optional<CommHook> hook;        // --comm-hooks: this job's hook; none without the axis
+  std::optional<Hierarchy> hierarchy;  // --hierarchies: this job's; none without the axis
+  int staleness = -1;                  // --stalenesses: this job's; -1 without the axis
+  double zipf_alpha = -1;              // --zipf-alphas: this job's (0: uniform); -1 without the axis
 };
 
 // The modes a point's job runs: every --modes value; under a --comm-hooks hook other than
 // allreduce's own, the allreduce mode alone; under a --stalenesses bound above 0, sharded_ps alone.
 std::vector<Mode> point_modes(const SweepOptions& o, const Point& p) {
   if (p.staleness > 0) return {Mode::sharded_ps};
-  if (p.hook.empty() || p.hook == "allreduce") return o.modes;
+  if (!p.hook || *p.hook == CommHook{}) return o.modes;
   return {Mode::allreduce};
 }
 
@@ -86,10 +86,13 @@ std::vector<Mode> point_modes(const SweepOptions& o, const Point& p) {
 // repetitions run in a row; with --comm-hooks and --hierarchies, one job per hook and hierarchy at
 // every point.
 std::vector<Point> grid(const SweepOptions& o) {
-  const auto or_unset = [](const std::vector<std::string>& axis) {
-    return axis.empty() ? std::vector<std::string>{""} : axis;
+  const auto or_unset = []<typename T>(const std::vector<T>& axis) {
+    std::vector<std::optional<T>> values(axis.begin(), axis.end());
+    if (values.empty()) values.emplace_back();
+    return values;
   };
-  const std::vector<std::string> hooks = or_unset(o.comm_hooks), hierarchies = or_unset(o.hierarchies);
+  const auto hooks = or_unset(o.comm_hooks);
+  const auto hierarchies = or_unset(o.hierarchies);
   const std::vector<int> stalenesses = o.stalenesses.empty() ? std::vector<int>{-1} : o.stalenesses;
   const std::vector<double> alphas = o.zipf_alphas.empty() ? std::vector<double>{-1} : o.zipf_alphas;
   std::vector<Point> points;
@@ -106,7 +109,7 @@ std::vector<Point> grid(const SweepOptions& o) {
                       for (const double a : alphas)
                         for (int rep = 0; rep < o.repetitions; ++rep) {
                           // A hook is allreduce's alone; a staleness bound runs with the flat push and pull.
-                          if (st > 0 && ((!h.empty() && h != "allreduce") || hier == "node")) continue;
+                          if (st > 0 && ((h && *h != CommHook{}) || hier == Hierarchy::node)) continue;
                           points.push_back({w, t, l, n, k, x, rep, b, h, hier, st, a});
                         }
   return points;
@@ -121,8 +124,8 @@ std::vector<std::string> run_args(const SweepOptions& o, const Point& p, const s
   if (std::any_of(modes.begin(), modes.end(), [](Mode m) { return !find_strategy(m).transports.empty(); })) {
     args.insert(args.end(), {"--transport", std::string(name(p.transport))});
   }
-  if (!p.hook.empty()) args.insert(args.end(), {"--comm-hook", p.hook});
-  if (!p.hierarchy.empty()) args.insert(args.end(), {"--hierarchy", p.hierarchy});
+  if (p.hook) args.insert(args.end(), {"--comm-hook", hook_name(*p.hook)});
+  if (p.hierarchy) args.insert(args.end(), {"--hierarchy", std::string(name(*p.hierarchy))});
   if (p.staleness >= 0) args.insert(args.end(), {"--staleness", std::to_string(p.staleness)});
   for (const auto& l : o.link_of) args.insert(args.end(), {"--link-of", l});
   if (p.zipf_alpha > 0) args.insert(args.end(), {"--zipf-alpha", fmt::format("{}", p.zipf_alpha)});
@@ -159,8 +162,8 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     TrainConfig config = o.base;
     config.model.workload = p.workload;
     config.mode = mode;
-    if (!p.hook.empty()) config.allreduce.comm_hook = p.hook;
-    if (!p.hierarchy.empty()) config.hierarchy = p.hierarchy;
+    if (p.hook) config.allreduce.comm_hook = *p.hook;
+    if (p.hierarchy) config.hierarchy = *p.hierarchy;
     if (p.staleness >= 0) config.sharded_ps.staleness = mode == Mode::sharded_ps ? p.staleness : 0;
     if (p.zipf_alpha >= 0) config.model.dlrm.zipf_alpha = p.zipf_alpha;
     config.transport = p.transport;
@@ -234,7 +237,7 @@ nlohmann::json sweep_config(const SweepOptions& o, nlohmann::json config) {
                      {"ranks_per_node", o.ranks_per_node}};
   if (!o.comm_hooks.empty()) {
     config.erase("comm_hook");
-    config["sweep"]["comm_hooks"] = o.comm_hooks;
+    config["sweep"]["comm_hooks"] = hook_names(o.comm_hooks);
   }
   if (!o.hierarchies.empty()) {
     config.erase("hierarchy");
@@ -264,8 +267,8 @@ int network_sweep_command(const SweepOptions& o) {
     if (!o.quiet) {
       fmt::print(stderr, "sweep [{}/{}] {} nodes={}x{} link={} batch={} workers={}{}{} rep={} | elapsed {:.0f} s\n",
                  ++index, points.size(), p.workload, p.nodes, p.per_node, p.link, p.batch, p.workers,
-                 p.hierarchy.empty() ? "" : " hierarchy=" + p.hierarchy,
-                 (p.hook.empty() ? "" : " hook=" + p.hook) +
+                 p.hierarchy ? fmt::format(" hierarchy={}", *p.hierarchy) : "",
+                 (p.hook ? " hook=" + hook_name(*p.hook) : "") +
                      (p.staleness < 0 ? "" : " staleness=" + std::to_string(p.staleness)) +
                      (p.zipf_alpha < 0 ? "" : fmt::format(" zipf_alpha={}", p.zipf_alpha)),
                  p.rep, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -25,7 +25,7 @@ std::string point_label(const TrainConfig& config, int rep) {
   const bool takes_transport = !find_strategy(config.mode).transports.empty();
   return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", config.mode,
                      takes_transport ? "/" + std::string(name(config.transport)) : "",
-                     config.allreduce.comm_hook != "allreduce" ? "/" + config.allreduce.comm_hook : "",
+                     config.allreduce.comm_hook != CommHook{} ? "/" + hook_name(config.allreduce.comm_hook) : "",
                      config.model.workload, config.world_size, config.global_batch, config.loader.num_workers, rep);
 }
 // What every group of the grid runs per repetition: every --transports value for a strategy
@@ -34,15 +34,15 @@ std::string point_label(const TrainConfig& config, int rep) {
 struct SweepVariant {
   Mode mode;
   Transport transport;
-  std::string hook;
+  CommHook hook;
 };
 std::vector<SweepVariant> sweep_variants(const SweepOptions& o) {
   std::vector<SweepVariant> variants;
   for (const auto& mode : o.modes) {
-    std::vector<std::string> hooks = {o.base.allreduce.comm_hook};
-    if (!o.comm_hooks.empty()) hooks = mode == Mode::allreduce ? o.comm_hooks : std::vector<std::string>{"allreduce"};
+    std::vector<CommHook> hooks = {o.base.allreduce.comm_hook};
+    if (!o.comm_hooks.empty()) hooks = mode == Mode::allreduce ? o.comm_hooks : std::vector<CommHook>{CommHook{}};
     if (mode != Mode::allreduce && !o.comm_hooks.empty() &&
-        std::find(o.comm_hooks.begin(), o.comm_hooks.end(), "allreduce") == o.comm_hooks.end()) {
+        std::find(o.comm_hooks.begin(), o.comm_hooks.end(), CommHook{}) == o.comm_hooks.end()) {
       continue;
     }
     for (const auto& hook : hooks) {
@@ -56,6 +56,12 @@ std::vector<SweepVariant> sweep_variants(const SweepOptions& o) {
   return variants;
 }
 }  // namespace
+
+std::vector<std::string> hook_names(const std::vector<CommHook>& hooks) {
+  std::vector<std::string> names;
+  for (const CommHook& h : hooks) names.push_back(hook_name(h));
+  return names;
+}
 
 std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
   // The grid's groups: every combination of the non-mode axes, first axis outermost.
@@ -177,7 +183,7 @@ nlohmann::json sweep_config_json(const SweepOptions& o, const TrainConfig& base,
                      {"repetitions", o.repetitions}};
   if (!o.comm_hooks.empty()) {
     config.erase("comm_hook");
-    config["sweep"]["comm_hooks"] = o.comm_hooks;
+    config["sweep"]["comm_hooks"] = hook_names(o.comm_hooks);
   }
   add_data_config(config, o.data, data);
   return config;

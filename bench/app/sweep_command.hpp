@@ -28,7 +28,7 @@ struct SweepOptions {
   // allreduce's DDP communication hooks as an axis (--comm-hooks): empty, not swept (the base
   // config's --comm-hook). A hook other than `allreduce` adds the allreduce mode under it alone;
   // the other modes run once, with `allreduce` (so list it to keep them).
-  std::vector<std::string> comm_hooks;
+  std::vector<CommHook> comm_hooks;
   int repetitions = 1;
   bool cnn_default_hidden = false;  // --hidden not given: cnn points use 128
   bool cnn_default_lr = false;      // --lr not given: cnn points use 0.05
@@ -42,7 +42,7 @@ struct SweepOptions {
   std::vector<int> ranks_per_node = {1};
   // --hierarchies: the node hierarchies as an axis (one job per value); empty, not swept (the
   // base config's --hierarchy).
-  std::vector<std::string> hierarchies;
+  std::vector<Hierarchy> hierarchies;
   // --stalenesses: sharded_ps's staleness bounds as an axis (one job per value; a bound above 0
   // runs sharded_ps alone); empty, not swept (the base config's --staleness).
   std::vector<int> stalenesses;
@@ -68,6 +68,9 @@ struct SweepPoint {
 // transport). Modes alternate, so load that comes and goes hits them alike and the in-file
 // throughput ratios to the reference strategy stay comparable. Throws InputError on an unknown mode.
 std::vector<SweepPoint> sweep_points(const SweepOptions& options);
+
+// The hooks' spellings (hook_name), as a sweep's config lists them.
+std::vector<std::string> hook_names(const std::vector<CommHook>& hooks);
 
 // Returns the process exit code: 0 when the file was written (even with failed points).
 int sweep_command(const SweepOptions& options);

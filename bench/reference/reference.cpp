@@ -205,9 +205,9 @@ nlohmann::json bundle_config(const TrainConfig& config, long steps, long spe) {
                       {"warmup_steps", config.run.warmup_steps},
                       {"steps_per_epoch", spe},
                       {"bucket_cap_mb", config.allreduce.bucket_cap_mb},
-                      {"comm_hook", config.allreduce.comm_hook}};
+                      {"comm_hook", hook_name(config.allreduce.comm_hook)}};
   c.update(optimizer_to_json(config));
-  if (powersgd_rank(config.allreduce.comm_hook) > 0) c["start_powersgd_iter"] = config.allreduce.start_powersgd_iter;
+  if (config.allreduce.comm_hook.powersgd_rank > 0) c["start_powersgd_iter"] = config.allreduce.start_powersgd_iter;
   return c;
 }
 }  // namespace
@@ -290,7 +290,7 @@ void write_start_bundle(const std::string& dir_name, const TrainConfig& config, 
       {"config", bundle_config(config, steps, spe)},
   };
   if (config.model.workload == "dlrm") start["model"]["dlrm"] = dlrm_spec(config.model.dlrm);
-  if (const int rank = powersgd_rank(config.allreduce.comm_hook); rank > 0) {
+  if (const int rank = config.allreduce.comm_hook.powersgd_rank; rank > 0) {
     start["powersgd_q"] = write_powersgd_q(dir, *model, rank, config.seed);
   }
   std::ofstream f(dir / "start.json", std::ios::trunc);

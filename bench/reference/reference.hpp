@@ -27,8 +27,8 @@ struct ReferenceOptions {
 inline constexpr double kReferenceLossTolerance = 1e-4;
 // The band of a run under a compression hook (--comm-hook): fp16 1e-3, bf16 (7 bits of mantissa)
 // 1e-2; 0 for the uncompressed allreduce hook.
-inline double comm_hook_tolerance(const std::string& hook) {
-  return hook == "fp16" ? 1e-3 : hook == "bf16" ? 1e-2 : 0.0;
+inline double comm_hook_tolerance(const CommHook& hook) {
+  return hook.kind == CommHook::Kind::fp16 ? 1e-3 : hook.kind == CommHook::Kind::bf16 ? 1e-2 : 0.0;
 }
 
 // Checks, before any training, that the reference can run this configuration: a known framework,
