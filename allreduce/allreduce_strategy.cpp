@@ -113,7 +113,7 @@ const Strategy& allreduce_strategy() {
       .label = &allreduce_label,
       .bus_bandwidth = &allreduce_bus_bandwidth,
       .has_root = false,
-      .reference = false,
+      .baseline = false,
       .projected = {{"allreduce", Transport::ring, 1.0}},
       .comm_time = &allreduce_comm_time,
       .pytorch_counterpart = &allreduce_pytorch,

@@ -328,7 +328,7 @@ void check_platform_file(const SimPlatform& platform) {
 }
 
 // The projection's "modes": each curve's key, strategy, label, transport and whether it is the
-// reference.
+// baseline's.
 nlohmann::json modes_json(const std::vector<ProjectedCurve>& curves) {
   nlohmann::json modes = nlohmann::json::array();
   for (const auto& c : curves) {
@@ -336,21 +336,21 @@ nlohmann::json modes_json(const std::vector<ProjectedCurve>& curves) {
                      {"strategy", c.strategy->mode},
                      {"label", c.label},
                      {"transport", c.mode.transport},
-                     {"reference", c.strategy->reference}});
+                     {"baseline", c.strategy->baseline}});
   }
   return modes;
 }
 
 // Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
-// while every rank has a sample), and the world size from which each non-reference curve is more
-// than 5% faster than the reference strategy's default curve (its first). Fills doc's "modes",
+// while every rank has a sample), and the world size from which each other curve is more than 5%
+// faster than the baseline strategy's default curve (its first). Fills doc's "modes",
 // "points", "crossovers" and "crossover_world_size".
 void project_curves(const ProjectOptions& o, const StepModel& model, const LinkModel& link, const Scaling& scaling,
                     nlohmann::json& doc) {
   const auto& curves = projected_modes();
-  const ProjectedCurve* reference = nullptr;
+  const ProjectedCurve* baseline = nullptr;
   for (const auto& c : curves) {
-    if (reference == nullptr && c.strategy->reference) reference = &c;
+    if (baseline == nullptr && c.strategy->baseline) baseline = &c;
   }
   const nlohmann::json modes = modes_json(curves);
   std::vector<std::optional<int>> crossing(curves.size());
@@ -378,24 +378,24 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
       step[i] = pred.step_s;
     }
     if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, o.topology.what_if, memo, points);
-    for (std::size_t i = 0; reference != nullptr && p >= 2 && i < curves.size(); ++i) {
-      const double t_ref = step[static_cast<std::size_t>(reference - curves.data())];
-      if (!curves[i].strategy->reference && !crossing[i] && t_ref > 1.05 * step[i]) crossing[i] = p;
+    for (std::size_t i = 0; baseline != nullptr && p >= 2 && i < curves.size(); ++i) {
+      const double t_base = step[static_cast<std::size_t>(baseline - curves.data())];
+      if (!curves[i].strategy->baseline && !crossing[i] && t_base > 1.05 * step[i]) crossing[i] = p;
     }
     if (p > o.max_ranks / 2) break;
   }
   nlohmann::json crossovers = nlohmann::json::array();
   for (std::size_t i = 0; i < curves.size(); ++i) {
-    if (reference == nullptr || curves[i].strategy->reference) continue;
+    if (baseline == nullptr || curves[i].strategy->baseline) continue;
     crossovers.push_back({{"mode", curves[i].mode.key},
-                          {"reference", reference->mode.key},
+                          {"baseline", baseline->mode.key},
                           {"world_size", crossing[i] ? nlohmann::json(*crossing[i]) : nlohmann::json()}});
   }
   doc["modes"] = modes;
   doc["points"] = points;
   doc["crossovers"] = crossovers;
   if (o.topology.simulate) doc["findings"] = simulation_findings(points, modes, o.topology);
-  // The first non-reference curve's crossover, for readers of version 1 files (which had only
+  // The first non-baseline curve's crossover, for readers of version 1 files (which had only
   // allreduce's); `crossovers` has every curve's.
   doc["crossover_world_size"] = crossovers.empty() ? nlohmann::json() : crossovers.front()["world_size"];
 }
@@ -567,7 +567,7 @@ nlohmann::json project_described(const ProjectOptions& given) {
   scaling.global_batch = scaling.per_rank_batch;
   const ProjectionLink link{link_preset(o.link), "device"};
   nlohmann::json doc;
-  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
+  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 2}};
   doc["created"] = utc_timestamp();
   describe_inputs(o, link,
                   {{"mode", nullptr}, {"global_batch", scaling.per_rank_batch}, {"config", nlohmann::json::object()}},
@@ -610,7 +610,7 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   model.exposed_fraction = in.exposed_fraction(link);
 
   nlohmann::json doc;
-  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 1}};
+  doc["schema"] = {{"name", "dpbench-projection"}, {"version", 2}};
   doc["created"] = utc_timestamp();
   describe_inputs(o, link, base, model, scaling, doc);
   const int calibration_workers = base.at("config").value("num_workers", 0);

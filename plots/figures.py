@@ -4,7 +4,7 @@ For: drawing the records report_data.py builds. Every function returns a Figure;
 is missing (a sweep with one num_workers value, no --collectives file...) it writes nothing and
 the Figure carries one sentence saying what to run to get it, so the report never shows an empty
 axis. The rules every figure keeps:
-- order: strategies in the report's one order (report_data.series_order: the reference, ps,
+- order: strategies in the report's one order (report_data.series_order: the baseline, ps,
   first, then the others as the files first name them) in legends, panels and bar groups, and one
   colour per strategy across the figures;
 - spread: a throughput that has repetitions is drawn as its median with a bar from the smallest

@@ -96,7 +96,7 @@ def verdict_score(score, verdict, vary: Optional[str] = None):
 
 
 def memory_caption(pts: list, fixed: dict, verdict) -> str:
-    """The memory figure's caption: the reference's imbalance as the verdict states it (the same
+    """The memory figure's caption: the baseline's imbalance as the verdict states it (the same
     number), or, when the verdict states none, the largest root's in the figure."""
     level = rd.names(p for p in pts if not p.has_root)
     tail = f"; {level} ranks should be level." if level else "."

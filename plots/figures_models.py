@@ -95,7 +95,7 @@ def excess_sentence(mem: rd.MemoryModel, modes: list) -> str:
 
 def fitting_sentence(mem: rd.MemoryModel, modes: list) -> str:
     """Which mode fits the most parameters at each world size of largest_fitting, with the
-    reference's (the first mode's) figures beside it; "" without largest_fitting."""
+    baseline's (the first mode's) figures beside it; "" without largest_fitting."""
     best = rd.most_fitting(mem, modes)
     if not best:
         return ""
@@ -251,13 +251,13 @@ def model_error_text(proj: dict, overlay: list) -> str:
 
 
 def projection_order(proj: dict) -> list:
-    """The projected curves' keys in the report's order: the reference's (ps) first, then the
+    """The projected curves' keys in the report's order: the baseline's (ps) first, then the
     others in the order the file lists them (its `modes`, else its points)."""
     known = rd.projection_modes(proj)
     keys = list(dict.fromkeys(list(known) + [p["mode"] for p in proj.get("points", [])]))
     present = {p["mode"] for p in proj.get("points", [])}
     return sorted((k for k in keys if k in present),
-                  key=lambda k: (not known.get(k, {}).get("reference", False), keys.index(k)))
+                  key=lambda k: (not known.get(k, {}).get("baseline", False), keys.index(k)))
 
 
 def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
@@ -357,7 +357,7 @@ def projection_caption(proj: dict, overlay: list, crossovers: list, simulated: b
     """The projection's caption: where the curves part, the model's error at the measured points,
     what the dashed lines are (with --simulate) and the file's findings, in its order."""
     cross = "; ".join(f"{rd.projection_label(proj, c['mode'])} pulls ahead of "
-                      f"{rd.projection_label(proj, c['reference'])} from p={c['world_size']}"
+                      f"{rd.projection_label(proj, c['baseline'])} from p={c['world_size']}"
                       for c in crossovers) or "the modes do not cross in this range"
     caption = (f"Read where the curves part: {cross}. Check the dots against the crosses: "
                f"{model_error_text(proj, overlay)}.")

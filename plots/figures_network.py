@@ -190,7 +190,7 @@ def network_caption(net: rd.NetworkVerdict, sentences: dict) -> str:
 
 def plot_network_vs_link(net: rd.NetworkVerdict, out_dir: Path) -> Figure:
     """Throughput against the requested link rate (bit/s, log scale), one panel per node count:
-    each strategy's measured points and its projection, the reference (ps) first."""
+    each strategy's measured points and its projection, the baseline (ps) first."""
     key, title = "network_vs_link", "Throughput against link rate"
     if len(net.rates) < 2:
         return Figure(key, title, missing=(
@@ -218,7 +218,7 @@ def plot_network_vs_link(net: rd.NetworkVerdict, out_dir: Path) -> Figure:
 
 def plot_network_vs_nodes(net: rd.NetworkVerdict, out_dir: Path) -> Figure:
     """Throughput against the node count, one panel per link rate: each strategy's measured
-    points and its projection, the reference (ps) first."""
+    points and its projection, the baseline (ps) first."""
     key, title = "network_vs_nodes", "Throughput against node count"
     if len(net.nodes) < 2:
         return Figure(key, title, missing=(

@@ -23,7 +23,7 @@ file from `dpbench project --simulate` gets its findings listed under the projec
 dashed lines are the simulated step times. The HTML embeds every figure as a base64 data: URI, so
 it needs no other file. Both verdicts are computed once, in main(): the opening sentence and every
 caption that states one of its numbers read the same record, and strategies appear in one order
-everywhere (ps, the reference, first).
+everywhere (ps, the baseline, first).
 Not for: measuring anything, or reading anything but the JSON files named on the command line.
 
 Exit status: 0 on success, 2 on bad input (one line on stderr naming the file).
@@ -230,7 +230,7 @@ def env_sections(envs: list) -> list:
 
 def network_rows(net: rd.NetworkVerdict) -> list:
     """One table row per (nodes, link) of the network verdict, as display strings: each
-    strategy's median throughput with its ratio to the reference, and the range of the
+    strategy's median throughput with its ratio to the baseline, and the range of the
     projection's error over the runs there."""
     rows = []
     for nodes in net.nodes:
@@ -283,7 +283,7 @@ def network_context(net) -> dict | None:
     if net is None:
         return None
     return {"paragraph": net.paragraph, "modes": [net.names[m] for m in net.modes],
-            "reference": net.names[net.reference], "rows": network_rows(net),
+            "baseline": net.names[net.baseline], "rows": network_rows(net),
             "target_loss": None if net.target_loss is None else f"{net.target_loss:.4f}",
             "target_rows": target_rows(net), "target_text": " ".join(rd.target_sentences(net)),
             "loss_window": rd.LOSS_WINDOW}

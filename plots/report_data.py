@@ -10,7 +10,7 @@ and role, and the largest parameter count that fits a capacity);
 aggregating repetitions by median; choosing which slice of a sweep a figure shows; the
 ten-second verdict that opens the report, computed once: every number a figure's caption shares
 with it (throughput ratios, memory imbalance, exposed communication) is read from the Verdict; the
-one order of the strategies (the reference, ps, first, then the others as the files first name
+one order of the strategies (the baseline, ps, first, then the others as the files first name
 them) that every table, figure and sentence uses; the rule for when communication hidden by
 overlap is drawn (hidden_comm); for an emulated-cluster sweep (`dpbench sweep --nodes
 --links`, runs with a `cluster` block), the throughput of each strategy per node count and link

@@ -29,7 +29,7 @@ class NetworkPoint:
 
     mode: str
     label: str  # the strategy's label: "ps (collective)"
-    reference: bool
+    baseline: bool
     order: int  # where the strategy first appears in the files (the sweep's --modes order)
     variant: tuple  # run_variant(): the config, without the cluster
     global_batch: int
@@ -122,7 +122,7 @@ def network_points(cluster_runs: list) -> list:
                              "link rate (e.g. 100mbit, 1gbit)")
         try:
             traits = strategy_traits.run_traits(run)
-            key = (str(run["mode"]), str(traits["label"]), bool(traits["reference"]), run_variant(run),
+            key = (str(run["mode"]), str(traits["label"]), bool(traits["baseline"]), run_variant(run),
                    int(run["global_batch"]), int(run["config"]["num_workers"]),
                    int(block["ranks_per_node"]), int(block["nodes"]), str(block["link"]), rate)
         except (KeyError, TypeError, ValueError) as e:
@@ -135,14 +135,14 @@ def network_points(cluster_runs: list) -> list:
             points.append(aggregate_network(key, runs, order[key[1]]))
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"a {key[0]} run at {key[7]} nodes, {key[8]} lacks the field {e}") from e
-    points.sort(key=lambda p: (not p.reference, p.order, p.global_batch, p.num_workers,
+    points.sort(key=lambda p: (not p.baseline, p.order, p.global_batch, p.num_workers,
                                p.ranks_per_node, p.nodes, p.link_bits_per_s))
     return points
 
 
 def aggregate_network(key: tuple, runs: list, order: int) -> NetworkPoint:
     """One NetworkPoint from the repetitions `runs` of the point `key` (see network_points)."""
-    mode, label, reference, variant, batch, workers, per_node, nodes, link, rate = key
+    mode, label, baseline, variant, batch, workers, per_node, nodes, link, rate = key
     throughputs = [float(r["throughput_samples_per_s"]) for r in runs]
     projected, errors = [], []
     steps: dict = {"measured": [], "projected": [], "simulated": []}
@@ -163,7 +163,7 @@ def aggregate_network(key: tuple, runs: list, order: int) -> NetworkPoint:
                 steps[name].append(float(value))
         if number(simulation.get("error")) is not None:
             sim_errors.append(float(simulation["error"]))
-    return NetworkPoint(mode=mode, label=label, reference=reference, order=order, variant=variant,
+    return NetworkPoint(mode=mode, label=label, baseline=baseline, order=order, variant=variant,
                         global_batch=batch, num_workers=workers, ranks_per_node=per_node, nodes=nodes,
                         link=link, link_bits_per_s=rate, repetitions=len(runs),
                         throughput=statistics.median(throughputs), throughput_min=min(throughputs),
@@ -185,12 +185,12 @@ def link_overrides(run: dict, rate: float) -> tuple:
 
 
 def network_modes(points: Iterable) -> list:
-    """The strategies' labels in figure and sentence order: the reference first (ps, the
+    """The strategies' labels in figure and sentence order: the baseline first (ps, the
     baseline), then the others in the order they first appear in the files (the sweep's --modes
     order: sharded_ps, allreduce)."""
     first: dict = {}
     for p in points:
-        first.setdefault(p.label, (not p.reference, p.order))
+        first.setdefault(p.label, (not p.baseline, p.order))
     return sorted(first, key=first.get)
 
 
@@ -219,14 +219,14 @@ class NetworkVerdict:
     paragraph, its table and the captions of both network figures."""
 
     points: list  # NetworkPoint of the slice shown
-    modes: list  # their labels, reference first (network_modes)
+    modes: list  # their labels, baseline first (network_modes)
     names: dict  # label -> how sentences name it ("ps", or "ps (p2p)" beside "ps (collective)")
-    reference: str  # label of the strategy the ratios are to
+    baseline: str  # label of the strategy the ratios are to
     setting: str  # "batch 256, 0 workers, 1 rank per node"
     nodes: list  # node counts measured, ascending
     rates: list  # link rates measured (bit/s), ascending
     throughput: dict  # {(nodes, bit/s): {label: median samples/s}}
-    ratios: dict  # {(nodes, bit/s): {label: throughput / the reference's}}, reference left out
+    ratios: dict  # {(nodes, bit/s): {label: throughput / the baseline's}}, baseline left out
     link_sentences: dict  # {nodes: the ratios at each link rate, one sentence}
     node_sentences: dict  # {bit/s: the ratios at each node count, one sentence}
     link_crossovers: list  # sentences: two strategies change places between adjacent link rates
@@ -314,13 +314,13 @@ def percent_text(fraction: float) -> str:
     return f"{100 * fraction:+.1f}%"
 
 
-def ratio_clause(name: str, reference: str, values: list) -> str:
+def ratio_clause(name: str, baseline: str, values: list) -> str:
     """"allreduce beats ps by 3.01x at 100 Mbit/s and by 2.46x at 1 Gbit/s", or, when it does not
     lead everywhere, "ps_x reaches 0.85x ps's throughput at 1 Gbit/s and 1.10x at 10 Gbit/s".
     values: (ratio, where) pairs in order."""
     if all(r >= 1 + RATIO_TIE for r, _ in values):
-        return f"{name} beats {reference} by " + " and by ".join(f"{r:.2f}x at {w}" for r, w in values)
-    return (f"{name} reaches " + " and ".join(f"{r:.2f}x" + (f" {reference}'s throughput" if i == 0 else "")
+        return f"{name} beats {baseline} by " + " and by ".join(f"{r:.2f}x at {w}" for r, w in values)
+    return (f"{name} reaches " + " and ".join(f"{r:.2f}x" + (f" {baseline}'s throughput" if i == 0 else "")
                                               + f" at {w}" for i, (r, w) in enumerate(values)))
 
 
@@ -420,8 +420,8 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
     """The network verdict of the emulated-cluster points (ResultSet.network), on the slice
     network_slice() picks; None without points.
 
-    For each (nodes, link) it divides every strategy's median throughput by the reference's
-    (the first reference label, ps), states those ratios per node count (across link rates) and
+    For each (nodes, link) it divides every strategy's median throughput by the baseline's
+    (the first baseline label, ps), states those ratios per node count (across link rates) and
     per link rate (across node counts), names every crossover (two strategies changing places
     between adjacent link rates or node counts) or says none was measured, and gives the range
     of the projection's error over the slice's runs.
@@ -431,8 +431,8 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
         return None
     modes = network_modes(pts)
     names = short_names(pts)
-    reference = modes[0]
-    ref_name = names[reference]
+    baseline = modes[0]
+    ref_name = names[baseline]
     variant, batch, workers, per_node = setting
     setting_text = (f"batch {batch}, {workers} worker{'s' if workers != 1 else ''}, "
                     f"{per_node} rank{'s' if per_node != 1 else ''} per node")
@@ -444,9 +444,9 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
     throughput: dict = {}
     for p in pts:
         throughput.setdefault((p.nodes, p.link_bits_per_s), {})[p.label] = p.throughput
-    ratios = {at: {label: tp / tps[reference] for label, tp in tps.items() if label != reference}
-              for at, tps in throughput.items() if tps.get(reference)}
-    others = [m for m in modes if m != reference]
+    ratios = {at: {label: tp / tps[baseline] for label, tp in tps.items() if label != baseline}
+              for at, tps in throughput.items() if tps.get(baseline)}
+    others = [m for m in modes if m != baseline]
 
     def sentences(fixed_values, steps, at, where_fixed, where_step):
         out = {}
@@ -496,7 +496,7 @@ def compute_network_verdict(points: list) -> Optional[NetworkVerdict]:
     paragraph = " ".join([f"Throughput on the emulated cluster ({setting_text}) as a ratio to {ref_name}'s."]
                          + list(link_sentences.values()) + [crossover_text, error_text])
     target, to_target = time_to_target(pts)
-    return NetworkVerdict(points=pts, modes=modes, names=names, reference=reference, setting=setting_text,
+    return NetworkVerdict(points=pts, modes=modes, names=names, baseline=baseline, setting=setting_text,
                           nodes=node_counts, rates=rates, throughput=throughput, ratios=ratios,
                           link_sentences=link_sentences, node_sentences=node_sentences,
                           link_crossovers=link_cross, node_crossovers=node_cross,

@@ -23,7 +23,7 @@ from report_slices import in_order
 
 
 def projection_modes(proj: dict) -> dict:
-    """{curve key: {mode, strategy, label, transport, reference}} of a projection file."""
+    """{curve key: {mode, strategy, label, transport, baseline}} of a projection file."""
     return strategy_traits.projection_modes(proj)
 
 
@@ -33,7 +33,7 @@ def projection_label(proj: dict, mode: str) -> str:
 
 
 def projection_crossovers(proj: dict) -> list:
-    """[{mode, reference, world_size}]: where each curve overtakes the reference's (by 5%)."""
+    """[{mode, baseline, world_size}]: where each curve overtakes the baseline's (by 5%)."""
     return strategy_traits.projection_crossovers(proj)
 
 
@@ -121,19 +121,19 @@ def load_memory(path) -> MemoryModel:
 
 
 def memory_modes(mem: MemoryModel, points: Iterable = ()) -> list:
-    """The modes of a memory file in the report's one order: the reference (ps) first, then the
+    """The modes of a memory file in the report's one order: the baseline (ps) first, then the
     others in the order the result files name them (series_order), then those only the memory
-    file names, in its order. Whether a mode is the reference comes from the result files'
+    file names, in its order. Whether a mode is the baseline comes from the result files'
     traits where they ran it, else from strategy_traits (the one place that knows mode names)."""
     points = list(points)
     in_file = list(dict.fromkeys([r["mode"] for r in mem.rows] + [f["mode"] for f in mem.fitting]))
     measured = in_order(points, "mode") if points else []
-    reference = {p.mode: p.reference for p in points}
+    baseline = {p.mode: p.baseline for p in points}
 
     def key(mode):
-        ref = reference.get(mode)
+        ref = baseline.get(mode)
         if ref is None:
-            ref = bool(strategy_traits.legacy_traits({"mode": mode})["reference"])
+            ref = bool(strategy_traits.legacy_traits({"mode": mode})["baseline"])
         return (not ref, measured.index(mode) if mode in measured else len(measured), in_file.index(mode))
     return sorted(in_file, key=key)
 

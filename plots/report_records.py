@@ -1,7 +1,7 @@
 """dpbench result and sweep files (schema "dpbench-result") as plain records: their runs, the
 PyTorch reference runs that `dpbench run --reference pytorch` adds to them, the points of a
 sweep with their repetitions aggregated by median, the failed points, the one order of the
-strategies (the reference, ps, first, then the others as the files first name them) that every
+strategies (the baseline, ps, first, then the others as the files first name them) that every
 table, figure and sentence uses, and the rule for when communication hidden by overlap is drawn
 (hidden_comm). The family every other part of the report's data layer builds on
 (report_data.py names the parts).
@@ -67,7 +67,7 @@ class Point:
     virtual_ranks: bool
     series: str = ""  # label shared by every point of one line in a figure
     label: str = ""  # the strategy's label from the file: "ps (collective)", "allreduce (ring)"
-    reference: bool = False  # the strategy the others are compared with (ps)
+    baseline: bool = False  # the strategy the others are compared with (ps)
     has_root: bool = False  # rank 0 holds what the others do not (its memory above the mean)
     overlaps_backward: bool = False  # the strategy communicates while backward runs (its trait)
     order: int = 0  # the series' place in the report's one order (series_order)
@@ -75,11 +75,11 @@ class Point:
     throughput_max: Optional[float] = None
     step_p50_min: Optional[float] = None  # the smallest and largest repetition's p50 step (s)
     step_p50_max: Optional[float] = None
-    # The run's own ratios to its reference, one per repetition (ratio_to_reference.by_repetition
-    # of a `dpbench run` entry that holds its repetitions), and that reference's mode; () and ""
+    # The run's own ratios to its baseline, one per repetition (ratio_to_baseline.by_repetition
+    # of a `dpbench run` entry that holds its repetitions), and that baseline's mode; () and ""
     # when the file recorded none.
     rep_ratios: tuple = ()
-    ratio_reference: str = ""
+    ratio_baseline: str = ""
 
     @property
     def axes(self) -> dict:
@@ -101,7 +101,7 @@ class FailedPoint:
     error: str
     source: str
     cluster: str = ""  # "4 nodes, 100mbit" for a point of an emulated-cluster sweep
-    order: int = 0  # its strategy's place in the report's order (the reference first)
+    order: int = 0  # its strategy's place in the report's order (the baseline first)
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,7 @@ def load_results(paths: Iterable) -> ResultSet:
     envs: list = []
     reference = []
     cluster_runs = []
-    seen: dict = {}  # strategy label -> (not reference, index of its first run in the files)
+    seen: dict = {}  # strategy label -> (not baseline, index of its first run in the files)
     for path in paths:
         doc = read_json(path)
         doc = check_schema(path, doc, RESULT_SCHEMA)
@@ -238,7 +238,7 @@ def load_results(paths: Iterable) -> ResultSet:
         add_env(envs, doc.get("env", {}), str(path))
         for index, run in enumerate(runs):
             traits = strategy_traits.run_traits(run, doc)
-            seen.setdefault(str(traits["label"]), (not traits["reference"], len(seen)))
+            seen.setdefault(str(traits["label"]), (not traits["baseline"], len(seen)))
             if run.get("status", "ok") != "ok":
                 failed.append(replace(failed_point(run, str(path)), order=seen[str(traits["label"])][1]))
                 continue
@@ -246,7 +246,7 @@ def load_results(paths: Iterable) -> ResultSet:
                 key = (run["mode"], run_transport(run), run_variant(run) + cluster_variant(run),
                        int(run["world_size"]),
                        int(run["global_batch"]), int(run["config"]["num_workers"]),
-                       traits["label"], traits["reference"], traits["has_root"],
+                       traits["label"], traits["baseline"], traits["has_root"],
                        traits["overlaps_backward"])
             except (KeyError, TypeError, ValueError) as e:
                 raise InputError(f"{path}: runs[{index}] lacks {e} (not a dpbench run entry)") from e
@@ -404,18 +404,18 @@ def median(values) -> Optional[float]:
 def aggregate(key: tuple, runs: list) -> Point:
     """Aggregates the repetitions of one grid point by median (memory per rank and category),
     keeping the smallest and largest throughput and p50 step of the repetitions."""
-    mode, transport, variant, world_size, batch, workers, label, reference, has_root, overlaps = key
+    mode, transport, variant, world_size, batch, workers, label, baseline, has_root, overlaps = key
     throughputs = [r["throughput_samples_per_s"] for r in runs]
-    count, rep_ratios, ratio_reference = len(runs), (), ""
+    count, rep_ratios, ratio_baseline = len(runs), (), ""
     if len(runs) == 1:
         # `dpbench run --repetitions N` keeps its repetitions in one entry: their throughputs and
-        # the run's own ratios to its reference.
+        # the run's own ratios to its baseline.
         reps = runs[0].get("repetitions") or {}
         if isinstance(reps.get("throughput_samples_per_s"), list) and len(reps["throughput_samples_per_s"]) > 1:
             count, throughputs = len(reps["throughput_samples_per_s"]), list(reps["throughput_samples_per_s"])
-        ratio = runs[0].get("ratio_to_reference") or {}
+        ratio = runs[0].get("ratio_to_baseline") or {}
         if isinstance(ratio.get("by_repetition"), list) and ratio["by_repetition"]:
-            rep_ratios, ratio_reference = tuple(ratio["by_repetition"]), str(ratio.get("reference", ""))
+            rep_ratios, ratio_baseline = tuple(ratio["by_repetition"]), str(ratio.get("baseline", ""))
     p50s = [r["step_time_s"]["p50"] for r in runs]
     ranks = sorted({m["rank"] for r in runs for m in r["memory"]["per_rank"]})
     memory = []
@@ -440,7 +440,7 @@ def aggregate(key: tuple, runs: list) -> Point:
         mode=mode, transport=transport, variant=variant, world_size=world_size,
         global_batch=batch, num_workers=workers, repetitions=count,
         throughput=median(r["throughput_samples_per_s"] for r in runs), throughput_min=min(throughputs),
-        throughput_max=max(throughputs), rep_ratios=rep_ratios, ratio_reference=ratio_reference,
+        throughput_max=max(throughputs), rep_ratios=rep_ratios, ratio_baseline=ratio_baseline,
         step_time={q: median(r["step_time_s"].get(q) for r in runs) for q in ("p10", "p50", "p90", "p99")},
         step_p50_min=min(p50s), step_p50_max=max(p50s),
         phases={ph: median(r["phases_s"].get(ph, 0.0) for r in runs) for ph in PHASES},
@@ -451,7 +451,7 @@ def aggregate(key: tuple, runs: list) -> Point:
         final_train_loss=median(r.get("quality", {}).get("final_train_loss") for r in runs),
         warnings=tuple(warnings),
         virtual_ranks=any(r.get("virtual_ranks", False) for r in runs),
-        label=label, reference=reference, has_root=has_root, overlaps_backward=bool(overlaps),
+        label=label, baseline=baseline, has_root=has_root, overlaps_backward=bool(overlaps),
     )
 
 
@@ -480,7 +480,7 @@ def with_series(point: Point, tags: dict) -> Point:
 
 def strategy_rank(seen: dict) -> dict:
     """{index of first appearance: place in the report's order} for the strategies `seen`
-    ({label: (not reference, index of its first run)}): the reference strategies (ps) first,
+    ({label: (not baseline, index of its first run)}): the baseline strategies (ps) first,
     then the others in the order the files first name them (the sweep's --modes order, which is
     dpbench's registry order: sharded_ps, then allreduce)."""
     return {index: rank for rank, (_, index) in enumerate(sorted(seen.values()))}
@@ -500,13 +500,13 @@ def with_order(points: list, seen: dict) -> list:
 
 
 def point_order(p: Point) -> tuple:
-    """Table order: strategy in the report's order (the reference first), variant, ranks, batch,
+    """Table order: strategy in the report's order (the baseline first), variant, ranks, batch,
     workers."""
     return (p.order, p.world_size, p.global_batch, p.num_workers)
 
 
 def series_order(points: Iterable) -> list:
-    """Distinct series labels in the report's one order: the reference strategy (ps) first, then
+    """Distinct series labels in the report's one order: the baseline strategy (ps) first, then
     the others in the order the files first name them; every figure, table and sentence uses it."""
     first: dict = {}
     for p in points:

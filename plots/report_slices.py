@@ -69,22 +69,22 @@ def describe_fixed(fixed: dict) -> str:
 
 @dataclass(frozen=True)
 class Ratio:
-    """One throughput ratio the verdict states: a strategy against a reference strategy at the
+    """One throughput ratio the verdict states: a strategy against a baseline strategy at the
     verdict's world size, the median over their matched settings."""
 
     other: str  # the strategy's label: "allreduce (ring)"
     other_name: str  # as the verdict names it: "allreduce"
-    reference: str  # the reference's label: "ps (collective)"
-    value: float  # throughput other / reference
+    baseline: str  # the baseline's label: "ps (collective)"
+    value: float  # throughput other / baseline
     text: str  # as the verdict words it: "is 1.37x faster than ps", "does not differ beyond noise ..."
 
 
 @dataclass(frozen=True)
 class Imbalance:
-    """The memory imbalance the verdict states for one reference strategy: the median over its
+    """The memory imbalance the verdict states for one baseline strategy: the median over its
     matched points of their max/mean per-rank peak memory."""
 
-    reference: str  # label
+    baseline: str  # label
     name: str  # as sentences name it: "ps", or "ps (p2p)" beside "ps (collective)"
     value: float
     text: str  # "1.87x"
@@ -94,7 +94,7 @@ class Imbalance:
 @dataclass(frozen=True)
 class Exposed:
     """The share of the median step that communication is exposed, for one side of the verdict's
-    comparison (the reference strategies together, or one other strategy)."""
+    comparison (the baseline strategies together, or one other strategy)."""
 
     name: str  # "ps", "allreduce"
     value: float  # comm_exposed / step p50, median over the side's points
@@ -112,24 +112,24 @@ class Verdict:
     setting: dict = field(default_factory=dict)  # the matched axes when one setting was compared
     where: str = ""  # "at 4 ranks (batch 256, 0 workers)"
     ratios: list = field(default_factory=list)  # Ratio, in the report's order
-    imbalance: list = field(default_factory=list)  # Imbalance, one per reference label, in order
+    imbalance: list = field(default_factory=list)  # Imbalance, one per baseline label, in order
     memory: str = ""  # "the ps root holds 1.87x the mean per-rank memory"
-    exposed: list = field(default_factory=list)  # Exposed: the reference side first, then the others
+    exposed: list = field(default_factory=list)  # Exposed: the baseline side first, then the others
     best: str = ""  # with one strategy: "best 5,000 samples/s at 4 ranks"
     settings: int = 0  # how many matched batch/worker settings the ratios are medians over
 
 
 def ratio_predicate(pairs: list, ref_name: str) -> tuple:
-    """(value, words) for a strategy against a reference over matched pairs (other, reference),
+    """(value, words) for a strategy against a baseline over matched pairs (other, baseline),
     by the run's own rule (bench/app/run_command.cpp, verdict_clause) where the file holds one
-    `dpbench run` point with its repetitions' ratios to that reference: "does not differ beyond
+    `dpbench run` point with its repetitions' ratios to that baseline: "does not differ beyond
     noise from ps (0.87-1.45x over 3 repetitions)" when the range holds 1, else "is 1.38x faster
     than ps (1.28-1.45x over 3 repetitions)". Otherwise the median ratio over the pairs, "is
     1.21x faster than ps"."""
     if len(pairs) == 1:
         other, ref = pairs[0]
         ratios = other.rep_ratios
-        if len(ratios) > 1 and other.ratio_reference == ref.mode:
+        if len(ratios) > 1 and other.ratio_baseline == ref.mode:
             lo, hi, value = min(ratios), max(ratios), statistics.median(ratios)
             spread = f"({lo:.2f}-{hi:.2f}x over {len(ratios)} repetitions)"
             if lo <= 1.0 <= hi:
@@ -146,14 +146,14 @@ def ratio_phrase(ratio: float) -> str:
     return f"{ratio:.2f}x faster than" if ratio > 1 else f"{1.0 / ratio:.2f}x slower than"
 
 
-def matched_pairs(points: list, world_size: int, reference_label: str) -> list:
-    """(other, reference) pairs at one world size with the same variant, batch and workers: every
-    point of a non-reference strategy against the reference point labelled reference_label."""
+def matched_pairs(points: list, world_size: int, baseline_label: str) -> list:
+    """(other, baseline) pairs at one world size with the same variant, batch and workers: every
+    point of a other strategy against the baseline point labelled baseline_label."""
     refs = {(p.variant, p.global_batch, p.num_workers): p for p in points
-            if p.reference and p.label == reference_label and p.world_size == world_size}
+            if p.baseline and p.label == baseline_label and p.world_size == world_size}
     pairs = []
     for a in points:
-        if not a.reference and a.world_size == world_size:
+        if not a.baseline and a.world_size == world_size:
             other = refs.get((a.variant, a.global_batch, a.num_workers))
             if other is not None:
                 pairs.append((a, other))
@@ -186,7 +186,7 @@ def short_names(points: Iterable) -> dict:
 
 
 def unique(points: Iterable) -> list:
-    """The points without repeats, in first-seen order (a reference point pairs with several)."""
+    """The points without repeats, in first-seen order (a baseline point pairs with several)."""
     out, ids = [], set()
     for p in points:
         if id(p) not in ids:
@@ -196,14 +196,14 @@ def unique(points: Iterable) -> list:
 
 
 def compute_verdict(points: list) -> Verdict:
-    """Compares every strategy with the reference strategy (ps, as the runs' traits say) at the
+    """Compares every strategy with the baseline strategy (ps, as the runs' traits say) at the
     largest world size where both ran with the same batch, workers and config: throughput ratio
-    (median over matched settings) and each reference's memory imbalance (its root's, when it
+    (median over matched settings) and each baseline's memory imbalance (its root's, when it
     has one). Strategies are named in the report's order (series_order)."""
     if not points:
         return Verdict("No run succeeded, so there is nothing to compare: see the failed points below.", [])
-    refs = [p for p in points if p.reference]
-    others = [p for p in points if not p.reference]
+    refs = [p for p in points if p.baseline]
+    others = [p for p in points if not p.baseline]
     if not refs or not others:
         top = max(points, key=lambda p: p.throughput)
         best = f"best {top.throughput:,.0f} samples/s at {top.world_size} ranks"
@@ -240,7 +240,7 @@ def compute_verdict(points: list) -> Verdict:
         kinds = "batch/worker/link" if any(dict(v).get("link") for _, _, v in settings) else "batch/worker"
         where = f"at {world} ranks (throughput, median over {len(settings)} matched {kinds} settings)"
         setting = {"world_size": world}
-    imbalance = reference_imbalance(unique(p for _, p in all_pairs), ref_labels, ref_names)
+    imbalance = baseline_imbalance(unique(p for _, p in all_pairs), ref_labels, ref_names)
     memory = memory_clause(imbalance)
     headline = f"{', and '.join(sentences)} {where}; {memory}."
     exposed = exposed_shares(all_pairs)
@@ -249,8 +249,8 @@ def compute_verdict(points: list) -> Verdict:
                    settings=len(settings))
 
 
-def reference_imbalance(refs: list, labels: list, ref_names: dict) -> list:
-    """One Imbalance per reference label (in `labels` order): the median max/mean per-rank memory
+def baseline_imbalance(refs: list, labels: list, ref_names: dict) -> list:
+    """One Imbalance per baseline label (in `labels` order): the median max/mean per-rank memory
     of its matched points `refs`."""
     out = []
     for label in labels:
@@ -263,7 +263,7 @@ def reference_imbalance(refs: list, labels: list, ref_names: dict) -> list:
 
 
 def memory_clause(imbalance: list) -> str:
-    """"the ps root holds 1.87x the mean per-rank memory", or with several references "the ps
+    """"the ps root holds 1.87x the mean per-rank memory", or with several baselines "the ps
     (collective) root holds 1.90x and the ps (p2p) root holds 2.00x the mean ..."."""
     parts = [(f"the {m.name} root holds {m.text}" if m.root else f"the largest {m.name} rank holds {m.text}")
              for m in imbalance]
@@ -272,7 +272,7 @@ def memory_clause(imbalance: list) -> str:
 
 def exposed_shares(pairs: list) -> list:
     """Exposed communication as a share of the median step at the verdict's world size: the
-    reference side (its matched points together) first, then each other strategy in order."""
+    baseline side (its matched points together) first, then each other strategy in order."""
     def share(side):
         return median(p.phases["comm_exposed"] / p.step_time["p50"] for p in side if p.step_time["p50"])
 

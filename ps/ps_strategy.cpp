@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 
 namespace dpbench {
 
@@ -68,7 +68,7 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
   return ranks;
 }
 
-// DataParallel (torch/nn/parallel/data_parallel.py) as parameter_server.cpp runs it: the root
+// DataParallel (torch/nn/parallel/data_parallel.py) as data_parallel.cpp runs it: the root
 // loads the whole batch; replicate (the parameters broadcast in coalesced groups, or sent to each
 // worker in turn under p2p); scatter of the inputs; every replica's forward; gather of the
 // logits; scatter of their gradient; backward; reduce_add (coalesced groups, or received from
@@ -104,18 +104,18 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
 
 }  // namespace
 
-const Strategy& parameter_server_strategy() {
+const Strategy& data_parallel_strategy() {
   static const Strategy strategy{
       .mode = Mode::ps,
       .description = "DataParallel: rank 0 reduces gradients, steps the optimizer, broadcasts parameters",
-      .validate = &validate_parameter_server,
-      .train = &train_parameter_server,
+      .validate = &validate_data_parallel,
+      .train = &train_data_parallel,
       .transports = {Transport::collective, Transport::p2p},
       .transport = &ps_transport,
       .label = &ps_label,
       .bus_bandwidth = &ps_bus_bandwidth,
       .has_root = true,
-      .reference = true,
+      .baseline = true,
       .projected = {{"ps_collective", Transport::collective, 0.0}, {"ps_p2p", Transport::p2p, 0.0}},
       .comm_time = &ps_comm_time,
       .pytorch_counterpart = &ps_pytorch,

@@ -60,7 +60,7 @@ nlohmann::json strategy_to_json(const TrainConfig& config) {
   return {{"name", s.mode},
           {"label", s.label(config)},
           {"transport", s.transport(config)},
-          {"reference", s.reference},
+          {"baseline", s.baseline},
           {"overlaps_backward", overlaps_backward(s, config)},
           {"has_root", s.has_root},
           {"projection", projected_key(s, config)},

@@ -4,14 +4,14 @@
 
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 
 namespace dpbench {
 
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> list = {
-      parameter_server_strategy(),
+      data_parallel_strategy(),
       sharded_ps_strategy(),
       allreduce_strategy(),
   };
@@ -31,11 +31,11 @@ const Strategy& find_strategy(Mode mode) {
   throw Error(fmt::format("strategy registry: no strategy for mode {}", name(mode)));
 }
 
-const Strategy& reference_strategy() {
+const Strategy& baseline_strategy() {
   for (const auto& s : strategies()) {
-    if (s.reference) return s;
+    if (s.baseline) return s;
   }
-  throw Error("strategy registry: no strategy is marked as the reference");
+  throw Error("strategy registry: no strategy is marked as the baseline");
 }
 
 const ProjectedMode& projected_mode(const Strategy& s, const TrainConfig& config) {
@@ -55,10 +55,10 @@ bool overlaps_backward(const Strategy& s, const TrainConfig& config) {
 const std::vector<ProjectedCurve>& projected_modes() {
   static const std::vector<ProjectedCurve> curves = [] {
     std::vector<ProjectedCurve> out;
-    // Non-reference strategies first, as the projection table has always listed allreduce first.
-    for (const bool reference : {false, true}) {
+    // The other strategies first, as the projection table has always listed allreduce first.
+    for (const bool baseline : {false, true}) {
       for (const auto& s : strategies()) {
-        if (s.reference != reference) continue;
+        if (s.baseline != baseline) continue;
         for (const auto& m : s.projected) {
           TrainConfig config;
           config.mode = s.mode;

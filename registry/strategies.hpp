@@ -1,6 +1,6 @@
 // The registry of synchronisation strategies (training modes) by name. Each strategy defines its
 // trainer and traits in its own folder (train/strategy.hpp: label, transport, bus bandwidth,
-// alpha-beta terms, overlap, the reference the others are compared with); `run`, `sweep`,
+// alpha-beta terms, overlap, the baseline the others are compared with); `run`, `sweep`,
 // `project` and the result file read these traits, and no command compares mode names. A new
 // strategy is one folder plus one line in strategies.cpp.
 #pragma once
@@ -19,8 +19,8 @@ const std::vector<Strategy>& strategies();
 std::vector<Mode> strategy_modes();
 // The strategy of `mode`; Error when no strategy of this build registers it.
 const Strategy& find_strategy(Mode mode);
-// The one strategy marked `reference`.
-const Strategy& reference_strategy();
+// The one strategy marked `baseline`.
+const Strategy& baseline_strategy();
 
 // The projection key of a run of `strategy` with `config` (its transport's curve). Throws Error
 // when the strategy projects no curve for that transport.

@@ -12,7 +12,7 @@ a `cluster` block), by their cluster point (nodes, ranks_per_node, link) too: ro
 Deterministic figures (parameter count, bytes sent and received per rank per step, per-rank
 memory peaks and every memory category, step counts) must be equal: any difference is a
 regression. Test accuracy may not drop by more than --accuracy-tol (absolute). Timings:
-  ratio (default) only the throughput ratio of each strategy to the reference strategy (ps, as
+  ratio (default) only the throughput ratio of each strategy to the baseline strategy (ps, as
         each run's strategy traits say) measured inside ONE file is compared, so BASE and NEW
         may come from different machines (shared 2-core CI runners included);
   mwu   a one-sided Mann-Whitney U test of each run's step times, for files from the same machine;
@@ -187,7 +187,7 @@ class Report:
                      f"judge (spread above the {pct(self.noise.cap)} cap), not counted")
         if self.timing == "none":
             return head + "; timings not compared (--timing none)."
-        how = "throughput ratio to the reference strategy within each file" \
+        how = "throughput ratio to the baseline strategy within each file" \
             if self.timing == "ratio" else \
             "one-sided Mann-Whitney U on step times, p < 0.01"
         return f"{head}; timing: {how}; {self.noise.describe()}."
@@ -502,8 +502,8 @@ def throughput(run):
 
 
 def mode_ratios(doc):
-    """{(group, pair): [throughput ratio of each repetition]}: every non-reference strategy's run
-    over the reference strategy's run (ps, by the runs' traits) in groups that have both.
+    """{(group, pair): [throughput ratio of each repetition]}: every other strategy's run
+    over the baseline strategy's run (ps, by the runs' traits) in groups that have both.
 
     A group is (comm, device, workload, world_size, global_batch, num_workers, cluster point
     (None off an emulated cluster) and occurrence);
@@ -515,7 +515,7 @@ def mode_ratios(doc):
 
 
 def ratio_runs(doc):
-    """{(group, pair): [(ratio, other run, reference run) of each repetition]}: mode_ratios with
+    """{(group, pair): [(ratio, other run, baseline run) of each repetition]}: mode_ratios with
     the two runs behind each ratio, whose A/A noise is part of the ratio's spread."""
     groups = {}
     seen = {}
@@ -526,7 +526,7 @@ def ratio_runs(doc):
         occ = seen.get(key, 0)
         seen[key] = occ + 1
         mode, transport, comm, device, workload, ws, gb, nw, rep, cluster = key
-        side = "reference" if run_traits(run, doc)["reference"] else "other"
+        side = "baseline" if run_traits(run, doc)["baseline"] else "other"
         g = groups.setdefault((comm, device, workload, ws, gb, nw, cluster, occ), {})
         g.setdefault(rep, {}).setdefault(side, []).append((f"{mode}/{transport}", run))
     out = {}
@@ -534,7 +534,7 @@ def ratio_runs(doc):
         for rep in sorted(reps):
             sides = reps[rep]
             for name, other in sides.get("other", []):
-                for ref_name, ref in sides.get("reference", []):
+                for ref_name, ref in sides.get("baseline", []):
                     tp_other, tp_ref = throughput(other), throughput(ref)
                     if tp_other is None or tp_ref is None:
                         continue
@@ -583,12 +583,12 @@ def ratio_spread(base_entries, new_entries):
 
 
 def compare_ratios(base_doc, new_doc, noise, report):
-    """Timing gate of --timing ratio: each in-file ratio to the reference strategy (median over
+    """Timing gate of --timing ratio: each in-file ratio to the baseline strategy (median over
     repetitions) may not fall beyond its floor (noise.for_spread of its spread, at most the
     cap); a ratio whose spread is above the cap is listed as too noisy to judge instead."""
     base, new = ratio_runs(base_doc), ratio_runs(new_doc)
     if not base and not new:
-        report.notes.append("No file has a run of the reference strategy and one of another "
+        report.notes.append("No file has a run of the baseline strategy and one of another "
                             "strategy with step samples in the same group: no timing ratio to "
                             "compare.")
     for k in list(base) + [k for k in new if k not in base]:
@@ -816,7 +816,7 @@ def parse_args(argv):
     p.add_argument("--accuracy-tol", type=float, default=0.005, metavar="ABS",
                    help="allowed absolute drop of test accuracy (default 0.005)")
     p.add_argument("--timing", choices=("ratio", "mwu", "none"), default="ratio",
-                   help="ratio: throughput ratio of each strategy to the reference (ps) inside "
+                   help="ratio: throughput ratio of each strategy to the baseline (ps) inside "
                         "each file (default); mwu: "
                         "Mann-Whitney U on step times (same machine only); none: skip timings")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the report to this file")

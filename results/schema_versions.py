@@ -4,8 +4,11 @@ For: results/compare.py (`dpbench compare`, the CI gate) and plots/report_data.p
 report`) check a file's schema version here and pass every file they load through upgrade(), so
 they see the current names only. Version 2 of dpbench-result and dpbench-memory renamed `ps`'s
 rank 0 from "reducer" to "root" (docs/glossary.md, "root, root rank"); upgrade_v1() maps the
-version-1 names to those of version 2, nothing else differs. Committed baselines and measured
-files may stay at version 1.
+version-1 names to those of version 2. Version 3 of dpbench-result and version 2 of
+dpbench-projection call the strategy every other one is compared with the baseline ("reference"
+means the PyTorch reference alone; docs/glossary.md, "baseline"); upgrade_v2() and
+upgrade_projection_v1() map the older names. Nothing else differs. Committed baselines and
+measured files may stay at their older versions.
 
 Not for: validating a file against the JSON Schema (results/validate.py), or the checks each
 reader makes of the fields it needs.
@@ -17,9 +20,9 @@ MEMORY_SCHEMA = "dpbench-memory"
 PROJECTION_SCHEMA = "dpbench-projection"
 
 # What dpbench writes now.
-CURRENT_VERSION = {RESULT_SCHEMA: 2, MEMORY_SCHEMA: 2, PROJECTION_SCHEMA: 1}
+CURRENT_VERSION = {RESULT_SCHEMA: 3, MEMORY_SCHEMA: 2, PROJECTION_SCHEMA: 2}
 # What the readers accept: the current version and those upgrade() maps to it.
-READABLE_VERSIONS = {RESULT_SCHEMA: (1, 2), MEMORY_SCHEMA: (1, 2), PROJECTION_SCHEMA: (1,)}
+READABLE_VERSIONS = {RESULT_SCHEMA: (1, 2, 3), MEMORY_SCHEMA: (1, 2), PROJECTION_SCHEMA: (1, 2)}
 
 
 def readable(name, version):
@@ -36,13 +39,21 @@ def versions_text(name):
 
 
 def upgrade(doc):
-    """doc at its schema's current version: upgrade_v1(doc) for a version-1 file of a schema that
-    changed names in version 2, doc itself otherwise (unknown versions are the caller's to refuse)."""
+    """doc at its schema's current version: a result file through upgrade_v1 and upgrade_v2 as its
+    version needs, a version-1 memory file through upgrade_v1, a version-1 projection through
+    upgrade_projection_v1; doc itself otherwise (unknown versions are the caller's to refuse)."""
     schema = doc.get("schema") if isinstance(doc, dict) else None
-    if not isinstance(schema, dict) or schema.get("version") != 1 or isinstance(schema.get("version"), bool):
+    version = schema.get("version") if isinstance(schema, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool):
         return doc
-    if schema.get("name") in (RESULT_SCHEMA, MEMORY_SCHEMA):
-        return upgrade_v1(doc)
+    name = schema.get("name")
+    if version == 1 and name in (RESULT_SCHEMA, MEMORY_SCHEMA):
+        doc = upgrade_v1(doc)
+        version = 2
+    if version == 2 and name == RESULT_SCHEMA:
+        doc = upgrade_v2(doc)
+    if version == 1 and name == PROJECTION_SCHEMA:
+        doc = upgrade_projection_v1(doc)
     return doc
 
 
@@ -88,5 +99,31 @@ def upgrade_v1(doc):
     elif name == MEMORY_SCHEMA:
         for row in _items(out, "rows"):
             _rename_role(row)
+    out["schema"]["version"] = 2
+    return out
+
+
+def upgrade_v2(doc):
+    """A copy of a version-2 dpbench-result document under version 3's names:
+      runs[].strategy.reference -> baseline,
+      runs[].ratio_to_reference -> ratio_to_baseline, its "reference" -> "baseline";
+    and schema.version 2 -> 3. The input is not modified; the figures are the same."""
+    out = copy.deepcopy(doc)
+    for run in _items(out, "runs"):
+        if not isinstance(run, dict):
+            continue
+        _rename_key(run.get("strategy"), "reference", "baseline")
+        _rename_key(run, "ratio_to_reference", "ratio_to_baseline")
+        _rename_key(run.get("ratio_to_baseline"), "reference", "baseline")
+    out["schema"]["version"] = 3
+    return out
+
+
+def upgrade_projection_v1(doc):
+    """A copy of a version-1 dpbench-projection document under version 2's names:
+    modes[].reference -> baseline, crossovers[].reference -> baseline; schema.version 1 -> 2."""
+    out = copy.deepcopy(doc)
+    for entry in _items(out, "modes") + _items(out, "crossovers"):
+        _rename_key(entry, "reference", "baseline")
     out["schema"]["version"] = 2
     return out

@@ -1,7 +1,7 @@
 """The strategy traits of a dpbench run entry, as results/compare.py and plots/ read them.
 
 For: every run of a result file names its synchronisation strategy (`mode`) and, since the
-traits were recorded, carries them under `strategy`: label, transport, reference (the strategy
+traits were recorded, carries them under `strategy`: label, transport, baseline (the strategy
 the others are compared with), overlaps_backward, has_root, projection, busbw_factor (see
 results/schema/dpbench-result.schema.json). Readers take the traits from here and compare no
 mode names, so a new strategy needs no change to the Python side. Files written before the
@@ -12,7 +12,7 @@ place that knows the two original modes; likewise legacy_projection_modes() for
 Not for: reading or checking whole files (compare.py, plots/report_data.py do that).
 """
 
-TRAIT_KEYS = ("name", "label", "transport", "reference", "overlaps_backward", "has_root",
+TRAIT_KEYS = ("name", "label", "transport", "baseline", "overlaps_backward", "has_root",
               "projection", "busbw_factor")
 
 
@@ -23,9 +23,9 @@ def run_traits(run, doc=None):
     """
     traits = run.get("strategy")
     if isinstance(traits, dict) and all(k in traits for k in ("name", "label", "transport",
-                                                              "reference")):
+                                                              "baseline")):
         out = {k: traits.get(k) for k in TRAIT_KEYS}
-        out["reference"] = bool(out["reference"])
+        out["baseline"] = bool(out["baseline"])
         out["overlaps_backward"] = bool(out["overlaps_backward"])
         out["has_root"] = bool(out["has_root"])
         return out
@@ -35,7 +35,7 @@ def run_traits(run, doc=None):
 def legacy_traits(run, doc=None):
     """Traits of a run from a file written before dpbench recorded them: derived from its mode
     and transport as that version's ps and allreduce behaved. Any other mode gets neutral traits
-    (not the reference, no root, no overlap) and its own name as label."""
+    (not the baseline, no root, no overlap) and its own name as label."""
     cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
     top = doc.get("config", {}) if isinstance(doc, dict) and isinstance(doc.get("config"), dict) \
         else {}
@@ -46,22 +46,22 @@ def legacy_traits(run, doc=None):
         p = run.get("world_size", cfg.get("world_size"))
         factor = 2.0 * (p - 1) / p if isinstance(p, (int, float)) and p >= 1 else None
         return {"name": mode, "label": "allreduce (ring)", "transport": transport,
-                "reference": False, "overlaps_backward": True, "has_root": False,
+                "baseline": False, "overlaps_backward": True, "has_root": False,
                 "projection": "allreduce", "busbw_factor": factor}
     if mode == "ps":
         # A failed point has only its config; ok runs recorded the transport they ran.
         transport = transport or cfg.get("transport") or top.get("transport") or "collective"
         return {"name": mode, "label": f"ps ({transport})", "transport": transport,
-                "reference": True, "overlaps_backward": False, "has_root": True,
+                "baseline": True, "overlaps_backward": False, "has_root": True,
                 "projection": f"ps_{transport}", "busbw_factor": None}
     transport = str(transport or "")
     return {"name": mode, "label": f"{mode} ({transport})" if transport else mode,
-            "transport": transport, "reference": False, "overlaps_backward": False,
+            "transport": transport, "baseline": False, "overlaps_backward": False,
             "has_root": False, "projection": mode, "busbw_factor": None}
 
 
 def projection_modes(doc):
-    """{curve key: {mode, strategy, label, transport, reference}} of a `dpbench project` file."""
+    """{curve key: {mode, strategy, label, transport, baseline}} of a `dpbench project` file."""
     modes = doc.get("modes")
     if isinstance(modes, list) and modes:
         return {m["mode"]: m for m in modes if isinstance(m, dict) and "mode" in m}
@@ -79,19 +79,19 @@ def legacy_projection_modes(doc):
         key = p.get("mode")
         if key is None or key in out:
             continue
-        strategy, label, transport, reference = known.get(key, (key, key, "", False))
+        strategy, label, transport, baseline = known.get(key, (key, key, "", False))
         out[key] = {"mode": key, "strategy": strategy, "label": label, "transport": transport,
-                    "reference": reference}
+                    "baseline": baseline}
     return out
 
 
 def projection_crossovers(doc):
-    """[{mode, reference, world_size}] of a projection file: its `crossovers`, or for older
+    """[{mode, baseline, world_size}] of a projection file: its `crossovers`, or for older
     files the single crossover_world_size of allreduce against ps_collective."""
     crossovers = doc.get("crossovers")
     if isinstance(crossovers, list):
         return [c for c in crossovers if isinstance(c, dict) and "mode" in c]
     if "crossover_world_size" not in doc:
         return []
-    return [{"mode": "allreduce", "reference": "ps_collective",
+    return [{"mode": "allreduce", "baseline": "ps_collective",
              "world_size": doc.get("crossover_world_size")}]

@@ -3,8 +3,8 @@
 
 usage: /usr/bin/python3 results/validate.py RESULT.json [RESULT.json ...]
 Prints one line per file; exits 1 if any file is invalid (the first error is named), 2 on
-missing arguments or an unreadable file. A version-1 file (the committed baselines) is validated
-as compare and report read it: under version 2's names (results/schema_versions.py, upgrade_v1).
+missing arguments or an unreadable file. An older file (the committed CI baselines) is validated
+as compare and report read it: under the current version's names (results/schema_versions.py).
 Needs Debian's python3-jsonschema.
 """
 import json
@@ -32,7 +32,7 @@ def main(paths):
             print(f"{path}: cannot read: {e}", file=sys.stderr)
             return 2
         upgraded = schema_versions.upgrade(doc)
-        note = " as version 2" if upgraded is not doc else ""
+        note = f" as version {upgraded['schema']['version']}" if upgraded is not doc else ""
         errors = sorted(validator.iter_errors(upgraded), key=lambda e: list(e.path))
         if errors:
             where = "/".join(str(p) for p in errors[0].path) or "(root)"

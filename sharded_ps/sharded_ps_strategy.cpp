@@ -156,7 +156,7 @@ const Strategy& sharded_ps_strategy() {
       .label = &sharded_label,
       .bus_bandwidth = &sharded_bus_bandwidth,
       .has_root = false,
-      .reference = false,
+      .baseline = false,
       // The collective push overlaps backward, the pull never does: half of its time may hide.
       .projected = {{"sharded_ps_collective", Transport::collective, 0.5}, {"sharded_ps_p2p", Transport::p2p, 0.0}},
       .comm_time = &sharded_comm_time,

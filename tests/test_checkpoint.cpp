@@ -22,7 +22,7 @@
 #include "core/error.hpp"
 #include "core/gloo_comm.hpp"
 #include "core/mpi_comm.hpp"
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"

@@ -264,14 +264,14 @@ TEST_F(Cli, VerdictRatiosCarryTheirSpreadOverRepetitions) {
   EXPECT_EQ(doc["config"]["repetitions"], 3);
   const auto& ps = doc["runs"][0];
   ASSERT_EQ(ps["mode"], "ps");
-  EXPECT_FALSE(ps.contains("ratio_to_reference"));
+  EXPECT_FALSE(ps.contains("ratio_to_baseline"));
   for (std::size_t i = 1; i < 3; ++i) {
     const auto& run = doc["runs"][i];
     const std::string mode = run["mode"];
     const auto& tput = run["repetitions"]["throughput_samples_per_s"];
     const auto& ref = ps["repetitions"]["throughput_samples_per_s"];
     ASSERT_EQ(tput.size(), 3u) << mode;
-    const auto& ratio = run["ratio_to_reference"];
+    const auto& ratio = run["ratio_to_baseline"];
     std::vector<double> want;
     for (std::size_t k = 0; k < 3; ++k) {
       want.push_back(tput[k].get<double>() / ref[k].get<double>());
@@ -334,10 +334,10 @@ TEST_F(Cli, SyntheticRunWritesSchemaValidJson) {
   EXPECT_EQ(doc["runs"][2]["mode"], "allreduce");
   EXPECT_EQ(doc["runs"][0]["steps"]["timed"], 20);  // 25 steps minus 5 warm-up
   EXPECT_EQ(doc["runs"][0]["step_time_s"]["samples"].size(), 20u);
-  // Each run carries its strategy's traits; the verdict compares allreduce with the reference.
+  // Each run carries its strategy's traits; the verdict compares allreduce with the baseline.
   const auto& ps = doc["runs"][0]["strategy"];
   EXPECT_EQ(ps["label"], "ps (collective)");
-  EXPECT_TRUE(ps["reference"].get<bool>());
+  EXPECT_TRUE(ps["baseline"].get<bool>());
   EXPECT_TRUE(ps["busbw_factor"].is_null());
   EXPECT_FALSE(doc["runs"][0].contains("bus_bandwidth_GBps"));
   const auto& sp = doc["runs"][1];

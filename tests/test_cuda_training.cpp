@@ -23,7 +23,7 @@
 #include "core/error.hpp"
 #include "cuda/nccl_comm.hpp"
 #include "core/stats.hpp"
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/process_util.hpp"
 #include "tests/training_fixtures.hpp"
@@ -69,7 +69,7 @@ void expect_trained(const RunResult& r) {
 // Same tolerance as the CPU agreement tests: the modes sum the same gradients in different
 // orders (chain reduce vs ring), which moves parameters by a few ulps per step.
 TEST_F(CudaTraining, PsAndAllreduceAgreeAfter20Steps) {
-  const RunResult ps = train_parameter_server(gpu_config("ps", 4, 64), data());
+  const RunResult ps = train_data_parallel(gpu_config("ps", 4, 64), data());
   const RunResult ar = train_allreduce(gpu_config("allreduce", 4, 64), data());
   expect_trained(ps);
   expect_trained(ar);
@@ -109,7 +109,7 @@ TEST_F(CudaTraining, PageableUploadsMatchPinnedUploads) {
     TrainConfig pageable = gpu_config(mode, 2, 64);
     pageable.loader.pin_memory = false;
     const auto train = [&](const TrainConfig& c) {
-      return mode == "ps" ? train_parameter_server(c, data()) : train_allreduce(c, data());
+      return mode == "ps" ? train_data_parallel(c, data()) : train_allreduce(c, data());
     };
     const RunResult a = train(pageable);
     const RunResult b = train(gpu_config(mode, 2, 64));
@@ -149,8 +149,8 @@ TEST_F(CudaTraining, PrefetchedBatchesMatchPageableUploadsAcrossEpochs) {
 TEST_F(CudaTraining, PsP2pMatchesPsCollective) {
   TrainConfig p2p = gpu_config("ps", 3, 60);
   p2p.transport = Transport::p2p;
-  const RunResult a = train_parameter_server(p2p, data());
-  const RunResult b = train_parameter_server(gpu_config("ps", 3, 60), data());
+  const RunResult a = train_data_parallel(p2p, data());
+  const RunResult b = train_data_parallel(gpu_config("ps", 3, 60), data());
   expect_trained(a);
   expect_trained(b);
   EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
@@ -174,7 +174,7 @@ TEST_F(CudaTraining, UnevenRankBatchesMatchOneRank) {
 // The root GPU holds the master parameters, their gradients and the momentum buffer on top
 // of its replica (device bytes charged by the allocator, rounded to 512 bytes per block).
 TEST_F(CudaTraining, RootGpuHoldsMasterState) {
-  const RunResult r = train_parameter_server(gpu_config("ps", 4, 64), data());
+  const RunResult r = train_data_parallel(gpu_config("ps", 4, 64), data());
   const auto master_bytes = static_cast<std::int64_t>(3 * r.num_params * sizeof(float));
   for (std::size_t w = 1; w < r.ranks.size(); ++w) {
     EXPECT_GE(r.ranks[0].memory.peak_bytes - r.ranks[w].memory.peak_bytes, master_bytes) << "worker " << w;
@@ -248,8 +248,8 @@ TEST_F(CudaTraining, NcclTwoRanksMatchLocal) {
     TrainConfig nccl = gpu_config(mode, 2, 64);
     nccl.comm = Backend::nccl;
     const TrainConfig local = gpu_config(mode, 2, 64);
-    const RunResult a = mode == "ps" ? train_parameter_server(nccl, data()) : train_allreduce(nccl, data());
-    const RunResult b = mode == "ps" ? train_parameter_server(local, data()) : train_allreduce(local, data());
+    const RunResult a = mode == "ps" ? train_data_parallel(nccl, data()) : train_allreduce(nccl, data());
+    const RunResult b = mode == "ps" ? train_data_parallel(local, data()) : train_allreduce(local, data());
     EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5) << mode;
     EXPECT_EQ(a.ranks[1].comm_per_step.bytes_sent, b.ranks[1].comm_per_step.bytes_sent) << mode;
   }
@@ -271,8 +271,8 @@ TEST_F(CudaTraining, CnnMatchesCpu) {
     gpu.model.sync_bn = variant == "allreduce sync_bn";
     TrainConfig cpu = gpu;
     cpu.device = DeviceKind::cpu;
-    const RunResult g = ps ? train_parameter_server(gpu, td) : train_allreduce(gpu, td);
-    const RunResult c = ps ? train_parameter_server(cpu, td) : train_allreduce(cpu, td);
+    const RunResult g = ps ? train_data_parallel(gpu, td) : train_allreduce(gpu, td);
+    const RunResult c = ps ? train_data_parallel(cpu, td) : train_allreduce(cpu, td);
     expect_trained(g);
     expect_trained(c);
     EXPECT_LT(relative_l2(g.final_params, c.final_params), 1e-4) << variant;
@@ -321,7 +321,7 @@ TEST_F(CudaTraining, NcclTwoProcessesMatchLocal) {
     in.seekg(0);
     in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
     const TrainConfig local = gpu_config(mode, 2, 64);
-    const RunResult b = mode == "ps" ? train_parameter_server(local, data()) : train_allreduce(local, data());
+    const RunResult b = mode == "ps" ? train_data_parallel(local, data()) : train_allreduce(local, data());
     ASSERT_EQ(params.size(), b.final_params.size()) << mode;
     EXPECT_LT(relative_l2(params, b.final_params), 1e-5) << mode;
   }
@@ -346,7 +346,7 @@ TEST(CudaTrainingChild, RunsOneRankOfATwoProcessRun) {
   const auto data = make_synthetic_dataset(SampleShape{1, 1, static_cast<int>(kFeatures)}, kCudaTrainingClasses, 2048,
                                            5);
   const TrainData td{data.get(), nullptr};
-  const RunResult r = mode == "ps" ? train_parameter_server(c, td) : train_allreduce(c, td);
+  const RunResult r = mode == "ps" ? train_data_parallel(c, td) : train_allreduce(c, td);
   if (rank != 0) return;
   ASSERT_EQ(r.final_params.size(), r.num_params);
   std::ofstream f(out, std::ios::binary);

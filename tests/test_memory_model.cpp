@@ -12,7 +12,7 @@
 #include "core/error.hpp"
 #include "bench/app/memory_command.hpp"
 #include "registry/strategies.hpp"
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "tests/training_fixtures.hpp"
 #include "workloads/click_logs.hpp"

@@ -11,7 +11,7 @@
 
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 #include "tests/training_fixtures.hpp"
 #include "train/grad_bucket_sync.hpp"
 #include "train/rank_context.hpp"
@@ -118,7 +118,7 @@ TEST(StepTimes, ExposedCommunicationNeverExceedsTotal) {
       }
     }
   }
-  const RunResult ps = train_parameter_server(testing::small_train_config("ps", 4, 64), TrainData{data.get(), nullptr});
+  const RunResult ps = train_data_parallel(testing::small_train_config("ps", 4, 64), TrainData{data.get(), nullptr});
   for (const StepRecord& s : ps.ranks[0].steps) EXPECT_EQ(s.phases.comm_exposed, s.phases.comm);
 }
 

@@ -146,10 +146,10 @@ TEST(AlphaBeta, UnknownProjectionModeThrows) {
   EXPECT_THROW(predict_step(StepModel{}, link(0, 1), "allreduce", 0, 1), Error);
 }
 
-TEST(StrategyTraits, RegistryHasOneReferenceAndEveryTraitFilled) {
-  int references = 0;
+TEST(StrategyTraits, RegistryHasOneBaselineAndEveryTraitFilled) {
+  int baselines = 0;
   for (const auto& s : strategies()) {
-    references += s.reference ? 1 : 0;
+    baselines += s.baseline ? 1 : 0;
     EXPECT_NE(s.transport, nullptr) << s.mode;
     EXPECT_NE(s.label, nullptr) << s.mode;
     EXPECT_NE(s.bus_bandwidth, nullptr) << s.mode;
@@ -163,8 +163,8 @@ TEST(StrategyTraits, RegistryHasOneReferenceAndEveryTraitFilled) {
       EXPECT_NO_THROW(projected_key(s, c)) << s.mode << " " << t;
     }
   }
-  EXPECT_EQ(references, 1);
-  EXPECT_EQ(reference_strategy().mode, Mode::ps);
+  EXPECT_EQ(baselines, 1);
+  EXPECT_EQ(baseline_strategy().mode, Mode::ps);
 }
 
 TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
@@ -192,7 +192,7 @@ TEST(StrategyTraits, LabelsTransportsAndBusBandwidth) {
   EXPECT_DOUBLE_EQ(bus->factor, 1.5);  // nccl-tests: 2(p-1)/p at p = 4
   EXPECT_DOUBLE_EQ(bus->bytes, 4e6);
   EXPECT_TRUE(overlaps_backward(ar, c));
-  EXPECT_FALSE(ar.reference);
+  EXPECT_FALSE(ar.baseline);
 
   c.mode = Mode::sharded_ps;
   c.transport = Transport::collective;
@@ -221,7 +221,7 @@ TEST(StrategyTraits, RunEntryCarriesTheTraits) {
   EXPECT_EQ(ps["label"], "ps (collective)");
   EXPECT_EQ(ps["transport"], "collective");
   EXPECT_EQ(ps["projection"], "ps_collective");
-  EXPECT_TRUE(ps["reference"].get<bool>());
+  EXPECT_TRUE(ps["baseline"].get<bool>());
   EXPECT_TRUE(ps["has_root"].get<bool>());
   EXPECT_FALSE(ps["overlaps_backward"].get<bool>());
   EXPECT_TRUE(ps["busbw_factor"].is_null());
@@ -229,7 +229,7 @@ TEST(StrategyTraits, RunEntryCarriesTheTraits) {
   const auto ar = strategy_to_json(c);
   EXPECT_EQ(ar["label"], "allreduce (ring)");
   EXPECT_EQ(ar["transport"], "ring");
-  EXPECT_FALSE(ar["reference"].get<bool>());
+  EXPECT_FALSE(ar["baseline"].get<bool>());
   EXPECT_TRUE(ar["overlaps_backward"].get<bool>());
   EXPECT_DOUBLE_EQ(ar["busbw_factor"].get<double>(), 1.5);
   EXPECT_THROW((void)parse_mode("carrier_pigeon"), InputError);
@@ -301,22 +301,22 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   // Weak scaling at 100 per rank: the 2-rank run (global batch 100) is not on the curves.
   EXPECT_FALSE(proj["measured"][0]["on_curve"].get<bool>());
   // The curves carry their strategy's traits, so the report names no mode itself.
-  // Non-reference curves first, in registry order, then the reference's.
+  // The other curves first, in registry order, then the baseline's.
   ASSERT_EQ(proj["modes"].size(), 5u);
   EXPECT_EQ(proj["modes"][0]["mode"], "sharded_ps_collective");
   EXPECT_EQ(proj["modes"][0]["label"], "sharded_ps (collective)");
   EXPECT_EQ(proj["modes"][1]["mode"], "sharded_ps_p2p");
   EXPECT_EQ(proj["modes"][2]["mode"], "allreduce");
   EXPECT_EQ(proj["modes"][2]["label"], "allreduce (ring)");
-  EXPECT_FALSE(proj["modes"][2]["reference"].get<bool>());
+  EXPECT_FALSE(proj["modes"][2]["baseline"].get<bool>());
   EXPECT_EQ(proj["modes"][3]["label"], "ps (collective)");
   EXPECT_EQ(proj["modes"][4]["mode"], "ps_p2p");
   EXPECT_EQ(proj["modes"][4]["strategy"], "ps");
-  EXPECT_TRUE(proj["modes"][4]["reference"].get<bool>());
-  // One crossover per non-reference curve, against the reference's default (collective) curve.
+  EXPECT_TRUE(proj["modes"][4]["baseline"].get<bool>());
+  // One crossover per other curve, against the baseline's default (collective) curve.
   ASSERT_EQ(proj["crossovers"].size(), 3u);
   EXPECT_EQ(proj["crossovers"][2]["mode"], "allreduce");
-  EXPECT_EQ(proj["crossovers"][2]["reference"], "ps_collective");
+  EXPECT_EQ(proj["crossovers"][2]["baseline"], "ps_collective");
   // With every rank a server, the collective sharded_ps moves ring all-reduce's bytes but hides
   // only its push behind backward: it never beats allreduce.
   for (std::size_t i = 0; i < proj["points"].size(); ++i) {

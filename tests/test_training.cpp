@@ -16,7 +16,7 @@
 
 #include "allreduce/ddp_trainer.hpp"
 #include "core/error.hpp"
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"
@@ -49,7 +49,7 @@ void expect_trained(const RunResult& r) {
 TEST(Agreement, PsAndAllreduceMatchAfter20Steps) {
   const auto data = small_dataset();
   const TrainData td{data.get(), nullptr};
-  const RunResult ps = train_parameter_server(small_config("ps", 4, 64), td);
+  const RunResult ps = train_data_parallel(small_config("ps", 4, 64), td);
   const RunResult ar = train_allreduce(small_config("allreduce", 4, 64), td);
   expect_trained(ps);
   expect_trained(ar);
@@ -62,8 +62,8 @@ TEST(Agreement, PsP2pMatchesPsCollective) {
   const TrainData td{data.get(), nullptr};
   TrainConfig p2p = small_config("ps", 3, 60);
   p2p.transport = Transport::p2p;
-  const RunResult a = train_parameter_server(p2p, td);
-  const RunResult b = train_parameter_server(small_config("ps", 3, 60), td);
+  const RunResult a = train_data_parallel(p2p, td);
+  const RunResult b = train_data_parallel(small_config("ps", 3, 60), td);
   EXPECT_LT(relative_l2(a.final_params, b.final_params), 1e-5);
 }
 
@@ -86,7 +86,7 @@ TEST(Agreement, PsWithAnIdleRankMatchesSingleRank) {
   // B=6 over 4 ranks: chunks 2,2,2,0, rank 3 idles (as DataParallel would not use its GPU).
   const auto data = small_dataset();
   const TrainData td{data.get(), nullptr};
-  const RunResult ps = train_parameter_server(small_config("ps", 4, 6), td);
+  const RunResult ps = train_data_parallel(small_config("ps", 4, 6), td);
   const RunResult single = train_allreduce(small_config("allreduce", 1, 6), td);
   EXPECT_EQ(ps.ranks[3].local_batch, 0u);
   EXPECT_LT(relative_l2(ps.final_params, single.final_params), 1e-5);
@@ -99,7 +99,7 @@ TEST(Agreement, UnevenRankBatchesMatchOneRankWithTheSameGlobalBatch) {
   for (const std::string mode : {"allreduce", "ps"}) {
     TrainConfig c = small_config(mode, 4, 256);
     c.rank_batches = {96, 96, 32, 32};
-    const RunResult uneven = mode == "ps" ? train_parameter_server(c, td) : train_allreduce(c, td);
+    const RunResult uneven = mode == "ps" ? train_data_parallel(c, td) : train_allreduce(c, td);
     EXPECT_LT(relative_l2(uneven.final_params, single.final_params), 1e-5) << mode;
     ASSERT_EQ(uneven.ranks.size(), 4u);
     EXPECT_EQ(uneven.ranks[0].local_batch, 96u) << mode;
@@ -124,7 +124,7 @@ TEST(Agreement, CnnRunningStatisticsAreKeptAndAgreeAtOneRank) {
     c.model.hidden = {16};
     return c;
   };
-  const RunResult ps = train_parameter_server(cnn("ps"), td);
+  const RunResult ps = train_data_parallel(cnn("ps"), td);
   const RunResult ar = train_allreduce(cnn("allreduce"), td);
   // Two BatchNorm layers: running mean and variance of 4 and 6 channels.
   ASSERT_EQ(ps.final_buffers.size(), 2u * (4 + 6));
@@ -144,7 +144,7 @@ TEST(Config, BadRankBatchesAreInputErrors) {
   c.rank_batches = {96, 96, 64, 0};
   EXPECT_THROW(train_allreduce(c, td), InputError);
   c.rank_batches = {96, 96, 32, 31};  // sums to 255, not 256
-  EXPECT_THROW(train_parameter_server(c, td), InputError);
+  EXPECT_THROW(train_data_parallel(c, td), InputError);
 }
 
 TEST(ParameterServer, ChunkSizesFollowTorchChunk) {
@@ -159,7 +159,7 @@ TEST(Memory, RootHoldsMasterStateBeyondEveryWorker) {
   for (const std::string transport : {"collective", "p2p"}) {
     TrainConfig c = small_config("ps", 4, 64);
     c.transport = parse_transport(transport);
-    const RunResult r = train_parameter_server(c, TrainData{data.get(), nullptr});
+    const RunResult r = train_data_parallel(c, TrainData{data.get(), nullptr});
     const auto master_bytes = static_cast<std::int64_t>(3 * r.num_params * sizeof(float));
     for (std::size_t w = 1; w < r.ranks.size(); ++w) {
       EXPECT_GE(r.ranks[0].memory.peak_bytes - r.ranks[w].memory.peak_bytes, master_bytes)
@@ -190,7 +190,7 @@ TEST(ByteCounts, PsP2pRootMovesPMinusOneTimesNEachWay) {
   const std::size_t B = 10;  // chunks 3,3,3,1
   TrainConfig c = small_config("ps", p, B);
   c.transport = Transport::p2p;
-  const RunResult r = train_parameter_server(c, TrainData{data.get(), nullptr});
+  const RunResult r = train_data_parallel(c, TrainData{data.get(), nullptr});
   const auto f = static_cast<std::int64_t>(sizeof(float));
   const auto n = static_cast<std::int64_t>(r.num_params);
   const std::int64_t others = static_cast<std::int64_t>(B) - 3;  // rows not kept by the root
@@ -251,7 +251,7 @@ TEST(Failures, FailingRankEndsRunWithRankNamedNoHang) {
       const auto t0 = std::chrono::steady_clock::now();
       try {
         if (mode == "ps") {
-          train_parameter_server(c, TrainData{&data, nullptr});
+          train_data_parallel(c, TrainData{&data, nullptr});
         } else if (mode == "sharded_ps") {
           train_sharded_ps(c, TrainData{&data, nullptr});
         } else {
@@ -284,7 +284,7 @@ TEST(Agreement, AdamAndAdamWAgreeAcrossModes) {
       c.optimizer.beta1 = 0.85f;
       return c;
     };
-    const RunResult ps = train_parameter_server(config("ps"), td);
+    const RunResult ps = train_data_parallel(config("ps"), td);
     const RunResult sharded = train_sharded_ps(config("sharded_ps"), td);
     const RunResult ar = train_allreduce(config("allreduce"), td);
     expect_trained(ar);
@@ -307,7 +307,7 @@ TEST(Memory, AdamStateIsTwiceSgdsInEveryMode) {
   };
   TrainConfig c = small_config("ps", 3, 60);
   c.optimizer.name = "adamw";
-  const RunResult ps = train_parameter_server(c, td);
+  const RunResult ps = train_data_parallel(c, td);
   const auto n_bytes = static_cast<std::int64_t>(ps.num_params * sizeof(float));
   EXPECT_EQ(state(ps, 0), 2 * n_bytes);
   EXPECT_EQ(state(ps, 1), 0);
@@ -326,7 +326,7 @@ TEST(Config, BadValuesAreInputErrors) {
   const TrainData td{data.get(), nullptr};
   EXPECT_THROW(train_allreduce(small_config("allreduce", 0, 8), td), InputError);
   EXPECT_THROW(train_allreduce(small_config("allreduce", 4, 0), td), InputError);
-  EXPECT_THROW(train_parameter_server(small_config("ps", 101, 8), td), InputError);  // ranks > samples
+  EXPECT_THROW(train_data_parallel(small_config("ps", 101, 8), td), InputError);  // ranks > samples
   EXPECT_THROW(train_allreduce(small_config("allreduce", 3, 8), td), InputError);    // 8 % 3 != 0
   TrainConfig bad_transport = small_config("ps", 2, 8);
   EXPECT_THROW((void)parse_transport("carrier-pigeon"), InputError);
@@ -358,7 +358,7 @@ TEST(Progress, ReportsCarryStepsLossAndThroughput) {
     TrainConfig c = small_config(mode, 1, 64);
     c.progress = [&reports](const Progress& p) { reports.push_back(p); };
     c.progress_interval_s = 1e9;
-    const RunResult r = mode == "ps"          ? train_parameter_server(c, td)
+    const RunResult r = mode == "ps"          ? train_data_parallel(c, td)
                         : mode == "allreduce" ? train_allreduce(c, td)
                                               : train_sharded_ps(c, td);
     ASSERT_EQ(reports.size(), 1u) << mode;
@@ -372,7 +372,7 @@ TEST(Progress, ReportsCarryStepsLossAndThroughput) {
     c.progress_interval_s = 0;
     c.world_size = 2;
     if (mode == "ps") {
-      train_parameter_server(c, td);
+      train_data_parallel(c, td);
     } else if (mode == "allreduce") {
       train_allreduce(c, td);
     } else {

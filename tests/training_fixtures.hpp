@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "allreduce/ddp_trainer.hpp"
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "train/training.hpp"
 
@@ -75,7 +75,7 @@ inline TrainConfig small_dlrm_config(const DlrmShape& shape, int world_size, std
 // Trains `c` on `data` (no test split) with its mode's trainer: ps, sharded_ps or allreduce.
 inline RunResult train_mode(const TrainConfig& c, const Dataset& data) {
   const TrainData td{&data, nullptr};
-  if (c.mode == Mode::ps) return train_parameter_server(c, td);
+  if (c.mode == Mode::ps) return train_data_parallel(c, td);
   if (c.mode == Mode::sharded_ps) return train_sharded_ps(c, td);
   return train_allreduce(c, td);
 }

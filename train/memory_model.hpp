@@ -1,6 +1,6 @@
 // The memory model: per-rank bytes by category (core/memory.hpp's MemoryCategory) of a training
 // step, for any model size, world size and optimizer, written from what each strategy allocates
-// (ps/parameter_server.cpp, train/replica_rank.cpp, sharded_ps/sharded_ps.cpp,
+// (ps/data_parallel.cpp, train/replica_rank.cpp, sharded_ps/sharded_ps.cpp,
 // train/optimizer.cpp, workloads/dataloader.cpp). Each strategy's own terms live in its folder
 // (its Strategy::memory trait); the pieces they share are here. With N parameters, p ranks, a
 // global batch B split into local batches b, C classes, F input features and s optimizer state

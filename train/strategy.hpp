@@ -53,9 +53,9 @@ struct Strategy {
   // True when rank 0 alone holds state the others do not (a root: master parameters,
   // optimizer state, the full batch), so rank 0's memory above the mean is the strategy's cost.
   bool has_root = false;
-  // True for the strategy every other one is compared with (ps: the DataParallel baseline).
-  // Exactly one strategy of the registry is the reference.
-  bool reference = false;
+  // True for the baseline: the strategy every other one is compared with (ps, DataParallel).
+  // Exactly one strategy of the registry is the baseline.
+  bool baseline = false;
   // The curves `dpbench project` draws for this strategy, one per transport it models; a run's
   // transport picks its curve, and with it whether the run overlaps backward.
   std::vector<ProjectedMode> projected;

@@ -124,7 +124,7 @@ void print_summary(const nlohmann::json& doc) {
   const int largest = doc["points"].empty() ? 1 : doc["points"].back()["world_size"].get<int>();
   for (const auto& c : doc["crossovers"]) {
     const auto mode = c["mode"].get<std::string>();
-    const auto ref = c["reference"].get<std::string>();
+    const auto ref = c["baseline"].get<std::string>();
     if (c["world_size"].is_null()) {
       fmt::print("{} does not overtake {} by 5% up to {} ranks\n", mode, ref, largest);
     } else {

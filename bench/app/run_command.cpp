@@ -45,7 +45,7 @@ double mean_peak(const RunResult& r) {
 // "allreduce runs at 1.52x (1.47-1.60 over 3 repetitions)", or, when the repetitions' ratios
 // straddle 1, "sharded_ps does not differ beyond noise (0.91-1.12x over 3 repetitions)".
 std::string verdict_clause(Mode mode, const nlohmann::json& doc) {
-  const auto& ratio = doc.at("ratio_to_reference");
+  const auto& ratio = doc.at("ratio_to_baseline");
   const double lo = ratio.at("min").get<double>(), hi = ratio.at("max").get<double>();
   const std::size_t n = ratio.at("by_repetition").size();
   if (n < 2) return fmt::format("{} runs at {:.2f}x (1 repetition: no spread)", mode, ratio.at("median").get<double>());
@@ -164,28 +164,28 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
   print_verdict(runs, docs);
 }
 
-// The verdict a reader wants first: every other strategy against the reference, with spreads.
+// The verdict a reader wants first: every other strategy against the baseline, with spreads.
 void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
-  const RunResult* ref = nullptr;
+  const RunResult* base = nullptr;
   for (const auto& r : runs) {
-    if (ref == nullptr && find_strategy(r.config.mode).reference) ref = &r;
+    if (base == nullptr && find_strategy(r.config.mode).baseline) base = &r;
   }
-  if (ref == nullptr) return;
+  if (base == nullptr) return;
   std::string clauses;
   std::size_t others = 0;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunResult& r = runs[i];
-    if (find_strategy(r.config.mode).reference) continue;
+    if (find_strategy(r.config.mode).baseline) continue;
     clauses += (others++ == 0 ? "" : ", ") + verdict_clause(r.config.mode, docs[i]);
   }
   if (others == 0) return;
   std::string memory;
-  if (find_strategy(ref->config.mode).has_root) {
-    const double share = static_cast<double>(ref->ranks.front().memory.peak_bytes) / mean_peak(*ref);
-    memory = fmt::format("; the {} root holds {:.2f}x the mean per-rank memory", ref->config.mode, share);
+  if (find_strategy(base->config.mode).has_root) {
+    const double share = static_cast<double>(base->ranks.front().memory.peak_bytes) / mean_peak(*base);
+    memory = fmt::format("; the {} root holds {:.2f}x the mean per-rank memory", base->config.mode, share);
   }
-  fmt::print("\nAt {} rank{}, against {}'s throughput: {}{}.\n", ref->config.world_size,
-             ref->config.world_size == 1 ? "" : "s", ref->config.mode, clauses, memory);
+  fmt::print("\nAt {} rank{}, against {}'s throughput: {}{}.\n", base->config.world_size,
+             base->config.world_size == 1 ? "" : "s", base->config.mode, clauses, memory);
 }
 
 // What qualifies the table and its verdict (ranks time-sliced on fewer cores, idle ranks, the
@@ -512,17 +512,17 @@ std::size_t median_repetition(const std::vector<RunResult>& reps) {
 }
 
 // The spread of a run's repetitions into its document: throughput per repetition and, for a mode
-// compared with the reference strategy, its throughput ratio per repetition (same repetition,
+// compared with the baseline strategy, its throughput ratio per repetition (same repetition,
 // same conditions) with median, min and max.
-void add_repetitions(nlohmann::json& doc, const std::vector<RunResult>& reps, const std::vector<RunResult>* reference) {
+void add_repetitions(nlohmann::json& doc, const std::vector<RunResult>& reps, const std::vector<RunResult>* baseline) {
   std::vector<double> tput, ratio;
   for (std::size_t i = 0; i < reps.size(); ++i) {
     tput.push_back(wall_throughput(reps[i]));
-    if (reference != nullptr) ratio.push_back(tput.back() / std::max(wall_throughput((*reference)[i]), 1e-12));
+    if (baseline != nullptr) ratio.push_back(tput.back() / std::max(wall_throughput((*baseline)[i]), 1e-12));
   }
   doc["repetitions"] = {{"count", reps.size()}, {"throughput_samples_per_s", tput}};
-  if (reference == nullptr) return;
-  doc["ratio_to_reference"] = {{"reference", reference->front().config.mode},
+  if (baseline == nullptr) return;
+  doc["ratio_to_baseline"] = {{"baseline", baseline->front().config.mode},
                                {"median", quantile(ratio, 0.5)},
                                {"min", *std::min_element(ratio.begin(), ratio.end())},
                                {"max", *std::max_element(ratio.begin(), ratio.end())},
@@ -668,9 +668,9 @@ int train_and_report(const RunOptions& o) {
   nlohmann::json reference_runs = nlohmann::json::array(), reference_failures = nlohmann::json::array();
 
   std::vector<std::vector<RunResult>> by_mode = train_modes(o, s, data);
-  const std::vector<RunResult>* reference_reps = nullptr;
+  const std::vector<RunResult>* baseline_reps = nullptr;
   for (const auto& reps : by_mode) {
-    if (reference_reps == nullptr && find_strategy(reps.front().config.mode).reference) reference_reps = &reps;
+    if (baseline_reps == nullptr && find_strategy(reps.front().config.mode).baseline) baseline_reps = &reps;
   }
   const nlohmann::json band = reference ? reference_band(o, s, data, by_mode) : nlohmann::json();
   std::vector<RunResult> runs;
@@ -684,7 +684,7 @@ int train_and_report(const RunOptions& o) {
     // The other processes wait without spinning while rank 0 runs the reference.
     if (reference && s.launch.multi_process) mpi_idle_barrier();
     docs.push_back(run_to_json(r));
-    add_repetitions(docs.back(), reps, &reps == reference_reps ? nullptr : reference_reps);
+    add_repetitions(docs.back(), reps, &reps == baseline_reps ? nullptr : baseline_reps);
     runs.push_back(r);
   }
 

@@ -504,7 +504,7 @@ class FunctionTests(unittest.TestCase):
         self.assertIn("spread 20.0 %", row.status)
 
     def test_check_doc_rejects_non_dpbench_documents(self):
-        for bad in ([], {"schema": {"name": "dpbench-result", "version": 3}, "runs": [{}]},
+        for bad in ([], {"schema": {"name": "dpbench-result", "version": 4}, "runs": [{}]},
                     {"schema": {"name": "dpbench-result", "version": 2}, "runs": []},
                     {"schema": {"name": "dpbench-result", "version": 2}, "runs": [{"mode": "ps"}]}):
             with self.assertRaises(compare.InputError):
@@ -512,24 +512,24 @@ class FunctionTests(unittest.TestCase):
 
 
 
-def with_traits(run, name, transport, reference, label=None):
+def with_traits(run, name, transport, baseline, label=None):
     """The run renamed to strategy `name`, carrying the traits a result file records."""
     run = copy.deepcopy(run)
     run["mode"], run["transport"] = name, transport
     run["config"]["mode"] = name
     run["strategy"] = {"name": name, "label": label or f"{name} ({transport})",
-                       "transport": transport, "reference": reference,
-                       "overlaps_backward": not reference, "has_root": reference,
+                       "transport": transport, "baseline": baseline,
+                       "overlaps_backward": not baseline, "has_root": baseline,
                        "projection": name, "busbw_factor": None}
     return run
 
 
 class StrategyTraitTests(unittest.TestCase):
-    """The comparison reads the reference role and transports from the runs' traits; these files
+    """The comparison reads the baseline role and transports from the runs' traits; these files
     use strategy names compare.py has never seen."""
 
     def made_up_doc(self, ref_ms, other_ms, third_ms):
-        """A file with a reference `dp_baseline` and two other strategies, as a new dpbench with
+        """A file with a baseline `dp_baseline` and two other strategies, as a new dpbench with
         a third strategy would write it."""
         doc = synthetic_doc([ref_ms * 1e-3] * 20, [other_ms * 1e-3] * 20)
         ref, other = doc["runs"]
@@ -540,7 +540,7 @@ class StrategyTraitTests(unittest.TestCase):
                        with_traits(third, "sharded_ps", "collective", False)]
         return doc
 
-    def test_every_other_strategy_is_paired_with_the_reference(self):
+    def test_every_other_strategy_is_paired_with_the_baseline(self):
         doc = self.made_up_doc(10.0, 8.0, 5.0)
         ratios = {pair: r for (_, pair), r in compare.mode_ratios(doc).items()}
         self.assertEqual(set(ratios), {"ring_sync/ring / dp_baseline/chain",
@@ -592,12 +592,12 @@ class StrategyTraitTests(unittest.TestCase):
         self.assertTrue(all("fp16" in r.figure or "fp16" in r.run for r in report.regressions),
                         [(r.run, r.figure) for r in report.regressions])
 
-    def test_no_reference_no_ratio(self):
+    def test_no_baseline_no_ratio(self):
         doc = self.made_up_doc(10.0, 8.0, 5.0)
-        doc["runs"][0]["strategy"]["reference"] = False
+        doc["runs"][0]["strategy"]["baseline"] = False
         self.assertEqual(compare.mode_ratios(doc), {})
         report = compare.compare(doc, doc)
-        self.assertTrue(any("reference strategy" in n for n in report.notes), report.notes)
+        self.assertTrue(any("baseline strategy" in n for n in report.notes), report.notes)
 
     def test_legacy_file_without_traits_pairs_allreduce_with_ps(self):
         # Files written before the traits, which had ps and allreduce only (the committed CI

@@ -113,7 +113,7 @@ def failed_run(mode: str, ranks: int, batch: int, workers: int, error: str, repe
 def document(runs: list) -> dict:
     """A result file around `runs`."""
     return {
-        "schema": {"name": "dpbench-result", "version": 2}, "created": "2026-01-01T00:00:00Z",
+        "schema": {"name": "dpbench-result", "version": 3}, "created": "2026-01-01T00:00:00Z",
         "env": {"git_commit": "abc123def456", "host": "fixture-host", "os": "Linux 6.1 x86_64",
                 "cpu_model": "Fixture CPU @ 3.0GHz", "cpu_cores": 8, "compiler": "GNU 12.2.0",
                 "cxx_flags": "-O3 -DNDEBUG", "build_type": "Release", "blas": "OpenBLAS 0.3.21",
@@ -221,7 +221,7 @@ def projection_fixture() -> dict:
     measured = [{"world_size": p, "mode": m, "step_time_s": compute * 1.1, "predicted_step_time_s": compute,
                  "relative_error": -0.09, "model_applies": p < 4, "global_batch": 256, "num_workers": 0}
                 for p in (2, 4) for m in ("allreduce", "ps_collective", "ps_p2p")]
-    return {"schema": {"name": "dpbench-projection", "version": 1},
+    return {"schema": {"name": "dpbench-projection", "version": 2},
             "link": {"name": "pcie4", "alpha_s": 5e-6, "beta_s_per_byte": beta},
             "calibration": {"calibration_run": {"global_batch": 256, "mode": "allreduce", "num_workers": 0}},
             "points": points, "crossover_world_size": 4, "measured": measured}
@@ -250,7 +250,7 @@ def simulated_projection_fixture() -> dict:
     topology = {"ranks_per_node": 2, "nodes_per_leaf": 2, "oversubscription": 2.0, "preset": "fixture-preset",
                 "preset_source": "two ranks per node on a made-up NIC", "what_if": True,
                 "platform_at_max_ranks": {}, "simulator": "SimGrid (sim/simulate.hpp)", "compute": "per rank"}
-    return {"schema": {"name": "dpbench-projection", "version": 1},
+    return {"schema": {"name": "dpbench-projection", "version": 2},
             "link": {"name": "pcie4", "alpha_s": 5e-6, "beta_s_per_byte": 1 / 25e9},
             "points": points, "measured": [], "findings": findings, "topology": topology}
 
@@ -437,11 +437,11 @@ class RichReportTest(unittest.TestCase):
         self.assertEqual(f"{len(ALL_FIGURES)}/{len(ALL_FIGURES)}", chromium_images_loaded(self.out / "report.html"))
 
 
-def with_strategy(run: dict, name: str, transport: str, reference: bool, has_root: bool) -> dict:
+def with_strategy(run: dict, name: str, transport: str, baseline: bool, has_root: bool) -> dict:
     """The run renamed to strategy `name`, carrying the traits a result file records."""
     run = dict(run, mode=name, transport=transport, config=dict(run["config"], mode=name))
     run["strategy"] = {"name": name, "label": f"{name} ({transport})", "transport": transport,
-                       "reference": reference, "overlaps_backward": not has_root,
+                       "baseline": baseline, "overlaps_backward": not has_root,
                        "has_root": has_root, "projection": name, "busbw_factor": None}
     return run
 
@@ -468,13 +468,13 @@ class MadeUpStrategyTest(unittest.TestCase):
         for p in proj["points"] + proj["measured"]:
             p["mode"] = rename[p["mode"]]
         proj["modes"] = [{"mode": "dp_baseline", "strategy": "dp_baseline", "label": "dp_baseline (chain)",
-                          "transport": "chain", "reference": True},
+                          "transport": "chain", "baseline": True},
                          {"mode": "ring_sync", "strategy": "ring_sync", "label": "ring_sync (ring)",
-                          "transport": "ring", "reference": False},
+                          "transport": "ring", "baseline": False},
                          {"mode": "sharded_ps", "strategy": "sharded_ps", "label": "sharded_ps (collective)",
-                          "transport": "collective", "reference": False}]
-        proj["crossovers"] = [{"mode": "ring_sync", "reference": "dp_baseline", "world_size": 8},
-                              {"mode": "sharded_ps", "reference": "dp_baseline", "world_size": None}]
+                          "transport": "collective", "baseline": False}]
+        proj["crossovers"] = [{"mode": "ring_sync", "baseline": "dp_baseline", "world_size": 8},
+                              {"mode": "sharded_ps", "baseline": "dp_baseline", "world_size": None}]
         del proj["crossover_world_size"]
         proc = run_report(cls.tmp / "out", [write_json(cls.tmp / "r.json", doc)],
                           projection=write_json(cls.tmp / "p.json", proj))
@@ -607,8 +607,8 @@ class OneVerdictTest(unittest.TestCase):
         run["repetitions"] = {"count": len(throughputs), "throughput_samples_per_s": throughputs}
         run["throughput_samples_per_s"] = statistics.median(throughputs)
         if ratios is not None:
-            run["ratio_to_reference"] = {"by_repetition": ratios, "min": min(ratios), "max": max(ratios),
-                                         "median": statistics.median(ratios), "reference": "ps"}
+            run["ratio_to_baseline"] = {"by_repetition": ratios, "min": min(ratios), "max": max(ratios),
+                                        "median": statistics.median(ratios), "baseline": "ps"}
         return run
 
     def test_a_range_that_holds_one_is_noise_in_the_report_too(self):

@@ -9,7 +9,7 @@ from the result JSON itself:
   step-time error bar whole, with headroom;
 - spread: throughput that has repetitions is drawn with a bar from the smallest to the largest
   repetition, and the throughput-vs-world-size figure names every line in its legend;
-- one order: ps (the reference) first, then the others as the file first names them, in the run
+- one order: ps (the baseline) first, then the others as the file first names them, in the run
   table, the failed points, the verdict and its notes, every legend, panel and bar group, and the
   projection's curves;
 - overlap: the hatched "comm hidden by overlap" segment only at more than one rank, for a strategy
@@ -59,18 +59,19 @@ from test_report import (document, failed_run, make_run, projection_fixture, sim
 
 
 def traits_of(run: dict) -> dict:
-    """label, reference, overlaps_backward of a run: its strategy block, else what a file from
-    before the traits means (ps: the reference, no overlap; allreduce: ring, overlaps)."""
+    """label, baseline, overlaps_backward of a run: its strategy block (schema version 3's
+    "baseline", the "reference" of versions before it), else what a file from before the traits
+    means (ps: the baseline, no overlap; allreduce: ring, overlaps)."""
     if isinstance(run.get("strategy"), dict):
         s = run["strategy"]
-        return {"label": s["label"], "reference": bool(s["reference"]),
+        return {"label": s["label"], "baseline": bool(s["baseline"] if "baseline" in s else s["reference"]),
                 "overlaps_backward": bool(s["overlaps_backward"])}
     if run["mode"] == "ps":
-        return {"label": f"ps ({run.get('transport', 'collective')})", "reference": True,
+        return {"label": f"ps ({run.get('transport', 'collective')})", "baseline": True,
                 "overlaps_backward": False}
     if run["mode"] == "allreduce":
-        return {"label": "allreduce (ring)", "reference": False, "overlaps_backward": True}
-    return {"label": run["mode"], "reference": False, "overlaps_backward": False}
+        return {"label": "allreduce (ring)", "baseline": False, "overlaps_backward": True}
+    return {"label": run["mode"], "baseline": False, "overlaps_backward": False}
 
 
 def expected_order(doc: dict, key: str = "label") -> list:
@@ -78,7 +79,7 @@ def expected_order(doc: dict, key: str = "label") -> list:
     first = {}
     for i, run in enumerate(doc["runs"]):
         t = traits_of(run)
-        first.setdefault(t["label"] if key == "label" else run["mode"], (not t["reference"], i))
+        first.setdefault(t["label"] if key == "label" else run["mode"], (not t["baseline"], i))
     return sorted(first, key=first.get)
 
 
@@ -123,8 +124,8 @@ def tallest_bar_ms(doc: dict) -> float:
 def compared_world(doc: dict) -> int:
     """The largest world size at which a reference and another strategy ran the same setting."""
     keys = grid(doc)
-    refs = {(w, b, n) for (label, w, b, n), runs in keys.items() if traits_of(runs[0])["reference"]}
-    others = {(w, b, n) for (label, w, b, n), runs in keys.items() if not traits_of(runs[0])["reference"]}
+    refs = {(w, b, n) for (label, w, b, n), runs in keys.items() if traits_of(runs[0])["baseline"]}
+    others = {(w, b, n) for (label, w, b, n), runs in keys.items() if not traits_of(runs[0])["baseline"]}
     return max(w for w, _, _ in refs & others)
 
 
@@ -133,7 +134,7 @@ def expected_ratio_texts(doc: dict) -> list:
     compared world size: the median over matched settings of the ratio of median throughputs."""
     world = compared_world(doc)
     keys = grid(doc)
-    [ref] = {label for (label, _, _, _), runs in keys.items() if traits_of(runs[0])["reference"]}
+    [ref] = {label for (label, _, _, _), runs in keys.items() if traits_of(runs[0])["baseline"]}
     ref_name = ref.split(" (")[0]
     texts = []
     for label in expected_order(doc):
@@ -156,10 +157,10 @@ def expected_imbalance_text(doc: dict) -> str:
     repetitions, then the median over the settings matched by another strategy, as "1.87x"."""
     world = compared_world(doc)
     keys = grid(doc)
-    others = {(w, b, n) for (label, w, b, n), runs in keys.items() if not traits_of(runs[0])["reference"]}
+    others = {(w, b, n) for (label, w, b, n), runs in keys.items() if not traits_of(runs[0])["baseline"]}
     values = [statistics.median(r["memory"]["imbalance_max_over_mean"] for r in runs)
               for (label, w, b, n), runs in keys.items()
-              if traits_of(runs[0])["reference"] and w == world and (w, b, n) in others]
+              if traits_of(runs[0])["baseline"] and w == world and (w, b, n) in others]
     return f"{statistics.median(values):.2f}x"
 
 

@@ -1,4 +1,4 @@
-#include "ps/parameter_server.hpp"
+#include "ps/data_parallel.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -39,7 +39,7 @@ std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size) {
   return sizes;
 }
 
-void validate_parameter_server(const TrainConfig& config, const Dataset& train) {
+void validate_data_parallel(const TrainConfig& config, const Dataset& train) {
   validate_config(config, train);
   if (config.model.sync_bn) {
     throw InputError("--sync-bn: not available in ps mode (DataParallel normalises each replica's chunk "
@@ -59,9 +59,9 @@ namespace {
 
 // One rank of DataParallel: a replica on every rank; on the root (rank 0) also the master
 // parameters, their gradients, the optimizer, the whole batch and its logits.
-class PsRank final : public ModeRank {
+class DataParallelRank final : public ModeRank {
  public:
-  explicit PsRank(const RankSetup& s);
+  explicit DataParallelRank(const RankSetup& s);
 
   Model& model() override { return *model_; }
   float* master_params() override { return master_params_.data(); }
@@ -184,7 +184,7 @@ class PsRank final : public ModeRank {
   std::vector<float> scratch_;
 };
 
-PsRank::PsRank(const RankSetup& s)
+DataParallelRank::DataParallelRank(const RankSetup& s)
     : s_(s),
       rank_(s.ctx.rank()),
       root_(rank_ == kRoot),
@@ -216,7 +216,7 @@ PsRank::PsRank(const RankSetup& s)
   s.ctx.upload(master_params_.data(), initial.data(), n_);
 }
 
-void PsRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
+void DataParallelRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
   RankContext& ctx = s_.ctx;
   Communicator& comm = ctx.comm();
   if (root_) ctx.synchronize();  // the scatter reads the staged inputs
@@ -239,9 +239,9 @@ void PsRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
 
 }  // namespace
 
-RunResult train_parameter_server(const TrainConfig& config, const TrainData& data) {
-  validate_parameter_server(config, *data.train);
-  return run_step_loop(config, data, [](const RankSetup& s) { return std::make_unique<PsRank>(s); });
+RunResult train_data_parallel(const TrainConfig& config, const TrainData& data) {
+  validate_data_parallel(config, *data.train);
+  return run_step_loop(config, data, [](const RankSetup& s) { return std::make_unique<DataParallelRank>(s); });
 }
 
 }  // namespace dpbench

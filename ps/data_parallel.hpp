@@ -35,13 +35,13 @@ namespace dpbench {
 std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size);
 
 // Throws InputError on a config this mode cannot run with this data (unknown transport, ...).
-void validate_parameter_server(const TrainConfig& config, const Dataset& train);
+void validate_data_parallel(const TrainConfig& config, const Dataset& train);
 
 // Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
-// Throws as validate_parameter_server does, and Error if a rank fails.
-RunResult train_parameter_server(const TrainConfig& config, const TrainData& data);
+// Throws as validate_data_parallel does, and Error if a rank fails.
+RunResult train_data_parallel(const TrainConfig& config, const TrainData& data);
 
 // The strategy's registry entry: trainer and traits (ps/ps_strategy.cpp).
-const Strategy& parameter_server_strategy();
+const Strategy& data_parallel_strategy();
 
 }  // namespace dpbench
