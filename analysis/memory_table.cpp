@@ -52,7 +52,7 @@ void to_mixed_precision(RankMemory& m, double stepped) {
 std::vector<RankMemory> ranks_for(const MemoryOptions& o, Mode mode, int p, double params) {
   const MemoryInputs in = inputs_for(o, mode, p, params);
   std::vector<RankMemory> ranks = find_strategy(mode).memory(in);
-  if (o.precision == "mixed") {
+  if (o.mixed_precision) {
     const double per_state = optimizer_slots(o.base.optimizer.name) * sizeof(float);
     for (auto& m : ranks) to_mixed_precision(m, m[MemoryCategory::optimizer_state] / per_state);
   }
@@ -98,11 +98,8 @@ nlohmann::json builtin_model_json(const TrainConfig& base) {
 }
 
 void check_options(const MemoryOptions& o) {
-  if (o.precision != "fp32" && o.precision != "mixed") {
-    throw InputError(fmt::format("--precision {}: unknown (fp32 or mixed)", o.precision));
-  }
-  if (o.precision == "mixed" && o.params <= 0) {
-    throw InputError("--precision mixed: a projection for a model described by --params (dpbench trains fp32)");
+  if (o.mixed_precision && o.params <= 0) {
+    throw InputError("--mixed-precision: a projection for a model described by --params (dpbench trains fp32)");
   }
   if (o.capacity_gb > 0 && o.params <= 0) throw InputError("--capacity-gb: needs a model described by --params");
   if (o.params > 0 && o.activation_bytes_per_sample < 0) {
@@ -174,7 +171,7 @@ nlohmann::json memory_document(const MemoryOptions& given) {
                         : builtin_model_json(o.base)},
           {"global_batch", o.base.global_batch},
           {"optimizer", o.base.optimizer.name},
-          {"precision", o.precision == "mixed" ? "mixed (projection)" : "fp32"},
+          {"precision", o.mixed_precision ? "mixed (projection)" : "fp32"},
           {"rows", rows},
           {"largest_fitting", fits}};
 }

@@ -24,8 +24,8 @@ struct MemoryOptions {
   double activation_bytes_per_sample = 0;
   double input_bytes_per_sample = 784 * 4;
   double output_bytes_per_sample = 10 * 4;
-  std::string precision = "fp32";  // or "mixed" (a projection)
-  double capacity_gb = 0;          // > 0: the largest parameter count each mode fits
+  bool mixed_precision = false;  // --mixed-precision: a projection (dpbench trains fp32)
+  double capacity_gb = 0;        // > 0: the largest parameter count each mode fits
   std::string out;
 };
 

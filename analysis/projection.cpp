@@ -167,33 +167,34 @@ std::optional<ProjectionLink> link_from_cluster(const std::vector<const nlohmann
 // runs. Throws InputError when nothing of the asked kind was measured.
 ProjectionLink choose_link(const ProjectOptions& o, const std::vector<const nlohmann::json*>& runs,
                            const nlohmann::json* collectives, double param_bytes) {
-  if (o.link != "measured" && o.link != "memory") return {link_preset(o.link), "device"};
-  const bool memory = o.link == "memory";
+  if (o.link_model != "measured" && o.link_model != "memory") return {link_preset(o.link_model), "device"};
+  const bool memory = o.link_model == "memory";
   if (collectives != nullptr) {
     const std::vector<std::string> families = memory
                                                   ? std::vector<std::string>{"BM_AllReduce"}
                                                   : std::vector<std::string>{"BM_AllReduceGlooRing", "BM_AllReduceMpi"};
     if (auto link = link_from_collectives(*collectives, param_bytes, families)) {
-      link->name = o.link;
+      link->name = o.link_model;
       return {*link, memory ? "memory" : "inter-process"};
     }
     throw InputError(fmt::format(
         "{}: no {} results with busbw{}", o.collectives, memory ? "BM_AllReduce" : "inter-process all-reduce",
         memory ? ""
                : " (BM_AllReduce alone is in-process memory copies: run dpbench_collectives under mpirun, "
-                 "or pass --link memory)"));
+                 "or pass --link-model memory)"));
   }
   if (memory) {
     if (auto link = link_from_runs(runs, "memory")) return *link;
-    throw InputError("--link memory: no run of thread ranks (--comm local on the CPU) at 2+ ranks reports a bus "
+    throw InputError("--link-model memory: no run of thread ranks (--comm local on the CPU) at 2+ ranks reports a bus "
                      "bandwidth (an allreduce run does)");
   }
   for (auto found : {link_from_cluster(runs), link_from_runs(runs, "device"), link_from_runs(runs, "inter-process")}) {
     if (found) return *found;
   }
-  throw InputError("--link measured: the files measured no link between processes (run with --nodes N --link RATE "
-                   "or --comm gloo|mpi, pass --collectives from dpbench_collectives under mpirun, pass --link "
-                   "memory for the in-process copies of thread ranks, or a preset: pcie4|pcie5|nvlink4|ib-ndr)");
+  throw InputError(
+      "--link-model measured: the files measured no link between processes (run with --nodes N --link RATE "
+      "or --comm gloo|mpi, pass --collectives from dpbench_collectives under mpirun, pass --link-model "
+      "memory for the in-process copies of thread ranks, or a preset: pcie4|pcie5|nvlink4|ib-ndr)");
 }
 
 // Whether `run` was measured over the projection's link: the same kind, and for an emulated
@@ -548,13 +549,14 @@ nlohmann::json project_described(const ProjectOptions& given) {
         fmt::format("--scaling {}: --model projects weak scaling (each rank keeps --per-rank-batch)", o.scaling));
   }
   const bool h100 = o.topology.preset.find("h100") != std::string::npos;
-  if (o.link == "measured" || o.link == "memory") {
+  if (o.link_model == "measured" || o.link_model == "memory") {
     if (!h100) {
-      throw InputError(fmt::format("--link {}: --model measures no link; give --link pcie4|pcie5|nvlink4|ib-ndr, or "
-                                   "an H100 --topology (which implies nvlink4)",
-                                   o.link));
+      throw InputError(
+          fmt::format("--link-model {}: --model measures no link; give --link-model pcie4|pcie5|nvlink4|ib-ndr, or "
+                      "an H100 --topology (which implies nvlink4)",
+                      o.link_model));
     }
-    o.link = "nvlink4";
+    o.link_model = "nvlink4";
   }
   const std::shared_ptr<const ModelDescription> d = described_model(o.model);
   const DeviceProfile& profile = device_profile(o.device_profile.empty() ? (h100 ? "h100" : "described")
@@ -565,7 +567,7 @@ nlohmann::json project_described(const ProjectOptions& given) {
   scaling.weak = true;
   scaling.per_rank_batch = o.per_rank_batch > 0 ? o.per_rank_batch : 8;
   scaling.global_batch = scaling.per_rank_batch;
-  const ProjectionLink link{link_preset(o.link), "device"};
+  const ProjectionLink link{link_preset(o.link_model), "device"};
   nlohmann::json doc;
   doc["schema"] = {{"name", "dpbench-projection"}, {"version", 2}};
   doc["created"] = utc_timestamp();

@@ -18,11 +18,11 @@
 namespace dpbench {
 
 struct ProjectOptions {
-  std::vector<std::string> results;  // dpbench result / sweep files
-  std::string model;                 // --model: a described model instead of result files
-  std::string device_profile;        // --model: the device its times are rescaled to ("" -> by topology)
-  std::string link = "measured";     // or "memory", or a preset: pcie4, pcie5, nvlink4, ib-ndr
-  std::string collectives;           // Google Benchmark JSON of dpbench_collectives (measured link)
+  std::vector<std::string> results;     // dpbench result / sweep files
+  std::string model;                    // --model: a described model instead of result files
+  std::string device_profile;           // --model: the device its times are rescaled to ("" -> by topology)
+  std::string link_model = "measured";  // or "memory", or a preset: pcie4, pcie5, nvlink4, ib-ndr
+  std::string collectives;              // Google Benchmark JSON of dpbench_collectives (measured link)
   int max_ranks = 1024;
   std::string scaling;        // "" or "strong": fixed global batch; "weak": fixed per-rank batch
   double per_rank_batch = 0;  // > 0: weak scaling at this many samples per rank

@@ -10,7 +10,7 @@ point are aggregated by median; failed sweep points are listed, not plotted; the
 `dpbench run --reference pytorch` are tabled beside the dpbench runs they reproduce). --collectives is
 Google Benchmark JSON from bench/micro/dpbench_collectives; --projection is a `dpbench project`
 file; --memory is a `dpbench memory` file (the memory model per mode, world size and role; give
-it again for another, e.g. --precision mixed: each draws its own figure). `dpbench report ...`
+it again for another, e.g. --mixed-precision: each draws its own figure). `dpbench report ...`
 runs this script with the same arguments.
 
 For: putting the verdict, the run table, PyTorch on the same work, the figures (figures.py), the

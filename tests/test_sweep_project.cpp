@@ -272,7 +272,7 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   doc["runs"][1]["device"] = "cuda";  // a GPU run: measured over a device link, as the preset is
   doc["runs"][1]["virtual_ranks"] = false;
   ProjectOptions o;
-  o.link = "pcie4";
+  o.link_model = "pcie4";
   o.scaling = "weak";
   o.max_ranks = 1024;
   const auto proj = project(o, {doc}, nullptr);
@@ -337,11 +337,11 @@ TEST(Project, MemoryCopiesOfThreadRanksAreTheLinkOnlyWhenAskedFor) {
   // The default: a link between processes. Thread ranks (--comm local) measured memory copies.
   try {
     project(o, {doc}, nullptr);
-    ADD_FAILURE() << "--link measured accepted in-process memory copies";
+    ADD_FAILURE() << "--link-model measured accepted in-process memory copies";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--link memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--link-model memory"), std::string::npos) << e.what();
   }
-  o.link = "memory";
+  o.link_model = "memory";
   auto proj = project(o, {doc}, nullptr);
   EXPECT_EQ(proj["link"]["kind"], "memory");
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 4.0, 1e-9);
@@ -355,13 +355,13 @@ TEST(Project, MemoryCopiesOfThreadRanksAreTheLinkOnlyWhenAskedFor) {
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 3.0, 1e-9);
   // Over gloo (processes, TCP) the run's busbw is a measured inter-process link: the default.
   doc["runs"][1]["comm"] = "gloo";
-  o.link = "measured";
+  o.link_model = "measured";
   proj = project(o, {doc}, nullptr);
   EXPECT_EQ(proj["link"]["kind"], "inter-process");
   EXPECT_EQ(proj["link"]["collectives"], "gloo");
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 3.0, 1e-9);
-  // --link memory now finds no thread-rank run to take memory copies from.
-  o.link = "memory";
+  // --link-model memory now finds no thread-rank run to take memory copies from.
+  o.link_model = "memory";
   EXPECT_THROW(project(o, {doc}, nullptr), InputError);
 }
 
@@ -382,7 +382,7 @@ TEST(Project, CollectivesGiveTheInterProcessAllReduceUnlessMemoryIsAskedFor) {
   auto proj = project(o, {doc}, &both);
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 2.0, 1e-9);
   EXPECT_EQ(proj["link"]["collectives"], "gloo");
-  o.link = "memory";
+  o.link_model = "memory";
   proj = project(o, {doc}, &both);
   EXPECT_NEAR(proj["link"]["bandwidth_GBps"].get<double>(), 9.0, 1e-9);
   EXPECT_EQ(proj["link"]["collectives"], "ring");
@@ -434,7 +434,7 @@ TEST(Project, EmulatedLinkIsTheDefaultAndEachClusterRunIsJudgedOnItsOwnLink) {
 TEST(Project, StrongScalingSplitsTheGlobalBatchAndWeakKeepsTheRankBatch) {
   nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
   ProjectOptions o;
-  o.link = "pcie4";
+  o.link_model = "pcie4";
   auto proj = project(o, {doc}, nullptr);
   // Strong: 100 samples split over p ranks, up to the last world size with a sample per rank.
   EXPECT_EQ(proj["points"].back()["world_size"], 64);
@@ -459,7 +459,7 @@ TEST(Project, MarksRanksBeyondCoresAndNeedsOneRankRun) {
   ps4["comm"] = "gloo";
   nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), ps4}}};
   ProjectOptions o;
-  o.link = "measured";  // no run at 2+ ranks reports a bus bandwidth: nothing measured the link
+  o.link_model = "measured";  // no run at 2+ ranks reports a bus bandwidth: nothing measured the link
   EXPECT_THROW(project(o, {doc}, nullptr), InputError);
   nlohmann::json ar2 = fake_run("allreduce", 2, 0.2, 0.05);
   ar2["comm"] = "gloo";
@@ -470,7 +470,7 @@ TEST(Project, MarksRanksBeyondCoresAndNeedsOneRankRun) {
   EXPECT_NE(proj["measured"][0]["note"].get<std::string>().find("4 ranks on 2 cores"), std::string::npos);
   EXPECT_TRUE(proj["measured"][1]["model_applies"].get<bool>());
 
-  o.link = "pcie5";
+  o.link_model = "pcie5";
   nlohmann::json no_single = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("ps", 2, 0.3, 0.1)}}};
   EXPECT_THROW(project(o, {no_single}, nullptr), InputError);
 }
@@ -484,7 +484,7 @@ TEST(Project, VirtualGpuRanksAreMarkedModelDoesNotApply) {
   own["virtual_ranks"] = false;
   nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), shared, own}}};
   ProjectOptions o;
-  o.link = "nvlink4";
+  o.link_model = "nvlink4";
   const auto proj = project(o, {doc}, nullptr);
   ASSERT_EQ(proj["measured"].size(), 2u);
   EXPECT_FALSE(proj["measured"][0]["model_applies"].get<bool>());
@@ -550,7 +550,7 @@ nlohmann::json one_rank_calibration() {
 }
 ProjectOptions simulated_project_options(int max_ranks) {
   ProjectOptions o;
-  o.link = "ib-ndr";
+  o.link_model = "ib-ndr";
   o.max_ranks = max_ranks;
   o.per_rank_batch = 10;
   o.topology.simulate = true;

@@ -326,8 +326,8 @@ TEST(Config, BadValuesAreInputErrors) {
   const TrainData td{data.get(), nullptr};
   EXPECT_THROW(train_allreduce(small_config("allreduce", 0, 8), td), InputError);
   EXPECT_THROW(train_allreduce(small_config("allreduce", 4, 0), td), InputError);
-  EXPECT_THROW(train_data_parallel(small_config("ps", 101, 8), td), InputError);  // ranks > samples
-  EXPECT_THROW(train_allreduce(small_config("allreduce", 3, 8), td), InputError);    // 8 % 3 != 0
+  EXPECT_THROW(train_data_parallel(small_config("ps", 101, 8), td), InputError);   // ranks > samples
+  EXPECT_THROW(train_allreduce(small_config("allreduce", 3, 8), td), InputError);  // 8 % 3 != 0
   TrainConfig bad_transport = small_config("ps", 2, 8);
   EXPECT_THROW((void)parse_transport("carrier-pigeon"), InputError);
   for (const auto& spoil : std::vector<std::function<void(TrainConfig&)>>{

@@ -44,10 +44,9 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
   app.add_option("--output-bytes-per-sample", o.output_bytes_per_sample,
                  "With --params: a sample's output (logit) bytes")
       ->capture_default_str();
-  app.add_option("--precision", o.precision,
-                 "fp32 (as dpbench trains) or mixed (a projection: fp16 weights, gradients and activations, "
-                 "fp32 master weights with the optimizer state)")
-      ->capture_default_str();
+  app.add_flag("--mixed-precision", o.mixed_precision,
+               "A projection of mixed-precision training (fp16 weights, gradients and activations, fp32 master "
+               "weights with the optimizer state); without it, fp32 as dpbench trains");
   app.add_option("--capacity-gb", o.capacity_gb,
                  "With --params: the largest parameter count each mode fits in this many GB");
   app.add_option("--out,-o", o.out, "Write the dpbench-memory JSON here");

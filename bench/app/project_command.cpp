@@ -66,12 +66,12 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
                      fmt::format("{}", fmt::join(builtin_model_names(), ", ")) +
                      ") or a describer's file. Its tensors cut DDP's buckets, its layer times place their ready "
                      "points, and its compute is rescaled to --device-profile; weak scaling at --per-rank-batch "
-                     "(default 8); needs --link PRESET or an H100 --topology (nvlink4)");
+                     "(default 8); needs --link-model PRESET or an H100 --topology (nvlink4)");
   app.add_option("--device-profile", o.device_profile,
                  "--model: the device its described times are rescaled to: " +
                      fmt::format("{}", fmt::join(device_profile_names(), ", ")) +
                      " (default: h100 with an H100 --topology, else described)");
-  app.add_option("--link", o.link,
+  app.add_option("--link-model", o.link_model,
                  "measured: a link between processes (--collectives' inter-process all-reduce, else the "
                  "files' emulated cluster link, else their GPU or gloo/mpi runs' busbw); memory: the "
                  "in-process copies of thread ranks; or a preset: pcie4, pcie5, nvlink4, ib-ndr")

@@ -4,7 +4,7 @@
 // reference strategy (the parameter server), and the model against every measured multi-rank
 // run with its error there. The link is one measured between processes (emulated cluster,
 // inter-process collectives, GPU runs) unless the user asks for in-process memory copies
-// (--link memory) or a datasheet preset; the curves scale the way the measured runs did (strong:
+// (--link-model memory) or a datasheet preset; the curves scale the way the measured runs did (strong:
 // a fixed global batch) unless asked for weak scaling. Writes a "dpbench-projection" JSON for the report: its "modes" carry each curve's
 // strategy, label, transport and reference role, so the report names no mode itself.
 #pragma once

@@ -523,10 +523,10 @@ void add_repetitions(nlohmann::json& doc, const std::vector<RunResult>& reps, co
   doc["repetitions"] = {{"count", reps.size()}, {"throughput_samples_per_s", tput}};
   if (baseline == nullptr) return;
   doc["ratio_to_baseline"] = {{"baseline", baseline->front().config.mode},
-                               {"median", quantile(ratio, 0.5)},
-                               {"min", *std::min_element(ratio.begin(), ratio.end())},
-                               {"max", *std::max_element(ratio.begin(), ratio.end())},
-                               {"by_repetition", ratio}};
+                              {"median", quantile(ratio, 0.5)},
+                              {"min", *std::min_element(ratio.begin(), ratio.end())},
+                              {"max", *std::max_element(ratio.begin(), ratio.end())},
+                              {"by_repetition", ratio}};
 }
 
 // Rank 0's report: the tables, then the result file (with the network block on an emulated

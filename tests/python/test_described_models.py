@@ -85,7 +85,7 @@ class BucketsEqualPyTorchs(unittest.TestCase):
             for path in MODELS:
                 with self.subTest(model=path.stem):
                     out = Path(tmp) / f"{path.stem}.json"
-                    r = run(DPBENCH, "project", "--model", path.stem, "--link", "nvlink4", "--max-ranks", "1", "-q",
+                    r = run(DPBENCH, "project", "--model", path.stem, "--link-model", "nvlink4", "--max-ranks", "1", "-q",
                             "-o", out)
                     self.assertEqual(r.returncode, 0, r.stderr)
                     ours = json.loads(out.read_text())["calibration"]["described_model"]["ddp_buckets"]
@@ -159,7 +159,7 @@ class BadInput(unittest.TestCase):
             bad = Path(tmp) / "bad.json"
             bad.write_text(json.dumps(doc))
             out = Path(tmp) / "never.json"
-            for command in (["run"], ["memory"], ["project", "--link", "nvlink4"]):
+            for command in (["run"], ["memory"], ["project", "--link-model", "nvlink4"]):
                 r = run(DPBENCH, *command, "--model", bad, "-o", out)
                 self.assert_one_line_error(r, "layers[1].backward_us_per_sample: -3")
             self.assertFalse(out.exists())
