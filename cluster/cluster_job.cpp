@@ -52,11 +52,11 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
   }
   nlohmann::json launcher = {{"name", spec.launcher}};
   if (explicit_init(spec.launcher)) launcher["init_method"] = explicit_init_method(spec, c);
-  if (spec.launcher == ClusterLauncher::torchrun) {
+  if (spec.launcher == Launcher::torchrun) {
     launcher["rdzv_backend"] = spec.rdzv_backend;
     launcher["max_restarts"] = spec.max_restarts;
   }
-  if (spec.launcher == ClusterLauncher::mpirun) launcher["mpi_collectives"] = mpi_collectives_description();
+  if (spec.launcher == Launcher::mpirun) launcher["mpi_collectives"] = mpi_collectives_description();
   return {{"nodes", spec.nodes},
           {"ranks_per_node", spec.ranks_per_node},
           {"launcher", launcher},
@@ -78,18 +78,16 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
 // connection, for over a minute, on a network that is gone. The env and torchrun launchers' processes
 // are the inner stage's own children, killed with it (PR_SET_PDEATHSIG); their ranks treat a
 // parent of PID 1 as a dead one (die_with_parent), so they stay in the caller's PID namespace.
-bool needs_pid_namespace(ClusterLauncher launcher) {
-  return launcher == ClusterLauncher::srun || launcher == ClusterLauncher::mpirun;
-}
+bool needs_pid_namespace(Launcher launcher) { return launcher == Launcher::srun || launcher == Launcher::mpirun; }
 
 }  // namespace
 
 int run_job(const ClusterSpec& spec, const std::vector<std::string>& options) {
   validate(spec);
-  if (spec.launcher == ClusterLauncher::mpirun) check_mpirun_tools();
-  if (spec.launcher == ClusterLauncher::torchrun) check_torchrun_tools(spec);
-  if (spec.launcher == ClusterLauncher::srun) check_srun_tools();
-  const Capability cap = probe_capability(spec.launcher == ClusterLauncher::srun);
+  if (spec.launcher == Launcher::mpirun) check_mpirun_tools();
+  if (spec.launcher == Launcher::torchrun) check_torchrun_tools(spec);
+  if (spec.launcher == Launcher::srun) check_srun_tools();
+  const Capability cap = probe_capability(spec.launcher == Launcher::srun);
   if (cap.how.empty()) throw InputError("--nodes: this machine cannot host an emulated cluster: " + cap.missing);
   std::vector<std::string> args = {kInnerCommand};
   args.insert(args.end(), options.begin(), options.end());
@@ -127,9 +125,9 @@ int run_inner(const ClusterSpec& spec, const std::vector<std::string>& options) 
   });
   std::vector<std::string> args = {kRankCommand};
   args.insert(args.end(), options.begin(), options.end());
-  if (spec.launcher == ClusterLauncher::torchrun) return run_torchrun_job(spec, c, args, lost_node);
-  if (spec.launcher == ClusterLauncher::mpirun) return run_mpirun_job(spec, c, args, lost_node);
-  if (spec.launcher == ClusterLauncher::srun) return run_srun_job(spec, c, args, lost_node);
+  if (spec.launcher == Launcher::torchrun) return run_torchrun_job(spec, c, args, lost_node);
+  if (spec.launcher == Launcher::mpirun) return run_mpirun_job(spec, c, args, lost_node);
+  if (spec.launcher == Launcher::srun) return run_srun_job(spec, c, args, lost_node);
   return run_direct_job(spec, c, args, lost_node);
 }
 

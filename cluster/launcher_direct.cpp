@@ -44,7 +44,7 @@ std::vector<std::string> rank_env(const ClusterSpec& spec, const std::vector<Nod
 }  // namespace
 
 std::string explicit_init_method(const ClusterSpec& spec, const Cluster& c) {
-  if (spec.launcher == ClusterLauncher::file) return fmt::format("file:///run/dpbench-{}.init", getpid());
+  if (spec.launcher == Launcher::file) return fmt::format("file:///run/dpbench-{}.init", getpid());
   return fmt::format("tcp://{}:{}", c.nodes().front().hostname, kMasterPort);
 }
 

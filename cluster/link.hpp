@@ -28,9 +28,9 @@ LinkRate parse_rate(const std::string& text, const std::string& option, double m
 struct ClusterSpec {
   int nodes = 0;  // 0: no emulated cluster
   int ranks_per_node = 1;
-  LinkRate link;                                    // every node's link, both directions
-  std::map<int, LinkRate> link_of;                  // per-node overrides, node index -> rate
-  ClusterLauncher launcher = ClusterLauncher::env;  // how ranks start (core/names.hpp)
+  LinkRate link;                      // every node's link, both directions
+  std::map<int, LinkRate> link_of;    // per-node overrides, node index -> rate
+  Launcher launcher = Launcher::env;  // how ranks start (core/names.hpp)
   std::string rdzv_backend = "c10d";  // torchrun: c10d (its store in node 0's agent) or etcd (etcd on node 0)
   int max_restarts = 0;  // torchrun's --max_restarts; also how often a node whose agent died is started again
 

@@ -27,19 +27,14 @@ constexpr std::array<std::pair<CollectiveFamily, std::string_view>, 2> kFamilies
     {{CollectiveFamily::ring, "ring"}, {CollectiveFamily::gloo, "gloo"}}};
 constexpr std::array<std::pair<Backend, std::string_view>, 4> kBackends{
     {{Backend::local, "local"}, {Backend::mpi, "mpi"}, {Backend::gloo, "gloo"}, {Backend::nccl, "nccl"}}};
-constexpr std::array<std::pair<LauncherKind, std::string_view>, 6> kLaunchers{{{LauncherKind::threads, "threads"},
-                                                                               {LauncherKind::mpirun, "mpirun"},
-                                                                               {LauncherKind::env, "env"},
-                                                                               {LauncherKind::tcp, "tcp"},
-                                                                               {LauncherKind::file, "file"},
-                                                                               {LauncherKind::srun, "srun"}}};
-constexpr std::array<std::pair<ClusterLauncher, std::string_view>, 6> kClusterLaunchers{
-    {{ClusterLauncher::env, "env"},
-     {ClusterLauncher::tcp, "tcp"},
-     {ClusterLauncher::file, "file"},
-     {ClusterLauncher::torchrun, "torchrun"},
-     {ClusterLauncher::mpirun, "mpirun"},
-     {ClusterLauncher::srun, "srun"}}};
+// The launchers a process records, then torchrun, which only an emulated cluster starts.
+constexpr std::array<std::pair<Launcher, std::string_view>, 7> kLaunchers{{{Launcher::threads, "threads"},
+                                                                           {Launcher::mpirun, "mpirun"},
+                                                                           {Launcher::env, "env"},
+                                                                           {Launcher::tcp, "tcp"},
+                                                                           {Launcher::file, "file"},
+                                                                           {Launcher::srun, "srun"},
+                                                                           {Launcher::torchrun, "torchrun"}}};
 
 template <typename Table, typename E>
 std::string_view lookup(const Table& table, E value) {
@@ -109,20 +104,19 @@ Backend parse_backend(std::string_view text, std::string_view option) {
   return parse_in(kBackends, text, option, "backend");
 }
 
-LauncherKind parse_launcher(std::string_view text, std::string_view option) {
-  if (const auto v = find_spelling(kLaunchers, text)) return *v;
+Launcher parse_launcher(std::string_view text, std::string_view option) {
+  if (const auto v = find_spelling(kLaunchers, text); v && *v != Launcher::torchrun) return *v;
   throw InputError(
       fmt::format("{} {}: unknown launcher (choose threads, mpirun, env, tcp, file or srun)", option, text));
 }
 
-ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view option) {
-  if (const auto v = find_spelling(kClusterLaunchers, text)) return *v;
+Launcher parse_cluster_launcher(std::string_view text, std::string_view option) {
+  if (const auto v = find_spelling(kLaunchers, text); v && *v != Launcher::threads) return *v;
   throw InputError(fmt::format("{} {}: expected env, tcp, file, torchrun, mpirun or srun", option, text));
 }
 
 std::string_view name(Backend backend) { return lookup(kBackends, backend); }
-std::string_view name(LauncherKind launcher) { return lookup(kLaunchers, launcher); }
-std::string_view name(ClusterLauncher launcher) { return lookup(kClusterLaunchers, launcher); }
+std::string_view name(Launcher launcher) { return lookup(kLaunchers, launcher); }
 
 std::ostream& operator<<(std::ostream& os, Mode mode) { return os << name(mode); }
 std::ostream& operator<<(std::ostream& os, Transport transport) { return os << name(transport); }
@@ -153,6 +147,6 @@ void from_json(const nlohmann::json& j, CollectiveFamily& family) {
 }
 void to_json(nlohmann::json& j, Backend backend) { j = std::string(name(backend)); }
 void from_json(const nlohmann::json& j, Backend& backend) { backend = parse_backend(j.get<std::string>()); }
-void to_json(nlohmann::json& j, ClusterLauncher launcher) { j = std::string(name(launcher)); }
+void to_json(nlohmann::json& j, Launcher launcher) { j = std::string(name(launcher)); }
 
 }  // namespace dpbench

@@ -65,24 +65,20 @@ enum class Backend {
   nccl,   // GPU ranks: threads, or one per process (mpirun, torchrun, srun, --init-method)
 };
 
-// How this process's ranks came to be (LaunchInfo::launcher, the result's config.launcher).
-enum class LauncherKind {
-  threads,  // every rank a thread of this process
-  mpirun,   // one rank per process, world and rank from MPI
-  env,      // torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): env://
-  tcp,      // --init-method tcp://ADDR:PORT with --rank and --world-size
-  file,     // --init-method file://PATH with --rank and --world-size
-  srun,     // Slurm's variables (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, ...)
-};
-
-// How an emulated cluster (run/sweep --nodes) starts its ranks: --launcher.
-enum class ClusterLauncher {
-  env,       // each rank a process given torchrun's variables
-  tcp,       // each rank a process given --init-method tcp://NODE0:PORT --rank R (PyTorch's explicit form)
-  file,      // the same with --init-method file://PATH, a file in the cluster's private /run
-  torchrun,  // one torchrun agent per node, meeting at a rendezvous on node 0
-  mpirun,    // Open MPI's mpirun on the switch, its daemons started in the nodes
-  srun,      // Slurm: slurmctld on the switch, a slurmd in every node, the job started with srun
+// The launcher: how a job's ranks start. A process finds out which started it
+// (LaunchInfo::launcher, the result's config.launcher); an emulated cluster (run/sweep --nodes)
+// starts its ranks with the one --launcher names (every one but threads).
+enum class Launcher {
+  threads,   // every rank a thread of this process
+  mpirun,    // one rank per process, world and rank from MPI (on a cluster: Open MPI's mpirun on the
+             // switch, its daemons started in the nodes)
+  env,       // torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): env://
+  tcp,       // --init-method tcp://ADDR:PORT with --rank and --world-size (PyTorch's explicit form)
+  file,      // --init-method file://PATH with --rank and --world-size
+  srun,      // Slurm's variables (SLURM_PROCID, SLURM_NTASKS, ...; on a cluster: slurmctld on the
+             // switch, a slurmd in every node, the job started with srun)
+  torchrun,  // on a cluster: one torchrun agent per node, meeting at a rendezvous on node 0 (its
+             // workers then see torchrun's variables: env)
 };
 
 // The mode, transport, device, precision named `text`; InputError naming `option`, `text` and
@@ -106,16 +102,15 @@ std::string_view name(CollectiveFamily family);
 // The backend named `text`; InputError "--comm X: unknown backend (choose local, mpi, gloo or
 // nccl)" otherwise.
 Backend parse_backend(std::string_view text, std::string_view option = "--comm");
-// The launcher named `text` ("threads", "mpirun", "env", "tcp", "file", "srun"); InputError
-// naming `option` and the choices otherwise.
-LauncherKind parse_launcher(std::string_view text, std::string_view option);
-// The cluster launcher named `text` ("env", "tcp", "file", "torchrun", "mpirun", "srun");
-// InputError naming `option` and the choices otherwise.
-ClusterLauncher parse_cluster_launcher(std::string_view text, std::string_view option);
+// The launcher a process records, named `text` ("threads", "mpirun", "env", "tcp", "file",
+// "srun"); InputError naming `option` and the choices otherwise.
+Launcher parse_launcher(std::string_view text, std::string_view option);
+// The launcher an emulated cluster starts its ranks with, named `text` ("env", "tcp", "file",
+// "torchrun", "mpirun", "srun"); InputError naming `option` and the choices otherwise.
+Launcher parse_cluster_launcher(std::string_view text, std::string_view option);
 // The spellings parse_backend, parse_launcher and parse_cluster_launcher accept.
 std::string_view name(Backend backend);
-std::string_view name(LauncherKind launcher);
-std::string_view name(ClusterLauncher launcher);
+std::string_view name(Launcher launcher);
 
 // Each as its name on a stream (test messages, logs).
 std::ostream& operator<<(std::ostream& os, Mode mode);
@@ -141,7 +136,7 @@ void to_json(nlohmann::json& j, CollectiveFamily family);
 void from_json(const nlohmann::json& j, CollectiveFamily& family);
 void to_json(nlohmann::json& j, Backend backend);
 void from_json(const nlohmann::json& j, Backend& backend);
-void to_json(nlohmann::json& j, ClusterLauncher launcher);
+void to_json(nlohmann::json& j, Launcher launcher);
 
 }  // namespace dpbench
 

@@ -367,7 +367,7 @@ void run_gpu_rank(const TrainConfig& config, int rank, int device, bool virtual_
 // The "cuda" launcher (run_rank_contexts): launch/device_launch.hpp's launch over this node's
 // GPUs, each rank run by run_gpu_rank. Throws as launch_device_ranks.
 void run_cuda_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankContextBody& body) {
-  DeviceLauncher gpus;
+  DeviceRanks gpus;
   gpus.devices = cuda::device_count();
   gpus.nccl_version = [] { return nccl_version(); };
   gpus.create_id = [] { return nccl_create_unique_id(); };

@@ -18,7 +18,7 @@ namespace {
 
 // One rank of a torchrun-style launch (run_env_process: the id and the records go through the
 // rendezvous at MASTER_ADDR:MASTER_PORT), on device local_rank % devices.
-void run_env_device_rank(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device) {
+void run_env_device_rank(const LaunchSpec& spec, const RecordCodec& records, const DeviceRanks& device) {
   const ProcessIdentity& me = spec.process;
   const int rank = me.rank;
   const int local_rank = me.local_rank >= 0 ? me.local_rank : rank;
@@ -46,7 +46,7 @@ void run_env_device_rank(const LaunchSpec& spec, const RecordCodec& records, con
 // --comm nccl, one rank of a job whose processes the caller started and gave the ncclUniqueId
 // (spec.process.rank, spec.process.nccl_id): runs it and leaves only its own record.
 // Throws InputError for a rank outside the world or ranks sharing a GPU NCCL refuses.
-void run_caller_launched_rank(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device) {
+void run_caller_launched_rank(const LaunchSpec& spec, const RecordCodec& records, const DeviceRanks& device) {
   const int gpus = device.devices, p = spec.world_size;
   const ProcessIdentity& me = spec.process;
   const int rank = me.rank;
@@ -86,7 +86,7 @@ bool apply_nccl_launch_policy(int ranks_on_node, int devices, const std::string&
   return shared;
 }
 
-void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device) {
+void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, const DeviceRanks& device) {
   if (spec.comm != Backend::local && spec.comm != Backend::nccl) {
     throw InputError(
         fmt::format("--comm {}: moves host buffers; GPU training runs on --comm local or nccl", name(spec.comm)));

@@ -44,7 +44,7 @@ struct CommSource {
 };
 
 // What a device supplies to launch_device_ranks.
-struct DeviceLauncher {
+struct DeviceRanks {
   int devices = 0;  // devices this node can use
   // The linked NCCL's version ("2.28.9"; "" without NCCL), asked only when ranks share a device.
   std::function<std::string()> nccl_version;
@@ -65,7 +65,7 @@ struct DeviceLauncher {
 // other ranks' communicators aborted. Throws InputError for a backend other than local or nccl (it
 // moves host buffers), a process rank out of range, or nccl ranks as threads sharing a device with
 // an NCCL that refuses that (before 2.30: "Duplicate GPU detected"); Error when device.devices < 1.
-void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, const DeviceLauncher& device);
+void launch_device_ranks(const LaunchSpec& spec, const RecordCodec& records, const DeviceRanks& device);
 
 // NCCL's launch policy, applied the same way by every launch path (threads, mpirun,
 // torchrun-style, a rank the caller names), before any NCCL call but the version query:

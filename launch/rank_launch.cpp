@@ -219,7 +219,7 @@ void run_rank_threads(LocalGroup& group, const std::function<void(int rank)>& ra
 namespace {
 
 // The local launcher: every rank a thread of this process, in one in-process group.
-class ThreadRanks final : public Launcher {
+class ThreadRanks final : public RankRunner {
  public:
   explicit ThreadRanks(const LaunchSpec& spec) : spec_(spec) {}
   void run(const RankMain& main) override {
@@ -236,7 +236,7 @@ class ThreadRanks final : public Launcher {
 };
 
 // The mpi launcher: this process's rank under mpirun.
-class MpiRank final : public Launcher {
+class MpiRank final : public RankRunner {
  public:
   MpiRank(const LaunchSpec& spec, const RecordCodec& records) : spec_(spec), records_(records) {}
   void run(const RankMain& main) override {
@@ -254,7 +254,7 @@ class MpiRank final : public Launcher {
 
 // The gloo launcher: this process's rank, meeting the others at rank 0's rendezvous, where gloo's
 // mesh is connected too; every process runs the same runs, so the n-th has one tag.
-class RendezvousRank final : public Launcher {
+class RendezvousRank final : public RankRunner {
  public:
   RendezvousRank(const LaunchSpec& spec, const RecordCodec& records) : spec_(spec), records_(records) {}
   void run(const RankMain& main) override {
@@ -290,7 +290,7 @@ class RendezvousRank final : public Launcher {
 
 }  // namespace
 
-std::unique_ptr<Launcher> make_launcher(const LaunchSpec& spec, const RecordCodec& records) {
+std::unique_ptr<RankRunner> make_rank_runner(const LaunchSpec& spec, const RecordCodec& records) {
   switch (spec.comm) {
     case Backend::local: return std::make_unique<ThreadRanks>(spec);
     case Backend::mpi: return std::make_unique<MpiRank>(spec, records);

@@ -1,9 +1,9 @@
 // The launch room: how the ranks of one run start, meet and report, written once for every way a
-// job starts (core/names.hpp's LauncherKind) and every device. A run hands the room a LaunchSpec
+// job starts (core/names.hpp's Launcher) and every device. A run hands the room a LaunchSpec
 // (its backend, world size, timeout and this process's identity, which launch/resolve.hpp filled
 // from the launcher) and a RecordCodec (how a rank's record crosses a process boundary); the room
 // runs the ranks this process owns and leaves every rank's record on the output process. Training
-// lives elsewhere (train/): a Launcher only calls the rank body it is given.
+// lives elsewhere (train/): a RankRunner only calls the rank body it is given.
 #pragma once
 
 #include <array>
@@ -66,7 +66,8 @@ struct RecordCodec {
 // The body of one rank on the host: its rank, its communicator, its memory tracker.
 using RankMain = std::function<void(int rank, Communicator& comm, MemoryTracker& tracker)>;
 
-// One way a run's CPU ranks start (make_launcher picks it from LaunchSpec::comm):
+// How this process runs its CPU ranks over their backend, whichever launcher started it
+// (make_rank_runner picks it from LaunchSpec::comm):
 //   local: world_size threads of one in-process group. If a rank throws, the group is aborted
 //     (peers blocked in collectives throw Aborted) and the first rank's exception is rethrown with
 //     "rank R: " prepended (InputError stays InputError). A rank stuck outside the communicator
@@ -75,19 +76,19 @@ using RankMain = std::function<void(int rank, Communicator& comm, MemoryTracker&
 //     MPI_Abort (exit 1, or 2 for bad input); then every record is gathered to rank 0.
 //   gloo: this process's rank (process.rank); the ranks meet at the rendezvous (meet_ranks),
 //     where gloo's mesh connects too; a failing rank tells the others through the rendezvous.
-class Launcher {
+class RankRunner {
  public:
-  virtual ~Launcher() = default;
+  virtual ~RankRunner() = default;
   // Runs main for every rank this process owns; every rank's record reaches the output process.
   virtual void run(const RankMain& main) = 0;
 };
 
-// The launcher of spec.comm: InputError for nccl ("--comm nccl: not available for CPU training").
-std::unique_ptr<Launcher> make_launcher(const LaunchSpec& spec, const RecordCodec& records);
+// The rank runner of spec.comm: InputError for nccl ("--comm nccl: not available for CPU training").
+std::unique_ptr<RankRunner> make_rank_runner(const LaunchSpec& spec, const RecordCodec& records);
 
-// The machinery the launchers share, for devices that build their own per-rank state (GPU ranks,
+// The machinery the rank runners share, for devices that build their own per-rank state (GPU ranks,
 // launch/device_launch.hpp):
-//   run_rank_threads: rank_main(rank) on group.world_size() threads, with the local launcher's
+//   run_rank_threads: rank_main(rank) on group.world_size() threads, with the local rank runner's
 //     failure handling.
 //   run_mpi_process: rank_main(this process's rank) under mpirun, ending the job with MPI_Abort
 //     on a failure, then gathering every rank's record to rank 0. InputError when MPI's world

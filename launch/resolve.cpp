@@ -40,7 +40,7 @@ LaunchInfo mpi_launch(int requested, const std::optional<int>& env_world, const 
   MpiRuntime::init();  // InputError when the build has no MPI
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = LauncherKind::mpirun;
+  info.launcher = Launcher::mpirun;
   info.world_size = MpiRuntime::size();
   info.rank = MpiRuntime::rank();
   info.local_rank = MpiRuntime::local_rank();
@@ -71,7 +71,7 @@ LaunchInfo env_launch(int requested, int world, int rank, const std::optional<in
   }
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = LauncherKind::env;
+  info.launcher = Launcher::env;
   info.world_size = world;
   info.rank = rank;
   info.local_rank = env_local.value_or(rank);
@@ -137,7 +137,7 @@ LaunchInfo nccl_launch(int requested, DeviceKind device, const LaunchEnv& env) {
   if (torchrun_style) return env_launch(requested, *env_world, *env_rank, env_local, port, std::getenv("MASTER_ADDR"));
   if (mpi_launched()) return mpi_launch(requested, env_world, env_rank);
   LaunchInfo info;
-  info.launcher = LauncherKind::threads;
+  info.launcher = Launcher::threads;
   info.world_size = requested > 0 ? requested : 4;
   info.ranks_on_this_node = info.world_size;
   return info;
@@ -225,7 +225,7 @@ LaunchInfo env_init_launch(int requested, const ExplicitInit& init, const Launch
 // One rank per process of an explicit launch (--init-method tcp:// or file://, with --rank and
 // --world-size): its place on its node from LOCAL_RANK and LOCAL_WORLD_SIZE (else the only rank of
 // its node). InputError for a missing --rank or --world-size, or a local rank out of range.
-LaunchInfo explicit_rank(int requested, const ExplicitInit& init, const LaunchEnv& env, LauncherKind kind) {
+LaunchInfo explicit_rank(int requested, const ExplicitInit& init, const LaunchEnv& env, Launcher kind) {
   const std::string& url = init.init_method;
   if (init.rank < 0 || requested < 1) {
     throw InputError(fmt::format("--init-method {}: give --rank R and --world-size N (every process its own "
@@ -261,7 +261,7 @@ LaunchInfo tcp_init_launch(int requested, const ExplicitInit& init, const Launch
     throw InputError(fmt::format("--init-method {}: expected tcp://ADDR:PORT (rank 0's address and port)", url));
   }
   const int port = parse_port(hostport.substr(colon + 1), "--init-method " + url);
-  LaunchInfo info = explicit_rank(requested, init, env, LauncherKind::tcp);
+  LaunchInfo info = explicit_rank(requested, init, env, Launcher::tcp);
   info.master_addr = hostport.substr(0, colon);
   info.master_port = port;
   return info;
@@ -276,7 +276,7 @@ LaunchInfo file_init_launch(int requested, const ExplicitInit& init, const Launc
                                  "sees, e.g. file:///shared/job42.init)",
                                  init.init_method));
   }
-  LaunchInfo info = explicit_rank(requested, init, env, LauncherKind::file);
+  LaunchInfo info = explicit_rank(requested, init, env, Launcher::file);
   // Rank 0 writes the file and the others read it: its directory must be there before any work.
   const std::filesystem::path dir = std::filesystem::path(path).has_parent_path()
                                         ? std::filesystem::path(path).parent_path()
@@ -319,7 +319,7 @@ LaunchInfo srun_launch(int requested) {
   if (nodes == nullptr) throw InputError("srun: SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are unset (rank 0's node)");
   LaunchInfo info;
   info.multi_process = true;
-  info.launcher = LauncherKind::srun;
+  info.launcher = Launcher::srun;
   info.world_size = *world;
   info.rank = *rank;
   info.local_rank = env_int("SLURM_LOCALID").value_or(0);
@@ -447,7 +447,7 @@ LaunchInfo resolve_launch(Backend comm, int requested, DeviceKind device, const 
                                    "process; start several processes with mpirun and --comm mpi",
                                    *env_world));
     }
-    info.launcher = LauncherKind::threads;
+    info.launcher = Launcher::threads;
     info.world_size = requested > 0 ? requested : 4;
     info.ranks_on_this_node = info.world_size;
     return info;
@@ -477,11 +477,7 @@ bool is_output_process() {
   return !MpiRuntime::active() || MpiRuntime::rank() == 0;
 }
 
-Backend cluster_backend(ClusterLauncher launcher) {
-  return launcher == ClusterLauncher::mpirun ? Backend::mpi : Backend::gloo;
-}
-bool explicit_init(ClusterLauncher launcher) {
-  return launcher == ClusterLauncher::tcp || launcher == ClusterLauncher::file;
-}
+Backend cluster_backend(Launcher launcher) { return launcher == Launcher::mpirun ? Backend::mpi : Backend::gloo; }
+bool explicit_init(Launcher launcher) { return launcher == Launcher::tcp || launcher == Launcher::file; }
 
 }  // namespace dpbench

@@ -17,7 +17,7 @@ struct LaunchInfo {
   int rank = 0;                // this process's rank (0 for in-process ranks)
   int local_rank = 0;          // among the ranks of this node
   int ranks_on_this_node = 1;  // ranks sharing this machine's cores
-  LauncherKind launcher = LauncherKind::threads;
+  Launcher launcher = Launcher::threads;
   std::string init_file;    // file: the file the ranks meet through (launch/file_init.hpp)
   std::string master_addr;  // env, tcp: rank 0's address (MASTER_ADDR)
   int master_port = 0;      // env, tcp: rank 0's rendezvous port (MASTER_PORT)
@@ -84,8 +84,8 @@ ProcessIdentity process_identity(const LaunchInfo& launch);
 bool is_output_process();
 
 // The backend an emulated cluster's ranks meet over: mpi under mpirun, gloo under the others.
-Backend cluster_backend(ClusterLauncher launcher);
+Backend cluster_backend(Launcher launcher);
 // Whether the cluster's ranks are given PyTorch's explicit form (--init-method and --rank): tcp, file.
-bool explicit_init(ClusterLauncher launcher);
+bool explicit_init(Launcher launcher);
 
 }  // namespace dpbench

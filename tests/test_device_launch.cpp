@@ -211,8 +211,8 @@ struct FakeDevice {
   int fail_rank = -1;
   int barriers = 0;  // ranks that passed the shared-GPU barrier
 
-  DeviceLauncher launcher(int devices, std::string version = "2.28.9") {
-    DeviceLauncher d;
+  DeviceRanks launcher(int devices, std::string version = "2.28.9") {
+    DeviceRanks d;
     d.devices = devices;
     d.nccl_version = [version] { return version; };
     d.create_id = [this] {

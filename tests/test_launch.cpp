@@ -76,20 +76,19 @@ class Launch : public ::testing::Test {
 // which backend their ranks meet over and which take PyTorch's explicit form.
 TEST(LaunchNames, EverySpellingRoundTripsAndAnUnknownOneIsNamed) {
   for (Backend b : {Backend::local, Backend::mpi, Backend::gloo, Backend::nccl}) EXPECT_EQ(parse_backend(name(b)), b);
-  for (LauncherKind k : {LauncherKind::threads, LauncherKind::mpirun, LauncherKind::env, LauncherKind::tcp,
-                         LauncherKind::file, LauncherKind::srun}) {
+  for (Launcher k :
+       {Launcher::threads, Launcher::mpirun, Launcher::env, Launcher::tcp, Launcher::file, Launcher::srun}) {
     EXPECT_EQ(parse_launcher(name(k), "--x"), k);
   }
-  const std::vector<ClusterLauncher> cluster = {ClusterLauncher::env,    ClusterLauncher::tcp,
-                                                ClusterLauncher::file,   ClusterLauncher::torchrun,
-                                                ClusterLauncher::mpirun, ClusterLauncher::srun};
-  for (ClusterLauncher l : cluster) {
+  const std::vector<Launcher> cluster = {Launcher::env,      Launcher::tcp,    Launcher::file,
+                                         Launcher::torchrun, Launcher::mpirun, Launcher::srun};
+  for (Launcher l : cluster) {
     EXPECT_EQ(parse_cluster_launcher(name(l), "--launcher"), l);
     EXPECT_EQ(nlohmann::json(l).get<std::string>(), name(l));
-    EXPECT_EQ(cluster_backend(l), l == ClusterLauncher::mpirun ? Backend::mpi : Backend::gloo) << name(l);
-    EXPECT_EQ(explicit_init(l), l == ClusterLauncher::tcp || l == ClusterLauncher::file) << name(l);
+    EXPECT_EQ(cluster_backend(l), l == Launcher::mpirun ? Backend::mpi : Backend::gloo) << name(l);
+    EXPECT_EQ(explicit_init(l), l == Launcher::tcp || l == Launcher::file) << name(l);
   }
-  EXPECT_EQ(name(ClusterLauncher::torchrun), "torchrun");
+  EXPECT_EQ(name(Launcher::torchrun), "torchrun");
   try {
     parse_cluster_launcher("slurm", "--launcher");
     ADD_FAILURE() << "--launcher slurm parsed";
@@ -332,7 +331,7 @@ TEST(LaunchResolve, BackendsMatchTheirDevice) {
   const LaunchInfo nccl = resolve_launch(Backend::nccl, 2, DeviceKind::cuda);
   EXPECT_EQ(nccl.world_size, 2);
   EXPECT_FALSE(nccl.multi_process);
-  EXPECT_EQ(nccl.launcher, LauncherKind::threads);
+  EXPECT_EQ(nccl.launcher, Launcher::threads);
   auto message = [](const std::string& comm, const std::string& device) {
     try {
       resolve_launch(parse_backend(comm), 2, parse_device(device));

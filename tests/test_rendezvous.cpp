@@ -356,7 +356,7 @@ TEST_F(EnvLaunch, ResolvesRankAndRendezvousFromTheEnvironment) {
   setenv("MASTER_PORT", "29500", 1);
   LaunchInfo info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda);
   EXPECT_TRUE(info.multi_process);
-  EXPECT_EQ(info.launcher, LauncherKind::env);
+  EXPECT_EQ(info.launcher, Launcher::env);
   EXPECT_EQ(info.world_size, 4);
   EXPECT_EQ(info.rank, 0);
   EXPECT_EQ(info.local_rank, 0);
@@ -396,7 +396,7 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   setenv("WORLD_SIZE", "8", 1);
   LaunchInfo info = resolve_launch(Backend::nccl, 3, DeviceKind::cuda, ExplicitInit{"tcp://node0:23456", 2});
   EXPECT_TRUE(info.multi_process);
-  EXPECT_EQ(info.launcher, LauncherKind::tcp);
+  EXPECT_EQ(info.launcher, Launcher::tcp);
   EXPECT_EQ(info.world_size, 3);
   EXPECT_EQ(info.rank, 2);
   EXPECT_EQ(info.local_rank, 0);
@@ -414,7 +414,7 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   setenv("MASTER_ADDR", "node1", 1);
   setenv("MASTER_PORT", "29501", 1);
   info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda, ExplicitInit{"env://", -1});
-  EXPECT_EQ(info.launcher, LauncherKind::env);
+  EXPECT_EQ(info.launcher, Launcher::env);
   EXPECT_EQ(info.world_size, 8);
   EXPECT_EQ(info.rank, 5);
   EXPECT_EQ(info.master_addr, "node1");
@@ -425,7 +425,7 @@ TEST_F(EnvLaunch, InitMethodTakesRankAndWorldSizeFromTheOptions) {
   const testing::TempDir shared;  // the file's directory must exist (checked before any work)
   const std::string init_file = (shared.path() / "job.init").string();
   info = resolve_launch(Backend::nccl, 3, DeviceKind::cuda, ExplicitInit{"file://" + init_file, 2});
-  EXPECT_EQ(info.launcher, LauncherKind::file);
+  EXPECT_EQ(info.launcher, Launcher::file);
   EXPECT_EQ(info.init_file, init_file);
   EXPECT_TRUE(info.master_addr.empty());
   EXPECT_EQ(info.rank, 2);
@@ -501,7 +501,7 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   setenv("SLURM_JOB_ID", "1234567", 1);
   LaunchInfo info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda);
   EXPECT_TRUE(info.multi_process);
-  EXPECT_EQ(info.launcher, LauncherKind::srun);
+  EXPECT_EQ(info.launcher, Launcher::srun);
   EXPECT_EQ(info.world_size, 4);
   EXPECT_EQ(info.rank, 3);
   EXPECT_EQ(info.local_rank, 1);
@@ -510,13 +510,13 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   EXPECT_EQ(info.master_port, 15000 + 4567);
   setenv("MASTER_PORT", "29500", 1);
   EXPECT_EQ(resolve_launch(Backend::nccl, 4, DeviceKind::cuda).master_port, 29500);
-  if (gloo_built()) EXPECT_EQ(resolve_launch(Backend::gloo, 0, DeviceKind::cpu).launcher, LauncherKind::srun);
+  if (gloo_built()) EXPECT_EQ(resolve_launch(Backend::gloo, 0, DeviceKind::cpu).launcher, Launcher::srun);
   // torchrun's variables, set by the user's own wrapper, take precedence.
   setenv("RANK", "2", 1);
   setenv("WORLD_SIZE", "4", 1);
   setenv("MASTER_ADDR", "node1", 1);
   info = resolve_launch(Backend::nccl, 0, DeviceKind::cuda);
-  EXPECT_EQ(info.launcher, LauncherKind::env);
+  EXPECT_EQ(info.launcher, Launcher::env);
   EXPECT_EQ(info.rank, 2);
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
@@ -524,7 +524,7 @@ TEST_F(EnvLaunch, SrunTaskResolvesFromSlurmsVariables) {
   setenv("SLURM_PROCID", "0", 1);
   setenv("SLURM_STEP_NUM_TASKS", "1", 1);
   info = resolve_launch(Backend::nccl, 2, DeviceKind::cuda);
-  EXPECT_EQ(info.launcher, LauncherKind::threads);
+  EXPECT_EQ(info.launcher, Launcher::threads);
   EXPECT_EQ(info.world_size, 2);
 }
 

@@ -55,7 +55,7 @@ RecordCodec rank_records(std::vector<RankResult>& ranks) {
 void run_ranks(const TrainConfig& config, std::vector<RankResult>& ranks, const RankBody& body) {
   const LaunchSpec spec = launch_spec(config);
   const RecordCodec records = rank_records(ranks);
-  make_launcher(spec, records)->run(body);
+  make_rank_runner(spec, records)->run(body);
 }
 
 nlohmann::json rank_to_json(const RankResult& r) {

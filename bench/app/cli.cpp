@@ -295,8 +295,7 @@ void finish_cluster_options(const CLI::App& run, RunOptions& o) {
     throw InputError("--init-method and --rank: an emulated cluster's launcher gives each rank its own "
                      "(--launcher tcp: tcp:// to node 0 and --rank; --launcher file: file://PATH and --rank)");
   }
-  if (o.cluster.launcher != ClusterLauncher::torchrun &&
-      run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
+  if (o.cluster.launcher != Launcher::torchrun && run.count("--rdzv-backend") + run.count("--max-restarts") > 0) {
     throw InputError("--rdzv-backend and --max-restarts are torchrun's: give --launcher torchrun");
   }
   if (o.link.empty())

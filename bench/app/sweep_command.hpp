@@ -52,7 +52,7 @@ struct SweepOptions {
   // --link-of NODE=RATE: nodes whose link differs from --links' (a straggler), in every job.
   std::vector<std::string> link_of;
   std::string launcher = "env";  // run --launcher as given; parsed into cluster_launcher
-  ClusterLauncher cluster_launcher = ClusterLauncher::env;
+  Launcher cluster_launcher = Launcher::env;
   // The command line's options that a `run` takes too (data, model, steps, ...), as arguments for
   // the cluster's runs; filled by the CLI.
   std::vector<std::string> shared_args;

@@ -11,7 +11,8 @@ hook and the node hierarchy were strings compared wherever they were read (now a
 the vocabulary's Hierarchy, spelled in their parsers alone; the PyTorch reference, in Python, reads
 the start bundle's spelling of the hook in its own parser), an emulated cluster's programs were
 told apart by an environment variable (now subcommands), and `project --link` and `memory
---precision` meant something else than `run`'s options of the same names. The files that still
+--precision` meant something else than `run`'s options of the same names, and a process's
+launcher, an emulated cluster's and the object that runs a process's ranks had three names. The files that still
 name an old spelling on purpose (the readers of old result files, this test) are listed with it.
 """
 import pathlib
@@ -48,6 +49,8 @@ RETIRED = {
     r"--link (measured|memory|pcie4|pcie5|nvlink4|ib-ndr)\b|\"--link\", \"(memory|nvlink4|pcie4)\"":
         ("project --link-model", set()),
     r"--precision mixed|precision == \"mixed\"": ("memory --mixed-precision", set()),
+    r"\bLauncherKind\b|\bClusterLauncher\b": ("Launcher, the one launcher vocabulary", set()),
+    r"\bmake_launcher\b|\bDeviceLauncher\b|public Launcher\b": ("make_rank_runner, RankRunner, DeviceRanks", set()),
 }
 
 SOURCES = ("*.cpp", "*.hpp", "*.cu", "*.cuh", "*.py", "*.md", "*.sh", "*.j2", "*.txt", ".ci/run")
