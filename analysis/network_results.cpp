@@ -459,22 +459,22 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
                          : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
                                        : 0.0;
     const double measured = means.step_s, comm = means.comm_s;
-    runs_json[i]["network"] = {{"link",
-                                {{"bytes_per_s", 1.0 / link.beta_s_per_byte},
-                                 {"alpha_s", link.alpha_s},
-                                 {"source", link.source},
-                                 {"collectives", link.collectives}}},
-                               {"projection",
-                                alpha_beta_projection(means, projected_mode(s, r.config).overlapped_share, comm_model)},
-                               {"simulation", simulate_run_on_its_platform(platform, r, schedule, engine, measured)},
-                               {"bandwidth_bound",
-                                {{"comm_s", comm},
-                                 {"bound_s", bound},
-                                 {"fraction", comm > 0 ? bound / comm : 0.0},
-                                 {"per_link", schedule.has_value()}}},
-                               {"nodes", node_bytes(r, nodes, per_node, crossing, messages)},
-                               {"per_rank", per_rank(r, per_node)},
-                               {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
+    runs_json[i]["network"] = {
+        {"link",
+         {{"bytes_per_s", 1.0 / link.beta_s_per_byte},
+          {"alpha_s", link.alpha_s},
+          {"source", link.source},
+          {"collectives", link.collectives}}},
+        {"projection", alpha_beta_projection(means, projection_curve(s, r.config).overlapped_share, comm_model)},
+        {"simulation", simulate_run_on_its_platform(platform, r, schedule, engine, measured)},
+        {"bandwidth_bound",
+         {{"comm_s", comm},
+          {"bound_s", bound},
+          {"fraction", comm > 0 ? bound / comm : 0.0},
+          {"per_link", schedule.has_value()}}},
+        {"nodes", node_bytes(r, nodes, per_node, crossing, messages)},
+        {"per_rank", per_rank(r, per_node)},
+        {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
   }
 }
 

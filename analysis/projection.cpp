@@ -27,11 +27,11 @@ bool ok_run(const nlohmann::json& run) { return run.value("status", std::string(
 const Strategy& run_strategy(const nlohmann::json& run) { return find_strategy(run.at("mode").get<Mode>()); }
 
 // The projection curve a measured run belongs to: its strategy's curve for its transport.
-const ProjectedMode& run_projection(const nlohmann::json& run) {
+const ProjectionCurve& run_projection(const nlohmann::json& run) {
   TrainConfig config;
   config.mode = run.at("mode").get<Mode>();
   config.transport = run.value("transport", config.transport);
-  return projected_mode(run_strategy(run), config);
+  return projection_curve(run_strategy(run), config);
 }
 
 // The run's bus bandwidth in GB/s, if it reports one. Files written before the strategy traits
@@ -308,7 +308,7 @@ void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel&
   for (const auto& c : curves) {
     TrainConfig config;
     config.mode = c.strategy->mode;
-    config.transport = c.mode.transport;
+    config.transport = c.curve.transport;
     sims.push_back(std::async(std::launch::async, [&, config] {
       return simulate_point(*c.strategy, config, model, link, platform, p, b, what_if, &memo);
     }));
@@ -328,32 +328,32 @@ void check_platform_file(const SimPlatform& platform) {
   }
 }
 
-// The projection's "modes": each curve's key, strategy, label, transport and whether it is the
+// The projection's "curves": each curve's key, strategy, label, transport and whether it is the
 // baseline's.
-nlohmann::json modes_json(const std::vector<ProjectedCurve>& curves) {
-  nlohmann::json modes = nlohmann::json::array();
+nlohmann::json curves_json(const std::vector<ProjectedCurve>& curves) {
+  nlohmann::json out = nlohmann::json::array();
   for (const auto& c : curves) {
-    modes.push_back({{"mode", c.mode.key},
-                     {"strategy", c.strategy->mode},
-                     {"label", c.label},
-                     {"transport", c.mode.transport},
-                     {"baseline", c.strategy->baseline}});
+    out.push_back({{"curve", c.curve.key},
+                   {"strategy", c.strategy->mode},
+                   {"label", c.label},
+                   {"transport", c.curve.transport},
+                   {"baseline", c.strategy->baseline}});
   }
-  return modes;
+  return out;
 }
 
 // Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
 // while every rank has a sample), and the world size from which each other curve is more than 5%
-// faster than the baseline strategy's default curve (its first). Fills doc's "modes",
+// faster than the baseline strategy's default curve (its first). Fills doc's "curves",
 // "points", "crossovers" and "crossover_world_size".
 void project_curves(const ProjectOptions& o, const StepModel& model, const LinkModel& link, const Scaling& scaling,
                     nlohmann::json& doc) {
-  const auto& curves = projected_modes();
+  const auto& curves = projected_curves();
   const ProjectedCurve* baseline = nullptr;
   for (const auto& c : curves) {
     if (baseline == nullptr && c.strategy->baseline) baseline = &c;
   }
-  const nlohmann::json modes = modes_json(curves);
+  const nlohmann::json curves_doc = curves_json(curves);
   std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
   SimulationMemo memo;
@@ -362,12 +362,12 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
     std::vector<double> step(curves.size());
     const SimPlatform platform = o.topology.simulate ? topology_platform(o.topology, link, p) : SimPlatform{};
     for (std::size_t i = 0; i < curves.size(); ++i) {
-      const std::string& mode = curves[i].mode.key;
-      const StepPrediction pred = predict_step(model, link, mode, p, b);
-      const StepPrediction one = predict_step(model, link, mode, 1, scaling.rank_batch(1));
+      const std::string& key = curves[i].curve.key;
+      const StepPrediction pred = predict_step(model, link, key, p, b);
+      const StepPrediction one = predict_step(model, link, key, 1, scaling.rank_batch(1));
       const double speedup = (p * b / pred.step_s) / (scaling.rank_batch(1) / one.step_s);
       points.push_back({{"world_size", p},
-                        {"mode", mode},
+                        {"curve", key},
                         {"step_time_s", pred.step_s},
                         {"compute_s", pred.compute_s},
                         {"comm_s", pred.comm_s},
@@ -388,14 +388,14 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   nlohmann::json crossovers = nlohmann::json::array();
   for (std::size_t i = 0; i < curves.size(); ++i) {
     if (baseline == nullptr || curves[i].strategy->baseline) continue;
-    crossovers.push_back({{"mode", curves[i].mode.key},
-                          {"baseline", baseline->mode.key},
+    crossovers.push_back({{"curve", curves[i].curve.key},
+                          {"baseline", baseline->curve.key},
                           {"world_size", crossing[i] ? nlohmann::json(*crossing[i]) : nlohmann::json()}});
   }
-  doc["modes"] = modes;
+  doc["curves"] = curves_doc;
   doc["points"] = points;
   doc["crossovers"] = crossovers;
-  if (o.topology.simulate) doc["findings"] = simulation_findings(points, modes, o.topology);
+  if (o.topology.simulate) doc["findings"] = simulation_findings(points, curves_doc, o.topology);
   // The first non-baseline curve's crossover, for readers of version 1 files (which had only
   // allreduce's); `crossovers` has every curve's.
   doc["crossover_world_size"] = crossovers.empty() ? nlohmann::json() : crossovers.front()["world_size"];
@@ -436,7 +436,7 @@ nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const
   const bool same_batch = scaling.weak ? std::abs(B / p - scaling.per_rank_batch) < 1e-9
                                        : std::abs(B - scaling.global_batch) < 1e-9;
   nlohmann::json point = {{"world_size", p},
-                          {"mode", run_projection(run).key},
+                          {"curve", run_projection(run).key},
                           {"global_batch", B},
                           {"num_workers", workers},
                           {"link", kind == link.kind || kind == "emulated" ? own.name : kind},

@@ -356,9 +356,9 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
 namespace {
 using Json = nlohmann::json;
 
-std::string mode_label(const Json& modes, const std::string& key) {
-  for (const auto& m : modes) {
-    if (m.at("mode") == key) return m.value("label", key);
+std::string curve_label(const Json& curves, const std::string& key) {
+  for (const auto& m : curves) {
+    if (m.at("curve") == key) return m.value("label", key);
   }
   return key;
 }
@@ -370,24 +370,24 @@ std::optional<double> sim_value(const Json& pt, const char* field) {
 }
 
 // Where each ps curve's root NIC first carries kNicSaturated of the step.
-void nic_findings(const Json& points, const Json& modes, Json& out) {
-  for (const auto& m : modes) {
+void nic_findings(const Json& points, const Json& curves, Json& out) {
+  for (const auto& m : curves) {
     if (m.at("strategy").get<Mode>() != Mode::ps) continue;
-    const std::string key = m.at("mode");
+    const std::string key = m.at("curve");
     std::optional<int> from;
     double last = 0;
     int largest = 0;
     for (const auto& pt : points) {
-      const auto busy = pt.at("mode") == key ? sim_value(pt, "node0_nic_time_fraction") : std::nullopt;
+      const auto busy = pt.at("curve") == key ? sim_value(pt, "node0_nic_time_fraction") : std::nullopt;
       if (!busy) continue;
       largest = pt.at("world_size").get<int>();
       last = *busy;
       if (!from && *busy >= kNicSaturated) from = largest;
     }
     if (largest == 0) continue;
-    const std::string label = mode_label(modes, key);
+    const std::string label = curve_label(curves, key);
     out.push_back({{"kind", "nic_saturation"},
-                   {"mode", key},
+                   {"curve", key},
                    {"world_size", from ? Json(*from) : Json()},
                    {"time_fraction_at_largest", last},
                    {"largest_world_size", largest},
@@ -400,14 +400,14 @@ void nic_findings(const Json& points, const Json& modes, Json& out) {
   }
 }
 
-// The first world size at which some pair of modes is ordered the other way round (each apart
+// The first world size at which some pair of curves is ordered the other way round (each apart
 // by more than 5 %) with non-blocking uplinks than with the oversubscribed ones.
-void oversubscription_finding(const Json& points, const Json& modes, const TopologyOptions& o, Json& out) {
+void oversubscription_finding(const Json& points, const Json& curves, const TopologyOptions& o, Json& out) {
   std::map<int, std::vector<std::tuple<std::string, double, double>>> by_size;  // mode, oversubscribed, non-blocking
   for (const auto& pt : points) {
     const auto os = sim_value(pt, "simulated_step_s");
     const auto nb = sim_value(pt, "non_blocking_step_s");
-    if (os && nb) by_size[pt.at("world_size").get<int>()].emplace_back(pt.at("mode").get<std::string>(), *os, *nb);
+    if (os && nb) by_size[pt.at("world_size").get<int>()].emplace_back(pt.at("curve").get<std::string>(), *os, *nb);
   }
   if (by_size.empty()) return;
   const auto apart = [](double a, double b) { return std::abs(a - b) > 0.05 * std::min(a, b); };
@@ -418,8 +418,8 @@ void oversubscription_finding(const Json& points, const Json& modes, const Topol
         if (nb_a < nb_b && os_a > os_b && apart(nb_a, nb_b) && apart(os_a, os_b)) {
           flips.push_back(fmt::format("{} falls behind {} ({:.2f} vs {:.2f} ms non-blocking, {:.2f} vs {:.2f} ms "
                                       "oversubscribed)",
-                                      mode_label(modes, a), mode_label(modes, b), 1e3 * nb_a, 1e3 * nb_b, 1e3 * os_a,
-                                      1e3 * os_b));
+                                      curve_label(curves, a), curve_label(curves, b), 1e3 * nb_a, 1e3 * nb_b,
+                                      1e3 * os_a, 1e3 * os_b));
         }
       }
     }
@@ -443,7 +443,7 @@ void oversubscription_finding(const Json& points, const Json& modes, const Topol
 }
 
 // What the straggler costs each mode at the largest world size that has its variant.
-void straggler_finding(const Json& points, const Json& modes, Json& out) {
+void straggler_finding(const Json& points, const Json& curves, Json& out) {
   int largest = 0;
   for (const auto& pt : points) {
     if (sim_value(pt, "straggler_step_s")) largest = std::max(largest, pt.at("world_size").get<int>());
@@ -455,9 +455,9 @@ void straggler_finding(const Json& points, const Json& modes, Json& out) {
     const auto base = sim_value(pt, "simulated_step_s");
     const auto slow = sim_value(pt, "straggler_step_s");
     if (pt.at("world_size") != largest || !base || !slow) continue;
-    const std::string key = pt.at("mode");
+    const std::string key = pt.at("curve");
     costs[key] = *slow / *base - 1.0;
-    text += fmt::format("{}{} {:+.0f} %", text.empty() ? "" : ", ", mode_label(modes, key),
+    text += fmt::format("{}{} {:+.0f} %", text.empty() ? "" : ", ", curve_label(curves, key),
                         100 * (*slow / *base - 1.0));
   }
   out.push_back({{"kind", "straggler_cost"},
@@ -470,13 +470,13 @@ void straggler_finding(const Json& points, const Json& modes, Json& out) {
 }
 }  // namespace
 
-nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& modes,
+nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& curves,
                                    const TopologyOptions& o) {
   Json out = Json::array();
-  nic_findings(points, modes, out);
+  nic_findings(points, curves, out);
   if (o.what_if) {
-    oversubscription_finding(points, modes, o, out);
-    straggler_finding(points, modes, out);
+    oversubscription_finding(points, curves, o, out);
+    straggler_finding(points, curves, out);
   }
   return out;
 }

@@ -105,7 +105,8 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
 // What the simulated points say, as sentences with their figures: where ps's root NIC
 // saturates (its bytes need >= kNicSaturated of the step), and with --what-if where the oversubscribed
 // tree orders the modes differently from a non-blocking one and what one straggler costs each
-// mode at the largest world size. `points` and `modes` as `dpbench project` writes them.
-nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& modes, const TopologyOptions& o);
+// mode at the largest world size. `points` and `curves` as `dpbench project` writes them.
+nlohmann::json simulation_findings(const nlohmann::json& points, const nlohmann::json& curves,
+                                   const TopologyOptions& o);
 
 }  // namespace dpbench

@@ -103,7 +103,8 @@ std::vector<HistoryFigure> projection_figures(const Json& doc, const HistoryFigu
   std::vector<HistoryFigure> out;
   for (const auto& p : doc.value("points", Json::array())) {
     HistoryFigure f = base;
-    f.config = Json{{"projection", p.value("mode", std::string())},
+    // The curve's key: "curve" since projection version 2, "mode" in version 1's files.
+    f.config = Json{{"projection", p.value("curve", p.value("mode", std::string()))},
                     {"world_size", p.value("world_size", 0)},
                     {"per_rank_batch", p.value("per_rank_batch", 0.0)}}
                    .dump();

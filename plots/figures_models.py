@@ -235,12 +235,12 @@ def model_error_text(proj: dict, overlay: list) -> str:
     """The error at each drawn point, as measured ("allreduce (ring) p=2: +12%; ..."), those
     where the model does not apply named so, and how many measured points are not drawn."""
     parts = []
-    for m in sorted(overlay, key=lambda m: (m["world_size"], m.get("mode", ""))):
+    for m in sorted(overlay, key=lambda m: (m["world_size"], m.get("curve", ""))):
         error = point_error(m)
         if error is None:
             continue
         tail = "" if m.get("model_applies", True) else " (hollow: " + (m.get("note") or "model does not apply") + ")"
-        parts.append(f"{rd.projection_label(proj, m.get('mode', '?'))} p={m['world_size']}: {error}{tail}")
+        parts.append(f"{rd.projection_label(proj, m.get('curve', '?'))} p={m['world_size']}: {error}{tail}")
     text = ("the model's error at each drawn point (projected / measured step time - 1): " + "; ".join(parts)
             if parts else "no drawn point has a model value")
     others = len(proj.get("measured", [])) - len(overlay)
@@ -252,10 +252,10 @@ def model_error_text(proj: dict, overlay: list) -> str:
 
 def projection_order(proj: dict) -> list:
     """The projected curves' keys in the report's order: the baseline's (ps) first, then the
-    others in the order the file lists them (its `modes`, else its points)."""
-    known = rd.projection_modes(proj)
-    keys = list(dict.fromkeys(list(known) + [p["mode"] for p in proj.get("points", [])]))
-    present = {p["mode"] for p in proj.get("points", [])}
+    others in the order the file lists them (its `curves`, else its points)."""
+    known = rd.projection_curves(proj)
+    keys = list(dict.fromkeys(list(known) + [p["curve"] for p in proj.get("points", [])]))
+    present = {p["curve"] for p in proj.get("points", [])}
     return sorted((k for k in keys if k in present),
                   key=lambda k: (not known.get(k, {}).get("baseline", False), keys.index(k)))
 
@@ -271,19 +271,19 @@ def plot_projection(proj: Optional[dict], out_dir: Path) -> Figure:
     pts = proj.get("points", [])
     if not pts:
         return Figure(key, title, missing="The --projection file has no points: rerun `dpbench project`.")
-    modes = projection_order(proj)
-    labels = [rd.projection_label(proj, m) for m in modes]
+    curves = projection_order(proj)
+    labels = [rd.projection_label(proj, c) for c in curves]
     overlay, setting = measured_overlay(proj)
     sizes = sorted({p["world_size"] for p in pts} | {m["world_size"] for m in overlay})
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.8))
-    for mode, label in zip(modes, labels):
-        line = sorted((p for p in pts if p["mode"] == mode), key=lambda p: p["world_size"])
+    for curve, label in zip(curves, labels):
+        line = sorted((p for p in pts if p["curve"] == curve), key=lambda p: p["world_size"])
         color = color_for(label, labels)
         left.plot([p["world_size"] for p in line], [p["step_time_s"] * 1e3 for p in line], color=color, label=label)
         draw_simulated(left, line, color)
         if all("speedup" in p for p in line):
             right.plot([p["world_size"] for p in line], [p["speedup"] for p in line], color=color, label=label)
-        draw_measured(left, [m for m in overlay if m.get("mode") == mode], color)
+        draw_measured(left, [m for m in overlay if m.get("curve") == curve], color)
     simulated = any(simulated_step(p) is not None for p in pts)
     projection_legend(left, overlay, setting, simulated)
     right.plot(sizes, sizes, color="#999999", linestyle=":", label="ideal (speedup = p)")
@@ -356,7 +356,7 @@ def draw_simulated(ax, line: list, color: str) -> None:
 def projection_caption(proj: dict, overlay: list, crossovers: list, simulated: bool) -> str:
     """The projection's caption: where the curves part, the model's error at the measured points,
     what the dashed lines are (with --simulate) and the file's findings, in its order."""
-    cross = "; ".join(f"{rd.projection_label(proj, c['mode'])} pulls ahead of "
+    cross = "; ".join(f"{rd.projection_label(proj, c['curve'])} pulls ahead of "
                       f"{rd.projection_label(proj, c['baseline'])} from p={c['world_size']}"
                       for c in crossovers) or "the modes do not cross in this range"
     caption = (f"Read where the curves part: {cross}. Check the dots against the crosses: "
@@ -393,7 +393,7 @@ def unavailable_text(proj: dict, p: dict) -> str:
     """"allreduce (ring) p=1024: why" for a point without a simulated step."""
     sim = p.get("simulation")
     why = sim.get("unavailable") if isinstance(sim, dict) else None
-    return f"{rd.projection_label(proj, p['mode'])} p={p['world_size']}: {why or 'not simulated'}"
+    return f"{rd.projection_label(proj, p['curve'])} p={p['world_size']}: {why or 'not simulated'}"
 
 
 def link_text(link: dict) -> str:

@@ -22,18 +22,18 @@ from report_slices import in_order
 # projection
 
 
-def projection_modes(proj: dict) -> dict:
-    """{curve key: {mode, strategy, label, transport, baseline}} of a projection file."""
-    return strategy_traits.projection_modes(proj)
+def projection_curves(proj: dict) -> dict:
+    """{curve key: {curve, strategy, label, transport, baseline}} of a projection file."""
+    return strategy_traits.projection_curves(proj)
 
 
-def projection_label(proj: dict, mode: str) -> str:
+def projection_label(proj: dict, curve: str) -> str:
     """Legend name of a projected curve, matching the measured series labels."""
-    return projection_modes(proj).get(mode, {}).get("label", mode)
+    return projection_curves(proj).get(curve, {}).get("label", curve)
 
 
 def projection_crossovers(proj: dict) -> list:
-    """[{mode, baseline, world_size}]: where each curve overtakes the baseline's (by 5%)."""
+    """[{curve, baseline, world_size}]: where each curve overtakes the baseline's (by 5%)."""
     return strategy_traits.projection_crossovers(proj)
 
 
@@ -46,8 +46,8 @@ def load_projection(path) -> dict:
     if not isinstance(doc.get("points"), list):
         raise InputError(f"{path}: has no points[] array")
     for i, p in enumerate(doc["points"]):
-        if not isinstance(p, dict) or not all(k in p for k in ("world_size", "mode", "step_time_s")):
-            raise InputError(f"{path}: points[{i}] needs world_size, mode and step_time_s")
+        if not isinstance(p, dict) or not all(k in p for k in ("world_size", "curve", "step_time_s")):
+            raise InputError(f"{path}: points[{i}] needs world_size, curve and step_time_s")
         if not isinstance(p.get("simulation", {}), (dict, type(None))):
             raise InputError(f"{path}: points[{i}].simulation is not an object")
     if not isinstance(doc.get("topology", {}), (dict, type(None))):

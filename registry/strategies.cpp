@@ -38,7 +38,7 @@ const Strategy& baseline_strategy() {
   throw Error("strategy registry: no strategy is marked as the baseline");
 }
 
-const ProjectedMode& projected_mode(const Strategy& s, const TrainConfig& config) {
+const ProjectionCurve& projection_curve(const Strategy& s, const TrainConfig& config) {
   const Transport transport = s.transport(config);
   for (const auto& m : s.projected) {
     if (m.transport == transport) return m;
@@ -46,13 +46,15 @@ const ProjectedMode& projected_mode(const Strategy& s, const TrainConfig& config
   throw Error(fmt::format("mode {}: no projection for transport {}", name(s.mode), name(transport)));
 }
 
-const std::string& projected_key(const Strategy& s, const TrainConfig& config) { return projected_mode(s, config).key; }
-
-bool overlaps_backward(const Strategy& s, const TrainConfig& config) {
-  return projected_mode(s, config).overlapped_share > 0;
+const std::string& projected_key(const Strategy& s, const TrainConfig& config) {
+  return projection_curve(s, config).key;
 }
 
-const std::vector<ProjectedCurve>& projected_modes() {
+bool overlaps_backward(const Strategy& s, const TrainConfig& config) {
+  return projection_curve(s, config).overlapped_share > 0;
+}
+
+const std::vector<ProjectedCurve>& projected_curves() {
   static const std::vector<ProjectedCurve> curves = [] {
     std::vector<ProjectedCurve> out;
     // The other strategies first, as the projection table has always listed allreduce first.
@@ -74,11 +76,11 @@ const std::vector<ProjectedCurve>& projected_modes() {
 
 StepPrediction predict_step(const StepModel& model, const LinkModel& link, const std::string& key, int p,
                             double per_rank_batch, double compute_share) {
-  for (const auto& curve : projected_modes()) {
-    if (curve.mode.key != key) continue;
+  for (const auto& curve : projected_curves()) {
+    if (curve.curve.key != key) continue;
     const Strategy& s = *curve.strategy;
-    const double comm = p >= 2 ? s.comm_time(model, link, curve.mode.transport, p, per_rank_batch) : 0.0;
-    const double share = curve.mode.overlapped_share;
+    const double comm = p >= 2 ? s.comm_time(model, link, curve.curve.transport, p, per_rank_batch) : 0.0;
+    const double share = curve.curve.overlapped_share;
     return combine_step(model, p, per_rank_batch, compute_share, comm, 1.0 - share * (1.0 - model.exposed_fraction));
   }
   throw Error(fmt::format("projection mode {}: unknown", key));

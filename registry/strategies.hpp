@@ -26,19 +26,19 @@ const Strategy& baseline_strategy();
 // when the strategy projects no curve for that transport.
 const std::string& projected_key(const Strategy& strategy, const TrainConfig& config);
 // The projection curve of such a run (its key and overlapped share). Throws as projected_key.
-const ProjectedMode& projected_mode(const Strategy& strategy, const TrainConfig& config);
+const ProjectionCurve& projection_curve(const Strategy& strategy, const TrainConfig& config);
 // True when some of such a run's communication runs while backward does.
 bool overlaps_backward(const Strategy& strategy, const TrainConfig& config);
 
 // One projection curve with its strategy.
 struct ProjectedCurve {
   const Strategy* strategy;
-  ProjectedMode mode;
+  ProjectionCurve curve;
   std::string label;  // strategy.label for the curve's transport
 };
 
 // Every strategy's projection curves, registry order ("allreduce", "ps_collective", "ps_p2p").
-const std::vector<ProjectedCurve>& projected_modes();
+const std::vector<ProjectedCurve>& projected_curves();
 
 // Step time of projection curve `key` at world size p where every rank computes
 // `per_rank_batch` samples on its own device. compute_share: the fraction of the calibration

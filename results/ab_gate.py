@@ -40,6 +40,7 @@ import statistics
 import sys
 
 import compare
+import schema_versions
 
 MIN_REPETITIONS = 5
 DEFAULT_MIN_EFFECT = 0.10   # asv's default factor (1.1)
@@ -153,8 +154,8 @@ def load_projection(path):
     if not path.exists():
         return None
     try:
-        doc = json.loads(path.read_text())
-        return {(p["mode"], p["world_size"]): p for p in doc["points"]}
+        doc = schema_versions.upgrade(json.loads(path.read_text()))  # base and head may differ in version
+        return {(p["curve"], p["world_size"]): p for p in doc["points"]}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"{path}: not a dpbench projection file ({e})") from None
 

@@ -6,8 +6,9 @@ they see the current names only. Version 2 of dpbench-result and dpbench-memory 
 rank 0 from "reducer" to "root" (docs/glossary.md, "root, root rank"); upgrade_v1() maps the
 version-1 names to those of version 2. Version 3 of dpbench-result and version 2 of
 dpbench-projection call the strategy every other one is compared with the baseline ("reference"
-means the PyTorch reference alone; docs/glossary.md, "baseline"); upgrade_v2() and
-upgrade_projection_v1() map the older names. Nothing else differs. Committed baselines and
+means the PyTorch reference alone; docs/glossary.md, "baseline"), and version 2 of
+dpbench-projection names its curves curves, not modes; upgrade_v2() and upgrade_projection_v1()
+map the older names. Nothing else differs. Committed baselines and
 measured files may stay at their older versions.
 
 Not for: validating a file against the JSON Schema (results/validate.py), or the checks each
@@ -120,10 +121,19 @@ def upgrade_v2(doc):
 
 
 def upgrade_projection_v1(doc):
-    """A copy of a version-1 dpbench-projection document under version 2's names:
-    modes[].reference -> baseline, crossovers[].reference -> baseline; schema.version 1 -> 2."""
+    """A copy of a version-1 dpbench-projection document under version 2's names: a curve is
+    named a curve, never a mode (the --mode values are strategies') and the strategy the others are
+    compared with the baseline:
+      modes -> curves, and in curves[], points[], crossovers[], measured[] and findings[]
+      "mode" -> "curve"; curves[].reference -> baseline, crossovers[].reference -> baseline;
+    and schema.version 1 -> 2. The calibration run's "mode" is its --mode and stays. The input is
+    not modified; the figures are the same."""
     out = copy.deepcopy(doc)
-    for entry in _items(out, "modes") + _items(out, "crossovers"):
+    _rename_key(out, "modes", "curves")
+    for key in ("curves", "points", "crossovers", "measured", "findings"):
+        for entry in _items(out, key):
+            _rename_key(entry, "mode", "curve")
+    for entry in _items(out, "curves") + _items(out, "crossovers"):
         _rename_key(entry, "reference", "baseline")
     out["schema"]["version"] = 2
     return out

@@ -6,8 +6,8 @@ the others are compared with), overlaps_backward, has_root, projection, busbw_fa
 results/schema/dpbench-result.schema.json). Readers take the traits from here and compare no
 mode names, so a new strategy needs no change to the Python side. Files written before the
 traits (the committed CI baseline among them) get them derived in legacy_traits(), the one
-place that knows the two original modes; likewise legacy_projection_modes() for
-`dpbench project` files without their `modes` list.
+place that knows the two original modes; likewise legacy_projection_curves() for
+`dpbench project` files without their `curves` list.
 
 Not for: reading or checking whole files (compare.py, plots/report_data.py do that).
 """
@@ -60,15 +60,16 @@ def legacy_traits(run, doc=None):
             "has_root": False, "projection": mode, "busbw_factor": None}
 
 
-def projection_modes(doc):
-    """{curve key: {mode, strategy, label, transport, baseline}} of a `dpbench project` file."""
-    modes = doc.get("modes")
-    if isinstance(modes, list) and modes:
-        return {m["mode"]: m for m in modes if isinstance(m, dict) and "mode" in m}
-    return legacy_projection_modes(doc)
+def projection_curves(doc):
+    """{curve key: {curve, strategy, label, transport, baseline}} of a `dpbench project` file
+    (at projection schema version 2's names: results/schema_versions.py)."""
+    curves = doc.get("curves")
+    if isinstance(curves, list) and curves:
+        return {c["curve"]: c for c in curves if isinstance(c, dict) and "curve" in c}
+    return legacy_projection_curves(doc)
 
 
-def legacy_projection_modes(doc):
+def legacy_projection_curves(doc):
     """The curves of a projection file written before it listed them: the three that version
     drew; any other key found in its points gets its own name as label."""
     known = {"allreduce": ("allreduce", "allreduce (ring)", "ring", False),
@@ -76,22 +77,22 @@ def legacy_projection_modes(doc):
              "ps_p2p": ("ps", "ps (p2p)", "p2p", True)}
     out = {}
     for p in doc.get("points", []):
-        key = p.get("mode")
+        key = p.get("curve")
         if key is None or key in out:
             continue
         strategy, label, transport, baseline = known.get(key, (key, key, "", False))
-        out[key] = {"mode": key, "strategy": strategy, "label": label, "transport": transport,
+        out[key] = {"curve": key, "strategy": strategy, "label": label, "transport": transport,
                     "baseline": baseline}
     return out
 
 
 def projection_crossovers(doc):
-    """[{mode, baseline, world_size}] of a projection file: its `crossovers`, or for older
+    """[{curve, baseline, world_size}] of a projection file: its `crossovers`, or for older
     files the single crossover_world_size of allreduce against ps_collective."""
     crossovers = doc.get("crossovers")
     if isinstance(crossovers, list):
-        return [c for c in crossovers if isinstance(c, dict) and "mode" in c]
+        return [c for c in crossovers if isinstance(c, dict) and "curve" in c]
     if "crossover_world_size" not in doc:
         return []
-    return [{"mode": "allreduce", "baseline": "ps_collective",
+    return [{"curve": "allreduce", "baseline": "ps_collective",
              "world_size": doc.get("crossover_world_size")}]

@@ -281,8 +281,8 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   EXPECT_NEAR(proj["calibration"]["per_sample_compute_s"].get<double>(), 0.09 / 100, 1e-12);
   EXPECT_NEAR(proj["calibration"]["optimizer_s"].get<double>(), 0.01, 1e-12);
   // 1..1024, every curve: allreduce, ps and sharded_ps under each of their transports.
-  ASSERT_EQ(proj["points"].size(), 11u * projected_modes().size());
-  ASSERT_EQ(projected_modes().size(), 5u);
+  ASSERT_EQ(proj["points"].size(), 11u * projected_curves().size());
+  ASSERT_EQ(projected_curves().size(), 5u);
   // At 1 rank there is no communication: speedup 1 for every mode.
   EXPECT_NEAR(proj["points"][0]["speedup"].get<double>(), 1.0, 1e-12);
   // 4 MB of gradients at 25 GB/s: p2p incast and allreduce part ways early; collective later.
@@ -302,28 +302,28 @@ TEST(Project, CalibratesOnOneRankRunAndFindsCrossover) {
   EXPECT_FALSE(proj["measured"][0]["on_curve"].get<bool>());
   // The curves carry their strategy's traits, so the report names no mode itself.
   // The other curves first, in registry order, then the baseline's.
-  ASSERT_EQ(proj["modes"].size(), 5u);
-  EXPECT_EQ(proj["modes"][0]["mode"], "sharded_ps_collective");
-  EXPECT_EQ(proj["modes"][0]["label"], "sharded_ps (collective)");
-  EXPECT_EQ(proj["modes"][1]["mode"], "sharded_ps_p2p");
-  EXPECT_EQ(proj["modes"][2]["mode"], "allreduce");
-  EXPECT_EQ(proj["modes"][2]["label"], "allreduce (ring)");
-  EXPECT_FALSE(proj["modes"][2]["baseline"].get<bool>());
-  EXPECT_EQ(proj["modes"][3]["label"], "ps (collective)");
-  EXPECT_EQ(proj["modes"][4]["mode"], "ps_p2p");
-  EXPECT_EQ(proj["modes"][4]["strategy"], "ps");
-  EXPECT_TRUE(proj["modes"][4]["baseline"].get<bool>());
+  ASSERT_EQ(proj["curves"].size(), 5u);
+  EXPECT_EQ(proj["curves"][0]["curve"], "sharded_ps_collective");
+  EXPECT_EQ(proj["curves"][0]["label"], "sharded_ps (collective)");
+  EXPECT_EQ(proj["curves"][1]["curve"], "sharded_ps_p2p");
+  EXPECT_EQ(proj["curves"][2]["curve"], "allreduce");
+  EXPECT_EQ(proj["curves"][2]["label"], "allreduce (ring)");
+  EXPECT_FALSE(proj["curves"][2]["baseline"].get<bool>());
+  EXPECT_EQ(proj["curves"][3]["label"], "ps (collective)");
+  EXPECT_EQ(proj["curves"][4]["curve"], "ps_p2p");
+  EXPECT_EQ(proj["curves"][4]["strategy"], "ps");
+  EXPECT_TRUE(proj["curves"][4]["baseline"].get<bool>());
   // One crossover per other curve, against the baseline's default (collective) curve.
   ASSERT_EQ(proj["crossovers"].size(), 3u);
-  EXPECT_EQ(proj["crossovers"][2]["mode"], "allreduce");
+  EXPECT_EQ(proj["crossovers"][2]["curve"], "allreduce");
   EXPECT_EQ(proj["crossovers"][2]["baseline"], "ps_collective");
   // With every rank a server, the collective sharded_ps moves ring all-reduce's bytes but hides
   // only its push behind backward: it never beats allreduce.
   for (std::size_t i = 0; i < proj["points"].size(); ++i) {
     const auto& pt = proj["points"][i];
-    if (pt["mode"] != "sharded_ps_collective") continue;
+    if (pt["curve"] != "sharded_ps_collective") continue;
     const auto& ar = proj["points"][i + 2];  // the same world size on the allreduce curve
-    ASSERT_EQ(ar["mode"], "allreduce");
+    ASSERT_EQ(ar["curve"], "allreduce");
     ASSERT_EQ(ar["world_size"], pt["world_size"]);
     EXPECT_GE(pt["step_time_s"].get<double>(), ar["step_time_s"].get<double>()) << pt["world_size"];
   }
@@ -563,7 +563,7 @@ TEST(Project, SimulateAddsEachModesSimulatedStepOnTheTopology) {
   ProjectOptions o = simulated_project_options(32);
   auto at = [](const nlohmann::json& proj, const std::string& mode, int p) {
     for (const auto& pt : proj["points"]) {
-      if (pt["mode"] == mode && pt["world_size"] == p) return pt;
+      if (pt["curve"] == mode && pt["world_size"] == p) return pt;
     }
     ADD_FAILURE() << "no point " << mode << " at " << p;
     return nlohmann::json();
@@ -712,7 +712,7 @@ TEST(Project, WhatIfNamesTheRootsNicTheOrderAndTheStragglersCost) {
   const auto proj = project(o, {doc}, nullptr);
   std::map<std::string, nlohmann::json> at16;
   for (const auto& pt : proj["points"]) {
-    if (pt["world_size"] == 16) at16[pt["mode"].get<std::string>()] = pt["simulation"];
+    if (pt["world_size"] == 16) at16[pt["curve"].get<std::string>()] = pt["simulation"];
   }
   ASSERT_EQ(at16.size(), 5u);
   EXPECT_LT(at16["ps_p2p"]["non_blocking_step_s"].get<double>(), at16["ps_p2p"]["simulated_step_s"].get<double>());
@@ -722,7 +722,7 @@ TEST(Project, WhatIfNamesTheRootsNicTheOrderAndTheStragglersCost) {
     EXPECT_FALSE(f["text"].get<std::string>().empty());
     if (f["kind"] == "nic_saturation") {
       EXPECT_DOUBLE_EQ(f["time_fraction_at_largest"].get<double>(),
-                       at16[f["mode"].get<std::string>()]["node0_nic_time_fraction"].get<double>());
+                       at16[f["curve"].get<std::string>()]["node0_nic_time_fraction"].get<double>());
     }
     if (f["kind"] == "straggler_cost") {
       EXPECT_EQ(f["world_size"], 16);
@@ -743,7 +743,7 @@ TEST(Project, WhatIfNamesTheRootsNicTheOrderAndTheStragglersCost) {
   for (const auto& pt : star["points"]) {
     if (pt["world_size"] != 16) continue;
     EXPECT_GT(pt["simulation"]["straggler_step_s"].get<double>(), pt["simulation"]["simulated_step_s"].get<double>())
-        << pt["mode"];
+        << pt["curve"];
     EXPECT_FALSE(pt["simulation"].contains("non_blocking_step_s"));
   }
   // There ps p2p's root NIC is the bottleneck (in the tree, the uplinks were); the collective's
@@ -751,7 +751,7 @@ TEST(Project, WhatIfNamesTheRootsNicTheOrderAndTheStragglersCost) {
   bool saturated = false;
   for (const auto& f : star["findings"]) {
     EXPECT_NE(f["kind"], "oversubscription_order");
-    if (f["kind"] == "nic_saturation" && f["mode"] == "ps_p2p") {
+    if (f["kind"] == "nic_saturation" && f["curve"] == "ps_p2p") {
       saturated = !f["world_size"].is_null() && f["time_fraction_at_largest"].get<double>() >= kNicSaturated;
       EXPECT_TRUE(saturated) << f.dump();
     }

@@ -24,8 +24,8 @@ struct BusBandwidth {
 };
 
 // One curve of `dpbench project`: the strategy under one of its transports.
-struct ProjectedMode {
-  std::string key;      // the projection file's "mode": "allreduce", "ps_collective", "ps_p2p"
+struct ProjectionCurve {
+  std::string key;      // the projection file's "curve": "allreduce", "ps_collective", "ps_p2p"
   Transport transport;  // the transport it models (ring, collective, p2p)
   // The share of comm_time that runs while backward still does (DDP buckets: 1; nothing: 0), of
   // which the measured exposed fraction stays on the step's critical path.
@@ -58,7 +58,7 @@ struct Strategy {
   bool baseline = false;
   // The curves `dpbench project` draws for this strategy, one per transport it models; a run's
   // transport picks its curve, and with it whether the run overlaps backward.
-  std::vector<ProjectedMode> projected;
+  std::vector<ProjectionCurve> projected;
   // Communication seconds per step at world size p >= 2 under `transport` when every rank
   // computes `per_rank_batch` samples (the alpha-beta terms of the strategy).
   double (*comm_time)(const StepModel&, const LinkModel&, Transport transport, int p, double per_rank_batch);

@@ -95,20 +95,20 @@ namespace {
 
 // The curves' table: step ms and scaling efficiency of each mode per world size.
 void print_curves(const nlohmann::json& doc) {
-  const std::size_t n_modes = doc["modes"].size();
+  const std::size_t n_curves = doc["curves"].size();
   fmt::print("\n{:>6}", "ranks");
-  for (const auto& m : doc["modes"]) fmt::print("  {:>14}", m["mode"].get<std::string>());
+  for (const auto& c : doc["curves"]) fmt::print("  {:>14}", c["curve"].get<std::string>());
   fmt::print("   (step ms / scaling efficiency{})\n", doc.contains("topology") ? "; below each, simulated ms" : "");
-  for (std::size_t i = 0; i + n_modes <= doc["points"].size(); i += n_modes) {
+  for (std::size_t i = 0; i + n_curves <= doc["points"].size(); i += n_curves) {
     fmt::print("{:>6}", doc["points"][i]["world_size"].get<int>());
-    for (std::size_t k = 0; k < n_modes; ++k) {
+    for (std::size_t k = 0; k < n_curves; ++k) {
       const auto& pt = doc["points"][i + k];
       fmt::print("  {:>8.3f} {:>4.0f}%", 1e3 * pt["step_time_s"].get<double>(), 100.0 * pt["efficiency"].get<double>());
     }
     fmt::print("\n");
     if (!doc.contains("topology")) continue;
     fmt::print("{:>6}", "sim");
-    for (std::size_t k = 0; k < n_modes; ++k) {
+    for (std::size_t k = 0; k < n_curves; ++k) {
       const auto& sim = doc["points"][i + k]["simulation"];
       fmt::print("  {:>14}", sim.contains("simulated_step_s")
                                  ? fmt::format("{:.3f}", 1e3 * sim["simulated_step_s"].get<double>())
@@ -123,12 +123,12 @@ void print_summary(const nlohmann::json& doc) {
   for (const auto& f : doc.value("findings", nlohmann::json::array())) fmt::print("{}\n", f["text"].get<std::string>());
   const int largest = doc["points"].empty() ? 1 : doc["points"].back()["world_size"].get<int>();
   for (const auto& c : doc["crossovers"]) {
-    const auto mode = c["mode"].get<std::string>();
+    const auto curve = c["curve"].get<std::string>();
     const auto ref = c["baseline"].get<std::string>();
     if (c["world_size"].is_null()) {
-      fmt::print("{} does not overtake {} by 5% up to {} ranks\n", mode, ref, largest);
+      fmt::print("{} does not overtake {} by 5% up to {} ranks\n", curve, ref, largest);
     } else {
-      fmt::print("{} overtakes {} (by more than 5%) from {} ranks\n", mode, ref, c["world_size"].get<int>());
+      fmt::print("{} overtakes {} (by more than 5%) from {} ranks\n", curve, ref, c["world_size"].get<int>());
     }
   }
   for (const auto& m : doc["measured"]) {
@@ -140,7 +140,7 @@ void print_summary(const nlohmann::json& doc) {
                                                 1e3 * m["predicted_step_time_s"].get<double>(),
                                                 100.0 * m["relative_error"].get<double>());
     fmt::print("measured {:>13} at {} ranks, batch {:>4}, workers {}, link {}: {:.3f} ms, {}{}\n",
-               m["mode"].get<std::string>(), m["world_size"].get<int>(), m["global_batch"].get<int>(),
+               m["curve"].get<std::string>(), m["world_size"].get<int>(), m["global_batch"].get<int>(),
                m["num_workers"].get<int>(), m["link"].get<std::string>(), 1e3 * m["step_time_s"].get<double>(), model,
                tail);
   }

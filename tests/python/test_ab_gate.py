@@ -168,11 +168,13 @@ class DirectoryTests(unittest.TestCase):
 
     def test_a_projection_point_that_moves_fails(self):
         d = self.directory()
-        point = {"mode": "allreduce", "world_size": 8, "step_time_s": 0.125,
-                 "simulation": {"simulated_step_s": 0.125, "messages": 112}}
-        for side, t in (("base", 0.125), ("head", 0.125 * (1 + 1e-6))):
-            p = dict(point, step_time_s=t, simulation=dict(point["simulation"], simulated_step_s=t))
-            (d / f"{side}-projection.json").write_text(json.dumps({"points": [p]}))
+        point = {"world_size": 8, "step_time_s": 0.125, "simulation": {"simulated_step_s": 0.125, "messages": 112}}
+        # The base binary may write an older projection (version 1 named a curve "mode"); the gate
+        # reads both sides under the current names.
+        for side, t, version, key in (("base", 0.125, 1, "mode"), ("head", 0.125 * (1 + 1e-6), 2, "curve")):
+            p = dict(point, step_time_s=t, simulation=dict(point["simulation"], simulated_step_s=t), **{key: "allreduce"})
+            doc = {"schema": {"name": "dpbench-projection", "version": version}, "points": [p]}
+            (d / f"{side}-projection.json").write_text(json.dumps(doc))
         out = self.run_gate(d)
         self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
         self.assertIn("projection allreduce at 8 ranks", out.stderr)

@@ -11,8 +11,9 @@ hook and the node hierarchy were strings compared wherever they were read (now a
 the vocabulary's Hierarchy, spelled in their parsers alone; the PyTorch reference, in Python, reads
 the start bundle's spelling of the hook in its own parser), an emulated cluster's programs were
 told apart by an environment variable (now subcommands), and `project --link` and `memory
---precision` meant something else than `run`'s options of the same names, and a process's
-launcher, an emulated cluster's and the object that runs a process's ranks had three names. The files that still
+--precision` meant something else than `run`'s options of the same names, a process's
+launcher, an emulated cluster's and the object that runs a process's ranks had three names, and a
+projection's curves were its "modes". The files that still
 name an old spelling on purpose (the readers of old result files, this test) are listed with it.
 """
 import pathlib
@@ -49,6 +50,7 @@ RETIRED = {
     r"--link (measured|memory|pcie4|pcie5|nvlink4|ib-ndr)\b|\"--link\", \"(memory|nvlink4|pcie4)\"":
         ("project --link-model", set()),
     r"--precision mixed|precision == \"mixed\"": ("memory --mixed-precision", set()),
+    r"\bProjectedMode\b|\bprojected_modes\(|\bprojected_mode\(|doc\[\"modes\"\]": ("ProjectionCurve, projected_curves(), the projection's \"curves\"", set()),
     r"\bLauncherKind\b|\bClusterLauncher\b": ("Launcher, the one launcher vocabulary", set()),
     r"\bmake_launcher\b|\bDeviceLauncher\b|public Launcher\b": ("make_rank_runner, RankRunner, DeviceRanks", set()),
 }

@@ -206,7 +206,7 @@ def memory_model_fixture() -> dict:
 
 
 def projection_fixture() -> dict:
-    """A `dpbench project` file: three modes to 1024 ranks, crossover at 4."""
+    """A `dpbench project` file: three curves to 1024 ranks, crossover at 4."""
     points = []
     compute, n, beta = 0.02, 2.0e6, 1 / 25e9
     for k in range(11):
@@ -215,10 +215,10 @@ def projection_fixture() -> dict:
                 "ps_p2p": 2 * (p - 1) * n * beta}
         for mode, c in comm.items():
             step = compute + c
-            points.append({"world_size": p, "mode": mode, "step_time_s": step,
+            points.append({"world_size": p, "curve": mode, "step_time_s": step,
                            "throughput_samples_per_s": 256 * p / step, "speedup": p * compute / step,
                            "efficiency": compute / step})
-    measured = [{"world_size": p, "mode": m, "step_time_s": compute * 1.1, "predicted_step_time_s": compute,
+    measured = [{"world_size": p, "curve": m, "step_time_s": compute * 1.1, "predicted_step_time_s": compute,
                  "relative_error": -0.09, "model_applies": p < 4, "global_batch": 256, "num_workers": 0}
                 for p in (2, 4) for m in ("allreduce", "ps_collective", "ps_p2p")]
     return {"schema": {"name": "dpbench-projection", "version": 2},
@@ -238,10 +238,10 @@ def simulated_projection_fixture() -> dict:
             sim = ({"unavailable": "SimGrid gave up"} if (mode, p) == ("allreduce", 4) else
                    {"simulated_step_s": 0.0105 + 1.5 * comm, "wall_s": 0.1, "messages": 4 * (p - 1),
                     "node0_nic_time_fraction": 0.2 * (p - 1)})
-            points.append({"world_size": p, "mode": mode, "step_time_s": step, "speedup": p * 0.01 / step,
+            points.append({"world_size": p, "curve": mode, "step_time_s": step, "speedup": p * 0.01 / step,
                            "efficiency": 0.01 / step, "simulation": sim})
     findings = [
-        {"kind": "nic_saturation", "mode": "ps_p2p", "world_size": 4, "time_fraction_at_largest": 0.96,
+        {"kind": "nic_saturation", "curve": "ps_p2p", "world_size": 4, "time_fraction_at_largest": 0.96,
          "largest_world_size": 4, "text": "ps (p2p): the root's NIC (node 0) needs 90 % of the simulated "
                                           "step or more for its bytes from 4 ranks on (96 % at 4)"},
         {"kind": "straggler_cost", "world_size": 4, "nic_share": 0.5, "costs": {"ps_p2p": 0.21, "allreduce": 0.04},
@@ -466,15 +466,15 @@ class MadeUpStrategyTest(unittest.TestCase):
         proj = projection_fixture()
         rename = {"ps_collective": "dp_baseline", "allreduce": "ring_sync", "ps_p2p": "sharded_ps"}
         for p in proj["points"] + proj["measured"]:
-            p["mode"] = rename[p["mode"]]
-        proj["modes"] = [{"mode": "dp_baseline", "strategy": "dp_baseline", "label": "dp_baseline (chain)",
+            p["curve"] = rename[p["curve"]]
+        proj["curves"] = [{"curve": "dp_baseline", "strategy": "dp_baseline", "label": "dp_baseline (chain)",
                           "transport": "chain", "baseline": True},
-                         {"mode": "ring_sync", "strategy": "ring_sync", "label": "ring_sync (ring)",
+                         {"curve": "ring_sync", "strategy": "ring_sync", "label": "ring_sync (ring)",
                           "transport": "ring", "baseline": False},
-                         {"mode": "sharded_ps", "strategy": "sharded_ps", "label": "sharded_ps (collective)",
+                         {"curve": "sharded_ps", "strategy": "sharded_ps", "label": "sharded_ps (collective)",
                           "transport": "collective", "baseline": False}]
-        proj["crossovers"] = [{"mode": "ring_sync", "baseline": "dp_baseline", "world_size": 8},
-                              {"mode": "sharded_ps", "baseline": "dp_baseline", "world_size": None}]
+        proj["crossovers"] = [{"curve": "ring_sync", "baseline": "dp_baseline", "world_size": 8},
+                              {"curve": "sharded_ps", "baseline": "dp_baseline", "world_size": None}]
         del proj["crossover_world_size"]
         proc = run_report(cls.tmp / "out", [write_json(cls.tmp / "r.json", doc)],
                           projection=write_json(cls.tmp / "p.json", proj))

@@ -461,8 +461,8 @@ class MadeSweepTest(unittest.TestCase):
         self.assertEqual([figures.COLORS[i] for i in range(len(labels))], [colours[label] for label in labels])
 
     def test_projection_curves_reference_first(self):
-        proj = projection_fixture()  # a file without `modes`: its points name allreduce first
-        self.assertEqual("allreduce", proj["points"][0]["mode"])
+        proj = projection_fixture()  # a file without `curves`: its points name allreduce first
+        self.assertEqual("allreduce", proj["points"][0]["curve"])
         with captured() as drawn:
             figures.plot_projection(proj, self.tmp)
         left = drawn["projection"].axes[0]
@@ -490,7 +490,7 @@ class MadeSweepTest(unittest.TestCase):
         expected = {}  # mode: [(world size, simulated ms)], the points that have one
         for p in sorted(proj["points"], key=lambda p: p["world_size"]):
             if "simulated_step_s" in p["simulation"]:
-                expected.setdefault(p["mode"], []).append((p["world_size"], 1e3 * p["simulation"]["simulated_step_s"]))
+                expected.setdefault(p["curve"], []).append((p["world_size"], 1e3 * p["simulation"]["simulated_step_s"]))
         self.assertEqual([1, 2], [x for x, _ in expected["allreduce"]])  # not simulated at 4 ranks
         with captured() as drawn:
             fig = figures.plot_projection(proj, self.tmp)
