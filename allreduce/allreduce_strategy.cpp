@@ -2,6 +2,9 @@
 // overlaps backward; its label, bus bandwidth (nccl-tests all-reduce factor) and alpha-beta term.
 #include <cmath>
 
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include "allreduce/ddp_trainer.hpp"
 #include "train/sparse_grad.hpp"
 
@@ -89,6 +92,29 @@ void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
   replica_optimizer_after_buckets(s, in, events);
 }
 
+// DDP's buckets and communication hook, PyTorch's names.
+void add_allreduce_options(CLI::App& app, TrainConfig& config) {
+  app.add_option("--bucket-cap-mb", config.allreduce.bucket_cap_mb,
+                 "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
+      ->capture_default_str();
+  app.add_option("--first-bucket-mb", config.allreduce.first_bucket_mb,
+                 "allreduce: size of DDP's first gradient bucket in MiB (PyTorch's "
+                 "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
+                 "all-reduce start before backward ends")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--comm-hook", [&config](const std::string& text) { config.allreduce.comm_hook = parse_comm_hook(text); },
+         "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
+         "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
+         "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
+      ->default_str(hook_name(config.allreduce.comm_hook));
+  app.add_option("--start-powersgd-iter", config.allreduce.start_powersgd_iter,
+                 "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
+                 "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are (after the warm-up: a "
+                 "warning, the timed steps mix both)")
+      ->capture_default_str();
+}
+
 // PowerSGD that starts compressing after the warm-up: the timed steps mix both.
 std::vector<std::string> allreduce_warnings(const TrainConfig& config) {
   if (config.allreduce.comm_hook.kind != CommHook::Kind::powersgd ||
@@ -118,6 +144,7 @@ const Strategy& allreduce_strategy() {
       .comm_time = &allreduce_comm_time,
       .pytorch_counterpart = &allreduce_pytorch,
       .memory = &allreduce_memory,
+      .add_options = &add_allreduce_options,
       .warnings = &allreduce_warnings,
       .schedule = &allreduce_schedule,
   };

@@ -1,5 +1,6 @@
 // The `sharded_ps` strategy's traits (train/strategy.hpp): the BytePS-style sharded parameter
 // server; its transports, labels, bus bandwidth and alpha-beta terms (with K = p servers).
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "core/ring.hpp"
@@ -142,6 +143,24 @@ void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
   }
 }
 
+// The servers and the staleness bound.
+void add_sharded_ps_options(CLI::App& app, TrainConfig& config) {
+  app.add_option("--servers", config.sharded_ps.servers,
+                 "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
+                 "and their optimizer state); 0 = every rank")
+      ->capture_default_str();
+  app.add_option("--staleness", config.sharded_ps.staleness,
+                 "sharded_ps: stale-synchronous parallel (SSP, Ho et al. 2013): a worker computes on the newest "
+                 "parameters it has and runs up to S steps ahead of the slowest, its pushes and pulls on its "
+                 "communication thread; 0 = synchronous (collective transport, --device cpu)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--staleness-replay", config.sharded_ps.staleness_replay,
+                 "sharded_ps --staleness S: deterministic replay, each worker computing at step t on version t - d, "
+                 "d drawn from this seed (uniform in 0..S): reproducible, for tests and replays")
+      ->check(CLI::NonNegativeNumber);
+}
+
 }  // namespace
 
 const Strategy& sharded_ps_strategy() {
@@ -162,6 +181,7 @@ const Strategy& sharded_ps_strategy() {
       .comm_time = &sharded_comm_time,
       .pytorch_counterpart = &sharded_pytorch,
       .memory = &sharded_memory,
+      .add_options = &add_sharded_ps_options,
       .schedule = &sharded_schedule,
   };
   return strategy;

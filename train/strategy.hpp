@@ -13,6 +13,10 @@
 #include "train/step_schedule.hpp"
 #include "train/training.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace dpbench {
 
 // The bus bandwidth a run of the strategy reports, nccl-tests definitions (PERFORMANCE.md):
@@ -69,6 +73,10 @@ struct Strategy {
   // Every rank's bytes by category during training (train/memory_model.hpp), for
   // in.config.world_size ranks; null when the strategy has no model.
   std::vector<RankMemory> (*memory)(const MemoryInputs&) = nullptr;
+  // Adds the strategy's own options (its config section's: allreduce's --bucket-cap-mb, sharded_ps's
+  // --servers, ...) to a training command (run, sweep), which parsing writes into `config`; null
+  // when the strategy has none. Each option's help names the strategy it belongs to.
+  void (*add_options)(CLI::App& app, TrainConfig& config) = nullptr;
   // The warnings a run of `config` carries in its result (an option that makes its timed steps
   // mean something else than the user may think); null when the strategy has none.
   std::vector<std::string> (*warnings)(const TrainConfig&) = nullptr;

@@ -65,27 +65,17 @@ void add_optimizer_options(CLI::App& app, TrainConfig& config) {
   app.add_option("--eps", config.optimizer.eps, "adam, adamw: term added to the denominator")->default_str("1e-08");
 }
 
-// The gradient synchronisation: the node hierarchy (every mode) and allreduce's communication hook.
-void add_allreduce_sync_options(CLI::App& app, TrainConfig& config) {
+// The node hierarchy, which every mode takes.
+void add_hierarchy_option(CLI::App& app, TrainConfig& config) {
   add_name_option(app, "--hierarchy", config.hierarchy, &parse_hierarchy,
                   "none (the flat collectives over every rank) or node (reduce inside each node first, one ring per "
                   "local rank across the nodes: allreduce's all-reduce, sharded_ps's push and pull, ps's reduce and "
                   "broadcast; collective transport, host buffers)");
-  app.add_option_function<std::string>(
-         "--comm-hook", [&config](const std::string& text) { config.allreduce.comm_hook = parse_comm_hook(text); },
-         "allreduce: DDP communication hook, PyTorch's: allreduce (allreduce_hook), fp16 "
-         "(fp16_compress_hook) or bf16 (bf16_compress_hook): buckets cross the wire in 16 bits; powersgd:R "
-         "(powerSGD_hook, matrix_approximation_rank R, error feedback, warm start); host buffers")
-      ->default_str(hook_name(config.allreduce.comm_hook));
-  app.add_option("--start-powersgd-iter", config.allreduce.start_powersgd_iter,
-                 "allreduce --comm-hook powersgd:R: the first step that compresses (PyTorch's start_powerSGD_iter, "
-                 "at least 2; PyTorch's default is 1000); earlier steps all-reduce as they are (after the warm-up: a "
-                 "warning, the timed steps mix both)")
-      ->capture_default_str();
 }
 
-// The model's shape (--hidden, --channels, --sync-bn) and the modes' own knobs (DDP's buckets and
-// gradient sync, sharded_ps's servers), for add_shared_options.
+// The model's shape (--hidden, --channels, --sync-bn), the node hierarchy and each strategy's own
+// options (Strategy::add_options: DDP's buckets and hook, sharded_ps's servers and staleness), for
+// add_shared_options.
 void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
   app.add_option("--model", config.model.described,
                  "Replay a described model instead of training --workload: a built-in description (" +
@@ -113,29 +103,11 @@ void add_model_and_mode_options(CLI::App& app, TrainConfig& config) {
   app.add_flag("--sync-bn", config.model.sync_bn,
                "cnn, allreduce mode: SyncBatchNorm (statistics all-gathered across ranks, gradient "
                "sums all-reduced) instead of per-rank BatchNorm statistics");
-  app.add_option("--bucket-cap-mb", config.allreduce.bucket_cap_mb,
-                 "allreduce: DDP bucket_cap_mb, gradient bucket size in MiB (first bucket 1 MiB)")
-      ->capture_default_str();
-  app.add_option("--first-bucket-mb", config.allreduce.first_bucket_mb,
-                 "allreduce: size of DDP's first gradient bucket in MiB (PyTorch's "
-                 "_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); smaller lets a small model's first "
-                 "all-reduce start before backward ends")
-      ->capture_default_str();
-  add_allreduce_sync_options(app, config);
-  app.add_option("--servers", config.sharded_ps.servers,
-                 "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
-                 "and their optimizer state); 0 = every rank")
-      ->capture_default_str();
-  app.add_option("--staleness", config.sharded_ps.staleness,
-                 "sharded_ps: stale-synchronous parallel (SSP, Ho et al. 2013): a worker computes on the newest "
-                 "parameters it has and runs up to S steps ahead of the slowest, its pushes and pulls on its "
-                 "communication thread; 0 = synchronous (collective transport, --device cpu)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--staleness-replay", config.sharded_ps.staleness_replay,
-                 "sharded_ps --staleness S: deterministic replay, each worker computing at step t on version t - d, "
-                 "d drawn from this seed (uniform in 0..S): reproducible, for tests and replays")
-      ->check(CLI::NonNegativeNumber);
+  add_hierarchy_option(app, config);
+  // Each strategy's own options (its config section's), from its folder.
+  for (const Strategy& strategy : strategies()) {
+    if (strategy.add_options != nullptr) strategy.add_options(app, config);
+  }
 }
 
 // The dlrm workload's sizes and gradients (workloads/dlrm.hpp), for the training commands and

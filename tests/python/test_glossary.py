@@ -46,7 +46,7 @@ RETIRED = {
     r"hierarchy [!=]= \"(node|none)\"": ("Hierarchy::node, Hierarchy::none", CPP_ONLY),
     r"comm_hook [!=]= \"|hook [!=]= \"(fp16|bf16|allreduce)\"|rfind\(\"powersgd\"":
         ("CommHook's kind", CPP_ONLY),
-    r"DPBENCH_CLUSTER_STAGE|cluster::stage\(\)": ("the cluster-inner and cluster-rank subcommands", set()),
+    r"cluster::stage\(\)|DPBENCH_CLUSTER_STAGE": ("the cluster-inner and cluster-rank subcommands", set()),
     r"--link (measured|memory|pcie4|pcie5|nvlink4|ib-ndr)\b|\"--link\", \"(memory|nvlink4|pcie4)\"":
         ("project --link-model", set()),
     r"--precision mixed|precision == \"mixed\"": ("memory --mixed-precision", set()),
@@ -107,7 +107,7 @@ class GlossaryTest(unittest.TestCase):
             "a.cpp": 'if (config.hierarchy == "node") x = reference_strategy();\n',
             "b.py": 'traits["reference"] and run["ratio_to_reference"]\n',
             "c.md": "dpbench project f.json --link nvlink4\nmemory --precision mixed\n",
-            "d.cpp": "powersgd_rank(h); setenv(\"DPBENCH_CLUSTER_STAGE\"); PsRank r;\n",
+            "d.cpp": "powersgd_rank(h); // DPBENCH_CLUSTER_STAGE=rank\nPsRank r;\n",
             "results/schema_versions.py": 'rename "ratio_to_reference"\n',
         }
         found = retired_uses(samples, read=samples.get)
