@@ -115,6 +115,14 @@ void add_allreduce_options(CLI::App& app, TrainConfig& config) {
       ->capture_default_str();
 }
 
+// --bucket-cap-mb, --first-bucket-mb, --comm-hook, --start-powersgd-iter in a run's config block.
+void allreduce_config_json(const TrainConfig& config, nlohmann::json& j) {
+  j["bucket_cap_mb"] = config.allreduce.bucket_cap_mb;
+  j["first_bucket_mb"] = config.allreduce.first_bucket_mb;
+  j["comm_hook"] = hook_name(config.allreduce.comm_hook);
+  j["start_powersgd_iter"] = config.allreduce.start_powersgd_iter;
+}
+
 // PowerSGD that starts compressing after the warm-up: the timed steps mix both.
 std::vector<std::string> allreduce_warnings(const TrainConfig& config) {
   if (config.allreduce.comm_hook.kind != CommHook::Kind::powersgd ||
@@ -145,6 +153,7 @@ const Strategy& allreduce_strategy() {
       .pytorch_counterpart = &allreduce_pytorch,
       .memory = &allreduce_memory,
       .add_options = &add_allreduce_options,
+      .config_json = &allreduce_config_json,
       .warnings = &allreduce_warnings,
       .schedule = &allreduce_schedule,
   };

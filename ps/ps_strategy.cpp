@@ -102,6 +102,9 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
   s.compute(0, 0, in.compute.at(0).optimizer, "optimizer");
 }
 
+// The root's coalescing group (no command-line option) in a run's config block.
+void ps_config_json(const TrainConfig& config, nlohmann::json& j) { j["coalesce_mb"] = config.ps.coalesce_mb; }
+
 }  // namespace
 
 const Strategy& data_parallel_strategy() {
@@ -120,6 +123,7 @@ const Strategy& data_parallel_strategy() {
       .comm_time = &ps_comm_time,
       .pytorch_counterpart = &ps_pytorch,
       .memory = &ps_memory,
+      .config_json = &ps_config_json,
       .schedule = &ps_schedule,
   };
   return strategy;

@@ -15,7 +15,6 @@
 #include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
-#include "sharded_ps/stale_sync.hpp"
 #include "train/models.hpp"
 
 namespace dpbench {
@@ -104,15 +103,7 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                       {"max_steps", config.run.max_steps},
                       {"warmup_steps", config.run.warmup_steps},
                       {"hidden", config.model.hidden},
-                      {"bucket_cap_mb", config.allreduce.bucket_cap_mb},
-                      {"first_bucket_mb", config.allreduce.first_bucket_mb},
                       {"hierarchy", config.hierarchy},
-                      {"comm_hook", hook_name(config.allreduce.comm_hook)},
-                      {"start_powersgd_iter", config.allreduce.start_powersgd_iter},
-                      {"servers", config.sharded_ps.servers},
-                      {"staleness", config.sharded_ps.staleness},
-                      {"staleness_replay", config.sharded_ps.staleness_replay},
-                      {"coalesce_mb", config.ps.coalesce_mb},
                       {"num_workers", config.loader.num_workers},
                       {"prefetch_factor", config.loader.prefetch_factor},
                       {"persistent_workers", config.loader.persistent_workers},
@@ -124,6 +115,9 @@ nlohmann::json config_to_json(const TrainConfig& config) {
                       {"sync_bn", config.model.sync_bn},
                       {"rank_batches", config.rank_batches}};
   j.update(optimizer_to_json(config));
+  for (const Strategy& s : strategies()) {
+    if (s.config_json != nullptr) s.config_json(config, j);
+  }
   if (config.model.workload == "dlrm") j["dlrm"] = dlrm_to_json(config);
   return j;
 }
@@ -221,32 +215,6 @@ void add_traffic_json(const RunResult& run, nlohmann::json& j) {
   }
 }
 
-// sharded_ps --staleness: the bound, the replay seed, and the histogram of the timed steps'
-// staleness over every rank (how many versions old the parameters each step computed on were),
-// with every rank's own.
-void add_staleness_json(const RunResult& run, nlohmann::json& j) {
-  const TrainConfig& config = run.config;
-  std::vector<std::vector<int>> all;
-  nlohmann::json per_rank = nlohmann::json::array();
-  double sum = 0, count = 0;
-  for (const RankResult& r : run.ranks) {
-    all.push_back(r.step_staleness);
-    per_rank.push_back(staleness_histogram({r.step_staleness}, config.run.warmup_steps, config.sharded_ps.staleness));
-  }
-  const std::vector<long> histogram = staleness_histogram(all, config.run.warmup_steps, config.sharded_ps.staleness);
-  for (std::size_t s = 0; s < histogram.size(); ++s) {
-    sum += static_cast<double>(s) * static_cast<double>(histogram[s]);
-    count += static_cast<double>(histogram[s]);
-  }
-  j["staleness"] = {{"bound", config.sharded_ps.staleness},
-                    {"replay_seed", config.sharded_ps.staleness_replay >= 0
-                                        ? nlohmann::json(config.sharded_ps.staleness_replay)
-                                        : nlohmann::json()},
-                    {"histogram", histogram},
-                    {"mean", count > 0 ? sum / count : 0.0},
-                    {"per_rank_histogram", per_rank}};
-}
-
 }  // namespace
 
 // A replayed run (--model): what was replayed, from where, and its time scale; the workload is
@@ -341,7 +309,7 @@ nlohmann::json run_to_json(const RunResult& run) {
 
   j["quality"] = quality_json(run);  // a non-finite loss is written as null
   if (!config.checkpoint.dir.empty()) add_checkpoints_json(run, j);
-  if (config.sharded_ps.staleness > 0) add_staleness_json(run, j);
+  if (const Strategy& s = find_strategy(config.mode); s.run_json != nullptr) s.run_json(run, j);
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");

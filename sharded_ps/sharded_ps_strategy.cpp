@@ -5,6 +5,7 @@
 
 #include "core/ring.hpp"
 #include "sharded_ps/sharded_ps.hpp"
+#include "sharded_ps/stale_sync.hpp"
 #include "train/sparse_grad.hpp"
 #include "train/alpha_beta_model.hpp"
 
@@ -161,6 +162,40 @@ void add_sharded_ps_options(CLI::App& app, TrainConfig& config) {
       ->check(CLI::NonNegativeNumber);
 }
 
+// --servers, --staleness, --staleness-replay in a run's config block.
+void sharded_config_json(const TrainConfig& config, nlohmann::json& j) {
+  j["servers"] = config.sharded_ps.servers;
+  j["staleness"] = config.sharded_ps.staleness;
+  j["staleness_replay"] = config.sharded_ps.staleness_replay;
+}
+
+// sharded_ps --staleness: the bound, the replay seed, and the histogram of the timed steps'
+// staleness over every rank (how many versions old the parameters each step computed on were),
+// with every rank's own.
+void sharded_run_json(const RunResult& run, nlohmann::json& j) {
+  const TrainConfig& config = run.config;
+  if (config.sharded_ps.staleness <= 0) return;
+  std::vector<std::vector<int>> all;
+  nlohmann::json per_rank = nlohmann::json::array();
+  double sum = 0, count = 0;
+  for (const RankResult& r : run.ranks) {
+    all.push_back(r.step_staleness);
+    per_rank.push_back(staleness_histogram({r.step_staleness}, config.run.warmup_steps, config.sharded_ps.staleness));
+  }
+  const std::vector<long> histogram = staleness_histogram(all, config.run.warmup_steps, config.sharded_ps.staleness);
+  for (std::size_t s = 0; s < histogram.size(); ++s) {
+    sum += static_cast<double>(s) * static_cast<double>(histogram[s]);
+    count += static_cast<double>(histogram[s]);
+  }
+  j["staleness"] = {{"bound", config.sharded_ps.staleness},
+                    {"replay_seed", config.sharded_ps.staleness_replay >= 0
+                                        ? nlohmann::json(config.sharded_ps.staleness_replay)
+                                        : nlohmann::json()},
+                    {"histogram", histogram},
+                    {"mean", count > 0 ? sum / count : 0.0},
+                    {"per_rank_histogram", per_rank}};
+}
+
 }  // namespace
 
 const Strategy& sharded_ps_strategy() {
@@ -182,6 +217,8 @@ const Strategy& sharded_ps_strategy() {
       .pytorch_counterpart = &sharded_pytorch,
       .memory = &sharded_memory,
       .add_options = &add_sharded_ps_options,
+      .config_json = &sharded_config_json,
+      .run_json = &sharded_run_json,
       .schedule = &sharded_schedule,
   };
   return strategy;

@@ -77,6 +77,13 @@ struct Strategy {
   // --servers, ...) to a training command (run, sweep), which parsing writes into `config`; null
   // when the strategy has none. Each option's help names the strategy it belongs to.
   void (*add_options)(CLI::App& app, TrainConfig& config) = nullptr;
+  // Writes the strategy's own options into a run's config block, under their flat keys
+  // ("bucket_cap_mb", "servers", ...; results/schema/dpbench-result.schema.json); every run's block
+  // carries every strategy's. Null when the strategy has none.
+  void (*config_json)(const TrainConfig& config, nlohmann::json& block) = nullptr;
+  // Adds what only this strategy's runs record to a run's entry (sharded_ps --staleness: the
+  // staleness histogram); null when there is nothing.
+  void (*run_json)(const RunResult& run, nlohmann::json& entry) = nullptr;
   // The warnings a run of `config` carries in its result (an option that makes its timed steps
   // mean something else than the user may think); null when the strategy has none.
   std::vector<std::string> (*warnings)(const TrainConfig&) = nullptr;
