@@ -146,6 +146,11 @@ nlohmann::json memory_document(const MemoryOptions& given) {
   const MemoryOptions o = with_described_sizes(given);
   check_options(o);
   const std::vector<Mode> modes = o.modes.empty() ? strategy_modes() : o.modes;
+  for (Mode mode : modes) {
+    if (find_strategy(mode).memory == nullptr) {
+      throw InputError(fmt::format("--modes {}: the {} strategy has no memory model", mode, mode));
+    }
+  }
   nlohmann::json rows = nlohmann::json::array(), fits = nlohmann::json::array();
   for (const auto& mode : modes) {
     for (int p : o.ranks) {

@@ -843,6 +843,45 @@ std::optional<int> parse_command_line(CLI::App& app, std::vector<std::string> ar
   return std::nullopt;
 }
 
+// `dpbench memory` once parsed: the dlrm's sizes and the sparse paths checked, then the table.
+int memory_main(const CLI::App& memory, MemoryOptions& o) {
+  DataOptions unused;  // the memory model reads no data
+  apply_dlrm_options(memory, o.base, unused);
+  check_sparse_grad_modes(o.base, o.modes.empty() ? strategy_modes() : o.modes, "--modes");
+  return memory_command(o);
+}
+
+// An emulated cluster's second and third programs (cluster/cluster_job.hpp), each started by the
+// one before it with the run's options; not in --help.
+struct ClusterPrograms {
+  RunOptions inner, rank;
+  CLI::App* inner_app = nullptr;
+  CLI::App* rank_app = nullptr;
+};
+
+void add_cluster_programs(CLI::App& app, ClusterPrograms& p) {
+  p.inner_app = app.add_subcommand(cluster::kInnerCommand, "an emulated cluster's job inside its namespaces");
+  add_run_options(*p.inner_app, p.inner);
+  p.rank_app = app.add_subcommand(cluster::kRankCommand, "one rank of an emulated cluster's job");
+  add_run_options(*p.rank_app, p.rank);
+  p.inner_app->group("");
+  p.rank_app->group("");
+  p.rank.cluster_rank = true;
+}
+
+// The exit code of the cluster's program the command line named; nullopt for any other command.
+std::optional<int> run_cluster_program(ClusterPrograms& p) {
+  if (*p.inner_app) {
+    finish_run_options(*p.inner_app, p.inner);
+    return cluster::run_inner(p.inner.cluster, p.inner.args);
+  }
+  if (*p.rank_app) {
+    finish_run_options(*p.rank_app, p.rank);
+    return cluster_rank_command(p.rank);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int dpbench_main(int argc, char** argv) {
@@ -882,44 +921,23 @@ int dpbench_main(int argc, char** argv) {
   HistoryOptions history_options;
   CLI::App* history = add_history_command(app, history_options);
 
-  // An emulated cluster's second and third programs (cluster/cluster_job.hpp), each started by
-  // the one before it with the run's options; not in --help.
-  RunOptions inner_options, rank_options;
-  CLI::App* inner = app.add_subcommand(cluster::kInnerCommand, "an emulated cluster's job inside its namespaces");
-  add_run_options(*inner, inner_options);
-  CLI::App* rank = app.add_subcommand(cluster::kRankCommand, "one rank of an emulated cluster's job");
-  add_run_options(*rank, rank_options);
-  inner->group("");
-  rank->group("");
-  rank_options.cluster_rank = true;
+  ClusterPrograms cluster_programs;
+  add_cluster_programs(app, cluster_programs);
 
   std::vector<std::string> args = main_arguments(argc, argv);
   // As given after the subcommand: the cluster's programs start with them (parse consumes args).
-  const std::vector<std::string> options(args.begin() + (args.empty() ? 0 : 1), args.end());
-  run_options.args = inner_options.args = rank_options.args = options;
+  run_options.args = cluster_programs.inner.args = cluster_programs.rank.args = std::vector<std::string>(
+      args.begin() + (args.empty() ? 0 : 1), args.end());
   if (const std::optional<int> code = parse_command_line(app, std::move(args))) return *code;
 
   return with_exit_codes([&] {
-    if (*inner) {
-      finish_run_options(*inner, inner_options);
-      return finish(cluster::run_inner(inner_options.cluster, inner_options.args));
-    }
-    if (*rank) {
-      finish_run_options(*rank, rank_options);
-      return finish(cluster_rank_command(rank_options));
-    }
+    if (const std::optional<int> code = run_cluster_program(cluster_programs)) return finish(*code);
     finish_run_options(*run, run_options);
     if (*sweep) return finish(sweep_main(*sweep, sweep_options));
     if (*python.first) return run_python("plots/report.py", python.first->remaining());
     if (*python.second) return run_python("results/compare.py", python.second->remaining());
     if (*project) return project_main(*project, project_options);
-    if (*memory) {
-      DataOptions unused;  // the memory model reads no data
-      apply_dlrm_options(*memory, memory_options.base, unused);
-      check_sparse_grad_modes(memory_options.base,
-                              memory_options.modes.empty() ? strategy_modes() : memory_options.modes, "--modes");
-      return memory_command(memory_options);
-    }
+    if (*memory) return memory_main(*memory, memory_options);
     if (*history) return history_command(*history, history_options);
     return finish(run_command(run_options));
   });
