@@ -607,19 +607,28 @@ TEST(EngineProbe, EveryRankRunsEachCollectiveAndRankZeroKeepsTheTimes) {
 }
 
 // Each kind on its own size (ps's scatter and gather at the batch's and the logits' size): each
-// recorded with its size, and a larger one takes longer than the same kind on fewer floats; a
+// recorded with its size, and the bytes a worker sends are those of the two sizes (a gather of n
+// floats over 3 ranks: n / 3 from each worker, every repetition), not of either one twice; a
 // size per kind is required, and every size must hold a float per rank.
 TEST(EngineProbe, EachKindRunsOnItsOwnSize) {
   const std::vector<CollectiveKind> kinds = {CollectiveKind::gather, CollectiveKind::gather};
   const std::vector<std::size_t> sizes = {30, 3'000'000};
-  const auto got = on_local_threads<std::optional<EngineProbe>>(3, [&](Communicator& comm) {
-    return probe_engine(comm, kinds, sizes, 3);
+  const auto got = on_local_threads<std::pair<std::optional<EngineProbe>, CommStats>>(3, [&](Communicator& comm) {
+    comm.reset_stats();
+    auto probe = probe_engine(comm, kinds, sizes, 3);
+    return std::make_pair(probe, comm.stats());
   });
-  ASSERT_TRUE(got[0].has_value());
-  ASSERT_EQ(got[0]->collectives.size(), 2u);
-  EXPECT_EQ(got[0]->collectives[0].floats, 30u);
-  EXPECT_EQ(got[0]->collectives[1].floats, 3'000'000u);
-  EXPECT_GT(got[0]->collectives[1].seconds, got[0]->collectives[0].seconds);
+  const std::optional<EngineProbe>& probe = got[0].first;
+  ASSERT_TRUE(probe.has_value());
+  ASSERT_EQ(probe->collectives.size(), 2u);
+  EXPECT_EQ(probe->collectives[0].floats, 30u);
+  EXPECT_EQ(probe->collectives[1].floats, 3'000'000u);
+  const auto reps = static_cast<std::int64_t>(probe->repetitions);
+  ASSERT_GT(reps, 0);
+  EXPECT_EQ(got[1].second.bytes_sent % static_cast<std::int64_t>(sizeof(float)), 0);
+  const std::int64_t per_rep = (10 + 1'000'000) * static_cast<std::int64_t>(sizeof(float));
+  EXPECT_GE(got[1].second.bytes_sent, reps * per_rep);
+  EXPECT_LT(got[1].second.bytes_sent, reps * 2 * 1'000'000 * static_cast<std::int64_t>(sizeof(float)));
   auto lone = std::make_shared<LocalGroup>(2);
   LocalCommunicator comm(lone, 0, nullptr);
   EXPECT_THROW(probe_engine(comm, kinds, std::vector<std::size_t>{100}, 2), InputError);
