@@ -58,6 +58,27 @@ TEST(Sweep, GridExpandsTransportsForPsOnly) {
   EXPECT_EQ(points[3].repetition, 1);
 }
 
+// The grid's axes take run's singular names too (docs/cli.md, "Sweep axes"): --mode, --comm,
+// --batch-size, --workload name the axes --modes, --comms, --batch-sizes, --workloads.
+TEST(Sweep, RunsSingularNamesTheSameAxes) {
+  TempDir tmp;
+  const std::string out = (tmp.path() / "sweep.json").string();
+  const std::string cmd = std::string(DPBENCH_BINARY) +
+                          " sweep --device cpu --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
+                          "--mode ps,allreduce --comm local --workload mlp --ranks 2 --batch-size 16,32 "
+                          "--num-workers 0 --max-steps 3 --warmup-steps 1 --no-eval -q -o " +
+                          out + " >/dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(out);
+  const auto doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["config"]["sweep"]["modes"], (std::vector<std::string>{"ps", "allreduce"}));
+  EXPECT_EQ(doc["config"]["sweep"]["comms"], (std::vector<std::string>{"local"}));
+  EXPECT_EQ(doc["config"]["sweep"]["batch_sizes"], (std::vector<int>{16, 32}));
+  EXPECT_EQ(doc["runs"].size(), 4u);  // 2 modes x 2 batch sizes
+}
+
 TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   TempDir tmp;
   const std::string out = (tmp.path() / "sweep.json").string();

@@ -569,7 +569,7 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
   sweep.add_option("--workloads,--workload", o.workloads, "Workloads, comma list (mlp, cnn; or dlrm alone)")
       ->delimiter(',')
       ->capture_default_str();
-  add_names_option(sweep, "--comms", o.comms, &parse_backend, "Communicator backends, comma list");
+  add_names_option(sweep, "--comms,--comm", o.comms, &parse_backend, "Communicator backends, comma list");
   add_names_option(sweep, "--modes,--mode", o.modes, &parse_mode, std::string("Modes, comma list: ") + mode_help());
   add_names_option(sweep, "--transports,--transport", o.transports, &parse_transport,
                    std::string("Transports, comma list; ") + transport_help());
@@ -589,7 +589,7 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
                   "--nodes N --link L`; see run --help)")
       ->delimiter(',')
       ->group("Emulated cluster");
-  sweep.add_option("--links", o.links, "Emulated cluster: link rates, comma list (100mbit,1gbit,10gbit)")
+  sweep.add_option("--links,--link", o.links, "Emulated cluster: link rates, comma list (100mbit,1gbit,10gbit)")
       ->delimiter(',')
       ->group("Emulated cluster");
   sweep.add_option("--ranks-per-node", o.ranks_per_node, "Emulated cluster: ranks per node, comma list")
