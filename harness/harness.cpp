@@ -190,9 +190,11 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
     for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
     r.elastic_restart = restart_cost(config.checkpoint.dir, r.resumed_from_step, attempt);
   }
-  for (std::string& warning : strategy.warnings != nullptr ? strategy.warnings(config) : std::vector<std::string>{}) {
-    r.warnings.push_back(std::move(warning));
-    fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
+  if (strategy.warnings != nullptr) {
+    for (std::string& warning : strategy.warnings(config)) {
+      r.warnings.push_back(std::move(warning));
+      fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
+    }
   }
   if (r.resumed_from_step >= r.steps_total) {
     r.warnings.push_back(

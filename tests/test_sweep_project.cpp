@@ -62,17 +62,15 @@ TEST(Sweep, GridExpandsTransportsForPsOnly) {
 // --batch-size, --workload name the axes --modes, --comms, --batch-sizes, --workloads.
 TEST(Sweep, RunsSingularNamesTheSameAxes) {
   TempDir tmp;
-  const std::string out = (tmp.path() / "sweep.json").string();
-  const std::string cmd = std::string(DPBENCH_BINARY) +
-                          " sweep --device cpu --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
-                          "--mode ps,allreduce --comm local --workload mlp --ranks 2 --batch-size 16,32 "
-                          "--num-workers 0 --max-steps 3 --warmup-steps 1 --no-eval -q -o " +
-                          out + " >/dev/null 2>&1";
-  const int status = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
-  std::ifstream in(out);
-  const auto doc = nlohmann::json::parse(in);
+  const fs::path out = tmp.path() / "sweep.json";
+  const Outcome o = shell(std::string(DPBENCH_BINARY) +
+                              " sweep --device cpu --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
+                              "--mode ps,allreduce --comm local --workload mlp --ranks 2 --batch-size 16,32 "
+                              "--num-workers 0 --max-steps 3 --warmup-steps 1 --no-eval -q -o " +
+                              out.string(),
+                          tmp.path());
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto doc = nlohmann::json::parse(slurp(out));
   EXPECT_EQ(doc["config"]["sweep"]["modes"], (std::vector<std::string>{"ps", "allreduce"}));
   EXPECT_EQ(doc["config"]["sweep"]["comms"], (std::vector<std::string>{"local"}));
   EXPECT_EQ(doc["config"]["sweep"]["batch_sizes"], (std::vector<int>{16, 32}));

@@ -113,8 +113,8 @@ class GlossaryTest(unittest.TestCase):
         found = retired_uses(samples, read=samples.get)
         self.assertEqual(9, len([f for f in found if not f.startswith("results/")]), found)
         self.assertFalse([f for f in found if f.startswith("results/")], found)
-        self.assertEqual([], retired_uses({"e.cpp": 'config.hierarchy == Hierarchy::node; run --link 1gbit\n'},
-                                          read={"e.cpp": 'config.hierarchy == Hierarchy::node; run --link 1gbit\n'}.get))
+        current = {"e.cpp": "config.hierarchy == Hierarchy::node; run --link 1gbit\n"}
+        self.assertEqual([], retired_uses(current, read=current.get))
 
 
 if __name__ == "__main__":
