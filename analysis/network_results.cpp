@@ -182,8 +182,7 @@ double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
 // The run's step as its strategy's schedule: every rank's median forward, backward, optimizer
 // and data phases as measured, and every message of its engine's collectives. Null when the
 // strategy has none.
-std::optional<StepSchedule> run_schedule(const RunResult& r, Backend& engine) {
-  const Strategy& s = find_strategy(r.config.mode);
+std::optional<StepSchedule> run_schedule(const RunResult& r, const Strategy& s, Backend& engine) {
   if (s.schedule == nullptr) return std::nullopt;
   ScheduleInputs in;
   in.config = r.config;
@@ -447,7 +446,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const int ring_p = r.config.hierarchy == Hierarchy::node ? nodes : p;
     const double comm_model = ring_p >= 2 ? s.comm_time(m, link, transport, ring_p, b) : 0.0;
     Backend engine = Backend::local;
-    const std::optional<StepSchedule> schedule = run_schedule(r, engine);
+    const std::optional<StepSchedule> schedule = run_schedule(r, s, engine);
     std::vector<int> placement;
     for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));
     const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes)
@@ -483,7 +482,8 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   const auto& docs = document.at("runs");
   constexpr int kLabel = 34;
   std::size_t col = 22;
-  for (const auto& r : runs) col = std::max(col, find_strategy(r.config.mode).label(r.config).size() + 2);
+  auto label = [](const nlohmann::json& doc) { return doc.at("strategy").at("label").get<std::string>(); };
+  for (const auto& doc : docs) col = std::max(col, label(doc).size() + 2);
   const auto& first_link = docs.front().at("network").at("link");
   fmt::print("\nEmulated cluster: {} nodes x {} rank{}, {} ({}), slowest link probed at {:.1f} MB/s ({:.0f} Mbit/s), "
              "alpha {:.3f} ms\n",
@@ -493,7 +493,7 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
              first_link.at("bytes_per_s").get<double>() / 1e6, first_link.at("bytes_per_s").get<double>() * 8 / 1e6,
              first_link.at("alpha_s").get<double>() * 1e3);
   fmt::print("{:<{}}", "", kLabel);
-  for (const auto& r : runs) fmt::print("{:>{}}", find_strategy(r.config.mode).label(r.config), col);
+  for (const auto& doc : docs) fmt::print("{:>{}}", label(doc), col);
   fmt::print("\n");
   auto row = [&](const std::string& label, auto cell) {
     fmt::print("{:<{}}", label, kLabel);

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include <fmt/core.h>
+#include <fmt/ostream.h>
 #include <nlohmann/json_fwd.hpp>
 
 namespace dpbench {
@@ -140,17 +141,21 @@ void to_json(nlohmann::json& j, Launcher launcher);
 
 }  // namespace dpbench
 
-// fmt prints each as its name: fmt::format("{}", Mode::ps) is "ps". (Not in nvcc's front end,
-// which does not take the constrained specialization; .cu files print name(value).)
+// fmt, iostreams and GoogleTest print each as its name: fmt::format("{}", Mode::ps) is "ps", and a
+// failed EXPECT_EQ on two modes names them. (Not in nvcc's front end, which does not take the
+// constrained templates; .cu files print name(value).)
 #ifndef __CUDACC__
+namespace dpbench {
+template <typename E>
+requires std::is_enum_v<E> && requires(E e) {
+  { name(e) } -> std::same_as<std::string_view>;
+}
+std::ostream& operator<<(std::ostream& os, E value) { return os << name(value); }
+}  // namespace dpbench
+
 template <typename E>
 requires std::is_enum_v<E> && requires(E e) {
   { dpbench::name(e) } -> std::same_as<std::string_view>;
 }
-struct fmt::formatter<E, char> : fmt::formatter<std::string_view, char> {
-  template <typename Context>
-  auto format(E value, Context& ctx) const {
-    return fmt::formatter<std::string_view, char>::format(dpbench::name(value), ctx);
-  }
-};
+struct fmt::formatter<E, char> : fmt::ostream_formatter {};
 #endif

@@ -50,10 +50,13 @@ unsigned cpu_cores() { return std::max(1u, std::thread::hardware_concurrency());
 
 }  // namespace
 
-LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
+namespace {
+
+// The train and test sets of --data.
+LoadedData load_sets(const DataOptions& o, std::uint64_t seed) {
   if (o.data == "fashion-mnist") {
     const std::string dir = resolve_data_dir(o.data_dir);
-    return {load_fashion_mnist(dir, true), load_fashion_mnist(dir, false)};
+    return {load_fashion_mnist(dir, true), load_fashion_mnist(dir, false), {}};
   }
   if (o.data == "click-logs") {
     if (o.synthetic_samples < 1) {
@@ -64,7 +67,8 @@ LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
                                                          seed + 1000003);
     const std::string name = all->name();
     return {std::make_shared<DatasetRange>(all, 0, o.synthetic_samples, name + "/train"),
-            std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test")};
+            std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test"),
+            {}};
   }
   if (o.data == "synthetic") {
     const SampleShape shape = parse_sample_shape(o.input_shape);
@@ -77,44 +81,25 @@ LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
     const std::string name = fmt::format("synthetic {}x{}x{}, {} classes", shape.channels, shape.height, shape.width,
                                          o.classes);
     return {std::make_shared<DatasetRange>(all, 0, o.synthetic_samples, name + "/train"),
-            std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test")};
+            std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test"),
+            {}};
   }
   throw InputError(
       fmt::format("--data {}: unknown data source (choose fashion-mnist, synthetic or click-logs)", o.data));
 }
 
-void check_common_options(const TrainConfig& config, double timeout_s) {
-  if (config.world_size < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", config.world_size));
-  if (config.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
-  if (config.loader.num_workers < 0) {
-    throw InputError(fmt::format("--num-workers {}: must be >= 0", config.loader.num_workers));
+}  // namespace
+
+LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
+  LoadedData loaded = load_sets(o, seed);
+  loaded.config["data"] = o.data;
+  loaded.config["dataset"] = loaded.train->name();
+  if (o.data == "synthetic") {
+    loaded.config["input"] = o.input_shape;
+    loaded.config["classes"] = o.classes;
+    loaded.config["synthetic_samples"] = o.synthetic_samples;
   }
-  if (config.loader.prefetch_factor < 1) {
-    throw InputError(fmt::format("--prefetch-factor {}: must be >= 1", config.loader.prefetch_factor));
-  }
-  if (config.run.max_steps == 0 || config.run.max_steps < -1) {
-    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", config.run.max_steps));
-  }
-  // Bounded so that the milliseconds the run converts it to fit (1e300 was undefined behaviour).
-  constexpr double kMaxTimeoutS = 1e9;
-  if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS) {
-    throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
-  }
-  if (config.model.workload == "dlrm" && config.model.described.empty()) {
-    check_dlrm_shape(config.model.dlrm);
-    if (config.device != DeviceKind::cpu) {
-      throw InputError("--workload dlrm: runs on --device cpu (its embedding-bag and interaction kernels have no "
-                       "CUDA twins yet)");
-    }
-  } else if (config.model.described.empty()) {
-    make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
-  } else {
-    described_model(config.model.described);  // an unknown name, a bad file
-  }
-  if (config.model.sync_bn && config.model.workload != "cnn") {
-    throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
-                                 config.model.workload));
-  }
+  return loaded;
 }
 
 void check_replay_fits(const TrainConfig& base, const std::vector<Mode>& modes, const DataOptions& data) {
@@ -147,6 +132,19 @@ void check_point(const TrainConfig& config, const Dataset& train) {
   if (config.run.warmup_steps >= steps) {
     throw InputError(fmt::format("--warmup-steps {}: leaves no timed step out of the run's {} steps",
                                  config.run.warmup_steps, steps));
+  }
+}
+
+void check_points(const TrainConfig& base, const std::vector<Mode>& modes, const LoadedData& data) {
+  for (const Mode mode : modes) {
+    TrainConfig config = base;
+    config.mode = mode;
+    check_point(config, *data.train);
+  }
+  if (base.initial_params != nullptr) {
+    (void)initial_parameters(*make_model(base, data.train->shape(),
+                                         static_cast<std::size_t>(data.train->num_classes())),
+                             base);  // --init-params of the wrong size fails here, before training
   }
 }
 
@@ -219,16 +217,6 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
   return r;
 }
 
-nlohmann::json make_document(nlohmann::json config, nlohmann::json runs) {
-  nlohmann::json doc;
-  doc["schema"] = {{"name", kSchemaName}, {"version", kSchemaVersion}};
-  doc["created"] = utc_timestamp();
-  doc["env"] = collect_env();
-  doc["config"] = std::move(config);
-  doc["runs"] = std::move(runs);
-  return doc;
-}
-
 std::string default_out_path(const std::string& kind) {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};
@@ -238,14 +226,55 @@ std::string default_out_path(const std::string& kind) {
   return fmt::format("results/dpbench-{}-{}.json", kind, buf);
 }
 
-void add_data_config(nlohmann::json& config, const DataOptions& data, const LoadedData& loaded) {
-  config["data"] = data.data;
-  config["dataset"] = loaded.train->name();
-  if (data.data == "synthetic") {
-    config["input"] = data.input_shape;
-    config["classes"] = data.classes;
-    config["synthetic_samples"] = data.synthetic_samples;
+namespace {
+
+// One run of a plan: its config and, for a run the observer shows, its mode's index and
+// repetition (mode -1: a sensitivity run).
+struct PlannedRun {
+  TrainConfig config;
+  int mode = -1, rep = 0;
+};
+
+// The plan's runs in the order they train: every mode in each repetition, then the sensitivity
+// runs of the first mode.
+std::vector<PlannedRun> run_order(const ModesPlan& plan) {
+  std::vector<PlannedRun> order;
+  for (int rep = 0; rep < plan.repetitions; ++rep) {
+    for (std::size_t m = 0; m < plan.modes.size(); ++m) {
+      order.push_back({plan.base, static_cast<int>(m), rep});
+      order.back().config.mode = plan.modes[m];
+    }
   }
+  for (const auto& start : plan.sensitivity_starts) {
+    order.push_back({plan.base, -1, 0});
+    order.back().config.mode = plan.modes.front();
+    order.back().config.initial_params = start;
+  }
+  return order;
+}
+
+}  // namespace
+
+TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, TrainingObserver& observer) {
+  TrainedModes t;
+  t.by_mode.resize(plan.modes.size());
+  bool announced = false;
+  for (PlannedRun& run : run_order(plan)) {
+    const bool shown = run.mode >= 0;
+    if (shown) observer.starting(run.config, run.rep, plan.repetitions);
+    if (!shown && !announced) observer.perturbing(run.config.mode, static_cast<int>(plan.sensitivity_starts.size()));
+    announced = announced || !shown;
+    const auto t0 = std::chrono::steady_clock::now();
+    RunResult r = execute_point(run.config, data, plan.device);
+    if (!shown) {
+      t.perturbed_losses.push_back(std::move(r.step_train_loss));
+      continue;
+    }
+    observer.finished(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t.by_mode[static_cast<std::size_t>(run.mode)].push_back(std::move(r));
+  }
+  for (const auto& reps : t.by_mode) t.runs.push_back(reps[median_run(reps)]);
+  return t;
 }
 
 }  // namespace dpbench

@@ -1,6 +1,7 @@
-// What `dpbench run` and `dpbench sweep` share: loading the data a run names, checking options
-// before any training starts, executing one (mode, config) point, and assembling the result
-// document. Not for: printing tables or progress (the commands do that).
+// What `dpbench run` and `dpbench sweep` share: loading the data a run names, checking points
+// against it before any training starts, executing one (mode, config) point, and training the
+// modes of a run with its repetitions. Not for: printing tables or progress (the commands do
+// that, a run's through TrainingObserver), or the result document (record/).
 #pragma once
 
 #include <cstdint>
@@ -29,15 +30,14 @@ struct DataOptions {
 
 struct LoadedData {
   std::shared_ptr<const Dataset> train, test;
+  // The data's part of a result's config block: "data", "dataset" and, for synthetic data,
+  // "input", "classes" and "synthetic_samples".
+  nlohmann::json config;
   TrainData view() const { return {train.get(), test.get()}; }
 };
 
 // Throws InputError naming the file, directory or option when the data cannot be had.
 LoadedData load_data(const DataOptions& options, std::uint64_t seed);
-
-// Checks the options every point shares (before data is loaded): positive sizes, a known
-// workload, sane step counts and a timeout in (0, 1e9] s. Throws InputError naming the option.
-void check_common_options(const TrainConfig& base, double timeout_s);
 
 // A replayed model (config.model.described) under each of `modes`: throws InputError saying the
 // figure when the memory model's bytes of all world_size ranks (every rank on this machine, as
@@ -47,6 +47,10 @@ void check_replay_fits(const TrainConfig& config, const std::vector<Mode>& modes
 // Checks one point against the data with its strategy's validator, and that warm-up leaves
 // timed steps. Throws InputError.
 void check_point(const TrainConfig& config, const Dataset& train);
+
+// check_point of `base` under each of `modes`, and base.initial_params (--init-params) against the
+// model's parameter count. Throws InputError.
+void check_points(const TrainConfig& base, const std::vector<Mode>& modes, const LoadedData& data);
 
 // How many ranks share this machine's cores: world_size for in-process ranks, LOCAL_WORLD_SIZE
 // under torchrun (gloo), the node-local process count under mpirun.
@@ -61,13 +65,44 @@ int blas_threads_per_rank(unsigned cores, int local);
 // result carries (device fallback, ranks time-sliced on fewer cores).
 RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device);
 
-// The full result document: schema, created, env, the given config block and runs.
-nlohmann::json make_document(nlohmann::json config, nlohmann::json runs);
-
 // "results/dpbench-<kind>-<local time>.json"
 std::string default_out_path(const std::string& kind);
 
-// Data options as they appear in a result's config block.
-void add_data_config(nlohmann::json& config, const DataOptions& data, const LoadedData& loaded);
+// What a command shows while train_modes trains (the harness trains, the command prints). Called
+// on every process of a job, from the thread that trains.
+class TrainingObserver {
+ public:
+  virtual ~TrainingObserver() = default;
+  // A run of `config` starts: repetition `rep` (0-based) of `reps`. May set config.progress and
+  // config.progress_interval_s.
+  virtual void starting(TrainConfig& config, int rep, int reps) = 0;
+  // That run ended after `seconds` of wall time.
+  virtual void finished(const RunResult& run, double seconds) = 0;
+  // `runs` more runs of `mode` start, each from perturbed initial parameters (not shown one by one).
+  virtual void perturbing(Mode mode, int runs) = 0;
+};
+
+// A `dpbench run` of several modes on one data set.
+struct ModesPlan {
+  TrainConfig base;         // every mode starts from it (its mode is set per run)
+  std::vector<Mode> modes;  // at least one
+  int repetitions = 1;      // runs of every mode, the modes alternating within a repetition
+  // Starts of the sensitivity runs (train/models.hpp: perturbed_initial_params): the first mode
+  // once more from each, quietly. Empty: none.
+  std::vector<std::shared_ptr<const std::vector<float>>> sensitivity_starts;
+  DeviceChoice device;
+};
+
+struct TrainedModes {
+  std::vector<std::vector<RunResult>> by_mode;        // [mode][repetition]
+  std::vector<RunResult> runs;                        // [mode]: its repetition of median wall throughput
+  std::vector<std::vector<double>> perturbed_losses;  // [sensitivity run][step]: step training losses
+};
+
+// Trains every mode of `plan` plan.repetitions times, the modes alternating within each
+// repetition (so that load that comes and goes hits them alike), then the sensitivity runs.
+// The chosen run of a mode is its median repetition (record/result_json.hpp: median_run).
+// Throws what execute_point throws.
+TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, TrainingObserver& observer);
 
 }  // namespace dpbench

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "record/env_info.hpp"
 #include "record/result_file.hpp"
 #include "registry/strategies.hpp"
 #include "core/error.hpp"
@@ -51,19 +52,6 @@ double wall_throughput(const RunResult& run) {
   const RankResult& r0 = run.ranks.front();
   if (r0.steps.empty() || r0.timed_wall_s <= 0) return 0.0;
   return static_cast<double>(r0.steps.size()) * static_cast<double>(run.config.global_batch) / r0.timed_wall_s;
-}
-
-nlohmann::json strategy_to_json(const TrainConfig& config) {
-  const Strategy& s = find_strategy(config.mode);
-  const auto bus = s.bus_bandwidth(config, 0.0);
-  return {{"name", s.mode},
-          {"label", s.label(config)},
-          {"transport", s.transport(config)},
-          {"baseline", s.baseline},
-          {"overlaps_backward", overlaps_backward(s, config)},
-          {"has_root", s.has_root},
-          {"projection", projected_key(s, config)},
-          {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
 }
 
 nlohmann::json optimizer_to_json(const TrainConfig& config) {
@@ -126,7 +114,7 @@ namespace {
 
 // The per-rank peaks by category (and the device's view on GPUs), the memory model's figures
 // beside them where it applies, the imbalance and the root's excess over the mean.
-nlohmann::json memory_to_json(const RunResult& run) {
+nlohmann::json memory_to_json(const RunResult& run, const Strategy& strategy) {
   const TrainConfig& config = run.config;
   const auto p = static_cast<double>(config.world_size);
   nlohmann::json per_rank_mem = nlohmann::json::array();
@@ -147,10 +135,9 @@ nlohmann::json memory_to_json(const RunResult& run) {
   }
   // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
   // over --comm local, where the model holds to the byte.
-  if (config.device == DeviceKind::cpu && config.comm == Backend::local &&
-      find_strategy(config.mode).memory != nullptr) {
-    const std::vector<RankMemory> modelled =
-        find_strategy(config.mode).memory(builtin_memory_inputs(config, run.sample_shape, run.num_classes));
+  if (config.device == DeviceKind::cpu && config.comm == Backend::local && strategy.memory != nullptr) {
+    const std::vector<RankMemory> modelled = strategy.memory(
+        builtin_memory_inputs(config, run.sample_shape, run.num_classes));
     for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
       nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
       for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
@@ -194,7 +181,7 @@ void add_checkpoints_json(const RunResult& run, nlohmann::json& j) {
 // Traffic, counted by each rank's communicator over the timed steps, and the bus bandwidth of
 // the strategy's collective, nccl-tests definitions: algbw = bytes / comm time, busbw = algbw *
 // the strategy's factor (only for strategies that declare one). Needs j["phases_s"].
-void add_traffic_json(const RunResult& run, nlohmann::json& j) {
+void add_traffic_json(const RunResult& run, const Strategy& strategy, nlohmann::json& j) {
   const TrainConfig& config = run.config;
   nlohmann::json per_rank_comm = nlohmann::json::array();
   for (const auto& r : run.ranks) {
@@ -203,8 +190,7 @@ void add_traffic_json(const RunResult& run, nlohmann::json& j) {
   }
   j["comm_bytes_per_step"] = {{"per_rank", per_rank_comm}};
   const double comm_s = j["phases_s"]["comm"].get<double>();
-  const auto bus =
-      find_strategy(config.mode).bus_bandwidth(config, static_cast<double>(run.num_params * sizeof(float)));
+  const auto bus = strategy.bus_bandwidth(config, static_cast<double>(run.num_params * sizeof(float)));
   if (bus && comm_s > 0 && config.world_size > 1) {
     const double algbw = bus->bytes / comm_s / 1e9;
     j["bus_bandwidth_GBps"] = {{"collective", bus->collective},
@@ -276,6 +262,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   nlohmann::json j;
   j["mode"] = config.mode;
   j["strategy"] = strategy_to_json(config);
+  const Strategy& strategy = find_strategy(config.mode);
   j["transport"] = j["strategy"]["transport"];
   j["comm"] = config.comm;
   j["device"] = config.device;
@@ -296,8 +283,8 @@ nlohmann::json run_to_json(const RunResult& run) {
 
   add_timing_json(run, j);
 
-  add_traffic_json(run, j);
-  j["memory"] = memory_to_json(run);
+  add_traffic_json(run, strategy, j);
+  j["memory"] = memory_to_json(run, strategy);
 
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : run.ranks) {
@@ -309,7 +296,7 @@ nlohmann::json run_to_json(const RunResult& run) {
 
   j["quality"] = quality_json(run);  // a non-finite loss is written as null
   if (!config.checkpoint.dir.empty()) add_checkpoints_json(run, j);
-  if (const Strategy& s = find_strategy(config.mode); s.run_json != nullptr) s.run_json(run, j);
+  if (strategy.run_json != nullptr) strategy.run_json(run, j);
   j["warnings"] = run.warnings;
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");
@@ -319,6 +306,53 @@ nlohmann::json run_to_json(const RunResult& run) {
 
 void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
   write_result_file(path, doc.dump(2) + "\n");
+}
+
+std::size_t median_run(const std::vector<RunResult>& reps) {
+  if (reps.empty()) throw Error("median_run: no runs");
+  std::vector<std::size_t> order(reps.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return wall_throughput(reps[a]) < wall_throughput(reps[b]); });
+  return order[(order.size() - 1) / 2];
+}
+
+std::vector<nlohmann::json> runs_to_json(const std::vector<RunResult>& runs,
+                                         const std::vector<std::vector<RunResult>>& by_mode) {
+  if (runs.size() != by_mode.size()) {
+    throw Error(fmt::format("runs_to_json: {} runs but {} modes of repetitions", runs.size(), by_mode.size()));
+  }
+  std::vector<nlohmann::json> docs;
+  int baseline = -1;
+  for (std::size_t m = 0; m < runs.size(); ++m) {
+    docs.push_back(run_to_json(runs[m]));
+    if (baseline < 0 && docs.back()["strategy"]["baseline"].get<bool>()) baseline = static_cast<int>(m);
+  }
+  for (std::size_t m = 0; m < runs.size(); ++m) {
+    const std::vector<RunResult>& reps = by_mode[m];
+    std::vector<double> tput, ratio;
+    for (const RunResult& r : reps) tput.push_back(wall_throughput(r));
+    docs[m]["repetitions"] = {{"count", reps.size()}, {"throughput_samples_per_s", tput}};
+    if (baseline < 0 || static_cast<int>(m) == baseline) continue;
+    const std::vector<RunResult>& base = by_mode[static_cast<std::size_t>(baseline)];
+    for (std::size_t i = 0; i < reps.size(); ++i) ratio.push_back(tput[i] / std::max(wall_throughput(base[i]), 1e-12));
+    docs[m]["ratio_to_baseline"] = {{"baseline", base.front().config.mode},
+                                    {"median", quantile(ratio, 0.5)},
+                                    {"min", *std::min_element(ratio.begin(), ratio.end())},
+                                    {"max", *std::max_element(ratio.begin(), ratio.end())},
+                                    {"by_repetition", ratio}};
+  }
+  return docs;
+}
+
+nlohmann::json make_document(nlohmann::json config, nlohmann::json runs) {
+  nlohmann::json doc;
+  doc["schema"] = {{"name", kSchemaName}, {"version", kSchemaVersion}};
+  doc["created"] = utc_timestamp();
+  doc["env"] = collect_env();
+  doc["config"] = std::move(config);
+  doc["runs"] = std::move(runs);
+  return doc;
 }
 
 std::string utc_timestamp() {

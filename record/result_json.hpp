@@ -1,9 +1,10 @@
 // Result files: one JSON document per invocation, schema results/schema/dpbench-result.schema.json
-// (name "dpbench-result", version 1), written atomically (temporary file, then rename) so that a
+// (name "dpbench-result", version kSchemaVersion), written atomically (temporary file, then rename) so that a
 // failed run never leaves a file that looks complete.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,11 +18,17 @@ inline constexpr int kSchemaVersion = 3;
 // One entry of the "runs" array. Times in seconds, memory and traffic in bytes.
 nlohmann::json run_to_json(const RunResult& run);
 
-// The traits of the run's strategy (strategies.hpp), as every run entry carries them under
-// "strategy": name, label, transport, reference, overlaps_backward, has_root, projection,
-// busbw_factor (null when the strategy reports no bus bandwidth). Throws InputError on an
-// unknown mode.
-nlohmann::json strategy_to_json(const TrainConfig& config);
+// The "runs" of a result of several modes, one entry per mode m: run_to_json(runs[m]) (its
+// chosen repetition), "repetitions" (the count and each repetition's wall throughput in
+// samples/s, from by_mode[m]) and, for every mode but the baseline strategy's (the first whose
+// strategy is marked baseline; none: no ratios), "ratio_to_baseline": its throughput over the
+// baseline's in the same repetition, per repetition, with median, min and max. Throws Error when
+// the sizes disagree.
+std::vector<nlohmann::json> runs_to_json(const std::vector<RunResult>& runs,
+                                         const std::vector<std::vector<RunResult>>& by_mode);
+
+// The full result document: schema, created, env (env_info.hpp), the given config block and runs.
+nlohmann::json make_document(nlohmann::json config, nlohmann::json runs);
 
 // The config block of a TrainConfig (every option that shaped the run).
 nlohmann::json config_to_json(const TrainConfig& config);
@@ -37,6 +44,9 @@ double median_throughput(const RunResult& run);
 // The run's throughput: timed steps x global_batch / rank 0's wall-clock time over them
 // (RankResult::timed_wall_s), in samples/s, what a user's epoch sees; 0 without timed steps.
 double wall_throughput(const RunResult& run);
+// The repetition a result reports of several (a mode's runs): the one whose wall_throughput is
+// the median, the lower middle for an even count. Throws Error when `reps` is empty.
+std::size_t median_run(const std::vector<RunResult>& reps);
 
 // Writes doc to path atomically (record/result_file.hpp). Throws InputError for a path that
 // cannot take a result file, IoError when the write fails.

@@ -86,4 +86,17 @@ StepPrediction predict_step(const StepModel& model, const LinkModel& link, const
   throw Error(fmt::format("projection mode {}: unknown", key));
 }
 
+nlohmann::json strategy_to_json(const TrainConfig& config) {
+  const Strategy& s = find_strategy(config.mode);
+  const auto bus = s.bus_bandwidth(config, 0.0);
+  return {{"name", s.mode},
+          {"label", s.label(config)},
+          {"transport", s.transport(config)},
+          {"baseline", s.baseline},
+          {"overlaps_backward", overlaps_backward(s, config)},
+          {"has_root", s.has_root},
+          {"projection", projected_key(s, config)},
+          {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
+}
+
 }  // namespace dpbench

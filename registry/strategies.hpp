@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "train/strategy.hpp"
 
 namespace dpbench {
@@ -29,6 +31,12 @@ const std::string& projected_key(const Strategy& strategy, const TrainConfig& co
 const ProjectionCurve& projection_curve(const Strategy& strategy, const TrainConfig& config);
 // True when some of such a run's communication runs while backward does.
 bool overlaps_backward(const Strategy& strategy, const TrainConfig& config);
+
+// The traits of a run with `config` under its mode's strategy, as every result's run entry
+// carries them under "strategy": name, label, transport, baseline, overlaps_backward, has_root,
+// projection, busbw_factor (null when the strategy reports no bus bandwidth). Throws as
+// find_strategy.
+nlohmann::json strategy_to_json(const TrainConfig& config);
 
 // One projection curve with its strategy.
 struct ProjectedCurve {

@@ -31,7 +31,7 @@ std::vector<T> read_raw(const fs::path& path) {
 }
 
 LoadedData small_data(SampleShape shape) {
-  return {make_synthetic_dataset(shape, 3, 100, 7), make_synthetic_dataset(shape, 3, 20, 8)};
+  return {make_synthetic_dataset(shape, 3, 100, 7), make_synthetic_dataset(shape, 3, 20, 8), {}};
 }
 
 TEST(StartBundle, HoldsTheRunsParametersSamplesAndOrder) {
@@ -156,7 +156,7 @@ TEST(LossAgreement, PerturbedStartIsOneUlpAwayEverywhere) {
   cfg.model.hidden = {64};
   cfg.seed = 11;
   const LoadedData data = small_data(SampleShape{1, 1, 4});
-  const auto a = perturbed_initial_params(cfg, data, 0), b = perturbed_initial_params(cfg, data, 1);
+  const auto a = perturbed_initial_params(cfg, *data.train, 0), b = perturbed_initial_params(cfg, *data.train, 1);
   const auto model = make_model(cfg, data.train->shape(), static_cast<std::size_t>(data.train->num_classes()));
   const std::vector<float> start = initial_parameters(*model, cfg);
   ASSERT_EQ(a->size(), start.size());

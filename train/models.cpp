@@ -8,8 +8,11 @@
 #include "workloads/mlp.hpp"
 #include "workloads/replay_model.hpp"
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <random>
 
 namespace dpbench {
 
@@ -65,6 +68,19 @@ std::vector<float> initial_parameters(const Model& model, const TrainConfig& con
                                  config.initial_params->size(), model.name(), model.num_params()));
   }
   return *config.initial_params;
+}
+
+std::shared_ptr<const std::vector<float>> perturbed_initial_params(const TrainConfig& config, const Dataset& train,
+                                                                   int coin_seed) {
+  const auto model = make_model(config, train.shape(), static_cast<std::size_t>(train.num_classes()));
+  std::vector<float> params = initial_parameters(*model, config);
+  std::seed_seq seeds{static_cast<unsigned>(config.seed), static_cast<unsigned>(coin_seed), 0x51e5u};
+  std::mt19937 coin(seeds);
+  for (float& v : params) {
+    v = std::nextafter(v, (coin() & 1U) != 0 ? std::numeric_limits<float>::infinity()
+                                             : -std::numeric_limits<float>::infinity());
+  }
+  return std::make_shared<const std::vector<float>>(std::move(params));
 }
 
 }  // namespace dpbench

@@ -28,4 +28,10 @@ std::shared_ptr<const ModelDescription> described_model(const std::string& name_
 // parameters are not num_params() floats.
 std::vector<float> initial_parameters(const Model& model, const TrainConfig& config);
 
+// The start's parameters (initial_parameters of the run's model for samples of `train`) with
+// every one moved by one unit in the last place, up or down by a coin seeded with config.seed and
+// `coin`: the start of a sensitivity run (the PyTorch reference's agreement band).
+std::shared_ptr<const std::vector<float>> perturbed_initial_params(const TrainConfig& config, const Dataset& train,
+                                                                   int coin);
+
 }  // namespace dpbench

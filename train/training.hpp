@@ -306,6 +306,11 @@ double roc_auc(const std::vector<float>& scores, const std::vector<std::int32_t>
 // same global batches. Throws InputError when the dataset has fewer samples than one step needs.
 long steps_per_epoch(const TrainConfig& config, const Dataset& train);
 
+// Checks the options every point shares, before data is loaded: positive sizes, a known workload
+// (or model description) and its shape, sane step counts and a timeout in (0, 1e9] s. Throws
+// InputError naming the option.
+void check_common_options(const TrainConfig& base, double timeout_s);
+
 // Common checks of a config against the data, one-line InputErrors: world_size, batch size,
 // epochs, learning rate, transport, device and precision.
 void validate_config(const TrainConfig& config, const Dataset& train);

@@ -1,5 +1,5 @@
-// A run configuration's checks, before any rank starts (train/training.hpp: validate_config,
-// validate_node_hierarchy): each mistake is one InputError naming the option.
+// A run configuration's checks, before any rank starts (train/training.hpp: check_common_options,
+// validate_config, validate_node_hierarchy): each mistake is one InputError naming the option.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -8,8 +8,10 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "train/models.hpp"
 #include "train/optimizer.hpp"
 #include "train/training.hpp"
+#include "workloads/dlrm.hpp"
 
 namespace dpbench {
 
@@ -118,6 +120,40 @@ void validate_node_hierarchy(const TrainConfig& config) {
   if (k < 1 || config.world_size % k != 0) {
     throw InputError(
         fmt::format("--hierarchy node: {} ranks do not make nodes of {} ranks each", config.world_size, k));
+  }
+}
+
+void check_common_options(const TrainConfig& config, double timeout_s) {
+  if (config.world_size < 1) throw InputError(fmt::format("--ranks {}: must be at least 1", config.world_size));
+  if (config.global_batch < 1) throw InputError("--batch-size 0: must be at least 1");
+  if (config.loader.num_workers < 0) {
+    throw InputError(fmt::format("--num-workers {}: must be >= 0", config.loader.num_workers));
+  }
+  if (config.loader.prefetch_factor < 1) {
+    throw InputError(fmt::format("--prefetch-factor {}: must be >= 1", config.loader.prefetch_factor));
+  }
+  if (config.run.max_steps == 0 || config.run.max_steps < -1) {
+    throw InputError(fmt::format("--max-steps {}: must be -1 (no cap) or at least 1", config.run.max_steps));
+  }
+  // Bounded so that the milliseconds the run converts it to fit (1e300 was undefined behaviour).
+  constexpr double kMaxTimeoutS = 1e9;
+  if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS) {
+    throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
+  }
+  if (config.model.workload == "dlrm" && config.model.described.empty()) {
+    check_dlrm_shape(config.model.dlrm);
+    if (config.device != DeviceKind::cpu) {
+      throw InputError("--workload dlrm: runs on --device cpu (its embedding-bag and interaction kernels have no "
+                       "CUDA twins yet)");
+    }
+  } else if (config.model.described.empty()) {
+    make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
+  } else {
+    described_model(config.model.described);  // an unknown name, a bad file
+  }
+  if (config.model.sync_bn && config.model.workload != "cnn") {
+    throw InputError(fmt::format("--sync-bn: the {} has no BatchNorm layer (SyncBatchNorm applies to --workload cnn)",
+                                 config.model.workload));
   }
 }
 

@@ -13,9 +13,11 @@
 
 #include <fmt/format.h>
 
+#include "bench/reference/reference_session.hpp"
 #include "harness/harness.hpp"
 #include "analysis/network_results.hpp"
 #include "launch/resolve.hpp"
+#include "record/params_file.hpp"
 #include "record/result_file.hpp"
 #include "record/result_json.hpp"
 #include "registry/strategies.hpp"
@@ -33,7 +35,8 @@ namespace {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-std::string run_label(const RunResult& r) { return find_strategy(r.config.mode).label(r.config); }
+// A run's column heading: its strategy's label, as its document records it (strategy_to_json).
+std::string run_label(const nlohmann::json& doc) { return doc.at("strategy").at("label").get<std::string>(); }
 
 // Mean of the ranks' peak bytes.
 double mean_peak(const RunResult& r) {
@@ -141,9 +144,9 @@ void print_memory_and_comm_rows(const TableRows& row, const std::vector<RunResul
 void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
   // Columns as wide as the longest run label, with two spaces between them.
   std::size_t column = 22;
-  for (const auto& r : runs) column = std::max(column, run_label(r).size() + 2);
+  for (const auto& doc : docs) column = std::max(column, run_label(doc).size() + 2);
   fmt::print("\n{:<{}}", "", TableRows::kLabel);
-  for (const auto& r : runs) fmt::print("{:>{}}", run_label(r), column);
+  for (const auto& doc : docs) fmt::print("{:>{}}", run_label(doc), column);
   fmt::print("\n");
   const TableRows row(runs.size(), column);
   print_timing_rows(row, runs, docs);
@@ -166,21 +169,22 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
 
 // The verdict a reader wants first: every other strategy against the baseline, with spreads.
 void print_verdict(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
+  auto is_baseline = [&](std::size_t i) { return docs[i].at("strategy").at("baseline").get<bool>(); };
   const RunResult* base = nullptr;
-  for (const auto& r : runs) {
-    if (base == nullptr && find_strategy(r.config.mode).baseline) base = &r;
+  const nlohmann::json* base_doc = nullptr;
+  for (std::size_t i = 0; i < runs.size() && base == nullptr; ++i) {
+    if (is_baseline(i)) base = &runs[i], base_doc = &docs[i];
   }
   if (base == nullptr) return;
   std::string clauses;
   std::size_t others = 0;
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const RunResult& r = runs[i];
-    if (find_strategy(r.config.mode).baseline) continue;
-    clauses += (others++ == 0 ? "" : ", ") + verdict_clause(r.config.mode, docs[i]);
+    if (is_baseline(i)) continue;
+    clauses += (others++ == 0 ? "" : ", ") + verdict_clause(runs[i].config.mode, docs[i]);
   }
   if (others == 0) return;
   std::string memory;
-  if (find_strategy(base->config.mode).has_root) {
+  if (base_doc->at("strategy").at("has_root").get<bool>()) {
     const double share = static_cast<double>(base->ranks.front().memory.peak_bytes) / mean_peak(*base);
     memory = fmt::format("; the {} root holds {:.2f}x the mean per-rank memory", base->config.mode, share);
   }
@@ -245,7 +249,7 @@ std::vector<ReferenceColumn> reference_columns(const std::vector<RunResult>& run
   for (const auto& rec : reference) {
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (runs[i].config.mode != rec["dpbench_mode"].get<Mode>()) continue;
-      columns.push_back({run_label(runs[i]), &runs[i], &docs[i]});
+      columns.push_back({run_label(docs[i]), &runs[i], &docs[i]});
     }
     columns.push_back({fmt::format("pytorch {} ({} proc, {} thr)", rec["mode"].get<std::string>(),
                                    rec["processes"].get<int>(), rec["threads_per_process"].get<int>()),
@@ -310,157 +314,34 @@ void print_reference_table(const std::vector<RunResult>& runs, const std::vector
   print_reference_footer(reference);
 }
 
-// Runs PyTorch's counterpart of dpbench run `r` (after it, on the output process) and adds its
-// record to `runs`, or, when the reference fails, {dpbench_mode, error} to `failures`: dpbench's
-// own measurements are kept either way.
-void add_reference_run(const ReferenceOptions& options, const std::string& start_dir, const LaunchInfo& launch,
-                       bool quiet, const nlohmann::json& band, RunResult& r, nlohmann::json& runs,
-                       nlohmann::json& failures) {
-  // PyTorch's processes share this machine's cores as dpbench's ranks do.
-  const int threads = static_cast<int>(
-      std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(r.config.world_size)));
-  const auto t0 = std::chrono::steady_clock::now();
-  nlohmann::json rec;
-  try {
-    rec = run_reference(options, start_dir, r, threads);
-  } catch (const Error& e) {
-    failures.push_back({{"dpbench_mode", r.config.mode}, {"error", e.what()}});
-    return;
-  }
-  if (rec.is_null()) {
-    r.warnings.push_back(fmt::format("--reference pytorch: {} has no PyTorch counterpart", r.config.mode));
-    return;
-  }
-  // A compression hook rounds every gradient to 16 bits, on both sides in their own order.
-  judge_agreement(rec["loss_agreement"], r.step_train_loss,
-                  rec["quality"]["step_train_loss"].get<std::vector<double>>(), band,
-                  comm_hook_tolerance(r.config.allreduce.comm_hook));
-  rec["launch"] = fmt::format("dpbench: {} ranks as {}; PyTorch: {} processes", r.config.world_size,
-                              launch.multi_process ? "processes (" + std::string(name(launch.launcher)) + ")"
-                                                   : std::string("threads of one process"),
-                              rec["processes"].get<int>());
-  if (!quiet) {
-    fmt::print(stderr, "dpbench: pytorch {} done in {:.1f} s (step loss within {:.1e} of dpbench's)\n",
-               rec["mode"].get<std::string>(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               rec["loss_agreement"]["max_rel_diff"].get<double>());
-  }
-  runs.push_back(std::move(rec));
-}
-
-// --init-params: raw float32 values. Throws InputError naming the file.
-std::shared_ptr<const std::vector<float>> read_init_params(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw InputError(fmt::format("--init-params {}: cannot open", path));
-  const auto bytes = static_cast<std::size_t>(f.tellg());
-  if (bytes == 0 || bytes % sizeof(float) != 0) {
-    throw InputError(fmt::format("--init-params {}: {} bytes is not a whole number of float32 values", path, bytes));
-  }
-  auto params = std::make_shared<std::vector<float>>(bytes / sizeof(float));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(params->data()), static_cast<std::streamsize>(bytes));
-  if (!f) throw InputError(fmt::format("--init-params {}: read failed", path));
-  return params;
-}
-
-// A directory removed with everything in it when the guard goes (the reference's start bundle).
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "dpbench-start-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) {
-      throw IoError(fmt::format("cannot create a temporary directory for the start bundle: {}", std::strerror(errno)));
-    }
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 }  // namespace
 
 namespace {
 
 // What every mode of the run shares once the options have been checked.
 struct RunSetup {
-  DeviceChoice device;
   LaunchInfo launch;
   bool output = false, quiet = false;
   std::string out;
-  TrainConfig base;
-  int repetitions = 1;
+  ModesPlan plan;
 };
 
-// Checks the options and the launch, and builds the config every mode starts from (before any
-// data is loaded, a bad --out or option wastes no run). Throws InputError.
-RunSetup prepare_run(const RunOptions& o) {
-  RunSetup s;
-  s.device = choose_device(o.device, o.base.comm == Backend::mpi || o.base.comm == Backend::gloo);
-  check_common_options(o.base, o.timeout_s);
-  s.launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, s.device.device, o.init);
-  s.output = is_output_process();
-  s.quiet = o.quiet || !s.output;
-  s.out = o.out.empty() ? default_out_path("run") : o.out;
-  if (s.output) check_result_path(s.out);
-  // Checkpoints and the PyTorch reference belong to one run of each mode.
-  const bool single = !o.base.checkpoint.dir.empty() || !o.reference.framework.empty();
-  if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
-  if (single && o.repetitions_given && o.repetitions > 1) {
-    throw InputError(
-        fmt::format("--repetitions {}: --checkpoint-dir and --reference run each mode once", o.repetitions));
-  }
-  s.repetitions = single ? 1 : o.repetitions;
-  TrainConfig& base = s.base;
-  base = o.base;
-  base.world_size = s.launch.world_size;
-  base.process = process_identity(s.launch);
-  base.keep_final_params = !o.save_params.empty();
-  if (!o.init_params.empty()) base.initial_params = read_init_params(o.init_params);
-  base.device = s.device.device;
-  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : s.device.device == DeviceKind::cuda;
-  base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
-  return s;
-}
+// Shows a run's progress on stderr: a line when a mode starts, one updated in place on a
+// terminal (a plain line every 10 s otherwise, for logs) while it trains, one when it is done.
+class ProgressPrinter final : public TrainingObserver {
+ public:
+  ProgressPrinter(const RunSetup& s, std::string data_name) : s_(s), data_name_(std::move(data_name)) {}
 
-// Checks every mode against the data, and --init-params against the model. Throws InputError.
-void check_modes(const RunOptions& o, const TrainConfig& base, const LoadedData& data) {
-  for (const auto& mode : o.modes) {
-    TrainConfig config = base;
-    config.mode = mode;
-    check_point(config, *data.train);
-  }
-  if (base.initial_params != nullptr) {
-    (void)initial_parameters(*make_model(base, data.train->shape(),
-                                         static_cast<std::size_t>(data.train->num_classes())),
-                             base);  // --init-params of the wrong size fails here, before training
-  }
-}
-
-// Trains `mode` once, with a progress line on stderr unless quiet.
-RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int rep) {
-  TrainConfig config = s.base;
-  config.mode = mode;
-  const std::string repetition = s.repetitions > 1 ? fmt::format(", repetition {}/{}", rep + 1, s.repetitions) : "";
-  if (!s.quiet) {
+  void starting(TrainConfig& config, int rep, int reps) override {
+    if (s_.quiet) return;
+    const std::string repetition = reps > 1 ? fmt::format(", repetition {}/{}", rep + 1, reps) : "";
     const std::string what = config.model.described.empty() ? config.model.workload
                                                             : fmt::format("a replay of {}", config.model.described);
-    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", what, data.train->name(),
-               config.world_size, config.device, name(s.launch.launcher), mode, repetition);
-  }
-  const bool terminal = isatty(STDERR_FILENO) != 0;
-  if (!s.quiet) {
-    // One line updated in place on a terminal; a plain line every 10 s otherwise (logs).
-    config.progress_interval_s = terminal ? 0.5 : 10.0;
+    fmt::print(stderr, "dpbench: training {} on {} with {} {} ranks ({}), mode {}{} ...\n", what, data_name_,
+               config.world_size, config.device, s_.launch.launcher, config.mode, repetition);
+    config.progress_interval_s = terminal_ ? 0.5 : 10.0;
     const bool replay = !config.model.described.empty();  // whose loss is not the model's
-    config.progress = [terminal, mode, replay](const Progress& p) {
+    config.progress = [terminal = terminal_, mode = config.mode, replay](const Progress& p) {
       const std::string line = fmt::format("dpbench: {} epoch {}/{} step {}/{} loss {} {:.0f} samples/s ETA {:.0f} s",
                                            mode, p.epoch + 1, p.epochs, p.step, p.total_steps,
                                            replay ? std::string("- (replay)") : fmt::format("{:.4f}", p.loss),
@@ -472,96 +353,69 @@ RunResult train_mode(const RunSetup& s, const LoadedData& data, Mode mode, int r
       }
     };
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  RunResult r = execute_point(config, data, s.device);
-  if (!s.quiet && terminal) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
-  if (!s.quiet) {
+
+  void finished(const RunResult& r, double seconds) override {
+    if (s_.quiet) return;
+    if (terminal_) fmt::print(stderr, "\r\x1b[K");  // the progress line gives way
     std::string accuracy = r.test_accuracy >= 0 ? fmt::format(", test accuracy {:.2f} %", 100.0 * r.test_accuracy) : "";
     if (r.test_auc >= 0) accuracy += fmt::format(", AUC {:.4f}", r.test_auc);
-    fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps{})\n", mode,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), r.steps_total, accuracy);
+    fmt::print(stderr, "dpbench: {} done in {:.1f} s ({} steps{})\n", r.config.mode, seconds, r.steps_total, accuracy);
   }
-  return r;
+
+  void perturbing(Mode mode, int runs) override {
+    if (s_.quiet) return;
+    fmt::print(stderr,
+               "dpbench: measuring the trajectory's sensitivity: {} {} times more, from parameters 1 ulp away ...\n",
+               mode, runs);
+  }
+
+ private:
+  const RunSetup& s_;
+  std::string data_name_;
+  bool terminal_ = isatty(STDERR_FILENO) != 0;
+};
+
+// Checks the options and the launch, and builds the plan every mode starts from (before any
+// data is loaded, a bad --out or option wastes no run). Throws InputError.
+RunSetup prepare_run(const RunOptions& o) {
+  RunSetup s;
+  ModesPlan& plan = s.plan;
+  plan.device = choose_device(o.device, o.base.comm == Backend::mpi || o.base.comm == Backend::gloo);
+  check_common_options(o.base, o.timeout_s);
+  s.launch = resolve_launch(o.base.comm, o.ranks_given ? o.base.world_size : 0, plan.device.device, o.init);
+  s.output = is_output_process();
+  s.quiet = o.quiet || !s.output;
+  s.out = o.out.empty() ? default_out_path("run") : o.out;
+  if (s.output) check_result_path(s.out);
+  // Checkpoints and the PyTorch reference belong to one run of each mode.
+  const bool single = !o.base.checkpoint.dir.empty() || !o.reference.framework.empty();
+  if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
+  if (single && o.repetitions_given && o.repetitions > 1) {
+    throw InputError(
+        fmt::format("--repetitions {}: --checkpoint-dir and --reference run each mode once", o.repetitions));
+  }
+  plan.modes = o.modes;
+  plan.repetitions = single ? 1 : o.repetitions;
+  TrainConfig& base = plan.base;
+  base = o.base;
+  base.world_size = s.launch.world_size;
+  base.process = process_identity(s.launch);
+  base.keep_final_params = !o.save_params.empty();
+  if (!o.init_params.empty()) base.initial_params = read_params_file(o.init_params, "--init-params");
+  base.device = plan.device.device;
+  base.loader.pin_memory = o.data.pin_memory >= 0 ? o.data.pin_memory == 1 : plan.device.device == DeviceKind::cuda;
+  base.timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000.0));
+  return s;
 }
 
-void save_params(const std::string& prefix, const RunResult& r) {
-  const std::string path = fmt::format("{}-{}.f32", prefix, r.config.mode);
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(r.final_params.data()),
-          static_cast<std::streamsize>(r.final_params.size() * sizeof(float)));
-  if (!f) throw InputError(fmt::format("--save-params {}: cannot write {}", prefix, path));
-}
-
-// Every mode `repetitions` times, the modes alternating within each repetition (so that load that
-// comes and goes hits them alike). Returns [mode][repetition].
-std::vector<std::vector<RunResult>> train_modes(const RunOptions& o, const RunSetup& s, const LoadedData& data) {
-  std::vector<std::vector<RunResult>> by_mode(o.modes.size());
-  for (int rep = 0; rep < s.repetitions; ++rep) {
-    for (std::size_t m = 0; m < o.modes.size(); ++m) by_mode[m].push_back(train_mode(s, data, o.modes[m], rep));
-  }
-  return by_mode;
-}
-
-// The repetition whose wall-time throughput is the median (the lower middle for an even count).
-std::size_t median_repetition(const std::vector<RunResult>& reps) {
-  std::vector<std::size_t> order(reps.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return wall_throughput(reps[a]) < wall_throughput(reps[b]); });
-  return order[(order.size() - 1) / 2];
-}
-
-// The spread of a run's repetitions into its document: throughput per repetition and, for a mode
-// compared with the baseline strategy, its throughput ratio per repetition (same repetition,
-// same conditions) with median, min and max.
-void add_repetitions(nlohmann::json& doc, const std::vector<RunResult>& reps, const std::vector<RunResult>* baseline) {
-  std::vector<double> tput, ratio;
-  for (std::size_t i = 0; i < reps.size(); ++i) {
-    tput.push_back(wall_throughput(reps[i]));
-    if (baseline != nullptr) ratio.push_back(tput.back() / std::max(wall_throughput((*baseline)[i]), 1e-12));
-  }
-  doc["repetitions"] = {{"count", reps.size()}, {"throughput_samples_per_s", tput}};
-  if (baseline == nullptr) return;
-  doc["ratio_to_baseline"] = {{"baseline", baseline->front().config.mode},
-                              {"median", quantile(ratio, 0.5)},
-                              {"min", *std::min_element(ratio.begin(), ratio.end())},
-                              {"max", *std::max_element(ratio.begin(), ratio.end())},
-                              {"by_repetition", ratio}};
-}
-
-// Rank 0's report: the tables, then the result file (with the network block on an emulated
-// cluster and the reference's runs), and the reference's failures on stderr.
-void report_runs(const RunOptions& o, const RunSetup& s, nlohmann::json config, const std::vector<RunResult>& runs,
-                 const std::vector<nlohmann::json>& docs, const nlohmann::json& reference_runs,
-                 const nlohmann::json& reference_failures) {
-  print_table(runs, docs);
-  print_notes(runs);
-  print_reference_table(runs, docs, reference_runs);
-  nlohmann::json document = make_document(std::move(config), docs);
-  if (auto network = cluster::cluster_description(); !network.is_null()) {
-    add_network_results(network, runs, document["runs"]);
-    document["network"] = std::move(network);
-    print_network_table(runs, document);
-  }
-  if (!o.reference.framework.empty()) {
-    document["reference"] = {{"framework", o.reference.framework},
-                             {"python", o.reference.python.empty() ? default_python() : o.reference.python},
-                             {"runs", reference_runs},
-                             {"failures", reference_failures}};
-  }
-  write_json_atomic(s.out, document);
-  fmt::print("\nresults written to {}\n", s.out);
-  for (const auto& f : reference_failures) {
-    fmt::print(stderr, "dpbench: the PyTorch reference of {} failed: {}\n", f["dpbench_mode"].get<std::string>(),
-               f["error"].get<std::string>());
-  }
-}
-
-// The checks of every mode that depend on the options alone (batch divisible by the cluster's
-// ranks, --servers at most the ranks, a known --transport, ...), made before a namespace exists
-// or a process starts: against a stand-in dataset as large as the global batch, so that only the
-// checks that need the real data are left to the ranks. Throws InputError.
-void check_cluster_modes(const RunOptions& o) {
+// The checks of every mode that depend on the options alone (--out, batch divisible by the
+// cluster's ranks, --servers at most the ranks, a known --transport, ...), made before a
+// namespace exists or a process starts: against a stand-in dataset as large as the global
+// batch, so that only the checks that need the real data are left to the ranks. Throws
+// InputError.
+void check_cluster_options(const RunOptions& o) {
+  check_common_options(o.base, o.timeout_s);
+  if (!o.out.empty()) check_result_path(o.out);
   const int world = o.cluster.world_size();
   const auto stand_in = make_synthetic_dataset(
       SampleShape{1, 1, 1}, 10, std::max<std::int64_t>({1, static_cast<std::int64_t>(o.base.global_batch), world}), 0);
@@ -576,122 +430,62 @@ void check_cluster_modes(const RunOptions& o) {
 // The user's command of a job on an emulated cluster (--nodes): checks the options, then starts
 // the job's inner program (cluster/cluster_job.hpp); returns the job's exit code.
 int start_cluster_job(const RunOptions& o) {
-  check_common_options(o.base, o.timeout_s);
-  if (!o.out.empty()) check_result_path(o.out);
-  check_cluster_modes(o);
+  check_cluster_options(o);
   return cluster::run_job(o.cluster, o.args);
 }
 
-// The result's config: the base configuration with the run's modes, repetitions, data, launcher,
-// reference and --init-params.
-nlohmann::json run_config_json(const RunOptions& o, const RunSetup& s, const LoadedData& data) {
-  nlohmann::json config = config_to_json(s.base);
+// Rank 0's report of the runs (`docs` their entries): the tables, then the result file (the
+// run's config with its data, launcher, reference and --init-params; the network block on an
+// emulated cluster; the reference's runs), and the reference's failures on stderr. Returns the
+// exit code: 1 when a reference failed or left its band.
+int report_runs(const RunOptions& o, const RunSetup& s, const LoadedData& data, const TrainedModes& trained,
+                const std::vector<nlohmann::json>& docs, const ReferenceSession& reference) {
+  const std::vector<RunResult>& runs = trained.runs;
+  print_table(runs, docs);
+  print_notes(runs);
+  print_reference_table(runs, docs, reference.runs());
+  nlohmann::json config = config_to_json(s.plan.base);
   config.erase("mode");
-  config["modes"] = o.modes;
-  config["repetitions"] = s.repetitions;
-  add_data_config(config, o.data, data);
-  config["launcher"] = std::string(name(s.launch.launcher));
-  if (!o.reference.framework.empty()) config["reference"] = o.reference.framework;
+  config["modes"] = s.plan.modes;
+  config["repetitions"] = s.plan.repetitions;
+  config.update(data.config);
+  config["launcher"] = s.launch.launcher;
+  if (reference.active()) config["reference"] = o.reference.framework;
   if (!o.init_params.empty()) config["init_params"] = o.init_params;
-  return config;
-}
-
-// Says on stderr which reference runs' step losses left the agreement band; true if any did.
-bool report_disagreements(const nlohmann::json& reference_runs) {
-  bool disagree = false;
-  for (const auto& rec : reference_runs) {
-    const auto& a = rec["loss_agreement"];
-    if (a["within"].get<bool>()) continue;
-    disagree = true;
-    fmt::print(stderr,
-               "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
-               "beyond that step's band of {:.1e} (first beyond its band at step {})\n",
-               rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
-               a["worst_step_rel_diff"].get<double>(), a["worst_step"].get<long>(), a["tolerance"].get<double>(),
-               a["first_step_outside"].get<long>());
+  nlohmann::json document = make_document(std::move(config), docs);
+  if (auto network = cluster::cluster_description(); !network.is_null()) {
+    add_network_results(network, runs, document["runs"]);
+    document["network"] = std::move(network);
+    print_network_table(runs, document);
   }
-  return disagree;
+  if (reference.active()) document["reference"] = reference.to_json();
+  write_json_atomic(s.out, document);
+  fmt::print("\nresults written to {}\n", s.out);
+  return reference.report_failures() ? 1 : 0;
 }
-
-}  // namespace
-
-// The band the reference is judged against (agreement_band): the drift between dpbench's own
-// modes and the trajectory's own sensitivity, the first mode trained kSensitivityRuns times more
-// from parameters one unit in the last place away. Every process trains them; only the output
-// process (rank 0), which holds the step losses, returns the band (null elsewhere).
-nlohmann::json reference_band(const RunOptions& o, const RunSetup& s, const LoadedData& data,
-                              const std::vector<std::vector<RunResult>>& by_mode) {
-  if (!s.quiet) {
-    fmt::print(stderr,
-               "dpbench: measuring the trajectory's sensitivity: {} {} times more, from parameters 1 ulp away ...\n",
-               o.modes.front(), kSensitivityRuns);
-  }
-  std::vector<std::vector<double>> perturbed;
-  for (int k = 0; k < kSensitivityRuns; ++k) {
-    RunSetup again = s;
-    again.quiet = true;
-    again.repetitions = 1;
-    again.base.initial_params = perturbed_initial_params(s.base, data, k);
-    perturbed.push_back(train_mode(again, data, o.modes.front(), 0).step_train_loss);
-  }
-  if (!s.output) return nullptr;
-  std::vector<std::vector<double>> mode_losses;
-  for (const auto& reps : by_mode) mode_losses.push_back(reps.front().step_train_loss);
-  return agreement_band(mode_losses, by_mode.front().front().step_train_loss, perturbed);
-}
-
-namespace {
 
 // Trains every mode of `o` in this process (one rank of a job, or all of them as threads) and,
 // on the output process, reports and writes the result.
 int train_and_report(const RunOptions& o) {
   // A malformed DPBENCH_FAULT is an input error here, not in whichever rank reads it first.
   fault_from_env();
-  const RunSetup s = prepare_run(o);
+  RunSetup s = prepare_run(o);
+  ReferenceSession reference(o.reference, s.launch, s.output, s.quiet);
   const LoadedData data = load_data(o.data, o.base.seed);
-  check_modes(o, s.base, data);
-  const bool reference = !o.reference.framework.empty();
-  if (reference) check_reference(o.reference, s.base);
+  check_points(s.plan.base, s.plan.modes, data);
+  s.plan.sensitivity_starts = reference.start(s.plan.base, data);
   // Bad input has been ruled out by now (errors stay one line); say what device was picked.
-  if (!s.device.note.empty() && !s.quiet) fmt::print(stderr, "{}\n", s.device.note);
-
-  // The reference's start: written once, the same for every mode.
-  std::unique_ptr<TempDir> temp_start;
-  std::string start_dir = o.reference.start_dir;
-  if (reference && s.output) {
-    if (start_dir.empty()) {
-      temp_start = std::make_unique<TempDir>();
-      start_dir = temp_start->path();
-    }
-    write_start_bundle(start_dir, s.base, data);
-  }
-  nlohmann::json reference_runs = nlohmann::json::array(), reference_failures = nlohmann::json::array();
-
-  std::vector<std::vector<RunResult>> by_mode = train_modes(o, s, data);
-  const std::vector<RunResult>* baseline_reps = nullptr;
-  for (const auto& reps : by_mode) {
-    if (baseline_reps == nullptr && find_strategy(reps.front().config.mode).baseline) baseline_reps = &reps;
-  }
-  const nlohmann::json band = reference ? reference_band(o, s, data, by_mode) : nlohmann::json();
-  std::vector<RunResult> runs;
-  std::vector<nlohmann::json> docs;
-  for (auto& reps : by_mode) {
-    RunResult& r = reps[median_repetition(reps)];
-    if (s.output && !o.save_params.empty()) save_params(o.save_params, r);
-    if (reference && s.output) {
-      add_reference_run(o.reference, start_dir, s.launch, s.quiet, band, r, reference_runs, reference_failures);
-    }
-    // The other processes wait without spinning while rank 0 runs the reference.
-    if (reference && s.launch.multi_process) mpi_idle_barrier();
-    docs.push_back(run_to_json(r));
-    add_repetitions(docs.back(), reps, &reps == baseline_reps ? nullptr : baseline_reps);
-    runs.push_back(r);
-  }
-
+  if (!s.plan.device.note.empty() && !s.quiet) fmt::print(stderr, "{}\n", s.plan.device.note);
+  ProgressPrinter printer(s, data.train->name());
+  TrainedModes trained = train_modes(s.plan, data, printer);
+  reference.finish(trained);
   if (!s.output) return 0;  // rank 0 of a multi-process job reports for every rank
-  report_runs(o, s, run_config_json(o, s, data), runs, docs, reference_runs, reference_failures);
-  const bool disagree = report_disagreements(reference_runs);
-  return reference_failures.empty() && !disagree ? 0 : 1;
+  for (const RunResult& r : trained.runs) {
+    if (o.save_params.empty()) break;
+    write_params_file(fmt::format("{}-{}.f32", o.save_params, r.config.mode), r.final_params, "--save-params");
+  }
+  const std::vector<nlohmann::json> docs = runs_to_json(trained.runs, trained.by_mode);
+  return report_runs(o, s, data, trained, docs, reference);
 }
 
 }  // namespace

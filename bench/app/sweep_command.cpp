@@ -185,7 +185,7 @@ nlohmann::json sweep_config_json(const SweepOptions& o, const TrainConfig& base,
     config.erase("comm_hook");
     config["sweep"]["comm_hooks"] = hook_names(o.comm_hooks);
   }
-  add_data_config(config, o.data, data);
+  config.update(data.config);
   return config;
 }
 

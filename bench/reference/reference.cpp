@@ -13,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <limits>
 
 #include <fmt/format.h>
@@ -367,19 +366,6 @@ void judge_agreement(nlohmann::json& agreement, const std::vector<double>& dpben
   agreement["first_step_outside"] = first_outside;
   agreement["within"] = first_outside.is_null();
   agreement["band"] = band;
-}
-
-std::shared_ptr<const std::vector<float>> perturbed_initial_params(const TrainConfig& config, const LoadedData& data,
-                                                                   int coin_seed) {
-  const auto model = make_model(config, data.train->shape(), static_cast<std::size_t>(data.train->num_classes()));
-  std::vector<float> params = initial_parameters(*model, config);
-  std::seed_seq seeds{static_cast<unsigned>(config.seed), static_cast<unsigned>(coin_seed), 0x51e5u};
-  std::mt19937 coin(seeds);
-  for (float& v : params) {
-    v = std::nextafter(v, (coin() & 1U) != 0 ? std::numeric_limits<float>::infinity()
-                                             : -std::numeric_limits<float>::infinity());
-  }
-  return std::make_shared<const std::vector<float>>(std::move(params));
 }
 
 nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vector<double>& reference) {

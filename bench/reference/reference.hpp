@@ -62,7 +62,7 @@ nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vec
 // property of the trajectory, not of the framework, and differs from one CPU's kernels to the
 // next. The band measures it on this machine: `base` is a dpbench run's per-step losses and
 // `perturbed` the same run's, each from initial parameters one unit in the last place away
-// (perturbed_initial_params, kSensitivityRuns coins: one perturbation may miss where the
+// (train/models.hpp's perturbed_initial_params, kSensitivityRuns coins: one perturbation may miss where the
 // trajectory is sensitive; the drift of four of them after 90 steps ranged from 4e-7 to 6e-2);
 // their largest drift up to a step, with the largest drift between
 // dpbench's own modes (`mode_losses`, which differ only in reduction order) up to it, times
@@ -81,12 +81,6 @@ nlohmann::json agreement_band(const std::vector<std::vector<double>>& mode_losse
 // steps.
 void judge_agreement(nlohmann::json& agreement, const std::vector<double>& dpbench,
                      const std::vector<double>& reference, const nlohmann::json& band, double floor);
-
-// The start's parameters (initial_parameters of the run's model) with every one moved by one unit
-// in the last place, up or down by a coin seeded with config.seed and `coin`: the start of one of
-// agreement_band's perturbed runs.
-std::shared_ptr<const std::vector<float>> perturbed_initial_params(const TrainConfig& config, const LoadedData& data,
-                                                                   int coin);
 
 // "/usr/bin/python3" when it exists, else "python3" (looked up on PATH).
 std::string default_python();
