@@ -146,7 +146,7 @@ def reference_rows(reference: list) -> list:
             flag = f"exceeds the {tolerance} tolerance" + ("" if r.at_step is None else f" at step {r.at_step}")
         rows.append({
             "source": r.source, "dpbench": r.dpbench_label,
-            "pytorch": f"{r.mode} ({plural(r.processes, 'process')} × {plural(r.threads, 'thread')})",
+            "pytorch": f"{r.program} ({plural(r.processes, 'process')} × {plural(r.threads, 'thread')})",
             "dpbench_throughput": fmt_number(r.dpbench_throughput, ",.0f"),
             "pytorch_throughput": f"{r.throughput:,.0f}",
             "ratio": fmt_number(r.ratio, ".2f") + ("x" if r.ratio is not None else ""),

@@ -111,7 +111,7 @@ class ReferenceRun:
     size. The dpbench_* fields are None when the file holds no such run."""
 
     source: str  # the result file
-    mode: str  # PyTorch's program: plain, dataparallel, ddp, rpc_ps
+    program: str  # the PyTorch program: plain, dataparallel, ddp, rpc_ps (docs/glossary.md, program)
     dpbench_mode: str
     dpbench_label: str  # "allreduce (ring)"
     processes: int
@@ -317,7 +317,7 @@ def reference_runs(doc: dict, path: str) -> list:
             return reference_field(path, where, rec, *keys)
 
         try:
-            mode, dpbench_mode = str(get("mode")), str(get("dpbench_mode"))
+            program, dpbench_mode = str(get("program")), str(get("dpbench_mode"))
             processes, threads = int(get("processes")), int(get("threads_per_process"))
             throughput = float(get("throughput_samples_per_s"))
             step_p50 = float(get("step_time_s", "p50"))
@@ -342,7 +342,7 @@ def reference_runs(doc: dict, path: str) -> list:
         if not label:
             label = strategy_traits.run_traits(run)["label"] if run is not None else dpbench_mode
         record = ReferenceRun(
-            source=path, mode=mode, dpbench_mode=dpbench_mode, dpbench_label=str(label),
+            source=path, program=program, dpbench_mode=dpbench_mode, dpbench_label=str(label),
             processes=processes, threads=threads, throughput=throughput, step_p50=step_p50,
             step_p90=step_p90, peak_rss_bytes=number((rss or {}).get("peak_rss_bytes")),
             final_train_loss=number(quality.get("final_train_loss")),

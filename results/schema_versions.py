@@ -8,7 +8,9 @@ version-1 names to those of version 2. Version 3 of dpbench-result and version 2
 dpbench-projection call the strategy every other one is compared with the baseline ("reference"
 means the PyTorch reference alone; docs/glossary.md, "baseline"), and version 2 of
 dpbench-projection names its curves curves, not modes; upgrade_v2() and upgrade_projection_v1()
-map the older names. Nothing else differs. Committed baselines and
+map the older names. Version 4 of dpbench-result names each PyTorch reference run's program
+`program`: the PyTorch reference's programs are programs, not modes (docs/glossary.md, "program");
+upgrade_v3() maps version 3's `mode` there. Nothing else differs. Committed baselines and
 measured files may stay at their older versions.
 
 Not for: validating a file against the JSON Schema (results/validate.py), or the checks each
@@ -21,9 +23,9 @@ MEMORY_SCHEMA = "dpbench-memory"
 PROJECTION_SCHEMA = "dpbench-projection"
 
 # What dpbench writes now.
-CURRENT_VERSION = {RESULT_SCHEMA: 3, MEMORY_SCHEMA: 2, PROJECTION_SCHEMA: 2}
+CURRENT_VERSION = {RESULT_SCHEMA: 4, MEMORY_SCHEMA: 2, PROJECTION_SCHEMA: 2}
 # What the readers accept: the current version and those upgrade() maps to it.
-READABLE_VERSIONS = {RESULT_SCHEMA: (1, 2, 3), MEMORY_SCHEMA: (1, 2), PROJECTION_SCHEMA: (1, 2)}
+READABLE_VERSIONS = {RESULT_SCHEMA: (1, 2, 3, 4), MEMORY_SCHEMA: (1, 2), PROJECTION_SCHEMA: (1, 2)}
 
 
 def readable(name, version):
@@ -40,9 +42,10 @@ def versions_text(name):
 
 
 def upgrade(doc):
-    """doc at its schema's current version: a result file through upgrade_v1 and upgrade_v2 as its
-    version needs, a version-1 memory file through upgrade_v1, a version-1 projection through
-    upgrade_projection_v1; doc itself otherwise (unknown versions are the caller's to refuse)."""
+    """doc at its schema's current version: a result file through upgrade_v1, upgrade_v2 and
+    upgrade_v3 as its version needs, a version-1 memory file through upgrade_v1, a version-1
+    projection through upgrade_projection_v1; doc itself otherwise (unknown versions are the
+    caller's to refuse)."""
     schema = doc.get("schema") if isinstance(doc, dict) else None
     version = schema.get("version") if isinstance(schema, dict) else None
     if not isinstance(version, int) or isinstance(version, bool):
@@ -53,6 +56,9 @@ def upgrade(doc):
         version = 2
     if version == 2 and name == RESULT_SCHEMA:
         doc = upgrade_v2(doc)
+        version = 3
+    if version == 3 and name == RESULT_SCHEMA:
+        doc = upgrade_v3(doc)
     if version == 1 and name == PROJECTION_SCHEMA:
         doc = upgrade_projection_v1(doc)
     return doc
@@ -117,6 +123,19 @@ def upgrade_v2(doc):
         _rename_key(run, "ratio_to_reference", "ratio_to_baseline")
         _rename_key(run.get("ratio_to_baseline"), "reference", "baseline")
     out["schema"]["version"] = 3
+    return out
+
+
+def upgrade_v3(doc):
+    """A copy of a version-3 dpbench-result document under version 4's names: the PyTorch
+    reference's programs are programs, not modes (docs/glossary.md, "program"):
+      reference.runs[].mode -> program (plain, dataparallel, ddp, rpc_ps; dpbench_mode stays);
+    and schema.version 3 -> 4. dpbench's runs[].mode is a mode and stays. The input is not
+    modified; the figures are the same."""
+    out = copy.deepcopy(doc)
+    for rec in _items(out.get("reference"), "runs"):
+        _rename_key(rec, "mode", "program")
+    out["schema"]["version"] = 4
     return out
 
 

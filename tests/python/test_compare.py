@@ -504,7 +504,7 @@ class FunctionTests(unittest.TestCase):
         self.assertIn("spread 20.0 %", row.status)
 
     def test_check_doc_rejects_non_dpbench_documents(self):
-        for bad in ([], {"schema": {"name": "dpbench-result", "version": 4}, "runs": [{}]},
+        for bad in ([], {"schema": {"name": "dpbench-result", "version": 5}, "runs": [{}]},
                     {"schema": {"name": "dpbench-result", "version": 2}, "runs": []},
                     {"schema": {"name": "dpbench-result", "version": 2}, "runs": [{"mode": "ps"}]}):
             with self.assertRaises(compare.InputError):

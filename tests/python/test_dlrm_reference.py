@@ -51,7 +51,7 @@ class DlrmReference(unittest.TestCase):
         tables = [f"emb_l.{t}.weight" for t in range(TABLES)] if sparse else []
         for run in doc["runs"]:
             ref = refs[run["mode"]]
-            self.assertEqual(counterparts[run["mode"]], ref["mode"])
+            self.assertEqual(counterparts[run["mode"]], ref["program"])  # dpbench's mode -> PyTorch's program
             agreement = ref["loss_agreement"]
             self.assertTrue(agreement["within"], f"{run['mode']}: {agreement}")
             self.assertLess(agreement["max_rel_diff"], 1e-4, run["mode"])
@@ -60,7 +60,7 @@ class DlrmReference(unittest.TestCase):
             losses = run["quality"]["step_train_loss"]
             self.assertLess(sum(losses[-5:]) / 5, sum(losses[:5]) / 5 - 0.01, f"{run['mode']}: the loss falls")
         # DDP's rank 0 saw PyTorch's own sparse (or dense) embedding gradients.
-        ddp = next(r for r in doc["reference"]["runs"] if r["mode"] == "ddp")
+        ddp = next(r for r in doc["reference"]["runs"] if r["program"] == "ddp")
         self.assertEqual(tables, ddp["sparse_gradients"])
 
     def test_sparse_grad_agrees_with_sparse_ddp_and_the_rpc_server(self):

@@ -12,9 +12,12 @@ the vocabulary's Hierarchy, spelled in their parsers alone; the PyTorch referenc
 the start bundle's spelling of the hook in its own parser), an emulated cluster's programs were
 told apart by an environment variable (now subcommands), and `project --link` and `memory
 --precision` meant something else than `run`'s options of the same names, a process's
-launcher, an emulated cluster's and the object that runs a process's ranks had three names, and a
-projection's curves were its "modes". The files that still
-name an old spelling on purpose (the readers of old result files, this test) are listed with it.
+launcher, an emulated cluster's and the object that runs a process's ranks had three names, a
+projection's curves were its "modes", and the PyTorch reference's programs were its "modes" too
+(`pytorch_reference.py --modes`, CPU_MODES, mode_plan; now --programs, CPU_PROGRAMS, program_plan;
+`dpbench sweep --modes` and `dpbench memory --modes` are dpbench's modes and stay). The files that
+still name an old spelling on purpose (the readers of old result files, this test) are listed with
+it.
 """
 import pathlib
 import re
@@ -53,6 +56,12 @@ RETIRED = {
     r"\bProjectedMode\b|\bprojected_modes\(|\bprojected_mode\(|doc\[\"modes\"\]": ("ProjectionCurve, projected_curves(), the projection's \"curves\"", set()),
     r"\bLauncherKind\b|\bClusterLauncher\b": ("Launcher, the one launcher vocabulary", set()),
     r"\bmake_launcher\b|\bDeviceLauncher\b|public Launcher\b": ("make_rank_runner, RankRunner, DeviceRanks", set()),
+    # The PyTorch reference's programs (bench/reference/): dpbench's own --modes (sweep, memory) stay.
+    r"pytorch_reference\.py[^\n]*--modes\b|add_argument\(\"--modes\"": ("pytorch_reference.py --programs", set()),
+    r"\b(CPU_|CUDA_)MODES\b|\bmode_plan\(|\b_mode_list\b|\b_run_modes?\(|from \.modes import"
+    r"|dpbench_reference\.modes\b":
+        ("CPU_PROGRAMS, CUDA_PROGRAMS, program_plan, _program_list, _run_program(s), "
+         "dpbench_reference.programs", set()),
 }
 
 SOURCES = ("*.cpp", "*.hpp", "*.cu", "*.cuh", "*.py", "*.md", "*.sh", "*.j2", "*.txt", ".ci/run")
@@ -96,7 +105,7 @@ class GlossaryTest(unittest.TestCase):
         words = glossary_words()
         self.assertGreater(len(words), 30)
         self.assertEqual(sorted({w for w in words if words.count(w) > 1}), [])
-        for word in ("baseline", "reference", "mode", "launcher", "communication hook"):
+        for word in ("baseline", "reference", "mode", "program", "launcher", "communication hook"):
             self.assertIn(word, words)
 
     def test_no_tracked_file_spells_a_retired_name(self):
@@ -109,11 +118,15 @@ class GlossaryTest(unittest.TestCase):
             "c.md": "dpbench project f.json --link nvlink4\nmemory --precision mixed\n",
             "d.cpp": "powersgd_rank(h); // DPBENCH_CLUSTER_STAGE=rank\nPsRank r;\n",
             "results/schema_versions.py": 'rename "ratio_to_reference"\n',
+            "f.md": "python3 bench/reference/pytorch_reference.py --device cpu --modes plain\n",
+            "g.py": 'p.add_argument("--modes", type=_mode_list)\nfrom .modes import plain_rank\n',
         }
         found = retired_uses(samples, read=samples.get)
-        self.assertEqual(9, len([f for f in found if not f.startswith("results/")]), found)
+        self.assertEqual(13, len([f for f in found if not f.startswith("results/")]), found)
         self.assertFalse([f for f in found if f.startswith("results/")], found)
-        current = {"e.cpp": "config.hierarchy == Hierarchy::node; run --link 1gbit\n"}
+        current = {"e.cpp": "config.hierarchy == Hierarchy::node; run --link 1gbit\n",
+                   "h.md": "dpbench sweep --modes ps,allreduce\ndpbench memory --modes ps\n"
+                           "pytorch_reference.py --programs plain,ddp\n"}
         self.assertEqual([], retired_uses(current, read=current.get))
 
 

@@ -1,18 +1,18 @@
 """Tests of bench/reference/pytorch_reference.py on the CPU: its start-bundle reader and its four
-CPU modes (plain, ddp over gloo, DataParallel's flow over gloo, the RPC parameter server) against
+CPU programs (plain, ddp over gloo, DataParallel's flow over gloo, the RPC parameter server) against
 a straightforward PyTorch loop written here, on tiny bundles from make_start_bundle.py.
 
 Run from the repository root with Debian's interpreter (it has PyTorch 1.13, CPU):
     /usr/bin/python3 -m unittest -v tests/python/test_pytorch_reference.py
 Skipped when torch cannot be imported. The script runs as a subprocess with --threads 1; each
-class runs it once with every mode (2 processes each) and shares the result file; one more run
+class runs it once with every program (2 processes each) and shares the result file; one more run
 uses 3 processes for unequal chunks; the optimizer classes add three small runs. About a
 minute and a half on 2 cores.
 
 The loop here is functional (F.linear, F.conv2d, F.batch_norm) and reads the bundle with numpy,
-so it shares no code with the script. For the CNN it also reproduces what each multi-process mode
-does to BatchNorm: each rank's chunk is normalised with its own statistics and only rank 0's
-running-statistic update is kept.
+so it shares no code with the script. For the CNN it also reproduces what each multi-process
+program does to BatchNorm: each rank's chunk is normalised with its own statistics and only rank
+0's running-statistic update is kept.
 
 The optimizer: bundles with optimizer adam and adamw (and their betas, eps) run plain, ddp,
 dataparallel and rpc_ps with torch.optim.Adam / AdamW, checked against the loop here with the same
@@ -22,7 +22,7 @@ The options: --max-steps (dpbench's spelling) and its alias --steps give the sam
 script's own synthetic data (one tiny plain run each); --optimizer, --betas and --eps reach the
 result's config.
 
-Not covered: the CUDA modes (no GPU here) and the script's own data (--data synthetic,
+Not covered: the CUDA programs (no GPU here) and the script's own data (--data synthetic,
 fashion-mnist) beyond that, which no bundle fixes.
 """
 import json
@@ -176,7 +176,7 @@ def max_rel_diff(a, b):
 
 
 class _BundleRun(unittest.TestCase):
-    """Writes a bundle, runs every CPU mode once on it (--threads 1) and keeps the runs."""
+    """Writes a bundle, runs every CPU program once on it (--threads 1) and keeps the runs."""
     workload = None
     bundle_kwargs = {}
 
@@ -190,11 +190,11 @@ class _BundleRun(unittest.TestCase):
                           **cls.bundle_kwargs)
         cls.bundle = read_bundle(d / "bundle")
         cls.out = d / "result.json"
-        cls.proc = run_script("--start", d / "bundle", "--device", "cpu", "--modes",
+        cls.proc = run_script("--start", d / "bundle", "--device", "cpu", "--programs",
                               "plain,ddp,dataparallel,rpc_ps", "--world-size", WORLD,
                               "--threads", 1, "--timeout", 60, "--quiet", "--out", cls.out)
         cls.doc = json.loads(cls.out.read_text()) if cls.out.exists() else None
-        cls.runs = {r["mode"]: r for r in cls.doc["runs"]} if cls.doc else {}
+        cls.runs = {r["program"]: r for r in cls.doc["runs"]} if cls.doc else {}
 
     @classmethod
     def tearDownClass(cls):
@@ -204,8 +204,8 @@ class _BundleRun(unittest.TestCase):
         self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-2000:])
         self.assertEqual(set(self.runs), {"plain", "ddp", "dataparallel", "rpc_ps"})
 
-    def losses(self, mode):
-        return self.runs[mode]["quality"]["step_train_loss"]
+    def losses(self, program):
+        return self.runs[program]["quality"]["step_train_loss"]
 
 
 @unittest.skipUnless(HAVE_TORCH, "PyTorch (python3-torch) and numpy are not importable")
@@ -222,39 +222,46 @@ class MlpBundle(_BundleRun):
         # The loss falls: the order and the parameters were loaded, not merely run.
         self.assertLess(sum(got[-5:]) / 5, 0.5 * sum(got[:5]) / 5)
 
-    def test_every_multi_process_mode_takes_plains_steps(self):
+    def test_every_multi_process_program_takes_plains_steps(self):
         plain = self.losses("plain")
-        for mode in ("ddp", "dataparallel", "rpc_ps"):
-            with self.subTest(mode=mode):
-                self.assertEqual(len(self.losses(mode)), STEPS)
-                self.assertLess(max_rel_diff(self.losses(mode), plain), 1e-4)
+        for program in ("ddp", "dataparallel", "rpc_ps"):
+            with self.subTest(program=program):
+                self.assertEqual(len(self.losses(program)), STEPS)
+                self.assertLess(max_rel_diff(self.losses(program), plain), 1e-4)
 
     def test_unequal_chunks_of_three_processes_take_plains_steps(self):
         # 32 samples over 3 processes: torch.chunk gives 11, 11, 10; rpc_ps weighs each
         # trainer's mean-loss gradient by b_r / B.
         out = pathlib.Path(self.tmp.name) / "three.json"
         proc = run_script("--start", pathlib.Path(self.tmp.name) / "bundle", "--device", "cpu",
-                          "--modes", "dataparallel,rpc_ps", "--world-size", 3, "--threads", 1,
+                          "--programs", "dataparallel,rpc_ps", "--world-size", 3, "--threads", 1,
                           "--timeout", 60, "--quiet", "--out", out)
         self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-        runs = {r["mode"]: r for r in json.loads(out.read_text())["runs"]}
-        for mode in ("dataparallel", "rpc_ps"):
-            with self.subTest(mode=mode):
-                self.assertEqual([p["local_batch"] for p in runs[mode]["per_rank"]], [11, 11, 10])
-                got = runs[mode]["quality"]["step_train_loss"]
+        runs = {r["program"]: r for r in json.loads(out.read_text())["runs"]}
+        for program in ("dataparallel", "rpc_ps"):
+            with self.subTest(program=program):
+                self.assertEqual([p["local_batch"] for p in runs[program]["per_rank"]],
+                                 [11, 11, 10])
+                got = runs[program]["quality"]["step_train_loss"]
                 self.assertLess(max_rel_diff(got, self.losses("plain")), 1e-4)
 
     def test_run_records_carry_the_cpu_keys(self):
-        self.assertEqual(self.doc["schema"], {"name": "dpbench-pytorch-reference", "version": 3})
+        self.assertEqual(self.doc["schema"], {"name": "dpbench-pytorch-reference", "version": 4})
+        # The PyTorch programs are programs (docs/glossary.md): the config's list and each record's key.
+        self.assertEqual(self.doc["config"]["programs"], ["plain", "ddp", "dataparallel", "rpc_ps"])
+        self.assertNotIn("modes", self.doc["config"])
+        self.assertEqual([r["program"] for r in self.doc["runs"]],
+                         ["plain", "ddp", "dataparallel", "rpc_ps"])
+        self.assertFalse([r for r in self.doc["runs"] if "mode" in r])
         comm = {"plain": "none", "ddp": "gloo",
                 "dataparallel": "gloo (DataParallel flow: broadcast/scatter/gather/reduce)",
                 "rpc_ps": "rpc (TensorPipe)"}
         spe = self.bundle["doc"]["config"]["steps_per_epoch"]
-        for mode, r in self.runs.items():
-            with self.subTest(mode=mode):
+        for program, r in self.runs.items():
+            with self.subTest(program=program):
                 self.assertEqual(r["device"], "cpu")
-                self.assertEqual(r["comm"], comm[mode])
-                self.assertEqual(r["processes"], 1 if mode == "plain" else WORLD)
+                self.assertEqual(r["comm"], comm[program])
+                self.assertEqual(r["processes"], 1 if program == "plain" else WORLD)
                 self.assertEqual(r["threads_per_process"], 1)
                 self.assertEqual(len(r["step_time_s"]["samples"]), STEPS - 5)
                 per_rank = r["memory"]["per_rank"]
@@ -269,8 +276,8 @@ class MlpBundle(_BundleRun):
     def test_wall_time_throughput_covers_every_timed_step(self):
         # The timed span runs from the first timed step's start to the last one's end, so it holds
         # every timed step; its throughput is dpbench's definition (timed samples / that span).
-        for mode, r in self.runs.items():
-            with self.subTest(mode=mode):
+        for program, r in self.runs.items():
+            with self.subTest(program=program):
                 samples = r["step_time_s"]["samples"]
                 self.assertGreaterEqual(r["timed_wall_s"], sum(samples))
                 self.assertLess(r["timed_wall_s"], sum(samples) + 5.0)
@@ -327,20 +334,20 @@ class AdamBundles(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="pytorch-reference-adam-")
         d = pathlib.Path(cls.tmp.name)
         cls.bundles, cls.procs, cls.runs = {}, {}, {}
-        modes = {"sgd": "plain", "adamw": "plain", "adam": "plain,ddp,dataparallel,rpc_ps"}
-        for name, mode_list in modes.items():
+        programs = {"sgd": "plain", "adamw": "plain", "adam": "plain,ddp,dataparallel,rpc_ps"}
+        for name, program_list in programs.items():
             make_start_bundle(d / name, workload="mlp", input_shape=(1, 8, 8), hidden=(16,),
                               train=256, test=64, batch=32, steps=ADAM_STEPS, warmup=2, lr=0.01,
                               weight_decay=0.05, betas=(0.8, 0.99), eps=1e-6,
                               optimizer=None if name == "sgd" else name)
             cls.bundles[name] = read_bundle(d / name)
             out = d / f"{name}.json"
-            cls.procs[name] = run_script("--start", d / name, "--device", "cpu", "--modes",
-                                         mode_list, "--world-size", WORLD, "--threads", 1,
+            cls.procs[name] = run_script("--start", d / name, "--device", "cpu", "--programs",
+                                         program_list, "--world-size", WORLD, "--threads", 1,
                                          "--timeout", 60, "--quiet", "--out", out)
             if out.exists():
                 doc = json.loads(out.read_text())
-                cls.runs[name] = {r["mode"]: r for r in doc["runs"]}
+                cls.runs[name] = {r["program"]: r for r in doc["runs"]}
                 cls.runs[name]["config"] = doc["config"]
 
     @classmethod
@@ -351,8 +358,8 @@ class AdamBundles(unittest.TestCase):
         for name, proc in self.procs.items():
             self.assertEqual(proc.returncode, 0, f"{name}: {proc.stderr[-2000:]}")
 
-    def losses(self, name, mode):
-        return self.runs[name][mode]["quality"]["step_train_loss"]
+    def losses(self, name, program):
+        return self.runs[name][program]["quality"]["step_train_loss"]
 
     def test_adamw_plain_equals_a_pytorch_loop_with_adamw_and_differs_from_sgd(self):
         b = self.bundles["adamw"]
@@ -378,9 +385,9 @@ class AdamBundles(unittest.TestCase):
         b = self.bundles["adam"]
         expected, _ = reference_run(b, global_chunks(b, 1))
         self.assertLess(max_rel_diff(self.losses("adam", "plain"), expected), 1e-6)
-        for mode in ("ddp", "dataparallel", "rpc_ps"):
-            with self.subTest(mode=mode):
-                got = self.losses("adam", mode)
+        for program in ("ddp", "dataparallel", "rpc_ps"):
+            with self.subTest(program=program):
+                got = self.losses("adam", program)
                 self.assertEqual(len(got), ADAM_STEPS)
                 self.assertLess(max_rel_diff(got, expected), 1e-4)
 
@@ -410,7 +417,7 @@ class BadBundle(unittest.TestCase):
         self.tmp.cleanup()
 
     def assert_rejected(self, *expected_words):
-        proc = run_script("--start", self.dir, "--device", "cpu", "--modes", "plain",
+        proc = run_script("--start", self.dir, "--device", "cpu", "--programs", "plain",
                           "--out", self.out, timeout=120)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         lines = proc.stderr.strip().splitlines()
@@ -499,7 +506,7 @@ class StepsOption(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="pytorch-reference-steps-") as tmp:
             for option in ("--max-steps", "--steps"):
                 out = pathlib.Path(tmp) / f"{option.strip('-')}.json"
-                proc = run_script("--device", "cpu", "--modes", "plain", "--hidden", 8,
+                proc = run_script("--device", "cpu", "--programs", "plain", "--hidden", 8,
                                   "--batch-size", 16, "--synthetic-samples", 64, option, 6,
                                   "--warmup-steps", 1, "--threads", 1, "--quiet", "--out", out,
                                   timeout=120)
@@ -524,7 +531,7 @@ class OptimizerOptions(unittest.TestCase):
     def test_adamw_options_reach_the_config_and_run(self):
         with tempfile.TemporaryDirectory(prefix="pytorch-reference-opt-") as tmp:
             out = pathlib.Path(tmp) / "adamw.json"
-            proc = run_script("--device", "cpu", "--modes", "plain", "--hidden", 8,
+            proc = run_script("--device", "cpu", "--programs", "plain", "--hidden", 8,
                               "--batch-size", 16, "--synthetic-samples", 64, "--max-steps", 4,
                               "--warmup-steps", 1, "--threads", 1, "--optimizer", "adamw",
                               "--betas", "0.8,0.99", "--eps", "1e-7", "--lr", "0.01",
@@ -541,6 +548,20 @@ class OptimizerOptions(unittest.TestCase):
     def test_bad_optimizer_options_are_rejected(self):
         for args, word in ((("--optimizer", "rmsprop"), "--optimizer"),
                            (("--betas", "1,0.9"), "--betas"), (("--eps", "-1"), "--eps")):
+            with self.subTest(args=args):
+                proc = run_script("--device", "cpu", *args, timeout=60)
+                self.assertEqual(proc.returncode, 2)
+                self.assertIn(word, proc.stderr.strip().splitlines()[-1])
+
+
+@unittest.skipUnless(HAVE_TORCH, "PyTorch (python3-torch) and numpy are not importable")
+class ProgramsOption(unittest.TestCase):
+    """--programs names PyTorch programs, never modes (dpbench's --mode values are strategies)."""
+
+    def test_an_unknown_program_and_the_old_modes_option_are_rejected(self):
+        for args, word in ((("--programs", "plain,allreduce"), "'allreduce' is not a program "
+                            "(available: plain, dataparallel, ddp, rpc_ps)"),
+                           (("--modes", "plain"), "unrecognized arguments: --modes")):
             with self.subTest(args=args):
                 proc = run_script("--device", "cpu", *args, timeout=60)
                 self.assertEqual(proc.returncode, 2)

@@ -17,6 +17,8 @@ shape real dpbench output has.
 from __future__ import annotations
 
 import base64
+import copy
+import dataclasses
 import html.parser
 import json
 import math
@@ -113,7 +115,7 @@ def failed_run(mode: str, ranks: int, batch: int, workers: int, error: str, repe
 def document(runs: list) -> dict:
     """A result file around `runs`."""
     return {
-        "schema": {"name": "dpbench-result", "version": 3}, "created": "2026-01-01T00:00:00Z",
+        "schema": {"name": "dpbench-result", "version": 4}, "created": "2026-01-01T00:00:00Z",
         "env": {"git_commit": "abc123def456", "host": "fixture-host", "os": "Linux 6.1 x86_64",
                 "cpu_model": "Fixture CPU @ 3.0GHz", "cpu_cores": 8, "compiler": "GNU 12.2.0",
                 "cxx_flags": "-O3 -DNDEBUG", "build_type": "Release", "blas": "OpenBLAS 0.3.21",
@@ -790,11 +792,12 @@ class GpuReportTest(unittest.TestCase):
         self.assertTrue(any("fp8" in e.message for e in errors), [e.message for e in errors])
 
 
-def reference_run(dpbench_mode: str, mode: str, processes: int, throughput: float, max_rel_diff: float,
+def reference_run(dpbench_mode: str, program: str, processes: int, throughput: float, max_rel_diff: float,
                   *, within: bool = True, steps: int = 200, rss: int = 300 * MIB) -> dict:
-    """One reference.runs[] entry as `dpbench run --reference pytorch` writes it."""
+    """One reference.runs[] entry as `dpbench run --reference pytorch` writes it: the PyTorch
+    program that reproduces dpbench's mode dpbench_mode."""
     return {
-        "mode": mode, "dpbench_mode": dpbench_mode, "dpbench_label": f"{dpbench_mode} (ring)",
+        "program": program, "dpbench_mode": dpbench_mode, "dpbench_label": f"{dpbench_mode} (ring)",
         "processes": processes, "threads_per_process": 1, "comm": "gloo", "device": "cpu",
         "torch_version": "1.13.0a0", "world_size": processes,
         "launch": f"dpbench: {processes} ranks as threads of one process; PyTorch: {processes} processes",
@@ -841,7 +844,7 @@ class ReferenceReportTest(unittest.TestCase):
         self.assertEqual(0, validate.returncode, validate.stdout + validate.stderr)
 
         [ref] = report_data.load_results([path]).reference
-        self.assertEqual(("ddp", "allreduce", 2, 1), (ref.mode, ref.dpbench_mode, ref.processes, ref.threads))
+        self.assertEqual(("ddp", "allreduce", 2, 1), (ref.program, ref.dpbench_mode, ref.processes, ref.threads))
         self.assertAlmostEqual(2.5, ref.ratio)  # 1,500 / 600
         self.assertEqual(doc["runs"][1]["memory"]["per_rank"][0]["peak_bytes"], ref.dpbench_peak_bytes)
         self.assertEqual(300 * MIB, ref.peak_rss_bytes)
@@ -866,6 +869,17 @@ class ReferenceReportTest(unittest.TestCase):
         self.assertIn("PyTorch on the same work", page)
         self.assertIn("2.50x", page)
         self.assertIn("3.1e-07 over 200 steps", page)
+
+    def test_version_3_file_names_the_program_mode_and_reads_the_same(self):
+        # Version 3 named a reference run's PyTorch program "mode" (results/schema_versions.py, upgrade_v3).
+        doc = reference_document(reference_run("allreduce", "ddp", 2, 600.0, 3.1e-7))
+        old = copy.deepcopy(doc)
+        old["schema"]["version"] = 3
+        old["reference"]["runs"][0]["mode"] = old["reference"]["runs"][0].pop("program")
+        [new_ref] = report_data.load_results([write_json(self.tmp / "v4.json", doc)]).reference
+        [old_ref] = report_data.load_results([write_json(self.tmp / "v3.json", old)]).reference
+        self.assertEqual(dataclasses.replace(new_ref, source=old_ref.source), old_ref)
+        self.assertEqual("ddp", old_ref.program)
 
     def test_loss_outside_tolerance_is_flagged(self):
         path = write_json(self.tmp / "r.json", reference_document(

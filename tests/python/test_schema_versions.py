@@ -2,12 +2,13 @@
 Run from the repository root:  /usr/bin/python3 -m unittest -v tests/python/test_schema_versions.py
 For: version 2 of dpbench-result and dpbench-memory renamed ps's rank 0 from "reducer" to "root";
 version 3 of dpbench-result (and 2 of dpbench-projection) call the strategy the others are
-compared with the baseline (strategy.reference -> baseline). Version-1 and version-2 files (the
-committed baselines are version 1) must still be read by `compare` (results/compare.py),
-`report` (plots/report.py, plots/report_data.py) and results/validate.py, and give the same
-figures as their version-3 twin; a version none reads (4) is refused with a one-line error. The
-twins are made here by renaming the keys in the JSON text, not by the upgrades, so that those
-are checked against an independent rewrite.
+compared with the baseline (strategy.reference -> baseline); version 4 of dpbench-result names a
+PyTorch reference run's program `program`, not `mode` (reference.runs[].mode -> program).
+Version-1, version-2 and version-3 files (the committed baselines are version 1) must still be
+read by `compare` (results/compare.py), `report` (plots/report.py, plots/report_data.py) and
+results/validate.py, and give the same figures as their version-4 twin; a version none reads (5)
+is refused with a one-line error. The twins are made here by renaming the keys in the JSON text,
+not by the upgrades, so that those are checked against an independent rewrite.
 Not for: what the figures mean (test_compare.py, test_report*.py).
 """
 import copy
@@ -55,6 +56,14 @@ def v3_text_of_result(text: str) -> str:
     return out
 
 
+def v4_text_of_result(text: str) -> str:
+    """The version-4 twin of a version-3 result file's text (one without a PyTorch reference
+    block, so only the version differs)."""
+    out, n = re.subn(r'("name":\s*"dpbench-result",\s*"version":\s*)3\b', r"\g<1>4", text)
+    assert n == 1, "the fixture's schema object changed shape"
+    return out
+
+
 def memory_doc(version: int) -> dict:
     """A dpbench-memory file: ps (its rank 0 named as `version` names it) 2 GiB above its worker,
     and allreduce replicas, at 2 and 4 ranks."""
@@ -76,8 +85,8 @@ def memory_doc(version: int) -> dict:
 
 
 class Twins(unittest.TestCase):
-    """The v1 sweep and its v2 and v3 twins, each written as results.json in a directory of its own (so
-    that the reports, which name their inputs, differ only in that directory)."""
+    """The v1 sweep and its v2, v3 and v4 twins, each written as results.json in a directory of its own
+    (so that the reports, which name their inputs, differ only in that directory)."""
 
     @classmethod
     def setUpClass(cls):
@@ -86,6 +95,7 @@ class Twins(unittest.TestCase):
         cls.v1 = cls.write("v1", text)
         cls.v2 = cls.write("v2", v2_text_of_result(text))
         cls.v3 = cls.write("v3", v3_text_of_result(v2_text_of_result(text)))
+        cls.v4 = cls.write("v4", v4_text_of_result(v3_text_of_result(v2_text_of_result(text))))
 
     @classmethod
     def tearDownClass(cls):
@@ -119,9 +129,12 @@ class ResultFileTests(Twins):
         self.assertEqual(before, v1)
         v3 = json.loads(self.v3.read_text())
         self.assertEqual(v3, schema_versions.upgrade_v2(v2))
-        self.assertEqual(v3, schema_versions.upgrade(v1))
-        self.assertEqual(v3, schema_versions.upgrade(v2))
-        self.assertIs(v3, schema_versions.upgrade(v3))  # current files pass through untouched
+        v4 = json.loads(self.v4.read_text())
+        self.assertEqual(v4, schema_versions.upgrade_v3(v3))
+        self.assertEqual(v4, schema_versions.upgrade(v1))
+        self.assertEqual(v4, schema_versions.upgrade(v2))
+        self.assertEqual(v4, schema_versions.upgrade(v3))
+        self.assertIs(v4, schema_versions.upgrade(v4))  # current files pass through untouched
         self.assertNotIn('"reference"', self.v3.read_text())
         self.assertEqual(18, self.v3.read_text().count('"baseline"'))
 
@@ -138,9 +151,30 @@ class ResultFileTests(Twins):
         self.assertEqual({"root_minus_mean_bytes": 4.0}, up["reference"]["runs"][0]["memory"])
         self.assertEqual(2, up["schema"]["version"])
 
-    def test_compare_loads_v1_and_v2_under_v3_names(self):
-        self.assertEqual(compare.load(self.v3), compare.load(self.v1))
-        self.assertEqual(compare.load(self.v3), compare.load(self.v2))
+    def test_upgrade_v3_names_a_reference_run_s_program_program(self):
+        doc = {"schema": {"name": "dpbench-result", "version": 3},
+               "runs": [{"mode": "allreduce", "world_size": 2}],
+               "reference": {"framework": "pytorch",
+                             "runs": [{"mode": "ddp", "dpbench_mode": "allreduce", "dpbench_label": "allreduce (ring)",
+                                       "dpbench_equivalent": "allreduce"}],
+                             "failures": [{"dpbench_mode": "ps", "error": "x"}]}}
+        before = copy.deepcopy(doc)
+        up = schema_versions.upgrade_v3(doc)
+        self.assertEqual(before, doc)  # the input is left alone
+        self.assertEqual(4, up["schema"]["version"])
+        self.assertEqual([{"program": "ddp", "dpbench_mode": "allreduce", "dpbench_label": "allreduce (ring)",
+                           "dpbench_equivalent": "allreduce"}], up["reference"]["runs"])
+        self.assertEqual(doc["runs"], up["runs"])  # dpbench's runs keep their mode
+        self.assertEqual(doc["reference"]["failures"], up["reference"]["failures"])
+        self.assertEqual(up, schema_versions.upgrade(doc))
+        v2 = dict(copy.deepcopy(doc), schema={"name": "dpbench-result", "version": 2})
+        self.assertEqual(up, schema_versions.upgrade(v2))  # version 2 through upgrade_v2, then upgrade_v3
+        self.assertEqual(4, schema_versions.CURRENT_VERSION["dpbench-result"])
+
+    def test_compare_loads_v1_v2_and_v3_under_v4_names(self):
+        self.assertEqual(compare.load(self.v4), compare.load(self.v1))
+        self.assertEqual(compare.load(self.v4), compare.load(self.v2))
+        self.assertEqual(compare.load(self.v4), compare.load(self.v3))
 
     def test_compare_v1_base_against_v2_new_as_the_ci_gate_does(self):
         # scripts/ci_gate.sh: a fresh (version-2) sweep against the committed version-1 baseline.
@@ -151,19 +185,22 @@ class ResultFileTests(Twins):
 
     def test_compare_gives_the_same_table_for_v1_and_v2(self):
         outs = []
-        for base, new in ((self.v1, self.v1), (self.v2, self.v2), (self.v2, self.v1), (self.v3, self.v1)):
+        for base, new in ((self.v1, self.v1), (self.v2, self.v2), (self.v2, self.v1), (self.v3, self.v1),
+                          (self.v4, self.v1)):
             p = self.run_tool(COMPARE, base, new, "--timing", "ratio")
             self.assertEqual(0, p.returncode, p.stdout + p.stderr)
             outs.append(p.stdout.replace(str(base), "FILE").replace(str(new), "FILE"))
         self.assertEqual(outs[0], outs[1])
         self.assertEqual(outs[0], outs[2])
         self.assertEqual(outs[0], outs[3])
+        self.assertEqual(outs[0], outs[4])
 
     def test_report_data_gives_the_same_points(self):
         p1 = report_data.load_results([self.v1])
         p2 = report_data.load_results([self.v2])
         self.assertEqual(p2.points, p1.points)
         self.assertEqual(report_data.load_results([self.v3]).points, p1.points)
+        self.assertEqual(report_data.load_results([self.v4]).points, p1.points)
         ps = [p for p in p1.points if p.mode == "ps" and p.world_size == 2]
         self.assertTrue(ps and all(p.has_root for p in ps))
         self.assertEqual({3627068.0}, {p.root_minus_mean_bytes for p in ps})
@@ -171,20 +208,22 @@ class ResultFileTests(Twins):
 
     def test_report_writes_the_same_report_for_v1_and_v2(self):
         mds = []
-        for path in (self.v1, self.v2, self.v3):
+        for path in (self.v1, self.v2, self.v3, self.v4):
             out = path.parent / "report"
             p = self.run_tool(REPORT, path, "-o", out)
             self.assertEqual(0, p.returncode, p.stdout + p.stderr)
             mds.append((out / "report.md").read_text().replace(str(path.parent), "DIR"))
         self.assertEqual(mds[0], mds[1])
         self.assertEqual(mds[0], mds[2])
+        self.assertEqual(mds[0], mds[3])
         self.assertIn("the ps root holds", mds[0])
 
-    def test_validate_reads_v1_and_v2_as_v3(self):
-        p = self.run_tool(VALIDATE, self.v1, self.v2, self.v3)
+    def test_validate_reads_v1_v2_and_v3_as_v4(self):
+        p = self.run_tool(VALIDATE, self.v1, self.v2, self.v3, self.v4)
         self.assertEqual(0, p.returncode, p.stdout + p.stderr)
-        self.assertEqual([f"{self.v1}: valid as version 3 (18 runs)", f"{self.v2}: valid as version 3 (18 runs)",
-                          f"{self.v3}: valid (18 runs)"], p.stdout.splitlines())
+        self.assertEqual([f"{self.v1}: valid as version 4 (18 runs)", f"{self.v2}: valid as version 4 (18 runs)",
+                          f"{self.v3}: valid as version 4 (18 runs)", f"{self.v4}: valid (18 runs)"],
+                         p.stdout.splitlines())
 
 
 class MemoryFileTests(unittest.TestCase):
@@ -201,33 +240,33 @@ class MemoryFileTests(unittest.TestCase):
 
 
 class UnknownVersionTests(Twins):
-    """Result version 4 and memory version 3 are neither current nor upgradable: one line on
+    """Result version 5 and memory version 3 are neither current nor upgradable: one line on
     stderr, exit 2."""
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        doc = json.loads(cls.v3.read_text())
-        doc["schema"]["version"] = 4
-        cls.v4 = cls.write("v4", json.dumps(doc))
+        doc = json.loads(cls.v4.read_text())
+        doc["schema"]["version"] = 5
+        cls.v5 = cls.write("v5", json.dumps(doc))
         mem = memory_doc(2)
         mem["schema"]["version"] = 3
         cls.mem3 = cls.tmp / "v3" / "memory.json"
         cls.mem3.write_text(json.dumps(mem))
 
-    def test_compare_refuses_version_4(self):
-        p = self.run_tool(COMPARE, self.v1, self.v4)
+    def test_compare_refuses_version_5(self):
+        p = self.run_tool(COMPARE, self.v1, self.v5)
         self.assertEqual(2, p.returncode, p.stdout + p.stderr)
-        self.assertEqual([f"compare.py: {self.v4}: schema version 4 is not supported "
-                          "(expected versions 1, 2 and 3)"], p.stderr.splitlines())
-        with self.assertRaisesRegex(compare.InputError, "schema version 4 is not supported"):
-            compare.load(self.v4)
+        self.assertEqual([f"compare.py: {self.v5}: schema version 5 is not supported "
+                          "(expected versions 1, 2, 3 and 4)"], p.stderr.splitlines())
+        with self.assertRaisesRegex(compare.InputError, "schema version 5 is not supported"):
+            compare.load(self.v5)
 
-    def test_report_refuses_version_4(self):
-        p = self.run_tool(REPORT, self.v4, "-o", self.tmp / "v4" / "report")
+    def test_report_refuses_version_5(self):
+        p = self.run_tool(REPORT, self.v5, "-o", self.tmp / "v5" / "report")
         self.assertEqual(2, p.returncode, p.stdout + p.stderr)
-        self.assertEqual([f"report.py: error: {self.v4}: dpbench-result version 4 is not supported "
-                          "(this report reads versions 1, 2 and 3)"], p.stderr.splitlines())
+        self.assertEqual([f"report.py: error: {self.v5}: dpbench-result version 5 is not supported "
+                          "(this report reads versions 1, 2, 3 and 4)"], p.stderr.splitlines())
 
     def test_report_refuses_a_version_3_memory_file(self):
         with self.assertRaisesRegex(report_data.InputError, r"dpbench-memory version 3 is not supported "

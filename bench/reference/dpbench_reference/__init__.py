@@ -9,8 +9,8 @@ plain eager in one process, DistributedDataParallel over gloo, DataParallel's da
 with gloo collectives (rank 0 broadcasts, scatters, gathers, reduces and steps), and the batch-
 updating parameter server of PyTorch's RPC tutorial (`rpc_ps`), each with N processes.
 With --start DIR it reads a start bundle written by dpbench (model, initial parameters and
-buffers, training and test data, the sample order, the optimizer) so both programs train the same
-parameters on the same samples in the same order, and the per-step losses can be compared.
+buffers, training and test data, the sample order, the optimizer) so dpbench and PyTorch train the
+same parameters on the same samples in the same order, and the per-step losses can be compared.
 
 It is the yardstick for "dpbench no slower than PyTorch eager", not a part of dpbench, and not a
 general training script: no checkpoints, no mixed precision. The command is
@@ -22,13 +22,14 @@ Modules, in the order a run uses them:
 - bundle: the start bundle's reader and checks;
 - model: the MLP and the CNN, the initial parameters, the optimizer;
 - data: Fashion-MNIST, the synthetic set, the sample order, one process's model and data;
-- config: the run configuration and each mode's plan (processes, threads, or why it is skipped);
+- config: the run configuration and each program's plan (processes, threads, or why it is
+  skipped);
 - runtime: threads (torch and OpenBLAS), tf32, peak RSS;
 - training: the training step, the timed loop, the evaluation;
-- modes: CUDA plain and nn.DataParallel, and the spawned plain and DDP ranks;
+- programs: CUDA plain and nn.DataParallel, and the spawned plain and DDP ranks;
 - dataparallel: DataParallel's flow over gloo (CPU);
 - rpc_ps: the RPC parameter server (CPU);
-- spawn: running a mode in spawned processes;
+- spawn: running a program in spawned processes;
 - results, env: the run record, the environment, the JSON file and the table;
 - cli: main.
 """

@@ -20,17 +20,19 @@ except (ImportError, OSError) as e:  # not installed (ModuleNotFoundError), or a
 PROG = "pytorch_reference"
 # bench/reference/dpbench_reference/common.py -> the repository's root.
 REPO_ROOT = Path(__file__).resolve().parents[3]
-CUDA_MODES = ("plain", "dataparallel", "ddp")
-CPU_MODES = ("plain", "dataparallel", "ddp", "rpc_ps")
-MODES = CPU_MODES
-# The dpbench mode each PyTorch mode stands for (plain: dpbench's 1-rank runs).
+# The PyTorch programs the reference runs (--programs), on each device.
+CUDA_PROGRAMS = ("plain", "dataparallel", "ddp")
+CPU_PROGRAMS = ("plain", "dataparallel", "ddp", "rpc_ps")
+PROGRAMS = CPU_PROGRAMS
+# The dpbench mode each PyTorch program stands for (plain: dpbench's 1-rank runs).
 DPBENCH_EQUIVALENT = {"plain": None, "dataparallel": "ps", "ddp": "allreduce", "rpc_ps": "ps"}
 INPUT_FEATURES = 28 * 28
 NUM_CLASSES = 10
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 START_SCHEMA = {"name": "dpbench-start", "version": 1}
-RESULT_SCHEMA = {"name": "dpbench-pytorch-reference", "version": 3}
+# Version 4: a run record names its PyTorch program `program` (3 and before: `mode`).
+RESULT_SCHEMA = {"name": "dpbench-pytorch-reference", "version": 4}
 # The optimizers (dpbench's --optimizer names): torch.optim.SGD, Adam and AdamW.
 OPTIMIZERS = ("sgd", "adam", "adamw")
 # start.json's optional optimizer keys, with the values they take when absent.

@@ -1,5 +1,5 @@
-"""The run configuration every mode and process reads (from the options or the start bundle) and
-the plan of each mode: its processes and threads, or the reason it is skipped.
+"""The run configuration every program and process reads (from the options or the start bundle)
+and the plan of each PyTorch program: its processes and threads, or the reason it is skipped.
 """
 
 import math
@@ -20,7 +20,7 @@ def resolve_device(args):
 
 
 def build_config(args, device, bundle, host_data):
-    """The run configuration every mode and process reads (picklable; `start` holds the checked
+    """The run configuration every program and process reads (picklable; `start` holds the checked
     bundle or None): the result file's config. optimizer ("sgd", "adam" or "adamw"), lr,
     momentum (sgd), weight_decay, betas and eps (adam, adamw) come from the bundle or the
     options. Raises InputError when the options do not fit the device or the data."""
@@ -77,33 +77,33 @@ def build_config(args, device, bundle, host_data):
     }
 
 
-def mode_plan(args, cfg, mode, gpu_count):
-    """(world_size, threads per process) for mode, or (None, reason) when it is skipped."""
+def program_plan(args, cfg, program, gpu_count):
+    """(world_size, threads per process) for program, or (None, reason) when it is skipped."""
     cpu = cfg["device"] == "cpu"
-    if mode == "plain":
+    if program == "plain":
         world_size = 1
     elif cpu:
         world_size = args.world_size or 2
     else:
         world_size = args.world_size or gpu_count
-    if mode != "plain":
+    if program != "plain":
         if world_size < 2:
             unit = "processes" if cpu else "GPUs"
-            return None, (f"{mode} skipped: it needs 2 or more {unit}, "
+            return None, (f"{program} skipped: it needs 2 or more {unit}, "
                           f"{option_name(args, 'world_size')} {world_size}"
                           + ("" if cpu else f" ({gpu_count} visible)"))
-        if mode == "rpc_ps" and not cpu:
+        if program == "rpc_ps" and not cpu:
             return None, "rpc_ps skipped: it runs on the CPU only (--device cpu)"
-        if mode == "ddp" and cfg["global_batch"] % world_size != 0:
+        if program == "ddp" and cfg["global_batch"] % world_size != 0:
             return None, (f"ddp skipped: batch {cfg['global_batch']} does not split evenly over "
                           f"{world_size} ranks")
-        if mode == "ddp" and cpu and cfg.get("comm_hook") == "bf16":
+        if program == "ddp" and cpu and cfg.get("comm_hook") == "bf16":
             return None, ("ddp skipped: bf16_compress_hook needs a bfloat16 all_reduce, which "
                           f"PyTorch {torch.__version__}'s gloo lacks (Invalid scalar type)")
-        if cpu and mode in ("dataparallel", "rpc_ps"):
+        if cpu and program in ("dataparallel", "rpc_ps"):
             idle = chunk_sizes(cfg["global_batch"], world_size).count(0)
             if idle:
-                return None, (f"{mode} skipped: batch {cfg['global_batch']} in torch.chunk "
+                return None, (f"{program} skipped: batch {cfg['global_batch']} in torch.chunk "
                               f"chunks leaves {idle} of {world_size} processes without samples")
     if args.threads is not None:
         threads = args.threads

@@ -186,14 +186,14 @@ class Problem:
         return sum(p.numel() for p in self.model.parameters())
 
 
-def steps_per_epoch(cfg, mode, world_size):
+def steps_per_epoch(cfg, program, world_size):
     """Steps per epoch: the bundle's, else full batches of one rank's DistributedSampler share
     (the last incomplete batch dropped): n // B for one sampler replica, ceil(n/N) // (B/N) for
     ddp. Raises InputError when not one batch fits."""
     if cfg["start"] is not None:
         return cfg["steps_per_epoch"]
     n, batch = cfg["dataset_samples"], cfg["global_batch"]
-    if mode == "ddp":
+    if program == "ddp":
         spe = -(-n // world_size) // (batch // world_size)
     else:
         spe = n // batch

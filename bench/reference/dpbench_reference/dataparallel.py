@@ -8,7 +8,7 @@ import math
 from .common import dist, nn, torch
 from .data import Problem, chunk_sizes, steps_per_epoch
 from .model import make_optimizer
-from .modes import init_process_group, rank_result
+from .programs import init_process_group, rank_result
 from .training import evaluate, timed_steps
 
 
@@ -154,7 +154,7 @@ def dataparallel_rank(rank, world_size, cfg, init_method):
        onto rank 0 with one dist.reduce over a flat buffer, after every rank's backward;
     6. rank 0 alone runs optimizer.step().
     Rank 0 also holds the only copy of the training data. Returns [this rank's result dict]
-    (modes.rank_result) with rank 0's global loss per step (the other ranks' are None)."""
+    (programs.rank_result) with rank 0's global loss per step (the other ranks' are None)."""
     dev = torch.device("cpu")
     init_process_group(cfg, rank, world_size, init_method)
     try:

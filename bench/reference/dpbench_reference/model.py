@@ -1,5 +1,5 @@
 """dpbench's models in PyTorch (the MLP and the CNN, by state_dict key as dpbench's start bundle
-names them), the initial parameters every mode starts from, and the optimizer (SGD, Adam or
+names them), the initial parameters every program starts from, and the optimizer (SGD, Adam or
 AdamW).
 """
 
@@ -123,7 +123,7 @@ def load_start_state(bundle, model):
 
 
 def initial_model(cfg):
-    """The model every mode starts from, on the CPU: the bundle's parameters and buffers, or
+    """The model every program starts from, on the CPU: the bundle's parameters and buffers, or
     without a bundle the default initialisation after torch.manual_seed(seed)."""
     bundle = cfg["start"]
     if bundle is not None:

@@ -7,7 +7,7 @@ import argparse
 import math
 import os
 
-from .common import BUNDLE_FIXED_DEFAULTS, DEFAULT_DATA_DIR, MODES, OPTIMIZERS
+from .common import BUNDLE_FIXED_DEFAULTS, DEFAULT_DATA_DIR, OPTIMIZERS, PROGRAMS
 
 # Options whose dpbench spelling differs from the script's first one (argparse dest -> the
 # canonical spelling); the old spelling stays an alias. Messages name the spelling that was
@@ -84,17 +84,17 @@ def _hidden_list(text):
     return widths
 
 
-def _mode_list(text):
+def _program_list(text):
     """'plain,ddp' -> ['plain', 'ddp'] in the order given, duplicates dropped."""
-    modes = []
+    programs = []
     for part in text.split(","):
         part = part.strip()
-        if part not in MODES:
+        if part not in PROGRAMS:
             raise argparse.ArgumentTypeError(
-                f"{part!r} is not a mode (available: {', '.join(MODES)})")
-        if part not in modes:
-            modes.append(part)
-    return modes
+                f"{part!r} is not a program (available: {', '.join(PROGRAMS)})")
+        if part not in programs:
+            programs.append(part)
+    return programs
 
 
 class _StoreSpelled(argparse.Action):
@@ -137,11 +137,11 @@ def _add_model_options(p):
 
 
 def _add_run_options(p):
-    """The options of the modes, the processes and their threads."""
-    p.add_argument("--modes", type=_mode_list, default=None,
-                   help="comma list of plain, dataparallel, ddp, rpc_ps, run in the order given "
-                        "(default: plain,dataparallel,ddp on CUDA, plain,dataparallel,ddp,rpc_ps "
-                        "on the CPU)")
+    """The options of the programs, the processes and their threads."""
+    p.add_argument("--programs", type=_program_list, default=None,
+                   help="PyTorch programs, comma list of plain, dataparallel, ddp, rpc_ps, run in "
+                        "the order given (default: plain,dataparallel,ddp on CUDA, "
+                        "plain,dataparallel,ddp,rpc_ps on the CPU)")
     p.add_argument("--ranks", "--world-size", dest="world_size", action=_StoreSpelled,
                    type=_positive_int, default=None, metavar="N",
                    help="processes (CPU) or GPUs (CUDA) of dataparallel, ddp and rpc_ps; plain "

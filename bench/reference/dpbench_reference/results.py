@@ -64,14 +64,14 @@ def memory_record(cfg, per_rank):
     }
 
 
-def run_record(cfg, mode, world_size, processes, ranks, step_losses, spe, comm, warnings=()):
-    """One runs[] entry. ranks: one dict per rank (rank, times, timed_wall_s, local_batch,
-    num_params, peak_bytes or peak_rss_bytes, dataset_bytes, threads, and on rank 0
-    test_accuracy); rank 0's timed step samples and wall time are the run's. step_losses: the
-    run's loss of every step. Throughput both ways dpbench reports it: at the median step
-    (throughput_median_step_samples_per_s, and throughput_samples_per_s, its older name here) and
-    over the wall time of the timed steps (throughput_wall_samples_per_s, dpbench's
-    throughput_samples_per_s)."""
+def run_record(cfg, program, world_size, processes, ranks, step_losses, spe, comm, warnings=()):
+    """One runs[] entry, of the PyTorch program `program`. ranks: one dict per rank (rank, times,
+    timed_wall_s, local_batch, num_params, peak_bytes or peak_rss_bytes, dataset_bytes, threads,
+    and on rank 0 test_accuracy); rank 0's timed step samples and wall time are the run's.
+    step_losses: the run's loss of every step. Throughput both ways dpbench reports it: at the
+    median step (throughput_median_step_samples_per_s, and throughput_samples_per_s, its older
+    name here) and over the wall time of the timed steps (throughput_wall_samples_per_s,
+    dpbench's throughput_samples_per_s)."""
     batch = cfg["global_batch"]
     times = ranks[0]["times"]
     throughput = quantile([batch / t for t in times if t > 0], 0.5)
@@ -85,8 +85,8 @@ def run_record(cfg, mode, world_size, processes, ranks, step_losses, spe, comm, 
         warnings.append("training loss not finite in some epoch (diverged?)")
     threads = ranks[0]["threads"]
     return {
-        "mode": mode,
-        "dpbench_equivalent": DPBENCH_EQUIVALENT[mode],
+        "program": program,
+        "dpbench_equivalent": DPBENCH_EQUIVALENT[program],
         "comm": comm,
         "device": cfg["device"],
         "workload": cfg["workload"],
@@ -149,7 +149,7 @@ def print_table(runs):
     mib = 1024.0 * 1024.0
     label_w, col_w = 38, 20
     print()
-    print(f"{'':<{label_w}}" + "".join(f"{r['mode'] + ' (' + str(r['world_size']) + ')':>{col_w}}"
+    print(f"{'':<{label_w}}" + "".join(f"{r['program'] + ' (' + str(r['world_size']) + ')':>{col_w}}"
                                        for r in runs))
 
     def row(label, cell):
@@ -177,9 +177,9 @@ def print_table(runs):
         else f"{r['quality']['final_train_loss']:.4f}")
     row("test accuracy", lambda r: "-" if r["quality"]["test_accuracy"] is None
         else f"{r['quality']['test_accuracy']:.4f}")
-    by_mode = {r["mode"]: r for r in runs}
-    if "dataparallel" in by_mode and "ddp" in by_mode:
-        dp, ddp = by_mode["dataparallel"], by_mode["ddp"]
+    by_program = {r["program"]: r for r in runs}
+    if "dataparallel" in by_program and "ddp" in by_program:
+        dp, ddp = by_program["dataparallel"], by_program["ddp"]
         ratio = ddp["throughput_samples_per_s"] / max(dp["throughput_samples_per_s"], 1e-12)
         unit = "processes" if cpu else "GPUs"
         print(f"\nAt {ddp['world_size']} {unit}, ddp runs at {ratio:.2f}x the throughput of "

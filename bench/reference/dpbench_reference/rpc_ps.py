@@ -8,7 +8,7 @@ import threading
 from .common import nn, torch
 from .data import Problem, chunk_sizes, steps_per_epoch
 from .model import initial_model, make_optimizer
-from .modes import rank_result
+from .programs import rank_result
 from .training import evaluate, timed_steps
 
 

@@ -1,5 +1,5 @@
 """Process settings: intra-op threads (torch's OpenMP pool and OpenBLAS's own), the environment
-spawned ranks inherit, tf32, peak RSS, and releasing cached CUDA memory between modes.
+spawned ranks inherit, tf32, peak RSS, and releasing cached CUDA memory between programs.
 """
 
 import contextlib
@@ -91,7 +91,7 @@ def set_precision(precision):
 
 def release_cuda():
     """Garbage-collects and empties the CUDA caching allocator (when CUDA is usable), between
-    modes."""
+    programs."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -1,5 +1,5 @@
-"""Running a mode in spawned processes (torch.multiprocessing.spawn): the per-process entry, the
-ranks' results handed back through files, and the mode's run record.
+"""Running a PyTorch program in spawned processes (torch.multiprocessing.spawn): the per-process
+entry, the ranks' results handed back through files, and the program's run record.
 """
 
 import json
@@ -11,7 +11,7 @@ import tempfile
 from .common import mp
 from .data import steps_per_epoch
 from .dataparallel import dataparallel_rank
-from .modes import ddp_rank, plain_rank
+from .programs import ddp_rank, plain_rank
 from .results import run_record
 from .rpc_ps import rpc_ps_rank
 from .runtime import child_thread_env, current_threads, set_precision, set_threads
@@ -24,14 +24,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def spawn_ranks(cfg, mode, world_size, threads):
+def spawn_ranks(cfg, program, world_size, threads):
     """Runs _rank_main in world_size spawned processes (torch.multiprocessing.spawn, which
     terminates the others and raises when one fails) with OPENBLAS_NUM_THREADS/OMP_NUM_THREADS
     = threads in their environment. Returns the ranks' result dicts in rank order."""
     init_method = f"tcp://127.0.0.1:{_free_port()}"
-    with tempfile.TemporaryDirectory(prefix=f"pytorch-reference-{mode}-") as result_dir:
+    with tempfile.TemporaryDirectory(prefix=f"pytorch-reference-{program}-") as result_dir:
         with child_thread_env(threads):
-            mp.spawn(_rank_main, args=(mode, world_size, cfg, threads, init_method, result_dir),
+            mp.spawn(_rank_main, args=(program, world_size, cfg, threads, init_method, result_dir),
                      nprocs=world_size, join=True)
         ranks = []
         for r in range(world_size):
@@ -40,8 +40,8 @@ def spawn_ranks(cfg, mode, world_size, threads):
     return ranks
 
 
-def _rank_main(rank, mode, world_size, cfg, threads, init_method, result_dir):
-    """Entry of one spawned process: sets its threads (and precision), runs the mode's rank
+def _rank_main(rank, program, world_size, cfg, threads, init_method, result_dir):
+    """Entry of one spawned process: sets its threads (and precision), runs the program's rank
     function, which returns its result dict(s), writes them to result_dir/rank<r>.json and ends
     the process with os._exit(0), skipping the interpreter's teardown (see comm_hooks.py: a DDP
     model with a Python comm hook can deadlock PyTorch 1.13 when it is destroyed)."""
@@ -49,7 +49,7 @@ def _rank_main(rank, mode, world_size, cfg, threads, init_method, result_dir):
     if cfg["device"] == "cuda":
         set_precision(cfg["precision"])
     fn = {"plain": plain_rank, "ddp": ddp_rank, "dataparallel": dataparallel_rank,
-          "rpc_ps": rpc_ps_rank}[mode]
+          "rpc_ps": rpc_ps_rank}[program]
     results = fn(rank, world_size, cfg, init_method)
     for result in results:
         result.setdefault("threads", thread_info)
@@ -60,10 +60,10 @@ def _rank_main(rank, mode, world_size, cfg, threads, init_method, result_dir):
     os._exit(0)
 
 
-def run_spawned(cfg, mode, world_size, threads):
-    """Runs `mode` in world_size spawned processes and builds its run record."""
-    ranks = spawn_ranks(cfg, mode, world_size, threads)
-    if mode == "ddp":
+def run_spawned(cfg, program, world_size, threads):
+    """Runs `program` in world_size spawned processes and builds its run record."""
+    ranks = spawn_ranks(cfg, program, world_size, threads)
+    if program == "ddp":
         # The global batch's loss is the mean of the ranks' local means (equal local batches).
         step_losses = [sum(vs) / len(vs) for vs in zip(*(r["step_losses"] for r in ranks))]
         comm = f"nccl (bucket_cap_mb {cfg['bucket_cap_mb']:g})" if cfg["device"] == "cuda" \
@@ -72,6 +72,6 @@ def run_spawned(cfg, mode, world_size, threads):
         step_losses = ranks[0]["step_losses"]
         comm = {"plain": "none",
                 "dataparallel": "gloo (DataParallel flow: broadcast/scatter/gather/reduce)",
-                "rpc_ps": "rpc (TensorPipe)"}[mode]
-    spe = steps_per_epoch(cfg, mode, world_size)
-    return run_record(cfg, mode, world_size, world_size, ranks, step_losses, spe, comm)
+                "rpc_ps": "rpc (TensorPipe)"}[program]
+    spe = steps_per_epoch(cfg, program, world_size)
+    return run_record(cfg, program, world_size, world_size, ranks, step_losses, spe, comm)

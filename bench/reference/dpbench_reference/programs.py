@@ -1,4 +1,4 @@
-"""The modes that need no hand-written communication: on CUDA, plain eager on one GPU and
+"""The programs that need no hand-written communication: on CUDA, plain eager on one GPU and
 nn.DataParallel, both in this process; in spawned processes, plain eager on the CPU and
 DistributedDataParallel (gloo on the CPU, NCCL on CUDA). dataparallel.py and rpc_ps.py hold the
 CPU's DataParallel flow and parameter server.
