@@ -13,7 +13,7 @@
 namespace dpbench {
 
 inline constexpr const char* kSchemaName = "dpbench-result";
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // One entry of the "runs" array. Times in seconds, memory and traffic in bytes.
 nlohmann::json run_to_json(const RunResult& run);

@@ -454,7 +454,7 @@ TEST_F(Cli, ReferenceLossAgreesWithPyTorch) {
     ASSERT_EQ(ref.size(), c.pytorch.size()) << doc["reference"].dump();
     for (std::size_t i = 0; i < ref.size(); ++i) {
       const auto& run = doc["runs"][i];
-      EXPECT_EQ(ref[i]["mode"], c.pytorch[i]);
+      EXPECT_EQ(ref[i]["program"], c.pytorch[i]);
       EXPECT_EQ(ref[i]["dpbench_mode"], run["mode"]);
       EXPECT_EQ(ref[i]["processes"], c.ranks);
       const auto ours = run["quality"]["step_train_loss"].get<std::vector<double>>();
@@ -491,10 +491,10 @@ TEST_F(Cli, ReferenceLossAgreesWithPyTorchUnderAdamW) {
   const auto& ref = doc["reference"]["runs"];
   ASSERT_EQ(ref.size(), 3u) << doc["reference"].dump();
   for (const auto& r : ref) {
-    EXPECT_EQ(r["optimizer"]["name"], "adamw") << r["mode"];
-    EXPECT_NEAR(r["optimizer"]["betas"][1].get<double>(), 0.995, 1e-6) << r["mode"];
-    EXPECT_TRUE(r["loss_agreement"]["within"].get<bool>()) << r["mode"] << ": " << r["loss_agreement"].dump();
-    EXPECT_LE(r["loss_agreement"]["max_rel_diff"].get<double>(), 1e-4) << r["mode"];
+    EXPECT_EQ(r["optimizer"]["name"], "adamw") << r["program"];
+    EXPECT_NEAR(r["optimizer"]["betas"][1].get<double>(), 0.995, 1e-6) << r["program"];
+    EXPECT_TRUE(r["loss_agreement"]["within"].get<bool>()) << r["program"] << ": " << r["loss_agreement"].dump();
+    EXPECT_LE(r["loss_agreement"]["max_rel_diff"].get<double>(), 1e-4) << r["program"];
   }
 }
 
@@ -518,7 +518,7 @@ TEST_F(Cli, ReferenceLossAgreesUnderCommHooks) {
     const auto doc = nlohmann::json::parse(slurp(result()));
     const auto& ref = doc["reference"]["runs"];
     ASSERT_EQ(ref.size(), 1u) << doc["reference"].dump();
-    EXPECT_EQ(ref[0]["mode"], "ddp");
+    EXPECT_EQ(ref[0]["program"], "ddp");
     EXPECT_TRUE(ref[0]["loss_agreement"]["within"].get<bool>()) << c.args << ": " << ref[0]["loss_agreement"].dump();
     EXPECT_LE(ref[0]["loss_agreement"]["max_rel_diff"].get<double>(), c.tolerance) << c.args;
     const auto& run = doc["runs"][0];

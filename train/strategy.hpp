@@ -67,7 +67,7 @@ struct Strategy {
   // computes `per_rank_batch` samples (the alpha-beta terms of the strategy).
   double (*comm_time)(const StepModel&, const LinkModel&, Transport transport, int p, double per_rank_batch);
   // The PyTorch program that trains as a run of this config does, for `dpbench run --reference
-  // pytorch` (a mode of bench/reference/pytorch_reference.py: "dataparallel", "rpc_ps", "ddp");
+  // pytorch` (a program of bench/reference/pytorch_reference.py: "dataparallel", "rpc_ps", "ddp");
   // "" when PyTorch has none. One rank is always compared with "plain".
   std::string (*pytorch_counterpart)(const TrainConfig&) = nullptr;
   // Every rank's bytes by category during training (train/memory_model.hpp), for

@@ -251,7 +251,7 @@ std::vector<ReferenceColumn> reference_columns(const std::vector<RunResult>& run
       if (runs[i].config.mode != rec["dpbench_mode"].get<Mode>()) continue;
       columns.push_back({run_label(docs[i]), &runs[i], &docs[i]});
     }
-    columns.push_back({fmt::format("pytorch {} ({} proc, {} thr)", rec["mode"].get<std::string>(),
+    columns.push_back({fmt::format("pytorch {} ({} proc, {} thr)", rec["program"].get<std::string>(),
                                    rec["processes"].get<int>(), rec["threads_per_process"].get<int>()),
                        nullptr, &rec});
   }

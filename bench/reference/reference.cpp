@@ -389,7 +389,7 @@ nlohmann::json loss_agreement(const std::vector<double>& dpbench, const std::vec
 }
 
 namespace {
-// Why the harness failed: the first of its result file's warnings (a mode it skipped or saw fail
+// Why the harness failed: the first of its result file's warnings (a program it skipped or saw fail
 // names why there), else its log's last line.
 std::string harness_failure(const std::string& log, const std::string& out) {
   if (fs::exists(out)) {
@@ -408,10 +408,10 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
                              int threads) {
   const TrainConfig& cfg = run.config;
   const Strategy& strategy = find_strategy(cfg.mode);
-  const std::string mode = cfg.world_size == 1                       ? "plain"
-                           : strategy.pytorch_counterpart != nullptr ? strategy.pytorch_counterpart(cfg)
-                                                                     : "";
-  if (mode.empty()) return nullptr;
+  const std::string program = cfg.world_size == 1                       ? "plain"
+                              : strategy.pytorch_counterpart != nullptr ? strategy.pytorch_counterpart(cfg)
+                                                                        : "";
+  if (program.empty()) return nullptr;
   const fs::path dir(start_dir);
   const std::string out = (dir / fmt::format("pytorch-{}-{}.json", cfg.mode, cfg.transport)).string();
   const std::string log = (dir / fmt::format("pytorch-{}-{}.log", cfg.mode, cfg.transport)).string();
@@ -423,8 +423,8 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
                                          std::string(name(cfg.device)),
                                          "--start",
                                          start_dir,
-                                         "--modes",
-                                         mode,
+                                         "--programs",
+                                         program,
                                          "--world-size",
                                          std::to_string(cfg.world_size),
                                          "--threads",
@@ -441,14 +441,14 @@ nlohmann::json run_reference(const ReferenceOptions& o, const std::string& start
   const int code = spawn_and_wait(args, log);
   if (code != 0 || !fs::exists(out)) {
     const std::string why = harness_failure(log, out);
-    throw Error(fmt::format("--reference pytorch: {} {} failed (exit {}){}{}", mode, cfg.mode, code,
+    throw Error(fmt::format("--reference pytorch: {} {} failed (exit {}){}{}", program, cfg.mode, code,
                             why.empty() ? "" : ": ", why));
   }
   std::ifstream f(out);
   const nlohmann::json doc = nlohmann::json::parse(f);
   if (!doc.contains("runs") || doc["runs"].empty()) {
     const std::string why = doc.contains("warnings") && !doc["warnings"].empty() ? doc["warnings"][0].dump() : "";
-    throw Error(fmt::format("--reference pytorch: {} wrote no run {}", mode, why));
+    throw Error(fmt::format("--reference pytorch: {} wrote no run {}", program, why));
   }
   nlohmann::json record = doc["runs"][0];
   record["dpbench_mode"] = cfg.mode;

@@ -89,7 +89,7 @@ void ReferenceSession::add_run(const nlohmann::json& band, RunResult& r) {
                               rec["processes"].get<int>());
   if (!quiet_) {
     fmt::print(stderr, "dpbench: pytorch {} done in {:.1f} s (step loss within {:.1e} of dpbench's)\n",
-               rec["mode"].get<std::string>(),
+               rec["program"].get<std::string>(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                rec["loss_agreement"]["max_rel_diff"].get<double>());
   }
@@ -117,7 +117,7 @@ bool ReferenceSession::report_failures() const {
     fmt::print(stderr,
                "dpbench: pytorch {} disagrees with dpbench's {}: step loss differs by {:.1e} at step {}, "
                "beyond that step's band of {:.1e} (first beyond its band at step {})\n",
-               rec["mode"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
+               rec["program"].get<std::string>(), rec["dpbench_mode"].get<std::string>(),
                a["worst_step_rel_diff"].get<double>(), a["worst_step"].get<long>(), a["tolerance"].get<double>(),
                a["first_step_outside"].get<long>());
   }
