@@ -134,6 +134,12 @@ std::vector<std::string> allreduce_warnings(const TrainConfig& config) {
                       config.allreduce.start_powersgd_iter, config.run.warmup_steps)};
 }
 
+// --comm-hook (any hook but the default allreduce), which no other mode has.
+std::optional<OwnOption> allreduce_own_option(const TrainConfig& config) {
+  if (config.allreduce.comm_hook == CommHook{}) return std::nullopt;
+  return OwnOption{fmt::format("--comm-hook {}", hook_name(config.allreduce.comm_hook)), "communication hooks"};
+}
+
 }  // namespace
 
 const Strategy& allreduce_strategy() {
@@ -152,6 +158,7 @@ const Strategy& allreduce_strategy() {
       .comm_time = &allreduce_comm_time,
       .pytorch_counterpart = &allreduce_pytorch,
       .memory = &allreduce_memory,
+      .own_option_given = &allreduce_own_option,
       .add_options = &add_allreduce_options,
       .config_json = &allreduce_config_json,
       .warnings = &allreduce_warnings,

@@ -126,7 +126,7 @@ void check_replay_fits(const TrainConfig& base, const std::vector<Mode>& modes, 
 }
 
 void check_point(const TrainConfig& config, const Dataset& train) {
-  find_strategy(config.mode).validate(config, train);
+  validate_point(config, train);
   make_model(config, train.shape(), static_cast<std::size_t>(train.num_classes()));  // a shape it cannot take
   const long steps = total_steps(config, train);
   if (config.run.warmup_steps >= steps) {

@@ -31,6 +31,17 @@ const Strategy& find_strategy(Mode mode) {
   throw Error(fmt::format("strategy registry: no strategy for mode {}", name(mode)));
 }
 
+void validate_point(const TrainConfig& config, const Dataset& train) {
+  for (const Strategy& other : strategies()) {
+    if (other.mode == config.mode || other.own_option_given == nullptr) continue;
+    if (const std::optional<OwnOption> own = other.own_option_given(config)) {
+      throw InputError(fmt::format("{}: only {} has {}, not {} (give --mode {})", own->option, name(other.mode),
+                                   own->what, name(config.mode), name(other.mode)));
+    }
+  }
+  find_strategy(config.mode).validate(config, train);
+}
+
 const Strategy& baseline_strategy() {
   for (const auto& s : strategies()) {
     if (s.baseline) return s;

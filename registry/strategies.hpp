@@ -21,6 +21,11 @@ const std::vector<Strategy>& strategies();
 std::vector<Mode> strategy_modes();
 // The strategy of `mode`; Error when no strategy of this build registers it.
 const Strategy& find_strategy(Mode mode);
+// Checks a point before training: no other strategy's own option set (Strategy::own_option_given:
+// "--comm-hook fp16: only allreduce has communication hooks, not ps (give --mode allreduce)"),
+// then config.mode's strategy's validate against `train`. Throws InputError; Error as
+// find_strategy.
+void validate_point(const TrainConfig& config, const Dataset& train);
 // The one strategy marked `baseline`.
 const Strategy& baseline_strategy();
 

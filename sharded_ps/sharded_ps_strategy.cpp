@@ -196,6 +196,12 @@ void sharded_run_json(const RunResult& run, nlohmann::json& j) {
                     {"per_rank_histogram", per_rank}};
 }
 
+// --staleness (any value but 0), which no other mode has.
+std::optional<OwnOption> sharded_own_option(const TrainConfig& config) {
+  if (config.sharded_ps.staleness == 0) return std::nullopt;
+  return OwnOption{fmt::format("--staleness {}", config.sharded_ps.staleness), "a bounded-staleness mode"};
+}
+
 }  // namespace
 
 const Strategy& sharded_ps_strategy() {
@@ -216,6 +222,7 @@ const Strategy& sharded_ps_strategy() {
       .comm_time = &sharded_comm_time,
       .pytorch_counterpart = &sharded_pytorch,
       .memory = &sharded_memory,
+      .own_option_given = &sharded_own_option,
       .add_options = &add_sharded_ps_options,
       .config_json = &sharded_config_json,
       .run_json = &sharded_run_json,

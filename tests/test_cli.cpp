@@ -552,7 +552,7 @@ TEST_F(Cli, PowerSgdOptionsThatCannotWorkAreRefused) {
   expect_input_error(synthetic("--mode allreduce --ranks 2 --comm-hook powersgd:2 --start-powersgd-iter 1"),
                      "--start-powersgd-iter 1: must be at least 2");
   expect_input_error(synthetic("--mode ps --ranks 2 --comm-hook powersgd:2"),
-                     "only the allreduce mode has communication hooks");
+                     "--comm-hook powersgd:2: only allreduce has communication hooks, not ps (give --mode allreduce)");
   expect_input_error(synthetic(
                          "--mode allreduce --ranks 2 --comm-hook powersgd:2 --checkpoint-every 5 --checkpoint-dir ck"),
                      "checkpoints do not hold PowerSGD's error feedback");

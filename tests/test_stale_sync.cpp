@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "registry/strategies.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "sharded_ps/stale_sync.hpp"
 #include "train/models.hpp"
@@ -205,9 +206,12 @@ TEST(StaleSync, RefusesWhatItCannotRun) {
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
   c = stale_config(4, 64, 0, 3);  // a replay of nothing
   EXPECT_THROW(train_sharded_ps(c, td), InputError);
+  // Another mode given --staleness is refused before training (the registry's check of a point).
   TrainConfig a = testing::small_train_config("allreduce", 4, 64);
   a.sharded_ps.staleness = 2;
-  EXPECT_THROW(testing::train_mode(a, *data), InputError);
+  EXPECT_THROW(validate_point(a, *data), InputError);
+  a.sharded_ps.staleness = 0;
+  EXPECT_NO_THROW(validate_point(a, *data));
 }
 
 }  // namespace

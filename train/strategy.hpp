@@ -36,6 +36,12 @@ struct ProjectionCurve {
   double overlapped_share = 0.0;
 };
 
+// One of a strategy's own options as a run set it: the words a refusal quotes.
+struct OwnOption {
+  std::string option;  // as given: "--comm-hook fp16", "--staleness 2"
+  std::string what;    // what only this strategy has: "communication hooks"
+};
+
 struct Strategy {
   Mode mode;                                             // the --mode value
   std::string description;                               // one line for --help
@@ -73,6 +79,10 @@ struct Strategy {
   // Every rank's bytes by category during training (train/memory_model.hpp), for
   // in.config.world_size ranks; null when the strategy has no model.
   std::vector<RankMemory> (*memory)(const MemoryInputs&) = nullptr;
+  // The first of the strategy's own options that `config` sets away from its default, which a
+  // run of any other mode refuses (registry/strategies.hpp: validate_point); nullopt when none
+  // is set or the strategy has no option another mode could be given.
+  std::optional<OwnOption> (*own_option_given)(const TrainConfig&) = nullptr;
   // Adds the strategy's own options (its config section's: allreduce's --bucket-cap-mb, sharded_ps's
   // --servers, ...) to a training command (run, sweep), which parsing writes into `config`; null
   // when the strategy has none. Each option's help names the strategy it belongs to.

@@ -33,22 +33,11 @@ void validate_optimizer(const OptimizerConfig& o) {
   if (!(o.eps >= 0.0f)) throw InputError(fmt::format("--eps {}: must be >= 0", o.eps));
 }
 
-// The gradient synchronisation's names: --hierarchy, --comm-hook (allreduce's alone) and
-// --staleness, --staleness-replay (sharded_ps's alone).
-void validate_sync_names(const TrainConfig& config) {
-  const CommHook& hook = config.allreduce.comm_hook;
-  if (hook != CommHook{} && config.mode != Mode::allreduce) {
-    throw InputError(
-        fmt::format("--comm-hook {}: only the allreduce mode has communication hooks, not {} (give --mode allreduce)",
-                    hook_name(hook), config.mode));
-  }
+// --staleness and --staleness-replay, whatever the mode (a run of another mode refuses them
+// through sharded_ps's own_option_given).
+void validate_staleness_values(const TrainConfig& config) {
   const ShardedPsConfig& sharded = config.sharded_ps;
   if (sharded.staleness < 0) throw InputError(fmt::format("--staleness {}: must be >= 0", sharded.staleness));
-  if (sharded.staleness > 0 && config.mode != Mode::sharded_ps) {
-    throw InputError(
-        fmt::format("--staleness {}: only sharded_ps has a bounded-staleness mode, not {} (give --mode sharded_ps)",
-                    sharded.staleness, config.mode));
-  }
   if (sharded.staleness_replay >= 0 && sharded.staleness == 0) {
     throw InputError(fmt::format("--staleness-replay {}: replays a bounded-staleness run; give --staleness S > 0",
                                  sharded.staleness_replay));
@@ -99,7 +88,7 @@ void validate_config(const TrainConfig& config, const Dataset& train) {
   if (config.run.warmup_steps < 0) {
     throw InputError(fmt::format("--warmup-steps {}: must be >= 0", config.run.warmup_steps));
   }
-  validate_sync_names(config);
+  validate_staleness_values(config);
   validate_rank_batches(config);
 }
 

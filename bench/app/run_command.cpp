@@ -423,7 +423,7 @@ void check_cluster_options(const RunOptions& o) {
     TrainConfig config = o.base;
     config.mode = mode;
     config.world_size = world;
-    find_strategy(mode).validate(config, *stand_in);
+    validate_point(config, *stand_in);
   }
 }
 
