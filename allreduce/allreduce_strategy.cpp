@@ -163,6 +163,8 @@ const Strategy& allreduce_strategy() {
       .config_json = &allreduce_config_json,
       .warnings = &allreduce_warnings,
       .schedule = &allreduce_schedule,
+      .schedule_buckets = &ddp_schedule_buckets,
+      .sparse_grad = true,
   };
   return strategy;
 }

@@ -104,23 +104,14 @@ class AllreduceRank final : public ReplicaRank {
 }  // namespace
 
 std::vector<ScheduleBucket> ddp_schedule_buckets(const Model& model, const TrainConfig& config) {
+  std::vector<ScheduleBucket> out = model_schedule_buckets(model, config);
   const int powersgd = config.allreduce.comm_hook.powersgd_rank;
-  const std::vector<ParamView>& params = model.params();
-  const std::vector<double> ready = model.grad_ready_times();
-  std::vector<ScheduleBucket> out;
-  double previous = 0;
-  for (const Bucket& b : assign_buckets(params, sizeof(float), config.allreduce.first_bucket_mb,
-                                        config.allreduce.bucket_cap_mb, model.grad_ready_order())) {
-    out.push_back({b.offset, b.size, {}});
-    if (!ready.empty()) {  // ready when its last gradient is
-      double at = 0;
-      for (std::size_t p : b.params) at = std::max(at, ready[p]);
-      out.back().backward_share = std::max(0.0, at - previous);
-      previous = std::max(previous, at);
-    }
-    if (powersgd == 0) continue;
-    const PowerSgdMessages m = powersgd_messages(powersgd_tensors(params, b, powersgd));
-    out.back().allreduces = {m.uncompressed, m.p, m.q};
+  if (powersgd == 0) return out;
+  const std::vector<Bucket> buckets = assign_buckets(model.params(), sizeof(float), config.allreduce.first_bucket_mb,
+                                                     config.allreduce.bucket_cap_mb, model.grad_ready_order());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const PowerSgdMessages m = powersgd_messages(powersgd_tensors(model.params(), buckets[i], powersgd));
+    out[i].allreduces = {m.uncompressed, m.p, m.q};
   }
   return out;
 }

@@ -8,11 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "allreduce/ddp_trainer.hpp"
-#include "allreduce/powersgd.hpp"
 #include "registry/strategies.hpp"
 #include "core/error.hpp"
-#include "sharded_ps/stale_sync.hpp"
 #include "sim/simulate.hpp"
 #include "train/buckets.hpp"
 #include "train/models.hpp"
@@ -192,7 +189,7 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, const Strategy& s, 
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
   const auto model = make_model(r.config, r.sample_shape, r.num_classes);
-  in.buckets = ddp_schedule_buckets(*model, r.config);
+  if (s.schedule_buckets != nullptr) in.buckets = s.schedule_buckets(*model, r.config);
   for (const auto& rank : r.ranks) {
     in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
   }
@@ -275,7 +272,9 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
 nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
                             const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
-  if (r.config.sharded_ps.staleness > 0) return {{"unavailable", kStaleStepsNotSimulated}};
+  if (const Strategy& s = find_strategy(r.config.mode); s.unsimulated != nullptr) {
+    if (std::string why = s.unsimulated(r.config); !why.empty()) return {{"unavailable", std::move(why)}};
+  }
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }
@@ -363,14 +362,14 @@ std::string wire_cell(const nlohmann::json& n) {
 namespace {
 // The run's bytes for the alpha-beta terms; the gradient's as they cross the wire (16 bits each
 // under a 16-bit hook; PowerSGD's uncompressed tensors, Ps and Qs under powersgd:R).
-StepModel wire_step_model(const RunResult& r) {
+StepModel wire_step_model(const RunResult& r, const Strategy& s) {
   StepModel m;
   m.param_bytes = static_cast<double>(r.num_params) *
                   (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
-  if (const int rank = r.config.allreduce.comm_hook.powersgd_rank; rank > 0) {
+  if (r.config.allreduce.comm_hook.powersgd_rank > 0 && s.schedule_buckets != nullptr) {
     const auto model = make_model(r.config, r.sample_shape, r.num_classes);
     double floats = 0;
-    for (const ScheduleBucket& b : ddp_schedule_buckets(*model, r.config)) {
+    for (const ScheduleBucket& b : s.schedule_buckets(*model, r.config)) {
       for (const std::size_t n : b.allreduces) floats += static_cast<double>(n);
     }
     m.param_bytes = floats * 4.0;
@@ -433,7 +432,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const RunResult& r = runs[i];
     const Strategy& s = find_strategy(r.config.mode);
     const StepMeans means = step_means(r);
-    const StepModel m = wire_step_model(r);
+    const StepModel m = wire_step_model(r, s);
     const int p = r.config.world_size;
     const double b = static_cast<double>(r.config.global_batch) / p;
     const Transport transport = s.transport(r.config);

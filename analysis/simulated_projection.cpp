@@ -9,11 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "allreduce/ddp_trainer.hpp"
-#include "allreduce/powersgd.hpp"
 #include "cluster/link.hpp"
 #include "core/error.hpp"
-#include "sharded_ps/stale_sync.hpp"
 #include "sim/critical_path.hpp"
 #include "sim/extrapolate.hpp"
 #include "train/models.hpp"
@@ -204,7 +201,9 @@ namespace {
 // Why a projected point of `strategy` under `config` cannot be simulated; "" when it can.
 std::string unsimulated(const Strategy& strategy, const TrainConfig& config, const StepModel& model) {
   if (strategy.schedule == nullptr) return "the strategy has no schedule";
-  if (config.sharded_ps.staleness > 0) return kStaleStepsNotSimulated;
+  if (strategy.unsimulated != nullptr) {
+    if (std::string why = strategy.unsimulated(config); !why.empty()) return why;
+  }
   if (!simulation_available()) return "this dpbench was built without SimGrid";
   if (config.allreduce.comm_hook.powersgd_rank > 0 && model.described_model.empty()) {
     return "PowerSGD's messages follow the tensor shapes, which a projection does not know";
@@ -239,15 +238,17 @@ ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config,
   in.config.global_batch = static_cast<std::size_t>(std::llround(per_rank_batch * p));
   in.engine = family_engine(link.collectives);
   in.num_params = static_cast<std::size_t>(model.param_bytes / 4.0);
-  if (model.described_model.empty()) {
+  if (strategy.schedule_buckets == nullptr) {
+    // none to reduce
+  } else if (model.described_model.empty()) {
     in.buckets = flat_buckets(in.num_params, in.config);
   } else {
-    in.buckets = ddp_schedule_buckets(ReplayModel(described_model(model.described_model), 1.0), in.config);
+    in.buckets = strategy.schedule_buckets(ReplayModel(described_model(model.described_model), 1.0), in.config);
   }
   in.input_floats = static_cast<std::size_t>(model.sample_bytes / 4.0);
   in.classes = static_cast<std::size_t>(model.logit_bytes / 4.0);
   const double compute = per_rank_batch * model.per_sample_compute_s;
-  const double optimizer = strategy.mode == Mode::sharded_ps ? model.optimizer_s / p : model.optimizer_s;
+  const double optimizer = strategy.shards_optimizer ? model.optimizer_s / p : model.optimizer_s;
   const double fwd = compute * model.forward_share;
   in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, fwd, compute - fwd, optimizer});
   return in;
@@ -372,7 +373,7 @@ std::optional<double> sim_value(const Json& pt, const char* field) {
 // Where each ps curve's root NIC first carries kNicSaturated of the step.
 void nic_findings(const Json& points, const Json& curves, Json& out) {
   for (const auto& m : curves) {
-    if (m.at("strategy").get<Mode>() != Mode::ps) continue;
+    if (!find_strategy(m.at("strategy").get<Mode>()).has_root) continue;
     const std::string key = m.at("curve");
     std::optional<int> from;
     double last = 0;

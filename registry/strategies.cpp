@@ -31,6 +31,14 @@ const Strategy& find_strategy(Mode mode) {
   throw Error(fmt::format("strategy registry: no strategy for mode {}", name(mode)));
 }
 
+std::optional<OptionOwner> option_owner(const TrainConfig& config) {
+  for (const Strategy& s : strategies()) {
+    if (s.own_option_given == nullptr) continue;
+    if (std::optional<OwnOption> own = s.own_option_given(config)) return OptionOwner{&s, std::move(*own)};
+  }
+  return std::nullopt;
+}
+
 void validate_point(const TrainConfig& config, const Dataset& train) {
   for (const Strategy& other : strategies()) {
     if (other.mode == config.mode || other.own_option_given == nullptr) continue;

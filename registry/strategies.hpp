@@ -26,6 +26,14 @@ const Strategy& find_strategy(Mode mode);
 // then config.mode's strategy's validate against `train`. Throws InputError; Error as
 // find_strategy.
 void validate_point(const TrainConfig& config, const Dataset& train);
+// The strategy whose own option `config` sets (Strategy::own_option_given, first in registry
+// order) with that option, or nullopt when none does: the one mode a sweep's point of that option
+// (a --comm-hooks hook, a --stalenesses bound) can run.
+struct OptionOwner {
+  const Strategy* strategy;
+  OwnOption option;
+};
+std::optional<OptionOwner> option_owner(const TrainConfig& config);
 // The one strategy marked `baseline`.
 const Strategy& baseline_strategy();
 

@@ -202,6 +202,11 @@ std::optional<OwnOption> sharded_own_option(const TrainConfig& config) {
   return OwnOption{fmt::format("--staleness {}", config.sharded_ps.staleness), "a bounded-staleness mode"};
 }
 
+// A --staleness run's steps overlap one another's pushes and pulls.
+std::string sharded_unsimulated(const TrainConfig& config) {
+  return config.sharded_ps.staleness > 0 ? kStaleStepsNotSimulated : "";
+}
+
 }  // namespace
 
 const Strategy& sharded_ps_strategy() {
@@ -227,6 +232,11 @@ const Strategy& sharded_ps_strategy() {
       .config_json = &sharded_config_json,
       .run_json = &sharded_run_json,
       .schedule = &sharded_schedule,
+      // The collective push reduces DDP's buckets as backward readies them.
+      .schedule_buckets = &model_schedule_buckets,
+      .unsimulated = &sharded_unsimulated,
+      .shards_optimizer = true,
+      .sparse_grad = true,
   };
   return strategy;
 }

@@ -23,6 +23,7 @@
 #include "core/error.hpp"
 #include "sim/simulate.hpp"
 #include "tests/fixtures.hpp"
+#include "workloads/synthetic.hpp"
 
 namespace dpbench {
 namespace {
@@ -252,6 +253,40 @@ TEST(StrategyTraits, RunEntryCarriesTheTraits) {
   EXPECT_TRUE(ar["overlaps_backward"].get<bool>());
   EXPECT_DOUBLE_EQ(ar["busbw_factor"].get<double>(), 1.5);
   EXPECT_THROW((void)parse_mode("carrier_pigeon"), InputError);
+}
+
+// A strategy's own options belong to it: option_owner names the strategy a hook or a staleness
+// bound belongs to (the mode a sweep's point of it runs), validate_point refuses it under another.
+TEST(StrategyTraits, OwnOptionsNameTheirStrategyAndAreRefusedUnderOthers) {
+  TrainConfig c;
+  EXPECT_FALSE(option_owner(c).has_value());  // defaults: nobody's option is set
+  c.allreduce.comm_hook = parse_comm_hook("fp16", "--comm-hook");
+  auto owner = option_owner(c);
+  ASSERT_TRUE(owner.has_value());
+  EXPECT_EQ(owner->strategy->mode, Mode::allreduce);
+  EXPECT_EQ(owner->option.option, "--comm-hook fp16");
+  c.allreduce.comm_hook = CommHook{};
+  c.sharded_ps.staleness = 3;
+  owner = option_owner(c);
+  ASSERT_TRUE(owner.has_value());
+  EXPECT_EQ(owner->strategy->mode, Mode::sharded_ps);
+  EXPECT_EQ(owner->option.option, "--staleness 3");
+
+  const auto data = make_synthetic_dataset(SampleShape{1, 1, 4}, 2, 64, 1);
+  c.model.workload = "mlp";
+  c.model.hidden = {4};
+  c.world_size = 2;
+  c.global_batch = 16;
+  c.mode = Mode::allreduce;
+  try {
+    validate_point(c, *data);
+    ADD_FAILURE() << "--staleness under allreduce was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--staleness 3: only sharded_ps has a bounded-staleness mode, not allreduce (give --mode sharded_ps)");
+  }
+  c.mode = Mode::sharded_ps;
+  EXPECT_NO_THROW(validate_point(c, *data));
 }
 
 TEST(AlphaBeta, PresetsAndUnknownLink) {

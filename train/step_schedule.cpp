@@ -3,7 +3,26 @@
 #include <algorithm>
 #include <numeric>
 
+#include "train/buckets.hpp"
+
 namespace dpbench {
+
+std::vector<ScheduleBucket> model_schedule_buckets(const Model& model, const TrainConfig& config) {
+  const std::vector<double> ready = model.grad_ready_times();
+  std::vector<ScheduleBucket> out;
+  double previous = 0;
+  for (const Bucket& b : assign_buckets(model.params(), sizeof(float), config.allreduce.first_bucket_mb,
+                                        config.allreduce.bucket_cap_mb, model.grad_ready_order())) {
+    out.push_back({b.offset, b.size, {}});
+    if (!ready.empty()) {  // ready when its last gradient is
+      double at = 0;
+      for (std::size_t p : b.params) at = std::max(at, ready[p]);
+      out.back().backward_share = std::max(0.0, at - previous);
+      previous = std::max(previous, at);
+    }
+  }
+  return out;
+}
 
 std::vector<int> backward_with_bucket_events(StepSchedule& s, const ScheduleInputs& in, int rank, int stream) {
   const RankCompute& c = in.compute.at(static_cast<std::size_t>(rank));

@@ -12,6 +12,7 @@
 
 #include "core/schedule.hpp"
 #include "train/training.hpp"
+#include "workloads/model.hpp"
 
 namespace dpbench {
 
@@ -34,6 +35,11 @@ struct ScheduleBucket {
   // described model's layer times); negative: in proportion to the bucket's size.
   double backward_share = -1;
 };
+
+// DDP's buckets over `model`'s parameters in its gradient-ready order (config.allreduce's
+// first_bucket_mb and bucket_cap_mb: torch/nn/parallel/distributed.py's bucketing), each ready
+// when its last gradient is (the model's gradient-ready times, where it has them).
+std::vector<ScheduleBucket> model_schedule_buckets(const Model& model, const TrainConfig& config);
 
 struct ScheduleInputs {
   TrainConfig config;  // mode, transport, world_size, global_batch, rank_batches, sharded_ps.servers, ps.coalesce_mb

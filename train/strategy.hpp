@@ -102,6 +102,17 @@ struct Strategy {
   // the simulator plays (sim/) and what the byte counts are checked against; null when the
   // strategy has none.
   void (*schedule)(const ScheduleInputs&, StepSchedule&) = nullptr;
+  // The gradient buckets that schedule reduces for `model` under `config` (ScheduleInputs::buckets,
+  // in the order backward readies them); null when it reduces none.
+  std::vector<ScheduleBucket> (*schedule_buckets)(const Model& model, const TrainConfig& config) = nullptr;
+  // Why one step's schedule cannot stand for a run of `config` (its simulation's "unavailable"),
+  // "" when it can; null: it always can.
+  std::string (*unsimulated)(const TrainConfig& config) = nullptr;
+  // True when the optimizer step is divided over the ranks (each steps 1/p of the parameters).
+  bool shards_optimizer = false;
+  // True when the strategy has a --sparse-grad path (--workload dlrm: only the rows a batch
+  // touched cross the network); a run of --sparse-grad under another strategy is refused.
+  bool sparse_grad = false;
 };
 
 }  // namespace dpbench

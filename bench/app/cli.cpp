@@ -496,11 +496,18 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
   data.classes = 2;
 }
 
-// --sparse-grad runs sharded_ps and allreduce: one line naming `option` when ps is among the modes.
+// --sparse-grad runs the strategies that have a sparse path (Strategy::sparse_grad): one line
+// naming `option` when another is among the modes.
 void check_sparse_grad_modes(const TrainConfig& config, const std::vector<Mode>& modes, const char* option) {
   if (!config.model.dlrm.sparse_grad) return;
-  if (std::find(modes.begin(), modes.end(), Mode::ps) != modes.end()) {
-    throw InputError(fmt::format("--sparse-grad: ps has no sparse path yet (give {} sharded_ps,allreduce)", option));
+  std::vector<std::string> sparse;
+  for (const Strategy& s : strategies()) {
+    if (s.sparse_grad) sparse.emplace_back(name(s.mode));
+  }
+  for (const Mode mode : modes) {
+    if (find_strategy(mode).sparse_grad) continue;
+    throw InputError(
+        fmt::format("--sparse-grad: {} has no sparse path yet (give {} {})", mode, option, fmt::join(sparse, ",")));
   }
 }
 
@@ -789,8 +796,13 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
   }
   apply_dlrm_options(sweep, o.base, o.data);
   check_sparse_grad_modes(o.base, o.modes, "--modes");
-  if (!o.comm_hooks.empty() && std::find(o.modes.begin(), o.modes.end(), Mode::allreduce) == o.modes.end()) {
-    throw InputError("--comm-hooks: only the allreduce mode has communication hooks; add allreduce to --modes");
+  for (const CommHook& hook : o.comm_hooks) {  // a hook another strategy owns needs that one among the modes
+    TrainConfig probe;
+    probe.allreduce.comm_hook = hook;
+    const auto owner = option_owner(probe);
+    if (!owner || std::find(o.modes.begin(), o.modes.end(), owner->strategy->mode) != o.modes.end()) continue;
+    throw InputError(fmt::format("--comm-hooks {}: only {} has {}; add {} to --modes", hook_name(hook),
+                                 owner->strategy->mode, owner->option.what, owner->strategy->mode));
   }
   return o.nodes.empty() ? local_sweep(sweep, o) : network_sweep(sweep, o);
 }

@@ -74,12 +74,14 @@ struct Point {
   double zipf_alpha = -1;              // --zipf-alphas: this job's (0: uniform); -1 without the axis
 };
 
-// The modes a point's job runs: every --modes value; under a --comm-hooks hook other than
-// allreduce's own, the allreduce mode alone; under a --stalenesses bound above 0, sharded_ps alone.
+// The modes a point's job runs: every --modes value, or, under a --comm-hooks hook other than
+// allreduce's own or a --stalenesses bound above 0, the one mode that has it (option_owner).
 std::vector<Mode> point_modes(const SweepOptions& o, const Point& p) {
-  if (p.staleness > 0) return {Mode::sharded_ps};
-  if (!p.hook || *p.hook == CommHook{}) return o.modes;
-  return {Mode::allreduce};
+  TrainConfig probe;  // the point's own options alone
+  if (p.hook) probe.allreduce.comm_hook = *p.hook;
+  if (p.staleness >= 0) probe.sharded_ps.staleness = p.staleness;
+  if (const auto owner = option_owner(probe)) return {owner->strategy->mode};
+  return o.modes;
 }
 
 // The grid, repetitions innermost, so that each (nodes, ranks per node, link) point's
@@ -164,7 +166,7 @@ void add_failed(const SweepOptions& o, const Point& p, const nlohmann::json& clu
     config.mode = mode;
     if (p.hook) config.allreduce.comm_hook = *p.hook;
     if (p.hierarchy) config.hierarchy = *p.hierarchy;
-    if (p.staleness >= 0) config.sharded_ps.staleness = mode == Mode::sharded_ps ? p.staleness : 0;
+    if (p.staleness >= 0) config.sharded_ps.staleness = p.staleness;  // above 0: sharded_ps's point alone
     if (p.zipf_alpha >= 0) config.model.dlrm.zipf_alpha = p.zipf_alpha;
     config.transport = p.transport;
     config.comm = cluster_backend(o.cluster_launcher);

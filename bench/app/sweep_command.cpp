@@ -39,11 +39,16 @@ struct SweepVariant {
 std::vector<SweepVariant> sweep_variants(const SweepOptions& o) {
   std::vector<SweepVariant> variants;
   for (const auto& mode : o.modes) {
+    // --comm-hooks: the hooks this mode can run (a hook another strategy owns is that one's alone).
     std::vector<CommHook> hooks = {o.base.allreduce.comm_hook};
-    if (!o.comm_hooks.empty()) hooks = mode == Mode::allreduce ? o.comm_hooks : std::vector<CommHook>{CommHook{}};
-    if (mode != Mode::allreduce && !o.comm_hooks.empty() &&
-        std::find(o.comm_hooks.begin(), o.comm_hooks.end(), CommHook{}) == o.comm_hooks.end()) {
-      continue;
+    if (!o.comm_hooks.empty()) {
+      hooks.clear();
+      for (const CommHook& hook : o.comm_hooks) {
+        TrainConfig probe;  // the hook alone
+        probe.allreduce.comm_hook = hook;
+        const auto owner = option_owner(probe);
+        if (!owner || owner->strategy->mode == mode) hooks.push_back(hook);
+      }
     }
     for (const auto& hook : hooks) {
       if (find_strategy(mode).transports.empty()) {
