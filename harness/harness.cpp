@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <thread>
 
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "core/mpi_comm.hpp"
 #include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
+#include "workloads/criteo.hpp"
 #include "workloads/fashion_mnist.hpp"
 #include "workloads/mlp.hpp"
 #include "workloads/synthetic.hpp"
@@ -70,6 +72,19 @@ LoadedData load_sets(const DataOptions& o, std::uint64_t seed) {
             std::make_shared<DatasetRange>(all, o.synthetic_samples, test_n, name + "/test"),
             {}};
   }
+  if (o.data == "criteo") {
+    // The last seventh of the file is held out (the Kaggle set's last day), at least one line.
+    const std::int64_t lines = count_lines(o.raw_data_file);
+    if (lines < 2) {
+      throw InputError(fmt::format("--raw-data-file {}: {} line(s); training and held-out samples need at least 2",
+                                   o.raw_data_file, lines));
+    }
+    const std::int64_t test_n = std::max<std::int64_t>(1, lines / 7);
+    const std::string name = "criteo " + std::filesystem::path(o.raw_data_file).filename().string();
+    return {read_criteo(o.raw_data_file, o.click_log_shape, 0, lines - test_n, name + "/train"),
+            read_criteo(o.raw_data_file, o.click_log_shape, lines - test_n, test_n, name + "/test"),
+            {}};
+  }
   if (o.data == "synthetic") {
     const SampleShape shape = parse_sample_shape(o.input_shape);
     if (o.synthetic_samples < 1) {
@@ -85,7 +100,7 @@ LoadedData load_sets(const DataOptions& o, std::uint64_t seed) {
             {}};
   }
   throw InputError(
-      fmt::format("--data {}: unknown data source (choose fashion-mnist, synthetic or click-logs)", o.data));
+      fmt::format("--data {}: unknown data source (choose fashion-mnist, synthetic, click-logs or criteo)", o.data));
 }
 
 }  // namespace
@@ -94,6 +109,7 @@ LoadedData load_data(const DataOptions& o, std::uint64_t seed) {
   LoadedData loaded = load_sets(o, seed);
   loaded.config["data"] = o.data;
   loaded.config["dataset"] = loaded.train->name();
+  if (o.data == "criteo") loaded.config["raw_data_file"] = o.raw_data_file;
   if (o.data == "synthetic") {
     loaded.config["input"] = o.input_shape;
     loaded.config["classes"] = o.classes;

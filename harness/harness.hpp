@@ -18,7 +18,8 @@
 namespace dpbench {
 
 struct DataOptions {
-  std::string data = "fashion-mnist";   // or "synthetic", or "click-logs" (--workload dlrm)
+  std::string data = "fashion-mnist";   // or "synthetic", or "click-logs" / "criteo" (--workload dlrm)
+  std::string raw_data_file;            // criteo: Criteo's raw click logs (workloads/criteo.hpp)
   std::string data_dir;                 // "" -> $DPBENCH_DATA_DIR -> Debian's path
   std::string input_shape = "1x28x28";  // synthetic only
   int classes = 10;                     // synthetic only

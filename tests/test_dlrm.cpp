@@ -3,6 +3,7 @@
 // parameter names and gradient-ready order, the bounded Zipf sampler's frequencies against the
 // power law, and the click logs (deterministic, indices in range, both labels, learnable).
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <random>
 #include <vector>
@@ -18,7 +19,9 @@
 #include "registry/strategies.hpp"
 #include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
+#include "workloads/criteo.hpp"
 #include "workloads/dlrm.hpp"
+#include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"
 
 namespace dpbench {
@@ -378,6 +381,76 @@ TEST(DlrmSparse, GivenInitialParametersStartBothSparsePaths) {
   }
   c.initial_params = std::make_shared<std::vector<float>>(given->size() - 1);
   EXPECT_THROW(train_sharded_ps(c, data), InputError);
+}
+
+// Criteo's raw lines (workloads/criteo.hpp): the label, log(1 + max(x, 0)) of each integer
+// feature, each hexadecimal id modulo the rows, a missing field 0; a slice of the lines by number.
+std::string criteo_line(const std::string& label, const std::string& i1, const std::string& i2, const std::string& c1,
+                        const std::string& c3) {
+  std::string line = label + "\t" + i1 + "\t" + i2;
+  for (int j = 3; j <= 13; ++j) line += "\t" + std::to_string(j);
+  line += "\t" + c1 + "\t\t" + c3;  // C2 missing
+  for (int t = 4; t <= 26; ++t) line += "\tb";
+  return line + "\n";
+}
+
+DlrmShape criteo_shape() {
+  DlrmShape shape;
+  shape.tables = 26;
+  shape.lookups = 1;
+  shape.rows = 1000;
+  return shape;
+}
+
+TEST(CriteoData, ReadsLabelsLogDenseFeaturesAndIdsModuloTheRows) {
+  testing::TempDir tmp;
+  const std::string path = (tmp.path() / "day_0").string();
+  std::ofstream(path) << criteo_line("1", "3", "-1", "a", "ffffffff") << criteo_line("0", "", "0", "", "3e8");
+  const auto all = read_criteo(path, criteo_shape(), 0, -1, "sample");
+  ASSERT_EQ(all->size(), 2);
+  ASSERT_EQ(all->shape().features(), 39u);
+  std::vector<float> x(39);
+  EXPECT_EQ(all->load(0, x.data()), 1);
+  EXPECT_FLOAT_EQ(x[0], std::log1p(3.0f));
+  EXPECT_FLOAT_EQ(x[1], 0.0f);  // a negative count clipped to 0, as DLRM does
+  EXPECT_FLOAT_EQ(x[12], std::log1p(13.0f));
+  EXPECT_FLOAT_EQ(x[13], 10.0f);   // C1 "a"
+  EXPECT_FLOAT_EQ(x[14], 0.0f);    // C2 missing
+  EXPECT_FLOAT_EQ(x[15], 295.0f);  // C3 0xffffffff mod 1000
+  EXPECT_FLOAT_EQ(x[16], 11.0f);   // C4 "b"
+  EXPECT_EQ(all->load(1, x.data()), 0);
+  EXPECT_FLOAT_EQ(x[0], 0.0f);   // I1 missing
+  EXPECT_FLOAT_EQ(x[15], 0.0f);  // C3 0x3e8 = 1000 mod 1000
+  const auto second = read_criteo(path, criteo_shape(), 1, 1, "held out");
+  ASSERT_EQ(second->size(), 1);
+  EXPECT_EQ(second->load(0, x.data()), 0);
+  EXPECT_EQ(second->name(), "held out");
+}
+
+TEST(CriteoData, NamesTheFileAndLineOfWhatIsNotCriteo) {
+  testing::TempDir tmp;
+  const std::string good = criteo_line("1", "3", "4", "a", "b");
+  const auto refuses = [&](const std::string& second_line, const std::string& needle) {
+    const std::string path = (tmp.path() / "bad").string();
+    std::ofstream(path) << good << second_line << good;
+    try {
+      (void)read_criteo(path, criteo_shape(), 0, -1, "bad");
+      ADD_FAILURE() << "accepted: " << second_line;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ":2: " + needle), std::string::npos) << e.what();
+    }
+  };
+  refuses("1\t2\t3\n", "3 tab-separated fields, a Criteo line has 40");
+  refuses(criteo_line("2", "3", "4", "a", "b"), "label '2' is not 0 or 1");
+  refuses(criteo_line("1", "3.5", "4", "a", "b"), "integer feature I1 '3.5' is not an integer");
+  refuses(criteo_line("1", "3", "4", "xyz", "b"), "categorical feature C1 'xyz' is not a hexadecimal id");
+  refuses(criteo_line("1", "3", "4", "a", "12345678901234567"), "categorical feature C3");
+  DlrmShape eight = criteo_shape();
+  eight.tables = 8;
+  std::ofstream((tmp.path() / "one").string()) << good;
+  EXPECT_THROW((void)read_criteo((tmp.path() / "one").string(), eight, 0, -1, "x"), InputError);
+  EXPECT_THROW((void)read_criteo((tmp.path() / "one").string(), criteo_shape(), 1, -1, "x"), InputError);  // no line
+  EXPECT_THROW((void)read_criteo((tmp.path() / "missing").string(), criteo_shape(), 0, -1, "x"), InputError);
 }
 
 }  // namespace

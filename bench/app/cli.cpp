@@ -23,6 +23,7 @@
 #include "analysis/simulated_projection.hpp"
 #include "bench/app/run_command.hpp"
 #include "registry/strategies.hpp"
+#include "workloads/criteo.hpp"
 #include "bench/app/sweep_command.hpp"
 #include "cluster/cluster_job.hpp"
 #include "cluster/link.hpp"
@@ -190,8 +191,14 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
                  "seeded per sample so results do not depend on --num-workers")
       ->capture_default_str();
   app.add_flag("--hflip", config.loader.hflip, "Augmentation: random horizontal flip (p = 0.5), seeded per sample");
-  app.add_option("--data", d.data, "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic")
+  app.add_option("--data", d.data,
+                 "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic; with --workload dlrm click-logs "
+                 "(synthetic) or criteo (--raw-data-file)")
       ->capture_default_str();
+  app.add_option("--raw-data-file", d.raw_data_file,
+                 "dlrm: Criteo's raw click logs (the Kaggle set's train.txt, a Terabyte day_N: label, 13 integer, 26 "
+                 "hexadecimal fields a line, tab-separated), as facebookresearch/dlrm reads them with "
+                 "--max-ind-range --rows; the last seventh of the lines is held out. Implies --data criteo");
   app.add_option("--data-dir", d.data_dir,
                  "Directory of the Fashion-MNIST .gz files (default: $DPBENCH_DATA_DIR, else "
                  "/usr/share/datasets/fashion-mnist)");
@@ -461,17 +468,45 @@ void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions
   config.model.replay_time_scale *= profile_time_scale(*d, device_profile(config.model.device_profile));
 }
 
+// --data criteo / --raw-data-file: Criteo's shape (13 dense features, 26 tables of one lookup),
+// which --dense-features, --tables and --lookups may only repeat. Throws InputError naming the
+// option.
+template <typename Given>
+void apply_criteo_shape(const Given& given, TrainConfig& config, DataOptions& data) {
+  if (given("--data") && data.data != "criteo") {
+    throw InputError(fmt::format("--raw-data-file: reads Criteo's click logs, not --data {}", data.data));
+  }
+  if (data.raw_data_file.empty()) throw InputError("--data criteo: give Criteo's file with --raw-data-file PATH");
+  if (given("--zipf-alpha")) throw InputError("--zipf-alpha: draws synthetic click logs; Criteo's ids are the file's");
+  DlrmShape& shape = config.model.dlrm;
+  const std::pair<const char*, std::pair<std::size_t*, std::size_t>> fixed[] = {
+      {"--dense-features", {&shape.dense_features, kCriteoDenseFeatures}},
+      {"--tables", {&shape.tables, kCriteoTables}},
+      {"--lookups", {&shape.lookups, 1}}};
+  for (const auto& [option, field] : fixed) {
+    if (given(option) && *field.first != field.second) {
+      throw InputError(fmt::format("{} {}: a Criteo line has {} (leave it out)", option, *field.first, field.second));
+    }
+    *field.first = field.second;
+  }
+  data.data = "criteo";
+}
+
 void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& data) {
   // (bench/app/cli.hpp says what it sets)
   const auto given = [&app](const char* name) {
     const CLI::Option* o = app.get_option_no_throw(name);
     return o != nullptr && o->count() > 0;
   };
-  const char* own[] = {"--tables",     "--rows",    "--embedding-dim", "--lookups",     "--dense-features",
-                       "--bottom-mlp", "--top-mlp", "--zipf-alpha",    "--sparse-grad", "--embedding-optimizer"};
+  const char* own[] = {"--tables",       "--rows",    "--embedding-dim", "--lookups",     "--dense-features",
+                       "--bottom-mlp",   "--top-mlp", "--zipf-alpha",    "--sparse-grad", "--embedding-optimizer",
+                       "--raw-data-file"};
   if (config.model.workload != "dlrm") {
     for (const char* o : own) {
       if (given(o)) throw InputError(fmt::format("{}: applies to --workload dlrm", o));
+    }
+    if (data.data == "criteo" || data.data == "click-logs") {
+      throw InputError(fmt::format("--data {}: click logs train --workload dlrm", data.data));
     }
     return;
   }
@@ -486,10 +521,14 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
   for (const char* o : {"--input", "--classes", "--hidden", "--channels"}) {
     if (given(o)) throw InputError(fmt::format("{}: --workload dlrm sets its shape with --tables, --rows, ...", o));
   }
-  if (given("--data") && data.data != "click-logs") {
-    throw InputError(fmt::format("--data {}: --workload dlrm trains on click logs (--data click-logs)", data.data));
+  if (given("--raw-data-file") || (given("--data") && data.data == "criteo")) {
+    apply_criteo_shape(given, config, data);
+  } else if (given("--data") && data.data != "click-logs") {
+    throw InputError(
+        fmt::format("--data {}: --workload dlrm trains on click logs (--data click-logs, or criteo)", data.data));
+  } else {
+    data.data = "click-logs";
   }
-  data.data = "click-logs";
   config.model.dlrm.zipf_alpha = data.click_logs.zipf_alpha;
   data.click_log_shape = config.model.dlrm;
   data.input_shape = fmt::format("{}", config.model.dlrm.input_features());

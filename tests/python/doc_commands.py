@@ -32,7 +32,8 @@ The substitution (short_run), and nothing else, makes a documented training run 
   - Every block runs in a fresh temporary working directory, its commands in order (relative
     `--out`, `--checkpoint-dir` and the default results/ land there; the repository's
     results/measured/ is linked in as results/measured, for the files documented commands read);
-    an absolute `--out`/`-o` is moved into that directory.
+    an absolute `--out`/`-o` is moved into that directory; tests/data/, the committed sample
+    data, is linked in too.
   - mpirun is allowed to run as root and to oversubscribe the cores (OMPI_ALLOW_RUN_AS_ROOT,
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM, OMPI_MCA_rmaps_base_oversubscribe in its environment).
 Other subcommands (memory, project, report, compare) run as written.
@@ -381,6 +382,9 @@ def run_all(test, commands, kind):
             # The repository's measured results, read by documented `project` and `report` lines.
             os.makedirs(os.path.join(workdir, "results"))
             os.symlink(ROOT / "results" / "measured", os.path.join(workdir, "results", "measured"))
+            # The committed sample data documented commands read (tests/data/criteo-sample.txt).
+            os.makedirs(os.path.join(workdir, "tests"))
+            os.symlink(ROOT / "tests" / "data", os.path.join(workdir, "tests", "data"))
             for c in cmds:
                 if c.skip_reason:
                     print(f"doc-test: not run: {c.where} (skip: {c.skip_reason}): {c.text}", file=sys.stderr)
