@@ -147,6 +147,24 @@ void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
                  "as FBGEMM's benchmark requests do; default: uniform");
 }
 
+// The data a training command reads: --data and the options of each source.
+void add_data_options(CLI::App& app, DataOptions& d) {
+  app.add_option("--data", d.data,
+                 "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic; with --workload dlrm click-logs "
+                 "(synthetic) or criteo (--raw-data-file)")
+      ->capture_default_str();
+  app.add_option("--raw-data-file", d.raw_data_file,
+                 "dlrm: Criteo's raw click logs (the Kaggle set's train.txt, a Terabyte day_N: label, 13 integer, 26 "
+                 "hexadecimal fields a line, tab-separated), as facebookresearch/dlrm reads them with "
+                 "--max-ind-range --rows; the last seventh of the lines is held out. Implies --data criteo");
+  app.add_option("--data-dir", d.data_dir,
+                 "Directory of the Fashion-MNIST .gz files (default: $DPBENCH_DATA_DIR, else "
+                 "/usr/share/datasets/fashion-mnist)");
+  app.add_option("--input", d.input_shape, "synthetic: sample shape CxHxW, e.g. 3x224x224")->capture_default_str();
+  app.add_option("--classes", d.classes, "synthetic: number of classes")->capture_default_str();
+  app.add_option("--synthetic-samples", d.synthetic_samples, "synthetic: training samples")->capture_default_str();
+}
+
 // Options every training command shares (not the ones a sweep varies).
 void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<DeviceKind>& device, DataOptions& d,
                         double& timeout_s, std::string& out, bool& quiet) {
@@ -191,20 +209,7 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
                  "seeded per sample so results do not depend on --num-workers")
       ->capture_default_str();
   app.add_flag("--hflip", config.loader.hflip, "Augmentation: random horizontal flip (p = 0.5), seeded per sample");
-  app.add_option("--data", d.data,
-                 "fashion-mnist (Debian's dataset-fashion-mnist) or synthetic; with --workload dlrm click-logs "
-                 "(synthetic) or criteo (--raw-data-file)")
-      ->capture_default_str();
-  app.add_option("--raw-data-file", d.raw_data_file,
-                 "dlrm: Criteo's raw click logs (the Kaggle set's train.txt, a Terabyte day_N: label, 13 integer, 26 "
-                 "hexadecimal fields a line, tab-separated), as facebookresearch/dlrm reads them with "
-                 "--max-ind-range --rows; the last seventh of the lines is held out. Implies --data criteo");
-  app.add_option("--data-dir", d.data_dir,
-                 "Directory of the Fashion-MNIST .gz files (default: $DPBENCH_DATA_DIR, else "
-                 "/usr/share/datasets/fashion-mnist)");
-  app.add_option("--input", d.input_shape, "synthetic: sample shape CxHxW, e.g. 3x224x224")->capture_default_str();
-  app.add_option("--classes", d.classes, "synthetic: number of classes")->capture_default_str();
-  app.add_option("--synthetic-samples", d.synthetic_samples, "synthetic: training samples")->capture_default_str();
+  add_data_options(app, d);
   app.add_option("--timeout", timeout_s, "Seconds a rank waits for its peers before the whole run is aborted")
       ->capture_default_str();
   app.add_option("--out,-o", out, "Result JSON path (default results/dpbench-<command>-<time>.json)");
