@@ -2,7 +2,7 @@
 // (train/alpha_beta_model.hpp) on measured result files, or takes a described model on a device
 // profile, and projects step time, throughput, speedup and scaling efficiency of each strategy's
 // curves for world sizes 1, 2, 4, ... up to max_ranks, the world size where each strategy
-// overtakes the reference strategy, and the model against every measured multi-rank run with its
+// overtakes the baseline strategy, and the model against every measured multi-rank run with its
 // error there; with a topology, each point simulated too (analysis/simulated_projection.hpp).
 #pragma once
 

@@ -66,7 +66,7 @@ struct SweepPoint {
 // The grid's points in execution order: for each (workload, comm, ranks, batch, workers), the
 // repetitions in turn, each running every mode once (a mode that takes a transport once per
 // transport). Modes alternate, so load that comes and goes hits them alike and the in-file
-// throughput ratios to the reference strategy stay comparable. Throws InputError on an unknown mode.
+// throughput ratios to the baseline strategy stay comparable. Throws InputError on an unknown mode.
 std::vector<SweepPoint> sweep_points(const SweepOptions& options);
 
 // The hooks' spellings (hook_name), as a sweep's config lists them.
