@@ -145,11 +145,16 @@ void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
 }
 
 // The servers and the staleness bound.
-void add_sharded_ps_options(CLI::App& app, TrainConfig& config) {
+// --servers: what a run and its memory model take.
+void add_servers_option(CLI::App& app, TrainConfig& config) {
   app.add_option("--servers", config.sharded_ps.servers,
                  "sharded_ps: number of server ranks K (ranks 0..K-1 each serve 1/K of the parameters "
                  "and their optimizer state); 0 = every rank")
       ->capture_default_str();
+}
+
+void add_sharded_ps_options(CLI::App& app, TrainConfig& config) {
+  add_servers_option(app, config);
   app.add_option("--staleness", config.sharded_ps.staleness,
                  "sharded_ps: stale-synchronous parallel (SSP, Ho et al. 2013): a worker computes on the newest "
                  "parameters it has and runs up to S steps ahead of the slowest, its pushes and pulls on its "
@@ -229,6 +234,7 @@ const Strategy& sharded_ps_strategy() {
       .memory = &sharded_memory,
       .own_option_given = &sharded_own_option,
       .add_options = &add_sharded_ps_options,
+      .add_memory_options = &add_servers_option,
       .config_json = &sharded_config_json,
       .run_json = &sharded_run_json,
       .schedule = &sharded_schedule,

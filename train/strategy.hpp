@@ -87,6 +87,9 @@ struct Strategy {
   // --servers, ...) to a training command (run, sweep), which parsing writes into `config`; null
   // when the strategy has none. Each option's help names the strategy it belongs to.
   void (*add_options)(CLI::App& app, TrainConfig& config) = nullptr;
+  // Adds the strategy's own options that shape its memory model (sharded_ps's --servers) to
+  // `dpbench memory`, which parsing writes into `config`; null when it has none.
+  void (*add_memory_options)(CLI::App& app, TrainConfig& config) = nullptr;
   // Writes the strategy's own options into a run's config block, under their flat keys
   // ("bucket_cap_mb", "servers", ...; results/schema/dpbench-result.schema.json); every run's block
   // carries every strategy's. Null when the strategy has none.

@@ -8,6 +8,7 @@
 
 #include "bench/app/name_options.hpp"
 #include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "core/error.hpp"
 
 namespace dpbench {
@@ -22,8 +23,9 @@ void add_memory_options(CLI::App& app, MemoryOptions& o) {
   app.add_option("--batch-size", o.base.global_batch, "Global batch (split over the ranks)")->capture_default_str();
   app.add_option("--optimizer", o.base.optimizer.name, "sgd, adam or adamw")->capture_default_str();
   add_name_option(app, "--transport", o.base.transport, &parse_transport, "ps, sharded_ps: collective or p2p");
-  app.add_option("--servers", o.base.sharded_ps.servers, "sharded_ps: server ranks K (0: every rank)")
-      ->capture_default_str();
+  for (const Strategy& strategy : strategies()) {  // their options that shape a memory model
+    if (strategy.add_memory_options != nullptr) strategy.add_memory_options(app, o.base);
+  }
   app.add_option("--workload", o.base.model.workload,
                  "Built-in model: mlp, cnn or dlrm (with its --tables, --rows, ...)")
       ->capture_default_str();
