@@ -163,6 +163,7 @@ const Strategy& allreduce_strategy() {
       .config_json = &allreduce_config_json,
       .warnings = &allreduce_warnings,
       .schedule = &allreduce_schedule,
+      .probed_collectives = &allreduce_probed_collectives,
       .schedule_buckets = &ddp_schedule_buckets,
       .sparse_grad = true,
   };

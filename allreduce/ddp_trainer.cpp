@@ -7,6 +7,7 @@
 #include "allreduce/powersgd.hpp"
 #include "allreduce/sparse_allreduce.hpp"
 #include "core/hierarchical.hpp"
+#include "train/engine_probe.hpp"
 #include "train/grad_bucket_sync.hpp"
 #include "train/sparse_grad.hpp"
 #include "train/rank_context.hpp"
@@ -41,6 +42,7 @@ namespace {
 // every replica.
 class AllreduceRank final : public ReplicaRank {
  public:
+  std::vector<CollectiveKind> probed_collectives() const override { return allreduce_probed_collectives(s_.config); }
   explicit AllreduceRank(const RankSetup& s)
       : ReplicaRank(s), optimizer_(s.ctx, s.config, 0, n_), grad_sync_(s.ctx, buckets_.size()) {
     if (const int rank = s.config.allreduce.comm_hook.powersgd_rank; rank > 0) {
@@ -102,6 +104,12 @@ class AllreduceRank final : public ReplicaRank {
 };
 
 }  // namespace
+
+std::vector<CollectiveKind> allreduce_probed_collectives(const TrainConfig& config) {
+  std::vector<CollectiveKind> kinds{CollectiveKind::allreduce};
+  if (config.model.dlrm.sparse_grad) kinds.insert(kinds.end(), kSparseProbeRounds / 2, CollectiveKind::allgather);
+  return kinds;
+}
 
 std::vector<ScheduleBucket> ddp_schedule_buckets(const Model& model, const TrainConfig& config) {
   std::vector<ScheduleBucket> out = model_schedule_buckets(model, config);

@@ -21,6 +21,10 @@ void validate_allreduce(const TrainConfig& config, const Dataset& train);
 // Throws as validate_allreduce does, and Error if a rank fails.
 RunResult train_allreduce(const TrainConfig& config, const TrainData& data);
 
+// The collectives of an allreduce step (Strategy::probed_collectives): the all-reduce; with
+// --sparse-grad also kSparseProbeRounds / 2 all-gathers (the rows').
+std::vector<CollectiveKind> allreduce_probed_collectives(const TrainConfig& config);
+
 // DDP's buckets over the model's parameters in its gradient-ready order (config's bucket caps) as a step schedule takes them
 // (train/step_schedule.hpp), each with PowerSGD's three all-reduces under --comm-hook powersgd:R.
 std::vector<ScheduleBucket> ddp_schedule_buckets(const Model& model, const TrainConfig& config);

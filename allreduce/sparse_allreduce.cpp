@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "allreduce/ddp_trainer.hpp"
 #include "train/replica_rank.hpp"
 #include "train/sparse_grad.hpp"
 #include "workloads/dlrm.hpp"
@@ -13,6 +14,7 @@ namespace {
 
 class SparseAllreduceRank final : public CompactReplicaRank {
  public:
+  std::vector<CollectiveKind> probed_collectives() const override { return allreduce_probed_collectives(s_.config); }
   explicit SparseAllreduceRank(const RankSetup& s)
       : CompactReplicaRank(s),
         tables_(s.ctx, MemoryCategory::parameters, full_.embedding_params()),

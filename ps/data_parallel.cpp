@@ -55,6 +55,12 @@ void validate_data_parallel(const TrainConfig& config, const Dataset& train) {
   validate_node_hierarchy(config);
 }
 
+std::vector<CollectiveKind> data_parallel_probed_collectives(const TrainConfig& config) {
+  using K = CollectiveKind;
+  if (config.transport == Transport::p2p) return {K::scatter, K::gather};
+  return {K::broadcast, K::scatter, K::gather, K::reduce};
+}
+
 namespace {
 
 // One rank of DataParallel: a replica on every rank; on the root (rank 0) also the master
@@ -131,6 +137,9 @@ class DataParallelRank final : public ModeRank {
 
   // The engine probe's scatter and gather at the step's sizes: the scatter the larger of the
   // batch's inputs and its logits' gradient, the gather the logits; the rest the parameters.
+  std::vector<CollectiveKind> probed_collectives() const override {
+    return data_parallel_probed_collectives(s_.config);
+  }
   std::size_t probe_floats_of(CollectiveKind kind) override {
     if (kind == CollectiveKind::scatter) return batch_ * std::max(features_, classes_);
     if (kind == CollectiveKind::gather) return batch_ * classes_;

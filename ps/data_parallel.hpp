@@ -37,6 +37,11 @@ std::vector<std::size_t> chunk_sizes(std::size_t batch, int world_size);
 // Throws InputError on a config this mode cannot run with this data (unknown transport, ...).
 void validate_data_parallel(const TrainConfig& config, const Dataset& train);
 
+// The collectives of a ps step (Strategy::probed_collectives): broadcast, scatter, gather and
+// reduce; over the p2p transport scatter and gather (the parameters and gradients go point to
+// point).
+std::vector<CollectiveKind> data_parallel_probed_collectives(const TrainConfig& config);
+
 // Trains on config.device (every device a launcher is registered for, train/rank_context.hpp).
 // Throws as validate_data_parallel does, and Error if a rank fails.
 RunResult train_data_parallel(const TrainConfig& config, const TrainData& data);

@@ -125,6 +125,7 @@ const Strategy& data_parallel_strategy() {
       .memory = &ps_memory,
       .config_json = &ps_config_json,
       .schedule = &ps_schedule,
+      .probed_collectives = &data_parallel_probed_collectives,
   };
   return strategy;
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "train/engine_probe.hpp"
 #include "train/replica_rank.hpp"
 #include "core/error.hpp"
 #include "core/hierarchical.hpp"
@@ -96,6 +97,17 @@ void validate_staleness(const TrainConfig& config) {
 
 }  // namespace
 
+std::vector<CollectiveKind> sharded_ps_probed_collectives(const TrainConfig& config) {
+  using K = CollectiveKind;
+  if (config.model.dlrm.sparse_grad) {
+    std::vector<K> kinds(kSparseProbeRounds, K::p2p);
+    kinds.push_back(K::allreduce);
+    return kinds;
+  }
+  if (config.transport == Transport::p2p) return {};
+  return {K::reduce_scatter, K::allgather};
+}
+
 void validate_sharded_ps(const TrainConfig& config, const Dataset& train) {
   validate_replicas(config, train);
   if (config.transport != Transport::collective && config.transport != Transport::p2p) {
@@ -127,6 +139,7 @@ namespace {
 // server step, pull (see sharded_ps.hpp).
 class ShardedPsRank final : public ReplicaRank {
  public:
+  std::vector<CollectiveKind> probed_collectives() const override { return sharded_ps_probed_collectives(s_.config); }
   ShardedPsRank(const RankSetup& s, bool p2p)
       : ReplicaRank(s),
         layout_(shard_layout_for(s.config, n_)),

@@ -63,6 +63,12 @@ int server_count(const TrainConfig& config);
 // transport, fewer servers than ranks, and validate_node_hierarchy's checks.
 void validate_sharded_ps(const TrainConfig& config, const Dataset& train);
 
+// The collectives of a sharded_ps step (Strategy::probed_collectives): reduce-scatter and
+// all-gather over the collective transport (--staleness too), none over p2p (transfers at the
+// link's rate); with --sparse-grad kSparseProbeRounds rounds of pairwise sendrecv (the rows
+// pulled and pushed) and an all-reduce (the dense layers).
+std::vector<CollectiveKind> sharded_ps_probed_collectives(const TrainConfig& config);
+
 // Trains on config.device. Throws as validate_sharded_ps does, and Error if a rank fails.
 RunResult train_sharded_ps(const TrainConfig& config, const TrainData& data);
 

@@ -238,6 +238,7 @@ const Strategy& sharded_ps_strategy() {
       .config_json = &sharded_config_json,
       .run_json = &sharded_run_json,
       .schedule = &sharded_schedule,
+      .probed_collectives = &sharded_ps_probed_collectives,
       // The collective push reduces DDP's buckets as backward readies them.
       .schedule_buckets = &model_schedule_buckets,
       .unsimulated = &sharded_unsimulated,

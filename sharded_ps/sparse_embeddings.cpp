@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/ring.hpp"
+#include "sharded_ps/sharded_ps.hpp"
 #include "train/replica_rank.hpp"
 #include "train/sparse_grad.hpp"
 #include "workloads/dlrm.hpp"
@@ -36,6 +37,7 @@ struct Pull {
 
 class SparseEmbeddingRank final : public CompactReplicaRank {
  public:
+  std::vector<CollectiveKind> probed_collectives() const override { return sharded_ps_probed_collectives(s_.config); }
   explicit SparseEmbeddingRank(const RankSetup& s)
       : CompactReplicaRank(s),
         own_(ring_chunk(full_.rows, p_, rank_)),

@@ -44,6 +44,7 @@ namespace {
 // only after waiting for version t - S or newer, which step t - S - 1's push completed.
 class StaleSyncRank final : public ReplicaRank {
  public:
+  std::vector<CollectiveKind> probed_collectives() const override { return sharded_ps_probed_collectives(s_.config); }
   explicit StaleSyncRank(const RankSetup& s)
       : ReplicaRank(s),
         layout_(shard_layout_for(s.config, n_)),

@@ -184,8 +184,7 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
         s.check_matched();
         // The engine probe runs exactly the collectives the schedule uses.
         std::vector<bool> probed(kCollectiveKinds, false);
-        for (CollectiveKind k : probed_collectives(c.mode, parse_transport(transport)))
-          probed[static_cast<std::size_t>(k)] = true;
+        for (CollectiveKind k : find_strategy(c.mode).probed_collectives(c)) probed[static_cast<std::size_t>(k)] = true;
         std::vector<bool> used = s.collectives_used();
         used[static_cast<std::size_t>(CollectiveKind::p2p)] = false;
         EXPECT_EQ(used, probed) << mode << " " << transport;
@@ -229,7 +228,7 @@ TEST(StepSchedule, SparseStepsSendTheMeasuredBytes) {
     EXPECT_NEAR(sent, in.measured_bytes_sent, mode == Mode::sharded_ps ? 1e-6 * sent : 2.0 * 4 * (2 + shape.dim))
         << mode;
     std::vector<bool> probed(kCollectiveKinds, false);
-    for (CollectiveKind k : probed_collectives(mode, c.transport, true)) probed[static_cast<std::size_t>(k)] = true;
+    for (CollectiveKind k : find_strategy(mode).probed_collectives(c)) probed[static_cast<std::size_t>(k)] = true;
     EXPECT_EQ(s.collectives_used(), probed) << mode;
     // Nothing measured: no rows.
     in.measured_bytes_sent = 0;

@@ -101,29 +101,6 @@ std::vector<double> median_ends(const std::vector<float>& all, const std::vector
 }
 }  // namespace
 
-std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, bool sparse_grad) {
-  using K = CollectiveKind;
-  const bool p2p = transport == Transport::p2p;
-  if (sparse_grad && mode == Mode::sharded_ps) {
-    std::vector<K> kinds(kSparseProbeRounds, K::p2p);
-    kinds.push_back(K::allreduce);
-    return kinds;
-  }
-  if (sparse_grad && mode == Mode::allreduce) {
-    std::vector<K> kinds{K::allreduce};
-    kinds.insert(kinds.end(), kSparseProbeRounds / 2, K::allgather);
-    return kinds;
-  }
-  switch (mode) {
-    case Mode::ps:
-      return p2p ? std::vector<K>{K::scatter, K::gather}
-                 : std::vector<K>{K::broadcast, K::scatter, K::gather, K::reduce};
-    case Mode::sharded_ps: return p2p ? std::vector<K>{} : std::vector<K>{K::reduce_scatter, K::allgather};
-    case Mode::allreduce: return {K::allreduce};
-  }
-  return {};
-}
-
 namespace {
 // InputError unless there is a size per kind, each of a float per rank at least, every segments
 // list empty or of a count per rank summing to its size, and a repetition.

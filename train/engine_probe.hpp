@@ -53,16 +53,11 @@ struct EngineProbe {
   std::optional<IntraNodeProbe> intra_node;  // with two ranks or more on node 0
 };
 
-// The collectives a mode's schedule uses (core/schedule.hpp's tags, p2p left out: a transfer
-// moves at the link's rate): "ps" broadcast, scatter, gather, reduce (p2p transport: scatter and
-// gather); "sharded_ps" reduce-scatter and all-gather (p2p: none); "allreduce" allreduce. Empty
-// for any other mode. With sparse_grad (dlrm --sparse-grad): "sharded_ps" kSparseProbeRounds
-// p2p rounds of pairwise sendrecv (the simulation fits their mean cost per message: one round
-// alone samples too little of a host whose ranks share cores) and allreduce (the dense layers);
-// "allreduce" allreduce and kSparseProbeRounds / 2 all-gathers (the rows' all-gather, fitted the
-// same way).
+// The rounds of a sparse step's small messages the engine probe times (a strategy's
+// probed_collectives under --sparse-grad: sharded_ps's pairwise sendrecv rounds, allreduce's half
+// as many all-gathers of the rows): the simulation fits their mean cost per message, and one
+// round alone samples too little of a host whose ranks share cores.
 inline constexpr int kSparseProbeRounds = 12;
-std::vector<CollectiveKind> probed_collectives(Mode mode, Transport transport, bool sparse_grad = false);
 
 // Every rank of `comm` calls it with the same arguments: each kind once on a few floats (the
 // connections' first use), then `reps` times the sequence of `kinds` on `floats` floats each, each

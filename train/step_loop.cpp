@@ -132,7 +132,7 @@ class RankLoop {
   void probe_engine_on_cluster() {
     Communicator& comm = s_.ctx.comm();
     if (cluster_interface().empty() || comm.world_size() < 2) return;
-    const auto kinds = probed_collectives(s_.config.mode, s_.config.transport, s_.config.model.dlrm.sparse_grad);
+    const auto kinds = mode_.probed_collectives();
     // Node 0's rank count, as rank 0 has it, so that every rank takes the same probes.
     float node0_ranks = static_cast<float>(s_.config.process.ranks_on_this_node);
     comm.broadcast(&node0_ranks, 1, 0);

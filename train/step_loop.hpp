@@ -71,6 +71,9 @@ class ModeRank {
   // together: what the step moves in that collective; probe_floats() unless a mode's step moves
   // something else in it (ps's scatter and gather move the batch and its logits).
   virtual std::size_t probe_floats_of(CollectiveKind) { return probe_floats(); }
+  // The collectives of its engine the step runs, which the engine probe times on an emulated
+  // cluster (train/engine_probe.hpp; p2p: pairwise sendrecv rounds); empty: none.
+  virtual std::vector<CollectiveKind> probed_collectives() const { return {}; }
   // The segments of `kind` (a v-collective) as the step meets them ([world_size], summing to
   // probe_floats_of(kind)); empty: even ones.
   virtual std::vector<std::size_t> probe_counts_of(CollectiveKind) { return {}; }

@@ -105,6 +105,10 @@ struct Strategy {
   // the simulator plays (sim/) and what the byte counts are checked against; null when the
   // strategy has none.
   void (*schedule)(const ScheduleInputs&, StepSchedule&) = nullptr;
+  // The collectives of its engine a run of `config` runs in a step (core/schedule.hpp's kinds, p2p
+  // for pairwise rounds), which the engine probe times and the simulation calibrates: what its
+  // ranks' ModeRank::probed_collectives return; null: none.
+  std::vector<CollectiveKind> (*probed_collectives)(const TrainConfig& config) = nullptr;
   // The gradient buckets that schedule reduces for `model` under `config` (ScheduleInputs::buckets,
   // in the order backward readies them); null when it reduces none.
   std::vector<ScheduleBucket> (*schedule_buckets)(const Model& model, const TrainConfig& config) = nullptr;
