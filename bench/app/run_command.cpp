@@ -2,12 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <optional>
 #include <string>
-#include <thread>
 
 #include <unistd.h>
 
@@ -25,9 +20,6 @@
 #include "workloads/synthetic.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
-#include "core/mpi_comm.hpp"
-#include "core/stats.hpp"
-#include "train/models.hpp"
 
 namespace dpbench {
 
