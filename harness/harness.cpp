@@ -73,17 +73,9 @@ LoadedData load_sets(const DataOptions& o, std::uint64_t seed) {
             {}};
   }
   if (o.data == "criteo") {
-    // The last seventh of the file is held out (the Kaggle set's last day), at least one line.
-    const std::int64_t lines = count_lines(o.raw_data_file);
-    if (lines < 2) {
-      throw InputError(fmt::format("--raw-data-file {}: {} line(s); training and held-out samples need at least 2",
-                                   o.raw_data_file, lines));
-    }
-    const std::int64_t test_n = std::max<std::int64_t>(1, lines / 7);
-    const std::string name = "criteo " + std::filesystem::path(o.raw_data_file).filename().string();
-    return {read_criteo(o.raw_data_file, o.click_log_shape, 0, lines - test_n, name + "/train"),
-            read_criteo(o.raw_data_file, o.click_log_shape, lines - test_n, test_n, name + "/test"),
-            {}};
+    CriteoSplit split = read_criteo_split(o.raw_data_file, o.click_log_shape,
+                                          "criteo " + std::filesystem::path(o.raw_data_file).filename().string());
+    return {std::move(split.train), std::move(split.test), {}};
   }
   if (o.data == "synthetic") {
     const SampleShape shape = parse_sample_shape(o.input_shape);

@@ -427,6 +427,38 @@ TEST(CriteoData, ReadsLabelsLogDenseFeaturesAndIdsModuloTheRows) {
   EXPECT_EQ(second->name(), "held out");
 }
 
+// The split reads the file once: the last seventh of 8 lines (1) held out, the rest trained on,
+// each sample where read_criteo's ranges put it; fewer than 2 lines are refused.
+TEST(CriteoData, TheSplitHoldsOutTheLastSeventh) {
+  testing::TempDir tmp;
+  const std::string path = (tmp.path() / "day_0").string();
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 8; ++i) f << criteo_line(i % 2 ? "1" : "0", std::to_string(i), "4", "a", "b");
+  }
+  const CriteoSplit split = read_criteo_split(path, criteo_shape(), "c");
+  ASSERT_EQ(split.train->size(), 7);
+  ASSERT_EQ(split.test->size(), 1);
+  EXPECT_EQ(split.train->name(), "c/train");
+  EXPECT_EQ(split.test->name(), "c/test");
+  std::vector<float> x(39), y(39);
+  EXPECT_EQ(split.test->load(0, x.data()), 1);
+  EXPECT_FLOAT_EQ(x[0], std::log1p(7.0f));
+  const auto last = read_criteo(path, criteo_shape(), 7, 1, "last");
+  (void)last->load(0, y.data());
+  EXPECT_EQ(x, y);
+  EXPECT_EQ(split.train->load(6, x.data()), 0);
+  EXPECT_FLOAT_EQ(x[0], std::log1p(6.0f));
+  std::ofstream((tmp.path() / "one").string()) << criteo_line("1", "3", "4", "a", "b");
+  try {
+    (void)read_criteo_split((tmp.path() / "one").string(), criteo_shape(), "c");
+    ADD_FAILURE() << "one line accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 line(s); training and held-out samples need at least 2"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CriteoData, NamesTheFileAndLineOfWhatIsNotCriteo) {
   testing::TempDir tmp;
   const std::string good = criteo_line("1", "3", "4", "a", "b");

@@ -85,17 +85,15 @@ int parse_line(std::string_view line, std::size_t rows, float* out, const std::s
 
 }  // namespace
 
-std::int64_t count_lines(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw InputError(fmt::format("--raw-data-file {}: cannot open", path));
-  std::int64_t n = 0;
-  for (std::string line; std::getline(f, line);) ++n;
-  if (f.bad()) throw InputError(fmt::format("--raw-data-file {}: read failed", path));
-  return n;
-}
+namespace {
+struct Samples {
+  std::vector<float> features;  // [labels.size(), kStride]
+  std::vector<int> labels;
+  std::int64_t lines = 0;  // lines read
+};
 
-std::unique_ptr<Dataset> read_criteo(const std::string& path, const DlrmShape& shape, std::int64_t first,
-                                     std::int64_t count, const std::string& name) {
+// The lines [first, first + count) of `path` (count -1: to the end), parsed. Throws as read_criteo.
+Samples read_lines(const std::string& path, const DlrmShape& shape, std::int64_t first, std::int64_t count) {
   if (shape.dense_features != kCriteoDenseFeatures || shape.tables != kCriteoTables || shape.lookups != 1) {
     throw InputError(fmt::format("--raw-data-file {}: Criteo's lines have 13 integer and 26 categorical features, "
                                  "one id each; the model has --dense-features {}, --tables {}, --lookups {}",
@@ -104,23 +102,47 @@ std::unique_ptr<Dataset> read_criteo(const std::string& path, const DlrmShape& s
   check_dlrm_shape(shape);
   std::ifstream f(path);
   if (!f) throw InputError(fmt::format("--raw-data-file {}: cannot open", path));
-  std::vector<float> features;
-  std::vector<int> labels;
-  std::int64_t line_no = 0;
+  Samples out;
   for (std::string line; std::getline(f, line);) {
-    ++line_no;
-    if (line_no <= first) continue;
-    if (count >= 0 && line_no > first + count) break;
-    features.resize(features.size() + CriteoDataset::kStride);
-    labels.push_back(parse_line(line, shape.rows, features.data() + features.size() - CriteoDataset::kStride,
-                                fmt::format("{}:{}", path, line_no)));
+    ++out.lines;
+    if (out.lines <= first) continue;
+    if (count >= 0 && out.lines > first + count) break;
+    out.features.resize(out.features.size() + CriteoDataset::kStride);
+    out.labels.push_back(parse_line(line, shape.rows,
+                                    out.features.data() + out.features.size() - CriteoDataset::kStride,
+                                    fmt::format("{}:{}", path, out.lines)));
   }
   if (f.bad()) throw InputError(fmt::format("--raw-data-file {}: read failed", path));
-  if (labels.empty()) {
+  return out;
+}
+}  // namespace
+
+std::unique_ptr<Dataset> read_criteo(const std::string& path, const DlrmShape& shape, std::int64_t first,
+                                     std::int64_t count, const std::string& name) {
+  Samples s = read_lines(path, shape, first, count);
+  if (s.labels.empty()) {
     throw InputError(
-        fmt::format("--raw-data-file {}: no line from line {} on ({} lines in the file)", path, first + 1, line_no));
+        fmt::format("--raw-data-file {}: no line from line {} on ({} lines in the file)", path, first + 1, s.lines));
   }
-  return std::make_unique<CriteoDataset>(std::move(features), std::move(labels), name);
+  return std::make_unique<CriteoDataset>(std::move(s.features), std::move(s.labels), name);
+}
+
+CriteoSplit read_criteo_split(const std::string& path, const DlrmShape& shape, const std::string& name) {
+  Samples s = read_lines(path, shape, 0, -1);
+  const auto n = static_cast<std::int64_t>(s.labels.size());
+  if (n < 2) {
+    throw InputError(
+        fmt::format("--raw-data-file {}: {} line(s); training and held-out samples need at least 2", path, n));
+  }
+  const std::int64_t train_n = n - std::max<std::int64_t>(1, n / 7);
+  const auto cut = static_cast<std::ptrdiff_t>(train_n);
+  const auto stride = static_cast<std::ptrdiff_t>(CriteoDataset::kStride);
+  std::vector<float> test_features(s.features.begin() + cut * stride, s.features.end());
+  std::vector<int> test_labels(s.labels.begin() + cut, s.labels.end());
+  s.features.resize(static_cast<std::size_t>(cut * stride));
+  s.labels.resize(static_cast<std::size_t>(cut));
+  return {std::make_unique<CriteoDataset>(std::move(s.features), std::move(s.labels), name + "/train"),
+          std::make_unique<CriteoDataset>(std::move(test_features), std::move(test_labels), name + "/test")};
 }
 
 }  // namespace dpbench

@@ -29,7 +29,12 @@ inline constexpr std::size_t kCriteoTables = 26;
 std::unique_ptr<Dataset> read_criteo(const std::string& path, const DlrmShape& shape, std::int64_t first,
                                      std::int64_t count, const std::string& name);
 
-// The number of lines of the file at `path`. Throws InputError naming it when it cannot be read.
-std::int64_t count_lines(const std::string& path);
+// The whole file read once: its last seventh of lines (at least one; the Kaggle set's last day)
+// held out as `test`, the rest `train`, named name + "/train" and "/test". Throws as read_criteo,
+// and InputError naming the file when it holds fewer than 2 lines.
+struct CriteoSplit {
+  std::unique_ptr<Dataset> train, test;
+};
+CriteoSplit read_criteo_split(const std::string& path, const DlrmShape& shape, const std::string& name);
 
 }  // namespace dpbench
