@@ -106,8 +106,9 @@ class AllreduceRank final : public ReplicaRank {
 }  // namespace
 
 std::vector<CollectiveKind> allreduce_probed_collectives(const TrainConfig& config) {
-  std::vector<CollectiveKind> kinds{CollectiveKind::allreduce};
-  if (config.model.dlrm.sparse_grad) kinds.insert(kinds.end(), kSparseProbeRounds / 2, CollectiveKind::allgather);
+  std::vector<CollectiveKind> kinds(config.model.dlrm.sparse_grad ? 1 + kSparseProbeRounds / 2 : 1,
+                                    CollectiveKind::allgather);
+  kinds.front() = CollectiveKind::allreduce;
   return kinds;
 }
 

@@ -216,19 +216,32 @@ std::string unsimulated(const Strategy& strategy, const TrainConfig& config, con
 }
 }  // namespace
 
-std::optional<std::vector<double>> SimulationMemo::find(const Key& key) const {
+std::optional<std::variant<double, std::string>> SimulationMemo::find(const Key& key) const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = figures_.find(key);
-  if (it == figures_.end()) return std::nullopt;
+  const auto it = steps_.find(key);
+  if (it == steps_.end()) return std::nullopt;
   return it->second;
 }
 
-void SimulationMemo::put(const Key& key, std::vector<double> figures) {
+void SimulationMemo::put(const Key& key, std::variant<double, std::string> step) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  figures_[key] = std::move(figures);
+  steps_[key] = std::move(step);
 }
 
 namespace {
+// The schedule on the platform: the critical path where no link is shared, else SimGrid within
+// kMaxSimGridMessages. Throws Error past it (and what the simulators throw).
+SimulationResult play(const StepSchedule& schedule, const SimPlatform& platform) {
+  if (auto r = evaluate_uncontended(schedule, platform, 1)) return *std::move(r);
+  const double messages = static_cast<double>(schedule.messages());
+  if (messages > kMaxSimGridMessages) {
+    throw Error(fmt::format("{:.1f} million messages over shared links, which SimGrid plays one by one: more than the "
+                            "{:.0f} million a projected point may give it",
+                            messages / 1e6, kMaxSimGridMessages / 1e6));
+  }
+  return simulate(schedule, platform, 1);
+}
+
 // The schedule's inputs for a projected point: p ranks of per_rank_batch samples each.
 ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
                             const LinkModel& link, int p, double per_rank_batch) {
@@ -254,9 +267,45 @@ ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config,
   return in;
 }
 
-// The point at p ranks from smaller ones (sim/extrapolate.hpp): the step and node 0's NIC bytes
-// at n, 2n and 4n nodes, when all three grow by the same amount per node; null when they do not,
-// or when the platform's nodes are not all alike on one switch (then the step is not affine).
+// The messages of the whole schedule at p ranks, estimated from the schedules at 2 and 4 nodes'
+// ranks as a power of the rank count (a ring's grow as p^2, a root's as p), to refuse a point
+// before building what could not be held.
+double estimated_messages(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
+                          const LinkModel& link, int ranks_per_node, int p, double per_rank_batch) {
+  const int small = 2 * std::max(1, ranks_per_node), large = 2 * small;
+  if (p <= large) return 0;
+  const auto messages_at = [&](int q) {
+    StepSchedule schedule(q);
+    strategy.schedule(point_inputs(strategy, config, model, link, q, per_rank_batch), schedule);
+    return static_cast<double>(schedule.messages());
+  };
+  const double a = messages_at(small), b = messages_at(large);
+  if (!(a > 0)) return b;
+  return b * std::pow(static_cast<double>(p) / large, std::log2(b / a));
+}
+
+// Why the whole schedule at p ranks is beyond kMaxPlayedMessages; "" when it is not.
+std::string over_budget(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
+                        const LinkModel& link, int ranks_per_node, int p, double per_rank_batch) {
+  const double m = estimated_messages(strategy, config, model, link, ranks_per_node, p, per_rank_batch);
+  if (m <= kMaxPlayedMessages) return "";
+  return fmt::format("about {:.0f} million messages in the whole schedule of {} ranks: more than the {:.0f} million a "
+                     "projected point may play",
+                     m / 1e6, p, kMaxPlayedMessages / 1e6);
+}
+
+// Node 0's NIC bytes {out, in} per step at p ranks, from the programs of node 0's ranks alone.
+std::pair<double, double> node0_bytes_at(const Strategy& strategy, const ScheduleInputs& in, const SimPlatform& pf,
+                                         int p) {
+  StepSchedule node0 = StepSchedule::only_ranks(p, std::min(p, pf.ranks_per_node));
+  strategy.schedule(in, node0);
+  return node0_bytes(node0, pf, p);
+}
+
+// The point at p ranks from smaller ones (sim/extrapolate.hpp): the step at n, 2n and 4n nodes,
+// when it grows by the same amount per node over both doublings; null when it does not, or when
+// the platform's nodes are not all alike on one switch (then the step is not affine). Node 0's
+// NIC bytes are counted at p itself. Throws Error when a smaller point is beyond the budgets.
 nlohmann::json extrapolated_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
                                   const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
                                   SimulationMemo* memo) {
@@ -264,39 +313,51 @@ nlohmann::json extrapolated_point(const Strategy& strategy, const TrainConfig& c
   if (!alike_on_one_switch(platform) || p % rpn != 0) return nullptr;
   double wall = 0;
   long messages = 0;
-  const auto figures_at = [&](int n) {
+  const auto step_at = [&](int n) {
     const int q = n * rpn;
     const SimulationMemo::Key key{static_cast<int>(strategy.mode), static_cast<int>(config.transport), q,
                                   per_rank_batch};
-    if (memo != nullptr) {
-      if (auto known = memo->find(key)) return *known;
+    if (auto known = memo != nullptr ? memo->find(key) : std::nullopt) {
+      if (const auto* why = std::get_if<std::string>(&*known)) throw Error(fmt::format("at {} ranks: {}", q, *why));
+      return std::vector<double>{std::get<double>(*known)};
+    }
+    const std::string over = over_budget(strategy, config, model, link, rpn, q, per_rank_batch);
+    if (!over.empty()) {
+      if (memo != nullptr) memo->put(key, over);
+      throw Error(fmt::format("at {} ranks: {}", q, over));
     }
     StepSchedule schedule(q);
     strategy.schedule(point_inputs(strategy, config, model, link, q, per_rank_batch), schedule);
+    schedule.shrink_to_fit();
     SimPlatform played = platform;
     played.nodes.resize(static_cast<std::size_t>(n));
-    const SimulationResult r = simulate_fast(schedule, played, 1);
-    wall += r.wall_s;
-    messages += r.messages;
-    const auto [out, in] = node0_bytes(schedule, played, q);
-    std::vector<double> figures{r.step_s, out, in};
-    if (memo != nullptr) memo->put(key, figures);
-    return figures;
+    try {
+      const SimulationResult r = play(schedule, played);
+      wall += r.wall_s;
+      messages += r.messages;
+      if (memo != nullptr) memo->put(key, r.step_s);
+      return std::vector<double>{r.step_s};
+    } catch (const Error& e) {
+      if (memo != nullptr) memo->put(key, std::string(e.what()));
+      throw Error(fmt::format("at {} ranks: {}", q, e.what()));
+    }
   };
-  const auto x = extrapolate_in_nodes(p / rpn, figures_at);
+  const auto x = extrapolate_in_nodes(p / rpn, step_at);
   if (!x) return nullptr;
   std::vector<int> from;
   for (int n : x->from_nodes) from.push_back(n * rpn);
   const SimNode& nic = platform.nodes.front();
   const double step = x->figures[0];
+  const auto [out, in] = node0_bytes_at(strategy, point_inputs(strategy, config, model, link, p, per_rank_batch),
+                                        platform, p);
   return {{"simulated_step_s", step},
           {"wall_s", wall},
           {"messages", messages},
           {"engine", "extrapolated in nodes from the simulations of extrapolated_from_ranks"},
           {"extrapolated_from_ranks", from},
-          {"node0_nic_time_fraction",
-           (x->figures[1] / nic.up_bytes_per_s + x->figures[2] / nic.down_bytes_per_s) / step}};
+          {"node0_nic_time_fraction", (out / nic.up_bytes_per_s + in / nic.down_bytes_per_s) / step}};
 }
+
 }  // namespace
 
 nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
@@ -314,24 +375,28 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
       return {{"unavailable", e.what()}};
     }
   }
+  const SimulationMemo::Key key{static_cast<int>(strategy.mode), static_cast<int>(config.transport), p, per_rank_batch};
+  if (fold == 0) {
+    const std::string over = over_budget(strategy, config, model, link, std::max(1, platform.ranks_per_node), p,
+                                         per_rank_batch);
+    if (memo != nullptr && !over.empty() && !what_if) memo->put(key, over);
+    if (!over.empty()) return {{"unavailable", over + " (it neither folds onto two nodes nor extrapolates in nodes)"}};
+  }
   StepSchedule schedule(p, fold);
   strategy.schedule(in, schedule);
+  schedule.shrink_to_fit();
   try {
     schedule.settle_folded_messages();
     SimPlatform played = platform;
     if (fold > 0) played.nodes.resize(static_cast<std::size_t>(fold / platform.ranks_per_node));
-    const SimulationResult r = simulate_fast(schedule, played, 1);
+    const SimulationResult r = play(schedule, played);
     nlohmann::json out = {
         {"simulated_step_s", r.step_s}, {"wall_s", r.wall_s}, {"messages", r.messages}, {"engine", r.config["engine"]}};
     if (fold > 0) out["folded_onto_ranks"] = fold;
     if (!platform.nodes.empty()) {
       out["node0_nic_time_fraction"] = nic_time_fraction(schedule, played, fold > 0 ? fold : p, r.step_s);
     }
-    if (memo != nullptr && fold == 0 && !what_if) {
-      const auto [bytes_out, bytes_in] = node0_bytes(schedule, played, p);
-      memo->put({static_cast<int>(strategy.mode), static_cast<int>(config.transport), p, per_rank_batch},
-                {r.step_s, bytes_out, bytes_in});
-    }
+    if (memo != nullptr && fold == 0 && !what_if) memo->put(key, r.step_s);
     if (!what_if) return out;
     const int nodes = static_cast<int>(platform.nodes.size());
     if (platform.nodes_per_leaf > 0 && platform.nodes_per_leaf < nodes) {
@@ -340,16 +405,17 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
       for (const SimNode& n : platform.nodes) fastest = std::max(fastest, n.up_bytes_per_s);
       open.leaf_up_bytes_per_s = platform.nodes_per_leaf * fastest;
       if (open.leaf_up_bytes_per_s > platform.leaf_up_bytes_per_s)
-        out["non_blocking_step_s"] = simulate_fast(schedule, open, 1).step_s;
+        out["non_blocking_step_s"] = play(schedule, open).step_s;
     }
     if (nodes >= 2) {
       SimPlatform slow = platform;
       slow.nodes.back().up_bytes_per_s *= kWhatIfStragglerShare;
       slow.nodes.back().down_bytes_per_s *= kWhatIfStragglerShare;
-      out["straggler_step_s"] = simulate_fast(schedule, slow, 1).step_s;
+      out["straggler_step_s"] = play(schedule, slow).step_s;
     }
     return out;
   } catch (const Error& e) {
+    if (memo != nullptr && fold == 0 && !what_if) memo->put(key, std::string(e.what()));
     return {{"unavailable", e.what()}};
   }
 }

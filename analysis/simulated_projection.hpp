@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +56,13 @@ inline constexpr double kWhatIfStragglerShare = 0.5;
 // threshold).
 inline constexpr double kNicSaturated = 0.9;
 
+// What one projected point may play message by message: a whole schedule of more messages is not
+// built (each costs about 50 bytes held and ~70 ns on the critical path), and a schedule whose
+// links are shared goes to SimGrid only up to kMaxSimGridMessages (about 5 us each there on a
+// 2-core machine). A point beyond either is "unavailable", with the count.
+inline constexpr double kMaxPlayedMessages = 80e6;
+inline constexpr double kMaxSimGridMessages = 4e6;
+
 // Applies --topology's preset to the options the user left unset (ranks per node, --intra-link,
 // --node-link). Throws InputError naming an unknown preset, --topology or --what-if without
 // --simulate, and --platform beside --topology, --what-if or any option that describes a
@@ -70,19 +78,21 @@ void check_node_link_of(const TopologyOptions& o, int max_ranks);
 // The platform of `world_size` ranks. Throws InputError naming the option at fault.
 SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size);
 
-// The figures of a projection's whole (unfolded) simulated points, {step_s, node 0's NIC bytes
-// out, in}, by (mode, transport, world size, per-rank batch): extrapolating a larger point in
-// nodes (sim/extrapolate.hpp) reuses the smaller points already simulated. One per projection
-// (its model, link and platform fixed); safe to share between threads.
+// The simulated steps of a projection's whole (unfolded) points, by (mode, transport, world size,
+// per-rank batch), or why a point could not be played: extrapolating a larger point in nodes
+// (sim/extrapolate.hpp) reuses the smaller points already simulated, and does not try again what
+// was beyond the budgets. One per projection (its model, link and platform fixed); safe to share
+// between threads.
 class SimulationMemo {
  public:
   using Key = std::tuple<int, int, int, double>;
-  std::optional<std::vector<double>> find(const Key& key) const;
-  void put(const Key& key, std::vector<double> figures);
+  // The step in seconds, or the reason it is unavailable; nullopt when not yet simulated.
+  std::optional<std::variant<double, std::string>> find(const Key& key) const;
+  void put(const Key& key, std::variant<double, std::string> step);
 
  private:
   mutable std::mutex mutex_;
-  std::map<Key, std::vector<double>> figures_;
+  std::map<Key, std::variant<double, std::string>> steps_;
 };
 
 // The simulated step of `strategy` (with config's transport) at world size p, every rank
@@ -93,7 +103,8 @@ class SimulationMemo {
 // How: folded onto two nodes' ranks where the schedule is rotation-symmetric; else, on 32 nodes
 // or more alike on one switch, extrapolated in nodes where the step grows affinely (with
 // "extrapolated_from_ranks"); else whole. Each played by sim/critical_path.hpp where no link
-// carries two transfers at once, else by SimGrid ("engine" says which). `memo` (may be null)
+// carries two transfers at once, else by SimGrid ("engine" says which), within the budgets above.
+// `memo` (may be null)
 // lends and keeps whole points' figures.
 // With `what_if`, also "non_blocking_step_s" (the tree's uplinks at their nodes' full rate, when
 // oversubscribed) and "straggler_step_s" (the last node's NIC at kWhatIfStragglerShare, with 2

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,7 +21,7 @@
 
 namespace dpbench {
 
-enum class ScheduleOpKind {
+enum class ScheduleOpKind : std::uint8_t {
   compute,     // spend `seconds` on the rank's processor
   send,        // start sending `bytes` to `peer` (completes at a later wait_all)
   recv,        // start receiving `bytes` from `peer` (completes at a later wait_recvs or wait_all)
@@ -32,20 +33,42 @@ enum class ScheduleOpKind {
 
 // The collective a message belongs to (p2p: none), so that a simulator can give each its engine's
 // calibrated speed (sim/simulate.hpp).
-enum class CollectiveKind : int { p2p, allreduce, reduce, broadcast, reduce_scatter, allgather, scatter, gather };
+enum class CollectiveKind : std::uint8_t {
+  p2p,
+  allreduce,
+  reduce,
+  broadcast,
+  reduce_scatter,
+  allgather,
+  scatter,
+  gather
+};
 inline constexpr int kCollectiveKinds = 8;
 // "p2p", "allreduce", "reduce", "broadcast", "reduce_scatter", "allgather", "scatter", "gather".
 const char* collective_name(CollectiveKind kind);
 
+// 16 bytes, as a 16,384-rank schedule holds hundreds of millions of ops: one number (a send's or
+// receive's bytes, a compute's seconds) and one index (a send's or receive's peer, an event),
+// each read through the accessor the op's kind names.
 struct ScheduleOp {
+  double amount = 0;        // send, recv: bytes; compute: seconds
+  std::int32_t index = -1;  // send, recv: the peer; record, wait_event: the event
   ScheduleOpKind kind = ScheduleOpKind::compute;
-  int peer = -1;                                    // send, recv: the other rank
-  double bytes = 0;                                 // send, recv
-  double seconds = 0;                               // compute
-  int event = -1;                                   // record, wait_event: an event of this rank
-  const char* label = "";                           // compute: "forward", "backward", "optimizer", ...
   CollectiveKind collective = CollectiveKind::p2p;  // send, recv
+  std::uint16_t label_id = 0;                       // compute: schedule_label()'s number of its label
+
+  double bytes() const { return amount; }
+  double seconds() const { return amount; }
+  int peer() const { return index; }
+  int event() const { return index; }
+  // compute: "forward", "backward", "optimizer", ...; "" for other kinds.
+  const char* label() const;
 };
+static_assert(sizeof(ScheduleOp) == 16);
+
+// The number of a compute op's label (interned once per distinct text; thread-safe). Throws Error
+// past 65,535 distinct labels.
+std::uint16_t schedule_label(const char* label);
 
 // n floats split over p segments: n / p each, the last one also the remainder. [p]
 std::vector<std::size_t> even_counts(std::size_t n, int p);
@@ -70,11 +93,17 @@ class StepSchedule {
  public:
   // Throws Error when world_size < 1, or when played is not 0 or a divisor of world_size.
   explicit StepSchedule(int world_size, int played = 0);
+  // The programs of ranks 0..kept-1 only, their peers as they are: what those ranks send and
+  // receive (bytes_sent(), node_link_bytes() of their node) at any world size, for the cost of
+  // their own ops. Not to be played or matched. Throws Error unless 1 <= kept <= world_size.
+  static StepSchedule only_ranks(int world_size, int kept);
 
   int world_size() const { return world_; }
   // The programs kept: world_size() of them, or `played` when folded.
   const std::vector<RankProgram>& ranks() const { return ranks_; }
-  bool folded() const { return static_cast<int>(ranks_.size()) < world_; }
+  bool folded() const { return wrap_peers_ && static_cast<int>(ranks_.size()) < world_; }
+  // Whether `rank`'s ops are kept (every rank's unless folded or only_ranks()).
+  bool keeps(int rank) const { return rank < static_cast<int>(ranks_.size()); }
   // Folded: gives every receive the bytes of the send it meets (the ranks that stand for one
   // another differ by a chunk's remainder of at most world_size floats). Throws Error when the
   // sends and receives of a pair of ranks do not pair up (the schedule was not symmetric).
@@ -97,6 +126,11 @@ class StepSchedule {
   // Which collectives the schedule's messages belong to, [kCollectiveKinds].
   std::vector<bool> collectives_used() const;
 
+  // Gives back the streams' spare capacity (a built schedule of 60 million messages holds a third
+  // more than its ops otherwise).
+  void shrink_to_fit();
+  // The sends of the ranks kept, over every stream.
+  long messages() const;
   // Bytes rank `rank` sends / receives in the step, over every stream.
   double bytes_sent(int rank) const;
   double bytes_received(int rank) const;
@@ -112,12 +146,11 @@ class StepSchedule {
 
  private:
   std::vector<ScheduleOp>& stream_of(int rank, int stream);
-  // Whether `rank`'s ops are kept (every rank's unless folded).
-  bool kept(int rank) const { return rank < static_cast<int>(ranks_.size()); }
-  int peer_of(int peer) const { return peer % static_cast<int>(ranks_.size()); }
+  int peer_of(int peer) const { return wrap_peers_ ? peer % static_cast<int>(ranks_.size()) : peer; }
   int world_ = 0;
   std::vector<RankProgram> ranks_;
   CollectiveKind collective_ = CollectiveKind::p2p;
+  bool wrap_peers_ = true;  // false: only_ranks()
 };
 
 // One round of a pairwise exchange (Communicator::sendrecv) on `stream`: every rank r sends

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <limits>
 #include <unordered_map>
 #include <utility>
@@ -162,7 +161,7 @@ class Evaluator {
       }
       const ScheduleOp& op = (*st.ops)[st.pc];
       switch (op.kind) {
-        case ScheduleOpKind::compute: st.t += op.seconds > 0 ? op.seconds : 0.0; break;
+        case ScheduleOpKind::compute: st.t += op.seconds() > 0 ? op.seconds() : 0.0; break;
         case ScheduleOpKind::send:
           st.t += overhead(st.rank, op);
           st.comms[0].push_back(post(st, op, 0, ready));
@@ -175,9 +174,9 @@ class Evaluator {
         case ScheduleOpKind::wait_all:
           if (!wait_lists(st, i, false)) return;
           break;
-        case ScheduleOpKind::record: record(st, op.event, ready); break;
+        case ScheduleOpKind::record: record(st, op.event(), ready); break;
         case ScheduleOpKind::wait_event:
-          if (!acquire(st, i, op.event)) return;
+          if (!acquire(st, i, op.event())) return;
           break;
       }
       ++st.pc;
@@ -216,28 +215,30 @@ class Evaluator {
 
   double overhead(int rank, const ScheduleOp& op) const {
     const auto k = static_cast<std::size_t>(op.collective);
-    if (k >= pf_.engine_overhead_s.size() || links_.node(rank) == links_.node(op.peer)) return 0.0;
+    if (k >= pf_.engine_overhead_s.size() || links_.node(rank) == links_.node(op.peer())) return 0.0;
     return pf_.engine_overhead_s[k];
   }
 
   // Posts st's side of op's transfer at st.t; matches it with the other side's oldest unmatched
   // post on the same mailbox (stream, sender, receiver), as SimGrid's mailboxes do.
   int post(const Stream& st, const ScheduleOp& op, int side, std::vector<int>& ready) {
-    const int from = side == 0 ? st.rank : op.peer, to = side == 0 ? op.peer : st.rank;
+    const int from = side == 0 ? st.rank : op.peer(), to = side == 0 ? op.peer() : st.rank;
     const std::uint64_t key = (static_cast<std::uint64_t>(st.index) << 48) | (static_cast<std::uint64_t>(from) << 24) |
                               static_cast<std::uint64_t>(to);
-    std::deque<int>& waiting = boxes_[key][1 - side];
-    if (waiting.empty()) {
+    Box& box = boxes_[key];
+    std::vector<int>& waiting = box.posts[1 - side];
+    std::size_t& head = box.head[1 - side];
+    if (head == waiting.size()) {
       const int id = new_comm();
       Comm& c = comms_[static_cast<std::size_t>(id)];
       c.posted[side] = st.t;
-      c.bytes = op.bytes;
+      c.bytes = op.bytes();
       c.kind = op.collective;
-      boxes_[key][side].push_back(id);
+      box.posts[side].push_back(id);
       return id;
     }
-    const int id = waiting.front();
-    waiting.pop_front();
+    const int id = waiting[head++];
+    if (head == waiting.size() && box.head[side] == box.posts[side].size()) boxes_.erase(key);  // a p2p pair's only
     Comm& c = comms_[static_cast<std::size_t>(id)];
     c.posted[side] = st.t;
     start(c, from, to);
@@ -321,7 +322,13 @@ class Evaluator {
   std::vector<Stream> streams_;
   std::vector<Comm> comms_;
   std::vector<int> free_;
-  std::unordered_map<std::uint64_t, std::deque<int>[2]> boxes_;  // unmatched posts, [side]
+  // A mailbox's unmatched posts, [side], the first `head` of them matched already. Erased once
+  // empty: a p2p schedule's p^2 pairs would otherwise hold one each.
+  struct Box {
+    std::vector<int> posts[2];
+    std::size_t head[2] = {0, 0};
+  };
+  std::unordered_map<std::uint64_t, Box> boxes_;
   long messages_ = 0;
   bool ok_ = true;
 };

@@ -134,6 +134,25 @@ TEST(Schedule, AnUnmatchedSendIsNamed) {
   }
 }
 
+// The pairing is by order: the same bytes received in another order are a mismatch too.
+TEST(Schedule, MessagesReceivedInAnotherOrderAreUnmatched) {
+  StepSchedule s(2);
+  s.send(0, 0, 1, 100);
+  s.send(0, 0, 1, 200);
+  s.wait_all(0, 0);
+  s.recv(1, 0, 0, 200);
+  s.recv(1, 0, 0, 100);
+  s.wait_all(1, 0);
+  EXPECT_THROW(s.check_matched(), Error);
+  StepSchedule same(2);
+  same.send(0, 0, 1, 100);
+  same.send(0, 0, 1, 200);
+  same.recv(1, 0, 0, 100);
+  same.recv(1, 0, 0, 200);
+  EXPECT_NO_THROW(same.check_matched());
+  EXPECT_EQ(same.messages(), 2);
+}
+
 TEST(Schedule, UnknownEngineIsAnInputError) {
   StepSchedule s(2);
   EXPECT_THROW(Collectives(s, Backend::nccl), InputError);
@@ -301,6 +320,39 @@ TEST(Simulation, AFoldedRingPlaysLikeTheWholeOne) {
     find_strategy(mode).schedule(in, whole);
     EXPECT_FALSE(whole.is_rotation_symmetric(8)) << name(mode);
   }
+}
+
+// The programs of node 0's ranks alone (StepSchedule::only_ranks) count node 0's NIC bytes as the
+// whole schedule does, for every strategy and transport at 64 ranks of 8 per node.
+TEST(StepSchedule, NodeZerosRanksAloneCountItsNicBytes) {
+  const int p = 64, per_node = 8;
+  std::vector<int> node_of(p);
+  for (int r = 0; r < p; ++r) node_of[static_cast<std::size_t>(r)] = r / per_node;
+  for (const Mode mode : {Mode::ps, Mode::sharded_ps, Mode::allreduce}) {
+    for (const Transport transport : {Transport::collective, Transport::p2p}) {
+      ScheduleInputs in;
+      in.config.mode = mode;
+      in.config.transport = transport;
+      in.config.world_size = p;
+      in.config.global_batch = 8 * p;
+      in.engine = Backend::local;
+      in.num_params = 1'000'003;
+      in.buckets = {{500'000, 500'003, {}, 0.5}, {0, 500'000, {}, 0.5}};
+      in.input_floats = 784;
+      in.classes = 10;
+      in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, 0.002, 0.004, 0.001});
+      StepSchedule whole(p);
+      StepSchedule node0 = StepSchedule::only_ranks(p, per_node);
+      find_strategy(mode).schedule(in, whole);
+      find_strategy(mode).schedule(in, node0);
+      const auto a = whole.node_link_bytes(node_of, p / per_node).front();
+      const auto b = node0.node_link_bytes(node_of, p / per_node).front();
+      EXPECT_GT(a.first, 0.0) << mode << " " << transport;
+      EXPECT_EQ(a, b) << mode << " " << transport;
+      EXPECT_EQ(node0.ranks().size(), static_cast<std::size_t>(per_node));
+    }
+  }
+  EXPECT_THROW(StepSchedule::only_ranks(4, 5), Error);
 }
 
 // A two-level tree routes every rank through its own node's NIC and its own intra-node link.

@@ -236,7 +236,7 @@ class StreamActor {
   void play(const ScheduleOp& op) {
     switch (op.kind) {
       case ScheduleOpKind::compute:
-        if (op.seconds > 0) sg4::this_actor::sleep_for(op.seconds);
+        if (op.seconds() > 0) sg4::this_actor::sleep_for(op.seconds());
         break;
       case ScheduleOpKind::send:
         send(op);
@@ -244,12 +244,12 @@ class StreamActor {
         break;
       case ScheduleOpKind::recv: {
         // A message the sender splits (send()) arrives as its head, then its tail.
-        const double tail = buffered(op.peer, rank_, op.bytes);
-        const int parts = tail > 0 && tail < op.bytes ? 2 : 1;
+        const double tail = buffered(op.peer(), rank_, op.bytes());
+        const int parts = tail > 0 && tail < op.bytes() ? 2 : 1;
         for (int i = 0; i < parts; ++i) {
           sinks_.emplace_back(nullptr);
-          auto comm = mailbox(op.peer, rank_)->get_init()->set_dst_data(reinterpret_cast<void**>(&sinks_.back()));
-          cap(*comm, op.peer, rank_, op.collective);
+          auto comm = mailbox(op.peer(), rank_)->get_init()->set_dst_data(reinterpret_cast<void**>(&sinks_.back()));
+          cap(*comm, op.peer(), rank_, op.collective);
           comm->start();
           recvs_.push_back(comm);
         }
@@ -265,8 +265,8 @@ class StreamActor {
         wait(heads_);
         sinks_.clear();
         break;
-      case ScheduleOpKind::record: events_.at(static_cast<std::size_t>(op.event))->release(); break;
-      case ScheduleOpKind::wait_event: events_.at(static_cast<std::size_t>(op.event))->acquire(); break;
+      case ScheduleOpKind::record: events_.at(static_cast<std::size_t>(op.event()))->release(); break;
+      case ScheduleOpKind::wait_event: events_.at(static_cast<std::size_t>(op.event()))->acquire(); break;
     }
   }
 
@@ -284,7 +284,7 @@ class StreamActor {
   // The engine's per-message cost of a message of this stream to another node (0 within a node).
   double overhead(const ScheduleOp& op) const {
     const auto k = static_cast<std::size_t>(op.collective);
-    if (k >= pf_.engine_overhead_s.size() || rank_ / pf_.ranks_per_node == op.peer / pf_.ranks_per_node) return 0.0;
+    if (k >= pf_.engine_overhead_s.size() || rank_ / pf_.ranks_per_node == op.peer() / pf_.ranks_per_node) return 0.0;
     return pf_.engine_overhead_s[k];
   }
   // A message between nodes leaves as its head (all but its last send_buffer_bytes), which the
@@ -292,19 +292,19 @@ class StreamActor {
   // goes on (TCP's send buffer); a message no larger than the buffer leaves at once, detached.
   void send(const ScheduleOp& op) {
     if (const double o = overhead(op); o > 0) sg4::this_actor::sleep_for(o);
-    const double tail = buffered(rank_, op.peer, op.bytes);
-    if (tail >= op.bytes && tail > 0) {
-      auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes));
-      cap(*comm, rank_, op.peer, op.collective);
+    const double tail = buffered(rank_, op.peer(), op.bytes());
+    if (tail >= op.bytes() && tail > 0) {
+      auto comm = mailbox(rank_, op.peer())->put_init(&token_, static_cast<uint64_t>(op.bytes()));
+      cap(*comm, rank_, op.peer(), op.collective);
       comm->detach();
       return;
     }
-    auto comm = mailbox(rank_, op.peer)->put_init(&token_, static_cast<uint64_t>(op.bytes - tail));
-    cap(*comm, rank_, op.peer, op.collective);
+    auto comm = mailbox(rank_, op.peer())->put_init(&token_, static_cast<uint64_t>(op.bytes() - tail));
+    cap(*comm, rank_, op.peer(), op.collective);
     comm->start();
     if (tail > 0) {
       heads_.push_back(comm);
-      tails_.emplace_back(op.peer, tail);
+      tails_.emplace_back(op.peer(), tail);
       tail_kinds_.push_back(op.collective);
     } else {
       sends_.push_back(comm);
