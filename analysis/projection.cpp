@@ -299,6 +299,12 @@ struct Inputs {
   }
 };
 
+// The topology's platform of p ranks, its NICs at the projection's link where --node-link is not
+// given (half the link's alpha on each side of the switch).
+SimPlatform link_platform(const TopologyOptions& o, const LinkModel& link, int p) {
+  return topology_platform(o, 1.0 / link.beta_s_per_byte, link.alpha_s / 2.0, p);
+}
+
 // --simulate: every curve's point at world size p (the last curves.size() entries of points)
 // gets its "simulation", all curves at once, each in a child process (sim/simulate.hpp).
 void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
@@ -360,7 +366,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   for (int p = 1; p <= o.max_ranks && scaling.rank_batch(p) >= 1.0; p *= 2) {
     const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
-    const SimPlatform platform = o.topology.simulate ? topology_platform(o.topology, link, p) : SimPlatform{};
+    const SimPlatform platform = o.topology.simulate ? link_platform(o.topology, link, p) : SimPlatform{};
     for (std::size_t i = 0; i < curves.size(); ++i) {
       const std::string& key = curves[i].curve.key;
       const StepPrediction pred = predict_step(model, link, key, p, b);
@@ -493,7 +499,7 @@ void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const 
 
 // With --simulate, the projection file's "topology" block; checks a --platform file first.
 void describe_topology(const ProjectOptions& o, const ProjectionLink& link, nlohmann::json& doc) {
-  const SimPlatform largest = topology_platform(o.topology, link.model, o.max_ranks);
+  const SimPlatform largest = link_platform(o.topology, link.model, o.max_ranks);
   check_platform_file(largest);
   doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
                      {"ranks_per_node", o.topology.ranks_per_node},

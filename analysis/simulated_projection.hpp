@@ -19,36 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/simulate.hpp"
+#include "sim/topology.hpp"
 #include "train/alpha_beta_model.hpp"
 #include "train/strategy.hpp"
 
 namespace dpbench {
-
-struct TopologyOptions {
-  bool simulate = false;
-  int ranks_per_node = 1;
-  std::string node_link;                  // "" -> the projection's link bandwidth
-  std::string intra_link = "2960gbit";    // NVLink 4: 370 GB/s ring busbw (the nvlink4 preset)
-  int nodes_per_leaf = 0;                 // 0: every node on one switch
-  double oversubscription = 1.0;          // leaf uplink = nodes_per_leaf x node link / this
-  std::vector<std::string> node_link_of;  // "I=RATE"
-  std::string preset;                     // --topology: a datasheet node (topology_presets())
-  bool what_if = false;                   // --what-if: non-blocking and straggler variants
-  std::string platform_file;              // --platform: a SimGrid XML platform instead of the above
-};
-
-// A node as its datasheet describes it: ranks (GPUs) per node, each GPU's link inside the node and
-// the node's NICs together, as rates in tc's units.
-struct TopologyPreset {
-  std::string name;
-  int ranks_per_node;
-  std::string intra_link;
-  std::string node_link;
-  std::string source;
-};
-const std::vector<TopologyPreset>& topology_presets();
-// The datasheet a preset stands for; null for "" or an unknown name.
-nlohmann::json topology_preset_source(const std::string& name);
 
 // The straggler of --what-if: the last node's NIC at this share of its rate.
 inline constexpr double kWhatIfStragglerShare = 0.5;
@@ -61,22 +36,7 @@ inline constexpr double kNicSaturated = 0.9;
 // links are shared goes to SimGrid only up to kMaxSimGridMessages (about 5 us each there on a
 // 2-core machine). A point beyond either is "unavailable", with the count.
 inline constexpr double kMaxPlayedMessages = 80e6;
-inline constexpr double kMaxSimGridMessages = 4e6;
-
-// Applies --topology's preset to the options the user left unset (ranks per node, --intra-link,
-// --node-link). Throws InputError naming an unknown preset, --topology or --what-if without
-// --simulate, and --platform beside --topology, --what-if or any option that describes a
-// topology (`described_set`).
-void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool intra_link_set, bool node_link_set,
-                           bool described_set = false);
-
-// --node-link-of's node indices against the nodes of the largest projection (max_ranks ranks,
-// o.ranks_per_node per node), as the emulated cluster's --link-of checks its own: InputError
-// naming the first index outside them.
-void check_node_link_of(const TopologyOptions& o, int max_ranks);
-
-// The platform of `world_size` ranks. Throws InputError naming the option at fault.
-SimPlatform topology_platform(const TopologyOptions& o, const LinkModel& link, int world_size);
+inline constexpr double kMaxSimGridMessages = 8e6;
 
 // The simulated steps of a projection's whole (unfolded) points, by (mode, transport, world size,
 // per-rank batch), or why a point could not be played: extrapolating a larger point in nodes

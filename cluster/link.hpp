@@ -9,20 +9,12 @@
 #include <vector>
 
 #include "core/names.hpp"
+#include "core/rate.hpp"
 
 namespace dpbench::cluster {
 
-// A link rate as tc(8) writes it: "200mbit", "1gbit", "10gbit", "500kbit", "100mbps" (bytes).
-struct LinkRate {
-  std::string text;  // as the user gave it
-  double bits_per_s = 0;
-};
-
-// Parses a rate in tc's units: bit, kbit, mbit, gbit, tbit (bits per second, powers of 1000) and
-// bps, kbps, mbps, gbps, tbps (bytes per second). Throws InputError naming `option` when the text
-// is not a positive rate in one of those units, or is above max_bits_per_s (tc's shaping: 100 gbit;
-// a simulated link may be faster).
-LinkRate parse_rate(const std::string& text, const std::string& option, double max_bits_per_s = 100e9);
+using dpbench::LinkRate;    // core/rate.hpp
+using dpbench::parse_rate;  // core/rate.hpp
 
 // What `--nodes N --link RATE --link-of I=RATE --ranks-per-node K` ask for.
 struct ClusterSpec {
