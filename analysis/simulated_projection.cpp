@@ -112,16 +112,9 @@ void SimulationMemo::put(const Key& key, std::variant<double, std::string> step)
 
 namespace {
 // The schedule on the platform: the critical path where no link is shared, else SimGrid within
-// kMaxSimGridMessages. Throws Error past it (and what the simulators throw).
+// kMaxSimGridMessages (Error past it).
 SimulationResult play(const StepSchedule& schedule, const SimPlatform& platform) {
-  if (auto r = evaluate_uncontended(schedule, platform, 1)) return *std::move(r);
-  const double messages = static_cast<double>(schedule.messages());
-  if (messages > kMaxSimGridMessages) {
-    throw Error(fmt::format("{:.1f} million messages over shared links, which SimGrid plays one by one: more than the "
-                            "{:.0f} million a projected point may give it",
-                            messages / 1e6, kMaxSimGridMessages / 1e6));
-  }
-  return simulate(schedule, platform, 1);
+  return simulate_fast(schedule, platform, 1, kMaxSimGridMessages);
 }
 
 // The schedule's inputs for a projected point: p ranks of per_rank_batch samples each.

@@ -350,8 +350,15 @@ std::optional<SimulationResult> evaluate_uncontended(const StepSchedule& schedul
   return r;
 }
 
-SimulationResult simulate_fast(const StepSchedule& schedule, const SimPlatform& platform, int steps) {
+SimulationResult simulate_fast(const StepSchedule& schedule, const SimPlatform& platform, int steps,
+                               double max_simgrid_messages) {
   if (auto r = evaluate_uncontended(schedule, platform, steps)) return *std::move(r);
+  const double messages = static_cast<double>(schedule.messages());
+  if (messages > max_simgrid_messages) {
+    throw Error(fmt::format("{:.1f} million messages over shared links, which SimGrid plays one by one: more than "
+                            "the {:.1f} million allowed",
+                            messages / 1e6, max_simgrid_messages / 1e6));
+  }
   return simulate(schedule, platform, steps);
 }
 

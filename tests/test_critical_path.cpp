@@ -211,6 +211,29 @@ TEST(NodeExtrapolation, AProjectedPointEqualsTheWholeSimulation) {
   EXPECT_NEAR(x["node0_nic_time_fraction"].get<double>() / whole["node0_nic_time_fraction"].get<double>(), 1.0, 1e-3);
 }
 
+// Two senders into one receiver share its link: no critical path, so SimGrid plays them, within
+// the budget only; past it the error names the count.
+TEST(CriticalPath, SimGridPlaysASharedLinkOnlyWithinItsBudget) {
+  SKIP_WITHOUT_SIMGRID();
+  StepSchedule s(3);
+  for (int r : {1, 2}) {
+    s.send(r, 0, 0, 1e6);
+    s.wait_all(r, 0);
+    s.recv(0, 0, r, 1e6);
+  }
+  s.wait_all(0, 0);
+  SimPlatform pf;
+  pf.nodes.assign(3, SimNode{1e8, 1e8, 1e-6});
+  EXPECT_FALSE(evaluate_uncontended(s, pf).has_value());
+  EXPECT_NEAR(simulate_fast(s, pf, 1, 2).step_s, 0.02, 0.002);  // 2 MB through a 100 MB/s link
+  try {
+    (void)simulate_fast(s, pf, 1, 1);
+    ADD_FAILURE() << "2 messages played on a budget of 1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("0.0 million messages over shared links"), std::string::npos) << e.what();
+  }
+}
+
 // sharded_ps's bucketed reduce-scatter over 128 nodes of 8 ranks (3 rings of 1,023 steps): not
 // folded (its buckets cover some servers' shards only), and affine only once its chain of ring
 // steps outweighs the rest (from about 16 nodes on), it is extrapolated from 128, 256 and 512
