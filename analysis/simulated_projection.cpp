@@ -233,6 +233,25 @@ nlohmann::json extrapolated_point(const Strategy& strategy, const TrainConfig& c
           {"node0_nic_time_fraction", (out / nic.up_bytes_per_s + in / nic.down_bytes_per_s) / step}};
 }
 
+// --what-if's variants of a whole schedule: the tree's uplinks at their nodes' full rate (when
+// oversubscribed) and the last node's NIC at kWhatIfStragglerShare (with 2 nodes or more).
+void add_what_if(const StepSchedule& schedule, const SimPlatform& platform, nlohmann::json& out) {
+  const int nodes = static_cast<int>(platform.nodes.size());
+  if (platform.nodes_per_leaf > 0 && platform.nodes_per_leaf < nodes) {
+    SimPlatform open = platform;
+    double fastest = 0;
+    for (const SimNode& n : platform.nodes) fastest = std::max(fastest, n.up_bytes_per_s);
+    open.leaf_up_bytes_per_s = platform.nodes_per_leaf * fastest;
+    if (open.leaf_up_bytes_per_s > platform.leaf_up_bytes_per_s)
+      out["non_blocking_step_s"] = play(schedule, open).step_s;
+  }
+  if (nodes >= 2) {
+    SimPlatform slow = platform;
+    slow.nodes.back().up_bytes_per_s *= kWhatIfStragglerShare;
+    slow.nodes.back().down_bytes_per_s *= kWhatIfStragglerShare;
+    out["straggler_step_s"] = play(schedule, slow).step_s;
+  }
+}
 }  // namespace
 
 nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
@@ -272,22 +291,7 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
       out["node0_nic_time_fraction"] = nic_time_fraction(schedule, played, fold > 0 ? fold : p, r.step_s);
     }
     if (memo != nullptr && fold == 0 && !what_if) memo->put(key, r.step_s);
-    if (!what_if) return out;
-    const int nodes = static_cast<int>(platform.nodes.size());
-    if (platform.nodes_per_leaf > 0 && platform.nodes_per_leaf < nodes) {
-      SimPlatform open = platform;
-      double fastest = 0;
-      for (const SimNode& n : platform.nodes) fastest = std::max(fastest, n.up_bytes_per_s);
-      open.leaf_up_bytes_per_s = platform.nodes_per_leaf * fastest;
-      if (open.leaf_up_bytes_per_s > platform.leaf_up_bytes_per_s)
-        out["non_blocking_step_s"] = play(schedule, open).step_s;
-    }
-    if (nodes >= 2) {
-      SimPlatform slow = platform;
-      slow.nodes.back().up_bytes_per_s *= kWhatIfStragglerShare;
-      slow.nodes.back().down_bytes_per_s *= kWhatIfStragglerShare;
-      out["straggler_step_s"] = play(schedule, slow).step_s;
-    }
+    if (what_if) add_what_if(schedule, platform, out);
     return out;
   } catch (const Error& e) {
     if (memo != nullptr && fold == 0 && !what_if) memo->put(key, std::string(e.what()));

@@ -153,6 +153,27 @@ TEST(CriticalPath, ADeadlockIsLeftToSimGridToReport) {
   EXPECT_FALSE(evaluate_uncontended(s, pf, 1).has_value());
 }
 
+// A model of 2 million parameters (8 MB), 0.2 ms per sample, 1 ms of optimizer.
+StepModel small_model() {
+  StepModel model;
+  model.per_sample_compute_s = 2e-4;
+  model.optimizer_s = 1e-3;
+  model.param_bytes = 8e6;
+  model.sample_bytes = 3136;
+  model.logit_bytes = 40;
+  return model;
+}
+
+// `nodes` nodes of 8 ranks on NVLink (370 GB/s), each with a 400 Gbit/s NIC, on one switch.
+SimPlatform nodes_of_8(int nodes) {
+  SimPlatform pf;
+  pf.nodes.assign(static_cast<std::size_t>(nodes), SimNode{50e9, 50e9, 1.5e-6});
+  pf.ranks_per_node = 8;
+  pf.intra_bytes_per_s = 370e9;
+  pf.intra_latency_s = 1e-6;
+  return pf;
+}
+
 TEST(NodeExtrapolation, AffineFiguresExtendExactlyFromTheFirstThreeSizes) {
   std::vector<int> asked;
   const auto x = extrapolate_in_nodes(128, [&](int n) {
@@ -182,33 +203,30 @@ TEST(NodeExtrapolation, FiguresThatDoNotGrowAffinelyAreRefused) {
   EXPECT_FALSE(extrapolate_in_nodes(16, [](int n) { return std::vector<double>{1.0 * n}; }).has_value());
 }
 
-// ps over 32 nodes of 8 ranks: its point is extrapolated from 32, 64 and 128 ranks and equals the
-// whole simulation (what_if plays it whole) within 0.1 %, node 0's NIC share too.
-TEST(NodeExtrapolation, AProjectedPointEqualsTheWholeSimulation) {
-  SKIP_WITHOUT_SIMGRID();
-  StepModel model;
-  model.per_sample_compute_s = 2e-4;
-  model.optimizer_s = 1e-3;
-  model.param_bytes = 8e6;
-  model.sample_bytes = 3136;
-  model.logit_bytes = 40;
-  LinkModel link = link_preset("nvlink4");
-  SimPlatform pf;
-  pf.nodes.assign(32, SimNode{50e9, 50e9, 1.5e-6});
-  pf.ranks_per_node = 8;
-  pf.intra_bytes_per_s = 370e9;
-  pf.intra_latency_s = 1e-6;
+// `mode`'s collective point at p ranks on nodes of 8 is extrapolated from `from` ranks and equals
+// the whole simulation (what_if plays it whole) within 0.1 %, node 0's NIC share too.
+void expect_extrapolated_as_whole(Mode mode, int p, double bucket_cap_mb, const std::vector<int>& from) {
+  const StepModel model = small_model();
+  const LinkModel link = link_preset("nvlink4");
+  const SimPlatform pf = nodes_of_8(p / 8);
   TrainConfig config;
-  config.mode = Mode::ps;
+  config.mode = mode;
   config.transport = Transport::collective;
-  const Strategy& ps = find_strategy(Mode::ps);
-  const nlohmann::json x = simulate_point(ps, config, model, link, pf, 256, 8, false);
+  config.allreduce.bucket_cap_mb = bucket_cap_mb;
+  const Strategy& strategy = find_strategy(mode);
+  const nlohmann::json x = simulate_point(strategy, config, model, link, pf, p, 8, false);
   ASSERT_TRUE(x.contains("extrapolated_from_ranks")) << x.dump();
-  EXPECT_EQ(x["extrapolated_from_ranks"], nlohmann::json({32, 64, 128}));
-  const nlohmann::json whole = simulate_point(ps, config, model, link, pf, 256, 8, true);
+  EXPECT_EQ(x["extrapolated_from_ranks"], nlohmann::json(from));
+  const nlohmann::json whole = simulate_point(strategy, config, model, link, pf, p, 8, true);
   ASSERT_FALSE(whole.contains("extrapolated_from_ranks")) << whole.dump();
   EXPECT_NEAR(x["simulated_step_s"].get<double>() / whole["simulated_step_s"].get<double>(), 1.0, 1e-3);
   EXPECT_NEAR(x["node0_nic_time_fraction"].get<double>() / whole["node0_nic_time_fraction"].get<double>(), 1.0, 1e-3);
+}
+
+// ps over 32 nodes of 8 ranks: extrapolated from 32, 64 and 128 ranks.
+TEST(NodeExtrapolation, AProjectedPointEqualsTheWholeSimulation) {
+  SKIP_WITHOUT_SIMGRID();
+  expect_extrapolated_as_whole(Mode::ps, 256, TrainConfig{}.allreduce.bucket_cap_mb, {32, 64, 128});
 }
 
 // Two senders into one receiver share its link: no critical path, so SimGrid plays them, within
@@ -237,35 +255,10 @@ TEST(CriticalPath, SimGridPlaysASharedLinkOnlyWithinItsBudget) {
 // sharded_ps's bucketed reduce-scatter over 128 nodes of 8 ranks (3 rings of 1,023 steps): not
 // folded (its buckets cover some servers' shards only), and affine only once its chain of ring
 // steps outweighs the rest (from about 16 nodes on), it is extrapolated from 128, 256 and 512
-// ranks and equals the whole simulation within 0.1 %; node 0's NIC share (counted at 1,024 ranks
-// from node 0's programs) too.
+// ranks (node 0's NIC bytes counted at 1,024 ranks from node 0's programs).
 TEST(NodeExtrapolation, AShardedPointEqualsTheWholeSimulation) {
   SKIP_WITHOUT_SIMGRID();
-  StepModel model;
-  model.per_sample_compute_s = 2e-4;
-  model.optimizer_s = 1e-3;
-  model.param_bytes = 8e6;
-  model.sample_bytes = 3136;
-  model.logit_bytes = 40;
-  LinkModel link = link_preset("nvlink4");
-  SimPlatform pf;
-  pf.nodes.assign(128, SimNode{50e9, 50e9, 1.5e-6});
-  pf.ranks_per_node = 8;
-  pf.intra_bytes_per_s = 370e9;
-  pf.intra_latency_s = 1e-6;
-  TrainConfig config;
-  config.mode = Mode::sharded_ps;
-  config.transport = Transport::collective;
-  config.allreduce.bucket_cap_mb = 4;
-  const Strategy& sharded = find_strategy(Mode::sharded_ps);
-  const nlohmann::json x = simulate_point(sharded, config, model, link, pf, 1024, 8, false);
-  ASSERT_TRUE(x.contains("extrapolated_from_ranks")) << x.dump();
-  EXPECT_EQ(x["extrapolated_from_ranks"], nlohmann::json({128, 256, 512}));
-  const nlohmann::json whole = simulate_point(sharded, config, model, link, pf, 1024, 8, true);
-  ASSERT_FALSE(whole.contains("extrapolated_from_ranks")) << whole.dump();
-  EXPECT_EQ(whole["engine"], "critical path (no link carried two transfers at once)");
-  EXPECT_NEAR(x["simulated_step_s"].get<double>() / whole["simulated_step_s"].get<double>(), 1.0, 1e-3);
-  EXPECT_NEAR(x["node0_nic_time_fraction"].get<double>() / whole["node0_nic_time_fraction"].get<double>(), 1.0, 1e-3);
+  expect_extrapolated_as_whole(Mode::sharded_ps, 1024, 4, {128, 256, 512});
 }
 
 // A whole schedule beyond kMaxPlayedMessages is refused before it is built, with its estimate:
@@ -273,17 +266,8 @@ TEST(NodeExtrapolation, AShardedPointEqualsTheWholeSimulation) {
 // estimate from 16 and 32 ranks errs high).
 TEST(NodeExtrapolation, AScheduleBeyondTheBudgetIsUnavailableWithItsSize) {
   SKIP_WITHOUT_SIMGRID();
-  StepModel model;
-  model.per_sample_compute_s = 2e-4;
-  model.optimizer_s = 1e-3;
-  model.param_bytes = 8e6;
-  model.sample_bytes = 3136;
-  model.logit_bytes = 40;
-  SimPlatform pf;
-  pf.nodes.assign(2048, SimNode{50e9, 50e9, 1.5e-6});
-  pf.ranks_per_node = 8;
-  pf.intra_bytes_per_s = 370e9;
-  pf.intra_latency_s = 1e-6;
+  const StepModel model = small_model();
+  const SimPlatform pf = nodes_of_8(2048);
   TrainConfig config;
   config.mode = Mode::sharded_ps;
   config.transport = Transport::p2p;
