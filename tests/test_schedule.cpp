@@ -153,6 +153,23 @@ TEST(Schedule, MessagesReceivedInAnotherOrderAreUnmatched) {
   EXPECT_EQ(same.messages(), 2);
 }
 
+// A compute op keeps its label through the interned number; other ops have none.
+TEST(Schedule, ComputeOpsKeepTheirLabels) {
+  StepSchedule s(2);
+  s.compute(0, 0, 0.5, "forward");
+  s.compute(0, 0, 0.25, "backward");
+  s.compute(1, 0, 0.5, "forward");
+  s.send(0, 0, 1, 8);
+  const auto& ops = s.ranks()[0].streams[0];
+  EXPECT_STREQ(ops[0].label(), "forward");
+  EXPECT_STREQ(ops[1].label(), "backward");
+  EXPECT_DOUBLE_EQ(ops[1].seconds(), 0.25);
+  EXPECT_EQ(ops[0].label_id, s.ranks()[1].streams[0][0].label_id);
+  EXPECT_NE(ops[0].label_id, ops[1].label_id);
+  EXPECT_STREQ(ops[2].label(), "");
+  EXPECT_EQ(ops[2].peer(), 1);
+}
+
 TEST(Schedule, UnknownEngineIsAnInputError) {
   StepSchedule s(2);
   EXPECT_THROW(Collectives(s, Backend::nccl), InputError);
