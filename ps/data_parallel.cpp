@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/hierarchical.hpp"
+#include "ps/sparse_data_parallel.hpp"
 #include "train/step_loop.hpp"
 
 namespace dpbench {
@@ -53,10 +54,12 @@ void validate_data_parallel(const TrainConfig& config, const Dataset& train) {
                                  config.transport));
   }
   validate_node_hierarchy(config);
+  validate_sparse_data_parallel(config);
 }
 
 std::vector<CollectiveKind> data_parallel_probed_collectives(const TrainConfig& config) {
   using K = CollectiveKind;
+  if (config.model.dlrm.sparse_grad) return sparse_data_parallel_probed_collectives();
   if (config.transport == Transport::p2p) return {K::scatter, K::gather};
   return {K::broadcast, K::scatter, K::gather, K::reduce};
 }
@@ -250,6 +253,7 @@ void DataParallelRank::forward(const StagedBatch& batch, long step, StepTimer& t
 
 RunResult train_data_parallel(const TrainConfig& config, const TrainData& data) {
   validate_data_parallel(config, *data.train);
+  if (config.model.dlrm.sparse_grad) return run_step_loop(config, data, make_sparse_data_parallel_rank);
   return run_step_loop(config, data, [](const RankSetup& s) { return std::make_unique<DataParallelRank>(s); });
 }
 

@@ -19,6 +19,7 @@
 // parameters come back as segments from rank 0 and an all-gather across then inside the nodes:
 // per step, (2N-1)/N n floats each way on each node's link but rank 0's, 3(N-1)/N n on rank 0's
 // (N nodes).
+// --workload dlrm --sparse-grad: the root serves the tables' rows (ps/sparse_data_parallel.hpp).
 #pragma once
 
 #include <cstddef>

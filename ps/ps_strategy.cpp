@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ps/data_parallel.hpp"
+#include "train/sparse_grad.hpp"
 
 namespace dpbench {
 
@@ -13,6 +14,7 @@ namespace {
 
 Transport ps_transport(const TrainConfig& config) { return config.transport; }
 std::string ps_label(const TrainConfig& config) {
+  if (config.model.dlrm.sparse_grad) return "ps (sparse gather)";
   return fmt::format("ps ({}{})", name(config.transport),
                      config.hierarchy == Hierarchy::node ? ", node hierarchy" : "");
 }
@@ -35,10 +37,30 @@ std::string ps_pytorch(const TrainConfig& config) {
   return config.transport == Transport::p2p ? "rpc_ps" : "dataparallel";
 }
 
+// --sparse-grad as sparse_data_parallel.cpp runs it: every rank a compact replica; the root also
+// every table, their gradient sums (and Adagrad's sums of squares) and the dense layers'
+// optimizer state, which the workers do not hold; the local backend's chain relays the dense
+// layers' broadcast and reduce.
+std::vector<RankMemory> sparse_ps_memory(const MemoryInputs& in) {
+  const TrainConfig& config = in.config;
+  const double dense = in.num_params - static_cast<double>(config.model.dlrm.embedding_params());
+  std::vector<RankMemory> ranks;
+  for (int r = 0; r < config.world_size; ++r) {
+    const bool root = r == 0;
+    RankMemory m = sparse_rank_memory(in, root ? static_cast<double>(config.model.dlrm.rows) : 0.0, root);
+    m.role = root ? "root" : "worker";
+    if (!root) m[MemoryCategory::optimizer_state] = 0;
+    if (config.world_size > 1) m[MemoryCategory::comm_buffers] = chain_relay_bytes(config, r, 0, dense);
+    ranks.push_back(m);
+  }
+  return ranks;
+}
+
 // DataParallel's ranks: rank 0 the root (master parameters, gradients and optimizer state, the
 // whole batch's loader and gathered logits, plus its own replica and chunk), the others a replica
 // and their chunk. One rank: plain training on the master parameters, no replica.
 std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
+  if (in.config.model.dlrm.sparse_grad) return sparse_ps_memory(in);
   const TrainConfig& config = in.config;
   const int p = config.world_size;
   const double n = in.num_params, B = static_cast<double>(config.global_batch), f = sizeof(float);
@@ -68,12 +90,48 @@ std::vector<RankMemory> ps_memory(const MemoryInputs& in) {
   return ranks;
 }
 
+// The messages of a --sparse-grad ps step whose every rank pulls `rows` rows, in order: before
+// forward the dense layers' broadcast, the all-gather of the counts, the gather of the ids and the
+// scatter of the rows; after backward the dense layers' reduce and the gather of the rows'
+// gradients.
+void sparse_ps_refresh(Collectives& comm, const ScheduleInputs& in, double rows) {
+  const auto p = static_cast<std::size_t>(in.config.world_size);
+  const std::size_t dim = in.config.model.dlrm.dim, n = static_cast<std::size_t>(std::llround(rows));
+  comm.broadcast(sparse_dense_floats(in), 0);
+  comm.allgatherv(std::vector<std::size_t>(p, 1));
+  comm.gatherv(std::vector<std::size_t>(p, 2 * n), 0);
+  comm.scatterv(std::vector<std::size_t>(p, dim * n), 0);
+}
+void sparse_ps_push(Collectives& comm, const ScheduleInputs& in, double rows) {
+  const auto p = static_cast<std::size_t>(in.config.world_size);
+  const std::size_t dim = in.config.model.dlrm.dim, n = static_cast<std::size_t>(std::llround(rows));
+  comm.reduce(sparse_dense_floats(in), 0);
+  comm.gatherv(std::vector<std::size_t>(p, dim * n), 0);
+}
+
+// --sparse-grad as sparse_data_parallel.cpp runs it (above), every rank pulling the same number
+// of rows: the one that makes the ranks' mean bytes sent per step the measured one
+// (sparse_rows_from_bytes).
+void sparse_ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  const double rows = sparse_rows_from_bytes(in, [&](Collectives& comm, double r) {
+    sparse_ps_refresh(comm, in, r);
+    sparse_ps_push(comm, in, r);
+  });
+  Collectives comm(s, in.engine);
+  sparse_before_forward(s, in);
+  sparse_ps_refresh(comm, in, rows);
+  sparse_forward_backward(s, in);
+  sparse_ps_push(comm, in, rows);
+  s.compute(0, 0, in.compute.at(0).optimizer, "optimizer");
+}
+
 // DataParallel (torch/nn/parallel/data_parallel.py) as data_parallel.cpp runs it: the root
 // loads the whole batch; replicate (the parameters broadcast in coalesced groups, or sent to each
 // worker in turn under p2p); scatter of the inputs; every replica's forward; gather of the
 // logits; scatter of their gradient; backward; reduce_add (coalesced groups, or received from
 // each worker in turn); the root's optimizer step. Nothing overlaps.
 void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  if (in.config.model.dlrm.sparse_grad) return sparse_ps_schedule(in, s);
   const int p = s.world_size();
   const TrainConfig& config = in.config;
   const bool p2p = config.transport == Transport::p2p;
@@ -126,6 +184,7 @@ const Strategy& data_parallel_strategy() {
       .config_json = &ps_config_json,
       .schedule = &ps_schedule,
       .probed_collectives = &data_parallel_probed_collectives,
+      .sparse_grad = true,
   };
   return strategy;
 }

@@ -1229,13 +1229,18 @@ TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
   const Outcome dense = dpbench(args + "--mode allreduce");
   ASSERT_EQ(dense.exit_code, 0) << dense.err;
   const auto d = nlohmann::json::parse(slurp(result()))["runs"][0];
-  const Outcome sparse = dpbench(args + "--mode sharded_ps,allreduce --sparse-grad");
+  const Outcome sparse = dpbench(args + "--mode sharded_ps,allreduce,ps --sparse-grad");
   ASSERT_EQ(sparse.exit_code, 0) << sparse.err;
-  const auto both = nlohmann::json::parse(slurp(result()))["runs"];
-  ASSERT_EQ(both.size(), 2u);
-  const auto s = both[0];
-  const auto a = both[1];
+  const auto all = nlohmann::json::parse(slurp(result()))["runs"];
+  ASSERT_EQ(all.size(), 3u);
+  const auto s = all[0];
+  const auto a = all[1];
+  const auto p = all[2];
   ASSERT_EQ(a["mode"], "allreduce");
+  ASSERT_EQ(p["mode"], "ps");
+  EXPECT_EQ(p["strategy"]["label"], "ps (sparse gather)");
+  const auto lp = p["quality"]["step_train_loss"].get<std::vector<double>>();
+  ASSERT_EQ(lp.size(), 100u);
   EXPECT_EQ(a["config"]["dlrm"]["sparse_grad"], true);
   // The sparse all-reduce (an all-gather of every rank's rows) trains the same model too.
   const auto la = a["quality"]["step_train_loss"].get<std::vector<double>>();
@@ -1249,6 +1254,7 @@ TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
   for (std::size_t i = 0; i < ls.size(); ++i) {
     EXPECT_NEAR(ls[i], ld[i], 1e-5 * ld[i]) << "step " << i;
     EXPECT_NEAR(la[i], ld[i], 1e-5 * ld[i]) << "step " << i;
+    EXPECT_NEAR(lp[i], ld[i], 1e-5 * ld[i]) << "step " << i;
   }
   EXPECT_LT(ls.back(), ls.front() - 0.02) << "the loss did not fall";
   EXPECT_NEAR(s["quality"]["test_accuracy"].get<double>(), d["quality"]["test_accuracy"].get<double>(), 1e-3);
@@ -1258,10 +1264,16 @@ TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
     };
     EXPECT_LT(10 * sent(s), sent(d)) << "rank " << r;
     EXPECT_LT(10 * sent(a), sent(d)) << "rank " << r;
+    EXPECT_LT(10 * sent(p), sent(d)) << "rank " << r;
     EXPECT_GT(sent(s), 0) << "rank " << r;
   }
   EXPECT_LT(s["memory"]["per_rank"][1]["parameters"].get<double>(),
             0.6 * d["memory"]["per_rank"][1]["parameters"].get<double>());
+  // ps: a worker holds its batch's rows, the root every table besides its own replica.
+  EXPECT_LT(p["memory"]["per_rank"][1]["parameters"].get<double>(),
+            0.6 * d["memory"]["per_rank"][1]["parameters"].get<double>());
+  EXPECT_GT(p["memory"]["per_rank"][0]["parameters"].get<double>(),
+            d["memory"]["per_rank"][0]["parameters"].get<double>());
 }
 
 // Criteo's format (--raw-data-file): the committed sample (280 lines in Criteo's layout, labels
@@ -1301,7 +1313,9 @@ TEST_F(Cli, DlrmTrainsOnTheCommittedCriteoSample) {
 
 TEST_F(Cli, DlrmSparseGradRefusesWhatItCannotRun) {
   expect_input_error("--sparse-grad", "--sparse-grad: applies to --workload dlrm");
-  expect_input_error("--workload dlrm --sparse-grad", "ps has no sparse path yet (give --mode sharded_ps,allreduce)");
+  expect_input_error("--workload dlrm --sparse-grad --transport p2p",
+                     "--sparse-grad: ps gathers and scatters the rows with --transport collective, not p2p");
+  expect_input_error("--workload dlrm --sparse-grad --batch-size 30 --ranks 4", "--batch-size 30: not divisible");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --optimizer adam", "SGD without momentum");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --weight-decay 0.01", "no --weight-decay");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --servers 1", "--servers 1 is not supported");
@@ -1318,11 +1332,11 @@ TEST_F(Cli, DlrmRefusesBadSizesBeforeAnyWork) {
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --tables 8 --rows 16000000 --embedding-dim 64",
                      "4 ranks of sharded_ps need 61.1 GiB by the memory model");
   expect_input_error("--workload dlrm --embedding-optimizer adagrad", "--embedding-optimizer: the tables' own");
-  // The memory command takes the same sizes, and refuses them (and a sparse ps) the same way.
+  // The memory command takes the same sizes, and refuses them (and a sparse Adam) the same way.
   for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
            {"--tables 3", "--tables: applies to --workload dlrm"},
            {"--workload dlrm --rows 0", "--rows 0"},
-           {"--workload dlrm --sparse-grad", "--sparse-grad: ps has no sparse path yet"}}) {
+           {"--workload dlrm --sparse-grad --optimizer adam", "--sparse-grad: the tables step with SGD"}}) {
     const Outcome o = shell(std::string(DPBENCH_BINARY) + " memory " + args, tmp_.path());
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
     EXPECT_NE(o.err.find(needle), std::string::npos) << args << "\n" << o.err;

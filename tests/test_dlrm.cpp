@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "allreduce/ddp_trainer.hpp"
+#include "ps/data_parallel.hpp"
 #include "core/memory.hpp"
 #include "sharded_ps/sharded_ps.hpp"
 #include "train/memory_model.hpp"
@@ -233,10 +234,12 @@ TEST(ClickLogs, SamplesAreDeterministicInRangeAndBothLabelsOccur) {
   EXPECT_THROW(make_click_logs(s, {-1.0}, 10, 1), InputError);
 }
 
-// sharded_ps --sparse-grad on three thread ranks (rows 100 per server), and allreduce --sparse-grad
-// (the all-gather of every rank's rows), against dense allreduce, all SGD without momentum: the same step losses and the same final model, the tables gathered
-// from their servers onto rank 0. In-process, so the sanitizer stages run its threads.
-TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
+// sharded_ps --sparse-grad on three thread ranks (rows 100 per server), allreduce --sparse-grad
+// (the all-gather of every rank's rows) and ps --sparse-grad (the root's gather and scatter of the
+// rows), against dense allreduce, all SGD without momentum: the same step losses and the same final
+// model, the tables gathered from their servers onto rank 0. In-process, so the sanitizer stages
+// run its threads.
+TEST(DlrmSparse, ThreadRanksOfEverySparsePathTrainAsDenseAllreduce) {
   DlrmShape shape = testing::small_dlrm_shape(3, 300);
   const auto logs = make_click_logs(shape, {1.05}, 2048, 5);
   TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 12);
@@ -248,22 +251,29 @@ TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
   const RunResult sparse = train_sharded_ps(c, data);
   c.mode = Mode::allreduce;
   const RunResult gathered = train_allreduce(c, data);  // the sparse all-reduce
+  c.mode = Mode::ps;
+  const RunResult rooted = train_data_parallel(c, data);  // the root's gather and scatter
   ASSERT_EQ(gathered.step_train_loss.size(), 12u);
+  ASSERT_EQ(rooted.step_train_loss.size(), 12u);
   for (std::size_t i = 0; i < 12; ++i) {
     EXPECT_NEAR(gathered.step_train_loss[i], dense.step_train_loss[i], 1e-5 * dense.step_train_loss[i]) << i;
+    EXPECT_NEAR(rooted.step_train_loss[i], dense.step_train_loss[i], 1e-5 * dense.step_train_loss[i]) << i;
   }
+  ASSERT_EQ(rooted.final_params.size(), dense.final_params.size());
   ASSERT_EQ(sparse.step_train_loss.size(), 12u);
   ASSERT_EQ(dense.step_train_loss.size(), 12u);
   for (std::size_t i = 0; i < 12; ++i) {
     EXPECT_NEAR(sparse.step_train_loss[i], dense.step_train_loss[i], 1e-5 * dense.step_train_loss[i]) << i;
   }
   ASSERT_EQ(sparse.final_params.size(), dense.final_params.size());
-  double diff = 0, norm = 0;
+  double diff = 0, rooted_diff = 0, norm = 0;
   for (std::size_t i = 0; i < dense.final_params.size(); ++i) {
     diff += std::pow(static_cast<double>(sparse.final_params[i]) - dense.final_params[i], 2);
+    rooted_diff += std::pow(static_cast<double>(rooted.final_params[i]) - dense.final_params[i], 2);
     norm += std::pow(static_cast<double>(dense.final_params[i]), 2);
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+  EXPECT_LT(std::sqrt(rooted_diff / norm), 1e-5);
   // The tables moved: the final model is not the initial one.
   std::vector<float> initial(dense.final_params.size());
   Dlrm<float>(shape).init_params(initial.data(), 3);
@@ -275,9 +285,15 @@ TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
   const RunResult adagrad_gathered = train_allreduce(c, data);
   c.mode = Mode::sharded_ps;
   const RunResult adagrad_pushed = train_sharded_ps(c, data);
+  c.mode = Mode::ps;
+  const RunResult adagrad_rooted = train_data_parallel(c, data);
   ASSERT_EQ(adagrad_pushed.step_train_loss.size(), 12u);
+  ASSERT_EQ(adagrad_rooted.step_train_loss.size(), 12u);
   for (std::size_t i = 0; i < 12; ++i) {
     EXPECT_NEAR(adagrad_pushed.step_train_loss[i], adagrad_gathered.step_train_loss[i],
+                1e-4 * adagrad_gathered.step_train_loss[i])
+        << i;
+    EXPECT_NEAR(adagrad_rooted.step_train_loss[i], adagrad_gathered.step_train_loss[i],
                 1e-4 * adagrad_gathered.step_train_loss[i])
         << i;
   }
@@ -285,16 +301,17 @@ TEST(DlrmSparse, ThreadRanksOfBothSparsePathsTrainAsDenseAllreduce) {
       << "Adagrad's steps are not SGD's";
 }
 
-// The memory model of both sparse paths equals the allocator's peak of every category of every
+// The memory model of every sparse path equals the allocator's peak of every category of every
 // rank to the byte: the compact replica, a server's block of rows and their sums (sharded_ps; 300
-// rows over 3 servers), every table in every replica (allreduce), Adagrad's sums of squares.
+// rows over 3 servers), every table in every replica (allreduce), every table, their sums and the
+// dense layers' optimizer state on the root alone (ps), Adagrad's sums of squares.
 TEST(DlrmSparse, MemoryModelEqualsTheAllocatorsPeakToTheByte) {
   DlrmShape shape = testing::small_dlrm_shape(3, 301);  // the last server one row more
   shape.sparse_grad = true;
   const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
   int checked = 0;
   for (const char* tables : {"sgd", "adagrad"}) {
-    for (const Mode mode : {Mode::sharded_ps, Mode::allreduce}) {
+    for (const Mode mode : {Mode::sharded_ps, Mode::allreduce, Mode::ps}) {
       TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 3);
       c.model.dlrm.embedding_optimizer = tables;
       c.optimizer.momentum = 0.9f;  // the dense layers' state
@@ -313,7 +330,7 @@ TEST(DlrmSparse, MemoryModelEqualsTheAllocatorsPeakToTheByte) {
       }
     }
   }
-  EXPECT_EQ(checked, 2 * 2 * 3 * kNumMemoryCategories);
+  EXPECT_EQ(checked, 2 * 3 * 3 * kNumMemoryCategories);
 }
 
 // The tables' Adagrad step (torch.optim.Adagrad on a sparse gradient): the sum of squares grows by

@@ -129,7 +129,7 @@ TEST(MemoryCommand, SparseDlrmEqualsARunsMeasuredPeaks) {
   o.base.model.dlrm = shape;
   o.base.global_batch = 96;
   o.ranks = {3};
-  for (const Mode mode : {Mode::sharded_ps, Mode::allreduce}) {
+  for (const Mode mode : {Mode::sharded_ps, Mode::allreduce, Mode::ps}) {
     o.modes = {mode};
     TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 2);
     c.optimizer.momentum = o.base.optimizer.momentum;

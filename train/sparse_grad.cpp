@@ -97,12 +97,13 @@ TrainConfig with_rows(const TrainConfig& config, std::size_t rows) {
 }
 }  // namespace
 
-CompactReplicaRank::CompactReplicaRank(const RankSetup& s)
+CompactReplicaRank::CompactReplicaRank(const RankSetup& s, DenseLayers dense)
     : s_(s),
       p_(s.config.world_size),
       rank_(s.ctx.rank()),
       local_batch_(s.config.global_batch / static_cast<std::size_t>(p_)),
       full_(s.config.model.dlrm),
+      dense_(dense),
       cap_(local_batch_ * full_.lookups),
       compact_config_(with_rows(s.config, cap_)),
       full_model_(std::make_unique<Dlrm<float>>(full_)),
@@ -114,7 +115,7 @@ CompactReplicaRank::CompactReplicaRank(const RankSetup& s)
       logits_(s.ctx, MemoryCategory::activations, local_batch_ * 2),
       dlogits_(s.ctx, MemoryCategory::activations, local_batch_ * 2),
       x_(s.ctx, MemoryCategory::activations, local_batch_ * full_.input_features()),
-      optimizer_(s.ctx, s.config, dense_at_, n_ - dense_at_),
+      optimizer_(s.ctx, s.config, dense_at_, dense == DenseLayers::on_root && rank_ != 0 ? 0 : n_ - dense_at_),
       sampler_(s.train.size(), p_, rank_, /*shuffle=*/true, s.config.seed) {
   const std::shared_ptr<const std::vector<float>>& given = s.config.initial_params;
   if (given == nullptr) {
@@ -142,7 +143,9 @@ std::vector<std::int64_t> CompactReplicaRank::epoch_order(int epoch) {
 
 void CompactReplicaRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
   lookups_ = compact_lookups(batch.inputs, x_.data(), local_batch_, full_.bags());
-  if (fill_rows()) timer.lap(&PhaseTimes::comm_exposed);
+  const bool on_root = dense_ == DenseLayers::on_root && p_ > 1;
+  if (on_root) s_.ctx.comm().broadcast(params_.data() + dense_at_, n_ - dense_at_, 0);
+  if (fill_rows() || on_root) timer.lap(&PhaseTimes::comm_exposed);
   model_->forward(params_.data(), x_.data(), local_batch_, logits_.data());
   s_.ctx.cross_entropy(logits_.data(), batch.labels, local_batch_, 2, dlogits_.data(),
                        1.0f / static_cast<float>(s_.config.global_batch), step);
@@ -154,12 +157,18 @@ void CompactReplicaRank::backward(const GradReadyFn&) {
 
 void CompactReplicaRank::finish_grad_sync() {
   s_.ctx.synchronize();
-  s_.ctx.comm().allreduce_sum(grads_.data() + dense_at_, n_ - dense_at_);
+  if (dense_ == DenseLayers::on_root) {
+    s_.ctx.comm().reduce_sum(grads_.data() + dense_at_, n_ - dense_at_, 0);
+  } else {
+    s_.ctx.comm().allreduce_sum(grads_.data() + dense_at_, n_ - dense_at_);
+  }
   exchange_rows();
 }
 
 void CompactReplicaRank::optimizer_step() {
-  optimizer_.step(params_.data() + dense_at_, grads_.data() + dense_at_);
+  if (dense_ == DenseLayers::allreduced || rank_ == 0) {
+    optimizer_.step(params_.data() + dense_at_, grads_.data() + dense_at_);
+  }
   step_rows(s_.config.optimizer.lr);
 }
 

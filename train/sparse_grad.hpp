@@ -52,8 +52,11 @@ CompactTables compact_lookups(const float* inputs, float* x_out, std::size_t bat
 // The worker both sparse paths share: a replica of the dlrm model holding the dense layers and, of
 // the tables, only the rows its batch looks up, in compact tables of local_batch x lookups rows
 // each (the batch's indices renumbered by compact_lookups). Its DistributedSampler shard as DDP's;
-// the dense layers start equal on every rank (one seed, or --init-params) and are all-reduced and stepped with the
-// run's optimizer on every rank. Where the table rows live is the derived path's:
+// the dense layers start equal on every rank (one seed, or --init-params). DenseLayers::allreduced
+// (DDP's): their gradients are all-reduced and every rank steps them with the run's optimizer;
+// DenseLayers::on_root (DataParallel's): rank 0 alone holds their optimizer, sums their gradients
+// (a reduce) and steps them, and broadcasts them to every replica before each forward. Where the
+// table rows live is the derived path's:
 //   fill_rows()     before forward: the batch's rows (lookups()) into the compact tables;
 //   exchange_rows() after the dense all-reduce: the compact gradient rows to where they are summed;
 //   step_rows(lr)   after the dense optimizer: the tables' optimizer (step_table_row) on the
@@ -62,7 +65,8 @@ CompactTables compact_lookups(const float* inputs, float* x_out, std::size_t bat
 //                   every table in full, [tables, rows, dim], for the result's evaluation.
 class CompactReplicaRank : public ModeRank {
  public:
-  explicit CompactReplicaRank(const RankSetup& setup);
+  enum class DenseLayers { allreduced, on_root };
+  explicit CompactReplicaRank(const RankSetup& setup, DenseLayers dense = DenseLayers::allreduced);
 
   Model& model() override { return *full_model_; }  // the run's model: its names and sizes
   float* master_params() override { return full_params_.data(); }
@@ -73,8 +77,9 @@ class CompactReplicaRank : public ModeRank {
   std::vector<std::int64_t> epoch_order(int epoch) override;
   std::size_t probe_floats() override { return n_ - dense_at_; }
 
-  // The batch compacted, fill_rows() (its time the step's exposed communication when it
-  // communicates), forward and the loss scaled by 1 / global_batch.
+  // The batch compacted, the dense layers' broadcast (on_root), fill_rows() (their time the
+  // step's exposed communication when they communicate), forward and the loss scaled by
+  // 1 / global_batch.
   void forward(const StagedBatch& batch, long step, StepTimer& timer) override;
   void backward(const GradReadyFn& on_grad_ready) override;
   void finish_grad_sync() override;
@@ -102,6 +107,7 @@ class CompactReplicaRank : public ModeRank {
   int p_, rank_;
   std::size_t local_batch_;
   DlrmShape full_;  // the run's shape
+  DenseLayers dense_;
 
  private:
   std::size_t cap_;                    // compact rows per table: local_batch x lookups

@@ -80,6 +80,23 @@ double sparse_rows_per_peer(const ScheduleInputs& in, double fixed, double per_r
   return std::max(0.0, (per_peer - fixed) / per_row);
 }
 
+double sparse_rows_from_bytes(const ScheduleInputs& in,
+                              const std::function<void(Collectives& comm, double rows)>& messages) {
+  const int p = in.config.world_size;
+  if (p < 2 || !(in.measured_bytes_sent > 0)) return 0.0;
+  const auto mean_sent = [&](double rows) {
+    StepSchedule s(p);
+    Collectives comm(s, in.engine);
+    messages(comm, rows);
+    double sent = 0;
+    for (int r = 0; r < p; ++r) sent += s.bytes_sent(r) / p;
+    return sent;
+  };
+  constexpr double kProbeRows = 1024;  // whole rows, so the slope is exact
+  const double none = mean_sent(0), slope = (mean_sent(kProbeRows) - none) / kProbeRows;
+  return slope > 0 ? std::max(0.0, (in.measured_bytes_sent - none) / slope) : 0.0;
+}
+
 void sparse_before_forward(StepSchedule& s, const ScheduleInputs& in) {
   for (int r = 0; r < s.world_size(); ++r) s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).data, "data");
 }

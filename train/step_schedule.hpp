@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include "core/schedule.hpp"
@@ -65,6 +66,11 @@ std::size_t sparse_dense_floats(const ScheduleInputs& in);
 // `per_row` bytes to each peer, to send in.measured_bytes_sent per rank. 0 when nothing was
 // measured or the dense all-reduce alone sends as much.
 double sparse_rows_per_peer(const ScheduleInputs& in, double fixed, double per_row);
+// The rows per rank for which `messages(comm, rows)` (a sparse step's messages, affine in rows)
+// sends in.measured_bytes_sent per rank on the ranks' mean; 0 when nothing was measured, the world
+// is one rank or the rows send nothing.
+double sparse_rows_from_bytes(const ScheduleInputs& in,
+                              const std::function<void(Collectives& comm, double rows)>& messages);
 // The sparse step's compute around its messages, on stream 0 of every rank: `before_forward` is
 // data's phase (then the caller's pull), forward and backward; `after_backward` the optimizer.
 void sparse_before_forward(StepSchedule& s, const ScheduleInputs& in);

@@ -130,7 +130,8 @@ void add_dlrm_shape_options(CLI::App& app, DlrmShape& shape) {
   app.add_flag("--sparse-grad", shape.sparse_grad,
                "dlrm: sparse embedding gradients (nn.EmbeddingBag(sparse=True)): sharded_ps pulls only a batch's "
                "rows from their servers and pushes only their gradients; allreduce all-gathers every rank's rows "
-               "(DDP over gloo); the tables step with --embedding-optimizer; not for ps yet");
+               "(DDP over gloo); ps's root gathers every rank's rows and scatters them back; the tables step with "
+               "--embedding-optimizer");
   app.add_option("--embedding-optimizer", shape.embedding_optimizer,
                  "dlrm --sparse-grad: the tables' optimizer, sgd (torch.optim.SGD without momentum) or adagrad "
                  "(torch.optim.Adagrad on a sparse gradient, eps 1e-10), at --lr; the dense layers take --optimizer")
