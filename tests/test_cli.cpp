@@ -1332,11 +1332,11 @@ TEST_F(Cli, DlrmRefusesBadSizesBeforeAnyWork) {
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --tables 8 --rows 16000000 --embedding-dim 64",
                      "4 ranks of sharded_ps need 61.1 GiB by the memory model");
   expect_input_error("--workload dlrm --embedding-optimizer adagrad", "--embedding-optimizer: the tables' own");
-  // The memory command takes the same sizes, and refuses them (and a sparse Adam) the same way.
+  // The memory command takes the same sizes, and refuses them the same way.
   for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
            {"--tables 3", "--tables: applies to --workload dlrm"},
            {"--workload dlrm --rows 0", "--rows 0"},
-           {"--workload dlrm --sparse-grad --optimizer adam", "--sparse-grad: the tables step with SGD"}}) {
+           {"--workload dlrm --embedding-dim 0", "--embedding-dim 0"}}) {
     const Outcome o = shell(std::string(DPBENCH_BINARY) + " memory " + args, tmp_.path());
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
     EXPECT_NE(o.err.find(needle), std::string::npos) << args << "\n" << o.err;

@@ -356,6 +356,7 @@ TEST(RocAuc, IsTheShareOfPositiveNegativePairsRankedRight) {
   EXPECT_DOUBLE_EQ(roc_auc({0.5f, 0.5f, 0.5f}, {0, 1, 0}), 0.5);
   EXPECT_DOUBLE_EQ(roc_auc({0.8f, 0.6f, 0.4f, 0.4f, 0.1f}, {1, 0, 1, 0, 0}), 0.75);
   EXPECT_EQ(roc_auc({0.3f, 0.7f}, {1, 1}), -1.0);
+  EXPECT_EQ(roc_auc({0.3f, std::nanf(""), 0.7f}, {1, 0, 1}), -1.0);  // a diverged model's: no order
   EXPECT_THROW(roc_auc({0.3f}, {1, 0}), Error);
   EXPECT_THROW(roc_auc({0.3f, 0.1f}, {2, 0}), Error);
 }

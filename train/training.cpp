@@ -1,5 +1,6 @@
 #include "train/training.hpp"
 
+#include <cmath>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -239,12 +240,14 @@ double roc_auc(const std::vector<float>& scores, const std::vector<std::int32_t>
   if (scores.size() != labels.size()) {
     throw Error(fmt::format("roc_auc: {} scores for {} labels", scores.size(), labels.size()));
   }
+  // A diverged model's scores: no order, so no AUC (and a NaN would break the sort's ordering).
+  if (std::any_of(scores.begin(), scores.end(), [](float s) { return std::isnan(s); })) return -1;
   std::vector<std::size_t> order(scores.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
   double positive_ranks = 0, positives = 0;
   for (std::size_t i = 0; i < order.size();) {
-    std::size_t j = i;
+    std::size_t j = i + 1;
     while (j < order.size() && scores[order[j]] == scores[order[i]]) ++j;
     const double midrank = 0.5 * static_cast<double>(i + 1 + j);  // ranks i+1..j share their mean
     for (std::size_t k = i; k < j; ++k) {

@@ -299,7 +299,7 @@ TestMetrics evaluate_test(const TrainConfig& config, const Dataset& test, const 
 // The area under the ROC curve of `scores` for the binary `labels` (1 positive, 0 negative): the
 // probability that a random positive scores above a random negative, ties counting one half
 // (the Mann-Whitney U statistic over n_pos x n_neg, with midranks). [n] each. -1 when either
-// class is absent. Throws Error when the sizes differ or a label is not 0 or 1.
+// class is absent or a score is not a number (a diverged model). Throws Error when the sizes differ or a label is not 0 or 1.
 double roc_auc(const std::vector<float>& scores, const std::vector<std::int32_t>& labels);
 
 // Steps per epoch: floor(N / global_batch), identical for every mode so that all modes see the

@@ -2,15 +2,16 @@
 (bench/reference/dpbench_reference/model.py's DLRM: nn.EmbeddingBag tables, the two MLPs, the dot
 interaction) from the same start bundle, and its losses agree with dpbench's step by step.
 
-- Sparse: dpbench's `--sparse-grad` allreduce (the all-gather of the touched rows) and sharded_ps
-  (sparse push and pull) against DDP over gloo with nn.EmbeddingBag(sparse=True) and against the
-  RPC parameter server; PyTorch's tables' gradients are observed to be sparse tensors. With
+- Sparse: dpbench's `--sparse-grad` allreduce (the all-gather of the touched rows), sharded_ps
+  (sparse push and pull) and ps (the root's gather and scatter of the rows) against DDP over gloo
+  with nn.EmbeddingBag(sparse=True), against the RPC parameter server and against DataParallel's
+  flow (the tables' sparse gradients summed on the root); PyTorch's tables' gradients are observed to be sparse tensors. With
   momentum 0.9 on the dense layers, so that a table stepped with momentum (which PyTorch's sparse
   SGD refuses and dpbench's tables skip) would part the losses.
 - Adagrad: `--embedding-optimizer adagrad` against torch.optim.Adagrad on the sparse tables.
 - Dense: allreduce with dense embedding gradients against DDP with nn.EmbeddingBag(sparse=False).
 
-Skipped, with the reason, when Debian's interpreter cannot import torch. About 12 s on 2 cores.
+Skipped, with the reason, when Debian's interpreter cannot import torch. About 16 s on 2 cores.
 """
 import json
 import os
@@ -64,16 +65,16 @@ class DlrmReference(unittest.TestCase):
         self.assertEqual(tables, ddp["sparse_gradients"])
 
     def test_sparse_grad_agrees_with_sparse_ddp_and_the_rpc_server(self):
-        doc = self.run_dpbench("--mode", "allreduce,sharded_ps", "--sparse-grad", "--momentum", "0.9")
-        self.assertEqual(["allreduce (sparse all-gather)", "sharded_ps (sparse push/pull)"],
+        doc = self.run_dpbench("--mode", "allreduce,sharded_ps,ps", "--sparse-grad", "--momentum", "0.9")
+        self.assertEqual(["allreduce (sparse all-gather)", "sharded_ps (sparse push/pull)", "ps (sparse gather)"],
                          [r["strategy"]["label"] for r in doc["runs"]])
-        self.check_agreement(doc, {"allreduce": "ddp", "sharded_ps": "rpc_ps"}, sparse=True)
+        self.check_agreement(doc, {"allreduce": "ddp", "sharded_ps": "rpc_ps", "ps": "dataparallel"}, sparse=True)
 
     def test_adagrad_tables_agree_with_torch_adagrad(self):
-        doc = self.run_dpbench("--mode", "allreduce", "--sparse-grad", "--embedding-optimizer", "adagrad",
+        doc = self.run_dpbench("--mode", "allreduce,ps", "--sparse-grad", "--embedding-optimizer", "adagrad",
                                lr="0.05")
         self.assertEqual("adagrad", doc["runs"][0]["config"]["dlrm"]["embedding_optimizer"])
-        self.check_agreement(doc, {"allreduce": "ddp"}, sparse=True)
+        self.check_agreement(doc, {"allreduce": "ddp", "ps": "dataparallel"}, sparse=True)
 
     def test_dense_embedding_gradients_agree_with_dense_ddp(self):
         doc = self.run_dpbench("--mode", "allreduce")

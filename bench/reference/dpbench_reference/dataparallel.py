@@ -39,6 +39,20 @@ def _pad_rows(t, rows):
     return torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])
 
 
+def _dense_grad(p):
+    """p's gradient as a dense tensor: zeros when it has none."""
+    if p.grad is None:
+        return torch.zeros_like(p)
+    return p.grad.to_dense() if p.grad.is_sparse else p.grad
+
+
+def _touched_rows(grad):
+    """A dense [rows, dim] gradient as a sparse one of its nonzero rows (a table's summed
+    gradient: a row no rank looked up is all zeros)."""
+    rows = grad.abs().sum(dim=1).nonzero().flatten()
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), grad[rows], grad.shape).coalesce()
+
+
 class _DataParallelFlow:
     """One rank's buffers and model for the DataParallel flow of dataparallel_rank; step(t) is one
     global step, its phases the methods below, in the order they run. Shapes: x_chunk
@@ -124,19 +138,25 @@ class _DataParallelFlow:
 
     def _backward_and_reduce(self, logits):
         """5. Backward of this rank's chunk, then every rank's gradients summed onto rank 0 with
-        one dist.reduce over flat_grad (a parameter without a gradient counts as zeros)."""
+        one dist.reduce over flat_grad (a parameter without a gradient counts as zeros; a sparse
+        one, nn.EmbeddingBag(sparse=True)'s, as its dense sum: zero where no row was touched)."""
         if logits is not None:
             logits.backward(self.grad_chunk[:self.b])
-        _flatten_into(self.flat_grad, [p.grad if p.grad is not None else torch.zeros_like(p)
-                                       for p in self.params])
+        _flatten_into(self.flat_grad, [_dense_grad(p) for p in self.params])
         dist.reduce(self.flat_grad, dst=0, op=dist.ReduceOp.SUM)
 
     def _root_step(self):
-        """6. Rank 0 loads the summed gradients and alone steps the optimizer."""
+        """6. Rank 0 loads the summed gradients and alone steps the optimizer. A table's summed
+        gradient goes back as a sparse tensor of the rows it touched, so the tables' optimizer
+        (SGD without momentum, or Adagrad) steps those rows alone, as on a replica's own."""
+        sparse = {id(p) for p in self.params if p.grad is not None and p.grad.is_sparse}
         for p in self.params:
-            if p.grad is None:
+            if p.grad is None or p.grad.is_sparse:
                 p.grad = torch.zeros_like(p)
         _unflatten_from(self.flat_grad, [p.grad for p in self.params])
+        for p in self.params:
+            if id(p) in sparse:
+                p.grad = _touched_rows(p.grad)
         self.optimizer.step()
 
 
