@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "train/engine_probe.hpp"
 #include "train/sparse_grad.hpp"
 #include "workloads/dlrm.hpp"
 
@@ -30,16 +31,18 @@ void validate_sparse_data_parallel(const TrainConfig& config) {
 
 std::vector<CollectiveKind> sparse_data_parallel_probed_collectives() {
   using K = CollectiveKind;
-  return {K::broadcast, K::allgather, K::gather, K::scatter, K::reduce};
+  std::vector<K> kinds;
+  for (int round = 0; round < kSparseProbeRounds / 3; ++round) {
+    kinds.insert(kinds.end(), {K::broadcast, K::allgather, K::gather, K::scatter, K::reduce, K::gather});
+  }
+  return kinds;
 }
 
 namespace {
 
 class SparseDataParallelRank final : public CompactReplicaRank {
  public:
-  std::vector<CollectiveKind> probed_collectives() const override {
-    return sparse_data_parallel_probed_collectives();
-  }
+  std::vector<CollectiveKind> probed_collectives() const override { return sparse_data_parallel_probed_collectives(); }
   explicit SparseDataParallelRank(const RankSetup& s)
       : CompactReplicaRank(s, DenseLayers::on_root),
         root_(rank_ == kSparseRoot),
@@ -77,7 +80,8 @@ class SparseDataParallelRank final : public CompactReplicaRank {
     all_ids_.resize(root_ ? 2 * total : 0);
     comm.gatherv(ids_.data(), id_counts, all_ids_.data(), kSparseRoot);
     std::vector<float> rows(root_ ? dim * total : 0), got(dim * (ids_.size() / 2));
-    for (std::size_t j = 0; root_ && j < total; ++j) std::copy_n(table_row(&all_ids_[2 * j]), dim, rows.data() + j * dim);
+    for (std::size_t j = 0; root_ && j < total; ++j)
+      std::copy_n(table_row(&all_ids_[2 * j]), dim, rows.data() + j * dim);
     comm.scatterv(rows.data(), row_counts, got.data(), kSparseRoot);
     std::size_t j = 0;
     for (std::size_t t = 0; t < full_.tables; ++t) {

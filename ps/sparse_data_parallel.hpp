@@ -30,8 +30,10 @@ namespace dpbench {
 // rows go through the root's collectives). No-op without --sparse-grad.
 void validate_sparse_data_parallel(const TrainConfig& config);
 
-// The collectives the engine probe times for this path: the dense layers' broadcast and reduce,
-// the gather of the ids and rows, the scatter of the rows and the all-gather of the counts.
+// The collectives the engine probe times for this path, in a step's order: the dense layers'
+// broadcast, the all-gather of the counts, the gather of the ids, the scatter of the rows, the
+// dense layers' reduce and the gather of the rows' gradients; kSparseProbeRounds / 3 times, as
+// one such small message alone samples too little of a host whose ranks share cores.
 std::vector<CollectiveKind> sparse_data_parallel_probed_collectives();
 
 // The rank of ps --sparse-grad (above). The config has passed validate_sparse_data_parallel.

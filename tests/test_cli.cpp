@@ -1333,10 +1333,10 @@ TEST_F(Cli, DlrmRefusesBadSizesBeforeAnyWork) {
                      "4 ranks of sharded_ps need 61.1 GiB by the memory model");
   expect_input_error("--workload dlrm --embedding-optimizer adagrad", "--embedding-optimizer: the tables' own");
   // The memory command takes the same sizes, and refuses them the same way.
-  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"--tables 3", "--tables: applies to --workload dlrm"},
-           {"--workload dlrm --rows 0", "--rows 0"},
-           {"--workload dlrm --embedding-dim 0", "--embedding-dim 0"}}) {
+  for (const auto& [args, needle] :
+       std::vector<std::pair<std::string, std::string>>{{"--tables 3", "--tables: applies to --workload dlrm"},
+                                                        {"--workload dlrm --rows 0", "--rows 0"},
+                                                        {"--workload dlrm --embedding-dim 0", "--embedding-dim 0"}}) {
     const Outcome o = shell(std::string(DPBENCH_BINARY) + " memory " + args, tmp_.path());
     EXPECT_EQ(o.exit_code, 2) << args << "\n" << o.err;
     EXPECT_NE(o.err.find(needle), std::string::npos) << args << "\n" << o.err;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -598,28 +599,34 @@ TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
 
 // --zipf-alphas: one job per index law (0: uniform), each run's click logs its own, the axis in
 // the sweep's config; the hotter law touches fewer distinct rows, so sharded_ps --sparse-grad
-// sends fewer bytes; each run's sparse step is simulated (its rows from the measured bytes), and
-// its schedule's bytes agree with the wire's on every node.
+// sends fewer bytes; each run's sparse step (ps's root too) is simulated (its rows from the
+// measured bytes), and its schedule's bytes agree with the wire's on every node.
 TEST_F(EmulatedCluster, SweepOverZipfAlphasRunsEachIndexLaw) {
   const Outcome o = shell(
-      fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --workloads dlrm --modes sharded_ps "
+      fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --workloads dlrm --modes sharded_ps,ps "
                   "--sparse-grad --zipf-alphas 0,1.3 --tables 2 --rows 4000 --lookups 8 --batch-sizes 128 "
                   "--max-steps 8 --warmup-steps 2 --repetitions 1 --no-eval -q -o {}",
                   DPBENCH_BINARY, result().string()),
       tmp_.path());
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
-  ASSERT_EQ(doc["runs"].size(), 2u);
+  ASSERT_EQ(doc["runs"].size(), 4u);
   EXPECT_EQ(doc["config"]["sweep"]["zipf_alphas"], nlohmann::json::array({0.0, 1.3}));
-  EXPECT_EQ(doc["runs"][0]["dataset"].get<std::string>().find("zipf"), std::string::npos);
-  EXPECT_NE(doc["runs"][1]["dataset"].get<std::string>().find("zipf 1.3"), std::string::npos);
-  std::vector<double> sent;
+  std::map<std::pair<std::string, double>, double> sent;  // (mode, alpha) -> rank 0's bytes per step
   for (const auto& run : doc["runs"]) {
     ASSERT_EQ(run.value("status", std::string("ok")), "ok") << run.dump();
-    sent.push_back(run["comm_bytes_per_step"]["per_rank"][0]["sent"].get<double>());
-    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << n.dump();
+    const double alpha = run["config"]["dlrm"]["zipf_alpha"].get<double>();
+    const auto dataset = run["dataset"].get<std::string>();
+    EXPECT_EQ(dataset.find("zipf") != std::string::npos, alpha > 0) << dataset;
+    if (alpha > 0) EXPECT_NE(dataset.find("zipf 1.3"), std::string::npos) << dataset;
+    sent[{run["mode"].get<std::string>(), alpha}] = run["comm_bytes_per_step"]["per_rank"][0]["sent"].get<double>();
+    for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << run["mode"] << n.dump();
   }
-  EXPECT_LT(sent[1], 0.8 * sent[0]) << "Zipf(1.3) touches fewer distinct rows than uniform indices";
+  ASSERT_EQ(sent.size(), 4u);
+  for (const char* mode : {"sharded_ps", "ps"}) {
+    const double hot = sent[{mode, 1.3}], uniform = sent[{mode, 0.0}];
+    EXPECT_LT(hot, 0.8 * uniform) << mode << ": Zipf(1.3) touches fewer distinct rows";
+  }
   if (!simulation_available()) GTEST_SKIP() << "the sweep ran; its simulation part needs SimGrid (libsimgrid-dev)";
   for (const auto& run : doc["runs"]) {
     EXPECT_GT(run["network"]["simulation"].value("simulated_step_s", 0.0), 0.0) << run["network"]["simulation"].dump();

@@ -238,14 +238,15 @@ TEST(StepSchedule, EveryStrategyMovesTheBytesItsRunCounts) {
 
 // --sparse-grad's schedules size the rows a step exchanges from the measured bytes: a dlrm run on
 // three thread ranks, its ranks' mean bytes sent per step handed to the schedule, gives that
-// mean back (sharded_ps exactly; allreduce to a row's bytes, its rows rounded to whole floats),
-// every message matched, and the engine probe runs the kinds the schedule uses (p2p included).
+// mean back (sharded_ps exactly; allreduce and ps to a row's bytes, their rows rounded to whole
+// floats), every message matched, and the engine probe runs the kinds the schedule uses (p2p
+// included).
 TEST(StepSchedule, SparseStepsSendTheMeasuredBytes) {
   DlrmShape shape = testing::small_dlrm_shape(3, 400);
   shape.sparse_grad = true;
   const auto logs = make_click_logs(shape, {1.05}, 1024, 5);
   TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 6);
-  for (const Mode mode : {Mode::sharded_ps, Mode::allreduce}) {
+  for (const Mode mode : {Mode::sharded_ps, Mode::allreduce, Mode::ps}) {
     c.mode = mode;
     const RunResult run = testing::train_mode(c, *logs);
     ScheduleInputs in;
@@ -261,7 +262,7 @@ TEST(StepSchedule, SparseStepsSendTheMeasuredBytes) {
     s.check_matched();
     const double sent = (s.bytes_sent(0) + s.bytes_sent(1) + s.bytes_sent(2)) / 3;
     EXPECT_GT(in.measured_bytes_sent, 0.0);
-    EXPECT_NEAR(sent, in.measured_bytes_sent, mode == Mode::sharded_ps ? 1e-6 * sent : 2.0 * 4 * (2 + shape.dim))
+    EXPECT_NEAR(sent, in.measured_bytes_sent, mode == Mode::sharded_ps ? 1e-6 * sent : 2.0 * 4 * (2 + 2 * shape.dim))
         << mode;
     std::vector<bool> probed(kCollectiveKinds, false);
     for (CollectiveKind k : find_strategy(mode).probed_collectives(c)) probed[static_cast<std::size_t>(k)] = true;
@@ -269,6 +270,7 @@ TEST(StepSchedule, SparseStepsSendTheMeasuredBytes) {
     // Nothing measured: no rows.
     in.measured_bytes_sent = 0;
     EXPECT_EQ(sparse_rows_per_peer(in, 4.0, 40.0), 0.0);
+    EXPECT_EQ(sparse_rows_from_bytes(in, [](Collectives& comm, double rows) { comm.allreduce(1 + 8 * rows); }), 0.0);
   }
 }
 

@@ -1,8 +1,8 @@
 #include "train/training.hpp"
 
-#include <cmath>
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <signal.h>
