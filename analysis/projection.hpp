@@ -29,6 +29,10 @@ struct ProjectOptions {
   std::string out;            // "" -> results/dpbench-projection-<time>.json
   bool quiet = false;
   TopologyOptions topology;  // --simulate and its topology
+  // --held-out: emulated-cluster result files the projection is judged on, not calibrated on
+  // (analysis/held_out.hpp), and the largest |relative error| they may show (a fraction).
+  std::vector<std::string> held_out;
+  double max_error = 0.15;
 };
 
 // The projection document for already-loaded result documents. Throws InputError naming the

@@ -17,6 +17,7 @@
 #include "record/blas_core.hpp"
 #include "harness/harness.hpp"
 #include "bench/app/project_command.hpp"
+#include "analysis/held_out.hpp"
 #include "analysis/simulated_projection.hpp"
 #include "record/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
@@ -732,6 +733,65 @@ TEST(Project, NodeLinkOfOutsideTheProjectionsNodesIsAnInputError) {
   EXPECT_NO_THROW(check_node_link_of(o, 8));
   o.node_link_of = {"2=1gbit"};
   EXPECT_THROW(check_node_link_of(o, 8), InputError);
+}
+
+// --held-out: a sweep run of 4 nodes at 1 Gbit/s whose node 3 was given 250 Mbit/s is predicted
+// on that setting (--node-link 1gbit, --node-link-of 3=250mbit) at its own global batch: the
+// prediction is the projection made with those options, its error predicted / measured - 1, and
+// a run 20 % slower than predicted is beyond 15 % and within 25 %. A file without a cluster, a run
+// at 3 ranks and a zero --max-error are input errors naming them.
+TEST(Project, HeldOutRunsArePredictedOnTheirOwnSetting) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  const nlohmann::json calibration = one_rank_calibration();
+  ProjectOptions o = simulated_project_options(4);
+  o.per_rank_batch = 0;
+  nlohmann::json links = nlohmann::json::array();
+  for (int n = 0; n < 4; ++n) links.push_back({{"node", n}, {"requested_rate", n == 3 ? "250mbit" : "1gbit"}});
+  nlohmann::json run = fake_run("allreduce", 4, 1.0, 0.0);
+  run["global_batch"] = 40;
+  run["status"] = "ok";
+  run["strategy"] = {{"projection", "allreduce"}, {"label", "allreduce (ring)"}};
+  run["cluster"] = {{"links", links}, {"nodes", 4}, {"ranks_per_node", 1}};
+  // The projection a user would make for that setting.
+  ProjectOptions direct = o;
+  direct.topology.node_link = "1gbit";
+  direct.topology.node_link_of = {"3=250mbit"};
+  direct.scaling = "weak";
+  direct.per_rank_batch = 10;
+  double expected = 0;
+  const nlohmann::json projected = project(direct, {calibration}, nullptr);
+  for (const auto& pt : projected["points"]) {
+    if (pt["curve"] == "allreduce" && pt["world_size"] == 4) expected = pt["simulation"]["simulated_step_s"];
+  }
+  ASSERT_GT(expected, 0.0);
+  run["step_time_s"] = {{"p50", 1.2 * expected}};
+  const nlohmann::json held_doc = {{"runs", {run}}};
+  const nlohmann::json h = validate_held_out(o, {calibration}, {{"sweep.json", held_doc}}, 0.15);
+  ASSERT_EQ(h["runs"].size(), 1u);
+  const auto& r = h["runs"][0];
+  EXPECT_EQ(r["node_link"], "1gbit");
+  EXPECT_EQ(r["node_link_of"], nlohmann::json::array({"3=250mbit"}));
+  EXPECT_NEAR(r["predicted_step_s"].get<double>(), expected, 1e-12 * expected);
+  EXPECT_NEAR(r["relative_error"].get<double>(), 1 / 1.2 - 1, 1e-9);
+  EXPECT_FALSE(r["within"].get<bool>());
+  EXPECT_EQ(h["beyond"], 1);
+  EXPECT_EQ(validate_held_out(o, {calibration}, {{"sweep.json", held_doc}}, 0.25)["beyond"], 0);
+  // Bad input names the file or the option.
+  const auto refused = [&](const nlohmann::json& doc, double max_error, const std::string& needle) {
+    try {
+      validate_held_out(o, {calibration}, {{"bad.json", doc}}, max_error);
+      ADD_FAILURE() << needle << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json no_cluster = run;
+  no_cluster.erase("cluster");
+  refused({{"runs", {no_cluster}}}, 0.15, "bad.json: not an emulated-cluster result");
+  nlohmann::json three = run;
+  three["world_size"] = 3;
+  refused({{"runs", {three}}}, 0.15, "bad.json: a run of 3 ranks");
+  refused(held_doc, 0, "--max-error 0");
 }
 
 // A --platform file SimGrid cannot parse is an input error before any point is simulated.

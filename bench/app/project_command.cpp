@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "analysis/held_out.hpp"
 #include "record/result_json.hpp"
 #include "registry/strategies.hpp"
 #include "core/error.hpp"
@@ -89,6 +90,15 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
   app.add_option("--out,-o", o.out, "Projection JSON path (default results/dpbench-projection-<time>.json)");
   app.add_flag("--quiet,-q", o.quiet, "Only print the summary");
   add_topology_options(app, o.topology);
+  app.add_option("--held-out", o.held_out,
+                 "--simulate: emulated-cluster result or sweep files the projection is not calibrated on: each run "
+                 "predicted on its own cluster's setting (nodes, ranks per node, link rates) and compared with its "
+                 "measured step; exit 1 when one is off by more than --max-error")
+      ->check(CLI::ExistingFile);
+  app.add_option_function<double>(
+         "--max-error", [&o](double percent) { o.max_error = percent / 100.0; },
+         "--held-out: the largest |error| of a held-out run, in percent")
+      ->default_str("15");
 }
 
 namespace {
@@ -146,19 +156,56 @@ void print_summary(const nlohmann::json& doc) {
   }
 }
 
-}  // namespace
+// Each held-out run against its prediction, then how many are beyond --max-error.
+void print_held_out(const nlohmann::json& h) {
+  fmt::print("\nheld out (predicted from the calibration files alone; error = predicted / measured - 1):\n");
+  fmt::print("{:>30} {:>6} {:>6} {:>10} {:>16} {:>13} {:>13} {:>9}\n", "run", "batch", "nodes", "link", "straggler",
+             "measured ms", "predicted ms", "error");
+  for (const auto& r : h["runs"]) {
+    const std::string straggler = r["node_link_of"].empty() ? "-"
+                                                            : fmt::format("{}", fmt::join(r["node_link_of"], ","));
+    const std::string nodes = fmt::format("{}x{}", r["nodes"].get<int>(), r["ranks_per_node"].get<int>());
+    fmt::print("{:>30} {:>6} {:>6} {:>10} {:>16} {:>13.2f} ", r["label"].get<std::string>(),
+               r["global_batch"].get<double>(), nodes, r["node_link"].get<std::string>(), straggler,
+               1e3 * r["measured_step_s"].get<double>());
+    if (r.contains("unavailable")) {
+      fmt::print("{:>13} {:>9}  ({})\n", "-", "-", r["unavailable"].get<std::string>());
+      continue;
+    }
+    fmt::print("{:>13.2f} {:>+8.1f}%{}\n", 1e3 * r["predicted_step_s"].get<double>(),
+               100 * r["relative_error"].get<double>(), r["within"].get<bool>() ? "" : "  beyond");
+  }
+  fmt::print("held out: {} runs, median |error| {:.1f} %, largest {:.1f} %; {} beyond {:.0f} %\n", h["runs"].size(),
+             100 * h["median_abs_error"].get<double>(), 100 * h["max_abs_error"].get<double>(), h["beyond"].get<int>(),
+             100 * h["max_error"].get<double>());
+}
 
-int project_command(const ProjectOptions& o) {
+std::vector<nlohmann::json> read_result_files(const std::vector<std::string>& paths) {
   std::vector<nlohmann::json> docs;
-  for (const auto& path : o.results) {
+  for (const auto& path : paths) {
     docs.push_back(read_json(path, "result file"));
     if (docs.back().value("schema", nlohmann::json::object()).value("name", "") != kSchemaName) {
       throw InputError(fmt::format("{}: not a dpbench result file", path));
     }
   }
+  return docs;
+}
+
+}  // namespace
+
+int project_command(const ProjectOptions& o) {
+  if (!o.held_out.empty() && !o.topology.simulate) {
+    throw InputError("--held-out: held-out runs are judged against the simulation; give --simulate");
+  }
+  const std::vector<nlohmann::json> docs = read_result_files(o.results);
+  std::vector<HeldOutFile> held_out;
+  for (std::size_t i = 0; i < o.held_out.size(); ++i) {
+    held_out.push_back({o.held_out[i], read_result_files({o.held_out[i]}).front()});
+  }
   std::optional<nlohmann::json> gb;
   if (!o.collectives.empty()) gb = read_json(o.collectives, "Google Benchmark JSON");
-  const nlohmann::json doc = project(o, docs, gb ? &*gb : nullptr);
+  nlohmann::json doc = project(o, docs, gb ? &*gb : nullptr);
+  if (!held_out.empty()) doc["held_out"] = validate_held_out(o, docs, held_out, o.max_error);
 
   fmt::print("link: {} [{}] ({:.3g} GB/s, alpha {:.2f} us): {}\n", doc["link"]["name"].get<std::string>(),
              doc["link"]["kind"].get<std::string>(), doc["link"]["bandwidth_GBps"].get<double>(),
@@ -174,9 +221,15 @@ int project_command(const ProjectOptions& o) {
   if (!o.quiet) print_curves(doc);
   fmt::print("\n");
   print_summary(doc);
+  if (doc.contains("held_out")) print_held_out(doc["held_out"]);
   const std::string out = o.out.empty() ? default_out_path("projection") : o.out;
   write_json_atomic(out, doc);
   fmt::print("projection written to {}\n", out);
+  if (doc.contains("held_out") && doc["held_out"]["beyond"].get<int>() > 0) {
+    fmt::print(stderr, "dpbench: {} held-out run(s) off by more than {:.0f} %\n", doc["held_out"]["beyond"].get<int>(),
+               100 * o.max_error);
+    return 1;
+  }
   return 0;
 }
 
