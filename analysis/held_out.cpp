@@ -16,7 +16,8 @@ namespace {
 // project --simulate's topology options: its ranks per node, the rate most of its nodes were
 // given as --node-link, the others as --node-link-of.
 TopologyOptions held_out_topology(const HeldOutFile& f, const nlohmann::json& run, const TopologyOptions& base) {
-  const nlohmann::json& net = run.contains("cluster") ? run["cluster"] : f.doc.value("network", nlohmann::json::object());
+  const nlohmann::json& net = run.contains("cluster") ? run["cluster"]
+                                                      : f.doc.value("network", nlohmann::json::object());
   if (!net.contains("links") || !net["links"].is_array() || net["links"].empty()) {
     throw InputError(fmt::format("{}: not an emulated-cluster result (no network block with its links): a held-out "
                                  "point is a run on `dpbench run --nodes N --link RATE`",
@@ -24,9 +25,8 @@ TopologyOptions held_out_topology(const HeldOutFile& f, const nlohmann::json& ru
   }
   std::map<std::string, int> count;
   for (const auto& link : net["links"]) ++count[link.at("requested_rate").get<std::string>()];
-  const auto most = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) {
-    return a.second < b.second;
-  });
+  const auto most = std::max_element(count.begin(), count.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
   TopologyOptions t = base;
   t.simulate = true;
   t.preset.clear();

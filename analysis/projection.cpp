@@ -305,6 +305,53 @@ SimPlatform link_platform(const TopologyOptions& o, const LinkModel& link, int p
   return topology_platform(o, 1.0 / link.beta_s_per_byte, link.alpha_s / 2.0, p);
 }
 
+// The engine's calibration the calibration files' emulated runs measured (each run's
+// network.simulation.calibration, fitted to its engine probe: a share of the link per collective,
+// or a per-message overhead for the small ones), for the projection's platform: per collective
+// the fit of the fewest-rank run that probed it (its last fit of that collective, which matches the
+// probe's whole sequence). Empty vectors where no run was calibrated.
+struct EngineCalibration {
+  std::vector<double> efficiency, overhead_s;
+  nlohmann::json record = nlohmann::json::array();  // per collective: its fit and the run it came from
+};
+EngineCalibration engine_calibration(const std::vector<const nlohmann::json*>& runs) {
+  EngineCalibration c;
+  std::vector<int> from(kCollectiveKinds, 0);  // world size of the run each fit came from
+  for (const auto* run : runs) {
+    const nlohmann::json* fits = nullptr;
+    if (const auto net = run->find("network"); net != run->end() && net->contains("simulation")) {
+      const auto& sim = (*net)["simulation"];
+      if (sim.contains("calibration") && sim["calibration"].contains("collectives")) {
+        fits = &sim["calibration"]["collectives"];
+      }
+    }
+    if (fits == nullptr) continue;
+    const int p = run->at("world_size").get<int>();
+    for (const auto& fit : *fits) {
+      for (std::size_t k = 0; k < kCollectiveKinds; ++k) {
+        if (fit.value("collective", std::string()) != collective_name(static_cast<CollectiveKind>(k))) continue;
+        if (from[k] != 0 && from[k] < p) break;
+        if (c.efficiency.empty()) {
+          c.efficiency.assign(kCollectiveKinds, 0.0);
+          c.overhead_s.assign(kCollectiveKinds, 0.0);
+        }
+        const bool per_message = fit.contains("overhead_s");
+        c.efficiency[k] = per_message ? 0.0 : fit.value("efficiency", 0.0);
+        c.overhead_s[k] = fit.value("overhead_s", 0.0);
+        from[k] = p;
+      }
+    }
+  }
+  for (std::size_t k = 0; k < kCollectiveKinds && !c.efficiency.empty(); ++k) {
+    if (from[k] == 0) continue;
+    c.record.push_back({{"collective", collective_name(static_cast<CollectiveKind>(k))},
+                        {"efficiency", c.efficiency[k] > 0 ? nlohmann::json(c.efficiency[k]) : nlohmann::json()},
+                        {"overhead_s", c.overhead_s[k]},
+                        {"from_world_size", from[k]}});
+  }
+  return c;
+}
+
 // --simulate: every curve's point at world size p (the last curves.size() entries of points)
 // gets its "simulation", all curves at once, each in a child process (sim/simulate.hpp).
 void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
@@ -353,7 +400,7 @@ nlohmann::json curves_json(const std::vector<ProjectedCurve>& curves) {
 // faster than the baseline strategy's default curve (its first). Fills doc's "curves",
 // "points", "crossovers" and "crossover_world_size".
 void project_curves(const ProjectOptions& o, const StepModel& model, const LinkModel& link, const Scaling& scaling,
-                    nlohmann::json& doc) {
+                    const EngineCalibration& engine, nlohmann::json& doc) {
   const auto& curves = projected_curves();
   const ProjectedCurve* baseline = nullptr;
   for (const auto& c : curves) {
@@ -366,7 +413,11 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   for (int p = 1; p <= o.max_ranks && scaling.rank_batch(p) >= 1.0; p *= 2) {
     const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
-    const SimPlatform platform = o.topology.simulate ? link_platform(o.topology, link, p) : SimPlatform{};
+    SimPlatform platform = o.topology.simulate ? link_platform(o.topology, link, p) : SimPlatform{};
+    if (platform.platform_file.empty()) {
+      platform.engine_efficiency = engine.efficiency;
+      platform.engine_overhead_s = engine.overhead_s;
+    }
     for (std::size_t i = 0; i < curves.size(); ++i) {
       const std::string& key = curves[i].curve.key;
       const StepPrediction pred = predict_step(model, link, key, p, b);
@@ -589,7 +640,7 @@ nlohmann::json project_described(const ProjectOptions& given) {
                                            {"time_scale", profile_time_scale(*d, profile)},
                                            {"ddp_buckets", described_buckets(*d)}};
   if (o.topology.simulate) describe_topology(o, link, doc);
-  project_curves(o, model, link.model, scaling, doc);
+  project_curves(o, model, link.model, scaling, EngineCalibration{}, doc);
   doc["measured"] = nlohmann::json::array();
   return doc;
 }
@@ -622,8 +673,12 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   doc["created"] = utc_timestamp();
   describe_inputs(o, link, base, model, scaling, doc);
   const int calibration_workers = base.at("config").value("num_workers", 0);
-  if (o.topology.simulate) describe_topology(o, link, doc);
-  project_curves(o, model, link.model, scaling, doc);
+  const EngineCalibration engine = o.topology.simulate ? engine_calibration(in.runs) : EngineCalibration{};
+  if (o.topology.simulate) {
+    describe_topology(o, link, doc);
+    doc["topology"]["engine_calibration"] = engine.record;
+  }
+  project_curves(o, model, link.model, scaling, engine, doc);
   doc["measured"] = nlohmann::json::array();
   for (const auto* run : in.runs) {
     if (run->at("world_size").get<int>() >= 2) {
