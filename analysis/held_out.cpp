@@ -59,6 +59,48 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// One held-out run's row: its setting, its measured step p50 and the simulated point of the
+// projection made for that setting ("predicted_step_s"), or "unavailable" with the reason.
+// `projections` keeps the projections made, by setting.
+nlohmann::json predicted_row(const ProjectOptions& options, const std::vector<nlohmann::json>& calibration,
+                             const HeldOutFile& f, const nlohmann::json& run,
+                             std::map<std::string, nlohmann::json>& projections) {
+  const int p = run.at("world_size").get<int>();
+  const TopologyOptions t = held_out_topology(f, run, options.topology);
+  if ((p & (p - 1)) != 0) {
+    throw InputError(fmt::format("{}: a run of {} ranks; the projection's points are powers of two", f.path, p));
+  }
+  // The run's own global batch, as weak scaling at its per-rank share.
+  const double global_batch = run.at("global_batch").get<double>();
+  ProjectOptions o = options;
+  o.topology = t;
+  o.max_ranks = p;
+  o.scaling = "weak";
+  o.per_rank_batch = global_batch / p;
+  const std::string key = fmt::format("{}|{}|{}|{}|{}", t.ranks_per_node, t.node_link, fmt::join(t.node_link_of, ","),
+                                      p, o.per_rank_batch);
+  if (!projections.contains(key)) projections[key] = project(o, calibration, nullptr);
+  const std::string curve = run.at("strategy").at("projection").get<std::string>();
+  const auto [predicted, why] = simulated_at(projections[key], curve, p);
+  nlohmann::json row = {{"file", f.path},
+                        {"mode", run.at("mode")},
+                        {"curve", curve},
+                        {"label", run.at("strategy").value("label", curve)},
+                        {"world_size", p},
+                        {"global_batch", global_batch},
+                        {"nodes", p / t.ranks_per_node},
+                        {"ranks_per_node", t.ranks_per_node},
+                        {"node_link", t.node_link},
+                        {"node_link_of", t.node_link_of},
+                        {"measured_step_s", run.at("step_time_s").at("p50").get<double>()}};
+  if (why.empty()) {
+    row["predicted_step_s"] = predicted;
+  } else {
+    row["unavailable"] = why;
+  }
+  return row;
+}
+
 }  // namespace
 
 nlohmann::json validate_held_out(const ProjectOptions& options, const std::vector<nlohmann::json>& calibration,
@@ -67,50 +109,18 @@ nlohmann::json validate_held_out(const ProjectOptions& options, const std::vecto
   nlohmann::json runs = nlohmann::json::array();
   std::vector<double> errors;
   int beyond = 0;
-  std::map<std::string, nlohmann::json> projections;  // by setting and world size
+  std::map<std::string, nlohmann::json> projections;
   for (const HeldOutFile& f : held_out) {
     for (const auto& run : f.doc.at("runs")) {
-      const int p = run.at("world_size").get<int>();
-      if (p < 2 || run.value("status", std::string("ok")) != "ok") continue;
-      const TopologyOptions t = held_out_topology(f, run, options.topology);
-      if ((p & (p - 1)) != 0) {
-        throw InputError(fmt::format("{}: a run of {} ranks; the projection's points are powers of two", f.path, p));
-      }
-      // The run's own global batch, as weak scaling at its per-rank share.
-      const double global_batch = run.at("global_batch").get<double>();
-      ProjectOptions o = options;
-      o.topology = t;
-      o.max_ranks = p;
-      o.scaling = "weak";
-      o.per_rank_batch = global_batch / p;
-      const std::string key = fmt::format("{}|{}|{}|{}|{}", t.ranks_per_node, t.node_link,
-                                          fmt::join(t.node_link_of, ","), p, o.per_rank_batch);
-      if (!projections.contains(key)) projections[key] = project(o, calibration, nullptr);
-      const std::string curve = run.at("strategy").at("projection").get<std::string>();
-      const double measured = run.at("step_time_s").at("p50").get<double>();
-      const auto [predicted, why] = simulated_at(projections[key], curve, p);
-      nlohmann::json row = {{"file", f.path},
-                            {"mode", run.at("mode")},
-                            {"curve", curve},
-                            {"label", run.at("strategy").value("label", curve)},
-                            {"world_size", p},
-                            {"global_batch", global_batch},
-                            {"nodes", p / t.ranks_per_node},
-                            {"ranks_per_node", t.ranks_per_node},
-                            {"node_link", t.node_link},
-                            {"node_link_of", t.node_link_of},
-                            {"measured_step_s", measured}};
-      if (!why.empty()) {
-        row["unavailable"] = why;
-        ++beyond;
-      } else {
-        const double error = predicted / measured - 1.0;
-        row["predicted_step_s"] = predicted;
+      if (run.at("world_size").get<int>() < 2 || run.value("status", std::string("ok")) != "ok") continue;
+      nlohmann::json row = predicted_row(options, calibration, f, run, projections);
+      if (row.contains("predicted_step_s")) {
+        const double error = row["predicted_step_s"].get<double>() / row["measured_step_s"].get<double>() - 1.0;
         row["relative_error"] = error;
         row["within"] = std::abs(error) <= max_error;
         errors.push_back(std::abs(error));
-        if (std::abs(error) > max_error) ++beyond;
       }
+      if (!row.value("within", false)) ++beyond;
       runs.push_back(row);
     }
   }

@@ -116,14 +116,7 @@ class SparseDataParallelRank final : public CompactReplicaRank {
 
   // The root's step on every touched row, its gradient sum cleared.
   void step_rows(float lr) override {
-    const std::size_t dim = full_.dim;
-    for (std::size_t i = 0; i < touched_.size(); ++i) {
-      if (!touched_[i]) continue;
-      float* g = table_grads_.data() + i * dim;
-      step_table_row(adagrad_, lr, tables_.data() + i * dim, g, adagrad_ ? state_.data() + i * dim : nullptr, dim);
-      std::fill(g, g + dim, 0.0f);
-      touched_[i] = 0;
-    }
+    step_touched_rows(adagrad_, lr, tables_.data(), table_grads_.data(), state_.data(), touched_, full_.dim);
   }
 
   // The root holds every table.

@@ -74,14 +74,7 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
   // The server's step: the tables' optimizer on every row pulled this step, its gradient sum
   // cleared.
   void step_rows(float lr) override {
-    const std::size_t dim = full_.dim;
-    for (std::size_t i = 0; i < touched_.size(); ++i) {
-      if (!touched_[i]) continue;
-      float* g = shard_grad_.data() + i * dim;
-      step_table_row(adagrad_, lr, shard_.data() + i * dim, g, adagrad_ ? shard_state_.data() + i * dim : nullptr, dim);
-      std::fill(g, g + dim, 0.0f);
-      touched_[i] = 0;
-    }
+    step_touched_rows(adagrad_, lr, shard_.data(), shard_grad_.data(), shard_state_.data(), touched_, full_.dim);
   }
   // Every server's rows of each table gathered on rank 0.
   void collect_tables(float* tables) override {

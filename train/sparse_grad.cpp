@@ -48,6 +48,16 @@ void step_table_row(bool adagrad, float lr, float* w, const float* g, float* sta
   }
 }
 
+void step_touched_rows(bool adagrad, float lr, float* w, float* g, float* state, std::vector<std::uint8_t>& touched,
+                       std::size_t dim) {
+  for (std::size_t i = 0; i < touched.size(); ++i) {
+    if (!touched[i]) continue;
+    step_table_row(adagrad, lr, w + i * dim, g + i * dim, adagrad ? state + i * dim : nullptr, dim);
+    std::fill(g + i * dim, g + (i + 1) * dim, 0.0f);
+    touched[i] = 0;
+  }
+}
+
 RankMemory sparse_rank_memory(const MemoryInputs& in, double table_rows, bool table_gradients) {
   const DlrmShape& d = in.config.model.dlrm;
   const double f = sizeof(float), dim = static_cast<double>(d.dim), tables = static_cast<double>(d.tables);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "train/memory_model.hpp"
@@ -29,6 +30,10 @@ inline constexpr float kAdagradEps = 1e-10f;
 // (torch/optim/adagrad.py on a sparse gradient: lr_decay 0, initial accumulator 0, no weight
 // decay; state [dim], unused by sgd).
 void step_table_row(bool adagrad, float lr, float* w, const float* g, float* state, std::size_t dim);
+// step_table_row on every row i marked in touched (then unmarked), its gradient sum g[i] cleared:
+// w, g and state hold touched.size() rows of dim floats (state null with sgd).
+void step_touched_rows(bool adagrad, float lr, float* w, float* g, float* state, std::vector<std::uint8_t>& touched,
+                       std::size_t dim);
 
 // The bytes one rank of a sparse path holds, by category (CompactReplicaRank and its tables, as
 // the allocator counts them): the compact replica (local batch x lookups rows of every table, and
