@@ -307,9 +307,10 @@ SimPlatform link_platform(const TopologyOptions& o, const LinkModel& link, int p
 
 // The engine's calibration the calibration files' emulated runs measured (each run's
 // network.simulation.calibration, fitted to its engine probe: a share of the link per collective,
-// or a per-message overhead for the small ones), for the projection's platform: per collective
-// the fit of the fewest-rank run that probed it (its last fit of that collective, which matches the
-// probe's whole sequence). Empty vectors where no run was calibrated.
+// or a per-message overhead for the small ones), for the platform of a projection on their
+// measured link: per collective the fit of the fewest-rank run that probed it (its last fit of
+// that collective, which matches the probe's whole sequence). Empty vectors where no run was
+// calibrated.
 struct EngineCalibration {
   std::vector<double> efficiency, overhead_s;
   nlohmann::json record = nlohmann::json::array();  // per collective: its fit and the run it came from
@@ -673,7 +674,10 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   doc["created"] = utc_timestamp();
   describe_inputs(o, link, base, model, scaling, doc);
   const int calibration_workers = base.at("config").value("num_workers", 0);
-  const EngineCalibration engine = o.topology.simulate ? engine_calibration(in.runs) : EngineCalibration{};
+  // The engine's fits describe the emulated cluster's hosts and links: they ride on its measured
+  // link only, not on a preset's or a datasheet node's.
+  const bool emulated = link.kind == "emulated" && o.topology.preset.empty();
+  const EngineCalibration engine = o.topology.simulate && emulated ? engine_calibration(in.runs) : EngineCalibration{};
   if (o.topology.simulate) {
     describe_topology(o, link, doc);
     doc["topology"]["engine_calibration"] = engine.record;

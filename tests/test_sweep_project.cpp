@@ -735,6 +735,41 @@ TEST(Project, NodeLinkOfOutsideTheProjectionsNodesIsAnInputError) {
   EXPECT_THROW(check_node_link_of(o, 8), InputError);
 }
 
+// The engine's calibration a calibration file's emulated run recorded (here allreduce at half the
+// link) rides on the projection's platform when the projection plays the files' emulated link:
+// recorded with the run it came from, and allreduce's simulated step grows; on a preset link
+// (ib-ndr) it is not carried.
+TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  nlohmann::json cluster = fake_cluster_run(2, 12.5e6, 0.42, 0.32, 0.32);
+  const nlohmann::json plain_doc = {{"env", {{"cpu_cores", 4}}},
+                                    {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  cluster["network"]["simulation"] = {
+      {"calibration", {{"collectives", {{{"collective", "allreduce"}, {"efficiency", 0.5}}}}}}};
+  const nlohmann::json calibrated_doc = {{"env", {{"cpu_cores", 4}}},
+                                         {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  ProjectOptions o;
+  o.max_ranks = 4;
+  o.topology.simulate = true;
+  const auto step_at_4 = [](const nlohmann::json& proj) {
+    for (const auto& pt : proj["points"]) {
+      if (pt["curve"] == "allreduce" && pt["world_size"] == 4)
+        return pt["simulation"]["simulated_step_s"].get<double>();
+    }
+    return 0.0;
+  };
+  const nlohmann::json plain = project(o, {plain_doc}, nullptr);
+  const nlohmann::json calibrated = project(o, {calibrated_doc}, nullptr);
+  EXPECT_TRUE(plain["topology"]["engine_calibration"].empty());
+  ASSERT_EQ(calibrated["topology"]["engine_calibration"].size(), 1u);
+  EXPECT_EQ(calibrated["topology"]["engine_calibration"][0]["collective"], "allreduce");
+  EXPECT_EQ(calibrated["topology"]["engine_calibration"][0]["efficiency"], 0.5);
+  EXPECT_EQ(calibrated["topology"]["engine_calibration"][0]["from_world_size"], 2);
+  EXPECT_GT(step_at_4(calibrated), step_at_4(plain) * 1.2) << "the ring at half the link";
+  o.link_model = "ib-ndr";
+  EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
+}
+
 // --held-out: a sweep run of 4 nodes at 1 Gbit/s whose node 3 was given 250 Mbit/s is predicted
 // on that setting (--node-link 1gbit, --node-link-of 3=250mbit) at its own global batch: the
 // prediction is the projection made with those options, its error predicted / measured - 1, and
