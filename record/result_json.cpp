@@ -254,6 +254,13 @@ static nlohmann::json quality_json(const RunResult& run) {
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   if (run.test_auc >= 0) quality["test_auc"] = run.test_auc;
+  if (const double target = run.config.run.target_loss; target > 0) {
+    const TimeToTarget t = time_to_target_loss(run.step_train_loss, run.step_end_s, target);
+    quality["time_to_target_loss"] = {{"target", target},
+                                      {"window_steps", kTargetLossWindow},
+                                      {"step", t.step > 0 ? nlohmann::json(t.step) : nlohmann::json()},
+                                      {"seconds", t.seconds >= 0 ? nlohmann::json(t.seconds) : nlohmann::json()}};
+  }
   return quality;
 }
 

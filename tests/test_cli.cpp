@@ -1229,7 +1229,7 @@ TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
   const Outcome dense = dpbench(args + "--mode allreduce");
   ASSERT_EQ(dense.exit_code, 0) << dense.err;
   const auto d = nlohmann::json::parse(slurp(result()))["runs"][0];
-  const Outcome sparse = dpbench(args + "--mode sharded_ps,allreduce,ps --sparse-grad");
+  const Outcome sparse = dpbench(args + "--mode sharded_ps,allreduce,ps --sparse-grad --target-loss 0.68");
   ASSERT_EQ(sparse.exit_code, 0) << sparse.err;
   const auto all = nlohmann::json::parse(slurp(result()))["runs"];
   ASSERT_EQ(all.size(), 3u);
@@ -1257,6 +1257,25 @@ TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
     EXPECT_NEAR(lp[i], ld[i], 1e-5 * ld[i]) << "step " << i;
   }
   EXPECT_LT(ls.back(), ls.front() - 0.02) << "the loss did not fall";
+  // --target-loss 0.68: each run's first step whose 10-step mean loss is at or below it, timed.
+  for (const auto& run : all) {
+    const auto losses = run["quality"]["step_train_loss"].get<std::vector<double>>();
+    long expected = -1;
+    for (std::size_t i = 0; i < losses.size() && expected < 0; ++i) {
+      const std::size_t from = i >= 9 ? i - 9 : 0;
+      double sum = 0;
+      for (std::size_t k = from; k <= i; ++k) sum += losses[k];
+      if (sum / static_cast<double>(i - from + 1) <= 0.68) expected = static_cast<long>(i) + 1;
+    }
+    const auto& t = run["quality"]["time_to_target_loss"];
+    EXPECT_EQ(t["target"], 0.68);
+    ASSERT_GT(expected, 0) << run["mode"] << ": 0.68 not reached in 100 steps";
+    EXPECT_EQ(t["step"].get<long>(), expected) << run["mode"];
+    EXPECT_GT(t["seconds"].get<double>(), 0.0) << run["mode"];
+    EXPECT_LT(t["seconds"].get<double>(), 60.0) << run["mode"];
+  }
+  EXPECT_NE(sparse.out.find("time to loss 0.68 (s, at step)"), std::string::npos) << sparse.out;
+  EXPECT_FALSE(d["quality"].contains("time_to_target_loss")) << "asked for by the sparse runs only";
   EXPECT_NEAR(s["quality"]["test_accuracy"].get<double>(), d["quality"]["test_accuracy"].get<double>(), 1e-3);
   for (int r = 0; r < 2; ++r) {
     const auto sent = [r](const nlohmann::json& run) {

@@ -135,6 +135,29 @@ TEST(Agreement, CnnRunningStatisticsAreKeptAndAgreeAtOneRank) {
   EXPECT_EQ(moved, ps.final_buffers.size());
 }
 
+// --target-loss: the first step whose mean over the last kTargetLossWindow steps (fewer at the
+// start) is at or below the target, timed at that step's end; a resumed run's steps before its
+// checkpoint have no end time. Losses 1.00, 0.98, ..., 0.42: from step 10 on the window's mean is
+// 1.11 - 0.02 s, so 0.8 is reached at step 16 (0.79) and 0.6 at step 26.
+TEST(TimeToTarget, FirstStepWhoseWindowMeanReachesTheTarget) {
+  std::vector<double> losses, ends;
+  for (int i = 0; i < 30; ++i) {
+    losses.push_back(1.0 - 0.02 * i);
+    ends.push_back(0.5 * (i + 1));
+  }
+  const TimeToTarget t = time_to_target_loss(losses, ends, 0.8);
+  EXPECT_EQ(t.step, 16);
+  EXPECT_DOUBLE_EQ(t.seconds, 8.0);
+  EXPECT_EQ(time_to_target_loss(losses, ends, 1.0).step, 1);  // the first step alone at the start
+  const TimeToTarget never = time_to_target_loss(losses, ends, 0.1);
+  EXPECT_EQ(never.step, -1);
+  EXPECT_EQ(never.seconds, -1);
+  const std::vector<double> resumed(ends.end() - 10, ends.end());  // steps 21..30 timed
+  EXPECT_EQ(time_to_target_loss(losses, resumed, 0.8).step, 16);
+  EXPECT_EQ(time_to_target_loss(losses, resumed, 0.8).seconds, -1);
+  EXPECT_DOUBLE_EQ(time_to_target_loss(losses, resumed, 0.6).seconds, 13.0);
+}
+
 TEST(Config, BadRankBatchesAreInputErrors) {
   const auto data = small_dataset(1000);
   const TrainData td{data.get(), nullptr};

@@ -1,6 +1,7 @@
 #include "train/step_loop.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/net_interface.hpp"
 #include "train/batchnorm_sync.hpp"
@@ -191,7 +192,10 @@ class RankLoop {
           timed_start_ = s_.ctx.comm().stats();
           s_.ctx.mark_timed_start();
         }
+        if (step_end_s_.empty()) first_step_start_ = std::chrono::steady_clock::now();
         const StepRecord rec = run_step(s + 1 < spe && step_ + 1 < total_);
+        step_end_s_.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - first_step_start_).count());
         if (step_ >= s_.config.run.warmup_steps) me_.steps.push_back(rec);
         ++steps_in_epoch_[static_cast<std::size_t>(epoch)];
         progress_.step_done(s_.ctx, epoch, step_);
@@ -210,6 +214,7 @@ class RankLoop {
     const std::vector<double> sums = mode_.global_losses(std::move(local));
     if (s_.ctx.rank() != 0) return;
     result_.steps_timed = static_cast<long>(me_.steps.size());
+    result_.step_end_s = step_end_s_;
     finish_result_on_rank(s_.ctx, result_, data, mode_.model(), mode_.master_params(), sums, s_.steps_per_epoch,
                           steps_in_epoch_);
   }
@@ -290,6 +295,8 @@ class RankLoop {
   CommBatchNormSync bn_sync_;
   CommStats timed_start_;
   long step_ = 0;
+  std::chrono::steady_clock::time_point first_step_start_;
+  std::vector<double> step_end_s_;  // seconds from the first step's start to each step's end
 };
 
 }  // namespace

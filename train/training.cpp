@@ -236,6 +236,23 @@ MemoryReport memory_report(const MemoryTracker& tracker) {
   return report;
 }
 
+TimeToTarget time_to_target_loss(const std::vector<double>& step_losses, const std::vector<double>& step_end_s,
+                                 double target) {
+  TimeToTarget out;
+  double sum = 0;
+  for (std::size_t i = 0; i < step_losses.size(); ++i) {
+    sum += step_losses[i];
+    if (i >= static_cast<std::size_t>(kTargetLossWindow)) sum -= step_losses[i - kTargetLossWindow];
+    const auto n = static_cast<double>(std::min<std::size_t>(i + 1, kTargetLossWindow));
+    if (!(sum / n <= target)) continue;
+    out.step = static_cast<long>(i) + 1;
+    const std::size_t before = step_losses.size() - std::min(step_losses.size(), step_end_s.size());
+    if (i >= before) out.seconds = step_end_s[i - before];
+    return out;
+  }
+  return out;
+}
+
 double roc_auc(const std::vector<float>& scores, const std::vector<std::int32_t>& labels) {
   if (scores.size() != labels.size()) {
     throw Error(fmt::format("roc_auc: {} scores for {} labels", scores.size(), labels.size()));

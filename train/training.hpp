@@ -78,6 +78,9 @@ struct RunLength {
   int epochs = 2;
   long max_steps = -1;   // stop after this many steps in total (-1: run all epochs)
   int warmup_steps = 5;  // first steps excluded from timing statistics
+  // --target-loss: > 0, the result records when the training loss first reached it
+  // (time_to_target_loss); 0: not asked.
+  double target_loss = 0;
 };
 
 // One run's configuration in sections: the model, the optimizer, the run's length, the data
@@ -210,7 +213,10 @@ struct RunResult {
   long steps_total = 0;
   long steps_timed = 0;
   std::vector<RankResult> ranks;
-  std::vector<double> step_train_loss;   // mean training loss of each step's global batch
+  std::vector<double> step_train_loss;  // mean training loss of each step's global batch
+  // Rank 0's seconds from the start of its first step to the end of each step it ran (warm-up
+  // included; after --resume, the steps since the checkpoint).
+  std::vector<double> step_end_s;
   std::vector<double> epoch_train_loss;  // mean training loss of each epoch
   double final_train_loss = 0;           // of the last epoch
   double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated
@@ -295,6 +301,19 @@ struct TestMetrics {
   double auc = -1;
 };
 TestMetrics evaluate_test(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers);
+
+// The steps a training loss is averaged over before it is compared with --target-loss: one
+// step's global batch is noisy, so the first step whose mean over the last kTargetLossWindow
+// steps (fewer at the start) is at or below the target is the one that reached it.
+inline constexpr int kTargetLossWindow = 10;
+struct TimeToTarget {
+  long step = -1;       // 1-based: steps trained when the target was reached; -1: never
+  double seconds = -1;  // rank 0's wall time from the first step to that one's end; -1: unknown
+};
+// step_losses: every step's global loss [steps]; step_end_s: the end time of the last
+// step_end_s.size() of those steps (a resumed run's). The target must be positive.
+TimeToTarget time_to_target_loss(const std::vector<double>& step_losses, const std::vector<double>& step_end_s,
+                                 double target);
 
 // The area under the ROC curve of `scores` for the binary `labels` (1 positive, 0 negative): the
 // probability that a random positive scores above a random negative, ties counting one half

@@ -179,6 +179,10 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
       ->capture_default_str();
   app.add_option("--warmup-steps", config.run.warmup_steps, "Steps excluded from timing statistics")
       ->capture_default_str();
+  app.add_option("--target-loss", config.run.target_loss,
+                 "Record the time to this training loss: the first step whose mean loss over the last 10 steps is at "
+                 "or below it, and rank 0's wall time from the first step to its end (quality.time_to_target_loss)")
+      ->check(CLI::PositiveNumber);
   add_optimizer_options(app, config);
   app.add_option("--seed", config.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "

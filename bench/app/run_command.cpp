@@ -133,16 +133,8 @@ void print_memory_and_comm_rows(const TableRows& row, const std::vector<RunResul
   });
 }
 
-void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
-  // Columns as wide as the longest run label, with two spaces between them.
-  std::size_t column = 22;
-  for (const auto& doc : docs) column = std::max(column, run_label(doc).size() + 2);
-  fmt::print("\n{:<{}}", "", TableRows::kLabel);
-  for (const auto& doc : docs) fmt::print("{:>{}}", run_label(doc), column);
-  fmt::print("\n");
-  const TableRows row(runs.size(), column);
-  print_timing_rows(row, runs, docs);
-  print_memory_and_comm_rows(row, runs, docs);
+// The table's loss, accuracy, AUC and --target-loss rows.
+void print_quality_rows(const TableRows& row, const std::vector<RunResult>& runs) {
   row("final train loss", [&](std::size_t i) {
     // a replay's loss is not the model's
     return runs[i].config.model.described.empty() ? fmt::format("{:.4f}", runs[i].final_train_loss) : "- (replay)";
@@ -155,7 +147,26 @@ void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann:
       return runs[i].test_auc >= 0 ? fmt::format("{:.4f}", runs[i].test_auc) : std::string("-");
     });
   }
+  if (const double target = runs.front().config.run.target_loss; target > 0) {
+    row(fmt::format("time to loss {:g} (s, at step)", target), [&](std::size_t i) {
+      const TimeToTarget t = time_to_target_loss(runs[i].step_train_loss, runs[i].step_end_s, target);
+      if (t.step < 0) return std::string("not reached");
+      return t.seconds >= 0 ? fmt::format("{:.2f} ({})", t.seconds, t.step) : fmt::format("- ({})", t.step);
+    });
+  }
+}
 
+void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
+  // Columns as wide as the longest run label, with two spaces between them.
+  std::size_t column = 22;
+  for (const auto& doc : docs) column = std::max(column, run_label(doc).size() + 2);
+  fmt::print("\n{:<{}}", "", TableRows::kLabel);
+  for (const auto& doc : docs) fmt::print("{:>{}}", run_label(doc), column);
+  fmt::print("\n");
+  const TableRows row(runs.size(), column);
+  print_timing_rows(row, runs, docs);
+  print_memory_and_comm_rows(row, runs, docs);
+  print_quality_rows(row, runs);
   print_verdict(runs, docs);
 }
 
