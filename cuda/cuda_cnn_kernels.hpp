@@ -156,6 +156,16 @@ class ModelLaunchers : public ModelOps<float> {
   void batchnorm_backward_elemt(const float* dy, const float* x, const float* mean, const float* invstd,
                                 const float* gamma, const double* sum_dy, const double* sum_dy_xmu, double count,
                                 float* dx, std::size_t N, std::size_t C, std::size_t HW) override;
+  // DLRM's (cuda/cuda_dlrm_kernels.hpp; defined in cuda_dlrm_kernels.cu).
+  void embedding_bag_sum_forward(const float* tables, const float* x, float* out, std::size_t batch,
+                                 const cpu::BagShape& s) override;
+  void embedding_bag_sum_backward(const float* x, const float* d_out, float* dtables, std::size_t batch,
+                                  const cpu::BagShape& s) override;
+  void dot_interaction_forward(const float* z, const float* bags, float* r, std::size_t batch, std::size_t tables,
+                               std::size_t dim) override;
+  void dot_interaction_backward(const float* z, const float* bags, const float* dr, float* dz, float* dbags,
+                                std::size_t batch, std::size_t tables, std::size_t dim) override;
+  void copy_columns(const float* src, std::size_t src_stride, float* dst, std::size_t width, std::size_t rows) override;
 
  protected:
   void* stream() const { return blas_.stream(); }

@@ -261,6 +261,22 @@ static nlohmann::json quality_json(const RunResult& run) {
                                       {"step", t.step > 0 ? nlohmann::json(t.step) : nlohmann::json()},
                                       {"seconds", t.seconds >= 0 ? nlohmann::json(t.seconds) : nlohmann::json()}};
   }
+  if (!run.test_curve.empty()) {
+    nlohmann::json& curve = quality["test_curve"] = nlohmann::json::array();
+    for (const TestPoint& p : run.test_curve) {
+      curve.push_back({{"step", p.step},
+                       {"seconds", p.seconds},
+                       {"test_accuracy", p.accuracy},
+                       {"test_auc", p.auc >= 0 ? nlohmann::json(p.auc) : nlohmann::json()}});
+    }
+  }
+  if (const double target = run.config.run.target_auc; target > 0) {
+    const TimeToTarget t = time_to_target_auc(run.test_curve, target);
+    quality["time_to_target_auc"] = {{"target", target},
+                                     {"test_freq", run.config.run.test_freq},
+                                     {"step", t.step > 0 ? nlohmann::json(t.step) : nlohmann::json()},
+                                     {"seconds", t.step > 0 ? nlohmann::json(t.seconds) : nlohmann::json()}};
+  }
   return quality;
 }
 

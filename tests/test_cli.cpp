@@ -1229,7 +1229,8 @@ TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
   const Outcome dense = dpbench(args + "--mode allreduce");
   ASSERT_EQ(dense.exit_code, 0) << dense.err;
   const auto d = nlohmann::json::parse(slurp(result()))["runs"][0];
-  const Outcome sparse = dpbench(args + "--mode sharded_ps,allreduce,ps --sparse-grad --target-loss 0.68");
+  const Outcome sparse = dpbench(
+      args + "--mode sharded_ps,allreduce,ps --sparse-grad --target-loss 0.68 --test-freq 25 --target-auc 0.6");
   ASSERT_EQ(sparse.exit_code, 0) << sparse.err;
   const auto all = nlohmann::json::parse(slurp(result()))["runs"];
   ASSERT_EQ(all.size(), 3u);
@@ -1275,6 +1276,25 @@ TEST_F(Cli, DlrmSparseGradTrainsAsDenseAllreduceWithFewerBytes) {
     EXPECT_LT(t["seconds"].get<double>(), 60.0) << run["mode"];
   }
   EXPECT_NE(sparse.out.find("time to loss 0.68 (s, at step)"), std::string::npos) << sparse.out;
+  // --test-freq 25: evaluations after steps 25, 50, 75 and 100, the last of the final model; the
+  // time to AUC 0.6 is the first of them at or above it.
+  for (const auto& run : all) {
+    const auto& curve = run["quality"]["test_curve"];
+    ASSERT_EQ(curve.size(), 4u) << run["mode"];
+    long first = -1;
+    for (std::size_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(curve[k]["step"], 25 * (k + 1)) << run["mode"];
+      if (k > 0) EXPECT_GT(curve[k]["seconds"].get<double>(), curve[k - 1]["seconds"].get<double>()) << run["mode"];
+      if (first < 0 && curve[k]["test_auc"].get<double>() >= 0.6) first = curve[k]["step"].get<long>();
+    }
+    EXPECT_EQ(curve[3]["test_auc"], run["quality"]["test_auc"]) << run["mode"];
+    EXPECT_EQ(curve[3]["test_accuracy"], run["quality"]["test_accuracy"]) << run["mode"];
+    const auto& t = run["quality"]["time_to_target_auc"];
+    EXPECT_EQ(t["test_freq"], 25);
+    ASSERT_GT(first, 0) << run["mode"] << ": AUC 0.6 not reached in 100 steps";
+    EXPECT_EQ(t["step"].get<long>(), first) << run["mode"];
+  }
+  EXPECT_NE(sparse.out.find("time to AUC 0.6 (s, at step)"), std::string::npos) << sparse.out;
   EXPECT_FALSE(d["quality"].contains("time_to_target_loss")) << "asked for by the sparse runs only";
   EXPECT_NEAR(s["quality"]["test_accuracy"].get<double>(), d["quality"]["test_accuracy"].get<double>(), 1e-3);
   for (int r = 0; r < 2; ++r) {
@@ -1338,6 +1358,16 @@ TEST_F(Cli, DlrmSparseGradRefusesWhatItCannotRun) {
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --optimizer adam", "SGD without momentum");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --weight-decay 0.01", "no --weight-decay");
   expect_input_error("--workload dlrm --sparse-grad --mode sharded_ps --servers 1", "--servers 1 is not supported");
+}
+
+TEST_F(Cli, TestFreqAndTargetAucRefuseWhatCannotBeMeasured) {
+  expect_input_error("--workload dlrm --test-freq -1", "--test-freq -1: must be 0");
+  expect_input_error("--workload dlrm --test-freq 5 --no-eval",
+                     "--test-freq: evaluates the test set; not with --no-eval");
+  expect_input_error("--model resnet50 --test-freq 5", "--test-freq: a replay (--model) trains no model");
+  expect_input_error("--workload dlrm --target-auc 0.7", "--target-auc: needs --test-freq N");
+  expect_input_error("--workload dlrm --test-freq 5 --target-auc 1.5", "--target-auc 1.5: must be in (0, 1]");
+  expect_input_error("--test-freq 5 --target-auc 0.7", "--target-auc: the test AUC exists for two-class workloads");
 }
 
 TEST_F(Cli, DlrmRefusesBadSizesBeforeAnyWork) {

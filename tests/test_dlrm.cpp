@@ -301,6 +301,53 @@ TEST(DlrmSparse, ThreadRanksOfEverySparsePathTrainAsDenseAllreduce) {
       << "Adagrad's steps are not SGD's";
 }
 
+// --test-freq 4 over 12 steps: rank 0 evaluates the test set after steps 4, 8 and 12, between
+// steps. The evaluations change nothing of the training or its figures: the step losses are the
+// same bits and every rank's bytes per step the same count as without them, though the sparse
+// push's evaluation gathers the tables from their servers (bytes the run leaves out). The last
+// evaluation is of the final model: the run's test metrics, exactly. Each point's seconds are its
+// step's end in step_end_s. Dense allreduce, sharded_ps --sparse-grad and ps --sparse-grad.
+TEST(DlrmTestFreq, EvaluationsBetweenStepsLeaveTheTrainingAndItsBytesAlone) {
+  DlrmShape shape = testing::small_dlrm_shape(3, 300);
+  const auto logs = make_click_logs(shape, {1.05}, 2048, 5);
+  const auto test = make_click_logs(shape, {1.05}, 400, 6);
+  const TrainData data{logs.get(), test.get()};
+  for (const std::string mode : {"allreduce", "sharded_ps sparse", "ps sparse"}) {
+    TrainConfig c = testing::small_dlrm_config(shape, 3, 96, 12);
+    c.mode = parse_mode(mode.substr(0, mode.find(' ')));
+    c.model.dlrm.sparse_grad = mode.find("sparse") != std::string::npos;
+    c.evaluate = true;
+    const RunResult plain = find_strategy(c.mode).train(c, data);
+    c.run.test_freq = 4;
+    c.run.target_auc = 0.5;
+    const RunResult tested = find_strategy(c.mode).train(c, data);
+    EXPECT_TRUE(plain.test_curve.empty()) << mode;
+    ASSERT_EQ(tested.test_curve.size(), 3u) << mode;
+    ASSERT_EQ(tested.step_end_s.size(), 12u) << mode;
+    for (std::size_t k = 0; k < 3; ++k) {
+      const TestPoint& p = tested.test_curve[k];
+      EXPECT_EQ(p.step, 4 * static_cast<long>(k + 1)) << mode;
+      EXPECT_EQ(p.seconds, tested.step_end_s[static_cast<std::size_t>(p.step - 1)]) << mode;
+      EXPECT_GT(p.auc, 0.0) << mode;
+    }
+    EXPECT_EQ(tested.test_curve.back().accuracy, tested.test_accuracy) << mode;
+    EXPECT_EQ(tested.test_curve.back().auc, tested.test_auc) << mode;
+    EXPECT_NE(tested.test_curve.front().auc, tested.test_curve.back().auc) << mode << ": the model did not change";
+    EXPECT_EQ(tested.step_train_loss, plain.step_train_loss) << mode;
+    EXPECT_EQ(tested.test_auc, plain.test_auc) << mode;
+    for (int r = 0; r < 3; ++r) {
+      const auto ru = static_cast<std::size_t>(r);
+      EXPECT_EQ(tested.ranks[ru].comm_per_step.bytes_sent, plain.ranks[ru].comm_per_step.bytes_sent) << mode << r;
+      EXPECT_EQ(tested.ranks[ru].comm_per_step.bytes_received, plain.ranks[ru].comm_per_step.bytes_received)
+          << mode << r;
+    }
+    long first = -1;  // the first evaluation at or above 0.5
+    for (auto it = tested.test_curve.rbegin(); it != tested.test_curve.rend(); ++it)
+      first = it->auc >= 0.5 ? it->step : first;
+    EXPECT_EQ(time_to_target_auc(tested.test_curve, 0.5).step, first) << mode;
+  }
+}
+
 // The memory model of every sparse path equals the allocator's peak of every category of every
 // rank to the byte: the compact replica, a server's block of rows and their sums (sharded_ps; 300
 // rows over 3 servers), every table in every replica (allreduce), every table, their sums and the

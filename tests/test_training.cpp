@@ -158,6 +158,21 @@ TEST(TimeToTarget, FirstStepWhoseWindowMeanReachesTheTarget) {
   EXPECT_DOUBLE_EQ(time_to_target_loss(losses, resumed, 0.6).seconds, 13.0);
 }
 
+// --target-auc: the first evaluation (in step order) whose AUC is at or above the target, with
+// its seconds; a diverged evaluation's AUC (-1) never counts.
+TEST(TimeToTarget, FirstEvaluationWhoseAucReachesTheTarget) {
+  const std::vector<TestPoint> curve = {
+      {10, 1.5, 0.6, 0.55}, {20, 3.0, 0.7, 0.71}, {30, 4.5, 0.7, -1}, {40, 6.0, 0.8, 0.8}};
+  const TimeToTarget t = time_to_target_auc(curve, 0.7);
+  EXPECT_EQ(t.step, 20);
+  EXPECT_DOUBLE_EQ(t.seconds, 3.0);
+  EXPECT_EQ(time_to_target_auc(curve, 0.75).step, 40);
+  EXPECT_EQ(time_to_target_auc(curve, 0.55).step, 10);  // at the target counts
+  const TimeToTarget never = time_to_target_auc(curve, 0.9);
+  EXPECT_EQ(never.step, -1);
+  EXPECT_EQ(never.seconds, -1);
+}
+
 TEST(Config, BadRankBatchesAreInputErrors) {
   const auto data = small_dataset(1000);
   const TrainData td{data.get(), nullptr};

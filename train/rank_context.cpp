@@ -36,6 +36,23 @@ void RankContext::mark_timed_start() {
   if (!iface.empty()) wire_start_ = interface_counters(iface);
 }
 
+RankContext::TimingPause RankContext::pause_timing() const {
+  const std::string iface = cluster_interface();
+  return {std::chrono::steady_clock::now(), iface.empty() ? std::nullopt : interface_counters(iface)};
+}
+
+std::chrono::steady_clock::duration RankContext::resume_timing(const TimingPause& pause) {
+  const std::chrono::steady_clock::duration took = std::chrono::steady_clock::now() - pause.start;
+  timed_start_time_ += took;
+  const std::string iface = cluster_interface();
+  const std::optional<CommStats> now = iface.empty() ? std::nullopt : interface_counters(iface);
+  if (wire_start_ && pause.wire && now) {
+    wire_start_->bytes_sent += now->bytes_sent - pause.wire->bytes_sent;
+    wire_start_->bytes_received += now->bytes_received - pause.wire->bytes_received;
+  }
+  return took;
+}
+
 void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_start) {
   const CommStats end = ctx.comm().stats();
   me.timed_wall_s =
@@ -121,6 +138,15 @@ void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData&
   ctx.download(host_buffers.data(), model.buffers(), host_buffers.size());
   finish_result(result, data, loss_sums, steps_in_epoch, host_params.data(), n,
                 host_buffers.empty() ? nullptr : host_buffers.data(), host_buffers.size());
+}
+
+TestMetrics evaluate_on_rank(RankContext& ctx, const TrainConfig& config, const Dataset& test, Model& model,
+                             const float* params) {
+  std::vector<float> host_params(model.num_params()), host_buffers(model.num_buffers());
+  ctx.synchronize();
+  ctx.download(host_params.data(), params, host_params.size());
+  ctx.download(host_buffers.data(), model.buffers(), host_buffers.size());
+  return evaluate_test(config, test, host_params.data(), host_buffers.empty() ? nullptr : host_buffers.data());
 }
 
 namespace {

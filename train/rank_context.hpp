@@ -184,6 +184,16 @@ class RankContext {
   void mark_timed_start();
   const std::optional<CommStats>& wire_start() const { return wire_start_; }
   std::chrono::steady_clock::time_point timed_start_time() const { return timed_start_time_; }
+  // A pause between steps that the timed figures leave out (a --test-freq evaluation):
+  // pause_timing() notes the time and the link's counters; resume_timing(pause) moves the timed
+  // start later by the pause's seconds and link bytes (so timed_wall_s and wire_per_step leave
+  // it out) and returns its duration.
+  struct TimingPause {
+    std::chrono::steady_clock::time_point start;
+    std::optional<CommStats> wire;
+  };
+  TimingPause pause_timing() const;
+  std::chrono::steady_clock::duration resume_timing(const TimingPause& pause);
 
   // ---- memory (used through Array<T>)
   // `bytes` of zeroed memory charged to `category`; the zeros are in place on return.
@@ -284,6 +294,11 @@ void finish_timed_rank(RankContext& ctx, RankResult& me, const CommStats& timed_
 void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData& data, Model& model,
                            const float* params, const std::vector<double>& step_loss_sums, long spe,
                            const std::vector<long>& steps_in_epoch);
+
+// evaluate_test of `model`'s rank-device `params` (model.num_params() floats) and buffers, after
+// the work enqueued so far (copied to the host first).
+TestMetrics evaluate_on_rank(RankContext& ctx, const TrainConfig& config, const Dataset& test, Model& model,
+                             const float* params);
 
 using RankContextBody = std::function<void(RankContext& ctx)>;
 

@@ -182,13 +182,18 @@ void CompactReplicaRank::optimizer_step() {
   step_rows(s_.config.optimizer.lr);
 }
 
-std::vector<double> CompactReplicaRank::global_losses(std::vector<double> local) {
-  std::vector<double> sums = sum_losses_on_rank0(s_.ctx, local);
+const float* CompactReplicaRank::gather_params() {
   if (rank_ == 0) full_params_.assign(full_model_->num_params(), 0.0f);
   collect_tables(rank_ == 0 ? full_params_.data() : nullptr);
   if (rank_ == 0) {
     std::copy(params_.data() + dense_at_, params_.data() + n_, full_params_.data() + full_.embedding_params());
   }
+  return full_params_.data();
+}
+
+std::vector<double> CompactReplicaRank::global_losses(std::vector<double> local) {
+  std::vector<double> sums = sum_losses_on_rank0(s_.ctx, local);
+  gather_params();
   return sums;
 }
 

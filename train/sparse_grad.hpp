@@ -89,8 +89,9 @@ class CompactReplicaRank : public ModeRank {
   void backward(const GradReadyFn& on_grad_ready) override;
   void finish_grad_sync() override;
   void optimizer_step() override;
-  // The step losses summed onto rank 0, then rank 0's full parameters: collect_tables and its dense
-  // layers.
+  // Rank 0's full parameters: collect_tables (every rank) and its dense layers.
+  const float* gather_params() override;
+  // The step losses summed onto rank 0, then gather_params().
   std::vector<double> global_losses(std::vector<double> local) override;
 
  protected:

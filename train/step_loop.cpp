@@ -163,8 +163,9 @@ class RankLoop {
     }
   }
 
-  // Restores --resume's checkpoint, then trains every step left.
-  void train() {
+  // Restores --resume's checkpoint, then trains every step left (evaluating `data.test` every
+  // --test-freq steps).
+  void train(const TrainData& data) {
     Model& model = mode_.model();
     const long start = checkpoints_.restore(mode_.master_params(), model.buffers(), model.num_buffers(),
                                             mode_.optimizer().shard());
@@ -201,6 +202,7 @@ class RankLoop {
         progress_.step_done(s_.ctx, epoch, step_);
         checkpoints_.maybe_save(step_ + 1, mode_.master_params(), model.buffers(), model.num_buffers(),
                                 mode_.optimizer().shard(), me_, timed_start_);
+        maybe_evaluate(data);
       }
     }
     finish_timed_rank(s_.ctx, me_, timed_start_);
@@ -220,6 +222,28 @@ class RankLoop {
   }
 
  private:
+  // --test-freq: after every test_freq-th step, rank 0 evaluates the test set on the parameters
+  // the mode gathers for it, and the ranks meet at a barrier before the next step. The pause is
+  // left out of the run's figures: its seconds (step_end_s, timed_wall_s), the bytes of the
+  // gather and the barrier (bytes per step) and its link bytes (wire_per_step).
+  void maybe_evaluate(const TrainData& data) {
+    const long freq = s_.config.run.test_freq;
+    if (freq <= 0 || !s_.config.evaluate || data.test == nullptr || (step_ + 1) % freq != 0) return;
+    const RankContext::TimingPause pause = s_.ctx.pause_timing();
+    Communicator& comm = s_.ctx.comm();
+    const CommStats before = comm.stats();
+    const float* params = mode_.gather_params();
+    if (s_.ctx.rank() == 0) {
+      const TestMetrics m = evaluate_on_rank(s_.ctx, s_.config, *data.test, mode_.model(), params);
+      result_.test_curve.push_back({step_ + 1, step_end_s_.back(), m.accuracy, m.auc});
+    }
+    comm.barrier();
+    const CommStats after = comm.stats();
+    timed_start_.bytes_sent += after.bytes_sent - before.bytes_sent;
+    timed_start_.bytes_received += after.bytes_received - before.bytes_received;
+    first_step_start_ += s_.ctx.resume_timing(pause);
+  }
+
   void start_epoch(int epoch, long skip) {
     if (!loader_) return;
     std::vector<std::int64_t> order = mode_.epoch_order(epoch);
@@ -315,7 +339,7 @@ RunResult run_step_loop(const TrainConfig& config, const TrainData& data, const 
     const RankSetup setup{config, ctx, train, steps_per_epoch(config, train)};
     const std::unique_ptr<ModeRank> mode = config.world_size == 1 ? make_plain_rank(setup) : make_rank(setup);
     RankLoop loop(setup, *mode, result, total);
-    loop.train();
+    loop.train(data);
     loop.finish(data);
   });
   return result;

@@ -101,6 +101,11 @@ class ModeRank {
   // parameters it computed on were (sharded_ps --staleness); empty for a synchronous mode.
   virtual std::vector<int> step_staleness() const { return {}; }
 
+  // Between steps, on every rank (--test-freq): rank 0's full parameters (model().num_params()
+  // floats, rank-device memory) as the last step left them, for an evaluation; a mode whose
+  // parameters are spread over ranks gathers them (collective). Other ranks' value is unused.
+  virtual const float* gather_params() { return master_params(); }
+
   // After the last step, on every rank: the training loss sums of every step over the global
   // batch, from this rank's (`local`); only rank 0's return value is used.
   virtual std::vector<double> global_losses(std::vector<double> local) { return local; }

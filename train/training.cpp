@@ -253,6 +253,13 @@ TimeToTarget time_to_target_loss(const std::vector<double>& step_losses, const s
   return out;
 }
 
+TimeToTarget time_to_target_auc(const std::vector<TestPoint>& curve, double target) {
+  for (const TestPoint& p : curve) {
+    if (p.auc >= target) return {p.step, p.seconds};
+  }
+  return {};
+}
+
 double roc_auc(const std::vector<float>& scores, const std::vector<std::int32_t>& labels) {
   if (scores.size() != labels.size()) {
     throw Error(fmt::format("roc_auc: {} scores for {} labels", scores.size(), labels.size()));

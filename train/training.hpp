@@ -81,6 +81,13 @@ struct RunLength {
   // --target-loss: > 0, the result records when the training loss first reached it
   // (time_to_target_loss); 0: not asked.
   double target_loss = 0;
+  // --test-freq N (dlrm_s_pytorch.py's --test-freq): > 0, rank 0 evaluates the test set after
+  // every N steps, between steps and outside the timed figures (RunResult::test_curve); 0: only
+  // after the last step.
+  long test_freq = 0;
+  // --target-auc A (MLPerf DLRM's AUC threshold): in (0, 1], the result records the first
+  // evaluation whose test AUC reached it (time_to_target_auc); 0: not asked. Needs test_freq.
+  double target_auc = 0;
 };
 
 // One run's configuration in sections: the model, the optimizer, the run's length, the data
@@ -203,6 +210,15 @@ struct RankResult {
   std::vector<int> step_staleness;
 };
 
+// One --test-freq evaluation: the test set's metrics after `step` steps (1-based), and rank 0's
+// training seconds from the first step's start to that step's end (earlier evaluations left out).
+struct TestPoint {
+  long step = 0;
+  double seconds = 0;
+  double accuracy = 0;  // in [0, 1]
+  double auc = -1;      // two classes: ROC AUC; -1 otherwise (or a diverged model)
+};
+
 struct RunResult {
   TrainConfig config;
   std::string dataset;
@@ -221,6 +237,7 @@ struct RunResult {
   double final_train_loss = 0;           // of the last epoch
   double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated
   double test_auc = -1;                  // two classes (dlrm): held-out ROC AUC (roc_auc); -1 otherwise
+  std::vector<TestPoint> test_curve;     // --test-freq: rank 0's evaluations between steps, in step order
   std::vector<std::string> warnings;
   std::vector<float> final_params;   // rank 0's, if config.keep_final_params
   std::vector<float> final_buffers;  // and its BatchNorm running statistics (cnn), likewise
@@ -314,6 +331,10 @@ struct TimeToTarget {
 // step_end_s.size() of those steps (a resumed run's). The target must be positive.
 TimeToTarget time_to_target_loss(const std::vector<double>& step_losses, const std::vector<double>& step_end_s,
                                  double target);
+
+// The first of `curve`'s evaluations (in step order) whose test AUC is at or above `target`
+// (> 0): its step and seconds; {-1, -1} when none reached it.
+TimeToTarget time_to_target_auc(const std::vector<TestPoint>& curve, double target);
 
 // The area under the ROC curve of `scores` for the binary `labels` (1 positive, 0 negative): the
 // probability that a random positive scores above a random negative, ties counting one half

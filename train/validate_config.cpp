@@ -45,6 +45,28 @@ void validate_staleness_values(const TrainConfig& config) {
 }
 
 // --rank-batch: one positive entry per rank, summing to the global batch (without wrapping).
+// --test-freq and --target-auc: InputError naming the option.
+void check_test_freq(const TrainConfig& config) {
+  const RunLength& run = config.run;
+  if (run.test_freq < 0) {
+    throw InputError(fmt::format("--test-freq {}: must be 0 (after the last step only) or positive", run.test_freq));
+  }
+  const bool replay = !config.model.described.empty();
+  if (run.test_freq > 0 && (replay || !config.evaluate)) {
+    throw InputError(replay ? "--test-freq: a replay (--model) trains no model to evaluate"
+                            : "--test-freq: evaluates the test set; not with --no-eval");
+  }
+  if (run.target_auc == 0) return;
+  if (!(run.target_auc > 0 && run.target_auc <= 1)) {
+    throw InputError(fmt::format("--target-auc {}: must be in (0, 1]", run.target_auc));
+  }
+  if (replay || config.model.workload != "dlrm") {
+    throw InputError("--target-auc: the test AUC exists for two-class workloads (--workload dlrm)");
+  }
+  if (run.test_freq == 0)
+    throw InputError("--target-auc: needs --test-freq N (the test AUC is measured every N steps)");
+}
+
 void validate_rank_batches(const TrainConfig& config) {
   if (config.rank_batches.empty()) return;
   const std::string list = fmt::format("{}", fmt::join(config.rank_batches, ","));
@@ -129,12 +151,9 @@ void check_common_options(const TrainConfig& config, double timeout_s) {
   if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS) {
     throw InputError(fmt::format("--timeout {}: must be positive and at most {:g} s", timeout_s, kMaxTimeoutS));
   }
+  check_test_freq(config);
   if (config.model.workload == "dlrm" && config.model.described.empty()) {
     check_dlrm_shape(config.model.dlrm);
-    if (config.device != DeviceKind::cpu) {
-      throw InputError("--workload dlrm: runs on --device cpu (its embedding-bag and interaction kernels have no "
-                       "CUDA twins yet)");
-    }
   } else if (config.model.described.empty()) {
     make_model(config, SampleShape{1, 4, 4}, 2);  // unknown workload / bad widths
   } else {

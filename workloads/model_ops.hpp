@@ -120,37 +120,16 @@ class ModelOps : public ModelMemory {
                                         std::size_t N, std::size_t C, std::size_t HW) = 0;
 
   // ---- DLRM (workloads/dlrm_kernels.hpp): embedding bags with sum pooling, the dot interaction,
-  // and a column block of the input rows. A device without them (CUDA, so far) throws Error
-  // naming the kernel; the command line refuses --workload dlrm there first.
+  // and a column block of the input rows.
   virtual void embedding_bag_sum_forward(const T* tables, const T* x, T* out, std::size_t batch,
-                                         const cpu::BagShape& s) {
-    (void)tables, (void)x, (void)out, (void)batch, (void)s;
-    unsupported("embedding_bag_sum_forward");
-  }
+                                         const cpu::BagShape& s) = 0;
   virtual void embedding_bag_sum_backward(const T* x, const T* d_out, T* dtables, std::size_t batch,
-                                          const cpu::BagShape& s) {
-    (void)x, (void)d_out, (void)dtables, (void)batch, (void)s;
-    unsupported("embedding_bag_sum_backward");
-  }
+                                          const cpu::BagShape& s) = 0;
   virtual void dot_interaction_forward(const T* z, const T* bags, T* r, std::size_t batch, std::size_t tables,
-                                       std::size_t dim) {
-    (void)z, (void)bags, (void)r, (void)batch, (void)tables, (void)dim;
-    unsupported("dot_interaction_forward");
-  }
+                                       std::size_t dim) = 0;
   virtual void dot_interaction_backward(const T* z, const T* bags, const T* dr, T* dz, T* dbags, std::size_t batch,
-                                        std::size_t tables, std::size_t dim) {
-    (void)z, (void)bags, (void)dr, (void)dz, (void)dbags, (void)batch, (void)tables, (void)dim;
-    unsupported("dot_interaction_backward");
-  }
-  virtual void copy_columns(const T* src, std::size_t src_stride, T* dst, std::size_t width, std::size_t rows) {
-    (void)src, (void)src_stride, (void)dst, (void)width, (void)rows;
-    unsupported("copy_columns");
-  }
-
- private:
-  [[noreturn]] static void unsupported(const char* kernel) {
-    throw Error(std::string(kernel) + ": this device has no DLRM kernels (--workload dlrm runs on --device cpu)");
-  }
+                                        std::size_t tables, std::size_t dim) = 0;
+  virtual void copy_columns(const T* src, std::size_t src_stride, T* dst, std::size_t width, std::size_t rows) = 0;
 };
 
 // The CPU's ModelOps: the cpu:: kernels on host memory (64-byte aligned), charged to `tracker`,

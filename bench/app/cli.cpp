@@ -183,6 +183,13 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
                  "Record the time to this training loss: the first step whose mean loss over the last 10 steps is at "
                  "or below it, and rank 0's wall time from the first step to its end (quality.time_to_target_loss)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--test-freq", config.run.test_freq,
+                 "Evaluate the test set after every N steps, between steps and left out of the timed figures "
+                 "(quality.test_curve); 0: after the last step only")
+      ->capture_default_str();
+  app.add_option("--target-auc", config.run.target_auc,
+                 "Record the time to this test AUC: the first --test-freq evaluation at or above it "
+                 "(quality.time_to_target_auc; --workload dlrm)");
   add_optimizer_options(app, config);
   app.add_option("--seed", config.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "

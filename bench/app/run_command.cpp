@@ -154,6 +154,12 @@ void print_quality_rows(const TableRows& row, const std::vector<RunResult>& runs
       return t.seconds >= 0 ? fmt::format("{:.2f} ({})", t.seconds, t.step) : fmt::format("- ({})", t.step);
     });
   }
+  if (const double target = runs.front().config.run.target_auc; target > 0) {
+    row(fmt::format("time to AUC {:g} (s, at step)", target), [&](std::size_t i) {
+      const TimeToTarget t = time_to_target_auc(runs[i].test_curve, target);
+      return t.step < 0 ? std::string("not reached") : fmt::format("{:.2f} ({})", t.seconds, t.step);
+    });
+  }
 }
 
 void print_table(const std::vector<RunResult>& runs, const std::vector<nlohmann::json>& docs) {
