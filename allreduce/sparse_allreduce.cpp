@@ -56,13 +56,15 @@ class SparseAllreduceRank final : public CompactReplicaRank {
     Communicator& comm = s_.ctx.comm();
     const std::size_t dim = full_.dim;
     std::vector<float> ids, values;
-    for (std::size_t t = 0; t < full_.tables; ++t) {
-      for (std::size_t c = 0; c < lookups().rows[t].size(); ++c) {
-        ids.push_back(static_cast<float>(t));
-        ids.push_back(static_cast<float>(lookups().rows[t][c]));
-        values.insert(values.end(), compact_grad(t, c), compact_grad(t, c) + dim);
+    host_work(host_work_.push, [&] {
+      for (std::size_t t = 0; t < full_.tables; ++t) {
+        for (std::size_t c = 0; c < lookups().rows[t].size(); ++c) {
+          ids.push_back(static_cast<float>(t));
+          ids.push_back(static_cast<float>(lookups().rows[t][c]));
+          values.insert(values.end(), compact_grad(t, c), compact_grad(t, c) + dim);
+        }
       }
-    }
+    });
     std::vector<float> counts(static_cast<std::size_t>(p_));
     const float mine = static_cast<float>(ids.size() / 2);
     comm.allgather(&mine, counts.data(), 1);
@@ -80,15 +82,17 @@ class SparseAllreduceRank final : public CompactReplicaRank {
     std::copy(values.begin(), values.end(), all_values.begin() + static_cast<std::ptrdiff_t>(dim * before));
     comm.allgatherv(all_ids.data(), id_counts);
     comm.allgatherv(all_values.data(), value_counts);
-    summed_.clear();
-    sums_.clear();
-    for (std::size_t j = 0; j < total; ++j) {
-      const std::size_t row = static_cast<std::size_t>(all_ids[2 * j]) * full_.rows +
-                              static_cast<std::size_t>(all_ids[2 * j + 1]);
-      const auto [it, fresh] = summed_.try_emplace(row, sums_.size());
-      if (fresh) sums_.resize(sums_.size() + dim, 0.0f);
-      for (std::size_t c = 0; c < dim; ++c) sums_[it->second + c] += all_values[j * dim + c];
-    }
+    host_work(host_work_.push, [&] {
+      summed_.clear();
+      sums_.clear();
+      for (std::size_t j = 0; j < total; ++j) {
+        const std::size_t row = static_cast<std::size_t>(all_ids[2 * j]) * full_.rows +
+                                static_cast<std::size_t>(all_ids[2 * j + 1]);
+        const auto [it, fresh] = summed_.try_emplace(row, sums_.size());
+        if (fresh) sums_.resize(sums_.size() + dim, 0.0f);
+        for (std::size_t c = 0; c < dim; ++c) sums_[it->second + c] += all_values[j * dim + c];
+      }
+    });
   }
 
   Array<float> tables_;                                  // the replica's tables: [tables, rows, dim]

@@ -61,13 +61,15 @@ class SparseDataParallelRank final : public CompactReplicaRank {
   bool fill_rows() override {
     Communicator& comm = s_.ctx.comm();
     const std::size_t dim = full_.dim;
-    ids_.clear();
-    for (std::size_t t = 0; t < full_.tables; ++t) {
-      for (const std::size_t row : lookups().rows[t]) {
-        ids_.push_back(static_cast<float>(t));
-        ids_.push_back(static_cast<float>(row));
+    host_work(host_work_.pull, [&] {
+      ids_.clear();
+      for (std::size_t t = 0; t < full_.tables; ++t) {
+        for (const std::size_t row : lookups().rows[t]) {
+          ids_.push_back(static_cast<float>(t));
+          ids_.push_back(static_cast<float>(row));
+        }
       }
-    }
+    });
     const float mine = static_cast<float>(ids_.size() / 2);
     comm.allgather(&mine, counts_.data(), 1);
     std::vector<std::size_t> id_counts, row_counts;
@@ -80,15 +82,19 @@ class SparseDataParallelRank final : public CompactReplicaRank {
     all_ids_.resize(root_ ? 2 * total : 0);
     comm.gatherv(ids_.data(), id_counts, all_ids_.data(), kSparseRoot);
     std::vector<float> rows(root_ ? dim * total : 0), got(dim * (ids_.size() / 2));
-    for (std::size_t j = 0; root_ && j < total; ++j)
-      std::copy_n(table_row(&all_ids_[2 * j]), dim, rows.data() + j * dim);
+    host_work(host_work_.pull, [&] {
+      for (std::size_t j = 0; root_ && j < total; ++j)
+        std::copy_n(table_row(&all_ids_[2 * j]), dim, rows.data() + j * dim);
+    });
     comm.scatterv(rows.data(), row_counts, got.data(), kSparseRoot);
-    std::size_t j = 0;
-    for (std::size_t t = 0; t < full_.tables; ++t) {
-      for (std::size_t c = 0; c < lookups().rows[t].size(); ++c, ++j) {
-        std::copy_n(got.data() + j * dim, dim, compact_param(t, c));
+    host_work(host_work_.pull, [&] {
+      std::size_t j = 0;
+      for (std::size_t t = 0; t < full_.tables; ++t) {
+        for (std::size_t c = 0; c < lookups().rows[t].size(); ++c, ++j) {
+          std::copy_n(got.data() + j * dim, dim, compact_param(t, c));
+        }
       }
-    }
+    });
     row_counts_ = std::move(row_counts);
     return true;
   }
@@ -98,20 +104,24 @@ class SparseDataParallelRank final : public CompactReplicaRank {
   void exchange_rows() override {
     const std::size_t dim = full_.dim;
     std::vector<float> mine;
-    mine.reserve(dim * ids_.size() / 2);
-    for (std::size_t t = 0; t < full_.tables; ++t) {
-      for (std::size_t c = 0; c < lookups().rows[t].size(); ++c) {
-        mine.insert(mine.end(), compact_grad(t, c), compact_grad(t, c) + dim);
+    host_work(host_work_.push, [&] {
+      mine.reserve(dim * ids_.size() / 2);
+      for (std::size_t t = 0; t < full_.tables; ++t) {
+        for (std::size_t c = 0; c < lookups().rows[t].size(); ++c) {
+          mine.insert(mine.end(), compact_grad(t, c), compact_grad(t, c) + dim);
+        }
       }
-    }
+    });
     std::vector<float> all(root_ ? all_ids_.size() / 2 * dim : 0);
     s_.ctx.comm().gatherv(mine.data(), row_counts_, all.data(), kSparseRoot);
-    for (std::size_t j = 0; root_ && j < all_ids_.size() / 2; ++j) {
-      const std::size_t row = flat_row(&all_ids_[2 * j]);
-      touched_[row] = 1;
-      float* acc = table_grads_.data() + row * dim;
-      for (std::size_t c = 0; c < dim; ++c) acc[c] += all[j * dim + c];
-    }
+    host_work(host_work_.push, [&] {
+      for (std::size_t j = 0; root_ && j < all_ids_.size() / 2; ++j) {
+        const std::size_t row = flat_row(&all_ids_[2 * j]);
+        touched_[row] = 1;
+        float* acc = table_grads_.data() + row * dim;
+        for (std::size_t c = 0; c < dim; ++c) acc[c] += all[j * dim + c];
+      }
+    });
   }
 
   // The root's step on every touched row, its gradient sum cleared.

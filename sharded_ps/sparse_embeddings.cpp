@@ -57,16 +57,18 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
  protected:
   // pull: what each server owns of the batch's rows, asked for and received.
   bool fill_rows() override {
-    for (Pull& p : pulls_) p = {};
-    for (std::size_t t = 0; t < full_.tables; ++t) {
-      const std::vector<std::size_t>& rows = lookups().rows[t];
-      for (std::size_t c = 0; c < rows.size(); ++c) {
-        Pull& p = pulls_[static_cast<std::size_t>(owner(rows[c]))];
-        p.ids.push_back(static_cast<float>(t));
-        p.ids.push_back(static_cast<float>(rows[c]));
-        p.slots.push_back({t, c});
+    host_work(host_work_.pull, [&] {
+      for (Pull& p : pulls_) p = {};
+      for (std::size_t t = 0; t < full_.tables; ++t) {
+        const std::vector<std::size_t>& rows = lookups().rows[t];
+        for (std::size_t c = 0; c < rows.size(); ++c) {
+          Pull& p = pulls_[static_cast<std::size_t>(owner(rows[c]))];
+          p.ids.push_back(static_cast<float>(t));
+          p.ids.push_back(static_cast<float>(rows[c]));
+          p.slots.push_back({t, c});
+        }
       }
-    }
+    });
     pull();
     return true;
   }
@@ -103,9 +105,11 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
     Communicator& comm = s_.ctx.comm();
     const std::size_t dim = full_.dim;
     const Pull& mine = pulls_[static_cast<std::size_t>(rank_)];
-    for (std::size_t j = 0; j < mine.slots.size(); ++j) {
-      std::copy_n(shard_.data() + served_row(&mine.ids[2 * j]) * dim, dim, slot_param(mine.slots[j]));
-    }
+    host_work(host_work_.pull, [&] {
+      for (std::size_t j = 0; j < mine.slots.size(); ++j) {
+        std::copy_n(shard_.data() + served_row(&mine.ids[2 * j]) * dim, dim, slot_param(mine.slots[j]));
+      }
+    });
     for (int d = 1; d < p_; ++d) {
       const auto dst = static_cast<std::size_t>((rank_ + d) % p_),
                  src = static_cast<std::size_t>((rank_ - d + p_) % p_);
@@ -117,12 +121,16 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
       comm.sendrecv(want.ids.data(), want.ids.size(), static_cast<int>(dst), asked.data(), asked.size(),
                     static_cast<int>(src));
       std::vector<float> reply(asked.size() / 2 * dim), got(want.slots.size() * dim);
-      for (std::size_t j = 0; j < asked.size() / 2; ++j) {
-        std::copy_n(shard_.data() + served_row(&asked[2 * j]) * dim, dim, reply.data() + j * dim);
-      }
+      host_work(host_work_.pull, [&] {
+        for (std::size_t j = 0; j < asked.size() / 2; ++j) {
+          std::copy_n(shard_.data() + served_row(&asked[2 * j]) * dim, dim, reply.data() + j * dim);
+        }
+      });
       comm.sendrecv(reply.data(), reply.size(), static_cast<int>(src), got.data(), got.size(), static_cast<int>(dst));
-      for (std::size_t j = 0; j < want.slots.size(); ++j)
-        std::copy_n(got.data() + j * dim, dim, slot_param(want.slots[j]));
+      host_work(host_work_.pull, [&] {
+        for (std::size_t j = 0; j < want.slots.size(); ++j)
+          std::copy_n(got.data() + j * dim, dim, slot_param(want.slots[j]));
+      });
     }
   }
 
@@ -135,17 +143,23 @@ class SparseEmbeddingRank final : public CompactReplicaRank {
       for (std::size_t c = 0; c < dim; ++c) acc[c] += g[c];
     };
     const Pull& mine = pulls_[static_cast<std::size_t>(rank_)];
-    for (std::size_t j = 0; j < mine.slots.size(); ++j) add(&mine.ids[2 * j], slot_grad(mine.slots[j]));
+    host_work(host_work_.push, [&] {
+      for (std::size_t j = 0; j < mine.slots.size(); ++j) add(&mine.ids[2 * j], slot_grad(mine.slots[j]));
+    });
     for (int d = 1; d < p_; ++d) {
       const auto dst = static_cast<std::size_t>((rank_ + d) % p_),
                  src = static_cast<std::size_t>((rank_ - d + p_) % p_);
       const Pull& sent = pulls_[dst];
       const std::vector<float>& asked = served_[src];
       std::vector<float> out(sent.slots.size() * dim), in(asked.size() / 2 * dim);
-      for (std::size_t j = 0; j < sent.slots.size(); ++j)
-        std::copy_n(slot_grad(sent.slots[j]), dim, out.data() + j * dim);
+      host_work(host_work_.push, [&] {
+        for (std::size_t j = 0; j < sent.slots.size(); ++j)
+          std::copy_n(slot_grad(sent.slots[j]), dim, out.data() + j * dim);
+      });
       comm.sendrecv(out.data(), out.size(), static_cast<int>(dst), in.data(), in.size(), static_cast<int>(src));
-      for (std::size_t j = 0; j < asked.size() / 2; ++j) add(&asked[2 * j], in.data() + j * dim);
+      host_work(host_work_.push, [&] {
+        for (std::size_t j = 0; j < asked.size() / 2; ++j) add(&asked[2 * j], in.data() + j * dim);
+      });
     }
   }
   float* slot_param(const Slot& at) { return compact_param(at.table, at.row); }

@@ -301,6 +301,35 @@ TEST(DlrmSparse, ThreadRanksOfEverySparsePathTrainAsDenseAllreduce) {
       << "Adagrad's steps are not SGD's";
 }
 
+// The sparse paths' host work inside their exchanges (compact_lookups, the rows copied between
+// the pull's messages, the push's sums) is moved out of comm_exposed into forward and optimizer:
+// every step's phases still add up to its time, none is negative, and the exposed communication
+// stays within the whole of it.
+TEST(DlrmSparse, HostWorkInsideTheExchangesIsComputeAndThePhasesStillAddUp) {
+  DlrmShape shape = testing::small_dlrm_shape(3, 3000);
+  shape.lookups = 40;
+  const auto logs = make_click_logs(shape, {}, 4096, 5);  // uniform: many distinct rows to copy and sum
+  const TrainData data{logs.get(), nullptr};
+  for (const Mode mode : {Mode::sharded_ps, Mode::allreduce, Mode::ps}) {
+    TrainConfig c = testing::small_dlrm_config(shape, 2, 512, 8);
+    c.mode = mode;
+    c.model.dlrm.sparse_grad = true;
+    const RunResult r = find_strategy(mode).train(c, data);
+    for (const RankResult& rank : r.ranks) {
+      ASSERT_EQ(rank.steps.size(), 7u);
+      for (const StepRecord& st : rank.steps) {
+        const PhaseTimes& t = st.phases;
+        for (const double v : {t.data_wait, t.h2d, t.forward, t.backward, t.comm_exposed, t.optimizer})
+          EXPECT_GE(v, 0.0);
+        EXPECT_NEAR(t.data_wait + t.h2d + t.forward + t.backward + t.comm_exposed + t.optimizer, st.step_time,
+                    1e-6 + 1e-6 * st.step_time)
+            << mode;
+        EXPECT_LE(t.comm_exposed, t.comm + 1e-12) << mode;
+      }
+    }
+  }
+}
+
 // --test-freq 4 over 12 steps: rank 0 evaluates the test set after steps 4, 8 and 12, between
 // steps. The evaluations change nothing of the training or its figures: the step losses are the
 // same bits and every rank's bytes per step the same count as without them, though the sparse

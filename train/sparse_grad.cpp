@@ -152,10 +152,14 @@ std::vector<std::int64_t> CompactReplicaRank::epoch_order(int epoch) {
 }
 
 void CompactReplicaRank::forward(const StagedBatch& batch, long step, StepTimer& timer) {
-  lookups_ = compact_lookups(batch.inputs, x_.data(), local_batch_, full_.bags());
+  host_work(host_work_.pull, [&] { lookups_ = compact_lookups(batch.inputs, x_.data(), local_batch_, full_.bags()); });
   const bool on_root = dense_ == DenseLayers::on_root && p_ > 1;
   if (on_root) s_.ctx.comm().broadcast(params_.data() + dense_at_, n_ - dense_at_, 0);
-  if (fill_rows() || on_root) timer.lap(&PhaseTimes::comm_exposed);
+  if (fill_rows() || on_root) {
+    timer.lap(&PhaseTimes::comm_exposed);
+  } else {
+    host_work_.pull = 0;  // no exchange: forward's lap holds it
+  }
   model_->forward(params_.data(), x_.data(), local_batch_, logits_.data());
   s_.ctx.cross_entropy(logits_.data(), batch.labels, local_batch_, 2, dlogits_.data(),
                        1.0f / static_cast<float>(s_.config.global_batch), step);

@@ -3,8 +3,10 @@
 // makes, and the replica's compact tables (the rows its batch looks up, renumbered).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "train/memory_model.hpp"
@@ -91,6 +93,7 @@ class CompactReplicaRank : public ModeRank {
   void optimizer_step() override;
   // Rank 0's full parameters: collect_tables (every rank) and its dense layers.
   const float* gather_params() override;
+  HostWork take_host_work() override { return std::exchange(host_work_, {}); }
   // The step losses summed onto rank 0, then gather_params().
   std::vector<double> global_losses(std::vector<double> local) override;
 
@@ -105,11 +108,20 @@ class CompactReplicaRank : public ModeRank {
   // layout) when given, else init_table_rows from the seed. (end - begin) x dim floats into out.
   void initial_table_rows(std::size_t t, std::size_t begin, std::size_t end, float* out) const;
   const CompactTables& lookups() const { return lookups_; }
+  // Runs f() and adds its seconds to `into` (host_work_.pull or .push): the row copies and sums
+  // between a step's messages, which take_host_work() reports as compute.
+  template <typename F>
+  void host_work(double& into, F&& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    into += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   // Compact row c of table t in the replica's parameters or gradients.
   float* compact_param(std::size_t t, std::size_t c) { return params_.data() + (t * cap_ + c) * full_.dim; }
   const float* compact_grad(std::size_t t, std::size_t c) const { return grads_.data() + (t * cap_ + c) * full_.dim; }
 
   RankSetup s_;
+  HostWork host_work_;  // this step's, so far
   int p_, rank_;
   std::size_t local_batch_;
   DlrmShape full_;  // the run's shape

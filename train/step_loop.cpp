@@ -298,7 +298,17 @@ class RankLoop {
     mode_.finish_step();
     StepRecord rec = timer.end();
     rec.phases.comm = rec.phases.comm_exposed + (on_grad_ready_ ? timer.seconds(first_ready_, backward_end) : 0.0);
+    move_host_work(rec.phases, mode_.take_host_work());
     return rec;
+  }
+
+  // ModeRank::take_host_work's seconds out of the communication phases, into forward and optimizer.
+  static void move_host_work(PhaseTimes& t, const ModeRank::HostWork& w) {
+    const double pull = std::min(w.pull, t.comm_exposed), push = std::min(w.push, t.comm_exposed - pull);
+    t.forward += pull;
+    t.optimizer += push;
+    t.comm_exposed -= pull + push;
+    t.comm = std::max(0.0, t.comm - pull - push);
   }
 
   const RankSetup& s_;

@@ -101,6 +101,15 @@ class ModeRank {
   // parameters it computed on were (sharded_ps --staleness); empty for a synchronous mode.
   virtual std::vector<int> step_staleness() const { return {}; }
 
+  // The host work (copying and summing table rows, not waiting) inside the last step's
+  // communicating verbs, which its timer laid in comm_exposed: `pull` within forward's exchange,
+  // `push` within finish_grad_sync's. The loop moves them to forward and optimizer, as compute
+  // (what the in-run simulation plays as such). Seconds; the call resets them.
+  struct HostWork {
+    double pull = 0, push = 0;
+  };
+  virtual HostWork take_host_work() { return {}; }
+
   // Between steps, on every rank (--test-freq): rank 0's full parameters (model().num_params()
   // floats, rank-device memory) as the last step left them, for an evaluation; a mode whose
   // parameters are spread over ranks gathers them (collective). Other ranks' value is unused.
