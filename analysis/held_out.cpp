@@ -67,9 +67,6 @@ nlohmann::json predicted_row(const ProjectOptions& options, const std::vector<nl
                              std::map<std::string, nlohmann::json>& projections) {
   const int p = run.at("world_size").get<int>();
   const TopologyOptions t = held_out_topology(f, run, options.topology);
-  if ((p & (p - 1)) != 0) {
-    throw InputError(fmt::format("{}: a run of {} ranks; the projection's points are powers of two", f.path, p));
-  }
   // The run's own global batch, as weak scaling at its per-rank share.
   const double global_batch = run.at("global_batch").get<double>();
   ProjectOptions o = options;

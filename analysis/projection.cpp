@@ -396,6 +396,15 @@ nlohmann::json curves_json(const std::vector<ProjectedCurve>& curves) {
   return out;
 }
 
+// The world sizes a projection evaluates: 1, 2, 4, ... below max_ranks, then max_ranks itself (a
+// power of two or not: a held-out run of 3 nodes, a user's 12).
+std::vector<int> projected_world_sizes(int max_ranks) {
+  std::vector<int> sizes;
+  for (int p = 1; p < max_ranks; p *= 2) sizes.push_back(p);
+  sizes.push_back(max_ranks);
+  return sizes;
+}
+
 // Every strategy's curve at world sizes 1, 2, 4, ... up to --max-ranks (under strong scaling,
 // while every rank has a sample), and the world size from which each other curve is more than 5%
 // faster than the baseline strategy's default curve (its first). Fills doc's "curves",
@@ -411,7 +420,8 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
   SimulationMemo memo;
-  for (int p = 1; p <= o.max_ranks && scaling.rank_batch(p) >= 1.0; p *= 2) {
+  for (const int p : projected_world_sizes(o.max_ranks)) {
+    if (scaling.rank_batch(p) < 1.0) break;
     const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
     SimPlatform platform = o.topology.simulate ? link_platform(o.topology, link, p) : SimPlatform{};
@@ -441,7 +451,6 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
       const double t_base = step[static_cast<std::size_t>(baseline - curves.data())];
       if (!curves[i].strategy->baseline && !crossing[i] && t_base > 1.05 * step[i]) crossing[i] = p;
     }
-    if (p > o.max_ranks / 2) break;
   }
   nlohmann::json crossovers = nlohmann::json::array();
   for (std::size_t i = 0; i < curves.size(); ++i) {
@@ -651,6 +660,10 @@ nlohmann::json project_described(const ProjectOptions& given) {
 nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
                        const nlohmann::json* collectives) {
   if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
+  if ((o.max_ranks & (o.max_ranks - 1)) != 0 && o.max_ranks % std::max(1, o.topology.ranks_per_node) != 0) {
+    throw InputError(fmt::format("--max-ranks {}: not a power of two nor whole nodes of {} ranks", o.max_ranks,
+                                 o.topology.ranks_per_node));
+  }
   check_node_link_of(o.topology, o.max_ranks);
   if (!o.model.empty()) {
     if (!results.empty()) throw InputError(fmt::format("--model {} and result files: give one", o.model));

@@ -612,6 +612,38 @@ ProjectOptions simulated_project_options(int max_ranks) {
   return o;
 }
 
+// --max-ranks 12: the points are 1, 2, 4, 8 and then 12 itself, each computed at its own world
+// size (allreduce's ring moves 2(p-1)/p of the gradient, so its step grows from 8 to 12 ranks at
+// a fixed per-rank batch), and simulated there too; --max-ranks 12 with nodes of 8 ranks is
+// refused, naming the option.
+TEST(Project, MaxRanksNotAPowerOfTwoIsTheLastPoint) {
+  const nlohmann::json doc = one_rank_calibration();
+  ProjectOptions o = simulated_project_options(12);
+  o.topology.simulate = simulation_available();
+  const auto proj = project(o, {doc}, nullptr);
+  std::map<std::string, std::map<int, nlohmann::json>> by_curve;
+  for (const auto& pt : proj["points"]) by_curve[pt["curve"].get<std::string>()][pt["world_size"].get<int>()] = pt;
+  ASSERT_EQ(by_curve.size(), projected_curves().size());
+  for (const auto& [curve, points] : by_curve) {
+    std::vector<int> sizes;
+    for (const auto& [p, pt] : points) sizes.push_back(p);
+    EXPECT_EQ(sizes, (std::vector<int>{1, 2, 4, 8, 12})) << curve;
+    EXPECT_EQ(points.at(12)["global_batch"].get<double>(), 120.0) << curve;
+    if (o.topology.simulate) EXPECT_TRUE(points.at(12)["simulation"].contains("simulated_step_s")) << curve;
+  }
+  const auto& ring = by_curve.at("allreduce");
+  EXPECT_GT(ring.at(12)["step_time_s"].get<double>(), ring.at(8)["step_time_s"].get<double>());
+  o.topology.ranks_per_node = 8;
+  try {
+    project(o, {doc}, nullptr);
+    ADD_FAILURE() << "--max-ranks 12 on nodes of 8 ranks was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-ranks 12: not a power of two nor whole nodes of 8 ranks"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Project, SimulateAddsEachModesSimulatedStepOnTheTopology) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   const nlohmann::json doc = one_rank_calibration();
@@ -773,8 +805,9 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
 // --held-out: a sweep run of 4 nodes at 1 Gbit/s whose node 3 was given 250 Mbit/s is predicted
 // on that setting (--node-link 1gbit, --node-link-of 3=250mbit) at its own global batch: the
 // prediction is the projection made with those options, its error predicted / measured - 1, and
-// a run 20 % slower than predicted is beyond 15 % and within 25 %. A file without a cluster, a run
-// at 3 ranks and a zero --max-error are input errors naming them.
+// a run 20 % slower than predicted is beyond 15 % and within 25 %. A run of 3 nodes is predicted
+// by the projection to 3 ranks (its last point). A file without a cluster and a zero --max-error
+// are input errors naming them.
 TEST(Project, HeldOutRunsArePredictedOnTheirOwnSetting) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   const nlohmann::json calibration = one_rank_calibration();
@@ -825,7 +858,22 @@ TEST(Project, HeldOutRunsArePredictedOnTheirOwnSetting) {
   refused({{"runs", {no_cluster}}}, 0.15, "bad.json: not an emulated-cluster result");
   nlohmann::json three = run;
   three["world_size"] = 3;
-  refused({{"runs", {three}}}, 0.15, "bad.json: a run of 3 ranks");
+  three["global_batch"] = 30;
+  three["cluster"] = {{"links", nlohmann::json::array()}, {"nodes", 3}, {"ranks_per_node", 1}};
+  for (int n = 0; n < 3; ++n) three["cluster"]["links"].push_back({{"node", n}, {"requested_rate", "1gbit"}});
+  direct.topology.node_link_of.clear();
+  direct.max_ranks = 3;
+  double at_3 = 0;
+  const nlohmann::json to_3 = project(direct, {calibration}, nullptr);
+  for (const auto& pt : to_3["points"]) {
+    if (pt["curve"] == "allreduce" && pt["world_size"] == 3) at_3 = pt["simulation"]["simulated_step_s"];
+  }
+  ASSERT_GT(at_3, 0.0);
+  EXPECT_NE(at_3, expected);
+  const nlohmann::json h3 = validate_held_out(o, {calibration}, {{"three.json", {{"runs", {three}}}}}, 0.15);
+  ASSERT_EQ(h3["runs"].size(), 1u);
+  EXPECT_EQ(h3["runs"][0]["world_size"], 3);
+  EXPECT_NEAR(h3["runs"][0]["predicted_step_s"].get<double>(), at_3, 1e-12 * at_3);
   refused(held_doc, 0, "--max-error 0");
 }
 

@@ -46,7 +46,8 @@ class DlrmReference(unittest.TestCase):
             self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
             return json.loads(out.read_text())
 
-    def check_agreement(self, doc, counterparts, sparse):
+    def check_agreement(self, doc, counterparts, sparse, cap=1e-4):
+        """Each run within its agreement band (the reference's own rule) and below `cap`."""
         refs = {r["dpbench_mode"]: r for r in doc["reference"]["runs"]}
         self.assertEqual(set(counterparts), set(refs))
         tables = [f"emb_l.{t}.weight" for t in range(TABLES)] if sparse else []
@@ -55,7 +56,7 @@ class DlrmReference(unittest.TestCase):
             self.assertEqual(counterparts[run["mode"]], ref["program"])  # dpbench's mode -> PyTorch's program
             agreement = ref["loss_agreement"]
             self.assertTrue(agreement["within"], f"{run['mode']}: {agreement}")
-            self.assertLess(agreement["max_rel_diff"], 1e-4, run["mode"])
+            self.assertLess(agreement["max_rel_diff"], cap, run["mode"])
             self.assertEqual(40, agreement["steps"])
             self.assertEqual(run["num_params"], ref["num_params"])
             losses = run["quality"]["step_train_loss"]
@@ -74,7 +75,11 @@ class DlrmReference(unittest.TestCase):
         doc = self.run_dpbench("--mode", "allreduce,ps", "--sparse-grad", "--embedding-optimizer", "adagrad",
                                lr="0.05")
         self.assertEqual("adagrad", doc["runs"][0]["config"]["dlrm"]["embedding_optimizer"])
-        self.check_agreement(doc, {"allreduce": "ddp", "ps": "dataparallel"}, sparse=True)
+        # Adagrad divides by the root of each row's sum of squares, which magnifies a last-bit
+        # difference in the summed rows: ps against DataParallel's flow drifted to 2.6e-07 on an AMD
+        # EPYC and to 1.6e-04 on an Intel Xeon (AVX-512), where the band (the same run from
+        # parameters 1 ulp away) reaches 4.3e-04 at step 40.
+        self.check_agreement(doc, {"allreduce": "ddp", "ps": "dataparallel"}, sparse=True, cap=1e-3)
 
     def test_dense_embedding_gradients_agree_with_dense_ddp(self):
         doc = self.run_dpbench("--mode", "allreduce")
