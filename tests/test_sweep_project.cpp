@@ -767,37 +767,50 @@ TEST(Project, NodeLinkOfOutsideTheProjectionsNodesIsAnInputError) {
   EXPECT_THROW(check_node_link_of(o, 8), InputError);
 }
 
-// The engine's calibration a calibration file's emulated run recorded (here allreduce at half the
-// link) rides on the projection's platform when the projection plays the files' emulated link:
-// recorded with the run it came from, and allreduce's simulated step grows; on a preset link
-// (ib-ndr) it is not carried.
+// The engine's calibration a calibration file's emulated run recorded (here allreduce and
+// all-gather at half the link) rides on the projection's platform when the projection plays the
+// files' emulated link: recorded with the run it came from, and allreduce's simulated step grows;
+// the 2-rank all-gather's share slows sharded_ps's pull at 2 ranks only; on a preset link (ib-ndr)
+// it is not carried.
 TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   nlohmann::json cluster = fake_cluster_run(2, 12.5e6, 0.42, 0.32, 0.32);
   const nlohmann::json plain_doc = {{"env", {{"cpu_cores", 4}}},
                                     {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
   cluster["network"]["simulation"] = {
-      {"calibration", {{"collectives", {{{"collective", "allreduce"}, {"efficiency", 0.5}}}}}}};
+      {"calibration",
+       {{"collectives",
+         {{{"collective", "allreduce"}, {"efficiency", 0.5}}, {{"collective", "allgather"}, {"efficiency", 0.5}}}}}}};
   const nlohmann::json calibrated_doc = {{"env", {{"cpu_cores", 4}}},
                                          {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
   ProjectOptions o;
   o.max_ranks = 4;
   o.topology.simulate = true;
-  const auto step_at_4 = [](const nlohmann::json& proj) {
+  const auto step_at = [](const nlohmann::json& proj, const std::string& curve, int p) {
     for (const auto& pt : proj["points"]) {
-      if (pt["curve"] == "allreduce" && pt["world_size"] == 4)
-        return pt["simulation"]["simulated_step_s"].get<double>();
+      if (pt["curve"] == curve && pt["world_size"] == p) return pt["simulation"]["simulated_step_s"].get<double>();
     }
     return 0.0;
   };
+  const auto step_at_4 = [&](const nlohmann::json& proj) { return step_at(proj, "allreduce", 4); };
   const nlohmann::json plain = project(o, {plain_doc}, nullptr);
   const nlohmann::json calibrated = project(o, {calibrated_doc}, nullptr);
   EXPECT_TRUE(plain["topology"]["engine_calibration"].empty());
-  ASSERT_EQ(calibrated["topology"]["engine_calibration"].size(), 1u);
-  EXPECT_EQ(calibrated["topology"]["engine_calibration"][0]["collective"], "allreduce");
-  EXPECT_EQ(calibrated["topology"]["engine_calibration"][0]["efficiency"], 0.5);
-  EXPECT_EQ(calibrated["topology"]["engine_calibration"][0]["from_world_size"], 2);
+  ASSERT_EQ(calibrated["topology"]["engine_calibration"].size(), 2u);
+  const auto& fits = calibrated["topology"]["engine_calibration"];
+  const auto& ring = fits[0]["collective"] == "allreduce" ? fits[0] : fits[1];
+  const auto& gather = fits[0]["collective"] == "allgather" ? fits[0] : fits[1];
+  EXPECT_EQ(ring["collective"], "allreduce");
+  EXPECT_EQ(ring["efficiency"], 0.5);
+  EXPECT_EQ(ring["from_world_size"], 2);
+  EXPECT_FALSE(ring.contains("share_at_2_ranks_only"));
+  EXPECT_EQ(gather["collective"], "allgather");
+  EXPECT_EQ(gather["share_at_2_ranks_only"], true);
   EXPECT_GT(step_at_4(calibrated), step_at_4(plain) * 1.2) << "the ring at half the link";
+  EXPECT_GT(step_at(calibrated, "sharded_ps_collective", 2), step_at(plain, "sharded_ps_collective", 2))
+      << "the pull at half the link";
+  EXPECT_EQ(step_at(calibrated, "sharded_ps_collective", 4), step_at(plain, "sharded_ps_collective", 4))
+      << "the pull at the link's rate beyond 2 ranks";
   o.link_model = "ib-ndr";
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
 }
