@@ -249,6 +249,33 @@ StepModel compute_model(const nlohmann::json& run) {
   return m;
 }
 
+// Ranks sharing the emulated cluster's host (StepModel::host_slowdown_at_2): the median over the
+// files' 2-rank emulated runs of their measured compute (data wait, h2d, forward, backward and
+// optimizer: phases_s) over the 1-rank model's at their per-rank batch, at least 1; with the
+// host's cores. Leaves `model` as it is without such a run. Returns the record ("" : none).
+nlohmann::json fit_host_sharing(const std::vector<const nlohmann::json*>& runs, int cores, StepModel& model) {
+  std::vector<double> slowdowns;
+  for (const auto* run : runs) {
+    if (run->at("world_size").get<int>() != 2 || run_link_kind(*run) != "emulated") continue;
+    const auto& ph = run->at("phases_s");
+    double measured = 0;
+    for (const char* phase : {"data_wait", "h2d", "forward", "backward", "optimizer"})
+      measured += ph.at(phase).get<double>();
+    const double modelled = run->at("global_batch").get<double>() / 2 * model.per_sample_compute_s + model.optimizer_s;
+    if (modelled > 0) slowdowns.push_back(std::max(1.0, measured / modelled));
+  }
+  if (slowdowns.empty() || cores < 1) return nlohmann::json();
+  std::sort(slowdowns.begin(), slowdowns.end());
+  const std::size_t n = slowdowns.size();
+  model.host_cores = cores;
+  model.host_slowdown_at_2 = n % 2 == 1 ? slowdowns[n / 2] : 0.5 * (slowdowns[n / 2 - 1] + slowdowns[n / 2]);
+  return {{"cores", cores},
+          {"slowdown_at_2_ranks", model.host_slowdown_at_2},
+          {"runs", n},
+          {"method", "the 2-rank emulated runs' measured compute over the 1-rank model's (median); p ranks compute "
+                     "slowdown_at_2_ranks x max(1, p / cores) / max(1, 2 / cores) times slower"}};
+}
+
 // The files' runs: every ok run, the 1-rank ones, and the most CPU cores any file's env saw.
 struct Inputs {
   std::vector<const nlohmann::json*> runs, singles;
@@ -696,15 +723,17 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   StepModel model = compute_model(base);
   const ProjectionLink link = choose_link(o, in.runs, collectives, model.param_bytes);
   model.exposed_fraction = in.exposed_fraction(link);
+  // The engine's fits and the host's sharing describe the emulated cluster's hosts and links: they
+  // ride on its measured link only, not on a preset's or a datasheet node's.
+  const bool emulated = link.kind == "emulated" && o.topology.preset.empty();
+  const nlohmann::json host_sharing = emulated ? fit_host_sharing(in.runs, in.cores, model) : nlohmann::json();
 
   nlohmann::json doc;
   doc["schema"] = {{"name", "dpbench-projection"}, {"version", 2}};
   doc["created"] = utc_timestamp();
   describe_inputs(o, link, base, model, scaling, doc);
+  if (!host_sharing.is_null()) doc["calibration"]["host_sharing"] = host_sharing;
   const int calibration_workers = base.at("config").value("num_workers", 0);
-  // The engine's fits describe the emulated cluster's hosts and links: they ride on its measured
-  // link only, not on a preset's or a datasheet node's.
-  const bool emulated = link.kind == "emulated" && o.topology.preset.empty();
   const EngineCalibration engine = o.topology.simulate && emulated ? engine_calibration(in.runs) : EngineCalibration{};
   if (o.topology.simulate) {
     describe_topology(o, link, doc);

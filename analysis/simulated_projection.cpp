@@ -135,8 +135,9 @@ ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config,
   }
   in.input_floats = static_cast<std::size_t>(model.sample_bytes / 4.0);
   in.classes = static_cast<std::size_t>(model.logit_bytes / 4.0);
-  const double compute = per_rank_batch * model.per_sample_compute_s;
-  const double optimizer = strategy.shards_optimizer ? model.optimizer_s / p : model.optimizer_s;
+  const double slowdown = model.compute_slowdown(p);
+  const double compute = per_rank_batch * model.per_sample_compute_s * slowdown;
+  const double optimizer = (strategy.shards_optimizer ? model.optimizer_s / p : model.optimizer_s) * slowdown;
   const double fwd = compute * model.forward_share;
   in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, fwd, compute - fwd, optimizer});
   return in;

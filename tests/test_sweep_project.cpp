@@ -454,6 +454,37 @@ nlohmann::json fake_cluster_run(int p, double bytes_per_s, double step_s, double
   return run;
 }
 
+// Ranks sharing the emulated cluster's host: a 2-node run whose ranks computed 3x the 1-rank
+// model's time (0.165 s against 50 x 0.0009 + 0.01) on a 2-core host makes each curve's compute 3x
+// at 2 ranks and 6x at 4 (twice the ranks on the same cores), 1x at one rank; recorded with the
+// calibration. A preset link (ib-ndr) describes other machines: no sharing there.
+TEST(Project, RanksSharingTheEmulatedHostSlowTheirCompute) {
+  nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.3, 0.1, 0.1);
+  cluster["phases_s"]["forward"] = 0.055;
+  cluster["phases_s"]["backward"] = 0.1;
+  const nlohmann::json doc = {{"env", {{"cpu_cores", 2}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  ProjectOptions o;
+  o.max_ranks = 4;
+  const auto compute_at = [](const nlohmann::json& proj, int p) {
+    for (const auto& pt : proj["points"]) {
+      if (pt["curve"] == "allreduce" && pt["world_size"] == p) return pt["compute_s"].get<double>();
+    }
+    return 0.0;
+  };
+  const nlohmann::json shared = project(o, {doc}, nullptr);
+  ASSERT_TRUE(shared["calibration"].contains("host_sharing"));
+  EXPECT_NEAR(shared["calibration"]["host_sharing"]["slowdown_at_2_ranks"].get<double>(), 3.0, 1e-9);
+  EXPECT_EQ(shared["calibration"]["host_sharing"]["cores"], 2);
+  const auto unshared = [](int p) { return 100.0 / p * 0.0009 + 0.01; };
+  EXPECT_NEAR(compute_at(shared, 1), unshared(1), 1e-12);
+  EXPECT_NEAR(compute_at(shared, 2), 3 * unshared(2), 1e-12);
+  EXPECT_NEAR(compute_at(shared, 4), 6 * unshared(4), 1e-12);
+  o.link_model = "ib-ndr";
+  const nlohmann::json preset = project(o, {doc}, nullptr);
+  EXPECT_FALSE(preset["calibration"].contains("host_sharing"));
+  EXPECT_NEAR(compute_at(preset, 4), unshared(4), 1e-12);
+}
+
 TEST(Project, EmulatedLinkIsTheDefaultAndEachClusterRunIsJudgedOnItsOwnLink) {
   nlohmann::json doc = {{"env", {{"cpu_cores", 4}}},
                         {"runs",

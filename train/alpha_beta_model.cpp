@@ -83,11 +83,16 @@ double root_batch_traffic_s(const StepModel& m, const LinkModel& link, int p, do
   return (p - 1.0) * b * (m.sample_bytes + 2.0 * m.logit_bytes) * link.beta_s_per_byte + 3.0 * link.alpha_s;
 }
 
+double StepModel::compute_slowdown(int p) const {
+  if (!(host_cores > 0) || p < 2) return 1.0;
+  return host_slowdown_at_2 * std::max(1.0, p / host_cores) / std::max(1.0, 2.0 / host_cores);
+}
+
 StepPrediction combine_step(const StepModel& m, int p, double b, double compute_share, double comm_s,
                             double exposed_fraction) {
   if (p < 1) throw Error(fmt::format("world size {}: must be at least 1", p));
   StepPrediction out;
-  out.compute_s = b * m.per_sample_compute_s / compute_share + m.optimizer_s;
+  out.compute_s = (b * m.per_sample_compute_s / compute_share + m.optimizer_s) * m.compute_slowdown(p);
   out.comm_s = p == 1 ? 0.0 : comm_s;
   out.step_s = out.compute_s + exposed_fraction * out.comm_s;
   return out;

@@ -46,6 +46,14 @@ struct StepModel {
   // whose layer times place their ready points; "" for a measured workload (a flat gradient).
   std::string described_model;
   double forward_share = 1.0 / 3.0;  // of per_sample_compute_s, the rest is backward
+  // Ranks sharing a host's cores (an emulated cluster: every node's ranks on one machine): a
+  // 2-rank run there computed host_slowdown_at_2 times slower than the 1-rank run; p ranks on
+  // host_cores cores compute host_slowdown_at_2 x max(1, p / cores) / max(1, 2 / cores) times
+  // slower (time-sharing once ranks outnumber cores). 0 cores: not modelled.
+  double host_cores = 0;
+  double host_slowdown_at_2 = 1;
+  // The factor on a rank's compute (and optimizer) at p ranks: 1 at one rank or without a host.
+  double compute_slowdown(int p) const;
 };
 
 struct StepPrediction {
