@@ -166,6 +166,26 @@ void add_data_options(CLI::App& app, DataOptions& d) {
   app.add_option("--synthetic-samples", d.synthetic_samples, "synthetic: training samples")->capture_default_str();
 }
 
+// How long a run trains and what it records on the way: epochs, steps, warm-up, and the targets
+// and evaluations of quality.
+void add_run_length_options(CLI::App& app, RunLength& run) {
+  app.add_option("--epochs", run.epochs, "Passes over the training set (cnn: 3 unless given)")->capture_default_str();
+  app.add_option("--max-steps", run.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", run.warmup_steps, "Steps excluded from timing statistics")->capture_default_str();
+  app.add_option("--target-loss", run.target_loss,
+                 "Record the time to this training loss: the first step whose mean loss over the last 10 steps is at "
+                 "or below it, and rank 0's wall time from the first step to its end (quality.time_to_target_loss)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--test-freq", run.test_freq,
+                 "Evaluate the test set after every N steps, between steps and left out of the timed figures "
+                 "(quality.test_curve); 0: after the last step only")
+      ->capture_default_str();
+  app.add_option("--target-auc", run.target_auc,
+                 "Record the time to this test AUC: the first --test-freq evaluation at or above it "
+                 "(quality.time_to_target_auc; --workload dlrm)");
+}
+
 // Options every training command shares (not the ones a sweep varies).
 void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<DeviceKind>& device, DataOptions& d,
                         double& timeout_s, std::string& out, bool& quiet) {
@@ -173,23 +193,7 @@ void add_shared_options(CLI::App& app, TrainConfig& config, std::optional<Device
          "--device", [&device](const std::string& text) { device = parse_device_request(text); },
          "auto, cpu or cuda (auto picks CUDA when usable, else CPU)")
       ->default_str("auto");
-  app.add_option("--epochs", config.run.epochs, "Passes over the training set (cnn: 3 unless given)")
-      ->capture_default_str();
-  app.add_option("--max-steps", config.run.max_steps, "Stop after this many optimizer steps in total (-1: no cap)")
-      ->capture_default_str();
-  app.add_option("--warmup-steps", config.run.warmup_steps, "Steps excluded from timing statistics")
-      ->capture_default_str();
-  app.add_option("--target-loss", config.run.target_loss,
-                 "Record the time to this training loss: the first step whose mean loss over the last 10 steps is at "
-                 "or below it, and rank 0's wall time from the first step to its end (quality.time_to_target_loss)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--test-freq", config.run.test_freq,
-                 "Evaluate the test set after every N steps, between steps and left out of the timed figures "
-                 "(quality.test_curve); 0: after the last step only")
-      ->capture_default_str();
-  app.add_option("--target-auc", config.run.target_auc,
-                 "Record the time to this test AUC: the first --test-freq evaluation at or above it "
-                 "(quality.time_to_target_auc; --workload dlrm)");
+  add_run_length_options(app, config.run);
   add_optimizer_options(app, config);
   app.add_option("--seed", config.seed,
                  "Seed of the initial parameters (broadcast from rank 0) and of the "
