@@ -79,6 +79,66 @@ TEST(Sweep, RunsSingularNamesTheSameAxes) {
   EXPECT_EQ(doc["runs"].size(), 4u);  // 2 modes x 2 batch sizes
 }
 
+// The variant axes cross: a hook runs under the staleness bound 0 alone, and each hook or bound
+// another strategy owns is that strategy's only (5 variants, not 3 modes x 2 hooks x 2 bounds).
+TEST(Sweep, HooksAndStalenessBoundsRunOnlyUnderTheModeThatOwnsThem) {
+  SweepOptions o;
+  o.modes = {Mode::ps, Mode::sharded_ps, Mode::allreduce};
+  o.ranks = {2};
+  o.batch_sizes = {64};
+  o.num_workers = {0};
+  o.comm_hooks = {CommHook{}, parse_comm_hook("fp16")};
+  o.stalenesses = {0, 2};
+  std::vector<std::string> got;
+  for (const auto& p : sweep_points(o)) {
+    got.push_back(
+        fmt::format("{}/{}/{}", p.config.mode, hook_name(p.config.allreduce.comm_hook), p.config.sharded_ps.staleness));
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"ps/allreduce/0", "sharded_ps/allreduce/0", "sharded_ps/allreduce/2",
+                                           "allreduce/allreduce/0", "allreduce/fp16/0"}));
+}
+
+// run's singular names of the variant axes are the axes too, one value an axis of one: --staleness
+// 0,2 adds sharded_ps's bound 2 beside every mode at 0; a lone --comm-hook fp16 runs allreduce
+// alone. No sweep option excludes another, and the in-process sweep refuses what needs nodes.
+TEST(Sweep, VariantAxesTakeRunsSingularNamesAndOneConvention) {
+  TempDir tmp;
+  const std::string common = std::string(DPBENCH_BINARY) +
+                             " sweep --device cpu --data synthetic --input 8 --synthetic-samples 600 --hidden 8 "
+                             "--ranks 2 --batch-size 16 --num-workers 0 --max-steps 3 --warmup-steps 1 --no-eval -q ";
+  const fs::path out = tmp.path() / "sweep.json";
+  Outcome o = shell(common + "--mode ps,sharded_ps --staleness 0,2 -o " + out.string(), tmp.path());
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto doc = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(doc["config"]["sweep"]["stalenesses"], (std::vector<int>{0, 2}));
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  EXPECT_EQ(doc["runs"][2]["mode"], "sharded_ps");
+  EXPECT_EQ(doc["runs"][2]["config"]["staleness"], 2);
+  EXPECT_EQ(doc["runs"][0]["config"]["staleness"], 0);
+
+  o = shell(common + "--mode ps,allreduce --comm-hook fp16 -o " + out.string(), tmp.path());
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  doc = nlohmann::json::parse(slurp(out));
+  ASSERT_EQ(doc["runs"].size(), 1u);
+  EXPECT_EQ(doc["runs"][0]["mode"], "allreduce");
+  EXPECT_EQ(doc["runs"][0]["config"]["comm_hook"], "fp16");
+
+  o = shell(common + "--mode ps --staleness 2 -o " + out.string(), tmp.path());
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.err.find("--stalenesses 2: only sharded_ps has"), std::string::npos) << o.err;
+  o = shell(std::string(DPBENCH_BINARY) + " sweep --workload dlrm --zipf-alpha 1.05,2 -o " + out.string(), tmp.path());
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.err.find("more than one --zipf-alphas value"), std::string::npos) << o.err;
+
+  const Outcome help = shell(std::string(DPBENCH_BINARY) + " sweep --help", tmp.path());
+  ASSERT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.find("Excludes"), std::string::npos) << help.out;
+  for (const char* axis : {"--comm-hooks,--comm-hook", "--hierarchies,--hierarchy", "--stalenesses,--staleness",
+                           "--zipf-alphas,--zipf-alpha"}) {
+    EXPECT_NE(help.out.find(axis), std::string::npos) << axis;
+  }
+}
+
 TEST(Sweep, FailedPointIsRecordedAndTheSweepGoesOn) {
   TempDir tmp;
   const std::string out = (tmp.path() / "sweep.json").string();

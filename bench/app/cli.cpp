@@ -143,9 +143,15 @@ void add_dlrm_shape_options(CLI::App& app, DlrmShape& shape) {
 // add_shared_options.
 void add_dlrm_options(CLI::App& app, DlrmShape& shape, ClickLogOptions& logs) {
   add_dlrm_shape_options(app, shape);
-  app.add_option("--zipf-alpha", logs.zipf_alpha,
-                 "dlrm: draw each table's indices from a Zipf(alpha) law over its rows (alpha > 0; e.g. 1.05), "
-                 "as FBGEMM's benchmark requests do; default: uniform");
+  app.add_option_function<double>(
+      "--zipf-alpha",
+      [&logs](double alpha) {
+    if (!(alpha > 0 && std::isfinite(alpha)))
+      throw InputError(fmt::format("--zipf-alpha {}: must be a number > 0", alpha));
+    logs.zipf_alpha = alpha;
+      },
+      "dlrm: draw each table's indices from a Zipf(alpha) law over its rows (alpha > 0; e.g. 1.05), as FBGEMM's "
+      "benchmark requests do; default: uniform");
 }
 
 // The data a training command reads: --data and the options of each source.
@@ -531,9 +537,6 @@ void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& d
     }
     return;
   }
-  if (given("--zipf-alpha") && !(data.click_logs.zipf_alpha > 0 && std::isfinite(data.click_logs.zipf_alpha))) {
-    throw InputError(fmt::format("--zipf-alpha {}: must be a number > 0", data.click_logs.zipf_alpha));
-  }
   check_dlrm_shape(config.model.dlrm);
   if (given("--embedding-optimizer") && !config.model.dlrm.sparse_grad) {
     throw InputError("--embedding-optimizer: the tables' own optimizer steps sparse gradients: give --sparse-grad "
@@ -674,36 +677,38 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
 }
 
 // The variants of a mode a sweep runs as axes (one job per value on an emulated cluster):
-// allreduce's hooks, the node hierarchy, sharded_ps's staleness bound; and a straggler's link.
+// allreduce's hooks, the node hierarchy, sharded_ps's staleness bound, the click logs' index law;
+// and a straggler's link. Every axis follows the sweep's one convention, the plural with the
+// singular as its alias and a comma list (`--modes,--mode`), so the run's singular options that
+// add_shared_options registered give way to them.
 void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o) {
+  for (const char* singular : {"--comm-hook", "--hierarchy", "--staleness", "--zipf-alpha"}) {
+    sweep.remove_option(sweep.get_option(singular));
+  }
   sweep
       .add_option_function<std::vector<std::string>>(
-          "--comm-hooks",
+          "--comm-hooks,--comm-hook",
           [&o](const std::vector<std::string>& texts) {
     o.comm_hooks.clear();
     for (const auto& text : texts) o.comm_hooks.push_back(parse_comm_hook(text, "--comm-hooks"));
           },
-          "allreduce: DDP communication hooks to sweep, comma list (allreduce, fp16, bf16, powersgd:R); "
+          "allreduce: DDP communication hooks, comma list (allreduce, fp16, bf16, powersgd:R; see run --comm-hook); "
           "each hook but allreduce runs the allreduce mode alone, the other modes run with allreduce")
-      ->delimiter(',')
-      ->excludes("--comm-hook");
-  add_names_option(sweep, "--hierarchies", o.hierarchies, &parse_hierarchy,
-                   "Node hierarchies to sweep, comma list (none, node; see --hierarchy): one job per value at every "
-                   "point, each mode in turn")
-      ->excludes("--hierarchy");
+      ->delimiter(',');
+  add_names_option(sweep, "--hierarchies,--hierarchy", o.hierarchies, &parse_hierarchy,
+                   "Emulated cluster: node hierarchies, comma list (none, node; see run --hierarchy): one job per "
+                   "value at every point, each mode in turn")
+      ->group("Emulated cluster");
   sweep
-      .add_option(
-          "--stalenesses", o.stalenesses,
-          "sharded_ps: staleness bounds to sweep, comma list (see --staleness): one job per value at every "
-          "point; 0 runs every mode, a bound above 0 sharded_ps alone (not under a --comm-hooks hook or --hierarchies "
-          "node)")
+      .add_option("--stalenesses,--staleness", o.stalenesses,
+                  "sharded_ps: staleness bounds, comma list (see run --staleness): 0 runs every mode, a bound above 0 "
+                  "sharded_ps alone (not under a --comm-hooks hook or --hierarchies node)")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber)
-      ->excludes("--staleness");
+      ->check(CLI::NonNegativeNumber);
   sweep
-      .add_option("--zipf-alphas", o.zipf_alphas,
-                  "dlrm on an emulated cluster: Zipf alphas of the click logs' indices to sweep, comma list (0: "
-                  "uniform; see --zipf-alpha): one job per value at every point")
+      .add_option("--zipf-alphas,--zipf-alpha", o.zipf_alphas,
+                  "dlrm: Zipf alphas of the click logs' indices, comma list (0: uniform; see run --zipf-alpha); more "
+                  "than one value sweeps an emulated cluster (one job per value at every point)")
       ->delimiter(',')
       ->check(CLI::Validator(
           [](const std::string& v) {
@@ -712,9 +717,7 @@ void add_sweep_variant_options(CLI::App& sweep, SweepOptions& o) {
                ? std::string()
                : "Zipf alpha " + v + ": must be a number >= 0 (0: uniform indices)";
           },
-          "ALPHA", "zipf alpha"))
-      ->excludes("--zipf-alpha")
-      ->group("Emulated cluster");
+          "ALPHA", "zipf alpha"));
   sweep
       .add_option("--link-of", o.link_of,
                   "Emulated cluster: one node's own rate in every job, NODE=RATE (run --link-of; e.g. 2=100mbit for a "
@@ -766,12 +769,12 @@ int local_sweep(const CLI::App& sweep, const SweepOptions& o) {
   if (sweep.count("--links") + sweep.count("--ranks-per-node") + sweep.count("--launcher") > 0) {
     throw InputError("--links, --ranks-per-node and --launcher describe an emulated cluster: give --nodes N,..");
   }
-  if (sweep.count("--hierarchies") > 0) {
-    throw InputError("--hierarchies: the node hierarchy needs nodes: give --nodes N,.. --ranks-per-node K,..");
+  if (std::find(o.hierarchies.begin(), o.hierarchies.end(), Hierarchy::node) != o.hierarchies.end()) {
+    throw InputError("--hierarchies node: the node hierarchy needs nodes: give --nodes N,.. --ranks-per-node K,..");
   }
-  if (sweep.count("--stalenesses") + sweep.count("--link-of") + sweep.count("--zipf-alphas") > 0) {
-    throw InputError(
-        "--stalenesses, --link-of and --zipf-alphas sweep an emulated cluster: give --nodes N,.. --links RATE,..");
+  if (sweep.count("--link-of") > 0 || o.zipf_alphas.size() > 1) {
+    throw InputError("--link-of and more than one --zipf-alphas value sweep an emulated cluster: give --nodes N,.. "
+                     "--links RATE,..");
   }
   return sweep_command(o);
 }
@@ -839,6 +842,26 @@ int project_main(const CLI::App& project, ProjectOptions& o) {
   return project_command(o);
 }
 
+// A --comm-hooks hook or --stalenesses bound that another strategy owns needs that strategy among
+// the --modes. Throws InputError naming the value and the mode to add.
+void check_axes_modes(const SweepOptions& o) {
+  std::vector<std::pair<std::string, TrainConfig>> probes;  // (option as given, the value alone)
+  for (const CommHook& hook : o.comm_hooks) {
+    probes.emplace_back("--comm-hooks " + hook_name(hook), TrainConfig{});
+    probes.back().second.allreduce.comm_hook = hook;
+  }
+  for (const int bound : o.stalenesses) {
+    probes.emplace_back(fmt::format("--stalenesses {}", bound), TrainConfig{});
+    probes.back().second.sharded_ps.staleness = bound;
+  }
+  for (const auto& [given, probe] : probes) {
+    const auto owner = option_owner(probe);
+    if (!owner || std::find(o.modes.begin(), o.modes.end(), owner->strategy->mode) != o.modes.end()) continue;
+    throw InputError(fmt::format("{}: only {} has {}; add {} to --modes", given, owner->strategy->mode,
+                                 owner->option.what, owner->strategy->mode));
+  }
+}
+
 // `sweep`: the options that depend on what was given, then the in-process or the emulated
 // cluster's sweep. Throws InputError.
 int sweep_main(const CLI::App& sweep, SweepOptions& o) {
@@ -854,16 +877,13 @@ int sweep_main(const CLI::App& sweep, SweepOptions& o) {
     }
     o.base.model.workload = "dlrm";
   }
+  if (o.nodes.empty() && o.zipf_alphas.size() == 1) {  // the in-process sweep loads its data once: the data's law
+    o.data.click_logs.zipf_alpha = o.zipf_alphas.front();
+    o.zipf_alphas.clear();
+  }
   apply_dlrm_options(sweep, o.base, o.data);
   check_sparse_grad_modes(o.base, o.modes, "--modes");
-  for (const CommHook& hook : o.comm_hooks) {  // a hook another strategy owns needs that one among the modes
-    TrainConfig probe;
-    probe.allreduce.comm_hook = hook;
-    const auto owner = option_owner(probe);
-    if (!owner || std::find(o.modes.begin(), o.modes.end(), owner->strategy->mode) != o.modes.end()) continue;
-    throw InputError(fmt::format("--comm-hooks {}: only {} has {}; add {} to --modes", hook_name(hook),
-                                 owner->strategy->mode, owner->option.what, owner->strategy->mode));
-  }
+  check_axes_modes(o);
   return o.nodes.empty() ? local_sweep(sweep, o) : network_sweep(sweep, o);
 }
 

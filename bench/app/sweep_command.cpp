@@ -20,42 +20,45 @@ std::string clock_text(double seconds) {
 }
 
 // "ps/p2p mlp ranks=2 batch=256 workers=0 rep=1": the transport only for strategies that take one,
-// a hook other than allreduce's own ("allreduce/fp16 ...").
+// a hook other than allreduce's own ("allreduce/fp16 ..."), a staleness bound above 0
+// ("sharded_ps/collective/staleness=2 ...").
 std::string point_label(const TrainConfig& config, int rep) {
   const bool takes_transport = !find_strategy(config.mode).transports.empty();
-  return fmt::format("{}{}{} {} ranks={} batch={} workers={} rep={}", config.mode,
+  return fmt::format("{}{}{}{} {} ranks={} batch={} workers={} rep={}", config.mode,
                      takes_transport ? "/" + std::string(name(config.transport)) : "",
                      config.allreduce.comm_hook != CommHook{} ? "/" + hook_name(config.allreduce.comm_hook) : "",
+                     config.sharded_ps.staleness > 0 ? fmt::format("/staleness={}", config.sharded_ps.staleness) : "",
                      config.model.workload, config.world_size, config.global_batch, config.loader.num_workers, rep);
 }
 // What every group of the grid runs per repetition: every --transports value for a strategy
-// that takes a transport, the base config's for the others (which ignore it). With --comm-hooks,
-// the allreduce mode once per hook, the others with `allreduce` only.
+// that takes a transport, the base config's for the others (which ignore it). With --comm-hooks
+// and --stalenesses, a mode once per hook and bound it can run: a hook or bound another strategy
+// owns (option_owner) is that strategy's alone, and a bound above 0 runs under allreduce's own
+// hook only.
 struct SweepVariant {
   Mode mode;
   Transport transport;
   CommHook hook;
+  int staleness;
 };
 std::vector<SweepVariant> sweep_variants(const SweepOptions& o) {
+  const std::vector<CommHook> hooks = o.comm_hooks.empty() ? std::vector{o.base.allreduce.comm_hook} : o.comm_hooks;
+  const std::vector<int> bounds = o.stalenesses.empty() ? std::vector{o.base.sharded_ps.staleness} : o.stalenesses;
   std::vector<SweepVariant> variants;
   for (const auto& mode : o.modes) {
-    // --comm-hooks: the hooks this mode can run (a hook another strategy owns is that one's alone).
-    std::vector<CommHook> hooks = {o.base.allreduce.comm_hook};
-    if (!o.comm_hooks.empty()) {
-      hooks.clear();
-      for (const CommHook& hook : o.comm_hooks) {
-        TrainConfig probe;  // the hook alone
+    for (const CommHook& hook : hooks) {
+      for (const int bound : bounds) {
+        if (bound > 0 && hook != CommHook{}) continue;
+        TrainConfig probe;  // the hook and the bound alone
         probe.allreduce.comm_hook = hook;
-        const auto owner = option_owner(probe);
-        if (!owner || owner->strategy->mode == mode) hooks.push_back(hook);
+        probe.sharded_ps.staleness = bound;
+        if (const auto owner = option_owner(probe); owner && owner->strategy->mode != mode) continue;
+        if (find_strategy(mode).transports.empty()) {
+          variants.push_back({mode, o.base.transport, hook, bound});
+          continue;
+        }
+        for (const auto& t : o.transports) variants.push_back({mode, t, hook, bound});
       }
-    }
-    for (const auto& hook : hooks) {
-      if (find_strategy(mode).transports.empty()) {
-        variants.push_back({mode, o.base.transport, hook});
-        continue;
-      }
-      for (const auto& t : o.transports) variants.push_back({mode, t, hook});
     }
   }
   return variants;
@@ -101,6 +104,7 @@ std::vector<SweepPoint> sweep_points(const SweepOptions& o) {
         config.mode = v.mode;
         config.transport = v.transport;
         config.allreduce.comm_hook = v.hook;
+        config.sharded_ps.staleness = v.staleness;
         points.push_back({std::move(config), rep});
       }
     }
@@ -189,6 +193,10 @@ nlohmann::json sweep_config_json(const SweepOptions& o, const TrainConfig& base,
   if (!o.comm_hooks.empty()) {
     config.erase("comm_hook");
     config["sweep"]["comm_hooks"] = hook_names(o.comm_hooks);
+  }
+  if (!o.stalenesses.empty()) {
+    config.erase("staleness");
+    config["sweep"]["stalenesses"] = o.stalenesses;
   }
   config.update(data.config);
   return config;

@@ -25,9 +25,9 @@ struct SweepOptions {
   std::vector<int> ranks = {1, 2, 4};
   std::vector<std::size_t> batch_sizes = {64, 256};
   std::vector<int> num_workers = {0, 2};
-  // allreduce's DDP communication hooks as an axis (--comm-hooks): empty, not swept (the base
-  // config's --comm-hook). A hook other than `allreduce` adds the allreduce mode under it alone;
-  // the other modes run once, with `allreduce` (so list it to keep them).
+  // allreduce's DDP communication hooks as an axis (--comm-hooks,--comm-hook): empty, the base
+  // config's hook. A hook other than `allreduce` adds the allreduce mode under it alone; the other
+  // modes run once, with `allreduce` (so list it to keep them).
   std::vector<CommHook> comm_hooks;
   int repetitions = 1;
   bool cnn_default_hidden = false;  // --hidden not given: cnn points use 128
@@ -40,14 +40,15 @@ struct SweepOptions {
   std::vector<int> nodes;
   std::vector<std::string> links;
   std::vector<int> ranks_per_node = {1};
-  // --hierarchies: the node hierarchies as an axis (one job per value); empty, not swept (the
-  // base config's --hierarchy).
+  // --hierarchies,--hierarchy: the node hierarchies as an axis (one job per value); empty, the
+  // base config's (none).
   std::vector<Hierarchy> hierarchies;
-  // --stalenesses: sharded_ps's staleness bounds as an axis (one job per value; a bound above 0
-  // runs sharded_ps alone); empty, not swept (the base config's --staleness).
+  // --stalenesses,--staleness: sharded_ps's staleness bounds as an axis (a bound above 0 runs
+  // sharded_ps alone); empty, the base config's (0).
   std::vector<int> stalenesses;
-  // --zipf-alphas: the dlrm click logs' index laws as an axis (one job per value; 0: uniform
-  // indices); empty, not swept (the base's --zipf-alpha).
+  // --zipf-alphas,--zipf-alpha: the dlrm click logs' index laws as an axis of an emulated
+  // cluster's sweep (one job per value; 0: uniform indices); without --nodes, one value, the
+  // data's. Empty: uniform.
   std::vector<double> zipf_alphas;
   // --link-of NODE=RATE: nodes whose link differs from --links' (a straggler), in every job.
   std::vector<std::string> link_of;
