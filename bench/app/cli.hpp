@@ -29,8 +29,8 @@ void finish_run_options(const CLI::App& run, RunOptions& o);
 // rescaling times --time-scale. Throws InputError.
 void apply_described_model(const CLI::App& app, TrainConfig& config, DataOptions& data);
 
-// --workload dlrm on `app` (run or sweep): checks its sizes (check_dlrm_shape) and --zipf-alpha
-// (> 0 when given), refuses --input, --classes, --hidden, --channels and a --data other than
+// --workload dlrm on `app` (run or sweep): checks its sizes (check_dlrm_shape; run's --zipf-alpha
+// is checked as it is read), refuses --input, --classes, --hidden, --channels and a --data other than
 // click-logs, then sets the data to the click logs of its shape. For another workload, refuses the
 // dlrm options. Throws InputError.
 void apply_dlrm_options(const CLI::App& app, TrainConfig& config, DataOptions& data);
