@@ -13,6 +13,7 @@
 #            its own daemons inside the cluster's namespaces; clang-format, for the style check,
 #            scripts/format.sh --check)
 #   --fuzz   also clang-14 and its libFuzzer runtime (scripts/fuzz.sh)
+#   --ci     also ccache, which .ci/run puts in front of the compilers
 set -euo pipefail
 
 packages=(
@@ -27,6 +28,7 @@ packages=(
 )
 case " $* " in *" --test "*) packages+=(chromium python3-torch python3-torchvision etcd-server python3-etcd slurmctld slurmd slurm-client munge clang-format) ;; esac
 case " $* " in *" --fuzz "*) packages+=(clang-14 libclang-rt-14-dev) ;; esac
+case " $* " in *" --ci "*) packages+=(ccache) ;; esac
 
 missing=()
 for p in "${packages[@]}"; do
