@@ -179,7 +179,7 @@ double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
 // The run's step as its strategy's schedule: every rank's median forward, backward, optimizer
 // and data phases as measured, and every message of its engine's collectives. Null when the
 // strategy has none.
-std::optional<StepSchedule> run_schedule(const RunResult& r, const Strategy& s, Backend& engine) {
+std::optional<StepSchedule> run_schedule(const RunResult& r, const Strategy& s, const Model& model, Backend& engine) {
   if (s.schedule == nullptr) return std::nullopt;
   ScheduleInputs in;
   in.config = r.config;
@@ -188,8 +188,7 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, const Strategy& s, 
   in.num_params = r.num_params;
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
-  const auto model = make_model(r.config, r.sample_shape, r.num_classes);
-  if (s.schedule_buckets != nullptr) in.buckets = s.schedule_buckets(*model, r.config);
+  if (s.schedule_buckets != nullptr) in.buckets = s.schedule_buckets(model, r.config);
   for (const auto& rank : r.ranks) {
     in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
   }
@@ -269,10 +268,10 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
 // collective's messages between nodes at its probed share of the link) when the run has a probe:
 // the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
 // same with every engine taken to move bytes at the link's rate.
-nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
+nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const Strategy& s,
                             const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
-  if (const Strategy& s = find_strategy(r.config.mode); s.unsimulated != nullptr) {
+  if (s.unsimulated != nullptr) {
     if (std::string why = s.unsimulated(r.config); !why.empty()) return {{"unavailable", std::move(why)}};
   }
   if (!simulation_available()) {
@@ -309,11 +308,11 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
 }
 
 // simulate_run on `platform` with the run's own intra-node probe in it, and where that came from.
-nlohmann::json simulate_run_on_its_platform(const SimPlatform& platform, const RunResult& r,
+nlohmann::json simulate_run_on_its_platform(const SimPlatform& platform, const RunResult& r, const Strategy& s,
                                             const std::optional<StepSchedule>& schedule, Backend engine,
                                             double measured) {
   const auto [run_platform, intra] = intra_node_platform(platform, r);
-  nlohmann::json simulation = simulate_run(run_platform, r, schedule, engine, measured);
+  nlohmann::json simulation = simulate_run(run_platform, r, s, schedule, engine, measured);
   if (!intra.is_null()) simulation["intra_node"] = intra;
   return simulation;
 }
@@ -362,14 +361,13 @@ std::string wire_cell(const nlohmann::json& n) {
 namespace {
 // The run's bytes for the alpha-beta terms; the gradient's as they cross the wire (16 bits each
 // under a 16-bit hook; PowerSGD's uncompressed tensors, Ps and Qs under powersgd:R).
-StepModel wire_step_model(const RunResult& r, const Strategy& s) {
+StepModel wire_step_model(const RunResult& r, const Strategy& s, const Model& model) {
   StepModel m;
   m.param_bytes = static_cast<double>(r.num_params) *
                   (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
   if (r.config.allreduce.comm_hook.powersgd_rank > 0 && s.schedule_buckets != nullptr) {
-    const auto model = make_model(r.config, r.sample_shape, r.num_classes);
     double floats = 0;
-    for (const ScheduleBucket& b : s.schedule_buckets(*model, r.config)) {
+    for (const ScheduleBucket& b : s.schedule_buckets(model, r.config)) {
       for (const std::size_t n : b.allreduces) floats += static_cast<double>(n);
     }
     m.param_bytes = floats * 4.0;
@@ -432,7 +430,8 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const RunResult& r = runs[i];
     const Strategy& s = find_strategy(r.config.mode);
     const StepMeans means = step_means(r);
-    const StepModel m = wire_step_model(r, s);
+    const auto model = make_model(r.config, r.sample_shape, r.num_classes);  // its buckets, for the bytes and schedule
+    const StepModel m = wire_step_model(r, s, *model);
     const int p = r.config.world_size;
     const double b = static_cast<double>(r.config.global_batch) / p;
     const Transport transport = s.transport(r.config);
@@ -445,7 +444,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
     const int ring_p = r.config.hierarchy == Hierarchy::node ? nodes : p;
     const double comm_model = ring_p >= 2 ? s.comm_time(m, link, transport, ring_p, b) : 0.0;
     Backend engine = Backend::local;
-    const std::optional<StepSchedule> schedule = run_schedule(r, s, engine);
+    const std::optional<StepSchedule> schedule = run_schedule(r, s, *model, engine);
     std::vector<int> placement;
     for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));
     const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes)
@@ -464,7 +463,7 @@ void add_network_results(const nlohmann::json& network, const std::vector<RunRes
           {"source", link.source},
           {"collectives", link.collectives}}},
         {"projection", alpha_beta_projection(means, projection_curve(s, r.config).overlapped_share, comm_model)},
-        {"simulation", simulate_run_on_its_platform(platform, r, schedule, engine, measured)},
+        {"simulation", simulate_run_on_its_platform(platform, r, s, schedule, engine, measured)},
         {"bandwidth_bound",
          {{"comm_s", comm},
           {"bound_s", bound},

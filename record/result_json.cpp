@@ -254,9 +254,9 @@ static nlohmann::json quality_json(const RunResult& run) {
                             {"step_train_loss", run.step_train_loss}};
   quality["test_accuracy"] = run.test_accuracy >= 0 ? nlohmann::json(run.test_accuracy) : nlohmann::json();
   if (run.test_auc >= 0) quality["test_auc"] = run.test_auc;
-  if (const double target = run.config.run.target_loss; target > 0) {
-    const TimeToTarget t = time_to_target_loss(run.step_train_loss, run.step_end_s, target);
-    quality["time_to_target_loss"] = {{"target", target},
+  if (run.reached_target_loss) {
+    const TimeToTarget& t = *run.reached_target_loss;
+    quality["time_to_target_loss"] = {{"target", run.config.run.target_loss},
                                       {"window_steps", kTargetLossWindow},
                                       {"step", t.step > 0 ? nlohmann::json(t.step) : nlohmann::json()},
                                       {"seconds", t.seconds >= 0 ? nlohmann::json(t.seconds) : nlohmann::json()}};
@@ -270,9 +270,9 @@ static nlohmann::json quality_json(const RunResult& run) {
                        {"test_auc", p.auc >= 0 ? nlohmann::json(p.auc) : nlohmann::json()}});
     }
   }
-  if (const double target = run.config.run.target_auc; target > 0) {
-    const TimeToTarget t = time_to_target_auc(run.test_curve, target);
-    quality["time_to_target_auc"] = {{"target", target},
+  if (run.reached_target_auc) {
+    const TimeToTarget& t = *run.reached_target_auc;
+    quality["time_to_target_auc"] = {{"target", run.config.run.target_auc},
                                      {"test_freq", run.config.run.test_freq},
                                      {"step", t.step > 0 ? nlohmann::json(t.step) : nlohmann::json()},
                                      {"seconds", t.step > 0 ? nlohmann::json(t.seconds) : nlohmann::json()}};

@@ -353,6 +353,11 @@ void finish_result(RunResult& result, const TrainData& data, const std::vector<d
     result.test_accuracy = test.accuracy;
     result.test_auc = test.auc;
   }
+  if (config.run.target_loss > 0) {
+    result.reached_target_loss = time_to_target_loss(result.step_train_loss, result.step_end_s, config.run.target_loss);
+  }
+  if (config.run.target_auc > 0)
+    result.reached_target_auc = time_to_target_auc(result.test_curve, config.run.target_auc);
 }
 
 void finish_rank(RankResult& rank, const CommStats& timed_bytes, long timed_steps, const MemoryTracker& tracker) {

@@ -219,6 +219,15 @@ struct TestPoint {
   double auc = -1;      // two classes: ROC AUC; -1 otherwise (or a diverged model)
 };
 
+// The steps a training loss is averaged over before it is compared with --target-loss: one
+// step's global batch is noisy, so the first step whose mean over the last kTargetLossWindow
+// steps (fewer at the start) is at or below the target is the one that reached it.
+inline constexpr int kTargetLossWindow = 10;
+struct TimeToTarget {
+  long step = -1;       // 1-based: steps trained when the target was reached; -1: never
+  double seconds = -1;  // rank 0's wall time from the first step to that one's end; -1: unknown
+};
+
 struct RunResult {
   TrainConfig config;
   std::string dataset;
@@ -238,6 +247,9 @@ struct RunResult {
   double test_accuracy = -1;             // in [0, 1]; -1 when not evaluated
   double test_auc = -1;                  // two classes (dlrm): held-out ROC AUC (roc_auc); -1 otherwise
   std::vector<TestPoint> test_curve;     // --test-freq: rank 0's evaluations between steps, in step order
+  // --target-loss and --target-auc: when the run reached them (time_to_target_loss and
+  // time_to_target_auc of its losses and curve, once it ended); nullopt when not asked.
+  std::optional<TimeToTarget> reached_target_loss, reached_target_auc;
   std::vector<std::string> warnings;
   std::vector<float> final_params;   // rank 0's, if config.keep_final_params
   std::vector<float> final_buffers;  // and its BatchNorm running statistics (cnn), likewise
@@ -319,14 +331,6 @@ struct TestMetrics {
 };
 TestMetrics evaluate_test(const TrainConfig& config, const Dataset& test, const float* params, const float* buffers);
 
-// The steps a training loss is averaged over before it is compared with --target-loss: one
-// step's global batch is noisy, so the first step whose mean over the last kTargetLossWindow
-// steps (fewer at the start) is at or below the target is the one that reached it.
-inline constexpr int kTargetLossWindow = 10;
-struct TimeToTarget {
-  long step = -1;       // 1-based: steps trained when the target was reached; -1: never
-  double seconds = -1;  // rank 0's wall time from the first step to that one's end; -1: unknown
-};
 // step_losses: every step's global loss [steps]; step_end_s: the end time of the last
 // step_end_s.size() of those steps (a resumed run's). The target must be positive.
 TimeToTarget time_to_target_loss(const std::vector<double>& step_losses, const std::vector<double>& step_end_s,

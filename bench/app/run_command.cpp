@@ -149,14 +149,14 @@ void print_quality_rows(const TableRows& row, const std::vector<RunResult>& runs
   }
   if (const double target = runs.front().config.run.target_loss; target > 0) {
     row(fmt::format("time to loss {:g} (s, at step)", target), [&](std::size_t i) {
-      const TimeToTarget t = time_to_target_loss(runs[i].step_train_loss, runs[i].step_end_s, target);
+      const TimeToTarget t = runs[i].reached_target_loss.value_or(TimeToTarget{});
       if (t.step < 0) return std::string("not reached");
       return t.seconds >= 0 ? fmt::format("{:.2f} ({})", t.seconds, t.step) : fmt::format("- ({})", t.step);
     });
   }
   if (const double target = runs.front().config.run.target_auc; target > 0) {
     row(fmt::format("time to AUC {:g} (s, at step)", target), [&](std::size_t i) {
-      const TimeToTarget t = time_to_target_auc(runs[i].test_curve, target);
+      const TimeToTarget t = runs[i].reached_target_auc.value_or(TimeToTarget{});
       return t.step < 0 ? std::string("not reached") : fmt::format("{:.2f} ({})", t.seconds, t.step);
     });
   }
