@@ -126,6 +126,14 @@ TEST(Sweep, VariantAxesTakeRunsSingularNamesAndOneConvention) {
   o = shell(common + "--mode ps --staleness 2 -o " + out.string(), tmp.path());
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_NE(o.err.find("--stalenesses 2: only sharded_ps has"), std::string::npos) << o.err;
+  // Without --nodes, one alpha is the click logs' law for every point, recorded in the config.
+  o = shell(std::string(DPBENCH_BINARY) +
+                " sweep --workload dlrm --sparse-grad --zipf-alpha 1.05 --mode sharded_ps --ranks 2 --batch-size 64 "
+                "--num-workers 0 --max-steps 3 --warmup-steps 1 --no-eval -q -o " +
+                out.string(),
+            tmp.path());
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(slurp(out))["config"]["dlrm"]["zipf_alpha"].get<double>(), 1.05);
   o = shell(std::string(DPBENCH_BINARY) + " sweep --workload dlrm --zipf-alpha 1.05,2 -o " + out.string(), tmp.path());
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_NE(o.err.find("more than one --zipf-alphas value"), std::string::npos) << o.err;
