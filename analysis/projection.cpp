@@ -276,18 +276,25 @@ nlohmann::json fit_host_sharing(const std::vector<const nlohmann::json*>& runs, 
                      "slowdown_at_2_ranks x max(1, p / cores) / max(1, 2 / cores) times slower"}};
 }
 
-// The files' runs: every ok run, the 1-rank ones, and the most CPU cores any file's env saw.
+// The files' runs: every ok run, the 1-rank ones, the most CPU cores any file's env saw, and the
+// emulated clusters' links (a run file's network.links, a sweep run's cluster.links).
 struct Inputs {
-  std::vector<const nlohmann::json*> runs, singles;
+  std::vector<const nlohmann::json*> runs, singles, links;
   int cores = 0;
 
   explicit Inputs(const std::vector<nlohmann::json>& results) {
+    const auto add_links = [this](const nlohmann::json& block) {
+      if (!block.is_object() || !block.contains("links") || !block["links"].is_array()) return;
+      for (const auto& l : block["links"]) links.push_back(&l);
+    };
     for (const auto& doc : results) {
       cores = std::max(cores, doc.at("env").value("cpu_cores", 0));
+      if (const auto net = doc.find("network"); net != doc.end()) add_links(*net);
       for (const auto& run : doc.at("runs")) {
         if (!ok_run(run)) continue;
         runs.push_back(&run);
         if (run.at("world_size") == 1) singles.push_back(&run);
+        if (run.contains("cluster")) add_links(run["cluster"]);
       }
     }
   }
@@ -327,9 +334,29 @@ struct Inputs {
 };
 
 // The topology's platform of p ranks, its NICs at the projection's link where --node-link is not
-// given (half the link's alpha on each side of the switch).
-SimPlatform link_platform(const TopologyOptions& o, const LinkModel& link, int p) {
-  return topology_platform(o, 1.0 / link.beta_s_per_byte, link.alpha_s / 2.0, p);
+// given (half the link's alpha on each side of the switch), a requested rate's NIC at
+// `requested_share` of it.
+SimPlatform link_platform(const TopologyOptions& o, const LinkModel& link, int p, double requested_share) {
+  return topology_platform(o, 1.0 / link.beta_s_per_byte, link.alpha_s / 2.0, p, requested_share);
+}
+
+// The share of an emulated link's requested rate a TCP transfer got: the median over the
+// calibration files' emulated links of each link's slower probed direction over its requested
+// rate. The links' tbf counts each frame from its Ethernet header, so a full TCP segment carries
+// 1448 payload bytes of 1514 (0.956); the probes measured 0.956 at 200 Mbit/s and 1 Gbit/s on the
+// 2-core Intel Xeon machine (2026-11-30). Null without such a link.
+nlohmann::json requested_rate_share(const std::vector<const nlohmann::json*>& links) {
+  std::vector<double> shares;
+  for (const auto* l : links) {
+    const double requested = l->value("requested_bits_per_s", 0.0) / 8.0;
+    const double probed = std::min(l->value("probed_up_bytes_per_s", 0.0), l->value("probed_down_bytes_per_s", 0.0));
+    if (requested > 0 && probed > 0) shares.push_back(std::min(1.0, probed / requested));
+  }
+  if (shares.empty()) return nullptr;
+  return {{"share", median(shares)},
+          {"links", shares.size()},
+          {"method", "the median over the calibration files' emulated links of the slower probed direction over the "
+                     "requested rate; a --node-link or --node-link-of rate is played at this share of it"}};
 }
 
 // The engine's calibration the calibration files' emulated runs measured (each run's
@@ -343,6 +370,8 @@ SimPlatform link_platform(const TopologyOptions& o, const LinkModel& link, int p
 // and at 0.99 to 1.0 of it between three (2026-11-29), so the 2-rank share would charge every
 // larger ring's pull too much; beyond 2 ranks it moves at the link's rate.
 struct EngineCalibration {
+  // The share of a requested --node-link / --node-link-of rate a transfer gets (requested_rate_share).
+  double requested_share = 1.0;
   std::vector<double> efficiency, overhead_s;
   std::vector<int> from;                            // per collective: the world size its fit came from
   nlohmann::json record = nlohmann::json::array();  // per collective: its fit and the run it came from
@@ -466,7 +495,8 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
     if (scaling.rank_batch(p) < 1.0) break;
     const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
-    SimPlatform platform = o.topology.simulate ? link_platform(o.topology, link, p) : SimPlatform{};
+    SimPlatform platform = o.topology.simulate ? link_platform(o.topology, link, p, engine.requested_share)
+                                               : SimPlatform{};
     if (platform.platform_file.empty()) {
       platform.engine_efficiency = engine.efficiency_at(p);
       platform.engine_overhead_s = engine.overhead_s;
@@ -601,8 +631,9 @@ void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const 
 }
 
 // With --simulate, the projection file's "topology" block; checks a --platform file first.
-void describe_topology(const ProjectOptions& o, const ProjectionLink& link, nlohmann::json& doc) {
-  const SimPlatform largest = link_platform(o.topology, link.model, o.max_ranks);
+void describe_topology(const ProjectOptions& o, const ProjectionLink& link, double requested_share,
+                       nlohmann::json& doc) {
+  const SimPlatform largest = link_platform(o.topology, link.model, o.max_ranks, requested_share);
   check_platform_file(largest);
   doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
                      {"ranks_per_node", o.topology.ranks_per_node},
@@ -691,7 +722,7 @@ nlohmann::json project_described(const ProjectOptions& given) {
                                            {"device_profile_source", profile.source},
                                            {"time_scale", profile_time_scale(*d, profile)},
                                            {"ddp_buckets", described_buckets(*d)}};
-  if (o.topology.simulate) describe_topology(o, link, doc);
+  if (o.topology.simulate) describe_topology(o, link, 1.0, doc);
   project_curves(o, model, link.model, scaling, EngineCalibration{}, doc);
   doc["measured"] = nlohmann::json::array();
   return doc;
@@ -734,10 +765,13 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   describe_inputs(o, link, base, model, scaling, doc);
   if (!host_sharing.is_null()) doc["calibration"]["host_sharing"] = host_sharing;
   const int calibration_workers = base.at("config").value("num_workers", 0);
-  const EngineCalibration engine = o.topology.simulate && emulated ? engine_calibration(in.runs) : EngineCalibration{};
+  EngineCalibration engine = o.topology.simulate && emulated ? engine_calibration(in.runs) : EngineCalibration{};
+  const nlohmann::json rate_share = o.topology.simulate && emulated ? requested_rate_share(in.links) : nullptr;
+  if (!rate_share.is_null()) engine.requested_share = rate_share["share"].get<double>();
   if (o.topology.simulate) {
-    describe_topology(o, link, doc);
+    describe_topology(o, link, engine.requested_share, doc);
     doc["topology"]["engine_calibration"] = engine.record;
+    doc["topology"]["requested_rate_share"] = rate_share;
   }
   project_curves(o, model, link.model, scaling, engine, doc);
   doc["measured"] = nlohmann::json::array();

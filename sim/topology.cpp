@@ -91,7 +91,8 @@ void check_node_link_of(const TopologyOptions& o, int max_ranks) {
   }
 }
 
-SimPlatform topology_platform(const TopologyOptions& o, double nic_bytes_per_s, double nic_latency_s, int world_size) {
+SimPlatform topology_platform(const TopologyOptions& o, double nic_bytes_per_s, double nic_latency_s, int world_size,
+                              double requested_share) {
   if (!o.platform_file.empty()) {
     SimPlatform pf;
     pf.platform_file = o.platform_file;
@@ -102,7 +103,10 @@ SimPlatform topology_platform(const TopologyOptions& o, double nic_bytes_per_s, 
   if (!(o.oversubscription >= 1.0)) {
     throw InputError(fmt::format("--oversubscription {}: must be at least 1", o.oversubscription));
   }
-  const double nic = o.node_link.empty() ? nic_bytes_per_s : bytes_per_s(o.node_link, "--node-link");
+  if (!(requested_share > 0 && requested_share <= 1)) {
+    throw Error(fmt::format("topology_platform: a requested rate's share {} is not in (0, 1]", requested_share));
+  }
+  const double nic = o.node_link.empty() ? nic_bytes_per_s : requested_share * bytes_per_s(o.node_link, "--node-link");
   const int nodes = (world_size + o.ranks_per_node - 1) / o.ranks_per_node;
   SimPlatform pf;
   pf.nodes.assign(static_cast<std::size_t>(nodes), SimNode{nic, nic, nic_latency_s});
@@ -113,7 +117,7 @@ SimPlatform topology_platform(const TopologyOptions& o, double nic_bytes_per_s, 
       throw InputError(fmt::format("--node-link-of {}: expected I=RATE (node index, rate)", text));
     }
     const long node = std::stol(m[1].str());
-    const double rate = bytes_per_s(m[2].str(), "--node-link-of");
+    const double rate = requested_share * bytes_per_s(m[2].str(), "--node-link-of");
     if (node < nodes) pf.nodes[static_cast<std::size_t>(node)].up_bytes_per_s = rate;
     if (node < nodes) pf.nodes[static_cast<std::size_t>(node)].down_bytes_per_s = rate;
   }

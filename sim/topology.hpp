@@ -55,8 +55,11 @@ void apply_topology_preset(TopologyOptions& o, bool ranks_per_node_set, bool int
 void check_node_link_of(const TopologyOptions& o, int max_ranks);
 
 // The platform of `world_size` ranks: each node's NIC at --node-link, else `nic_bytes_per_s` (the
-// projection's link), each way; the NICs' and leaf uplinks' latency `nic_latency_s`. Throws
-// InputError naming the option at fault.
-SimPlatform topology_platform(const TopologyOptions& o, double nic_bytes_per_s, double nic_latency_s, int world_size);
+// projection's link), each way; the NICs' and leaf uplinks' latency `nic_latency_s`. A rate given
+// as text (--node-link, --node-link-of) is a line rate, of which a transfer gets `requested_share`
+// (1: all of it; an emulated cluster's measured TCP share, about 0.956). Throws InputError naming
+// the option at fault.
+SimPlatform topology_platform(const TopologyOptions& o, double nic_bytes_per_s, double nic_latency_s, int world_size,
+                              double requested_share = 1.0);
 
 }  // namespace dpbench

@@ -914,6 +914,46 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
 }
 
+// A rate the projection is asked for (--node-link, --node-link-of) is a line rate: on the files'
+// emulated link, whose nodes were given 100 Mbit/s and whose probes got 0.9 of it (each link's
+// slower direction; the median over links), every NIC given a rate is played at 0.9 of it,
+// recorded as topology.requested_rate_share. Without --node-link the NICs keep the probed link's
+// own rate, and on a preset link (ib-ndr) the share is not carried.
+TEST(Project, RequestedRatesArePlayedAtTheEmulatedLinksMeasuredShare) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  nlohmann::json cluster = fake_cluster_run(2, 11.25e6, 0.42, 0.32, 0.32);
+  cluster["cluster"]["links"] = nlohmann::json::array();
+  for (const double down : {12.0e6, 11.25e6}) {
+    cluster["cluster"]["links"].push_back(
+        {{"requested_bits_per_s", 100e6}, {"probed_up_bytes_per_s", 11.25e6}, {"probed_down_bytes_per_s", down}});
+  }
+  const nlohmann::json doc = {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  ProjectOptions o;
+  o.max_ranks = 4;
+  o.topology.simulate = true;
+  const auto nic = [](const nlohmann::json& proj, int node) {
+    return proj["topology"]["platform_at_max_ranks"]["nodes"][node]["up_bytes_per_s"].get<double>();
+  };
+  const nlohmann::json probed = project(o, {doc}, nullptr);
+  EXPECT_NEAR(probed["topology"]["requested_rate_share"]["share"].get<double>(), 0.9, 1e-12);
+  EXPECT_EQ(probed["topology"]["requested_rate_share"]["links"], 2);
+  EXPECT_NEAR(nic(probed, 0), 11.25e6, 1e-3) << "the probed link's own rate";
+  o.topology.node_link = "1gbit";
+  o.topology.node_link_of = {"3=200mbit"};
+  const nlohmann::json asked = project(o, {doc}, nullptr);
+  EXPECT_NEAR(nic(asked, 0), 0.9 * 125e6, 1e-3);
+  EXPECT_NEAR(nic(asked, 3), 0.9 * 25e6, 1e-3);
+  nlohmann::json unprobed_doc = doc;
+  unprobed_doc["runs"][1]["cluster"].erase("links");
+  const nlohmann::json unprobed = project(o, {unprobed_doc}, nullptr);
+  EXPECT_TRUE(unprobed["topology"]["requested_rate_share"].is_null());
+  EXPECT_NEAR(nic(unprobed, 0), 125e6, 1e-3);
+  o.link_model = "ib-ndr";
+  const nlohmann::json preset = project(o, {doc}, nullptr);
+  EXPECT_TRUE(preset["topology"]["requested_rate_share"].is_null());
+  EXPECT_NEAR(nic(preset, 0), 125e6, 1e-3);
+}
+
 // --held-out: a sweep run of 4 nodes at 1 Gbit/s whose node 3 was given 250 Mbit/s is predicted
 // on that setting (--node-link 1gbit, --node-link-of 3=250mbit) at its own global batch: the
 // prediction is the projection made with those options, its error predicted / measured - 1, and
