@@ -344,7 +344,7 @@ SimPlatform link_platform(const TopologyOptions& o, const LinkModel& link, int p
 // calibration files' emulated links of each link's slower probed direction over its requested
 // rate. The links' tbf counts each frame from its Ethernet header, so a full TCP segment carries
 // 1448 payload bytes of 1514 (0.956); the probes measured 0.956 at 200 Mbit/s and 1 Gbit/s on the
-// 2-core Intel Xeon machine (2026-11-30). Null without such a link.
+// 2-core Intel Xeon machine (2026-11-29). Null without such a link.
 nlohmann::json requested_rate_share(const std::vector<const nlohmann::json*>& links) {
   std::vector<double> shares;
   for (const auto* l : links) {
