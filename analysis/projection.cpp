@@ -246,6 +246,20 @@ StepModel compute_model(const nlohmann::json& run) {
   m.param_bytes = run.at("num_params").get<double>() * 4.0;
   m.sample_bytes = run.value("input_features", 0.0) * 4.0;
   m.logit_bytes = run.value("num_classes", 0.0) * 4.0;
+  if (run.contains("ddp_buckets")) {
+    m.ddp_buckets = run["ddp_buckets"].get<std::vector<std::pair<std::size_t, std::size_t>>>();
+    const auto n = run.at("num_params").get<std::size_t>();
+    std::size_t total = 0;
+    for (const auto& [offset, size] : m.ddp_buckets) {
+      total += size;
+      if (size == 0 || offset >= n || size > n - offset || total > n) total = n + 1;
+    }
+    if (total != n) {
+      throw InputError(fmt::format("ddp_buckets: the {} buckets of the calibration run do not cut its {} parameters "
+                                   "into ranges",
+                                   m.ddp_buckets.size(), n));
+    }
+  }
   return m;
 }
 

@@ -17,8 +17,9 @@
 namespace dpbench {
 
 namespace {
-// DDP's buckets over a flat gradient of n floats, as the projection knows no tensor shapes: the
-// first 1 MiB of the last parameters, then bucket_cap_mb at a time towards the first.
+// DDP's buckets over a flat gradient of n floats, for a calibration run that recorded none (older
+// result files): the first 1 MiB of the last parameters, then bucket_cap_mb at a time towards
+// the first.
 std::vector<ScheduleBucket> flat_buckets(std::size_t n, const TrainConfig& config) {
   std::vector<ScheduleBucket> buckets;
   std::size_t end = n;
@@ -128,6 +129,8 @@ ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config,
   in.num_params = static_cast<std::size_t>(model.param_bytes / 4.0);
   if (strategy.schedule_buckets == nullptr) {
     // none to reduce
+  } else if (model.described_model.empty() && !model.ddp_buckets.empty()) {
+    for (const auto& [offset, size] : model.ddp_buckets) in.buckets.push_back({offset, size, {}});
   } else if (model.described_model.empty()) {
     in.buckets = flat_buckets(in.num_params, in.config);
   } else {

@@ -295,6 +295,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   j["world_size"] = config.world_size;
   j["global_batch"] = config.global_batch;
   j["num_params"] = run.num_params;
+  if (!run.ddp_buckets.empty()) j["ddp_buckets"] = run.ddp_buckets;
   j["input_features"] = run.input_features;
   j["num_classes"] = run.num_classes;
   // GPU ranks sharing a device (more ranks than GPUs on a node); CPU ranks are threads.

@@ -914,6 +914,37 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
 }
 
+// The calibration run's DDP buckets (its ddp_buckets, cut at its tensors) are the buckets the
+// projection's allreduce reduces: one recorded bucket of the 1,000,000 floats plays half the
+// ring messages of the flat cut (1 MiB, then the rest: two buckets), three recorded buckets three
+// times as many; buckets that do not cut the parameters into ranges are an input error naming the key.
+TEST(Project, TheCalibrationRunsDdpBucketsAreTheProjectionsBuckets) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  ProjectOptions o = simulated_project_options(2);
+  const auto messages_at_2 = [&](const nlohmann::json& buckets) {
+    nlohmann::json doc = one_rank_calibration();
+    if (!buckets.is_null()) doc["runs"][0]["ddp_buckets"] = buckets;
+    const nlohmann::json projection = project(o, {doc}, nullptr);
+    for (const auto& pt : projection["points"]) {
+      if (pt["curve"] == "allreduce" && pt["world_size"] == 2) return pt["simulation"]["messages"].get<long>();
+    }
+    return -1L;
+  };
+  const long one = messages_at_2(nlohmann::json::array({{0, 1000000}}));
+  ASSERT_GT(one, 0);
+  EXPECT_EQ(messages_at_2(nullptr), 2 * one) << "the flat cut: two buckets";
+  EXPECT_EQ(messages_at_2(nlohmann::json::array({{600000, 400000}, {100000, 500000}, {0, 100000}})), 3 * one);
+  for (const nlohmann::json& bad : {nlohmann::json::array({{0, 500000}}), nlohmann::json::array({{0, 1000000}, {0, 1}}),
+                                    nlohmann::json::array({{999999, 2}})}) {
+    try {
+      messages_at_2(bad);
+      ADD_FAILURE() << bad.dump() << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("ddp_buckets"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A rate the projection is asked for (--node-link, --node-link-of) is a line rate: on the files'
 // emulated link, whose nodes were given 100 Mbit/s and whose probes got 0.9 of it (each link's
 // slower direction; the median over links), every NIC given a rate is played at 0.9 of it,

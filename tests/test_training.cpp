@@ -57,6 +57,25 @@ TEST(Agreement, PsAndAllreduceMatchAfter20Steps) {
   EXPECT_NEAR(ps.final_train_loss, ar.final_train_loss, 1e-4);
 }
 
+// A run records its model's DDP buckets (RunResult::ddp_buckets) whatever the mode: the MLP
+// 48-32-24-10 (2,610 floats) under caps of 1,000 floats is cut where backward's gradients pass a
+// cap, last layer first: fc3 and fc2 (250 + 792 = 1,042 floats from offset 1,568), then fc1
+// (1,568 floats from 0), as DDP's compute_bucket_assignment_by_size closes a bucket once it
+// reaches the cap.
+TEST(Agreement, EveryModeRecordsTheModelsDdpBuckets) {
+  const auto data = small_dataset();
+  const TrainData td{data.get(), nullptr};
+  const std::vector<std::pair<std::size_t, std::size_t>> expected = {{1568, 1042}, {0, 1568}};
+  for (const char* mode : {"ps", "allreduce"}) {
+    TrainConfig c = small_config(mode, 2, 64);
+    c.run.max_steps = 3;
+    c.allreduce.first_bucket_mb = c.allreduce.bucket_cap_mb = 1000 * 4 / (1024.0 * 1024.0);
+    const RunResult r = std::string(mode) == "ps" ? train_data_parallel(c, td) : train_allreduce(c, td);
+    ASSERT_EQ(r.num_params, 2610u);
+    EXPECT_EQ(r.ddp_buckets, expected) << mode;
+  }
+}
+
 TEST(Agreement, PsP2pMatchesPsCollective) {
   const auto data = small_dataset();
   const TrainData td{data.get(), nullptr};

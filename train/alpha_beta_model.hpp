@@ -12,7 +12,10 @@
 // hides the non-exposed share of it; the others hide none.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/names.hpp"
 
@@ -45,6 +48,9 @@ struct StepModel {
   // A described model (--model): its name, whose tensors cut the simulation's DDP buckets and
   // whose layer times place their ready points; "" for a measured workload (a flat gradient).
   std::string described_model;
+  // A measured workload's DDP buckets ({offset, size} floats, ready order: the calibration run's
+  // ddp_buckets); empty: a flat gradient cut at the caps.
+  std::vector<std::pair<std::size_t, std::size_t>> ddp_buckets;
   double forward_share = 1.0 / 3.0;  // of per_sample_compute_s, the rest is backward
   // Ranks sharing a host's cores (an emulated cluster: every node's ranks on one machine): a
   // 2-rank run there computed host_slowdown_at_2 times slower than the 1-rank run; p ranks on

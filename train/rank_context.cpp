@@ -11,6 +11,7 @@
 #include "core/net_interface.hpp"
 #include "train/cpu_context.hpp"
 #include "train/elastic.hpp"
+#include "train/step_schedule.hpp"
 #include "workloads/dataloader.hpp"
 
 namespace dpbench {
@@ -138,6 +139,9 @@ void finish_result_on_rank(RankContext& ctx, RunResult& result, const TrainData&
   ctx.download(host_buffers.data(), model.buffers(), host_buffers.size());
   finish_result(result, data, loss_sums, steps_in_epoch, host_params.data(), n,
                 host_buffers.empty() ? nullptr : host_buffers.data(), host_buffers.size());
+  result.ddp_buckets.clear();
+  for (const ScheduleBucket& b : model_schedule_buckets(model, result.config))
+    result.ddp_buckets.emplace_back(b.offset, b.size);
 }
 
 TestMetrics evaluate_on_rank(RankContext& ctx, const TrainConfig& config, const Dataset& test, Model& model,

@@ -235,6 +235,10 @@ struct RunResult {
   std::size_t input_features = 0;  // floats per sample
   SampleShape sample_shape;        // the training set's samples
   std::size_t num_classes = 0;
+  // DDP's buckets of the run's model under its --bucket-cap-mb and --first-bucket-mb, {offset,
+  // size} in floats, in the order backward makes them ready (train/step_schedule.hpp
+  // model_schedule_buckets): what allreduce and sharded_ps reduce, whatever the mode run.
+  std::vector<std::pair<std::size_t, std::size_t>> ddp_buckets;
   long steps_total = 0;
   long steps_timed = 0;
   std::vector<RankResult> ranks;
