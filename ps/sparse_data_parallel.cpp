@@ -1,6 +1,7 @@
 #include "ps/sparse_data_parallel.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include <fmt/format.h>
 
@@ -31,9 +32,11 @@ void validate_sparse_data_parallel(const TrainConfig& config) {
 
 std::vector<CollectiveKind> sparse_data_parallel_probed_collectives() {
   using K = CollectiveKind;
+  static constexpr std::array<K, 6> kRound = {K::broadcast, K::allgather, K::gather, K::scatter, K::reduce, K::gather};
   std::vector<K> kinds;
+  kinds.reserve(kRound.size() * (kSparseProbeRounds / 3));
   for (int round = 0; round < kSparseProbeRounds / 3; ++round) {
-    kinds.insert(kinds.end(), {K::broadcast, K::allgather, K::gather, K::scatter, K::reduce, K::gather});
+    for (const K k : kRound) kinds.push_back(k);
   }
   return kinds;
 }
