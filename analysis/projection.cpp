@@ -4,6 +4,7 @@
 #include <cmath>
 #include <future>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -295,6 +296,7 @@ nlohmann::json fit_host_sharing(const std::vector<const nlohmann::json*>& runs, 
 struct Inputs {
   std::vector<const nlohmann::json*> runs, singles, links;
   int cores = 0;
+  std::map<const nlohmann::json*, const nlohmann::json*> env_of;  // each run's file's env
 
   explicit Inputs(const std::vector<nlohmann::json>& results) {
     const auto add_links = [this](const nlohmann::json& block) {
@@ -307,6 +309,7 @@ struct Inputs {
       for (const auto& run : doc.at("runs")) {
         if (!ok_run(run)) continue;
         runs.push_back(&run);
+        env_of[&run] = &doc.at("env");
         if (run.at("world_size") == 1) singles.push_back(&run);
         if (run.contains("cluster")) add_links(run["cluster"]);
       }
@@ -616,6 +619,17 @@ nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const
 namespace {
 
 // The projection file's "link", "calibration" and "scaling" blocks.
+// The machine a calibration run was measured on, from its file's env: CPU model and cores, host,
+// OS, BLAS kernels, GPUs, dpbench's version and commit (each null where the file has none).
+nlohmann::json calibration_machine(const nlohmann::json& env) {
+  nlohmann::json m = nlohmann::json::object();
+  for (const char* key :
+       {"cpu_model", "cpu_cores", "host", "os", "blas_core", "gpus", "dpbench_version", "git_commit"}) {
+    m[key] = env.contains(key) ? env.at(key) : nlohmann::json();
+  }
+  return m;
+}
+
 void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const nlohmann::json& base,
                      const StepModel& model, const Scaling& scaling, nlohmann::json& doc) {
   doc["link"] = {{"name", link.model.name},
@@ -777,6 +791,7 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   doc["schema"] = {{"name", "dpbench-projection"}, {"version", 2}};
   doc["created"] = utc_timestamp();
   describe_inputs(o, link, base, model, scaling, doc);
+  doc["calibration"]["machine"] = calibration_machine(*in.env_of.at(&base));
   if (!host_sharing.is_null()) doc["calibration"]["host_sharing"] = host_sharing;
   const int calibration_workers = base.at("config").value("num_workers", 0);
   EngineCalibration engine = o.topology.simulate && emulated ? engine_calibration(in.runs) : EngineCalibration{};

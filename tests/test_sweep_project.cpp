@@ -914,6 +914,23 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
 }
 
+// The projection says which machine its compute came from: the calibration run's file's env (the
+// 1-rank run's, not the 2-rank file's), keys it lacks null.
+TEST(Project, RecordsTheMachineOfItsCalibrationRun) {
+  const nlohmann::json one = {{"env", {{"cpu_cores", 4}, {"cpu_model", "Calibration CPU"}, {"host", "h1"}}},
+                              {"runs", {fake_run("allreduce", 1, 0.1, 0.0)}}};
+  const nlohmann::json two = {{"env", {{"cpu_cores", 64}, {"cpu_model", "Other CPU"}, {"host", "h2"}}},
+                              {"runs", {fake_run("allreduce", 2, 0.12, 0.02)}}};
+  ProjectOptions o;
+  o.max_ranks = 4;
+  o.link_model = "ib-ndr";
+  const nlohmann::json m = project(o, {two, one}, nullptr)["calibration"]["machine"];
+  EXPECT_EQ(m["cpu_model"], "Calibration CPU");
+  EXPECT_EQ(m["cpu_cores"], 4);
+  EXPECT_EQ(m["host"], "h1");
+  EXPECT_TRUE(m["git_commit"].is_null());
+}
+
 // The calibration run's DDP buckets (its ddp_buckets, cut at its tensors) are the buckets the
 // projection's allreduce reduces: one recorded bucket of the 1,000,000 floats plays half the
 // ring messages of the flat cut (1 MiB, then the rest: two buckets), three recorded buckets three

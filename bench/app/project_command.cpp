@@ -211,6 +211,14 @@ int project_command(const ProjectOptions& o) {
              doc["link"]["kind"].get<std::string>(), doc["link"]["bandwidth_GBps"].get<double>(),
              1e6 * doc["link"]["alpha_s"].get<double>(), doc["link"]["source"].get<std::string>());
   fmt::print("scaling: {}\n", doc["scaling"]["text"].get<std::string>());
+  if (doc["calibration"].contains("machine")) {
+    const auto& m = doc["calibration"]["machine"];
+    const auto text = [&m](const char* key) {
+      return m[key].is_string() ? m[key].get<std::string>() : m[key].is_null() ? std::string("?") : m[key].dump();
+    };
+    fmt::print("calibrated on: {}, {} cores, host {}, dpbench {} ({})\n", text("cpu_model"), text("cpu_cores"),
+               text("host"), text("dpbench_version"), text("git_commit"));
+  }
   if (doc["calibration"].contains("described_model")) {
     const auto& m = doc["calibration"]["described_model"];
     fmt::print("model: {} ({:.4g} parameters), described on {}, rescaled x{:.3g} to {}: {}\n",
