@@ -618,7 +618,6 @@ nlohmann::json measured_point(const nlohmann::json& run, const Inputs& in, const
 
 namespace {
 
-// The projection file's "link", "calibration" and "scaling" blocks.
 // The machine a calibration run was measured on, from its file's env: CPU model and cores, host,
 // OS, BLAS kernels, GPUs, dpbench's version and commit (each null where the file has none).
 nlohmann::json calibration_machine(const nlohmann::json& env) {
@@ -630,6 +629,7 @@ nlohmann::json calibration_machine(const nlohmann::json& env) {
   return m;
 }
 
+// The projection file's "link", "calibration" and "scaling" blocks.
 void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const nlohmann::json& base,
                      const StepModel& model, const Scaling& scaling, nlohmann::json& doc) {
   doc["link"] = {{"name", link.model.name},
