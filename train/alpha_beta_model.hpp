@@ -46,7 +46,7 @@ struct StepModel {
   double logit_bytes = 0;           // C * 4 per sample
   double exposed_fraction = 1.0;    // overlapping strategies: exposed / total communication
   // A described model (--model): its name, whose tensors cut the simulation's DDP buckets and
-  // whose layer times place their ready points; "" for a measured workload (a flat gradient).
+  // whose layer times place their ready points; "" for a measured workload (ddp_buckets below).
   std::string described_model;
   // A measured workload's DDP buckets ({offset, size} floats, ready order: the calibration run's
   // ddp_buckets); empty: a flat gradient cut at the caps.
