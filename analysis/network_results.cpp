@@ -8,11 +8,11 @@
 
 #include <fmt/format.h>
 
-#include "registry/strategies.hpp"
+#include "train/strategy.hpp"
 #include "core/error.hpp"
+#include "analysis/run_simulation.hpp"
 #include "sim/simulate.hpp"
 #include "train/buckets.hpp"
-#include "train/models.hpp"
 
 namespace dpbench {
 
@@ -146,28 +146,6 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   return pf;
 }
 
-// `platform` with the run's probed intra-node rate (train/engine_probe.hpp probe_intra_node),
-// where it has one, and the record of where that rate came from.
-std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& platform, const RunResult& r) {
-  SimPlatform pf = platform;
-  if (pf.ranks_per_node < 2) return {pf, nullptr};
-  if (r.engine_probe && r.engine_probe->intra_node) {
-    const IntraNodeProbe& probe = *r.engine_probe->intra_node;
-    pf.intra_bytes_per_s = probe.bytes_per_s;
-    pf.intra_latency_s = probe.latency_s / 2.0;  // a route inside a node crosses two ranks' links
-    return {pf,
-            {{"bytes_per_s", probe.bytes_per_s},
-             {"latency_s", probe.latency_s},
-             {"floats", probe.floats},
-             {"seconds", probe.seconds},
-             {"repetitions", probe.repetitions},
-             {"source",
-              "probed: local ranks 0 and 1 of every node sent each "
-              "other one float, then the floats, in turn with the run's communicator; rank 0's median round trips"}}};
-  }
-  return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
-}
-
 double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
   std::vector<double> v;
   for (const auto& st : rank.steps) v.push_back(get(st.phases));
@@ -176,19 +154,16 @@ double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
   return v[v.size() / 2];
 }
 
-// The run's step as its strategy's schedule: every rank's median forward, backward, optimizer
-// and data phases as measured, and every message of its engine's collectives. Null when the
-// strategy has none.
-std::optional<StepSchedule> run_schedule(const RunResult& r, const Strategy& s, const Model& model, Backend& engine) {
-  if (s.schedule == nullptr) return std::nullopt;
+// The inputs of the run's step as its strategy's schedule: every rank's median forward,
+// backward, optimizer and data phases as measured, its buckets, and the bytes it sent. The engine
+// is left to the caller.
+ScheduleInputs measured_schedule_inputs(const RunResult& r) {
   ScheduleInputs in;
   in.config = r.config;
-  in.engine = schedule_engine(r.config.comm);
-  engine = in.engine;
   in.num_params = r.num_params;
   in.input_floats = r.input_features;
   in.classes = r.num_classes;
-  if (s.schedule_buckets != nullptr) in.buckets = s.schedule_buckets(model, r.config);
+  in.buckets = r.schedule_buckets;
   for (const auto& rank : r.ranks) {
     in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
   }
@@ -198,123 +173,7 @@ std::optional<StepSchedule> run_schedule(const RunResult& r, const Strategy& s, 
                           median_phase(rank, [](const PhaseTimes& t) { return t.backward; }),
                           median_phase(rank, [](const PhaseTimes& t) { return t.optimizer; })});
   }
-  StepSchedule schedule(r.config.world_size);
-  s.schedule(in, schedule);
-  return schedule;
-}
-
-// The platform with the engine's calibration from the run's probe (train/engine_probe.hpp): for
-// each probed collective in turn, the share of the link at which its messages must move between
-// nodes for SimGrid, playing the probe's sequence up to it on the same platform, to end it when
-// the probe saw it end (sim/simulate.hpp fit_engine_efficiency). nullopt without a probe. Throws
-// what simulate() throws.
-struct Calibration {
-  SimPlatform platform;
-  nlohmann::json record;
-  double wall_s = 0;
-};
-std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResult& r, Backend engine) {
-  if (!r.engine_probe || r.engine_probe->collectives.empty()) return std::nullopt;
-  const auto t0 = std::chrono::steady_clock::now();
-  Calibration c{platform, {}, 0};
-  c.platform.engine_efficiency.assign(kCollectiveKinds, 0.0);
-  c.platform.engine_overhead_s.assign(kCollectiveKinds, 0.0);
-  nlohmann::json per = nlohmann::json::array();
-  StepSchedule prefix(r.config.world_size);
-  Collectives collectives(prefix, engine);
-  const BucketAllreduce how = bucket_allreduce(r.config);
-  collectives.set_node_hierarchy(how.ranks_per_node);
-  collectives.set_wire_format(how.format);
-  for (const CollectiveProbe& probe : r.engine_probe->collectives) {
-    collectives.run(probe.kind, probe.floats, probe.counts);
-    // The small messages of a sparse step (sharded_ps's pairwise exchanges, p2p; allreduce's
-    // all-gather of the rows) and the root's transfers one rank after the other (ps's scatter and
-    // gather, whose sizes follow the batch: the probe's capped ones stand for a GPT-2 step's 206 MB
-    // of logits per rank) cost their host per message (an overhead, the link's rate kept); a dense
-    // collective's messages move at a share of the link.
-    const bool per_message = probe.kind == CollectiveKind::p2p || probe.kind == CollectiveKind::scatter ||
-                             probe.kind == CollectiveKind::gather ||
-                             (r.config.model.dlrm.sparse_grad && probe.kind == CollectiveKind::allgather);
-    const EfficiencyFit fit = per_message ? fit_engine_overhead(prefix, c.platform, probe.kind, probe.end_s)
-                                          : fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
-    c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = per_message ? 0.0 : fit.efficiency;
-    c.platform.engine_overhead_s[static_cast<std::size_t>(probe.kind)] = fit.overhead_s;
-    per.push_back({{"collective", collective_name(probe.kind)},
-                   {"floats", probe.floats},
-                   {"measured_s", probe.seconds},
-                   {"measured_end_s", probe.end_s},
-                   {"simulated_end_at_link_s", fit.at_link_s},
-                   {"efficiency", per_message ? 1.0 : fit.efficiency},
-                   {"simulated_end_s", fit.fitted_s},
-                   {"simulations", fit.simulations}});
-    if (per_message) per.back()["overhead_s"] = fit.overhead_s;
-    if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
-  }
-  c.record = {{"collectives", per},
-              {"repetitions", r.engine_probe->repetitions},
-              {"method", "before the first step every rank ran the collectives of the mode's schedule back to back "
-                         "in the step's order, each on the floats the step moves in it (the gradient's; ps's scatter "
-                         "and gather the batch's and its logits'; at most 25 MiB of them) with the run's own "
-                         "communicator, after a barrier; from when the last rank left the barrier, each ends when its "
-                         "last rank left it; the median repetition. "
-                         "Efficiency: the share of the link at which SimGrid, playing the sequence up to that "
-                         "collective on the probed platform, ends it when the probe did (1: the link alone takes as "
-                         "long)"}};
-  c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return c;
-}
-
-// The schedule played by SimGrid on the probed platform with the engine's calibration (each
-// collective's messages between nodes at its probed share of the link) when the run has a probe:
-// the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
-// same with every engine taken to move bytes at the link's rate.
-nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const Strategy& s,
-                            const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
-  if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
-  if (s.unsimulated != nullptr) {
-    if (std::string why = s.unsimulated(r.config); !why.empty()) return {{"unavailable", std::move(why)}};
-  }
-  if (!simulation_available()) {
-    return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
-  }
-  SimulationResult plain, sim;
-  std::optional<Calibration> calibration;
-  try {
-    plain = simulate(*schedule, platform);
-    calibration = calibrate(platform, r, engine);
-    sim = calibration ? simulate(*schedule, calibration->platform) : plain;
-  } catch (const Error& e) {  // the measured run stands; the record says why it has no simulation
-    return {{"unavailable", e.what()}};
-  }
-  nlohmann::json out = {
-      {"simulated_step_s", sim.step_s},
-      {"error", (sim.step_s - measured) / measured},
-      {"rank_step_s", sim.rank_step_s},
-      {"engine", engine},
-      {"calibrated", calibration.has_value()},
-      {"messages_per_step", plain.messages / plain.config.at("steps").get<long>()},
-      {"wall_s", plain.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0)},
-      {"simulator", plain.config},
-      {"platform", calibration ? calibration->platform.to_json() : platform.to_json()},
-      {"method", "each rank's median forward, backward, optimizer and data phases as measured; every message of "
-                 "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the probed "
-                 "links and the probed intra-node link (intra_node); each collective's messages between nodes at the "
-                 "engine's calibrated share of the link (calibration), or at the link's rate without a probe"}};
-  if (calibration) {
-    out["calibration"] = calibration->record;
-    out["uncalibrated"] = {{"simulated_step_s", plain.step_s}, {"error", (plain.step_s - measured) / measured}};
-  }
-  return out;
-}
-
-// simulate_run on `platform` with the run's own intra-node probe in it, and where that came from.
-nlohmann::json simulate_run_on_its_platform(const SimPlatform& platform, const RunResult& r, const Strategy& s,
-                                            const std::optional<StepSchedule>& schedule, Backend engine,
-                                            double measured) {
-  const auto [run_platform, intra] = intra_node_platform(platform, r);
-  nlohmann::json simulation = simulate_run(run_platform, r, s, schedule, engine, measured);
-  if (!intra.is_null()) simulation["intra_node"] = intra;
-  return simulation;
+  return in;
 }
 
 // The per-link bandwidth bound: the time the busiest link direction needs for the bytes the
@@ -359,15 +218,14 @@ std::string wire_cell(const nlohmann::json& n) {
 }  // namespace
 
 namespace {
-// The run's bytes for the alpha-beta terms; the gradient's as they cross the wire (16 bits each
-// under a 16-bit hook; PowerSGD's uncompressed tensors, Ps and Qs under powersgd:R).
-StepModel wire_step_model(const RunResult& r, const Strategy& s, const Model& model) {
+// The run's bytes for the alpha-beta terms; the gradient's as they cross the wire in `format`
+// (16 bits each under a 16-bit hook; PowerSGD's uncompressed tensors, Ps and Qs under powersgd:R).
+StepModel wire_step_model(const RunResult& r, WireFormat format) {
   StepModel m;
-  m.param_bytes = static_cast<double>(r.num_params) *
-                  (bucket_allreduce(r.config).format == WireFormat::fp32 ? 4.0 : 2.0);
-  if (r.config.allreduce.comm_hook.powersgd_rank > 0 && s.schedule_buckets != nullptr) {
+  m.param_bytes = static_cast<double>(r.num_params) * (format == WireFormat::fp32 ? 4.0 : 2.0);
+  if (r.config.allreduce.comm_hook.powersgd_rank > 0 && !r.schedule_buckets.empty()) {
     double floats = 0;
-    for (const ScheduleBucket& b : s.schedule_buckets(model, r.config)) {
+    for (const ScheduleBucket& b : r.schedule_buckets) {
       for (const std::size_t n : b.allreduces) floats += static_cast<double>(n);
     }
     m.param_bytes = floats * 4.0;
@@ -421,58 +279,69 @@ nlohmann::json alpha_beta_projection(const StepMeans& means, double share, doubl
 
 }  // namespace
 
+namespace {
+
+// The cluster a run's network block is read against: its probed links and placement.
+struct ClusterView {
+  LinkModel probed;
+  SimPlatform platform;
+  int nodes = 0, per_node = 0;
+};
+
+// Run r's network block (add_network_results). What the run measured comes first; then the
+// schedule and what crosses each link; then the figures read against them; the simulation last.
+nlohmann::json network_block(const ClusterView& view, const RunResult& r) {
+  const Strategy& s = *r.traits.strategy;
+  const StepMeans means = step_means(r);
+  ScheduleInputs in = measured_schedule_inputs(r);
+  nlohmann::json block = {{"per_rank", per_rank(r, view.per_node)},
+                          {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
+  std::vector<int> placement;
+  for (const auto& rank : r.ranks) placement.push_back(node_of(rank, view.per_node));
+  const WireFormat format = bucket_allreduce(r.config).format;
+  LinkModel link = view.probed;  // with the engine's collective algorithms
+  link.collectives = collective_family(r.config.comm);
+  in.engine = schedule_engine(r.config.comm);
+  std::optional<StepSchedule> schedule;
+  if (s.schedule != nullptr) s.schedule(in, schedule.emplace(r.config.world_size));
+  const auto crossing = schedule ? schedule->node_link_bytes(placement, view.nodes)
+                                 : std::vector<std::pair<double, double>>{};
+  const auto messages = schedule ? schedule->node_link_messages(placement, view.nodes)
+                                 : std::vector<std::pair<double, double>>{};
+  const StepModel m = wire_step_model(r, format);
+  const int p = r.config.world_size;
+  const double b = static_cast<double>(r.config.global_batch) / p;
+  const Transport transport = s.transport(r.config);
+  LinkModel bandwidth_only = link;
+  bandwidth_only.alpha_s = 0;
+  // Under --hierarchy node the ring that crosses the links is the nodes' (2(N-1)/N of the
+  // gradient per link); the alpha-beta terms leave the intra-node phases out.
+  const int ring_p = r.config.hierarchy == Hierarchy::node ? view.nodes : p;
+  const double comm_model = ring_p >= 2 ? s.comm_time(m, link, transport, ring_p, b) : 0.0;
+  // Per link when the schedule says what crosses each; else the alpha-beta terms at alpha = 0.
+  const double bound = schedule      ? link_bound_s(view.platform, crossing)
+                       : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
+                                     : 0.0;
+  block["link"] = {{"bytes_per_s", 1.0 / link.beta_s_per_byte},
+                   {"alpha_s", link.alpha_s},
+                   {"source", link.source},
+                   {"collectives", link.collectives}};
+  block["projection"] = alpha_beta_projection(means, r.traits.overlapped_share, comm_model);
+  block["bandwidth_bound"] = {{"comm_s", means.comm_s},
+                              {"bound_s", bound},
+                              {"fraction", means.comm_s > 0 ? bound / means.comm_s : 0.0},
+                              {"per_link", schedule.has_value()}};
+  block["nodes"] = node_bytes(r, view.nodes, view.per_node, crossing, messages);
+  block["simulation"] = simulate_measured_run(view.platform, r, schedule, in.engine, means.step_s);
+  return block;
+}
+
+}  // namespace
+
 void add_network_results(const nlohmann::json& network, const std::vector<RunResult>& runs, nlohmann::json& runs_json) {
-  const LinkModel probed = probed_link(network);
-  const SimPlatform platform = probed_platform(network);
-  const int nodes = network.at("nodes").get<int>();
-  const int per_node = network.at("ranks_per_node").get<int>();
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const RunResult& r = runs[i];
-    const Strategy& s = find_strategy(r.config.mode);
-    const StepMeans means = step_means(r);
-    const auto model = make_model(r.config, r.sample_shape, r.num_classes);  // its buckets, for the bytes and schedule
-    const StepModel m = wire_step_model(r, s, *model);
-    const int p = r.config.world_size;
-    const double b = static_cast<double>(r.config.global_batch) / p;
-    const Transport transport = s.transport(r.config);
-    LinkModel link = probed;  // with the engine's collective algorithms
-    link.collectives = collective_family(r.config.comm);
-    LinkModel bandwidth_only = link;
-    bandwidth_only.alpha_s = 0;
-    // Under --hierarchy node the ring that crosses the links is the nodes' (2(N-1)/N of the
-    // gradient per link); the alpha-beta terms leave the intra-node phases out.
-    const int ring_p = r.config.hierarchy == Hierarchy::node ? nodes : p;
-    const double comm_model = ring_p >= 2 ? s.comm_time(m, link, transport, ring_p, b) : 0.0;
-    Backend engine = Backend::local;
-    const std::optional<StepSchedule> schedule = run_schedule(r, s, *model, engine);
-    std::vector<int> placement;
-    for (const auto& rank : r.ranks) placement.push_back(node_of(rank, per_node));
-    const auto crossing = schedule ? schedule->node_link_bytes(placement, nodes)
-                                   : std::vector<std::pair<double, double>>{};
-    const auto messages = schedule ? schedule->node_link_messages(placement, nodes)
-                                   : std::vector<std::pair<double, double>>{};
-    // Per link when the schedule says what crosses each; else the alpha-beta terms at alpha = 0.
-    const double bound = schedule      ? link_bound_s(platform, crossing)
-                         : ring_p >= 2 ? s.comm_time(m, bandwidth_only, transport, ring_p, b)
-                                       : 0.0;
-    const double measured = means.step_s, comm = means.comm_s;
-    runs_json[i]["network"] = {
-        {"link",
-         {{"bytes_per_s", 1.0 / link.beta_s_per_byte},
-          {"alpha_s", link.alpha_s},
-          {"source", link.source},
-          {"collectives", link.collectives}}},
-        {"projection", alpha_beta_projection(means, projection_curve(s, r.config).overlapped_share, comm_model)},
-        {"simulation", simulate_run_on_its_platform(platform, r, s, schedule, engine, measured)},
-        {"bandwidth_bound",
-         {{"comm_s", comm},
-          {"bound_s", bound},
-          {"fraction", comm > 0 ? bound / comm : 0.0},
-          {"per_link", schedule.has_value()}}},
-        {"nodes", node_bytes(r, nodes, per_node, crossing, messages)},
-        {"per_rank", per_rank(r, per_node)},
-        {"wire_over_counted_bounds", {kWireOverCountedMin, kWireOverCountedMax}}};
-  }
+  const ClusterView view{probed_link(network), probed_platform(network), network.at("nodes").get<int>(),
+                         network.at("ranks_per_node").get<int>()};
+  for (std::size_t i = 0; i < runs.size(); ++i) runs_json[i]["network"] = network_block(view, runs[i]);
 }
 
 void print_network_table(const std::vector<RunResult>& runs, const nlohmann::json& document) {

@@ -32,4 +32,10 @@ void MemoryTracker::on_free(MemoryCategory c, std::size_t bytes) {
   total_.fetch_sub(b);
 }
 
+double RankMemory::total() const {
+  double sum = 0;
+  for (double b : bytes) sum += b;
+  return sum;
+}
+
 }  // namespace dpbench

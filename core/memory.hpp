@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -26,6 +27,18 @@ inline constexpr int kNumMemoryCategories = 6;
 
 // JSON/table name of a category, e.g. "optimizer_state".
 std::string_view category_name(MemoryCategory c);
+
+// Bytes by category, indexed by MemoryCategory.
+using CategoryBytes = std::array<double, kNumMemoryCategories>;
+
+// One rank's modelled bytes by category (train/memory_model.hpp), and its role ("root",
+// "worker", "replica", "server").
+struct RankMemory {
+  std::string role;
+  CategoryBytes bytes{};
+  double& operator[](MemoryCategory c) { return bytes[static_cast<std::size_t>(c)]; }
+  double total() const;
+};
 
 // Counts bytes allocated by one rank. Thread-safe (data-loader workers allocate too).
 class MemoryTracker {

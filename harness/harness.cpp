@@ -179,8 +179,10 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
   const unsigned cores = cpu_cores();
   const auto local = static_cast<unsigned>(std::max(1, ranks_on_this_node(config)));
   cpu::set_blas_threads(blas_threads_per_rank(cores, static_cast<int>(local)));
-  const Strategy& strategy = find_strategy(config.mode);
+  const RunTraits traits = run_traits(config);
+  const Strategy& strategy = *traits.strategy;
   RunResult r = strategy.train(config, data.view());
+  r.traits = traits;
   if (!device.note.empty()) r.warnings.push_back(device.note);
   // Records of other processes' ranks that this process was not sent have no steps.
   const auto idle = std::count_if(r.ranks.begin(), r.ranks.end(),
@@ -196,6 +198,15 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
     for (const auto& k : r.ranks) attempt = std::max(attempt, k.restart_count);
     r.elastic_restart = restart_cost(config.checkpoint.dir, r.resumed_from_step, attempt);
   }
+  // What the record and the network analysis read of the run's model: the memory model's
+  // figures where they hold to the byte, and the strategy's buckets.
+  const std::shared_ptr<const Model> model = make_model(config, data.train->shape(),
+                                                        static_cast<std::size_t>(data.train->num_classes()));
+  if (!config.model.described.empty()) r.description = described_model(config.model.described);
+  if (config.device == DeviceKind::cpu && config.comm == Backend::local && strategy.memory != nullptr) {
+    r.modelled_memory = strategy.memory(model_memory_inputs(model, config, data.train->shape(), model->num_classes()));
+  }
+  if (strategy.schedule_buckets != nullptr) r.schedule_buckets = strategy.schedule_buckets(*model, config);
   if (strategy.warnings != nullptr) {
     for (std::string& warning : strategy.warnings(config)) {
       r.warnings.push_back(std::move(warning));

@@ -64,4 +64,8 @@ void write_result_file(const std::string& path, const std::string& text, const s
   write_file_atomic(check_result_path(path, option), text.data(), text.size(), fmt::format("{} {}", option, path));
 }
 
+void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
+  write_result_file(path, doc.dump(2) + "\n");
+}
+
 }  // namespace dpbench

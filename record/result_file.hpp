@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace dpbench {
 
 // Checks `path` (the value of `option`) before a run: creates its parent directory, refuses a
@@ -22,5 +24,9 @@ std::string check_result_path(const std::string& path, const std::string& option
 // as check_result_path does, and IoError naming the path and the operating system's reason when
 // the write, fsync or rename fails (a full disk, say).
 void write_result_file(const std::string& path, const std::string& text, const std::string& option = "--out");
+
+// Writes the JSON document `doc` to `path` as write_result_file does, indented by 2 with a final
+// newline. Throws as write_result_file.
+void write_json_atomic(const std::string& path, const nlohmann::json& doc);
 
 }  // namespace dpbench

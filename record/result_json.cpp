@@ -16,7 +16,7 @@
 #include "registry/strategies.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
-#include "train/models.hpp"
+#include "workloads/model_description.hpp"
 
 namespace dpbench {
 
@@ -114,7 +114,7 @@ namespace {
 
 // The per-rank peaks by category (and the device's view on GPUs), the memory model's figures
 // beside them where it applies, the imbalance and the root's excess over the mean.
-nlohmann::json memory_to_json(const RunResult& run, const Strategy& strategy) {
+nlohmann::json memory_to_json(const RunResult& run) {
   const TrainConfig& config = run.config;
   const auto p = static_cast<double>(config.world_size);
   nlohmann::json per_rank_mem = nlohmann::json::array();
@@ -133,19 +133,16 @@ nlohmann::json memory_to_json(const RunResult& run, const Strategy& strategy) {
     sum += static_cast<double>(r.memory.peak_bytes);
     max = std::max(max, static_cast<double>(r.memory.peak_bytes));
   }
-  // The memory model's figures beside the measured ones (train/memory_model.hpp), CPU ranks
-  // over --comm local, where the model holds to the byte.
-  if (config.device == DeviceKind::cpu && config.comm == Backend::local && strategy.memory != nullptr) {
-    const std::vector<RankMemory> modelled = strategy.memory(
-        builtin_memory_inputs(config, run.sample_shape, run.num_classes));
-    for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
-      nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
-      for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
-        m[std::string(category_name(static_cast<MemoryCategory>(cat)))] =
-            modelled[r].bytes[static_cast<std::size_t>(cat)];
-      }
-      per_rank_mem[r]["modelled"] = m;
+  // The memory model's figures beside the measured ones (train/memory_model.hpp), where the
+  // harness set them: CPU ranks over --comm local, where the model holds to the byte.
+  const std::vector<RankMemory>& modelled = run.modelled_memory;
+  for (std::size_t r = 0; r < modelled.size() && r < per_rank_mem.size(); ++r) {
+    nlohmann::json m = {{"role", modelled[r].role}, {"total_bytes", modelled[r].total()}};
+    for (int cat = 0; cat < kNumMemoryCategories; ++cat) {
+      m[std::string(category_name(static_cast<MemoryCategory>(cat)))] =
+          modelled[r].bytes[static_cast<std::size_t>(cat)];
     }
+    per_rank_mem[r]["modelled"] = m;
   }
   const double mean = sum / p;
   return {{"per_rank", per_rank_mem},
@@ -205,40 +202,40 @@ void add_traffic_json(const RunResult& run, const Strategy& strategy, nlohmann::
 
 // A replayed run (--model): what was replayed, from where, and its time scale; the workload is
 // the description's name.
-static void add_replay_json(const TrainConfig& config, nlohmann::json& j) {
-  const std::shared_ptr<const ModelDescription> d = described_model(config.model.described);
-  j["workload"] = d->name;
-  j["replay"] = {{"model", d->name},
-                 {"origin", d->origin},
-                 {"source_module", d->source_module},
-                 {"timed_on", d->device_name},
-                 {"device_profile", config.model.device_profile},
-                 {"time_scale", config.model.replay_time_scale},
-                 {"num_tensors", d->params.size()},
-                 {"forward_us_per_sample", d->forward_us()},
-                 {"backward_us_per_sample", d->backward_us()}};
+static void add_replay_json(const RunResult& run, nlohmann::json& j) {
+  const ModelDescription& d = *run.description;
+  j["workload"] = d.name;
+  j["replay"] = {{"model", d.name},
+                 {"origin", d.origin},
+                 {"source_module", d.source_module},
+                 {"timed_on", d.device_name},
+                 {"device_profile", run.config.model.device_profile},
+                 {"time_scale", run.config.model.replay_time_scale},
+                 {"num_tensors", d.params.size()},
+                 {"forward_us_per_sample", d.forward_us()},
+                 {"backward_us_per_sample", d.backward_us()}};
 }
 
-// Throughput, step-time percentiles, stalls, phases and, under time dilation, the figures scaled
+// Throughput, step-time percentiles, stalls and, under time dilation, the figures scaled
 // back to the target cluster.
 static void add_timing_json(const RunResult& run, nlohmann::json& j) {
-  const std::vector<double> times = rank0_step_times(run);
-  j["throughput_samples_per_s"] = wall_throughput(run);
+  const double wall = wall_throughput(run);
+  j["throughput_samples_per_s"] = wall;
   j["throughput_median_step_samples_per_s"] = median_throughput(run);
   j["timed_wall_s"] = run.ranks.front().timed_wall_s;
+  const std::vector<double> times = rank0_step_times(run);
+  const double p50 = quantile(times, 0.50);
   j["step_time_s"] = {{"p10", quantile(times, 0.10)},
-                      {"p50", quantile(times, 0.50)},
+                      {"p50", p50},
                       {"p90", quantile(times, 0.90)},
                       {"p99", quantile(times, 0.99)},
                       {"samples", times}};
-  const double p50 = quantile(times, 0.50);
   j["stall_ratio_p90_p50"] = p50 > 0 ? quantile(times, 0.90) / p50 : 0.0;
-  j["phases_s"] = phase_medians(run.ranks.front().steps);
   if (run.config.model.time_dilation != 1) {  // the target cluster's figures: measured ones over D
     const double d = run.config.model.time_dilation;
     j["time_dilation"] = {{"factor", d},
                           {"step_time_s_p50", p50 / d},
-                          {"throughput_samples_per_s", wall_throughput(run) * d},
+                          {"throughput_samples_per_s", wall * d},
                           {"note", "compute x D and links at rate / D; scaled back by 1/D. Latency and the host's "
                                    "per-message cost are not dilated"}};
   }
@@ -281,16 +278,16 @@ static nlohmann::json quality_json(const RunResult& run) {
 }
 
 nlohmann::json run_to_json(const RunResult& run) {
+  if (run.traits.strategy == nullptr) throw Error("run_to_json: the run has no strategy (RunResult::traits is unset)");
   const TrainConfig& config = run.config;
+  const Strategy& strategy = *run.traits.strategy;
   nlohmann::json j;
   j["mode"] = config.mode;
-  j["strategy"] = strategy_to_json(config);
-  const Strategy& strategy = find_strategy(config.mode);
+  j["strategy"] = run.traits.json;
   j["transport"] = j["strategy"]["transport"];
   j["comm"] = config.comm;
   j["device"] = config.device;
   j["workload"] = config.model.workload;
-  if (!config.model.described.empty()) add_replay_json(config, j);
   j["dataset"] = run.dataset;
   j["world_size"] = config.world_size;
   j["global_batch"] = config.global_batch;
@@ -304,12 +301,9 @@ nlohmann::json run_to_json(const RunResult& run) {
   if (config.device == DeviceKind::cuda) j["precision"] = config.precision;
   j["config"] = config_to_json(config);
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", config.run.warmup_steps}};
-
-  add_timing_json(run, j);
-
+  j["phases_s"] = phase_medians(run.ranks.front().steps);
   add_traffic_json(run, strategy, j);
-  j["memory"] = memory_to_json(run, strategy);
-
+  j["memory"] = memory_to_json(run);
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : run.ranks) {
     std::vector<double> t;
@@ -317,7 +311,6 @@ nlohmann::json run_to_json(const RunResult& run) {
     ranks.push_back({{"rank", r.rank}, {"local_batch", r.local_batch}, {"step_time_p50_s", median(t)}});
   }
   j["per_rank"] = ranks;
-
   j["quality"] = quality_json(run);  // a non-finite loss is written as null
   if (!config.checkpoint.dir.empty()) add_checkpoints_json(run, j);
   if (strategy.run_json != nullptr) strategy.run_json(run, j);
@@ -325,11 +318,9 @@ nlohmann::json run_to_json(const RunResult& run) {
   if (!std::isfinite(run.final_train_loss)) {
     j["warnings"].push_back("training diverged: the training loss is not finite (try a lower --lr)");
   }
+  if (run.description != nullptr) add_replay_json(run, j);
+  add_timing_json(run, j);
   return j;
-}
-
-void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
-  write_result_file(path, doc.dump(2) + "\n");
 }
 
 std::size_t median_run(const std::vector<RunResult>& reps) {
@@ -346,21 +337,21 @@ std::vector<nlohmann::json> runs_to_json(const std::vector<RunResult>& runs,
   if (runs.size() != by_mode.size()) {
     throw Error(fmt::format("runs_to_json: {} runs but {} modes of repetitions", runs.size(), by_mode.size()));
   }
-  std::vector<nlohmann::json> docs;
+  std::vector<std::vector<double>> tput(runs.size());
   int baseline = -1;
   for (std::size_t m = 0; m < runs.size(); ++m) {
-    docs.push_back(run_to_json(runs[m]));
-    if (baseline < 0 && docs.back()["strategy"]["baseline"].get<bool>()) baseline = static_cast<int>(m);
+    for (const RunResult& r : by_mode[m]) tput[m].push_back(wall_throughput(r));
+    if (baseline < 0 && runs[m].traits.json.value("baseline", false)) baseline = static_cast<int>(m);
   }
+  std::vector<nlohmann::json> docs;
+  for (const RunResult& run : runs) docs.push_back(run_to_json(run));
   for (std::size_t m = 0; m < runs.size(); ++m) {
-    const std::vector<RunResult>& reps = by_mode[m];
-    std::vector<double> tput, ratio;
-    for (const RunResult& r : reps) tput.push_back(wall_throughput(r));
-    docs[m]["repetitions"] = {{"count", reps.size()}, {"throughput_samples_per_s", tput}};
+    docs[m]["repetitions"] = {{"count", by_mode[m].size()}, {"throughput_samples_per_s", tput[m]}};
     if (baseline < 0 || static_cast<int>(m) == baseline) continue;
-    const std::vector<RunResult>& base = by_mode[static_cast<std::size_t>(baseline)];
-    for (std::size_t i = 0; i < reps.size(); ++i) ratio.push_back(tput[i] / std::max(wall_throughput(base[i]), 1e-12));
-    docs[m]["ratio_to_baseline"] = {{"baseline", base.front().config.mode},
+    const std::vector<double>& base = tput[static_cast<std::size_t>(baseline)];
+    std::vector<double> ratio;
+    for (std::size_t i = 0; i < tput[m].size(); ++i) ratio.push_back(tput[m][i] / std::max(base[i], 1e-12));
+    docs[m]["ratio_to_baseline"] = {{"baseline", runs[static_cast<std::size_t>(baseline)].config.mode},
                                     {"median", quantile(ratio, 0.5)},
                                     {"min", *std::min_element(ratio.begin(), ratio.end())},
                                     {"max", *std::max_element(ratio.begin(), ratio.end())},

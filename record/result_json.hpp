@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "record/result_file.hpp"
 #include "train/training.hpp"
 
 namespace dpbench {
@@ -47,10 +48,6 @@ double wall_throughput(const RunResult& run);
 // The repetition a result reports of several (a mode's runs): the one whose wall_throughput is
 // the median, the lower middle for an even count. Throws Error when `reps` is empty.
 std::size_t median_run(const std::vector<RunResult>& reps);
-
-// Writes doc to path atomically (record/result_file.hpp). Throws InputError for a path that
-// cannot take a result file, IoError when the write fails.
-void write_json_atomic(const std::string& path, const nlohmann::json& doc);
 
 // Current UTC time as ISO 8601, e.g. "2026-11-21T05:30:00Z".
 std::string utc_timestamp();

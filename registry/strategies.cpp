@@ -40,6 +40,7 @@ std::optional<OptionOwner> option_owner(const TrainConfig& config) {
 }
 
 void validate_point(const TrainConfig& config, const Dataset& train) {
+  const Strategy& strategy = find_strategy(config.mode);
   for (const Strategy& other : strategies()) {
     if (other.mode == config.mode || other.own_option_given == nullptr) continue;
     if (const std::optional<OwnOption> own = other.own_option_given(config)) {
@@ -47,7 +48,7 @@ void validate_point(const TrainConfig& config, const Dataset& train) {
                                    own->what, name(config.mode), name(other.mode)));
     }
   }
-  find_strategy(config.mode).validate(config, train);
+  strategy.validate(config, train);
 }
 
 const Strategy& baseline_strategy() {
@@ -116,6 +117,11 @@ nlohmann::json strategy_to_json(const TrainConfig& config) {
           {"has_root", s.has_root},
           {"projection", projected_key(s, config)},
           {"busbw_factor", bus ? nlohmann::json(bus->factor) : nlohmann::json()}};
+}
+
+RunTraits run_traits(const TrainConfig& config) {
+  const Strategy& s = find_strategy(config.mode);
+  return {&s, strategy_to_json(config), projection_curve(s, config).overlapped_share};
 }
 
 }  // namespace dpbench

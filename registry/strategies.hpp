@@ -50,6 +50,9 @@ bool overlaps_backward(const Strategy& strategy, const TrainConfig& config);
 // projection, busbw_factor (null when the strategy reports no bus bandwidth). Throws as
 // find_strategy.
 nlohmann::json strategy_to_json(const TrainConfig& config);
+// The run's traits (train/training.hpp RunTraits): its mode's strategy, strategy_to_json, and its
+// projection curve's overlapped share. Throws as projection_curve.
+RunTraits run_traits(const TrainConfig& config);
 
 // One projection curve with its strategy.
 struct ProjectedCurve {

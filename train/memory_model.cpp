@@ -9,14 +9,12 @@
 
 namespace dpbench {
 
-double RankMemory::total() const {
-  double sum = 0;
-  for (double b : bytes) sum += b;
-  return sum;
+MemoryInputs builtin_memory_inputs(const TrainConfig& config, const SampleShape& shape, std::size_t classes) {
+  return model_memory_inputs(make_model(config, shape, classes), config, shape, classes);
 }
 
-MemoryInputs builtin_memory_inputs(const TrainConfig& config, const SampleShape& shape, std::size_t classes) {
-  std::shared_ptr<const Model> model = make_model(config, shape, classes);
+MemoryInputs model_memory_inputs(std::shared_ptr<const Model> model, const TrainConfig& config,
+                                 const SampleShape& shape, std::size_t classes) {
   MemoryInputs in;
   in.num_params = static_cast<double>(model->num_params());
   in.buffer_floats = static_cast<double>(model->num_buffers());

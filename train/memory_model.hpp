@@ -23,12 +23,14 @@
 #include <array>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/memory.hpp"
 #include "train/training.hpp"
 #include "workloads/dataset.hpp"
+#include "workloads/model.hpp"
 
 namespace dpbench {
 
@@ -45,19 +47,12 @@ struct MemoryInputs {
                        // sharded_ps.servers, comm, ps.coalesce_mb, loader
 };
 
-using CategoryBytes = std::array<double, kNumMemoryCategories>;
-
-// One rank's modelled bytes by category, and its role ("root", "worker", "replica", "server").
-struct RankMemory {
-  std::string role;
-  CategoryBytes bytes{};
-  double& operator[](MemoryCategory c) { return bytes[static_cast<std::size_t>(c)]; }
-  double total() const;
-};
-
 // The inputs for a built-in model (config.model.workload with its widths) on samples of `shape` with
 // `classes` classes, and the run `config`. Throws InputError as make_model.
 MemoryInputs builtin_memory_inputs(const TrainConfig& config, const SampleShape& shape, std::size_t classes);
+// The same for a model already made: `model` on samples of `shape` with `classes` classes.
+MemoryInputs model_memory_inputs(std::shared_ptr<const Model> model, const TrainConfig& config,
+                                 const SampleShape& shape, std::size_t classes);
 
 // Rank r's samples per step: its --rank-batch entry, or the global batch over the ranks.
 double replica_rows(const TrainConfig& config, int rank);

@@ -25,18 +25,6 @@ struct RankCompute {
   double optimizer = 0;
 };
 
-// A gradient bucket: floats [offset, offset + size) of the flat gradient buffer.
-struct ScheduleBucket {
-  std::size_t offset = 0;
-  std::size_t size = 0;
-  // The all-reduces a compressing hook runs for the bucket instead of one of `size` floats
-  // (allreduce --comm-hook powersgd:R: its uncompressed tensors, Ps, Qs); empty: none.
-  std::vector<std::size_t> allreduces;
-  // The share of backward's compute from the previous bucket's ready point to this one's (a
-  // described model's layer times); negative: in proportion to the bucket's size.
-  double backward_share = -1;
-};
-
 // DDP's buckets over `model`'s parameters in its gradient-ready order (config.allreduce's
 // first_bucket_mb and bucket_cap_mb: torch/nn/parallel/distributed.py's bucketing), each ready
 // when its last gradient is (the model's gradient-ready times, where it has them).

@@ -228,6 +228,30 @@ struct TimeToTarget {
   double seconds = -1;  // rank 0's wall time from the first step to that one's end; -1: unknown
 };
 
+// A gradient bucket: floats [offset, offset + size) of the flat gradient buffer.
+struct ScheduleBucket {
+  std::size_t offset = 0;
+  std::size_t size = 0;
+  // The all-reduces a compressing hook runs for the bucket instead of one of `size` floats
+  // (allreduce --comm-hook powersgd:R: its uncompressed tensors, Ps, Qs); empty: none.
+  std::vector<std::size_t> allreduces;
+  // The share of backward's compute from the previous bucket's ready point to this one's (a
+  // described model's layer times); negative: in proportion to the bucket's size.
+  double backward_share = -1;
+};
+
+struct Strategy;
+struct ModelDescription;
+
+// What the strategy registry says of a run (registry/strategies.hpp run_traits), resolved once
+// when the harness runs it (harness/harness.hpp execute_point).
+struct RunTraits {
+  const Strategy* strategy = nullptr;  // the run's mode's strategy
+  // Its traits as the result's run entry carries them under "strategy" (strategy_to_json).
+  nlohmann::json json;
+  double overlapped_share = 0;  // of its communication, its projection curve's (ProjectionCurve)
+};
+
 struct RunResult {
   TrainConfig config;
   std::string dataset;
@@ -264,6 +288,15 @@ struct RunResult {
   // On an emulated cluster: rank 0's probe of the engine's collectives before the first step
   // (train/engine_probe.hpp); nullopt elsewhere.
   std::optional<EngineProbe> engine_probe;
+  // Set by the harness that ran it (harness/harness.hpp execute_point), for the result file and
+  // the network analysis to read: its strategy's traits; the description a replay (--model)
+  // replays (null otherwise); the memory model's figures for each rank (train/memory_model.hpp;
+  // CPU ranks over --comm local, where it holds to the byte; empty elsewhere); its strategy's
+  // buckets of its model (Strategy::schedule_buckets; empty when the strategy has none).
+  RunTraits traits;
+  std::shared_ptr<const ModelDescription> description;
+  std::vector<RankMemory> modelled_memory;
+  std::vector<ScheduleBucket> schedule_buckets;
 };
 
 // The data of one run.

@@ -1,0 +1,152 @@
+#include "analysis/run_simulation.hpp"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "train/buckets.hpp"
+#include "train/strategy.hpp"
+
+namespace dpbench {
+
+namespace {
+
+// `platform` with the run's probed intra-node rate (train/engine_probe.hpp probe_intra_node),
+// where it has one, and the record of where that rate came from.
+std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& platform, const RunResult& r) {
+  SimPlatform pf = platform;
+  if (pf.ranks_per_node < 2) return {pf, nullptr};
+  if (r.engine_probe && r.engine_probe->intra_node) {
+    const IntraNodeProbe& probe = *r.engine_probe->intra_node;
+    pf.intra_bytes_per_s = probe.bytes_per_s;
+    pf.intra_latency_s = probe.latency_s / 2.0;  // a route inside a node crosses two ranks' links
+    return {pf,
+            {{"bytes_per_s", probe.bytes_per_s},
+             {"latency_s", probe.latency_s},
+             {"floats", probe.floats},
+             {"seconds", probe.seconds},
+             {"repetitions", probe.repetitions},
+             {"source",
+              "probed: local ranks 0 and 1 of every node sent each "
+              "other one float, then the floats, in turn with the run's communicator; rank 0's median round trips"}}};
+  }
+  return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
+}
+
+// The platform with the engine's calibration from the run's probe (train/engine_probe.hpp): for
+// each probed collective in turn, the share of the link at which its messages must move between
+// nodes for SimGrid, playing the probe's sequence up to it on the same platform, to end it when
+// the probe saw it end (sim/simulate.hpp fit_engine_efficiency). nullopt without a probe. Throws
+// what simulate() throws.
+struct Calibration {
+  SimPlatform platform;
+  nlohmann::json record;
+  double wall_s = 0;
+};
+std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResult& r, Backend engine) {
+  if (!r.engine_probe || r.engine_probe->collectives.empty()) return std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  Calibration c{platform, {}, 0};
+  c.platform.engine_efficiency.assign(kCollectiveKinds, 0.0);
+  c.platform.engine_overhead_s.assign(kCollectiveKinds, 0.0);
+  nlohmann::json per = nlohmann::json::array();
+  const BucketAllreduce how = bucket_allreduce(r.config);
+  StepSchedule prefix(r.config.world_size);
+  Collectives collectives(prefix, engine);
+  collectives.set_node_hierarchy(how.ranks_per_node);
+  collectives.set_wire_format(how.format);
+  for (const CollectiveProbe& probe : r.engine_probe->collectives) {
+    collectives.run(probe.kind, probe.floats, probe.counts);
+    const std::string collective = collective_name(probe.kind);
+    // The small messages of a sparse step (sharded_ps's pairwise exchanges, p2p; allreduce's
+    // all-gather of the rows) and the root's transfers one rank after the other (ps's scatter and
+    // gather, whose sizes follow the batch: the probe's capped ones stand for a GPT-2 step's 206 MB
+    // of logits per rank) cost their host per message (an overhead, the link's rate kept); a dense
+    // collective's messages move at a share of the link.
+    const bool per_message = probe.kind == CollectiveKind::p2p || probe.kind == CollectiveKind::scatter ||
+                             probe.kind == CollectiveKind::gather ||
+                             (r.config.model.dlrm.sparse_grad && probe.kind == CollectiveKind::allgather);
+    const EfficiencyFit fit = per_message ? fit_engine_overhead(prefix, c.platform, probe.kind, probe.end_s)
+                                          : fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
+    c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = per_message ? 0.0 : fit.efficiency;
+    c.platform.engine_overhead_s[static_cast<std::size_t>(probe.kind)] = fit.overhead_s;
+    per.push_back({{"collective", collective},
+                   {"floats", probe.floats},
+                   {"measured_s", probe.seconds},
+                   {"measured_end_s", probe.end_s},
+                   {"simulated_end_at_link_s", fit.at_link_s},
+                   {"efficiency", per_message ? 1.0 : fit.efficiency},
+                   {"simulated_end_s", fit.fitted_s},
+                   {"simulations", fit.simulations}});
+    if (per_message) per.back()["overhead_s"] = fit.overhead_s;
+    if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
+  }
+  c.record = {{"collectives", per},
+              {"repetitions", r.engine_probe->repetitions},
+              {"method", "before the first step every rank ran the collectives of the mode's schedule back to back "
+                         "in the step's order, each on the floats the step moves in it (the gradient's; ps's scatter "
+                         "and gather the batch's and its logits'; at most 25 MiB of them) with the run's own "
+                         "communicator, after a barrier; from when the last rank left the barrier, each ends when its "
+                         "last rank left it; the median repetition. "
+                         "Efficiency: the share of the link at which SimGrid, playing the sequence up to that "
+                         "collective on the probed platform, ends it when the probe did (1: the link alone takes as "
+                         "long)"}};
+  c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return c;
+}
+
+// The schedule played by SimGrid on the probed platform with the engine's calibration (each
+// collective's messages between nodes at its probed share of the link) when the run has a probe:
+// the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
+// same with every engine taken to move bytes at the link's rate.
+nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
+                            const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
+  if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
+  const Strategy& s = *r.traits.strategy;
+  if (s.unsimulated != nullptr) {
+    if (std::string why = s.unsimulated(r.config); !why.empty()) return {{"unavailable", std::move(why)}};
+  }
+  if (!simulation_available()) {
+    return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
+  }
+  SimulationResult plain, sim;
+  std::optional<Calibration> calibration;
+  try {
+    calibration = calibrate(platform, r, engine);
+    plain = simulate(*schedule, platform);
+    sim = calibration ? simulate(*schedule, calibration->platform) : plain;
+  } catch (const Error& e) {  // the measured run stands; the record says why it has no simulation
+    return {{"unavailable", e.what()}};
+  }
+  nlohmann::json out = {
+      {"simulated_step_s", sim.step_s},
+      {"error", (sim.step_s - measured) / measured},
+      {"rank_step_s", sim.rank_step_s},
+      {"engine", engine},
+      {"calibrated", calibration.has_value()},
+      {"messages_per_step", plain.messages / plain.config.at("steps").get<long>()},
+      {"wall_s", plain.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0)},
+      {"simulator", plain.config},
+      {"platform", calibration ? calibration->platform.to_json() : platform.to_json()},
+      {"method", "each rank's median forward, backward, optimizer and data phases as measured; every message of "
+                 "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the probed "
+                 "links and the probed intra-node link (intra_node); each collective's messages between nodes at the "
+                 "engine's calibrated share of the link (calibration), or at the link's rate without a probe"}};
+  if (calibration) {
+    out["calibration"] = calibration->record;
+    out["uncalibrated"] = {{"simulated_step_s", plain.step_s}, {"error", (plain.step_s - measured) / measured}};
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json simulate_measured_run(const SimPlatform& platform, const RunResult& r,
+                                     const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
+  const auto [run_platform, intra] = intra_node_platform(platform, r);
+  nlohmann::json simulation = simulate_run(run_platform, r, schedule, engine, measured);
+  if (!intra.is_null()) simulation["intra_node"] = intra;
+  return simulation;
+}
+
+}  // namespace dpbench
