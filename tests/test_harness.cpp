@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "harness/harness.hpp"
 #include "record/result_json.hpp"
+#include "registry/strategies.hpp"
 #include "train/models.hpp"
 #include "workloads/synthetic.hpp"
 
@@ -96,6 +97,32 @@ TEST(Harness, RunsToJsonComparesEachRepetitionWithTheBaselines) {
   const auto alone = runs_to_json({t.runs[0]}, {t.by_mode[0]});
   EXPECT_FALSE(alone[0].contains("ratio_to_baseline"));
   EXPECT_THROW(runs_to_json(t.runs, {t.by_mode[0]}), Error);
+}
+
+TEST(Harness, AnExecutedPointCarriesWhatItsRecordReads) {
+  const LoadedData data = tiny_data();
+  const ModesPlan plan = tiny_plan(data);
+  TrainConfig config = plan.base;
+  config.mode = Mode::allreduce;
+  const RunResult r = execute_point(config, data, plan.device);
+  // Its strategy and traits, resolved once: the record's strategy block is strategy_to_json's.
+  ASSERT_NE(r.traits.strategy, nullptr);
+  EXPECT_EQ(r.traits.strategy->mode, Mode::allreduce);
+  EXPECT_EQ(r.traits.json, strategy_to_json(config));
+  EXPECT_GT(r.traits.overlapped_share, 0.0);  // DDP overlaps its buckets with backward
+  // The strategy's buckets cover the parameters in ranges; the memory model has every rank.
+  std::size_t floats = 0;
+  for (const ScheduleBucket& b : r.schedule_buckets) floats += b.size;
+  EXPECT_EQ(floats, r.num_params);
+  ASSERT_EQ(r.modelled_memory.size(), static_cast<std::size_t>(config.world_size));
+  EXPECT_EQ(r.modelled_memory[0].role, "replica");
+  const nlohmann::json doc = run_to_json(r);
+  EXPECT_EQ(doc.at("memory").at("per_rank").at(1).at("modelled").at("total_bytes").get<double>(),
+            r.modelled_memory[1].total());
+  // A run the harness did not make has no strategy to report: an error, not a guess.
+  RunResult bare = r;
+  bare.traits = {};
+  EXPECT_THROW(run_to_json(bare), Error);
 }
 
 // A run whose wall throughput is `samples_per_s` (one timed step of a global batch of 100).
