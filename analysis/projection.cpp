@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <thread>
+#include <atomic>
 #include <limits>
 #include <map>
 #include <optional>
@@ -441,21 +443,42 @@ EngineCalibration engine_calibration(const std::vector<const nlohmann::json*>& r
   return c;
 }
 
-// --simulate: every curve's point at world size p (the last curves.size() entries of points)
-// gets its "simulation", all curves at once, each in a child process (sim/simulate.hpp).
+// A world size whose points --simulate plays: its ranks' batch, its platform, and the index in
+// "points" of its first curve's point (the curves' follow in order).
+struct SimulatedSize {
+  int p = 0;
+  double b = 0;
+  SimPlatform platform;
+  std::size_t first = 0;
+};
+
+// --simulate: every curve's points at `sizes` get their "simulation". A curve plays its sizes in
+// order (an extrapolated point reads the smaller ones from `memo`); one worker per core takes the
+// next curve when it is done with one, so no curve waits for another's size and no more
+// simulations run at once (each in a child process, sim/simulate.hpp) than there are cores.
 void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
-                     const SimPlatform& platform, int p, double b, bool what_if, SimulationMemo& memo,
+                     const std::vector<SimulatedSize>& sizes, bool what_if, SimulationMemo& memo,
                      nlohmann::json& points) {
-  std::vector<std::future<nlohmann::json>> sims;
-  for (const auto& c : curves) {
-    TrainConfig config;
-    config.mode = c.strategy->mode;
-    config.transport = c.curve.transport;
-    sims.push_back(std::async(std::launch::async, [&, config] {
-      return simulate_point(*c.strategy, config, model, link, platform, p, b, what_if, &memo);
-    }));
+  std::vector<std::vector<nlohmann::json>> out(curves.size());
+  std::atomic<std::size_t> next{0};
+  const auto worker = [&] {
+    for (std::size_t i = next++; i < curves.size(); i = next++) {
+      TrainConfig config;
+      config.mode = curves[i].strategy->mode;
+      config.transport = curves[i].curve.transport;
+      for (const SimulatedSize& at : sizes) {
+        out[i].push_back(
+            simulate_point(*curves[i].strategy, config, model, link, at.platform, at.p, at.b, what_if, &memo));
+      }
+    }
+  };
+  const std::size_t workers = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, curves.size());
+  std::vector<std::future<void>> running;
+  for (std::size_t w = 0; w < workers; ++w) running.push_back(std::async(std::launch::async, worker));
+  for (auto& r : running) r.get();
+  for (std::size_t i = 0; i < curves.size(); ++i) {
+    for (std::size_t k = 0; k < sizes.size(); ++k) points[sizes[k].first + i]["simulation"] = std::move(out[i][k]);
   }
-  for (std::size_t i = 0; i < sims.size(); ++i) points[points.size() - sims.size() + i]["simulation"] = sims[i].get();
 }
 
 // A --platform file SimGrid cannot load is bad input, found before any point is simulated: one
@@ -508,6 +531,7 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
   SimulationMemo memo;
+  std::vector<SimulatedSize> simulated;
   for (const int p : projected_world_sizes(o.max_ranks)) {
     if (scaling.rank_batch(p) < 1.0) break;
     const double b = scaling.rank_batch(p);
@@ -535,12 +559,13 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
                         {"efficiency", speedup / p}});
       step[i] = pred.step_s;
     }
-    if (o.topology.simulate) simulate_curves(curves, model, link, platform, p, b, o.topology.what_if, memo, points);
+    if (o.topology.simulate) simulated.push_back({p, b, std::move(platform), points.size() - curves.size()});
     for (std::size_t i = 0; baseline != nullptr && p >= 2 && i < curves.size(); ++i) {
       const double t_base = step[static_cast<std::size_t>(baseline - curves.data())];
       if (!curves[i].strategy->baseline && !crossing[i] && t_base > 1.05 * step[i]) crossing[i] = p;
     }
   }
+  if (o.topology.simulate) simulate_curves(curves, model, link, simulated, o.topology.what_if, memo, points);
   nlohmann::json crossovers = nlohmann::json::array();
   for (std::size_t i = 0; i < curves.size(); ++i) {
     if (baseline == nullptr || curves[i].strategy->baseline) continue;
