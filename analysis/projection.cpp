@@ -443,6 +443,17 @@ EngineCalibration engine_calibration(const std::vector<const nlohmann::json*>& r
   return c;
 }
 
+// The platform --simulate plays p ranks on: the topology's, with the engine's calibration at p
+// unless a --platform file gives its own.
+SimPlatform size_platform(const ProjectOptions& o, const LinkModel& link, const EngineCalibration& engine, int p) {
+  SimPlatform platform = link_platform(o.topology, link, p, engine.requested_share);
+  if (platform.platform_file.empty()) {
+    platform.engine_efficiency = engine.efficiency_at(p);
+    platform.engine_overhead_s = engine.overhead_s;
+  }
+  return platform;
+}
+
 // A world size whose points --simulate plays: its ranks' batch, its platform, and the index in
 // "points" of its first curve's point (the curves' follow in order).
 struct SimulatedSize {
@@ -457,8 +468,8 @@ struct SimulatedSize {
 // next curve when it is done with one, so no curve waits for another's size and no more
 // simulations run at once (each in a child process, sim/simulate.hpp) than there are cores.
 void simulate_curves(const std::vector<ProjectedCurve>& curves, const StepModel& model, const LinkModel& link,
-                     const std::vector<SimulatedSize>& sizes, bool what_if, SimulationMemo& memo,
-                     nlohmann::json& points) {
+                     const std::vector<SimulatedSize>& sizes, bool what_if, nlohmann::json& points) {
+  SimulationMemo memo;
   std::vector<std::vector<nlohmann::json>> out(curves.size());
   std::atomic<std::size_t> next{0};
   const auto worker = [&] {
@@ -530,18 +541,11 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
   const nlohmann::json curves_doc = curves_json(curves);
   std::vector<std::optional<int>> crossing(curves.size());
   nlohmann::json points = nlohmann::json::array();
-  SimulationMemo memo;
   std::vector<SimulatedSize> simulated;
   for (const int p : projected_world_sizes(o.max_ranks)) {
     if (scaling.rank_batch(p) < 1.0) break;
     const double b = scaling.rank_batch(p);
     std::vector<double> step(curves.size());
-    SimPlatform platform = o.topology.simulate ? link_platform(o.topology, link, p, engine.requested_share)
-                                               : SimPlatform{};
-    if (platform.platform_file.empty()) {
-      platform.engine_efficiency = engine.efficiency_at(p);
-      platform.engine_overhead_s = engine.overhead_s;
-    }
     for (std::size_t i = 0; i < curves.size(); ++i) {
       const std::string& key = curves[i].curve.key;
       const StepPrediction pred = predict_step(model, link, key, p, b);
@@ -559,13 +563,14 @@ void project_curves(const ProjectOptions& o, const StepModel& model, const LinkM
                         {"efficiency", speedup / p}});
       step[i] = pred.step_s;
     }
-    if (o.topology.simulate) simulated.push_back({p, b, std::move(platform), points.size() - curves.size()});
+    if (o.topology.simulate)
+      simulated.push_back({p, b, size_platform(o, link, engine, p), points.size() - curves.size()});
     for (std::size_t i = 0; baseline != nullptr && p >= 2 && i < curves.size(); ++i) {
       const double t_base = step[static_cast<std::size_t>(baseline - curves.data())];
       if (!curves[i].strategy->baseline && !crossing[i] && t_base > 1.05 * step[i]) crossing[i] = p;
     }
   }
-  if (o.topology.simulate) simulate_curves(curves, model, link, simulated, o.topology.what_if, memo, points);
+  if (o.topology.simulate) simulate_curves(curves, model, link, simulated, o.topology.what_if, points);
   nlohmann::json crossovers = nlohmann::json::array();
   for (std::size_t i = 0; i < curves.size(); ++i) {
     if (baseline == nullptr || curves[i].strategy->baseline) continue;
