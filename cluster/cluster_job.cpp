@@ -56,7 +56,10 @@ nlohmann::json describe(const ClusterSpec& spec, const Cluster& c, const std::ve
     launcher["rdzv_backend"] = spec.rdzv_backend;
     launcher["max_restarts"] = spec.max_restarts;
   }
-  if (spec.launcher == Launcher::mpirun) launcher["mpi_collectives"] = mpi_collectives_description();
+  if (spec.launcher == Launcher::mpirun) {
+    launcher["mpi_collectives"] = mpi_collectives_description();
+    launcher["mpi_yield_when_idle"] = mpi_yields_when_idle(spec);
+  }
   return {{"nodes", spec.nodes},
           {"ranks_per_node", spec.ranks_per_node},
           {"launcher", launcher},

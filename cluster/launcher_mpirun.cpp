@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,9 @@
 namespace dpbench::cluster {
 
 namespace {
+
+// Open MPI's MCA parameter mpi_yield_when_idle as an environment variable.
+constexpr const char* kYieldWhenIdle = "OMPI_MCA_mpi_yield_when_idle";
 
 // Open MPI's collective algorithms under --launcher mpirun: as far as Open MPI offers them, the
 // ones whose bytes dpbench's MPI backend counts (core/mpi_comm.cpp: ring all-reduce, blocking and
@@ -103,9 +108,10 @@ std::vector<std::string> mpirun_options(const ClusterSpec& spec, const std::stri
           "tcp,self"};
 }
 
-// The environment mpirun starts with: node 0's, without its node number, and the collective
-// algorithms dpbench's schedule models (unless the caller pinned others).
-std::vector<std::string> mpirun_env(const Cluster& c) {
+// The environment mpirun starts with: node 0's, without its node number, the collective
+// algorithms dpbench's schedule models (unless the caller pinned others), and Open MPI's yield
+// when idle where the cluster's ranks outnumber the host's cores (mpi_yields_when_idle).
+std::vector<std::string> mpirun_env(const ClusterSpec& spec, const Cluster& c) {
   std::vector<std::string> env = node_env(c.nodes(), 0);
   env.erase(std::remove_if(env.begin(), env.end(),
                            [](const std::string& v) { return v.rfind("DPBENCH_CLUSTER_NODE=", 0) == 0; }),
@@ -115,6 +121,9 @@ std::vector<std::string> mpirun_env(const Cluster& c) {
   }
   for (const auto& a : kMpiAlgorithms) {
     if (std::getenv(a.variable) == nullptr) env.push_back(fmt::format("{}={}", a.variable, a.value));
+  }
+  if (std::getenv(kYieldWhenIdle) == nullptr && mpi_yields_when_idle(spec)) {
+    env.push_back(fmt::format("{}=1", kYieldWhenIdle));
   }
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");  // root of the run's own user namespace
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -130,6 +139,11 @@ void check_mpirun_tools() {
   if (find_tool("unshare").empty()) {
     throw InputError("--launcher mpirun: unshare (util-linux) is not installed");
   }
+}
+
+bool mpi_yields_when_idle(const ClusterSpec& spec) {
+  if (const char* own = std::getenv(kYieldWhenIdle)) return std::string(own) != "0";
+  return spec.world_size() > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 nlohmann::json mpi_collectives_description() {
@@ -152,7 +166,7 @@ int run_mpirun_job(const ClusterSpec& spec, const Cluster& c, const std::vector<
   write_file_atomic(agent, script.data(), script.size(), "mpirun's remote shell");
   if (chmod(agent.c_str(), 0755) != 0) throw Error(fmt::format("{}: chmod: {}", agent, std::strerror(errno)));
   std::vector<std::string> argv = mpirun_options(spec, hostfile, agent);
-  std::vector<std::string> env = mpirun_env(c);
+  std::vector<std::string> env = mpirun_env(spec, c);
   for (const char* name : {kDescriptionEnv, "DPBENCH_NET_IFACE"}) {
     argv.insert(argv.end(), {"-x", name});
   }

@@ -41,6 +41,14 @@ int run_torchrun_job(const ClusterSpec& spec, const Cluster& c, const std::vecto
 // unshare is missing.
 void check_mpirun_tools();
 
+// Whether mpirun's ranks yield their core while they wait (Open MPI's mpi_yield_when_idle): the
+// user's OMPI_MCA_mpi_yield_when_idle when set, else when the cluster's ranks outnumber the host's
+// cores. Open MPI polls its TCP connections in a busy loop while a rank waits, and sets that
+// parameter itself when a host's slots are oversubscribed; the emulated nodes' slots are not, but
+// all of them share this host's cores, where a waiting rank's loop takes the core another node's
+// rank needs to compute or to send.
+bool mpi_yields_when_idle(const ClusterSpec& spec);
+
 // The collective algorithms mpirun's job runs, for the cluster's description: collective name ->
 // Open MPI's algorithm, or "VARIABLE=value (the user's)" where the user set its variable.
 nlohmann::json mpi_collectives_description();

@@ -19,6 +19,7 @@
 #include "train/models.hpp"
 #include "core/error.hpp"
 #include "core/mpi_comm.hpp"
+#include "core/net_interface.hpp"
 #include "workloads/click_logs.hpp"
 #include "workloads/cpu_kernels.hpp"
 #include "workloads/criteo.hpp"
@@ -157,6 +158,7 @@ void check_points(const TrainConfig& base, const std::vector<Mode>& modes, const
 }
 
 int ranks_on_this_node(const TrainConfig& config) {
+  if (cluster_node() >= 0) return config.world_size;  // an emulated cluster's nodes are this one host
   if (config.comm == Backend::mpi && MpiRuntime::active()) return MpiRuntime::local_size();
   if (config.comm == Backend::gloo && config.process.ranks_on_this_node > 0)
     return config.process.ranks_on_this_node;  // LOCAL_WORLD_SIZE
@@ -178,11 +180,13 @@ int blas_threads_per_rank(unsigned cores, int local) {
 RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device) {
   const unsigned cores = cpu_cores();
   const auto local = static_cast<unsigned>(std::max(1, ranks_on_this_node(config)));
-  cpu::set_blas_threads(blas_threads_per_rank(cores, static_cast<int>(local)));
+  const int blas_threads = blas_threads_per_rank(cores, static_cast<int>(local));
+  cpu::set_blas_threads(blas_threads);
   const RunTraits traits = run_traits(config);
   const Strategy& strategy = *traits.strategy;
   RunResult r = strategy.train(config, data.view());
   r.traits = traits;
+  r.blas_threads = blas_threads;
   if (!device.note.empty()) r.warnings.push_back(device.note);
   // Records of other processes' ranks that this process was not sent have no steps.
   const auto idle = std::count_if(r.ranks.begin(), r.ranks.end(),

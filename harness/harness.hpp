@@ -53,8 +53,10 @@ void check_point(const TrainConfig& config, const Dataset& train);
 // model's parameter count. Throws InputError.
 void check_points(const TrainConfig& base, const std::vector<Mode>& modes, const LoadedData& data);
 
-// How many ranks share this machine's cores: world_size for in-process ranks, LOCAL_WORLD_SIZE
-// under torchrun (gloo), the node-local process count under mpirun.
+// How many ranks share this machine's cores: world_size for in-process ranks and on an emulated
+// cluster (its nodes are network namespaces of one host, whatever the launcher says of them; an
+// idle BLAS thread of one node would spin on a core another node's rank needs),
+// LOCAL_WORLD_SIZE under torchrun (gloo), the node-local process count under mpirun.
 int ranks_on_this_node(const TrainConfig& config);
 
 // BLAS threads for each of `local` ranks on `cores` cores: $OMP_NUM_THREADS when set (PyTorch's

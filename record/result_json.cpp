@@ -298,6 +298,7 @@ nlohmann::json run_to_json(const RunResult& run) {
   // GPU ranks sharing a device (more ranks than GPUs on a node); CPU ranks are threads.
   j["virtual_ranks"] = std::any_of(run.ranks.begin(), run.ranks.end(),
                                    [](const RankResult& r) { return r.device.virtual_rank; });
+  if (run.blas_threads > 0) j["blas_threads"] = run.blas_threads;
   if (config.device == DeviceKind::cuda) j["precision"] = config.precision;
   j["config"] = config_to_json(config);
   j["steps"] = {{"total", run.steps_total}, {"timed", run.steps_timed}, {"warmup", config.run.warmup_steps}};

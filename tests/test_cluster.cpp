@@ -22,6 +22,7 @@
 
 #include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"
+#include "cluster/launchers.hpp"
 #include "cluster/link.hpp"
 #include "cluster/netns.hpp"
 #include "core/comm.hpp"
@@ -59,6 +60,32 @@ TEST(LinkRate, LinkOfOverridesOneNodeAndRejectsOthers) {
   EXPECT_THROW(cluster::parse_link_of({"1:1gbit"}, spec), InputError);
   spec.nodes = 1;
   EXPECT_THROW(cluster::validate(spec), InputError);
+}
+
+// mpirun's ranks yield their core while they wait where the cluster's ranks outnumber the host's
+// cores (all of its nodes share them), not where each has one; the user's
+// OMPI_MCA_mpi_yield_when_idle wins either way.
+TEST(MpirunYield, WhenTheClustersRanksOutnumberTheHostsCores) {
+  const char* old = std::getenv("OMPI_MCA_mpi_yield_when_idle");
+  const std::string saved = old != nullptr ? old : "";
+  unsetenv("OMPI_MCA_mpi_yield_when_idle");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cluster::ClusterSpec spec;
+  spec.nodes = cores + 1;
+  EXPECT_TRUE(cluster::mpi_yields_when_idle(spec));
+  spec.nodes = std::max(1, cores / 2);
+  spec.ranks_per_node = 2;
+  EXPECT_FALSE(cluster::mpi_yields_when_idle(spec)) << spec.world_size() << " ranks on " << cores << " cores";
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+  EXPECT_TRUE(cluster::mpi_yields_when_idle(spec));
+  spec.nodes = cores + 1;
+  setenv("OMPI_MCA_mpi_yield_when_idle", "0", 1);
+  EXPECT_FALSE(cluster::mpi_yields_when_idle(spec));
+  if (old != nullptr) {
+    setenv("OMPI_MCA_mpi_yield_when_idle", saved.c_str(), 1);
+  } else {
+    unsetenv("OMPI_MCA_mpi_yield_when_idle");
+  }
 }
 
 TEST(LinkRate, TbfArgsCarryTheRateAndABurstOfOneMillisecond) {
@@ -372,6 +399,10 @@ TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
   EXPECT_NEAR(links[0]["probed_up_bytes_per_s"].get<double>() * 8, 500e6, 100e6);
   const auto& net = doc["runs"][0]["network"];
   EXPECT_NEAR(net["link"]["bytes_per_s"].get<double>() * 8, 50e6, 10e6);
+  // The 3 nodes' ranks share this host's cores: each rank's BLAS gets its share of them.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    EXPECT_EQ(doc["runs"][0]["blas_threads"].get<int>(), std::max(1u, std::thread::hardware_concurrency() / 3));
+  }
   // The step as the schedule simulated on the probed links holds within the grid's 15 %; the
   // alpha-beta formula from the slowest link within 20 % (measured -7 to -16 %: it prices the
   // ring at the slow link's pace and leaves out the engine).

@@ -686,6 +686,26 @@ TEST(BlasThreads, OmpNumThreadsWinsOverTheCoreShareAndABadValueIsNamed) {
   }
 }
 
+// On an emulated cluster (DPBENCH_CLUSTER_NODE set) every rank of the job shares this host's
+// cores, whatever the launcher says of the node's own ranks.
+TEST(BlasThreads, AnEmulatedClustersRanksAllShareTheHost) {
+  const char* old = std::getenv("DPBENCH_CLUSTER_NODE");
+  const std::string saved = old != nullptr ? old : "";
+  TrainConfig config;
+  config.world_size = 4;
+  config.comm = Backend::gloo;
+  config.process.ranks_on_this_node = 1;
+  unsetenv("DPBENCH_CLUSTER_NODE");
+  EXPECT_EQ(ranks_on_this_node(config), 1);
+  setenv("DPBENCH_CLUSTER_NODE", "2", 1);
+  EXPECT_EQ(ranks_on_this_node(config), 4);
+  if (old != nullptr) {
+    setenv("DPBENCH_CLUSTER_NODE", saved.c_str(), 1);
+  } else {
+    unsetenv("DPBENCH_CLUSTER_NODE");
+  }
+}
+
 }  // namespace
 }  // namespace dpbench
 

@@ -297,6 +297,9 @@ struct RunResult {
   std::shared_ptr<const ModelDescription> description;
   std::vector<RankMemory> modelled_memory;
   std::vector<ScheduleBucket> schedule_buckets;
+  // The BLAS threads each of this process's ranks computed with (harness/harness.hpp
+  // blas_threads_per_rank); 0: not set by a harness.
+  int blas_threads = 0;
 };
 
 // The data of one run.
