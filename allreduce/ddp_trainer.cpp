@@ -92,6 +92,9 @@ class AllreduceRank final : public ReplicaRank {
   void finish_grad_sync() override { grad_sync_.join(); }
   void optimizer_step() override { optimizer_.step(params_.data(), grads_.data()); }
   void finish_step() override { grad_sync_.finish_step(); }
+  // PowerSGD's own work on the communication thread (its matrix products and orthogonalisation),
+  // which the step's timer laid in the exposed communication: as compute, with the optimizer's.
+  HostWork take_host_work() override { return {0.0, powersgd_ ? powersgd_->take_compute_s() : 0.0}; }
 
  private:
   Optimizer optimizer_;

@@ -1,6 +1,7 @@
 #include "allreduce/powersgd.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -92,8 +93,16 @@ void PowerSgdHook::orthogonalize_all(const BucketState& s, float* memory, bool p
   }
 }
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 void PowerSgdHook::sum(Communicator& comm, std::vector<float>& v) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (!v.empty()) hierarchical_allreduce_sum(comm, v.data(), v.size(), ranks_per_node_, scratch_);
+  in_sum_s_ += seconds_since(t0);
 }
 
 void PowerSgdHook::start(BucketState& s) const {
@@ -156,6 +165,8 @@ void PowerSgdHook::power_step(Communicator& comm, BucketState& s, float* grads) 
 }
 
 void PowerSgdHook::reduce(Communicator& comm, std::size_t b, float* grads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double summing_before = in_sum_s_;
   BucketState& s = buckets_.at(b);
   if (!s.started) start(s);  // the first compressed step: zero error, the initial Qs
   const auto world = static_cast<float>(comm.world_size());
@@ -164,6 +175,7 @@ void PowerSgdHook::reduce(Communicator& comm, std::size_t b, float* grads) {
   average_uncompressed(comm, s, grads);
   power_step(comm, s, grads);
   for (std::size_t i = 0; i < s.size; ++i) s.error[i] = s.input[i] - grads[i];
+  compute_s_ += std::max(0.0, seconds_since(t0) - (in_sum_s_ - summing_before));
 }
 
 }  // namespace dpbench

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm.hpp"
@@ -72,6 +73,11 @@ class PowerSgdHook {
 
   const std::vector<PowerSgdTensor>& tensors(std::size_t b) const { return buckets_[b].tensors; }
 
+  // Seconds reduce() spent on this rank's own work (error feedback, the matrix products, the
+  // orthogonalisation, the copies) rather than in its three all-reduces, since the last call;
+  // the call resets it. Read by the thread that ran reduce() or after a join with it.
+  double take_compute_s() { return std::exchange(compute_s_, 0.0); }
+
  private:
   struct BucketState {
     std::vector<PowerSgdTensor> tensors;
@@ -92,6 +98,8 @@ class PowerSgdHook {
   std::uint64_t seed_;
   int ranks_per_node_;
   std::vector<float> scratch_;
+  double in_sum_s_ = 0;   // seconds inside sum(), ever
+  double compute_s_ = 0;  // take_compute_s()'s
 };
 
 }  // namespace dpbench

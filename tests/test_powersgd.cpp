@@ -2,6 +2,7 @@
 // _should_compress), Gram-Schmidt, a rank-1 mean recovered exactly on two ranks with the error
 // each rank keeps, the bytes of its three all-reduces, and the options a run refuses. Agreement
 // with PyTorch's own powerSGD_hook is Cli.PowerSgdHookAgreesWithPyTorchsPowerSgdHook.
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -142,6 +143,38 @@ TEST(PowerSgd, RankOneMeanIsRecoveredAndErrorsFeedBack) {
   }
   // Per rank, the two ranks' ring moves each message once: the bias (3), P (8) and Q (6) floats.
   for (const CommStats& s : stats) EXPECT_EQ(s.bytes_sent, (3u + 8u + 6u) * sizeof(float));
+}
+
+// take_compute_s() counts the hook's own work, not its wait in the all-reduces: rank 1 joins
+// 100 ms late, so rank 0's reduce() lasts that long, nearly all of it waiting in its first
+// all-reduce; its compute (a [8, 6] bucket) is a small positive share, and the call resets it.
+TEST(PowerSgd, ComputeSecondsLeaveOutTheWaitInTheAllReduces) {
+  const std::size_t rows = 8, cols = 6;
+  const std::vector<ParamView> params = {{"w", {rows, cols}, 0, rows * cols}};
+  const std::vector<Bucket> buckets = {{0, rows * cols, {0}}};
+  auto group = std::make_shared<LocalGroup>(2);
+  double compute[2] = {-1, -1}, again[2] = {-1, -1}, wall0 = 0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicator comm(group, r, nullptr);
+      PowerSgdHook hook(params, buckets, 2, 7, 2);
+      std::vector<float> g(rows * cols, 0.25f * static_cast<float>(r + 1));
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const auto t0 = std::chrono::steady_clock::now();
+      hook.reduce(comm, 0, g.data());
+      if (r == 0) wall0 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      compute[r] = hook.take_compute_s();
+      again[r] = hook.take_compute_s();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GE(wall0, 0.09);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GT(compute[r], 0.0) << "rank " << r;
+    EXPECT_LT(compute[r], 0.05) << "rank " << r << " counted its wait (reduce took " << wall0 << " s on rank 0)";
+    EXPECT_EQ(again[r], 0.0) << "rank " << r;
+  }
 }
 
 }  // namespace

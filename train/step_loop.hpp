@@ -101,9 +101,9 @@ class ModeRank {
   // parameters it computed on were (sharded_ps --staleness); empty for a synchronous mode.
   virtual std::vector<int> step_staleness() const { return {}; }
 
-  // The host work (copying and summing table rows, not waiting) inside the last step's
-  // communicating verbs, which its timer laid in comm_exposed: `pull` within forward's exchange,
-  // `push` within finish_grad_sync's. The loop moves them to forward and optimizer, as compute
+  // The host work (copying and summing table rows, PowerSGD's matrix products; not waiting)
+  // inside the last step's communicating verbs, which its timer laid in comm_exposed: `pull`
+  // within forward's exchange, `push` within finish_grad_sync's. The loop moves them to forward and optimizer, as compute
   // (what the in-run simulation plays as such). Seconds; the call resets them.
   struct HostWork {
     double pull = 0, push = 0;
