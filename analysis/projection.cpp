@@ -392,6 +392,8 @@ struct EngineCalibration {
   // The share of a requested --node-link / --node-link-of rate a transfer gets (requested_rate_share).
   double requested_share = 1.0;
   std::vector<double> efficiency, overhead_s;
+  // A node's local ranks' link as the files probed it (intra_node_calibration); 0: the topology's.
+  double intra_bytes_per_s = 0, intra_latency_s = 0;
   std::vector<int> from;                            // per collective: the world size its fit came from
   nlohmann::json record = nlohmann::json::array();  // per collective: its fit and the run it came from
 
@@ -443,13 +445,47 @@ EngineCalibration engine_calibration(const std::vector<const nlohmann::json*>& r
   return c;
 }
 
+// The intra-node link the calibration files' emulated runs probed (network.simulation.intra_node:
+// a node's local ranks sent each other one float, then 4 Mi floats, over the run's communicator,
+// under the host's load; train/engine_probe.hpp probe_intra_node), for a projection on their link:
+// the median rate, and the median round trip over 2 as each rank's link's latency (a message
+// inside a node crosses two ranks' links), as the in-run simulation plays the probe
+// (analysis/run_simulation.cpp). An emulated node's ranks meet over the host's loopback, where 4
+// ranks on 2 cores measured round trips of 0.7 to 2.0 ms (2026-11-30), not NVLink's 1 us. Null
+// without a probed run.
+nlohmann::json intra_node_calibration(const std::vector<const nlohmann::json*>& runs) {
+  std::vector<double> rates, round_trips;
+  for (const auto* run : runs) {
+    const auto net = run->find("network");
+    if (net == run->end() || !net->contains("simulation") || !(*net)["simulation"].contains("intra_node")) continue;
+    const auto& probe = (*net)["simulation"]["intra_node"];
+    if (probe.value("source", std::string()).rfind("probed", 0) != 0) continue;
+    const double rate = probe.value("bytes_per_s", 0.0), rtt = probe.value("latency_s", 0.0);
+    if (rate > 0 && rtt > 0) {
+      rates.push_back(rate);
+      round_trips.push_back(rtt);
+    }
+  }
+  if (rates.empty()) return nullptr;
+  return {{"bytes_per_s", median(rates)},
+          {"latency_s", median(round_trips) / 2.0},
+          {"runs", rates.size()},
+          {"method", "the calibration files' runs' probes of a node's local ranks (network.simulation.intra_node): "
+                     "the median rate, and the median round trip over 2 as each rank's link's latency; instead of "
+                     "--intra-link, which the command line did not give"}};
+}
+
 // The platform --simulate plays p ranks on: the topology's, with the engine's calibration at p
-// unless a --platform file gives its own.
+// (and the probed intra-node link) unless a --platform file gives its own.
 SimPlatform size_platform(const ProjectOptions& o, const LinkModel& link, const EngineCalibration& engine, int p) {
   SimPlatform platform = link_platform(o.topology, link, p, engine.requested_share);
   if (platform.platform_file.empty()) {
     platform.engine_efficiency = engine.efficiency_at(p);
     platform.engine_overhead_s = engine.overhead_s;
+    if (engine.intra_bytes_per_s > 0) {
+      platform.intra_bytes_per_s = engine.intra_bytes_per_s;
+      platform.intra_latency_s = engine.intra_latency_s;
+    }
   }
   return platform;
 }
@@ -827,10 +863,18 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   EngineCalibration engine = o.topology.simulate && emulated ? engine_calibration(in.runs) : EngineCalibration{};
   const nlohmann::json rate_share = o.topology.simulate && emulated ? requested_rate_share(in.links) : nullptr;
   if (!rate_share.is_null()) engine.requested_share = rate_share["share"].get<double>();
+  const nlohmann::json intra = o.topology.simulate && emulated && !o.topology.intra_link_given
+                                   ? intra_node_calibration(in.runs)
+                                   : nlohmann::json();
+  if (!intra.is_null()) {
+    engine.intra_bytes_per_s = intra["bytes_per_s"].get<double>();
+    engine.intra_latency_s = intra["latency_s"].get<double>();
+  }
   if (o.topology.simulate) {
     describe_topology(o, link, engine.requested_share, doc);
     doc["topology"]["engine_calibration"] = engine.record;
     doc["topology"]["requested_rate_share"] = rate_share;
+    if (!intra.is_null()) doc["topology"]["intra_node_calibration"] = intra;
   }
   project_curves(o, model, link.model, scaling, engine, doc);
   doc["measured"] = nlohmann::json::array();

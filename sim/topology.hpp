@@ -21,6 +21,7 @@ struct TopologyOptions {
   int ranks_per_node = 1;
   std::string node_link;                  // "" -> the projection's link bandwidth
   std::string intra_link = "2960gbit";    // NVLink 4: 370 GB/s ring busbw (the nvlink4 preset)
+  bool intra_link_given = false;          // --intra-link was on the command line
   int nodes_per_leaf = 0;                 // 0: every node on one switch
   double oversubscription = 1.0;          // leaf uplink = nodes_per_leaf x node link / this
   std::vector<std::string> node_link_of;  // "I=RATE"

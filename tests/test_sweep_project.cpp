@@ -934,6 +934,43 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
 }
 
+// A calibration file's probe of a node's local ranks (network.simulation.intra_node: 2 GB/s, 2 ms
+// round trips) replaces --intra-link's NVLink on the files' emulated link: recorded, with each
+// rank's link at half the round trip, it slows a 2-ranks-per-node ring whose neighbours meet
+// inside a node; an --intra-link on the command line wins.
+TEST(Project, AProbedIntraNodeLinkReplacesNvlinkOnTheEmulatedLink) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.1, 0.05, 0.05);
+  const nlohmann::json plain_doc = {{"env", {{"cpu_cores", 4}}},
+                                    {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  cluster["network"]["simulation"] = {
+      {"intra_node", {{"bytes_per_s", 2e9}, {"latency_s", 2e-3}, {"source", "probed: local ranks 0 and 1"}}}};
+  const nlohmann::json probed_doc = {{"env", {{"cpu_cores", 4}}},
+                                     {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  ProjectOptions o;
+  o.max_ranks = 4;
+  o.topology.simulate = true;
+  o.topology.ranks_per_node = 2;
+  const auto step_at_4 = [](const nlohmann::json& proj) {
+    for (const auto& pt : proj["points"]) {
+      if (pt["curve"] == "allreduce" && pt["world_size"] == 4)
+        return pt["simulation"]["simulated_step_s"].get<double>();
+    }
+    return 0.0;
+  };
+  const nlohmann::json plain = project(o, {plain_doc}, nullptr);
+  const nlohmann::json probed = project(o, {probed_doc}, nullptr);
+  EXPECT_FALSE(plain["topology"].contains("intra_node_calibration"));
+  ASSERT_TRUE(probed["topology"].contains("intra_node_calibration")) << probed["topology"].dump();
+  EXPECT_EQ(probed["topology"]["intra_node_calibration"]["bytes_per_s"], 2e9);
+  EXPECT_EQ(probed["topology"]["intra_node_calibration"]["latency_s"], 1e-3);
+  EXPECT_GT(step_at_4(probed), step_at_4(plain) + 4e-3) << "the ring's intra-node steps at 2 ms each";
+  o.topology.intra_link_given = true;
+  const nlohmann::json given = project(o, {probed_doc}, nullptr);
+  EXPECT_FALSE(given["topology"].contains("intra_node_calibration"));
+  EXPECT_EQ(step_at_4(given), step_at_4(plain));
+}
+
 // The projection says which machine its compute came from: the calibration run's file's env (the
 // 1-rank run's, not the 2-rank file's), keys it lacks null.
 TEST(Project, RecordsTheMachineOfItsCalibrationRun) {

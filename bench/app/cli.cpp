@@ -837,6 +837,7 @@ int project_main(const CLI::App& project, ProjectOptions& o) {
                            "--node-link-of"}) {
     described += project.count(name);
   }
+  o.topology.intra_link_given = project.count("--intra-link") > 0;
   apply_topology_preset(o.topology, project.count("--ranks-per-node") > 0, project.count("--intra-link") > 0,
                         project.count("--node-link") > 0, described > 0);
   return project_command(o);

@@ -37,8 +37,8 @@ void add_topology_options(CLI::App& app, TopologyOptions& o) {
   app.add_option("--node-link", o.node_link,
                  "--simulate: each node's NIC, each way, in tc's units (400gbit); default: the projection's link");
   app.add_option("--intra-link", o.intra_link,
-                 "--simulate: each rank's link inside its node (default: NVLink 4, "
-                 "370 GB/s)")
+                 "--simulate: each rank's link inside its node (default: NVLink 4, 370 GB/s; on the calibration "
+                 "files' emulated link, their probe of a node's local ranks where a run has one)")
       ->capture_default_str();
   app.add_option("--nodes-per-leaf", o.nodes_per_leaf,
                  "--simulate: nodes per leaf switch of a two-level tree (0: one switch)")
