@@ -394,6 +394,7 @@ struct EngineCalibration {
   std::vector<double> efficiency, overhead_s;
   // A node's local ranks' link as the files probed it (intra_node_calibration); 0: the topology's.
   double intra_bytes_per_s = 0, intra_latency_s = 0;
+  nlohmann::json rate_share_record, intra_record;   // requested_rate_share's, intra_node_calibration's
   std::vector<int> from;                            // per collective: the world size its fit came from
   nlohmann::json record = nlohmann::json::array();  // per collective: its fit and the run it came from
 
@@ -473,6 +474,20 @@ nlohmann::json intra_node_calibration(const std::vector<const nlohmann::json*>& 
           {"method", "the calibration files' runs' probes of a node's local ranks (network.simulation.intra_node): "
                      "the median rate, and the median round trip over 2 as each rank's link's latency; instead of "
                      "--intra-link, which the command line did not give"}};
+}
+
+// What a projection on the files' emulated link takes from their runs: the engine's fits, the
+// requested rate's share and (unless --intra-link was given) the probed intra-node link.
+EngineCalibration files_calibration(const ProjectOptions& o, const Inputs& in) {
+  EngineCalibration engine = engine_calibration(in.runs);
+  engine.rate_share_record = requested_rate_share(in.links);
+  if (!engine.rate_share_record.is_null()) engine.requested_share = engine.rate_share_record["share"].get<double>();
+  if (!o.topology.intra_link_given) engine.intra_record = intra_node_calibration(in.runs);
+  if (!engine.intra_record.is_null()) {
+    engine.intra_bytes_per_s = engine.intra_record["bytes_per_s"].get<double>();
+    engine.intra_latency_s = engine.intra_record["latency_s"].get<double>();
+  }
+  return engine;
 }
 
 // The platform --simulate plays p ranks on: the topology's, with the engine's calibration at p
@@ -860,21 +875,12 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   doc["calibration"]["machine"] = calibration_machine(*in.env_of.at(&base));
   if (!host_sharing.is_null()) doc["calibration"]["host_sharing"] = host_sharing;
   const int calibration_workers = base.at("config").value("num_workers", 0);
-  EngineCalibration engine = o.topology.simulate && emulated ? engine_calibration(in.runs) : EngineCalibration{};
-  const nlohmann::json rate_share = o.topology.simulate && emulated ? requested_rate_share(in.links) : nullptr;
-  if (!rate_share.is_null()) engine.requested_share = rate_share["share"].get<double>();
-  const nlohmann::json intra = o.topology.simulate && emulated && !o.topology.intra_link_given
-                                   ? intra_node_calibration(in.runs)
-                                   : nlohmann::json();
-  if (!intra.is_null()) {
-    engine.intra_bytes_per_s = intra["bytes_per_s"].get<double>();
-    engine.intra_latency_s = intra["latency_s"].get<double>();
-  }
+  const EngineCalibration engine = o.topology.simulate && emulated ? files_calibration(o, in) : EngineCalibration{};
   if (o.topology.simulate) {
     describe_topology(o, link, engine.requested_share, doc);
     doc["topology"]["engine_calibration"] = engine.record;
-    doc["topology"]["requested_rate_share"] = rate_share;
-    if (!intra.is_null()) doc["topology"]["intra_node_calibration"] = intra;
+    doc["topology"]["requested_rate_share"] = engine.rate_share_record;
+    if (!engine.intra_record.is_null()) doc["topology"]["intra_node_calibration"] = engine.intra_record;
   }
   project_curves(o, model, link.model, scaling, engine, doc);
   doc["measured"] = nlohmann::json::array();

@@ -177,6 +177,28 @@ int blas_threads_per_rank(unsigned cores, int local) {
   return static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, local))));
 }
 
+namespace {
+
+// The warning of ranks sharing a GPU (virtual ranks) or `local` CPU ranks sharing `cores` cores.
+void add_sharing_warning(const TrainConfig& config, unsigned local, unsigned cores, RunResult& r) {
+  if (config.device != DeviceKind::cpu) {
+    const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(),
+                                    [](const RankResult& k) { return k.device.virtual_rank; });
+    if (shared) {
+      r.warnings.push_back(
+          fmt::format("virtual ranks: {} ranks share {} GPU(s) on this node; results check correctness, and step times "
+                      "include the ranks contending for one device",
+                      config.world_size, probe_cuda().gpus.size()));
+      fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
+    }
+  } else if (local > cores) {
+    r.warnings.push_back(fmt::format(
+        "{} ranks share {} CPU cores: ranks are time-sliced, so step times include waiting for a core", local, cores));
+  }
+}
+
+}  // namespace
+
 RunResult execute_point(const TrainConfig& config, const LoadedData& data, const DeviceChoice& device) {
   const unsigned cores = cpu_cores();
   const auto local = static_cast<unsigned>(std::max(1, ranks_on_this_node(config)));
@@ -223,20 +245,7 @@ RunResult execute_point(const TrainConfig& config, const LoadedData& data, const
                     r.resumed_from_step, r.steps_total));
     fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
   }
-  if (config.device != DeviceKind::cpu) {
-    const bool shared = std::any_of(r.ranks.begin(), r.ranks.end(),
-                                    [](const RankResult& k) { return k.device.virtual_rank; });
-    if (shared) {
-      r.warnings.push_back(
-          fmt::format("virtual ranks: {} ranks share {} GPU(s) on this node; results check correctness, and step times "
-                      "include the ranks contending for one device",
-                      config.world_size, probe_cuda().gpus.size()));
-      fmt::print(stderr, "dpbench: warning: {}\n", r.warnings.back());
-    }
-  } else if (local > cores) {
-    r.warnings.push_back(fmt::format(
-        "{} ranks share {} CPU cores: ranks are time-sliced, so step times include waiting for a core", local, cores));
-  }
+  add_sharing_warning(config, local, cores, r);
   return r;
 }
 
