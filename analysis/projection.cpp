@@ -449,31 +449,31 @@ EngineCalibration engine_calibration(const std::vector<const nlohmann::json*>& r
 // The intra-node link the calibration files' emulated runs probed (network.simulation.intra_node:
 // a node's local ranks sent each other one float, then 4 Mi floats, over the run's communicator,
 // under the host's load; train/engine_probe.hpp probe_intra_node), for a projection on their link:
-// the median rate, and the median round trip over 2 as each rank's link's latency (a message
-// inside a node crosses two ranks' links), as the in-run simulation plays the probe
+// the median rate, and half the median latency (half a one-float round trip) on each rank's link,
+// since a message inside a node crosses two ranks' links, as the in-run simulation plays the probe
 // (analysis/run_simulation.cpp). An emulated node's ranks meet over the host's loopback, where 4
-// ranks on 2 cores measured round trips of 0.7 to 2.0 ms (2026-11-30), not NVLink's 1 us. Null
+// ranks on 2 cores measured latencies of 0.05 to 2.2 ms (2026-11-30), not NVLink's 1 us. Null
 // without a probed run.
 nlohmann::json intra_node_calibration(const std::vector<const nlohmann::json*>& runs) {
-  std::vector<double> rates, round_trips;
+  std::vector<double> rates, latencies;
   for (const auto* run : runs) {
     const auto net = run->find("network");
     if (net == run->end() || !net->contains("simulation") || !(*net)["simulation"].contains("intra_node")) continue;
     const auto& probe = (*net)["simulation"]["intra_node"];
     if (probe.value("source", std::string()).rfind("probed", 0) != 0) continue;
-    const double rate = probe.value("bytes_per_s", 0.0), rtt = probe.value("latency_s", 0.0);
-    if (rate > 0 && rtt > 0) {
+    const double rate = probe.value("bytes_per_s", 0.0), latency = probe.value("latency_s", 0.0);
+    if (rate > 0 && latency > 0) {
       rates.push_back(rate);
-      round_trips.push_back(rtt);
+      latencies.push_back(latency);
     }
   }
   if (rates.empty()) return nullptr;
   return {{"bytes_per_s", median(rates)},
-          {"latency_s", median(round_trips) / 2.0},
+          {"latency_s", median(latencies) / 2.0},
           {"runs", rates.size()},
           {"method", "the calibration files' runs' probes of a node's local ranks (network.simulation.intra_node): "
-                     "the median rate, and the median round trip over 2 as each rank's link's latency; instead of "
-                     "--intra-link, which the command line did not give"}};
+                     "the median rate, and half the median latency on each rank's link (a message inside a node "
+                     "crosses two); instead of --intra-link, which the command line did not give"}};
 }
 
 // What a projection on the files' emulated link takes from their runs: the engine's fits, the

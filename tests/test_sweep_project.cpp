@@ -934,9 +934,9 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
 }
 
-// A calibration file's probe of a node's local ranks (network.simulation.intra_node: 2 GB/s, 2 ms
-// round trips) replaces --intra-link's NVLink on the files' emulated link: recorded, with each
-// rank's link at half the round trip, it slows a 2-ranks-per-node ring whose neighbours meet
+// A calibration file's probe of a node's local ranks (network.simulation.intra_node: 2 GB/s, a
+// 2 ms latency) replaces --intra-link's NVLink on the files' emulated link: recorded, with each
+// rank's link at half the latency, it slows a 2-ranks-per-node ring whose neighbours meet
 // inside a node; an --intra-link on the command line wins.
 TEST(Project, AProbedIntraNodeLinkReplacesNvlinkOnTheEmulatedLink) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
