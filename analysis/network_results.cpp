@@ -1,7 +1,6 @@
 #include "analysis/network_results.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -12,7 +11,6 @@
 #include "core/error.hpp"
 #include "analysis/run_simulation.hpp"
 #include "sim/simulate.hpp"
-#include "train/buckets.hpp"
 
 namespace dpbench {
 
