@@ -739,10 +739,11 @@ void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const 
                     {"text", scaling.text()}};
 }
 
-// With --simulate, the projection file's "topology" block; checks a --platform file first.
-void describe_topology(const ProjectOptions& o, const ProjectionLink& link, double requested_share,
+// With --simulate, the projection file's "topology" block, its platform at --max-ranks as played
+// (with `engine`'s calibration); checks a --platform file first.
+void describe_topology(const ProjectOptions& o, const ProjectionLink& link, const EngineCalibration& engine,
                        nlohmann::json& doc) {
-  const SimPlatform largest = link_platform(o.topology, link.model, o.max_ranks, requested_share);
+  const SimPlatform largest = size_platform(o, link.model, engine, o.max_ranks);
   check_platform_file(largest);
   doc["topology"] = {{"platform_at_max_ranks", largest.to_json()},
                      {"ranks_per_node", o.topology.ranks_per_node},
@@ -831,7 +832,7 @@ nlohmann::json project_described(const ProjectOptions& given) {
                                            {"device_profile_source", profile.source},
                                            {"time_scale", profile_time_scale(*d, profile)},
                                            {"ddp_buckets", described_buckets(*d)}};
-  if (o.topology.simulate) describe_topology(o, link, 1.0, doc);
+  if (o.topology.simulate) describe_topology(o, link, EngineCalibration{}, doc);
   project_curves(o, model, link.model, scaling, EngineCalibration{}, doc);
   doc["measured"] = nlohmann::json::array();
   return doc;
@@ -877,7 +878,7 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   const int calibration_workers = base.at("config").value("num_workers", 0);
   const EngineCalibration engine = o.topology.simulate && emulated ? files_calibration(o, in) : EngineCalibration{};
   if (o.topology.simulate) {
-    describe_topology(o, link, engine.requested_share, doc);
+    describe_topology(o, link, engine, doc);
     doc["topology"]["engine_calibration"] = engine.record;
     doc["topology"]["requested_rate_share"] = engine.rate_share_record;
     if (!engine.intra_record.is_null()) doc["topology"]["intra_node_calibration"] = engine.intra_record;

@@ -557,7 +557,7 @@ TEST_F(EmulatedCluster, SrunAcrossNodesMatchesLocalRanks) {
 // step each way by the schedule (allreduce's rings; sharded_ps's push and pull, (N-1)/N each), the
 // wire agrees with the schedule (ps too), and the final parameters are the flat mode's of 4 in-process ranks (relative L2 1e-5:
 // the sums run in another order). The step times are printed, not judged (this suite shares the
-// cores; the README's table has the figures).
+// cores; docs/measured-hierarchy-and-compression.md has the figures).
 TEST_F(EmulatedCluster, NodeHierarchyPutsTwoNMinusOneOverNOfTheGradientOnEachLink) {
   const std::string model =
       "--data synthetic --input 64 --synthetic-samples 600 --hidden 256 --epochs 1 --batch-size 40 --max-steps 20";

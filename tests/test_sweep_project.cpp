@@ -886,6 +886,19 @@ TEST(Project, NodeLinkOfOutsideTheProjectionsNodesIsAnInputError) {
   EXPECT_THROW(check_node_link_of(o, 8), InputError);
 }
 
+// A 4-core machine's calibration file: a 1-rank allreduce run (0.1 s a step) and `cluster`.
+nlohmann::json calibration_doc(const nlohmann::json& cluster) {
+  return {{"env", {{"cpu_cores", 4}}}, {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+}
+
+// A --simulate projection's simulated step of `curve` at world size p; 0 when it has no such point.
+double simulated_step_at(const nlohmann::json& proj, const std::string& curve, int p) {
+  for (const auto& pt : proj["points"]) {
+    if (pt["curve"] == curve && pt["world_size"] == p) return pt["simulation"]["simulated_step_s"].get<double>();
+  }
+  return 0.0;
+}
+
 // The engine's calibration a calibration file's emulated run recorded (here allreduce and
 // all-gather at half the link) rides on the projection's platform when the projection plays the
 // files' emulated link: recorded with the run it came from, and allreduce's simulated step grows;
@@ -894,24 +907,17 @@ TEST(Project, NodeLinkOfOutsideTheProjectionsNodesIsAnInputError) {
 TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   nlohmann::json cluster = fake_cluster_run(2, 12.5e6, 0.42, 0.32, 0.32);
-  const nlohmann::json plain_doc = {{"env", {{"cpu_cores", 4}}},
-                                    {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  const nlohmann::json plain_doc = calibration_doc(cluster);
   cluster["network"]["simulation"] = {
       {"calibration",
        {{"collectives",
          {{{"collective", "allreduce"}, {"efficiency", 0.5}}, {{"collective", "allgather"}, {"efficiency", 0.5}}}}}}};
-  const nlohmann::json calibrated_doc = {{"env", {{"cpu_cores", 4}}},
-                                         {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  const nlohmann::json calibrated_doc = calibration_doc(cluster);
   ProjectOptions o;
   o.max_ranks = 4;
   o.topology.simulate = true;
-  const auto step_at = [](const nlohmann::json& proj, const std::string& curve, int p) {
-    for (const auto& pt : proj["points"]) {
-      if (pt["curve"] == curve && pt["world_size"] == p) return pt["simulation"]["simulated_step_s"].get<double>();
-    }
-    return 0.0;
-  };
-  const auto step_at_4 = [&](const nlohmann::json& proj) { return step_at(proj, "allreduce", 4); };
+  const auto step_at = simulated_step_at;
+  const auto step_at_4 = [](const nlohmann::json& proj) { return simulated_step_at(proj, "allreduce", 4); };
   const nlohmann::json plain = project(o, {plain_doc}, nullptr);
   const nlohmann::json calibrated = project(o, {calibrated_doc}, nullptr);
   EXPECT_TRUE(plain["topology"]["engine_calibration"].empty());
@@ -941,29 +947,22 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
 TEST(Project, AProbedIntraNodeLinkReplacesNvlinkOnTheEmulatedLink) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.1, 0.05, 0.05);
-  const nlohmann::json plain_doc = {{"env", {{"cpu_cores", 4}}},
-                                    {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  const nlohmann::json plain_doc = calibration_doc(cluster);
   cluster["network"]["simulation"] = {
       {"intra_node", {{"bytes_per_s", 2e9}, {"latency_s", 2e-3}, {"source", "probed: local ranks 0 and 1"}}}};
-  const nlohmann::json probed_doc = {{"env", {{"cpu_cores", 4}}},
-                                     {"runs", {fake_run("allreduce", 1, 0.1, 0.0), cluster}}};
+  const nlohmann::json probed_doc = calibration_doc(cluster);
   ProjectOptions o;
   o.max_ranks = 4;
   o.topology.simulate = true;
   o.topology.ranks_per_node = 2;
-  const auto step_at_4 = [](const nlohmann::json& proj) {
-    for (const auto& pt : proj["points"]) {
-      if (pt["curve"] == "allreduce" && pt["world_size"] == 4)
-        return pt["simulation"]["simulated_step_s"].get<double>();
-    }
-    return 0.0;
-  };
+  const auto step_at_4 = [](const nlohmann::json& proj) { return simulated_step_at(proj, "allreduce", 4); };
   const nlohmann::json plain = project(o, {plain_doc}, nullptr);
   const nlohmann::json probed = project(o, {probed_doc}, nullptr);
   EXPECT_FALSE(plain["topology"].contains("intra_node_calibration"));
   ASSERT_TRUE(probed["topology"].contains("intra_node_calibration")) << probed["topology"].dump();
   EXPECT_EQ(probed["topology"]["intra_node_calibration"]["bytes_per_s"], 2e9);
   EXPECT_EQ(probed["topology"]["intra_node_calibration"]["latency_s"], 1e-3);
+  EXPECT_EQ(probed["topology"]["platform_at_max_ranks"]["intra_latency_s"], 1e-3) << "the platform as played";
   EXPECT_GT(step_at_4(probed), step_at_4(plain) + 4e-3) << "the ring's intra-node steps at 2 ms each";
   o.topology.intra_link_given = true;
   const nlohmann::json given = project(o, {probed_doc}, nullptr);
