@@ -144,15 +144,15 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   return pf;
 }
 
-double median_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
-  std::vector<double> v;
-  for (const auto& st : rank.steps) v.push_back(get(st.phases));
-  if (v.empty()) return 0.0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
+// A rank's mean of one phase over its timed steps (0 without any): the mean, as the simulation it
+// feeds is held against the run's mean step.
+double mean_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
+  double sum = 0;
+  for (const auto& st : rank.steps) sum += get(st.phases);
+  return rank.steps.empty() ? 0.0 : sum / static_cast<double>(rank.steps.size());
 }
 
-// The inputs of the run's step as its strategy's schedule: every rank's median forward,
+// The inputs of the run's step as its strategy's schedule: every rank's mean forward,
 // backward, optimizer and data phases as measured, its buckets, and the bytes it sent. The engine
 // is left to the caller.
 ScheduleInputs measured_schedule_inputs(const RunResult& r) {
@@ -166,10 +166,10 @@ ScheduleInputs measured_schedule_inputs(const RunResult& r) {
     in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
   }
   for (const auto& rank : r.ranks) {
-    in.compute.push_back({median_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
-                          median_phase(rank, [](const PhaseTimes& t) { return t.forward; }),
-                          median_phase(rank, [](const PhaseTimes& t) { return t.backward; }),
-                          median_phase(rank, [](const PhaseTimes& t) { return t.optimizer; })});
+    in.compute.push_back({mean_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
+                          mean_phase(rank, [](const PhaseTimes& t) { return t.forward; }),
+                          mean_phase(rank, [](const PhaseTimes& t) { return t.backward; }),
+                          mean_phase(rank, [](const PhaseTimes& t) { return t.optimizer; })});
   }
   return in;
 }

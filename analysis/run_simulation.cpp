@@ -26,9 +26,10 @@ std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& pl
              {"floats", probe.floats},
              {"seconds", probe.seconds},
              {"repetitions", probe.repetitions},
+             {"runs", r.engine_probe->runs},
              {"source",
-              "probed: local ranks 0 and 1 of every node sent each "
-              "other one float, then the floats, in turn with the run's communicator; rank 0's median round trips"}}};
+              "probed: local ranks 0 and 1 of every node sent each other one float, then the floats, in turn with "
+              "the run's communicator; rank 0's median round trips (of every repetition of the runs pooled)"}}};
   }
   return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
 }
@@ -83,11 +84,14 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   }
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},
+              {"runs", r.engine_probe->runs},
               {"method", "before the first step every rank ran the collectives of the mode's schedule back to back "
                          "in the step's order, each on the floats the step moves in it (the gradient's; ps's scatter "
                          "and gather the batch's and its logits'; at most 25 MiB of them) with the run's own "
                          "communicator, after a barrier; from when the last rank left the barrier, each ends when its "
-                         "last rank left it; the median repetition. "
+                         "last rank left it; after unmeasured repetitions for 0.3 s, each collective's mean end over "
+                         "the repetitions, of every repetition of the runs pooled (`runs`: a `run`'s repetitions of "
+                         "the mode). "
                          "Efficiency: the share of the link at which SimGrid, playing the sequence up to that "
                          "collective on the probed platform, ends it when the probe did (1: the link alone takes as "
                          "long)"}};
@@ -128,7 +132,7 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
       {"wall_s", plain.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0)},
       {"simulator", plain.config},
       {"platform", calibration ? calibration->platform.to_json() : platform.to_json()},
-      {"method", "each rank's median forward, backward, optimizer and data phases as measured; every message of "
+      {"method", "each rank's mean forward, backward, optimizer and data phases as measured; every message of "
                  "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the probed "
                  "links and the probed intra-node link (intra_node); each collective's messages between nodes at the "
                  "engine's calibrated share of the link (calibration), or at the link's rate without a probe"}};

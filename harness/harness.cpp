@@ -15,6 +15,7 @@
 #include "record/result_json.hpp"
 #include "registry/strategies.hpp"
 #include "train/elastic.hpp"
+#include "train/engine_probe.hpp"
 #include "train/memory_model.hpp"
 #include "train/models.hpp"
 #include "core/error.hpp"
@@ -305,7 +306,15 @@ TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, Training
     observer.finished(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     t.by_mode[static_cast<std::size_t>(run.mode)].push_back(std::move(r));
   }
-  for (const auto& reps : t.by_mode) t.runs.push_back(reps[median_run(reps)]);
+  for (const auto& reps : t.by_mode) {
+    t.runs.push_back(reps[median_run(reps)]);
+    // The engine probes of every repetition pooled into the chosen run's (train/engine_probe.hpp).
+    std::vector<const EngineProbe*> probes;
+    for (const RunResult& r : reps) probes.push_back(r.engine_probe ? &*r.engine_probe : nullptr);
+    if (reps.size() > 1) {
+      if (auto pooled = pool_probes(probes)) t.runs.back().engine_probe = std::move(pooled);
+    }
+  }
   return t;
 }
 

@@ -97,8 +97,10 @@ struct ModesPlan {
 };
 
 struct TrainedModes {
-  std::vector<std::vector<RunResult>> by_mode;        // [mode][repetition]
-  std::vector<RunResult> runs;                        // [mode]: its repetition of median wall throughput
+  std::vector<std::vector<RunResult>> by_mode;  // [mode][repetition]
+  // [mode]: its repetition of median wall throughput, with every repetition's engine probe pooled
+  // into its own (train/engine_probe.hpp pool_probes).
+  std::vector<RunResult> runs;
   std::vector<std::vector<double>> perturbed_losses;  // [sensitivity run][step]: step training losses
 };
 

@@ -73,9 +73,9 @@ void run_collective(Communicator& comm, CollectiveKind kind, std::vector<float>&
 // reference; `refs`: each rank's reference as a double's bits; `ref_s`: rank 0's). Each repetition
 // starts when its last rank left the barrier (every rank is in the sequence from then on, as every
 // rank is at 0 in the simulation) and each collective ends when its last rank left it. Returns the
-// k ends of the repetition with the median total.
-std::vector<double> median_ends(const std::vector<float>& all, const std::vector<float>& refs, double ref_s,
-                                std::size_t ps, std::size_t n, std::size_t k) {
+// k ends of every repetition.
+std::vector<std::vector<double>> repetition_ends(const std::vector<float>& all, const std::vector<float>& refs,
+                                                 double ref_s, std::size_t ps, std::size_t n, std::size_t k) {
   const std::size_t per = n * (k + 1);
   std::vector<double> offset(ps, 0.0);
   for (std::size_t r = 0; r < ps; ++r) {
@@ -96,8 +96,22 @@ std::vector<double> median_ends(const std::vector<float>& all, const std::vector
       ends[i][j] = std::max(0.0, end - start);
     }
   }
-  std::sort(ends.begin(), ends.end(), [](const auto& x, const auto& y) { return x.back() < y.back(); });
-  return ends[ends.size() / 2];
+  return ends;
+}
+
+// Each collective's mean end over the repetitions (`ends` not empty, each of k >= 1): the mean, as
+// the simulation it calibrates is held against the run's mean step.
+std::vector<double> mean_ends(const std::vector<std::vector<double>>& ends) {
+  std::vector<double> mean(ends.front().size(), 0.0);
+  for (const auto& repetition : ends) {
+    for (std::size_t j = 0; j < mean.size(); ++j) mean[j] += repetition[j] / static_cast<double>(ends.size());
+  }
+  return mean;
+}
+
+double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 }  // namespace
 
@@ -148,7 +162,7 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         const std::vector<std::size_t>& floats, int reps, double min_seconds,
                                         int hierarchy, WireFormat format,
-                                        const std::vector<std::vector<std::size_t>>& segments) {
+                                        const std::vector<std::vector<std::size_t>>& segments, float warmup_seconds) {
   const int p = comm.world_size();
   check_probe_sizes(kinds.size(), floats, segments, p, reps);
   static const std::vector<std::size_t> kEven;
@@ -174,6 +188,16 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
       mine.push_back(since_ref());
     }
   };
+  // Unmeasured first: the sequence at full size until it has run warmup_seconds, as rank 0
+  // counts (at least once). The first repetitions after the connections' first use ran at 2-3x
+  // the steady state on an emulated cluster whose ranks share the host's cores (the node
+  // hierarchy's all-reduce at 1 Gbit/s: 100-130 ms against 25-50 ms from the third on).
+  for (float warm = -1; k > 0 && warm < warmup_seconds;) {
+    repetition();
+    warm = mine.back();
+    comm.broadcast(&warm, 1, 0);
+    mine.clear();
+  }
   repetition();
   // Short sequences (fast links) repeat until min_seconds, as rank 0 counts them, at most
   // kMaxRepetitions times.
@@ -192,11 +216,10 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
       mine.size() != static_cast<std::size_t>(reps) * (k + 1)) {
     throw Error("engine probe: the ranks ran different repetitions");
   }
-  const std::vector<double> median = median_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k);
-  EngineProbe probe{{}, reps, std::nullopt};
+  EngineProbe probe{{}, reps, std::nullopt, repetition_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k)};
+  const std::vector<double> mean = mean_ends(probe.repetition_ends);
   for (std::size_t j = 0; j < k; ++j) {
-    probe.collectives.push_back(
-        {kinds[j], floats[j], segments_of(j), median[j], median[j] - (j == 0 ? 0.0 : median[j - 1])});
+    probe.collectives.push_back({kinds[j], floats[j], segments_of(j), mean[j], mean[j] - (j == 0 ? 0.0 : mean[j - 1])});
   }
   return probe;
 }
@@ -241,21 +264,76 @@ std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per
   }
   comm.barrier();
   if (me != 0) return std::nullopt;
-  const auto median = [](std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
+  IntraNodeProbe probe = intra_node_from_round_trips(floats, std::move(small), std::move(large));
+  probe.repetitions = reps;
+  return probe;
+}
+
+IntraNodeProbe intra_node_from_round_trips(std::size_t floats, std::vector<double> small, std::vector<double> large) {
+  if (small.empty() || large.empty()) {
+    throw InputError(fmt::format("intra-node probe: {} and {} round trips: needs both", small.size(), large.size()));
+  }
   IntraNodeProbe probe;
   probe.floats = floats;
-  probe.seconds = median(large);
-  probe.latency_s = median(small) / 2.0;
+  probe.seconds = median_of(large);
+  probe.latency_s = median_of(small) / 2.0;
   const double bytes = 2.0 * static_cast<double>(floats * sizeof(float));
   // The two latencies come off the round trip only where they are a small part of it: a one-float
   // round trip that waited out a time slice would leave next to nothing, and a rate far too high.
   const bool latency_small = 2.0 * probe.latency_s < 0.5 * probe.seconds;
   probe.bytes_per_s = bytes / (latency_small ? probe.seconds - 2.0 * probe.latency_s : probe.seconds);
-  probe.repetitions = reps;
+  probe.repetitions = static_cast<int>(large.size());
+  probe.small_round_trips = std::move(small);
+  probe.large_round_trips = std::move(large);
   return probe;
+}
+
+namespace {
+// The probes' intra-node links pooled (pool_probes); nullopt unless every probe has one on the same floats.
+std::optional<IntraNodeProbe> pool_intra_node(const std::vector<const EngineProbe*>& probes) {
+  std::vector<double> small, large;
+  for (const EngineProbe* p : probes) {
+    if (!p->intra_node || p->intra_node->floats != probes.front()->intra_node->floats ||
+        p->intra_node->small_round_trips.empty() || p->intra_node->large_round_trips.empty()) {
+      return std::nullopt;
+    }
+    small.insert(small.end(), p->intra_node->small_round_trips.begin(), p->intra_node->small_round_trips.end());
+    large.insert(large.end(), p->intra_node->large_round_trips.begin(), p->intra_node->large_round_trips.end());
+  }
+  return intra_node_from_round_trips(probes.front()->intra_node->floats, std::move(small), std::move(large));
+}
+
+// Whether two probes probed the same collectives on the same floats and kept every repetition.
+bool same_sequence(const EngineProbe& a, const EngineProbe& b) {
+  if (a.collectives.size() != b.collectives.size()) return false;
+  if (!a.collectives.empty() && (a.repetition_ends.empty() || b.repetition_ends.empty())) return false;
+  for (std::size_t j = 0; j < a.collectives.size(); ++j) {
+    const CollectiveProbe &x = a.collectives[j], &y = b.collectives[j];
+    if (x.kind != y.kind || x.floats != y.floats || x.counts != y.counts) return false;
+  }
+  return true;
+}
+}  // namespace
+
+std::optional<EngineProbe> pool_probes(const std::vector<const EngineProbe*>& probes) {
+  if (probes.empty()) return std::nullopt;
+  for (const EngineProbe* p : probes) {
+    if (p == nullptr || !same_sequence(*probes.front(), *p)) return std::nullopt;
+  }
+  EngineProbe pooled{probes.front()->collectives, 0, std::nullopt, {}, static_cast<int>(probes.size())};
+  for (const EngineProbe* p : probes) {
+    pooled.repetition_ends.insert(pooled.repetition_ends.end(), p->repetition_ends.begin(), p->repetition_ends.end());
+    pooled.repetitions += p->repetitions;
+  }
+  if (!pooled.collectives.empty()) {
+    const std::vector<double> mean = mean_ends(pooled.repetition_ends);
+    for (std::size_t j = 0; j < pooled.collectives.size(); ++j) {
+      pooled.collectives[j].end_s = mean[j];
+      pooled.collectives[j].seconds = mean[j] - (j == 0 ? 0.0 : mean[j - 1]);
+    }
+  }
+  pooled.intra_node = pool_intra_node(probes);
+  return pooled;
 }
 
 }  // namespace dpbench

@@ -7,8 +7,8 @@
 // collective ends when its last rank left it (the ranks share one host's monotonic clock). Back to back, as in a step, because that is
 // how they ran slower: a rank that leaves one collective early (its last sends still in the
 // kernel's buffers) starts the next while its peers still receive, and two flows of a shaped link
-// then contend with each other's acknowledgements. Rank 0 keeps the median repetition (by its
-// total). The simulation (sim/) plays the same sequence on the probed platform and finds, for each
+// then contend with each other's acknowledgements. Rank 0 keeps each collective's mean end over
+// the repetitions. The simulation (sim/) plays the same sequence on the probed platform and finds, for each
 // collective in turn, the share of the link at which the engine's messages must move for it to
 // end when it did: the engine's calibration (gloo, Open MPI over TCP and the local ring each move
 // bytes at their own fraction of the link). Not for: the link itself (cluster/probe.hpp measures
@@ -45,13 +45,29 @@ struct IntraNodeProbe {
   double latency_s = 0;  // one way: half the median round trip of one float
   double bytes_per_s = 0;
   int repetitions = 0;
+  std::vector<double> small_round_trips, large_round_trips;  // every repetition's, seconds (for pool_probes)
 };
 
 struct EngineProbe {
   std::vector<CollectiveProbe> collectives;
   int repetitions = 0;
   std::optional<IntraNodeProbe> intra_node;  // with two ranks or more on node 0
+  // Every repetition's ends ([repetitions][collectives], as CollectiveProbe::end_s), for pool_probes.
+  std::vector<std::vector<double>> repetition_ends;
+  int runs = 1;  // the runs whose repetitions it holds (pool_probes)
 };
+
+// One probe from the probes of several runs of one configuration (a `run`'s repetitions): each
+// collective's mean end over all their repetitions, and the intra-node link from the medians of
+// all their round trips; `runs` counts the probes. One run's 5 repetitions on a host whose ranks
+// share its cores swung from run to run (the node hierarchy's all-reduce at 1 Gbit/s: 41 to 81 ms
+// a run, its repetitions 23 to 132 ms); three runs' 15 hold it steadier. nullopt where the probes do not probe the same collectives on the same floats, or one
+// is missing; the intra-node link is pooled only where every probe has one of the same size.
+std::optional<EngineProbe> pool_probes(const std::vector<const EngineProbe*>& probes);
+
+// The intra-node link from its round trips (IntraNodeProbe's reading of them); `floats` the large
+// message's. Throws InputError when either list is empty.
+IntraNodeProbe intra_node_from_round_trips(std::size_t floats, std::vector<double> small, std::vector<double> large);
 
 // The rounds of a sparse step's small messages the engine probe times (a strategy's
 // probed_collectives under --sparse-grad: sharded_ps's pairwise sendrecv rounds, allreduce's half
@@ -59,10 +75,13 @@ struct EngineProbe {
 // round alone samples too little of a host whose ranks share cores.
 inline constexpr int kSparseProbeRounds = 12;
 
+// The unmeasured repetitions before the measured ones: at least this long (seconds), at least one.
+inline constexpr float kProbeWarmupSeconds = 0.3f;
+
 // Every rank of `comm` calls it with the same arguments: each kind once on a few floats (the
 // connections' first use), then `reps` times the sequence of `kinds` on `floats` floats each, each
 // time after a barrier; more times (at most kMaxRepetitions) while the repetitions, at the first
-// one's time on rank 0, take less than min_seconds together. Returns the probe (the median repetition) on rank 0, nullopt on the
+// one's time on rank 0, take less than min_seconds together, after unmeasured ones for warmup_seconds (at least one). Returns the probe (each collective's mean end) on rank 0, nullopt on the
 // others. Throws InputError when floats < world_size or reps < 1, and what the communicator
 // throws.
 // hierarchy_ranks_per_node > 0: the allreduce is core/hierarchical.hpp's over nodes of that many
@@ -78,7 +97,8 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
                                         const std::vector<std::size_t>& floats, int reps, double min_seconds = 0,
                                         int hierarchy_ranks_per_node = 0, WireFormat format = WireFormat::fp32,
-                                        const std::vector<std::vector<std::size_t>>& segments = {});
+                                        const std::vector<std::vector<std::size_t>>& segments = {},
+                                        float warmup_seconds = kProbeWarmupSeconds);
 // The largest size a run's probe gives one collective: DDP's default bucket_cap_mb (25 MiB of
 // floats), the largest message a bucketed step sends, so that the probe meets what the step's
 // messages meet at their size (an incast that overflows a link's queue at a bucket's size does not

@@ -126,7 +126,7 @@ class RankLoop {
 
   // On an emulated cluster, every rank runs the collectives of the mode's schedule back to back
   // before the first step (train/engine_probe.hpp: each at ModeRank::probe_floats_of, at most
-  // kMaxProbeFloats, the median of 5 repetitions, more on fast links until 0.3 s), then, with two
+  // kMaxProbeFloats, after 0.3 s unmeasured, the mean of 5 repetitions, more on fast links until 0.3 s), then, with two
   // ranks or more per node, local ranks 0 and 1 of every node ping-pong (ModeRank::probe_floats, at
   // most 1 Mi, at least kIntraNodeProbeFloats, 5 repetitions);
   // rank 0 keeps the probe in its result, for the calibrated simulation. Outside the timed steps.
