@@ -150,6 +150,31 @@ std::pair<std::vector<float>, std::vector<float>> gather_times(Communicator& com
   comm.gatherv(ref_bits.data(), std::vector<std::size_t>(ps, 2), refs.data(), 0);
   return {std::move(all), std::move(refs)};
 }
+// Runs `repetition` (which appends its times to `mine`, the last its end on this rank's clock)
+// unmeasured, then measured, and returns how many were measured. Unmeasured first: the sequence at
+// full size until it has run warmup_seconds, as rank 0 counts (at least once). The first
+// repetitions after the connections' first use ran at 2-3x the steady state on an emulated cluster
+// whose ranks share the host's cores (the node hierarchy's all-reduce at 1 Gbit/s: 100-130 ms
+// against 25-50 ms from the third on). Then `reps`, and more while they would take less than
+// min_seconds at the first one's time on rank 0 (short sequences on fast links), at most
+// kMaxRepetitions.
+int run_repetitions(Communicator& comm, const std::function<void()>& repetition, std::vector<float>& mine,
+                    std::size_t k, int reps, double min_seconds, float warmup_seconds) {
+  for (float warm = -1; k > 0 && warm < warmup_seconds;) {
+    repetition();
+    warm = mine.back();
+    comm.broadcast(&warm, 1, 0);
+    mine.clear();
+  }
+  repetition();
+  float first = k > 0 ? mine.back() - mine.front() : 0.0f;
+  comm.broadcast(&first, 1, 0);
+  if (min_seconds > 0 && first > 0) {
+    reps = std::max(reps, static_cast<int>(std::min<double>(kMaxRepetitions, std::ceil(min_seconds / first))));
+  }
+  for (int i = 1; i < reps; ++i) repetition();
+  return reps;
+}
 }  // namespace
 
 std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<CollectiveKind>& kinds,
@@ -188,25 +213,7 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
       mine.push_back(since_ref());
     }
   };
-  // Unmeasured first: the sequence at full size until it has run warmup_seconds, as rank 0
-  // counts (at least once). The first repetitions after the connections' first use ran at 2-3x
-  // the steady state on an emulated cluster whose ranks share the host's cores (the node
-  // hierarchy's all-reduce at 1 Gbit/s: 100-130 ms against 25-50 ms from the third on).
-  for (float warm = -1; k > 0 && warm < warmup_seconds;) {
-    repetition();
-    warm = mine.back();
-    comm.broadcast(&warm, 1, 0);
-    mine.clear();
-  }
-  repetition();
-  // Short sequences (fast links) repeat until min_seconds, as rank 0 counts them, at most
-  // kMaxRepetitions times.
-  float first = k > 0 ? mine.back() - mine.front() : 0.0f;
-  comm.broadcast(&first, 1, 0);
-  if (min_seconds > 0 && first > 0) {
-    reps = std::max(reps, static_cast<int>(std::min<double>(kMaxRepetitions, std::ceil(min_seconds / first))));
-  }
-  for (int i = 1; i < reps; ++i) repetition();
+  reps = run_repetitions(comm, repetition, mine, k, reps, min_seconds, warmup_seconds);
   comm.barrier();
   const auto ps = static_cast<std::size_t>(p);
   const double ref_s = std::chrono::duration<double>(ref.time_since_epoch()).count();
