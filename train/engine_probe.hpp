@@ -8,8 +8,8 @@
 // how they ran slower: a rank that leaves one collective early (its last sends still in the
 // kernel's buffers) starts the next while its peers still receive, and two flows of a shaped link
 // then contend with each other's acknowledgements. Rank 0 keeps each collective's mean end over
-// the repetitions. The simulation (sim/) plays the same sequence on the probed platform and finds, for each
-// collective in turn, the share of the link at which the engine's messages must move for it to
+// the repetitions. The simulation (sim/) plays the same sequence on the probed platform and finds,
+// for each collective in turn, the share of the link at which the engine's messages must move for it to
 // end when it did: the engine's calibration (gloo, Open MPI over TCP and the local ring each move
 // bytes at their own fraction of the link). Not for: the link itself (cluster/probe.hpp measures
 // it with bulk TCP).
@@ -61,8 +61,9 @@ struct EngineProbe {
 // collective's mean end over all their repetitions, and the intra-node link from the medians of
 // all their round trips; `runs` counts the probes. One run's 5 repetitions on a host whose ranks
 // share its cores swung from run to run (the node hierarchy's all-reduce at 1 Gbit/s: 41 to 81 ms
-// a run, its repetitions 23 to 132 ms); three runs' 15 hold it steadier. nullopt where the probes do not probe the same collectives on the same floats, or one
-// is missing; the intra-node link is pooled only where every probe has one of the same size.
+// a run, its repetitions 23 to 132 ms); three runs' 15 hold it steadier. nullopt where the probes
+// do not probe the same collectives on the same floats, or one is missing; the intra-node link is
+// pooled only where every probe has one of the same size.
 std::optional<EngineProbe> pool_probes(const std::vector<const EngineProbe*>& probes);
 
 // The intra-node link from its round trips (IntraNodeProbe's reading of them); `floats` the large
@@ -81,8 +82,9 @@ inline constexpr float kProbeWarmupSeconds = 0.3f;
 // Every rank of `comm` calls it with the same arguments: each kind once on a few floats (the
 // connections' first use), then `reps` times the sequence of `kinds` on `floats` floats each, each
 // time after a barrier; more times (at most kMaxRepetitions) while the repetitions, at the first
-// one's time on rank 0, take less than min_seconds together, after unmeasured ones for warmup_seconds (at least one). Returns the probe (each collective's mean end) on rank 0, nullopt on the
-// others. Throws InputError when floats < world_size or reps < 1, and what the communicator
+// one's time on rank 0, take less than min_seconds together, after unmeasured ones for
+// warmup_seconds (at least one). Returns the probe (each collective's mean end) on rank 0, nullopt
+// on the others. Throws InputError when floats < world_size or reps < 1, and what the communicator
 // throws.
 // hierarchy_ranks_per_node > 0: the allreduce is core/hierarchical.hpp's over nodes of that many
 // ranks in `format` (--hierarchy node, --comm-hook), and so are the reduce-scatter and all-gather
