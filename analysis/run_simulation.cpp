@@ -26,7 +26,7 @@ std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& pl
              {"floats", probe.floats},
              {"seconds", probe.seconds},
              {"repetitions", probe.repetitions},
-             {"runs", r.engine_probe->runs},
+             {"runs", probe.runs},
              {"source",
               "probed: local ranks 0 and 1 of every node sent each other one float, then the floats, in turn with "
               "the run's communicator; rank 0's median round trips (of every repetition of the runs pooled)"}}};

@@ -307,12 +307,15 @@ TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, Training
     t.by_mode[static_cast<std::size_t>(run.mode)].push_back(std::move(r));
   }
   for (const auto& reps : t.by_mode) {
-    t.runs.push_back(reps[median_run(reps)]);
-    // The engine probes of every repetition pooled into the chosen run's (train/engine_probe.hpp).
+    RunResult& chosen = t.runs.emplace_back(reps[median_run(reps)]);
+    if (reps.size() < 2 || !chosen.engine_probe) continue;
+    // The engine probes of every repetition pooled into the chosen run's (train/engine_probe.hpp);
+    // its own intra-node link stays where the repetitions' do not pool.
     std::vector<const EngineProbe*> probes;
     for (const RunResult& r : reps) probes.push_back(r.engine_probe ? &*r.engine_probe : nullptr);
-    if (reps.size() > 1) {
-      if (auto pooled = pool_probes(probes)) t.runs.back().engine_probe = std::move(pooled);
+    if (auto pooled = pool_probes(probes)) {
+      if (!pooled->intra_node) pooled->intra_node = chosen.engine_probe->intra_node;
+      chosen.engine_probe = std::move(pooled);
     }
   }
   return t;

@@ -787,6 +787,7 @@ TEST(EngineProbe, PoolingARunsRepetitionsAveragesAllOfThem) {
   EXPECT_DOUBLE_EQ(pooled->intra_node->latency_s, 4e-3 / 2);  // the median of six: the upper middle
   EXPECT_DOUBLE_EQ(pooled->intra_node->seconds, 0.013);
   EXPECT_EQ(pooled->intra_node->repetitions, 6);
+  EXPECT_EQ(pooled->intra_node->runs, 2);
   EngineProbe other = b;
   other.collectives[1].floats = 2000;
   EXPECT_FALSE(pool_probes({&a, &other}).has_value());

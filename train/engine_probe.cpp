@@ -271,9 +271,7 @@ std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per
   }
   comm.barrier();
   if (me != 0) return std::nullopt;
-  IntraNodeProbe probe = intra_node_from_round_trips(floats, std::move(small), std::move(large));
-  probe.repetitions = reps;
-  return probe;
+  return intra_node_from_round_trips(floats, std::move(small), std::move(large));
 }
 
 IntraNodeProbe intra_node_from_round_trips(std::size_t floats, std::vector<double> small, std::vector<double> large) {
@@ -307,7 +305,10 @@ std::optional<IntraNodeProbe> pool_intra_node(const std::vector<const EngineProb
     small.insert(small.end(), p->intra_node->small_round_trips.begin(), p->intra_node->small_round_trips.end());
     large.insert(large.end(), p->intra_node->large_round_trips.begin(), p->intra_node->large_round_trips.end());
   }
-  return intra_node_from_round_trips(probes.front()->intra_node->floats, std::move(small), std::move(large));
+  IntraNodeProbe pooled = intra_node_from_round_trips(probes.front()->intra_node->floats, std::move(small),
+                                                      std::move(large));
+  pooled.runs = static_cast<int>(probes.size());
+  return pooled;
 }
 
 // Whether two probes probed the same collectives on the same floats and kept every repetition.

@@ -46,6 +46,7 @@ struct IntraNodeProbe {
   double bytes_per_s = 0;
   int repetitions = 0;
   std::vector<double> small_round_trips, large_round_trips;  // every repetition's, seconds (for pool_probes)
+  int runs = 1;                                              // the runs whose round trips it holds (pool_probes)
 };
 
 struct EngineProbe {
