@@ -79,6 +79,7 @@ void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
   const BucketAllreduce how = bucket_allreduce(in.config);
   comm.set_node_hierarchy(how.ranks_per_node);
   comm.set_wire_format(how.format);
+  comm.set_tree_allreduce(in.tree_ranks_per_node);
   for (std::size_t b = 0; b < in.buckets.size(); ++b) {
     for (int r = 0; r < s.world_size(); ++r) s.wait_event(r, 1, events[static_cast<std::size_t>(r)].ready[b]);
     if (in.buckets[b].allreduces.empty()) {

@@ -582,8 +582,10 @@ std::vector<int> projected_world_sizes(int max_ranks) {
 // while every rank has a sample), and the world size from which each other curve is more than 5%
 // faster than the baseline strategy's default curve (its first). Fills doc's "curves",
 // "points", "crossovers" and "crossover_world_size".
-void project_curves(const ProjectOptions& o, const StepModel& model, const LinkModel& link, const Scaling& scaling,
-                    const EngineCalibration& engine, nlohmann::json& doc) {
+void project_curves(const ProjectOptions& o, const StepModel& model, const LinkModel& files_link,
+                    const Scaling& scaling, const EngineCalibration& engine, nlohmann::json& doc) {
+  LinkModel link = files_link;
+  link.tree_allreduce = o.topology.nccl_algo == "tree";
   const auto& curves = projected_curves();
   const ProjectedCurve* baseline = nullptr;
   for (const auto& c : curves) {
@@ -752,6 +754,7 @@ void describe_topology(const ProjectOptions& o, const ProjectionLink& link, cons
                      {"preset", o.topology.preset.empty() ? nlohmann::json() : nlohmann::json(o.topology.preset)},
                      {"preset_source", topology_preset_source(o.topology.preset)},
                      {"what_if", o.topology.what_if},
+                     {"nccl_algo", o.topology.nccl_algo},
                      {"platform_file",
                       o.topology.platform_file.empty() ? nlohmann::json() : nlohmann::json(o.topology.platform_file)},
                      {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},

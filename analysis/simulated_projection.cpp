@@ -118,10 +118,12 @@ SimulationResult play(const StepSchedule& schedule, const SimPlatform& platform)
   return simulate_fast(schedule, platform, 1, kMaxSimGridMessages);
 }
 
-// The schedule's inputs for a projected point: p ranks of per_rank_batch samples each.
+// The schedule's inputs for a projected point: p ranks of per_rank_batch samples each, on nodes of
+// ranks_per_node ranks (for the tree all-reduce).
 ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config, const StepModel& model,
-                            const LinkModel& link, int p, double per_rank_batch) {
+                            const LinkModel& link, int p, double per_rank_batch, int ranks_per_node) {
   ScheduleInputs in;
+  if (link.tree_allreduce) in.tree_ranks_per_node = std::clamp(ranks_per_node, 1, p);  // fewer: one node
   in.config = config;
   in.config.world_size = p;
   in.config.global_batch = static_cast<std::size_t>(std::llround(per_rank_batch * p));
@@ -155,7 +157,7 @@ double estimated_messages(const Strategy& strategy, const TrainConfig& config, c
   if (p <= large) return 0;
   const auto messages_at = [&](int q) {
     StepSchedule schedule(q);
-    strategy.schedule(point_inputs(strategy, config, model, link, q, per_rank_batch), schedule);
+    strategy.schedule(point_inputs(strategy, config, model, link, q, per_rank_batch, ranks_per_node), schedule);
     return static_cast<double>(schedule.messages());
   };
   const double a = messages_at(small), b = messages_at(large);
@@ -206,7 +208,7 @@ nlohmann::json extrapolated_point(const Strategy& strategy, const TrainConfig& c
       throw Error(fmt::format("at {} ranks: {}", q, over));
     }
     StepSchedule schedule(q);
-    strategy.schedule(point_inputs(strategy, config, model, link, q, per_rank_batch), schedule);
+    strategy.schedule(point_inputs(strategy, config, model, link, q, per_rank_batch, rpn), schedule);
     schedule.shrink_to_fit();
     SimPlatform played = platform;
     played.nodes.resize(static_cast<std::size_t>(n));
@@ -227,7 +229,7 @@ nlohmann::json extrapolated_point(const Strategy& strategy, const TrainConfig& c
   for (int n : x->from_nodes) from.push_back(n * rpn);
   const SimNode& nic = platform.nodes.front();
   const double step = x->figures[0];
-  const auto [out, in] = node0_bytes_at(strategy, point_inputs(strategy, config, model, link, p, per_rank_batch),
+  const auto [out, in] = node0_bytes_at(strategy, point_inputs(strategy, config, model, link, p, per_rank_batch, rpn),
                                         platform, p);
   return {{"simulated_step_s", step},
           {"wall_s", wall},
@@ -262,7 +264,7 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
                               const LinkModel& link, const SimPlatform& platform, int p, double per_rank_batch,
                               bool what_if, SimulationMemo* memo) {
   if (const std::string why = unsimulated(strategy, config, model); !why.empty()) return {{"unavailable", why}};
-  const ScheduleInputs in = point_inputs(strategy, config, model, link, p, per_rank_batch);
+  const ScheduleInputs in = point_inputs(strategy, config, model, link, p, per_rank_batch, platform.ranks_per_node);
   const int fold = what_if ? 0 : fold_width(strategy, in, platform, p);
   if (fold == 0 && !what_if) {
     try {

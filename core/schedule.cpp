@@ -1,6 +1,7 @@
 #include "core/schedule.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -373,6 +374,7 @@ void Collectives::hierarchical_allreduce(std::size_t n, int ranks_per_node) {
 void Collectives::allreduce(std::size_t n) {
   const int p = s_.world_size();
   if (p < 2 || n == 0) return;
+  if (tree_ > 0 && hierarchy_ == 0 && format_ == WireFormat::fp32) return tree_allreduce(n, tree_);
   if (format_ != WireFormat::fp32)
     return hierarchical_allreduce(wire_slots(n, format_), hierarchy_ > 0 ? hierarchy_ : p);
   if (hierarchy_ > 0) return hierarchical_allreduce(n, hierarchy_);
@@ -382,6 +384,132 @@ void Collectives::allreduce(std::size_t n) {
     ring_reduce_scatter(chunks, 1);
     ring_all_gather(chunks, 1);
   });
+}
+
+TreeLinks binary_tree_links(int n, int member) {
+  if (n < 1 || member < 0 || member >= n) throw Error(fmt::format("binary tree: no member {} of {}", member, n));
+  int bit = 1;  // member's lowest set bit; for member 0, the power of two at or above n
+  while (bit < n && (member & bit) == 0) bit <<= 1;
+  TreeLinks t;
+  if (member == 0) {
+    if (n > 1) t.child0 = bit >> 1;
+    return t;
+  }
+  t.parent = (member ^ bit) | (bit << 1);
+  if (t.parent >= n) t.parent = member ^ bit;
+  int low = bit >> 1;
+  if (low == 0) return t;
+  t.child0 = member - low;
+  while (low > 0 && member + low >= n) low >>= 1;
+  if (low > 0) t.child1 = member + low;
+  return t;
+}
+
+TreeLinks double_tree_links(int n, int member, int tree) {
+  if (tree != 0 && tree != 1) throw Error(fmt::format("double binary tree: no tree {} (0 or 1)", tree));
+  if (tree == 0) return binary_tree_links(n, member);
+  const bool shift = n % 2 == 0;
+  const auto in_tree0 = [n, shift](int r) { return shift ? (r + n - 1) % n : n - 1 - r; };
+  const auto back = [n, shift](int x) { return x < 0 ? -1 : shift ? (x + 1) % n : n - 1 - x; };
+  const TreeLinks t = binary_tree_links(n, in_tree0(member));
+  return {back(t.parent), back(t.child0), back(t.child1)};
+}
+
+namespace {
+// Rank r's parent and children in tree t of a tree all-reduce over nodes of g ranks: inside its
+// node a chain from the last rank to the first; the nodes' first ranks in the double binary tree.
+struct RankTree {
+  int parent = -1;
+  std::vector<int> children;
+};
+RankTree rank_tree(int r, int t, int g, int nodes) {
+  RankTree out;
+  const int local = r % g;
+  if (local + 1 < g) out.children.push_back(r + 1);
+  if (local > 0) {
+    out.parent = r - 1;
+    return out;
+  }
+  const TreeLinks links = double_tree_links(nodes, r / g, t);
+  out.parent = links.parent < 0 ? -1 : links.parent * g;
+  for (int c : {links.child0, links.child1}) {
+    if (c >= 0) out.children.push_back(c * g);
+  }
+  return out;
+}
+}  // namespace
+
+void Collectives::tree_allreduce(std::size_t n, int ranks_per_node) {
+  const int p = s_.world_size();
+  if (p < 2 || n == 0) return;
+  if (stream_ >= kTreeFirstStream) {
+    throw Error(fmt::format("tree all-reduce: called on stream {}, one of its own ({} to {})", stream_,
+                            kTreeFirstStream, kTreeFirstStream + 3));
+  }
+  if (ranks_per_node < 1 || p % ranks_per_node != 0) {
+    throw Error(fmt::format("tree all-reduce: {} ranks do not make nodes of {}", p, ranks_per_node));
+  }
+  const int nodes = p / ranks_per_node;
+  std::array<std::vector<std::size_t>, 2> chunks;
+  for (int t = 0; t < 2; ++t) {
+    const std::size_t half = t == 0 ? n / 2 : n - n / 2;
+    const double count = std::ceil(kFloat * static_cast<double>(half) / kTreeChunkBytes);
+    if (half > 0) chunks[static_cast<std::size_t>(t)] = even_counts(half, std::max(1, static_cast<int>(count)));
+  }
+  as(CollectiveKind::allreduce, [&] {
+    for (int r = 0; r < p; ++r) {
+      if (!s_.keeps(r)) continue;
+      std::vector<int> ends;
+      for (int t = 0; t < 2; ++t) {
+        const RankTree tree = rank_tree(r, t, ranks_per_node, nodes);
+        tree_pipelines(r, kTreeFirstStream + 2 * t, tree.parent, tree.children, chunks[static_cast<std::size_t>(t)],
+                       ends);
+      }
+      for (int e : ends) s_.wait_event(r, stream_, e);
+    }
+  });
+}
+
+// One rank's two pipelines of one tree: chunk by chunk, the reduce up on stream `up` and the
+// broadcast down on up + 1 (the root's broadcast of a chunk waits for its reduction). A rank
+// receives chunk c while its send of chunk c - 1 is under way and sends c once both are done (two
+// buffers, one send in flight per direction). Both start when the caller's stream gets here, and
+// the events they record at their ends go to `ends`.
+void Collectives::tree_pipelines(int r, int up, int parent, const std::vector<int>& children,
+                                 const std::vector<std::size_t>& chunks, std::vector<int>& ends) {
+  if (chunks.empty()) return;
+  const int down = up + 1;
+  for (int stream : {up, down}) {
+    const int start = s_.new_event(r);
+    s_.record(r, stream_, start);
+    s_.wait_event(r, stream, start);
+  }
+  const int reduced = parent < 0 ? s_.new_event(r) : -1;
+  for (std::size_t c : chunks) {
+    const double bytes = kFloat * static_cast<double>(c);
+    for (int child : children) s_.recv(r, up, child, bytes);
+    s_.wait_all(r, up);
+    if (parent >= 0) {
+      s_.send(r, up, parent, bytes);
+    } else {
+      s_.record(r, up, reduced);
+    }
+  }
+  for (std::size_t c : chunks) {
+    const double bytes = kFloat * static_cast<double>(c);
+    if (parent >= 0) {
+      s_.recv(r, down, parent, bytes);
+    } else {
+      s_.wait_event(r, down, reduced);
+    }
+    s_.wait_all(r, down);
+    for (int child : children) s_.send(r, down, child, bytes);
+  }
+  for (int stream : {up, down}) {
+    s_.wait_all(r, stream);
+    ends.push_back(s_.new_event(r));
+    s_.record(r, stream, ends.back());
+  }
 }
 
 // The pipelined chain: position j >= 1 receives each slice from position j-1 and, unless it is

@@ -153,6 +153,33 @@ class StepSchedule {
   bool wrap_peers_ = true;  // false: only_ranks()
 };
 
+// A member's place in a binary tree over n members: its parent and up to two children (-1 where
+// there is none).
+struct TreeLinks {
+  int parent = -1;
+  int child0 = -1;
+  int child1 = -1;
+};
+// The in-order binary tree over members 0..n-1 that NCCL builds (src/graph/trees.cc,
+// ncclGetBtree): member 0 is the root and has one child (the largest power of two below n);
+// member r with lowest set bit b has children r - b/2 and r + b/2 (the latter shrunk into range)
+// and parent (r ^ b) | 2b, or r ^ b where that is out of range. Depth ceil(log2 n). Throws Error
+// unless 0 <= member < n.
+TreeLinks binary_tree_links(int n, int member);
+// The double binary tree (Sanders, Speck and Traeff, "Two-tree algorithms for full bandwidth
+// broadcast, reduction and scan", Parallel Computing 2009; NCCL's ncclGetDtree): tree 0 is
+// binary_tree_links; tree 1 the same tree over the members shifted by one when n is even (so every
+// member with children in one tree is a leaf in the other) and mirrored (n - 1 - r) when n is odd.
+TreeLinks double_tree_links(int n, int member, int tree);
+
+// The chunk a tree all-reduce pipelines: NCCL's step of 512 KiB (NCCL_BUFFSIZE 4 MiB over
+// NCCL_STEPS 8) on each of 8 channels (one per NIC of an 8-GPU node), which move together over a
+// node's links as the platform lumps its NICs into one.
+inline constexpr double kTreeChunkBytes = 8 * 512.0 * 1024;
+// The streams a tree all-reduce runs its four pipelines on (each tree's reduce up and broadcast
+// down): kTreeFirstStream .. kTreeFirstStream + 3 of every rank.
+inline constexpr int kTreeFirstStream = 2;
+
 // One round of a pairwise exchange (Communicator::sendrecv) on `stream`: every rank r sends
 // `bytes` to r + shift and receives as many from r - shift (mod world_size), then waits for both.
 void sendrecv_round(StepSchedule& s, int shift, double bytes, int stream = 0);
@@ -226,6 +253,18 @@ class Collectives {
   // the v-collectives' segments in hierarchical_segment_order; reduce and broadcast with root 0
   // only); 0: the engine's flat ones again.
   void set_node_hierarchy(int ranks_per_node) { hierarchy_ = ranks_per_node; }
+  // From now on allreduce() is NCCL's tree (tree_allreduce over nodes of ranks_per_node ranks,
+  // NCCL_ALGO=Tree) where it moves fp32 without a node hierarchy; 0: the engine's ring again.
+  void set_tree_allreduce(int ranks_per_node) { tree_ = ranks_per_node; }
+  // NCCL's tree all-reduce of n floats (tagged allreduce) over nodes of ranks_per_node ranks
+  // (src/device/all_reduce.h, runTreeUpDown): half of the floats on each tree of
+  // double_tree_links over the nodes, whose members are the nodes' first ranks; inside a node a
+  // chain from its last rank to its first. Each half is cut into chunks of kTreeChunkBytes; a chunk
+  // is reduced up (a rank receives it from its children, then sends the sum to its parent) and
+  // broadcast down from the root, the two directions pipelined on streams of their own
+  // (kTreeFirstStream..+3), which start after and end before the caller's stream's next op. Throws
+  // Error when the caller's stream is one of those, or ranks_per_node does not divide the world.
+  void tree_allreduce(std::size_t n, int ranks_per_node);
   // From now on allreduce() moves its floats as `format` (--comm-hook fp16, bf16): packed, over
   // core/hierarchical.hpp's rings (one node of every rank unless a node hierarchy is set).
   void set_wire_format(WireFormat format) { format_ = format; }
@@ -238,6 +277,8 @@ class Collectives {
   std::vector<int> all_ranks() const;
   void node_segment_rings(const std::vector<std::size_t>& counts, RingStep (*step)(int, int, int, int));
   void node_reduce_or_broadcast(std::size_t n, int root, bool reduce);
+  void tree_pipelines(int r, int up, int parent, const std::vector<int>& children,
+                      const std::vector<std::size_t>& chunks, std::vector<int>& ends);
   void chain(std::size_t n, int root, bool reduce);
   void one_transfer(std::size_t n, int from, int to);
   void gloo_reduce(std::size_t n, int root);
@@ -249,6 +290,7 @@ class Collectives {
   Backend engine_;
   int stream_;
   int hierarchy_ = 0;
+  int tree_ = 0;
   WireFormat format_ = WireFormat::fp32;
 };
 

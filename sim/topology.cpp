@@ -49,6 +49,8 @@ void check_topology_combination(const TopologyOptions& o, bool described_set) {
     option = "--topology " + o.preset;
   } else if (o.what_if) {
     option = "--what-if";
+  } else if (o.nccl_algo != "ring") {
+    option = "--nccl-algo " + o.nccl_algo;
   }
   if (!o.simulate && !option.empty()) throw InputError(fmt::format("{}: needs --simulate", option));
   if (!o.platform_file.empty() && (!o.preset.empty() || o.what_if || described_set)) {

@@ -28,6 +28,7 @@ struct TopologyOptions {
   std::string preset;                     // --topology: a datasheet node (topology_presets())
   bool what_if = false;                   // --what-if: non-blocking and straggler variants
   std::string platform_file;              // --platform: a SimGrid XML platform instead of the above
+  std::string nccl_algo = "ring";         // --nccl-algo: DDP's all-reduce as NCCL's ring or tree
 };
 
 // A node as its datasheet describes it: ranks (GPUs) per node, each GPU's link inside the node and

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -466,6 +468,113 @@ TEST(Simulation, RingAllReduceOnEqualLinksTakesTheClosedForm) {
   const double expected = 2.0 * (p - 1) * (2.0 * latency + 4.0 * n / p / rate);
   EXPECT_NEAR(r.step_s, expected, 1e-6 * expected);
   EXPECT_EQ(r.messages, 3L * 2 * (p - 1) * p);
+}
+
+// NCCL's trees: in each, every member but one root has a parent that lists it as a child, and
+// reaches the root in at most ceil(log2 n) hops; with an even count no member has children in
+// both trees (the double tree's point: each member's links carry one tree's inner traffic).
+TEST(Schedule, DoubleBinaryTreesAreTreesWhoseInnerMembersDiffer) {
+  for (int n = 1; n <= 70; ++n) {
+    std::array<std::vector<TreeLinks>, 2> trees;
+    for (int t = 0; t < 2; ++t) {
+      auto& tree = trees[static_cast<std::size_t>(t)];
+      for (int m = 0; m < n; ++m) tree.push_back(double_tree_links(n, m, t));
+      int roots = 0;
+      for (int m = 0; m < n; ++m) {
+        const TreeLinks& x = tree[static_cast<std::size_t>(m)];
+        for (int child : {x.child0, x.child1}) {
+          if (child >= 0) EXPECT_EQ(tree[static_cast<std::size_t>(child)].parent, m) << n << " " << t;
+        }
+        if (x.parent < 0) {
+          ++roots;
+          continue;
+        }
+        const TreeLinks& up = tree[static_cast<std::size_t>(x.parent)];
+        EXPECT_TRUE(up.child0 == m || up.child1 == m) << "n " << n << " tree " << t << " member " << m;
+        int hops = 0;
+        for (int y = m; tree[static_cast<std::size_t>(y)].parent >= 0 && hops <= n; ++hops)
+          y = tree[static_cast<std::size_t>(y)].parent;
+        EXPECT_LE(hops, static_cast<int>(std::ceil(std::log2(n)))) << "n " << n << " tree " << t << " member " << m;
+      }
+      EXPECT_EQ(roots, 1) << n << " " << t;
+    }
+    for (int m = 0; m < n && n % 2 == 0; ++m) {
+      const auto inner = [&](int t) {
+        return trees[static_cast<std::size_t>(t)][static_cast<std::size_t>(m)].child0 >= 0;
+      };
+      EXPECT_FALSE(inner(0) && inner(1)) << "n " << n << " member " << m;
+    }
+  }
+  // NCCL's drawing of 14 members (src/graph/trees.cc): 0 - 8; 12 -> 10, 13; 13 -> 12.
+  EXPECT_EQ(binary_tree_links(14, 0).child0, 8);
+  EXPECT_EQ(binary_tree_links(14, 12).parent, 8);
+  EXPECT_EQ(binary_tree_links(14, 12).child0, 10);
+  EXPECT_EQ(binary_tree_links(14, 12).child1, 13);
+  EXPECT_EQ(binary_tree_links(14, 13).parent, 12);
+  EXPECT_THROW(binary_tree_links(4, 4), Error);
+  EXPECT_THROW(double_tree_links(4, 0, 2), Error);
+}
+
+// The tree all-reduce: each half of the floats crosses every edge of its tree (a chain inside a
+// node, the double tree over the nodes' first ranks) once up and once down, in chunks of at most
+// kTreeChunkBytes, and every message is matched.
+TEST(Schedule, TreeAllReduceMovesEachHalfUpAndDownEveryEdge) {
+  const int p = 12, g = 3;          // 4 nodes of 3 ranks
+  const std::size_t n = 3'000'001;  // halves of 6 MB: 2 chunks each
+  StepSchedule s(p);
+  Collectives comm(s, Backend::local, 1);
+  comm.set_tree_allreduce(g);
+  comm.allreduce(n);
+  s.check_matched();
+  const std::array<double, 2> half{4.0 * static_cast<double>(n / 2), 4.0 * static_cast<double>(n - n / 2)};
+  double total = 0;
+  for (int r = 0; r < p; ++r) {
+    double edges_bytes = 0;
+    for (int t = 0; t < 2; ++t) {
+      int edges = r % g + 1 < g ? 1 : 0;  // the chain's next rank
+      if (r % g > 0) {
+        ++edges;  // the chain's previous rank
+      } else {
+        const TreeLinks links = double_tree_links(p / g, r / g, t);
+        edges += (links.parent >= 0) + (links.child0 >= 0) + (links.child1 >= 0);
+      }
+      edges_bytes += edges * half[static_cast<std::size_t>(t)];
+    }
+    EXPECT_EQ(s.bytes_sent(r), edges_bytes) << r;
+    EXPECT_EQ(s.bytes_received(r), edges_bytes) << r;
+    total += s.bytes_sent(r);
+  }
+  EXPECT_EQ(total, 2.0 * (p - 1) * 4.0 * static_cast<double>(n));
+  EXPECT_EQ(s.messages(), 2L * 2 * 2 * (p - 1));  // 2 trees x 2 chunks x (up, down) x (p - 1) edges
+  StepSchedule other(p);
+  EXPECT_THROW(Collectives(other, Backend::local, kTreeFirstStream).tree_allreduce(n, g), Error);
+  EXPECT_THROW(Collectives(other, Backend::local).tree_allreduce(n, 5), Error);
+}
+
+// Played: on 2 nodes the trees' halves go opposite ways over each link, so the all-reduce takes
+// one transfer of half the floats up and one down: 2 (2 latencies + n/2 / rate). At 64 nodes on
+// 64 floats, where latency rules, the tree's 2 x 6 levels beat the ring's 2 x 63 steps.
+TEST(Simulation, TreeAllReducePlaysItsClosedFormAndBeatsTheRingOnLatency) {
+  SKIP_WITHOUT_SIMGRID();
+  const double rate = 12.5e6, latency = 50e-6;
+  const std::size_t n = 1'000'000;  // 4 MB: one chunk per tree
+  StepSchedule two(2);
+  Collectives pair(two, Backend::local);
+  pair.set_tree_allreduce(1);
+  pair.allreduce(n);
+  const double expected = 2.0 * (2.0 * latency + 4.0 * static_cast<double>(n / 2) / rate);
+  EXPECT_NEAR(simulate(two, star(2, rate, latency)).step_s, expected, 1e-6 * expected);
+  const int p = 64;
+  StepSchedule ring(p), tree(p);
+  Collectives(ring, Backend::local).allreduce(64);
+  Collectives wide(tree, Backend::local);
+  wide.set_tree_allreduce(1);
+  wide.allreduce(64);
+  const double ring_s = simulate(ring, star(p, rate, latency)).step_s;
+  const double tree_s = simulate(tree, star(p, rate, latency)).step_s;
+  EXPECT_GT(ring_s, 2.0 * (p - 1) * 2.0 * latency);
+  EXPECT_LT(tree_s, ring_s / 4) << "tree " << tree_s << " s, ring " << ring_s << " s";
+  EXPECT_GT(tree_s, 2.0 * 6 * 2.0 * latency);  // up and down through 6 levels
 }
 
 TEST(Simulation, IncastGivesTheFastSenderTheRestOfTheRootsLink) {

@@ -899,6 +899,31 @@ double simulated_step_at(const nlohmann::json& proj, const std::string& curve, i
   return 0.0;
 }
 
+// --nccl-algo tree plays allreduce's all-reduce as NCCL's tree: its curve moves (little here, where
+// backward hides most of it), the parameter servers' stay as they were, and the topology block
+// says which; without --simulate it is refused.
+TEST(Project, NcclTreeReplaysOnlyTheAllreduceCurve) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  const nlohmann::json doc = one_rank_calibration();
+  ProjectOptions o = simulated_project_options(32);
+  const auto ring = project(o, {doc}, nullptr);
+  o.topology.nccl_algo = "tree";
+  const auto tree = project(o, {doc}, nullptr);
+  EXPECT_EQ(ring["topology"]["nccl_algo"], "ring");
+  EXPECT_EQ(tree["topology"]["nccl_algo"], "tree");
+  const double a = simulated_step_at(ring, "allreduce", 32), b = simulated_step_at(tree, "allreduce", 32);
+  ASSERT_GT(a, 0.0);
+  ASSERT_GT(b, 0.0);
+  EXPECT_NE(a, b);
+  for (const std::string mode : {"ps_collective", "sharded_ps_collective"}) {
+    EXPECT_GT(simulated_step_at(ring, mode, 32), 0.0) << mode;
+    EXPECT_EQ(simulated_step_at(ring, mode, 32), simulated_step_at(tree, mode, 32)) << mode;
+  }
+  TopologyOptions plain;
+  plain.nccl_algo = "tree";
+  EXPECT_THROW(apply_topology_preset(plain, false, false, false), InputError);
+}
+
 // The engine's calibration a calibration file's emulated run recorded (here allreduce and
 // all-gather at half the link) rides on the projection's platform when the projection plays the
 // files' emulated link: recorded with the run it came from, and allreduce's simulated step grows;

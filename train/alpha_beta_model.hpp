@@ -32,6 +32,9 @@ struct LinkModel {
   // the root; binomial-tree broadcast; reduce-scatter over uneven segments = one reduce per
   // segment). See reduce_s and the functions after it.
   CollectiveFamily collectives = CollectiveFamily::ring;
+  // The all-reduce played as NCCL's tree (project --nccl-algo tree; Collectives::tree_allreduce)
+  // in the simulation; the alpha-beta model keeps the ring's.
+  bool tree_allreduce = false;
 };
 
 // Datasheet-based presets: pcie4 (25 GB/s achievable), pcie5 (50 GB/s), nvlink4 (370 GB/s ring

@@ -41,6 +41,9 @@ struct ScheduleInputs {
   // Bytes a rank sent per step, the ranks' mean, as measured: --sparse-grad's schedules size the
   // messages that follow the data (the rows a batch touched) from it. 0: not measured.
   double measured_bytes_sent = 0;
+  // > 0: DDP's all-reduce as NCCL's tree over nodes of this many ranks (Collectives::
+  // tree_allreduce); 0: the engine's ring.
+  int tree_ranks_per_node = 0;
 };
 
 // The schedule's compute of rank r's backward, cut at each bucket's ready point (its

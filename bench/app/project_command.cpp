@@ -54,6 +54,11 @@ void add_topology_options(CLI::App& app, TopologyOptions& o) {
                  "--simulate: a SimGrid platform file (XML) instead of the options above; rank r on its r-th host in "
                  "natural name order")
       ->check(CLI::ExistingFile);
+  app.add_option("--nccl-algo", o.nccl_algo,
+                 "--simulate: NCCL_ALGO of allreduce's all-reduce: ring (the flat ring) or tree (NCCL's double "
+                 "binary tree over the nodes, a chain inside each, pipelined in 4 MiB chunks)")
+      ->check(CLI::IsMember({"ring", "tree"}))
+      ->capture_default_str();
   app.add_flag("--what-if", o.what_if,
                "--simulate: also simulate every point with non-blocking uplinks and with the last node's NIC at half "
                "its rate, and name where oversubscription reorders the modes and what the straggler costs each");
