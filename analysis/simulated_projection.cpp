@@ -265,6 +265,11 @@ nlohmann::json simulate_point(const Strategy& strategy, const TrainConfig& confi
                               bool what_if, SimulationMemo* memo) {
   if (const std::string why = unsimulated(strategy, config, model); !why.empty()) return {{"unavailable", why}};
   const ScheduleInputs in = point_inputs(strategy, config, model, link, p, per_rank_batch, platform.ranks_per_node);
+  if (in.tree_ranks_per_node > 0 && strategy.mode == Mode::allreduce && p > kMaxTreeRanks) {
+    return {{"unavailable", fmt::format("NCCL's tree at {} ranks: it is played message by message, its time growing "
+                                        "about as p^2; not beyond {} ranks (kMaxTreeRanks)",
+                                        p, kMaxTreeRanks)}};
+  }
   const int fold = what_if ? 0 : fold_width(strategy, in, platform, p);
   if (fold == 0 && !what_if) {
     try {

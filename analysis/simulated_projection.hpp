@@ -37,6 +37,10 @@ inline constexpr double kNicSaturated = 0.9;
 // 2-core machine). A point beyond either is "unavailable", with the count.
 inline constexpr double kMaxPlayedMessages = 80e6;
 inline constexpr double kMaxSimGridMessages = 8e6;
+// NCCL's tree all-reduce (--nccl-algo tree) is played message by message on SimGrid, every rank's
+// four pipelines at once over shared NICs, whose time grows about as p^2 (GPT-2 on dgx-h100 nodes,
+// 2 cores: 3.5 s at 512 ranks, 9.5 s at 1,024, 36.8 s at 2,048): no point beyond this many ranks.
+inline constexpr int kMaxTreeRanks = 2048;
 
 // The simulated steps of a projection's whole (unfolded) points, by (mode, transport, world size,
 // per-rank batch), or why a point could not be played: extrapolating a larger point in nodes

@@ -283,5 +283,29 @@ TEST(NodeExtrapolation, AScheduleBeyondTheBudgetIsUnavailableWithItsSize) {
   EXPECT_LE(std::stod(m[1].str()), 1.5 * 537.0) << why;
 }
 
+// allreduce under --nccl-algo tree (LinkModel::tree_allreduce): the ring folds onto two nodes, the
+// tree does not and is played whole (8 nodes of 8 ranks); beyond kMaxTreeRanks it is unavailable,
+// saying why, before anything is built.
+TEST(NodeExtrapolation, TheTreeIsPlayedWholeAndNotBeyondItsRanks) {
+  SKIP_WITHOUT_SIMGRID();
+  const StepModel model = small_model();
+  TrainConfig config;
+  config.mode = Mode::allreduce;
+  const Strategy& strategy = find_strategy(Mode::allreduce);
+  LinkModel link = link_preset("nvlink4");
+  const nlohmann::json ring = simulate_point(strategy, config, model, link, nodes_of_8(8), 64, 8, false);
+  EXPECT_TRUE(ring.contains("folded_onto_ranks")) << ring.dump();
+  link.tree_allreduce = true;
+  const nlohmann::json tree = simulate_point(strategy, config, model, link, nodes_of_8(8), 64, 8, false);
+  ASSERT_TRUE(tree.contains("simulated_step_s")) << tree.dump();
+  EXPECT_FALSE(tree.contains("folded_onto_ranks")) << tree.dump();
+  EXPECT_NE(tree["simulated_step_s"].get<double>(), ring["simulated_step_s"].get<double>());
+  const int beyond = 2 * kMaxTreeRanks;
+  const nlohmann::json x = simulate_point(strategy, config, model, link, nodes_of_8(beyond / 8), beyond, 8, false);
+  ASSERT_TRUE(x.contains("unavailable")) << x.dump();
+  EXPECT_NE(x["unavailable"].get<std::string>().find(fmt::format("NCCL's tree at {} ranks", beyond)), std::string::npos)
+      << x.dump();
+}
+
 }  // namespace
 }  // namespace dpbench

@@ -922,6 +922,16 @@ TEST(Project, NcclTreeReplaysOnlyTheAllreduceCurve) {
   TopologyOptions plain;
   plain.nccl_algo = "tree";
   EXPECT_THROW(apply_topology_preset(plain, false, false, false), InputError);
+  // On the command line: one line, exit 2, nothing written.
+  TempDir tmp;
+  const std::string cmd = std::string(DPBENCH_BINARY) + " project --model gpt2 --link-model nvlink4 -o p.json ";
+  Outcome bad = shell(cmd + "--nccl-algo tree", tmp.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--nccl-algo tree: needs --simulate"), std::string::npos) << bad.err;
+  bad = shell(cmd + "--simulate --nccl-algo double", tmp.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--nccl-algo: double not in {ring,tree}"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "p.json"));
 }
 
 // The engine's calibration a calibration file's emulated run recorded (here allreduce and
