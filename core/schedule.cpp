@@ -416,16 +416,17 @@ TreeLinks double_tree_links(int n, int member, int tree) {
 }
 
 namespace {
-// Rank r's parent and children in tree t of a tree all-reduce over nodes of g ranks: inside its
-// node a chain from the last rank to the first; the nodes' first ranks in the double binary tree.
+// Rank r's parent and children in tree t of a tree all-reduce of p ranks over nodes of g ranks (the
+// last node the rest): inside its node a chain from the last rank to the first; the nodes' first
+// ranks in the double binary tree.
 struct RankTree {
   int parent = -1;
   std::vector<int> children;
 };
-RankTree rank_tree(int r, int t, int g, int nodes) {
+RankTree rank_tree(int r, int t, int g, int p) {
   RankTree out;
-  const int local = r % g;
-  if (local + 1 < g) out.children.push_back(r + 1);
+  const int local = r % g, nodes = (p + g - 1) / g;
+  if (local + 1 < g && r + 1 < p) out.children.push_back(r + 1);
   if (local > 0) {
     out.parent = r - 1;
     return out;
@@ -446,10 +447,7 @@ void Collectives::tree_allreduce(std::size_t n, int ranks_per_node) {
     throw Error(fmt::format("tree all-reduce: called on stream {}, one of its own ({} to {})", stream_,
                             kTreeFirstStream, kTreeFirstStream + 3));
   }
-  if (ranks_per_node < 1 || p % ranks_per_node != 0) {
-    throw Error(fmt::format("tree all-reduce: {} ranks do not make nodes of {}", p, ranks_per_node));
-  }
-  const int nodes = p / ranks_per_node;
+  if (ranks_per_node < 1) throw Error(fmt::format("tree all-reduce: nodes of {} ranks", ranks_per_node));
   std::array<std::vector<std::size_t>, 2> chunks;
   for (int t = 0; t < 2; ++t) {
     const std::size_t half = t == 0 ? n / 2 : n - n / 2;
@@ -461,7 +459,7 @@ void Collectives::tree_allreduce(std::size_t n, int ranks_per_node) {
       if (!s_.keeps(r)) continue;
       std::vector<int> ends;
       for (int t = 0; t < 2; ++t) {
-        const RankTree tree = rank_tree(r, t, ranks_per_node, nodes);
+        const RankTree tree = rank_tree(r, t, ranks_per_node, p);
         tree_pipelines(r, kTreeFirstStream + 2 * t, tree.parent, tree.children, chunks[static_cast<std::size_t>(t)],
                        ends);
       }

@@ -258,12 +258,12 @@ class Collectives {
   void set_tree_allreduce(int ranks_per_node) { tree_ = ranks_per_node; }
   // NCCL's tree all-reduce of n floats (tagged allreduce) over nodes of ranks_per_node ranks
   // (src/device/all_reduce.h, runTreeUpDown): half of the floats on each tree of
-  // double_tree_links over the nodes, whose members are the nodes' first ranks; inside a node a
-  // chain from its last rank to its first. Each half is cut into chunks of kTreeChunkBytes; a chunk
+  // double_tree_links over the nodes (the last one the ranks left over), whose members are the
+  // nodes' first ranks; inside a node a chain from its last rank to its first. Each half is cut into chunks of kTreeChunkBytes; a chunk
   // is reduced up (a rank receives it from its children, then sends the sum to its parent) and
   // broadcast down from the root, the two directions pipelined on streams of their own
   // (kTreeFirstStream..+3), which start after and end before the caller's stream's next op. Throws
-  // Error when the caller's stream is one of those, or ranks_per_node does not divide the world.
+  // Error when the caller's stream is one of those, or ranks_per_node < 1.
   void tree_allreduce(std::size_t n, int ranks_per_node);
   // From now on allreduce() moves its floats as `format` (--comm-hook fp16, bf16): packed, over
   // core/hierarchical.hpp's rings (one node of every rank unless a node hierarchy is set).

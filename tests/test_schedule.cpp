@@ -548,7 +548,11 @@ TEST(Schedule, TreeAllReduceMovesEachHalfUpAndDownEveryEdge) {
   EXPECT_EQ(s.messages(), 2L * 2 * 2 * (p - 1));  // 2 trees x 2 chunks x (up, down) x (p - 1) edges
   StepSchedule other(p);
   EXPECT_THROW(Collectives(other, Backend::local, kTreeFirstStream).tree_allreduce(n, g), Error);
-  EXPECT_THROW(Collectives(other, Backend::local).tree_allreduce(n, 5), Error);
+  EXPECT_THROW(Collectives(other, Backend::local).tree_allreduce(n, 0), Error);
+  // 12 ranks on nodes of 5: nodes of 5, 5 and 2 ranks, every message still matched, 2 (p - 1) edges.
+  Collectives(other, Backend::local).tree_allreduce(n, 5);
+  other.check_matched();
+  EXPECT_EQ(other.messages(), 2L * 2 * 2 * (p - 1));
 }
 
 // Played: on 2 nodes the trees' halves go opposite ways over each link, so the all-reduce takes
