@@ -1,10 +1,12 @@
 #include "analysis/run_simulation.hpp"
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <utility>
 
 #include "train/buckets.hpp"
+#include "train/engine_probe.hpp"
 #include "train/strategy.hpp"
 
 namespace dpbench {
@@ -34,6 +36,53 @@ std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& pl
   return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
 }
 
+// One probe's fit on the probed platform, the probe's sequence up to it in `prefix`, into
+// `platform`: a dense collective's share of the link; a per-message one's (train/engine_probe.hpp
+// probed_per_message) constant overhead, or, for a larger probe of a kind already fitted (a sparse
+// run's second half, kLargeProbeFactor x the size), its cost per byte, the constant lowered so that
+// the smaller probe's messages keep the cost fitted on them. Returns the probe's record.
+nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, const CollectiveProbe& probe, bool sparse,
+                         std::map<CollectiveKind, CollectiveProbe>& first,
+                         std::map<CollectiveKind, double>& first_overhead) {
+  const auto k = static_cast<std::size_t>(probe.kind);
+  const bool per_message = probed_per_message(probe.kind, sparse);
+  const auto seen = first.find(probe.kind);
+  const bool larger = per_message && seen != first.end() && probe.floats > seen->second.floats;
+  if (per_message && seen == first.end()) first.emplace(probe.kind, probe);
+  EfficiencyFit fit;
+  if (larger) {
+    // The smaller probe's messages keep their fitted cost: each of its floats / world size.
+    const double small_bytes = 4.0 * static_cast<double>(seen->second.floats) / prefix.world_size();
+    const double kept = first_overhead.at(probe.kind);
+    fit = fit_engine_overhead_per_byte(prefix, platform, probe.kind, probe.end_s, kept, small_bytes);
+    platform.engine_overhead_per_byte_s.resize(kCollectiveKinds, 0.0);
+    platform.engine_overhead_per_byte_s[k] = fit.overhead_s;
+    platform.engine_overhead_s[k] = std::max(0.0, kept - fit.overhead_s * small_bytes);
+  } else if (per_message) {
+    fit = fit_engine_overhead(prefix, platform, probe.kind, probe.end_s);
+    platform.engine_overhead_s[k] = fit.overhead_s;
+    first_overhead[probe.kind] = fit.overhead_s;
+  } else {
+    fit = fit_engine_efficiency(prefix, platform, probe.kind, probe.end_s);
+    platform.engine_efficiency[k] = fit.efficiency;
+  }
+  nlohmann::json out = {{"collective", collective_name(probe.kind)},
+                        {"floats", probe.floats},
+                        {"measured_s", probe.seconds},
+                        {"measured_end_s", probe.end_s},
+                        {"simulated_end_at_link_s", fit.at_link_s},
+                        {"efficiency", per_message ? 1.0 : fit.efficiency},
+                        {"simulated_end_s", fit.fitted_s},
+                        {"simulations", fit.simulations}};
+  if (larger) {
+    out["overhead_per_byte_s"] = fit.overhead_s;
+  } else if (per_message) {
+    out["overhead_s"] = fit.overhead_s;
+  }
+  if (!probe.counts.empty()) out["counts"] = probe.counts;
+  return out;
+}
+
 // The platform with the engine's calibration from the run's probe (train/engine_probe.hpp): for
 // each probed collective in turn, the share of the link at which its messages must move between
 // nodes for SimGrid, playing the probe's sequence up to it on the same platform, to end it when
@@ -56,31 +105,11 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   Collectives collectives(prefix, engine);
   collectives.set_node_hierarchy(how.ranks_per_node);
   collectives.set_wire_format(how.format);
+  std::map<CollectiveKind, CollectiveProbe> first;  // each per-message kind's first (smaller) probe
+  std::map<CollectiveKind, double> first_overhead;  // and the last constant overhead fitted at its size
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
     collectives.run(probe.kind, probe.floats, probe.counts);
-    const std::string collective = collective_name(probe.kind);
-    // The small messages of a sparse step (sharded_ps's pairwise exchanges, p2p; allreduce's
-    // all-gather of the rows) and the root's transfers one rank after the other (ps's scatter and
-    // gather, whose sizes follow the batch: the probe's capped ones stand for a GPT-2 step's 206 MB
-    // of logits per rank) cost their host per message (an overhead, the link's rate kept); a dense
-    // collective's messages move at a share of the link.
-    const bool per_message = probe.kind == CollectiveKind::p2p || probe.kind == CollectiveKind::scatter ||
-                             probe.kind == CollectiveKind::gather ||
-                             (r.config.model.dlrm.sparse_grad && probe.kind == CollectiveKind::allgather);
-    const EfficiencyFit fit = per_message ? fit_engine_overhead(prefix, c.platform, probe.kind, probe.end_s)
-                                          : fit_engine_efficiency(prefix, c.platform, probe.kind, probe.end_s);
-    c.platform.engine_efficiency[static_cast<std::size_t>(probe.kind)] = per_message ? 0.0 : fit.efficiency;
-    c.platform.engine_overhead_s[static_cast<std::size_t>(probe.kind)] = fit.overhead_s;
-    per.push_back({{"collective", collective},
-                   {"floats", probe.floats},
-                   {"measured_s", probe.seconds},
-                   {"measured_end_s", probe.end_s},
-                   {"simulated_end_at_link_s", fit.at_link_s},
-                   {"efficiency", per_message ? 1.0 : fit.efficiency},
-                   {"simulated_end_s", fit.fitted_s},
-                   {"simulations", fit.simulations}});
-    if (per_message) per.back()["overhead_s"] = fit.overhead_s;
-    if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
+    per.push_back(fit_probe(prefix, c.platform, probe, r.config.model.dlrm.sparse_grad, first, first_overhead));
   }
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},

@@ -214,9 +214,8 @@ class Evaluator {
   }
 
   double overhead(int rank, const ScheduleOp& op) const {
-    const auto k = static_cast<std::size_t>(op.collective);
-    if (k >= pf_.engine_overhead_s.size() || links_.node(rank) == links_.node(op.peer())) return 0.0;
-    return pf_.engine_overhead_s[k];
+    if (links_.node(rank) == links_.node(op.peer())) return 0.0;
+    return message_overhead(pf_, op);
   }
 
   // Posts st's side of op's transfer at st.t; matches it with the other side's oldest unmatched

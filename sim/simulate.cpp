@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include <fmt/format.h>
@@ -28,7 +29,8 @@ void SimPlatform::check(int world_size) const {
     if (!std::ifstream(platform_file).good()) {
       throw InputError(fmt::format("platform file {}: cannot be read", platform_file));
     }
-    if (!engine_efficiency.empty() || !engine_overhead_s.empty() || send_buffer_bytes > 0) {
+    if (!engine_efficiency.empty() || !engine_overhead_s.empty() || !engine_overhead_per_byte_s.empty() ||
+        send_buffer_bytes > 0) {
       throw InputError(fmt::format("platform file {}: takes no engine calibration or send buffer", platform_file));
     }
     return;
@@ -55,7 +57,12 @@ void SimPlatform::check(int world_size) const {
   for (double o : engine_overhead_s) {
     if (!(o >= 0 && o < 3600)) throw InputError(fmt::format("platform: engine overhead {} s is not in [0, 3600)", o));
   }
-  if (engine_overhead_s.size() > static_cast<std::size_t>(kCollectiveKinds)) {
+  for (double o : engine_overhead_per_byte_s) {
+    if (!(o >= 0 && o < 1))
+      throw InputError(fmt::format("platform: engine overhead {} s per byte is not in [0, 1)", o));
+  }
+  if (engine_overhead_s.size() > static_cast<std::size_t>(kCollectiveKinds) ||
+      engine_overhead_per_byte_s.size() > static_cast<std::size_t>(kCollectiveKinds)) {
     throw InputError(fmt::format("platform: {} engine overheads for {} collective kinds", engine_overhead_s.size(),
                                  kCollectiveKinds));
   }
@@ -89,6 +96,11 @@ nlohmann::json SimPlatform::to_json() const {
   for (std::size_t k = 0; k < engine_overhead_s.size(); ++k) {
     if (engine_overhead_s[k] > 0) {
       j["engine_overhead_s"][collective_name(static_cast<CollectiveKind>(k))] = engine_overhead_s[k];
+    }
+  }
+  for (std::size_t k = 0; k < engine_overhead_per_byte_s.size(); ++k) {
+    if (engine_overhead_per_byte_s[k] > 0) {
+      j["engine_overhead_per_byte_s"][collective_name(static_cast<CollectiveKind>(k))] = engine_overhead_per_byte_s[k];
     }
   }
   if (nodes_per_leaf > 0) {
@@ -206,7 +218,7 @@ SimulationResult simulate(const StepSchedule&, const SimPlatform&, int) {
 
 namespace {
 // The schedule's simulated time to its last rank's end (one step) on `platform` with one entry of
-// a per-kind calibration (`field`: engine_efficiency or engine_overhead_s) set to `value`.
+// a per-kind calibration (`field`: engine_efficiency) set to `value`.
 double end_with(const StepSchedule& schedule, SimPlatform pf, std::vector<double> SimPlatform::*field,
                 CollectiveKind kind, double value) {
   (pf.*field).resize(kCollectiveKinds, 0.0);
@@ -259,17 +271,22 @@ EfficiencyFit fit_engine_efficiency(const StepSchedule& schedule, const SimPlatf
   return fit;
 }
 
-EfficiencyFit fit_engine_overhead(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
-                                  double measured_s) {
+namespace {
+// o >= 0 such that the schedule ends at measured_s on the platform `set` makes of it; secant steps
+// from o = 0, the first at `first_guess` x the gap.
+EfficiencyFit fit_overhead(const StepSchedule& schedule, const SimPlatform& platform, double measured_s,
+                           const std::function<void(SimPlatform&, double)>& set, double first_guess) {
   EfficiencyFit fit;
   auto time_at = [&](double o) {
     ++fit.simulations;
-    return end_with(schedule, platform, &SimPlatform::engine_overhead_s, kind, o);
+    SimPlatform pf = platform;
+    set(pf, o);
+    const SimulationResult r = simulate(schedule, pf, 1);
+    return *std::max_element(r.rank_step_s.begin(), r.rank_step_s.end());
   };
   fit.at_link_s = fit.fitted_s = time_at(0.0);
   if (!(measured_s > fit.at_link_s)) return fit;
-  // Secant from (0, t(0)), starting at the gap itself (one message of `kind` on the critical path).
-  double o_lo = 0.0, t_lo = fit.at_link_s, o = measured_s - fit.at_link_s;
+  double o_lo = 0.0, t_lo = fit.at_link_s, o = first_guess * (measured_s - fit.at_link_s);
   for (int i = 0; i < 11; ++i) {
     const double t = time_at(o);
     if (std::abs(t - measured_s) < std::abs(fit.fitted_s - measured_s)) {
@@ -283,6 +300,29 @@ EfficiencyFit fit_engine_overhead(const StepSchedule& schedule, const SimPlatfor
     o = std::max(0.0, next);
   }
   return fit;
+}
+}  // namespace
+
+EfficiencyFit fit_engine_overhead(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
+                                  double measured_s) {
+  const auto k = static_cast<std::size_t>(kind);
+  const auto set = [k](SimPlatform& pf, double o) {
+    pf.engine_overhead_s.resize(kCollectiveKinds, 0.0);
+    pf.engine_overhead_s[k] = o;
+  };
+  return fit_overhead(schedule, platform, measured_s, set, 1.0);  // first: the gap, one message's worth
+}
+
+EfficiencyFit fit_engine_overhead_per_byte(const StepSchedule& schedule, const SimPlatform& platform,
+                                           CollectiveKind kind, double measured_s, double kept_s, double kept_bytes) {
+  const auto k = static_cast<std::size_t>(kind);
+  const auto set = [k, kept_s, kept_bytes](SimPlatform& pf, double o) {
+    pf.engine_overhead_s.resize(kCollectiveKinds, 0.0);
+    pf.engine_overhead_per_byte_s.resize(kCollectiveKinds, 0.0);
+    pf.engine_overhead_per_byte_s[k] = o;
+    pf.engine_overhead_s[k] = std::max(0.0, kept_s - o * kept_bytes);
+  };
+  return fit_overhead(schedule, platform, measured_s, set, 1e-6);  // first: the gap over a megabyte
 }
 
 }  // namespace dpbench

@@ -49,6 +49,10 @@ struct SimPlatform {
   // CollectiveKind; empty or 0: none). Calibrated for p2p, whose small pairwise exchanges cost
   // their host more than their bytes.
   std::vector<double> engine_overhead_s;
+  // Beside it, the cost per byte of such a message (SMPI's os/or slope): it leaves
+  // engine_overhead_s[k] + engine_overhead_per_byte_s[k] x its bytes after the send starts (empty
+  // or 0: none). Calibrated for a sparse run's per-message collectives, probed at two sizes.
+  std::vector<double> engine_overhead_per_byte_s;
   // TCP's send buffer: of a message between nodes, the sender waits only until all but its last
   // send_buffer_bytes have left (the kernel sends those on its own); 0: until the receiver has all.
   double send_buffer_bytes = 0;
@@ -106,5 +110,19 @@ EfficiencyFit fit_engine_efficiency(const StepSchedule& schedule, const SimPlatf
 // 0.5 % of measured_s, at most 12 simulations. Throws what simulate() throws.
 EfficiencyFit fit_engine_overhead(const StepSchedule& schedule, const SimPlatform& platform, CollectiveKind kind,
                                   double measured_s);
+
+// The engine's cost of a send `op` between nodes on `pf`: engine_overhead_s of its collective plus
+// engine_overhead_per_byte_s times its bytes (0 where neither is set).
+inline double message_overhead(const SimPlatform& pf, const ScheduleOp& op) {
+  const auto k = static_cast<std::size_t>(op.collective);
+  const double fixed = k < pf.engine_overhead_s.size() ? pf.engine_overhead_s[k] : 0.0;
+  const double per_byte = k < pf.engine_overhead_per_byte_s.size() ? pf.engine_overhead_per_byte_s[k] : 0.0;
+  return fixed + per_byte * op.bytes();
+}
+// The same for the cost per byte of `kind`'s messages (engine_overhead_per_byte_s, in overhead_s:
+// seconds per byte), the constant overhead set so that a message of `kept_bytes` keeps costing
+// `kept_s` (at least 0): SMPI's os/or, a line through a smaller probe's fit.
+EfficiencyFit fit_engine_overhead_per_byte(const StepSchedule& schedule, const SimPlatform& platform,
+                                           CollectiveKind kind, double measured_s, double kept_s, double kept_bytes);
 
 }  // namespace dpbench

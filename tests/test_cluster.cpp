@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "train/engine_probe.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/training_fixtures.hpp"
 #include "cluster/launchers.hpp"
@@ -705,6 +706,21 @@ TEST_F(EmulatedCluster, SweepOverZipfAlphasRunsEachIndexLaw) {
   if (!simulation_available()) GTEST_SKIP() << "the sweep ran; its simulation part needs SimGrid (libsimgrid-dev)";
   for (const auto& run : doc["runs"]) {
     EXPECT_GT(run["network"]["simulation"].value("simulated_step_s", 0.0), 0.0) << run["network"]["simulation"].dump();
+    // Each per-message collective's second half is probed at kLargeProbeFactor x its size and
+    // fitted as a cost per byte (train/engine_probe.hpp).
+    std::map<std::string, std::vector<std::size_t>> floats;
+    int sloped = 0;
+    for (const auto& c : run["network"]["simulation"]["calibration"]["collectives"]) {
+      if (c.contains("overhead_s") || c.contains("overhead_per_byte_s"))
+        floats[c["collective"].get<std::string>()].push_back(c["floats"].get<std::size_t>());
+      sloped += c.contains("overhead_per_byte_s") ? 1 : 0;
+    }
+    ASSERT_FALSE(floats.empty()) << run["mode"];
+    for (const auto& [kind, f] : floats) {
+      EXPECT_EQ(f.back(), std::min(kLargeProbeFactor * f.front(), kMaxProbeFloats)) << run["mode"] << " " << kind;
+      EXPECT_EQ(f[f.size() / 2 - 1], f.front()) << run["mode"] << " " << kind;
+    }
+    EXPECT_GT(sloped, 0) << run["mode"];
   }
 }
 

@@ -733,6 +733,35 @@ TEST(Simulation, TheFittedPerMessageOverheadGivesBackTheMeasuredTime) {
   EXPECT_THROW(one_message_s(slow, 0, 2, CollectiveKind::p2p), InputError);
 }
 
+// The cost per byte (SMPI's os/or slope): a message between nodes leaves after the constant plus
+// the slope times its bytes; fitted on a round of larger messages with a smaller one's cost kept,
+// it gives back a line through both: the round of 4 KB messages at 1 ms + 4,000 x 0.25 us, the
+// small probe's 400-byte messages kept at 0.2 ms.
+TEST(Simulation, TheFittedPerByteOverheadGivesBackTheMeasuredTime) {
+  SKIP_WITHOUT_SIMGRID();
+  SimPlatform pf = star(2, 10e6, 0);
+  pf.ranks_per_node = 2;
+  pf.intra_bytes_per_s = 1e9;
+  StepSchedule round(4);
+  Collectives(round, Backend::gloo).run(CollectiveKind::p2p, 4000);  // 4,000 bytes each, to r + 1
+  const double at_link = 4000.0 / 10e6, slope = 0.25e-6, kept = 0.2e-3, small_bytes = 400;
+  const double measured = at_link + (kept - slope * small_bytes) + slope * 4000;
+  const EfficiencyFit fit = fit_engine_overhead_per_byte(round, pf, CollectiveKind::p2p, measured, kept, small_bytes);
+  EXPECT_NEAR(fit.overhead_s, slope, 0.02 * slope);
+  EXPECT_NEAR(fit.fitted_s, measured, 0.005 * measured);
+  EXPECT_LE(fit.simulations, 12);
+  SimPlatform sloped = pf;
+  sloped.engine_overhead_s.assign(kCollectiveKinds, 0.0);
+  sloped.engine_overhead_per_byte_s.assign(kCollectiveKinds, 0.0);
+  sloped.engine_overhead_s[static_cast<std::size_t>(CollectiveKind::p2p)] = 0.1;
+  sloped.engine_overhead_per_byte_s[static_cast<std::size_t>(CollectiveKind::p2p)] = 0.2e-6;
+  EXPECT_NEAR(one_message_s(sloped, 0, 2, CollectiveKind::p2p), 0.1 + 0.2 + 0.1, 1e-6);  // then 1 MB at 10 MB/s
+  EXPECT_NEAR(one_message_s(sloped, 0, 1, CollectiveKind::p2p), one_message_s(pf, 0, 1, CollectiveKind::p2p), 1e-9);
+  EXPECT_EQ(sloped.to_json()["engine_overhead_per_byte_s"]["p2p"], 0.2e-6);
+  sloped.engine_overhead_per_byte_s[0] = -1;
+  EXPECT_THROW(one_message_s(sloped, 0, 2, CollectiveKind::p2p), InputError);
+}
+
 // fn(comm) on p threads of one local group; each rank's answer, by rank.
 template <typename T, typename Fn>
 std::vector<T> on_local_threads(int p, Fn fn) {

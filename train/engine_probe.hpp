@@ -73,9 +73,23 @@ IntraNodeProbe intra_node_from_round_trips(std::size_t floats, std::vector<doubl
 
 // The rounds of a sparse step's small messages the engine probe times (a strategy's
 // probed_collectives under --sparse-grad: sharded_ps's pairwise sendrecv rounds, allreduce's half
-// as many all-gathers of the rows): the simulation fits their mean cost per message, and one
-// round alone samples too little of a host whose ranks share cores.
+// as many all-gathers of the rows), the second half at kLargeProbeFactor x the size: the
+// simulation fits their cost per message and per byte, and one round alone samples too little of
+// a host whose ranks share cores.
 inline constexpr int kSparseProbeRounds = 12;
+
+// Whether the simulation fits `kind`'s probe as a cost per message (an overhead, the link's rate
+// kept) rather than as a share of the link: the small messages of a sparse step (sharded_ps's
+// pairwise exchanges, p2p; allreduce's all-gather of the rows) and the root's transfers one rank
+// after the other (ps's scatter and gather). analysis/run_simulation.cpp.
+inline bool probed_per_message(CollectiveKind kind, bool sparse_grad) {
+  return kind == CollectiveKind::p2p || kind == CollectiveKind::scatter || kind == CollectiveKind::gather ||
+         (sparse_grad && kind == CollectiveKind::allgather);
+}
+// A sparse run probes the second half of each per-message collective's entries at this many times
+// their size (at most kMaxProbeFloats), so that the simulation fits how the cost per message grows
+// with its bytes (SMPI's os/or: a constant and a cost per byte).
+inline constexpr std::size_t kLargeProbeFactor = 16;
 
 // The unmeasured repetitions before the measured ones: at least this long (seconds), at least one.
 inline constexpr float kProbeWarmupSeconds = 0.3f;

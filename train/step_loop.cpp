@@ -1,3 +1,4 @@
+#include <map>
 #include "train/step_loop.hpp"
 
 #include <algorithm>
@@ -144,11 +145,16 @@ class RankLoop {
                                                      std::min<std::size_t>(mode_.probe_floats(), std::size_t{1} << 20));
     std::vector<std::size_t> sizes;
     std::vector<std::vector<std::size_t>> segments;
+    std::map<CollectiveKind, int> seen;  // a kind's entries so far
     for (CollectiveKind kind : kinds) {
       segments.push_back(probe_segments(mode_.probe_counts_of(kind), p));
       std::size_t sum = 0;
       for (std::size_t c : segments.back()) sum += c;
       sizes.push_back(segments.back().empty() ? std::clamp(mode_.probe_floats_of(kind), p, kMaxProbeFloats) : sum);
+      const bool sparse = s_.config.model.dlrm.sparse_grad;
+      const auto of_kind = static_cast<int>(std::count(kinds.begin(), kinds.end(), kind));
+      if (sparse && segments.back().empty() && probed_per_message(kind, sparse) && 2 * seen[kind]++ >= of_kind)
+        sizes.back() = std::min(sizes.back() * kLargeProbeFactor, kMaxProbeFloats);
     }
     std::optional<EngineProbe> probe;
     if (!kinds.empty()) {

@@ -283,9 +283,8 @@ class StreamActor {
   }
   // The engine's per-message cost of a message of this stream to another node (0 within a node).
   double overhead(const ScheduleOp& op) const {
-    const auto k = static_cast<std::size_t>(op.collective);
-    if (k >= pf_.engine_overhead_s.size() || rank_ / pf_.ranks_per_node == op.peer() / pf_.ranks_per_node) return 0.0;
-    return pf_.engine_overhead_s[k];
+    if (rank_ / pf_.ranks_per_node == op.peer() / pf_.ranks_per_node) return 0.0;
+    return message_overhead(pf_, op);
   }
   // A message between nodes leaves as its head (all but its last send_buffer_bytes), which the
   // sender waits for, then its tail, which the sender's kernel sends on its own while the sender
