@@ -705,13 +705,24 @@ TEST(Simulation, TheFittedEngineEfficiencyGivesBackTheMeasuredTime) {
 // The engine's per-message overhead (engine_overhead_s) delays each message of its kind between
 // nodes on its sender, and nothing else; fit_engine_overhead finds the overhead that makes a
 // pairwise round end when it was "measured" (the link's time plus 1 ms, plus 10 ms).
-TEST(Simulation, TheFittedPerMessageOverheadGivesBackTheMeasuredTime) {
-  SKIP_WITHOUT_SIMGRID();
+// Two nodes of two ranks on 10 MB/s links; and one pairwise round of 1,000 floats (4,000 bytes)
+// from every rank to r + 1, of which ranks 1 and 3 send across.
+SimPlatform two_nodes_of_two() {
   SimPlatform pf = star(2, 10e6, 0);
   pf.ranks_per_node = 2;
   pf.intra_bytes_per_s = 1e9;
+  return pf;
+}
+StepSchedule pairwise_round() {
   StepSchedule round(4);
-  Collectives(round, Backend::gloo).run(CollectiveKind::p2p, 4000);  // 1,000 floats each, to r + 1
+  Collectives(round, Backend::gloo).run(CollectiveKind::p2p, 4000);
+  return round;
+}
+
+TEST(Simulation, TheFittedPerMessageOverheadGivesBackTheMeasuredTime) {
+  SKIP_WITHOUT_SIMGRID();
+  const SimPlatform pf = two_nodes_of_two();
+  const StepSchedule round = pairwise_round();
   const EfficiencyFit at_link = fit_engine_overhead(round, pf, CollectiveKind::p2p, 0.0);
   EXPECT_EQ(at_link.overhead_s, 0.0);
   EXPECT_NEAR(at_link.at_link_s, 4000.0 / 10e6, 1e-6);  // ranks 1 and 3 send across: 4 KB at the link's rate
@@ -735,15 +746,12 @@ TEST(Simulation, TheFittedPerMessageOverheadGivesBackTheMeasuredTime) {
 
 // The cost per byte (SMPI's os/or slope): a message between nodes leaves after the constant plus
 // the slope times its bytes; fitted on a round of larger messages with a smaller one's cost kept,
-// it gives back a line through both: the round of 4 KB messages at 1 ms + 4,000 x 0.25 us, the
-// small probe's 400-byte messages kept at 0.2 ms.
+// it gives back a line through both: the 4,000-byte messages of the round at 0.1 ms + 4,000 x
+// 0.25 us, the smaller probe's 400-byte messages kept at 0.2 ms.
 TEST(Simulation, TheFittedPerByteOverheadGivesBackTheMeasuredTime) {
   SKIP_WITHOUT_SIMGRID();
-  SimPlatform pf = star(2, 10e6, 0);
-  pf.ranks_per_node = 2;
-  pf.intra_bytes_per_s = 1e9;
-  StepSchedule round(4);
-  Collectives(round, Backend::gloo).run(CollectiveKind::p2p, 4000);  // 4,000 bytes each, to r + 1
+  const SimPlatform pf = two_nodes_of_two();
+  const StepSchedule round = pairwise_round();
   const double at_link = 4000.0 / 10e6, slope = 0.25e-6, kept = 0.2e-3, small_bytes = 400;
   const double measured = at_link + (kept - slope * small_bytes) + slope * 4000;
   const EfficiencyFit fit = fit_engine_overhead_per_byte(round, pf, CollectiveKind::p2p, measured, kept, small_bytes);
