@@ -81,7 +81,8 @@ inline constexpr int kSparseProbeRounds = 12;
 // Whether the simulation fits `kind`'s probe as a cost per message (an overhead, the link's rate
 // kept) rather than as a share of the link: the small messages of a sparse step (sharded_ps's
 // pairwise exchanges, p2p; allreduce's all-gather of the rows) and the root's transfers one rank
-// after the other (ps's scatter and gather). analysis/run_simulation.cpp.
+// after the other (ps's scatter and gather, whose sizes follow the batch: their capped probes stand
+// for a GPT-2 step's 206 MB of logits per rank). analysis/run_simulation.cpp.
 inline bool probed_per_message(CollectiveKind kind, bool sparse_grad) {
   return kind == CollectiveKind::p2p || kind == CollectiveKind::scatter || kind == CollectiveKind::gather ||
          (sparse_grad && kind == CollectiveKind::allgather);

@@ -1,7 +1,7 @@
-#include <map>
 #include "train/step_loop.hpp"
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 
 #include "core/net_interface.hpp"
