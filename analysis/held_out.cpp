@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/stats.hpp"
 
 namespace dpbench {
 
@@ -50,13 +51,6 @@ std::pair<double, std::string> simulated_at(const nlohmann::json& projection, co
     return {0.0, sim.value("unavailable", std::string("not simulated"))};
   }
   return {0.0, fmt::format("the projection has no {} point at {} ranks", curve, p)};
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // One held-out run's row: its setting, its measured step p50 and the simulated point of the

@@ -395,6 +395,7 @@ struct EngineCalibration {
   // A node's local ranks' link as the files probed it (intra_node_calibration); 0: the topology's.
   double intra_bytes_per_s = 0, intra_latency_s = 0;
   nlohmann::json rate_share_record, intra_record;   // requested_rate_share's, intra_node_calibration's
+  std::vector<std::string> from_host_profile;       // what --host-profile gave: "intra_node", "requested_rate_share"
   std::vector<int> from;                            // per collective: the world size its fit came from
   nlohmann::json record = nlohmann::json::array();  // per collective: its fit and the run it came from
 
@@ -476,13 +477,39 @@ nlohmann::json intra_node_calibration(const std::vector<const nlohmann::json*>& 
                      "crosses two); instead of --intra-link, which the command line did not give"}};
 }
 
+// The host profile's probe of a node's local ranks (analysis/host_profile.hpp), as
+// intra_node_calibration gives the files' probes: its rate, and half its one-float round trip on
+// each rank's link.
+nlohmann::json profile_intra_node(const HostProfile& profile) {
+  return {{"bytes_per_s", profile.intra_bytes_per_s},
+          {"latency_s", profile.intra_round_trip_s / 2.0},
+          {"host_profile", profile.path},
+          {"method", "the host profile's probe of a node's local ranks (dpbench profile): its rate, and half its "
+                     "one-float round trip on each rank's link; the calibration files' runs probed none, and the "
+                     "command line gave no --intra-link"}};
+}
+
 // What a projection on the files' emulated link takes from their runs: the engine's fits, the
-// requested rate's share and (unless --intra-link was given) the probed intra-node link.
+// requested rate's share and (unless --intra-link was given) the probed intra-node link; the
+// latter two from --host-profile where no file has them.
 EngineCalibration files_calibration(const ProjectOptions& o, const Inputs& in) {
   EngineCalibration engine = engine_calibration(in.runs);
   engine.rate_share_record = requested_rate_share(in.links);
+  if (engine.rate_share_record.is_null() && o.host_profile) {
+    std::vector<const nlohmann::json*> links;
+    for (const auto& l : o.host_profile->links) links.push_back(&l);
+    engine.rate_share_record = requested_rate_share(links);
+    if (!engine.rate_share_record.is_null()) {
+      engine.rate_share_record["host_profile"] = o.host_profile->path;
+      engine.from_host_profile.push_back("requested_rate_share");
+    }
+  }
   if (!engine.rate_share_record.is_null()) engine.requested_share = engine.rate_share_record["share"].get<double>();
   if (!o.topology.intra_link_given) engine.intra_record = intra_node_calibration(in.runs);
+  if (engine.intra_record.is_null() && !o.topology.intra_link_given && o.host_profile) {
+    engine.intra_record = profile_intra_node(*o.host_profile);
+    engine.from_host_profile.push_back("intra_node");
+  }
   if (!engine.intra_record.is_null()) {
     engine.intra_bytes_per_s = engine.intra_record["bytes_per_s"].get<double>();
     engine.intra_latency_s = engine.intra_record["latency_s"].get<double>();
@@ -851,6 +878,11 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                                  o.topology.ranks_per_node));
   }
   check_node_link_of(o.topology, o.max_ranks);
+  if (o.host_profile && (!o.topology.simulate || !o.model.empty())) {
+    throw InputError(fmt::format("--host-profile {}: the profile is played by --simulate on result files' emulated "
+                                 "link, not with --model or without --simulate",
+                                 o.host_profile->path));
+  }
   if (!o.model.empty()) {
     if (!results.empty()) throw InputError(fmt::format("--model {} and result files: give one", o.model));
     return project_described(o);
@@ -885,6 +917,10 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
     doc["topology"]["engine_calibration"] = engine.record;
     doc["topology"]["requested_rate_share"] = engine.rate_share_record;
     if (!engine.intra_record.is_null()) doc["topology"]["intra_node_calibration"] = engine.intra_record;
+    if (o.host_profile) {
+      doc["topology"]["host_profile"] = o.host_profile->record();
+      doc["topology"]["host_profile"]["used_for"] = engine.from_host_profile;
+    }
   }
   project_curves(o, model, link.model, scaling, engine, doc);
   doc["measured"] = nlohmann::json::array();

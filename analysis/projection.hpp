@@ -6,11 +6,13 @@
 // error there; with a topology, each point simulated too (analysis/simulated_projection.hpp).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/host_profile.hpp"
 #include "analysis/simulated_projection.hpp"
 #include "train/alpha_beta_model.hpp"
 #include "workloads/model_description.hpp"
@@ -33,6 +35,11 @@ struct ProjectOptions {
   // (analysis/held_out.hpp), and the largest |relative error| they may show (a fraction).
   std::vector<std::string> held_out;
   double max_error = 0.15;
+  // --host-profile: the file's path and, read by the command (read_host_profile), this machine's
+  // profile: where the calibration files probed no node's local ranks (or no emulated link's
+  // share), a projection on their emulated link plays the profile's.
+  std::string host_profile_path;
+  std::optional<HostProfile> host_profile;
 };
 
 // The projection document for already-loaded result documents. Throws InputError naming the

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -18,6 +19,7 @@
 #include "harness/harness.hpp"
 #include "bench/app/project_command.hpp"
 #include "analysis/held_out.hpp"
+#include "analysis/host_profile.hpp"
 #include "analysis/simulated_projection.hpp"
 #include "record/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
@@ -1003,6 +1005,109 @@ TEST(Project, AProbedIntraNodeLinkReplacesNvlinkOnTheEmulatedLink) {
   const nlohmann::json given = project(o, {probed_doc}, nullptr);
   EXPECT_FALSE(given["topology"].contains("intra_node_calibration"));
   EXPECT_EQ(step_at_4(given), step_at_4(plain));
+}
+
+// The host profile (dpbench profile, analysis/host_profile.hpp): made from a cluster run's
+// probes of a node's local ranks (the median over its runs of their rates, 1, 2 and 3 GB/s, and
+// round trips, 1, 4 and 8 ms; a run without a probe left out), it gives a projection on files
+// that probed none the intra-node link (2 GB/s, each rank's link at half the 4 ms round trip) and
+// the requested rate's share (its links' 0.8), recorded with what it was used for; a file's own
+// probe wins. Bad profiles are input errors naming the path; a profile without --simulate or
+// with --model is refused.
+TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  nlohmann::json run_result = {
+      {"env", {{"cpu_model", "Test CPU"}, {"cpu_cores", 2}}},
+      {"network",
+       {{"nodes", 2},
+        {"ranks_per_node", 2},
+        {"qdisc", "tbf"},
+        {"links",
+         {{{"requested_bits_per_s", 1e9}, {"probed_up_bytes_per_s", 100e6}, {"probed_down_bytes_per_s", 100e6}}}}}},
+      {"runs", nlohmann::json::array()}};
+  for (const auto& [rate, rt] : std::vector<std::pair<double, double>>{{1e9, 8e-3}, {3e9, 1e-3}, {2e9, 4e-3}}) {
+    nlohmann::json run;
+    run["network"]["simulation"]["intra_node"] = {
+        {"bytes_per_s", rate}, {"latency_s", rt}, {"repetitions", 5}, {"runs", 1}, {"source", "probed: x"}};
+    run_result["runs"].push_back(run);
+  }
+  run_result["runs"].push_back({{"mode", "ps"}});
+  const nlohmann::json profile_doc = host_profile_document(run_result, "the-host", "dpbench profile");
+  EXPECT_EQ(profile_doc["intra_node"]["bytes_per_s"], 2e9);
+  EXPECT_EQ(profile_doc["intra_node"]["latency_s"], 4e-3);
+  EXPECT_EQ(profile_doc["intra_node"]["repetitions"], 15);
+  EXPECT_EQ(profile_doc["machine"]["host"], "the-host");
+  EXPECT_EQ(profile_doc["machine"]["cpu_model"], "Test CPU");
+  const HostProfile profile = host_profile_from(profile_doc, "host.json");
+  EXPECT_EQ(profile.intra_round_trip_s, 4e-3);
+
+  nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.1, 0.05, 0.05);
+  const nlohmann::json plain_doc = calibration_doc(cluster);
+  cluster["network"]["simulation"] = {
+      {"intra_node", {{"bytes_per_s", 2e9}, {"latency_s", 2e-3}, {"source", "probed: local ranks 0 and 1"}}}};
+  const nlohmann::json probed_doc = calibration_doc(cluster);
+  ProjectOptions o;
+  o.max_ranks = 4;
+  o.topology.simulate = true;
+  o.topology.ranks_per_node = 2;
+  const nlohmann::json plain = project(o, {plain_doc}, nullptr);
+  o.host_profile = profile;
+  const nlohmann::json profiled = project(o, {plain_doc}, nullptr);
+  const auto& t = profiled["topology"];
+  ASSERT_TRUE(t.contains("intra_node_calibration")) << t.dump();
+  EXPECT_EQ(t["intra_node_calibration"]["bytes_per_s"], 2e9);
+  EXPECT_EQ(t["intra_node_calibration"]["latency_s"], 2e-3);
+  EXPECT_EQ(t["intra_node_calibration"]["host_profile"], "host.json");
+  EXPECT_NEAR(t["requested_rate_share"]["share"].get<double>(), 0.8, 1e-12);
+  EXPECT_EQ(t["host_profile"]["path"], "host.json");
+  EXPECT_EQ(t["host_profile"]["used_for"], nlohmann::json::array({"requested_rate_share", "intra_node"}));
+  EXPECT_GT(simulated_step_at(profiled, "allreduce", 4), simulated_step_at(plain, "allreduce", 4) + 4e-3)
+      << "the ring's intra-node steps at 4 ms each";
+  const nlohmann::json own = project(o, {probed_doc}, nullptr);
+  EXPECT_EQ(own["topology"]["intra_node_calibration"]["latency_s"], 1e-3) << "the file's own probe";
+  EXPECT_EQ(own["topology"]["host_profile"]["used_for"], nlohmann::json::array({"requested_rate_share"}));
+
+  const auto refused = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << needle << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json bad = profile_doc;
+  bad["schema"]["name"] = "dpbench-result";
+  refused([&] { host_profile_from(bad, "h.json", "--host-profile "); },
+          "--host-profile h.json: not a dpbench host profile");
+  bad = profile_doc;
+  bad["schema"]["version"] = 2;
+  refused([&] { host_profile_from(bad, "h.json"); }, "h.json: host profile version 2");
+  bad = profile_doc;
+  bad["intra_node"]["latency_s"] = 0;
+  refused([&] { host_profile_from(bad, "h.json"); }, "h.json: intra_node.latency_s is missing or not a positive");
+  refused([&] { read_host_profile("/nonexistent/h.json"); }, "--host-profile /nonexistent/h.json: cannot open");
+  o.topology.simulate = false;
+  refused([&] { project(o, {plain_doc}, nullptr); }, "--host-profile host.json: the profile is played by --simulate");
+  EXPECT_THROW(host_profile_document({{"env", nlohmann::json::object()},
+                                      {"network", nlohmann::json::object()},
+                                      {"runs", {{{"mode", "ps"}}}}},
+                                     "h", "c"),
+               Error);
+  // On the command line: one line, exit 2, nothing written.
+  TempDir tmp;
+  const std::string result = (tmp.path() / "result.json").string(), out = (tmp.path() / "p.json").string();
+  std::ofstream(result) << plain_doc.dump();
+  const auto one_line_exit_2 = [&](const std::string& args, const std::string& needle) {
+    const Outcome bad = shell(std::string(DPBENCH_BINARY) + " " + args + " -o " + out, tmp.path());
+    EXPECT_EQ(bad.exit_code, 2) << args << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << bad.err;
+    EXPECT_NE(bad.err.find(needle), std::string::npos) << args << bad.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  };
+  one_line_exit_2(fmt::format("project {} --simulate --host-profile {}", result, result),
+                  fmt::format("--host-profile {}: not a dpbench host profile", result));
+  one_line_exit_2("profile --ranks-per-node 1", "--ranks-per-node 1: the profile probes a node's local ranks");
+  one_line_exit_2("profile --link fast", "--link");
 }
 
 // The projection says which machine its compute came from: the calibration run's file's env (the

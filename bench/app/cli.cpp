@@ -19,6 +19,7 @@
 #include "bench/app/history_command.hpp"
 #include "bench/app/memory_command.hpp"
 #include "bench/app/name_options.hpp"
+#include "bench/app/profile_command.hpp"
 #include "bench/app/project_command.hpp"
 #include "analysis/simulated_projection.hpp"
 #include "bench/app/run_command.hpp"
@@ -1014,6 +1015,12 @@ int dpbench_main(int argc, char** argv) {
   HistoryOptions history_options;
   CLI::App* history = add_history_command(app, history_options);
 
+  ProfileOptions profile_options;
+  CLI::App* profile = app.add_subcommand(
+      "profile", "The host profile: what this machine's host costs an emulated cluster's ranks (a node's local "
+                 "ranks' link), measured once by a short cluster run, for project --simulate --host-profile");
+  add_profile_options(*profile, profile_options);
+
   ClusterPrograms cluster_programs;
   add_cluster_programs(app, cluster_programs);
 
@@ -1032,6 +1039,7 @@ int dpbench_main(int argc, char** argv) {
     if (*project) return project_main(*project, project_options);
     if (*memory) return memory_main(*memory, memory_options);
     if (*history) return history_command(*history, history_options);
+    if (*profile) return profile_command(profile_options);
     return finish(run_command(run_options));
   });
 }

@@ -27,6 +27,13 @@ nlohmann::json read_json(const std::string& path, const char* what) {
   }
 }
 
+// A machine block's field as text: a string as it is, null or missing as "?", else its JSON.
+std::string field_text(const nlohmann::json& m, const char* key) {
+  const auto it = m.find(key);
+  if (it == m.end() || it->is_null()) return "?";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
 }  // namespace
 
 // --simulate and the topology it plays on (analysis/simulated_projection.hpp).
@@ -99,6 +106,10 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
                  "--simulate: emulated-cluster result or sweep files the projection is not calibrated on: each run "
                  "predicted on its own cluster's setting (nodes, ranks per node, link rates) and compared with its "
                  "measured step; exit 1 when one is off by more than --max-error")
+      ->check(CLI::ExistingFile);
+  app.add_option("--host-profile", o.host_profile_path,
+                 "--simulate: a host profile (dpbench profile) of the machine the emulated runs were measured on: "
+                 "where no calibration file probed a node's local ranks, their link is the profile's")
       ->check(CLI::ExistingFile);
   app.add_option_function<double>(
          "--max-error", [&o](double percent) { o.max_error = percent / 100.0; },
@@ -198,10 +209,12 @@ std::vector<nlohmann::json> read_result_files(const std::vector<std::string>& pa
 
 }  // namespace
 
-int project_command(const ProjectOptions& o) {
-  if (!o.held_out.empty() && !o.topology.simulate) {
+int project_command(const ProjectOptions& given) {
+  if (!given.held_out.empty() && !given.topology.simulate) {
     throw InputError("--held-out: held-out runs are judged against the simulation; give --simulate");
   }
+  ProjectOptions o = given;
+  if (!o.host_profile_path.empty()) o.host_profile = read_host_profile(o.host_profile_path);
   const std::vector<nlohmann::json> docs = read_result_files(o.results);
   std::vector<HeldOutFile> held_out;
   for (std::size_t i = 0; i < o.held_out.size(); ++i) {
@@ -218,11 +231,20 @@ int project_command(const ProjectOptions& o) {
   fmt::print("scaling: {}\n", doc["scaling"]["text"].get<std::string>());
   if (doc["calibration"].contains("machine")) {
     const auto& m = doc["calibration"]["machine"];
-    const auto text = [&m](const char* key) {
-      return m[key].is_string() ? m[key].get<std::string>() : m[key].is_null() ? std::string("?") : m[key].dump();
-    };
+    const auto text = [&m](const char* key) { return field_text(m, key); };
     fmt::print("calibrated on: {}, {} cores, host {}, dpbench {} ({})\n", text("cpu_model"), text("cpu_cores"),
                text("host"), text("dpbench_version"), text("git_commit"));
+  }
+  if (doc.contains("topology") && doc["topology"].contains("host_profile")) {
+    const auto& h = doc["topology"]["host_profile"];
+    const auto& m = h["machine"];
+    fmt::print("host profile: {} (made {} on {}, {} cores, host {}): a node's local ranks {:.1f} MB/s, round trip "
+               "{:.1f} us; used for: {}\n",
+               h["path"].get<std::string>(), h["created"].get<std::string>(), field_text(m, "cpu_model"),
+               field_text(m, "cpu_cores"), field_text(m, "host"), 1e-6 * h["intra_node"]["bytes_per_s"].get<double>(),
+               1e6 * h["intra_node"]["round_trip_s"].get<double>(),
+               h["used_for"].empty() ? std::string("nothing (the files have their own)")
+                                     : fmt::format("{}", fmt::join(h["used_for"], ", ")));
   }
   if (doc["calibration"].contains("described_model")) {
     const auto& m = doc["calibration"]["described_model"];

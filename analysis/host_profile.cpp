@@ -1,0 +1,121 @@
+#include "analysis/host_profile.hpp"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/stats.hpp"
+#include "record/result_json.hpp"
+
+namespace dpbench {
+
+namespace {
+
+// The machine fields a profile keeps of a result's env (as a projection's calibration.machine).
+nlohmann::json machine_of(const nlohmann::json& env, const std::string& host) {
+  nlohmann::json m = nlohmann::json::object();
+  for (const char* key : {"cpu_model", "cpu_cores", "os", "blas_core", "dpbench_version", "git_commit"}) {
+    m[key] = env.contains(key) ? env.at(key) : nlohmann::json();
+  }
+  m["host"] = host;
+  return m;
+}
+
+double positive(const nlohmann::json& block, const char* key, const std::string& where) {
+  const auto it = block.find(key);
+  if (it == block.end() || !it->is_number() || it->get<double>() <= 0) {
+    throw InputError(fmt::format("{}: intra_node.{} is missing or not a positive number", where, key));
+  }
+  return it->get<double>();
+}
+
+}  // namespace
+
+nlohmann::json HostProfile::record() const {
+  return {{"path", path},
+          {"created", created},
+          {"machine", machine},
+          {"intra_node", {{"bytes_per_s", intra_bytes_per_s}, {"round_trip_s", intra_round_trip_s}}}};
+}
+
+nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
+                                     const std::string& command) {
+  std::vector<double> rates, round_trips;
+  long repetitions = 0, runs = 0;
+  for (const auto& run : run_result.at("runs")) {
+    const nlohmann::json::json_pointer where("/network/simulation/intra_node");
+    if (!run.contains(where)) continue;
+    const nlohmann::json& intra = run.at(where);
+    if (!intra.is_object() || intra.value("source", std::string()).rfind("probed", 0) != 0) continue;
+    rates.push_back(intra.at("bytes_per_s").get<double>());
+    round_trips.push_back(intra.at("latency_s").get<double>());
+    repetitions += intra.value("repetitions", 0L);
+    runs += intra.value("runs", 1L);
+  }
+  if (rates.empty())
+    throw Error("profile: the cluster run probed no node's local ranks (network.simulation.intra_node)");
+  const nlohmann::json& net = run_result.at("network");
+  return {{"schema", {{"name", kHostProfileSchema}, {"version", kHostProfileVersion}}},
+          {"created", utc_timestamp()},
+          {"command", command},
+          {"machine", machine_of(run_result.at("env"), machine_host)},
+          {"cluster",
+           {{"nodes", net.value("nodes", 0)},
+            {"ranks_per_node", net.value("ranks_per_node", 0)},
+            {"qdisc", net.value("qdisc", "")}}},
+          {"intra_node",
+           {{"bytes_per_s", median(rates)},
+            {"latency_s", median(round_trips)},
+            {"runs", runs},
+            {"repetitions", repetitions},
+            {"method", "every node's local ranks 0 and 1 sent each other one float, then 16 MiB, all pairs at once, "
+                       "over the run's communicator (train/engine_probe.hpp probe_intra_node); the median over the "
+                       "runs of rank 0's median rate and one-float round trip (latency_s)"}}},
+          {"links", net.value("links", nlohmann::json::array())}};
+}
+
+HostProfile host_profile_from(const nlohmann::json& doc, const std::string& path, const std::string& option) {
+  const std::string where = option + path;
+  if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_object() ||
+      doc["schema"].value("name", "") != kHostProfileSchema) {
+    throw InputError(fmt::format("{}: not a dpbench host profile (schema.name is not \"{}\"; make one with "
+                                 "`dpbench profile`)",
+                                 where, kHostProfileSchema));
+  }
+  if (doc["schema"].value("version", 0) != kHostProfileVersion) {
+    throw InputError(fmt::format("{}: host profile version {} (this dpbench reads version {})", where,
+                                 doc["schema"].value("version", 0), kHostProfileVersion));
+  }
+  if (!doc.contains("intra_node") || !doc["intra_node"].is_object()) {
+    throw InputError(fmt::format("{}: the host profile has no intra_node block", where));
+  }
+  HostProfile p;
+  p.path = path;
+  p.created = doc.value("created", "");
+  p.machine = doc.value("machine", nlohmann::json::object());
+  p.intra_bytes_per_s = positive(doc["intra_node"], "bytes_per_s", where);
+  p.intra_round_trip_s = positive(doc["intra_node"], "latency_s", where);
+  if (doc.contains("links")) {
+    if (!doc["links"].is_array()) throw InputError(fmt::format("{}: the host profile's links is not a list", where));
+    for (const auto& l : doc["links"]) {
+      if (!l.is_object()) throw InputError(fmt::format("{}: a link of the host profile is not an object", where));
+      p.links.push_back(l);
+    }
+  }
+  return p;
+}
+
+HostProfile read_host_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("--host-profile {}: cannot open the file", path));
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("--host-profile {}: not valid JSON ({})", path, e.what()));
+  }
+  return host_profile_from(doc, path, "--host-profile ");
+}
+
+}  // namespace dpbench

@@ -1,0 +1,52 @@
+// The host profile (`dpbench profile`): what this machine's host, not its links, costs an
+// emulated cluster's ranks, measured once per machine and saved as JSON ("dpbench-host-profile",
+// version 1), so that `project --simulate` on runs that never crossed a node's local link (one
+// rank per node) still plays it as this machine moves it. It holds:
+//   - the link between a node's local ranks: 2 nodes of --ranks-per-node ranks on one emulated
+//     link, every node's local pairs ping-ponging one float, then 16 MiB, all at once, as a run's
+//     engine probe does (train/engine_probe.hpp probe_intra_node): the median rate and round trip;
+//   - the emulated links' requested and probed rates (the share of a requested rate a TCP
+//     transfer gets: tbf counts each frame's headers);
+//   - the machine it was made on (CPU, cores, host, OS, BLAS core, dpbench's commit).
+// Not for: the engines' shares of a link per collective, which depend on the model's messages and
+// come from the calibration files' own probes (analysis/projection.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dpbench {
+
+inline constexpr const char* kHostProfileSchema = "dpbench-host-profile";
+inline constexpr int kHostProfileVersion = 1;
+
+struct HostProfile {
+  std::string path;                   // the file it was read from
+  std::string created;                // UTC, ISO 8601
+  nlohmann::json machine;             // cpu_model, cpu_cores, host, os, blas_core, dpbench_version, git_commit
+  double intra_bytes_per_s = 0;       // a node's local ranks' link, as probed (bytes/s, > 0)
+  double intra_round_trip_s = 0;      // one float's round trip between two local ranks (s, > 0)
+  std::vector<nlohmann::json> links;  // the profile cluster's links (requested and probed rates)
+
+  // What a projection records of it: path, created, machine and the probed link.
+  nlohmann::json record() const;
+};
+
+// The profile document made from the result of `dpbench profile`'s cluster run (a result file of
+// 2 nodes of 2 or more ranks each, one run or more, each with network.simulation.intra_node as
+// probed): the runs' median rate and round trip; `machine_host` (the real host's name, the run's
+// env naming its emulated node) and `command` recorded. Throws Error when no run probed a node's
+// local ranks.
+nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
+                                     const std::string& command);
+
+// The profile in `doc`, read from `path`. Throws InputError naming `option` and the path and the
+// problem (not a host profile, another version, a missing or non-positive rate or round trip).
+HostProfile host_profile_from(const nlohmann::json& doc, const std::string& path, const std::string& option = "");
+
+// Reads and checks the profile at `path`. Throws InputError (unreadable, not JSON, as above).
+HostProfile read_host_profile(const std::string& path);
+
+}  // namespace dpbench

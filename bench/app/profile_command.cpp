@@ -1,0 +1,112 @@
+#include "bench/app/profile_command.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "analysis/host_profile.hpp"
+#include "bench/app/child_run.hpp"
+#include "cluster/link.hpp"
+#include "cluster/netns.hpp"
+#include "core/error.hpp"
+#include "harness/harness.hpp"
+#include "record/result_file.hpp"
+
+namespace dpbench {
+
+namespace {
+
+// The profile's cluster run: every mode, a few steps each (the probes come before them).
+std::vector<std::string> profile_run_args(const ProfileOptions& o, const std::string& out) {
+  return {"run",
+          "--nodes",
+          "2",
+          "--ranks-per-node",
+          std::to_string(o.ranks_per_node),
+          "--link",
+          o.link,
+          "--max-steps",
+          "6",
+          "--warmup-steps",
+          "2",
+          "--repetitions",
+          std::to_string(o.repetitions),
+          "--no-eval",
+          "-q",
+          "--out",
+          out};
+}
+
+std::string this_host() {
+  char name[256] = {};
+  return gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string();
+}
+
+}  // namespace
+
+void add_profile_options(CLI::App& app, ProfileOptions& o) {
+  app.add_option("--link", o.link, "The emulated link between the profile's two nodes, in tc's units")
+      ->capture_default_str();
+  app.add_option("--ranks-per-node", o.ranks_per_node,
+                 "Ranks on each of the two nodes (at least 2: a node's local ranks are what is probed)")
+      ->capture_default_str();
+  app.add_option("--repetitions", o.repetitions, "Runs of the probes, pooled")->capture_default_str();
+  app.add_option("--out,-o", o.out, "Host profile JSON path (default results/dpbench-host-profile-<time>.json)");
+  app.add_flag("--quiet,-q", o.quiet, "Only print where the profile was written");
+}
+
+int profile_command(const ProfileOptions& o) {
+  if (o.ranks_per_node < 2) {
+    throw InputError(
+        fmt::format("--ranks-per-node {}: the profile probes a node's local ranks: give 2 or more", o.ranks_per_node));
+  }
+  if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
+  cluster::ClusterSpec spec;
+  spec.nodes = 2;
+  spec.ranks_per_node = o.ranks_per_node;
+  spec.link = cluster::parse_rate(o.link, "--link");
+  cluster::validate(spec);
+  const cluster::Capability cap = cluster::probe_capability();
+  if (cap.how.empty()) throw InputError("profile: this machine cannot host an emulated cluster: " + cap.missing);
+  const std::string out = o.out.empty() ? default_out_path("host-profile") : o.out;
+  check_result_path(out);
+
+  const std::string run_out = out + ".run.json", run_err = out + ".run.err";
+  const auto args = profile_run_args(o, run_out);
+  if (!o.quiet) fmt::print(stderr, "profile: dpbench {}\n", fmt::join(args.begin(), args.end() - 2, " "));
+  const ChildRun child = run_child(args, run_err);
+  std::error_code ec;
+  if (child.exit_code != 0) {
+    std::filesystem::remove(run_out, ec);
+    std::filesystem::remove(run_err, ec);
+    fmt::print(stderr, "dpbench: profile: the cluster run failed (exit {}): {}\n", child.exit_code, child.last_error);
+    return child.exit_code;
+  }
+  std::ifstream f(run_out);
+  const nlohmann::json run = nlohmann::json::parse(f);
+  f.close();
+  std::filesystem::remove(run_out, ec);
+  std::filesystem::remove(run_err, ec);
+  const nlohmann::json doc = host_profile_document(
+      run, this_host(),
+      fmt::format("dpbench profile --link {} --ranks-per-node {} --repetitions {}", o.link, o.ranks_per_node,
+                  o.repetitions));
+  write_json_atomic(out, doc);
+  if (!o.quiet) {
+    const auto& m = doc["machine"];
+    const auto& intra = doc["intra_node"];
+    fmt::print("machine: {}, {} cores, host {}, dpbench {} ({})\n", m["cpu_model"].dump(), m["cpu_cores"].dump(),
+               m["host"].dump(), m["dpbench_version"].dump(), m["git_commit"].dump());
+    fmt::print("a node's local ranks: {:.1f} MB/s, one-float round trip {:.1f} us ({} runs, {} round trips)\n",
+               1e-6 * intra["bytes_per_s"].get<double>(), 1e6 * intra["latency_s"].get<double>(),
+               intra["runs"].get<int>(), intra["repetitions"].get<long>());
+  }
+  fmt::print("host profile written to {}\n", out);
+  return 0;
+}
+
+}  // namespace dpbench

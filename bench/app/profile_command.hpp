@@ -1,0 +1,30 @@
+// `dpbench profile`: the host profile (analysis/host_profile.hpp), made once per machine by one
+// short emulated-cluster run (2 nodes of --ranks-per-node ranks on --link, `allreduce` for a few
+// steps, its probes kept) and written as JSON for `dpbench project --simulate --host-profile`.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace dpbench {
+
+struct ProfileOptions {
+  std::string link = "1gbit";  // the emulated link between the two nodes (tc's units)
+  int ranks_per_node = 2;      // >= 2: a node's local ranks are what the profile probes
+  // Runs of every mode, each probing; the profile takes the median of their medians. 5: on 4
+  // ranks of 2 cores one run's round trip came out at 0.07 or 1.4 ms (the ranks' time slices), 15
+  // runs' median between 0.9 and 1.6 ms (2-core Intel Xeon, 2026-11-30).
+  int repetitions = 5;
+  std::string out;  // "" -> results/dpbench-host-profile-<time>.json
+  bool quiet = false;
+};
+
+void add_profile_options(CLI::App& app, ProfileOptions& options);
+
+// Runs the profile's cluster run as a child `dpbench run`, writes the profile and prints it.
+// Throws InputError on bad options or a machine that cannot host an emulated cluster; returns the
+// child's exit code (nothing written) when its run fails.
+int profile_command(const ProfileOptions& options);
+
+}  // namespace dpbench
