@@ -1,6 +1,7 @@
 #include "analysis/host_profile.hpp"
 
 #include <fstream>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -43,6 +44,7 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
                                      const std::string& command) {
   std::vector<double> rates, round_trips;
   long repetitions = 0, runs = 0;
+  nlohmann::json probes = nlohmann::json::array();
   for (const auto& run : run_result.at("runs")) {
     const nlohmann::json::json_pointer where("/network/simulation/intra_node");
     if (!run.contains(where)) continue;
@@ -52,6 +54,8 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
     round_trips.push_back(intra.at("latency_s").get<double>());
     repetitions += intra.value("repetitions", 0L);
     runs += intra.value("runs", 1L);
+    probes.push_back(
+        {{"mode", run.value("mode", "")}, {"bytes_per_s", rates.back()}, {"latency_s", round_trips.back()}});
   }
   if (rates.empty())
     throw Error("profile: the cluster run probed no node's local ranks (network.simulation.intra_node)");
@@ -66,12 +70,16 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
             {"qdisc", net.value("qdisc", "")}}},
           {"intra_node",
            {{"bytes_per_s", median(rates)},
-            {"latency_s", median(round_trips)},
+            {"latency_s",
+             std::accumulate(round_trips.begin(), round_trips.end(), 0.0) / static_cast<double>(round_trips.size())},
             {"runs", runs},
             {"repetitions", repetitions},
+            {"probes", probes},
             {"method", "every node's local ranks 0 and 1 sent each other one float, then 16 MiB, all pairs at once, "
                        "over the run's communicator (train/engine_probe.hpp probe_intra_node); the median over the "
-                       "runs of rank 0's median rate and one-float round trip (latency_s)"}}},
+                       "runs (probes) of rank 0's median rate, and the mean of their median one-float round trips "
+                       "(latency_s): on ranks sharing cores a round trip is either quick or waits for a time slice, "
+                       "and the mean weighs both as a step meets them"}}},
           {"links", net.value("links", nlohmann::json::array())}};
 }
 

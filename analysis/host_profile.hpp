@@ -4,7 +4,9 @@
 // rank per node) still plays it as this machine moves it. It holds:
 //   - the link between a node's local ranks: 2 nodes of --ranks-per-node ranks on one emulated
 //     link, every node's local pairs ping-ponging one float, then 16 MiB, all at once, as a run's
-//     engine probe does (train/engine_probe.hpp probe_intra_node): the median rate and round trip;
+//     engine probe does (train/engine_probe.hpp probe_intra_node): over every run (each mode's,
+//     each pooling its repetitions), the median rate and the mean round trip (on ranks sharing
+//     cores a round trip takes 0.07 ms or waits 1-2 ms for a time slice, from run to run);
 //   - the emulated links' requested and probed rates (the share of a requested rate a TCP
 //     transfer gets: tbf counts each frame's headers);
 //   - the machine it was made on (CPU, cores, host, OS, BLAS core, dpbench's commit).
@@ -36,9 +38,9 @@ struct HostProfile {
 
 // The profile document made from the result of `dpbench profile`'s cluster run (a result file of
 // 2 nodes of 2 or more ranks each, one run or more, each with network.simulation.intra_node as
-// probed): the runs' median rate and round trip; `machine_host` (the real host's name, the run's
-// env naming its emulated node) and `command` recorded. Throws Error when no run probed a node's
-// local ranks.
+// probed): the runs' median rate and mean round trip, each run's as "probes"; `machine_host` (the
+// real host's name, the run's env naming its emulated node) and `command` recorded. Throws Error
+// when no run probed a node's local ranks.
 nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
                                      const std::string& command);
 

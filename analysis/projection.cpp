@@ -769,7 +769,8 @@ void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const 
 }
 
 // With --simulate, the projection file's "topology" block, its platform at --max-ranks as played
-// (with `engine`'s calibration); checks a --platform file first.
+// (with `engine`'s calibration), the intra-node link it plays and the host profile with what it
+// was used for; checks a --platform file first.
 void describe_topology(const ProjectOptions& o, const ProjectionLink& link, const EngineCalibration& engine,
                        nlohmann::json& doc) {
   const SimPlatform largest = size_platform(o, link.model, engine, o.max_ranks);
@@ -787,6 +788,11 @@ void describe_topology(const ProjectOptions& o, const ProjectionLink& link, cons
                      {"simulator", simulation_available() ? "SimGrid (sim/simulate.hpp)" : "unavailable in this build"},
                      {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
                                  "optimizer (sharded_ps: 1/p of it on each server)"}};
+  if (!engine.intra_record.is_null()) doc["topology"]["intra_node_calibration"] = engine.intra_record;
+  if (o.host_profile) {
+    doc["topology"]["host_profile"] = o.host_profile->record();
+    doc["topology"]["host_profile"]["used_for"] = engine.from_host_profile;
+  }
 }
 
 }  // namespace
@@ -916,11 +922,6 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
     describe_topology(o, link, engine, doc);
     doc["topology"]["engine_calibration"] = engine.record;
     doc["topology"]["requested_rate_share"] = engine.rate_share_record;
-    if (!engine.intra_record.is_null()) doc["topology"]["intra_node_calibration"] = engine.intra_record;
-    if (o.host_profile) {
-      doc["topology"]["host_profile"] = o.host_profile->record();
-      doc["topology"]["host_profile"]["used_for"] = engine.from_host_profile;
-    }
   }
   project_curves(o, model, link.model, scaling, engine, doc);
   doc["measured"] = nlohmann::json::array();

@@ -36,24 +36,30 @@ std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& pl
   return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
 }
 
+// A per-message kind's first (smaller) probe: its floats, and the last constant overhead fitted at
+// its size.
+struct FirstProbe {
+  std::size_t floats = 0;
+  double overhead_s = 0;
+};
+
 // One probe's fit on the probed platform, the probe's sequence up to it in `prefix`, into
 // `platform`: a dense collective's share of the link; a per-message one's (train/engine_probe.hpp
 // probed_per_message) constant overhead, or, for a larger probe of a kind already fitted (a sparse
 // run's second half, kLargeProbeFactor x the size), its cost per byte, the constant lowered so that
 // the smaller probe's messages keep the cost fitted on them. Returns the probe's record.
 nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, const CollectiveProbe& probe, bool sparse,
-                         std::map<CollectiveKind, CollectiveProbe>& first,
-                         std::map<CollectiveKind, double>& first_overhead) {
+                         std::map<CollectiveKind, FirstProbe>& first) {
   const auto k = static_cast<std::size_t>(probe.kind);
   const bool per_message = probed_per_message(probe.kind, sparse);
   const auto seen = first.find(probe.kind);
   const bool larger = per_message && seen != first.end() && probe.floats > seen->second.floats;
-  if (per_message && seen == first.end()) first.emplace(probe.kind, probe);
+  if (per_message && seen == first.end()) first.emplace(probe.kind, FirstProbe{probe.floats, 0.0});
   EfficiencyFit fit;
   if (larger) {
     // The smaller probe's messages keep their fitted cost: each of its floats / world size.
     const double small_bytes = 4.0 * static_cast<double>(seen->second.floats) / prefix.world_size();
-    const double kept = first_overhead.at(probe.kind);
+    const double kept = seen->second.overhead_s;
     fit = fit_engine_overhead_per_byte(prefix, platform, probe.kind, probe.end_s, kept, small_bytes);
     platform.engine_overhead_per_byte_s.resize(kCollectiveKinds, 0.0);
     platform.engine_overhead_per_byte_s[k] = fit.overhead_s;
@@ -61,7 +67,7 @@ nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, cons
   } else if (per_message) {
     fit = fit_engine_overhead(prefix, platform, probe.kind, probe.end_s);
     platform.engine_overhead_s[k] = fit.overhead_s;
-    first_overhead[probe.kind] = fit.overhead_s;
+    first.at(probe.kind).overhead_s = fit.overhead_s;
   } else {
     fit = fit_engine_efficiency(prefix, platform, probe.kind, probe.end_s);
     platform.engine_efficiency[k] = fit.efficiency;
@@ -105,11 +111,10 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   Collectives collectives(prefix, engine);
   collectives.set_node_hierarchy(how.ranks_per_node);
   collectives.set_wire_format(how.format);
-  std::map<CollectiveKind, CollectiveProbe> first;  // each per-message kind's first (smaller) probe
-  std::map<CollectiveKind, double> first_overhead;  // and the last constant overhead fitted at its size
+  std::map<CollectiveKind, FirstProbe> first;  // each per-message kind's first (smaller) probe
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
     collectives.run(probe.kind, probe.floats, probe.counts);
-    per.push_back(fit_probe(prefix, c.platform, probe, r.config.model.dlrm.sparse_grad, first, first_overhead));
+    per.push_back(fit_probe(prefix, c.platform, probe, r.config.model.dlrm.sparse_grad, first));
   }
   c.record = {{"collectives", per},
               {"repetitions", r.engine_probe->repetitions},

@@ -12,9 +12,9 @@ namespace dpbench {
 struct ProfileOptions {
   std::string link = "1gbit";  // the emulated link between the two nodes (tc's units)
   int ranks_per_node = 2;      // >= 2: a node's local ranks are what the profile probes
-  // Runs of every mode, each probing; the profile takes the median of their medians. 5: on 4
-  // ranks of 2 cores one run's round trip came out at 0.07 or 1.4 ms (the ranks' time slices), 15
-  // runs' median between 0.9 and 1.6 ms (2-core Intel Xeon, 2026-11-30).
+  // Repetitions of every mode's run, each probing (analysis/host_profile.hpp pools them). 5: on 4
+  // ranks of 2 cores, with 3 a profile's round trip came out at 0.07 or 1.4 ms (the ranks' time
+  // slices), with 5 between 0.5 and 1.6 ms (2-core Intel Xeon, 2026-11-30).
   int repetitions = 5;
   std::string out;  // "" -> results/dpbench-host-profile-<time>.json
   bool quiet = false;
