@@ -977,21 +977,35 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
 }
 
+// A 2-node calibration file on a 1 Gbit/s emulated link without a probe of a node's local ranks
+// (`plain_doc`) and with one (`probed_doc`: 2 GB/s, a 2 ms latency), and a --simulate projection
+// to 4 ranks of 2 per node.
+struct IntraNodeCase {
+  nlohmann::json plain_doc, probed_doc;
+  ProjectOptions options;
+};
+IntraNodeCase intra_node_case() {
+  nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.1, 0.05, 0.05);
+  IntraNodeCase c;
+  c.plain_doc = calibration_doc(cluster);
+  cluster["network"]["simulation"] = {
+      {"intra_node", {{"bytes_per_s", 2e9}, {"latency_s", 2e-3}, {"source", "probed: local ranks 0 and 1"}}}};
+  c.probed_doc = calibration_doc(cluster);
+  c.options.max_ranks = 4;
+  c.options.topology.simulate = true;
+  c.options.topology.ranks_per_node = 2;
+  return c;
+}
+
 // A calibration file's probe of a node's local ranks (network.simulation.intra_node: 2 GB/s, a
 // 2 ms latency) replaces --intra-link's NVLink on the files' emulated link: recorded, with each
 // rank's link at half the latency, it slows a 2-ranks-per-node ring whose neighbours meet
 // inside a node; an --intra-link on the command line wins.
 TEST(Project, AProbedIntraNodeLinkReplacesNvlinkOnTheEmulatedLink) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
-  nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.1, 0.05, 0.05);
-  const nlohmann::json plain_doc = calibration_doc(cluster);
-  cluster["network"]["simulation"] = {
-      {"intra_node", {{"bytes_per_s", 2e9}, {"latency_s", 2e-3}, {"source", "probed: local ranks 0 and 1"}}}};
-  const nlohmann::json probed_doc = calibration_doc(cluster);
-  ProjectOptions o;
-  o.max_ranks = 4;
-  o.topology.simulate = true;
-  o.topology.ranks_per_node = 2;
+  IntraNodeCase c = intra_node_case();
+  const nlohmann::json &plain_doc = c.plain_doc, &probed_doc = c.probed_doc;
+  ProjectOptions& o = c.options;
   const auto step_at_4 = [](const nlohmann::json& proj) { return simulated_step_at(proj, "allreduce", 4); };
   const nlohmann::json plain = project(o, {plain_doc}, nullptr);
   const nlohmann::json probed = project(o, {probed_doc}, nullptr);
@@ -1043,15 +1057,9 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
   const HostProfile profile = host_profile_from(profile_doc, "host.json");
   EXPECT_NEAR(profile.intra_round_trip_s, 4e-3, 1e-15);
 
-  nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.1, 0.05, 0.05);
-  const nlohmann::json plain_doc = calibration_doc(cluster);
-  cluster["network"]["simulation"] = {
-      {"intra_node", {{"bytes_per_s", 2e9}, {"latency_s", 2e-3}, {"source", "probed: local ranks 0 and 1"}}}};
-  const nlohmann::json probed_doc = calibration_doc(cluster);
-  ProjectOptions o;
-  o.max_ranks = 4;
-  o.topology.simulate = true;
-  o.topology.ranks_per_node = 2;
+  IntraNodeCase c = intra_node_case();
+  const nlohmann::json &plain_doc = c.plain_doc, &probed_doc = c.probed_doc;
+  ProjectOptions& o = c.options;
   const nlohmann::json plain = project(o, {plain_doc}, nullptr);
   o.host_profile = profile;
   const nlohmann::json profiled = project(o, {plain_doc}, nullptr);
