@@ -768,6 +768,9 @@ void describe_inputs(const ProjectOptions& o, const ProjectionLink& link, const 
                     {"text", scaling.text()}};
 }
 
+// What a host profile's machine must share with the calibration run's to be the same host.
+constexpr const char* kProfileMachineKeys[] = {"cpu_model", "cpu_cores"};
+
 // With --simulate, the projection file's "topology" block, its platform at --max-ranks as played
 // (with `engine`'s calibration), the intra-node link it plays and the host profile with what it
 // was used for; checks a --platform file first.
@@ -790,8 +793,14 @@ void describe_topology(const ProjectOptions& o, const ProjectionLink& link, cons
                                  "optimizer (sharded_ps: 1/p of it on each server)"}};
   if (!engine.intra_record.is_null()) doc["topology"]["intra_node_calibration"] = engine.intra_record;
   if (o.host_profile) {
-    doc["topology"]["host_profile"] = o.host_profile->record();
-    doc["topology"]["host_profile"]["used_for"] = engine.from_host_profile;
+    nlohmann::json& h = doc["topology"]["host_profile"] = o.host_profile->record();
+    h["used_for"] = engine.from_host_profile;
+    // A profile of another CPU or core count describes another host than the calibration run's.
+    const nlohmann::json calibrated = doc["calibration"].value("machine", nlohmann::json::object());
+    h["same_machine_as_calibration"] = std::all_of(std::begin(kProfileMachineKeys), std::end(kProfileMachineKeys),
+                                                   [&](const char* key) {
+      return calibrated.value(key, nlohmann::json()) == h["machine"].value(key, nlohmann::json());
+    });
   }
 }
 

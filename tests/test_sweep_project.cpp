@@ -1026,9 +1026,9 @@ TEST(Project, AProbedIntraNodeLinkReplacesNvlinkOnTheEmulatedLink) {
 // the mean of their round trips, 1, 3 and 8 ms; a run without a probe left out), it gives a
 // projection on files that probed none the intra-node link (2 GB/s, each rank's link at half the
 // 4 ms round trip) and
-// the requested rate's share (its links' 0.8), recorded with what it was used for; a file's own
-// probe wins. Bad profiles are input errors naming the path; a profile without --simulate or
-// with --model is refused.
+// the requested rate's share (its links' 0.8), recorded with what it was used for and whether it
+// was made on the calibration run's CPU and core count; a file's own probe wins. Bad profiles are
+// input errors naming the path; a profile without --simulate or with --model is refused.
 TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   nlohmann::json run_result = {
@@ -1071,11 +1071,15 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
   EXPECT_NEAR(t["requested_rate_share"]["share"].get<double>(), 0.8, 1e-12);
   EXPECT_EQ(t["host_profile"]["path"], "host.json");
   EXPECT_EQ(t["host_profile"]["used_for"], nlohmann::json::array({"requested_rate_share", "intra_node"}));
+  EXPECT_FALSE(t["host_profile"]["same_machine_as_calibration"].get<bool>()) << "Test CPU, 2 cores against 4 cores";
   EXPECT_GT(simulated_step_at(profiled, "allreduce", 4), simulated_step_at(plain, "allreduce", 4) + 4e-3)
       << "the ring's intra-node steps at 4 ms each";
   const nlohmann::json own = project(o, {probed_doc}, nullptr);
   EXPECT_EQ(own["topology"]["intra_node_calibration"]["latency_s"], 1e-3) << "the file's own probe";
   EXPECT_EQ(own["topology"]["host_profile"]["used_for"], nlohmann::json::array({"requested_rate_share"}));
+  nlohmann::json same_doc = plain_doc;
+  same_doc["env"] = {{"cpu_model", "Test CPU"}, {"cpu_cores", 2}};
+  EXPECT_TRUE(project(o, {same_doc}, nullptr)["topology"]["host_profile"]["same_machine_as_calibration"].get<bool>());
 
   const auto refused = [](const std::function<void()>& f, const std::string& needle) {
     try {

@@ -245,6 +245,12 @@ int project_command(const ProjectOptions& given) {
                1e6 * h["intra_node"]["round_trip_s"].get<double>(),
                h["used_for"].empty() ? std::string("nothing (the files have their own)")
                                      : fmt::format("{}", fmt::join(h["used_for"], ", ")));
+    if (!h["same_machine_as_calibration"].get<bool>()) {
+      fmt::print("warning: the host profile was made on another CPU or core count than the calibration run "
+                 "({}, {} cores): it describes another host\n",
+                 field_text(doc["calibration"]["machine"], "cpu_model"),
+                 field_text(doc["calibration"]["machine"], "cpu_cores"));
+    }
   }
   if (doc["calibration"].contains("described_model")) {
     const auto& m = doc["calibration"]["described_model"];
