@@ -196,6 +196,26 @@ void print_held_out(const nlohmann::json& h) {
              100 * h["max_error"].get<double>());
 }
 
+// The projection's host profile (topology.host_profile): where it was made, its figures, what it
+// was used for, and a warning when it describes another CPU or core count than the calibration's.
+void print_host_profile(const nlohmann::json& doc) {
+  const auto& h = doc["topology"]["host_profile"];
+  const auto& m = h["machine"];
+  fmt::print("host profile: {} (made {} on {}, {} cores, host {}): a node's local ranks {:.1f} MB/s, round trip "
+             "{:.1f} us; used for: {}\n",
+             h["path"].get<std::string>(), h["created"].get<std::string>(), field_text(m, "cpu_model"),
+             field_text(m, "cpu_cores"), field_text(m, "host"), 1e-6 * h["intra_node"]["bytes_per_s"].get<double>(),
+             1e6 * h["intra_node"]["round_trip_s"].get<double>(),
+             h["used_for"].empty() ? std::string("nothing (the files have their own)")
+                                   : fmt::format("{}", fmt::join(h["used_for"], ", ")));
+  if (!h["same_machine_as_calibration"].get<bool>()) {
+    fmt::print("warning: the host profile was made on another CPU or core count than the calibration run "
+               "({}, {} cores): it describes another host\n",
+               field_text(doc["calibration"]["machine"], "cpu_model"),
+               field_text(doc["calibration"]["machine"], "cpu_cores"));
+  }
+}
+
 std::vector<nlohmann::json> read_result_files(const std::vector<std::string>& paths) {
   std::vector<nlohmann::json> docs;
   for (const auto& path : paths) {
@@ -235,23 +255,7 @@ int project_command(const ProjectOptions& given) {
     fmt::print("calibrated on: {}, {} cores, host {}, dpbench {} ({})\n", text("cpu_model"), text("cpu_cores"),
                text("host"), text("dpbench_version"), text("git_commit"));
   }
-  if (doc.contains("topology") && doc["topology"].contains("host_profile")) {
-    const auto& h = doc["topology"]["host_profile"];
-    const auto& m = h["machine"];
-    fmt::print("host profile: {} (made {} on {}, {} cores, host {}): a node's local ranks {:.1f} MB/s, round trip "
-               "{:.1f} us; used for: {}\n",
-               h["path"].get<std::string>(), h["created"].get<std::string>(), field_text(m, "cpu_model"),
-               field_text(m, "cpu_cores"), field_text(m, "host"), 1e-6 * h["intra_node"]["bytes_per_s"].get<double>(),
-               1e6 * h["intra_node"]["round_trip_s"].get<double>(),
-               h["used_for"].empty() ? std::string("nothing (the files have their own)")
-                                     : fmt::format("{}", fmt::join(h["used_for"], ", ")));
-    if (!h["same_machine_as_calibration"].get<bool>()) {
-      fmt::print("warning: the host profile was made on another CPU or core count than the calibration run "
-                 "({}, {} cores): it describes another host\n",
-                 field_text(doc["calibration"]["machine"], "cpu_model"),
-                 field_text(doc["calibration"]["machine"], "cpu_cores"));
-    }
-  }
+  if (doc.contains("topology") && doc["topology"].contains("host_profile")) print_host_profile(doc);
   if (doc["calibration"].contains("described_model")) {
     const auto& m = doc["calibration"]["described_model"];
     fmt::print("model: {} ({:.4g} parameters), described on {}, rescaled x{:.3g} to {}: {}\n",
