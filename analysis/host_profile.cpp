@@ -83,8 +83,11 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
           {"links", net.value("links", nlohmann::json::array())}};
 }
 
-HostProfile host_profile_from(const nlohmann::json& doc, const std::string& path, const std::string& option) {
-  const std::string where = option + path;
+namespace {
+
+// host_profile_from's checks and reads; a value of the wrong JSON type throws nlohmann's
+// type_error, which host_profile_from names as malformed.
+HostProfile checked_profile(const nlohmann::json& doc, const std::string& path, const std::string& where) {
   if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_object() ||
       doc["schema"].value("name", "") != kHostProfileSchema) {
     throw InputError(fmt::format("{}: not a dpbench host profile (schema.name is not \"{}\"; make one with "
@@ -108,10 +111,26 @@ HostProfile host_profile_from(const nlohmann::json& doc, const std::string& path
     if (!doc["links"].is_array()) throw InputError(fmt::format("{}: the host profile's links is not a list", where));
     for (const auto& l : doc["links"]) {
       if (!l.is_object()) throw InputError(fmt::format("{}: a link of the host profile is not an object", where));
+      for (const char* key : {"requested_bits_per_s", "probed_up_bytes_per_s", "probed_down_bytes_per_s"}) {
+        if (l.contains(key) && !l[key].is_number()) {
+          throw InputError(fmt::format("{}: a link's {} is not a number", where, key));
+        }
+      }
       p.links.push_back(l);
     }
   }
   return p;
+}
+
+}  // namespace
+
+HostProfile host_profile_from(const nlohmann::json& doc, const std::string& path, const std::string& option) {
+  const std::string where = option + path;
+  try {
+    return checked_profile(doc, path, where);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: a malformed host profile ({})", where, e.what()));
+  }
 }
 
 HostProfile read_host_profile(const std::string& path) {

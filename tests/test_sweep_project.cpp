@@ -1100,6 +1100,12 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
   bad["intra_node"]["latency_s"] = 0;
   refused([&] { host_profile_from(bad, "h.json"); }, "h.json: intra_node.latency_s is missing or not a positive");
   refused([&] { read_host_profile("/nonexistent/h.json"); }, "--host-profile /nonexistent/h.json: cannot open");
+  bad = profile_doc;
+  bad["schema"]["version"] = "1";
+  refused([&] { host_profile_from(bad, "h.json"); }, "h.json: a malformed host profile");
+  bad = profile_doc;
+  bad["links"][0]["requested_bits_per_s"] = "1gbit";
+  refused([&] { host_profile_from(bad, "h.json"); }, "h.json: a link's requested_bits_per_s is not a number");
   o.topology.simulate = false;
   refused([&] { project(o, {plain_doc}, nullptr); }, "--host-profile host.json: the profile is played by --simulate");
   EXPECT_THROW(host_profile_document({{"env", nlohmann::json::object()},
