@@ -938,6 +938,16 @@ std::optional<int> parse_command_line(CLI::App& app, std::vector<std::string> ar
 }
 
 // `dpbench memory` once parsed: the dlrm's sizes and the sparse paths checked, then the table.
+// The `memory` subcommand of `app`, its options (DLRM's shape among them) read into `o`.
+CLI::App* add_memory_command(CLI::App& app, MemoryOptions& o) {
+  CLI::App* memory = app.add_subcommand(
+      "memory", "The memory model: per-rank bytes by category for each mode, role and world size, for a "
+                "built-in model or one described by its size (e.g. --params 335e6)");
+  add_memory_options(*memory, o);
+  add_dlrm_shape_options(*memory, o.base.model.dlrm);
+  return memory;
+}
+
 int memory_main(const CLI::App& memory, MemoryOptions& o) {
   DataOptions unused;  // the memory model reads no data
   apply_dlrm_options(memory, o.base, unused);
@@ -1006,20 +1016,13 @@ int dpbench_main(int argc, char** argv) {
   add_project_options(*project, project_options);
 
   MemoryOptions memory_options;
-  CLI::App* memory = app.add_subcommand(
-      "memory", "The memory model: per-rank bytes by category for each mode, role and world size, for a "
-                "built-in model or one described by its size (e.g. --params 335e6)");
-  add_memory_options(*memory, memory_options);
-  add_dlrm_shape_options(*memory, memory_options.base.model.dlrm);
+  CLI::App* memory = add_memory_command(app, memory_options);
 
   HistoryOptions history_options;
   CLI::App* history = add_history_command(app, history_options);
 
   ProfileOptions profile_options;
-  CLI::App* profile = app.add_subcommand(
-      "profile", "The host profile: what this machine's host costs an emulated cluster's ranks (a node's local "
-                 "ranks' link), measured once by a short cluster run, for project --simulate --host-profile");
-  add_profile_options(*profile, profile_options);
+  CLI::App* profile = add_profile_command(app, profile_options);
 
   ClusterPrograms cluster_programs;
   add_cluster_programs(app, cluster_programs);

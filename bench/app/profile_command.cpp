@@ -48,7 +48,10 @@ std::string this_host() {
 
 }  // namespace
 
-void add_profile_options(CLI::App& app, ProfileOptions& o) {
+CLI::App* add_profile_command(CLI::App& parent, ProfileOptions& o) {
+  CLI::App& app = *parent.add_subcommand(
+      "profile", "The host profile: what this machine's host costs an emulated cluster's ranks (a node's local "
+                 "ranks' link), measured once by a short cluster run, for project --simulate --host-profile");
   app.add_option("--link", o.link, "The emulated link between the profile's two nodes, in tc's units")
       ->capture_default_str();
   app.add_option("--ranks-per-node", o.ranks_per_node,
@@ -57,6 +60,7 @@ void add_profile_options(CLI::App& app, ProfileOptions& o) {
   app.add_option("--repetitions", o.repetitions, "Runs of the probes, pooled")->capture_default_str();
   app.add_option("--out,-o", o.out, "Host profile JSON path (default results/dpbench-host-profile-<time>.json)");
   app.add_flag("--quiet,-q", o.quiet, "Only print where the profile was written");
+  return &app;
 }
 
 int profile_command(const ProfileOptions& o) {

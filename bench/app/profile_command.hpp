@@ -13,14 +13,15 @@ struct ProfileOptions {
   std::string link = "1gbit";  // the emulated link between the two nodes (tc's units)
   int ranks_per_node = 2;      // >= 2: a node's local ranks are what the profile probes
   // Repetitions of every mode's run, each probing (analysis/host_profile.hpp pools them). 5: on 4
-  // ranks of 2 cores, with 3 a profile's round trip came out at 0.07 or 1.4 ms (the ranks' time
-  // slices), with 5 between 0.5 and 1.6 ms (2-core Intel Xeon, 2026-11-30).
+  // ranks of 2 cores, profiles of one mode with 3 came out at 0.07 to 1.6 ms (the ranks' time
+  // slices); of every mode with 5, as means, at 0.40 to 1.29 ms (2-core Intel Xeon, 2026-11-30).
   int repetitions = 5;
   std::string out;  // "" -> results/dpbench-host-profile-<time>.json
   bool quiet = false;
 };
 
-void add_profile_options(CLI::App& app, ProfileOptions& options);
+// The `profile` subcommand of `app`, its options read into `options`.
+CLI::App* add_profile_command(CLI::App& app, ProfileOptions& options);
 
 // Runs the profile's cluster run as a child `dpbench run`, writes the profile and prints it.
 // Throws InputError on bad options or a machine that cannot host an emulated cluster; returns the
