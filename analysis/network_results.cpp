@@ -9,6 +9,7 @@
 
 #include "train/strategy.hpp"
 #include "core/error.hpp"
+#include "core/stats.hpp"
 #include "analysis/run_simulation.hpp"
 #include "sim/simulate.hpp"
 
@@ -144,17 +145,23 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   return pf;
 }
 
-// A rank's mean of one phase over its timed steps (0 without any): the mean, as the simulation it
-// feeds is held against the run's mean step.
-double mean_phase(const RankResult& rank, double (*get)(const PhaseTimes&)) {
+// Rank i's timed steps as the in-run simulation reads them: every repetition's where the harness
+// pooled them (RunResult::pooled_steps), else the run's own.
+const std::vector<StepRecord>& simulated_steps(const RunResult& r, std::size_t i) {
+  return r.pooled_steps.size() == r.ranks.size() ? r.pooled_steps[i] : r.ranks.at(i).steps;
+}
+
+// A rank's mean of one phase over its steps (0 without any): the mean, as the simulation it
+// feeds is held against the mean step.
+double mean_phase(const std::vector<StepRecord>& steps, double (*get)(const PhaseTimes&)) {
   double sum = 0;
-  for (const auto& st : rank.steps) sum += get(st.phases);
-  return rank.steps.empty() ? 0.0 : sum / static_cast<double>(rank.steps.size());
+  for (const auto& st : steps) sum += get(st.phases);
+  return steps.empty() ? 0.0 : sum / static_cast<double>(steps.size());
 }
 
 // The inputs of the run's step as its strategy's schedule: every rank's mean forward,
-// backward, optimizer and data phases as measured, its buckets, and the bytes it sent. The engine
-// is left to the caller.
+// backward, optimizer and data phases as measured (over simulated_steps), its buckets, and the
+// bytes it sent. The engine is left to the caller.
 ScheduleInputs measured_schedule_inputs(const RunResult& r) {
   ScheduleInputs in;
   in.config = r.config;
@@ -165,11 +172,12 @@ ScheduleInputs measured_schedule_inputs(const RunResult& r) {
   for (const auto& rank : r.ranks) {
     in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
   }
-  for (const auto& rank : r.ranks) {
-    in.compute.push_back({mean_phase(rank, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
-                          mean_phase(rank, [](const PhaseTimes& t) { return t.forward; }),
-                          mean_phase(rank, [](const PhaseTimes& t) { return t.backward; }),
-                          mean_phase(rank, [](const PhaseTimes& t) { return t.optimizer; })});
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+    const std::vector<StepRecord>& steps = simulated_steps(r, i);
+    in.compute.push_back({mean_phase(steps, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
+                          mean_phase(steps, [](const PhaseTimes& t) { return t.forward; }),
+                          mean_phase(steps, [](const PhaseTimes& t) { return t.backward; }),
+                          mean_phase(steps, [](const PhaseTimes& t) { return t.optimizer; })});
   }
   return in;
 }
@@ -240,19 +248,50 @@ StepModel wire_step_model(const RunResult& r, WireFormat format) {
   m.logit_bytes = static_cast<double>(r.num_classes) * 4.0;
   return m;
 }
-// Rank 0's mean step time over the timed steps, that less its exposed communication (the
-// compute the projection keeps as measured), and its mean communication time; seconds.
+// Rank 0's mean step time over its simulated_steps, that less its exposed communication (the
+// compute the projection keeps as measured), and its mean communication time; seconds. With the
+// steps' count and the mean step's relative standard error.
 struct StepMeans {
   double step_s, compute_s, comm_s;
+  std::size_t steps;
+  double step_relative_se;
 };
 StepMeans step_means(const RunResult& r) {
   std::vector<double> step_s, non_comm_s, comm_s;
-  for (const auto& st : r.ranks.front().steps) {
+  for (const auto& st : simulated_steps(r, 0)) {
     step_s.push_back(st.step_time);
     non_comm_s.push_back(st.step_time - st.phases.comm_exposed);
     comm_s.push_back(st.phases.comm);
   }
-  return {mean(step_s), mean(non_comm_s), mean(comm_s)};
+  return {mean(step_s), mean(non_comm_s), mean(comm_s), step_s.size(), relative_standard_error(step_s)};
+}
+
+// What the in-run simulation was held against, and the sampling error of that comparison: the
+// mean step's relative standard error over its steps, and the engine probe's over its repetitions
+// (of the last collective's end, the sequence's). The calibration makes the simulated
+// communication follow the probe, so the simulated step (simulated_s) moves with the probe by its
+// communication's share (what is left of it after rank 0's measured compute); `error_two_se`, two
+// of the two combined, is what sampling alone moves the error by, at about 95 % for independent
+// samples.
+nlohmann::json measured_sampling(const RunResult& r, const StepMeans& means, double simulated_s) {
+  nlohmann::json out = {{"step_s", means.step_s},
+                        {"steps", means.steps},
+                        {"runs", r.pooled_steps.empty() ? 1 : (r.engine_probe ? r.engine_probe->runs : 1)},
+                        {"step_relative_se", means.step_relative_se}};
+  double probe_se = 0;
+  if (r.engine_probe && !r.engine_probe->repetition_ends.empty()) {
+    std::vector<double> ends;
+    for (const auto& rep : r.engine_probe->repetition_ends) {
+      if (!rep.empty()) ends.push_back(rep.back());
+    }
+    out["probe_repetitions"] = ends.size();
+    out["probe_relative_se"] = relative_standard_error(ends);
+    const double share = simulated_s > 0 ? std::clamp(1.0 - means.compute_s / simulated_s, 0.0, 1.0) : 1.0;
+    out["simulated_comm_share"] = share;
+    probe_se = share * relative_standard_error(ends);
+  }
+  out["error_two_se"] = 2.0 * std::hypot(means.step_relative_se, probe_se);
+  return out;
 }
 }  // namespace
 
@@ -331,6 +370,8 @@ nlohmann::json network_block(const ClusterView& view, const RunResult& r) {
                               {"per_link", schedule.has_value()}};
   block["nodes"] = node_bytes(r, view.nodes, view.per_node, crossing, messages);
   block["simulation"] = simulate_measured_run(view.platform, r, schedule, in.engine, means.step_s);
+  nlohmann::json& sim = block["simulation"];
+  if (sim.contains("error")) sim["measured"] = measured_sampling(r, means, sim.at("simulated_step_s").get<double>());
   return block;
 }
 
@@ -375,6 +416,13 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   });
   row("step time simulated (SimGrid)", simulated_cell);
   row("simulation error (uncalibrated)", simulation_error_cell);
+  row("  its sampling error (2 SE)", [](const nlohmann::json& n) -> std::string {
+    const auto& sim = n.at("simulation");
+    if (!sim.contains("measured")) return "-";
+    const auto& m = sim.at("measured");
+    return fmt::format("±{:.1f} % ({} steps)", 100.0 * m.at("error_two_se").get<double>(),
+                       m.at("steps").get<std::size_t>());
+  });
   row("comm / bandwidth bound (ms)", [](const nlohmann::json& n) {
     const auto& b = n.at("bandwidth_bound");
     return fmt::format("{:.1f} / {:.1f}", 1e3 * b.at("comm_s").get<double>(), 1e3 * b.at("bound_s").get<double>());

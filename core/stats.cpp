@@ -15,4 +15,16 @@ double quantile(std::vector<double> samples, double q) {
   return samples[lo] + (samples[hi] - samples[lo]) * frac;
 }
 
+double relative_standard_error(const std::vector<double>& samples) {
+  const auto n = static_cast<double>(samples.size());
+  if (samples.size() < 2) return 0.0;
+  double sum = 0;
+  for (const double x : samples) sum += x;
+  const double mean = sum / n;
+  if (mean == 0) return 0.0;
+  double squares = 0;
+  for (const double x : samples) squares += (x - mean) * (x - mean);
+  return std::sqrt(squares / (n - 1.0)) / std::sqrt(n) / std::abs(mean);
+}
+
 }  // namespace dpbench

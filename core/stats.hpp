@@ -10,5 +10,8 @@ namespace dpbench {
 // Returns 0 for an empty sample.
 double quantile(std::vector<double> samples, double q);
 inline double median(const std::vector<double>& samples) { return quantile(samples, 0.5); }
+// The standard error of the samples' mean over their mean (sample standard deviation, n - 1, over
+// sqrt(n), as for independent samples); 0 for fewer than two samples or a zero mean.
+double relative_standard_error(const std::vector<double>& samples);
 
 }  // namespace dpbench

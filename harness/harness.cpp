@@ -288,6 +288,18 @@ std::vector<PlannedRun> run_order(const ModesPlan& plan) {
 
 }  // namespace
 
+std::vector<std::vector<StepRecord>> pool_steps(const std::vector<RunResult>& reps) {
+  if (reps.empty()) return {};
+  std::vector<std::vector<StepRecord>> steps(reps.front().ranks.size());
+  for (const RunResult& r : reps) {
+    if (r.ranks.size() != steps.size()) return {};
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      steps[i].insert(steps[i].end(), r.ranks[i].steps.begin(), r.ranks[i].steps.end());
+    }
+  }
+  return steps;
+}
+
 TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, TrainingObserver& observer) {
   TrainedModes t;
   t.by_mode.resize(plan.modes.size());
@@ -316,6 +328,7 @@ TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, Training
     if (auto pooled = pool_probes(probes)) {
       if (!pooled->intra_node) pooled->intra_node = chosen.engine_probe->intra_node;
       chosen.engine_probe = std::move(pooled);
+      chosen.pooled_steps = pool_steps(reps);
     }
   }
   return t;

@@ -99,7 +99,8 @@ struct ModesPlan {
 struct TrainedModes {
   std::vector<std::vector<RunResult>> by_mode;  // [mode][repetition]
   // [mode]: its repetition of median wall throughput, with every repetition's engine probe pooled
-  // into its own (train/engine_probe.hpp pool_probes).
+  // into its own (train/engine_probe.hpp pool_probes) and, where they pool, every repetition's
+  // steps (pool_steps, RunResult::pooled_steps).
   std::vector<RunResult> runs;
   std::vector<std::vector<double>> perturbed_losses;  // [sensitivity run][step]: step training losses
 };
@@ -109,5 +110,9 @@ struct TrainedModes {
 // The chosen run of a mode is its median repetition (record/result_json.hpp: median_run).
 // Throws what execute_point throws.
 TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, TrainingObserver& observer);
+
+// Each rank's timed steps of every run in `reps` (one configuration's repetitions), in run order:
+// [world_size]; empty where `reps` is empty or the runs do not have the same ranks.
+std::vector<std::vector<StepRecord>> pool_steps(const std::vector<RunResult>& reps);
 
 }  // namespace dpbench

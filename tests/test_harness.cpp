@@ -2,6 +2,7 @@
 // spreads passing load over all of them, shows each run to the command's observer, and reports
 // the median repetition of each; the result's runs (record/result_json.hpp: runs_to_json) compare
 // every mode with the baseline's same repetition.
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/stats.hpp"
 #include "harness/harness.hpp"
 #include "record/result_json.hpp"
 #include "registry/strategies.hpp"
@@ -97,6 +99,40 @@ TEST(Harness, RunsToJsonComparesEachRepetitionWithTheBaselines) {
   const auto alone = runs_to_json({t.runs[0]}, {t.by_mode[0]});
   EXPECT_FALSE(alone[0].contains("ratio_to_baseline"));
   EXPECT_THROW(runs_to_json(t.runs, {t.by_mode[0]}), Error);
+}
+
+// The in-run simulation of a cluster run with repetitions reads every repetition's steps
+// (RunResult::pooled_steps): each rank's, joined in run order; none where the ranks differ.
+TEST(Harness, PoolStepsJoinsEachRanksStepsOfEveryRepetition) {
+  auto run = [](std::vector<std::vector<double>> step_times) {
+    RunResult r;
+    for (std::size_t i = 0; i < step_times.size(); ++i) {
+      RankResult& rank = r.ranks.emplace_back();
+      rank.rank = static_cast<int>(i);
+      for (const double t : step_times[i]) rank.steps.push_back({t, {}});
+    }
+    return r;
+  };
+  const std::vector<RunResult> reps = {run({{1, 2}, {3}}), run({{4}, {5, 6}}), run({{7}, {8}})};
+  const auto pooled = pool_steps(reps);
+  ASSERT_EQ(pooled.size(), 2u);
+  std::vector<double> rank0, rank1;
+  for (const StepRecord& s : pooled[0]) rank0.push_back(s.step_time);
+  for (const StepRecord& s : pooled[1]) rank1.push_back(s.step_time);
+  EXPECT_EQ(rank0, (std::vector<double>{1, 2, 4, 7}));
+  EXPECT_EQ(rank1, (std::vector<double>{3, 5, 6, 8}));
+  EXPECT_TRUE(pool_steps({run({{1}, {2}}), run({{3}})}).empty());
+  EXPECT_TRUE(pool_steps({}).empty());
+}
+
+// The sampling error the in-run simulation reports: the standard error of the mean over the mean.
+TEST(Harness, RelativeStandardErrorIsTheMeansOverTheMean) {
+  // {1, 2, 3, 4}: mean 2.5, sample standard deviation sqrt(5/3), over sqrt(4).
+  EXPECT_NEAR(relative_standard_error({1, 2, 3, 4}), std::sqrt(5.0 / 3.0) / 2.0 / 2.5, 1e-12);
+  EXPECT_NEAR(relative_standard_error({-1, -2, -3, -4}), std::sqrt(5.0 / 3.0) / 2.0 / 2.5, 1e-12);
+  EXPECT_DOUBLE_EQ(relative_standard_error({3, 3, 3}), 0.0);
+  EXPECT_DOUBLE_EQ(relative_standard_error({5}), 0.0);
+  EXPECT_DOUBLE_EQ(relative_standard_error({-1, 1}), 0.0);  // a zero mean
 }
 
 TEST(Harness, AnExecutedPointCarriesWhatItsRecordReads) {

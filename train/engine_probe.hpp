@@ -122,7 +122,10 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
 // messages meet at their size (an incast that overflows a link's queue at a bucket's size does not
 // at 1 MiB).
 inline constexpr std::size_t kMaxProbeFloats = 25 * 1024 * 1024 / sizeof(float);
-inline constexpr int kMaxRepetitions = 15;
+// At most this many measured repetitions of a short sequence in its min_seconds: one repetition
+// of a few all-reduces of kilobytes on a host whose ranks share its cores ranges over 10x (4 ranks
+// on 2 cores: the mean of 45 had a relative standard error of 19 %).
+inline constexpr int kMaxRepetitions = 100;
 
 // Every rank of `comm` calls it: when ranks_per_node >= 2 (rank r sits on node r /
 // ranks_per_node), local ranks 2i and 2i + 1 of every node ping-pong one float, then `floats`

@@ -288,6 +288,11 @@ struct RunResult {
   // On an emulated cluster: rank 0's probe of the engine's collectives before the first step
   // (train/engine_probe.hpp); nullopt elsewhere.
   std::optional<EngineProbe> engine_probe;
+  // Where the harness pooled the probes of a configuration's repetitions into this run's
+  // (harness/harness.cpp train_modes): each rank's timed steps of every repetition, in run order,
+  // [world_size]; the in-run simulation's phases and the mean step it is held against are read
+  // from them (three runs' steps: a third of the sampling error of one). Empty: this run's own.
+  std::vector<std::vector<StepRecord>> pooled_steps;
   // Set by the harness that ran it (harness/harness.hpp execute_point), for the result file and
   // the network analysis to read: its strategy's traits; the description a replay (--model)
   // replays (null otherwise); the memory model's figures for each rank (train/memory_model.hpp;
