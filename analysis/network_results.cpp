@@ -182,6 +182,34 @@ ScheduleInputs measured_schedule_inputs(const RunResult& r) {
   return in;
 }
 
+// The most steps the in-run simulation replays (evenly spread over a longer run's steps): 3 runs of
+// 40 steps, at tens of messages a step on the emulated cluster's few ranks.
+constexpr int kMaxReplayedSteps = 120;
+
+// The run's steps back to back as its strategy's schedule, each with every rank's data, forward,
+// backward and optimizer phases of that step as measured (simulated_steps; at most
+// kMaxReplayedSteps of them, evenly spread): where one rank computed longer in a step, the others
+// wait for it in the replay as they did, which mean phases leave out. `in` gives the rest (the
+// buckets, the engine, the bytes). Leaves `schedules.replay` empty where a rank has fewer than
+// two steps or the strategy has no schedule.
+void add_replay(const RunResult& r, ScheduleInputs in, MeasuredSchedules& schedules) {
+  const Strategy& s = *r.traits.strategy;
+  std::size_t n = r.ranks.empty() ? 0 : simulated_steps(r, 0).size();
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) n = std::min(n, simulated_steps(r, i).size());
+  if (s.schedule == nullptr || n < 2) return;
+  const std::size_t played = std::min<std::size_t>(n, kMaxReplayedSteps);
+  StepSchedule& replay = schedules.replay.emplace(r.config.world_size);
+  for (std::size_t k = 0; k < played; ++k) {
+    const std::size_t step = k * n / played;
+    for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+      const PhaseTimes& t = simulated_steps(r, i)[step].phases;
+      in.compute.at(i) = {t.data_wait + t.h2d, t.forward, t.backward, t.optimizer};
+    }
+    s.schedule(in, replay);
+  }
+  schedules.replayed_steps = static_cast<int>(played);
+}
+
 // The per-link bandwidth bound: the time the busiest link direction needs for the bytes the
 // schedule sends across it, at its probed rate. No run can communicate faster.
 double link_bound_s(const SimPlatform& platform, const std::vector<std::pair<double, double>>& crossing) {
@@ -369,7 +397,9 @@ nlohmann::json network_block(const ClusterView& view, const RunResult& r) {
                               {"fraction", means.comm_s > 0 ? bound / means.comm_s : 0.0},
                               {"per_link", schedule.has_value()}};
   block["nodes"] = node_bytes(r, view.nodes, view.per_node, crossing, messages);
-  block["simulation"] = simulate_measured_run(view.platform, r, schedule, in.engine, means.step_s);
+  MeasuredSchedules schedules{schedule, std::nullopt, 0};
+  if (schedule) add_replay(r, in, schedules);
+  block["simulation"] = simulate_measured_run(view.platform, r, schedules, in.engine, means.step_s);
   nlohmann::json& sim = block["simulation"];
   if (sim.contains("error")) sim["measured"] = measured_sampling(r, means, sim.at("simulated_step_s").get<double>());
   return block;

@@ -137,8 +137,26 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
 // collective's messages between nodes at its probed share of the link) when the run has a probe:
 // the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
 // same with every engine taken to move bytes at the link's rate.
-nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
-                            const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
+// The per-step figures of a simulation of `steps` steps played back to back, once.
+SimulationResult per_step(SimulationResult r, int steps) {
+  const auto n = static_cast<double>(steps);
+  r.step_s /= n;
+  for (double& t : r.rank_step_s) t /= n;
+  r.messages /= steps;
+  r.config["replayed_steps"] = steps;
+  return r;
+}
+
+// The step `schedules` makes on `platform`: the replay's (its steps played once, its end per
+// step) where there is one, else the mean step's steady state.
+SimulationResult play(const MeasuredSchedules& schedules, const SimPlatform& platform) {
+  if (schedules.replay) return per_step(simulate(*schedules.replay, platform, 1), schedules.replayed_steps);
+  return simulate(*schedules.mean, platform);
+}
+
+nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const MeasuredSchedules& schedules,
+                            Backend engine, double measured) {
+  const std::optional<StepSchedule>& schedule = schedules.mean;
   if (!schedule) return {{"unavailable", "the strategy has no schedule"}};
   const Strategy& s = *r.traits.strategy;
   if (s.unsimulated != nullptr) {
@@ -147,12 +165,13 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }
-  SimulationResult plain, sim;
+  SimulationResult plain, sim, mean;
   std::optional<Calibration> calibration;
   try {
     calibration = calibrate(platform, r, engine);
-    plain = simulate(*schedule, platform);
-    sim = calibration ? simulate(*schedule, calibration->platform) : plain;
+    plain = play(schedules, platform);
+    sim = calibration ? play(schedules, calibration->platform) : plain;
+    if (schedules.replay) mean = simulate(*schedule, calibration ? calibration->platform : platform);
   } catch (const Error& e) {  // the measured run stands; the record says why it has no simulation
     return {{"unavailable", e.what()}};
   }
@@ -163,13 +182,20 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
       {"engine", engine},
       {"calibrated", calibration.has_value()},
       {"messages_per_step", plain.messages / plain.config.at("steps").get<long>()},
-      {"wall_s", plain.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0)},
+      {"wall_s", plain.wall_s + mean.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0)},
       {"simulator", plain.config},
       {"platform", calibration ? calibration->platform.to_json() : platform.to_json()},
-      {"method", "each rank's mean forward, backward, optimizer and data phases as measured; every message of "
-                 "the strategy's schedule over the engine's collective algorithms, played by SimGrid on the probed "
-                 "links and the probed intra-node link (intra_node); each collective's messages between nodes at the "
-                 "engine's calibrated share of the link (calibration), or at the link's rate without a probe"}};
+      {"method", "the run's steps back to back (replayed_steps of them, as they ran), each with every rank's "
+                 "forward, backward, optimizer and data phases of that step as measured, so that a rank that "
+                 "computed longer keeps the others waiting as it did (with one step measured: its mean phases, "
+                 "three steps played); every message of the strategy's schedule over the engine's collective "
+                 "algorithms, played by SimGrid on the probed links and the probed intra-node link (intra_node); "
+                 "each collective's messages between nodes at the engine's calibrated share of the link "
+                 "(calibration), or at the link's rate without a probe"}};
+  if (schedules.replay) {
+    out["replayed_steps"] = schedules.replayed_steps;
+    out["mean_phases"] = {{"simulated_step_s", mean.step_s}, {"error", (mean.step_s - measured) / measured}};
+  }
   if (calibration) {
     out["calibration"] = calibration->record;
     out["uncalibrated"] = {{"simulated_step_s", plain.step_s}, {"error", (plain.step_s - measured) / measured}};
@@ -180,9 +206,9 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r,
 }  // namespace
 
 nlohmann::json simulate_measured_run(const SimPlatform& platform, const RunResult& r,
-                                     const std::optional<StepSchedule>& schedule, Backend engine, double measured) {
+                                     const MeasuredSchedules& schedules, Backend engine, double measured) {
   const auto [run_platform, intra] = intra_node_platform(platform, r);
-  nlohmann::json simulation = simulate_run(run_platform, r, schedule, engine, measured);
+  nlohmann::json simulation = simulate_run(run_platform, r, schedules, engine, measured);
   if (!intra.is_null()) simulation["intra_node"] = intra;
   return simulation;
 }

@@ -430,6 +430,12 @@ TEST_F(EmulatedCluster, AStragglerLinkSetsThePace) {
     EXPECT_DOUBLE_EQ(measured["step_s"].get<double>(), net["projection"]["measured_step_s"].get<double>());
     EXPECT_GT(measured["probe_repetitions"].get<int>(), 0);
     EXPECT_GT(measured["error_two_se"].get<double>(), measured["step_relative_se"].get<double>());
+    // Its answer replays the 12 steps as they ran; the mean phases' step, played beside it, differs
+    // by the waits for a rank that computed longer in a step: little where the slow link is most of it.
+    EXPECT_EQ(net["simulation"]["replayed_steps"], 12);
+    EXPECT_NEAR(net["simulation"]["mean_phases"]["simulated_step_s"].get<double>(),
+                net["simulation"]["simulated_step_s"].get<double>(),
+                0.1 * net["simulation"]["simulated_step_s"].get<double>());
   }
   EXPECT_LT(std::abs(net["projection"]["error"].get<double>()), 0.20);
   // Who waited: in the ring every rank waits on the slow link, so every rank's communication
