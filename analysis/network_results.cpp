@@ -236,6 +236,14 @@ std::string simulation_error_cell(const nlohmann::json& n) {
                      100.0 * sim.at("uncalibrated").at("error").get<double>());
 }
 
+std::string sampling_error_cell(const nlohmann::json& n) {
+  const auto& sim = n.at("simulation");
+  if (!sim.contains("measured")) return std::string("-");
+  const auto& m = sim.at("measured");
+  return fmt::format("±{:.1f} % ({} steps)", 100.0 * m.at("error_two_se").get<double>(),
+                     m.at("steps").get<std::size_t>());
+}
+
 std::string wire_cell(const nlohmann::json& n) {
   double lo = 1e300, hi = 0;
   for (const auto& node : n.at("nodes")) {
@@ -446,13 +454,7 @@ void print_network_table(const std::vector<RunResult>& runs, const nlohmann::jso
   });
   row("step time simulated (SimGrid)", simulated_cell);
   row("simulation error (uncalibrated)", simulation_error_cell);
-  row("  its sampling error (2 SE)", [](const nlohmann::json& n) -> std::string {
-    const auto& sim = n.at("simulation");
-    if (!sim.contains("measured")) return "-";
-    const auto& m = sim.at("measured");
-    return fmt::format("±{:.1f} % ({} steps)", 100.0 * m.at("error_two_se").get<double>(),
-                       m.at("steps").get<std::size_t>());
-  });
+  row("  its sampling error (2 SE)", sampling_error_cell);
   row("comm / bandwidth bound (ms)", [](const nlohmann::json& n) {
     const auto& b = n.at("bandwidth_bound");
     return fmt::format("{:.1f} / {:.1f}", 1e3 * b.at("comm_s").get<double>(), 1e3 * b.at("bound_s").get<double>());
