@@ -133,10 +133,6 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   return c;
 }
 
-// The schedule played by SimGrid on the probed platform with the engine's calibration (each
-// collective's messages between nodes at its probed share of the link) when the run has a probe:
-// the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
-// same with every engine taken to move bytes at the link's rate.
 // The per-step figures of a simulation of `steps` steps played back to back, once.
 SimulationResult per_step(SimulationResult r, int steps) {
   const auto n = static_cast<double>(steps);
@@ -154,6 +150,10 @@ SimulationResult play(const MeasuredSchedules& schedules, const SimPlatform& pla
   return simulate(*schedules.mean, platform);
 }
 
+// The schedule played by SimGrid on the probed platform with the engine's calibration (each
+// collective's messages between nodes at its probed share of the link) when the run has a probe:
+// the simulation's answer, with its error against `measured`; beside it ("uncalibrated"), the
+// same with every engine taken to move bytes at the link's rate.
 nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, const MeasuredSchedules& schedules,
                             Backend engine, double measured) {
   const std::optional<StepSchedule>& schedule = schedules.mean;
