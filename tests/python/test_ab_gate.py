@@ -195,16 +195,19 @@ class CiGateTests(unittest.TestCase):
         self.assertIn("3 timings judged A/B", aa.stdout)
         self.assertIn("0 regressions", aa.stdout)
 
-        # 25 % of allreduce's median step in the A/A head runs, slept inside every step (at 15 % a
-        # CI run measured -15.8 % with two of the 25 pairs inverted, p = 0.028).
+        # 40 % of allreduce's median step in the A/A head runs, slept inside every step, about -29 %
+        # of its throughput (at 15 % a CI run measured -15.8 % with two of the 25 pairs inverted,
+        # p = 0.028; at 25 %, on the 2-core Intel Xeon on 2026-11-30, one run measured -9.9 %,
+        # p = 0.048, unjudged, and one -42.0 %, the A/A runs' step it was sized on slower than the
+        # base's: the runs of one side moved by 10-40 % that day). The flagged loss may be any from 10 %.
         steps = [statistics.median(r["step_time_s"]["samples"]) for f in sorted((tmp / "aa").glob("head-[0-9]*.json"))
                  for r in json.loads(f.read_text())["runs"] if r["mode"] == "allreduce"]
-        delay_ms = 0.25 * statistics.median(steps) * 1e3
+        delay_ms = 0.40 * statistics.median(steps) * 1e3
         slow = self.gate(tmp / "slow", "--head-env", f"DPBENCH_STEP_DELAY=mode=allreduce,ms={delay_ms:.3f}")
         self.assertEqual(slow.returncode, 1, slow.stdout + slow.stderr)
         line = [x for x in slow.stderr.splitlines() if x.startswith("ab_gate: REGRESSION")]
         self.assertEqual(len(line), 1, slow.stderr)
-        self.assertRegex(line[0], r"allreduce/ring .*throughput_median_step_samples_per_s .* -[12]\d\.\d % \(Mann-Whitney U "
+        self.assertRegex(line[0], r"allreduce/ring .*throughput_median_step_samples_per_s .* -[1-9]\d\.\d % \(Mann-Whitney U "
                                   r"p=0\.00\d+.*against base " + re.escape(BINARY))
 
         message = self.gate(tmp / "msg", "--head-env", "DPBENCH_EXTRA_MESSAGE=mode=sharded_ps,floats=1")
