@@ -151,12 +151,20 @@ const std::vector<StepRecord>& simulated_steps(const RunResult& r, std::size_t i
   return r.pooled_steps.size() == r.ranks.size() ? r.pooled_steps[i] : r.ranks.at(i).steps;
 }
 
-// A rank's mean of one phase over its steps (0 without any): the mean, as the simulation it
-// feeds is held against the mean step.
-double mean_phase(const std::vector<StepRecord>& steps, double (*get)(const PhaseTimes&)) {
-  double sum = 0;
-  for (const auto& st : steps) sum += get(st.phases);
-  return steps.empty() ? 0.0 : sum / static_cast<double>(steps.size());
+// A step's compute as the schedule plays it: its data wait and staging, forward, backward and
+// optimizer phases as measured.
+RankCompute compute_of(const PhaseTimes& t) { return {t.data_wait + t.h2d, t.forward, t.backward, t.optimizer}; }
+
+// A rank's mean compute over its steps (0 without any): the mean, as the simulation it feeds is
+// held against the mean step.
+RankCompute mean_compute(const std::vector<StepRecord>& steps) {
+  RankCompute sum;
+  for (const auto& st : steps) {
+    const RankCompute c = compute_of(st.phases);
+    sum = {sum.data + c.data, sum.forward + c.forward, sum.backward + c.backward, sum.optimizer + c.optimizer};
+  }
+  const double n = steps.empty() ? 1.0 : static_cast<double>(steps.size());
+  return {sum.data / n, sum.forward / n, sum.backward / n, sum.optimizer / n};
 }
 
 // The inputs of the run's step as its strategy's schedule: every rank's mean forward,
@@ -172,13 +180,7 @@ ScheduleInputs measured_schedule_inputs(const RunResult& r) {
   for (const auto& rank : r.ranks) {
     in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
   }
-  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
-    const std::vector<StepRecord>& steps = simulated_steps(r, i);
-    in.compute.push_back({mean_phase(steps, [](const PhaseTimes& t) { return t.data_wait + t.h2d; }),
-                          mean_phase(steps, [](const PhaseTimes& t) { return t.forward; }),
-                          mean_phase(steps, [](const PhaseTimes& t) { return t.backward; }),
-                          mean_phase(steps, [](const PhaseTimes& t) { return t.optimizer; })});
-  }
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) in.compute.push_back(mean_compute(simulated_steps(r, i)));
   return in;
 }
 
@@ -201,10 +203,7 @@ void add_replay(const RunResult& r, ScheduleInputs in, MeasuredSchedules& schedu
   StepSchedule& replay = schedules.replay.emplace(r.config.world_size);
   for (std::size_t k = 0; k < played; ++k) {
     const std::size_t step = k * n / played;
-    for (std::size_t i = 0; i < r.ranks.size(); ++i) {
-      const PhaseTimes& t = simulated_steps(r, i)[step].phases;
-      in.compute.at(i) = {t.data_wait + t.h2d, t.forward, t.backward, t.optimizer};
-    }
+    for (std::size_t i = 0; i < r.ranks.size(); ++i) in.compute.at(i) = compute_of(simulated_steps(r, i)[step].phases);
     s.schedule(in, replay);
   }
   schedules.replayed_steps = static_cast<int>(played);
