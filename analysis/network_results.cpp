@@ -125,12 +125,9 @@ nlohmann::json per_rank(const RunResult& r, int per_node) {
 
 // The platform of an emulated run: every node's link to the switch as probed, each direction on
 // its own (the probe's RTT to the switch halved as its latency); the ranks of one node on an
-// intra-node link of kAssumedIntraBytesPerS until a run's probe replaces it (intra_node_platform); TCP's send buffer as Linux grows it
-// on these links: about twice the bytes in flight, which tbf's 50 ms queue (cluster/link.cpp)
-// makes 50 ms of the link, so 0.1 s of the slowest link, at most tcp_wmem's 4 MiB.
+// intra-node link of kAssumedIntraBytesPerS until a run's probe replaces it (intra_node_platform);
+// TCP's send buffer as Linux grows it on the slowest link (emulated_tcp_send_buffer_bytes).
 constexpr double kAssumedIntraBytesPerS = 1e9;
-constexpr double kMaxSendBufferBytes = 4 * 1024 * 1024;  // Linux's tcp_wmem maximum
-constexpr double kSendBufferSeconds = 0.1;
 SimPlatform probed_platform(const nlohmann::json& network) {
   SimPlatform pf;
   for (const auto& l : network.at("links")) {
@@ -141,7 +138,7 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   pf.intra_bytes_per_s = kAssumedIntraBytesPerS;
   double slowest = 0;
   for (const auto& n : pf.nodes) slowest = slowest == 0 ? n.up_bytes_per_s : std::min(slowest, n.up_bytes_per_s);
-  pf.send_buffer_bytes = std::min(kMaxSendBufferBytes, kSendBufferSeconds * slowest);
+  pf.send_buffer_bytes = emulated_tcp_send_buffer_bytes(slowest);
   return pf;
 }
 

@@ -10,6 +10,7 @@
 // simulate() says that simulation is unavailable.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,16 @@ struct SimPlatform {
   void check(int world_size) const;
   nlohmann::json to_json() const;
 };
+
+// TCP's send buffer on the emulated cluster's links (cluster/link.cpp), as SimPlatform's
+// send_buffer_bytes: Linux grows it to about twice the bytes in flight, which tbf's 50 ms queue
+// makes 50 ms of the link, so 0.1 s of the slowest node's rate (bytes/s), at most tcp_wmem's
+// 4 MiB. 0 for a rate that is not positive.
+inline double emulated_tcp_send_buffer_bytes(double slowest_bytes_per_s) {
+  constexpr double kMaxSendBufferBytes = 4 * 1024 * 1024;  // Linux's tcp_wmem maximum
+  constexpr double kSendBufferSeconds = 0.1;
+  return slowest_bytes_per_s > 0 ? std::min(kMaxSendBufferBytes, kSendBufferSeconds * slowest_bytes_per_s) : 0.0;
+}
 
 struct SimulationResult {
   double step_s = 0;                // rank 0's step time in the steady state, seconds

@@ -939,8 +939,8 @@ TEST(Project, NcclTreeReplaysOnlyTheAllreduceCurve) {
 // The engine's calibration a calibration file's emulated run recorded (here allreduce and
 // all-gather at half the link) rides on the projection's platform when the projection plays the
 // files' emulated link: recorded with the run it came from, and allreduce's simulated step grows;
-// the 2-rank all-gather's share slows sharded_ps's pull at 2 ranks only; on a preset link (ib-ndr)
-// it is not carried.
+// the 2-rank all-gather's share slows sharded_ps's pull at 2 ranks only; fits its run's steps
+// contradict are not used; on a preset link (ib-ndr) it is not carried, nor TCP's send buffer.
 TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
   nlohmann::json cluster = fake_cluster_run(2, 12.5e6, 0.42, 0.32, 0.32);
@@ -973,8 +973,24 @@ TEST(Project, EmulatedRunsEngineCalibrationRidesOnTheirLinkOnly) {
       << "the pull at half the link";
   EXPECT_EQ(step_at(calibrated, "sharded_ps_collective", 4), step_at(plain, "sharded_ps_collective", 4))
       << "the pull at the link's rate beyond 2 ranks";
+  // The platform carries TCP's send buffer of the emulated links: 0.1 s of the 12.5 MB/s link.
+  EXPECT_NEAR(calibrated["topology"]["platform_at_max_ranks"]["send_buffer_bytes"].get<double>(), 1.25e6, 1e3);
+  // The same fits from a run whose steps its calibrated simulation missed by more than its
+  // uncalibrated one: not used, listed with both errors; the ring back at the link's rate.
+  cluster["network"]["simulation"]["error"] = 0.109;
+  cluster["network"]["simulation"]["uncalibrated"] = {{"error", -0.004}};
+  const nlohmann::json contradicted = project(o, {calibration_doc(cluster)}, nullptr);
+  EXPECT_TRUE(contradicted["topology"]["engine_calibration"].empty());
+  ASSERT_EQ(contradicted["topology"]["engine_calibration_not_used"].size(), 1u);
+  EXPECT_EQ(contradicted["topology"]["engine_calibration_not_used"][0]["error"], 0.109);
+  EXPECT_EQ(contradicted["topology"]["engine_calibration_not_used"][0]["uncalibrated_error"], -0.004);
+  EXPECT_EQ(step_at_4(contradicted), step_at_4(plain));
+  cluster["network"]["simulation"]["uncalibrated"]["error"] = -0.2;  // the fits brought it closer: used
+  EXPECT_EQ(project(o, {calibration_doc(cluster)}, nullptr)["topology"]["engine_calibration"].size(), 2u);
   o.link_model = "ib-ndr";
   EXPECT_TRUE(project(o, {calibrated_doc}, nullptr)["topology"]["engine_calibration"].empty());
+  EXPECT_FALSE(project(o, {calibrated_doc}, nullptr)["topology"]["platform_at_max_ranks"].contains("send_buffer_bytes"))
+      << "a preset's links are not TCP's";
 }
 
 // A 2-node calibration file on a 1 Gbit/s emulated link without a probe of a node's local ranks
