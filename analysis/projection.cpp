@@ -415,31 +415,39 @@ struct EngineCalibration {
     return e;
   }
 };
+// A run's in-run simulation record (network.simulation) when it holds the engine's fits; null.
+const nlohmann::json* calibrated_simulation(const nlohmann::json& run) {
+  const auto net = run.find("network");
+  if (net == run.end() || !net->contains("simulation")) return nullptr;
+  const auto& sim = (*net)["simulation"];
+  return sim.contains("calibration") && sim["calibration"].contains("collectives") ? &sim : nullptr;
+}
+
+// Why a run's fits are left out (engine_calibration's not_used entry): its calibrated simulation
+// was further from its measured step than its uncalibrated one; null when it was not.
+nlohmann::json contradicted_by_steps(const nlohmann::json& run, const nlohmann::json& sim) {
+  if (!sim.contains("error") || !sim.contains("uncalibrated") || !sim["uncalibrated"].contains("error")) return nullptr;
+  if (std::abs(sim["error"].get<double>()) <= std::abs(sim["uncalibrated"]["error"].get<double>())) return nullptr;
+  return {{"mode", run.at("mode")},
+          {"world_size", run.at("world_size")},
+          {"error", sim["error"]},
+          {"uncalibrated_error", sim["uncalibrated"]["error"]},
+          {"why", "its calibrated simulation was further from its measured step than the uncalibrated one"}};
+}
+
 EngineCalibration engine_calibration(const std::vector<const nlohmann::json*>& runs) {
   EngineCalibration c;
   std::vector<int>& from = c.from;  // world size of the run each fit came from
   from.assign(kCollectiveKinds, 0);
   for (const auto* run : runs) {
-    const nlohmann::json* fits = nullptr;
-    if (const auto net = run->find("network"); net != run->end() && net->contains("simulation")) {
-      const auto& sim = (*net)["simulation"];
-      if (sim.contains("calibration") && sim["calibration"].contains("collectives")) {
-        fits = &sim["calibration"]["collectives"];
-      }
-    }
-    if (fits == nullptr) continue;
-    const int p = run->at("world_size").get<int>();
-    const auto& sim = (*run)["network"]["simulation"];
-    if (sim.contains("error") && sim.contains("uncalibrated") && sim["uncalibrated"].contains("error") &&
-        std::abs(sim["error"].get<double>()) > std::abs(sim["uncalibrated"]["error"].get<double>())) {
-      c.not_used.push_back({{"mode", run->at("mode")},
-                            {"world_size", p},
-                            {"error", sim["error"]},
-                            {"uncalibrated_error", sim["uncalibrated"]["error"]},
-                            {"why", "its calibrated simulation was further from its measured step than the "
-                                    "uncalibrated one"}});
+    const nlohmann::json* sim = calibrated_simulation(*run);
+    if (sim == nullptr) continue;
+    if (nlohmann::json why = contradicted_by_steps(*run, *sim); !why.is_null()) {
+      c.not_used.push_back(std::move(why));
       continue;
     }
+    const int p = run->at("world_size").get<int>();
+    const nlohmann::json* fits = &(*sim)["calibration"]["collectives"];
     for (const auto& fit : *fits) {
       for (std::size_t k = 0; k < kCollectiveKinds; ++k) {
         if (fit.value("collective", std::string()) != collective_name(static_cast<CollectiveKind>(k))) continue;
