@@ -136,9 +136,7 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   }
   pf.ranks_per_node = network.at("ranks_per_node").get<int>();
   pf.intra_bytes_per_s = kAssumedIntraBytesPerS;
-  double slowest = 0;
-  for (const auto& n : pf.nodes) slowest = slowest == 0 ? n.up_bytes_per_s : std::min(slowest, n.up_bytes_per_s);
-  pf.send_buffer_bytes = emulated_tcp_send_buffer_bytes(slowest);
+  pf.send_buffer_bytes = emulated_tcp_send_buffer_bytes(pf);
   return pf;
 }
 

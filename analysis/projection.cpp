@@ -447,8 +447,7 @@ EngineCalibration engine_calibration(const std::vector<const nlohmann::json*>& r
       continue;
     }
     const int p = run->at("world_size").get<int>();
-    const nlohmann::json* fits = &(*sim)["calibration"]["collectives"];
-    for (const auto& fit : *fits) {
+    for (const auto& fit : (*sim)["calibration"]["collectives"]) {
       for (std::size_t k = 0; k < kCollectiveKinds; ++k) {
         if (fit.value("collective", std::string()) != collective_name(static_cast<CollectiveKind>(k))) continue;
         if (from[k] != 0 && from[k] < p) break;
@@ -552,13 +551,7 @@ SimPlatform size_platform(const ProjectOptions& o, const LinkModel& link, const 
   if (platform.platform_file.empty()) {
     platform.engine_efficiency = engine.efficiency_at(p);
     platform.engine_overhead_s = engine.overhead_s;
-    if (engine.tcp_send_buffer) {
-      double slowest = 0;
-      for (const SimNode& n : platform.nodes) {
-        slowest = slowest == 0 ? n.up_bytes_per_s : std::min(slowest, n.up_bytes_per_s);
-      }
-      platform.send_buffer_bytes = emulated_tcp_send_buffer_bytes(slowest);
-    }
+    if (engine.tcp_send_buffer) platform.send_buffer_bytes = emulated_tcp_send_buffer_bytes(platform);
     if (engine.intra_bytes_per_s > 0) {
       platform.intra_bytes_per_s = engine.intra_bytes_per_s;
       platform.intra_latency_s = engine.intra_latency_s;

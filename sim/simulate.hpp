@@ -70,12 +70,16 @@ struct SimPlatform {
 
 // TCP's send buffer on the emulated cluster's links (cluster/link.cpp), as SimPlatform's
 // send_buffer_bytes: Linux grows it to about twice the bytes in flight, which tbf's 50 ms queue
-// makes 50 ms of the link, so 0.1 s of the slowest node's rate (bytes/s), at most tcp_wmem's
-// 4 MiB. 0 for a rate that is not positive.
-inline double emulated_tcp_send_buffer_bytes(double slowest_bytes_per_s) {
+// makes 50 ms of the link, so 0.1 s of the slowest node's upload rate, at most tcp_wmem's 4 MiB.
+// 0 for a platform without nodes.
+inline double emulated_tcp_send_buffer_bytes(const SimPlatform& pf) {
   constexpr double kMaxSendBufferBytes = 4 * 1024 * 1024;  // Linux's tcp_wmem maximum
   constexpr double kSendBufferSeconds = 0.1;
-  return slowest_bytes_per_s > 0 ? std::min(kMaxSendBufferBytes, kSendBufferSeconds * slowest_bytes_per_s) : 0.0;
+  if (pf.nodes.empty()) return 0.0;
+  const auto slowest = std::min_element(pf.nodes.begin(), pf.nodes.end(), [](const SimNode& a, const SimNode& b) {
+    return a.up_bytes_per_s < b.up_bytes_per_s;
+  });
+  return std::min(kMaxSendBufferBytes, kSendBufferSeconds * slowest->up_bytes_per_s);
 }
 
 struct SimulationResult {
