@@ -2,7 +2,8 @@
 """A/B regression gate: the same runs of a base build and a head build, judged side by side.
 
 usage: /usr/bin/python3 results/ab_gate.py DIR [--base-label REV] [--head-label REV]
-           [--min-effect PCT] [--alpha P] [--accept PREFIX]... [--markdown OUT.md]
+           [--min-effect PCT] [--alpha P] [--accept PREFIX]... [--confirm DIR2]
+           [--markdown OUT.md]
 
 DIR holds what scripts/ci_gate.sh ran on one machine, the two builds alternating:
   base-1.json ... base-N.json, head-1.json ... head-N.json   result (or sweep) files, N >= 5;
@@ -22,6 +23,12 @@ Mann-Whitney U test (scipy.stats.mannwhitneyu, head < base) gives p <= --alpha A
 differ by at least --min-effect. The minimum effect is fixed: the runs' own spread never raises
 it. With 5 + 5 runs the smallest possible p is 1/252 (0.004): at the default alpha of 0.01 the
 head must be slower in at least 24 of the 25 base-head pairs.
+
+A machine whose speed drifts can fail an A/A comparison (one CI run measured -11.3 % at
+p = 0.008 with one build on both sides). --confirm DIR2 names a second round of alternated runs
+(scripts/ci_gate.sh runs one only after a failing first round): a throughput regression then
+stands only when the second round, judged on its own by the same rule, fails it too; otherwise
+it is listed as "not confirmed by the second round" with that round's effect and p-value.
 
 A deterministic change that is meant (a new bucketing moves the bytes per step) is named with
 --accept PREFIX (a figure name's start, e.g. comm_bytes_per_step): it is listed as accepted.
@@ -270,25 +277,51 @@ def throughputs(docs):
     return out
 
 
-def compare_timings(gate, base_docs, head_docs, mannwhitneyu):
-    """Each run's throughputs, base against head, by judge_timing."""
+def confirm_timing(gate, key, confirm, mannwhitneyu):
+    """(status, note) of a first-round regression of run key judged again on the second round's
+    throughputs ({key: (base, head)}): it stands only when that round fails it too."""
+    if key not in confirm:
+        return "not confirmed (the run is missing from the second round)", ""
+    status, effect, p = judge_timing(*confirm[key], gate.min_effect, gate.alpha, mannwhitneyu)
+    note = f"; second round {100 * effect:+.1f} %, p={p:.3g}"
+    if status == compare.REGRESSION:
+        return status, note + ": confirmed"
+    return "not confirmed by the second round", note
+
+
+def compare_timings(gate, base_docs, head_docs, mannwhitneyu, confirm=None):
+    """Each run's throughputs, base against head, by judge_timing. With confirm ({run key:
+    (base throughputs, head throughputs)} of a second round of alternated runs), a regression
+    must be judged one in both rounds (confirm_timing)."""
     base, head = throughputs(base_docs), throughputs(head_docs)
     for key in base:
         if key not in head or len(base[key]) != len(head[key]):
             continue  # a run missing or failed in some files: its deterministic verdict says so
         status, effect, p = judge_timing(base[key], head[key], gate.min_effect, gate.alpha,
                                          mannwhitneyu)
+        note = ""
+        if status == compare.REGRESSION and confirm is not None:
+            status, note = confirm_timing(gate, key, confirm, mannwhitneyu)
         gate.timings_judged += 1
         mb, mh = statistics.median(base[key]), statistics.median(head[key])
         gate.verdicts.append(Verdict(
             compare.key_label(*key), f"{TIMING_FIGURE} (median of {len(base[key])})",
             f"{mb:,.0f}", f"{mh:,.0f}",
             f"{100 * effect:+.1f} % (Mann-Whitney U p={p:.3g}, min effect "
-            f"{compare.pct(gate.min_effect)})", status))
+            f"{compare.pct(gate.min_effect)}{note})", status))
 
 
-def judge(directory, gate, mannwhitneyu):
-    """Fills gate from a gate directory; raises InputError on what cannot be judged."""
+def second_round(directory):
+    """{run key: (base throughputs, head throughputs)} of a confirming round's directory."""
+    base_docs, head_docs = load_sides(directory)
+    base, head = throughputs(base_docs), throughputs(head_docs)
+    return {k: (base[k], head[k]) for k in base if k in head and len(base[k]) == len(head[k])}
+
+
+def judge(directory, gate, mannwhitneyu, confirm_directory=None):
+    """Fills gate from a gate directory (and a second round's, which only confirms or clears
+    timing regressions); raises InputError on what cannot be judged."""
+    confirm = second_round(confirm_directory) if confirm_directory else None
     base_docs, head_docs = load_sides(directory)
     gate.repetitions = len(base_docs)
     compare_runs(gate, base_docs[0], head_docs[0])
@@ -298,7 +331,7 @@ def judge(directory, gate, mannwhitneyu):
         raise InputError(f"{directory}: a projection from one build only")
     if points[0] is not None:
         compare_projections(gate, *points)
-    compare_timings(gate, base_docs, head_docs, mannwhitneyu)
+    compare_timings(gate, base_docs, head_docs, mannwhitneyu, confirm)
 
 
 # ---- command line -------------------------------------------------------------------------
@@ -328,6 +361,8 @@ def parse_args(argv):
                    help=f"one-sided Mann-Whitney U threshold (default {DEFAULT_ALPHA:g})")
     p.add_argument("--accept", action="append", default=[], metavar="PREFIX",
                    help="a deterministic figure whose change is meant (a figure name's start)")
+    p.add_argument("--confirm", metavar="DIR2", help="a second round of alternated runs: a "
+                   "throughput regression must be judged one in both rounds")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the report to this file")
     return p.parse_args(argv)
 
@@ -343,7 +378,7 @@ def main(argv=None):
     gate = Gate(args.base_label, args.head_label, args.min_effect, args.alpha, 0,
                 tuple(args.accept))
     try:
-        judge(args.directory, gate, mannwhitneyu)
+        judge(args.directory, gate, mannwhitneyu, args.confirm)
     except InputError as e:
         print(f"ab_gate.py: {e}", file=sys.stderr)
         return 2

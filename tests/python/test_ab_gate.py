@@ -11,13 +11,16 @@ DirectoryTests build gate directories from one real result file (the dpbench bin
 DPBENCH_BINARY, default build/release/dpbench: 2 ranks, three modes, 40 steps) copied as five
 base and five head runs, then edit a head copy: one step's loss, one message's bytes or one
 memory peak fails it; --accept names a meant change; fewer than five runs a side or unequal
-counts exit 2.
+counts exit 2; a planted throughput loss stands only when a second round (--confirm) fails it
+too.
 
 CiGateTests run scripts/ci_gate.sh itself with --base-binary set to the same binary (so the base
-and head are one build): A/A passes; the head with allreduce slowed by a planted 25 % of its
+and head are one build): A/A passes; the head with allreduce slowed by a planted 40 % of its
 step (DPBENCH_STEP_DELAY, sized from the A/A run's own allreduce steps) fails naming the
 throughput, the base, the effect and the p-value; the head with one extra 4-byte message per
-sharded_ps step (DPBENCH_EXTRA_MESSAGE) fails naming the bytes. About 25 s each on 2 cores.
+sharded_ps step (DPBENCH_EXTRA_MESSAGE) fails naming the bytes. About 25 s each on 2 cores; the
+slowdown runs a second, confirming round of alternated runs (one that A/A never needs unless the
+machine's speed drifted).
 A missing binary fails these tests rather than skipping them.
 """
 import json
@@ -105,8 +108,9 @@ class DirectoryTests(unittest.TestCase):
         if cls.tmp:
             shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def directory(self, edit=None, base_count=5, head_count=5):
-        """A gate directory of copies of the real file; edit(doc) changes the first head copy."""
+    def directory(self, edit=None, base_count=5, head_count=5, head_slowdown=0.0):
+        """A gate directory of copies of the real file; edit(doc) changes the first head copy;
+        head_slowdown lowers the first run's throughput in every head copy by that fraction."""
         d = pathlib.Path(tempfile.mkdtemp(dir=self.tmp or None, prefix="gate-"))
         doc = real_result()
         for side, count in (("base", base_count), ("head", head_count)):
@@ -114,6 +118,8 @@ class DirectoryTests(unittest.TestCase):
                 copy = json.loads(json.dumps(doc))
                 if side == "head" and i == 1 and edit:
                     edit(copy)
+                if side == "head":
+                    copy["runs"][0][ab_gate.TIMING_FIGURE] *= 1.0 - head_slowdown
                 (d / f"{side}-{i}.json").write_text(json.dumps(copy))
         return d
 
@@ -150,6 +156,26 @@ class DirectoryTests(unittest.TestCase):
         accepted = self.run_gate(d, "--accept", "comm_bytes_per_step")
         self.assertEqual(accepted.returncode, 0, accepted.stdout + accepted.stderr)
         self.assertIn("accepted (--accept comm_bytes_per_step)", accepted.stdout)
+
+    def test_a_slowdown_stands_only_when_a_second_round_confirms_it(self):
+        slow = self.directory(head_slowdown=0.2)
+        first = self.run_gate(slow)
+        self.assertEqual(first.returncode, 1, first.stdout + first.stderr)
+        self.assertIn("-20.0 % (Mann-Whitney U p=0.00", first.stderr)
+        cleared = self.run_gate(slow, "--confirm", str(self.directory()))
+        self.assertEqual(cleared.returncode, 0, cleared.stdout + cleared.stderr)
+        self.assertIn("second round +0.0 %", cleared.stdout)
+        self.assertIn("| not confirmed by the second round |", cleared.stdout)
+        confirmed = self.run_gate(slow, "--confirm", str(self.directory(head_slowdown=0.15)))
+        self.assertEqual(confirmed.returncode, 1, confirmed.stdout + confirmed.stderr)
+        self.assertIn("second round -15.0 %, p=0.00199: confirmed", confirmed.stderr)
+        # A deterministic change is judged from the first round alone: a quiet second round
+        # does not clear it.
+        def edit(doc):
+            doc["runs"][1]["memory"]["per_rank"][0]["peak_bytes"] += 64
+        still = self.run_gate(self.directory(edit), "--confirm", str(self.directory()))
+        self.assertEqual(still.returncode, 1, still.stdout + still.stderr)
+        self.assertIn("memory.per_rank[0].peak_bytes", still.stderr)
 
     def test_a_memory_peak_changed_fails(self):
         def edit(doc):
@@ -208,13 +234,16 @@ class CiGateTests(unittest.TestCase):
         line = [x for x in slow.stderr.splitlines() if x.startswith("ab_gate: REGRESSION")]
         self.assertEqual(len(line), 1, slow.stderr)
         self.assertRegex(line[0], r"allreduce/ring .*throughput_median_step_samples_per_s .* -[1-9]\d\.\d % \(Mann-Whitney U "
-                                  r"p=0\.00\d+.*against base " + re.escape(BINARY))
+                                  r"p=0\.00\d+.*second round -[1-9]\d\.\d %, p=0\.00\d+: confirmed\).*against base "
+                                  + re.escape(BINARY))
+        self.assertIn("running a second round of alternated runs to confirm", slow.stdout)
 
         message = self.gate(tmp / "msg", "--head-env", "DPBENCH_EXTRA_MESSAGE=mode=sharded_ps,floats=1")
         self.assertEqual(message.returncode, 1, message.stdout + message.stderr)
         self.assertIn("sharded_ps/collective", message.stderr)
         self.assertIn("comm_bytes_per_step.per_rank[0].sent +4", message.stderr)
         self.assertIn("comm_bytes_per_step.per_rank[1].received +4", message.stderr)
+        self.assertNotIn("second round", message.stdout)  # a deterministic change is not run again
 
     def test_bad_usage_exits_2_before_any_run(self):
         out = self.gate(pathlib.Path(tempfile.gettempdir()) / "dpbench-gate-unused", "--repetitions", "3")
