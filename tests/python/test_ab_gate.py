@@ -210,7 +210,7 @@ class CiGateTests(unittest.TestCase):
     """scripts/ci_gate.sh with one build on both sides."""
 
     def gate(self, out, *extra):
-        return subprocess.run(["bash", str(GATE), "--base-binary", BINARY, "--no-cluster", "--max-steps", "150",
+        return subprocess.run(["bash", str(GATE), "--base-binary", BINARY, "--no-cluster", "--max-steps", "100",
                                "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT)
 
     def test_aa_passes_a_planted_slowdown_and_one_message_fail(self):
