@@ -37,7 +37,8 @@ nlohmann::json HostProfile::record() const {
   return {{"path", path},
           {"created", created},
           {"machine", machine},
-          {"intra_node", {{"bytes_per_s", intra_bytes_per_s}, {"round_trip_s", intra_round_trip_s}}}};
+          {"intra_node", {{"bytes_per_s", intra_bytes_per_s}, {"round_trip_s", intra_round_trip_s}}},
+          {"source", source}};
 }
 
 nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
@@ -102,6 +103,7 @@ HostProfile checked_profile(const nlohmann::json& doc, const std::string& path, 
     throw InputError(fmt::format("{}: the host profile has no intra_node block", where));
   }
   HostProfile p;
+  p.document = doc;
   p.path = path;
   p.created = doc.value("created", "");
   p.machine = doc.value("machine", nlohmann::json::object());
@@ -143,6 +145,26 @@ HostProfile read_host_profile(const std::string& path) {
     throw InputError(fmt::format("--host-profile {}: not valid JSON ({})", path, e.what()));
   }
   return host_profile_from(doc, path, "--host-profile ");
+}
+
+nlohmann::json host_profile_env_record(const HostProfile& profile) {
+  return {{"path", profile.path},
+          {"created", profile.created},
+          {"machine", profile.machine},
+          {"document", profile.document}};
+}
+
+std::optional<HostProfile> recorded_host_profile(const nlohmann::json& result, const std::string& file) {
+  const nlohmann::json* env = result.contains("env") && result["env"].is_object() ? &result["env"] : nullptr;
+  if (env == nullptr || !env->contains("host_profile")) return std::nullopt;
+  const nlohmann::json& h = (*env)["host_profile"];
+  const std::string where = fmt::format("{}: env.host_profile", file);
+  if (!h.is_object() || !h.contains("document") || !h.contains("path") || !h["path"].is_string()) {
+    throw InputError(fmt::format("{}: not a recorded host profile (no path or document)", where));
+  }
+  HostProfile p = host_profile_from(h["document"], h["path"].get<std::string>(), where + " ");
+  p.source = fmt::format("recorded in {}", file);
+  return p;
 }
 
 }  // namespace dpbench

@@ -14,6 +14,7 @@
 // come from the calibration files' own probes (analysis/projection.cpp).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,14 +26,16 @@ inline constexpr const char* kHostProfileSchema = "dpbench-host-profile";
 inline constexpr int kHostProfileVersion = 1;
 
 struct HostProfile {
-  std::string path;                   // the file it was read from
-  std::string created;                // UTC, ISO 8601
-  nlohmann::json machine;             // cpu_model, cpu_cores, host, os, blas_core, dpbench_version, git_commit
-  double intra_bytes_per_s = 0;       // a node's local ranks' link, as probed (bytes/s, > 0)
-  double intra_round_trip_s = 0;      // one float's round trip between two local ranks (s, > 0)
-  std::vector<nlohmann::json> links;  // the profile cluster's links (requested and probed rates)
+  std::string path;                       // the file it was read from
+  std::string created;                    // UTC, ISO 8601
+  nlohmann::json machine;                 // cpu_model, cpu_cores, host, os, blas_core, dpbench_version, git_commit
+  double intra_bytes_per_s = 0;           // a node's local ranks' link, as probed (bytes/s, > 0)
+  double intra_round_trip_s = 0;          // one float's round trip between two local ranks (s, > 0)
+  std::vector<nlohmann::json> links;      // the profile cluster's links (requested and probed rates)
+  nlohmann::json document;                // the whole profile, as read
+  std::string source = "--host-profile";  // or "recorded in FILE" (a result file's env.host_profile)
 
-  // What a projection records of it: path, created, machine and the probed link.
+  // What a projection records of it: path, created, machine, the probed link and its source.
   nlohmann::json record() const;
 };
 
@@ -50,5 +53,14 @@ HostProfile host_profile_from(const nlohmann::json& doc, const std::string& path
 
 // Reads and checks the profile at `path`. Throws InputError (unreadable, not JSON, as above).
 HostProfile read_host_profile(const std::string& path);
+
+// What a result file keeps of the profile its run was given (`run` / `sweep --host-profile`),
+// under env.host_profile: the path, the creation time, the machine and the whole document, so
+// that a later `project --simulate` on the file plays the same profile without the file.
+nlohmann::json host_profile_env_record(const HostProfile& profile);
+
+// The profile a result file recorded (its env.host_profile), or nullopt when it has none; its
+// source "recorded in `file`". Throws InputError naming `file` when the record is not a profile.
+std::optional<HostProfile> recorded_host_profile(const nlohmann::json& result, const std::string& file);
 
 }  // namespace dpbench

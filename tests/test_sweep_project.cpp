@@ -1045,8 +1045,9 @@ TEST(Project, AProbedIntraNodeLinkReplacesNvlinkOnTheEmulatedLink) {
 // the requested rate's share (its links' 0.8), recorded with what it was used for and whether it
 // was made on the calibration run's CPU and core count; a file's own probe wins. Bad profiles are
 // input errors naming the path; a profile without --simulate or with --model is refused.
-TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
-  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+// A profile's document made from a fake profile run on "Test CPU", 2 cores (its runs' probes: 1,
+// 3 and 2 GB/s, round trips 8, 1 and 3 ms; one run without a probe).
+nlohmann::json test_profile_document() {
   nlohmann::json run_result = {
       {"env", {{"cpu_model", "Test CPU"}, {"cpu_cores", 2}}},
       {"network",
@@ -1063,7 +1064,12 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
     run_result["runs"].push_back(run);
   }
   run_result["runs"].push_back({{"mode", "ps"}});
-  const nlohmann::json profile_doc = host_profile_document(run_result, "the-host", "dpbench profile");
+  return host_profile_document(run_result, "the-host", "dpbench profile");
+}
+
+TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  const nlohmann::json profile_doc = test_profile_document();
   EXPECT_EQ(profile_doc["intra_node"]["bytes_per_s"], 2e9);
   EXPECT_NEAR(profile_doc["intra_node"]["latency_s"].get<double>(), 4e-3, 1e-15) << "the mean, not the median";
   EXPECT_EQ(profile_doc["intra_node"]["probes"].size(), 3u);
@@ -1144,6 +1150,83 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
                   fmt::format("--host-profile {}: not a dpbench host profile", result));
   one_line_exit_2("profile --ranks-per-node 1", "--ranks-per-node 1: the profile probes a node's local ranks");
   one_line_exit_2("profile --link fast", "--link");
+}
+
+// `run --host-profile` and `sweep --host-profile` record the profile in the result
+// (env.host_profile: its path, creation time, machine and whole document), and `project
+// --simulate` on such a file plays it without --host-profile (its source "recorded in FILE"); a
+// --host-profile given wins. A profile that is not one, or a malformed record, is a one-line input
+// error before anything runs or is written.
+TEST(Project, ARunRecordsItsHostProfileAndTheProjectionPlaysIt) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  TempDir tmp;
+  const nlohmann::json profile_doc = test_profile_document();
+  const std::string host = (tmp.path() / "host.json").string(), run = (tmp.path() / "run.json").string(),
+                    sweep = (tmp.path() / "sweep.json").string(), out = (tmp.path() / "p.json").string();
+  std::ofstream(host) << profile_doc.dump();
+  const std::string bin(DPBENCH_BINARY);
+  const Outcome ran = shell(
+      fmt::format("{} run --device cpu --ranks 2 --mode allreduce --max-steps 3 --warmup-steps 1 --repetitions 1 "
+                  "--no-eval -q --host-profile {} -o {}",
+                  bin, host, run),
+      tmp.path());
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const nlohmann::json recorded = nlohmann::json::parse(slurp(run))["env"]["host_profile"];
+  EXPECT_EQ(recorded["path"], host);
+  EXPECT_EQ(recorded["created"], profile_doc["created"]);
+  EXPECT_EQ(recorded["machine"]["cpu_model"], "Test CPU");
+  EXPECT_EQ(recorded["document"], profile_doc);
+  const Outcome swept = shell(
+      fmt::format("{} sweep --device cpu --ranks 2 --modes ps --batch-sizes 64 --num-workers 0 "
+                  "--max-steps 3 --warmup-steps 1 --repetitions 1 --no-eval -q --host-profile {} -o {}",
+                  bin, host, sweep),
+      tmp.path());
+  ASSERT_EQ(swept.exit_code, 0) << swept.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(sweep))["env"]["host_profile"]["document"], profile_doc);
+
+  // A calibration file on the emulated link that probed no node's local ranks, as recorded by a
+  // run given the profile: the projection plays the profile's intra-node link from the record.
+  IntraNodeCase c = intra_node_case();
+  nlohmann::json calibration = c.plain_doc;
+  calibration["schema"] = {{"name", kSchemaName}, {"version", kSchemaVersion}};
+  calibration["env"]["host_profile"] = recorded;
+  const std::string file = (tmp.path() / "calibration.json").string();
+  std::ofstream(file) << calibration.dump();
+  const std::string project_args = fmt::format("project {} --simulate --max-ranks 4 --ranks-per-node 2 -q", file);
+  const std::string project = bin + " " + project_args;
+  const Outcome projected = shell(project + " -o " + out, tmp.path());
+  ASSERT_EQ(projected.exit_code, 0) << projected.err;
+  const nlohmann::json h = nlohmann::json::parse(slurp(out))["topology"]["host_profile"];
+  EXPECT_EQ(h["source"], "recorded in " + file);
+  EXPECT_EQ(h["path"], host);
+  EXPECT_EQ(h["used_for"], nlohmann::json::array({"requested_rate_share", "intra_node"}));
+  EXPECT_NE(projected.out.find("recorded in " + file), std::string::npos) << projected.out;
+  nlohmann::json other = profile_doc;
+  other["intra_node"]["latency_s"] = 6e-3;
+  const std::string other_path = (tmp.path() / "other.json").string();
+  std::ofstream(other_path) << other.dump();
+  ASSERT_EQ(shell(project + " --host-profile " + other_path + " -o " + out, tmp.path()).exit_code, 0);
+  const nlohmann::json given = nlohmann::json::parse(slurp(out))["topology"];
+  EXPECT_EQ(given["host_profile"]["source"], "--host-profile");
+  EXPECT_NEAR(given["intra_node_calibration"]["latency_s"].get<double>(), 3e-3, 1e-15) << "the given profile's";
+  EXPECT_EQ(recorded_host_profile(c.plain_doc, "f.json"), std::nullopt);
+
+  const auto one_line_exit_2 = [&](const std::string& args, const std::string& needle, const std::string& written) {
+    const Outcome bad = shell(bin + " " + args, tmp.path());
+    EXPECT_EQ(bad.exit_code, 2) << args << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << bad.err;
+    EXPECT_NE(bad.err.find(needle), std::string::npos) << args << bad.err;
+    EXPECT_FALSE(std::filesystem::exists(written)) << args;
+  };
+  const std::string none = (tmp.path() / "none.json").string();
+  one_line_exit_2(fmt::format("run --device cpu --ranks 2 --max-steps 2 --host-profile {} -o {}", file, none),
+                  fmt::format("--host-profile {}: not a dpbench host profile", file), none);
+  one_line_exit_2(fmt::format("sweep --device cpu --ranks 2 --max-steps 2 --host-profile /nonexistent.json -o {}",
+                              none),
+                  "--host-profile /nonexistent.json: cannot open the file", none);
+  calibration["env"]["host_profile"].erase("document");
+  std::ofstream(file) << calibration.dump();
+  one_line_exit_2(project_args + " -o " + none, file + ": env.host_profile: not a recorded host profile", none);
 }
 
 // The projection says which machine its compute came from: the calibration run's file's env (the

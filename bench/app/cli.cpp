@@ -447,6 +447,9 @@ void add_run_options(CLI::App& run, RunOptions& o) {
                  "Start from these parameters instead of the model's initialisation from --seed: raw "
                  "float32 in parameter order, as --save-params writes them");
   add_checkpoint_and_reference_options(run, o);
+  run.add_option("--host-profile", o.host_profile,
+                 "This machine's host profile (`dpbench profile`), recorded in the result (env.host_profile): "
+                 "`project --simulate` on the file then plays it without --host-profile");
   run.add_option("--repetitions", o.repetitions,
                  "Runs of every mode, the modes alternating; the verdict gives each ratio to ps with its "
                  "spread over them (--checkpoint-dir and --reference run once)")
@@ -673,6 +676,9 @@ void add_sweep_options(CLI::App& sweep, SweepOptions& o) {
                   "(gloo), mpirun (MPI)")
       ->capture_default_str()
       ->group("Emulated cluster");
+  sweep.add_option("--host-profile", o.host_profile,
+                   "This machine's host profile (`dpbench profile`), recorded in the result (env.host_profile), "
+                   "as run --host-profile");
   add_shared_options(sweep, o.base, o.device, o.data, o.timeout_s, o.out, o.quiet);
   add_sweep_variant_options(sweep, o);
 }
@@ -758,10 +764,11 @@ int network_sweep(const CLI::App& sweep, SweepOptions& o) {
                      "or, with --launcher mpirun, over MPI (--comms mpi)");
   }
   if (sweep.count("--num-workers") == 0) o.num_workers = {0};
-  o.shared_args = shared_arguments(
-      sweep, {"help",        "workloads",   "comms",       "modes",       "transports",     "ranks",      "batch-sizes",
-              "num-workers", "repetitions", "nodes",       "links",       "ranks-per-node", "launcher",   "out",
-              "quiet",       "comm-hooks",  "hierarchies", "stalenesses", "link-of",        "zipf-alphas"});
+  o.shared_args = shared_arguments(sweep, {"help",        "workloads",      "comms",       "modes",       "transports",
+                                           "ranks",       "batch-sizes",    "num-workers", "repetitions", "nodes",
+                                           "links",       "ranks-per-node", "launcher",    "out",         "quiet",
+                                           "comm-hooks",  "hierarchies",    "stalenesses", "link-of",     "zipf-alphas",
+                                           "host-profile"});
   return network_sweep_command(o);
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "analysis/host_profile.hpp"
 #include "record/result_file.hpp"
 #include "record/result_json.hpp"
 #include "bench/app/child_run.hpp"
@@ -222,6 +223,9 @@ int network_sweep_command(const SweepOptions& o) {
   check_network_sweep(o);
   const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
   check_result_path(out);
+  const std::optional<HostProfile> profile = o.host_profile.empty()
+                                                 ? std::nullopt
+                                                 : std::optional<HostProfile>(read_host_profile(o.host_profile));
   const std::string point_out = out + ".point.json", point_err = out + ".point.err";
   const std::vector<Point> points = grid(o);
   nlohmann::json runs = nlohmann::json::array(), config;
@@ -260,7 +264,9 @@ int network_sweep_command(const SweepOptions& o) {
   std::error_code ec;
   std::filesystem::remove(point_out, ec);
   std::filesystem::remove(point_err, ec);
-  write_json_atomic(out, make_document(sweep_config(o, std::move(config)), std::move(runs)));
+  nlohmann::json document = make_document(sweep_config(o, std::move(config)), std::move(runs));
+  if (profile) document["env"]["host_profile"] = host_profile_env_record(*profile);
+  write_json_atomic(out, document);
   fmt::print("sweep: {} points ({} failed) in {:.0f} s; results written to {}\n", points.size(), failed,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), out);
   return 0;

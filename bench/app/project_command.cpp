@@ -201,11 +201,11 @@ void print_held_out(const nlohmann::json& h) {
 void print_host_profile(const nlohmann::json& doc) {
   const auto& h = doc["topology"]["host_profile"];
   const auto& m = h["machine"];
-  fmt::print("host profile: {} (made {} on {}, {} cores, host {}): a node's local ranks {:.1f} MB/s, round trip "
+  fmt::print("host profile: {} ({}; made {} on {}, {} cores, host {}): a node's local ranks {:.1f} MB/s, round trip "
              "{:.1f} us; used for: {}\n",
-             h["path"].get<std::string>(), h["created"].get<std::string>(), field_text(m, "cpu_model"),
-             field_text(m, "cpu_cores"), field_text(m, "host"), 1e-6 * h["intra_node"]["bytes_per_s"].get<double>(),
-             1e6 * h["intra_node"]["round_trip_s"].get<double>(),
+             h["path"].get<std::string>(), h.value("source", "--host-profile"), h["created"].get<std::string>(),
+             field_text(m, "cpu_model"), field_text(m, "cpu_cores"), field_text(m, "host"),
+             1e-6 * h["intra_node"]["bytes_per_s"].get<double>(), 1e6 * h["intra_node"]["round_trip_s"].get<double>(),
              h["used_for"].empty() ? std::string("nothing (the files have their own)")
                                    : fmt::format("{}", fmt::join(h["used_for"], ", ")));
   if (!h["same_machine_as_calibration"].get<bool>()) {
@@ -236,6 +236,10 @@ int project_command(const ProjectOptions& given) {
   ProjectOptions o = given;
   if (!o.host_profile_path.empty()) o.host_profile = read_host_profile(o.host_profile_path);
   const std::vector<nlohmann::json> docs = read_result_files(o.results);
+  // Without --host-profile, the profile the first calibration file's run was given, if any.
+  for (std::size_t i = 0; i < docs.size() && !o.host_profile && o.topology.simulate && o.model.empty(); ++i) {
+    o.host_profile = recorded_host_profile(docs[i], o.results[i]);
+  }
   std::vector<HeldOutFile> held_out;
   for (std::size_t i = 0; i < o.held_out.size(); ++i) {
     held_out.push_back({o.held_out[i], read_result_files({o.held_out[i]}).front()});

@@ -10,6 +10,7 @@
 
 #include "bench/reference/reference_session.hpp"
 #include "harness/harness.hpp"
+#include "analysis/host_profile.hpp"
 #include "analysis/network_results.hpp"
 #include "launch/resolve.hpp"
 #include "record/params_file.hpp"
@@ -333,6 +334,7 @@ struct RunSetup {
   bool output = false, quiet = false;
   std::string out;
   ModesPlan plan;
+  std::optional<HostProfile> host_profile;  // --host-profile, read before any run
 };
 
 // Shows a run's progress on stderr: a line when a mode starts, one updated in place on a
@@ -396,6 +398,7 @@ RunSetup prepare_run(const RunOptions& o) {
   s.quiet = o.quiet || !s.output;
   s.out = o.out.empty() ? default_out_path("run") : o.out;
   if (s.output) check_result_path(s.out);
+  if (!o.host_profile.empty()) s.host_profile = read_host_profile(o.host_profile);
   // Checkpoints and the PyTorch reference belong to one run of each mode.
   const bool single = !o.base.checkpoint.dir.empty() || !o.reference.framework.empty();
   if (o.repetitions < 1) throw InputError(fmt::format("--repetitions {}: must be at least 1", o.repetitions));
@@ -425,6 +428,7 @@ RunSetup prepare_run(const RunOptions& o) {
 void check_cluster_options(const RunOptions& o) {
   check_common_options(o.base, o.timeout_s);
   if (!o.out.empty()) check_result_path(o.out);
+  if (!o.host_profile.empty()) read_host_profile(o.host_profile);  // rank 0 records it
   const int world = o.cluster.world_size();
   const auto stand_in = make_synthetic_dataset(
       SampleShape{1, 1, 1}, 10, std::max<std::int64_t>({1, static_cast<std::int64_t>(o.base.global_batch), world}), 0);
@@ -462,6 +466,7 @@ int report_runs(const RunOptions& o, const RunSetup& s, const LoadedData& data, 
   if (reference.active()) config["reference"] = o.reference.framework;
   if (!o.init_params.empty()) config["init_params"] = o.init_params;
   nlohmann::json document = make_document(std::move(config), docs);
+  if (s.host_profile) document["env"]["host_profile"] = host_profile_env_record(*s.host_profile);
   if (auto network = cluster::cluster_description(); !network.is_null()) {
     add_network_results(network, runs, document["runs"]);
     document["network"] = std::move(network);

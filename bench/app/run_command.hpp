@@ -26,6 +26,7 @@ struct RunOptions {
   std::string out;               // "" -> results/dpbench-run-<time>.json
   std::string save_params;       // "" or PREFIX: PREFIX-<mode>.f32
   std::string init_params;       // "" or a raw float32 file of initial parameters
+  std::string host_profile;      // --host-profile: "" or this machine's `dpbench profile` file, recorded in the result
   ReferenceOptions reference;    // --reference pytorch: PyTorch on the same work
   bool quiet = false;
   int repetitions = 3;             // runs of every mode, the modes alternating (for the spread of ratios)

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/host_profile.hpp"
 #include "record/result_file.hpp"
 #include "record/result_json.hpp"
 #include "registry/strategies.hpp"
@@ -210,6 +211,9 @@ int sweep_command(const SweepOptions& o) {
   const bool output = is_output_process();
   const std::string out = o.out.empty() ? default_out_path("sweep") : o.out;
   if (output) check_result_path(out);  // before any training: a bad --out wastes no sweep
+  const std::optional<HostProfile> profile = o.host_profile.empty()
+                                                 ? std::nullopt
+                                                 : std::optional<HostProfile>(read_host_profile(o.host_profile));
   const LoadedData data = load_data(o.data, o.base.seed);
 
   TrainConfig base = o.base;
@@ -244,7 +248,9 @@ int sweep_command(const SweepOptions& o) {
 
   nlohmann::json config = sweep_config_json(o, base, data);
   if (!output) return 0;
-  write_json_atomic(out, make_document(std::move(config), std::move(runs)));
+  nlohmann::json document = make_document(std::move(config), std::move(runs));
+  if (profile) document["env"]["host_profile"] = host_profile_env_record(*profile);
+  write_json_atomic(out, document);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print("sweep: {} points ({} failed) in {}; results written to {}\n", total, failed, clock_text(elapsed), out);
   return 0;

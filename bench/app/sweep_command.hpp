@@ -33,7 +33,8 @@ struct SweepOptions {
   bool cnn_default_hidden = false;  // --hidden not given: cnn points use 128
   bool cnn_default_lr = false;      // --lr not given: cnn points use 0.05
   double timeout_s = 300;
-  std::string out;  // "" -> results/dpbench-sweep-<time>.json
+  std::string out;           // "" -> results/dpbench-sweep-<time>.json
+  std::string host_profile;  // --host-profile: "" or this machine's `dpbench profile` file, recorded in the result
   bool quiet = false;
   // Over an emulated cluster (--nodes 2,4 --links 100mbit,1gbit): one `dpbench run --nodes N
   // --link L` per (nodes, link, batch size, repetition), every mode in turn inside it.
