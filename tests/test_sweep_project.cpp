@@ -1165,24 +1165,22 @@ TEST(Project, ARunRecordsItsHostProfileAndTheProjectionPlaysIt) {
                     sweep = (tmp.path() / "sweep.json").string(), out = (tmp.path() / "p.json").string();
   std::ofstream(host) << profile_doc.dump();
   const std::string bin(DPBENCH_BINARY);
-  const Outcome ran = shell(
-      fmt::format("{} run --device cpu --ranks 2 --mode allreduce --max-steps 3 --warmup-steps 1 --repetitions 1 "
-                  "--no-eval -q --host-profile {} -o {}",
-                  bin, host, run),
-      tmp.path());
-  ASSERT_EQ(ran.exit_code, 0) << ran.err;
-  const nlohmann::json recorded = nlohmann::json::parse(slurp(run))["env"]["host_profile"];
+  // `command ... -o path` run with the profile: its result's env.host_profile.
+  const auto recorded_by = [&](const std::string& command, const std::string& path) {
+    const Outcome o = shell(fmt::format("{} {} --max-steps 3 --warmup-steps 1 --repetitions 1 --no-eval -q "
+                                        "--host-profile {} -o {}",
+                                        bin, command, host, path),
+                            tmp.path());
+    EXPECT_EQ(o.exit_code, 0) << command << o.err;
+    return o.exit_code == 0 ? nlohmann::json::parse(slurp(path))["env"]["host_profile"] : nlohmann::json();
+  };
+  const nlohmann::json recorded = recorded_by("run --device cpu --ranks 2 --mode allreduce", run);
   EXPECT_EQ(recorded["path"], host);
   EXPECT_EQ(recorded["created"], profile_doc["created"]);
   EXPECT_EQ(recorded["machine"]["cpu_model"], "Test CPU");
   EXPECT_EQ(recorded["document"], profile_doc);
-  const Outcome swept = shell(
-      fmt::format("{} sweep --device cpu --ranks 2 --modes ps --batch-sizes 64 --num-workers 0 "
-                  "--max-steps 3 --warmup-steps 1 --repetitions 1 --no-eval -q --host-profile {} -o {}",
-                  bin, host, sweep),
-      tmp.path());
-  ASSERT_EQ(swept.exit_code, 0) << swept.err;
-  EXPECT_EQ(nlohmann::json::parse(slurp(sweep))["env"]["host_profile"]["document"], profile_doc);
+  EXPECT_EQ(recorded_by("sweep --device cpu --ranks 2 --modes ps --batch-sizes 64 --num-workers 0", sweep)["document"],
+            profile_doc);
 
   // A calibration file on the emulated link that probed no node's local ranks, as recorded by a
   // run given the profile: the projection plays the profile's intra-node link from the record.
