@@ -27,8 +27,11 @@ head must be slower in at least 24 of the 25 base-head pairs.
 A machine whose speed drifts can fail an A/A comparison (one CI run measured -11.3 % at
 p = 0.008 with one build on both sides). --confirm DIR2 names a second round of alternated runs
 (scripts/ci_gate.sh runs one only after a failing first round): a throughput regression then
-stands only when the second round, judged on its own by the same rule, fails it too; otherwise
-it is listed as "not confirmed by the second round" with that round's effect and p-value.
+stands only when both rounds' runs pooled (2N a side) fail it too by the same rule; otherwise it
+is listed as "not confirmed by the second round" with the pooled effect and p-value. Pooled, a
+first round's fluke meets N runs of no change and its median loss falls below the minimum
+effect, while a real loss separates at a smaller p than either round alone (judged on the second
+round alone, a planted -25 % failed to separate at p = 0.048 with two of its 25 pairs inverted).
 
 A deterministic change that is meant (a new bucketing moves the bytes per step) is named with
 --accept PREFIX (a figure name's start, e.g. comm_bytes_per_step): it is listed as accepted.
@@ -277,13 +280,15 @@ def throughputs(docs):
     return out
 
 
-def confirm_timing(gate, key, confirm, mannwhitneyu):
-    """(status, note) of a first-round regression of run key judged again on the second round's
-    throughputs ({key: (base, head)}): it stands only when that round fails it too."""
+def confirm_timing(gate, key, first, confirm, mannwhitneyu):
+    """(status, note) of a first-round regression of run key (first: its (base, head)
+    throughputs) judged again by the same rule on both rounds' runs pooled (confirm: {key: (base,
+    head)} of the second round's): it stands only when the pooled runs fail it too."""
     if key not in confirm:
         return "not confirmed (the run is missing from the second round)", ""
-    status, effect, p = judge_timing(*confirm[key], gate.min_effect, gate.alpha, mannwhitneyu)
-    note = f"; second round {100 * effect:+.1f} %, p={p:.3g}"
+    base, head = first[0] + confirm[key][0], first[1] + confirm[key][1]
+    status, effect, p = judge_timing(base, head, gate.min_effect, gate.alpha, mannwhitneyu)
+    note = f"; with a second round, {len(base)} runs a side: {100 * effect:+.1f} %, p={p:.3g}"
     if status == compare.REGRESSION:
         return status, note + ": confirmed"
     return "not confirmed by the second round", note
@@ -292,7 +297,7 @@ def confirm_timing(gate, key, confirm, mannwhitneyu):
 def compare_timings(gate, base_docs, head_docs, mannwhitneyu, confirm=None):
     """Each run's throughputs, base against head, by judge_timing. With confirm ({run key:
     (base throughputs, head throughputs)} of a second round of alternated runs), a regression
-    must be judged one in both rounds (confirm_timing)."""
+    must be judged one again on both rounds' runs pooled (confirm_timing)."""
     base, head = throughputs(base_docs), throughputs(head_docs)
     for key in base:
         if key not in head or len(base[key]) != len(head[key]):
@@ -301,7 +306,7 @@ def compare_timings(gate, base_docs, head_docs, mannwhitneyu, confirm=None):
                                          mannwhitneyu)
         note = ""
         if status == compare.REGRESSION and confirm is not None:
-            status, note = confirm_timing(gate, key, confirm, mannwhitneyu)
+            status, note = confirm_timing(gate, key, (base[key], head[key]), confirm, mannwhitneyu)
         gate.timings_judged += 1
         mb, mh = statistics.median(base[key]), statistics.median(head[key])
         gate.verdicts.append(Verdict(
