@@ -367,7 +367,7 @@ def parse_args(argv):
     p.add_argument("--accept", action="append", default=[], metavar="PREFIX",
                    help="a deterministic figure whose change is meant (a figure name's start)")
     p.add_argument("--confirm", metavar="DIR2", help="a second round of alternated runs: a "
-                   "throughput regression must be judged one in both rounds")
+                   "throughput regression must be judged one again on both rounds' runs pooled")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the report to this file")
     return p.parse_args(argv)
 

@@ -13,8 +13,9 @@
 #    each mode's throughput is judged by a one-sided Mann-Whitney U over the repetitions (p <= 0.01)
 #    with a fixed minimum effect (10 %), never widened by the runs' spread. A failing comparison
 #    runs a second round of alternated runs ($out/confirm): a throughput regression stands only
-#    when both rounds' runs pooled fail it too (a deterministic one stands without a second round). Every regression is
-#    named with the figure, the base, the effect and the p-value. Report: results/ci-ab.md.
+#    when both rounds' runs pooled fail it too (a deterministic one stands without a second
+#    round). Every regression is named with the figure, the base, the effect and the p-value.
+#    Report: results/ci-ab.md.
 #
 # 2. The emulated cluster (3 nodes x 200 Mbit/s, every mode, 2 repetitions, about a minute)
 #    against results/baselines/ci-cluster.json by `dpbench compare`: deterministic figures
