@@ -26,7 +26,9 @@ head must be slower in at least 24 of the 25 base-head pairs.
 
 A machine whose speed drifts can fail an A/A comparison (one CI run measured -11.3 % at
 p = 0.008 with one build on both sides). --confirm DIR2 names a second round of alternated runs
-(scripts/ci_gate.sh runs one only after a failing first round): a throughput regression then
+(scripts/ci_gate.sh runs one after a first round with a throughput regression, or with a
+suspect: a loss beyond the minimum effect at p <= 0.05, printed as "ab_gate: SUSPECT: ..."; one
+CI run measured a planted -24.7 % at p = 0.028): a throughput regression or suspect then
 stands only when both rounds' runs pooled (2N a side) fail it too by the same rule; otherwise it
 is listed as "not confirmed by the second round" with the pooled effect and p-value. Pooled, a
 first round's fluke meets N runs of no change and its median loss falls below the minimum
@@ -55,6 +57,7 @@ import schema_versions
 MIN_REPETITIONS = 5
 DEFAULT_MIN_EFFECT = 0.10   # asv's default factor (1.1)
 DEFAULT_ALPHA = 0.01
+SCREEN_ALPHA = 0.05  # a loss beyond the minimum effect at p <= this is a suspect: a second round decides
 PROJECTION_REL_TOL = 1e-9
 TIMING_FIGURE = "throughput_median_step_samples_per_s"
 
@@ -91,6 +94,7 @@ class Gate:
     verdicts: list = dataclasses.field(default_factory=list)
     deterministic_compared: int = 0
     timings_judged: int = 0
+    suspects: list = dataclasses.field(default_factory=list)  # lines: losses a second round should judge
 
     @property
     def regressions(self):
@@ -305,8 +309,13 @@ def compare_timings(gate, base_docs, head_docs, mannwhitneyu, confirm=None):
         status, effect, p = judge_timing(base[key], head[key], gate.min_effect, gate.alpha,
                                          mannwhitneyu)
         note = ""
-        if status == compare.REGRESSION and confirm is not None:
+        suspect = (status == compare.REGRESSION or
+                   (effect <= -gate.min_effect and p <= SCREEN_ALPHA))
+        if suspect and confirm is not None:
             status, note = confirm_timing(gate, key, (base[key], head[key]), confirm, mannwhitneyu)
+        elif suspect and status != compare.REGRESSION:
+            gate.suspects.append(f"SUSPECT: {compare.key_label(*key)}: {TIMING_FIGURE} {100 * effect:+.1f} % "
+                                 f"(Mann-Whitney U p={p:.3g}): a second round of runs decides")
         gate.timings_judged += 1
         mb, mh = statistics.median(base[key]), statistics.median(head[key])
         gate.verdicts.append(Verdict(
@@ -389,7 +398,7 @@ def main(argv=None):
         return 2
     text = gate.markdown()
     sys.stdout.write(text)
-    for line in gate.verdict_lines():
+    for line in gate.verdict_lines() + gate.suspects:
         print(f"ab_gate: {line}", file=sys.stderr)
     if args.markdown:
         try:
