@@ -20,6 +20,7 @@ class SparseAllreduceRank final : public CompactReplicaRank {
         tables_(s.ctx, MemoryCategory::parameters, full_.embedding_params()),
         state_(s.ctx, MemoryCategory::optimizer_state,
                full_.embedding_optimizer == "adagrad" ? full_.embedding_params() : 0) {
+    time_collectives_ = true;  // the in-run simulation calibrates the engine on the step's own collectives
     for (std::size_t t = 0; t < full_.tables; ++t) {
       initial_table_rows(t, 0, full_.rows, table_row(t, 0));
     }
@@ -67,7 +68,7 @@ class SparseAllreduceRank final : public CompactReplicaRank {
     });
     std::vector<float> counts(static_cast<std::size_t>(p_));
     const float mine = static_cast<float>(ids.size() / 2);
-    comm.allgather(&mine, counts.data(), 1);
+    timed(CollectiveKind::allgather, 1, [&] { comm.allgather(&mine, counts.data(), 1); });
     std::vector<std::size_t> id_counts, value_counts;
     std::size_t before = 0, total = 0;
     for (int r = 0; r < p_; ++r) {
@@ -80,8 +81,8 @@ class SparseAllreduceRank final : public CompactReplicaRank {
     std::vector<float> all_ids(2 * total), all_values(dim * total);
     std::copy(ids.begin(), ids.end(), all_ids.begin() + static_cast<std::ptrdiff_t>(2 * before));
     std::copy(values.begin(), values.end(), all_values.begin() + static_cast<std::ptrdiff_t>(dim * before));
-    comm.allgatherv(all_ids.data(), id_counts);
-    comm.allgatherv(all_values.data(), value_counts);
+    timed(CollectiveKind::allgather, ids.size(), [&] { comm.allgatherv(all_ids.data(), id_counts); });
+    timed(CollectiveKind::allgather, values.size(), [&] { comm.allgatherv(all_values.data(), value_counts); });
     host_work(host_work_.push, [&] {
       summed_.clear();
       sums_.clear();

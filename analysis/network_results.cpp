@@ -140,12 +140,6 @@ SimPlatform probed_platform(const nlohmann::json& network) {
   return pf;
 }
 
-// Rank i's timed steps as the in-run simulation reads them: every repetition's where the harness
-// pooled them (RunResult::pooled_steps), else the run's own.
-const std::vector<StepRecord>& simulated_steps(const RunResult& r, std::size_t i) {
-  return r.pooled_steps.size() == r.ranks.size() ? r.pooled_steps[i] : r.ranks.at(i).steps;
-}
-
 // A step's compute as the schedule plays it: its data wait and staging, forward, backward and
 // optimizer phases as measured.
 RankCompute compute_of(const PhaseTimes& t) { return {t.data_wait + t.h2d, t.forward, t.backward, t.optimizer}; }

@@ -89,28 +89,44 @@ nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, cons
   return out;
 }
 
-// The platform with the engine's calibration from the run's probe (train/engine_probe.hpp): for
-// each probed collective in turn, the share of the link at which its messages must move between
-// nodes for SimGrid, playing the probe's sequence up to it on the same platform, to end it when
-// the probe saw it end (sim/simulate.hpp fit_engine_efficiency). nullopt without a probe. Throws
-// what simulate() throws.
+// A calibrated platform, the record of its fit and the seconds the fit took.
 struct Calibration {
   SimPlatform platform;
   nlohmann::json record;
   double wall_s = 0;
 };
-std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResult& r, Backend engine) {
-  if (!r.engine_probe || r.engine_probe->collectives.empty()) return std::nullopt;
-  const auto t0 = std::chrono::steady_clock::now();
+
+// The collectives' sequence of run `r` over `engine`'s algorithms, as its steps run them (the node
+// hierarchy and the wire format of its all-reduce), appended to `s`.
+Collectives run_collectives(StepSchedule& s, const RunResult& r, Backend engine) {
+  const BucketAllreduce how = bucket_allreduce(r.config);
+  Collectives collectives(s, engine);
+  collectives.set_node_hierarchy(how.ranks_per_node);
+  collectives.set_wire_format(how.format);
+  return collectives;
+}
+
+// `platform` with no engine fitted yet: every collective at the link's rate, no overhead.
+Calibration blank_calibration(const SimPlatform& platform) {
   Calibration c{platform, {}, 0};
   c.platform.engine_efficiency.assign(kCollectiveKinds, 0.0);
   c.platform.engine_overhead_s.assign(kCollectiveKinds, 0.0);
+  c.platform.engine_overhead_per_byte_s.assign(kCollectiveKinds, 0.0);
+  return c;
+}
+
+// The platform with the engine's calibration from the run's probe (train/engine_probe.hpp): for
+// each probed collective in turn, the share of the link at which its messages must move between
+// nodes for SimGrid, playing the probe's sequence up to it on the same platform, to end it when
+// the probe saw it end (sim/simulate.hpp fit_engine_efficiency). nullopt without a probe. Throws
+// what simulate() throws.
+std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResult& r, Backend engine) {
+  if (!r.engine_probe || r.engine_probe->collectives.empty()) return std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  Calibration c = blank_calibration(platform);
   nlohmann::json per = nlohmann::json::array();
-  const BucketAllreduce how = bucket_allreduce(r.config);
   StepSchedule prefix(r.config.world_size);
-  Collectives collectives(prefix, engine);
-  collectives.set_node_hierarchy(how.ranks_per_node);
-  collectives.set_wire_format(how.format);
+  Collectives collectives = run_collectives(prefix, r, engine);
   std::map<CollectiveKind, FirstProbe> first;  // each per-message kind's first (smaller) probe
   for (const CollectiveProbe& probe : r.engine_probe->collectives) {
     collectives.run(probe.kind, probe.floats, probe.counts);
@@ -129,6 +145,55 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
                          "Efficiency: the share of the link at which SimGrid, playing the sequence up to that "
                          "collective on the probed platform, ends it when the probe did (1: the link alone takes as "
                          "long)"}};
+  c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return c;
+}
+
+// The engine's calibration from the step's own collectives (in_step_collectives): each fitted
+// alone, SimGrid playing it from a common start to end after its `seconds`. A dense collective
+// its share of the link (fit_engine_efficiency); a per-message kind (probed_per_message) its cost
+// per message at each size, then the least-squares line through them over the message's bytes
+// (SMPI's os/or: a constant and a cost per byte, fitted from measurements at several sizes).
+Calibration calibrate_in_step(const SimPlatform& platform, const RunResult& r, Backend engine,
+                              const std::vector<CollectiveProbe>& in_step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Calibration c = blank_calibration(platform);
+  const SimPlatform unfitted = c.platform;
+  nlohmann::json per = nlohmann::json::array();
+  std::map<CollectiveKind, std::vector<std::pair<double, double>>> lines;
+  const double p = r.config.world_size;
+  for (const CollectiveProbe& probe : in_step) {
+    StepSchedule alone(r.config.world_size);
+    run_collectives(alone, r, engine).run(probe.kind, probe.floats, probe.counts);
+    const auto k = static_cast<std::size_t>(probe.kind);
+    const bool per_message = probed_per_message(probe.kind, r.config.model.dlrm.sparse_grad);
+    const EfficiencyFit fit = per_message ? fit_engine_overhead(alone, unfitted, probe.kind, probe.seconds)
+                                          : fit_engine_efficiency(alone, c.platform, probe.kind, probe.seconds);
+    if (per_message) lines[probe.kind].emplace_back(4.0 * static_cast<double>(probe.floats) / p, fit.overhead_s);
+    if (!per_message) c.platform.engine_efficiency[k] = fit.efficiency;
+    per.push_back({{"collective", collective_name(probe.kind)},
+                   {"floats", probe.floats},
+                   {"measured_s", probe.seconds},
+                   {"simulated_at_link_s", fit.at_link_s},
+                   {per_message ? "overhead_s" : "efficiency", per_message ? fit.overhead_s : fit.efficiency},
+                   {"simulated_s", fit.fitted_s}});
+    if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
+  }
+  nlohmann::json fitted = nlohmann::json::object();
+  for (const auto& [kind, points] : lines) {
+    const auto [fixed, per_byte] = overhead_line(points);
+    c.platform.engine_overhead_s[static_cast<std::size_t>(kind)] = fixed;
+    c.platform.engine_overhead_per_byte_s[static_cast<std::size_t>(kind)] = per_byte;
+    fitted[collective_name(kind)] = {{"overhead_s", fixed}, {"overhead_per_byte_s", per_byte}};
+  }
+  c.record = {{"collectives", per},
+              {"per_message", fitted},
+              {"steps", simulated_steps(r, 0).size()},
+              {"method", "the step's own collectives, as every rank timed them inside its timed steps by the host's "
+                         "monotonic clock: each from when its last rank entered it to when its last rank left it, "
+                         "the mean over the steps, fitted alone (SimGrid playing it from a common start ends it then): "
+                         "a dense collective's share of the link; a per-message one's cost per message at its size, "
+                         "then the least-squares line through those costs over the message's bytes (per_message)"}};
   c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;
 }
@@ -165,12 +230,16 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, con
   if (!simulation_available()) {
     return {{"unavailable", "this dpbench was built without SimGrid (libsimgrid-dev): simulation is unavailable"}};
   }
-  SimulationResult plain, sim, mean;
+  SimulationResult plain, sim, mean, probed;
   std::optional<Calibration> calibration;
+  const std::optional<std::vector<CollectiveProbe>> in_step = in_step_collectives(r);
+  std::optional<Calibration> from_probe;  // beside an in-step calibration, the probe's
   try {
-    calibration = calibrate(platform, r, engine);
+    calibration = in_step ? calibrate_in_step(platform, r, engine, *in_step) : calibrate(platform, r, engine);
+    if (in_step) from_probe = calibrate(platform, r, engine);
     plain = play(schedules, platform);
     sim = calibration ? play(schedules, calibration->platform) : plain;
+    if (from_probe) probed = play(schedules, from_probe->platform);
     if (schedules.replay) mean = simulate(*schedule, calibration ? calibration->platform : platform);
   } catch (const Error& e) {  // the measured run stands; the record says why it has no simulation
     return {{"unavailable", e.what()}};
@@ -182,7 +251,8 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, con
       {"engine", engine},
       {"calibrated", calibration.has_value()},
       {"messages_per_step", plain.messages / plain.config.at("steps").get<long>()},
-      {"wall_s", plain.wall_s + mean.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0)},
+      {"wall_s", plain.wall_s + mean.wall_s + (calibration ? calibration->wall_s + sim.wall_s : 0.0) +
+                     (from_probe ? from_probe->wall_s + probed.wall_s : 0.0)},
       {"simulator", plain.config},
       {"platform", calibration ? calibration->platform.to_json() : platform.to_json()},
       {"method", "the run's steps back to back (replayed_steps of them, as they ran), each with every rank's "
@@ -200,10 +270,75 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, con
     out["calibration"] = calibration->record;
     out["uncalibrated"] = {{"simulated_step_s", plain.step_s}, {"error", (plain.step_s - measured) / measured}};
   }
+  if (from_probe) {
+    out["probe_calibrated"] = {{"simulated_step_s", probed.step_s},
+                               {"error", (probed.step_s - measured) / measured},
+                               {"calibration", from_probe->record}};
+  }
   return out;
 }
 
 }  // namespace
+
+const std::vector<StepRecord>& simulated_steps(const RunResult& r, std::size_t i) {
+  return r.pooled_steps.size() == r.ranks.size() ? r.pooled_steps[i] : r.ranks.at(i).steps;
+}
+
+std::optional<std::vector<CollectiveProbe>> in_step_collectives(const RunResult& r) {
+  const std::size_t p = r.ranks.size();
+  if (p < 2) return std::nullopt;
+  const std::vector<StepRecord>& first = simulated_steps(r, 0);
+  if (first.empty() || first.front().collectives.empty()) return std::nullopt;
+  const std::vector<CollectiveTiming>& shape = first.front().collectives;
+  std::vector<CollectiveProbe> out(shape.size());
+  std::vector<std::vector<double>> own(shape.size(), std::vector<double>(p, 0.0));
+  for (std::size_t s = 0; s < first.size(); ++s) {
+    double start = 0;
+    for (std::size_t c = 0; c < shape.size(); ++c) {
+      double enter = 0, exit = 0;
+      for (std::size_t i = 0; i < p; ++i) {
+        const std::vector<StepRecord>& steps = simulated_steps(r, i);
+        if (steps.size() != first.size() || steps[s].collectives.size() != shape.size()) return std::nullopt;
+        const CollectiveTiming& t = steps[s].collectives[c];
+        if (t.kind != shape[c].kind) return std::nullopt;
+        enter = i == 0 ? t.enter_s : std::max(enter, t.enter_s);
+        exit = i == 0 ? t.exit_s : std::max(exit, t.exit_s);
+        own[c][i] += static_cast<double>(t.floats);
+      }
+      out[c].seconds += std::max(0.0, exit - enter);
+      if (c == 0) start = enter;
+      out[c].end_s += exit - start;
+    }
+  }
+  const auto steps = static_cast<double>(first.size());
+  for (std::size_t c = 0; c < shape.size(); ++c) {
+    CollectiveProbe& probe = out[c];
+    probe.kind = shape[c].kind;
+    probe.seconds /= steps;
+    probe.end_s /= steps;
+    if (probe.kind != CollectiveKind::allgather) {
+      probe.floats = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(own[c][0] / steps)));
+      continue;
+    }
+    for (const double f : own[c]) probe.counts.push_back(std::max<std::size_t>(1, std::llround(f / steps)));
+    for (const std::size_t n : probe.counts) probe.floats += n;
+    if (equal_counts(probe.counts)) probe.counts.clear();
+  }
+  return out;
+}
+
+std::pair<double, double> overhead_line(const std::vector<std::pair<double, double>>& points) {
+  if (points.empty()) return {0.0, 0.0};
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) sx += x, sy += y, sxx += x * x, sxy += x * y;
+  const auto n = static_cast<double>(points.size());
+  const double var = sxx - sx * sx / n;
+  const double slope = var > 0 ? (sxy - sx * sy / n) / var : 0.0;
+  if (slope <= 0) return {sy / n, 0.0};
+  const double fixed = (sy - slope * sx) / n;
+  if (fixed < 0) return {0.0, sxx > 0 ? sxy / sxx : 0.0};
+  return {fixed, slope};
+}
 
 nlohmann::json simulate_measured_run(const SimPlatform& platform, const RunResult& r,
                                      const MeasuredSchedules& schedules, Backend engine, double measured) {

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,25 @@ struct MeasuredSchedules {
   std::optional<StepSchedule> replay;
   int replayed_steps = 0;
 };
+
+// Rank i's timed steps as the in-run simulation reads them: every repetition's where the harness
+// pooled them (RunResult::pooled_steps), else the run's own. Throws std::out_of_range for a rank
+// the run does not have.
+const std::vector<StepRecord>& simulated_steps(const RunResult& r, std::size_t i);
+
+// The step's collectives as its ranks timed them (StepRecord::collectives over simulated_steps),
+// one CollectiveProbe per collective of the step in its order: `seconds` the mean over the steps
+// of the time from its last rank's entry to its last rank's exit (what it cost once every rank was
+// in it), `end_s` the mean time from the step's first collective's last entry to its last exit;
+// an all-gather's counts each rank's mean own segment (cleared when all are equal) and floats
+// their sum, another collective's floats rank 0's mean. nullopt with fewer than 2 ranks, without
+// timings, or unless every rank's every step timed the same kinds in the same order.
+std::optional<std::vector<CollectiveProbe>> in_step_collectives(const RunResult& r);
+
+// The least-squares line o = fixed + per_byte x bytes through `points` ({bytes, o}): {fixed,
+// per_byte}, both kept at 0 or above (a falling line: the points' mean, flat; a negative
+// intercept: the line through the origin). {0, 0} without points.
+std::pair<double, double> overhead_line(const std::vector<std::pair<double, double>>& points);
 
 // The "simulation" object of run `r`'s network block: its schedules (every message over
 // `engine`'s collective algorithms) played on `platform`, the intra-node link replaced by the

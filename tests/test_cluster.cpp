@@ -728,17 +728,18 @@ TEST_F(EmulatedCluster, SweepOfAllreduceAloneRunsWithItsHooks) {
 // --zipf-alphas: one job per index law (0: uniform), each run's click logs its own, the axis in
 // the sweep's config; the hotter law touches fewer distinct rows, so sharded_ps --sparse-grad
 // sends fewer bytes; each run's sparse step (ps's root too) is simulated (its rows from the
-// measured bytes), and its schedule's bytes agree with the wire's on every node.
+// measured bytes), and its schedule's bytes agree with the wire's on every node. allreduce's
+// simulation is calibrated on its steps' own collectives, its probe's fit recorded beside.
 TEST_F(EmulatedCluster, SweepOverZipfAlphasRunsEachIndexLaw) {
   const Outcome o = shell(
-      fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --workloads dlrm --modes sharded_ps,ps "
+      fmt::format("timeout -k 5 300 {} sweep --nodes 2 --links 1gbit --workloads dlrm --modes sharded_ps,ps,allreduce "
                   "--sparse-grad --zipf-alphas 0,1.3 --tables 2 --rows 4000 --lookups 8 --batch-sizes 128 "
                   "--max-steps 8 --warmup-steps 2 --repetitions 1 --no-eval -q -o {}",
                   DPBENCH_BINARY, result().string()),
       tmp_.path());
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
   const auto doc = nlohmann::json::parse(slurp(result()));
-  ASSERT_EQ(doc["runs"].size(), 4u);
+  ASSERT_EQ(doc["runs"].size(), 6u);
   EXPECT_EQ(doc["config"]["sweep"]["zipf_alphas"], nlohmann::json::array({0.0, 1.3}));
   std::map<std::pair<std::string, double>, double> sent;  // (mode, alpha) -> rank 0's bytes per step
   for (const auto& run : doc["runs"]) {
@@ -750,19 +751,32 @@ TEST_F(EmulatedCluster, SweepOverZipfAlphasRunsEachIndexLaw) {
     sent[{run["mode"].get<std::string>(), alpha}] = run["comm_bytes_per_step"]["per_rank"][0]["sent"].get<double>();
     for (const auto& n : run["network"]["nodes"]) EXPECT_TRUE(n["agrees"].get<bool>()) << run["mode"] << n.dump();
   }
-  ASSERT_EQ(sent.size(), 4u);
+  ASSERT_EQ(sent.size(), 6u);
   for (const char* mode : {"sharded_ps", "ps"}) {
     const double hot = sent[{mode, 1.3}], uniform = sent[{mode, 0.0}];
     EXPECT_LT(hot, 0.8 * uniform) << mode << ": Zipf(1.3) touches fewer distinct rows";
   }
   if (!simulation_available()) GTEST_SKIP() << "the sweep ran; its simulation part needs SimGrid (libsimgrid-dev)";
   for (const auto& run : doc["runs"]) {
-    EXPECT_GT(run["network"]["simulation"].value("simulated_step_s", 0.0), 0.0) << run["network"]["simulation"].dump();
+    const auto& sim = run["network"]["simulation"];
+    EXPECT_GT(sim.value("simulated_step_s", 0.0), 0.0) << sim.dump();
+    const bool in_step = run["mode"] == "allreduce";
+    if (in_step) {  // the dense all-reduce, then the counts', the ids' and the rows' all-gathers
+      const auto& steps = sim["calibration"]["collectives"];
+      ASSERT_EQ(steps.size(), 4u) << sim["calibration"].dump();
+      EXPECT_EQ(steps[0]["collective"], "allreduce");
+      EXPECT_EQ(steps[1]["floats"], 2);  // one float a rank
+      EXPECT_LT(steps[2]["floats"].get<double>(), steps[3]["floats"].get<double>());
+      for (const auto& c : steps) EXPECT_GT(c["measured_s"].get<double>(), 0.0) << c.dump();
+      for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(steps[i]["collective"], "allgather");
+      EXPECT_GE(sim["calibration"]["per_message"]["allgather"]["overhead_s"].get<double>(), 0.0);
+      EXPECT_TRUE(sim["probe_calibrated"].contains("error")) << sim.dump();
+    }
     // Each per-message collective's second half is probed at kLargeProbeFactor x its size and
     // fitted as a cost per byte (train/engine_probe.hpp).
     std::map<std::string, std::vector<std::size_t>> floats;
     int sloped = 0;
-    for (const auto& c : run["network"]["simulation"]["calibration"]["collectives"]) {
+    for (const auto& c : (in_step ? sim["probe_calibrated"] : sim)["calibration"]["collectives"]) {
       if (c.contains("overhead_s") || c.contains("overhead_per_byte_s"))
         floats[c["collective"].get<std::string>()].push_back(c["floats"].get<std::size_t>());
       sloped += c.contains("overhead_per_byte_s") ? 1 : 0;

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "allreduce/ddp_trainer.hpp"
+#include "analysis/run_simulation.hpp"
 #include "ps/data_parallel.hpp"
 #include "core/memory.hpp"
 #include "sharded_ps/sharded_ps.hpp"
@@ -328,6 +329,118 @@ TEST(DlrmSparse, HostWorkInsideTheExchangesIsComputeAndThePhasesStillAddUp) {
       }
     }
   }
+}
+
+// allreduce --sparse-grad times its step's collectives for the in-run simulation's calibration
+// (StepRecord::collectives): the dense layers' all-reduce, then the all-gathers of the counts, the
+// ids (2 a row) and the rows (dim a row), each rank's own floats, in order and inside the step; the
+// rank's record carries them across processes (rank_to_json) as they were. The other sparse paths
+// time none.
+TEST(DlrmSparse, SparseAllreduceTimesItsStepsCollectivesAndItsRecordCarriesThem) {
+  const DlrmShape shape = testing::small_dlrm_shape(3, 3000);
+  const auto logs = make_click_logs(shape, {}, 4096, 5);
+  const TrainData data{logs.get(), nullptr};
+  for (const Mode mode : {Mode::allreduce, Mode::sharded_ps, Mode::ps}) {
+    TrainConfig c = testing::small_dlrm_config(shape, 2, 512, 6);
+    c.mode = mode;
+    c.model.dlrm.sparse_grad = true;
+    const RunResult r = find_strategy(mode).train(c, data);
+    for (const RankResult& rank : r.ranks) {
+      ASSERT_EQ(rank.steps.size(), 5u);
+      for (const StepRecord& st : rank.steps) {
+        if (mode != Mode::allreduce) {
+          EXPECT_TRUE(st.collectives.empty()) << mode;
+          continue;
+        }
+        const std::vector<CollectiveTiming>& t = st.collectives;
+        ASSERT_EQ(t.size(), 4u);
+        EXPECT_EQ(t[0].kind, CollectiveKind::allreduce);
+        EXPECT_EQ(t[0].floats, r.num_params - shape.embedding_params());
+        for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(t[i].kind, CollectiveKind::allgather);
+        EXPECT_EQ(t[1].floats, 1u);
+        EXPECT_GT(t[2].floats, 0u);
+        EXPECT_EQ(t[2].floats % 2, 0u);
+        EXPECT_EQ(t[3].floats, t[2].floats / 2 * shape.dim);  // dim floats for each row's two ids
+        double inside = 0;
+        for (std::size_t i = 0; i < 4; ++i) {
+          EXPECT_LE(t[i].enter_s, t[i].exit_s);
+          if (i > 0) EXPECT_LE(t[i - 1].exit_s, t[i].enter_s);
+          inside += t[i].exit_s - t[i].enter_s;
+        }
+        EXPECT_LE(inside, st.step_time);
+      }
+      const RankResult back = rank_from_json(rank_to_json(rank));
+      ASSERT_EQ(back.steps.size(), rank.steps.size());
+      for (std::size_t s = 0; s < rank.steps.size(); ++s) {
+        ASSERT_EQ(back.steps[s].collectives.size(), rank.steps[s].collectives.size());
+        for (std::size_t i = 0; i < rank.steps[s].collectives.size(); ++i) {
+          const CollectiveTiming &a = rank.steps[s].collectives[i], &b = back.steps[s].collectives[i];
+          EXPECT_EQ(a.kind, b.kind);
+          EXPECT_EQ(a.floats, b.floats);
+          EXPECT_EQ(a.enter_s, b.enter_s);
+          EXPECT_EQ(a.exit_s, b.exit_s);
+        }
+      }
+    }
+  }
+}
+
+// in_step_collectives: each collective's mean cost from its last rank's entry to its last exit
+// (not from the first entry), its end from the step's first collective's last entry, an
+// all-gather's segments each rank's mean; a step that timed other kinds is no calibration.
+TEST(InStepCalibration, EachCollectiveCostsFromItsLastEntryToItsLastExit) {
+  RunResult r;
+  r.ranks.resize(2);
+  const auto step = [](double t0, double late, std::size_t rows) {
+    StepRecord s;
+    s.collectives = {{CollectiveKind::allreduce, 100, t0, t0 + 0.010},
+                     {CollectiveKind::allgather, rows, t0 + 0.011 + late, t0 + 0.015 + late}};
+    return s;
+  };
+  // rank 1 enters the all-reduce 4 ms after rank 0 and leaves it 1 ms after it.
+  for (int k = 0; k < 2; ++k) {
+    const double t0 = 10.0 * k;
+    r.ranks[0].steps.push_back(step(t0, 0.0, 10 + 10 * k));
+    StepRecord one = step(t0 + 0.004, 0.001, 30);
+    one.collectives[0].exit_s = t0 + 0.011;
+    r.ranks[1].steps.push_back(one);
+  }
+  const auto probes = in_step_collectives(r);
+  ASSERT_TRUE(probes.has_value());
+  ASSERT_EQ(probes->size(), 2u);
+  const CollectiveProbe &ar = (*probes)[0], &ag = (*probes)[1];
+  EXPECT_EQ(ar.kind, CollectiveKind::allreduce);
+  EXPECT_EQ(ar.floats, 100u);
+  EXPECT_NEAR(ar.seconds, 0.011 - 0.004, 1e-9);  // from rank 1's entry, not rank 0's
+  EXPECT_NEAR(ar.end_s, ar.seconds, 1e-9);
+  EXPECT_EQ(ag.kind, CollectiveKind::allgather);
+  // rank 1's all-gather: entered at t0 + 0.016, left at t0 + 0.020; rank 0's within it.
+  EXPECT_NEAR(ag.seconds, 0.020 - 0.016, 1e-9);
+  EXPECT_NEAR(ag.end_s, 0.020 - 0.004, 1e-9);
+  EXPECT_EQ(ag.counts, (std::vector<std::size_t>{15, 30}));  // rank 0: (10 + 20) / 2
+  EXPECT_EQ(ag.floats, 45u);
+  r.ranks[1].steps[1].collectives[1].kind = CollectiveKind::reduce;
+  EXPECT_FALSE(in_step_collectives(r).has_value());
+  r.ranks[1].steps[1].collectives.pop_back();
+  EXPECT_FALSE(in_step_collectives(r).has_value());
+  r.ranks.resize(1);
+  EXPECT_FALSE(in_step_collectives(r).has_value());
+}
+
+// overhead_line: the least-squares constant and cost per byte through a message kind's costs at
+// its sizes, neither below 0.
+TEST(InStepCalibration, OverheadLineIsTheLeastSquaresLineKeptAtZeroOrAbove) {
+  const auto [fixed, per_byte] = overhead_line(
+      {{4, 1e-3 + 4 * 2e-9}, {43e3, 1e-3 + 43e3 * 2e-9}, {347e3, 1e-3 + 347e3 * 2e-9}});
+  EXPECT_NEAR(fixed, 1e-3, 1e-12);
+  EXPECT_NEAR(per_byte, 2e-9, 1e-15);
+  const auto [mean, flat] = overhead_line({{4, 3e-3}, {1e5, 1e-3}});  // falling: flat at the mean
+  EXPECT_NEAR(mean, 2e-3, 1e-12);
+  EXPECT_EQ(flat, 0.0);
+  const auto [origin, slope] = overhead_line({{1e3, 0.0}, {2e3, 0.0}, {3e3, 4e-3}});  // intercept < 0
+  EXPECT_EQ(origin, 0.0);
+  EXPECT_NEAR(slope, 12.0 / 14e6, 1e-15);  // sum(x y) / sum(x x)
+  EXPECT_EQ(overhead_line({}), std::make_pair(0.0, 0.0));
 }
 
 // --test-freq 4 over 12 steps: rank 0 evaluates the test set after steps 4, 8 and 12, between

@@ -171,10 +171,11 @@ void CompactReplicaRank::backward(const GradReadyFn&) {
 
 void CompactReplicaRank::finish_grad_sync() {
   s_.ctx.synchronize();
+  const std::size_t n = n_ - dense_at_;
   if (dense_ == DenseLayers::on_root) {
-    s_.ctx.comm().reduce_sum(grads_.data() + dense_at_, n_ - dense_at_, 0);
+    timed(CollectiveKind::reduce, n, [&] { s_.ctx.comm().reduce_sum(grads_.data() + dense_at_, n, 0); });
   } else {
-    s_.ctx.comm().allreduce_sum(grads_.data() + dense_at_, n_ - dense_at_);
+    timed(CollectiveKind::allreduce, n, [&] { s_.ctx.comm().allreduce_sum(grads_.data() + dense_at_, n); });
   }
   exchange_rows();
 }

@@ -94,6 +94,7 @@ class CompactReplicaRank : public ModeRank {
   // Rank 0's full parameters: collect_tables (every rank) and its dense layers.
   const float* gather_params() override;
   HostWork take_host_work() override { return std::exchange(host_work_, {}); }
+  std::vector<CollectiveTiming> take_collective_timings() override { return std::exchange(timings_, {}); }
   // The step losses summed onto rank 0, then gather_params().
   std::vector<double> global_losses(std::vector<double> local) override;
 
@@ -116,12 +117,26 @@ class CompactReplicaRank : public ModeRank {
     f();
     into += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  // Runs the collective f() and, where time_collectives_, notes its kind, floats (this rank's
+  // segment for an all-gather) and entry and exit (CollectiveTiming) for the step's record.
+  template <typename F>
+  void timed(CollectiveKind kind, std::size_t floats, F&& f) {
+    if (!time_collectives_) return f();
+    const double enter = steady_seconds();
+    f();
+    timings_.push_back({kind, floats, enter, steady_seconds()});
+  }
+  static double steady_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
   // Compact row c of table t in the replica's parameters or gradients.
   float* compact_param(std::size_t t, std::size_t c) { return params_.data() + (t * cap_ + c) * full_.dim; }
   const float* compact_grad(std::size_t t, std::size_t c) const { return grads_.data() + (t * cap_ + c) * full_.dim; }
 
   RankSetup s_;
-  HostWork host_work_;  // this step's, so far
+  HostWork host_work_;                     // this step's, so far
+  bool time_collectives_ = false;          // the derived path times its step's collectives
+  std::vector<CollectiveTiming> timings_;  // this step's, so far
   int p_, rank_;
   std::size_t local_batch_;
   DlrmShape full_;  // the run's shape

@@ -305,6 +305,7 @@ class RankLoop {
     StepRecord rec = timer.end();
     rec.phases.comm = rec.phases.comm_exposed + (on_grad_ready_ ? timer.seconds(first_ready_, backward_end) : 0.0);
     move_host_work(rec.phases, mode_.take_host_work());
+    rec.collectives = mode_.take_collective_timings();
     return rec;
   }
 

@@ -109,6 +109,9 @@ class ModeRank {
     double pull = 0, push = 0;
   };
   virtual HostWork take_host_work() { return {}; }
+  // The last step's collectives as this rank timed them, in the order it ran them (a mode that
+  // times none: empty); the call resets them. The loop keeps them in the step's record.
+  virtual std::vector<CollectiveTiming> take_collective_timings() { return {}; }
 
   // Between steps, on every rank (--test-freq): rank 0's full parameters (model().num_params()
   // floats, rank-device memory) as the last step left them, for an evaluation; a mode whose

@@ -65,6 +65,12 @@ nlohmann::json rank_to_json(const RankResult& r) {
     const PhaseTimes& ph = s.phases;
     steps.push_back(
         {s.step_time, ph.data_wait, ph.h2d, ph.forward, ph.backward, ph.comm, ph.comm_exposed, ph.optimizer});
+    if (s.collectives.empty()) continue;
+    nlohmann::json timed = nlohmann::json::array();
+    for (const CollectiveTiming& c : s.collectives) {
+      timed.push_back({static_cast<int>(c.kind), c.floats, c.enter_s, c.exit_s});
+    }
+    steps.back().push_back(std::move(timed));
   }
   const DeviceView& d = r.device;
   return {{"rank", r.rank},
@@ -92,6 +98,10 @@ RankResult rank_from_json(const nlohmann::json& j) {
     StepRecord rec;
     rec.step_time = s[0];
     rec.phases = {s[1], s[2], s[3], s[4], s[5], s[6], s[7]};
+    if (s.size() > 8) {
+      for (const auto& c : s[8])
+        rec.collectives.push_back({static_cast<CollectiveKind>(c[0].get<int>()), c[1], c[2], c[3]});
+    }
     r.steps.push_back(rec);
   }
   r.comm_per_step = {j.at("sent"), j.at("received")};
