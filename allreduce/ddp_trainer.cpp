@@ -95,6 +95,10 @@ class AllreduceRank final : public ReplicaRank {
   // PowerSGD's own work on the communication thread (its matrix products and orthogonalisation),
   // which the step's timer laid in the exposed communication: as compute, with the optimizer's.
   HostWork take_host_work() override { return {0.0, powersgd_ ? powersgd_->take_compute_s() : 0.0}; }
+  // PowerSGD's all-reduces, as it timed them: the in-run simulation's calibration.
+  std::vector<CollectiveTiming> take_collective_timings() override {
+    return powersgd_ ? powersgd_->take_timings() : std::vector<CollectiveTiming>{};
+  }
 
  private:
   Optimizer optimizer_;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/comm.hpp"
+#include "core/schedule.hpp"
 #include "train/buckets.hpp"
 #include "workloads/model.hpp"
 
@@ -77,6 +78,10 @@ class PowerSgdHook {
   // orthogonalisation, the copies) rather than in its three all-reduces, since the last call;
   // the call resets it. Read by the thread that ran reduce() or after a join with it.
   double take_compute_s() { return std::exchange(compute_s_, 0.0); }
+  // Its all-reduces since the last call, in order, each timed by the host's monotonic clock
+  // (CollectiveTiming: kind allreduce, floats, entry, exit); the call clears them. Read as
+  // take_compute_s().
+  std::vector<CollectiveTiming> take_timings() { return std::exchange(timings_, {}); }
 
  private:
   struct BucketState {
@@ -100,6 +105,7 @@ class PowerSgdHook {
   std::vector<float> scratch_;
   double in_sum_s_ = 0;   // seconds inside sum(), ever
   double compute_s_ = 0;  // take_compute_s()'s
+  std::vector<CollectiveTiming> timings_;  // take_timings()'s
 };
 
 }  // namespace dpbench

@@ -149,51 +149,82 @@ std::optional<Calibration> calibrate(const SimPlatform& platform, const RunResul
   return c;
 }
 
-// The engine's calibration from the step's own collectives (in_step_collectives): each fitted
-// alone, SimGrid playing it from a common start to end after its `seconds`. A dense collective
-// its share of the link (fit_engine_efficiency); a per-message kind (probed_per_message) its cost
-// per message at each size, then the least-squares line through them over the message's bytes
-// (SMPI's os/or: a constant and a cost per byte, fitted from measurements at several sizes).
+// A per-message kind's cost per message at each of its in-step sizes (each collective fitted alone
+// on `platform`, SimGrid playing it from a common start to end after its seconds), then the
+// least-squares line through them over the message's bytes (overhead_line), set on `pf`.
+nlohmann::json fit_message_line(SimPlatform& pf, const SimPlatform& platform, const RunResult& r, Backend engine,
+                                const std::vector<const CollectiveProbe*>& probes) {
+  std::vector<std::pair<double, double>> points;
+  nlohmann::json per = nlohmann::json::array();
+  for (const CollectiveProbe* probe : probes) {
+    StepSchedule alone(r.config.world_size);
+    run_collectives(alone, r, engine).run(probe->kind, probe->floats, probe->counts);
+    const EfficiencyFit fit = fit_engine_overhead(alone, platform, probe->kind, probe->seconds);
+    points.emplace_back(4.0 * static_cast<double>(probe->floats) / r.config.world_size, fit.overhead_s);
+    per.push_back({{"floats", probe->floats}, {"overhead_s", fit.overhead_s}, {"simulated_at_link_s", fit.at_link_s}});
+  }
+  const auto [fixed, per_byte] = overhead_line(points);
+  const auto k = static_cast<std::size_t>(probes.front()->kind);
+  pf.engine_overhead_s[k] = fixed;
+  pf.engine_overhead_per_byte_s[k] = per_byte;
+  return {{"overhead_s", fixed}, {"overhead_per_byte_s", per_byte}, {"points", per}};
+}
+
+// A dense kind's share of the link: its in-step collectives back to back on `platform`, from a
+// common start, end after the sum of their seconds (fit_engine_efficiency), set on `pf`.
+nlohmann::json fit_dense_share(SimPlatform& pf, const SimPlatform& platform, const RunResult& r, Backend engine,
+                               const std::vector<const CollectiveProbe*>& probes) {
+  StepSchedule together(r.config.world_size);
+  Collectives collectives = run_collectives(together, r, engine);
+  double seconds = 0;
+  for (const CollectiveProbe* probe : probes) {
+    collectives.run(probe->kind, probe->floats, probe->counts);
+    seconds += probe->seconds;
+  }
+  const EfficiencyFit fit = fit_engine_efficiency(together, platform, probes.front()->kind, seconds);
+  pf.engine_efficiency[static_cast<std::size_t>(probes.front()->kind)] = fit.efficiency;
+  return {{"efficiency", fit.efficiency},
+          {"measured_s", seconds},
+          {"simulated_at_link_s", fit.at_link_s},
+          {"simulated_s", fit.fitted_s},
+          {"collectives", probes.size()}};
+}
+
+// The engine's calibration from the step's own collectives (in_step_collectives), kind by kind: a
+// dense one's share of the link over all of its collectives (fit_dense_share; `efficiency`); a
+// per-message one's (probed_per_message) constant and cost per byte (fit_message_line;
+// `per_message`: SMPI's os/or, fitted from measurements at several sizes).
 Calibration calibrate_in_step(const SimPlatform& platform, const RunResult& r, Backend engine,
                               const std::vector<CollectiveProbe>& in_step) {
   const auto t0 = std::chrono::steady_clock::now();
   Calibration c = blank_calibration(platform);
   const SimPlatform unfitted = c.platform;
   nlohmann::json per = nlohmann::json::array();
-  std::map<CollectiveKind, std::vector<std::pair<double, double>>> lines;
-  const double p = r.config.world_size;
+  std::map<CollectiveKind, std::vector<const CollectiveProbe*>> by_kind;
   for (const CollectiveProbe& probe : in_step) {
-    StepSchedule alone(r.config.world_size);
-    run_collectives(alone, r, engine).run(probe.kind, probe.floats, probe.counts);
-    const auto k = static_cast<std::size_t>(probe.kind);
-    const bool per_message = probed_per_message(probe.kind, r.config.model.dlrm.sparse_grad);
-    const EfficiencyFit fit = per_message ? fit_engine_overhead(alone, unfitted, probe.kind, probe.seconds)
-                                          : fit_engine_efficiency(alone, c.platform, probe.kind, probe.seconds);
-    if (per_message) lines[probe.kind].emplace_back(4.0 * static_cast<double>(probe.floats) / p, fit.overhead_s);
-    if (!per_message) c.platform.engine_efficiency[k] = fit.efficiency;
-    per.push_back({{"collective", collective_name(probe.kind)},
-                   {"floats", probe.floats},
-                   {"measured_s", probe.seconds},
-                   {"simulated_at_link_s", fit.at_link_s},
-                   {per_message ? "overhead_s" : "efficiency", per_message ? fit.overhead_s : fit.efficiency},
-                   {"simulated_s", fit.fitted_s}});
+    by_kind[probe.kind].push_back(&probe);
+    per.push_back({{"collective", collective_name(probe.kind)}, {"floats", probe.floats}, {"measured_s", probe.seconds}});
     if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
   }
-  nlohmann::json fitted = nlohmann::json::object();
-  for (const auto& [kind, points] : lines) {
-    const auto [fixed, per_byte] = overhead_line(points);
-    c.platform.engine_overhead_s[static_cast<std::size_t>(kind)] = fixed;
-    c.platform.engine_overhead_per_byte_s[static_cast<std::size_t>(kind)] = per_byte;
-    fitted[collective_name(kind)] = {{"overhead_s", fixed}, {"overhead_per_byte_s", per_byte}};
+  nlohmann::json dense = nlohmann::json::object(), per_message = nlohmann::json::object();
+  for (const auto& [kind, probes] : by_kind) {
+    if (probed_per_message(kind, r.config.model.dlrm.sparse_grad)) {
+      per_message[collective_name(kind)] = fit_message_line(c.platform, unfitted, r, engine, probes);
+    } else {
+      dense[collective_name(kind)] = fit_dense_share(c.platform, unfitted, r, engine, probes);
+    }
   }
   c.record = {{"collectives", per},
-              {"per_message", fitted},
+              {"efficiency", dense},
+              {"per_message", per_message},
               {"steps", simulated_steps(r, 0).size()},
               {"method", "the step's own collectives, as every rank timed them inside its timed steps by the host's "
                          "monotonic clock: each from when its last rank entered it to when its last rank left it, "
-                         "the mean over the steps, fitted alone (SimGrid playing it from a common start ends it then): "
-                         "a dense collective's share of the link; a per-message one's cost per message at its size, "
-                         "then the least-squares line through those costs over the message's bytes (per_message)"}};
+                         "the mean over the steps. A dense kind's share of the link at which SimGrid, playing its "
+                         "collectives back to back from a common start, ends them after the sum of those times "
+                         "(efficiency); a per-message kind's cost per message fitted on each of its collectives "
+                         "alone, then the least-squares line through those costs over the message's bytes "
+                         "(per_message)"}};
   c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;
 }

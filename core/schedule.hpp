@@ -47,6 +47,17 @@ inline constexpr int kCollectiveKinds = 8;
 // "p2p", "allreduce", "reduce", "broadcast", "reduce_scatter", "allgather", "scatter", "gather".
 const char* collective_name(CollectiveKind kind);
 
+// One collective a rank ran inside a step, stamped by std::chrono::steady_clock (seconds since its
+// epoch): the host's monotonic clock, which every rank of a run on one host shares (threads, and
+// the processes of an emulated cluster), so that the ranks' stamps compare. What the in-run
+// simulation calibrates the engine on where a mode records them (analysis/run_simulation.hpp in_step_collectives).
+struct CollectiveTiming {
+  CollectiveKind kind = CollectiveKind::allreduce;
+  // allreduce, reduce, broadcast: the buffer's floats; allgather: this rank's own segment's.
+  std::size_t floats = 0;
+  double enter_s = 0, exit_s = 0;
+};
+
 // 16 bytes, as a 16,384-rank schedule holds hundreds of millions of ops: one number (a send's or
 // receive's bytes, a compute's seconds) and one index (a send's or receive's peer, an event),
 // each read through the accessor the op's kind names.

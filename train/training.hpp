@@ -165,17 +165,6 @@ struct PhaseTimes {
   double data_wait = 0, h2d = 0, forward = 0, backward = 0, comm = 0, comm_exposed = 0, optimizer = 0;
 };
 
-// One collective a rank ran inside a step, stamped by std::chrono::steady_clock (seconds since its
-// epoch): the host's monotonic clock, which every rank of a run on one host shares (threads, and
-// the processes of an emulated cluster), so that the ranks' stamps compare. What the in-run
-// simulation calibrates the engine on where a mode records them (analysis/run_simulation.cpp).
-struct CollectiveTiming {
-  CollectiveKind kind = CollectiveKind::allreduce;
-  // allreduce, reduce, broadcast: the buffer's floats; allgather: this rank's own segment's.
-  std::size_t floats = 0;
-  double enter_s = 0, exit_s = 0;
-};
-
 struct StepRecord {
   double step_time = 0;  // seconds, wall clock on this rank
   PhaseTimes phases;
