@@ -70,9 +70,12 @@ class AllreduceRank final : public ReplicaRank {
       grad_sync_.start(b, grads, n);
       return;
     }
-    // Blocking on every backend: on the communication thread where there is one, else here.
+    // Blocking on every backend: on the communication thread where there is one, else here;
+    // timed for the in-run simulation's calibration (read after the join).
     grad_sync_.start(b, [this, grads, n](Communicator& comm, bool) {
+      const double enter = steady_seconds();
       hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format);
+      timings_.push_back({CollectiveKind::allreduce, n, enter, steady_seconds()});
     });
   }
   // Under PowerSGD, the mean size of the all-reduces of a compressed step.
@@ -95,9 +98,10 @@ class AllreduceRank final : public ReplicaRank {
   // PowerSGD's own work on the communication thread (its matrix products and orthogonalisation),
   // which the step's timer laid in the exposed communication: as compute, with the optimizer's.
   HostWork take_host_work() override { return {0.0, powersgd_ ? powersgd_->take_compute_s() : 0.0}; }
-  // PowerSGD's all-reduces, as it timed them: the in-run simulation's calibration.
+  // PowerSGD's all-reduces, or the node hierarchy's, as they were timed: the in-run simulation's
+  // calibration. (DDP's own non-blocking all-reduces are not timed.)
   std::vector<CollectiveTiming> take_collective_timings() override {
-    return powersgd_ ? powersgd_->take_timings() : std::vector<CollectiveTiming>{};
+    return powersgd_ ? powersgd_->take_timings() : std::exchange(timings_, {});
   }
 
  private:
@@ -108,6 +112,7 @@ class AllreduceRank final : public ReplicaRank {
   std::vector<float> scratch_;            // one received chunk of those rings
   std::optional<PowerSgdHook> powersgd_;  // --comm-hook powersgd:R
   long step_ = 0;                         // the step being run
+  std::vector<CollectiveTiming> timings_;  // the node hierarchy's all-reduces this step, in order
 };
 
 }  // namespace

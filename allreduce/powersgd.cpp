@@ -100,15 +100,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 void PowerSgdHook::sum(Communicator& comm, std::vector<float>& v) {
-  const auto t0 = std::chrono::steady_clock::now();
   if (v.empty()) return;
+  const double enter = steady_seconds();
   hierarchical_allreduce_sum(comm, v.data(), v.size(), ranks_per_node_, scratch_);
-  const auto t1 = std::chrono::steady_clock::now();
-  in_sum_s_ += std::chrono::duration<double>(t1 - t0).count();
-  const auto since_epoch = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(t.time_since_epoch()).count();
-  };
-  timings_.push_back({CollectiveKind::allreduce, v.size(), since_epoch(t0), since_epoch(t1)});
+  const double exit = steady_seconds();
+  in_sum_s_ += exit - enter;
+  timings_.push_back({CollectiveKind::allreduce, v.size(), enter, exit});
 }
 
 void PowerSgdHook::start(BucketState& s) const {

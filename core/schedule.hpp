@@ -9,6 +9,7 @@
 // time model of its own: a schedule is played by a simulator.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -57,6 +58,10 @@ struct CollectiveTiming {
   std::size_t floats = 0;
   double enter_s = 0, exit_s = 0;
 };
+// Now on CollectiveTiming's clock: std::chrono::steady_clock's seconds since its epoch.
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // 16 bytes, as a 16,384-rank schedule holds hundreds of millions of ops: one number (a send's or
 // receive's bytes, a compute's seconds) and one index (a send's or receive's peer, an event),

@@ -126,9 +126,6 @@ class CompactReplicaRank : public ModeRank {
     f();
     timings_.push_back({kind, floats, enter, steady_seconds()});
   }
-  static double steady_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  }
   // Compact row c of table t in the replica's parameters or gradients.
   float* compact_param(std::size_t t, std::size_t c) { return params_.data() + (t * cap_ + c) * full_.dim; }
   const float* compact_grad(std::size_t t, std::size_t c) const { return grads_.data() + (t * cap_ + c) * full_.dim; }
