@@ -73,9 +73,9 @@ class AllreduceRank final : public ReplicaRank {
     // Blocking on every backend: on the communication thread where there is one, else here;
     // timed for the in-run simulation's calibration (read after the join).
     grad_sync_.start(b, [this, grads, n](Communicator& comm, bool) {
-      const double enter = steady_seconds();
-      hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format);
-      timings_.push_back({CollectiveKind::allreduce, n, enter, steady_seconds()});
+      time_collective(timings_, CollectiveKind::allreduce, n, [&] {
+        hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format);
+      });
     });
   }
   // Under PowerSGD, the mean size of the all-reduces of a compressed step.

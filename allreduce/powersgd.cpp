@@ -101,11 +101,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void PowerSgdHook::sum(Communicator& comm, std::vector<float>& v) {
   if (v.empty()) return;
-  const double enter = steady_seconds();
-  hierarchical_allreduce_sum(comm, v.data(), v.size(), ranks_per_node_, scratch_);
-  const double exit = steady_seconds();
-  in_sum_s_ += exit - enter;
-  timings_.push_back({CollectiveKind::allreduce, v.size(), enter, exit});
+  time_collective(timings_, CollectiveKind::allreduce, v.size(),
+                  [&] { hierarchical_allreduce_sum(comm, v.data(), v.size(), ranks_per_node_, scratch_); });
+  in_sum_s_ += timings_.back().exit_s - timings_.back().enter_s;
 }
 
 void PowerSgdHook::start(BucketState& s) const {

@@ -156,15 +156,17 @@ nlohmann::json fit_message_line(SimPlatform& pf, const SimPlatform& platform, co
                                 const std::vector<const CollectiveProbe*>& probes) {
   std::vector<std::pair<double, double>> points;
   nlohmann::json per = nlohmann::json::array();
+  const auto k = static_cast<std::size_t>(probes.front()->kind);
+  SimPlatform unfitted = platform;
+  unfitted.engine_overhead_s[k] = unfitted.engine_overhead_per_byte_s[k] = 0.0;
   for (const CollectiveProbe* probe : probes) {
     StepSchedule alone(r.config.world_size);
     run_collectives(alone, r, engine).run(probe->kind, probe->floats, probe->counts);
-    const EfficiencyFit fit = fit_engine_overhead(alone, platform, probe->kind, probe->seconds);
+    const EfficiencyFit fit = fit_engine_overhead(alone, unfitted, probe->kind, probe->seconds);
     points.emplace_back(4.0 * static_cast<double>(probe->floats) / r.config.world_size, fit.overhead_s);
     per.push_back({{"floats", probe->floats}, {"overhead_s", fit.overhead_s}, {"simulated_at_link_s", fit.at_link_s}});
   }
   const auto [fixed, per_byte] = overhead_line(points);
-  const auto k = static_cast<std::size_t>(probes.front()->kind);
   pf.engine_overhead_s[k] = fixed;
   pf.engine_overhead_per_byte_s[k] = per_byte;
   return {{"overhead_s", fixed}, {"overhead_per_byte_s", per_byte}, {"points", per}};
@@ -193,11 +195,13 @@ nlohmann::json fit_dense_share(SimPlatform& pf, const SimPlatform& platform, con
 // The engine's calibration from the step's own collectives (in_step_collectives), kind by kind: a
 // dense one's share of the link over all of its collectives (fit_dense_share; `efficiency`); a
 // per-message one's (probed_per_message) constant and cost per byte (fit_message_line;
-// `per_message`: SMPI's os/or, fitted from measurements at several sizes).
-Calibration calibrate_in_step(const SimPlatform& platform, const RunResult& r, Backend engine,
-                              const std::vector<CollectiveProbe>& in_step) {
+// `per_message`: SMPI's os/or, fitted from measurements at several sizes). `probed`: the probe's
+// calibration, whose fits the kinds the steps did not time keep (nullopt: the link's rate).
+Calibration calibrate_in_step(const SimPlatform& platform, const std::optional<Calibration>& probed,
+                              const RunResult& r, Backend engine, const std::vector<CollectiveProbe>& in_step) {
   const auto t0 = std::chrono::steady_clock::now();
-  Calibration c = blank_calibration(platform);
+  Calibration c = probed ? *probed : blank_calibration(platform);
+  c.platform.engine_overhead_per_byte_s.resize(kCollectiveKinds, 0.0);
   const SimPlatform unfitted = c.platform;
   nlohmann::json per = nlohmann::json::array();
   std::map<CollectiveKind, std::vector<const CollectiveProbe*>> by_kind;
@@ -224,7 +228,7 @@ Calibration calibrate_in_step(const SimPlatform& platform, const RunResult& r, B
                          "collectives back to back from a common start, ends them after the sum of those times "
                          "(efficiency); a per-message kind's cost per message fitted on each of its collectives "
                          "alone, then the least-squares line through those costs over the message's bytes "
-                         "(per_message)"}};
+                         "(per_message). The kinds the steps did not time keep the probe's fit"}};
   c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;
 }
@@ -264,10 +268,11 @@ nlohmann::json simulate_run(const SimPlatform& platform, const RunResult& r, con
   SimulationResult plain, sim, mean, probed;
   std::optional<Calibration> calibration;
   const std::optional<std::vector<CollectiveProbe>> in_step = in_step_collectives(r);
-  std::optional<Calibration> from_probe;  // beside an in-step calibration, the probe's
+  std::optional<Calibration> from_probe;  // the probe's: beside an in-step calibration
   try {
-    calibration = in_step ? calibrate_in_step(platform, r, engine, *in_step) : calibrate(platform, r, engine);
-    if (in_step) from_probe = calibrate(platform, r, engine);
+    from_probe = calibrate(platform, r, engine);
+    calibration = in_step ? calibrate_in_step(platform, from_probe, r, engine, *in_step) : from_probe;
+    if (!in_step) from_probe.reset();
     plain = play(schedules, platform);
     sim = calibration ? play(schedules, calibration->platform) : plain;
     if (from_probe) probed = play(schedules, from_probe->platform);
@@ -347,11 +352,11 @@ std::optional<std::vector<CollectiveProbe>> in_step_collectives(const RunResult&
     probe.kind = shape[c].kind;
     probe.seconds /= steps;
     probe.end_s /= steps;
-    if (probe.kind != CollectiveKind::allgather) {
+    if (probe.kind != CollectiveKind::allgather && probe.kind != CollectiveKind::reduce_scatter) {
       probe.floats = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(own[c][0] / steps)));
       continue;
     }
-    for (const double f : own[c]) probe.counts.push_back(std::max<std::size_t>(1, std::llround(f / steps)));
+    for (const double f : own[c]) probe.counts.push_back(static_cast<std::size_t>(std::llround(f / steps)));
     for (const std::size_t n : probe.counts) probe.floats += n;
     if (equal_counts(probe.counts)) probe.counts.clear();
   }

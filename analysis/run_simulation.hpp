@@ -35,8 +35,8 @@ const std::vector<StepRecord>& simulated_steps(const RunResult& r, std::size_t i
 // one CollectiveProbe per collective of the step in its order: `seconds` the mean over the steps
 // of the time from its last rank's entry to its last rank's exit (what it cost once every rank was
 // in it), `end_s` the mean time from the step's first collective's last entry to its last exit;
-// an all-gather's counts each rank's mean own segment (cleared when all are equal) and floats
-// their sum, another collective's floats rank 0's mean. nullopt with fewer than 2 ranks, without
+// an all-gather's or reduce-scatter's counts each rank's mean own segment (cleared when all are
+// equal) and floats their sum, another collective's floats rank 0's mean. nullopt with fewer than 2 ranks, without
 // timings, or unless every rank's every step timed the same kinds in the same order.
 std::optional<std::vector<CollectiveProbe>> in_step_collectives(const RunResult& r);
 

@@ -54,13 +54,21 @@ const char* collective_name(CollectiveKind kind);
 // simulation calibrates the engine on where a mode records them (analysis/run_simulation.hpp in_step_collectives).
 struct CollectiveTiming {
   CollectiveKind kind = CollectiveKind::allreduce;
-  // allreduce, reduce, broadcast: the buffer's floats; allgather: this rank's own segment's.
+  // allreduce, reduce, broadcast: the buffer's floats; allgather, reduce_scatter: this rank's own
+  // segment's.
   std::size_t floats = 0;
   double enter_s = 0, exit_s = 0;
 };
 // Now on CollectiveTiming's clock: std::chrono::steady_clock's seconds since its epoch.
 inline double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// Runs the collective f() and appends its timing (kind, floats, entry and exit) to `log`.
+template <typename F>
+void time_collective(std::vector<CollectiveTiming>& log, CollectiveKind kind, std::size_t floats, F&& f) {
+  const double enter = steady_seconds();
+  f();
+  log.push_back({kind, floats, enter, steady_seconds()});
 }
 
 // 16 bytes, as a 16,384-rank schedule holds hundreds of millions of ops: one number (a send's or

@@ -93,7 +93,10 @@ class DataParallelRank final : public ModeRank {
     } else {
       float* buf = root_ ? master_params_.data() : replica_params_.data();
       for_each_group(n_, group_, [&](std::size_t off, std::size_t len) {
-        if (node_ranks_ > 0) return hierarchical_broadcast(comm, buf + off, len, node_ranks_);
+        if (node_ranks_ > 0) {
+          return time_collective(timings_, CollectiveKind::broadcast, len,
+                                 [&] { hierarchical_broadcast(comm, buf + off, len, node_ranks_); });
+        }
         comm.broadcast(buf + off, len, kRoot);
       });
     }
@@ -129,7 +132,11 @@ class DataParallelRank final : public ModeRank {
     }
     float* buf = root_ ? master_grads_.data() : replica_grads_.data();
     for_each_group(n_, group_, [&](std::size_t off, std::size_t len) {
-      if (node_ranks_ > 0) return hierarchical_reduce_sum(s_.ctx.comm(), buf + off, len, node_ranks_, scratch_);
+      if (node_ranks_ > 0) {
+        return time_collective(timings_, CollectiveKind::reduce, len, [&] {
+          hierarchical_reduce_sum(s_.ctx.comm(), buf + off, len, node_ranks_, scratch_);
+        });
+      }
       s_.ctx.comm().reduce_sum(buf + off, len, kRoot);
     });
   }
@@ -137,6 +144,7 @@ class DataParallelRank final : public ModeRank {
   void optimizer_step() override {
     if (root_) optimizer_.step(master_params_.data(), master_grads_.data());
   }
+  std::vector<CollectiveTiming> take_collective_timings() override { return std::exchange(timings_, {}); }
 
   // The engine probe's scatter and gather at the step's sizes: the scatter the larger of the
   // batch's inputs and its logits' gradient, the gather the logits; the rest the parameters.
@@ -194,6 +202,9 @@ class DataParallelRank final : public ModeRank {
   // backend's), and one received chunk of its rings.
   int node_ranks_ = s_.config.hierarchy == Hierarchy::node ? hierarchy_ranks_per_node(s_.config) : 0;
   std::vector<float> scratch_;
+  // --hierarchy node: this step's hierarchical broadcasts and reduces as timed, in order, for the
+  // in-run simulation's calibration (the scatters and gathers keep the probe's).
+  std::vector<CollectiveTiming> timings_;
 };
 
 DataParallelRank::DataParallelRank(const RankSetup& s)

@@ -190,8 +190,10 @@ class ShardedPsRank final : public ReplicaRank {
       // vector) then holds the sum; blocking, on the communication thread.
       const float* own = grads_.data() + std::max(buckets_[b].offset, offset_);
       grad_sync_->start(b, [this, send, &counts, own, recv](Communicator& comm, bool) {
-        hierarchical_reduce_scatterv_sum(comm, send, counts, node_ranks_, scratch_);
-        std::copy_n(own, counts[static_cast<std::size_t>(rank_)], recv);
+        const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
+        time_collective(timings_, CollectiveKind::reduce_scatter, mine,
+                        [&] { hierarchical_reduce_scatterv_sum(comm, send, counts, node_ranks_, scratch_); });
+        std::copy_n(own, mine, recv);
       });
       return;
     }
@@ -216,12 +218,17 @@ class ShardedPsRank final : public ReplicaRank {
   // The server step on this rank's range.
   void optimizer_step() override { optimizer_.step(params_.data() + offset_, grad_sum_.data()); }
   bool syncs_params() const override { return true; }
+  std::vector<CollectiveTiming> take_collective_timings() override { return std::exchange(timings_, {}); }
   // pull: every server's updated range to every worker.
   void param_sync() override {
     RankContext& ctx = s_.ctx;
     Communicator& comm = ctx.comm();
     ctx.synchronize();  // the server's step wrote its range on the compute stream
-    if (node_ranks_ > 0) return hierarchical_allgatherv(comm, params_.data(), layout_.counts, node_ranks_);
+    if (node_ranks_ > 0) {
+      time_collective(timings_, CollectiveKind::allgather, layout_.counts[static_cast<std::size_t>(rank_)],
+                      [&] { hierarchical_allgatherv(comm, params_.data(), layout_.counts, node_ranks_); });
+      return;
+    }
     if (!p2p_) {
       comm.allgatherv(params_.data(), layout_.counts);
       return;
@@ -284,6 +291,9 @@ class ShardedPsRank final : public ReplicaRank {
   // collectives), and one received chunk of them.
   int node_ranks_ = s_.config.hierarchy == Hierarchy::node ? hierarchy_ranks_per_node(s_.config) : 0;
   std::vector<float> scratch_;
+  // --hierarchy node: this step's hierarchical push and pull as timed (in order; the push's on the
+  // communication thread, read after the join), for the in-run simulation's calibration.
+  std::vector<CollectiveTiming> timings_;
 };
 
 }  // namespace

@@ -122,9 +122,7 @@ class CompactReplicaRank : public ModeRank {
   template <typename F>
   void timed(CollectiveKind kind, std::size_t floats, F&& f) {
     if (!time_collectives_) return f();
-    const double enter = steady_seconds();
-    f();
-    timings_.push_back({kind, floats, enter, steady_seconds()});
+    time_collective(timings_, kind, floats, f);
   }
   // Compact row c of table t in the replica's parameters or gradients.
   float* compact_param(std::size_t t, std::size_t c) { return params_.data() + (t * cap_ + c) * full_.dim; }
