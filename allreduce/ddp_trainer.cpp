@@ -73,9 +73,8 @@ class AllreduceRank final : public ReplicaRank {
     // Blocking on every backend: on the communication thread where there is one, else here;
     // timed for the in-run simulation's calibration (read after the join).
     grad_sync_.start(b, [this, grads, n](Communicator& comm, bool) {
-      time_collective(timings_, CollectiveKind::allreduce, n, [&] {
-        hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format);
-      });
+      time_collective(timings_, CollectiveKind::allreduce, n,
+                      [&] { hierarchical_allreduce_sum(comm, grads, n, how_.ranks_per_node, scratch_, how_.format); });
     });
   }
   // Under PowerSGD, the mean size of the all-reduces of a compressed step.
@@ -109,9 +108,9 @@ class AllreduceRank final : public ReplicaRank {
   GradBucketSync grad_sync_;
   // --hierarchy node and --comm-hook: core/hierarchical.hpp's rings; else the backend's own.
   BucketAllreduce how_ = bucket_allreduce(s_.config);
-  std::vector<float> scratch_;            // one received chunk of those rings
-  std::optional<PowerSgdHook> powersgd_;  // --comm-hook powersgd:R
-  long step_ = 0;                         // the step being run
+  std::vector<float> scratch_;             // one received chunk of those rings
+  std::optional<PowerSgdHook> powersgd_;   // --comm-hook powersgd:R
+  long step_ = 0;                          // the step being run
   std::vector<CollectiveTiming> timings_;  // the node hierarchy's all-reduces this step, in order
 };
 

@@ -103,8 +103,8 @@ class PowerSgdHook {
   std::uint64_t seed_;
   int ranks_per_node_;
   std::vector<float> scratch_;
-  double in_sum_s_ = 0;   // seconds inside sum(), ever
-  double compute_s_ = 0;  // take_compute_s()'s
+  double in_sum_s_ = 0;                    // seconds inside sum(), ever
+  double compute_s_ = 0;                   // take_compute_s()'s
   std::vector<CollectiveTiming> timings_;  // take_timings()'s
 };
 

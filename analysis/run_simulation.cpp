@@ -197,8 +197,8 @@ nlohmann::json fit_dense_share(SimPlatform& pf, const SimPlatform& platform, con
 // per-message one's (probed_per_message) constant and cost per byte (fit_message_line;
 // `per_message`: SMPI's os/or, fitted from measurements at several sizes). `probed`: the probe's
 // calibration, whose fits the kinds the steps did not time keep (nullopt: the link's rate).
-Calibration calibrate_in_step(const SimPlatform& platform, const std::optional<Calibration>& probed,
-                              const RunResult& r, Backend engine, const std::vector<CollectiveProbe>& in_step) {
+Calibration calibrate_in_step(const SimPlatform& platform, const std::optional<Calibration>& probed, const RunResult& r,
+                              Backend engine, const std::vector<CollectiveProbe>& in_step) {
   const auto t0 = std::chrono::steady_clock::now();
   Calibration c = probed ? *probed : blank_calibration(platform);
   c.platform.engine_overhead_per_byte_s.resize(kCollectiveKinds, 0.0);
@@ -207,7 +207,8 @@ Calibration calibrate_in_step(const SimPlatform& platform, const std::optional<C
   std::map<CollectiveKind, std::vector<const CollectiveProbe*>> by_kind;
   for (const CollectiveProbe& probe : in_step) {
     by_kind[probe.kind].push_back(&probe);
-    per.push_back({{"collective", collective_name(probe.kind)}, {"floats", probe.floats}, {"measured_s", probe.seconds}});
+    per.push_back(
+        {{"collective", collective_name(probe.kind)}, {"floats", probe.floats}, {"measured_s", probe.seconds}});
     if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
   }
   nlohmann::json dense = nlohmann::json::object(), per_message = nlohmann::json::object();

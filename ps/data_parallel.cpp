@@ -133,9 +133,8 @@ class DataParallelRank final : public ModeRank {
     float* buf = root_ ? master_grads_.data() : replica_grads_.data();
     for_each_group(n_, group_, [&](std::size_t off, std::size_t len) {
       if (node_ranks_ > 0) {
-        return time_collective(timings_, CollectiveKind::reduce, len, [&] {
-          hierarchical_reduce_sum(s_.ctx.comm(), buf + off, len, node_ranks_, scratch_);
-        });
+        return time_collective(timings_, CollectiveKind::reduce, len,
+                               [&] { hierarchical_reduce_sum(s_.ctx.comm(), buf + off, len, node_ranks_, scratch_); });
       }
       s_.ctx.comm().reduce_sum(buf + off, len, kRoot);
     });

@@ -474,6 +474,41 @@ TrainConfig hier_config(int p, int k) {
 // Training under --hierarchy node: the per-step losses and the final parameters of the flat ring
 // within float tolerance (the sums run in another order). Its counted bytes against its schedule:
 // StepSchedule.EveryStrategyMovesTheBytesItsRunCounts.
+// The in-run simulation's calibration: under --hierarchy node every step's collectives are timed
+// (StepRecord::collectives), each inside the step, and together they move the whole gradient
+// (allreduce: the all-reduces; ps: the broadcasts and the reduces on every rank; sharded_ps: the
+// ranks' own segments of the reduce-scatters and the all-gathers summed over the ranks); the flat
+// run times none.
+void expect_hierarchy_timed(const RunResult& flat, const RunResult& hier) {
+  std::map<CollectiveKind, std::size_t> over_ranks;
+  for (std::size_t i = 0; i < hier.ranks.size(); ++i) {
+    for (const StepRecord& st : flat.ranks[i].steps) EXPECT_TRUE(st.collectives.empty());
+    const StepRecord& st = hier.ranks[i].steps.back();
+    ASSERT_FALSE(st.collectives.empty()) << "rank " << i;
+    std::map<CollectiveKind, std::size_t> floats;
+    for (const CollectiveTiming& t : st.collectives) {
+      EXPECT_LE(t.enter_s, t.exit_s);
+      EXPECT_LE(t.exit_s - t.enter_s, st.step_time);
+      floats[t.kind] += t.floats;
+      over_ranks[t.kind] += t.floats;
+    }
+    const Mode mode = hier.config.mode;
+    const std::size_t n = hier.num_params;
+    if (mode == Mode::allreduce)
+      EXPECT_EQ(floats, (std::map<CollectiveKind, std::size_t>{{CollectiveKind::allreduce, n}}));
+    if (mode == Mode::ps) {
+      EXPECT_EQ(floats,
+                (std::map<CollectiveKind, std::size_t>{{CollectiveKind::broadcast, n}, {CollectiveKind::reduce, n}}));
+      EXPECT_EQ(st.collectives.front().kind, CollectiveKind::broadcast);  // replicate() before forward
+    }
+  }
+  if (hier.config.mode == Mode::sharded_ps) {
+    const std::size_t n = hier.num_params;
+    EXPECT_EQ(over_ranks, (std::map<CollectiveKind, std::size_t>{{CollectiveKind::reduce_scatter, n},
+                                                                 {CollectiveKind::allgather, n}}));
+  }
+}
+
 // Trains `flat` and the same config under --hierarchy node: six steps each, the per-step losses
 // within 1e-5 relative, the final parameters within 1e-5 relative L2 and not equal (the
 // hierarchy ran: its sums take another order).
@@ -496,11 +531,36 @@ void expect_hierarchy_trains_as_flat(const TrainConfig& flat, const Dataset& dat
   EXPECT_LT(std::sqrt(diff / norm), 1e-5);
   EXPECT_GT(std::sqrt(diff / norm), 0.0);
   EXPECT_EQ(b.ranks.size(), static_cast<std::size_t>(flat.world_size));
+  expect_hierarchy_timed(a, b);
 }
 
 TEST(HierarchicalAllreduce, TrainsAsTheFlatRingDoes) {
   const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
   expect_hierarchy_trains_as_flat(hier_config(4, 2), *data);
+}
+
+// --comm-hook powersgd:4: a compressed step's all-reduces are timed for the in-run simulation (the
+// hook's P and Q and uncompressed tensors, far fewer floats than the gradient's); a step before
+// --start-powersgd-iter, whose buckets go through DDP's own all-reduce, times none.
+TEST(CompressedAllreduce, PowerSgdStepsTimeTheHooksAllReduces) {
+  const auto data = make_synthetic_dataset(SampleShape{1, 28, 28}, 10, 2048, 3);
+  TrainConfig c = hier_config(2, 1);
+  c.allreduce.comm_hook = parse_comm_hook("powersgd:4");
+  c.allreduce.start_powersgd_iter = 4;
+  const RunResult r = testing::train_mode(c, *data);
+  for (const RankResult& rank : r.ranks) {
+    ASSERT_EQ(rank.steps.size(), 5u);
+    EXPECT_TRUE(rank.steps.front().collectives.empty());
+    const std::vector<CollectiveTiming>& t = rank.steps.back().collectives;
+    ASSERT_GE(t.size(), 2u);
+    std::size_t floats = 0;
+    for (const CollectiveTiming& x : t) {
+      EXPECT_EQ(x.kind, CollectiveKind::allreduce);
+      EXPECT_GT(x.floats, 0u);
+      floats += x.floats;
+    }
+    EXPECT_LT(floats, r.num_params / 4);
+  }
 }
 
 // sharded_ps and ps --hierarchy node: the flat mode's per-step losses and final parameters within

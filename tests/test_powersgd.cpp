@@ -154,6 +154,8 @@ TEST(PowerSgd, ComputeSecondsLeaveOutTheWaitInTheAllReduces) {
   const std::vector<Bucket> buckets = {{0, rows * cols, {0}}};
   auto group = std::make_shared<LocalGroup>(2);
   double compute[2] = {-1, -1}, again[2] = {-1, -1}, wall0 = 0;
+  std::vector<CollectiveTiming> timed[2];
+  bool cleared[2] = {false, false};
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -166,6 +168,8 @@ TEST(PowerSgd, ComputeSecondsLeaveOutTheWaitInTheAllReduces) {
       if (r == 0) wall0 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       compute[r] = hook.take_compute_s();
       again[r] = hook.take_compute_s();
+      timed[r] = hook.take_timings();
+      cleared[r] = hook.take_timings().empty();
     });
   }
   for (auto& t : threads) t.join();
@@ -174,7 +178,16 @@ TEST(PowerSgd, ComputeSecondsLeaveOutTheWaitInTheAllReduces) {
     EXPECT_GT(compute[r], 0.0) << "rank " << r;
     EXPECT_LT(compute[r], 0.05) << "rank " << r << " counted its wait (reduce took " << wall0 << " s on rank 0)";
     EXPECT_EQ(again[r], 0.0) << "rank " << r;
+    // Its all-reduces as timed for the in-run simulation: one, of the whole [8, 6] tensor, which
+    // rank 2 leaves uncompressed ((8 + 6) x 2 x min_compression_rate 2 >= 48, as PyTorch's).
+    ASSERT_EQ(timed[r].size(), 1u) << "rank " << r;
+    EXPECT_EQ(timed[r][0].floats, rows * cols);
+    EXPECT_EQ(timed[r][0].kind, CollectiveKind::allreduce);
+    EXPECT_TRUE(cleared[r]);
   }
+  // Rank 0 waited in the first all-reduce for rank 1, which entered it some 100 ms later.
+  EXPECT_GE(timed[1][0].enter_s - timed[0][0].enter_s, 0.09);
+  EXPECT_LE(timed[0][0].exit_s - timed[0][0].enter_s, wall0);
 }
 
 }  // namespace
