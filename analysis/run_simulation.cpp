@@ -219,6 +219,13 @@ Calibration calibrate_in_step(const SimPlatform& platform, const std::optional<C
       dense[collective_name(kind)] = fit_dense_share(c.platform, unfitted, r, engine, probes);
     }
   }
+  for (auto& entry : per) {  // each collective with its kind's fit, as a probe's record has it
+    const std::string kind = entry.at("collective");
+    if (dense.contains(kind)) entry["efficiency"] = dense[kind]["efficiency"];
+    if (!per_message.contains(kind)) continue;
+    entry["overhead_s"] = per_message[kind]["overhead_s"];
+    entry["overhead_per_byte_s"] = per_message[kind]["overhead_per_byte_s"];
+  }
   c.record = {{"collectives", per},
               {"efficiency", dense},
               {"per_message", per_message},
