@@ -207,8 +207,10 @@ Calibration calibrate_in_step(const SimPlatform& platform, const std::optional<C
   std::map<CollectiveKind, std::vector<const CollectiveProbe*>> by_kind;
   for (const CollectiveProbe& probe : in_step) {
     by_kind[probe.kind].push_back(&probe);
-    per.push_back(
-        {{"collective", collective_name(probe.kind)}, {"floats", probe.floats}, {"measured_s", probe.seconds}});
+    per.push_back({{"collective", collective_name(probe.kind)},
+                   {"floats", probe.floats},
+                   {"measured_s", probe.seconds},
+                   {"measured_end_s", probe.end_s}});
     if (!probe.counts.empty()) per.back()["counts"] = probe.counts;
   }
   nlohmann::json dense = nlohmann::json::object(), per_message = nlohmann::json::object();
@@ -221,7 +223,7 @@ Calibration calibrate_in_step(const SimPlatform& platform, const std::optional<C
   }
   for (auto& entry : per) {  // each collective with its kind's fit, as a probe's record has it
     const std::string kind = entry.at("collective");
-    if (dense.contains(kind)) entry["efficiency"] = dense[kind]["efficiency"];
+    entry["efficiency"] = dense.contains(kind) ? dense[kind]["efficiency"] : nlohmann::json(1.0);
     if (!per_message.contains(kind)) continue;
     entry["overhead_s"] = per_message[kind]["overhead_s"];
     entry["overhead_per_byte_s"] = per_message[kind]["overhead_per_byte_s"];
