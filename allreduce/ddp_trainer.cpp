@@ -97,8 +97,8 @@ class AllreduceRank final : public ReplicaRank {
   // PowerSGD's own work on the communication thread (its matrix products and orthogonalisation),
   // which the step's timer laid in the exposed communication: as compute, with the optimizer's.
   HostWork take_host_work() override { return {0.0, powersgd_ ? powersgd_->take_compute_s() : 0.0}; }
-  // PowerSGD's all-reduces, or the node hierarchy's, as they were timed: the in-run simulation's
-  // calibration. (DDP's own non-blocking all-reduces are not timed.)
+  // PowerSGD's all-reduces, or the project's rings' (--hierarchy node, --comm-hook fp16/bf16), as
+  // they were timed: the in-run simulation's calibration. (DDP's own all-reduces are not timed.)
   std::vector<CollectiveTiming> take_collective_timings() override {
     return powersgd_ ? powersgd_->take_timings() : std::exchange(timings_, {});
   }
