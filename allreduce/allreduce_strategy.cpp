@@ -73,6 +73,7 @@ void sparse_allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
 // after the other; the communication stream (1) all-reduces each as soon as it is ready, while
 // backward goes on; the optimizer waits for the last bucket.
 void allreduce_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  s.set_reduction(in.reduction);
   if (in.config.model.dlrm.sparse_grad) return sparse_allreduce_schedule(in, s);
   const std::vector<BucketEvents> events = replica_forward_backward(s, in);
   Collectives comm(s, in.engine, 1);

@@ -34,12 +34,36 @@ double positive(const nlohmann::json& block, const char* key, const std::string&
 }  // namespace
 
 nlohmann::json HostProfile::record() const {
-  return {{"path", path},
-          {"created", created},
-          {"machine", machine},
-          {"intra_node", {{"bytes_per_s", intra_bytes_per_s}, {"round_trip_s", intra_round_trip_s}}},
-          {"source", source}};
+  nlohmann::json out = {{"path", path},
+                        {"created", created},
+                        {"machine", machine},
+                        {"intra_node", {{"bytes_per_s", intra_bytes_per_s}, {"round_trip_s", intra_round_trip_s}}},
+                        {"source", source}};
+  if (!reduction.empty()) out["reduction"] = reduction.to_json();
+  return out;
 }
+
+namespace {
+
+// The runs' reduction probes (network.simulation.reduction), each size's median; null when no run
+// has one.
+nlohmann::json pooled_reduction(const nlohmann::json& run_result) {
+  std::vector<ReductionCost> costs;
+  for (const auto& run : run_result.at("runs")) {
+    const nlohmann::json::json_pointer where("/network/simulation/reduction/rates");
+    if (run.contains(where)) costs.push_back(reduction_cost_from_json(run.at(where), "profile run"));
+  }
+  std::vector<const ReductionCost*> of;
+  for (const ReductionCost& c : costs) of.push_back(&c);
+  const ReductionCost pooled = median_reduction(of);
+  if (pooled.empty()) return nullptr;
+  return {{"rates", pooled.to_json()},
+          {"runs", costs.size()},
+          {"method", "rank 0 of each run timed the host's add (out = received + own over floats, core/reduction.hpp "
+                     "sum_floats) at each size after its engine probe; each size's median over the runs"}};
+}
+
+}  // namespace
 
 nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
                                      const std::string& command) {
@@ -81,7 +105,8 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
                        "runs (probes) of rank 0's median rate, and the mean of their median one-float round trips "
                        "(latency_s): on ranks sharing cores a round trip is either quick or waits for a time slice, "
                        "and the mean weighs both as a step meets them"}}},
-          {"links", net.value("links", nlohmann::json::array())}};
+          {"links", net.value("links", nlohmann::json::array())},
+          {"reduction", pooled_reduction(run_result)}};
 }
 
 namespace {
@@ -109,6 +134,12 @@ HostProfile checked_profile(const nlohmann::json& doc, const std::string& path, 
   p.machine = doc.value("machine", nlohmann::json::object());
   p.intra_bytes_per_s = positive(doc["intra_node"], "bytes_per_s", where);
   p.intra_round_trip_s = positive(doc["intra_node"], "latency_s", where);
+  if (doc.contains("reduction") && !doc["reduction"].is_null()) {
+    if (!doc["reduction"].is_object() || !doc["reduction"].contains("rates")) {
+      throw InputError(fmt::format("{}: the host profile's reduction has no rates", where));
+    }
+    p.reduction = reduction_cost_from_json(doc["reduction"]["rates"], where.c_str());
+  }
   if (doc.contains("links")) {
     if (!doc["links"].is_array()) throw InputError(fmt::format("{}: the host profile's links is not a list", where));
     for (const auto& l : doc["links"]) {

@@ -9,6 +9,9 @@
 //     cores a round trip takes 0.07 ms or waits 1-2 ms for a time slice, from run to run);
 //   - the emulated links' requested and probed rates (the share of a requested rate a TCP
 //     transfer gets: tbf counts each frame's headers);
+//   - the host's reduction by size (core/reduction.hpp: the add a collective does on what it
+//     receives), each size's median over the runs' probes; optional (profiles made before it
+//     have none);
 //   - the machine it was made on (CPU, cores, host, OS, BLAS core, dpbench's commit).
 // Not for: the engines' shares of a link per collective, which depend on the model's messages and
 // come from the calibration files' own probes (analysis/projection.cpp).
@@ -19,6 +22,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/reduction.hpp"
 
 namespace dpbench {
 
@@ -32,6 +37,7 @@ struct HostProfile {
   double intra_bytes_per_s = 0;           // a node's local ranks' link, as probed (bytes/s, > 0)
   double intra_round_trip_s = 0;          // one float's round trip between two local ranks (s, > 0)
   std::vector<nlohmann::json> links;      // the profile cluster's links (requested and probed rates)
+  ReductionCost reduction;                // the host's reduction by size; empty: the profile has none
   nlohmann::json document;                // the whole profile, as read
   std::string source = "--host-profile";  // or "recorded in FILE" (a result file's env.host_profile)
 
@@ -41,14 +47,16 @@ struct HostProfile {
 
 // The profile document made from the result of `dpbench profile`'s cluster run (a result file of
 // 2 nodes of 2 or more ranks each, one run or more, each with network.simulation.intra_node as
-// probed): the runs' median rate and mean round trip, each run's as "probes"; `machine_host` (the
+// probed): the runs' median rate and mean round trip, each run's as "probes", and each size's median
+// reduction rate over the runs that probed it (network.simulation.reduction); `machine_host` (the
 // real host's name, the run's env naming its emulated node) and `command` recorded. Throws Error
 // when no run probed a node's local ranks.
 nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
                                      const std::string& command);
 
 // The profile in `doc`, read from `path`. Throws InputError naming `option` and the path and the
-// problem (not a host profile, another version, a missing or non-positive rate or round trip).
+// problem (not a host profile, another version, a missing or non-positive rate or round trip, a
+// reduction block whose rates are not positive sizes and rates in ascending bytes).
 HostProfile host_profile_from(const nlohmann::json& doc, const std::string& path, const std::string& option = "");
 
 // Reads and checks the profile at `path`. Throws InputError (unreadable, not JSON, as above).

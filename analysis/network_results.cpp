@@ -157,8 +157,8 @@ RankCompute mean_compute(const std::vector<StepRecord>& steps) {
 }
 
 // The inputs of the run's step as its strategy's schedule: every rank's mean forward,
-// backward, optimizer and data phases as measured (over simulated_steps), its buckets, and the
-// bytes it sent. The engine is left to the caller.
+// backward, optimizer and data phases as measured (over simulated_steps), its buckets, the bytes
+// it sent and the host's reductions as its probe timed them. The engine is left to the caller.
 ScheduleInputs measured_schedule_inputs(const RunResult& r) {
   ScheduleInputs in;
   in.config = r.config;
@@ -170,6 +170,7 @@ ScheduleInputs measured_schedule_inputs(const RunResult& r) {
     in.measured_bytes_sent += static_cast<double>(rank.comm_per_step.bytes_sent) / static_cast<double>(r.ranks.size());
   }
   for (std::size_t i = 0; i < r.ranks.size(); ++i) in.compute.push_back(mean_compute(simulated_steps(r, i)));
+  if (r.engine_probe) in.reduction = r.engine_probe->reduction;
   return in;
 }
 

@@ -293,6 +293,33 @@ nlohmann::json fit_host_sharing(const std::vector<const nlohmann::json*>& runs, 
                      "slowdown_at_2_ranks x max(1, p / cores) / max(1, 2 / cores) times slower"}};
 }
 
+// The host's reductions a --simulate projection on the files' emulated link plays
+// (StepModel::reduction): each size's median over the files' runs' in-run simulations
+// (network.simulation.reduction: their fits were made with those adds charged), else the host
+// profile's, when it has them. Leaves `model` as it is without either. Returns the record (null:
+// none).
+nlohmann::json fit_reduction(const std::vector<const nlohmann::json*>& runs, const std::optional<HostProfile>& profile,
+                             StepModel& model) {
+  std::vector<ReductionCost> costs;
+  for (const auto* run : runs) {
+    const nlohmann::json::json_pointer where("/network/simulation/reduction/rates");
+    if (run->contains(where)) costs.push_back(reduction_cost_from_json(run->at(where), "network.simulation.reduction"));
+  }
+  std::vector<const ReductionCost*> of;
+  for (const ReductionCost& c : costs) of.push_back(&c);
+  model.reduction = median_reduction(of);
+  if (!model.reduction.empty()) {
+    return {{"rates", model.reduction.to_json()},
+            {"runs", costs.size()},
+            {"source", "the calibration files' runs' probes (network.simulation.reduction), each size's median"}};
+  }
+  if (!profile || profile->reduction.empty()) return nullptr;
+  model.reduction = profile->reduction;
+  return {{"rates", model.reduction.to_json()},
+          {"host_profile", profile->path},
+          {"source", "the host profile's probe (the calibration files' runs probed none)"}};
+}
+
 // The files' runs: every ok run, the 1-rank ones, the most CPU cores any file's env saw, and the
 // emulated clusters' links (a run file's network.links, a sweep run's cluster.links).
 struct Inputs {
@@ -913,8 +940,9 @@ nlohmann::json project_described(const ProjectOptions& given) {
 
 }  // namespace
 
-nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
-                       const nlohmann::json* collectives) {
+namespace {
+// The options' checks that need no input file: --max-ranks, --node-link-of, --host-profile.
+void check_project_options(const ProjectOptions& o) {
   if (o.max_ranks < 1) throw InputError(fmt::format("--max-ranks {}: must be at least 1", o.max_ranks));
   if ((o.max_ranks & (o.max_ranks - 1)) != 0 && o.max_ranks % std::max(1, o.topology.ranks_per_node) != 0) {
     throw InputError(fmt::format("--max-ranks {}: not a power of two nor whole nodes of {} ranks", o.max_ranks,
@@ -926,6 +954,12 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
                                  "link, not with --model or without --simulate",
                                  o.host_profile->path));
   }
+}
+}  // namespace
+
+nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json>& results,
+                       const nlohmann::json* collectives) {
+  check_project_options(o);
   if (!o.model.empty()) {
     if (!results.empty()) throw InputError(fmt::format("--model {} and result files: give one", o.model));
     return project_described(o);
@@ -946,6 +980,8 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   // ride on its measured link only, not on a preset's or a datasheet node's.
   const bool emulated = link.kind == "emulated" && o.topology.preset.empty();
   const nlohmann::json host_sharing = emulated ? fit_host_sharing(in.runs, in.cores, model) : nlohmann::json();
+  const nlohmann::json reduction = emulated && o.topology.simulate ? fit_reduction(in.runs, o.host_profile, model)
+                                                                   : nlohmann::json();
 
   nlohmann::json doc;
   doc["schema"] = {{"name", "dpbench-projection"}, {"version", 2}};
@@ -953,8 +989,10 @@ nlohmann::json project(const ProjectOptions& o, const std::vector<nlohmann::json
   describe_inputs(o, link, base, model, scaling, doc);
   doc["calibration"]["machine"] = calibration_machine(*in.env_of.at(&base));
   if (!host_sharing.is_null()) doc["calibration"]["host_sharing"] = host_sharing;
+  if (!reduction.is_null()) doc["calibration"]["reduction"] = reduction;
   const int calibration_workers = base.at("config").value("num_workers", 0);
-  const EngineCalibration engine = o.topology.simulate && emulated ? files_calibration(o, in) : EngineCalibration{};
+  EngineCalibration engine = o.topology.simulate && emulated ? files_calibration(o, in) : EngineCalibration{};
+  if (reduction.contains("host_profile")) engine.from_host_profile.push_back("reduction");
   if (o.topology.simulate) {
     describe_topology(o, link, engine, doc);
     doc["topology"]["engine_calibration"] = engine.record;

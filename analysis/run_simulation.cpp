@@ -36,6 +36,17 @@ std::pair<SimPlatform, nlohmann::json> intra_node_platform(const SimPlatform& pl
   return {pf, {{"bytes_per_s", pf.intra_bytes_per_s}, {"source", "assumed: the run has no intra-node probe"}}};
 }
 
+// What the simulation's schedules charged for the host's reductions (the run's probe's rates).
+nlohmann::json reduction_record(const RunResult& r) {
+  return {{"rates", r.engine_probe->reduction.to_json()},
+          {"runs", r.engine_probe->runs},
+          {"method", "rank 0 timed the host's add (out = received + own over floats, core/reduction.hpp sum_floats) "
+                     "at each size after the engine probe, the median of its repetitions (of each size's medians "
+                     "over the runs pooled); every collective that sums what it receives (a ring's reduce-scatter "
+                     "steps, a reducing chain's slices, gloo's and libnbc's reduces, the roots and servers of p2p "
+                     "pushes) pays a compute of its bytes at the rate interpolated between sizes"}};
+}
+
 // A per-message kind's first (smaller) probe: its floats, and the last constant overhead fitted at
 // its size.
 struct FirstProbe {
@@ -97,9 +108,11 @@ struct Calibration {
 };
 
 // The collectives' sequence of run `r` over `engine`'s algorithms, as its steps run them (the node
-// hierarchy and the wire format of its all-reduce), appended to `s`.
+// hierarchy, the wire format of its all-reduce and the host's reductions as the probe timed them),
+// appended to `s`.
 Collectives run_collectives(StepSchedule& s, const RunResult& r, Backend engine) {
   const BucketAllreduce how = bucket_allreduce(r.config);
+  if (r.engine_probe) s.set_reduction(r.engine_probe->reduction);
   Collectives collectives(s, engine);
   collectives.set_node_hierarchy(how.ranks_per_node);
   collectives.set_wire_format(how.format);
@@ -391,6 +404,7 @@ nlohmann::json simulate_measured_run(const SimPlatform& platform, const RunResul
   const auto [run_platform, intra] = intra_node_platform(platform, r);
   nlohmann::json simulation = simulate_run(run_platform, r, schedules, engine, measured);
   if (!intra.is_null()) simulation["intra_node"] = intra;
+  if (r.engine_probe && !r.engine_probe->reduction.empty()) simulation["reduction"] = reduction_record(r);
   return simulation;
 }
 

@@ -145,6 +145,7 @@ ScheduleInputs point_inputs(const Strategy& strategy, const TrainConfig& config,
   const double optimizer = (strategy.shards_optimizer ? model.optimizer_s / p : model.optimizer_s) * slowdown;
   const double fwd = compute * model.forward_share;
   in.compute.assign(static_cast<std::size_t>(p), RankCompute{0.0, fwd, compute - fwd, optimizer});
+  in.reduction = model.reduction;
   return in;
 }
 

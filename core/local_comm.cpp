@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/reduction.hpp"
 #include "core/ring.hpp"
 
 namespace dpbench {
@@ -115,7 +116,7 @@ class HostMemOps final : public LocalMemOps {
     if (n > 0) std::memcpy(dst, src, n * sizeof(float));
   }
   void add(float* out, const float* peer_in, const float* own, std::size_t n) override {
-    for (std::size_t i = 0; i < n; ++i) out[i] = peer_in[i] + own[i];
+    sum_floats(out, peer_in, own, n);
   }
   float* scratch(std::size_t n) override {
     if (scratch_.size() < n) {

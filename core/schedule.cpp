@@ -330,6 +330,7 @@ void Collectives::ring_half(const std::vector<std::size_t>& counts, int shift, R
       s_.send(r, stream_, rank(pos + 1), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.send)]));
       s_.recv(r, stream_, rank(pos - 1), kFloat * static_cast<double>(counts[static_cast<std::size_t>(st.recv)]));
       s_.wait_all(r, stream_);
+      if (step == ring_reduce_scatter_step) reduction(r, counts[static_cast<std::size_t>(st.recv)]);
     }
   }
 }
@@ -526,6 +527,7 @@ void Collectives::chain(std::size_t n, int root, bool reduce) {
       if (pos >= 1) {
         s_.recv(r, stream_, ring_mod(r - dir, p), bytes);
         s_.wait_recvs(r, stream_);
+        if (reduce) reduction(r, std::min(len, n - off));
       }
       if (pos < p - 1) s_.send(r, stream_, ring_mod(r + dir, p), bytes);
     }
@@ -551,6 +553,7 @@ void Collectives::libnbc_reduce_scatterv(const std::vector<std::size_t>& counts)
       if (r + mask < p) {
         s_.recv(r, stream_, r + mask, bytes);
         s_.wait_recvs(r, stream_);
+        reduction(r, n);
       }
     }
   }
@@ -574,6 +577,7 @@ void Collectives::gloo_reduce(std::size_t n, int root) {
       s_.send(r, stream_, ring_mod(r - 1, p), chunk(r + step + 1));
       s_.recv(r, stream_, ring_mod(r + 1, p), chunk(r + step + 2));
       s_.wait_all(r, stream_);
+      reduction(r, ring_chunk(n, p, ring_mod(r + step + 2, p)).length);
     }
   }
   for (int r = 0; r < p; ++r) {
@@ -717,6 +721,12 @@ void Collectives::gatherv(const std::vector<std::size_t>& counts, int root) {
 }
 
 void Collectives::send_recv(std::size_t n, int from, int to) { one_transfer(n, from, to); }
+
+void Collectives::reduction(int rank, std::size_t n) {
+  const ReductionCost& cost = s_.reduction();
+  if (cost.empty() || n == 0) return;
+  s_.compute(rank, stream_, cost.seconds(kFloat * static_cast<double>(n)), "reduce");
+}
 
 void Collectives::run(CollectiveKind kind, std::size_t n) { run(kind, n, {}); }
 

@@ -6,7 +6,8 @@
 // gloo's reduce (ring reduce-scatter + gather to the root) and binomial broadcast, and the root
 // scatter/gather. The byte counts the communicators report (core/comm.hpp) and the simulation
 // (sim/) are both read from these descriptions, so they cannot drift apart. This file holds no
-// time model of its own: a schedule is played by a simulator.
+// time model of its own: a schedule is played by a simulator; the one cost it writes, the host's
+// reductions, is given to it measured (set_reduction).
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,7 @@
 
 #include "core/hierarchical.hpp"
 #include "core/names.hpp"
+#include "core/reduction.hpp"
 #include "core/ring.hpp"
 
 namespace dpbench {
@@ -147,6 +149,11 @@ class StepSchedule {
   void wait_event(int rank, int stream, int event);
   // The collective that the sends and receives added from now on belong to (Collectives sets it).
   void set_collective(CollectiveKind kind) { collective_ = kind; }
+  // What the host's reductions cost (core/reduction.hpp): from now on the collectives that sum
+  // what they receive (Collectives) follow each such receive with a "reduce" compute of its
+  // bytes. Empty (the default): reductions cost nothing.
+  void set_reduction(ReductionCost cost) { reduction_ = std::move(cost); }
+  const ReductionCost& reduction() const { return reduction_; }
   // Which collectives the schedule's messages belong to, [kCollectiveKinds].
   std::vector<bool> collectives_used() const;
 
@@ -175,6 +182,7 @@ class StepSchedule {
   std::vector<RankProgram> ranks_;
   CollectiveKind collective_ = CollectiveKind::p2p;
   bool wrap_peers_ = true;  // false: only_ranks()
+  ReductionCost reduction_;
 };
 
 // A member's place in a binary tree over n members: its parent and up to two children (-1 where
@@ -249,6 +257,12 @@ class Collectives {
   void gatherv(const std::vector<std::size_t>& counts, int root);
   // One blocking point-to-point transfer of n floats from `from` to `to`.
   void send_recv(std::size_t n, int from, int to);
+  // `rank` sums n floats it received into its own, on the collective's stream: a "reduce"
+  // compute of the schedule's reduction cost (nothing when it has none). The collectives above
+  // call it where their engine sums: after each receive of a ring's reduce-scatter step, of a
+  // reducing chain's slice, of libnbc's binomial reduce and of gloo's reduce-scatter; not in
+  // NCCL's tree, whose sums run in the GPU's kernels.
+  void reduction(int rank, std::size_t n);
   // `kind` on n floats the way the engine probe runs it (train/engine_probe.hpp): root 0, the
   // v-collectives over even_counts(n, world_size); p2p: one sendrecv_round at shift 1 of n /
   // world_size floats.

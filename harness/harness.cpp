@@ -322,11 +322,12 @@ TrainedModes train_modes(const ModesPlan& plan, const LoadedData& data, Training
     RunResult& chosen = t.runs.emplace_back(reps[median_run(reps)]);
     if (reps.size() < 2 || !chosen.engine_probe) continue;
     // The engine probes of every repetition pooled into the chosen run's (train/engine_probe.hpp);
-    // its own intra-node link stays where the repetitions' do not pool.
+    // its own intra-node link and reduction stay where the repetitions' do not pool.
     std::vector<const EngineProbe*> probes;
     for (const RunResult& r : reps) probes.push_back(r.engine_probe ? &*r.engine_probe : nullptr);
     if (auto pooled = pool_probes(probes)) {
       if (!pooled->intra_node) pooled->intra_node = chosen.engine_probe->intra_node;
+      if (pooled->reduction.empty()) pooled->reduction = chosen.engine_probe->reduction;
       chosen.engine_probe = std::move(pooled);
       chosen.pooled_steps = pool_steps(reps);
     }

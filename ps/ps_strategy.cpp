@@ -131,6 +131,7 @@ void sparse_ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
 // logits; scatter of their gradient; backward; reduce_add (coalesced groups, or received from
 // each worker in turn); the root's optimizer step. Nothing overlaps.
 void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  s.set_reduction(in.reduction);
   if (in.config.model.dlrm.sparse_grad) return sparse_ps_schedule(in, s);
   const int p = s.world_size();
   const TrainConfig& config = in.config;
@@ -155,7 +156,10 @@ void ps_schedule(const ScheduleInputs& in, StepSchedule& s) {
   comm.gatherv(logits, 0);
   comm.scatterv(logits, 0);
   for (int r = 0; r < p; ++r) s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).backward, "backward");
-  for (int w = 1; p2p && w < p; ++w) comm.send_recv(n, w, 0);
+  for (int w = 1; p2p && w < p; ++w) {
+    comm.send_recv(n, w, 0);
+    comm.reduction(0, n);  // the root adds each worker's gradients as they come (reduce_p2p)
+  }
   for (std::size_t off = 0; !p2p && off < n; off += group) comm.reduce(std::min(group, n - off), 0);
   s.compute(0, 0, in.compute.at(0).optimizer, "optimizer");
 }

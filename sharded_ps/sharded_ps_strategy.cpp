@@ -108,6 +108,7 @@ void sparse_sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
 // Then every server steps its range, and the pull brings every range to every worker (an
 // all-gather, or each server sending to the workers in turn). As sharded_ps.cpp runs it.
 void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
+  s.set_reduction(in.reduction);
   if (in.config.model.dlrm.sparse_grad) return sparse_sharded_schedule(in, s);
   const int p = s.world_size();
   const ShardLayout layout = shard_layout_for(in.config, in.num_params);
@@ -133,7 +134,9 @@ void sharded_schedule(const ScheduleInputs& in, StepSchedule& s) {
   // The push, server by server; each server's step; the pull, server by server.
   for (int k = 0; k < p; ++k) {
     for (int w = 0; w < p && layout.counts[static_cast<std::size_t>(k)] > 0; ++w) {
-      if (w != k) main.send_recv(layout.counts[static_cast<std::size_t>(k)], w, k);
+      if (w == k) continue;
+      main.send_recv(layout.counts[static_cast<std::size_t>(k)], w, k);
+      main.reduction(k, layout.counts[static_cast<std::size_t>(k)]);
     }
   }
   for (int r = 0; r < p; ++r) s.compute(r, 0, in.compute.at(static_cast<std::size_t>(r)).optimizer, "optimizer");

@@ -1152,6 +1152,67 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
   one_line_exit_2("profile --link fast", "--link");
 }
 
+// The host's reductions (core/reduction.hpp) on the files' emulated link: the files' runs' probes
+// (network.simulation.reduction, here 100 MB/s at every size) are played by the simulated
+// points, recorded under calibration.reduction: ps's gloo reduce at 4 ranks sums 3 chunks of its
+// 4 MB gradient's quarter on every rank, one after the other, 30 ms more. Files without a probe
+// take a host profile's (its runs' median per size, 100 MB/s of 50, 100 and 200 at 4 KiB),
+// recorded as used for "reduction"; without either the adds cost nothing. A profile whose
+// reduction is not a rate list is an input error naming the path.
+TEST(Project, TheHostsReductionsComeFromTheFilesOrTheHostProfile) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  IntraNodeCase c = intra_node_case();
+  ProjectOptions& o = c.options;
+  const nlohmann::json plain = project(o, {c.plain_doc}, nullptr);
+  EXPECT_FALSE(plain["calibration"].contains("reduction"));
+  nlohmann::json cluster = fake_cluster_run(2, 125e6, 0.1, 0.05, 0.05);
+  cluster["network"]["simulation"]["reduction"] = {{"rates", {{{"bytes", 4}, {"bytes_per_s", 1e8}}}}, {"method", "x"}};
+  const nlohmann::json reduced = project(o, {calibration_doc(cluster)}, nullptr);
+  ASSERT_TRUE(reduced["calibration"].contains("reduction")) << reduced["calibration"].dump();
+  EXPECT_EQ(reduced["calibration"]["reduction"]["rates"][0]["bytes_per_s"], 1e8);
+  EXPECT_EQ(reduced["calibration"]["reduction"]["runs"], 1);
+  const double sums = 3 * 4.0 * 250'000 / 1e8;
+  const auto added = [&](const nlohmann::json& proj, const char* curve) {
+    return simulated_step_at(proj, curve, 4) - simulated_step_at(plain, curve, 4);
+  };
+  EXPECT_GT(added(reduced, "ps_collective"), 0.5 * sums);
+  EXPECT_LT(added(reduced, "ps_collective"), 1.01 * sums) << "at most the sums (some overlap the send buffer's tail)";
+  EXPECT_NEAR(added(reduced, "ps_p2p"), 3 * 4.0 * 1e6 / 1e8, 0.012) << "the p2p root sums 3 whole gradients";
+
+  nlohmann::json profile_doc = test_profile_document();
+  nlohmann::json profile_run = {
+      {"env", nlohmann::json::object()}, {"network", profile_doc["cluster"]}, {"runs", nlohmann::json::array()}};
+  for (double rate : {50e6, 200e6, 100e6}) {
+    nlohmann::json run;
+    run["network"]["simulation"]["intra_node"] = {
+        {"bytes_per_s", 1e9}, {"latency_s", 1e-3}, {"repetitions", 5}, {"runs", 1}, {"source", "probed: x"}};
+    run["network"]["simulation"]["reduction"] = {{"rates", {{{"bytes", 4096}, {"bytes_per_s", rate}}}},
+                                                 {"method", "x"}};
+    profile_run["runs"].push_back(run);
+  }
+  profile_doc = host_profile_document(profile_run, "the-host", "dpbench profile");
+  ASSERT_EQ(profile_doc["reduction"]["rates"].size(), 1u);
+  EXPECT_EQ(profile_doc["reduction"]["rates"][0]["bytes_per_s"], 100e6);
+  EXPECT_EQ(profile_doc["reduction"]["runs"], 3);
+  o.host_profile = host_profile_from(profile_doc, "host.json");
+  EXPECT_EQ(o.host_profile->reduction.rates.at(0).bytes_per_s, 100e6);
+  const nlohmann::json profiled = project(o, {c.plain_doc}, nullptr);
+  EXPECT_EQ(profiled["calibration"]["reduction"]["host_profile"], "host.json");
+  const auto& used = profiled["topology"]["host_profile"]["used_for"];
+  EXPECT_NE(std::find(used.begin(), used.end(), "reduction"), used.end()) << used.dump();
+  EXPECT_GT(added(profiled, "ps_collective"), 0.5 * sums);
+  const nlohmann::json files_win = project(o, {calibration_doc(cluster)}, nullptr);
+  EXPECT_FALSE(files_win["calibration"]["reduction"].contains("host_profile")) << "the files' own probe wins";
+
+  profile_doc["reduction"]["rates"][0]["bytes_per_s"] = 0;
+  try {
+    host_profile_from(profile_doc, "h.json");
+    ADD_FAILURE() << "a zero reduction rate accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "h.json: a reduction rate's bytes_per_s is missing or not a positive number");
+  }
+}
+
 // `run --host-profile` and `sweep --host-profile` record the profile in the result
 // (env.host_profile: its path, creation time, machine and whole document), and `project
 // --simulate` on such a file plays it without --host-profile (its source "recorded in FILE"); a

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/names.hpp"
+#include "core/reduction.hpp"
 
 namespace dpbench {
 
@@ -61,6 +62,10 @@ struct StepModel {
   // slower (time-sharing once ranks outnumber cores). 0 cores: not modelled.
   double host_cores = 0;
   double host_slowdown_at_2 = 1;
+  // The host's reductions (core/reduction.hpp), which a simulated point's schedule pays for where
+  // its collectives sum (ScheduleInputs::reduction): the calibration files' probe, or a host
+  // profile's. Empty: the adds cost nothing. Not slowed by ranks sharing cores.
+  ReductionCost reduction;
   // The factor on a rank's compute (and optimizer) at p ranks: 1 at one rank or without a host.
   double compute_slowdown(int p) const;
 };

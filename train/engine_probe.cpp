@@ -223,7 +223,8 @@ std::optional<EngineProbe> probe_engine(Communicator& comm, const std::vector<Co
       mine.size() != static_cast<std::size_t>(reps) * (k + 1)) {
     throw Error("engine probe: the ranks ran different repetitions");
   }
-  EngineProbe probe{{}, reps, std::nullopt, repetition_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k)};
+  EngineProbe probe{{}, reps, std::nullopt, repetition_ends(all, refs, ref_s, ps, static_cast<std::size_t>(reps), k),
+                    1,  {}};
   const std::vector<double> mean = mean_ends(probe.repetition_ends);
   for (std::size_t j = 0; j < k; ++j) {
     probe.collectives.push_back({kinds[j], floats[j], segments_of(j), mean[j], mean[j] - (j == 0 ? 0.0 : mean[j - 1])});
@@ -328,7 +329,7 @@ std::optional<EngineProbe> pool_probes(const std::vector<const EngineProbe*>& pr
   for (const EngineProbe* p : probes) {
     if (p == nullptr || !same_sequence(*probes.front(), *p)) return std::nullopt;
   }
-  EngineProbe pooled{probes.front()->collectives, 0, std::nullopt, {}, static_cast<int>(probes.size())};
+  EngineProbe pooled{probes.front()->collectives, 0, std::nullopt, {}, static_cast<int>(probes.size()), {}};
   for (const EngineProbe* p : probes) {
     pooled.repetition_ends.insert(pooled.repetition_ends.end(), p->repetition_ends.begin(), p->repetition_ends.end());
     pooled.repetitions += p->repetitions;
@@ -341,6 +342,11 @@ std::optional<EngineProbe> pool_probes(const std::vector<const EngineProbe*>& pr
     }
   }
   pooled.intra_node = pool_intra_node(probes);
+  std::vector<const ReductionCost*> reductions;
+  for (const EngineProbe* p : probes) {
+    if (!p->reduction.empty()) reductions.push_back(&p->reduction);
+  }
+  if (reductions.size() == probes.size()) pooled.reduction = median_reduction(reductions);
   return pooled;
 }
 

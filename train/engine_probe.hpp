@@ -23,6 +23,7 @@
 
 #include "core/comm.hpp"
 #include "core/hierarchical.hpp"
+#include "core/reduction.hpp"
 #include "core/schedule.hpp"
 
 namespace dpbench {
@@ -56,6 +57,10 @@ struct EngineProbe {
   // Every repetition's ends ([repetitions][collectives], as CollectiveProbe::end_s), for pool_probes.
   std::vector<std::vector<double>> repetition_ends;
   int runs = 1;  // the runs whose repetitions it holds (pool_probes)
+  // The host's reduction by size (core/reduction.hpp probe_reduction), timed by rank 0 after the
+  // collectives, the other ranks waiting for it; pooled: each size's median over the runs. Empty
+  // where it was not probed.
+  ReductionCost reduction;
 };
 
 // One probe from the probes of several runs of one configuration (a `run`'s repetitions): each
@@ -136,6 +141,9 @@ inline constexpr int kMaxRepetitions = 100;
 // The intra-node probe's message at least (16 MiB): long enough that the copy, not the
 // round trip's latency, sets its time.
 inline constexpr std::size_t kIntraNodeProbeFloats = std::size_t{1} << 22;
+// Repetitions of the reduction probe at each size (EngineProbe::reduction; about 20 ms in all on
+// a 2-core Xeon).
+inline constexpr int kReductionProbeRepetitions = 5;
 // `clock` (seconds, called on the rank's own thread; empty: std::chrono::steady_clock) times the
 // round trips, for a test to script them.
 std::optional<IntraNodeProbe> probe_intra_node(Communicator& comm, int ranks_per_node, std::size_t floats, int reps,

@@ -165,6 +165,7 @@ class RankLoop {
     if (comm.rank() == 0) {
       if (!probe) probe = EngineProbe{};
       probe->intra_node = intra;
+      probe->reduction = probe_reduction(default_reduction_sizes(), kReductionProbeRepetitions);
       result_.engine_probe = std::move(probe);
     }
   }

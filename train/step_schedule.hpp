@@ -44,6 +44,10 @@ struct ScheduleInputs {
   // > 0: DDP's all-reduce as NCCL's tree over nodes of this many ranks (Collectives::
   // tree_allreduce); 0: the engine's ring.
   int tree_ranks_per_node = 0;
+  // What the host's reductions cost (core/reduction.hpp): each strategy's schedule sets it on its
+  // StepSchedule, so that the collectives that sum (and the roots and servers of p2p pushes) pay
+  // for their adds. Empty: the adds cost nothing.
+  ReductionCost reduction;
 };
 
 // The schedule's compute of rank r's backward, cut at each bucket's ready point (its

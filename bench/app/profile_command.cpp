@@ -108,6 +108,10 @@ int profile_command(const ProfileOptions& o) {
     fmt::print("a node's local ranks: {:.1f} MB/s, one-float round trip {:.1f} us ({} runs, {} round trips)\n",
                1e-6 * intra["bytes_per_s"].get<double>(), 1e6 * intra["latency_s"].get<double>(),
                intra["runs"].get<int>(), intra["repetitions"].get<long>());
+    for (const auto& r : doc["reduction"].is_object() ? doc["reduction"]["rates"] : nlohmann::json::array()) {
+      fmt::print("the host's add of {:.0f} KiB received: {:.3g} GB/s\n", r["bytes"].get<double>() / 1024,
+                 1e-9 * r["bytes_per_s"].get<double>());
+    }
   }
   fmt::print("host profile written to {}\n", out);
   return 0;

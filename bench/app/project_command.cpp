@@ -216,6 +216,18 @@ void print_host_profile(const nlohmann::json& doc) {
   }
 }
 
+// The host's reductions the simulation played (calibration.reduction): each size's rate, and
+// where they came from.
+void print_reduction(const nlohmann::json& reduction) {
+  std::vector<std::string> rates;
+  for (const auto& r : reduction["rates"]) {
+    rates.push_back(fmt::format("{:.3g} GB/s at {:.0f} KiB", 1e-9 * r["bytes_per_s"].get<double>(),
+                                r["bytes"].get<double>() / 1024));
+  }
+  fmt::print("the host's reductions (played where a collective sums what it receives): {}; from {}\n",
+             fmt::join(rates, ", "), reduction["source"].get<std::string>());
+}
+
 std::vector<nlohmann::json> read_result_files(const std::vector<std::string>& paths) {
   std::vector<nlohmann::json> docs;
   for (const auto& path : paths) {
@@ -260,6 +272,7 @@ int project_command(const ProjectOptions& given) {
                text("host"), text("dpbench_version"), text("git_commit"));
   }
   if (doc.contains("topology") && doc["topology"].contains("host_profile")) print_host_profile(doc);
+  if (doc["calibration"].contains("reduction")) print_reduction(doc["calibration"]["reduction"]);
   if (doc["calibration"].contains("described_model")) {
     const auto& m = doc["calibration"]["described_model"];
     fmt::print("model: {} ({:.4g} parameters), described on {}, rescaled x{:.3g} to {}: {}\n",
