@@ -52,7 +52,9 @@ ReductionCost reduction_cost_from_json(const nlohmann::json& j, const char* wher
   return cost;
 }
 
-std::vector<double> default_reduction_sizes() { return {16.0 * 1024, 256.0 * 1024, 4.0 * 1024 * 1024, 32.0 * 1024 * 1024}; }
+std::vector<double> default_reduction_sizes() {
+  return {16.0 * 1024, 256.0 * 1024, 4.0 * 1024 * 1024, 32.0 * 1024 * 1024};
+}
 
 ReductionCost probe_reduction(const std::vector<double>& sizes, int repetitions) {
   if (repetitions < 1) throw Error(fmt::format("reduction probe: {} repetitions", repetitions));
@@ -87,7 +89,8 @@ ReductionCost median_reduction(const std::vector<const ReductionCost*>& costs) {
   for (const ReductionRate& r : costs.front()->rates) {
     std::vector<double> rates;
     for (const ReductionCost* c : costs) {
-      const auto it = std::find_if(c->rates.begin(), c->rates.end(), [&](const ReductionRate& x) { return x.bytes == r.bytes; });
+      const auto it = std::find_if(c->rates.begin(), c->rates.end(),
+                                   [&](const ReductionRate& x) { return x.bytes == r.bytes; });
       if (it != c->rates.end()) rates.push_back(it->bytes_per_s);
     }
     if (rates.size() == costs.size()) out.rates.push_back({r.bytes, median(rates)});

@@ -143,7 +143,8 @@ TEST(Reduction, CollectivesPayForTheSumsTheirEngineDoes) {
     c.broadcast(n, 0);
     c.allgatherv(even_counts(n, p));
   });
-  const StepSchedule free = schedule(Backend::local, [&](Collectives& c) { c.allreduce(n); }, false);
+  const StepSchedule free = schedule(
+      Backend::local, [&](Collectives& c) { c.allreduce(n); }, false);
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(reduced(moves, r).second, 0) << "broadcast and all-gather move, they do not sum";
     EXPECT_EQ(reduced(free, r).second, 0) << "no cost, no reduce computes";
