@@ -1,11 +1,13 @@
 #include "analysis/host_profile.hpp"
 
 #include <fstream>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/schedule.hpp"
 #include "core/stats.hpp"
 #include "record/result_json.hpp"
 
@@ -40,6 +42,7 @@ nlohmann::json HostProfile::record() const {
                         {"intra_node", {{"bytes_per_s", intra_bytes_per_s}, {"round_trip_s", intra_round_trip_s}}},
                         {"source", source}};
   if (!reduction.empty()) out["reduction"] = reduction.to_json();
+  if (!shared_overhead_s.empty()) out["ranks_sharing_cores"] = document.at("ranks_sharing_cores");
   return out;
 }
 
@@ -65,8 +68,54 @@ nlohmann::json pooled_reduction(const nlohmann::json& run_result) {
 
 }  // namespace
 
+nlohmann::json shared_cores_block(const nlohmann::json& shared_result) {
+  const int cores = shared_result.at("env").value("cpu_cores", 0);
+  const nlohmann::json& net = shared_result.at("network");
+  const int ranks = net.value("nodes", 0) * net.value("ranks_per_node", 1);
+  if (cores < 1 || ranks <= cores) {
+    throw Error(fmt::format("profile: the ranks-sharing-cores job ran {} ranks on {} cores: it needs more ranks than "
+                            "cores",
+                            ranks, cores));
+  }
+  std::map<std::string, std::vector<double>> by_kind;
+  nlohmann::json probes = nlohmann::json::array();
+  for (const auto& run : shared_result.at("runs")) {
+    // The probe's fits: beside an in-step calibration they are under probe_calibrated.
+    const nlohmann::json::json_pointer beside("/network/simulation/probe_calibrated/calibration/collectives");
+    const nlohmann::json::json_pointer own("/network/simulation/calibration/collectives");
+    const nlohmann::json::json_pointer& where = run.contains(beside) ? beside : own;
+    if (!run.contains(where) || !run.at(where).is_array()) continue;
+    for (const auto& fit : run.at(where)) {
+      if (!fit.contains("overhead_at_link_s")) continue;
+      const std::string kind = fit.at("collective").get<std::string>();
+      by_kind[kind].push_back(fit["overhead_at_link_s"].get<double>());
+      probes.push_back({{"mode", run.value("mode", "")},
+                        {"collective", kind},
+                        {"floats", fit.value("floats", 0)},
+                        {"efficiency", fit.value("efficiency", 1.0)},
+                        {"overhead_at_link_s", by_kind[kind].back()}});
+    }
+  }
+  if (by_kind.empty()) {
+    throw Error("profile: the ranks-sharing-cores job's runs fitted no dense collective in their engine probes "
+                "(network.simulation.calibration.collectives[].overhead_at_link_s)");
+  }
+  nlohmann::json overhead = nlohmann::json::object();
+  for (const auto& [kind, values] : by_kind) overhead[kind] = median(values);
+  return {{"nodes", net.value("nodes", 0)},
+          {"ranks", ranks},
+          {"cores", cores},
+          {"overhead_s", overhead},
+          {"runs", shared_result.at("runs").size()},
+          {"probes", probes},
+          {"method", "a cluster job of more ranks than the host's cores on the profile's link: each dense collective "
+                     "its engine probe ran, as the cost per message between nodes that, at the link's rate, ends it "
+                     "when the probe saw it end (network.simulation.calibration.collectives[].overhead_at_link_s); "
+                     "each kind's median over the runs' probes"}};
+}
+
 nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
-                                     const std::string& command) {
+                                     const std::string& command, const nlohmann::json* shared_result) {
   std::vector<double> rates, round_trips;
   long repetitions = 0, runs = 0;
   nlohmann::json probes = nlohmann::json::array();
@@ -106,10 +155,37 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
                        "(latency_s): on ranks sharing cores a round trip is either quick or waits for a time slice, "
                        "and the mean weighs both as a step meets them"}}},
           {"links", net.value("links", nlohmann::json::array())},
-          {"reduction", pooled_reduction(run_result)}};
+          {"reduction", pooled_reduction(run_result)},
+          {"ranks_sharing_cores", shared_result != nullptr ? shared_cores_block(*shared_result) : nlohmann::json()}};
 }
 
 namespace {
+
+// The ranks_sharing_cores block into `p`. Throws InputError naming `where`.
+void read_shared_cores(const nlohmann::json& block, const std::string& where, HostProfile& p) {
+  if (!block.is_object() || !block.contains("overhead_s") || !block["overhead_s"].is_object()) {
+    throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores has no overhead_s", where));
+  }
+  p.shared_ranks = block.value("ranks", 0);
+  p.shared_cores = block.value("cores", 0);
+  if (p.shared_cores < 1 || p.shared_ranks <= p.shared_cores) {
+    throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores has {} ranks on {} cores (it needs "
+                                 "more ranks than cores)",
+                                 where, p.shared_ranks, p.shared_cores));
+  }
+  p.shared_overhead_s.assign(kCollectiveKinds, 0.0);
+  for (const auto& [name, value] : block["overhead_s"].items()) {
+    int k = 0;
+    while (k < kCollectiveKinds && name != collective_name(static_cast<CollectiveKind>(k))) ++k;
+    if (k == kCollectiveKinds) {
+      throw InputError(fmt::format("{}: ranks_sharing_cores.overhead_s: {} is not a collective", where, name));
+    }
+    if (!value.is_number() || value.get<double>() < 0) {
+      throw InputError(fmt::format("{}: ranks_sharing_cores.overhead_s.{} is not a non-negative number", where, name));
+    }
+    p.shared_overhead_s[static_cast<std::size_t>(k)] = value.get<double>();
+  }
+}
 
 // host_profile_from's checks and reads; a value of the wrong JSON type throws nlohmann's
 // type_error, which host_profile_from names as malformed.
@@ -139,6 +215,9 @@ HostProfile checked_profile(const nlohmann::json& doc, const std::string& path, 
       throw InputError(fmt::format("{}: the host profile's reduction has no rates", where));
     }
     p.reduction = reduction_cost_from_json(doc["reduction"]["rates"], where.c_str());
+  }
+  if (doc.contains("ranks_sharing_cores") && !doc["ranks_sharing_cores"].is_null()) {
+    read_shared_cores(doc["ranks_sharing_cores"], where, p);
   }
   if (doc.contains("links")) {
     if (!doc["links"].is_array()) throw InputError(fmt::format("{}: the host profile's links is not a list", where));

@@ -433,6 +433,30 @@ struct EngineCalibration {
   // The projection plays the files' emulated links: TCP's send buffer on them, as the in-run
   // simulation plays it (emulated_tcp_send_buffer_bytes).
   bool tcp_send_buffer = false;
+  // Ranks sharing the host's cores (the host profile's ranks_sharing_cores): by CollectiveKind the
+  // cost per message between nodes at shared_ranks ranks on shared_cores cores; empty: none.
+  std::vector<double> shared_overhead_s;
+  int shared_ranks = 0, shared_cores = 0;
+  nlohmann::json shared_record;  // shared_cores_calibration's
+
+  // The share of the profile's per-message cost that p ranks on the host pay: 0 up to 2 ranks per
+  // core (4 emulated nodes on 2 cores were held out within 4 % without it), growing linearly with
+  // the ranks to 1 at the profile's ranks, and beyond along the same line (fewer than 2 ranks per
+  // core in the profile: from 1 rank per core).
+  double shared_share(int p) const {
+    if (shared_overhead_s.empty()) return 0.0;
+    const int from = shared_ranks > 2 * shared_cores ? 2 * shared_cores : shared_cores;
+    return std::max(0.0, static_cast<double>(p - from) / static_cast<double>(shared_ranks - from));
+  }
+  // The engine's per-message costs at world size p: the files' fits, plus the host's share.
+  std::vector<double> overhead_at(int p) const {
+    std::vector<double> o = overhead_s;
+    const double share = shared_share(p);
+    if (share <= 0) return o;
+    o.resize(kCollectiveKinds, 0.0);
+    for (std::size_t k = 0; k < kCollectiveKinds; ++k) o[k] += share * shared_overhead_s[k];
+    return o;
+  }
 
   // The shares of the link to play at world size p.
   std::vector<double> efficiency_at(int p) const {
@@ -542,6 +566,26 @@ nlohmann::json profile_intra_node(const HostProfile& profile) {
                      "command line gave no --intra-link"}};
 }
 
+// The host profile's ranks sharing cores (analysis/host_profile.hpp ranks_sharing_cores) set on
+// `engine` for a projection on the files' emulated link, whose ranks share this host's cores;
+// returns its record.
+nlohmann::json shared_cores_calibration(const HostProfile& profile, EngineCalibration& engine) {
+  engine.shared_overhead_s = profile.shared_overhead_s;
+  engine.shared_ranks = profile.shared_ranks;
+  engine.shared_cores = profile.shared_cores;
+  engine.from_host_profile.push_back("ranks_sharing_cores");
+  const int from = engine.shared_ranks > 2 * engine.shared_cores ? 2 * engine.shared_cores : engine.shared_cores;
+  return {{"overhead_s", profile.document.at("ranks_sharing_cores").at("overhead_s")},
+          {"ranks", profile.shared_ranks},
+          {"cores", profile.shared_cores},
+          {"from_ranks", from},
+          {"host_profile", profile.path},
+          {"method", fmt::format("the host profile's cost per message between nodes of each collective at {} ranks on "
+                                 "{} cores (ranks_sharing_cores), added to the engine's at p ranks x (p - {}) / ({} - "
+                                 "{}) when p > {}: the emulated ranks share this host's cores",
+                                 profile.shared_ranks, profile.shared_cores, from, profile.shared_ranks, from, from)}};
+}
+
 // What a projection on the files' emulated link takes from their runs: the engine's fits, the
 // requested rate's share and (unless --intra-link was given) the probed intra-node link; the
 // latter two from --host-profile where no file has them.
@@ -564,6 +608,9 @@ EngineCalibration files_calibration(const ProjectOptions& o, const Inputs& in) {
     engine.intra_record = profile_intra_node(*o.host_profile);
     engine.from_host_profile.push_back("intra_node");
   }
+  if (o.host_profile && !o.host_profile->shared_overhead_s.empty()) {
+    engine.shared_record = shared_cores_calibration(*o.host_profile, engine);
+  }
   if (!engine.intra_record.is_null()) {
     engine.intra_bytes_per_s = engine.intra_record["bytes_per_s"].get<double>();
     engine.intra_latency_s = engine.intra_record["latency_s"].get<double>();
@@ -577,7 +624,7 @@ SimPlatform size_platform(const ProjectOptions& o, const LinkModel& link, const 
   SimPlatform platform = link_platform(o.topology, link, p, engine.requested_share);
   if (platform.platform_file.empty()) {
     platform.engine_efficiency = engine.efficiency_at(p);
-    platform.engine_overhead_s = engine.overhead_s;
+    platform.engine_overhead_s = engine.overhead_at(p);
     if (engine.tcp_send_buffer) platform.send_buffer_bytes = emulated_tcp_send_buffer_bytes(platform);
     if (engine.intra_bytes_per_s > 0) {
       platform.intra_bytes_per_s = engine.intra_bytes_per_s;
@@ -847,6 +894,7 @@ void describe_topology(const ProjectOptions& o, const ProjectionLink& link, cons
                      {"compute", "per rank: per-sample time x batch, one third forward and two thirds backward; the "
                                  "optimizer (sharded_ps: 1/p of it on each server)"}};
   if (!engine.intra_record.is_null()) doc["topology"]["intra_node_calibration"] = engine.intra_record;
+  if (!engine.shared_record.is_null()) doc["topology"]["ranks_sharing_cores"] = engine.shared_record;
   if (o.host_profile) {
     nlohmann::json& h = doc["topology"]["host_profile"] = o.host_profile->record();
     h["used_for"] = engine.from_host_profile;

@@ -58,7 +58,9 @@ struct FirstProbe {
 // `platform`: a dense collective's share of the link; a per-message one's (train/engine_probe.hpp
 // probed_per_message) constant overhead, or, for a larger probe of a kind already fitted (a sparse
 // run's second half, kLargeProbeFactor x the size), its cost per byte, the constant lowered so that
-// the smaller probe's messages keep the cost fitted on them. Returns the probe's record.
+// the smaller probe's messages keep the cost fitted on them. A dense one's record also holds
+// `overhead_at_link_s`: the cost per message between nodes that, at the link's rate, ends it when
+// the probe did (0 where its share is 1). Returns the probe's record.
 nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, const CollectiveProbe& probe, bool sparse,
                          std::map<CollectiveKind, FirstProbe>& first) {
   const auto k = static_cast<std::size_t>(probe.kind);
@@ -67,6 +69,7 @@ nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, cons
   const bool larger = per_message && seen != first.end() && probe.floats > seen->second.floats;
   if (per_message && seen == first.end()) first.emplace(probe.kind, FirstProbe{probe.floats, 0.0});
   EfficiencyFit fit;
+  double overhead_at_link_s = 0;  // a dense kind's: beside its share of the link
   if (larger) {
     // The smaller probe's messages keep their fitted cost: each of its floats / world size.
     const double small_bytes = 4.0 * static_cast<double>(seen->second.floats) / prefix.world_size();
@@ -81,6 +84,13 @@ nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, cons
     first.at(probe.kind).overhead_s = fit.overhead_s;
   } else {
     fit = fit_engine_efficiency(prefix, platform, probe.kind, probe.end_s);
+    // The same end as a cost per message between nodes at the link's rate (0 where the link alone
+    // takes as long): recorded for the host profile's ranks sharing cores (analysis/host_profile.hpp).
+    if (fit.efficiency < 1) {
+      SimPlatform at_link = platform;
+      at_link.engine_efficiency[k] = 0.0;
+      overhead_at_link_s = fit_engine_overhead(prefix, at_link, probe.kind, probe.end_s).overhead_s;
+    }
     platform.engine_efficiency[k] = fit.efficiency;
   }
   nlohmann::json out = {{"collective", collective_name(probe.kind)},
@@ -95,6 +105,8 @@ nlohmann::json fit_probe(const StepSchedule& prefix, SimPlatform& platform, cons
     out["overhead_per_byte_s"] = fit.overhead_s;
   } else if (per_message) {
     out["overhead_s"] = fit.overhead_s;
+  } else {
+    out["overhead_at_link_s"] = overhead_at_link_s;
   }
   if (!probe.counts.empty()) out["counts"] = probe.counts;
   return out;

@@ -1152,6 +1152,85 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
   one_line_exit_2("profile --link fast", "--link");
 }
 
+// Ranks sharing the host's cores (analysis/host_profile.hpp ranks_sharing_cores): the profile's
+// block is each dense collective's median over the runs of the 8-node job's probe fits (all-reduce
+// 1, 2 and 4 ms: 2 ms; a per-message kind's fit and a run without a probe left out). A projection
+// on the emulated link pays it by message from 2 ranks per core on (here 4 ranks on 2 cores): at 4
+// ranks nothing changes, at 8 ranks (the profile's) the whole 2 ms on each of the ring's messages
+// between nodes. A profile whose block has no more ranks than cores, an unknown collective or a
+// negative cost is an input error naming the path; `profile --shared-nodes 1` is refused.
+TEST(Project, AHostProfilesRanksSharingCoresSlowEachMessageBeyondTwoRanksPerCore) {
+  if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
+  nlohmann::json shared = {{"env", {{"cpu_cores", 2}}}, {"network", {{"nodes", 8}, {"ranks_per_node", 1}}}};
+  for (const double o : {1e-3, 4e-3, 2e-3}) {
+    nlohmann::json run = {{"mode", "allreduce"}};
+    run["network"]["simulation"]["calibration"]["collectives"] = {
+        {{"collective", "allreduce"}, {"floats", 1000}, {"efficiency", 0.5}, {"overhead_at_link_s", o}},
+        {{"collective", "p2p"}, {"floats", 1000}, {"efficiency", 1.0}, {"overhead_s", 9e-3}}};
+    shared["runs"].push_back(run);
+  }
+  shared["runs"].push_back({{"mode", "ps"}});
+  const nlohmann::json block = shared_cores_block(shared);
+  EXPECT_EQ(block["ranks"], 8);
+  EXPECT_EQ(block["cores"], 2);
+  EXPECT_EQ(block["overhead_s"], nlohmann::json({{"allreduce", 2e-3}})) << block.dump();
+  EXPECT_EQ(block["probes"].size(), 3u);
+  nlohmann::json few = shared;
+  few["network"]["nodes"] = 2;
+  EXPECT_THROW(shared_cores_block(few), Error) << "2 ranks on 2 cores";
+  few = shared;
+  few["runs"] = nlohmann::json::array({{{"mode", "ps"}}});
+  EXPECT_THROW(shared_cores_block(few), Error) << "no run with a fit";
+
+  nlohmann::json with = test_profile_document();
+  with["ranks_sharing_cores"] = block;
+  nlohmann::json without = with;
+  without["ranks_sharing_cores"] = nullptr;
+  IntraNodeCase c = intra_node_case();
+  ProjectOptions& o = c.options;
+  o.max_ranks = 8;
+  o.topology.ranks_per_node = 1;
+  o.host_profile = host_profile_from(with, "host.json");
+  const nlohmann::json shared_proj = project(o, {c.plain_doc}, nullptr);
+  o.host_profile = host_profile_from(without, "host.json");
+  const nlohmann::json plain = project(o, {c.plain_doc}, nullptr);
+  const auto& t = shared_proj["topology"];
+  ASSERT_TRUE(t.contains("ranks_sharing_cores")) << t.dump();
+  EXPECT_EQ(t["ranks_sharing_cores"]["from_ranks"], 4);
+  EXPECT_NE(std::find(t["host_profile"]["used_for"].begin(), t["host_profile"]["used_for"].end(),
+                      "ranks_sharing_cores"),
+            t["host_profile"]["used_for"].end());
+  EXPECT_FALSE(plain["topology"].contains("ranks_sharing_cores"));
+  EXPECT_EQ(simulated_step_at(shared_proj, "allreduce", 4), simulated_step_at(plain, "allreduce", 4))
+      << "4 ranks on 2 cores pay nothing";
+  EXPECT_GT(simulated_step_at(shared_proj, "allreduce", 8), simulated_step_at(plain, "allreduce", 8) + 14 * 2e-3)
+      << "a ring of 8: 14 messages of each bucket, 2 ms each";
+
+  const auto refused = [](const nlohmann::json& doc, const std::string& needle) {
+    try {
+      host_profile_from(doc, "h.json");
+      ADD_FAILURE() << needle << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json bad = with;
+  bad["ranks_sharing_cores"]["ranks"] = 2;
+  refused(bad, "h.json: the host profile's ranks_sharing_cores has 2 ranks on 2 cores");
+  bad = with;
+  bad["ranks_sharing_cores"]["overhead_s"]["ring"] = 1e-3;
+  refused(bad, "h.json: ranks_sharing_cores.overhead_s: ring is not a collective");
+  bad = with;
+  bad["ranks_sharing_cores"]["overhead_s"]["allreduce"] = -1e-3;
+  refused(bad, "h.json: ranks_sharing_cores.overhead_s.allreduce is not a non-negative number");
+  TempDir tmp;
+  const Outcome one = shell(std::string(DPBENCH_BINARY) + " profile --shared-nodes 1 -o p.json", tmp.path());
+  EXPECT_EQ(one.exit_code, 2) << one.err;
+  EXPECT_EQ(std::count(one.err.begin(), one.err.end(), '\n'), 1) << one.err;
+  EXPECT_NE(one.err.find("--shared-nodes 1: give 0 (no such job) or 2 to 64 nodes"), std::string::npos) << one.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "p.json"));
+}
+
 // The host's reductions (core/reduction.hpp) on the files' emulated link: the files' runs' probes
 // (network.simulation.reduction, here 100 MB/s at every size) are played by the simulated
 // points, recorded under calibration.reduction: ps's gloo reduce at 4 ranks sums 3 chunks of its

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
+#include <thread>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -20,13 +22,14 @@ namespace dpbench {
 
 namespace {
 
-// The profile's cluster run: every mode, a few steps each (the probes come before them).
-std::vector<std::string> profile_run_args(const ProfileOptions& o, const std::string& out) {
+// A profile's cluster run: every mode, a few steps each (the probes come before them).
+std::vector<std::string> profile_run_args(const ProfileOptions& o, int nodes, int ranks_per_node, int repetitions,
+                                          const std::string& out) {
   return {"run",
           "--nodes",
-          "2",
+          std::to_string(nodes),
           "--ranks-per-node",
-          std::to_string(o.ranks_per_node),
+          std::to_string(ranks_per_node),
           "--link",
           o.link,
           "--max-steps",
@@ -34,11 +37,40 @@ std::vector<std::string> profile_run_args(const ProfileOptions& o, const std::st
           "--warmup-steps",
           "2",
           "--repetitions",
-          std::to_string(o.repetitions),
+          std::to_string(repetitions),
           "--no-eval",
           "-q",
           "--out",
           out};
+}
+
+// Runs one cluster job (`args`, its last two the output) as a child and returns its result file's
+// document, or nullopt after saying why it failed (`exit_code` set).
+std::optional<nlohmann::json> run_job(const std::vector<std::string>& args, const std::string& run_out, bool quiet,
+                                      int& exit_code) {
+  const std::string run_err = run_out + ".err";
+  if (!quiet) fmt::print(stderr, "profile: dpbench {}\n", fmt::join(args.begin(), args.end() - 2, " "));
+  const ChildRun child = run_child(args, run_err);
+  std::error_code ec;
+  std::filesystem::remove(run_err, ec);
+  if (child.exit_code != 0) {
+    std::filesystem::remove(run_out, ec);
+    fmt::print(stderr, "dpbench: profile: the cluster run failed (exit {}): {}\n", child.exit_code, child.last_error);
+    exit_code = child.exit_code;
+    return std::nullopt;
+  }
+  std::ifstream f(run_out);
+  nlohmann::json run = nlohmann::json::parse(f);
+  f.close();
+  std::filesystem::remove(run_out, ec);
+  return run;
+}
+
+// The nodes of the ranks-sharing-cores job (0: none).
+int shared_nodes(const ProfileOptions& o) {
+  if (o.shared_nodes >= 0) return o.shared_nodes;
+  const int nodes = 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return nodes <= kMaxSharedNodes ? nodes : 0;
 }
 
 std::string this_host() {
@@ -58,6 +90,10 @@ CLI::App* add_profile_command(CLI::App& parent, ProfileOptions& o) {
                  "Ranks on each of the two nodes (at least 2: a node's local ranks are what is probed)")
       ->capture_default_str();
   app.add_option("--repetitions", o.repetitions, "Runs of the probes, pooled")->capture_default_str();
+  app.add_option("--shared-nodes", o.shared_nodes,
+                 fmt::format("Nodes of one rank each of the second job, whose ranks exceed the host's cores (ranks "
+                             "sharing cores); default 4 x the cores where that is at most {}; 0: no such job",
+                             kMaxSharedNodes));
   app.add_option("--out,-o", o.out, "Host profile JSON path (default results/dpbench-host-profile-<time>.json)");
   app.add_flag("--quiet,-q", o.quiet, "Only print where the profile was written");
   return &app;
@@ -76,29 +112,28 @@ int profile_command(const ProfileOptions& o) {
   cluster::validate(spec);
   const cluster::Capability cap = cluster::probe_capability();
   if (cap.how.empty()) throw InputError("profile: this machine cannot host an emulated cluster: " + cap.missing);
+  const int nodes = shared_nodes(o);
+  if (nodes == 1 || nodes > 64) {
+    throw InputError(fmt::format("--shared-nodes {}: give 0 (no such job) or 2 to 64 nodes", o.shared_nodes));
+  }
   const std::string out = o.out.empty() ? default_out_path("host-profile") : o.out;
   check_result_path(out);
 
-  const std::string run_out = out + ".run.json", run_err = out + ".run.err";
-  const auto args = profile_run_args(o, run_out);
-  if (!o.quiet) fmt::print(stderr, "profile: dpbench {}\n", fmt::join(args.begin(), args.end() - 2, " "));
-  const ChildRun child = run_child(args, run_err);
-  std::error_code ec;
-  if (child.exit_code != 0) {
-    std::filesystem::remove(run_out, ec);
-    std::filesystem::remove(run_err, ec);
-    fmt::print(stderr, "dpbench: profile: the cluster run failed (exit {}): {}\n", child.exit_code, child.last_error);
-    return child.exit_code;
+  int exit_code = 0;
+  const std::string run_out = out + ".run.json";
+  const std::optional<nlohmann::json> run = run_job(profile_run_args(o, 2, o.ranks_per_node, o.repetitions, run_out),
+                                                    run_out, o.quiet, exit_code);
+  if (!run) return exit_code;
+  std::optional<nlohmann::json> shared;
+  if (nodes > 0) {
+    shared = run_job(profile_run_args(o, nodes, 1, kSharedRepetitions, run_out), run_out, o.quiet, exit_code);
+    if (!shared) return exit_code;
   }
-  std::ifstream f(run_out);
-  const nlohmann::json run = nlohmann::json::parse(f);
-  f.close();
-  std::filesystem::remove(run_out, ec);
-  std::filesystem::remove(run_err, ec);
   const nlohmann::json doc = host_profile_document(
-      run, this_host(),
-      fmt::format("dpbench profile --link {} --ranks-per-node {} --repetitions {}", o.link, o.ranks_per_node,
-                  o.repetitions));
+      *run, this_host(),
+      fmt::format("dpbench profile --link {} --ranks-per-node {} --repetitions {} --shared-nodes {}", o.link,
+                  o.ranks_per_node, o.repetitions, nodes),
+      shared ? &*shared : nullptr);
   write_json_atomic(out, doc);
   if (!o.quiet) {
     const auto& m = doc["machine"];
@@ -111,6 +146,13 @@ int profile_command(const ProfileOptions& o) {
     for (const auto& r : doc["reduction"].is_object() ? doc["reduction"]["rates"] : nlohmann::json::array()) {
       fmt::print("the host's add of {:.0f} KiB received: {:.3g} GB/s\n", r["bytes"].get<double>() / 1024,
                  1e-9 * r["bytes_per_s"].get<double>());
+    }
+    if (doc["ranks_sharing_cores"].is_object()) {
+      const auto& shared_block = doc["ranks_sharing_cores"];
+      for (const auto& [kind, o_s] : shared_block["overhead_s"].items()) {
+        fmt::print("{} ranks on {} cores: {} costs {:.3f} ms per message between nodes\n",
+                   shared_block["ranks"].get<int>(), shared_block["cores"].get<int>(), kind, 1e3 * o_s.get<double>());
+      }
     }
   }
   fmt::print("host profile written to {}\n", out);

@@ -208,6 +208,16 @@ void print_host_profile(const nlohmann::json& doc) {
              1e-6 * h["intra_node"]["bytes_per_s"].get<double>(), 1e6 * h["intra_node"]["round_trip_s"].get<double>(),
              h["used_for"].empty() ? std::string("nothing (the files have their own)")
                                    : fmt::format("{}", fmt::join(h["used_for"], ", ")));
+  if (const auto& shared = doc["topology"].value("ranks_sharing_cores", nlohmann::json()); shared.is_object()) {
+    std::vector<std::string> costs;
+    for (const auto& [kind, o_s] : shared["overhead_s"].items()) {
+      costs.push_back(fmt::format("{} {:.3f} ms", kind, 1e3 * o_s.get<double>()));
+    }
+    fmt::print("ranks sharing the host's cores: per message between nodes at {} ranks on {} cores {}; from none at {} "
+               "ranks, linear in the ranks\n",
+               shared["ranks"].get<int>(), shared["cores"].get<int>(), fmt::join(costs, ", "),
+               shared["from_ranks"].get<int>());
+  }
   if (!h["same_machine_as_calibration"].get<bool>()) {
     fmt::print("warning: the host profile was made on another CPU or core count than the calibration run "
                "({}, {} cores): it describes another host\n",
