@@ -1,5 +1,6 @@
 #include "analysis/host_profile.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -42,7 +43,7 @@ nlohmann::json HostProfile::record() const {
                         {"intra_node", {{"bytes_per_s", intra_bytes_per_s}, {"round_trip_s", intra_round_trip_s}}},
                         {"source", source}};
   if (!reduction.empty()) out["reduction"] = reduction.to_json();
-  if (!shared_overhead_s.empty()) out["ranks_sharing_cores"] = document.at("ranks_sharing_cores");
+  if (!shared_points.empty()) out["ranks_sharing_cores"] = document.at("ranks_sharing_cores");
   return out;
 }
 
@@ -68,8 +69,11 @@ nlohmann::json pooled_reduction(const nlohmann::json& run_result) {
 
 }  // namespace
 
-nlohmann::json shared_cores_block(const nlohmann::json& shared_result) {
-  const int cores = shared_result.at("env").value("cpu_cores", 0);
+namespace {
+
+// One ranks-sharing-cores job's point of shared_cores_block (its cores in `cores`).
+nlohmann::json shared_cores_point(const nlohmann::json& shared_result, int& cores) {
+  cores = shared_result.at("env").value("cpu_cores", 0);
   const nlohmann::json& net = shared_result.at("network");
   const int ranks = net.value("nodes", 0) * net.value("ranks_per_node", 1);
   if (cores < 1 || ranks <= cores) {
@@ -97,25 +101,55 @@ nlohmann::json shared_cores_block(const nlohmann::json& shared_result) {
     }
   }
   if (by_kind.empty()) {
-    throw Error("profile: the ranks-sharing-cores job's runs fitted no dense collective in their engine probes "
-                "(network.simulation.calibration.collectives[].overhead_at_link_s)");
+    throw Error(fmt::format("profile: the ranks-sharing-cores job of {} ranks fitted no dense collective in its engine "
+                            "probes (network.simulation.calibration.collectives[].overhead_at_link_s)",
+                            ranks));
   }
   nlohmann::json overhead = nlohmann::json::object();
   for (const auto& [kind, values] : by_kind) overhead[kind] = median(values);
   return {{"nodes", net.value("nodes", 0)},
           {"ranks", ranks},
-          {"cores", cores},
           {"overhead_s", overhead},
           {"runs", shared_result.at("runs").size()},
-          {"probes", probes},
-          {"method", "a cluster job of more ranks than the host's cores on the profile's link: each dense collective "
-                     "its engine probe ran, as the cost per message between nodes that, at the link's rate, ends it "
-                     "when the probe saw it end (network.simulation.calibration.collectives[].overhead_at_link_s); "
-                     "each kind's median over the runs' probes"}};
+          {"probes", probes}};
+}
+
+}  // namespace
+
+nlohmann::json shared_cores_block(const std::vector<nlohmann::json>& shared_results) {
+  if (shared_results.empty()) throw Error("profile: no ranks-sharing-cores job to make a block of");
+  nlohmann::json points = nlohmann::json::array();
+  int cores = 0;
+  for (const nlohmann::json& result : shared_results) {
+    int these = 0;
+    points.push_back(shared_cores_point(result, these));
+    if (cores != 0 && these != cores) {
+      throw Error(fmt::format("profile: the ranks-sharing-cores jobs ran on {} and {} cores", cores, these));
+    }
+    cores = these;
+  }
+  std::sort(points.begin(), points.end(),
+            [](const nlohmann::json& a, const nlohmann::json& b) { return a["ranks"] < b["ranks"]; });
+  for (std::size_t i = 1; i < points.size(); ++i) {
+    if (points[i]["ranks"] == points[i - 1]["ranks"]) {
+      throw Error(fmt::format("profile: two ranks-sharing-cores jobs of {} ranks", points[i]["ranks"].get<int>()));
+    }
+  }
+  const nlohmann::json& largest = points.back();
+  return {{"nodes", largest["nodes"]},
+          {"ranks", largest["ranks"]},
+          {"cores", cores},
+          {"overhead_s", largest["overhead_s"]},
+          {"points", points},
+          {"method", "cluster jobs of more ranks than the host's cores on the profile's link, one point each: each "
+                     "dense collective its engine probe ran, as the cost per message between nodes that, at the "
+                     "link's rate, ends it when the probe saw it end (network.simulation.calibration.collectives[]."
+                     "overhead_at_link_s); each kind's median over the job's runs' probes. nodes, ranks and "
+                     "overhead_s beside the points: the largest job's"}};
 }
 
 nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
-                                     const std::string& command, const nlohmann::json* shared_result) {
+                                     const std::string& command, const std::vector<nlohmann::json>& shared_results) {
   std::vector<double> rates, round_trips;
   long repetitions = 0, runs = 0;
   nlohmann::json probes = nlohmann::json::array();
@@ -156,25 +190,18 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
                        "and the mean weighs both as a step meets them"}}},
           {"links", net.value("links", nlohmann::json::array())},
           {"reduction", pooled_reduction(run_result)},
-          {"ranks_sharing_cores", shared_result != nullptr ? shared_cores_block(*shared_result) : nlohmann::json()}};
+          {"ranks_sharing_cores", shared_results.empty() ? nlohmann::json() : shared_cores_block(shared_results)}};
 }
 
 namespace {
 
-// The ranks_sharing_cores block into `p`. Throws InputError naming `where`.
-void read_shared_cores(const nlohmann::json& block, const std::string& where, HostProfile& p) {
-  if (!block.is_object() || !block.contains("overhead_s") || !block["overhead_s"].is_object()) {
+// A ranks_sharing_cores point's overhead_s, by CollectiveKind. Throws InputError naming `where`.
+std::vector<double> shared_overheads(const nlohmann::json& overheads, const std::string& where) {
+  if (!overheads.is_object()) {
     throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores has no overhead_s", where));
   }
-  p.shared_ranks = block.value("ranks", 0);
-  p.shared_cores = block.value("cores", 0);
-  if (p.shared_cores < 1 || p.shared_ranks <= p.shared_cores) {
-    throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores has {} ranks on {} cores (it needs "
-                                 "more ranks than cores)",
-                                 where, p.shared_ranks, p.shared_cores));
-  }
-  p.shared_overhead_s.assign(kCollectiveKinds, 0.0);
-  for (const auto& [name, value] : block["overhead_s"].items()) {
+  std::vector<double> out(kCollectiveKinds, 0.0);
+  for (const auto& [name, value] : overheads.items()) {
     int k = 0;
     while (k < kCollectiveKinds && name != collective_name(static_cast<CollectiveKind>(k))) ++k;
     if (k == kCollectiveKinds) {
@@ -183,7 +210,37 @@ void read_shared_cores(const nlohmann::json& block, const std::string& where, Ho
     if (!value.is_number() || value.get<double>() < 0) {
       throw InputError(fmt::format("{}: ranks_sharing_cores.overhead_s.{} is not a non-negative number", where, name));
     }
-    p.shared_overhead_s[static_cast<std::size_t>(k)] = value.get<double>();
+    out[static_cast<std::size_t>(k)] = value.get<double>();
+  }
+  return out;
+}
+
+// The ranks_sharing_cores block into `p`: its points, or (a profile made before them) the block
+// itself as one. Throws InputError naming `where`.
+void read_shared_cores(const nlohmann::json& block, const std::string& where, HostProfile& p) {
+  if (!block.is_object() || !block.contains("overhead_s")) {
+    throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores has no overhead_s", where));
+  }
+  p.shared_cores = block.value("cores", 0);
+  const nlohmann::json points = block.contains("points") ? block["points"] : nlohmann::json::array({block});
+  if (!points.is_array() || points.empty()) {
+    throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores.points is not a list of points", where));
+  }
+  for (const auto& point : points) {
+    SharedCoresPoint sp;
+    sp.ranks = point.is_object() ? point.value("ranks", 0) : 0;
+    if (p.shared_cores < 1 || sp.ranks <= p.shared_cores) {
+      throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores has {} ranks on {} cores (it needs "
+                                   "more ranks than cores)",
+                                   where, sp.ranks, p.shared_cores));
+    }
+    if (!p.shared_points.empty() && sp.ranks <= p.shared_points.back().ranks) {
+      throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores points are not in ascending ranks ({} "
+                                   "after {})",
+                                   where, sp.ranks, p.shared_points.back().ranks));
+    }
+    sp.overhead_s = shared_overheads(point.value("overhead_s", nlohmann::json()), where);
+    p.shared_points.push_back(std::move(sp));
   }
 }
 

@@ -433,28 +433,46 @@ struct EngineCalibration {
   // The projection plays the files' emulated links: TCP's send buffer on them, as the in-run
   // simulation plays it (emulated_tcp_send_buffer_bytes).
   bool tcp_send_buffer = false;
-  // Ranks sharing the host's cores (the host profile's ranks_sharing_cores): by CollectiveKind the
-  // cost per message between nodes at shared_ranks ranks on shared_cores cores; empty: none.
-  std::vector<double> shared_overhead_s;
-  int shared_ranks = 0, shared_cores = 0;
+  // Ranks sharing the host's cores (the host profile's ranks_sharing_cores): its points (ranks on
+  // shared_cores cores, by CollectiveKind the cost per message between nodes); empty: none.
+  std::vector<SharedCoresPoint> shared_points;
+  int shared_cores = 0;
   nlohmann::json shared_record;  // shared_cores_calibration's
 
-  // The share of the profile's per-message cost that p ranks on the host pay: 0 up to 2 ranks per
-  // core (4 emulated nodes on 2 cores were held out within 4 % without it), growing linearly with
-  // the ranks to 1 at the profile's ranks, and beyond along the same line (fewer than 2 ranks per
-  // core in the profile: from 1 rank per core).
-  double shared_share(int p) const {
-    if (shared_overhead_s.empty()) return 0.0;
-    const int from = shared_ranks > 2 * shared_cores ? 2 * shared_cores : shared_cores;
-    return std::max(0.0, static_cast<double>(p - from) / static_cast<double>(shared_ranks - from));
+  // The ranks up to which the host costs a message nothing: 2 per core (4 emulated nodes on 2 cores
+  // were held out within 4 % without it); 1 per core where the profile's first point has fewer.
+  int shared_from() const {
+    return shared_points.empty() || shared_points.front().ranks >= 2 * shared_cores ? 2 * shared_cores : shared_cores;
   }
-  // The engine's per-message costs at world size p: the files' fits, plus the host's share.
+  // What the host adds to each message of kind k between nodes at p ranks: piecewise linear in p
+  // from nothing at shared_from() ranks through the profile's points beyond it, past the last along
+  // its last piece; nothing up to shared_from(), never negative. (SMPI's os/or are piecewise
+  // linear in the message size the same way.) On the 2-core AMD EPYC (2026-12-02, one profile of
+  // jobs at 4, 6 and 8 ranks, held out at 6 and 8 nodes): one line from 4 ranks to the 8-rank point
+  // was off by up to -13.8 % (sharded_ps at 6 nodes), the line through the 6- and 8-rank points by
+  // up to -9.7 %, and subtracting the 4-rank point's cost (whose all-gather the projection does not
+  // play: a 2-node fit's share holds at 2 ranks only) by up to -18.6 %.
+  double shared_overhead(int p, std::size_t k) const {
+    const int from = shared_from();
+    if (p <= from) return 0.0;
+    double x0 = from, y0 = 0.0;
+    double last_x = x0, last_y = y0, slope = 0.0;
+    for (const SharedCoresPoint& point : shared_points) {
+      if (point.ranks <= from) continue;
+      const double x1 = point.ranks, y1 = point.overhead_s[k];
+      slope = (y1 - y0) / (x1 - x0);
+      if (p <= x1) return std::max(0.0, y0 + slope * (p - x0));
+      last_x = x0 = x1;
+      last_y = y0 = y1;
+    }
+    return std::max(0.0, last_y + slope * (p - last_x));
+  }
+  // The engine's per-message costs at world size p: the files' fits, plus the host's.
   std::vector<double> overhead_at(int p) const {
     std::vector<double> o = overhead_s;
-    const double share = shared_share(p);
-    if (share <= 0) return o;
+    if (shared_points.empty() || p <= shared_from()) return o;
     o.resize(kCollectiveKinds, 0.0);
-    for (std::size_t k = 0; k < kCollectiveKinds; ++k) o[k] += share * shared_overhead_s[k];
+    for (std::size_t k = 0; k < kCollectiveKinds; ++k) o[k] += shared_overhead(p, k);
     return o;
   }
 
@@ -570,20 +588,29 @@ nlohmann::json profile_intra_node(const HostProfile& profile) {
 // `engine` for a projection on the files' emulated link, whose ranks share this host's cores;
 // returns its record.
 nlohmann::json shared_cores_calibration(const HostProfile& profile, EngineCalibration& engine) {
-  engine.shared_overhead_s = profile.shared_overhead_s;
-  engine.shared_ranks = profile.shared_ranks;
+  engine.shared_points = profile.shared_points;
   engine.shared_cores = profile.shared_cores;
   engine.from_host_profile.push_back("ranks_sharing_cores");
-  const int from = engine.shared_ranks > 2 * engine.shared_cores ? 2 * engine.shared_cores : engine.shared_cores;
-  return {{"overhead_s", profile.document.at("ranks_sharing_cores").at("overhead_s")},
-          {"ranks", profile.shared_ranks},
+  const int from = engine.shared_from();
+  const nlohmann::json& block = profile.document.at("ranks_sharing_cores");
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& point : block.contains("points") ? block["points"] : nlohmann::json::array({block})) {
+    points.push_back({{"ranks", point["ranks"]}, {"overhead_s", point["overhead_s"]}});
+  }
+  std::vector<int> ranks;
+  for (const SharedCoresPoint& p : profile.shared_points) ranks.push_back(p.ranks);
+  return {{"overhead_s", block.at("overhead_s")},
+          {"ranks", profile.shared_points.back().ranks},
           {"cores", profile.shared_cores},
+          {"points", points},
           {"from_ranks", from},
           {"host_profile", profile.path},
-          {"method", fmt::format("the host profile's cost per message between nodes of each collective at {} ranks on "
-                                 "{} cores (ranks_sharing_cores), added to the engine's at p ranks x (p - {}) / ({} - "
-                                 "{}) when p > {}: the emulated ranks share this host's cores",
-                                 profile.shared_ranks, profile.shared_cores, from, profile.shared_ranks, from, from)}};
+          {"method",
+           fmt::format("the host profile's cost per message between nodes of each collective at {} ranks on "
+                       "{} cores (ranks_sharing_cores' points), added to the engine's at p ranks when p > {}: "
+                       "piecewise linear in p from nothing at {} ranks through the points, beyond the last "
+                       "along its last piece; the emulated ranks share this host's cores",
+                       fmt::join(ranks, ", "), profile.shared_cores, from, from)}};
 }
 
 // What a projection on the files' emulated link takes from their runs: the engine's fits, the
@@ -608,7 +635,7 @@ EngineCalibration files_calibration(const ProjectOptions& o, const Inputs& in) {
     engine.intra_record = profile_intra_node(*o.host_profile);
     engine.from_host_profile.push_back("intra_node");
   }
-  if (o.host_profile && !o.host_profile->shared_overhead_s.empty()) {
+  if (o.host_profile && !o.host_profile->shared_points.empty()) {
     engine.shared_record = shared_cores_calibration(*o.host_profile, engine);
   }
   if (!engine.intra_record.is_null()) {

@@ -20,6 +20,7 @@
 #include "bench/app/project_command.hpp"
 #include "analysis/held_out.hpp"
 #include "analysis/host_profile.hpp"
+#include "bench/app/profile_command.hpp"
 #include "analysis/simulated_projection.hpp"
 #include "record/result_json.hpp"
 #include "bench/app/sweep_command.hpp"
@@ -1152,51 +1153,72 @@ TEST(Project, AHostProfileGivesTheIntraNodeLinkNoFileProbed) {
   one_line_exit_2("profile --link fast", "--link");
 }
 
-// Ranks sharing the host's cores (analysis/host_profile.hpp ranks_sharing_cores): the profile's
-// block is each dense collective's median over the runs of the 8-node job's probe fits (all-reduce
-// 1, 2 and 4 ms: 2 ms; a per-message kind's fit and a run without a probe left out). A projection
-// on the emulated link pays it by message from 2 ranks per core on (here 4 ranks on 2 cores): at 4
-// ranks nothing changes, at 8 ranks (the profile's) the whole 2 ms on each of the ring's messages
-// between nodes. A profile whose block has no more ranks than cores, an unknown collective or a
-// negative cost is an input error naming the path; `profile --shared-nodes 1` is refused.
+// Ranks sharing the host's cores (analysis/host_profile.hpp ranks_sharing_cores): each job of the
+// profile is a point, each dense collective's median over the job's runs of its probe fits
+// (all-reduce 2, 5 and 3 ms at 8 ranks: 3 ms; a per-message kind's fit and a run without a probe
+// left out); the points ascend in ranks whatever order the jobs came in. A projection on the
+// emulated link pays, on each message between nodes beyond 2 ranks per core (here 4 ranks on 2
+// cores), the line from nothing at 4 ranks through the points beyond them (a point at 4 ranks is
+// not used): with 0 ms at 6 ranks and 3 ms at 8, 4 and 6 ranks pay nothing and 8 ranks 3 ms on
+// each of the ring's messages; a profile made before the points (one block, 3 ms at 8 ranks) is
+// the line from 4 ranks, 1.5 ms a message at 6. A block whose ranks do not exceed its cores or do
+// not ascend, an unknown collective or a negative cost is an input error naming the path;
+// `profile --shared-nodes 1` and a node count given twice are refused, and each sharing job's
+// batch splits over its ranks.
 TEST(Project, AHostProfilesRanksSharingCoresSlowEachMessageBeyondTwoRanksPerCore) {
   if (!simulation_available()) GTEST_SKIP() << "this build has no SimGrid (libsimgrid-dev): simulation is unavailable";
-  nlohmann::json shared = {{"env", {{"cpu_cores", 2}}}, {"network", {{"nodes", 8}, {"ranks_per_node", 1}}}};
-  for (const double o : {1e-3, 4e-3, 2e-3}) {
-    nlohmann::json run = {{"mode", "allreduce"}};
-    run["network"]["simulation"]["calibration"]["collectives"] = {
-        {{"collective", "allreduce"}, {"floats", 1000}, {"efficiency", 0.5}, {"overhead_at_link_s", o}},
-        {{"collective", "p2p"}, {"floats", 1000}, {"efficiency", 1.0}, {"overhead_s", 9e-3}}};
-    shared["runs"].push_back(run);
-  }
-  shared["runs"].push_back({{"mode", "ps"}});
-  const nlohmann::json block = shared_cores_block(shared);
+  const auto job = [](int nodes, const std::vector<double>& allreduce_s) {
+    nlohmann::json shared = {{"env", {{"cpu_cores", 2}}}, {"network", {{"nodes", nodes}, {"ranks_per_node", 1}}}};
+    for (const double o : allreduce_s) {
+      nlohmann::json run = {{"mode", "allreduce"}};
+      run["network"]["simulation"]["calibration"]["collectives"] = {
+          {{"collective", "allreduce"}, {"floats", 1000}, {"efficiency", 0.5}, {"overhead_at_link_s", o}},
+          {{"collective", "p2p"}, {"floats", 1000}, {"efficiency", 1.0}, {"overhead_s", 9e-3}}};
+      shared["runs"].push_back(run);
+    }
+    shared["runs"].push_back({{"mode", "ps"}});
+    return shared;
+  };
+  const nlohmann::json eight = job(8, {2e-3, 5e-3, 3e-3}), six = job(6, {0.0}), four = job(4, {1e-3, 1e-3});
+  const nlohmann::json block = shared_cores_block({eight, four, six});
   EXPECT_EQ(block["ranks"], 8);
   EXPECT_EQ(block["cores"], 2);
-  EXPECT_EQ(block["overhead_s"], nlohmann::json({{"allreduce", 2e-3}})) << block.dump();
-  EXPECT_EQ(block["probes"].size(), 3u);
-  nlohmann::json few = shared;
+  EXPECT_EQ(block["overhead_s"], nlohmann::json({{"allreduce", 3e-3}})) << block.dump();
+  ASSERT_EQ(block["points"].size(), 3u);
+  EXPECT_EQ(block["points"][0]["ranks"], 4);
+  EXPECT_EQ(block["points"][1]["ranks"], 6);
+  EXPECT_EQ(block["points"][1]["overhead_s"], nlohmann::json({{"allreduce", 0.0}}));
+  EXPECT_EQ(block["points"][2]["probes"].size(), 3u);
+  nlohmann::json few = eight;
   few["network"]["nodes"] = 2;
-  EXPECT_THROW(shared_cores_block(few), Error) << "2 ranks on 2 cores";
-  few = shared;
+  EXPECT_THROW(shared_cores_block({few}), Error) << "2 ranks on 2 cores";
+  few = eight;
   few["runs"] = nlohmann::json::array({{{"mode", "ps"}}});
-  EXPECT_THROW(shared_cores_block(few), Error) << "no run with a fit";
+  EXPECT_THROW(shared_cores_block({few}), Error) << "no run with a fit";
+  EXPECT_THROW(shared_cores_block({eight, eight}), Error) << "two jobs of 8 ranks";
 
   nlohmann::json with = test_profile_document();
   with["ranks_sharing_cores"] = block;
+  nlohmann::json one_point = with;  // as profiles made before the points: the 8-rank job alone
+  one_point["ranks_sharing_cores"].erase("points");
+  one_point["ranks_sharing_cores"]["probes"] = block["points"][2]["probes"];
   nlohmann::json without = with;
   without["ranks_sharing_cores"] = nullptr;
   IntraNodeCase c = intra_node_case();
   ProjectOptions& o = c.options;
-  o.max_ranks = 8;
   o.topology.ranks_per_node = 1;
-  o.host_profile = host_profile_from(with, "host.json");
-  const nlohmann::json shared_proj = project(o, {c.plain_doc}, nullptr);
-  o.host_profile = host_profile_from(without, "host.json");
-  const nlohmann::json plain = project(o, {c.plain_doc}, nullptr);
+  const auto projected = [&](const nlohmann::json& doc, int max_ranks) {
+    o.max_ranks = max_ranks;
+    o.host_profile = host_profile_from(doc, "host.json");
+    return project(o, {c.plain_doc}, nullptr);
+  };
+  const nlohmann::json shared_proj = projected(with, 8), plain = projected(without, 8);
+  const nlohmann::json shared_six = projected(with, 6), plain_six = projected(without, 6);
+  const nlohmann::json line_six = projected(one_point, 6);
   const auto& t = shared_proj["topology"];
   ASSERT_TRUE(t.contains("ranks_sharing_cores")) << t.dump();
   EXPECT_EQ(t["ranks_sharing_cores"]["from_ranks"], 4);
+  EXPECT_EQ(t["ranks_sharing_cores"]["points"].size(), 3u);
   EXPECT_NE(std::find(t["host_profile"]["used_for"].begin(), t["host_profile"]["used_for"].end(),
                       "ranks_sharing_cores"),
             t["host_profile"]["used_for"].end());
@@ -1204,7 +1226,12 @@ TEST(Project, AHostProfilesRanksSharingCoresSlowEachMessageBeyondTwoRanksPerCore
   EXPECT_EQ(simulated_step_at(shared_proj, "allreduce", 4), simulated_step_at(plain, "allreduce", 4))
       << "4 ranks on 2 cores pay nothing";
   EXPECT_GT(simulated_step_at(shared_proj, "allreduce", 8), simulated_step_at(plain, "allreduce", 8) + 14 * 2e-3)
-      << "a ring of 8: 14 messages of each bucket, 2 ms each";
+      << "a ring of 8: 14 messages of each bucket, 3 ms each";
+  EXPECT_EQ(simulated_step_at(shared_six, "allreduce", 6), simulated_step_at(plain_six, "allreduce", 6))
+      << "the 6-rank point costs nothing";
+  EXPECT_GT(simulated_step_at(line_six, "allreduce", 6), simulated_step_at(plain_six, "allreduce", 6) + 10 * 1.5e-3)
+      << "one point: the line from 4 ranks, 1.5 ms on each of a ring of 6's 10 messages";
+  EXPECT_EQ(line_six["topology"]["ranks_sharing_cores"]["points"].size(), 1u);
 
   const auto refused = [](const nlohmann::json& doc, const std::string& needle) {
     try {
@@ -1215,12 +1242,18 @@ TEST(Project, AHostProfilesRanksSharingCoresSlowEachMessageBeyondTwoRanksPerCore
     }
   };
   nlohmann::json bad = with;
+  bad["ranks_sharing_cores"]["points"][0]["ranks"] = 2;
+  refused(bad, "h.json: the host profile's ranks_sharing_cores has 2 ranks on 2 cores");
+  bad = one_point;
   bad["ranks_sharing_cores"]["ranks"] = 2;
   refused(bad, "h.json: the host profile's ranks_sharing_cores has 2 ranks on 2 cores");
   bad = with;
-  bad["ranks_sharing_cores"]["overhead_s"]["ring"] = 1e-3;
-  refused(bad, "h.json: ranks_sharing_cores.overhead_s: ring is not a collective");
+  bad["ranks_sharing_cores"]["points"][1]["ranks"] = 9;
+  refused(bad, "h.json: the host profile's ranks_sharing_cores points are not in ascending ranks (8 after 9)");
   bad = with;
+  bad["ranks_sharing_cores"]["points"][2]["overhead_s"]["ring"] = 1e-3;
+  refused(bad, "h.json: ranks_sharing_cores.overhead_s: ring is not a collective");
+  bad = one_point;
   bad["ranks_sharing_cores"]["overhead_s"]["allreduce"] = -1e-3;
   refused(bad, "h.json: ranks_sharing_cores.overhead_s.allreduce is not a non-negative number");
   TempDir tmp;
@@ -1228,6 +1261,19 @@ TEST(Project, AHostProfilesRanksSharingCoresSlowEachMessageBeyondTwoRanksPerCore
   EXPECT_EQ(one.exit_code, 2) << one.err;
   EXPECT_EQ(std::count(one.err.begin(), one.err.end(), '\n'), 1) << one.err;
   EXPECT_NE(one.err.find("--shared-nodes 1: give 0 (no such job) or 2 to 64 nodes"), std::string::npos) << one.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "p.json"));
+  for (const int nodes : {3, 5, 6, 8}) {  // each job's batch splits evenly over its ranks
+    const std::vector<std::string> args = profile_run_args(ProfileOptions{}, nodes, 1, 2, "o.json");
+    const auto batch = std::find(args.begin(), args.end(), "--batch-size");
+    ASSERT_NE(batch, args.end()) << nodes;
+    EXPECT_EQ(std::stoi(*(batch + 1)), 32 * nodes);
+    EXPECT_EQ(args.back(), "o.json");
+  }
+  const std::vector<std::string> local = profile_run_args(ProfileOptions{}, 2, 2, 5, "o.json");
+  EXPECT_EQ(std::count(local.begin(), local.end(), "--batch-size"), 0) << "the local ranks' job keeps run's batch";
+  const Outcome twice = shell(std::string(DPBENCH_BINARY) + " profile --shared-nodes 8,6,8 -o p.json", tmp.path());
+  EXPECT_EQ(twice.exit_code, 2) << twice.err;
+  EXPECT_NE(twice.err.find("--shared-nodes 8,6,8: a job's nodes given twice"), std::string::npos) << twice.err;
   EXPECT_FALSE(std::filesystem::exists(tmp.path() / "p.json"));
 }
 

@@ -209,14 +209,17 @@ void print_host_profile(const nlohmann::json& doc) {
              h["used_for"].empty() ? std::string("nothing (the files have their own)")
                                    : fmt::format("{}", fmt::join(h["used_for"], ", ")));
   if (const auto& shared = doc["topology"].value("ranks_sharing_cores", nlohmann::json()); shared.is_object()) {
-    std::vector<std::string> costs;
-    for (const auto& [kind, o_s] : shared["overhead_s"].items()) {
-      costs.push_back(fmt::format("{} {:.3f} ms", kind, 1e3 * o_s.get<double>()));
+    std::vector<std::string> points;
+    for (const auto& point : shared["points"]) {
+      std::vector<std::string> costs;
+      for (const auto& [kind, o_s] : point["overhead_s"].items()) {
+        costs.push_back(fmt::format("{} {:.3f} ms", kind, 1e3 * o_s.get<double>()));
+      }
+      points.push_back(fmt::format("at {} ranks {}", point["ranks"].get<int>(), fmt::join(costs, ", ")));
     }
-    fmt::print("ranks sharing the host's cores: per message between nodes at {} ranks on {} cores {}; from none at {} "
-               "ranks, linear in the ranks\n",
-               shared["ranks"].get<int>(), shared["cores"].get<int>(), fmt::join(costs, ", "),
-               shared["from_ranks"].get<int>());
+    fmt::print("ranks sharing the host's {} cores: per message between nodes {}; from none at {} ranks, piecewise "
+               "linear in the ranks\n",
+               shared["cores"].get<int>(), fmt::join(points, "; "), shared["from_ranks"].get<int>());
   }
   if (!h["same_machine_as_calibration"].get<bool>()) {
     fmt::print("warning: the host profile was made on another CPU or core count than the calibration run "
