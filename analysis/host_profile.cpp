@@ -148,6 +148,10 @@ nlohmann::json shared_cores_block(const std::vector<nlohmann::json>& shared_resu
                      "overhead_s beside the points: the largest job's"}};
 }
 
+nlohmann::json shared_cores_points(const nlohmann::json& block) {
+  return block.contains("points") ? block["points"] : nlohmann::json::array({block});
+}
+
 nlohmann::json host_profile_document(const nlohmann::json& run_result, const std::string& machine_host,
                                      const std::string& command, const std::vector<nlohmann::json>& shared_results) {
   std::vector<double> rates, round_trips;
@@ -222,7 +226,7 @@ void read_shared_cores(const nlohmann::json& block, const std::string& where, Ho
     throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores has no overhead_s", where));
   }
   p.shared_cores = block.value("cores", 0);
-  const nlohmann::json points = block.contains("points") ? block["points"] : nlohmann::json::array({block});
+  const nlohmann::json points = shared_cores_points(block);
   if (!points.is_array() || points.empty()) {
     throw InputError(fmt::format("{}: the host profile's ranks_sharing_cores.points is not a list of points", where));
   }

@@ -84,6 +84,10 @@ nlohmann::json host_profile_document(const nlohmann::json& run_result, const std
 // the same ranks or their cores differ, or there is no file.
 nlohmann::json shared_cores_block(const std::vector<nlohmann::json>& shared_results);
 
+// The points of a ranks_sharing_cores `block` (an object): its "points", or, for a profile made
+// before them, a list of the block itself as its one point. Unchecked (host_profile_from checks).
+nlohmann::json shared_cores_points(const nlohmann::json& block);
+
 // The profile in `doc`, read from `path`. Throws InputError naming `option` and the path and the
 // problem (not a host profile, another version, a missing or non-positive rate or round trip, a
 // reduction block whose rates are not positive sizes and rates in ascending bytes, a

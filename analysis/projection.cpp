@@ -455,17 +455,16 @@ struct EngineCalibration {
   double shared_overhead(int p, std::size_t k) const {
     const int from = shared_from();
     if (p <= from) return 0.0;
-    double x0 = from, y0 = 0.0;
-    double last_x = x0, last_y = y0, slope = 0.0;
+    double x0 = from, y0 = 0.0, slope = 0.0;  // the last piece's start and slope
     for (const SharedCoresPoint& point : shared_points) {
       if (point.ranks <= from) continue;
       const double x1 = point.ranks, y1 = point.overhead_s[k];
       slope = (y1 - y0) / (x1 - x0);
-      if (p <= x1) return std::max(0.0, y0 + slope * (p - x0));
-      last_x = x0 = x1;
-      last_y = y0 = y1;
+      if (p <= x1) break;
+      x0 = x1;
+      y0 = y1;
     }
-    return std::max(0.0, last_y + slope * (p - last_x));
+    return std::max(0.0, y0 + slope * (p - x0));
   }
   // The engine's per-message costs at world size p: the files' fits, plus the host's.
   std::vector<double> overhead_at(int p) const {
@@ -594,7 +593,7 @@ nlohmann::json shared_cores_calibration(const HostProfile& profile, EngineCalibr
   const int from = engine.shared_from();
   const nlohmann::json& block = profile.document.at("ranks_sharing_cores");
   nlohmann::json points = nlohmann::json::array();
-  for (const auto& point : block.contains("points") ? block["points"] : nlohmann::json::array({block})) {
+  for (const auto& point : shared_cores_points(block)) {
     points.push_back({{"ranks", point["ranks"]}, {"overhead_s", point["overhead_s"]}});
   }
   std::vector<int> ranks;
